@@ -1,0 +1,6 @@
+"""harness: measure which change makes training fast, with numbers you can trust.
+
+Flow: config -> workload + knobs -> isolated run -> measurement -> store -> tables / plots / checks.
+"""
+
+__version__ = "0.1.0"

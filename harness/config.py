@@ -1,0 +1,313 @@
+"""Settings: the schema (typed dataclasses, also registered with Hydra at the CLI edge), their
+validation, and their resolution into concrete values for one device.
+
+Nothing here imports Hydra or torch: the CLI hands plain dicts in, and the device facts
+(``cuda_available``) are passed by the caller.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import hashlib
+import json
+from dataclasses import dataclass, field
+from typing import Any, List, Optional
+
+from harness.registry import check_choice, unknown_choice
+from harness.workloads import WORKLOADS
+
+PRECISIONS = ("32", "bf16-mixed", "16-mixed")
+COMPILE_MODES = ("off", "default", "reduce-overhead", "max-autotune")
+SIZES = ("auto", "full", "smoke")
+DEVICES = ("auto", "cpu", "cuda")
+FAULTS = ("none", "oom", "nan", "hang", "crash")
+DATA_SOURCES = ("synthetic",)
+AUTO_BOOL = ("auto", True, False)
+
+
+@dataclass
+class ModelConfig:
+    width: float = 1.0  # multiplies the size preset's channel counts ("half filters" = 0.5)
+    deep_supervision: bool = False  # mednext only
+    mednext_size: str = "S"
+    kernel_size: int = 3
+
+
+@dataclass
+class DataConfig:
+    source: str = "synthetic"
+    num_workers: int = 0
+    prefetch_factor: Optional[int] = None  # None: PyTorch's default (2) when workers > 0
+    persistent_workers: bool = False
+    pin_memory: Any = False  # true / false / "auto" (= on where a CUDA device is used)
+    non_blocking: bool = True
+    patch_size: Optional[List[int]] = None  # image size for 2D workloads; None: the size preset's
+    epoch_steps: Optional[int] = None  # optimizer steps per loader epoch; None: the size preset's
+    num_volumes: int = 4  # synthetic source: volumes (or images x16) held in RAM to crop from
+
+
+@dataclass
+class OptimizerConfig:
+    fused: Optional[bool] = None  # None: PyTorch's choice
+    foreach: Optional[bool] = None
+    zero_grad_set_to_none: bool = True
+
+
+@dataclass
+class MeasureConfig:
+    warmup_steps: Optional[int] = None
+    steps: Optional[int] = None
+    sample_interval_s: float = 0.1  # NVML / host-memory sampling period (background thread)
+
+
+@dataclass
+class DebugConfig:
+    fault: str = "none"
+    fault_step: int = 2  # step (0-based, warm-up included) at which the fault fires
+    slowdown_ms: float = 0.0  # sleep added to every step; does not change config_hash
+
+
+@dataclass
+class SweepConfig:
+    id: str = ""
+    rung: Optional[int] = None
+    round: int = 0
+    repeats: int = 1
+    rerun: bool = False
+
+
+@dataclass
+class RunConfig:
+    workload: str = "unet3d"
+    size: str = "auto"
+    device: str = "auto"
+    precision: str = "32"
+    tf32: Optional[bool] = None  # None: PyTorch's defaults (cuDNN convs TF32, matmuls full FP32)
+    cudnn_benchmark: Any = False  # true / false / "auto"
+    channels_last: bool = False
+    compile: str = "off"
+    activation_checkpointing: bool = False
+    batch_size: Optional[int] = None
+    accumulate_grad_batches: int = 1
+    log_every_n_steps: int = 50
+    seed: int = 0
+    timeout_s: float = 900.0
+    results_dir: str = "results"
+    model: ModelConfig = field(default_factory=ModelConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
+    measure: MeasureConfig = field(default_factory=MeasureConfig)
+    debug: DebugConfig = field(default_factory=DebugConfig)
+    sweep: SweepConfig = field(default_factory=SweepConfig)
+
+    # Filled by `resolve`; read by the child.
+    @property
+    def effective_width(self) -> float:
+        return self.model.width * WORKLOADS.get(self.workload).sizes[self.size].width
+
+
+# Settings that do not change what is measured: left out of config_hash.
+NOT_HASHED = ("debug", "sweep", "results_dir", "timeout_s", "measure.sample_interval_s")
+
+
+def known_keys(cls: type = RunConfig, prefix: str = "") -> list[str]:
+    """Every settable dotted key of the schema, e.g. ``data.num_workers``."""
+    keys = []
+    for f in dataclasses.fields(cls):
+        name = prefix + f.name
+        default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+        if dataclasses.is_dataclass(default):
+            keys += known_keys(type(default), name + ".")
+        else:
+            keys.append(name)
+    return keys
+
+
+KNOWN_KEYS = tuple(known_keys())
+
+
+def check_key(key: str) -> None:
+    if key not in KNOWN_KEYS:
+        raise unknown_choice("setting", key, KNOWN_KEYS)
+
+
+def from_dict(values: dict[str, Any]) -> RunConfig:
+    """A RunConfig from a nested dict (as Hydra composes it), rejecting unknown keys by name."""
+    cfg = RunConfig()
+    for key, value in flatten(values).items():
+        set_key(cfg, key, value)
+    return cfg
+
+
+def flatten(values: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in values.items():
+        if isinstance(v, dict) and prefix + k not in KNOWN_KEYS:
+            out.update(flatten(v, prefix + k + "."))
+        else:
+            out[prefix + k] = v
+    return out
+
+
+def get_key(cfg: RunConfig, key: str) -> Any:
+    obj: Any = cfg
+    for part in key.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def set_key(cfg: RunConfig, key: str, value: Any) -> None:
+    check_key(key)
+    *parents, last = key.split(".")
+    obj: Any = cfg
+    for part in parents:
+        obj = getattr(obj, part)
+    setattr(obj, last, _normalize(key, value))
+
+
+def to_dict(cfg: RunConfig) -> dict[str, Any]:
+    return dataclasses.asdict(cfg)
+
+
+def _normalize(key: str, value: Any) -> Any:
+    """Values as the CLI may spell them (precision=32, compile=false) in their canonical form."""
+    if key == "precision":
+        value = str(value)
+        return {"32-true": "32", "bf16": "bf16-mixed", "16": "16-mixed"}.get(value, value)
+    if key == "compile":
+        if value is False or value is None or str(value).lower() in ("false", "none", "off"):
+            return "off"
+        if value is True or str(value).lower() == "true":
+            return "default"
+        return str(value)
+    if key in ("data.patch_size",) and value is not None:
+        return [int(v) for v in value]
+    return value
+
+
+# --------------------------------------------------------------------------------------------
+# Validation and resolution
+
+
+def validate(cfg: RunConfig) -> None:
+    """Reject bad names, values and contradictions before anything runs (ValueError)."""
+    workload = WORKLOADS.get(cfg.workload)
+    check_choice("size", cfg.size, SIZES)
+    check_choice("device", cfg.device, DEVICES)
+    check_choice("precision", cfg.precision, PRECISIONS)
+    check_choice("compile mode", cfg.compile, COMPILE_MODES)
+    check_choice("debug.fault", cfg.debug.fault, FAULTS)
+    check_choice("data.source", cfg.data.source, DATA_SOURCES)
+    for key in ("data.pin_memory", "cudnn_benchmark"):
+        if get_key(cfg, key) not in AUTO_BOOL:
+            raise ValueError(f"{key}={get_key(cfg, key)!r} is not valid: use true, false or auto")
+    _positive(cfg, "accumulate_grad_batches", "log_every_n_steps", "model.width", "data.num_volumes")
+    _positive(cfg, "batch_size", "data.epoch_steps", "measure.steps", allow_none=True)
+    if cfg.measure.warmup_steps is not None and cfg.measure.warmup_steps < 1:
+        raise ValueError(f"measure.warmup_steps={cfg.measure.warmup_steps} must be at least 1 (the first step is never measured)")
+    if cfg.data.num_workers < 0:
+        raise ValueError(f"data.num_workers={cfg.data.num_workers} must be 0 or more")
+    if cfg.data.num_workers == 0 and cfg.data.prefetch_factor is not None:
+        raise ValueError(
+            f"data.prefetch_factor={cfg.data.prefetch_factor} needs data.num_workers > 0: with 0 workers "
+            "the main process loads each batch when asked, so nothing is prefetched"
+        )
+    if cfg.data.num_workers == 0 and cfg.data.persistent_workers:
+        raise ValueError("data.persistent_workers=true needs data.num_workers > 0: there are no workers to keep")
+    if cfg.data.prefetch_factor is not None and cfg.data.prefetch_factor < 1:
+        raise ValueError(f"data.prefetch_factor={cfg.data.prefetch_factor} must be at least 1")
+    if cfg.optimizer.fused and cfg.optimizer.foreach:
+        raise ValueError("optimizer.fused=true and optimizer.foreach=true exclude each other: choose one")
+    if cfg.model.deep_supervision and not workload.deep_supervision:
+        supported = [n for n in WORKLOADS.names() if WORKLOADS.get(n).deep_supervision]
+        raise ValueError(f"model.deep_supervision=true is not available for workload {cfg.workload!r}; it is for: {supported}")
+    if workload.mednext_options:
+        check_choice("model.mednext_size", cfg.model.mednext_size, ("S", "B", "M", "L"))
+        check_choice("model.kernel_size", str(cfg.model.kernel_size), ("3", "5"))
+    if cfg.data.patch_size is not None:
+        _check_patch(cfg.data.patch_size, workload)
+    if cfg.debug.slowdown_ms < 0:
+        raise ValueError(f"debug.slowdown_ms={cfg.debug.slowdown_ms} must be 0 or more")
+    if cfg.timeout_s <= 0:
+        raise ValueError(f"timeout_s={cfg.timeout_s} must be positive")
+
+
+def _positive(cfg: RunConfig, *keys: str, allow_none: bool = False) -> None:
+    for key in keys:
+        value = get_key(cfg, key)
+        if value is None and allow_none:
+            continue
+        if value is None or value <= 0:
+            raise ValueError(f"{key}={value!r} must be a positive number")
+
+
+def _check_patch(patch: list[int], workload) -> None:
+    if len(patch) != workload.spatial_dims:
+        raise ValueError(
+            f"data.patch_size={list(patch)} has {len(patch)} dimensions; workload {workload.name!r} is "
+            f"{workload.spatial_dims}D, e.g. {list(workload.sizes['full'].patch_size)}"
+        )
+    bad = [s for s in patch if s <= 0 or s % workload.patch_multiple]
+    if bad:
+        raise ValueError(
+            f"data.patch_size={list(patch)}: every side must be a positive multiple of {workload.patch_multiple} "
+            f"for {workload.name!r} (its downsampling depth)"
+        )
+
+
+def resolve(cfg: RunConfig, cuda_available: bool) -> RunConfig:
+    """A validated copy with every 'auto' and unset value made concrete for this device."""
+    validate(cfg)
+    out = copy.deepcopy(cfg)
+    if out.device == "auto":
+        out.device = "cuda" if cuda_available else "cpu"
+    elif out.device == "cuda" and not cuda_available:
+        raise ValueError("device='cuda' was asked for, but torch sees no CUDA device here; use device=cpu or auto")
+    if out.size == "auto":
+        out.size = "full" if out.device == "cuda" else "smoke"
+    preset = WORKLOADS.get(out.workload).sizes[out.size]
+    if out.batch_size is None:
+        out.batch_size = preset.batch_size
+    if out.data.patch_size is None:
+        out.data.patch_size = list(preset.patch_size)
+    if out.data.epoch_steps is None:
+        out.data.epoch_steps = preset.epoch_steps
+    if out.measure.warmup_steps is None:
+        out.measure.warmup_steps = preset.warmup_steps
+    if out.measure.steps is None:
+        out.measure.steps = preset.steps
+    on_cuda = out.device == "cuda"
+    if out.data.pin_memory == "auto":
+        out.data.pin_memory = on_cuda
+    if out.cudnn_benchmark == "auto":
+        out.cudnn_benchmark = on_cuda
+    out.sweep = SweepConfig(**dataclasses.asdict(cfg.sweep))
+    return out
+
+
+def not_applicable(cfg: RunConfig) -> str:
+    """Why a resolved config cannot run as labelled on its device ("" when it can)."""
+    if cfg.device == "cuda":
+        return ""
+    reasons = []
+    if cfg.tf32 is True:
+        reasons.append("tf32=true needs a CUDA GPU (TF32 is a tensor-core format)")
+    if cfg.cudnn_benchmark is True:
+        reasons.append("cudnn_benchmark=true needs a CUDA GPU (cuDNN autotuning)")
+    if cfg.data.pin_memory is True:
+        reasons.append("data.pin_memory=true needs a CUDA GPU (page-locked memory speeds host-to-GPU copies only)")
+    if cfg.compile == "reduce-overhead":
+        reasons.append("compile=reduce-overhead needs a CUDA GPU (it captures CUDA graphs)")
+    return "; ".join(reasons)
+
+
+def measured_settings(cfg: RunConfig) -> dict[str, Any]:
+    """The resolved settings that can change the measurement (what config_hash covers)."""
+    values = flatten(to_dict(cfg))
+    return {k: v for k, v in sorted(values.items()) if not any(k == n or k.startswith(n + ".") for n in NOT_HASHED)}
+
+
+def config_hash(cfg: RunConfig) -> str:
+    blob = json.dumps(measured_settings(cfg), sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]

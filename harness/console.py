@@ -1,0 +1,57 @@
+"""What a person sees: the one-screen run summary and live progress (rich)."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.table import Table
+
+from harness.store import RunRecord
+
+console = Console(stderr=False, highlight=False)
+
+
+def human_bytes(n: float | None) -> str:
+    if n is None or n != n:
+        return "-"
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:.1f} {unit}" if unit != "B" else f"{n:.0f} B"
+        n /= 1024
+    return "-"
+
+
+def fmt(value, spec: str = ".1f", suffix: str = "") -> str:
+    if value is None or value != value:
+        return "-"
+    return f"{value:{spec}}{suffix}"
+
+
+def run_summary(record: RunRecord) -> Table:
+    """The one-screen summary of a run."""
+    status_style = "green" if record.status == "ok" else "red" if record.status != "skipped" else "yellow"
+    table = Table(title=f"harness run {record.run_id}", show_header=False, title_justify="left")
+    table.add_column("what", style="bold")
+    table.add_column("value")
+    table.add_row("status", f"[{status_style}]{record.status}[/]")
+    table.add_row("workload", f"{record.workload}  size={record.size}  device={record.device}"
+                  + (f" ({record.gpu_name})" if record.gpu_name else f" ({record.cpu_model}, {record.cpu_count} cores)"))
+    if record.status == "ok":
+        table.add_row("throughput", f"{fmt(record.samples_per_s, '.2f')} samples/s"
+                      f"  ({fmt(record.units_per_s, '.3g')} {record.unit}/s)")
+        table.add_row("step time", f"p50 {fmt(record.step_ms_p50)} ms   p90 {fmt(record.step_ms_p90)} ms"
+                      f"   ({record.measured_steps} measured after {record.warmup_steps} warm-up)")
+        table.add_row("data wait", f"{fmt(100 * record.data_wait_frac if record.data_wait_frac is not None else None)} % of the measured time")
+        if record.device == "cuda":
+            table.add_row("peak VRAM", human_bytes(record.peak_vram_bytes))
+            table.add_row("GPU util", f"{fmt(record.gpu_util_pct)} %   power {fmt(record.gpu_power_w)} W")
+            table.add_row("MFU", fmt(100 * record.mfu if record.mfu else None, ".1f", " %"))
+        table.add_row("host memory", f"peak RSS {human_bytes(record.peak_host_rss_bytes)} (main + workers)"
+                      + (f", largest worker {human_bytes(record.peak_worker_rss_bytes)}" if record.peak_worker_rss_bytes else ""))
+        table.add_row("CPU util", fmt(record.cpu_util_pct, ".0f", " %"))
+        table.add_row("first step", fmt(record.first_step_s, ".2f", " s")
+                      + (f"   compile ~{fmt(record.compile_s, '.1f')} s" if record.compile_s is not None else ""))
+        table.add_row("loss", f"{fmt(record.loss_first, '.4f')} -> {fmt(record.loss_last, '.4f')}")
+    else:
+        table.add_row("why", (record.error or "").strip().splitlines()[-1][:300] if record.error else "-")
+    table.add_row("config", record.config_hash)
+    return table

@@ -1,0 +1,137 @@
+"""Every knob as one small ``apply_*`` function, and ONE function, :func:`prepare`, that owns the
+order they are applied in. Runs in the measuring child only (imports torch).
+
+Order, and why:
+  1. backend flags (TF32, cudnn.benchmark) - global, before any kernel is chosen;
+  2. build the model (width, deep supervision are builder arguments);
+  3. activation checkpointing - wraps the plain modules, before anything changes their type;
+  4. device + memory format (channels_last) - parameters must live where and how they will run;
+  5. torch.compile - last model transform, so it traces the checkpointed, channels-last model;
+  6. optimizer (fused / foreach) - over the parameters in their final place;
+  7. precision - an autocast context and, for fp16, a GradScaler, used by the training step.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import torch
+from torch import nn
+
+
+class KnobNotApplicable(RuntimeError):
+    """A knob cannot take effect here: the run is recorded as `skipped` with this reason."""
+
+
+def apply_backend_flags(cfg) -> None:
+    if cfg.tf32 is not None:
+        torch.backends.cuda.matmul.allow_tf32 = cfg.tf32
+        torch.backends.cudnn.allow_tf32 = cfg.tf32
+    torch.backends.cudnn.benchmark = bool(cfg.cudnn_benchmark)
+
+
+def apply_activation_checkpointing(model: nn.Module, unit_types: tuple[type, ...]) -> int:
+    """Recompute the activations of every ``unit_types`` module in backward; returns how many."""
+    from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import (
+        apply_activation_checkpointing as wrap,
+        checkpoint_wrapper,
+    )
+
+    # Only the outermost units: wrapping a unit inside a wrapped unit recomputes twice.
+    targets = {id(m) for m in _outermost(model, unit_types)}
+    if not targets:
+        raise KnobNotApplicable(f"activation_checkpointing: the model has no {[t.__name__ for t in unit_types]} to wrap")
+    wrap(model, checkpoint_wrapper_fn=functools.partial(checkpoint_wrapper), check_fn=lambda m: id(m) in targets)
+    return len(targets)
+
+
+def _outermost(module: nn.Module, unit_types: tuple[type, ...]):
+    for child in module.children():
+        if isinstance(child, unit_types):
+            yield child
+        else:
+            yield from _outermost(child, unit_types)
+
+
+def memory_format(cfg, spatial_dims: int) -> torch.memory_format:
+    if not cfg.channels_last:
+        return torch.contiguous_format
+    return torch.channels_last_3d if spatial_dims == 3 else torch.channels_last
+
+
+def apply_device_and_format(model: nn.Module, device: torch.device, fmt: torch.memory_format) -> nn.Module:
+    return model.to(device=device, memory_format=fmt)
+
+
+def apply_compile(model: nn.Module, mode: str) -> nn.Module:
+    if mode == "off":
+        return model
+    return torch.compile(model, mode=None if mode == "default" else mode)
+
+
+def build_optimizer(cfg, workload, params) -> torch.optim.Optimizer:
+    kwargs: dict[str, Any] = {}
+    if cfg.optimizer.fused is not None:
+        kwargs["fused"] = cfg.optimizer.fused
+    if cfg.optimizer.foreach is not None:
+        kwargs["foreach"] = cfg.optimizer.foreach
+    if workload.optimizer == "SGD":
+        return torch.optim.SGD(params, lr=0.01, momentum=0.9, weight_decay=1e-4, **kwargs)
+    if workload.optimizer == "AdamW":
+        return torch.optim.AdamW(params, lr=1e-3, weight_decay=1e-2, **kwargs)
+    return torch.optim.Adam(params, lr=1e-4, **kwargs)
+
+
+def autocast_dtype(precision: str) -> torch.dtype | None:
+    return {"32": None, "bf16-mixed": torch.bfloat16, "16-mixed": torch.float16}[precision]
+
+
+def autocast_context(precision: str, device: torch.device) -> Callable[[], Any]:
+    dtype = autocast_dtype(precision)
+    if dtype is None:
+        return contextlib.nullcontext
+    return functools.partial(torch.autocast, device_type=device.type, dtype=dtype)
+
+
+def grad_scaler(precision: str, device: torch.device):
+    if precision != "16-mixed":
+        return None
+    return torch.amp.GradScaler(device.type)
+
+
+@dataclass
+class Prepared:
+    model: nn.Module
+    loss_fn: nn.Module
+    optimizer: torch.optim.Optimizer
+    autocast: Callable[[], Any]
+    scaler: Any
+    device: torch.device
+    memory_format: torch.memory_format
+    checkpointed_units: int
+
+
+def prepare(cfg, workload) -> Prepared:
+    """Build the workload's model and training objects with every knob applied, in order."""
+    device = torch.device(cfg.device)
+    apply_backend_flags(cfg)
+    model, loss_fn, unit_types = workload.build(cfg)
+    units = apply_activation_checkpointing(model, unit_types) if cfg.activation_checkpointing else 0
+    fmt = memory_format(cfg, workload.spatial_dims)
+    model = apply_device_and_format(model, device, fmt)
+    model.train()
+    model = apply_compile(model, cfg.compile)
+    optimizer = build_optimizer(cfg, workload, model.parameters())
+    return Prepared(
+        model=model,
+        loss_fn=loss_fn.to(device),
+        optimizer=optimizer,
+        autocast=autocast_context(cfg.precision, device),
+        scaler=grad_scaler(cfg.precision, device),
+        device=device,
+        memory_format=fmt,
+        checkpointed_units=units,
+    )

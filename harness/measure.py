@@ -1,0 +1,219 @@
+"""The measured training run (inside the isolated child): warm-up, then fixed measured steps.
+
+Per step, the host clock is read at each step boundary and around every ``next(loader)``: the
+time blocked waiting for the next batch is kept apart from the rest of the step. No per-step
+device sync: CUDA work is asynchronous, so the host runs ahead until the launch queue fills and
+in steady state each step's host time equals the device's pace. The only syncs are (a) one before
+the measured window opens and one after it closes, so that the window holds exactly the measured
+steps' device work, and (b) ``loss.item()`` every ``log_every_n_steps`` steps, which is the cost
+of logging that the knob exists to measure.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import statistics
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from harness import monitor
+from harness.data import build_dataset, build_loader, endless
+from harness.flops import count_train_flops, peak_flops
+from harness.knobs import prepare
+from harness.workloads import Workload
+
+
+class NonFiniteLoss(RuntimeError):
+    def __init__(self, step: int, value: float):
+        super().__init__(f"loss became {value} at step {step}")
+        self.step = step
+
+
+@dataclass
+class Measurement:
+    samples_per_step: int
+    warmup_ms: list[float] = field(default_factory=list)
+    step_ms: list[float] = field(default_factory=list)
+    data_wait_ms: list[float] = field(default_factory=list)
+    measured_s: float = 0.0
+    loss_first: float | None = None
+    loss_last: float | None = None
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def inject_fault(cfg, step: int, device: torch.device) -> None:
+    """The debug faults, each taking the same path its real counterpart takes."""
+    fault = cfg.debug.fault
+    if fault == "none" or step != cfg.debug.fault_step:
+        return
+    if fault == "oom":
+        # A real allocation no machine can satisfy: CUDA raises torch.OutOfMemoryError, the CPU
+        # allocator its RuntimeError, exactly as a real out-of-memory does.
+        torch.empty(1 << 60, dtype=torch.uint8, device=device)
+    elif fault == "hang":
+        time.sleep(10**7)
+    elif fault == "crash":
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def train_and_measure(cfg, workload: Workload, progress) -> tuple[Measurement, dict]:
+    """Run warm-up + measured steps; return the raw measurement and the derived extras."""
+    torch.manual_seed(cfg.seed)
+    prep = prepare(cfg, workload)
+    device = prep.device
+    loader = build_loader(cfg, build_dataset(cfg, workload))
+    batches = endless(loader)
+    accum = cfg.accumulate_grad_batches
+    m = Measurement(samples_per_step=cfg.batch_size * accum)
+    total_steps = cfg.measure.warmup_steps + cfg.measure.steps
+    nan_step = cfg.debug.fault_step if cfg.debug.fault == "nan" else -1
+    slowdown_s = cfg.debug.slowdown_ms / 1000.0
+    nb = bool(cfg.data.non_blocking)
+
+    nvml = monitor.nvml_handle_for(device.index or 0) if device.type == "cuda" else None
+    sampler = monitor.Sampler(cfg.measure.sample_interval_s, nvml)
+    sampler.start()
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+    progress("warmup", steps=cfg.measure.warmup_steps)
+
+    t_prev = time.perf_counter()
+    window_start = t_prev
+    loss = None
+    for step in range(total_steps):
+        if step == cfg.measure.warmup_steps:
+            _sync(device)  # (a) the window opens on an idle device
+            progress("measure", steps=cfg.measure.steps, warmup_ms=m.warmup_ms)
+            monitor.cpu_percent_since_last_call()
+            sampler.measuring.set()
+            t_prev = window_start = time.perf_counter()
+        wait = 0.0
+        prep.optimizer.zero_grad(set_to_none=cfg.optimizer.zero_grad_set_to_none)
+        for _ in range(accum):
+            t0 = time.perf_counter()
+            x, y = next(batches)
+            wait += time.perf_counter() - t0
+            x = x.to(device, non_blocking=nb, memory_format=prep.memory_format)
+            y = y.to(device, non_blocking=nb)
+            with prep.autocast():
+                out = prep.model(x)
+                loss = prep.loss_fn(out, y) / accum
+            if step == nan_step:
+                loss = loss * float("nan")
+            (prep.scaler.scale(loss) if prep.scaler else loss).backward()
+        if prep.scaler:
+            prep.scaler.step(prep.optimizer)
+            prep.scaler.update()
+        else:
+            prep.optimizer.step()
+        inject_fault(cfg, step, device)
+        if slowdown_s:
+            time.sleep(slowdown_s)
+        if step == 0 or (step + 1) % cfg.log_every_n_steps == 0:
+            value = loss.item() * accum  # (b) the logging sync
+            if step == 0:
+                m.loss_first = value
+            if not math.isfinite(value):
+                raise NonFiniteLoss(step, value)
+        t = time.perf_counter()
+        (m.warmup_ms if step < cfg.measure.warmup_steps else m.step_ms).append((t - t_prev) * 1000.0)
+        if step >= cfg.measure.warmup_steps:
+            m.data_wait_ms.append(wait * 1000.0)
+        t_prev = t
+    _sync(device)  # (a) the window closes when the device has finished the measured steps
+    m.measured_s = time.perf_counter() - window_start
+    cpu_pct = monitor.cpu_percent_since_last_call()
+    sampler.measuring.clear()
+    samples = sampler.stop()
+    m.loss_last = loss.item() * accum
+    if not math.isfinite(m.loss_last):
+        raise NonFiniteLoss(total_steps - 1, m.loss_last)
+    extras = _extras(cfg, workload, prep, m, samples, cpu_pct)
+    del batches, loader
+    return m, extras
+
+
+def _extras(cfg, workload, prep, m: Measurement, samples: monitor.Samples, cpu_pct: float) -> dict:
+    device = prep.device
+    out = {
+        "peak_host_rss_bytes": samples.peak_host_rss_bytes or None,
+        "peak_worker_rss_bytes": max(samples.peak_worker_rss_bytes.values(), default=None),
+        "cpu_util_pct": cpu_pct,
+        "gpu_util_pct": _mean(samples.gpu_util_pct),
+        "gpu_mem_used_bytes": max(samples.gpu_mem_used_bytes, default=None),
+        "gpu_power_w": _mean(samples.gpu_power_w),
+        "peak_vram_bytes": float(torch.cuda.max_memory_allocated(device)) if device.type == "cuda" else None,
+        "checkpointed_units": prep.checkpointed_units,
+    }
+    return out
+
+
+def _mean(values: list[float]) -> float | None:
+    return statistics.fmean(values) if values else None
+
+
+def model_flops_per_sample(cfg, workload: Workload) -> float | None:
+    """Training FLOPs of one sample for this model and patch size (None if it cannot be counted)."""
+    shape = (1, workload.in_channels, *cfg.data.patch_size)
+    try:
+        return count_train_flops(lambda: workload.build(cfg)[0], shape, None)
+    except Exception:  # a model that cannot run on meta tensors: MFU stays empty, never guessed
+        return None
+
+
+def summarize(cfg, workload: Workload, m: Measurement, extras: dict, flops: float | None, gpu_name: str) -> dict:
+    """The record's metric fields from a raw measurement."""
+    steps = len(m.step_ms)
+    samples_per_s = steps * m.samples_per_step / m.measured_s if m.measured_s > 0 else None
+    p50 = statistics.median(m.step_ms)
+    wait_total = sum(m.data_wait_ms)
+    peak = peak_flops(gpu_name, cfg.precision, cfg.tf32) if cfg.device == "cuda" else None
+    compile_s = None
+    if cfg.compile != "off":
+        compile_s = max(0.0, (sum(m.warmup_ms) - len(m.warmup_ms) * p50) / 1000.0)
+    return {
+        "samples_per_step": m.samples_per_step,
+        "warmup_steps": len(m.warmup_ms),
+        "measured_steps": steps,
+        "samples_per_s": samples_per_s,
+        "units_per_s": samples_per_s * workload.units_per_sample(tuple(cfg.data.patch_size)) if samples_per_s else None,
+        "step_ms_p50": p50,
+        "step_ms_p90": _quantile(m.step_ms, 0.9),
+        "step_ms_mean": statistics.fmean(m.step_ms),
+        "data_wait_frac": wait_total / (m.measured_s * 1000.0) if m.measured_s > 0 else None,
+        "data_wait_ms_p50": statistics.median(m.data_wait_ms),
+        "compile_s": compile_s,
+        "first_step_s": m.warmup_ms[0] / 1000.0 if m.warmup_ms else None,
+        "measured_s": m.measured_s,
+        "flops_per_sample": flops,
+        "peak_flops": peak,
+        "mfu": flops * samples_per_s / peak if (flops and peak and samples_per_s) else None,
+        "loss_first": m.loss_first,
+        "loss_last": m.loss_last,
+        "step_ms": m.step_ms,
+        "data_wait_ms": m.data_wait_ms,
+        **{k: v for k, v in extras.items() if k != "checkpointed_units"},
+    }
+
+
+def _quantile(values: list[float], q: float) -> float:
+    """Linear-interpolated quantile (numpy's default method)."""
+    import numpy as np
+
+    return float(np.quantile(values, q))
+
+
+def write_json(path: Path, payload: dict) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(payload, default=str))
+    os.replace(tmp, path)

@@ -1,0 +1,42 @@
+"""One run, end to end: resolve the settings for this machine, measure in isolation, store."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from harness import config as config_mod
+from harness import env as env_mod
+from harness.isolate import ProgressFn, execute
+from harness.store import RunRecord, write_record
+
+
+@dataclass(frozen=True)
+class Machine:
+    """What the parent knows about where runs will execute."""
+
+    cuda_available: bool
+
+    @staticmethod
+    def detect() -> "Machine":
+        import torch
+
+        return Machine(cuda_available=torch.cuda.is_available())
+
+
+def resolve(cfg: config_mod.RunConfig, machine: Machine) -> config_mod.RunConfig:
+    return config_mod.resolve(cfg, machine.cuda_available)
+
+
+def environment(device: str) -> tuple[dict, str]:
+    env = env_mod.collect(device)
+    return env, env_mod.env_key(env, device)
+
+
+def run_and_store(resolved: config_mod.RunConfig, env: dict, env_key: str, on_progress: ProgressFn | None = None,
+                  **sweep_fields) -> RunRecord:
+    """Measure a resolved config and append its record to the store (whatever its status)."""
+    record = execute(resolved, env, env_key, on_progress)
+    for key, value in sweep_fields.items():
+        setattr(record, key, value)
+    write_record(record, resolved.results_dir)
+    return record

@@ -1,0 +1,117 @@
+"""3D segmentation networks from MONAI, built from plain typed arguments."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+UNET_FILTERS = (32, 64, 128, 256, 512)
+BASIC_UNET_FEATURES = (32, 32, 64, 128, 256, 32)
+MEDNEXT_SIZES = ("S", "B", "M", "L")
+
+
+def scaled(channels: tuple[int, ...], width: float, multiple: int = 4) -> tuple[int, ...]:
+    """Channel counts multiplied by ``width``, kept positive and divisible by ``multiple``."""
+    return tuple(max(multiple, int(round(c * width / multiple)) * multiple) for c in channels)
+
+
+def unet3d(in_channels: int, out_channels: int, width: float = 1.0, num_res_units: int = 2) -> nn.Module:
+    """MONAI ``UNet`` as in the connectomics guide: filters 32..512, 2 residual units per level."""
+    from monai.networks.nets import UNet
+
+    channels = scaled(UNET_FILTERS, width)
+    return UNet(
+        spatial_dims=3,
+        in_channels=in_channels,
+        out_channels=out_channels,
+        channels=channels,
+        strides=(2,) * (len(channels) - 1),
+        num_res_units=num_res_units,
+    )
+
+
+def basic_unet3d(in_channels: int, out_channels: int, width: float = 1.0) -> nn.Module:
+    """MONAI ``BasicUNet`` (two convolutions per level, no residual units)."""
+    from monai.networks.nets import BasicUNet
+
+    return BasicUNet(
+        spatial_dims=3,
+        in_channels=in_channels,
+        out_channels=out_channels,
+        features=scaled(BASIC_UNET_FEATURES, width),
+    )
+
+
+def mednext(
+    in_channels: int,
+    out_channels: int,
+    size: str = "S",
+    kernel_size: int = 3,
+    deep_supervision: bool = False,
+    width: float = 1.0,
+) -> nn.Module:
+    """MONAI ``MedNeXt`` in the paper's S/B/M/L configurations (``init_filters`` scaled by ``width``)."""
+    from monai.networks.nets.mednext import MedNeXt
+
+    if size not in MEDNEXT_SIZES:
+        raise ValueError(f"MedNeXt size {size!r} is not one of {MEDNEXT_SIZES}")
+    return MedNeXt(
+        spatial_dims=3,
+        init_filters=max(4, int(round(32 * width))),
+        in_channels=in_channels,
+        out_channels=out_channels,
+        kernel_size=kernel_size,
+        deep_supervision=deep_supervision,
+        use_residual_connection=True,
+        norm_type="group",
+        **_MEDNEXT_VARIANTS[size],
+    )
+
+
+# The paper's S/B/M/L settings, as in MONAI's create_mednext (which has no width argument).
+_MEDNEXT_VARIANTS = {
+    "S": dict(encoder_expansion_ratio=2, decoder_expansion_ratio=2, bottleneck_expansion_ratio=2,
+              blocks_down=(2, 2, 2, 2), blocks_bottleneck=2, blocks_up=(2, 2, 2, 2)),
+    "B": dict(encoder_expansion_ratio=(2, 3, 4, 4), decoder_expansion_ratio=(4, 4, 3, 2), bottleneck_expansion_ratio=4,
+              blocks_down=(2, 2, 2, 2), blocks_bottleneck=2, blocks_up=(2, 2, 2, 2)),
+    "M": dict(encoder_expansion_ratio=(2, 3, 4, 4), decoder_expansion_ratio=(4, 4, 3, 2), bottleneck_expansion_ratio=4,
+              blocks_down=(3, 4, 4, 4), blocks_bottleneck=4, blocks_up=(4, 4, 4, 3)),
+    "L": dict(encoder_expansion_ratio=(3, 4, 8, 8), decoder_expansion_ratio=(8, 8, 4, 3), bottleneck_expansion_ratio=8,
+              blocks_down=(3, 4, 8, 8), blocks_bottleneck=8, blocks_up=(8, 8, 4, 3)),
+}
+
+
+def checkpoint_units_3d() -> tuple[type[nn.Module], ...]:
+    """Module types whose activations are recomputed under activation checkpointing."""
+    from monai.networks.blocks import ResidualUnit
+    from monai.networks.nets.basic_unet import Down, TwoConv, UpCat
+    from monai.networks.blocks.mednext_block import MedNeXtBlock, MedNeXtDownBlock, MedNeXtUpBlock
+
+    return (ResidualUnit, TwoConv, Down, UpCat, MedNeXtBlock, MedNeXtDownBlock, MedNeXtUpBlock)
+
+
+def dice_ce_loss(deep_supervision: bool = False) -> nn.Module:
+    """MONAI DiceCE on one-hot labels; with deep supervision, a halving-weighted sum over scales."""
+    from monai.losses import DiceCELoss
+
+    base = DiceCELoss(to_onehot_y=True, softmax=True)
+    return DeepSupervisionLoss(base) if deep_supervision else base
+
+
+class DeepSupervisionLoss(nn.Module):
+    """Weighted sum of a loss over the outputs of every scale (labels resized by nearest)."""
+
+    def __init__(self, loss: nn.Module):
+        super().__init__()
+        self.loss = loss
+
+    def forward(self, outputs, target: torch.Tensor) -> torch.Tensor:
+        if isinstance(outputs, torch.Tensor):
+            return self.loss(outputs, target)
+        total = outputs[0].new_zeros(())
+        for i, out in enumerate(outputs):
+            y = target if out.shape[2:] == target.shape[2:] else nn.functional.interpolate(
+                target.float(), size=out.shape[2:], mode="nearest"
+            ).to(target.dtype)
+            total = total + self.loss(out, y) * 0.5**i
+        return total
