@@ -123,7 +123,7 @@ WORKLOADS.register(
         patch_multiple=16,
         sizes={
             "full": SizePreset(batch_size=2, patch_size=(128, 128, 128), warmup_steps=10, steps=50, epoch_steps=250, width=1.0),
-            "smoke": SizePreset(batch_size=2, patch_size=(32, 32, 32), warmup_steps=5, steps=30, epoch_steps=10, width=0.5),
+            "smoke": SizePreset(batch_size=2, patch_size=(32, 32, 32), warmup_steps=5, steps=30, epoch_steps=10, width=0.25),
         },
         build=_build_mednext, deep_supervision=True, mednext_options=True,
     ),
