@@ -1,0 +1,286 @@
+"""Regression checks (`baseline`, `check`) on synthetic records: no torch, no runs, seconds in all."""
+
+from __future__ import annotations
+
+import json
+import xml.etree.ElementTree as ET
+
+import numpy as np
+import pytest
+
+from harness.analysis import regress
+from harness.store import SCHEMA_VERSION, RunRecord, load_runs, write_record
+
+CPU = "Test CPU @ 3.0GHz"
+
+
+def sweep(results, sweep_id, configs, *, repeats=3, day=1, cv=0.02, steps=30, seed=0, status="ok", **env):
+    """Write one sweep: ``configs`` maps config_hash -> throughput (samples/s), or a dict of record fields.
+
+    Step times are normal noise of coefficient of variation ``cv`` around the throughput, rescaled so
+    the sample mean is exact: the tests then control the ratio exactly and only the noise varies.
+    """
+    rng = np.random.default_rng(seed)
+    for rung, (config, spec) in enumerate(configs.items()):
+        spec = spec if isinstance(spec, dict) else {"sps": spec}
+        for rnd in range(repeats):
+            z = rng.standard_normal(steps)
+            z = (z - z.mean()) / z.std()
+            per_step_ms = 1000.0 / spec["sps"] * 4  # 4 samples per step
+            fields = dict(
+                run_id=f"{sweep_id}-{rung}-{rnd}", status=spec.get("status", status),
+                timestamp=f"2024-06-{day:02d}T10:{rung:02d}:{rnd:02d}+00:00", workload=spec.get("workload", "unet"),
+                size="small", device="cpu", config_hash=config, sweep_id=sweep_id, ladder="phase2", rung=rung,
+                change=spec.get("change", f"knob{rung}=on"), round=rnd, samples_per_step=4,
+                samples_per_s=spec["sps"], step_ms=list(per_step_ms * (1 + spec.get("cv", cv) * z)),
+                peak_host_rss_bytes=spec.get("rss", 1e9), cpu_model=CPU, cpu_count=8, torch_version="2.4.0")
+            fields.update(env)
+            write_record(RunRecord(**fields), results)
+
+
+def save(results, name="base", *extra):
+    return regress.main("baseline", ["save", name, "--results", str(results), *extra])
+
+
+def check(results, *extra, baseline="base"):
+    return regress.main("check", ["--baseline", baseline, "--results", str(results), *extra])
+
+
+def setup_check(tmp_path, current, baseline=None, **kwargs):
+    """A baseline sweep s1 saved as 'base', then a current sweep s2 (the latest)."""
+    sweep(tmp_path, "s1", baseline or {"cfg-a": 100.0}, day=1)
+    assert save(tmp_path) == 0
+    sweep(tmp_path, "s2", current, day=2, seed=1, **kwargs)
+
+
+def row_status(capsys, results, *extra):
+    """Run check --format json; the exit code and the rows by config_hash."""
+    capsys.readouterr()  # drop what setup printed
+    code = check(results, "--format", "json", *extra)
+    doc = json.loads(capsys.readouterr().out)
+    return code, {r["config_hash"]: r for r in doc["rows"]}
+
+
+# ------------------------------------------------------------------------------------------
+# decisions
+
+
+def test_clear_drop_regresses_and_names_the_config(tmp_path, capsys):
+    setup_check(tmp_path, {"cfg-a": 80.0})
+    assert check(tmp_path) == 1
+    out = capsys.readouterr().out
+    assert "regressed" in out and "cfg-a" in out and "knob0=on" in out
+    assert "FAIL" in out and "0.800x" in out
+
+
+def test_small_drop_within_threshold_passes(tmp_path, capsys):
+    setup_check(tmp_path, {"cfg-a": 97.0})
+    code, rows = row_status(capsys, tmp_path)
+    assert code == 0
+    assert rows["cfg-a"]["status"] == "unchanged"
+    assert rows["cfg-a"]["ratio"] == pytest.approx(0.97, rel=1e-6)
+
+
+def test_drop_inside_wide_noise_warns_and_asks_for_repeats(tmp_path, capsys):
+    sweep(tmp_path, "s1", {"cfg-a": 100.0}, day=1, repeats=1, cv=0.3)
+    assert save(tmp_path) == 0
+    sweep(tmp_path, "s2", {"cfg-a": 90.0}, day=2, seed=1, repeats=1, cv=0.3)
+    code, rows = row_status(capsys, tmp_path)
+    assert code == 0
+    row = rows["cfg-a"]
+    assert row["status"] == "warned"
+    assert row["ci_low"] < 0.95 and row["ci_high"] > 1.0
+    assert any("sweep.repeats" in n for n in row["notes"])
+
+
+def test_improvement_is_reported(tmp_path, capsys):
+    setup_check(tmp_path, {"cfg-a": 130.0})
+    code, rows = row_status(capsys, tmp_path)
+    assert code == 0
+    assert rows["cfg-a"]["status"] == "improved"
+    assert rows["cfg-a"]["ci_low"] > 1.0
+
+
+def test_memory_growth_beyond_threshold_regresses(tmp_path, capsys):
+    setup_check(tmp_path, {"cfg-a": {"sps": 100.0, "rss": 1.2e9}})
+    code, rows = row_status(capsys, tmp_path)
+    assert code == 1
+    assert rows["cfg-a"]["status"] == "regressed"
+    assert rows["cfg-a"]["mem_ratio"] == pytest.approx(1.2)
+    assert any("peak memory" in n for n in rows["cfg-a"]["notes"])
+
+
+def test_memory_growth_within_threshold_passes(tmp_path, capsys):
+    setup_check(tmp_path, {"cfg-a": {"sps": 100.0, "rss": 1.05e9}})
+    code, rows = row_status(capsys, tmp_path)
+    assert code == 0 and rows["cfg-a"]["status"] == "unchanged"
+
+
+def test_config_that_now_fails_regresses(tmp_path, capsys):
+    setup_check(tmp_path, {"cfg-a": 100.0, "cfg-b": {"sps": 100.0, "status": "oom"}},
+                baseline={"cfg-a": 100.0, "cfg-b": 100.0})
+    code, rows = row_status(capsys, tmp_path)
+    assert code == 1
+    assert rows["cfg-b"]["status"] == "regressed"
+    assert "now oom" in rows["cfg-b"]["notes"][0]
+    assert rows["cfg-a"]["status"] == "unchanged"
+
+
+def test_missing_and_new_configs(tmp_path, capsys):
+    setup_check(tmp_path, {"cfg-a": 100.0, "cfg-new": 50.0}, baseline={"cfg-a": 100.0, "cfg-gone": 50.0})
+    code, rows = row_status(capsys, tmp_path)
+    assert code == 0
+    assert rows["cfg-new"]["status"] == "new"
+    assert rows["cfg-gone"]["status"] == "missing"
+
+
+def test_software_differences_are_shown(tmp_path, capsys):
+    setup_check(tmp_path, {"cfg-a": 100.0}, torch_version="2.5.0")
+    assert check(tmp_path) == 0
+    assert "torch 2.4.0 -> 2.5.0" in capsys.readouterr().out
+
+
+def test_thresholds_per_workload_and_ladder(tmp_path, capsys):
+    setup_check(tmp_path, {"cfg-a": 93.0})
+    assert check(tmp_path) == 1
+    assert check(tmp_path, "--threshold", "unet=0.1") == 0
+    assert check(tmp_path, "--threshold", "ladder:phase2=0.1") == 0
+    assert check(tmp_path, "--threshold", "0.1", "--threshold", "ladder:phase2=0.05") == 1
+    capsys.readouterr()
+    assert check(tmp_path, "--threshold", "unte=0.1") == 2
+    assert "'unte'" in capsys.readouterr().err
+    assert check(tmp_path, "--threshold", "5") == 2
+    assert "between 0 and 1" in capsys.readouterr().err
+
+
+def test_different_cpu_is_not_comparable(tmp_path, capsys):
+    setup_check(tmp_path, {"cfg-a": 100.0}, cpu_model="Other CPU")
+    code, rows = row_status(capsys, tmp_path)
+    assert code == 2
+    assert rows["cfg-a"]["status"] == "not comparable"
+    assert check(tmp_path) == 2
+    assert "nothing comparable" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------------------------------
+# bad input
+
+
+def test_missing_baseline_file(tmp_path, capsys):
+    sweep(tmp_path, "s1", {"cfg-a": 100.0})
+    assert check(tmp_path, baseline="nope") == 2
+    err = capsys.readouterr().err
+    assert "'nope'" in err and "not found" in err
+    assert check(tmp_path, baseline=str(tmp_path / "x.parquet")) == 2
+
+
+def test_corrupt_baseline_file(tmp_path, capsys):
+    sweep(tmp_path, "s1", {"cfg-a": 100.0})
+    bad = regress.baselines_dir(tmp_path) / "broken.parquet"
+    bad.parent.mkdir()
+    bad.write_bytes(b"not a parquet file")
+    assert check(tmp_path, baseline="broken") == 2
+    err = capsys.readouterr().err
+    assert "not a readable baseline" in err and "broken.parquet" in err
+    assert bad.read_bytes() == b"not a parquet file"  # nothing overwritten
+
+
+def test_baseline_of_other_schema_version(tmp_path, capsys):
+    sweep(tmp_path, "s1", {"cfg-a": 100.0}, schema_version=SCHEMA_VERSION + 1)
+    regress.write_baseline(load_runs(tmp_path), regress.baselines_dir(tmp_path) / "old.parquet")
+    sweep(tmp_path, "s2", {"cfg-a": 100.0}, day=2)
+    assert check(tmp_path, baseline="old") == 2
+    assert f"schema_version [{SCHEMA_VERSION + 1}]" in capsys.readouterr().err
+
+
+def test_empty_sweep(tmp_path, capsys):
+    setup_check(tmp_path, {"cfg-a": 100.0}, status="oom")
+    assert check(tmp_path) == 2
+    assert "'s2' has no records with status ok" in capsys.readouterr().err
+
+
+def test_unknown_sweep_id(tmp_path, capsys):
+    setup_check(tmp_path, {"cfg-a": 100.0})
+    assert check(tmp_path, "--sweep", "s9") == 2
+    err = capsys.readouterr().err
+    assert "'s9'" in err and "s1" in err and "s2" in err
+
+
+def test_unknown_format(tmp_path, capsys):
+    setup_check(tmp_path, {"cfg-a": 100.0})
+    assert check(tmp_path, "--format", "xml") == 2
+    assert "junit" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------------------------------
+# baselines and output formats
+
+
+def test_save_then_list(tmp_path, capsys):
+    sweep(tmp_path, "s1", {"cfg-a": 100.0})
+    assert save(tmp_path, "main-cpu") == 0
+    assert (tmp_path / "baselines" / "main-cpu.parquet").is_file()
+    capsys.readouterr()
+    assert regress.main("baseline", ["list", "--results", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "main-cpu" in out and "s1" in out and "3/3 ok" in out
+
+
+def test_save_refuses_overwrite_without_force(tmp_path, capsys):
+    sweep(tmp_path, "s1", {"cfg-a": 100.0})
+    assert save(tmp_path) == 0
+    path = tmp_path / "baselines" / "base.parquet"
+    before = path.read_bytes()
+    sweep(tmp_path, "s2", {"cfg-a": 50.0}, day=2)
+    assert save(tmp_path) == 2
+    assert "--force" in capsys.readouterr().err
+    assert path.read_bytes() == before
+    assert save(tmp_path, "base", "--force") == 0
+    assert set(regress.load_baseline(path)["sweep_id"]) == {"s2"}
+
+
+def test_save_rejects_bad_name_and_empty_sweep(tmp_path, capsys):
+    sweep(tmp_path, "s1", {"cfg-a": 100.0}, status="error")
+    assert save(tmp_path, "../evil") == 2
+    assert "'../evil'" in capsys.readouterr().err
+    assert save(tmp_path) == 2
+    assert not (tmp_path / "baselines" / "base.parquet").exists()
+
+
+def test_junit_output_has_a_failure_for_the_regressed_config(tmp_path, capsys):
+    setup_check(tmp_path, {"cfg-a": 80.0, "cfg-b": 100.0}, baseline={"cfg-a": 100.0, "cfg-b": 100.0})
+    capsys.readouterr()
+    assert check(tmp_path, "--format", "junit") == 1
+    root = ET.fromstring(capsys.readouterr().out)
+    cases = {c.get("name"): c for c in root.iter("testcase")}
+    assert len(cases) == 2
+    failed = [name for name, c in cases.items() if c.find("failure") is not None]
+    assert len(failed) == 1 and "cfg-a" in failed[0]
+    assert root.find("testsuite").get("failures") == "1"
+
+
+def test_baseline_given_by_path(tmp_path, capsys):
+    setup_check(tmp_path, {"cfg-a": 100.0})
+    assert check(tmp_path, baseline=str(tmp_path / "baselines" / "base.parquet")) == 0
+
+
+# ------------------------------------------------------------------------------------------
+# pure statistics
+
+
+def test_classify_needs_both_threshold_and_significance():
+    assert regress.classify(regress.RatioEstimate(0.8, 0.78, 0.82), 0.05) == "regressed"
+    assert regress.classify(regress.RatioEstimate(0.9, 0.75, 1.05), 0.05) == "warned"
+    assert regress.classify(regress.RatioEstimate(0.9), 0.05) == "warned"  # no interval: cannot tell noise
+    assert regress.classify(regress.RatioEstimate(0.97, 0.96, 0.98), 0.05) == "unchanged"
+    assert regress.classify(regress.RatioEstimate(1.2, 1.1, 1.3), 0.05) == "improved"
+    assert regress.classify(regress.RatioEstimate(1.2, 0.9, 1.5), 0.05) == "unchanged"
+
+
+def test_throughput_ratio_is_deterministic_and_brackets_the_ratio():
+    rng = np.random.default_rng(3)
+    base, cur = rng.normal(10, 1, 60), rng.normal(12.5, 1, 60)
+    first, again = regress.throughput_ratio(base, cur), regress.throughput_ratio(base, cur)
+    assert first == again
+    assert first.low < first.ratio < first.high
+    assert first.ratio == pytest.approx(base.mean() / cur.mean())
