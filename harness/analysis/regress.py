@@ -278,12 +278,14 @@ def compare(baseline: pd.DataFrame, current: pd.DataFrame, thresholds: Threshold
             row.notes.append(f"baseline measured on {'; '.join(base_hw[config])}")
         else:
             row.status = "new"
+            row.notes.append("not in the baseline")
         rows.append(row)
     current_configs = set(current["config_hash"])
     for (config, hw), base in base_groups.items():
         if config not in current_configs:
             row = _row(base, config, hw, thresholds, mem_thresholds)
             row.status, row.baseline_records, row.current_records = "missing", len(base), 0
+            row.notes.append("in the baseline, not in this sweep")
             rows.append(row)
     return sorted(rows, key=lambda r: (r.ladder, -1 if r.rung is None else r.rung, r.workload, r.config_hash))
 
