@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import xml.etree.ElementTree as ET
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -284,3 +285,16 @@ def test_throughput_ratio_is_deterministic_and_brackets_the_ratio():
     assert first == again
     assert first.low < first.ratio < first.high
     assert first.ratio == pytest.approx(base.mean() / cur.mean())
+
+
+def test_check_never_imports_torch_or_hydra(tmp_path):
+    import subprocess
+    import sys
+
+    here = str(Path(__file__).resolve().parent)
+    setup = (f"import sys; sys.path.insert(0, {here!r}); import pathlib; from test_regress import setup_check; "
+             "from harness.analysis import regress; "
+             f"d = pathlib.Path({str(tmp_path)!r}); setup_check(d, {{'cfg-a': 100.0}}); "
+             "assert regress.main('check', ['--baseline', 'base', '--results', str(d)]) == 0; "
+             "bad = [m for m in ('torch', 'hydra') if m in sys.modules]; assert not bad, bad")
+    subprocess.run([sys.executable, "-c", setup], check=True, capture_output=True)

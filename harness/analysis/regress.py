@@ -39,10 +39,10 @@ import argparse
 import json
 import math
 import os
-import warnings
 import re
 import sys
 import tempfile
+import warnings
 import xml.etree.ElementTree as ET
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -52,6 +52,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 from scipy import stats
+
 from harness.store import COLUMNS, SCHEMA, SCHEMA_VERSION, load_parquet_files, load_runs, records_from_frame
 
 STATUSES = ("regressed", "warned", "improved", "unchanged", "missing", "new", "not comparable")
@@ -615,10 +616,10 @@ def check_command(argv: list[str]) -> int:
     current = select_sweep(load_runs(args.results), args.sweep)
     sweep_id = current["sweep_id"].iloc[0]
     require_ok(current, f"sweep {sweep_id!r}")
-    workloads = set(baseline["workload"]) | set(current["workload"])
+    workloads = set(baseline["workload"].fillna("")) | set(current["workload"].fillna(""))
     ladders = set(baseline["ladder"].fillna("")) | set(current["ladder"].fillna(""))
-    thresholds.check_names("--threshold", workloads, ladders - {""})
-    mem_thresholds.check_names("--mem-threshold", workloads, ladders - {""})
+    thresholds.check_names("--threshold", workloads - {""}, ladders - {""})
+    mem_thresholds.check_names("--mem-threshold", workloads - {""}, ladders - {""})
     if set(current["run_id"]) <= set(baseline["run_id"]):
         print(f"warning: sweep {sweep_id!r} is the baseline's own sweep; re-run it to check anything",
               file=sys.stderr)
