@@ -248,12 +248,10 @@ def _check_patch(patch: list[int], workload) -> None:
             f"data.patch_size={list(patch)} has {len(patch)} dimensions; workload {workload.name!r} is "
             f"{workload.spatial_dims}D, e.g. {list(workload.sizes['full'].patch_size)}"
         )
-    bad = [s for s in patch if s <= 0 or s % workload.patch_multiple]
+    bad = [s for s in patch if s < workload.min_side or s % workload.patch_multiple]
     if bad:
-        raise ValueError(
-            f"data.patch_size={list(patch)}: every side must be a positive multiple of {workload.patch_multiple} "
-            f"for {workload.name!r} (its downsampling depth)"
-        )
+        rule = f"at least {workload.min_side}" + (f" and a multiple of {workload.patch_multiple}" if workload.patch_multiple > 1 else "")
+        raise ValueError(f"data.patch_size={list(patch)}: every side must be {rule} for {workload.name!r} (its downsampling depth)")
 
 
 def resolve(cfg: RunConfig, cuda_available: bool) -> RunConfig:

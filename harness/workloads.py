@@ -39,6 +39,7 @@ class Workload:
     build: Callable[[Any], Any]  # (ResolvedConfig) -> (model, loss_fn, checkpoint module types)
     deep_supervision: bool = False
     mednext_options: bool = False
+    min_side: int = 1  # smallest spatial side the network accepts
 
     def units_per_sample(self, patch_size: tuple[int, ...]) -> int:
         if self.unit == "images":
@@ -93,7 +94,7 @@ def _build_resnet50(cfg):
 # (224x224, batch 256). Smoke sizes keep a step well under a second on a 2-core CPU.
 _SEG_SIZES = {
     "full": SizePreset(batch_size=4, patch_size=(112, 112, 112), warmup_steps=10, steps=50, epoch_steps=250, width=1.0),
-    "smoke": SizePreset(batch_size=2, patch_size=(32, 32, 32), warmup_steps=5, steps=30, epoch_steps=10, width=0.5),
+    "smoke": SizePreset(batch_size=2, patch_size=(32, 32, 32), warmup_steps=3, steps=20, epoch_steps=10, width=0.25),
 }
 
 WORKLOADS.register(
@@ -102,16 +103,16 @@ WORKLOADS.register(
         name="unet3d",
         description="MONAI UNet 3D, filters 32-512, 2 residual units, DiceCE, Adam",
         spatial_dims=3, in_channels=1, num_classes=2, unit="voxels", loss="DiceCE", optimizer="Adam",
-        patch_multiple=16, sizes=_SEG_SIZES, build=_build_unet3d,
+        patch_multiple=16, min_side=32, sizes=_SEG_SIZES, build=_build_unet3d,
     ),
 )
 WORKLOADS.register(
     "basic_unet3d",
     Workload(
         name="basic_unet3d",
-        description="MONAI BasicUNet 3D, features 32-256, DiceCE, Adam",
+        description="MONAI BasicUNet 3D, features 32-256, DiceCE, Adam (any patch size >= 16: it pads skips)",
         spatial_dims=3, in_channels=1, num_classes=2, unit="voxels", loss="DiceCE", optimizer="Adam",
-        patch_multiple=16, sizes=_SEG_SIZES, build=_build_basic_unet3d,
+        patch_multiple=1, min_side=16, sizes=_SEG_SIZES, build=_build_basic_unet3d,
     ),
 )
 WORKLOADS.register(
@@ -120,10 +121,10 @@ WORKLOADS.register(
         name="mednext",
         description="MONAI MedNeXt 3D (S/B/M/L, kernel 3 or 5), DiceCE (+deep supervision), AdamW",
         spatial_dims=3, in_channels=1, num_classes=2, unit="voxels", loss="DiceCE", optimizer="AdamW",
-        patch_multiple=16,
+        patch_multiple=16, min_side=32,
         sizes={
             "full": SizePreset(batch_size=2, patch_size=(128, 128, 128), warmup_steps=10, steps=50, epoch_steps=250, width=1.0),
-            "smoke": SizePreset(batch_size=2, patch_size=(32, 32, 32), warmup_steps=5, steps=30, epoch_steps=10, width=0.25),
+            "smoke": SizePreset(batch_size=2, patch_size=(32, 32, 32), warmup_steps=3, steps=20, epoch_steps=10, width=0.25),
         },
         build=_build_mednext, deep_supervision=True, mednext_options=True,
     ),
@@ -137,7 +138,7 @@ WORKLOADS.register(
         patch_multiple=32,
         sizes={
             "full": SizePreset(batch_size=256, patch_size=(224, 224), warmup_steps=10, steps=50, epoch_steps=250, width=1.0),
-            "smoke": SizePreset(batch_size=4, patch_size=(64, 64), warmup_steps=5, steps=30, epoch_steps=10, width=1.0),
+            "smoke": SizePreset(batch_size=4, patch_size=(64, 64), warmup_steps=3, steps=20, epoch_steps=10, width=1.0),
         },
         build=_build_resnet50,
     ),

@@ -1,0 +1,173 @@
+"""Ladders: ordered rungs, each changing exactly ONE knob relative to the rung before.
+
+A ladder file (``conf/ladder/NAME.yaml``) holds a default workload, the baseline settings, and
+the rungs with the claims the guide makes for them. Values that depend on the size (a batch or
+patch that fits a GPU but not a 2-core CPU) may be given per size: ``{full: 8, smoke: 4}``.
+Plain Python: no Hydra, no torch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from harness import config as config_mod
+from harness.registry import unknown_choice
+
+LADDER_DIR = Path(__file__).resolve().parent.parent / "conf" / "ladder"
+SIZE_NAMES = ("full", "smoke")
+LADDER_FIELDS = {"description", "guide", "workload", "base", "rungs", "total_claim", "total_source", "stop_on_oom",
+                 "cap_workers_at_cpus", "notes"}
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A guide's claimed speedup range for a change (x, relative to the rung before or the baseline)."""
+
+    low: float
+    high: float
+    source: str
+
+    def label(self) -> str:
+        return f"{self.low:g}x" if self.low == self.high else f"{self.low:g}-{self.high:g}x"
+
+
+@dataclass(frozen=True)
+class Rung:
+    index: int
+    key: str  # "" for the baseline
+    value: Any = None
+    claim: Claim | None = None
+    note: str = ""
+
+    def value_for(self, size: str) -> Any:
+        return value_for_size(self.value, size)
+
+    def change(self, size: str) -> str:
+        """The one override this rung adds, e.g. ``precision=bf16-mixed`` ("" for the baseline)."""
+        return f"{self.key}={format_value(self.value_for(size))}" if self.key else ""
+
+
+@dataclass(frozen=True)
+class Ladder:
+    name: str
+    description: str
+    guide: str
+    workload: str
+    base: dict[str, Any]
+    rungs: tuple[Rung, ...]
+    total_claim: Claim | None = None
+    stop_on_oom: bool = False
+    cap_workers_at_cpus: bool = False
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    def varied_keys(self) -> set[str]:
+        return {r.key for r in self.rungs if r.key}
+
+    def settings(self, rung: int, size: str, dropped: frozenset[int] = frozenset()) -> dict[str, Any]:
+        """Settings of ``rung``: workload and base, then every earlier change except ``dropped`` ones."""
+        values: dict[str, Any] = {"workload": self.workload}
+        values.update({k: value_for_size(v, size) for k, v in self.base.items()})
+        for r in self.rungs[1 : rung + 1]:
+            if r.index not in dropped or r.index == rung:
+                values[r.key] = r.value_for(size)
+        return values
+
+
+def value_for_size(value: Any, size: str) -> Any:
+    if isinstance(value, dict) and set(value) <= set(SIZE_NAMES) and value:
+        if size not in value:
+            raise ValueError(f"value {value} has no entry for size {size!r}")
+        return value[size]
+    return value
+
+
+def format_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, (list, tuple)):
+        return "[" + ",".join(str(v) for v in value) + "]"
+    return str(value)
+
+
+def available() -> list[str]:
+    return sorted(p.stem for p in LADDER_DIR.glob("*.yaml"))
+
+
+def load(name: str) -> Ladder:
+    """Load and validate ``conf/ladder/NAME.yaml``."""
+    path = LADDER_DIR / f"{name}.yaml"
+    if not path.exists():
+        raise unknown_choice("ladder", name, available())
+    return parse(name, yaml.safe_load(path.read_text()))
+
+
+def parse(name: str, raw: dict[str, Any]) -> Ladder:
+    """Build a Ladder from its mapping, rejecting any rung that changes zero or several knobs."""
+    if not isinstance(raw, dict) or not isinstance(raw.get("rungs"), list):
+        raise ValueError(f"ladder {name!r}: needs a 'rungs' list (may be empty)")
+    unknown = set(raw) - LADDER_FIELDS
+    if unknown:
+        raise unknown_choice(f"field in ladder {name!r}:", sorted(unknown)[0], LADDER_FIELDS)
+    base = dict(raw.get("base") or {})
+    for key in base:
+        config_mod.check_key(key)
+    rungs = [Rung(index=0, key="", note="baseline")]
+    for i, entry in enumerate(raw["rungs"], start=1):
+        rungs.append(_parse_rung(name, i, entry))
+    ladder = Ladder(
+        name=name,
+        description=str(raw.get("description", "")),
+        guide=str(raw.get("guide", "")),
+        workload=str(raw.get("workload", "unet3d")),
+        base=base,
+        rungs=tuple(rungs),
+        total_claim=_parse_claim(raw.get("total_claim"), raw.get("total_source", "")),
+        stop_on_oom=bool(raw.get("stop_on_oom", False)),
+        cap_workers_at_cpus=bool(raw.get("cap_workers_at_cpus", False)),
+        notes=tuple(raw.get("notes", ()) or ()),
+    )
+    _check_one_change_each(ladder)
+    return ladder
+
+
+def _parse_rung(name: str, index: int, entry: Any) -> Rung:
+    change = entry.get("set") if isinstance(entry, dict) else None
+    if not isinstance(change, dict) or len(change) != 1:
+        n = len(change) if isinstance(change, dict) else 0
+        raise ValueError(
+            f"ladder {name!r} rung {index}: changes {n} knobs ({change}); every rung must change exactly one, "
+            "written as `set: {KEY: VALUE}`"
+        )
+    (key, value), = change.items()
+    config_mod.check_key(key)
+    return Rung(index=index, key=key, value=value, claim=_parse_claim(entry.get("claim"), entry.get("source", "")),
+                note=str(entry.get("note", "")))
+
+
+def _parse_claim(claim: Any, source: str) -> Claim | None:
+    if claim is None:
+        return None
+    low, high = (claim, claim) if isinstance(claim, (int, float)) else (claim[0], claim[-1])
+    return Claim(low=float(low), high=float(high), source=str(source))
+
+
+def _check_one_change_each(ladder: Ladder) -> None:
+    """Each rung's value must differ from what the rung before had (else it changes nothing)."""
+    defaults = config_mod.RunConfig()
+    for size in SIZE_NAMES:
+        for r in ladder.rungs[1:]:
+            before = ladder.settings(r.index - 1, size)
+            previous = before.get(r.key, _default(defaults, r.key))
+            if format_value(previous) == format_value(r.value_for(size)):
+                raise ValueError(
+                    f"ladder {ladder.name!r} rung {r.index}: {r.key}={format_value(r.value_for(size))} is what the rung "
+                    f"before already had (size {size}), so the rung changes zero knobs"
+                )
+
+
+def _default(cfg: config_mod.RunConfig, key: str) -> Any:
+    return config_mod.get_key(cfg, key)

@@ -1,0 +1,159 @@
+"""Climbing a ladder: the settings of each rung, the cache of earlier measurements, failures.
+
+Plain Python called from the Hydra job of each rung (``harness.sweep_cli``): every rung still
+measures in its own child process through ``harness.runner``.
+
+Rules:
+  * rung k = ladder base + the changes of rungs 1..k, except those of earlier rungs that did not
+    run ``ok`` in this sweep (a failed change is not built on); the user's overrides win over the
+    ladder's base (they may not touch what the ladder varies);
+  * a rung whose resolved settings (``config_hash``) and environment (``env_key``) already have an
+    ``ok`` measurement in the store, not yet used by this sweep, is copied instead of re-run
+    (``cached_from`` names the original), unless ``sweep.rerun=true``;
+  * with ``stop_on_oom`` the first out-of-memory ends the ladder: later rungs are not run.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from harness import config as config_mod
+from harness import ladder as ladder_mod
+from harness import runner
+from harness.isolate import new_run_id
+from harness.store import RunRecord, load_runs, records_from_frame, write_record
+
+
+@dataclass(frozen=True)
+class SweepContext:
+    """What every rung of one sweep shares."""
+
+    sweep_id: str
+    ladder: ladder_mod.Ladder
+    settings: dict[str, Any]  # the composed settings (defaults + the user's overrides), nested
+    user_keys: frozenset[str]  # settings the user overrode on the command line
+    repeats: int = 1
+    rerun: bool = False
+
+    @property
+    def results_dir(self) -> str:
+        return self.settings.get("results_dir", "results")
+
+
+def conflicts(ladder: ladder_mod.Ladder, user_keys: set[str]) -> list[str]:
+    """User overrides of what the ladder varies (refused: the rung would not change what it says)."""
+    return sorted(user_keys & ladder.varied_keys())
+
+
+def rung_config(ctx: SweepContext, rung: int, machine: runner.Machine, dropped: frozenset[int] = frozenset(),
+                round_: int = 0) -> config_mod.RunConfig:
+    """The resolved settings of ``rung`` on this machine."""
+    cfg = config_mod.from_dict(ctx.settings)
+    size = cfg.size if cfg.size != "auto" else ("full" if _device(cfg, machine) == "cuda" else "smoke")
+    for key, value in ctx.ladder.settings(rung, size, dropped).items():
+        if key not in ctx.user_keys:
+            config_mod.set_key(cfg, key, value)
+    cfg.sweep = config_mod.SweepConfig(id=ctx.sweep_id, rung=rung, round=round_, repeats=ctx.repeats, rerun=ctx.rerun)
+    return runner.resolve(cfg, machine)
+
+
+def _device(cfg: config_mod.RunConfig, machine: runner.Machine) -> str:
+    if cfg.device != "auto":
+        return cfg.device
+    return "cuda" if machine.cuda_available else "cpu"
+
+
+def preflight(ctx: SweepContext, machine: runner.Machine) -> list[config_mod.RunConfig]:
+    """Resolve every rung up front, so bad input stops the sweep before anything runs."""
+    return [rung_config(ctx, r.index, machine) for r in ctx.ladder.rungs]
+
+
+def sweep_records(frame, sweep_id: str):
+    return frame[frame["sweep_id"] == sweep_id]
+
+
+def dropped_rungs(mine, rung: int) -> frozenset[int]:
+    """Earlier rungs of this sweep with no ``ok`` record: their changes are not built on."""
+    earlier = mine[mine["rung"] < rung]
+    ok = set(earlier.loc[earlier["status"] == "ok", "rung"].astype(int))
+    return frozenset(int(r) for r in earlier["rung"].dropna().unique() if int(r) not in ok)
+
+
+def oom_rung(mine, rung: int) -> int | None:
+    hit = mine[(mine["rung"] < rung) & (mine["status"] == "oom")]
+    return int(hit["rung"].min()) if len(hit) else None
+
+
+def debug_active(cfg: config_mod.RunConfig) -> bool:
+    """Debug settings (faults, slowdowns) leave config_hash alone, so such runs never use or feed the cache."""
+    return cfg.debug.fault != "none" or cfg.debug.slowdown_ms > 0
+
+
+def _debug_in_json(config_json: str) -> bool:
+    debug = json.loads(config_json or "{}").get("debug", {})
+    return debug.get("fault", "none") != "none" or float(debug.get("slowdown_ms", 0) or 0) > 0
+
+
+def find_cached(frame, config_hash: str, env_key: str, used: set[str]) -> RunRecord | None:
+    """The newest original ``ok`` measurement of these settings here, not yet used by this sweep."""
+    hits = frame[(frame["config_hash"] == config_hash) & (frame["env_key"] == env_key) & (frame["status"] == "ok")
+                 & (frame["cached_from"].fillna("") == "") & (~frame["run_id"].isin(used))]
+    hits = hits[~hits["config_json"].map(_debug_in_json)]
+    if not len(hits):
+        return None
+    return records_from_frame(hits.sort_values("timestamp").tail(1))[0]
+
+
+def copy_cached(original: RunRecord, **sweep_fields) -> RunRecord:
+    copy = dataclasses.replace(original, run_id=new_run_id(), timestamp=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                               cached_from=original.run_id, **sweep_fields)
+    return copy
+
+
+@dataclass
+class RungOutcome:
+    record: RunRecord | None
+    how: str  # "measured", "cached", "skipped", "not run"
+    built_on: frozenset[int]
+    message: str = ""
+
+
+def run_rung(ctx: SweepContext, rung: int, round_: int, machine: runner.Machine,
+             on_start: Callable[[config_mod.RunConfig, frozenset[int]], Any] | None = None,
+             on_progress=None) -> RungOutcome:
+    """Measure (or take from the cache) one rung of one round, and store its record."""
+    ladder = ctx.ladder
+    frame = load_runs(ctx.results_dir)
+    mine = sweep_records(frame, ctx.sweep_id)
+    if ladder.stop_on_oom and (hit := oom_rung(mine, rung)) is not None:
+        return RungOutcome(None, "not run", frozenset(), f"memory ran out at rung {hit}; the ladder stops there")
+    dropped = dropped_rungs(mine, rung)
+    cfg = rung_config(ctx, rung, machine, dropped, round_)
+    fields = dict(sweep_id=ctx.sweep_id, ladder=ladder.name, rung=rung, round=round_,
+                  change=ladder.rungs[rung].change(cfg.size))
+    if on_start:
+        on_start(cfg, dropped)
+    env, key = runner.environment(cfg.device)
+    if ladder.cap_workers_at_cpus and cfg.data.num_workers > (os.cpu_count() or 1):
+        from harness.isolate import base_record
+
+        record = base_record(cfg, env, key, "skipped", f"data.num_workers={cfg.data.num_workers} is more than the "
+                             f"{os.cpu_count()} CPUs here")
+        for k, v in fields.items():
+            setattr(record, k, v)
+        write_record(record, cfg.results_dir)
+        return RungOutcome(record, "skipped", dropped, record.error)
+    if not ctx.rerun and not debug_active(cfg):
+        used = set(mine["cached_from"].fillna("")) | set(mine["run_id"])
+        cached = find_cached(frame, config_mod.config_hash(cfg), key, used)
+        if cached is not None:
+            record = copy_cached(cached, **fields)
+            write_record(record, cfg.results_dir)
+            return RungOutcome(record, "cached", dropped)
+    record = runner.run_and_store(cfg, env, key, on_progress, **fields)
+    return RungOutcome(record, "measured", dropped)
