@@ -8,6 +8,7 @@ from rich.table import Table
 from harness.store import RunRecord
 
 console = Console(stderr=False, highlight=False)
+BUSY_PCT = 10.0  # other processes' share of the CPUs above which a measurement is flagged
 
 
 def human_bytes(n: float | None) -> str:
@@ -47,7 +48,9 @@ def run_summary(record: RunRecord) -> Table:
             table.add_row("MFU", fmt(100 * record.mfu if record.mfu else None, ".1f", " %"))
         table.add_row("host memory", f"peak RSS {human_bytes(record.peak_host_rss_bytes)} (main + workers)"
                       + (f", largest worker {human_bytes(record.peak_worker_rss_bytes)}" if record.peak_worker_rss_bytes else ""))
-        table.add_row("CPU util", fmt(record.cpu_util_pct, ".0f", " %"))
+        busy = record.other_cpu_pct is not None and record.other_cpu_pct > BUSY_PCT
+        table.add_row("CPU util", fmt(record.cpu_util_pct, ".0f", " %") + f"   other processes {fmt(record.other_cpu_pct, '.0f', ' %')}"
+                      + ("  [red]the machine was busy: this measurement is not trustworthy[/]" if busy else ""))
         table.add_row("first step", fmt(record.first_step_s, ".2f", " s")
                       + (f"   compile ~{fmt(record.compile_s, '.1f')} s" if record.compile_s is not None else ""))
         table.add_row("loss", f"{fmt(record.loss_first, '.4f')} -> {fmt(record.loss_last, '.4f')}")

@@ -95,6 +95,7 @@ def train_and_measure(cfg, workload: Workload, progress) -> tuple[Measurement, d
             _sync(device)  # (a) the window opens on an idle device
             progress("measure", steps=cfg.measure.steps, warmup_ms=m.warmup_ms)
             monitor.cpu_percent_since_last_call()
+            clock_start = monitor.CpuClock.read()
             sampler.measuring.set()
             t_prev = window_start = time.perf_counter()
         wait = 0.0
@@ -133,12 +134,14 @@ def train_and_measure(cfg, workload: Workload, progress) -> tuple[Measurement, d
     _sync(device)  # (a) the window closes when the device has finished the measured steps
     m.measured_s = time.perf_counter() - window_start
     cpu_pct = monitor.cpu_percent_since_last_call()
+    other_pct = monitor.other_cpu_percent(clock_start, monitor.CpuClock.read())
     sampler.measuring.clear()
     samples = sampler.stop()
     m.loss_last = loss.item() * accum
     if not math.isfinite(m.loss_last):
         raise NonFiniteLoss(total_steps - 1, m.loss_last)
     extras = _extras(cfg, workload, prep, m, samples, cpu_pct)
+    extras["other_cpu_pct"] = other_pct
     del batches, loader
     return m, extras
 

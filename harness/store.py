@@ -71,6 +71,7 @@ class RunRecord:
     gpu_mem_used_bytes: float | None = None
     gpu_power_w: float | None = None
     cpu_util_pct: float | None = None
+    other_cpu_pct: float | None = None  # CPU used by other processes during the measured window
     mfu: float | None = None
     peak_flops: float | None = None
     loss_first: float | None = None

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+BUSY_PCT = 10.0  # other processes' share of the CPUs above which a measurement is not trusted
 FLOOR_ONE_REPEAT = 0.03
 FLOOR_REPEATS = 0.01
 

@@ -169,6 +169,11 @@ def _notes(table: SweepTable, ladder, records) -> None:
         missing = [r.index for r in ladder.rungs if r.index not in {row.rung for row in table.rows}]
         if missing and not any(r.status == "oom" for r in table.rows):
             table.notes.append(f"rungs {missing} have no record in this sweep (interrupted? run the sweep again to resume)")
+    busy = records[(records["status"] == "ok") & (records["other_cpu_pct"].fillna(0) > stats.BUSY_PCT)]
+    if len(busy):
+        worst = float(busy["other_cpu_pct"].max())
+        table.notes.append(f"rungs {sorted(set(int(r) for r in busy['rung']))} ran while other processes used up to "
+                           f"{worst:.0f}% of the CPUs: their numbers are not trustworthy; measure on an idle machine")
     if any(r.repeats < 2 for r in table.rows if r.status == "ok"):
         table.notes.append("single measurements: speedups within about 3% are noise; add sweep.repeats=3 for tighter bands")
 

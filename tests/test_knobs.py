@@ -1,0 +1,128 @@
+"""Every knob takes effect: each test looks at what the knob changes, not at the label."""
+
+import pytest
+import torch
+from torch.utils.flop_counter import FlopCounterMode
+
+from harness import knobs
+from harness.data import build_dataset, build_loader
+from harness.workloads import WORKLOADS
+from tests.conftest import tiny_config
+
+
+def _prepare(**overrides):
+    cfg = tiny_config(**overrides)
+    return cfg, knobs.prepare(cfg, WORKLOADS.get(cfg.workload))
+
+
+def _train_flops(prep, shape) -> int:
+    x = torch.randn(shape).to(memory_format=prep.memory_format)
+    counter = FlopCounterMode(display=False)
+    with counter:
+        prep.model(x).float().sum().backward()
+    return counter.get_total_flops()
+
+
+def test_activation_checkpointing_recomputes_the_forward_in_backward():
+    _, plain = _prepare()
+    _, ckpt = _prepare(activation_checkpointing=True)
+    assert ckpt.checkpointed_units > 0
+    shape = (1, 1, 32, 32, 32)
+    plain_flops, ckpt_flops = _train_flops(plain, shape), _train_flops(ckpt, shape)
+    # Recompute adds (close to) one more forward: training FLOPs grow by 20-50%.
+    assert 1.2 < ckpt_flops / plain_flops < 1.5
+
+
+def test_channels_last_changes_weight_strides_3d():
+    _, prep = _prepare(channels_last=True)
+    conv = next(m for m in prep.model.modules() if isinstance(m, torch.nn.Conv3d) and m.in_channels > 1)
+    assert prep.memory_format is torch.channels_last_3d
+    assert conv.weight.is_contiguous(memory_format=torch.channels_last_3d)
+    assert not conv.weight.is_contiguous()
+
+
+def test_channels_last_2d_for_resnet():
+    _, prep = _prepare(workload="resnet50", channels_last=True)
+    assert prep.model.conv1.weight.is_contiguous(memory_format=torch.channels_last)
+
+
+@pytest.mark.parametrize("precision,dtype", [("32", torch.float32), ("bf16-mixed", torch.bfloat16), ("16-mixed", torch.float16)])
+def test_precision_sets_the_autocast_dtype_of_convolutions(precision, dtype):
+    _, prep = _prepare(precision=precision)
+    conv = next(m for m in prep.model.modules() if isinstance(m, torch.nn.Conv3d))
+    with prep.autocast():
+        out = conv(torch.randn(1, conv.in_channels, 8, 8, 8))
+    assert out.dtype == dtype
+    assert (prep.scaler is not None) == (precision == "16-mixed")
+
+
+def test_backend_flags_are_set():
+    before = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32, torch.backends.cudnn.benchmark)
+    try:
+        knobs.apply_backend_flags(tiny_config(tf32=True, cudnn_benchmark=True))
+        assert torch.backends.cuda.matmul.allow_tf32 and torch.backends.cudnn.allow_tf32 and torch.backends.cudnn.benchmark
+        knobs.apply_backend_flags(tiny_config(tf32=False))
+        assert not torch.backends.cuda.matmul.allow_tf32 and not torch.backends.cudnn.benchmark
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32, torch.backends.cudnn.benchmark = before
+
+
+def test_width_scales_the_channels():
+    _, full = _prepare()
+    _, half = _prepare(model__width=0.5)
+    n = lambda p: sum(t.numel() for t in p.model.parameters())  # noqa: E731
+    assert 3.0 < n(full) / n(half) < 4.5  # parameters scale with width squared
+
+
+def test_deep_supervision_gives_one_output_per_scale():
+    _, prep = _prepare(workload="mednext", model__deep_supervision=True)
+    outs = prep.model(torch.randn(1, 1, 32, 32, 32))
+    assert isinstance(outs, (list, tuple)) and len(outs) == 5
+    assert [o.shape[-1] for o in outs] == [32, 16, 8, 4, 2]
+
+
+@pytest.mark.parametrize("flag", ["fused", "foreach"])
+def test_optimizer_implementation_flags_reach_the_optimizer(flag):
+    _, prep = _prepare(**{f"optimizer__{flag}": True})
+    assert prep.optimizer.defaults[flag] is True
+
+
+def test_zero_grad_set_to_none():
+    for set_to_none, expected_none in ((True, True), (False, False)):
+        _, prep = _prepare()
+        prep.model(torch.randn(1, 1, 32, 32, 32)).sum().backward()
+        prep.optimizer.zero_grad(set_to_none=set_to_none)
+        grad = next(prep.model.parameters()).grad
+        assert (grad is None) == expected_none
+
+
+def test_loader_knobs_reach_the_dataloader():
+    cfg = tiny_config(data__num_workers=2, data__prefetch_factor=3, data__persistent_workers=True, batch_size=3)
+    loader = build_loader(cfg, build_dataset(cfg, WORKLOADS.get("unet3d")))
+    assert (loader.num_workers, loader.prefetch_factor, loader.persistent_workers, loader.batch_size) == (2, 3, True, 3)
+    it = iter(loader)
+    x, y = next(it)
+    assert type(it).__name__ == "_MultiProcessingDataLoaderIter" and len(it._workers) == 2
+    assert x.shape == (3, 1, 32, 32, 32) and y.dtype == torch.int64
+    del it
+
+
+def test_epoch_length_follows_epoch_steps_and_accumulation():
+    cfg = tiny_config(batch_size=2, accumulate_grad_batches=3, data__epoch_steps=5)
+    assert len(build_dataset(cfg, WORKLOADS.get("unet3d"))) == 2 * 3 * 5
+
+
+def test_synthetic_volumes_have_labelled_foreground():
+    cfg = tiny_config()
+    x, y = build_dataset(cfg, WORKLOADS.get("unet3d"))[0]
+    assert x.shape == y.shape == (1, 32, 32, 32)
+    frac = y.float().mean().item()
+    assert 0.01 < frac < 0.9  # some structures, not all
+    assert x[y == 1].mean() > x[y == 0].mean() + 0.5  # foreground is brighter
+
+
+@pytest.mark.slow
+def test_compile_wraps_the_model_and_trains():
+    _, prep = _prepare(compile="default")
+    assert type(prep.model).__name__ == "OptimizedModule"
+    prep.model(torch.randn(1, 1, 32, 32, 32)).sum().backward()

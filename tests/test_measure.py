@@ -1,0 +1,70 @@
+"""The measured loop: raw samples kept, warm-up apart, data wait split from compute, faults."""
+
+import pytest
+import torch
+
+from harness.child import classify
+from harness.measure import NonFiniteLoss, model_flops_per_sample, summarize, train_and_measure
+from harness.workloads import WORKLOADS
+from tests.conftest import tiny_config
+
+UNET = WORKLOADS.get("unet3d")
+
+
+def _measure(**overrides):
+    cfg = tiny_config(**overrides)
+    m, extras = train_and_measure(cfg, WORKLOADS.get(cfg.workload), lambda *a, **k: None)
+    return cfg, m, extras
+
+
+def test_warmup_and_measured_steps_are_kept_apart_with_raw_samples():
+    cfg, m, extras = _measure(measure__steps=4, measure__warmup_steps=2)
+    assert len(m.warmup_ms) == 2 and len(m.step_ms) == 4 and len(m.data_wait_ms) == 4
+    assert all(t > 0 for t in m.step_ms)
+    assert m.measured_s * 1000 >= 0.99 * sum(m.step_ms)
+    assert extras["peak_host_rss_bytes"] > 50e6  # torch alone is bigger than that
+    out = summarize(cfg, UNET, m, extras, flops=1e9, gpu_name="")
+    assert out["samples_per_s"] == pytest.approx(4 * cfg.batch_size / m.measured_s)
+    assert out["units_per_s"] == pytest.approx(out["samples_per_s"] * 32**3)
+    assert out["mfu"] is None  # no peak known for a CPU: never guessed
+
+
+def test_slowdown_adds_its_delay_to_every_step():
+    _, slow, _ = _measure(measure__steps=3, debug__slowdown_ms=300.0)
+    assert min(slow.step_ms + slow.warmup_ms) >= 300.0
+
+
+def test_slow_loader_shows_as_data_wait():
+    # 0 workers: the main process builds every batch, so data wait is the loading time itself.
+    _, m, _ = _measure(batch_size=2, data__num_volumes=2)
+    assert all(w > 0 for w in m.data_wait_ms)
+    assert sum(m.data_wait_ms) < sum(m.step_ms)
+
+
+def test_accumulation_multiplies_samples_per_step():
+    cfg, m, _ = _measure(accumulate_grad_batches=2, batch_size=1)
+    assert m.samples_per_step == 2
+
+
+def test_nan_fault_is_detected_as_nan():
+    with pytest.raises(NonFiniteLoss) as info:
+        _measure(debug__fault="nan", debug__fault_step=1)
+    assert classify(info.value) == "nan"
+
+
+def test_oom_fault_raises_a_real_out_of_memory_error():
+    with pytest.raises(RuntimeError) as info:
+        _measure(debug__fault="oom", debug__fault_step=0)
+    assert classify(info.value) == "oom"
+
+
+def test_cuda_oom_type_classifies_as_oom():
+    assert classify(torch.OutOfMemoryError("CUDA out of memory")) == "oom"
+    assert classify(ValueError("boom")) == "error"
+
+
+def test_flops_are_counted_per_sample_forward_and_backward():
+    cfg = tiny_config(workload="resnet50", data__patch_size=[224, 224])
+    flops = model_flops_per_sample(cfg, WORKLOADS.get("resnet50"))
+    # torchvision: 4.09 GMAC = 8.18 GFLOP forward; training is ~3x forward.
+    assert flops == pytest.approx(3 * 8.18e9, rel=0.03)
