@@ -127,6 +127,17 @@ def test_config_that_now_fails_regresses(tmp_path, capsys):
     assert rows["cfg-a"]["status"] == "unchanged"
 
 
+def test_one_failed_round_regresses_even_if_the_rest_is_fast(tmp_path, capsys):
+    setup_check(tmp_path, {"cfg-a": 100.0})
+    write_record(RunRecord(run_id="s2-0-1", status="oom", timestamp="2024-06-02T10:00:01+00:00", workload="unet",
+                           device="cpu", config_hash="cfg-a", sweep_id="s2", ladder="phase2", rung=0, round=1,
+                           cpu_model=CPU, cpu_count=8), tmp_path)
+    code, rows = row_status(capsys, tmp_path)
+    assert code == 1
+    assert rows["cfg-a"]["status"] == "regressed"
+    assert "oom in 1 of 3 rounds" in rows["cfg-a"]["notes"]
+
+
 def test_missing_and_new_configs(tmp_path, capsys):
     setup_check(tmp_path, {"cfg-a": 100.0, "cfg-new": 50.0}, baseline={"cfg-a": 100.0, "cfg-gone": 50.0})
     code, rows = row_status(capsys, tmp_path)
@@ -298,3 +309,35 @@ def test_check_never_imports_torch_or_hydra(tmp_path):
              "assert regress.main('check', ['--baseline', 'base', '--results', str(d)]) == 0; "
              "bad = [m for m in ('torch', 'hydra') if m in sys.modules]; assert not bad, bad")
     subprocess.run([sys.executable, "-c", setup], check=True, capture_output=True)
+
+
+# ------------------------------------------------------------------------------------------
+# end to end on CPU: real sweeps (minutes)
+
+
+def _sweep_cli(results, *overrides):
+    import subprocess
+    import sys
+
+    cmd = [sys.executable, "-m", "harness", "sweep", "+ladder=phase1", f"results_dir={results}", *overrides]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+
+
+@pytest.mark.slow
+def test_end_to_end_rerun_passes_slowdown_fails_other_cpu_not_comparable(tmp_path, capsys):
+    _sweep_cli(tmp_path)
+    assert save(tmp_path, "e2e") == 0
+    _sweep_cli(tmp_path, "sweep.rerun=true")
+    capsys.readouterr()
+    assert check(tmp_path, baseline="e2e") == 0, capsys.readouterr().out
+    # a per-step sleep leaves config_hash unchanged, so the slowed run is compared with the baseline
+    _sweep_cli(tmp_path, "sweep.rerun=true", "debug.slowdown_ms=3000")
+    capsys.readouterr()
+    assert check(tmp_path, baseline="e2e") == 1
+    out = capsys.readouterr().out
+    assert "regressed  phase1  0" in out
+    doctored = regress.load_baseline(tmp_path / "baselines" / "e2e.parquet").assign(cpu_model="Other CPU")
+    regress.write_baseline(doctored, tmp_path / "other-cpu.parquet")
+    assert check(tmp_path, baseline=str(tmp_path / "other-cpu.parquet")) == 2
+    assert "not comparable" in capsys.readouterr().out
