@@ -1,0 +1,45 @@
+"""The command line as a user meets it: help, bad input, one run, exit codes."""
+
+from harness.store import load_runs
+from tests.conftest import harness_cli
+
+
+def test_help_lists_the_subcommands():
+    out = harness_cli("--help")
+    assert out.returncode == 0
+    for command in ("run", "sweep", "table", "plot", "compare", "report", "baseline", "check"):
+        assert f"  {command} " in out.stdout
+
+
+def test_unknown_subcommand_suggests_the_close_one():
+    out = harness_cli("swep")
+    assert out.returncode == 2 and "Did you mean 'sweep'" in out.stderr
+
+
+def test_unknown_setting_stops_before_anything_runs(results):
+    out = harness_cli("run", "data.num_worker=2", f"results_dir={results}")
+    assert out.returncode == 2
+    assert "unknown setting 'data.num_worker'" in out.stderr and "data.num_workers" in out.stderr
+    assert not results.exists()
+
+
+def test_contradiction_is_explained(results):
+    out = harness_cli("run", "data.prefetch_factor=2", f"results_dir={results}")
+    assert out.returncode == 2 and "needs data.num_workers > 0" in out.stdout + out.stderr
+
+
+def test_a_run_prints_a_summary_and_stores_one_ok_record(results):
+    out = harness_cli("run", "workload=unet3d", "measure.steps=3", "measure.warmup_steps=1", f"results_dir={results}")
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "no CUDA GPU here: running the small CPU size" in out.stdout
+    for line in ("throughput", "step time", "data wait", "host memory", "status"):
+        assert line in out.stdout
+    frame = load_runs(results)
+    assert list(frame["status"]) == ["ok"] and frame["samples_per_s"].iloc[0] > 0
+
+
+def test_a_failed_run_exits_non_zero_and_is_still_stored(results):
+    out = harness_cli("run", "debug.fault=oom", "debug.fault_step=0", "measure.steps=2", "measure.warmup_steps=1",
+                      f"results_dir={results}")
+    assert out.returncode == 1
+    assert list(load_runs(results)["status"]) == ["oom"]

@@ -1,0 +1,78 @@
+"""Every shipped ladder loads and validates; each guide's claims are in its ladder."""
+
+import pytest
+
+from harness import config as config_mod
+from harness import ladder as ladder_mod
+
+GUIDE_LADDERS = ["phase1", "phase2", "phase3", "phase4", "connectomics_level1", "a100_volume", "detr_fast",
+                 "resnet50_aggressive", "seresnet"]
+
+
+def test_all_expected_ladders_ship():
+    assert set(GUIDE_LADDERS + ["batch", "workers", "precision", "selftest"]) <= set(ladder_mod.available())
+
+
+@pytest.mark.parametrize("name", ladder_mod.available())
+def test_every_ladder_loads_and_each_rung_changes_exactly_one_knob(name):
+    lad = ladder_mod.load(name)
+    assert lad.rungs[0].key == "" and lad.rungs[0].index == 0
+    for size in ("full", "smoke"):
+        for r in lad.rungs[1:]:
+            before, after = lad.settings(r.index - 1, size), lad.settings(r.index, size)
+            changed = {k for k in set(before) | set(after) if before.get(k) != after.get(k)}
+            assert changed == {r.key}, f"{name} rung {r.index}"
+        for r in lad.rungs:  # every rung's settings are valid for the CPU
+            cfg = config_mod.RunConfig()
+            for key, value in lad.settings(r.index, "smoke").items():
+                config_mod.set_key(cfg, key, value)
+            config_mod.resolve(cfg, cuda_available=False)
+
+
+@pytest.mark.parametrize("name,change,claim", [
+    ("phase2", "precision=bf16-mixed", (2, 3)),
+    ("phase2", "batch_size=8", (1.3, 1.5)),
+    ("phase2", "data.num_workers=4", (1.5, 2)),
+    ("phase3", "model.width=0.5", (2, 4)),
+    ("phase4", "compile=reduce-overhead", (1.5, 2)),
+    ("a100_volume", "batch_size=2", (2, 2)),
+    ("a100_volume", "data.prefetch_factor=2", (1.1, 1.2)),
+    ("detr_fast", "channels_last=true", (1.1, 1.15)),
+    ("resnet50_aggressive", "compile=max-autotune", (1.2, 1.2)),
+    ("resnet50_aggressive", "tf32=true", (1.1, 1.1)),
+    ("seresnet", "data.num_workers=4", (4, 8)),
+    ("seresnet", "cudnn_benchmark=true", (1.1, 1.3)),
+])
+def test_guide_claims_are_transcribed(name, change, claim):
+    lad = ladder_mod.load(name)
+    rung = next(r for r in lad.rungs if r.change("full") == change)
+    assert (rung.claim.low, rung.claim.high) == claim and rung.claim.source
+
+
+def test_phase2_total_claim():
+    assert ladder_mod.load("phase2").total_claim.label() == "3-4x"
+
+
+def test_a_rung_changing_two_knobs_is_rejected_naming_it():
+    with pytest.raises(ValueError, match=r"ladder 'bad' rung 2: changes 2 knobs"):
+        ladder_mod.parse("bad", {"rungs": [{"set": {"batch_size": 4}}, {"set": {"batch_size": 8, "precision": "bf16-mixed"}}]})
+
+
+def test_a_rung_changing_nothing_is_rejected_naming_it():
+    with pytest.raises(ValueError, match=r"ladder 'bad' rung 2: batch_size=4 is what the rung before already had"):
+        ladder_mod.parse("bad", {"rungs": [{"set": {"batch_size": 4}}, {"set": {"batch_size": 4}}]})
+
+
+def test_a_rung_with_an_unknown_knob_is_rejected():
+    with pytest.raises(ValueError, match=r"unknown setting 'batchsize'.*Did you mean 'batch_size'"):
+        ladder_mod.parse("bad", {"rungs": [{"set": {"batchsize": 4}}]})
+
+
+def test_unknown_ladder_lists_the_shipped_ones():
+    with pytest.raises(ValueError, match=r"unknown ladder 'phase9'.*Valid choices: .*phase2"):
+        ladder_mod.load("phase9")
+
+
+def test_failed_rungs_are_not_built_on():
+    lad = ladder_mod.load("selftest")
+    assert lad.settings(3, "smoke", frozenset({2})) == {"workload": "unet3d", "log_every_n_steps": 10, "batch_size": 4}

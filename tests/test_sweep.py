@@ -1,0 +1,102 @@
+"""Sweeps end to end on the CPU: one record per rung, one knob per rung, cache, resume, faults."""
+
+import json
+import subprocess
+import sys
+import time
+
+from harness.store import load_runs
+from tests.conftest import REPO, harness_cli
+
+TINY = ("measure.steps=3", "measure.warmup_steps=1")
+
+
+def _sweep(results, *args):
+    start = time.monotonic()
+    out = harness_cli("sweep", *args, *TINY, f"results_dir={results}")
+    return out, time.monotonic() - start
+
+
+def _flat(d, prefix=""):
+    out = {}
+    for k, v in d.items():
+        out.update(_flat(v, f"{prefix}{k}.") if isinstance(v, dict) else {f"{prefix}{k}": v})
+    return out
+
+
+def test_phase2_climbs_one_knob_per_rung_then_reruns_from_the_cache(results):
+    out, first_s = _sweep(results, "+ladder=phase2")
+    assert out.returncode == 0, out.stdout + out.stderr
+    frame = load_runs(results).sort_values("rung")
+    assert list(frame["rung"]) == [0, 1, 2, 3] and set(frame["status"]) == {"ok"}
+    assert list(frame["change"]) == ["", "precision=bf16-mixed", "batch_size=8", "data.num_workers=4"]
+    configs = [_flat(json.loads(c)) for c in frame["config_json"]]
+    for before, after, change in zip(configs, configs[1:], frame["change"].iloc[1:]):
+        changed = {k for k in before if before[k] != after[k] and not k.startswith("sweep.")}
+        assert changed == {change.split("=")[0]}
+    for column in ("samples/s", "x baseline", "x previous", "guide claims", "verdict", "2-3x", "Total: measured"):
+        assert column in out.stdout
+
+    again, second_s = _sweep(results, "+ladder=phase2")
+    assert again.returncode == 0
+    frame = load_runs(results)
+    second = frame[frame["sweep_id"] != frame.loc[frame["cached_from"] == "", "sweep_id"].iloc[0]]
+    assert len(second) == 4 and (second["cached_from"] != "").all()  # no rung ran again
+    assert "(cached)" in again.stdout
+    assert second_s < first_s / 2, (first_s, second_s)
+
+
+def test_an_interrupted_sweep_resumes_at_the_first_rung_not_measured(results):
+    out, _ = _sweep(results, "+ladder=precision")
+    assert out.returncode == 0
+    frame = load_runs(results)
+    for run_id in frame.loc[frame["rung"] == 2, "run_id"]:  # as if killed before rung 2 finished
+        (results / "runs" / f"{run_id}.parquet").unlink()
+    out, _ = _sweep(results, "+ladder=precision")
+    latest = load_runs(results)
+    latest = latest[latest["sweep_id"] == latest.sort_values("timestamp")["sweep_id"].iloc[-1]].sort_values("rung")
+    assert list(latest["cached_from"] != "") == [True, True, False]
+
+
+def test_a_faulted_rung_is_recorded_and_later_rungs_build_on_the_last_ok_one(results):
+    out, _ = _sweep(results, "+ladder=selftest")
+    assert out.returncode == 0, out.stdout + out.stderr
+    frame = load_runs(results).sort_values("rung")
+    assert list(frame["status"]) == ["ok", "ok", "oom", "ok"]
+    last = json.loads(frame["config_json"].iloc[3])
+    assert last["debug"]["fault"] == "none" and last["batch_size"] == 4 and last["log_every_n_steps"] == 10
+    assert "| oom" in out.stdout and "built on rung 1" in out.stdout
+
+
+def test_repeats_interleave_rounds(results):
+    out, _ = _sweep(results, "+ladder=precision", "sweep.repeats=2")
+    assert out.returncode == 0
+    frame = load_runs(results).sort_values("timestamp", kind="stable")
+    order = [(int(r), int(k)) for r, k in zip(frame["round"], frame["rung"])]
+    assert sorted(order) == order == [(0, 0), (0, 1), (0, 2), (1, 0), (1, 1), (1, 2)]
+    assert " x2" in out.stdout  # the table reports both repeats per rung
+
+
+def test_override_of_what_the_ladder_varies_is_refused(results):
+    out, _ = _sweep(results, "+ladder=phase2", "precision=bf16-mixed")
+    assert out.returncode == 2
+    assert "precision is what ladder 'phase2' varies" in out.stderr
+    assert not results.exists()
+
+
+def test_without_a_ladder_or_with_an_unknown_one_the_ladders_are_listed(results):
+    out, _ = _sweep(results)
+    assert out.returncode == 2 and "phase2" in out.stderr and "+ladder=NAME" in out.stderr
+    out, _ = _sweep(results, "+ladder=phase9")
+    assert out.returncode == 2 and "unknown ladder 'phase9'" in out.stderr
+
+
+def test_table_renders_from_the_store_without_torch(results):
+    out, _ = _sweep(results, "+ladder=phase1")
+    assert out.returncode == 0
+    code = ("import sys; from harness.analysis import table; "
+            f"rc = table.main('table', ['--results', {str(results)!r}, '--format', 'csv']); "
+            "assert 'torch' not in sys.modules and 'hydra' not in sys.modules; sys.exit(rc)")
+    res = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.splitlines()[0].startswith("sweep_id,rung,change,samples/s")
