@@ -1,0 +1,384 @@
+"""A sweep's plots, from the store alone (matplotlib, Agg backend; no torch, no Hydra).
+
+``python -m harness plot [--results DIR] [--sweep ID|latest] [--out DIR] [--format png|svg]``
+
+Every number drawn comes from :func:`harness.analysis.table.build_table`, so the plots and the
+table can never disagree. Each plot is built as a :class:`Plot` (a name and a figure) so that the
+report can embed the same figures that ``plot`` writes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import sys
+import textwrap
+from dataclasses import dataclass
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")  # headless: plots are written to files, never shown
+
+import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
+
+from harness.analysis import table as table_mod  # noqa: E402
+from harness.store import load_runs  # noqa: E402
+
+FORMATS = ("png", "svg")
+GIB = 2**30
+UP, DOWN, FAILED, CLAIM = "#2e7d32", "#c62828", "#9e9e9e", "#1565c0"
+COMPUTE, WAIT = "#5c6bc0", "#ffa726"
+
+
+@dataclass
+class Plot:
+    """One finished figure and the file stem it is saved under (e.g. ``phase2-cpu-waterfall``)."""
+
+    name: str
+    figure: Figure
+    caption: str = ""
+
+
+@dataclass
+class SweepData:
+    """What every plot of one sweep needs: the table and a few facts for the titles."""
+
+    table: table_mod.SweepTable
+    records: object  # the sweep's records (pandas DataFrame)
+    date: str
+    harness_version: str
+    capacity_bytes: float | None  # device memory capacity; None on CPU (host RAM is not stored)
+
+
+# ------------------------------------------------------------------------------------------
+# Shared pieces
+
+
+def sweep_data(frame, sweep: str = "latest") -> SweepData:
+    """The table of one sweep plus the facts the plot titles need."""
+    table = table_mod.build_table(frame, sweep)
+    records = frame[frame["sweep_id"] == table.sweep_id]
+    first = records.sort_values("timestamp").iloc[0]
+    capacity = None
+    if table.device == "cuda":
+        totals = records["gpu_mem_total_bytes"].dropna()
+        capacity = float(totals.max()) if len(totals) else None
+    return SweepData(table=table, records=records, date=str(first["timestamp"])[:10],
+                     harness_version=str(first["harness_version"] or "?"), capacity_bytes=capacity)
+
+
+def title(data: SweepData, what: str) -> str:
+    """Plot title: what it shows, then workload, device, date and harness version."""
+    t = data.table
+    return (f"{what}\n{t.workload} ({t.size}) on {t.device}: {t.hardware}  |  "
+            f"ladder {t.ladder}  |  {data.date}  |  harness {data.harness_version}")
+
+
+def short_change(change: str, width: int = 14, lines: int = 3) -> str:
+    """A change name wrapped to a few short lines, so 15 rungs still fit side by side."""
+    change = change.replace("(baseline)", "baseline")
+    wrapped = textwrap.wrap(change, width=width, break_long_words=True, break_on_hyphens=False) or [""]
+    if len(wrapped) > lines:
+        wrapped = wrapped[: lines - 1] + [wrapped[lines - 1][: width - 1] + "…"]
+    return "\n".join(wrapped)
+
+
+def tick_labels(rows) -> list[str]:
+    return [f"{r.rung}\n{short_change(r.change)}" for r in rows]
+
+
+def new_figure(n_rungs: int, height: float = 5.5) -> tuple[Figure, object]:
+    """A figure wide enough for ``n_rungs`` labelled bars."""
+    fig, ax = plt.subplots(figsize=(max(8.0, 0.85 * n_rungs + 3.5), height), layout="constrained")
+    return fig, ax
+
+
+def rung_axis(ax, rows) -> None:
+    ax.set_xticks(range(len(rows)), tick_labels(rows), fontsize=8)
+    ax.set_xlabel("rung and the one change it adds")
+    ax.set_xlim(-0.7, len(rows) - 0.3)
+
+
+def mark_failed(ax, rows, y: float) -> None:
+    """Write the status (oom, error, ...) where a failed rung has no bar."""
+    for i, r in enumerate(rows):
+        if r.status != "ok":
+            ax.text(i, y, r.status.upper(), ha="center", va="bottom", color=DOWN, fontweight="bold", fontsize=9)
+
+
+def top_of(values, default: float = 1.0) -> float:
+    values = [v for v in values if v is not None]
+    return max(values) if values else default
+
+
+# ------------------------------------------------------------------------------------------
+# The plots
+
+
+def waterfall(data: SweepData) -> Plot | None:
+    """Cumulative speedup: each bar spans from the previous rung's x baseline to this rung's.
+
+    The guide's claim is relative to the rung before, so the claimed range is drawn beside the bar
+    as previous cumulative x [low, high].
+    """
+    rows = data.table.rows
+    if not any(r.x_baseline for r in rows):
+        return None
+    fig, ax = new_figure(len(rows), 6)
+    cumulative = 1.0
+    for i, r in enumerate(rows):
+        if r.status != "ok" or r.samples_per_s is None:
+            continue
+        now = 1.0 if r.x_baseline is None else r.x_baseline.value
+        if r.x_baseline is None:  # the baseline itself: a thin bar at 1x
+            ax.bar(i, 0.02, bottom=0.99, width=0.55, color=FAILED)
+        else:
+            colour = UP if now >= cumulative else DOWN
+            ax.bar(i, now - cumulative, bottom=cumulative, width=0.55, color=colour, alpha=0.85)
+            ax.errorbar(i, now, yerr=[[now - r.x_baseline.low], [r.x_baseline.high - now]], color="black",
+                        capsize=3, lw=1)
+            ax.plot([i - 1 + 0.275, i - 0.275], [cumulative, cumulative], color="black", lw=0.7, ls=":")
+        if r.claim_range:
+            low, high = r.claim_range
+            ax.bar(i + 0.36, cumulative * (high - low) or cumulative * 0.02, bottom=cumulative * low, width=0.14,
+                   color=CLAIM, alpha=0.35, hatch="//", edgecolor=CLAIM)
+        ax.text(i, max(now, cumulative) * 1.01, f"{now:.2f}x", ha="center", va="bottom", fontsize=8)
+        cumulative = now
+    _total_claim(ax, data, len(rows))
+    ax.axhline(1.0, color="black", lw=0.8)
+    mark_failed(ax, rows, 1.02)
+    rung_axis(ax, rows)
+    ax.set_ylabel("cumulative speedup over the baseline (x, samples/s ratio)")
+    ax.set_title(title(data, "Cumulative speedup, rung by rung"), fontsize=10)
+    ax.legend(handles=_waterfall_legend(), fontsize=8, loc="upper left")
+    ax.set_ylim(bottom=min(0.0, ax.get_ylim()[0]))
+    return Plot("waterfall", fig, "Cumulative speedup rung by rung; hatched: the guide's claimed range for that change.")
+
+
+def _total_claim(ax, data: SweepData, n: int) -> None:
+    """The ladder's total claim as a band at the right edge (if the ladder makes one)."""
+    from harness import ladder as ladder_mod
+
+    try:
+        total = ladder_mod.load(data.table.ladder).total_claim
+    except ValueError:
+        total = None
+    if total is not None:
+        ax.axhspan(total.low, total.high, xmin=0.97, xmax=1.0, color=CLAIM, alpha=0.25)
+        ax.text(n - 0.35, total.high, f"total claim\n{total.label()}", ha="right", va="bottom", fontsize=7, color=CLAIM)
+
+
+def _waterfall_legend():
+    from matplotlib.patches import Patch
+
+    return [Patch(color=UP, label="faster than the rung before"), Patch(color=DOWN, label="slower than the rung before"),
+            Patch(facecolor=CLAIM, alpha=0.35, hatch="//", edgecolor=CLAIM, label="guide's claimed range"),
+            plt.Line2D([], [], color="black", marker="_", lw=1, label="noise band of the measurement")]
+
+
+def throughput(data: SweepData) -> Plot:
+    """Samples/s per rung; error bars: min-max over repeats, or the bootstrap band for one repeat."""
+    rows = data.table.rows
+    fig, ax = new_figure(len(rows))
+    values = [r.samples_per_s or 0.0 for r in rows]
+    low, high = [], []
+    for r in rows:
+        runs = r.samples_per_s_runs
+        if r.samples_per_s is None:
+            low.append(0.0), high.append(0.0)
+        elif len(runs) >= 2:
+            low.append(r.samples_per_s - min(runs)), high.append(max(runs) - r.samples_per_s)
+        else:
+            band = (r.uncertainty or 0.0) * r.samples_per_s
+            low.append(band), high.append(band)
+    colours = [COMPUTE if r.status == "ok" else FAILED for r in rows]
+    ax.bar(range(len(rows)), values, yerr=[low, high], capsize=4, color=colours, width=0.6)
+    for i, v in enumerate(values):
+        if v:
+            ax.text(i + 0.32, v, f"{v:.1f}", ha="left", va="bottom", fontsize=7)
+    mark_failed(ax, rows, 0.0)
+    rung_axis(ax, rows)
+    repeats = max((r.repeats for r in rows), default=1)
+    bars = ("error bars: min-max over repeats" if repeats >= 2
+            else "error bars: 95% bootstrap band within one run (single repeat)")
+    ax.set_ylabel("throughput (samples/s)")
+    ax.set_title(title(data, f"Throughput per rung ({bars})"), fontsize=10)
+    ax.set_ylim(0, top_of(values) * 1.2)
+    return Plot("throughput", fig, f"Median samples/s per rung; {bars}.")
+
+
+def data_wait(data: SweepData) -> Plot:
+    """Median step time split into data wait and compute: a data-bound job shows tall orange bars."""
+    rows = data.table.rows
+    fig, ax = new_figure(len(rows))
+    steps = [r.step_ms_p50 or 0.0 for r in rows]
+    wait = [s * (r.data_wait_frac or 0.0) for s, r in zip(steps, rows)]
+    compute = [s - w for s, w in zip(steps, wait)]
+    x = range(len(rows))
+    ax.bar(x, compute, width=0.6, color=COMPUTE, label="compute (the rest of the step)")
+    ax.bar(x, wait, bottom=compute, width=0.6, color=WAIT, label="waiting for data")
+    for i, (s, r) in enumerate(zip(steps, rows)):
+        if s and r.data_wait_frac is not None:
+            ax.text(i, s, f"{100 * r.data_wait_frac:.0f}% wait", ha="center", va="bottom", fontsize=7)
+    mark_failed(ax, rows, 0.0)
+    rung_axis(ax, rows)
+    ax.set_ylabel("median step time (ms)")
+    ax.set_ylim(0, top_of(steps) * 1.2)
+    ax.legend(fontsize=8, loc="upper right")
+    ax.set_title(title(data, "Step time: waiting for data vs compute"), fontsize=10)
+    return Plot("data-wait", fig, "Median step time split into data wait and compute.")
+
+
+def memory(data: SweepData) -> Plot:
+    """Peak memory per rung, with the device's capacity as a line where it is known."""
+    rows = data.table.rows
+    fig, ax = new_figure(len(rows))
+    what = table_mod.MEMORY_NOTE.get(data.table.device, "peak memory")
+    values = [(r.peak_mem_bytes or 0.0) / GIB for r in rows]
+    ax.bar(range(len(rows)), values, width=0.6, color=COMPUTE, label=what)
+    for i, v in enumerate(values):
+        if v:
+            ax.text(i, v, f"{v:.2f}", ha="center", va="bottom", fontsize=7)
+    top = top_of(values)
+    if data.capacity_bytes:
+        ax.axhline(data.capacity_bytes / GIB, color=DOWN, ls="--", label=f"device capacity "
+                   f"({data.capacity_bytes / GIB:.1f} GiB)")
+        top = max(top, data.capacity_bytes / GIB)
+        note = ""
+    else:
+        # host RAM size is not stored in the record, so there is no honest line to draw
+        ax.plot([], [], " ", label="capacity line omitted: total host RAM is not recorded")
+        note = " (no capacity line: host RAM not recorded)"
+    mark_failed(ax, rows, 0.0)
+    rung_axis(ax, rows)
+    ax.set_ylabel(f"{what} (GiB)")
+    ax.set_ylim(0, top * 1.2)
+    ax.legend(fontsize=8, loc="upper left")
+    ax.set_title(title(data, f"Peak memory per rung{note}"), fontsize=10)
+    return Plot("memory", fig, f"{what[0].upper() + what[1:]} per rung{note}.")
+
+
+def gpu_util(data: SweepData) -> Plot | None:
+    """GPU utilisation per rung; None when no rung measured it (CPU sweeps)."""
+    rows = data.table.rows
+    if all(r.gpu_util_pct is None for r in rows):
+        return None
+    fig, ax = new_figure(len(rows))
+    values = [r.gpu_util_pct or 0.0 for r in rows]
+    ax.bar(range(len(rows)), values, width=0.6, color=COMPUTE)
+    for i, r in enumerate(rows):
+        ax.text(i, values[i], "n/a" if r.gpu_util_pct is None else f"{r.gpu_util_pct:.0f}%", ha="center",
+                va="bottom", fontsize=7)
+    mark_failed(ax, rows, 0.0)
+    rung_axis(ax, rows)
+    ax.set_ylabel("GPU utilisation (% of the sampled time)")
+    ax.set_ylim(0, 110)
+    ax.set_title(title(data, "GPU utilisation per rung"), fontsize=10)
+    return Plot("gpu-util", fig, "GPU utilisation per rung, sampled during the measured steps.")
+
+
+def batch_size_of(records, rung: int) -> int | None:
+    """The batch size a rung ran with, from its stored settings."""
+    runs = records[records["rung"] == rung]
+    for text in runs["config_json"]:
+        value = json.loads(text or "{}").get("batch_size")
+        if value is not None:
+            return int(value)
+    return None
+
+
+def is_batch_ladder(data: SweepData) -> bool:
+    """The `batch` ladder, or any ladder whose every rung changes only the batch size."""
+    changes = [r.change for r in data.table.rows[1:]]
+    return data.table.ladder == "batch" or (bool(changes) and all(c.startswith("batch_size=") for c in changes))
+
+
+def batch_scaling(data: SweepData) -> Plot | None:
+    """Throughput and peak memory against batch size, with an X where memory ran out."""
+    if not is_batch_ladder(data):
+        return None
+    points = [(batch_size_of(data.records, r.rung), r) for r in data.table.rows]
+    points = [(b, r) for b, r in points if b is not None]
+    if not points:
+        return None
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(8, 7.5), sharex=True, layout="constrained")
+    ok = [(b, r) for b, r in points if r.samples_per_s is not None]
+    failed = [(b, r) for b, r in points if r.status != "ok"]
+    top.plot([b for b, _ in ok], [r.samples_per_s for _, r in ok], "o-", color=COMPUTE, label="throughput")
+    bottom.plot([b for b, _ in ok], [(r.peak_mem_bytes or 0) / GIB for _, r in ok], "o-", color=COMPUTE,
+                label=table_mod.MEMORY_NOTE.get(data.table.device, "peak memory"))
+    for ax in (top, bottom):
+        for b, r in failed:
+            ax.axvline(b, color=DOWN, ls="--", lw=1)
+            ax.plot([b], [0], "x", color=DOWN, ms=12, mew=3, clip_on=False,
+                    label=f"{r.status} at batch {b}" if r.status == "oom" else f"{r.status} at batch {b}")
+        ax.set_ylim(bottom=0)
+        ax.legend(fontsize=8, loc="upper left")
+    if data.capacity_bytes:
+        bottom.axhline(data.capacity_bytes / GIB, color=DOWN, ls=":", label="device capacity")
+    top.set_ylabel("throughput (samples/s)")
+    bottom.set_ylabel("peak memory (GiB)")
+    bottom.set_xlabel("batch size (samples per step, log scale)")
+    bottom.set_xscale("log", base=2)
+    sizes = sorted({b for b, _ in points})
+    bottom.set_xticks(sizes, [str(s) for s in sizes])
+    oom = [b for b, r in failed if r.status == "oom"]
+    where = f"; memory ran out at batch {oom[0]}" if oom else "; memory never ran out"
+    top.set_title(title(data, f"Throughput and memory against batch size{where}"), fontsize=10)
+    return Plot("batch", fig, f"Throughput and peak memory against batch size{where}.")
+
+
+PLOTS = (waterfall, throughput, data_wait, memory, gpu_util, batch_scaling)
+
+
+def build_plots(data: SweepData) -> list[Plot]:
+    """Every plot that applies to this sweep, named ``<ladder>-<device>-<kind>``."""
+    plots = [p for p in (make(data) for make in PLOTS) if p is not None]
+    for p in plots:
+        p.name = f"{data.table.ladder}-{data.table.device}-{p.name}"
+    return plots
+
+
+def save(plots: list[Plot], out: str | Path, fmt: str = "png") -> list[Path]:
+    """Write each plot as ``out/<name>.<fmt>`` and close its figure."""
+    folder = Path(out)
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for p in plots:
+        path = folder / f"{p.name}.{fmt}"
+        p.figure.savefig(path, format=fmt, dpi=110)
+        plt.close(p.figure)
+        paths.append(path)
+    return paths
+
+
+def to_bytes(plot: Plot, fmt: str = "png") -> bytes:
+    """One plot as image bytes (for embedding), closing its figure."""
+    buf = io.BytesIO()
+    plot.figure.savefig(buf, format=fmt, dpi=100)
+    plt.close(plot.figure)
+    return buf.getvalue()
+
+
+def main(command: str, argv: list[str]) -> int:
+    """`python -m harness plot`: write a sweep's plots and print their paths."""
+    parser = argparse.ArgumentParser(prog=f"python -m harness {command}", description="Draw a sweep's plots.")
+    parser.add_argument("--results", default="results", help="results folder (default: results)")
+    parser.add_argument("--sweep", default="latest", help="sweep id, or 'latest' (default)")
+    parser.add_argument("--out", default="results/plots", help="folder for the images (default: results/plots)")
+    parser.add_argument("--format", default="png", help="png (default) or svg")
+    args = parser.parse_args(argv)
+    if args.format not in FORMATS:
+        print(f"error: unknown format {args.format!r}. Valid choices: {', '.join(FORMATS)}", file=sys.stderr)
+        return 2
+    try:
+        data = sweep_data(load_runs(args.results), args.sweep)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    for path in save(build_plots(data), args.out, args.format):
+        print(path)
+    return 0

@@ -1,0 +1,186 @@
+"""One self-contained HTML report of a sweep, from the store alone (no torch, no Hydra).
+
+``python -m harness report [--results DIR] [--sweep ID|latest] [--out results/report.html]``
+
+The file holds everything inline (styles, and plots as base64 ``data:`` URIs), so it opens offline
+and can be attached to a pull request or mailed to a colleague.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import html
+import sys
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+from harness.analysis import plots
+from harness.analysis import table as table_mod
+from harness.store import load_runs
+
+# (column, heading) of the per-run environment table
+ENV_COLUMNS = (
+    ("torch_version", "torch"), ("cuda_version", "CUDA"), ("cudnn_version", "cuDNN"), ("monai_version", "MONAI"),
+    ("torchvision_version", "torchvision"), ("python_version", "Python"), ("harness_version", "harness"),
+    ("gpu_name", "GPU"), ("gpu_driver", "driver"), ("cpu_model", "CPU"), ("cpu_count", "CPUs"),
+    ("hostname", "host"), ("git_commit", "git commit"),
+)
+
+STYLE = """
+body { font-family: -apple-system, 'Segoe UI', Helvetica, Arial, sans-serif; margin: 24px auto; max-width: 1300px;
+       color: #222; padding: 0 16px; }
+h1 { font-size: 22px; margin-bottom: 4px; } h2 { font-size: 18px; margin-top: 32px; border-bottom: 1px solid #ddd; }
+.meta { color: #666; font-size: 13px; }
+.scroll { overflow-x: auto; }
+table { border-collapse: collapse; font-size: 12px; margin: 8px 0; }
+th, td { border: 1px solid #ddd; padding: 4px 8px; text-align: left; vertical-align: top; }
+th { background: #f4f4f4; } caption { text-align: left; font-weight: bold; padding: 4px 0; }
+td.num { text-align: right; font-variant-numeric: tabular-nums; }
+.confirms { color: #2e7d32; font-weight: bold; } .exceeds { color: #1565c0; font-weight: bold; }
+.short { color: #c62828; font-weight: bold; }
+figure { margin: 16px 0; } figure img { max-width: 100%; border: 1px solid #eee; }
+figcaption { color: #555; font-size: 13px; }
+"""
+
+
+@dataclass
+class Image:
+    """A plot ready to embed."""
+
+    name: str
+    caption: str
+    data_uri: str
+
+
+def embed(plot: plots.Plot) -> Image:
+    """Render a plot to PNG and wrap it as a base64 data URI."""
+    encoded = base64.b64encode(plots.to_bytes(plot, "png")).decode("ascii")
+    return Image(plot.name, plot.caption, f"data:image/png;base64,{encoded}")
+
+
+def _esc(value) -> str:
+    return html.escape("" if value is None else str(value))
+
+
+def _verdict_class(verdict: str) -> str:
+    if verdict.startswith("confirms"):
+        return "confirms"
+    if verdict.startswith("exceeds"):
+        return "exceeds"
+    return "short" if verdict else ""
+
+
+def verdicts_html(table: table_mod.SweepTable) -> str:
+    """The guides' claims next to what was measured, one line per claimed rung, plus the total."""
+    claimed = [r for r in table.rows if r.claim]
+    if not claimed and not table.total_claim:
+        return "<p>This ladder makes no claims to check.</p>"
+    body = ""
+    for r in claimed:
+        measured = ("not measured (" + r.status + ")" if r.x_previous is None else
+                    f"{r.x_previous.value:.2f}x [{r.x_previous.low:.2f}-{r.x_previous.high:.2f}]")
+        verdict = r.verdict or "no verdict"
+        body += (f"<tr><td class='num'>{r.rung}</td><td>{_esc(r.change)}</td><td>{_esc(r.claim)}</td>"
+                 f"<td>{_esc(measured)}</td><td class='{_verdict_class(r.verdict)}'>{_esc(verdict)}</td>"
+                 f"<td>{_esc(r.claim_source)}</td></tr>")
+    if table.total_claim:
+        m = table.total_measured
+        measured = "not measured" if m is None else f"{m.value:.2f}x [{m.low:.2f}-{m.high:.2f}]"
+        body += (f"<tr><td></td><td><b>all rungs together</b> (x baseline)</td><td>{_esc(table.total_claim)}</td>"
+                 f"<td>{_esc(measured)}</td><td class='{_verdict_class(table.total_verdict)}'>"
+                 f"{_esc(table.total_verdict or 'no verdict')}</td><td></td></tr>")
+    head = "".join(f"<th>{h}</th>" for h in ("rung", "change", "guide claims", "measured x previous [noise band]",
+                                              "verdict", "source"))
+    return (f"<div class='scroll'><table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>"
+            f"<p class='meta'>A claim is confirmed when the measured ratio's noise band overlaps the claimed range, "
+            f"on this device ({_esc(table.device)}: {_esc(table.hardware)}).</p>")
+
+
+def _env_value(column: str, value) -> str:
+    if value is None or (isinstance(value, float) and value != value):
+        return ""
+    if column == "git_commit":
+        return str(value)[:10]
+    return str(value)
+
+
+def environment_html(records) -> str:
+    """What every run shares, then one row per run (id, rung, status, and its environment)."""
+    records = records.sort_values(["rung", "round", "timestamp"])
+    shared, varying = [], []
+    for column, heading in ENV_COLUMNS:
+        values = {_env_value(column, v) for v in records[column]}
+        (shared if len(values) == 1 else varying).append((column, heading, values))
+    shared_html = "".join(f"<tr><th>{_esc(h)}</th><td>{_esc(next(iter(v)) or '-')}</td></tr>" for _, h, v in shared)
+    head = "".join(f"<th>{_esc(h)}</th>" for h in ("run", "rung", "round", "status", "when", "cached from")) + "".join(
+        f"<th>{_esc(h)}</th>" for _, h in ENV_COLUMNS)
+    rows = ""
+    for _, r in records.iterrows():
+        dirty = " (dirty)" if r.get("git_dirty") is True else ""
+        cells = [r["run_id"], r["rung"], r["round"], r["status"], str(r["timestamp"])[:19], r["cached_from"] or "-"]
+        cells += [_env_value(c, r[c]) + (dirty if c == "git_commit" else "") for c, _ in ENV_COLUMNS]
+        rows += "<tr>" + "".join(f"<td>{_esc(c)}</td>" for c in cells) + "</tr>"
+    note = ("Every run ran in the same environment." if not varying else
+            "Runs differ in: " + ", ".join(h for _, h, _ in varying) + ".")
+    return (f"<p>{_esc(note)}</p><table><caption>shared by all runs</caption>{shared_html}</table>"
+            f"<div class='scroll'><table><caption>each run</caption><thead><tr>{head}</tr></thead>"
+            f"<tbody>{rows}</tbody></table></div>")
+
+
+def build_report(data: plots.SweepData, images: list[Image]) -> str:
+    """The whole HTML page as one string."""
+    t = data.table
+    heading = f"Sweep {t.sweep_id}: ladder {t.ladder}, {t.workload} ({t.size}) on {t.device}"
+    made = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    total = ""
+    if t.total_claim:
+        measured = table_mod._ratio_text(t.total_measured)
+        total = (f"<p><b>Total:</b> measured {_esc(measured)} over the baseline; the guide claims "
+                 f"{_esc(t.total_claim)}: <span class='{_verdict_class(t.total_verdict)}'>"
+                 f"{_esc(t.total_verdict or 'not measured')}</span>.</p>")
+    figures = "".join(f"<figure id='{_esc(i.name)}'><img alt='{_esc(i.name)}' src='{i.data_uri}'>"
+                      f"<figcaption>{_esc(i.caption)}</figcaption></figure>" for i in images)
+    return (
+        "<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>"
+        f"<title>{_esc(heading)}</title><style>{STYLE}</style></head><body>"
+        f"<h1>{_esc(heading)}</h1><p class='meta'>{_esc(t.hardware)} &middot; swept {_esc(data.date)} &middot; "
+        f"harness {_esc(data.harness_version)} &middot; report made {made} with "
+        f"<code>python -m harness report</code></p>{total}"
+        f"<h2>Speedup table</h2><div class='scroll'>{table_mod.to_html(t)}</div>"
+        f"<h2>The guides' claims</h2>{verdicts_html(t)}"
+        f"<h2>Plots</h2>{figures}"
+        f"<h2>Environment</h2>{environment_html(data.records)}"
+        "</body></html>\n"
+    )
+
+
+def write_report(frame, sweep: str, out: str | Path) -> Path:
+    """Build the plots and the page for one sweep and write it to ``out``."""
+    data = plots.sweep_data(frame, sweep)
+    images = [embed(p) for p in plots.build_plots(data)]
+    path = Path(out)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(build_report(data, images), encoding="utf-8")
+    return path
+
+
+def main(command: str, argv: list[str]) -> int:
+    """`python -m harness report`: write one self-contained HTML file and print its path."""
+    parser = argparse.ArgumentParser(prog=f"python -m harness {command}",
+                                     description="Write one self-contained HTML report of a sweep.")
+    parser.add_argument("--results", default="results", help="results folder (default: results)")
+    parser.add_argument("--sweep", default="latest", help="sweep id, or 'latest' (default)")
+    parser.add_argument("--out", default="results/report.html", help="HTML file to write (default: results/report.html)")
+    args = parser.parse_args(argv)
+    if Path(args.out).is_dir():
+        print(f"error: --out {args.out!r} is a folder; give a file name such as results/report.html", file=sys.stderr)
+        return 2
+    try:
+        path = write_report(load_runs(args.results), args.sweep, args.out)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(path)
+    return 0

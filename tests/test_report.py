@@ -1,0 +1,73 @@
+"""`report`: one self-contained HTML file with every rung, the embedded plots, environment and verdicts."""
+
+from __future__ import annotations
+
+import base64
+import re
+
+from test_plots import record, write_batch_sweep, write_record, write_sweep
+
+from harness.analysis import report
+
+
+def make_report(results, out, *extra) -> int:
+    return report.main("report", ["--results", str(results), "--out", str(out), *extra])
+
+
+def test_report_holds_every_rung_and_embeds_its_plots(results, tmp_path, capsys):
+    write_sweep(results, "phase2-a", torch_version="2.4.0", cuda_version="12.4", monai_version="1.4.0")
+    out = tmp_path / "r" / "report.html"
+    assert make_report(results, out) == 0
+    assert capsys.readouterr().out.strip() == str(out)
+    page = out.read_text()
+    for change in ("(baseline)", "precision=bf16-mixed", "batch_size=8", "data.num_workers=4"):
+        assert f"<td>{change}</td>" in page
+    images = re.findall(r"src='data:image/png;base64,([A-Za-z0-9+/=]+)'", page)
+    assert len(images) == 4  # waterfall, throughput, data wait, memory (CPU: no GPU utilisation)
+    assert all(base64.b64decode(i)[:4] == b"\x89PNG" for i in images)
+    # self-contained: nothing fetched from anywhere
+    assert "http://" not in page and "https://" not in page and "<link" not in page and "<script" not in page
+
+
+def test_report_shows_environment_and_verdicts(results, tmp_path):
+    write_sweep(results, "phase2-a", torch_version="2.4.0", cuda_version="12.4", monai_version="1.4.0")
+    out = tmp_path / "report.html"
+    assert make_report(results, out) == 0
+    page = out.read_text()
+    for text in ("<th>torch</th><td>2.4.0</td>", "<th>CUDA</th><td>12.4</td>", "<th>MONAI</th><td>1.4.0</td>",
+                 "<th>CPU</th><td>Test CPU @ 3.0GHz</td>", "<th>git commit</th><td>abc1234def</td>",
+                 "Every run ran in the same environment."):
+        assert text in page, text
+    # one row per run (4 rungs x 2 repeats) in the per-run environment table
+    assert page.count("<td>phase2-a-") == 8
+    # rung 1: 60.6/50.5 = 1.2x against the guide's 2-3x
+    assert "<td>precision=bf16-mixed</td><td>2-3x</td><td>1.20x" in page
+    assert "falls short" in page
+    assert "not measured (oom)" in page  # rung 2 ran out of memory
+    assert "all rungs together" in page and "3-4x" in page
+
+
+def test_report_names_runs_that_differ_in_environment(results, tmp_path):
+    write_sweep(results, "phase2-a")
+    # a resumed round on a later commit (rung 3, round 2)
+    write_record(record("phase2-a", 3, 2, 95.0, change="data.num_workers=4", git_commit="fff0000", day=3), results)
+    out = tmp_path / "report.html"
+    assert make_report(results, out) == 0
+    assert "Runs differ in: git commit." in out.read_text()
+
+
+def test_batch_report_embeds_the_batch_plot(results, tmp_path):
+    write_batch_sweep(results)
+    out = tmp_path / "report.html"
+    assert make_report(results, out) == 0
+    page = out.read_text()
+    assert "id='batch-cpu-batch'" in page
+    assert "This ladder makes no claims to check." in page
+
+
+def test_report_bad_sweep_and_folder_out(results, tmp_path, capsys):
+    write_sweep(results, "phase2-a")
+    assert make_report(results, tmp_path / "r.html", "--sweep", "phase2-zz") == 2
+    assert "'phase2-zz'" in capsys.readouterr().err
+    assert make_report(results, tmp_path) == 2
+    assert "is a folder" in capsys.readouterr().err
