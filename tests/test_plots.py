@@ -56,6 +56,15 @@ def write_batch_sweep(results: Path, sweep_id: str = "batch-a") -> None:
                             batch=batch, day=2), results)
 
 
+@pytest.fixture(autouse=True)
+def close_figures():
+    """Tests that inspect figures leave them open; close them so none pile up."""
+    yield
+    import matplotlib.pyplot as plt
+
+    plt.close("all")
+
+
 def run_plot(results: Path, out: Path, *extra: str) -> int:
     return plots.main("plot", ["--results", str(results), "--out", str(out), *extra])
 
@@ -139,8 +148,15 @@ def test_fifteen_rungs_stay_readable(results):
     fig = plots.throughput(data).figure
     labels = [t.get_text() for t in fig.axes[0].get_xticklabels()]
     assert len(labels) == 15
-    assert all(max(len(line) for line in label.splitlines()) <= 14 for label in labels)
+    assert all(max(len(line) for line in label.splitlines()) <= 15 for label in labels)
     assert fig.get_figwidth() >= 15  # about an inch per rung
+    assert labels[1] == "1\n…really_long.\nknob_name_1\n=a-very-long-v…"
+
+
+def test_change_names_break_at_dots_not_mid_word():
+    assert plots.short_change("data.num_workers=4") == "data.\nnum_workers\n=4"
+    assert plots.short_change("precision=bf16-mixed") == "precision\n=bf16-mixed"
+    assert plots.short_change("(baseline)") == "baseline"
 
 
 def test_svg_on_request_and_bad_format(results, tmp_path, capsys):

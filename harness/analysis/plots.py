@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import io
 import json
+import re
 import sys
 import textwrap
 from dataclasses import dataclass
@@ -77,13 +78,35 @@ def title(data: SweepData, what: str) -> str:
             f"ladder {t.ladder}  |  {data.date}  |  harness {data.harness_version}")
 
 
-def short_change(change: str, width: int = 14, lines: int = 3) -> str:
-    """A change name wrapped to a few short lines, so 15 rungs still fit side by side."""
+def short_change(change: str, width: int = 15) -> str:
+    """A change name on at most three short lines, so 15 rungs still fit side by side.
+
+    The key is broken at its dots (``data.`` / ``num_workers``) and the value goes on its own line;
+    what still does not fit is cut with an ellipsis rather than broken mid-word.
+    """
     change = change.replace("(baseline)", "baseline")
-    wrapped = textwrap.wrap(change, width=width, break_long_words=True, break_on_hyphens=False) or [""]
-    if len(wrapped) > lines:
-        wrapped = wrapped[: lines - 1] + [wrapped[lines - 1][: width - 1] + "…"]
-    return "\n".join(wrapped)
+    if "=" not in change:
+        return "\n".join(_cut(line, width) for line in textwrap.wrap(change, width)[:3]) or change
+    key, value = change.split("=", 1)
+    lines = _pack(re.split(r"(?<=\.)", key), width)
+    if len(lines) > 2:  # keep the most specific end of a long dotted key
+        lines = [_cut("…" + lines[-2], width), lines[-1]]
+    return "\n".join(lines + [_cut("=" + value, width)])
+
+
+def _pack(tokens: list[str], width: int) -> list[str]:
+    """Greedily join dotted-key pieces into lines no longer than ``width``."""
+    lines: list[str] = []
+    for token in (t for t in tokens if t):
+        if lines and len(lines[-1]) + len(token) <= width:
+            lines[-1] += token
+        else:
+            lines.append(_cut(token, width))
+    return lines
+
+
+def _cut(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: width - 1] + "…"
 
 
 def tick_labels(rows) -> list[str]:
@@ -92,7 +115,7 @@ def tick_labels(rows) -> list[str]:
 
 def new_figure(n_rungs: int, height: float = 5.5) -> tuple[Figure, object]:
     """A figure wide enough for ``n_rungs`` labelled bars."""
-    fig, ax = plt.subplots(figsize=(max(8.0, 0.85 * n_rungs + 3.5), height), layout="constrained")
+    fig, ax = plt.subplots(figsize=(max(8.0, 1.0 * n_rungs + 3.0), height), layout="constrained")
     return fig, ax
 
 
@@ -145,12 +168,13 @@ def waterfall(data: SweepData) -> Plot | None:
             low, high = r.claim_range
             ax.bar(i + 0.36, cumulative * (high - low) or cumulative * 0.02, bottom=cumulative * low, width=0.14,
                    color=CLAIM, alpha=0.35, hatch="//", edgecolor=CLAIM)
-        ax.text(i, max(now, cumulative) * 1.01, f"{now:.2f}x", ha="center", va="bottom", fontsize=8)
+        label_at = max(now, cumulative, r.x_baseline.high if r.x_baseline else now)  # above the error bar
+        ax.text(i, label_at * 1.01, f"{now:.2f}x", ha="center", va="bottom", fontsize=8)
         cumulative = now
-    _total_claim(ax, data, len(rows))
     ax.axhline(1.0, color="black", lw=0.8)
     mark_failed(ax, rows, 1.02)
     rung_axis(ax, rows)
+    _total_claim(ax, data, len(rows))
     ax.set_ylabel("cumulative speedup over the baseline (x, samples/s ratio)")
     ax.set_title(title(data, "Cumulative speedup, rung by rung"), fontsize=10)
     ax.legend(handles=_waterfall_legend(), fontsize=8, loc="upper left")
@@ -167,8 +191,10 @@ def _total_claim(ax, data: SweepData, n: int) -> None:
     except ValueError:
         total = None
     if total is not None:
-        ax.axhspan(total.low, total.high, xmin=0.97, xmax=1.0, color=CLAIM, alpha=0.25)
-        ax.text(n - 0.35, total.high, f"total claim\n{total.label()}", ha="right", va="bottom", fontsize=7, color=CLAIM)
+        ax.bar(n - 0.3, total.high - total.low, bottom=total.low, width=0.2, color=CLAIM, alpha=0.25)
+        ax.text(n - 0.3, total.low, f"total\nclaim\n{total.label()}", ha="center", va="top", fontsize=7,
+                color=CLAIM)
+        ax.set_xlim(right=n - 0.05)
 
 
 def _waterfall_legend():
