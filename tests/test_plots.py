@@ -188,3 +188,12 @@ def test_analysis_never_imports_torch_or_hydra(results, tmp_path):
             "bad = [m for m in ('torch', 'hydra') if m in sys.modules]; assert not bad, bad")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-2000:]
+
+
+def test_waterfall_goes_log_when_a_rung_is_many_times_slower(results, tmp_path):
+    write_sweep(results, throughputs=(50.0, 1.0, 1.2, 1.1))  # bf16 on a CPU: 50x slower
+    ax = plots.waterfall(plots.sweep_data(load_runs(results))).figure.axes[0]
+    assert ax.get_yscale() == "log"
+    assert "0.020x" in [t.get_text() for t in ax.texts]
+    write_sweep(tmp_path / "modest")
+    assert plots.waterfall(plots.sweep_data(load_runs(tmp_path / "modest"))).figure.axes[0].get_yscale() == "linear"

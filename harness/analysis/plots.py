@@ -168,8 +168,12 @@ def waterfall(data: SweepData) -> Plot | None:
             low, high = r.claim_range
             ax.bar(i + 0.36, cumulative * (high - low) or cumulative * 0.02, bottom=cumulative * low, width=0.14,
                    color=CLAIM, alpha=0.35, hatch="//", edgecolor=CLAIM)
-        label_at = max(now, cumulative, r.x_baseline.high if r.x_baseline else now)  # above the error bar
-        ax.text(i, label_at * 1.01, f"{now:.2f}x", ha="center", va="bottom", fontsize=8)
+        text = f"{now:.2f}x" if now >= 0.1 else f"{now:.3f}x"
+        if now >= cumulative or r.x_baseline is None:  # label above the bar and its error bar
+            top = max(now, r.x_baseline.high if r.x_baseline else now)
+            ax.text(i, top * 1.01, text, ha="center", va="bottom", fontsize=8)
+        else:  # a slower rung: label below where it ended
+            ax.text(i, min(now, r.x_baseline.low) * 0.98, text, ha="center", va="top", fontsize=8)
         cumulative = now
     ax.axhline(1.0, color="black", lw=0.8)
     mark_failed(ax, rows, 1.02)
@@ -178,8 +182,27 @@ def waterfall(data: SweepData) -> Plot | None:
     ax.set_ylabel("cumulative speedup over the baseline (x, samples/s ratio)")
     ax.set_title(title(data, "Cumulative speedup, rung by rung"), fontsize=10)
     ax.legend(handles=_waterfall_legend(), fontsize=8, loc="upper left")
-    ax.set_ylim(bottom=min(0.0, ax.get_ylim()[0]))
+    _speedup_scale(ax, [r.x_baseline.low for r in rows if r.x_baseline] + [1.0])
     return Plot("waterfall", fig, "Cumulative speedup rung by rung; hatched: the guide's claimed range for that change.")
+
+
+def _speedup_scale(ax, lows: list[float]) -> None:
+    """Linear from 0 while speedups stay modest; log when a rung is many times slower or faster.
+
+    On a CPU, bf16 can be 50x slower: on a linear axis every later bar would be a sliver at 0.
+    """
+    low, high = min(lows), ax.get_ylim()[1]
+    if high / low < 6:
+        ax.set_ylim(0, high)
+        return
+    from matplotlib.ticker import FuncFormatter
+
+    ax.set_yscale("log")
+    ax.set_ylim(low / 1.5, high * 1.5)
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}x"))
+    # label the 2s and 5s between decades too, so values can be read off without counting ticks
+    ax.yaxis.set_minor_formatter(FuncFormatter(lambda v, _: f"{v:g}x" if f"{v:.0e}"[0] in "25" else ""))
+    ax.set_ylabel(ax.get_ylabel() + ", log scale")
 
 
 def _total_claim(ax, data: SweepData, n: int) -> None:
