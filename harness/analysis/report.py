@@ -42,6 +42,8 @@ td.num { text-align: right; font-variant-numeric: tabular-nums; }
 .short { color: #c62828; font-weight: bold; }
 figure { margin: 16px 0; } figure img { max-width: 100%; border: 1px solid #eee; }
 figcaption { color: #555; font-size: 13px; }
+/* the table's notes come as bare <li> items: indent them so their bullets show */
+.scroll div { font-size: 13px; } .scroll div li { margin-left: 1.5em; }
 """
 
 
@@ -134,12 +136,6 @@ def build_report(data: plots.SweepData, images: list[Image]) -> str:
     t = data.table
     heading = f"Sweep {t.sweep_id}: ladder {t.ladder}, {t.workload} ({t.size}) on {t.device}"
     made = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    total = ""
-    if t.total_claim:
-        measured = table_mod._ratio_text(t.total_measured)
-        total = (f"<p><b>Total:</b> measured {_esc(measured)} over the baseline; the guide claims "
-                 f"{_esc(t.total_claim)}: <span class='{_verdict_class(t.total_verdict)}'>"
-                 f"{_esc(t.total_verdict or 'not measured')}</span>.</p>")
     figures = "".join(f"<figure id='{_esc(i.name)}'><img alt='{_esc(i.name)}' src='{i.data_uri}'>"
                       f"<figcaption>{_esc(i.caption)}</figcaption></figure>" for i in images)
     return (
@@ -147,7 +143,7 @@ def build_report(data: plots.SweepData, images: list[Image]) -> str:
         f"<title>{_esc(heading)}</title><style>{STYLE}</style></head><body>"
         f"<h1>{_esc(heading)}</h1><p class='meta'>{_esc(t.hardware)} &middot; swept {_esc(data.date)} &middot; "
         f"harness {_esc(data.harness_version)} &middot; report made {made} with "
-        f"<code>python -m harness report</code></p>{total}"
+        f"<code>python -m harness report</code></p>"
         f"<h2>Speedup table</h2><div class='scroll'>{table_mod.to_html(t)}</div>"
         f"<h2>The guides' claims</h2>{verdicts_html(t)}"
         f"<h2>Plots</h2>{figures}"
