@@ -248,7 +248,7 @@ def grouped_plot(sides: list[Side], rows: list[CompareRow], path: Path) -> Path:
     ax.set_ylim(0, top * 1.25)
     ax.legend(fontsize=8, loc="upper left")
     first = sides[0].records.sort_values("timestamp").iloc[0]
-    ax.set_title(f"Side by side: {' vs '.join(s.label for s in sides)}\n{sides[0].table.workload}, ladder "
+    ax.set_title(f"Side by side: {' vs '.join(s.label for s in sides)}\n{sides[0].table.workload} on {'/'.join(sorted({s.table.device for s in sides}))}, ladder "
                  f"{sides[0].table.ladder}  |  {str(first['timestamp'])[:10]}  |  harness {first['harness_version']}"
                  f"  |  number above a rung: {chr(64 + len(sides))}/A", fontsize=10)
     path.parent.mkdir(parents=True, exist_ok=True)
