@@ -16,10 +16,12 @@ from typing import Any, Optional
 from harness import config as config_mod
 
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
+CONFIG_GROUPS = ("ladder", "data")  # Hydra groups: `data=disk` picks conf/data/disk.yaml
 
 COMMANDS = {
     "run": ("measure one short training run in its own process and store it", None),
     "sweep": ("climb a ladder (+ladder=NAME), one rung per process, and print the speedup table", None),
+    "diagnose": ("data-bound or compute-bound? loader alone, model alone, full step", None),
     "table": ("print a sweep's speedup table from the store", "harness.analysis.table"),
     "plot": ("draw a sweep's plots", "harness.analysis.plots"),
     "compare": ("compare two or more sweeps side by side", "harness.analysis.compare"),
@@ -46,6 +48,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if command == "run":
         return hydra_command(rest, multirun=False)
+    if command == "diagnose":
+        from harness import diagnose
+
+        return hydra_command(rest, multirun=False, task=diagnose.task)
     if command == "sweep":
         from harness import sweep_cli
 
@@ -83,7 +89,7 @@ def override_key(override: str) -> str | None:
     if override.startswith("-") or "=" not in override:
         return None
     key = override.split("=", 1)[0].lstrip("+~")
-    if key.startswith("hydra") or key == "ladder" or key.startswith("ladder."):
+    if key.startswith("hydra") or key in CONFIG_GROUPS or key.startswith("ladder."):
         return None
     return key
 
@@ -157,6 +163,12 @@ def run_task(cfg) -> None:
     if settings.size == "auto" or settings.device == "auto":
         console.print(f"device: {resolved.device}, size: {resolved.size}"
                       + ("  (no CUDA GPU here: running the small CPU size)" if resolved.device == "cpu" else ""))
+    try:
+        runner.prepare_data(resolved, console.print)
+    except OSError as exc:
+        console.print(f"[red]error:[/] {exc}")
+        set_exit_code(2)
+        return
     env, key = runner.environment(resolved.device)
     with RunProgress(console, f"{resolved.workload}") as progress:
         record = runner.run_and_store(resolved, env, key, progress.update)

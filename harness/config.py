@@ -22,7 +22,10 @@ COMPILE_MODES = ("off", "default", "reduce-overhead", "max-autotune")
 SIZES = ("auto", "full", "smoke")
 DEVICES = ("auto", "cpu", "cuda")
 FAULTS = ("none", "oom", "nan", "hang", "crash")
-DATA_SOURCES = ("synthetic",)
+DATA_SOURCES = ("synthetic", "disk")
+DATA_CACHES = ("ram", "none")
+AUGMENT_PRESETS = ("none", "light", "heavy")
+MEASURE_MODES = ("train", "loader", "model")
 AUTO_BOOL = ("auto", True, False)
 
 
@@ -45,6 +48,15 @@ class DataConfig:
     patch_size: Optional[List[int]] = None  # image size for 2D workloads; None: the size preset's
     epoch_steps: Optional[int] = None  # optimizer steps per loader epoch; None: the size preset's
     num_volumes: int = 4  # synthetic source: volumes (or images x16) held in RAM to crop from
+    cache: str = "ram"  # disk source: "ram" loads every file once (MONAI CacheDataset), "none" reads per item
+    num_items: int = 16  # disk source: files in the dataset
+    cache_dir: Optional[str] = None  # disk source: where datasets are written; None: <results_dir>/.cache/datasets
+    augment: str = "none"  # preset: none / light (flip, noise) / heavy (+ rotation, elastic; 2D: + mixup/cutmix)
+    flip: Optional[bool] = None  # each switch overrides the preset
+    noise: Optional[bool] = None  # 3D Gaussian noise; 2D colour jitter
+    rotate: Optional[bool] = None  # 3D only
+    elastic: Optional[bool] = None  # 3D only
+    mixup: Optional[bool] = None  # 2D only: mixup or cutmix per batch
 
 
 @dataclass
@@ -59,6 +71,7 @@ class MeasureConfig:
     warmup_steps: Optional[int] = None
     steps: Optional[int] = None
     sample_interval_s: float = 0.1  # NVML / host-memory sampling period (background thread)
+    mode: str = "train"  # train: full steps; loader: batches only, no model; model: one batch kept on the device
 
 
 @dataclass
@@ -199,10 +212,19 @@ def validate(cfg: RunConfig) -> None:
     check_choice("compile mode", cfg.compile, COMPILE_MODES)
     check_choice("debug.fault", cfg.debug.fault, FAULTS)
     check_choice("data.source", cfg.data.source, DATA_SOURCES)
+    check_choice("data.cache", cfg.data.cache, DATA_CACHES)
+    check_choice("data.augment", cfg.data.augment, AUGMENT_PRESETS)
+    check_choice("measure.mode", cfg.measure.mode, MEASURE_MODES)
+    if cfg.data.source == "synthetic" and cfg.data.cache == "none":
+        raise ValueError("data.cache=none needs data.source=disk: synthetic data is generated in RAM")
+    only = {"rotate": 3, "elastic": 3, "mixup": 2}
+    for name, dims in only.items():
+        if getattr(cfg.data, name) and workload.spatial_dims != dims:
+            raise ValueError(f"data.{name}=true applies to {dims}D workloads only; {cfg.workload!r} is {workload.spatial_dims}D")
     for key in ("data.pin_memory", "cudnn_benchmark"):
         if get_key(cfg, key) not in AUTO_BOOL:
             raise ValueError(f"{key}={get_key(cfg, key)!r} is not valid: use true, false or auto")
-    _positive(cfg, "accumulate_grad_batches", "log_every_n_steps", "model.width", "data.num_volumes")
+    _positive(cfg, "accumulate_grad_batches", "log_every_n_steps", "model.width", "data.num_volumes", "data.num_items")
     _positive(cfg, "batch_size", "data.epoch_steps", "measure.steps", allow_none=True)
     if cfg.measure.warmup_steps is not None and cfg.measure.warmup_steps < 1:
         raise ValueError(f"measure.warmup_steps={cfg.measure.warmup_steps} must be at least 1 (the first step is never measured)")

@@ -1,35 +1,85 @@
-"""Synthetic data that looks like each workload's field, served through a real DataLoader.
+"""The data pipelines: synthetic (in RAM) or on disk (NIfTI / JPEG), with the guides' augmentations,
+always served through a real ``torch.utils.data.DataLoader`` so the loader knobs act.
 
-3D: a few volumes held in RAM (the connectomics guide's preloaded cache), each with labelled
-ellipsoid "structures" on a noisy background; every item is a random crop (+ flip) of one.
-2D: uint8 images held in RAM with class labels; every item is a random crop + flip, converted
-to float and normalised as torchvision's ImageNet pipeline does.
+* ``data.source=synthetic``: 3D volumes with labelled ellipsoid structures held in RAM (the
+  connectomics guide's preloaded cache), each item a random crop; 2D uint8 images in RAM, each item
+  a random crop. Loading costs only the crop.
+* ``data.source=disk``: files written once by ``harness.datasets``; 3D items are read with MONAI's
+  ``LoadImaged`` every time (``data.cache=none``) or once into a ``CacheDataset`` (``data.cache=ram``);
+  2D items are JPEG files decoded per sample (or decoded once with ``data.cache=ram``).
+* Augmentation (``data.augment=none|light|heavy`` plus one switch per transform): 3D random flip and
+  Gaussian noise (fast), rotation (slow in 3D), elastic deformation (very slow) as MONAI transforms;
+  2D random-resized crop, flip, colour jitter and mixup/cutmix as torchvision v2 transforms.
 """
 
 from __future__ import annotations
 
 import numpy as np
 import torch
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import DataLoader, Dataset, default_collate
+
+from harness.volumes import make_volume
+
+AUGMENT_PRESETS = {
+    "none": dict(flip=False, noise=False, rotate=False, elastic=False, mixup=False),
+    "light": dict(flip=True, noise=True, rotate=False, elastic=False, mixup=False),
+    "heavy": dict(flip=True, noise=True, rotate=True, elastic=True, mixup=True),
+}
+MEAN = (0.485, 0.456, 0.406)
+STD = (0.229, 0.224, 0.225)
 
 
-def make_volume(shape: tuple[int, ...], rng: np.random.Generator, n_structures: int = 12):
-    """A float32 image and an int64 label map with ``n_structures`` labelled ellipsoids."""
-    grids = np.meshgrid(*[np.arange(s, dtype=np.float32) for s in shape], indexing="ij")
-    label = np.zeros(shape, dtype=np.int64)
-    for _ in range(n_structures):
-        centre = [rng.uniform(0, s) for s in shape]
-        radii = [rng.uniform(s / 16, s / 6) for s in shape]
-        dist = sum(((g - c) / r) ** 2 for g, c, r in zip(grids, centre, radii))
-        label[dist <= 1.0] = 1
-    image = label.astype(np.float32) * 0.8 + rng.normal(0.0, 0.3, size=shape).astype(np.float32)
-    return image, label
+def augment_switches(cfg) -> dict[str, bool]:
+    """The preset's switches, each overridable on its own (``data.rotate=false``)."""
+    switches = dict(AUGMENT_PRESETS[cfg.data.augment])
+    for name in switches:
+        value = getattr(cfg.data, name)
+        if value is not None:
+            switches[name] = bool(value)
+    return switches
+
+
+# ------------------------------------------------------------------------------------------
+# 3D
+
+
+def volume_augmentation(switches: dict[str, bool]):
+    """MONAI dict transforms on {"image", "label"} patches; None when nothing is switched on.
+
+    Rotation and elastic deformation apply to every sample when on: the worst case the
+    connectomics guide warns of ("rotate and elastic are expensive in 3D").
+    """
+    from monai import transforms as T
+
+    keys = ["image", "label"]
+    steps = []
+    if switches["flip"]:
+        steps += [T.RandFlipd(keys, prob=0.5, spatial_axis=axis) for axis in range(3)]
+    if switches["rotate"]:
+        steps.append(T.RandRotated(keys, range_x=0.3, range_y=0.3, range_z=0.3, prob=1.0, mode=("bilinear", "nearest"),
+                                   padding_mode="zeros"))
+    if switches["elastic"]:
+        steps.append(T.Rand3DElasticd(keys, sigma_range=(5, 8), magnitude_range=(50, 150), prob=1.0,
+                                      mode=("bilinear", "nearest"), padding_mode="zeros"))
+    if switches["noise"]:
+        steps.append(T.RandGaussianNoised(["image"], prob=0.5, std=0.1))
+    return T.Compose(steps) if steps else None
+
+
+class ToPair:
+    """{"image", "label"} (MetaTensors or arrays) -> (float32 image, int64 label) plain tensors."""
+
+    def __call__(self, item):
+        image, label = item["image"], item["label"]
+        image = image.as_tensor() if hasattr(image, "as_tensor") else torch.as_tensor(image)
+        label = label.as_tensor() if hasattr(label, "as_tensor") else torch.as_tensor(label)
+        return image.float().contiguous(), label.round().long().contiguous()
 
 
 class RandomCropVolumes(Dataset):
     """Random patches (image [1, D, H, W], label [1, D, H, W]) cropped from in-RAM volumes."""
 
-    def __init__(self, patch_size, length: int, num_volumes: int = 4, seed: int = 0):
+    def __init__(self, patch_size, length: int, num_volumes: int = 4, seed: int = 0, augment=None):
         self.patch_size = tuple(patch_size)
         self.length = length
         rng = np.random.default_rng(seed)
@@ -38,6 +88,7 @@ class RandomCropVolumes(Dataset):
         self.images = [torch.from_numpy(img)[None] for img, _ in pairs]
         self.labels = [torch.from_numpy(lbl)[None] for _, lbl in pairs]
         self.seed = seed
+        self.augment = augment
 
     def __len__(self) -> int:
         return self.length
@@ -51,50 +102,137 @@ class RandomCropVolumes(Dataset):
             start = int(torch.randint(full - patch + 1, (1,), generator=g))
             slices.append(slice(start, start + patch))
         x, y = image[tuple(slices)], label[tuple(slices)]
-        if bool(torch.rand((), generator=g) < 0.5):
-            x, y = x.flip(-1), y.flip(-1)
+        if self.augment is not None:
+            return ToPair()(self.augment({"image": x, "label": y}))
         return x.contiguous(), y.contiguous()
 
 
-class RandomCropImages(Dataset):
-    """ImageNet-like samples: random crop + flip of in-RAM uint8 images, normalised to float."""
+class Repeat(Dataset):
+    """``length`` items cycling over a smaller dataset (an epoch longer than the file count)."""
 
-    MEAN = torch.tensor([0.485, 0.456, 0.406]).view(3, 1, 1)
-    STD = torch.tensor([0.229, 0.224, 0.225]).view(3, 1, 1)
-
-    def __init__(self, image_size, length: int, num_images: int = 64, num_classes: int = 1000, seed: int = 0):
-        self.image_size = tuple(image_size)
-        self.length = length
-        g = torch.Generator().manual_seed(seed)
-        stored = tuple(int(s * 8 / 7) for s in self.image_size)  # 224 crops from 256 images
-        self.images = torch.randint(0, 256, (num_images, 3, *stored), dtype=torch.uint8, generator=g)
-        self.labels = torch.randint(0, num_classes, (num_images,), generator=g)
-        self.seed = seed
+    def __init__(self, dataset: Dataset, length: int):
+        self.dataset, self.length = dataset, length
 
     def __len__(self) -> int:
         return self.length
 
     def __getitem__(self, index: int):
-        g = torch.Generator().manual_seed(self.seed * 1_000_003 + index)
-        i = int(torch.randint(len(self.images), (1,), generator=g))
-        img = self.images[i]
-        top = int(torch.randint(img.shape[1] - self.image_size[0] + 1, (1,), generator=g))
-        left = int(torch.randint(img.shape[2] - self.image_size[1] + 1, (1,), generator=g))
-        crop = img[:, top : top + self.image_size[0], left : left + self.image_size[1]]
-        if bool(torch.rand((), generator=g) < 0.5):
-            crop = crop.flip(-1)
-        x = (crop.float() / 255.0 - self.MEAN) / self.STD
-        return x, self.labels[i]
+        return self.dataset[index % len(self.dataset)]
+
+
+def disk_volumes(cfg, items: list[dict], length: int, switches: dict[str, bool]) -> Dataset:
+    """NIfTI volumes read with MONAI's LoadImaged, cropped and augmented per item."""
+    from monai import data as mdata
+    from monai import transforms as T
+
+    load = [T.LoadImaged(["image", "label"], image_only=True), T.EnsureChannelFirstd(["image", "label"])]
+    random = [T.RandSpatialCropd(["image", "label"], roi_size=list(cfg.data.patch_size), random_size=False)]
+    aug = volume_augmentation(switches)
+    if aug is not None:
+        random.append(aug)
+    pipeline = T.Compose(load + random + [ToPair()])
+    if cfg.data.cache == "ram":  # the deterministic part (load) runs once, as use_preloaded_cache does
+        dataset = mdata.CacheDataset(items, pipeline, cache_rate=1.0, num_workers=0, progress=False)
+    else:
+        dataset = mdata.Dataset(items, pipeline)
+    dataset.set_random_state(seed=cfg.seed) if hasattr(dataset, "set_random_state") else None
+    return Repeat(dataset, length)
+
+
+# ------------------------------------------------------------------------------------------
+# 2D
+
+
+def image_augmentation(image_size, switches: dict[str, bool], random_resized: bool):
+    """torchvision v2 transforms from a uint8 [3, H, W] image to a normalised float tensor."""
+    from torchvision.transforms import v2
+
+    steps = [v2.RandomResizedCrop(list(image_size), antialias=True) if random_resized else v2.RandomCrop(list(image_size))]
+    if switches["flip"]:
+        steps.append(v2.RandomHorizontalFlip())
+    if switches["noise"]:  # the 2D counterpart of intensity noise: colour jitter
+        steps.append(v2.ColorJitter(0.4, 0.4, 0.4))
+    steps += [v2.ToDtype(torch.float32, scale=True), v2.Normalize(MEAN, STD)]
+    return v2.Compose(steps)
+
+
+class RandomCropImages(Dataset):
+    """ImageNet-like samples: uint8 images in RAM (class labels), cropped and augmented per item."""
+
+    def __init__(self, image_size, length: int, num_images: int, num_classes: int, seed: int, transform):
+        self.length = length
+        g = torch.Generator().manual_seed(seed)
+        stored = tuple(int(s * 8 / 7) for s in image_size)  # 224 crops from 256 images
+        self.images = torch.randint(0, 256, (num_images, 3, *stored), dtype=torch.uint8, generator=g)
+        self.labels = torch.randint(0, num_classes, (num_images,), generator=g)
+        self.transform = transform
+
+    def __len__(self) -> int:
+        return self.length
+
+    def __getitem__(self, index: int):
+        i = index % len(self.images)
+        return self.transform(self.images[i]), self.labels[i]
+
+
+class JpegImages(Dataset):
+    """JPEG files decoded per sample (``cache=False``) or once, up front (``cache=True``)."""
+
+    def __init__(self, items: list[dict], length: int, transform, cache: bool):
+        self.items, self.length, self.transform = items, length, transform
+        self.decoded = [self._decode(it["image"]) for it in items] if cache else None
+
+    @staticmethod
+    def _decode(path: str) -> torch.Tensor:
+        """PIL decode (as torchvision's ImageFolder does) into a uint8 [3, H, W] tensor."""
+        from PIL import Image
+
+        with Image.open(path) as img:
+            return torch.from_numpy(np.asarray(img.convert("RGB"))).permute(2, 0, 1).contiguous()
+
+    def __len__(self) -> int:
+        return self.length
+
+    def __getitem__(self, index: int):
+        i = index % len(self.items)
+        image = self.decoded[i] if self.decoded is not None else self._decode(self.items[i]["image"])
+        return self.transform(image), self.items[i]["label"]
+
+
+class MixupCollate:
+    """Batch-level mixup or cutmix (one of the two per batch), as timm and torchvision apply them."""
+
+    def __init__(self, num_classes: int):
+        from torchvision.transforms import v2
+
+        self.mix = v2.RandomChoice([v2.MixUp(num_classes=num_classes), v2.CutMix(num_classes=num_classes)])
+
+    def __call__(self, batch):
+        return self.mix(*default_collate(batch))
+
+
+# ------------------------------------------------------------------------------------------
 
 
 def build_dataset(cfg, workload) -> Dataset:
-    samples_per_epoch = cfg.batch_size * cfg.accumulate_grad_batches * cfg.data.epoch_steps
+    """The dataset the settings describe (disk datasets must exist: ``harness.datasets.ensure``)."""
+    length = cfg.batch_size * cfg.accumulate_grad_batches * cfg.data.epoch_steps
+    switches = augment_switches(cfg)
+    if cfg.data.source == "disk":
+        from harness import datasets
+
+        items = datasets.locate(datasets.spec_for(cfg, workload), datasets.cache_root(cfg))
+        if workload.spatial_dims == 3:
+            return disk_volumes(cfg, items, length, switches)
+        transform = image_augmentation(cfg.data.patch_size, switches, random_resized=cfg.data.augment != "none")
+        return JpegImages(items, length, transform, cache=cfg.data.cache == "ram")
     if workload.spatial_dims == 3:
-        return RandomCropVolumes(cfg.data.patch_size, samples_per_epoch, cfg.data.num_volumes, cfg.seed)
-    return RandomCropImages(cfg.data.patch_size, samples_per_epoch, 16 * cfg.data.num_volumes, workload.num_classes, cfg.seed)
+        return RandomCropVolumes(cfg.data.patch_size, length, cfg.data.num_volumes, cfg.seed, volume_augmentation(switches))
+    transform = image_augmentation(cfg.data.patch_size, switches, random_resized=cfg.data.augment != "none")
+    return RandomCropImages(cfg.data.patch_size, length, 16 * cfg.data.num_volumes, workload.num_classes, cfg.seed, transform)
 
 
-def build_loader(cfg, dataset: Dataset) -> DataLoader:
+def build_loader(cfg, dataset: Dataset, workload=None) -> DataLoader:
     """The DataLoader with every loader knob applied as given (validated beforehand)."""
     kwargs = dict(
         batch_size=cfg.batch_size,
@@ -107,6 +245,8 @@ def build_loader(cfg, dataset: Dataset) -> DataLoader:
     )
     if cfg.data.prefetch_factor is not None:
         kwargs["prefetch_factor"] = cfg.data.prefetch_factor
+    if workload is not None and workload.spatial_dims == 2 and augment_switches(cfg)["mixup"]:
+        kwargs["collate_fn"] = MixupCollate(workload.num_classes)
     return DataLoader(dataset, **kwargs)
 
 

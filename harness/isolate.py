@@ -48,6 +48,7 @@ def base_record(cfg: config_mod.RunConfig, env: dict, env_key: str, status: str,
         config_json=json.dumps(config_mod.to_dict(cfg), sort_keys=True),
         env_key=env_key,
         unit=WORKLOADS.get(cfg.workload).unit,
+        mode=cfg.measure.mode,
         **{k: v for k, v in env.items() if k in env_fields},
     )
 

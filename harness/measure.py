@@ -69,16 +69,22 @@ def inject_fault(cfg, step: int, device: torch.device) -> None:
 def train_and_measure(cfg, workload: Workload, progress) -> tuple[Measurement, dict]:
     """Run warm-up + measured steps; return the raw measurement and the derived extras."""
     torch.manual_seed(cfg.seed)
-    prep = prepare(cfg, workload)
-    device = prep.device
-    loader = build_loader(cfg, build_dataset(cfg, workload))
+    mode = cfg.measure.mode
+    prep = prepare(cfg, workload) if mode != "loader" else None
+    device = torch.device(cfg.device)
+    loader = build_loader(cfg, build_dataset(cfg, workload), workload)
     batches = endless(loader)
+    nb = bool(cfg.data.non_blocking)
+    fmt = prep.memory_format if prep else torch.contiguous_format
+    if mode == "model":  # nnU-Net's dummy trainer: one batch kept on the device, the loader never asked again
+        x0, y0 = next(batches)
+        fixed = (x0.to(device, memory_format=fmt), y0.to(device))
+        batches = iter(lambda: fixed, None)
     accum = cfg.accumulate_grad_batches
     m = Measurement(samples_per_step=cfg.batch_size * accum)
     total_steps = cfg.measure.warmup_steps + cfg.measure.steps
     nan_step = cfg.debug.fault_step if cfg.debug.fault == "nan" else -1
     slowdown_s = cfg.debug.slowdown_ms / 1000.0
-    nb = bool(cfg.data.non_blocking)
 
     nvml = monitor.nvml_handle_for(device.index or 0) if device.type == "cuda" else None
     sampler = monitor.Sampler(cfg.measure.sample_interval_s, nvml)
@@ -99,12 +105,15 @@ def train_and_measure(cfg, workload: Workload, progress) -> tuple[Measurement, d
             sampler.measuring.set()
             t_prev = window_start = time.perf_counter()
         wait = 0.0
-        prep.optimizer.zero_grad(set_to_none=cfg.optimizer.zero_grad_set_to_none)
+        if prep:
+            prep.optimizer.zero_grad(set_to_none=cfg.optimizer.zero_grad_set_to_none)
         for _ in range(accum):
             t0 = time.perf_counter()
             x, y = next(batches)
             wait += time.perf_counter() - t0
-            x = x.to(device, non_blocking=nb, memory_format=prep.memory_format)
+            if prep is None:
+                continue
+            x = x.to(device, non_blocking=nb, memory_format=fmt)
             y = y.to(device, non_blocking=nb)
             with prep.autocast():
                 out = prep.model(x)
@@ -112,15 +121,15 @@ def train_and_measure(cfg, workload: Workload, progress) -> tuple[Measurement, d
             if step == nan_step:
                 loss = loss * float("nan")
             (prep.scaler.scale(loss) if prep.scaler else loss).backward()
-        if prep.scaler:
+        if prep and prep.scaler:
             prep.scaler.step(prep.optimizer)
             prep.scaler.update()
-        else:
+        elif prep:
             prep.optimizer.step()
         inject_fault(cfg, step, device)
         if slowdown_s:
             time.sleep(slowdown_s)
-        if step == 0 or (step + 1) % cfg.log_every_n_steps == 0:
+        if loss is not None and (step == 0 or (step + 1) % cfg.log_every_n_steps == 0):
             value = loss.item() * accum  # (b) the logging sync
             if step == 0:
                 m.loss_first = value
@@ -137,9 +146,10 @@ def train_and_measure(cfg, workload: Workload, progress) -> tuple[Measurement, d
     other_pct = monitor.other_cpu_percent(clock_start, monitor.CpuClock.read())
     sampler.measuring.clear()
     samples = sampler.stop()
-    m.loss_last = loss.item() * accum
-    if not math.isfinite(m.loss_last):
-        raise NonFiniteLoss(total_steps - 1, m.loss_last)
+    if loss is not None:
+        m.loss_last = loss.item() * accum
+        if not math.isfinite(m.loss_last):
+            raise NonFiniteLoss(total_steps - 1, m.loss_last)
     extras = _extras(cfg, workload, prep, m, samples, cpu_pct)
     extras["other_cpu_pct"] = other_pct
     del batches, loader
@@ -147,16 +157,19 @@ def train_and_measure(cfg, workload: Workload, progress) -> tuple[Measurement, d
 
 
 def _extras(cfg, workload, prep, m: Measurement, samples: monitor.Samples, cpu_pct: float) -> dict:
-    device = prep.device
+    device = torch.device(cfg.device)
+    workers = sorted(samples.peak_worker_rss_bytes.values(), reverse=True)
     out = {
         "peak_host_rss_bytes": samples.peak_host_rss_bytes or None,
-        "peak_worker_rss_bytes": max(samples.peak_worker_rss_bytes.values(), default=None),
+        "peak_main_rss_bytes": samples.peak_main_rss_bytes or None,
+        "peak_worker_rss_bytes": workers[0] if workers else None,
+        "worker_rss_bytes": workers,
         "cpu_util_pct": cpu_pct,
         "gpu_util_pct": _mean(samples.gpu_util_pct),
         "gpu_mem_used_bytes": max(samples.gpu_mem_used_bytes, default=None),
         "gpu_power_w": _mean(samples.gpu_power_w),
         "peak_vram_bytes": float(torch.cuda.max_memory_allocated(device)) if device.type == "cuda" else None,
-        "checkpointed_units": prep.checkpointed_units,
+        "checkpointed_units": prep.checkpointed_units if prep else 0,
     }
     return out
 
@@ -167,6 +180,8 @@ def _mean(values: list[float]) -> float | None:
 
 def model_flops_per_sample(cfg, workload: Workload) -> float | None:
     """Training FLOPs of one sample for this model and patch size (None if it cannot be counted)."""
+    if cfg.measure.mode == "loader":
+        return None
     shape = (1, workload.in_channels, *cfg.data.patch_size)
     try:
         return count_train_flops(lambda: workload.build(cfg)[0], shape, None)

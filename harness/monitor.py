@@ -16,6 +16,7 @@ import psutil
 @dataclass
 class Samples:
     peak_host_rss_bytes: float = 0.0
+    peak_main_rss_bytes: float = 0.0
     peak_worker_rss_bytes: dict[int, float] = field(default_factory=dict)
     gpu_util_pct: list[float] = field(default_factory=list)
     gpu_mem_used_bytes: list[float] = field(default_factory=list)
@@ -42,6 +43,7 @@ class Sampler(threading.Thread):
     def sample_once(self) -> None:
         try:
             total = self._proc.memory_info().rss
+            self.samples.peak_main_rss_bytes = max(self.samples.peak_main_rss_bytes, float(total))
             for child in self._proc.children(recursive=True):
                 try:
                     rss = child.memory_info().rss

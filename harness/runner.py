@@ -32,6 +32,17 @@ def environment(device: str) -> tuple[dict, str]:
     return env, env_mod.env_key(env, device)
 
 
+def prepare_data(resolved: config_mod.RunConfig, log=print) -> None:
+    """Build (once) or repair the on-disk dataset a config reads, before anything is timed."""
+    if resolved.data.source != "disk":
+        return
+    from harness import datasets
+    from harness.workloads import WORKLOADS
+
+    spec = datasets.spec_for(resolved, WORKLOADS.get(resolved.workload))
+    datasets.ensure(spec, datasets.cache_root(resolved), log)
+
+
 def run_and_store(resolved: config_mod.RunConfig, env: dict, env_key: str, on_progress: ProgressFn | None = None,
                   **sweep_fields) -> RunRecord:
     """Measure a resolved config and append its record to the store (whatever its status)."""

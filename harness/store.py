@@ -66,7 +66,9 @@ class RunRecord:
     measured_s: float | None = None
     peak_vram_bytes: float | None = None
     peak_host_rss_bytes: float | None = None
-    peak_worker_rss_bytes: float | None = None
+    peak_main_rss_bytes: float | None = None
+    peak_worker_rss_bytes: float | None = None  # the largest loader worker
+    worker_rss_bytes: list[float] = field(default_factory=list)  # peak RSS of every loader worker seen
     gpu_util_pct: float | None = None
     gpu_mem_used_bytes: float | None = None
     gpu_power_w: float | None = None
@@ -78,6 +80,7 @@ class RunRecord:
     loss_last: float | None = None
     step_ms: list[float] = field(default_factory=list)
     data_wait_ms: list[float] = field(default_factory=list)
+    mode: str = "train"  # measure.mode: train, loader (no model) or model (no loader)
     # environment
     torch_version: str = ""
     cuda_version: str = ""

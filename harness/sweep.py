@@ -69,8 +69,12 @@ def _device(cfg: config_mod.RunConfig, machine: runner.Machine) -> str:
 
 
 def preflight(ctx: SweepContext, machine: runner.Machine) -> list[config_mod.RunConfig]:
-    """Resolve every rung up front, so bad input stops the sweep before anything runs."""
-    return [rung_config(ctx, r.index, machine) for r in ctx.ladder.rungs]
+    """Resolve every rung up front, so bad input stops the sweep before anything runs; build the
+    on-disk datasets the rungs read, so that no rung times a dataset being written."""
+    configs = [rung_config(ctx, r.index, machine) for r in ctx.ladder.rungs]
+    for cfg in configs:
+        runner.prepare_data(cfg)
+    return configs
 
 
 def sweep_records(frame, sweep_id: str):

@@ -68,7 +68,7 @@ def main(argv: list[str]) -> int:
         ctx = _context(name, lad, overrides, user_keys, sweep_id=f"{name}-{time.strftime('%Y%m%d-%H%M%S')}")
         machine = _machine()
         sweep_mod.preflight(ctx, machine)
-    except ValueError as exc:
+    except (ValueError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     rounds = ",".join(str(i) for i in range(ctx.repeats))

@@ -1,0 +1,21 @@
+"""`diagnose` end to end on the CPU: the right verdict for a data-bound and a compute-bound setting."""
+
+from harness.store import load_runs
+from tests.conftest import harness_cli
+
+TINY = ("measure.steps=8", "measure.warmup_steps=2")
+
+
+def test_heavy_3d_augmentation_with_no_workers_is_data_bound(results):
+    out = harness_cli("diagnose", "workload=unet3d", "data=disk", "data.augment=heavy", "model.width=0.5", *TINY,
+                      f"results_dir={results}")
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "data-bound: the loader delivers" in out.stdout and "more loader workers" in out.stdout
+    frame = load_runs(results)
+    assert sorted(frame["mode"]) == ["loader", "model", "train"] and set(frame["ladder"]) == {"diagnose"}
+
+
+def test_a_large_model_on_in_memory_data_is_compute_bound(results):
+    out = harness_cli("diagnose", "workload=unet3d", "model.width=4", *TINY, f"results_dir={results}")
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "compute-bound: the loader delivers" in out.stdout
