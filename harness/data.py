@@ -188,7 +188,7 @@ class JpegImages(Dataset):
         from PIL import Image
 
         with Image.open(path) as img:
-            return torch.from_numpy(np.asarray(img.convert("RGB"))).permute(2, 0, 1).contiguous()
+            return torch.from_numpy(np.array(img.convert("RGB"))).permute(2, 0, 1).contiguous()
 
     def __len__(self) -> int:
         return self.length
