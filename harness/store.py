@@ -124,20 +124,23 @@ def write_record(record: RunRecord, results_dir: str | os.PathLike) -> Path:
     """Write one record as ``runs/<run_id>.parquet`` atomically (temp file + rename)."""
     if record.status not in STATUSES:
         raise ValueError(f"status {record.status!r} is not one of {STATUSES}")
-    folder = runs_dir(results_dir)
-    folder.mkdir(parents=True, exist_ok=True)
-    row = {name: [getattr(record, name)] for name in COLUMNS}
-    table = pa.table(row, schema=SCHEMA)
-    final = folder / f"{record.run_id}.parquet"
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix=".parquet")
+    return write_records([record], runs_dir(results_dir) / f"{record.run_id}.parquet")
+
+
+def write_records(records: list[RunRecord], path: str | os.PathLike) -> Path:
+    """Write records with the store's schema to ``path`` atomically (temp file in the folder + rename)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    table = pa.table({name: [getattr(r, name) for r in records] for name in COLUMNS}, schema=SCHEMA)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".parquet")
     os.close(fd)
     try:
         pq.write_table(table, tmp)
-        os.replace(tmp, final)
+        os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
-    return final
+    return path
 
 
 def load_runs(results_dir: str | os.PathLike = "results"):

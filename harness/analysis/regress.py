@@ -41,7 +41,6 @@ import math
 import os
 import re
 import sys
-import tempfile
 import warnings
 import xml.etree.ElementTree as ET
 from dataclasses import asdict, dataclass, field
@@ -49,11 +48,9 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-import pyarrow as pa
-import pyarrow.parquet as pq
 from scipy import stats
 
-from harness.store import COLUMNS, SCHEMA, SCHEMA_VERSION, load_parquet_files, load_runs, records_from_frame
+from harness.store import SCHEMA_VERSION, load_parquet_files, load_runs, records_from_frame, write_records
 
 STATUSES = ("regressed", "warned", "improved", "unchanged", "missing", "new", "not comparable")
 COMPARED = ("regressed", "warned", "improved", "unchanged")
@@ -439,17 +436,7 @@ def load_baseline(path: Path) -> pd.DataFrame:
 
 def write_baseline(frame: pd.DataFrame, path: Path) -> None:
     """Write records with the store's schema atomically: a temp file in the same folder, then a rename."""
-    records = records_from_frame(frame)
-    table = pa.table({c: [getattr(r, c) for r in records] for c in COLUMNS}, schema=SCHEMA)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".parquet")
-    os.close(fd)
-    try:
-        pq.write_table(table, tmp)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+    write_records(records_from_frame(frame), path)
 
 
 def require_ok(frame: pd.DataFrame, what: str) -> None:
