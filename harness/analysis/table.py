@@ -175,7 +175,7 @@ def _notes(table: SweepTable, ladder, records) -> None:
         table.notes.append(f"rungs {sorted(set(int(r) for r in busy['rung']))} ran while other processes used up to "
                            f"{worst:.0f}% of the CPUs: their numbers are not trustworthy; measure on an idle machine")
     if any(r.repeats < 2 for r in table.rows if r.status == "ok"):
-        table.notes.append("single measurements: speedups within about 3% are noise; add sweep.repeats=3 for tighter bands")
+        table.notes.append("single measurements: speedups within about 7% are noise (5% per run, two runs per ratio); add sweep.repeats=3 for tighter bands")
 
 
 # ------------------------------------------------------------------------------------------
