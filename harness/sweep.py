@@ -119,6 +119,14 @@ def copy_cached(original: RunRecord, **sweep_fields) -> RunRecord:
     return copy
 
 
+def usable_cpus() -> int:
+    """CPUs this process may run on (a container or taskset may allow fewer than the machine has)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
 @dataclass
 class RungOutcome:
     record: RunRecord | None
@@ -143,11 +151,11 @@ def run_rung(ctx: SweepContext, rung: int, round_: int, machine: runner.Machine,
     if on_start:
         on_start(cfg, dropped)
     env, key = runner.environment(cfg.device)
-    if ladder.cap_workers_at_cpus and cfg.data.num_workers > (os.cpu_count() or 1):
+    if ladder.cap_workers_at_cpus and cfg.data.num_workers > usable_cpus():
         from harness.isolate import base_record
 
         record = base_record(cfg, env, key, "skipped", f"data.num_workers={cfg.data.num_workers} is more than the "
-                             f"{os.cpu_count()} CPUs here")
+                             f"{usable_cpus()} CPUs this process may use")
         for k, v in fields.items():
             setattr(record, k, v)
         write_record(record, cfg.results_dir)

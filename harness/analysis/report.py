@@ -42,8 +42,7 @@ td.num { text-align: right; font-variant-numeric: tabular-nums; }
 .short { color: #c62828; font-weight: bold; }
 figure { margin: 16px 0; } figure img { max-width: 100%; border: 1px solid #eee; }
 figcaption { color: #555; font-size: 13px; }
-/* the table's notes come as bare <li> items: indent them so their bullets show */
-.scroll div { font-size: 13px; } .scroll div li { margin-left: 1.5em; }
+.scroll div { font-size: 13px; }
 """
 
 

@@ -251,7 +251,8 @@ def to_html(table: SweepTable) -> str:
     if table.total_claim:
         extra += (f"<p>Total: measured {html.escape(_ratio_text(table.total_measured))} over the baseline; the guide claims "
                   f"{html.escape(table.total_claim)}: <b>{html.escape(table.total_verdict or 'not measured')}</b>.</p>")
-    extra += "".join(f"<li>{html.escape(n)}</li>" for n in table.notes)
+    if table.notes:
+        extra += "<ul>" + "".join(f"<li>{html.escape(n)}</li>" for n in table.notes) + "</ul>"
     return (f"<table class='sweep'><caption>{html.escape(title(table))}</caption><thead><tr>{head}</tr></thead>"
             f"<tbody>{body}</tbody></table>{extra and '<div>' + extra + '</div>'}")
 
