@@ -30,8 +30,9 @@ from harness.workloads import Workload
 
 
 class NonFiniteLoss(RuntimeError):
-    def __init__(self, step: int, value: float):
-        super().__init__(f"loss became {value} at step {step}")
+    def __init__(self, step: int, value: float, every: int):
+        super().__init__(f"loss became {value}: seen at step {step} (the loss is read every "
+                         f"log_every_n_steps={every} steps and at the end, so it may have happened earlier)")
         self.step = step
 
 
@@ -134,7 +135,7 @@ def train_and_measure(cfg, workload: Workload, progress) -> tuple[Measurement, d
             if step == 0:
                 m.loss_first = value
             if not math.isfinite(value):
-                raise NonFiniteLoss(step, value)
+                raise NonFiniteLoss(step, value, cfg.log_every_n_steps)
         t = time.perf_counter()
         (m.warmup_ms if step < cfg.measure.warmup_steps else m.step_ms).append((t - t_prev) * 1000.0)
         if step >= cfg.measure.warmup_steps:
@@ -149,7 +150,7 @@ def train_and_measure(cfg, workload: Workload, progress) -> tuple[Measurement, d
     if loss is not None:
         m.loss_last = loss.item() * accum
         if not math.isfinite(m.loss_last):
-            raise NonFiniteLoss(total_steps - 1, m.loss_last)
+            raise NonFiniteLoss(total_steps - 1, m.loss_last, cfg.log_every_n_steps)
     extras = _extras(cfg, workload, prep, m, samples, cpu_pct)
     extras["other_cpu_pct"] = other_pct
     del batches, loader
