@@ -1,7 +1,6 @@
 """Data pipelines: disk datasets built once and read back identical, repaired when corrupt;
 augmentation switches; loader-only and model-only measurement modes."""
 
-import json
 
 import nibabel as nib
 import numpy as np

@@ -100,3 +100,24 @@ def test_table_renders_from_the_store_without_torch(results):
     res = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True)
     assert res.returncode == 0, res.stderr
     assert res.stdout.splitlines()[0].startswith("sweep_id,rung,change,samples/s")
+
+
+def test_batch_ladder_stops_cleanly_at_the_first_oom_and_the_table_says_where(tmp_path):
+    from harness import ladder as ladder_mod
+    from harness import sweep as sweep_mod
+    from harness.analysis.table import build_table, render
+    from harness.runner import Machine
+    from harness.store import RunRecord, write_record
+
+    lad = ladder_mod.load("batch")
+    for rung, status in ((0, "ok"), (1, "ok"), (2, "oom")):
+        write_record(RunRecord(run_id=f"r{rung}", status=status, timestamp=f"2026-11-21T10:00:0{rung}", sweep_id="s",
+                               ladder="batch", rung=rung, change=lad.rungs[rung].change("smoke"), workload="unet3d",
+                               device="cpu", cpu_model="x", cpu_count=2, samples_per_s=10.0 * (rung + 1) if status == "ok" else None,
+                               step_ms=[10.0] * 10 if status == "ok" else []), tmp_path)
+    ctx = sweep_mod.SweepContext(sweep_id="s", ladder=lad, settings={"results_dir": str(tmp_path)}, user_keys=frozenset())
+    outcome = sweep_mod.run_rung(ctx, 3, 0, Machine(cuda_available=False))
+    assert outcome.record is None and outcome.how == "not run"
+    assert outcome.message == "memory ran out at rung 2; the ladder stops there"
+    text = render(build_table(load_runs(tmp_path), "s"))
+    assert "memory ran out at rung 2 (batch_size=4); the ladder stopped there" in text

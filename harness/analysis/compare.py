@@ -159,7 +159,7 @@ def _compare_rung(sides: list[Side], rung: int) -> CompareRow:
         out.ratios = [None] * (len(sides) - 1)
         return out
     first = rows[0]
-    for side, row in zip(sides[1:], rows[1:]):
+    for row in rows[1:]:
         if first.samples_per_s is None or row.samples_per_s is None:
             out.ratios.append(None)
         else:
