@@ -71,7 +71,13 @@ def _device(cfg: config_mod.RunConfig, machine: runner.Machine) -> str:
 def preflight(ctx: SweepContext, machine: runner.Machine) -> list[config_mod.RunConfig]:
     """Resolve every rung up front, so bad input stops the sweep before anything runs; build the
     on-disk datasets the rungs read, so that no rung times a dataset being written."""
-    configs = [rung_config(ctx, r.index, machine) for r in ctx.ladder.rungs]
+    configs = []
+    for r in ctx.ladder.rungs:
+        try:
+            configs.append(rung_config(ctx, r.index, machine))
+        except ValueError as exc:
+            what = f"rung {r.index} ({r.change('smoke') or 'baseline'})"
+            raise ValueError(f"ladder {ctx.ladder.name!r} {what} does not fit these settings: {exc}") from exc
     for cfg in configs:
         runner.prepare_data(cfg)
     return configs
