@@ -40,6 +40,17 @@ def split_ladder(argv: list[str]) -> tuple[str | None, list[str]]:
     return name, rest
 
 
+def _is_value_sweep(value: str) -> bool:
+    """A Hydra sweep (``a,b`` or ``range(...)``/``choice(...)``) rather than one value (lists are fine)."""
+    depth = 0
+    for ch in value:
+        depth += ch in "[({"
+        depth -= ch in "])}"
+        if ch == "," and depth == 0:
+            return True
+    return value.startswith(("range(", "choice(", "interval(", "glob("))
+
+
 def main(argv: list[str]) -> int:
     if any(a in ("-h", "--help") for a in argv):
         print(__doc__.strip() + "\n\nsettings: any `run` setting as key=value; sweep.repeats=N, sweep.rerun=true\n\n" + ladder_list())
@@ -54,6 +65,10 @@ def main(argv: list[str]) -> int:
         user_keys = {k for k in map(cli.override_key, overrides) if k}
         if user_keys & INTERNAL_KEYS:
             raise ValueError(f"{sorted(user_keys & INTERNAL_KEYS)} are set by the sweep itself; remove them")
+        several = [o for o in overrides if cli.override_key(o) and _is_value_sweep(o.split("=", 1)[1])]
+        if several:
+            raise ValueError(f"{several[0]!r} gives several values; a sweep climbs one ladder with one value per "
+                             "setting. Run one sweep per value (and compare them with `python -m harness compare`)")
         clash = sweep_mod.conflicts(lad, user_keys)
         if clash:
             rungs = [r.index for r in lad.rungs if r.key in clash]

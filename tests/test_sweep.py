@@ -121,3 +121,9 @@ def test_batch_ladder_stops_cleanly_at_the_first_oom_and_the_table_says_where(tm
     assert outcome.message == "memory ran out at rung 2; the ladder stops there"
     text = render(build_table(load_runs(tmp_path), "s"))
     assert "memory ran out at rung 2 (batch_size=4); the ladder stopped there" in text
+
+
+def test_several_values_for_one_setting_are_refused(results):
+    out, _ = _sweep(results, "+ladder=phase2", "model.width=0.5,1.0")
+    assert out.returncode == 2 and "'model.width=0.5,1.0' gives several values" in out.stderr
+    assert not results.exists()
