@@ -19,3 +19,20 @@ def test_a_large_model_on_in_memory_data_is_compute_bound(results):
     out = harness_cli("diagnose", "workload=unet3d", "model.width=4", *TINY, f"results_dir={results}")
     assert out.returncode == 0, out.stdout + out.stderr
     assert "compute-bound: the loader delivers" in out.stdout
+
+
+def test_a_worker_takes_data_wait_off_a_data_bound_loop(results):
+    from harness import runner
+    from tests.conftest import tiny_config
+
+    waits = {}
+    for workers in (0, 1):
+        cfg = tiny_config(data__source="disk", data__cache="none", data__augment="heavy", model__width=0.5,
+                          data__num_workers=workers, measure__steps=8, measure__warmup_steps=2, results_dir=str(results))
+        runner.prepare_data(cfg, log=lambda *_: None)
+        env, key = runner.environment(cfg.device)
+        record = runner.run_and_store(cfg, env, key)
+        assert record.status == "ok", record.error
+        waits[workers] = record.data_wait_frac
+    assert waits[0] > 0.3  # data-bound without workers
+    assert waits[1] < waits[0] * 0.8

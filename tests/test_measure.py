@@ -68,3 +68,21 @@ def test_flops_are_counted_per_sample_forward_and_backward():
     flops = model_flops_per_sample(cfg, WORKLOADS.get("resnet50"))
     # torchvision: 4.09 GMAC = 8.18 GFLOP forward; training is ~3x forward.
     assert flops == pytest.approx(3 * 8.18e9, rel=0.03)
+
+
+def test_log_every_n_steps_sets_how_often_the_loss_is_synced(monkeypatch):
+    calls = []
+    real_item = torch.Tensor.item
+
+    def counting_item(self):
+        calls.append(1)
+        return real_item(self)
+
+    monkeypatch.setattr(torch.Tensor, "item", counting_item)
+    counts = {}
+    for every in (50, 1):
+        calls.clear()
+        _measure(measure__steps=4, measure__warmup_steps=1, log_every_n_steps=every)
+        counts[every] = len(calls)
+    # 5 steps: every=1 reads the loss after each of them; every=50 only after step 0 and at the end.
+    assert counts[1] - counts[50] == 4
