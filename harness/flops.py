@@ -31,7 +31,7 @@ def peak_flops(gpu_name: str, precision: str, tf32: bool | None) -> float | None
     return None
 
 
-def count_train_flops(model_factory, example_shape, loss_target) -> float:
+def count_train_flops(model_factory, example_shape) -> float:
     """FLOPs of one forward + backward of a fresh model on one sample (meta tensors: no compute)."""
     import torch
     from torch.utils.flop_counter import FlopCounterMode

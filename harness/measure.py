@@ -185,7 +185,7 @@ def model_flops_per_sample(cfg, workload: Workload) -> float | None:
         return None
     shape = (1, workload.in_channels, *cfg.data.patch_size)
     try:
-        return count_train_flops(lambda: workload.build(cfg)[0], shape, None)
+        return count_train_flops(lambda: workload.build(cfg)[0], shape)
     except Exception:  # a model that cannot run on meta tensors: MFU stays empty, never guessed
         return None
 

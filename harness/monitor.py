@@ -127,7 +127,3 @@ def other_cpu_percent(start: CpuClock, end: CpuClock) -> float:
         return 0.0
     others = (end.machine_busy_s - start.machine_busy_s) - (end.own_s - start.own_s)
     return max(0.0, 100.0 * others / (wall * (psutil.cpu_count() or 1)))
-
-
-def now() -> float:
-    return time.perf_counter()

@@ -9,7 +9,6 @@ Schema history (bump ``SCHEMA_VERSION`` when a column changes meaning or type):
 
 from __future__ import annotations
 
-import json
 import os
 import tempfile
 from dataclasses import dataclass, field, fields
@@ -98,9 +97,6 @@ class RunRecord:
     hostname: str = ""
     git_commit: str = ""
     git_dirty: bool | None = None
-
-    def config(self) -> dict[str, Any]:
-        return json.loads(self.config_json)
 
 
 _ARROW_TYPES = {
