@@ -8,6 +8,7 @@ alone, and never import torch or Hydra.
 from __future__ import annotations
 
 import importlib
+import signal
 import sys
 from pathlib import Path
 from dataclasses import dataclass
@@ -46,18 +47,53 @@ def main(argv: list[str] | None = None) -> int:
 
         print(f"error: {unknown_choice('command', command, COMMANDS)}", file=sys.stderr)
         return 2
-    if command == "run":
-        return hydra_command(rest, multirun=False)
-    if command == "diagnose":
-        from harness import diagnose
+    _quiet_store_warnings()
+    if command in ("run", "diagnose", "sweep"):
+        return _measuring_command(command, rest)
+    module = importlib.import_module(COMMANDS[command][1])
+    return module.main(command, rest)
 
-        return hydra_command(rest, multirun=False, task=diagnose.task)
-    if command == "sweep":
+
+def _measuring_command(command: str, rest: list[str]) -> int:
+    """Commands that start measuring processes: an interruption kills them and says how to go on."""
+    from harness import isolate
+
+    isolate.terminate_on_signals()
+    try:
+        if command == "run":
+            return hydra_command(rest, multirun=False)
+        if command == "diagnose":
+            from harness import diagnose
+
+            return hydra_command(rest, multirun=False, task=diagnose.task)
         from harness import sweep_cli
 
         return sweep_cli.main(rest)
-    module = importlib.import_module(COMMANDS[command][1])
-    return module.main(command, rest)
+    except (KeyboardInterrupt, isolate.Terminated) as exc:
+        isolate.kill_live_children()
+        signum = exc.signum if isinstance(exc, isolate.Terminated) else signal.SIGINT
+        what = "sweep" if command == "sweep" else command
+        print(f"\ninterrupted ({signal.Signals(signum).name}): the measuring process was stopped; every finished "
+              f"measurement is stored. Run the same command to {'resume' if what == 'sweep' else 'measure again'}.",
+              file=sys.stderr)
+        return 128 + int(signum)
+
+
+def _quiet_store_warnings() -> None:
+    """An unreadable record in the store is one line on stderr, not a Python warning with source."""
+    import warnings
+
+    from harness.store import UnreadableRecord
+
+    default = warnings.showwarning
+
+    def show(message, category, filename, lineno, file=None, line=None):
+        if issubclass(category, UnreadableRecord):
+            print(f"warning: {message}", file=sys.stderr)
+        else:
+            default(message, category, filename, lineno, file, line)
+
+    warnings.showwarning = show
 
 
 # ------------------------------------------------------------------------------------------
@@ -150,6 +186,7 @@ def run_task(cfg) -> None:
     """`python -m harness run`: one isolated run, a summary, one stored record."""
     from harness import runner
     from harness.console import console, run_summary
+    from harness.store import check_writable
     from harness.progress import RunProgress
 
     try:
@@ -164,8 +201,9 @@ def run_task(cfg) -> None:
         console.print(f"device: {resolved.device}, size: {resolved.size}"
                       + ("  (no CUDA GPU here: running the small CPU size)" if resolved.device == "cpu" else ""))
     try:
+        check_writable(resolved.results_dir)
         runner.prepare_data(resolved, console.print)
-    except OSError as exc:
+    except (OSError, ValueError) as exc:
         console.print(f"[red]error:[/] {exc}")
         set_exit_code(2)
         return
@@ -173,5 +211,7 @@ def run_task(cfg) -> None:
     with RunProgress(console, f"{resolved.workload}") as progress:
         record = runner.run_and_store(resolved, env, key, progress.update)
     console.print(run_summary(record))
-    console.print(f"stored in {resolved.results_dir}/runs/{record.run_id}.parquet")
+    path = Path(resolved.results_dir) / "runs" / f"{record.run_id}.parquet"
+    if path.exists():
+        console.print(f"stored in {path}")
     set_exit_code(0 if record.status == "ok" else 1)
