@@ -8,6 +8,7 @@ alone, and never import torch or Hydra.
 from __future__ import annotations
 
 import importlib
+import re
 import signal
 import sys
 from pathlib import Path
@@ -144,6 +145,8 @@ def hydra_command(overrides: list[str], multirun: bool, task=None) -> int:
     if not any(o in ("--help", "-h", "--hydra-help", "--cfg", "-c", "--info") for o in overrides):
         try:
             check_overrides(overrides)
+            if not multirun:
+                compose_settings(overrides)  # a bad value is one line here, not Hydra's error page
         except ValueError as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 2
@@ -166,6 +169,35 @@ def hydra_command(overrides: list[str], multirun: bool, task=None) -> int:
     finally:
         sys.argv = saved
     return _exit_code
+
+
+def compose_settings(overrides: list[str]):
+    """The composed config (Hydra's compose API); ValueError with one line for a bad override."""
+    from hydra import compose, initialize_config_dir
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    register_schema()
+    try:
+        with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+            return compose(config_name="config", overrides=overrides)
+    except (HydraException, OmegaConfBaseException) as exc:
+        raise ValueError(hydra_error_text(exc)) from None
+
+
+def hydra_error_text(exc: BaseException) -> str:
+    """One line for a Hydra/OmegaConf error: the bad override and what was wrong with it."""
+    causes = [exc]
+    while causes[-1].__cause__ is not None and len(causes) < 5:
+        causes.append(causes[-1].__cause__)
+    head = str(exc).strip().splitlines()[0]
+    missing = re.search(r"Could not find '(\w+)/([^']+)'", str(exc))
+    if missing and (CONF_DIR / missing.group(1)).is_dir():
+        group, name = missing.groups()
+        choices = sorted(p.stem for p in (CONF_DIR / group).glob("*.yaml"))
+        return f"{group}={name} is not a choice; valid choices: {', '.join(choices)}"
+    detail = next((str(c).strip().splitlines()[0] for c in causes[1:] if str(c).strip()), "")
+    return f"{head}: {detail}" if detail and detail not in head else head
 
 
 def set_exit_code(code: int) -> None:

@@ -5,6 +5,8 @@ Layout: ``<results_dir>/runs/<run_id>.parquet``. Every file carries the same exp
 
 Schema history (bump ``SCHEMA_VERSION`` when a column changes meaning or type):
   1 - first version: metrics, environment, config, sweep fields, raw step times.
+  2 - config_hash version 2 (config.CONFIG_HASH_VERSION); env_key covers code_fingerprint and
+      threads (new columns); run ids and timestamps in UTC.
 
 A store must survive what databases survive: a writer killed mid-write leaves only a dot-prefixed
 temp file, which readers skip; a record is fsynced before it is renamed into place (and the folder
@@ -29,7 +31,7 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 STATUSES = ("ok", "oom", "nan", "timeout", "error", "skipped")
 
 
@@ -107,6 +109,8 @@ class RunRecord:
     hostname: str = ""
     git_commit: str = ""
     git_dirty: bool | None = None
+    code_fingerprint: str = ""  # hash of the measuring code (harness + models sources), part of env_key
+    threads: str = ""  # thread-count variables and CPU affinity the run had, part of env_key
 
 
 _ARROW_TYPES = {

@@ -97,13 +97,11 @@ def main(argv: list[str]) -> int:
 
 def _context(name, lad, overrides, user_keys, sweep_id) -> sweep_mod.SweepContext:
     """Compose the settings once (defaults + overrides) with Hydra's compose API."""
-    from hydra import compose, initialize_config_dir
-
-    cli.register_schema()
-    with initialize_config_dir(config_dir=str(cli.CONF_DIR), version_base="1.3"):
-        cfg = compose(config_name="config", overrides=overrides)
+    cfg = cli.compose_settings(overrides)
     settings = cli.plain_settings(cfg)
     parsed = config_mod.from_dict(settings)
+    if parsed.sweep.repeats < 1:
+        raise ValueError(f"sweep.repeats={parsed.sweep.repeats} must be at least 1 (each rung is measured that many times)")
     return sweep_mod.SweepContext(sweep_id=sweep_id, ladder=lad, settings=settings, user_keys=frozenset(user_keys),
                                   repeats=parsed.sweep.repeats, rerun=parsed.sweep.rerun)
 
