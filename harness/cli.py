@@ -59,7 +59,7 @@ def _measuring_command(command: str, rest: list[str]) -> int:
     """Commands that start measuring processes: an interruption kills them and says how to go on."""
     from harness import isolate
 
-    isolate.terminate_on_signals()
+    previous = isolate.terminate_on_signals()
     try:
         if command == "run":
             return hydra_command(rest, multirun=False)
@@ -78,6 +78,8 @@ def _measuring_command(command: str, rest: list[str]) -> int:
               f"measurement is stored. Run the same command to {'resume' if what == 'sweep' else 'measure again'}.",
               file=sys.stderr)
         return 128 + int(signum)
+    finally:
+        isolate.restore_signals(previous)
 
 
 def _quiet_store_warnings() -> None:

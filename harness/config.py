@@ -381,7 +381,7 @@ NOT_ACTING = {"synthetic": ("data.cache", "data.num_items", "data.cache_dir"), "
 def measured_settings(cfg: RunConfig) -> dict[str, Any]:
     """The resolved settings that can change the measurement (what config_hash covers)."""
     values = flatten(to_dict(cfg))
-    defaults = flatten(to_dict(RunConfig()))
+    defaults = flatten(to_dict(type(cfg)()))
     idle = NOT_ACTING.get(cfg.data.source, ())
     out = {}
     for key, value in sorted(values.items()):

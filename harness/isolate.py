@@ -193,12 +193,20 @@ def _raise_terminated(signum, frame) -> None:
     raise Terminated(signum)
 
 
-def terminate_on_signals() -> None:
+def terminate_on_signals() -> dict:
     """SIGTERM and SIGHUP end the parent the way Ctrl-C does: by an exception, so every ``finally``
-    on the way kills its child's group. Call once from the main thread of the command line."""
+    on the way kills its child's group. Call from the main thread; returns the handlers it replaced
+    (give them to ``restore_signals``)."""
+    previous = {}
     for sig in (signal.SIGTERM, getattr(signal, "SIGHUP", None)):
         if sig is not None:
-            signal.signal(sig, _raise_terminated)
+            previous[sig] = signal.signal(sig, _raise_terminated)
+    return previous
+
+
+def restore_signals(previous: dict) -> None:
+    for sig, handler in previous.items():
+        signal.signal(sig, handler)
 
 
 def kill_live_children() -> None:
