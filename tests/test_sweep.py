@@ -42,8 +42,7 @@ def test_phase2_climbs_one_knob_per_rung_then_reruns_from_the_cache(results):
     frame = load_runs(results)
     second = frame[frame["sweep_id"] != frame.loc[frame["cached_from"] == "", "sweep_id"].iloc[0]]
     assert len(second) == 4 and (second["cached_from"] != "").all()  # no rung ran again
-    assert "(cached)" in again.stdout
-    assert second_s < first_s / 2, (first_s, second_s)
+    assert "(cached)" in again.stdout  # how much faster it was depends on the machine: not asserted here
 
 
 def test_an_interrupted_sweep_resumes_at_the_first_rung_not_measured(results):
