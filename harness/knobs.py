@@ -9,6 +9,9 @@ Order, and why:
   5. torch.compile - last model transform, so it traces the checkpointed, channels-last model;
   6. optimizer (fused / foreach) - over the parameters in their final place;
   7. precision - an autocast context and, for fp16, a GradScaler, used by the training step.
+     On a CPU with bf16, 3D convolutions whose input has depth 2 run in fp32 (``guard_cpu_bf16_conv3d``,
+     applied with 4, before compile traces the model): oneDNN's bf16 conv3d weight gradient is wrong
+     there (docs/cpu-bf16-conv3d.md), which made the default CPU sweep end in `nan`.
 """
 
 from __future__ import annotations
@@ -64,6 +67,35 @@ def memory_format(cfg, spatial_dims: int) -> torch.memory_format:
 
 def apply_device_and_format(model: nn.Module, device: torch.device, fmt: torch.memory_format) -> nn.Module:
     return model.to(device=device, memory_format=fmt)
+
+
+class _Fp32WhenShallow(nn.Module):
+    """A Conv3d that runs in fp32 when its input's depth is 2 or less (see ``guard_cpu_bf16_conv3d``)."""
+
+    def __init__(self, conv: nn.Conv3d):
+        super().__init__()
+        self.conv = conv
+
+    def forward(self, x):
+        if x.shape[-3] > 2:
+            return self.conv(x)
+        with torch.autocast(device_type="cpu", enabled=False):
+            return self.conv(x.float())
+
+
+def guard_cpu_bf16_conv3d(model: nn.Module, cfg) -> int:
+    """Work around an upstream bug: on CPUs with bf16 (oneDNN), the weight gradient of a bf16 conv3d
+    whose input has depth 2 (kernel > 1) is wrong by ~100% and at times inf/nan, and differs run to
+    run; depth 1 or 3+ is right (docs/cpu-bf16-conv3d.md has the reproducer). Such layers (the bottom
+    of a UNet on a 32^3 patch: 2x2x2) run in fp32; they are a negligible share of the work. Returns
+    how many convolutions were guarded."""
+    if cfg.device != "cpu" or cfg.precision != "bf16-mixed":
+        return 0
+    targets = [(parent, name) for parent in model.modules() for name, child in parent.named_children()
+               if isinstance(child, nn.Conv3d) and child.kernel_size[0] > 1]
+    for parent, name in targets:
+        setattr(parent, name, _Fp32WhenShallow(getattr(parent, name)))
+    return len(targets)
 
 
 def apply_compile(model: nn.Module, mode: str) -> nn.Module:
@@ -122,6 +154,7 @@ def prepare(cfg, workload) -> Prepared:
     units = apply_activation_checkpointing(model, unit_types) if cfg.activation_checkpointing else 0
     fmt = memory_format(cfg, workload.spatial_dims)
     model = apply_device_and_format(model, device, fmt)
+    guard_cpu_bf16_conv3d(model, cfg)
     model.train()
     model = apply_compile(model, cfg.compile)
     optimizer = build_optimizer(cfg, workload, model.parameters())

@@ -126,3 +126,23 @@ def test_compile_wraps_the_model_and_trains():
     _, prep = _prepare(compile="default")
     assert type(prep.model).__name__ == "OptimizedModule"
     prep.model(torch.randn(1, 1, 32, 32, 32)).sum().backward()
+
+
+def test_cpu_bf16_guard_gives_a_depth_2_conv3d_a_right_weight_gradient():
+    """An upstream oneDNN bug gives a bf16 conv3d with input depth 2 a wrong weight gradient
+    (docs/cpu-bf16-conv3d.md); guarded, the layer runs in fp32 under bf16 autocast."""
+    from harness.knobs import guard_cpu_bf16_conv3d
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv3d(16, 16, 3, padding=1), torch.nn.Conv3d(16, 16, 1))
+    x, g = torch.randn(4, 16, 2, 4, 4), torch.randn(4, 16, 2, 4, 4)
+    model(x).backward(g)
+    reference = model[0].weight.grad.clone()
+    model.zero_grad()
+    assert guard_cpu_bf16_conv3d(model, tiny_config(precision="bf16-mixed")) == 1  # the 1x1x1 conv is safe
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = model(x)
+    out.float().backward(g)
+    error = (model[0].conv.weight.grad - reference).norm() / reference.norm()
+    assert error < 0.02
+    assert guard_cpu_bf16_conv3d(torch.nn.Sequential(torch.nn.Conv3d(1, 1, 3)), tiny_config()) == 0  # fp32: untouched
