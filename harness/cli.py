@@ -22,6 +22,7 @@ COMMANDS = {
     "run": ("measure one short training run in its own process and store it", None),
     "sweep": ("climb a ladder (+ladder=NAME), one rung per process, and print the speedup table", None),
     "diagnose": ("data-bound or compute-bound? loader alone, model alone, full step", None),
+    "noise": ("calibrate this machine's noise: the same settings in N fresh processes (noise.runs=N)", None),
     "table": ("print a sweep's speedup table from the store", "harness.analysis.table"),
     "plot": ("draw a sweep's plots", "harness.analysis.plots"),
     "compare": ("compare two or more sweeps side by side", "harness.analysis.compare"),
@@ -52,6 +53,10 @@ def main(argv: list[str] | None = None) -> int:
         from harness import diagnose
 
         return hydra_command(rest, multirun=False, task=diagnose.task)
+    if command == "noise":
+        from harness import noise
+
+        return noise.main(rest)
     if command == "sweep":
         from harness import sweep_cli
 

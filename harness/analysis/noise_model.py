@@ -313,3 +313,19 @@ def noise_for(frame, records) -> Noise:
         return DEFAULT
     first = records.iloc[0]
     return find_calibration(frame, str(first["env_key"]), hardware_key(first))
+
+
+def format_calibration(cal: Calibration, sweep_id: str, attempted: int) -> str:
+    """The calibration as the ``noise`` command prints it."""
+    lines = [f"noise calibration {sweep_id}: {cal.runs} of {attempted} runs ok, "
+             f"geometric mean {cal.mean_samples_per_s:.2f} samples/s",
+             f"  process-to-process CV of samples/s: {cal.cv:.1%}",
+             "  within-run spread (95% step bootstrap of one run's mean, median): "
+             + ("-" if math.isnan(cal.within) else f"±{cal.within:.1%}"),
+             "  smallest speedup detectable at 95% (band excludes 1x):"]
+    lines += [f"    sweep.repeats={r}: {x:.3f}x ({x - 1:.1%})" for r, x in cal.detectable.items()]
+    if cal.warnings:
+        lines += ["  NOT FIT TO MEASURE:"] + [f"    - {w}" for w in cal.warnings]
+    else:
+        lines.append("  this machine looks fit to measure")
+    return "\n".join(lines)

@@ -314,16 +314,22 @@ def _judge(row: Comparison, base: pd.DataFrame, cur: pd.DataFrame, noise: noise_
     return [_Pending(row, est, cur[~cur.index.isin(cur_ok.index)], base_ok, cur_ok)]
 
 
+def throughput_statuses(estimates: list[RatioEstimate], thresholds: list[float]) -> list[str]:
+    """The throughput status of every config of one check: Holm over all of them, then ``classify``."""
+    significant = noise_model.holm([e.p_slower for e in estimates], ALPHA)
+    return [classify(e, t, sig) for e, t, sig in zip(estimates, thresholds, significant)]
+
+
 def _decide_all(pending: list[_Pending]) -> None:
     """Holm over every config compared on throughput, then each config's status."""
-    significant = noise_model.holm([p.estimate.p_slower for p in pending], ALPHA)
-    for p, sig in zip(pending, significant):
-        _decide(p, sig, len(pending))
+    statuses = throughput_statuses([p.estimate for p in pending], [p.row.threshold for p in pending])
+    for p, status in zip(pending, statuses):
+        _decide(p, status, len(pending))
 
 
-def _decide(p: _Pending, significant: bool, family: int) -> None:
+def _decide(p: _Pending, status: str, family: int) -> None:
     row = p.row
-    row.status = classify(p.estimate, row.threshold, significant)
+    row.status = status
     if row.status == "regressed":
         row.notes.append(f"throughput {_pct(row.ratio)} (threshold -{row.threshold:.0%}, p={row.p_value:.2g}, "
                          f"significant after Holm over {family})")
