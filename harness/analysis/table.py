@@ -248,6 +248,8 @@ def _noise_note(table: SweepTable) -> str:
     ok = [r for r in table.rows if r.runs is not None]
     fewest = min((r.runs.n for r in ok), default=0)
     text = table.noise.describe()
+    if fewest >= 2 and not table.noise.calibrated:
+        text += f"; rungs with {fewest}+ runs: Welch t on the runs' own spread"
     if fewest == 1:
         smallest = noise_model.detectable_speedup(table.noise.cv, table.noise.df, 1)
         text += (f"; with one run per rung a speedup below ~{smallest:.2f}x cannot be told from noise: "
@@ -258,14 +260,15 @@ def _noise_note(table: SweepTable) -> str:
 # ------------------------------------------------------------------------------------------
 # Rendering
 
-HEADER = ("rung", "change", "samples/s", "x baseline", "x previous", "step ms p50/p90", "data wait", "peak mem",
+HEADER = ("rung", "change", "samples/s", "x baseline", "x previous [95% band]", "step ms p50/p90", "data wait", "peak mem",
           "GPU util", "guide claims", "verdict", "status")
 
 
-def _ratio_text(r: stats.Ratio | None) -> str:
+def _ratio_text(r: stats.Ratio | None, band: bool = False) -> str:
     if r is None:
         return "-"
-    return f"{r.value:.2f}x" + (" (within noise)" if r.within_noise else "")
+    text = f"{r.value:.2f}x" + (f" [{r.low:.2f}-{r.high:.2f}]" if band else "")
+    return text + (" (within noise)" if r.within_noise else "")
 
 
 def _num(v, spec=".1f", suffix="") -> str:
@@ -280,12 +283,12 @@ def _mem(v) -> str:
 
 def row_cells(row: RungRow) -> list[str]:
     thr = _num(row.samples_per_s, ".2f")
-    if row.samples_per_s is not None and row.spread is not None:
-        thr += f" ±{100 * row.spread / 2:.0f}%"
+    if row.samples_per_s is not None and row.uncertainty is not None:
+        thr += f" ±{100 * row.uncertainty:.0f}%"  # the noise model's 95% band of the rung's throughput
     status = _status_text(row)
     if row.note:
         status += f": {row.note}"
-    return [str(row.rung), row.change, thr, _ratio_text(row.x_baseline), _ratio_text(row.x_previous),
+    return [str(row.rung), row.change, thr, _ratio_text(row.x_baseline), _ratio_text(row.x_previous, band=True),
             f"{_num(row.step_ms_p50)} / {_num(row.step_ms_p90)}",
             _num(None if row.data_wait_frac is None else 100 * row.data_wait_frac, ".0f", "%"), _mem(row.peak_mem_bytes),
             _num(row.gpu_util_pct, ".0f", "%"), row.claim or "-", row.verdict or "-", status]
@@ -315,7 +318,7 @@ def to_markdown(table: SweepTable) -> str:
     lines += ["| " + " | ".join(c.replace("|", "/") for c in row_cells(r)) + " |" for r in table.rows]
     lines.append("")
     if table.total_claim:
-        measured = _ratio_text(table.total_measured)
+        measured = _ratio_text(table.total_measured, band=True)
         lines.append(f"Total: measured {measured} over the baseline; the guide claims {table.total_claim}: "
                      f"**{table.total_verdict or 'not measured'}**.")
     mem = MEMORY_NOTE.get(table.device, "peak memory")
@@ -339,7 +342,7 @@ def to_html(table: SweepTable) -> str:
     body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row_cells(r)) + "</tr>" for r in table.rows)
     extra = ""
     if table.total_claim:
-        extra += (f"<p>Total: measured {html.escape(_ratio_text(table.total_measured))} over the baseline; the guide claims "
+        extra += (f"<p>Total: measured {html.escape(_ratio_text(table.total_measured, band=True))} over the baseline; the guide claims "
                   f"{html.escape(table.total_claim)}: <b>{html.escape(table.total_verdict or 'not measured')}</b>.</p>")
     if table.notes:
         extra += "<ul>" + "".join(f"<li>{html.escape(n)}</li>" for n in table.notes) + "</ul>"
