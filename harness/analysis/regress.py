@@ -591,7 +591,8 @@ def check_command(argv: list[str]) -> int:
 
     base_path = baseline_path(args.baseline, args.results)
     baseline = load_baseline(base_path)
-    current = select_sweep(load_runs(args.results), args.sweep)
+    store = load_runs(args.results)
+    current = select_sweep(store, args.sweep)
     sweep_id = current["sweep_id"].iloc[0]
     require_ok(current, f"sweep {sweep_id!r}")
     workloads = set(baseline["workload"].fillna("")) | set(current["workload"].fillna(""))
@@ -602,7 +603,7 @@ def check_command(argv: list[str]) -> int:
         print(f"warning: sweep {sweep_id!r} is the baseline's own sweep; re-run it to check anything",
               file=sys.stderr)
 
-    noise = noise_model.noise_for(load_runs(args.results), current)
+    noise = noise_model.noise_for(store, current)  # this environment's calibration, else the default
     rows = compare(baseline, current, thresholds, mem_thresholds, noise)
     family = sum(r.p_value is not None for r in rows)
     base_sweeps = ",".join(dict.fromkeys(baseline["sweep_id"].fillna("")))
