@@ -129,7 +129,8 @@ def test_a_calibration_in_the_store_replaces_the_default_and_the_table_says_so()
     table = table_mod.build_table(frame, "s1")
     cv = float(np.std(np.log([50.0, 51.0, 49.0, 50.5, 50.2]), ddof=1))
     assert table.noise.calibrated and table.noise.cv == pytest.approx(cv)
-    assert f"noise: calibrated CV {cv:.1%} from sweep noise-20240601-000000-abcd, 5 runs" in table_mod.to_markdown(table)
+    text = table_mod.to_markdown(table)
+    assert f"noise: calibrated CV {cv:.1%} from sweep noise-20240601-000000-abcd, 5 runs" in text
     moved = frame.ladder == "noise"
     frame.loc[moved, "env_key"], frame.loc[moved, "cpu_model"] = "elsewhere", "Other CPU"
     other = table_mod.build_table(frame, "s1")

@@ -37,6 +37,7 @@ from harness.analysis.stats import BUSY_PCT, Ratio
 CONFIDENCE = 0.95
 DEFAULT_CV = 0.05  # process-to-process CV assumed where this machine has no calibration
 ALPHA = 0.05  # family-wise error rate of a check
+MIN_CV = 0.005  # a few identical runs cannot prove noise below this; a calibrated CV is never taken lower
 UNFIT_CV = 0.10  # a calibration at or above this CV: the machine is too noisy to measure speedups
 NOISE_LADDER = "noise"
 _Z = sps.norm.ppf(0.5 + CONFIDENCE / 2)
@@ -303,8 +304,8 @@ def find_calibration(frame, env_key: str, hardware: str) -> Noise:
     runs = [float(v) for v in same_env.loc[same_env["sweep_id"] == newest, "samples_per_s"] if v > 0]
     if len(runs) < 2:
         return DEFAULT
-    return Noise(cv=float(np.std(np.log(runs), ddof=1)), df=len(runs) - 1, sweep_id=str(newest), runs=len(runs),
-                 match=match)
+    cv = max(float(np.std(np.log(runs), ddof=1)), MIN_CV)
+    return Noise(cv=cv, df=len(runs) - 1, sweep_id=str(newest), runs=len(runs), match=match)
 
 
 def noise_for(frame, records) -> Noise:

@@ -260,8 +260,8 @@ def _noise_note(table: SweepTable) -> str:
 # ------------------------------------------------------------------------------------------
 # Rendering
 
-HEADER = ("rung", "change", "samples/s", "x baseline", "x previous [95% band]", "step ms p50/p90", "data wait", "peak mem",
-          "GPU util", "guide claims", "verdict", "status")
+HEADER = ("rung", "change", "samples/s", "x baseline", "x previous [95% band]", "step ms p50/p90", "data wait",
+          "peak mem", "GPU util", "guide claims", "verdict", "status")
 
 
 def _ratio_text(r: stats.Ratio | None, band: bool = False) -> str:
@@ -342,7 +342,8 @@ def to_html(table: SweepTable) -> str:
     body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row_cells(r)) + "</tr>" for r in table.rows)
     extra = ""
     if table.total_claim:
-        extra += (f"<p>Total: measured {html.escape(_ratio_text(table.total_measured, band=True))} over the baseline; the guide claims "
+        measured = html.escape(_ratio_text(table.total_measured, band=True))
+        extra += (f"<p>Total: measured {measured} over the baseline; the guide claims "
                   f"{html.escape(table.total_claim)}: <b>{html.escape(table.total_verdict or 'not measured')}</b>.</p>")
     if table.notes:
         extra += "<ul>" + "".join(f"<li>{html.escape(n)}</li>" for n in table.notes) + "</ul>"
