@@ -229,7 +229,7 @@ def calibrate(samples_per_s: list[float], within: list[float] | None = None,
     detectable = {r: detectable_speedup(cv, len(values) - 1, r) for r in repeats}
     cal = Calibration(runs=len(values), cv=cv, within=float(np.median(within)) if within else math.nan,
                       detectable=detectable, mean_samples_per_s=float(np.exp(logs.mean())))
-    cal.warnings = _warnings(values, cv, other_cpu_pct or [])
+    cal.warnings = _warnings(values, cv, other_cpu_pct or [], detectable_speedup(cv, len(values) - 1, 1))
     return cal
 
 
@@ -240,11 +240,11 @@ def detectable_speedup(cv: float, df: float, repeats: int) -> float:
     return math.exp(q * cv * math.sqrt(2 / repeats))
 
 
-def _warnings(values: list[float], cv: float, other_cpu_pct: list[float]) -> list[str]:
+def _warnings(values: list[float], cv: float, other_cpu_pct: list[float], single: float) -> list[str]:
     out = []
     if cv >= UNFIT_CV:
-        out.append(f"CV {cv:.1%} >= {UNFIT_CV:.0%}: this machine is too noisy to measure speedups below "
-                   f"~{2.8 * cv:.0%}; stop other work, pin clocks, or measure elsewhere")
+        out.append(f"CV {cv:.1%} >= {UNFIT_CV:.0%}: too noisy to measure speedups (one run per rung sees "
+                   f"only changes beyond {single:.2f}x); stop other work, pin clocks, or measure elsewhere")
     for i in outliers(values):
         out.append(f"run {i} is an outlier ({values[i]:.2f} samples/s vs median {np.median(values):.2f}): "
                    "something disturbed it; run the calibration again")
