@@ -34,6 +34,9 @@ def classify(exc: BaseException) -> str:
 
 
 def main(job_dir: str) -> int:
+    from harness.lifeline import guard_child
+
+    guard_child()
     job = Path(job_dir)
     from harness import config as config_mod
     from harness.measure import model_flops_per_sample, summarize, train_and_measure, write_json

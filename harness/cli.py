@@ -8,6 +8,8 @@ alone, and never import torch or Hydra.
 from __future__ import annotations
 
 import importlib
+import re
+import signal
 import sys
 from pathlib import Path
 from dataclasses import dataclass
@@ -47,22 +49,59 @@ def main(argv: list[str] | None = None) -> int:
 
         print(f"error: {unknown_choice('command', command, COMMANDS)}", file=sys.stderr)
         return 2
-    if command == "run":
-        return hydra_command(rest, multirun=False)
-    if command == "diagnose":
-        from harness import diagnose
+    _quiet_store_warnings()
+    if command in ("run", "diagnose", "sweep", "noise"):
+        return _measuring_command(command, rest)
+    module = importlib.import_module(COMMANDS[command][1])
+    return module.main(command, rest)
 
-        return hydra_command(rest, multirun=False, task=diagnose.task)
-    if command == "noise":
-        from harness import noise
 
-        return noise.main(rest)
-    if command == "sweep":
+def _measuring_command(command: str, rest: list[str]) -> int:
+    """Commands that start measuring processes: an interruption kills them and says how to go on."""
+    from harness import isolate
+
+    previous = isolate.terminate_on_signals()
+    try:
+        if command == "run":
+            return hydra_command(rest, multirun=False)
+        if command == "diagnose":
+            from harness import diagnose
+
+            return hydra_command(rest, multirun=False, task=diagnose.task)
+        if command == "noise":
+            from harness import noise
+
+            return noise.main(rest)
         from harness import sweep_cli
 
         return sweep_cli.main(rest)
-    module = importlib.import_module(COMMANDS[command][1])
-    return module.main(command, rest)
+    except (KeyboardInterrupt, isolate.Terminated) as exc:
+        isolate.kill_live_children()
+        signum = exc.signum if isinstance(exc, isolate.Terminated) else signal.SIGINT
+        what = "sweep" if command == "sweep" else command
+        print(f"\ninterrupted ({signal.Signals(signum).name}): the measuring process was stopped; every finished "
+              f"measurement is stored. Run the same command to {'resume' if what == 'sweep' else 'measure again'}.",
+              file=sys.stderr)
+        return 128 + int(signum)
+    finally:
+        isolate.restore_signals(previous)
+
+
+def _quiet_store_warnings() -> None:
+    """An unreadable record in the store is one line on stderr, not a Python warning with source."""
+    import warnings
+
+    from harness.store import UnreadableRecord
+
+    default = warnings.showwarning
+
+    def show(message, category, filename, lineno, file=None, line=None):
+        if issubclass(category, UnreadableRecord):
+            print(f"warning: {message}", file=sys.stderr)
+        else:
+            default(message, category, filename, lineno, file, line)
+
+    warnings.showwarning = show
 
 
 # ------------------------------------------------------------------------------------------
@@ -113,6 +152,8 @@ def hydra_command(overrides: list[str], multirun: bool, task=None) -> int:
     if not any(o in ("--help", "-h", "--hydra-help", "--cfg", "-c", "--info") for o in overrides):
         try:
             check_overrides(overrides)
+            if not multirun:
+                compose_settings(overrides)  # a bad value is one line here, not Hydra's error page
         except ValueError as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 2
@@ -137,6 +178,35 @@ def hydra_command(overrides: list[str], multirun: bool, task=None) -> int:
     return _exit_code
 
 
+def compose_settings(overrides: list[str]):
+    """The composed config (Hydra's compose API); ValueError with one line for a bad override."""
+    from hydra import compose, initialize_config_dir
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    register_schema()
+    try:
+        with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+            return compose(config_name="config", overrides=overrides)
+    except (HydraException, OmegaConfBaseException) as exc:
+        raise ValueError(hydra_error_text(exc)) from None
+
+
+def hydra_error_text(exc: BaseException) -> str:
+    """One line for a Hydra/OmegaConf error: the bad override and what was wrong with it."""
+    causes = [exc]
+    while causes[-1].__cause__ is not None and len(causes) < 5:
+        causes.append(causes[-1].__cause__)
+    head = str(exc).strip().splitlines()[0]
+    missing = re.search(r"Could not find '(\w+)/([^']+)'", str(exc))
+    if missing and (CONF_DIR / missing.group(1)).is_dir():
+        group, name = missing.groups()
+        choices = sorted(p.stem for p in (CONF_DIR / group).glob("*.yaml"))
+        return f"{group}={name} is not a choice; valid choices: {', '.join(choices)}"
+    detail = next((str(c).strip().splitlines()[0] for c in causes[1:] if str(c).strip()), "")
+    return f"{head}: {detail}" if detail and detail not in head else head
+
+
 def set_exit_code(code: int) -> None:
     global _exit_code
     _exit_code = max(_exit_code, code)
@@ -155,6 +225,7 @@ def run_task(cfg) -> None:
     """`python -m harness run`: one isolated run, a summary, one stored record."""
     from harness import runner
     from harness.console import console, run_summary
+    from harness.store import check_writable
     from harness.progress import RunProgress
 
     try:
@@ -169,8 +240,9 @@ def run_task(cfg) -> None:
         console.print(f"device: {resolved.device}, size: {resolved.size}"
                       + ("  (no CUDA GPU here: running the small CPU size)" if resolved.device == "cpu" else ""))
     try:
+        check_writable(resolved.results_dir)
         runner.prepare_data(resolved, console.print)
-    except OSError as exc:
+    except (OSError, ValueError) as exc:
         console.print(f"[red]error:[/] {exc}")
         set_exit_code(2)
         return
@@ -178,5 +250,7 @@ def run_task(cfg) -> None:
     with RunProgress(console, f"{resolved.workload}") as progress:
         record = runner.run_and_store(resolved, env, key, progress.update)
     console.print(run_summary(record))
-    console.print(f"stored in {resolved.results_dir}/runs/{record.run_id}.parquet")
+    path = Path(resolved.results_dir) / "runs" / f"{record.run_id}.parquet"
+    if path.exists():
+        console.print(f"stored in {path}")
     set_exit_code(0 if record.status == "ok" else 1)

@@ -176,7 +176,43 @@ def set_key(cfg: RunConfig, key: str, value: Any) -> None:
     obj: Any = cfg
     for part in parents:
         obj = getattr(obj, part)
-    setattr(obj, last, _normalize(key, value))
+    setattr(obj, last, _coerce(key, _normalize(key, value), _field_type(type(obj), last)))
+
+
+def _field_type(cls: type, name: str) -> Any:
+    import typing
+
+    return typing.get_type_hints(cls)[name]
+
+
+def _coerce(key: str, value: Any, hint: Any) -> Any:
+    """The value in its schema type, so that ``model.width=1`` and ``model.width=1.0`` are one setting."""
+    import typing
+
+    args = [a for a in typing.get_args(hint) if a is not type(None)]
+    base = args[0] if typing.get_origin(hint) is typing.Union and len(args) == 1 else hint
+    if value is None or base is Any or typing.get_origin(base) is not None:
+        return value
+    names = {int: "a whole number", float: "a number", bool: "true or false", str: "text"}
+    if base is bool:
+        if isinstance(value, bool):
+            return value
+        raise ValueError(f"{key}={value!r} is not valid: use true or false")
+    if base in (int, float):
+        if isinstance(value, bool):
+            raise ValueError(f"{key}={value!r} is not valid: use {names[base]}")
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            raise ValueError(f"{key}={value!r} is not valid: use {names[base]}") from None
+        if base is int:
+            if not number.is_integer():
+                raise ValueError(f"{key}={value!r} is not valid: use {names[base]}")
+            return int(number)
+        return number
+    if base is str:
+        return str(value)
+    return value
 
 
 def to_dict(cfg: RunConfig) -> dict[str, Any]:
@@ -322,12 +358,41 @@ def not_applicable(cfg: RunConfig) -> str:
     return "; ".join(reasons)
 
 
+# config_hash, history (bump CONFIG_HASH_VERSION when the same settings must hash apart):
+#   1 - every schema field, values as given (1 and 1.0 apart; any new setting changed every hash).
+#   2 - values in their schema type; settings that do not act are left out (disk-data fields on
+#       synthetic data, and the reverse); settings added after version 2 are hashed only when they
+#       differ from their default, so adding a setting whose default keeps the old behaviour keeps
+#       every hash (and every saved baseline) valid. The keys below are those of version 2: always hashed.
+CONFIG_HASH_VERSION = 2
+HASHED_KEYS_V2 = frozenset((
+    "workload", "size", "device", "precision", "tf32", "cudnn_benchmark", "channels_last", "compile",
+    "activation_checkpointing", "batch_size", "accumulate_grad_batches", "log_every_n_steps", "seed",
+    "model.width", "model.deep_supervision", "model.mednext_size", "model.kernel_size",
+    "data.source", "data.num_workers", "data.prefetch_factor", "data.persistent_workers", "data.pin_memory",
+    "data.non_blocking", "data.patch_size", "data.epoch_steps", "data.num_volumes", "data.cache", "data.num_items",
+    "data.cache_dir", "data.augment", "data.flip", "data.noise", "data.rotate", "data.elastic", "data.mixup",
+    "optimizer.fused", "optimizer.foreach", "optimizer.zero_grad_set_to_none",
+    "measure.warmup_steps", "measure.steps", "measure.mode",
+))
+NOT_ACTING = {"synthetic": ("data.cache", "data.num_items", "data.cache_dir"), "disk": ("data.num_volumes",)}
+
+
 def measured_settings(cfg: RunConfig) -> dict[str, Any]:
     """The resolved settings that can change the measurement (what config_hash covers)."""
     values = flatten(to_dict(cfg))
-    return {k: v for k, v in sorted(values.items()) if not any(k == n or k.startswith(n + ".") for n in NOT_HASHED)}
+    defaults = flatten(to_dict(type(cfg)()))
+    idle = NOT_ACTING.get(cfg.data.source, ())
+    out = {}
+    for key, value in sorted(values.items()):
+        if any(key == n or key.startswith(n + ".") for n in NOT_HASHED) or key in idle:
+            continue
+        if key not in HASHED_KEYS_V2 and value == defaults.get(key):
+            continue
+        out[key] = value
+    return out
 
 
 def config_hash(cfg: RunConfig) -> str:
-    blob = json.dumps(measured_settings(cfg), sort_keys=True, default=str)
+    blob = json.dumps({"v": CONFIG_HASH_VERSION, **measured_settings(cfg)}, sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]

@@ -18,6 +18,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset, default_collate
 
+from harness import lifeline
 from harness.volumes import make_volume
 
 AUGMENT_PRESETS = {
@@ -242,6 +243,7 @@ def build_loader(cfg, dataset: Dataset, workload=None) -> DataLoader:
         pin_memory=bool(cfg.data.pin_memory),
         persistent_workers=bool(cfg.data.persistent_workers),
         generator=torch.Generator().manual_seed(cfg.seed),
+        worker_init_fn=lifeline.worker_init if cfg.data.num_workers > 0 else None,  # workers die with the run
     )
     if cfg.data.prefetch_factor is not None:
         kwargs["prefetch_factor"] = cfg.data.prefetch_factor

@@ -6,11 +6,11 @@ ladder ``diagnose``, so they can be tabled and plotted), and print the verdict.
 from __future__ import annotations
 
 import copy
-import time
 
 from harness import cli
 from harness import config as config_mod
 from harness import runner
+from harness.store import check_writable, new_id
 
 PARTS = (("loader", "loader alone (no model)"), ("model", "model alone (one batch kept on the device)"),
          ("train", "full training step"))
@@ -26,13 +26,14 @@ def task(cfg) -> None:
         if settings.measure.mode != "train":
             raise ValueError("measure.mode is set by diagnose itself (loader, model, train); remove it")
         base = runner.resolve(settings, runner.Machine.detect())
+        check_writable(base.results_dir)
         runner.prepare_data(base, console.print)
     except (ValueError, OSError) as exc:
         console.print(f"[red]error:[/] {exc}")
         cli.set_exit_code(2)
         return
     env, key = runner.environment(base.device)
-    diag_id = f"diagnose-{time.strftime('%Y%m%d-%H%M%S')}"
+    diag_id = new_id("diagnose-")
     records = {}
     for rung, (mode, label) in enumerate(PARTS):
         part = copy.deepcopy(base)

@@ -1,7 +1,10 @@
 """The environment a run was measured in: hardware, software versions, code version.
 
-``env_key`` hashes what makes two measurements comparable (hardware and the software stack); a
-cached result is reused only under the same key.
+``env_key`` hashes what makes two measurements comparable: the hardware, the software stack, the
+code that measures (a fingerprint of the harness and model sources, so an edit to the measured loop
+re-measures instead of serving old numbers; the analysis code is left out, it changes no
+measurement), and the CPU threads a run may use (thread-count variables and CPU affinity). A cached
+result is reused only under the same key.
 """
 
 from __future__ import annotations
@@ -16,7 +19,46 @@ import subprocess
 from pathlib import Path
 
 HARDWARE_FIELDS = ("device", "gpu_name", "gpu_count", "cpu_model", "cpu_count")
-SOFTWARE_FIELDS = ("torch_version", "cuda_version", "cudnn_version", "monai_version", "torchvision_version", "python_version", "harness_version")
+SOFTWARE_FIELDS = ("torch_version", "cuda_version", "cudnn_version", "monai_version", "torchvision_version", "python_version",
+                   "harness_version", "code_fingerprint", "threads")
+REPO_ROOT = Path(__file__).resolve().parent.parent
+MEASURING_CODE = ("harness", "models")  # source folders whose code can change a measurement
+NOT_MEASURING = ("harness/analysis",)  # ... except these: they only read the store
+THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "TORCH_NUM_THREADS")
+
+
+def code_fingerprint(root: Path = REPO_ROOT) -> str:
+    """A hash of the measuring code's sources as they are on disk (committed or not)."""
+    digest = hashlib.sha256()
+    for folder in MEASURING_CODE:
+        for path in sorted((root / folder).rglob("*.py")):
+            rel = path.relative_to(root).as_posix()
+            if rel.startswith(NOT_MEASURING):
+                continue
+            digest.update(rel.encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()[:16]
+
+
+def thread_settings() -> str:
+    """What decides how many CPU threads a run uses: the variables set, and the CPUs it may run on."""
+    parts = [f"{k}={os.environ[k]}" for k in THREAD_VARS if k in os.environ]
+    try:
+        cpus = sorted(os.sched_getaffinity(0))
+        parts.append(f"affinity={_ranges(cpus)}")
+    except AttributeError:  # not on Linux
+        pass
+    return " ".join(parts)
+
+
+def _ranges(cpus: list[int]) -> str:
+    out, start = [], None
+    for i, c in enumerate(cpus):
+        if start is None:
+            start = c
+        if i + 1 == len(cpus) or cpus[i + 1] != c + 1:
+            out.append(str(start) if start == c else f"{start}-{c}")
+            start = None
+    return ",".join(out)
 
 
 def _version(package: str) -> str:
@@ -67,6 +109,8 @@ def collect(device: str) -> dict:
         "cpu_model": cpu_model(),
         "cpu_count": os.cpu_count(),
         "hostname": socket.gethostname(),
+        "code_fingerprint": code_fingerprint(),
+        "threads": thread_settings(),
     }
     if device == "cuda":
         env["gpu_count"] = torch.cuda.device_count()

@@ -2,6 +2,16 @@
 
 The parent never trains: it starts ``python -m harness.child``, watches its progress file and the
 clock, and turns whatever happens (a result, a crash, a hang) into a RunRecord.
+
+No orphan survives the parent, however the parent ends:
+  * the child runs in a process group of its own (its loader workers join it), and the parent kills
+    the whole group when the child is done, times out, or the parent is interrupted (Ctrl-C,
+    SIGTERM from a CI cancel or SLURM, SIGHUP from a dropped ssh: see ``terminate_on_signals``);
+  * if the parent is killed outright (SIGKILL), the kernel kills the child (``PR_SET_PDEATHSIG``,
+    set in the child), the child's loader workers die with the child the same way, and the child
+    also carries its own deadline (``SIGALRM`` at ``timeout_s`` plus a grace period) in case the
+    parent-death signal is unavailable (not Linux);
+  * job folders of parents that are gone are removed at the next start (``clean_stale_jobs``).
 """
 
 from __future__ import annotations
@@ -12,23 +22,25 @@ import signal
 import subprocess
 import sys
 import tempfile
+import shutil
 import time
-import uuid
 from dataclasses import fields
 from pathlib import Path
 from typing import Callable
 
 from harness import config as config_mod
-from harness.store import RunRecord
+from harness.store import RunRecord, new_id, utc_timestamp
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 POLL_S = 0.25
+JOB_PREFIX = "harness-job-"
+KILL_WAIT_S = 10.0  # how long to wait for a killed group's processes to be gone (GPU memory back)
 
 ProgressFn = Callable[[dict, float], None]  # (progress info, seconds since start)
 
 
 def new_run_id() -> str:
-    return f"{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:8]}"
+    return new_id()
 
 
 def base_record(cfg: config_mod.RunConfig, env: dict, env_key: str, status: str, error: str = "") -> RunRecord:
@@ -40,7 +52,7 @@ def base_record(cfg: config_mod.RunConfig, env: dict, env_key: str, status: str,
         run_id=new_run_id(),
         status=status,
         error=error,
-        timestamp=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        timestamp=utc_timestamp(),
         workload=cfg.workload,
         size=cfg.size,
         device=cfg.device,
@@ -58,8 +70,10 @@ def execute(cfg: config_mod.RunConfig, env: dict, env_key: str, on_progress: Pro
     reason = config_mod.not_applicable(cfg)
     if reason:
         return base_record(cfg, env, env_key, "skipped", reason)
-    with tempfile.TemporaryDirectory(prefix="harness-job-") as tmp:
+    clean_stale_jobs()
+    with tempfile.TemporaryDirectory(prefix=JOB_PREFIX) as tmp:
         job = Path(tmp)
+        (job / "parent.pid").write_text(str(os.getpid()))
         (job / "config.json").write_text(json.dumps(config_mod.to_dict(cfg)))
         (job / "env.json").write_text(json.dumps(env, default=str))
         status, error, metrics = _run_child(job, cfg.timeout_s, on_progress)
@@ -73,6 +87,8 @@ def execute(cfg: config_mod.RunConfig, env: dict, env_key: str, on_progress: Pro
 def _run_child(job: Path, timeout_s: float, on_progress: ProgressFn | None) -> tuple[str, str, dict]:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), env.get("PYTHONPATH", "")) if p)
+    env["HARNESS_PARENT_PID"] = str(os.getpid())
+    env["HARNESS_TIMEOUT_S"] = str(timeout_s)
     log_path = job / "child.log"
     start = time.monotonic()
     with open(log_path, "wb") as log:
@@ -81,16 +97,17 @@ def _run_child(job: Path, timeout_s: float, on_progress: ProgressFn | None) -> t
             [sys.executable, "-m", "harness.child", str(job)],
             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, start_new_session=True,
         )
+        _LIVE.add(proc)
         try:
             timed_out = _wait(proc, job, start, timeout_s, on_progress)
         finally:
             _kill_group(proc)
-    result_path = job / "result.json"
+            _LIVE.discard(proc)
+    result = _read_result(job / "result.json")
+    if result is not None:  # a child that wrote its result and then hung on exit still measured
+        return result.pop("status"), result.pop("error", ""), result
     if timed_out:
         return "timeout", f"no result after timeout_s={timeout_s:g} s; killed.\n{_tail(log_path)}", {}
-    if result_path.exists():
-        result = json.loads(result_path.read_text())
-        return result.pop("status"), result.pop("error", ""), result
     code = proc.returncode
     how = f"killed by signal {signal.Signals(-code).name}" if code and code < 0 else f"exited with code {code}"
     return "error", f"the measuring process {how} without writing a result.\n{_tail(log_path)}", {}
@@ -111,12 +128,115 @@ def _wait(proc: subprocess.Popen, job: Path, start: float, timeout_s: float, on_
     return False
 
 
+def _read_result(path: Path) -> dict | None:
+    try:
+        result = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):  # none, or one cut short by a kill
+        return None
+    return result if isinstance(result, dict) and "status" in result else None
+
+
 def _kill_group(proc: subprocess.Popen) -> None:
+    """Kill the child's process group and wait until its processes are gone, not only the child:
+    a loader worker still alive would hold memory (and GPU memory) into the next rung."""
+    members = _group_members(proc.pid)
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
     proc.wait()
+    deadline = time.monotonic() + KILL_WAIT_S
+    while members and time.monotonic() < deadline:
+        members = [p for p in members if _alive(p)]
+        if members:
+            time.sleep(0.05)
+
+
+def _group_members(pgid: int) -> list:
+    import psutil
+
+    found = []
+    for p in psutil.process_iter(["pid"]):
+        try:
+            if p.pid != pgid and os.getpgid(p.pid) == pgid:
+                found.append(p)
+        except (ProcessLookupError, PermissionError, psutil.Error):
+            continue
+    return found
+
+
+def _alive(p) -> bool:
+    import psutil
+
+    try:
+        return p.is_running() and p.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+# ------------------------------------------------------------------------------------------
+# The parent's end: signals, and what earlier parents left behind
+
+_LIVE: set[subprocess.Popen] = set()
+
+
+class Terminated(BaseException):
+    """The parent got SIGTERM or SIGHUP. A BaseException, like KeyboardInterrupt, so that no
+    ``except Exception`` on the way (a sweep's per-rung handler, Hydra's job runner) swallows it."""
+
+    def __init__(self, signum: int):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+def _raise_terminated(signum, frame) -> None:
+    raise Terminated(signum)
+
+
+def terminate_on_signals() -> dict:
+    """SIGTERM and SIGHUP end the parent the way Ctrl-C does: by an exception, so every ``finally``
+    on the way kills its child's group. Call from the main thread; returns the handlers it replaced
+    (give them to ``restore_signals``)."""
+    previous = {}
+    for sig in (signal.SIGTERM, getattr(signal, "SIGHUP", None)):
+        if sig is not None:
+            previous[sig] = signal.signal(sig, _raise_terminated)
+    return previous
+
+
+def restore_signals(previous: dict) -> None:
+    for sig, handler in previous.items():
+        signal.signal(sig, handler)
+
+
+def kill_live_children() -> None:
+    for proc in list(_LIVE):
+        _kill_group(proc)
+        _LIVE.discard(proc)
+
+
+def clean_stale_jobs(tmp_root: str | None = None) -> int:
+    """Remove job folders whose parent process is gone (a parent killed with SIGKILL leaves one)."""
+    removed = 0
+    for job in Path(tmp_root or tempfile.gettempdir()).glob(JOB_PREFIX + "*"):
+        try:
+            pid = int((job / "parent.pid").read_text())
+        except (OSError, ValueError):
+            continue  # not ours, or still being set up
+        if pid != os.getpid() and not _pid_alive(pid):
+            shutil.rmtree(job, ignore_errors=True)
+            removed += 1
+    return removed
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def _tail(path: Path, chars: int = 3000) -> str:

@@ -120,7 +120,16 @@ def load(name: str) -> Ladder:
     path = LADDER_DIR / f"{name}.yaml"
     if not path.exists():
         raise unknown_choice("ladder", name, available())
-    return parse(name, yaml.safe_load(path.read_text()))
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        where = getattr(exc, "problem_mark", None)
+        at = f" line {where.line + 1}, column {where.column + 1}" if where is not None else ""
+        raise ValueError(f"ladder file {path}{at} is not valid YAML: {getattr(exc, 'problem', None) or exc}") from None
+    try:
+        return parse(name, raw)
+    except ValueError as exc:
+        raise ValueError(f"{exc} (in {path})") from None
 
 
 def parse(name: str, raw: dict[str, Any]) -> Ladder:

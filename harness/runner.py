@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from harness import config as config_mod
 from harness import env as env_mod
 from harness.isolate import ProgressFn, execute
-from harness.store import RunRecord, write_record
+from harness.store import RunRecord, store_record
 
 
 @dataclass(frozen=True)
@@ -49,5 +49,5 @@ def run_and_store(resolved: config_mod.RunConfig, env: dict, env_key: str, on_pr
     record = execute(resolved, env, env_key, on_progress)
     for key, value in sweep_fields.items():
         setattr(record, key, value)
-    write_record(record, resolved.results_dir)
+    store_record(record, resolved.results_dir)
     return record

@@ -5,15 +5,27 @@ Layout: ``<results_dir>/runs/<run_id>.parquet``. Every file carries the same exp
 
 Schema history (bump ``SCHEMA_VERSION`` when a column changes meaning or type):
   1 - first version: metrics, environment, config, sweep fields, raw step times.
-  2 - the guide's claims travel with the records: claim_low/high/label/source of the rung,
+  2 - config_hash version 2 (config.CONFIG_HASH_VERSION); env_key covers code_fingerprint and
+      threads (new columns); run ids and timestamps in UTC.
+  3 - the guide's claims travel with the records: claim_low/high/label/source of the rung,
       total_claim_low/high/label/source of the ladder, and ladder_sha (the ladder file's text hash),
       set at sweep time so that editing a ladder never rewrites old verdicts.
+
+A store must survive what databases survive: a writer killed mid-write leaves only a dot-prefixed
+temp file, which readers skip; a record is fsynced before it is renamed into place (and the folder
+after), so a crash never leaves a half-written record under a record's name; a record that cannot
+be read anyway (copied half-way, disk error) is named in a warning and skipped, and the rest stays
+usable. Files get the permissions the umask allows (a results folder is often shared by a team).
 """
 
 from __future__ import annotations
 
 import os
+import secrets
+import shutil
 import tempfile
+import time
+import warnings
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -22,7 +34,7 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 STATUSES = ("ok", "oom", "nan", "timeout", "error", "skipped")
 
 
@@ -110,6 +122,8 @@ class RunRecord:
     hostname: str = ""
     git_commit: str = ""
     git_dirty: bool | None = None
+    code_fingerprint: str = ""  # hash of the measuring code (harness + models sources), part of env_key
+    threads: str = ""  # thread-count variables and CPU affinity the run had, part of env_key
 
 
 _ARROW_TYPES = {
@@ -125,6 +139,21 @@ SCHEMA = pa.schema([pa.field(f.name, _ARROW_TYPES[f.type]) for f in fields(RunRe
 COLUMNS = tuple(SCHEMA.names)
 
 
+class UnreadableRecord(UserWarning):
+    """A record file in the store that could not be read (it is skipped)."""
+
+
+def new_id(prefix: str = "") -> str:
+    """A sortable id that cannot collide: UTC time to the microsecond plus 32 random bits."""
+    now = time.time()
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime(now)) + f"{int(now % 1 * 1e6):06d}"
+    return f"{prefix}{stamp}-{secrets.token_hex(4)}"
+
+
+def utc_timestamp() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S+0000", time.gmtime())
+
+
 def runs_dir(results_dir: str | os.PathLike) -> Path:
     return Path(results_dir) / "runs"
 
@@ -136,37 +165,152 @@ def write_record(record: RunRecord, results_dir: str | os.PathLike) -> Path:
     return write_records([record], runs_dir(results_dir) / f"{record.run_id}.parquet")
 
 
+MIN_FREE_BYTES = 64 * 2**20  # a record is ~10-200 KB; refuse to start a measurement on a nearly full disk
+
+
+def check_writable(results_dir: str | os.PathLike) -> None:
+    """Before anything is measured: the results folder can take records (ValueError naming why not)."""
+    folder = runs_dir(results_dir)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(dir=folder, prefix=".probe-")
+        try:
+            os.write(fd, b"\0" * 4096)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+            os.unlink(probe)
+        free = shutil.disk_usage(folder).free
+    except OSError as exc:
+        raise ValueError(f"results folder {str(results_dir)!r} cannot take records: {exc.strerror or exc} "
+                         f"({type(exc).__name__}); choose another with results_dir=PATH") from None
+    if free < MIN_FREE_BYTES:
+        raise ValueError(f"results folder {str(results_dir)!r} has {free / 2**20:.0f} MiB free; a sweep needs at least "
+                         f"{MIN_FREE_BYTES / 2**20:.0f} MiB. Free some space or choose results_dir=PATH")
+
+
+def fallback_dir() -> Path:
+    """Where a record goes when its results folder refuses it (``HARNESS_FALLBACK_DIR`` to choose)."""
+    chosen = os.environ.get("HARNESS_FALLBACK_DIR")
+    if chosen:
+        return Path(chosen)
+    return Path(os.environ.get("XDG_STATE_HOME", Path.home() / ".local" / "state")) / "harness" / "unsaved"
+
+
+def store_record(record: RunRecord, results_dir: str | os.PathLike, log=None) -> Path | None:
+    """Write a record; if the results folder refuses it (full, read-only, gone), save it to the
+    fallback folder instead, and if that fails too print it whole: a finished measurement is never lost.
+    Returns where it was written (None if only printed)."""
+    import json
+    import sys
+    from dataclasses import asdict
+
+    log = log or (lambda text: print(text, file=sys.stderr))
+    try:
+        return write_record(record, results_dir)
+    except OSError as first:
+        reason = f"{first.strerror or first} ({type(first).__name__})"
+    for folder in (fallback_dir(), Path(tempfile.gettempdir()) / "harness-unsaved"):
+        try:
+            path = write_record(record, folder)
+        except OSError:
+            continue
+        log(f"warning: could not write to results folder {str(results_dir)!r}: {reason}. The record of run "
+            f"{record.run_id} is saved in {path}; read it with --results {folder}, or copy {path.name} into "
+            f"{runs_dir(results_dir)}/ once there is room.")
+        return path
+    log(f"warning: could not write record {record.run_id} anywhere ({reason}); here it is in full:\n"
+        + json.dumps(asdict(record), default=str))
+    return None
+
+
 def write_records(records: list[RunRecord], path: str | os.PathLike) -> Path:
     """Write records with the store's schema to ``path`` atomically (temp file in the folder + rename)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     table = pa.table({name: [getattr(r, name) for r in records] for name in COLUMNS}, schema=SCHEMA)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".parquet")
-    os.close(fd)
     try:
-        pq.write_table(table, tmp)
+        os.fchmod(fd, 0o666 & ~_umask())  # mkstemp makes 0600; a shared results folder needs the umask's mode
+        with os.fdopen(fd, "wb") as sink:
+            pq.write_table(table, sink)
+            sink.flush()
+            os.fsync(sink.fileno())
         os.replace(tmp, path)
+        _fsync_dir(path.parent)
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
     return path
 
 
-def load_runs(results_dir: str | os.PathLike = "results"):
-    """All records under ``results_dir`` as a pandas DataFrame (empty, with columns, if none)."""
-    import pandas as pd
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
+
+def _fsync_dir(folder: Path) -> None:
+    """Make the rename itself durable (POSIX); a no-op where folders cannot be opened."""
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def record_files(results_dir: str | os.PathLike) -> list[str]:
+    """The record files of a store, without writers' temp files (dot-prefixed) or anything else."""
     folder = runs_dir(results_dir)
-    files = sorted(str(p) for p in folder.glob("*.parquet")) if folder.is_dir() else []
+    if not folder.is_dir():
+        return []
+    return sorted(str(p) for p in folder.glob("*.parquet") if not p.name.startswith("."))
+
+
+def load_runs(results_dir: str | os.PathLike = "results"):
+    """All records under ``results_dir`` as a pandas DataFrame (empty, with columns, if none).
+
+    A folder that does not exist is a ValueError (a typo must not read as "no sweep yet").
+    """
+    if not Path(results_dir).is_dir():
+        raise ValueError(f"no such results folder: {str(results_dir)!r} (give --results the folder that holds runs/)")
+    files = record_files(results_dir)
     if not files:
-        return pd.DataFrame({name: pd.Series(dtype=_pandas_dtype(t)) for name, t in zip(COLUMNS, SCHEMA.types)})
+        return empty_frame()
     return load_parquet_files(files)
 
 
+def empty_frame():
+    import pandas as pd
+
+    return pd.DataFrame({name: pd.Series(dtype=_pandas_dtype(t)) for name, t in zip(COLUMNS, SCHEMA.types)})
+
+
 def load_parquet_files(files: list[str]):
-    """Records from explicit parquet files; columns missing from older files come back empty."""
-    table = ds.dataset(files, schema=SCHEMA, format="parquet").to_table()
-    return table.to_pandas()
+    """Records from explicit parquet files; columns missing from older files come back empty.
+
+    One fast read of all files; if any file is unreadable, each is read on its own and the bad
+    ones are skipped with an ``UnreadableRecord`` warning that names them.
+    """
+    try:
+        return ds.dataset(files, schema=SCHEMA, format="parquet").to_table().to_pandas()
+    except (OSError, ValueError, pa.ArrowException):
+        pass
+    good = []
+    for path in files:
+        try:
+            good.append(ds.dataset([path], schema=SCHEMA, format="parquet").to_table())
+        except (OSError, ValueError, pa.ArrowException) as exc:
+            warnings.warn(f"skipped unreadable record {path}: {str(exc).splitlines()[0][:200]}", UnreadableRecord,
+                          stacklevel=2)
+    if not good:
+        return empty_frame()
+    return pa.concat_tables(good).to_pandas()
 
 
 def records_from_frame(frame) -> list[RunRecord]:

@@ -18,7 +18,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -26,7 +25,7 @@ from harness import config as config_mod
 from harness import ladder as ladder_mod
 from harness import runner
 from harness.isolate import new_run_id
-from harness.store import RunRecord, load_runs, records_from_frame, write_record
+from harness.store import RunRecord, load_runs, records_from_frame, store_record, utc_timestamp
 
 
 @dataclass(frozen=True)
@@ -120,7 +119,7 @@ def find_cached(frame, config_hash: str, env_key: str, used: set[str]) -> RunRec
 
 
 def copy_cached(original: RunRecord, **sweep_fields) -> RunRecord:
-    copy = dataclasses.replace(original, run_id=new_run_id(), timestamp=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    copy = dataclasses.replace(original, run_id=new_run_id(), timestamp=utc_timestamp(),
                                cached_from=original.run_id, **sweep_fields)
     return copy
 
@@ -164,14 +163,14 @@ def run_rung(ctx: SweepContext, rung: int, round_: int, machine: runner.Machine,
                              f"{usable_cpus()} CPUs this process may use")
         for k, v in fields.items():
             setattr(record, k, v)
-        write_record(record, cfg.results_dir)
+        store_record(record, cfg.results_dir)
         return RungOutcome(record, "skipped", dropped, record.error)
     if not ctx.rerun and not debug_active(cfg):
         used = set(mine["cached_from"].fillna("")) | set(mine["run_id"])
         cached = find_cached(frame, config_mod.config_hash(cfg), key, used)
         if cached is not None:
             record = copy_cached(cached, **fields)
-            write_record(record, cfg.results_dir)
+            store_record(record, cfg.results_dir)
             return RungOutcome(record, "cached", dropped)
     record = runner.run_and_store(cfg, env, key, on_progress, **fields)
     return RungOutcome(record, "measured", dropped)

@@ -9,12 +9,12 @@ its rung in a fresh child process. The table is printed from the store at the en
 from __future__ import annotations
 
 import sys
-import time
 
 from harness import cli
 from harness import config as config_mod
 from harness import ladder as ladder_mod
 from harness import sweep as sweep_mod
+from harness.store import check_writable, new_id
 
 INTERNAL_KEYS = {"sweep.id", "sweep.rung", "sweep.round"}
 
@@ -80,8 +80,9 @@ def main(argv: list[str]) -> int:
             print(ladder_list(), file=sys.stderr)
         return 2
     try:
-        ctx = _context(name, lad, overrides, user_keys, sweep_id=f"{name}-{time.strftime('%Y%m%d-%H%M%S')}")
+        ctx = _context(name, lad, overrides, user_keys, sweep_id=new_id(f"{name}-"))
         machine = _machine()
+        check_writable(ctx.results_dir)
         sweep_mod.preflight(ctx, machine)
     except (ValueError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -96,13 +97,11 @@ def main(argv: list[str]) -> int:
 
 def _context(name, lad, overrides, user_keys, sweep_id) -> sweep_mod.SweepContext:
     """Compose the settings once (defaults + overrides) with Hydra's compose API."""
-    from hydra import compose, initialize_config_dir
-
-    cli.register_schema()
-    with initialize_config_dir(config_dir=str(cli.CONF_DIR), version_base="1.3"):
-        cfg = compose(config_name="config", overrides=overrides)
+    cfg = cli.compose_settings(overrides)
     settings = cli.plain_settings(cfg)
     parsed = config_mod.from_dict(settings)
+    if parsed.sweep.repeats < 1:
+        raise ValueError(f"sweep.repeats={parsed.sweep.repeats} must be at least 1 (each rung is measured that many times)")
     return sweep_mod.SweepContext(sweep_id=sweep_id, ladder=lad, settings=settings, user_keys=frozenset(user_keys),
                                   repeats=parsed.sweep.repeats, rerun=parsed.sweep.rerun)
 

@@ -110,7 +110,9 @@ def test_model_mode_never_waits_for_data():
     from harness.measure import train_and_measure
 
     m, _ = train_and_measure(tiny_config(measure__mode="model"), UNET, lambda *a, **k: None)
-    assert max(m.data_wait_ms) < 0.5 and m.loss_last is not None
+    # the loader is never asked again: the wait is one iterator call, far below any step (a busy machine
+    # can still preempt it, hence a share and not a fixed number of milliseconds)
+    assert sum(m.data_wait_ms) < 0.1 * sum(m.step_ms) and m.loss_last is not None
 
 
 def test_per_worker_memory_is_reported(results):

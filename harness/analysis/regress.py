@@ -510,7 +510,7 @@ def main(command: str, argv: list[str]) -> int:
         if command not in handlers:
             raise BadInput(f"unknown command {command!r}; valid choices: {', '.join(handlers)}")
         return handlers[command](argv)
-    except BadInput as exc:
+    except (BadInput, ValueError, OSError) as exc:  # any input problem is exit 2, never a "regression" (1)
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except SystemExit as exc:  # argparse: --help (0) or a usage error (2)

@@ -175,6 +175,10 @@ def main(command: str, argv: list[str]) -> int:
     if Path(args.out).is_dir():
         print(f"error: --out {args.out!r} is a folder; give a file name such as results/report.html", file=sys.stderr)
         return 2
+    if not Path(args.out).parent.is_dir():
+        print(f"error: --out {args.out!r}: folder {str(Path(args.out).parent)!r} does not exist; create it or choose "
+              "another path", file=sys.stderr)
+        return 2
     try:
         path = write_report(load_runs(args.results), args.sweep, args.out)
     except ValueError as exc:

@@ -1,0 +1,311 @@
+"""The fault suite: every way the real world breaks a benchmark store, end to end on the CPU.
+
+Each scenario asserts: the outcome is recorded or refused with a clear message, no finished result
+is lost, no process is left behind (checked by PID), and the work can go on.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import signal
+import subprocess
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import psutil
+import pytest
+
+from harness import cli, config as config_mod, env as env_mod, isolate, store
+from harness.store import RunRecord, load_runs, write_record
+from tests.conftest import REPO
+
+TINY_RUN = ("measure.steps=3", "measure.warmup_steps=1")
+
+
+def _record(run_id: str, **kw) -> RunRecord:
+    fields = dict(workload="unet3d", size="smoke", device="cpu", cpu_model="test CPU", cpu_count=2, samples_per_s=10.0)
+    return RunRecord(run_id=run_id, status="ok", timestamp="2026-01-01T00:00:00+0000", **{**fields, **kw})
+
+
+# ------------------------------------------------------------------------------------------
+# 1. the parent killed: no orphan, no stale job folder
+
+
+def _start_parent(results: Path, *args: str) -> subprocess.Popen:
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    return subprocess.Popen([sys.executable, "-m", "harness", "run", f"results_dir={results}", *args], cwd=REPO,
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+
+
+def _measuring_processes(parent_pid: int, want_workers: int, deadline_s: float = 240) -> list[psutil.Process]:
+    """The measuring child and its loader workers, once they are all up (waits as long as the machine needs)."""
+    end = time.monotonic() + deadline_s
+    while time.monotonic() < end:
+        try:
+            kids = psutil.Process(parent_pid).children(recursive=True)
+        except psutil.NoSuchProcess:
+            break
+        child = [k for k in kids if "harness.child" in " ".join(_cmdline(k))]
+        if child:
+            workers = child[0].children()
+            if len(workers) >= want_workers:
+                return child + workers
+        time.sleep(0.2)
+    raise AssertionError("the measuring process never started")
+
+
+def _cmdline(p: psutil.Process) -> list[str]:
+    try:
+        return p.cmdline()
+    except psutil.Error:
+        return []
+
+
+def _gone(procs: list[psutil.Process], within_s: float = 30) -> list[int]:
+    end = time.monotonic() + within_s
+    alive = procs
+    while alive and time.monotonic() < end:
+        alive = [p for p in alive if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+        time.sleep(0.1)
+    return [p.pid for p in alive]
+
+
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM, signal.SIGHUP, signal.SIGINT])
+def test_a_parent_ended_by_any_signal_leaves_no_process_behind(results, sig):
+    parent = _start_parent(results, "debug.fault=hang", "debug.fault_step=1", "timeout_s=300",
+                           "data.num_workers=1", *TINY_RUN)
+    try:
+        procs = _measuring_processes(parent.pid, want_workers=1)
+        os.kill(parent.pid, sig)
+        out, err = parent.communicate(timeout=60)
+        assert _gone(procs) == [], f"left running after {sig.name}: {[p.pid for p in procs]}"
+    finally:
+        if parent.poll() is None:
+            os.killpg(parent.pid, signal.SIGKILL)
+    if sig != signal.SIGKILL:  # the parent had a chance to say what happened, in one line, no traceback
+        assert parent.returncode == 128 + sig
+        assert f"interrupted ({sig.name})" in err and "Traceback" not in err
+
+
+def test_job_folders_of_dead_parents_are_removed_and_live_ones_kept(tmp_path):
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    stale, live, foreign = (tmp_path / f"{isolate.JOB_PREFIX}{n}" for n in ("stale", "live", "foreign"))
+    for folder in (stale, live, foreign):
+        folder.mkdir()
+    (stale / "parent.pid").write_text(str(dead.pid))
+    (live / "parent.pid").write_text(str(os.getppid()))
+    assert isolate.clean_stale_jobs(str(tmp_path)) == 1
+    assert not stale.exists() and live.exists() and foreign.exists()
+
+
+def test_a_result_written_before_a_hang_is_kept(tmp_path):
+    """A child that wrote its result and then hung (say, on worker shutdown) still measured."""
+    job = tmp_path / "job"
+    job.mkdir()
+    (job / "result.json").write_text('{"status": "ok", "error": "", "samples_per_s": 3.5}')
+    script = "import time; time.sleep(600)"
+    (job / "config.json").write_text("{}")
+    real = isolate.subprocess.Popen
+
+    def sleeper(args, **kw):
+        return real([sys.executable, "-c", script], **kw)
+
+    isolate.subprocess.Popen = sleeper
+    try:
+        status, error, metrics = isolate._run_child(job, timeout_s=1.0, on_progress=None)
+    finally:
+        isolate.subprocess.Popen = real
+    assert (status, metrics) == ("ok", {"samples_per_s": 3.5})
+
+
+# ------------------------------------------------------------------------------------------
+# 2. one bad file never blocks the store
+
+
+def _store_with_bad_files(results: Path) -> None:
+    write_record(_record("good-1", sweep_id="s", ladder="l", rung=0, change=""), results)
+    write_record(_record("good-2", sweep_id="s", ladder="l", rung=1, change="precision=bf16-mixed"), results)
+    runs = results / "runs"
+    (runs / ".tmp-killed-writer.parquet").write_bytes(b"PAR1 half a file")
+    good = (runs / "good-1.parquet").read_bytes()
+    (runs / "truncated.parquet").write_bytes(good[: len(good) // 2])
+
+
+def test_temp_files_and_a_truncated_record_are_skipped_and_named(results):
+    _store_with_bad_files(results)
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        frame = load_runs(results)
+    assert sorted(frame["run_id"]) == ["good-1", "good-2"]
+    messages = [str(w.message) for w in seen if issubclass(w.category, store.UnreadableRecord)]
+    assert len(messages) == 1 and "truncated.parquet" in messages[0]
+
+
+def test_table_still_prints_with_one_line_naming_the_bad_file(results, capsys):
+    _store_with_bad_files(results)
+    assert cli.main(["table", "--results", str(results), "--sweep", "s"]) == 0
+    out, err = capsys.readouterr()
+    assert "precision=bf16-mixed" in out
+    assert "warning: skipped unreadable record" in err and "truncated.parquet" in err and "Traceback" not in err
+
+
+def test_check_exits_2_not_1_on_input_problems(results, capsys):
+    assert cli.main(["check", "--baseline", "nope", "--results", str(results / "missing")]) == 2
+    write_record(_record("only", sweep_id="s", ladder="l", rung=0, change=""), results)
+    (results / "baselines").mkdir()
+    (results / "baselines" / "broken.parquet").write_bytes(b"not parquet")
+    assert cli.main(["check", "--baseline", "broken", "--results", str(results), "--sweep", "s"]) == 2
+    assert "Traceback" not in capsys.readouterr().err
+
+
+def test_a_typo_in_the_results_folder_is_named_not_called_empty(tmp_path, capsys):
+    assert cli.main(["table", "--results", str(tmp_path / "typo")]) == 2
+    assert "no such results folder" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------------------------------
+# 3. a full or read-only results folder loses nothing
+
+
+def test_a_results_folder_that_cannot_take_records_is_refused_before_measuring(tmp_path, capsys):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    assert cli.main(["run", f"results_dir={blocker}", *TINY_RUN]) == 2
+    out = capsys.readouterr()
+    text = " ".join((out.out + out.err).split())  # the console wraps long lines
+    assert "cannot take records: Not a directory" in text and str(blocker) in text
+
+
+def test_a_write_that_fails_after_measuring_keeps_the_record_elsewhere(results, tmp_path, monkeypatch, capsys):
+    fallback = tmp_path / "fallback"
+    monkeypatch.setenv("HARNESS_FALLBACK_DIR", str(fallback))
+    real = store.write_record
+
+    def disk_full(record, results_dir):
+        if Path(results_dir) == results:
+            raise OSError(28, "No space left on device")
+        return real(record, results_dir)
+
+    monkeypatch.setattr(store, "write_record", disk_full)
+    assert cli.main(["run", f"results_dir={results}", *TINY_RUN]) == 0
+    out = capsys.readouterr()
+    text = " ".join((out.out + out.err).split())
+    saved = load_runs(fallback)
+    assert list(saved["status"]) == ["ok"] and saved["samples_per_s"].iloc[0] > 0
+    assert "No space left on device" in text and str(fallback) in text
+
+
+def test_when_no_folder_takes_the_record_it_is_printed_whole(monkeypatch, capsys):
+    monkeypatch.setattr(store, "write_record", lambda record, folder: (_ for _ in ()).throw(OSError(30, "Read-only")))
+    lines = []
+    assert store.store_record(_record("r-1", samples_per_s=42.5), "/x", log=lines.append) is None
+    assert '"samples_per_s": 42.5' in lines[0] and "r-1" in lines[0]
+
+
+# ------------------------------------------------------------------------------------------
+# 4-5. ids that cannot collide; files a team can read
+
+
+def test_ids_made_in_the_same_instant_never_collide():
+    ids = [store.new_id("phase2-") for _ in range(20000)]
+    assert len(set(ids)) == len(ids) and all(i.startswith("phase2-") for i in ids)
+
+
+@pytest.mark.parametrize("umask,mode", [(0o022, 0o644), (0o002, 0o664)])
+def test_records_get_the_mode_the_umask_allows(results, umask, mode):
+    old = os.umask(umask)
+    try:
+        path = write_record(_record("r"), results)
+    finally:
+        os.umask(old)
+    assert path.stat().st_mode & 0o777 == mode
+
+
+# ------------------------------------------------------------------------------------------
+# 6. no stale cache: the code, the threads, and a config_hash that means the settings
+
+
+def _tree(root: Path) -> Path:
+    for rel in ("harness/measure.py", "harness/analysis/table.py", "models/nets.py"):
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(f"# {rel}\n")
+    return root
+
+
+def test_editing_the_measuring_code_changes_the_fingerprint_editing_analysis_does_not(tmp_path):
+    root = _tree(tmp_path)
+    before = env_mod.code_fingerprint(root)
+    (root / "harness/analysis/table.py").write_text("# a new table layout\n")
+    assert env_mod.code_fingerprint(root) == before
+    (root / "harness/measure.py").write_text("# a new measured loop\n")
+    assert env_mod.code_fingerprint(root) != before
+
+
+def test_thread_settings_are_part_of_the_environment_key(monkeypatch):
+    env = {"cpu_model": "x", "cpu_count": 2, "torch_version": "2.9", "threads": env_mod.thread_settings()}
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    pinned = dict(env, threads=env_mod.thread_settings())
+    assert "OMP_NUM_THREADS=1" in pinned["threads"]
+    assert env_mod.env_key(env, "cpu") != env_mod.env_key(pinned, "cpu")
+
+
+def test_config_hash_is_typed():
+    assert config_mod.config_hash(config_mod.from_dict({"model": {"width": 1}})) == \
+        config_mod.config_hash(config_mod.from_dict({"model": {"width": 1.0}}))
+
+
+def test_settings_that_do_not_act_are_not_hashed():
+    synthetic = config_mod.config_hash(config_mod.from_dict({"data": {"num_items": 16}}))
+    assert config_mod.config_hash(config_mod.from_dict({"data": {"num_items": 99}})) == synthetic
+    disk = config_mod.config_hash(config_mod.from_dict({"data": {"source": "disk", "num_items": 16}}))
+    assert config_mod.config_hash(config_mod.from_dict({"data": {"source": "disk", "num_items": 99}})) != disk
+
+
+def test_adding_a_setting_with_a_neutral_default_keeps_every_hash():
+    @dataclasses.dataclass
+    class Later(config_mod.RunConfig):
+        new_knob: int = 0  # a setting added in a later version; 0 keeps the old behaviour
+
+    old = config_mod.config_hash(config_mod.RunConfig(batch_size=4))
+    assert config_mod.config_hash(Later(batch_size=4)) == old
+    assert config_mod.config_hash(Later(batch_size=4, new_knob=1)) != old
+
+
+# ------------------------------------------------------------------------------------------
+# 9. bad input: one line, the bad value named, exit 2, nothing run
+
+
+@pytest.mark.parametrize("args,expected", [
+    (("sweep", "+ladder=precision", "batch_size=abc"), "batch_size=abc"),
+    (("sweep", "+ladder=precision", "sweep.repeats=abc"), "sweep.repeats=abc"),
+    (("sweep", "+ladder=precision", "sweep.repeats=0"), "sweep.repeats=0 must be at least 1"),
+    (("run", "batch_size=abc"), "could not be converted to Integer"),
+    (("run", "data=nope"), "data=nope is not a choice; valid choices: disk, synthetic"),
+    (("report", "--out", "/no/such/dir/x.html"), "'/no/such/dir' does not exist"),
+])
+def test_bad_input_is_one_line_and_exit_2(results, capsys, args, expected):
+    assert cli.main([*args, f"results_dir={results}"] if args[0] in ("run", "sweep") else list(args)) == 2
+    out = capsys.readouterr()
+    text = " ".join((out.out + out.err).split())
+    assert expected in text and "Traceback" not in text
+    assert not (results / "runs").exists()
+
+
+def test_a_broken_ladder_file_is_named_and_the_others_still_list(tmp_path, monkeypatch, capsys):
+    from harness import ladder as ladder_mod
+
+    for path in ladder_mod.LADDER_DIR.glob("*.yaml"):
+        (tmp_path / path.name).write_text(path.read_text())
+    (tmp_path / "broken.yaml").write_text("rungs:\n  - set: {precision: [bf16\n")
+    (tmp_path / "typo.yaml").write_text("rungs:\n  - set: {data.num_worker: 2}\n")
+    monkeypatch.setattr(ladder_mod, "LADDER_DIR", tmp_path)
+    assert cli.main(["sweep"]) == 2
+    err = capsys.readouterr().err
+    assert f"{tmp_path / 'broken.yaml'} line 3" in err and "not valid YAML" in err
+    assert "data.num_worker" in err and str(tmp_path / "typo.yaml") in err
+    assert "phase2 " in err and "Traceback" not in err
