@@ -8,13 +8,12 @@ part stays here; the statistics live in ``harness.analysis.noise_model``.
 
 from __future__ import annotations
 
-import secrets
 import sys
-import time
 
 from harness import cli
 from harness import config as config_mod
 from harness import runner
+from harness.store import check_writable, new_id
 
 DEFAULT_RUNS = 5
 RUNS_KEY = "noise.runs"
@@ -44,10 +43,6 @@ def main(argv: list[str]) -> int:
     return cli.hydra_command(overrides, multirun=False, task=lambda cfg: task(cfg, runs))
 
 
-def new_sweep_id() -> str:
-    return f"noise-{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}-{secrets.token_hex(2)}"
-
-
 def task(cfg, runs: int) -> None:
     from harness.console import console
     from harness.progress import RunProgress
@@ -55,13 +50,14 @@ def task(cfg, runs: int) -> None:
     try:
         settings = config_mod.from_dict(cli.plain_settings(cfg))
         base = runner.resolve(settings, runner.Machine.detect())
+        check_writable(base.results_dir)
         runner.prepare_data(base, console.print)
     except (ValueError, OSError) as exc:
         console.print(f"[red]error:[/] {exc}")
         cli.set_exit_code(2)
         return
     env, key = runner.environment(base.device)
-    sweep_id = new_sweep_id()
+    sweep_id = new_id("noise-")  # noise-<UTC time>-<random>
     records = []
     for i in range(runs):
         with RunProgress(console, f"[{i + 1}/{runs}] same settings, fresh process") as progress:
