@@ -34,6 +34,7 @@ import math
 import os
 import re
 import sys
+import warnings
 import xml.etree.ElementTree as ET
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -411,7 +412,11 @@ def baseline_path(value: str, results_dir: str | os.PathLike) -> Path:
 def load_baseline(path: Path) -> pd.DataFrame:
     """Read a baseline file, refusing corrupt files, other schema versions and baselines with no ok record."""
     try:
-        frame = load_parquet_files([str(path)])
+        with warnings.catch_warnings(record=True) as caught:  # the store skips unreadable files with a warning
+            warnings.simplefilter("always")
+            frame = load_parquet_files([str(path)])
+        if frame.empty and caught:
+            raise ValueError(str(caught[0].message).split(": ", 1)[-1])
     except Exception as exc:  # pyarrow raises several types for truncated / foreign files
         reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise BadInput(f"baseline file {path} is not a readable baseline ({reason}); "
