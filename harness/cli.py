@@ -24,6 +24,7 @@ COMMANDS = {
     "run": ("measure one short training run in its own process and store it", None),
     "sweep": ("climb a ladder (+ladder=NAME), one rung per process, and print the speedup table", None),
     "diagnose": ("data-bound or compute-bound? loader alone, model alone, full step", None),
+    "noise": ("calibrate this machine's noise: the same settings in N fresh processes (noise.runs=N)", None),
     "table": ("print a sweep's speedup table from the store", "harness.analysis.table"),
     "plot": ("draw a sweep's plots", "harness.analysis.plots"),
     "compare": ("compare two or more sweeps side by side", "harness.analysis.compare"),
@@ -49,7 +50,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {unknown_choice('command', command, COMMANDS)}", file=sys.stderr)
         return 2
     _quiet_store_warnings()
-    if command in ("run", "diagnose", "sweep"):
+    if command in ("run", "diagnose", "sweep", "noise"):
         return _measuring_command(command, rest)
     module = importlib.import_module(COMMANDS[command][1])
     return module.main(command, rest)
@@ -67,6 +68,10 @@ def _measuring_command(command: str, rest: list[str]) -> int:
             from harness import diagnose
 
             return hydra_command(rest, multirun=False, task=diagnose.task)
+        if command == "noise":
+            from harness import noise
+
+            return noise.main(rest)
         from harness import sweep_cli
 
         return sweep_cli.main(rest)

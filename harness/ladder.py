@@ -97,6 +97,24 @@ def available() -> list[str]:
     return sorted(p.stem for p in LADDER_DIR.glob("*.yaml"))
 
 
+def file_sha(name: str) -> str:
+    """sha256 (16 hex) of the ladder file's text; "" when there is no such file."""
+    import hashlib
+
+    path = LADDER_DIR / f"{name}.yaml"
+    return hashlib.sha256(path.read_bytes()).hexdigest()[:16] if path.exists() else ""
+
+
+def claim_fields(ladder: Ladder, rung: int) -> dict[str, Any]:
+    """The RunRecord columns that carry a rung's claim and the ladder's total claim (store schema 2)."""
+    fields: dict[str, Any] = {"ladder_sha": file_sha(ladder.name)}
+    for prefix, claim in (("claim", ladder.rungs[rung].claim), ("total_claim", ladder.total_claim)):
+        if claim is not None:
+            fields.update({f"{prefix}_low": claim.low, f"{prefix}_high": claim.high,
+                           f"{prefix}_label": claim.label(), f"{prefix}_source": claim.source})
+    return fields
+
+
 def load(name: str) -> Ladder:
     """Load and validate ``conf/ladder/NAME.yaml``."""
     path = LADDER_DIR / f"{name}.yaml"

@@ -7,6 +7,9 @@ Schema history (bump ``SCHEMA_VERSION`` when a column changes meaning or type):
   1 - first version: metrics, environment, config, sweep fields, raw step times.
   2 - config_hash version 2 (config.CONFIG_HASH_VERSION); env_key covers code_fingerprint and
       threads (new columns); run ids and timestamps in UTC.
+  3 - the guide's claims travel with the records: claim_low/high/label/source of the rung,
+      total_claim_low/high/label/source of the ladder, and ladder_sha (the ladder file's text hash),
+      set at sweep time so that editing a ladder never rewrites old verdicts.
 
 A store must survive what databases survive: a writer killed mid-write leaves only a dot-prefixed
 temp file, which readers skip; a record is fsynced before it is renamed into place (and the folder
@@ -31,7 +34,7 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 STATUSES = ("ok", "oom", "nan", "timeout", "error", "skipped")
 
 
@@ -58,6 +61,16 @@ class RunRecord:
     change: str = ""
     round: int | None = None
     cached_from: str = ""
+    # the guide's claims at sweep time (schema 2; empty for runs outside a ladder, and in older records)
+    claim_low: float | None = None
+    claim_high: float | None = None
+    claim_label: str = ""
+    claim_source: str = ""
+    total_claim_low: float | None = None
+    total_claim_high: float | None = None
+    total_claim_label: str = ""
+    total_claim_source: str = ""
+    ladder_sha: str = ""  # sha256 (16 hex) of conf/ladder/NAME.yaml's text when the sweep ran
     # units of throughput and model cost
     unit: str = ""  # what units_per_s counts: "voxels" or "images"
     samples_per_step: int | None = None

@@ -152,7 +152,7 @@ def run_rung(ctx: SweepContext, rung: int, round_: int, machine: runner.Machine,
     dropped = dropped_rungs(mine, rung)
     cfg = rung_config(ctx, rung, machine, dropped, round_)
     fields = dict(sweep_id=ctx.sweep_id, ladder=ladder.name, rung=rung, round=round_,
-                  change=ladder.rungs[rung].change(cfg.size))
+                  change=ladder.rungs[rung].change(cfg.size), **ladder_mod.claim_fields(ladder, rung))
     if on_start:
         on_start(cfg, dropped)
     env, key = runner.environment(cfg.device)

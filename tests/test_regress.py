@@ -289,13 +289,28 @@ def test_classify_needs_both_threshold_and_significance():
     assert regress.classify(regress.RatioEstimate(1.2, 0.9, 1.5), 0.05) == "unchanged"
 
 
-def test_throughput_ratio_is_deterministic_and_brackets_the_ratio():
-    rng = np.random.default_rng(3)
-    base, cur = rng.normal(10, 1, 60), rng.normal(12.5, 1, 60)
-    first, again = regress.throughput_ratio(base, cur), regress.throughput_ratio(base, cur)
+def test_estimate_is_run_level_and_brackets_the_ratio():
+    from harness.analysis import noise_model
+
+    base, cur = noise_model.Runs([100.0, 104.0, 98.0]), noise_model.Runs([80.0, 83.0, 79.0])
+    first, again = regress.estimate(base, cur, noise_model.DEFAULT), regress.estimate(base, cur, noise_model.DEFAULT)
     assert first == again
-    assert first.low < first.ratio < first.high
-    assert first.ratio == pytest.approx(base.mean() / cur.mean())
+    assert first.low < first.ratio < first.high < 1
+    assert first.ratio == pytest.approx(np.exp(np.log([80, 83, 79]).mean() - np.log([100, 104, 98]).mean()))
+    assert first.method == "Welch t" and first.p_slower < 0.01
+
+
+def test_one_run_per_side_uses_the_default_cv_and_says_so(tmp_path, capsys):
+    sweep(tmp_path, "s1", {"cfg-a": 100.0}, day=1, repeats=1)
+    assert save(tmp_path) == 0
+    sweep(tmp_path, "s2", {"cfg-a": 97.0}, day=2, seed=1, repeats=1)
+    capsys.readouterr()
+    assert check(tmp_path) == 0
+    out = capsys.readouterr().out
+    assert "noise: default CV 5%" in out and "family-wise error <= 5% over 1 configs (Holm)" in out
+    # 1.96 * 5% * sqrt(2) on the log scale around 0.97
+    code, rows = row_status(capsys, tmp_path)
+    assert rows["cfg-a"]["ci_low"] == pytest.approx(0.97 * np.exp(-1.959964 * 0.05 * np.sqrt(2)), rel=1e-4)
 
 
 def test_check_never_imports_torch_or_hydra(tmp_path):

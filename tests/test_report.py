@@ -17,6 +17,7 @@ def make_report(results, out, *extra) -> int:
 def test_report_holds_every_rung_and_embeds_its_plots(results, tmp_path, capsys):
     write_sweep(results, "phase2-a", torch_version="2.4.0", cuda_version="12.4", monai_version="1.4.0")
     out = tmp_path / "r" / "report.html"
+    out.parent.mkdir()  # report refuses a folder that does not exist (main d70f134)
     assert make_report(results, out) == 0
     assert capsys.readouterr().out.strip() == str(out)
     page = out.read_text()

@@ -1,15 +1,16 @@
 """Speedup noise bands and verdicts on the guides' claims."""
 
-from harness.analysis import stats
+from harness.analysis import noise_model, stats
+from harness.analysis.noise_model import Runs
 
 
 def test_a_speedup_inside_the_noise_band_is_within_noise():
-    r = stats.ratio(103.0, 0.03, 100.0, 0.03)
-    assert r.within_noise and r.value == 1.03
+    r = noise_model.ratio(Runs([103.0]), Runs([100.0]))  # one run a side: the default 5% CV
+    assert r.within_noise and round(r.value, 6) == 1.03
 
 
 def test_a_clear_speedup_is_not_within_noise():
-    assert not stats.ratio(150.0, 0.02, 100.0, 0.02).within_noise
+    assert not noise_model.ratio(Runs([150.0]), Runs([100.0])).within_noise
 
 
 def test_verdicts():
@@ -24,8 +25,22 @@ def test_verdicts():
     assert stats.verdict(stats.Ratio(1.0, 0.97, 1.03), 0.7, 0.8) == "exceeds"
 
 
-def test_uncertainty_uses_the_repeat_spread_and_a_floor():
-    assert stats.rung_uncertainty([100.0], [[10.0] * 10]) == stats.FLOOR_ONE_REPEAT
-    assert stats.rung_uncertainty([90.0, 100.0, 110.0], [[10.0] * 10] * 3) == 0.1
+def test_a_band_holding_both_no_change_and_the_claim_is_inconclusive():
+    assert stats.verdict(stats.Ratio(1.04, 0.97, 1.11), 1.1, 1.15).startswith("inconclusive (~")
+    assert stats.verdict(stats.Ratio(2.4, 2.2, 2.6), 2.0, 3.0) == "confirms"
+    # a claimed slowdown whose band also holds 1
+    assert stats.verdict(stats.Ratio(0.9, 0.75, 1.05), 0.7, 0.8).startswith("inconclusive")
+
+
+def test_repeats_to_decide_scales_with_the_band():
+    # half-width 0.067 on the log scale; the claim edge is 0.056 away: (0.067/0.056)^2 runs per side
+    assert noise_model.repeats_to_decide(stats.Ratio(1.04, 0.97, 1.11), 1.1, 1.15) == 2
+    assert noise_model.repeats_to_decide(stats.Ratio(1.04, 0.97, 1.11, runs=3), 1.1, 1.15) == 5
+    assert noise_model.repeats_to_decide(stats.Ratio(1.005, 0.8, 1.26), 1.001, 1.2) is None  # > 50 runs
+
+
+def test_band_of_one_rung():
+    assert round(noise_model.band(Runs([100.0])), 4) == round(float(__import__("math").expm1(1.959964 * 0.05)), 4)
+    assert noise_model.band(Runs([90.0, 100.0, 110.0])) > 0.1  # t with 2 df: wide
     noisy = [5.0, 15.0] * 10
-    assert stats.rung_uncertainty([100.0], [noisy]) > 0.1
+    assert noise_model.band(Runs([100.0], [stats.within_run_uncertainty(noisy)])) > 0.1

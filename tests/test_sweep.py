@@ -42,6 +42,11 @@ def test_phase2_climbs_one_knob_per_rung_then_reruns_from_the_cache(results):
     frame = load_runs(results)
     second = frame[frame["sweep_id"] != frame.loc[frame["cached_from"] == "", "sweep_id"].iloc[0]]
     assert len(second) == 4 and (second["cached_from"] != "").all()  # no rung ran again
+    # the claims travel with the records, cached copies included
+    for records in (frame[frame["cached_from"] == ""], second):
+        by_rung = records.set_index("rung")
+        assert by_rung.loc[1, "claim_label"] == "2-3x" and by_rung.loc[3, "total_claim_label"] == "3-4x"
+        assert by_rung.loc[0, "claim_label"] == "" and len(by_rung.loc[0, "ladder_sha"]) == 16
     assert "(cached)" in again.stdout  # how much faster it was depends on the machine: not asserted here
 
 

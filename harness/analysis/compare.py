@@ -17,7 +17,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness.analysis import stats
+from harness.analysis import noise_model, stats
 from harness.analysis import table as table_mod
 from harness.store import load_parquet_files, load_runs
 
@@ -159,11 +159,11 @@ def _compare_rung(sides: list[Side], rung: int) -> CompareRow:
         out.ratios = [None] * (len(sides) - 1)
         return out
     first = rows[0]
-    for row in rows[1:]:
-        if first.samples_per_s is None or row.samples_per_s is None:
+    for side, row in zip(sides[1:], rows[1:]):
+        if first.runs is None or row.runs is None:
             out.ratios.append(None)
-        else:
-            out.ratios.append(stats.ratio(row.samples_per_s, row.uncertainty, first.samples_per_s, first.uncertainty))
+        else:  # the later side's noise model, as `check` of that sweep against the first would use
+            out.ratios.append(noise_model.ratio(row.runs, first.runs, side.table.noise))
     failed = [f"{r.status} on {s.label}" for s, r in zip(sides, rows) if r.status != "ok"]
     differ = _settings_differ(sides, rung)
     out.note = "; ".join(failed + ([f"settings differ: {differ}"] if differ else []))
@@ -219,7 +219,7 @@ def to_markdown(sides: list[Side], rows: list[CompareRow]) -> str:
         cells.append(row.note or "-")
         lines.append("| " + " | ".join(c.replace("|", "/") for c in cells) + " |")
     lines.append("")
-    lines.append("Ratios are later side / A in samples/s; '(within noise)' means the noise bands of the two overlap 1x.")
+    lines.append("Ratios are later side / A in samples/s; '(within noise)' means the ratio's 95% band (run-level noise model) holds 1x.")
     return "\n".join(lines) + "\n"
 
 

@@ -207,16 +207,12 @@ def _speedup_scale(ax, lows: list[float]) -> None:
 
 def _total_claim(ax, data: SweepData, n: int) -> None:
     """The ladder's total claim as a band at the right edge (if the ladder makes one)."""
-    from harness import ladder as ladder_mod
-
-    try:
-        total = ladder_mod.load(data.table.ladder).total_claim
-    except ValueError:
-        total = None
+    total = data.table.total_claim_range  # stored with the records (or the ladder file for old ones)
     if total is not None:
-        ax.bar(n - 0.3, total.high - total.low, bottom=total.low, width=0.2, color=CLAIM, alpha=0.25)
-        ax.text(n - 0.3, total.low, f"total\nclaim\n{total.label()}", ha="center", va="top", fontsize=7,
-                color=CLAIM)
+        low, high = total
+        label = f"{low:g}x" if low == high else f"{low:g}-{high:g}x"
+        ax.bar(n - 0.3, high - low, bottom=low, width=0.2, color=CLAIM, alpha=0.25)
+        ax.text(n - 0.3, low, f"total\nclaim\n{label}", ha="center", va="top", fontsize=7, color=CLAIM)
         ax.set_xlim(right=n - 0.05)
 
 
@@ -229,30 +225,19 @@ def _waterfall_legend():
 
 
 def throughput(data: SweepData) -> Plot:
-    """Samples/s per rung; error bars: min-max over repeats, or the bootstrap band for one repeat."""
+    """Samples/s per rung; error bars: the noise model's 95% band of each rung's throughput."""
     rows = data.table.rows
     fig, ax = new_figure(len(rows))
     values = [r.samples_per_s or 0.0 for r in rows]
-    low, high = [], []
-    for r in rows:
-        runs = r.samples_per_s_runs
-        if r.samples_per_s is None:
-            low.append(0.0), high.append(0.0)
-        elif len(runs) >= 2:
-            low.append(r.samples_per_s - min(runs)), high.append(max(runs) - r.samples_per_s)
-        else:
-            band = (r.uncertainty or 0.0) * r.samples_per_s
-            low.append(band), high.append(band)
+    bands = [(r.uncertainty or 0.0) * r.samples_per_s if r.samples_per_s is not None else 0.0 for r in rows]
     colours = [COMPUTE if r.status == "ok" else FAILED for r in rows]
-    ax.bar(range(len(rows)), values, yerr=[low, high], capsize=4, color=colours, width=0.6)
+    ax.bar(range(len(rows)), values, yerr=bands, capsize=4, color=colours, width=0.6)
     for i, v in enumerate(values):
         if v:
             ax.text(i + 0.32, v, f"{v:.1f}", ha="left", va="bottom", fontsize=7)
     mark_failed(ax, rows, 0.0)
     rung_axis(ax, rows)
-    repeats = max((r.repeats for r in rows), default=1)
-    bars = ("error bars: min-max over repeats" if repeats >= 2
-            else "error bars: 95% bootstrap band within one run (single repeat)")
+    bars = "error bars: 95% band, " + data.table.noise.describe().removeprefix("noise: ").split(" (")[0]
     ax.set_ylabel("throughput (samples/s)")
     ax.set_title(title(data, f"Throughput per rung ({bars})"), fontsize=10)
     ax.set_ylim(0, top_of(values) * 1.2)

@@ -12,25 +12,18 @@ config that now fails), 2 bad input or nothing at all comparable.
 A baseline is a copy of a sweep's records (``<results>/baselines/NAME.parquet``, same schema as the
 run store). Records are matched by ``config_hash`` on the same hardware.
 
-Which statistic decides, and why (also in docs/regression.md)
--------------------------------------------------------------
-A **bootstrap confidence interval of the throughput ratio** current/baseline
-(``scipy.stats.bootstrap``, BCa, 95 %, fixed seed), computed from the raw per-sample times
-(``step_ms / samples_per_step``) of every measured step, pooled across repeats. A config regresses
-when the ratio is below ``1 - threshold`` AND the whole interval lies below 1.
+Which statistic decides, and why (also in docs/regression.md and docs/statistics.md)
+-------------------------------------------------------------------------------------
+The run-level noise model of ``harness.analysis.noise_model``, the same one the table, compare,
+plots and report use: the unit of replication is the run (one process), the ratio current/baseline is
+the ratio of geometric mean throughputs, its 95% interval a t-interval on log throughput (Welch with
+repeats; this machine's calibrated CV, or a default 5%, with one run per side), widened (never
+narrowed) by the within-run step bootstrap.
 
-* The threshold is a throughput ratio ("5 % slower"), and so is the interval: the number that
-  decides is the number the table prints, with its uncertainty in the same unit. A Mann-Whitney U
-  p-value says *whether* step times shifted, not by how much, and over hundreds of steps it is tiny
-  for shifts far below any threshold.
-* The ratio of mean per-sample times is the ratio of ``samples_per_s`` (samples / measured time),
-  so a few slow steps (periodic syncs, data stalls, async GPU dispatch that charges one step in k)
-  move the statistic exactly as much as they move throughput; a rank test looks at the typical step.
-* The seed is fixed, so the same results always give the same verdict: a CI gate must not flap.
-
-Limit: steps are treated as independent draws. Run-to-run variation (clocks, neighbours on the
-machine) is only seen through repeats (``sweep.repeats=N``), which is why a drop past the threshold
-that the interval cannot separate from noise is a *warning* that asks for more repeats.
+A config regresses when the ratio is below ``1 - threshold`` AND the one-sided test "current is
+slower" is significant after Holm's step-down procedure over every config of the check, so the
+family-wise error of one ``check`` call is at most 5% however many configs it compares. A drop past
+the threshold that the test cannot separate from noise is a *warning* that asks for more repeats.
 """
 
 from __future__ import annotations
@@ -46,10 +39,9 @@ import xml.etree.ElementTree as ET
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
-from scipy import stats
 
+from harness.analysis import noise_model
 from harness.store import SCHEMA_VERSION, load_parquet_files, load_runs, records_from_frame, write_records
 
 STATUSES = ("regressed", "warned", "improved", "unchanged", "missing", "new", "not comparable")
@@ -158,67 +150,45 @@ def _fraction(text: str, value: str, flag: str) -> float:
 # ------------------------------------------------------------------------------------------
 # statistics (the reasoning is in the module docstring)
 
-CONFIDENCE = 0.95
-N_RESAMPLES = 4000
-SEED = 20240605
-PROCESS_NOISE = 0.05  # run-to-run variation between fresh processes, unseen within one run
+CONFIDENCE = noise_model.CONFIDENCE
+ALPHA = noise_model.ALPHA
 
 
 @dataclass(frozen=True)
 class RatioEstimate:
-    """Throughput ratio current/baseline (>1 is faster) and its confidence interval.
-
-    ``low``/``high`` are NaN when there were too few raw step times to judge the noise.
-    """
+    """Throughput ratio current/baseline (>1 is faster), its confidence interval, and the one-sided
+    p-value of "current is slower". ``low``/``high`` are NaN when there is no interval."""
 
     ratio: float
     low: float = math.nan
     high: float = math.nan
+    p_slower: float = math.nan
+    method: str = ""
 
     @property
     def has_interval(self) -> bool:
         return not (math.isnan(self.low) or math.isnan(self.high))
 
 
-def _ratio_of_means(base: np.ndarray, current: np.ndarray, axis: int = -1) -> np.ndarray:
-    # throughput is samples / time, so current/baseline throughput = mean base time / mean current time
-    return np.mean(base, axis=axis) / np.mean(current, axis=axis)
+def estimate(base: noise_model.Runs, current: noise_model.Runs, noise: noise_model.Noise) -> RatioEstimate:
+    """The noise model's ratio current/baseline with its interval and p-value."""
+    diff = noise_model.difference(current, base, noise)
+    band = diff.ratio(min(base.n, current.n))
+    return RatioEstimate(band.value, band.low, band.high, diff.p_slower(), diff.method)
 
 
-def throughput_ratio(base_ms, current_ms, confidence: float = CONFIDENCE, n_resamples: int = N_RESAMPLES,
-                     seed: int = SEED) -> RatioEstimate:
-    """Ratio current/baseline throughput from per-sample times in ms, with a bootstrap interval.
-
-    Each side is resampled independently (the steps of two runs are not paired).
-    """
-    base = np.asarray(base_ms, dtype=float)
-    current = np.asarray(current_ms, dtype=float)
-    ratio = float(_ratio_of_means(base, current))
-    if len(base) < 2 or len(current) < 2:
-        return RatioEstimate(ratio)
-    if np.ptp(base) == 0 and np.ptp(current) == 0:
-        return RatioEstimate(ratio, ratio, ratio)  # no noise at all; the bootstrap would be degenerate
-    for method in ("BCa", "percentile"):  # BCa can fail on near-constant data; percentile cannot
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            result = stats.bootstrap((base, current), _ratio_of_means, paired=False, vectorized=True,
-                                     n_resamples=n_resamples, confidence_level=confidence, method=method,
-                                     rng=np.random.default_rng(seed))
-        low, high = (float(v) for v in result.confidence_interval)
-        if math.isfinite(low) and math.isfinite(high):
-            return RatioEstimate(ratio, low, high)
-    return RatioEstimate(ratio)
-
-
-def classify(estimate: RatioEstimate, threshold: float) -> str:
+def classify(estimate: RatioEstimate, threshold: float, significant: bool | None = None) -> str:
     """'regressed', 'warned', 'improved' or 'unchanged' for a throughput ratio.
 
-    Regressed: the ratio fell below ``1 - threshold`` AND the whole interval lies below 1 (the drop is
-    larger than the noise). Past the threshold but inside the noise (or no interval): warned.
-    Improved: above ``1 + threshold`` with the whole interval above 1.
+    Regressed: the ratio fell below ``1 - threshold`` AND the drop is significant (``significant``:
+    Holm's decision over the whole check; None: the interval lies below 1). Past the threshold but
+    inside the noise (or no interval): warned. Improved: above ``1 + threshold`` with the whole
+    interval above 1.
     """
+    if significant is None:
+        significant = estimate.has_interval and estimate.high < 1
     if estimate.ratio < 1 - threshold:
-        return "regressed" if estimate.has_interval and estimate.high < 1 else "warned"
+        return "regressed" if significant else "warned"
     if estimate.ratio > 1 + threshold and estimate.has_interval and estimate.low > 1:
         return "improved"
     return "unchanged"
@@ -242,6 +212,7 @@ class Comparison:
     ratio: float | None = None  # throughput current/baseline; >1 is faster
     ci_low: float | None = None
     ci_high: float | None = None
+    p_value: float | None = None  # one-sided, "current is slower", before Holm
     mem_ratio: float | None = None  # peak memory current/baseline; >1 is more
     threshold: float = 0.0
     mem_threshold: float = 0.0
@@ -260,10 +231,14 @@ class Comparison:
         return f"{where}{change} [{self.workload} {self.config_hash[:10]}]"
 
 
-def compare(baseline: pd.DataFrame, current: pd.DataFrame, thresholds: Thresholds,
-            mem_thresholds: Thresholds) -> list[Comparison]:
-    """Compare every config of ``current`` with ``baseline``; one row per config and hardware."""
+def compare(baseline: pd.DataFrame, current: pd.DataFrame, thresholds: Thresholds, mem_thresholds: Thresholds,
+            noise: noise_model.Noise = noise_model.DEFAULT) -> list[Comparison]:
+    """Compare every config of ``current`` with ``baseline``; one row per config and hardware.
+
+    Throughput decisions are made together, with Holm's procedure over every config compared.
+    """
     baseline, current = _with_hardware(baseline), _with_hardware(current)
+    pending: list[_Pending] = []
     base_groups = dict(iter(baseline.groupby(["config_hash", "_hw"], sort=False)))
     cur_groups = dict(iter(current.groupby(["config_hash", "_hw"], sort=False)))
     base_hw = {h: sorted(g["_hw"].unique()) for h, g in baseline.groupby("config_hash")}
@@ -271,7 +246,7 @@ def compare(baseline: pd.DataFrame, current: pd.DataFrame, thresholds: Threshold
     for (config, hw), cur in cur_groups.items():
         row = _row(cur, config, hw, thresholds, mem_thresholds)
         if (config, hw) in base_groups:
-            _judge(row, base_groups[(config, hw)], cur)
+            pending += _judge(row, base_groups[(config, hw)], cur, noise)
         elif config in base_hw:
             row.status = "not comparable"
             row.notes.append(f"baseline measured on {'; '.join(base_hw[config])}")
@@ -286,6 +261,7 @@ def compare(baseline: pd.DataFrame, current: pd.DataFrame, thresholds: Threshold
             row.status, row.baseline_records, row.current_records = "missing", len(base), 0
             row.notes.append("in the baseline, not in this sweep")
             rows.append(row)
+    _decide_all(pending)
     return sorted(rows, key=lambda r: (r.ladder, -1 if r.rung is None else r.rung, r.workload, r.config_hash))
 
 
@@ -303,64 +279,73 @@ def _row(group: pd.DataFrame, config: str, hw: str, thresholds: Thresholds, mem_
     )
 
 
-def _judge(row: Comparison, base: pd.DataFrame, cur: pd.DataFrame) -> None:
-    """Fill in ratios, status and notes for a config present in both, on the same hardware."""
+@dataclass
+class _Pending:
+    """A config compared on throughput, waiting for Holm's decision over the whole check."""
+
+    row: Comparison
+    estimate: RatioEstimate
+    failed: pd.DataFrame
+    base_ok: pd.DataFrame
+    cur_ok: pd.DataFrame
+
+
+def _judge(row: Comparison, base: pd.DataFrame, cur: pd.DataFrame, noise: noise_model.Noise) -> list[_Pending]:
+    """Ratios and notes for a config present in both, on the same hardware; the status waits for Holm."""
     row.baseline_records, row.current_records = len(base), len(cur)
     row.software = software_changes(base, cur)
-    base_ok, cur_ok = base[base["status"] == "ok"], cur[cur["status"] == "ok"]
-    failed = cur[cur["status"] != "ok"]
+    base_ok = base[(base["status"] == "ok") & (base["samples_per_s"] > 0)]
+    cur_ok = cur[(cur["status"] == "ok") & (cur["samples_per_s"] > 0)]
     if base_ok.empty:
         was = _statuses(base)
         row.status, note = ("improved", f"was {was}, now ok") if not cur_ok.empty else ("unchanged", f"still {was}")
         row.notes.append(note)
-        return
+        return []
     if cur_ok.empty:
         row.status = "regressed"
         row.notes.append(f"now {_statuses(cur)} (baseline ok)")
-        return
+        return []
     row.baseline_samples_per_s = float(base_ok["samples_per_s"].mean())
     row.current_samples_per_s = float(cur_ok["samples_per_s"].mean())
-    estimate = _estimate(base_ok, cur_ok, row)
-    row.ratio = estimate.ratio
-    row.ci_low, row.ci_high = (estimate.low, estimate.high) if estimate.has_interval else (None, None)
-    row.status = classify(estimate, row.threshold)
+    est = estimate(noise_model.runs_of(base_ok), noise_model.runs_of(cur_ok), noise)
+    row.ratio, row.p_value = est.ratio, est.p_slower
+    row.ci_low, row.ci_high = (est.low, est.high) if est.has_interval else (None, None)
+    if min(len(base_ok), len(cur_ok)) < 2:
+        row.notes.append(f"one run on a side: {noise.describe().removeprefix('noise: ')}; sweep.repeats=3 narrows it")
+    return [_Pending(row, est, cur[~cur.index.isin(cur_ok.index)], base_ok, cur_ok)]
+
+
+def throughput_statuses(estimates: list[RatioEstimate], thresholds: list[float]) -> list[str]:
+    """The throughput status of every config of one check: Holm over all of them, then ``classify``."""
+    significant = noise_model.holm([e.p_slower for e in estimates], ALPHA)
+    return [classify(e, t, sig) for e, t, sig in zip(estimates, thresholds, significant)]
+
+
+def _decide_all(pending: list[_Pending]) -> None:
+    """Holm over every config compared on throughput, then each config's status."""
+    statuses = throughput_statuses([p.estimate for p in pending], [p.row.threshold for p in pending])
+    for p, status in zip(pending, statuses):
+        _decide(p, status, len(pending))
+
+
+def _decide(p: _Pending, status: str, family: int) -> None:
+    row = p.row
+    row.status = status
     if row.status == "regressed":
-        row.notes.append(f"throughput {_pct(row.ratio)} (threshold -{row.threshold:.0%})")
+        row.notes.append(f"throughput {_pct(row.ratio)} (threshold -{row.threshold:.0%}, p={row.p_value:.2g}, "
+                         f"significant after Holm over {family})")
     elif row.status == "warned":
-        row.notes.append(f"throughput {_pct(row.ratio)} but within noise: add repeats (sweep.repeats=N)")
-    if not failed.empty:  # a config that sometimes fails now is not healthy, whatever its speed
+        row.notes.append(f"throughput {_pct(row.ratio)} but not significant after Holm over {family} configs "
+                         f"(p={row.p_value:.2g}): add repeats (sweep.repeats=N)")
+    if not p.failed.empty:  # a config that sometimes fails now is not healthy, whatever its speed
         row.status = "regressed"
-        row.notes.append(f"{_statuses(failed)} in {len(failed)} of {len(cur)} rounds")
-    row.mem_ratio = _memory_ratio(base_ok, cur_ok)
+        row.notes.append(f"{_statuses(p.failed)} in {len(p.failed)} of {row.current_records} rounds")
+    row.mem_ratio = _memory_ratio(p.base_ok, p.cur_ok)
     if row.mem_ratio is not None and row.mem_ratio > 1 + row.mem_threshold:
         row.status = "regressed"
         row.notes.append(f"peak memory {_pct(row.mem_ratio)} (threshold +{row.mem_threshold:.0%})")
-    if (cur_ok["cached_from"] != "").all():
+    if (p.cur_ok["cached_from"] != "").all():
         row.notes.append("current records are cached copies, not new measurements (sweep.rerun=true re-measures)")
-
-
-def _estimate(base_ok: pd.DataFrame, cur_ok: pd.DataFrame, row: Comparison) -> RatioEstimate:
-    base_ms, cur_ms = per_sample_ms(base_ok), per_sample_ms(cur_ok)
-    if base_ms is None or cur_ms is None:
-        row.notes.append("no per-step times stored: noise unknown")
-        return RatioEstimate(row.current_samples_per_s / row.baseline_samples_per_s)
-    estimate = throughput_ratio(base_ms, cur_ms)
-    if min(len(base_ok), len(cur_ok)) < 2 and estimate.has_interval:
-        # Steps of one process cannot show how much fresh processes differ (TorchBench saw up to 7%;
-        # we saw 6% between two identical CPU sweeps): widen the interval by that much.
-        row.notes.append(f"one process per side: interval widened by ±{PROCESS_NOISE:.0%}; sweep.repeats=3 narrows it")
-        return RatioEstimate(estimate.ratio, estimate.low * (1 - PROCESS_NOISE), estimate.high * (1 + PROCESS_NOISE))
-    return estimate
-
-
-def per_sample_ms(records: pd.DataFrame) -> np.ndarray | None:
-    """Raw per-sample times (step_ms / samples_per_step) pooled over records; None if any lacks them."""
-    parts = []
-    for steps, per_step in zip(records["step_ms"], records["samples_per_step"]):
-        if steps is None or len(steps) == 0 or pd.isna(per_step) or per_step <= 0:
-            return None
-        parts.append(np.asarray(steps, dtype=float) / float(per_step))
-    return np.concatenate(parts) if parts else None
 
 
 def _memory_ratio(base_ok: pd.DataFrame, cur_ok: pd.DataFrame) -> float | None:
@@ -427,15 +412,19 @@ def baseline_path(value: str, results_dir: str | os.PathLike) -> Path:
 def load_baseline(path: Path) -> pd.DataFrame:
     """Read a baseline file, refusing corrupt files, other schema versions and baselines with no ok record."""
     try:
-        frame = load_parquet_files([str(path)])
+        with warnings.catch_warnings(record=True) as caught:  # the store skips unreadable files with a warning
+            warnings.simplefilter("always")
+            frame = load_parquet_files([str(path)])
+        if frame.empty and caught:
+            raise ValueError(str(caught[0].message).split(": ", 1)[-1])
     except Exception as exc:  # pyarrow raises several types for truncated / foreign files
         reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise BadInput(f"baseline file {path} is not a readable baseline ({reason}); "
                        f"save it again with `python -m harness baseline save NAME --force`") from None
     versions = sorted({int(v) for v in frame["schema_version"].dropna()})
-    if versions != [SCHEMA_VERSION]:
+    if not versions or max(versions) > SCHEMA_VERSION:  # older files read fine: new columns come back empty
         raise BadInput(f"baseline file {path} has schema_version {versions or 'missing'}, but this harness "
-                       f"reads schema_version {SCHEMA_VERSION}; save a new baseline with this version")
+                       f"reads schema_version {SCHEMA_VERSION} and older; save a new baseline with this version")
     if not (frame["status"] == "ok").any():
         raise BadInput(f"baseline file {path} has no records with status ok; nothing to compare with")
     return frame
@@ -607,7 +596,8 @@ def check_command(argv: list[str]) -> int:
 
     base_path = baseline_path(args.baseline, args.results)
     baseline = load_baseline(base_path)
-    current = select_sweep(load_runs(args.results), args.sweep)
+    store = load_runs(args.results)
+    current = select_sweep(store, args.sweep)
     sweep_id = current["sweep_id"].iloc[0]
     require_ok(current, f"sweep {sweep_id!r}")
     workloads = set(baseline["workload"].fillna("")) | set(current["workload"].fillna(""))
@@ -618,17 +608,21 @@ def check_command(argv: list[str]) -> int:
         print(f"warning: sweep {sweep_id!r} is the baseline's own sweep; re-run it to check anything",
               file=sys.stderr)
 
-    rows = compare(baseline, current, thresholds, mem_thresholds)
+    noise = noise_model.noise_for(store, current)  # this environment's calibration, else the default
+    rows = compare(baseline, current, thresholds, mem_thresholds, noise)
+    family = sum(r.p_value is not None for r in rows)
     base_sweeps = ",".join(dict.fromkeys(baseline["sweep_id"].fillna("")))
     if args.format == "junit":
         print(format_junit(rows, f"harness.check {sweep_id} vs {base_path.stem}"))
     elif args.format == "json":
-        print(format_json(rows, {"baseline": str(base_path), "baseline_sweep": base_sweeps, "sweep": sweep_id}))
+        print(format_json(rows, {"baseline": str(base_path), "baseline_sweep": base_sweeps, "sweep": sweep_id,
+                                 "noise": noise.describe(), "family_wise_error": ALPHA, "family": family}))
     else:
         print(format_text(rows, [f"check: sweep {sweep_id} ({len(current)} records) against baseline "
                                  f"{base_path.stem} (sweep {base_sweeps}, {len(baseline)} records)",
                                  f"thresholds: throughput {thresholds.describe('-')}, peak memory "
-                                 f"{mem_thresholds.describe('+')}; interval: {CONFIDENCE:.0%} bootstrap"]))
+                                 f"{mem_thresholds.describe('+')}; interval: {CONFIDENCE:.0%} run-level t",
+                                 f"{noise.describe()}; family-wise error <= {ALPHA:.0%} over {family} configs (Holm)"]))
     code = exit_code(rows)
     if code == 2:
         print(f"error: nothing comparable between sweep {sweep_id!r} and baseline {base_path.stem!r}: "

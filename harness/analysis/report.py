@@ -39,7 +39,7 @@ th, td { border: 1px solid #ddd; padding: 4px 8px; text-align: left; vertical-al
 th { background: #f4f4f4; } caption { text-align: left; font-weight: bold; padding: 4px 0; }
 td.num { text-align: right; font-variant-numeric: tabular-nums; }
 .confirms { color: #2e7d32; font-weight: bold; } .exceeds { color: #1565c0; font-weight: bold; }
-.short { color: #c62828; font-weight: bold; }
+.short { color: #c62828; font-weight: bold; } .inconclusive { color: #8d6e00; font-weight: bold; }
 figure { margin: 16px 0; } figure img { max-width: 100%; border: 1px solid #eee; }
 figcaption { color: #555; font-size: 13px; }
 .scroll div { font-size: 13px; }
@@ -70,6 +70,8 @@ def _verdict_class(verdict: str) -> str:
         return "confirms"
     if verdict.startswith("exceeds"):
         return "exceeds"
+    if verdict.startswith("inconclusive"):
+        return "inconclusive"
     return "short" if verdict else ""
 
 
@@ -95,8 +97,9 @@ def verdicts_html(table: table_mod.SweepTable) -> str:
     head = "".join(f"<th>{h}</th>" for h in ("rung", "change", "guide claims", "measured x previous [noise band]",
                                               "verdict", "source"))
     return (f"<div class='scroll'><table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>"
-            f"<p class='meta'>A claim is confirmed when the measured ratio's noise band overlaps the claimed range, "
-            f"on this device ({_esc(table.device)}: {_esc(table.hardware)}).</p>")
+            f"<p class='meta'>A claim is confirmed when the measured ratio's 95% band overlaps the claimed range "
+            f"and excludes 1 (no change); a band holding both is inconclusive. On this device "
+            f"({_esc(table.device)}: {_esc(table.hardware)}); {_esc(table.noise.describe())}.</p>")
 
 
 def _env_value(column: str, value) -> str:

@@ -12,7 +12,7 @@ import io
 import sys
 from dataclasses import dataclass, field
 
-from harness.analysis import stats
+from harness.analysis import noise_model, stats
 from harness.store import load_runs
 
 MEMORY_NOTE = {"cuda": "peak VRAM", "cpu": "peak host RSS"}
@@ -25,6 +25,7 @@ class RungRow:
     status: str  # ok, or the status of its (failed) runs
     how: str  # measured / cached / mixed
     repeats: int
+    statuses: dict[str, int] = field(default_factory=dict)  # how many runs ended with each status
     samples_per_s: float | None = None
     spread: float | None = None  # relative (max-min)/median over repeats
     uncertainty: float | None = None
@@ -42,6 +43,7 @@ class RungRow:
     verdict: str = ""
     note: str = ""
     samples_per_s_runs: list[float] = field(default_factory=list)
+    runs: noise_model.Runs | None = None  # the ok runs as the noise model sees them
 
 
 @dataclass
@@ -56,6 +58,8 @@ class SweepTable:
     total_claim: str = ""
     total_verdict: str = ""
     total_measured: stats.Ratio | None = None
+    total_claim_range: tuple[float, float] | None = None
+    noise: noise_model.Noise = noise_model.DEFAULT
     notes: list[str] = field(default_factory=list)
 
 
@@ -80,67 +84,126 @@ def select_sweep(frame, sweep: str):
 
 
 def build_table(frame, sweep: str = "latest") -> SweepTable:
-    """The speedup table of one sweep from its records."""
+    """The speedup table of one sweep from its records (and the store's calibration, if any)."""
     records = select_sweep(frame, sweep)
     sweep_id = str(records["sweep_id"].iloc[0])
-    from harness import ladder as ladder_mod  # plain YAML reading, no torch
-
     ladder_name = str(records["ladder"].iloc[0])
-    try:
-        ladder = ladder_mod.load(ladder_name)
-    except ValueError:
-        ladder = None
-    rows = [_row(int(r), records[records["rung"] == r], ladder) for r in sorted(records["rung"].dropna().unique())]
-    _link(rows)
+    ladder = _ladder_or_none(ladder_name)
+    claims = Claims.of(records, ladder)
+    rows = [_row(int(r), records[records["rung"] == r], claims) for r in sorted(records["rung"].dropna().unique())]
     first = records.iloc[0]
     device = str(first["device"])
     hardware = (f"{first['gpu_name']} x{int(first['gpu_count'])}" if device == "cuda"
                 else f"{first['cpu_model']} ({int(first['cpu_count'])} CPUs)")
     table = SweepTable(sweep_id=sweep_id, ladder=ladder_name, workload=str(first["workload"]), device=device,
-                       hardware=hardware, size=str(first["size"]), rows=rows)
-    _total(table, ladder)
-    _notes(table, ladder, records)
+                       hardware=hardware, size=str(first["size"]), rows=rows,
+                       noise=noise_model.noise_for(frame, records))
+    _link(rows, table.noise)
+    _total(table, claims)
+    _notes(table, ladder, records, claims)
     return table
 
 
-def _row(rung: int, runs, ladder) -> RungRow:
-    ok = runs[runs["status"] == "ok"]
+def _ladder_or_none(name: str):
+    from harness import ladder as ladder_mod  # plain YAML reading, no torch: notes, and claims of old records
+
+    try:
+        return ladder_mod.load(name)
+    except ValueError:
+        return None
+
+
+@dataclass
+class Claims:
+    """The claims a sweep is judged against: stored with its records, or (older records) the ladder file's."""
+
+    by_rung: dict[int, tuple[float, float, str, str]]  # rung -> (low, high, label, source)
+    total: tuple[float, float, str, str] | None
+    note: str = ""
+
+    @staticmethod
+    def of(records, ladder) -> "Claims":
+        stored = records["ladder_sha"].fillna("") != ""
+        if stored.any():
+            return Claims._stored(records[stored], ladder)
+        return Claims._from_ladder(ladder, str(records["ladder"].iloc[0]))
+
+    @staticmethod
+    def _stored(records, ladder) -> "Claims":
+        by_rung = {}
+        for _, r in records[records["claim_low"].notna()].iterrows():
+            by_rung[int(r["rung"])] = (float(r["claim_low"]), float(r["claim_high"]), r["claim_label"],
+                                       r["claim_source"])
+        with_total = records[records["total_claim_low"].notna()]
+        total = None
+        if len(with_total):
+            t = with_total.iloc[0]
+            total = (float(t["total_claim_low"]), float(t["total_claim_high"]), t["total_claim_label"],
+                     t["total_claim_source"])
+        from harness import ladder as ladder_mod
+
+        sha, now = str(records["ladder_sha"].iloc[0]), ladder_mod.file_sha(str(records["ladder"].iloc[0]))
+        note = ("" if sha == now else f"the ladder file changed since this sweep (sha {sha} then, "
+                f"{now or 'no file'} now): verdicts use the claims stored with the records")
+        return Claims(by_rung, total, note)
+
+    @staticmethod
+    def _from_ladder(ladder, name: str) -> "Claims":
+        if ladder is None:
+            return Claims({}, None)
+        by_rung = {r.index: (r.claim.low, r.claim.high, r.claim.label(), r.claim.source)
+                   for r in ladder.rungs if r.claim is not None}
+        t = ladder.total_claim
+        total = None if t is None else (t.low, t.high, t.label(), t.source)
+        note = (f"these records predate stored claims: claims read from conf/ladder/{name}.yaml as it is now"
+                if by_rung or total else "")
+        return Claims(by_rung, total, note)
+
+
+def _row(rung: int, runs, claims: Claims) -> RungRow:
+    ok = runs[(runs["status"] == "ok") & runs["samples_per_s"].notna()]
+    statuses = {str(k): int(v) for k, v in runs["status"].value_counts().items()}
     status = "ok" if len(ok) else str(runs["status"].iloc[-1])
     cached = runs["cached_from"].fillna("") != ""
     how = "cached" if cached.all() else ("measured" if not cached.any() else "partly cached")
-    row = RungRow(rung=rung, change=str(runs["change"].iloc[0]) or "(baseline)", status=status, how=how, repeats=len(runs))
-    if ladder is not None and rung < len(ladder.rungs) and ladder.rungs[rung].claim is not None:
-        claim = ladder.rungs[rung].claim
-        row.claim, row.claim_range, row.claim_source = claim.label(), (claim.low, claim.high), claim.source
+    row = RungRow(rung=rung, change=str(runs["change"].iloc[0]) or "(baseline)", status=status, how=how,
+                  repeats=len(runs), statuses=statuses)
+    if rung in claims.by_rung:
+        low, high, row.claim, row.claim_source = claims.by_rung[rung]
+        row.claim_range = (low, high)
     if len(ok):
         throughputs = [float(v) for v in ok["samples_per_s"]]
         row.samples_per_s_runs = throughputs
         row.samples_per_s = stats.median(throughputs)
         row.spread = stats.relative_spread(throughputs)
-        row.uncertainty = stats.rung_uncertainty(throughputs, [list(s) for s in ok["step_ms"]])
+        row.runs = noise_model.runs_of(ok)
         row.step_ms_p50 = stats.median(ok["step_ms_p50"])
         row.step_ms_p90 = stats.median(ok["step_ms_p90"])
         row.data_wait_frac = stats.median(ok["data_wait_frac"])
         mem = ok["peak_vram_bytes"] if (ok["device"] == "cuda").all() else ok["peak_host_rss_bytes"]
         row.peak_mem_bytes = stats.median(mem)
         row.gpu_util_pct = stats.median(ok["gpu_util_pct"])
-    else:
-        error = str(runs["error"].iloc[-1] or "").strip().splitlines()
+    if len(ok) < len(runs):
+        failed = runs[~runs.index.isin(ok.index)]
+        error = str(failed["error"].iloc[-1] or "").strip().splitlines()
         row.note = error[-1][:160] if error else ""
     return row
 
 
-def _link(rows: list[RungRow]) -> None:
+def _link(rows: list[RungRow], noise: noise_model.Noise) -> None:
     """x baseline and x previous (the last earlier ok rung: what this rung was built on)."""
-    base = rows[0] if rows and rows[0].rung == 0 and rows[0].samples_per_s else None
+    for row in rows:
+        if row.runs is not None:
+            row.uncertainty = noise_model.band(row.runs, noise)
+    base = rows[0] if rows and rows[0].rung == 0 and rows[0].runs is not None else None
     previous = None
     for row in rows:
-        if row.samples_per_s is None:
+        if row.runs is None:
             continue
         if base is not None and row is not base:
-            row.x_baseline = stats.ratio(row.samples_per_s, row.uncertainty, base.samples_per_s, base.uncertainty)
+            row.x_baseline = noise_model.ratio(row.runs, base.runs, noise)
         if previous is not None:
-            row.x_previous = stats.ratio(row.samples_per_s, row.uncertainty, previous.samples_per_s, previous.uncertainty)
+            row.x_previous = noise_model.ratio(row.runs, previous.runs, noise)
             row.built_on = previous.rung
             if previous.rung != row.rung - 1:
                 row.note = (row.note + "; " if row.note else "") + f"built on rung {previous.rung} (rungs between did not run ok)"
@@ -149,17 +212,19 @@ def _link(rows: list[RungRow]) -> None:
         previous = row
 
 
-def _total(table: SweepTable, ladder) -> None:
-    if ladder is None or ladder.total_claim is None:
+def _total(table: SweepTable, claims: Claims) -> None:
+    if claims.total is None:
         return
-    table.total_claim = f"{ladder.total_claim.label()} ({ladder.total_claim.source})"
+    low, high, label, source = claims.total
+    table.total_claim = f"{label} ({source})"
+    table.total_claim_range = (low, high)
     last = next((r for r in reversed(table.rows) if r.x_baseline is not None), None)
     if last is not None:
         table.total_measured = last.x_baseline
-        table.total_verdict = stats.verdict(last.x_baseline, ladder.total_claim.low, ladder.total_claim.high)
+        table.total_verdict = stats.verdict(last.x_baseline, low, high)
 
 
-def _notes(table: SweepTable, ladder, records) -> None:
+def _notes(table: SweepTable, ladder, records, claims: Claims) -> None:
     if ladder is not None:
         table.notes.extend(ladder.notes)
         if ladder.stop_on_oom:
@@ -169,26 +234,41 @@ def _notes(table: SweepTable, ladder, records) -> None:
         missing = [r.index for r in ladder.rungs if r.index not in {row.rung for row in table.rows}]
         if missing and not any(r.status == "oom" for r in table.rows):
             table.notes.append(f"rungs {missing} have no record in this sweep (interrupted? run the sweep again to resume)")
+    if claims.note:
+        table.notes.append(claims.note)
     busy = records[(records["status"] == "ok") & (records["other_cpu_pct"].fillna(0) > stats.BUSY_PCT)]
     if len(busy):
         worst = float(busy["other_cpu_pct"].max())
         table.notes.append(f"rungs {sorted(set(int(r) for r in busy['rung']))} ran while other processes used up to "
                            f"{worst:.0f}% of the CPUs: their numbers are not trustworthy; measure on an idle machine")
-    if any(r.repeats < 2 for r in table.rows if r.status == "ok"):
-        table.notes.append("single measurements: speedups within about 7% are noise (5% per run, two runs per ratio); add sweep.repeats=3 for tighter bands")
+    table.notes.append(_noise_note(table))
+
+
+def _noise_note(table: SweepTable) -> str:
+    ok = [r for r in table.rows if r.runs is not None]
+    fewest = min((r.runs.n for r in ok), default=0)
+    text = table.noise.describe()
+    if fewest >= 2 and not table.noise.calibrated:
+        text += f"; rungs with {fewest}+ runs: Welch t on the runs' own spread"
+    if fewest == 1:
+        smallest = noise_model.detectable_speedup(table.noise.cv, table.noise.df, 1)
+        text += (f"; with one run per rung a speedup below ~{smallest:.2f}x cannot be told from noise: "
+                 "add sweep.repeats=3 for tighter bands")
+    return text
 
 
 # ------------------------------------------------------------------------------------------
 # Rendering
 
-HEADER = ("rung", "change", "samples/s", "x baseline", "x previous", "step ms p50/p90", "data wait", "peak mem",
-          "GPU util", "guide claims", "verdict", "status")
+HEADER = ("rung", "change", "samples/s", "x baseline", "x previous [95% band]", "step ms p50/p90", "data wait",
+          "peak mem", "GPU util", "guide claims", "verdict", "status")
 
 
-def _ratio_text(r: stats.Ratio | None) -> str:
+def _ratio_text(r: stats.Ratio | None, band: bool = False) -> str:
     if r is None:
         return "-"
-    return f"{r.value:.2f}x" + (" (within noise)" if r.within_noise else "")
+    text = f"{r.value:.2f}x" + (f" [{r.low:.2f}-{r.high:.2f}]" if band else "")
+    return text + (" (within noise)" if r.within_noise else "")
 
 
 def _num(v, spec=".1f", suffix="") -> str:
@@ -203,17 +283,29 @@ def _mem(v) -> str:
 
 def row_cells(row: RungRow) -> list[str]:
     thr = _num(row.samples_per_s, ".2f")
-    if row.samples_per_s is not None and row.spread is not None:
-        thr += f" ±{100 * row.spread / 2:.0f}%"
-    status = row.status + ("" if row.how == "measured" else f" ({row.how})")
-    if row.repeats > 1:
-        status += f" x{row.repeats}"
+    if row.samples_per_s is not None and row.uncertainty is not None:
+        thr += f" ±{100 * row.uncertainty:.0f}%"  # the noise model's 95% band of the rung's throughput
+    status = _status_text(row)
     if row.note:
         status += f": {row.note}"
-    return [str(row.rung), row.change, thr, _ratio_text(row.x_baseline), _ratio_text(row.x_previous),
+    return [str(row.rung), row.change, thr, _ratio_text(row.x_baseline), _ratio_text(row.x_previous, band=True),
             f"{_num(row.step_ms_p50)} / {_num(row.step_ms_p90)}",
             _num(None if row.data_wait_frac is None else 100 * row.data_wait_frac, ".0f", "%"), _mem(row.peak_mem_bytes),
             _num(row.gpu_util_pct, ".0f", "%"), row.claim or "-", row.verdict or "-", status]
+
+
+def _status_text(row: RungRow) -> str:
+    """``ok``, ``ok x3``, or every status with its count when any run failed: ``ok 2/3, nan 1``."""
+    ok = row.statuses.get("ok", 0) if row.samples_per_s is not None else 0
+    how = "" if row.how == "measured" else f" ({row.how})"
+    if ok == row.repeats:
+        return "ok" + how + (f" x{row.repeats}" if row.repeats > 1 else "")
+    failed = ", ".join(f"{s} {n}" for s, n in row.statuses.items() if s != "ok" or not ok)
+    if not ok and len(row.statuses) == 1:
+        return row.status + how + (f" x{row.repeats}" if row.repeats > 1 else "")
+    if not ok:
+        return failed + how
+    return f"ok {ok}/{row.repeats}, {failed}{how}"
 
 
 def title(table: SweepTable) -> str:
@@ -226,11 +318,12 @@ def to_markdown(table: SweepTable) -> str:
     lines += ["| " + " | ".join(c.replace("|", "/") for c in row_cells(r)) + " |" for r in table.rows]
     lines.append("")
     if table.total_claim:
-        measured = _ratio_text(table.total_measured)
+        measured = _ratio_text(table.total_measured, band=True)
         lines.append(f"Total: measured {measured} over the baseline; the guide claims {table.total_claim}: "
                      f"**{table.total_verdict or 'not measured'}**.")
     mem = MEMORY_NOTE.get(table.device, "peak memory")
-    lines.append(f"Peak mem is {mem}. Verdicts compare x previous, with its noise band, to the guide's claim, on this device.")
+    lines.append(f"Peak mem is {mem}. Verdicts compare x previous, with its 95% band, to the guide's claim, on this "
+                 "device: confirms only when the band excludes 1 (no change); inconclusive when it holds both.")
     lines += [f"- {n}" for n in table.notes]
     return "\n".join(lines) + "\n"
 
@@ -249,7 +342,8 @@ def to_html(table: SweepTable) -> str:
     body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row_cells(r)) + "</tr>" for r in table.rows)
     extra = ""
     if table.total_claim:
-        extra += (f"<p>Total: measured {html.escape(_ratio_text(table.total_measured))} over the baseline; the guide claims "
+        measured = html.escape(_ratio_text(table.total_measured, band=True))
+        extra += (f"<p>Total: measured {measured} over the baseline; the guide claims "
                   f"{html.escape(table.total_claim)}: <b>{html.escape(table.total_verdict or 'not measured')}</b>.</p>")
     if table.notes:
         extra += "<ul>" + "".join(f"<li>{html.escape(n)}</li>" for n in table.notes) + "</ul>"

@@ -1,0 +1,332 @@
+"""The one noise model behind every speedup band, verdict and regression check (no torch, no Hydra).
+
+Unit of replication: the run (one fresh process). Throughput varies more between processes than
+between the steps of one process: four fresh ResNet-50 processes with the same settings gave 40.1 to
+42.2 samples/s while each run's step bootstrap claimed +-1.7-3.6%, and two identical phase2 sweeps
+differed by 6% on a rung. So a speedup's interval is built from run-level throughputs:
+
+* **Log scale.** Speedups are ratios and noise is multiplicative, so we work on log(samples/s): the
+  ratio of two geometric means is exp(difference of mean logs), and its interval is symmetric there.
+  The standard deviation of log throughput is (to first order) the coefficient of variation (CV).
+* **A t-interval, not a bootstrap.** With 2-3 runs per side a bootstrap has 3-10 distinct resamples
+  and its interval is degenerate (too narrow); a t-interval pays for the few runs with its quantile.
+* **Two or more runs per side, no calibration**: Welch's t on log throughput (unequal variances,
+  Welch-Satterthwaite degrees of freedom).
+* **A calibration on this machine** (``python -m harness noise``: the same settings N times, A/A)
+  gives a process-to-process CV with N-1 degrees of freedom. It is pooled with the runs' own
+  variance (Student's t with the degrees of freedom of both), or used alone when a side has one run.
+* **One run on a side, no calibration**: a documented default CV of 5% taken as known (normal
+  quantile); a larger spread among the other side's runs widens it.
+* **Within-run step bootstrap** (the 95% band of one run's mean step time) may widen a side's
+  standard error, never narrow it.
+
+A regression check turns the same numbers into a one-sided p-value (current slower than baseline),
+and ``holm`` controls the family-wise error over all configs of one check.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+from scipy import stats as sps
+
+from harness.analysis.stats import BUSY_PCT, Ratio
+
+CONFIDENCE = 0.95
+DEFAULT_CV = 0.05  # process-to-process CV assumed where this machine has no calibration
+ALPHA = 0.05  # family-wise error rate of a check
+MIN_CV = 0.005  # a few identical runs cannot prove noise below this; a calibrated CV is never taken lower
+UNFIT_CV = 0.10  # a calibration at or above this CV: the machine is too noisy to measure speedups
+NOISE_LADDER = "noise"
+_Z = sps.norm.ppf(0.5 + CONFIDENCE / 2)
+
+
+@dataclass(frozen=True)
+class Noise:
+    """The process-to-process CV assumed for this environment, and where it came from."""
+
+    cv: float = DEFAULT_CV
+    df: float = math.inf  # degrees of freedom of cv: runs - 1 for a calibration, inf for the default
+    sweep_id: str = ""
+    runs: int = 0
+    match: str = ""  # "environment" or "hardware" for a calibration
+
+    @property
+    def calibrated(self) -> bool:
+        return bool(self.sweep_id)
+
+    def describe(self) -> str:
+        if self.calibrated:
+            return (f"noise: calibrated CV {self.cv:.1%} from sweep {self.sweep_id}, {self.runs} runs "
+                    f"(same {self.match})")
+        return (f"noise: default CV {self.cv:.0%} (no calibration here; run python -m harness noise)")
+
+
+DEFAULT = Noise()
+
+
+@dataclass
+class Runs:
+    """One side of a comparison: the throughputs of its ok runs, and each run's within-run band."""
+
+    samples_per_s: list[float]
+    within: list[float] = field(default_factory=list)  # relative 95% half-widths of each run's mean
+
+    @property
+    def n(self) -> int:
+        return len(self.samples_per_s)
+
+    def logs(self) -> np.ndarray:
+        return np.log(np.asarray(self.samples_per_s, dtype=float))
+
+    def var(self) -> float | None:
+        """Sample variance of log throughput (None with one run)."""
+        return float(np.var(self.logs(), ddof=1)) if self.n >= 2 else None
+
+    def within_var_of_mean(self) -> float:
+        """The variance of the side's mean log throughput that the step bootstraps alone imply."""
+        if not self.within:
+            return 0.0
+        return float(np.mean([(w / _Z) ** 2 for w in self.within])) / self.n
+
+
+@dataclass(frozen=True)
+class Difference:
+    """log(new) - log(old) geometric means, its standard error and degrees of freedom."""
+
+    diff: float
+    se: float
+    df: float
+    method: str
+
+    def quantile(self, confidence: float = CONFIDENCE) -> float:
+        q = 0.5 + confidence / 2
+        return float(sps.norm.ppf(q) if math.isinf(self.df) else sps.t.ppf(q, self.df))
+
+    def ratio(self, runs: int) -> Ratio:
+        half = self.quantile() * self.se
+        return Ratio(math.exp(self.diff), math.exp(self.diff - half), math.exp(self.diff + half), runs=runs,
+                     method=self.method)
+
+    def p_slower(self) -> float:
+        """One-sided p-value of 'new is slower than old' (small when the drop is clear)."""
+        if self.se == 0:
+            return 0.0 if self.diff < 0 else 1.0
+        t = self.diff / self.se
+        return float(sps.norm.cdf(t) if math.isinf(self.df) else sps.t.cdf(t, self.df))
+
+
+def difference(new: Runs, old: Runs, noise: Noise = DEFAULT) -> Difference:
+    """The run-level model of the module docstring, for the ratio new/old."""
+    diff = float(new.logs().mean() - old.logs().mean())
+    if noise.calibrated:
+        se, df, method = _pooled(new, old, noise)
+    elif new.n >= 2 and old.n >= 2:
+        se, df, method = _welch(new, old)
+    else:
+        spread = max([v for v in (new.var(), old.var()) if v is not None], default=0.0)
+        var = max(noise.cv ** 2, spread)
+        se, df, method = math.sqrt(var * (1 / new.n + 1 / old.n)), math.inf, "default CV"
+    floor = math.sqrt(new.within_var_of_mean() + old.within_var_of_mean())
+    if floor > se:  # the step bootstrap widens, never narrows
+        se, method = floor, method + ", widened by the step bootstrap"
+    return Difference(diff, se, df, method)
+
+
+def _welch(new: Runs, old: Runs) -> tuple[float, float, str]:
+    a, b = new.var() / new.n, old.var() / old.n
+    se2 = a + b
+    if se2 == 0:
+        return 0.0, math.inf, "Welch t (no spread)"
+    df = se2 ** 2 / (a ** 2 / (new.n - 1) + b ** 2 / (old.n - 1))
+    return math.sqrt(se2), df, "Welch t"
+
+
+def _pooled(new: Runs, old: Runs, noise: Noise) -> tuple[float, float, str]:
+    """The calibration's variance pooled with the runs' own (same machine, same process noise)."""
+    ss, df = noise.df * noise.cv ** 2, noise.df
+    for side in (new, old):
+        if side.n >= 2:
+            ss += side.var() * (side.n - 1)
+            df += side.n - 1
+    var = ss / df if df > 0 else noise.cv ** 2
+    return math.sqrt(var * (1 / new.n + 1 / old.n)), df, "t, calibrated CV pooled"
+
+
+def ratio(new: Runs, old: Runs, noise: Noise = DEFAULT) -> Ratio:
+    """The speedup new/old (geometric means) with its 95% band."""
+    return difference(new, old, noise).ratio(min(new.n, old.n))
+
+
+def band(runs: Runs, noise: Noise = DEFAULT) -> float:
+    """Relative 95% half-width of one rung's mean throughput (error bars)."""
+    var = runs.var()
+    if noise.calibrated:
+        ss, df = noise.df * noise.cv ** 2 + (var or 0.0) * (runs.n - 1), noise.df + runs.n - 1
+        var, q = ss / df, sps.t.ppf(0.5 + CONFIDENCE / 2, df)
+    elif var is not None:
+        q = sps.t.ppf(0.5 + CONFIDENCE / 2, runs.n - 1)
+    else:
+        var, q = noise.cv ** 2, _Z
+    se = max(math.sqrt(var / runs.n), math.sqrt(runs.within_var_of_mean()))
+    return float(math.expm1(q * se))
+
+
+def holm(p_values: list[float], alpha: float = ALPHA) -> list[bool]:
+    """Holm's step-down procedure: which hypotheses are rejected with family-wise error <= alpha."""
+    order = sorted(range(len(p_values)), key=lambda i: p_values[i])
+    rejected = [False] * len(p_values)
+    for rank, i in enumerate(order):
+        if p_values[i] > alpha / (len(p_values) - rank):
+            break
+        rejected[i] = True
+    return rejected
+
+
+def repeats_to_decide(measured: Ratio, claim_low: float, claim_high: float, limit: int = 50) -> int | None:
+    """Runs per side that would likely turn an inconclusive band into a verdict, if the ratio held.
+
+    The band shrinks like 1/sqrt(runs); it decides once it excludes 1 (confirms) or the claim (falls
+    short / exceeds), whichever needs less. None when even ``limit`` runs would not.
+    """
+    half = (math.log(measured.high) - math.log(measured.low)) / 2
+    value = math.log(measured.value)
+    to_one = abs(value)
+    to_claim = max(math.log(claim_low) - value, value - math.log(claim_high), 0.0)
+    needed = max(to_one, to_claim) if to_claim > 0 else to_one
+    if needed <= 0:
+        return None
+    runs = math.ceil(max(measured.runs, 1) * (half / needed) ** 2)
+    return runs if runs <= limit else None
+
+
+# ------------------------------------------------------------------------------------------
+# calibration (A/A: the same settings in N fresh processes)
+
+
+@dataclass
+class Calibration:
+    """What an A/A sweep says about this machine's noise."""
+
+    runs: int
+    cv: float  # sd of log samples_per_s between processes (~ CV)
+    within: float  # median within-run 95% half-width of the mean step time
+    detectable: dict[int, float]  # repeats per side -> smallest speedup (x) distinguishable at 95%
+    mean_samples_per_s: float
+    warnings: list[str] = field(default_factory=list)
+
+
+def calibrate(samples_per_s: list[float], within: list[float] | None = None,
+              other_cpu_pct: list[float] | None = None, repeats=(1, 3, 5)) -> Calibration:
+    """Process-to-process CV and what it lets a sweep detect; warnings when the machine is unfit."""
+    values = [v for v in samples_per_s if v is not None and math.isfinite(v) and v > 0]
+    if len(values) < 2:
+        raise ValueError(f"a calibration needs at least 2 ok runs, got {len(values)}")
+    logs = np.log(values)
+    cv = float(np.std(logs, ddof=1))
+    detectable = {r: detectable_speedup(cv, len(values) - 1, r) for r in repeats}
+    cal = Calibration(runs=len(values), cv=cv, within=float(np.median(within)) if within else math.nan,
+                      detectable=detectable, mean_samples_per_s=float(np.exp(logs.mean())))
+    cal.warnings = _warnings(values, cv, other_cpu_pct or [], detectable_speedup(cv, len(values) - 1, 1))
+    return cal
+
+
+def detectable_speedup(cv: float, df: float, repeats: int) -> float:
+    """The smallest speedup whose 95% band excludes 1 with ``repeats`` runs per side, at this CV."""
+    df_total = df + 2 * (repeats - 1)
+    q = sps.t.ppf(0.5 + CONFIDENCE / 2, df_total) if math.isfinite(df_total) else _Z
+    return math.exp(q * cv * math.sqrt(2 / repeats))
+
+
+def _warnings(values: list[float], cv: float, other_cpu_pct: list[float], single: float) -> list[str]:
+    out = []
+    if cv >= UNFIT_CV:
+        out.append(f"CV {cv:.1%} >= {UNFIT_CV:.0%}: too noisy to measure speedups (one run per rung sees "
+                   f"only changes beyond {single:.2f}x); stop other work, pin clocks, or measure elsewhere")
+    for i in outliers(values):
+        out.append(f"run {i} is an outlier ({values[i]:.2f} samples/s vs median {np.median(values):.2f}): "
+                   "something disturbed it; run the calibration again")
+    busy = [p for p in other_cpu_pct if p is not None and math.isfinite(p) and p > BUSY_PCT]
+    if busy:
+        out.append(f"other processes used up to {max(busy):.0f}% of the CPUs during {len(busy)} run(s): "
+                   "measure on an idle machine")
+    return out
+
+
+def outliers(values: list[float], k: float = 3.5, floor: float = 0.01) -> list[int]:
+    """Runs whose log throughput is > k robust SDs (1.4826 MAD, at least ``floor``) from the median."""
+    if len(values) < 3:
+        return []
+    logs = np.log(values)
+    centre = np.median(logs)
+    robust = max(1.4826 * float(np.median(np.abs(logs - centre))), floor)
+    return [i for i, v in enumerate(logs) if abs(v - centre) > k * robust]
+
+
+# ------------------------------------------------------------------------------------------
+# reading the store
+
+
+def runs_of(records, within: bool = True) -> Runs:
+    """A Runs from ok records (a pandas frame); NaN throughputs are left out (their status says why)."""
+    from harness.analysis.stats import within_run_uncertainty
+
+    ok = records[(records["status"] == "ok") & records["samples_per_s"].notna() & (records["samples_per_s"] > 0)]
+    bands = []
+    if within and "step_ms" in ok:
+        bands = [u for u in (within_run_uncertainty(s) for s in ok["step_ms"] if s is not None) if u is not None]
+    return Runs([float(v) for v in ok["samples_per_s"]], bands)
+
+
+def hardware_key(row) -> str:
+    if row["device"] == "cuda":
+        return f"cuda {row['gpu_name']} x{row['gpu_count']}"
+    return f"{row['device']} {row['cpu_model']} ({row['cpu_count']})"
+
+
+def find_calibration(frame, env_key: str, hardware: str) -> Noise:
+    """The newest noise sweep of this environment (else of this hardware) in ``frame``; DEFAULT if none."""
+    if "ladder" not in frame or not len(frame):
+        return DEFAULT
+    cal = frame[(frame["ladder"] == NOISE_LADDER) & (frame["status"] == "ok")]
+    if cal.empty:
+        return DEFAULT
+    same_env = cal[cal["env_key"] == env_key]
+    match = "environment"
+    if same_env.empty:
+        same_env = cal[cal.apply(hardware_key, axis=1) == hardware]
+        match = "hardware"
+    if same_env.empty:
+        return DEFAULT
+    newest = same_env.sort_values("timestamp")["sweep_id"].iloc[-1]
+    runs = [float(v) for v in same_env.loc[same_env["sweep_id"] == newest, "samples_per_s"] if v > 0]
+    if len(runs) < 2:
+        return DEFAULT
+    cv = max(float(np.std(np.log(runs), ddof=1)), MIN_CV)
+    return Noise(cv=cv, df=len(runs) - 1, sweep_id=str(newest), runs=len(runs), match=match)
+
+
+def noise_for(frame, records) -> Noise:
+    """The noise model for ``records`` (one sweep) given the whole store ``frame``."""
+    if not len(records):
+        return DEFAULT
+    first = records.iloc[0]
+    return find_calibration(frame, str(first["env_key"]), hardware_key(first))
+
+
+def format_calibration(cal: Calibration, sweep_id: str, attempted: int) -> str:
+    """The calibration as the ``noise`` command prints it."""
+    lines = [f"noise calibration {sweep_id}: {cal.runs} of {attempted} runs ok, "
+             f"geometric mean {cal.mean_samples_per_s:.2f} samples/s",
+             f"  process-to-process CV of samples/s: {cal.cv:.1%}",
+             "  within-run spread (95% step bootstrap of one run's mean, median): "
+             + ("-" if math.isnan(cal.within) else f"±{cal.within:.1%}"),
+             "  smallest speedup detectable at 95% (band excludes 1x):"]
+    lines += [f"    sweep.repeats={r}: {x:.3f}x ({x - 1:.1%})" for r, x in cal.detectable.items()]
+    if cal.warnings:
+        lines += ["  NOT FIT TO MEASURE:"] + [f"    - {w}" for w in cal.warnings]
+    else:
+        lines.append("  this machine looks fit to measure")
+    return "\n".join(lines)

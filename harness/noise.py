@@ -1,0 +1,89 @@
+"""``python -m harness noise [key=value ...] noise.runs=N``: calibrate this machine's noise (A/A).
+
+The same settings run N times, each in a fresh process, and are stored as a sweep with ladder
+``noise``; the process-to-process CV of samples_per_s then replaces the default CV in every later
+table, compare, report and check of this environment (``harness.analysis.noise_model``). The Hydra
+part stays here; the statistics live in ``harness.analysis.noise_model``.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from harness import cli
+from harness import config as config_mod
+from harness import runner
+from harness.store import check_writable, new_id
+
+DEFAULT_RUNS = 5
+RUNS_KEY = "noise.runs"
+
+
+def split_runs(argv: list[str]) -> tuple[int, list[str]]:
+    """``noise.runs=N`` out of the overrides (ValueError naming the bad value), and the rest for Hydra."""
+    runs, rest = DEFAULT_RUNS, []
+    for arg in argv:
+        if arg.lstrip("+").startswith(RUNS_KEY + "="):
+            value = arg.split("=", 1)[1]
+            if not value.strip().isdigit() or int(value) < 2:
+                raise ValueError(f"{RUNS_KEY}={value!r} is not valid: give a whole number of runs >= 2 "
+                                 f"(default {DEFAULT_RUNS}; a CV needs at least two)")
+            runs = int(value)
+        else:
+            rest.append(arg)
+    return runs, rest
+
+
+def main(argv: list[str]) -> int:
+    try:
+        runs, overrides = split_runs(argv)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    return cli.hydra_command(overrides, multirun=False, task=lambda cfg: task(cfg, runs))
+
+
+def task(cfg, runs: int) -> None:
+    from harness.console import console
+    from harness.progress import RunProgress
+
+    try:
+        settings = config_mod.from_dict(cli.plain_settings(cfg))
+        base = runner.resolve(settings, runner.Machine.detect())
+        check_writable(base.results_dir)
+        runner.prepare_data(base, console.print)
+    except (ValueError, OSError) as exc:
+        console.print(f"[red]error:[/] {exc}")
+        cli.set_exit_code(2)
+        return
+    env, key = runner.environment(base.device)
+    sweep_id = new_id("noise-")  # noise-<UTC time>-<random>
+    records = []
+    for i in range(runs):
+        with RunProgress(console, f"[{i + 1}/{runs}] same settings, fresh process") as progress:
+            record = runner.run_and_store(base, env, key, progress.update, sweep_id=sweep_id, ladder="noise", rung=0,
+                                          change="", round=i)
+        console.print(f"[{i + 1}/{runs}] {record.status}"
+                      + (f", {record.samples_per_s:.2f} samples/s" if record.status == "ok" else
+                         f" {(record.error or '').strip().splitlines()[-1:]}"))
+        records.append(record)
+    cli.set_exit_code(report(records, sweep_id, base.results_dir))
+
+
+def report(records, sweep_id: str, results_dir: str) -> int:
+    """Print the calibration; 0 when it could be made, 1 when too few runs were ok."""
+    from harness.analysis import noise_model, stats
+    from harness.console import console
+
+    ok = [r for r in records if r.status == "ok" and r.samples_per_s]
+    try:
+        cal = noise_model.calibrate([r.samples_per_s for r in ok],
+                                    [u for u in (stats.within_run_uncertainty(r.step_ms) for r in ok) if u is not None],
+                                    [r.other_cpu_pct for r in ok])
+    except ValueError as exc:
+        console.print(f"[red]no calibration:[/] {exc} (of {len(records)} runs)")
+        return 1
+    console.print("\n" + noise_model.format_calibration(cal, sweep_id, len(records)))
+    console.print(f"stored as sweep {sweep_id}: later tables and checks in this environment use this CV "
+                  f"(python -m harness table --results {results_dir} --sweep {sweep_id})")
+    return 0

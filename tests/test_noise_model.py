@@ -1,0 +1,195 @@
+"""The run-level noise model: error rates of `check` over simulated sweeps, verdicts, table vs check.
+
+No torch and no runs except ONE end-to-end `noise` command at the tiniest settings.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from harness.analysis import noise_model, regress, stats
+from harness.analysis import table as table_mod
+from harness.store import COLUMNS, RunRecord, load_runs, write_record
+
+CPU = "Sim CPU"
+RUNGS = 4
+
+
+def records(sweep_id: str, throughputs: list[list[float]], day: int = 1) -> pd.DataFrame:
+    """A sweep's records as the store returns them: rung k has one ok run per throughput in throughputs[k]."""
+    rows = []
+    for rung, values in enumerate(throughputs):
+        for rnd, sps in enumerate(values):
+            rows.append(RunRecord(
+                run_id=f"{sweep_id}-{rung}-{rnd}", status="ok", timestamp=f"2024-06-{day:02d}T10:{rung:02d}:{rnd:02d}",
+                workload="unet3d", size="smoke", device="cpu", config_hash=f"cfg-{rung}", env_key="env-sim",
+                sweep_id=sweep_id, ladder="sim", rung=rung, change=f"knob{rung}=on" if rung else "", round=rnd,
+                samples_per_step=2, samples_per_s=sps, peak_host_rss_bytes=1e9, cpu_model=CPU, cpu_count=2,
+                torch_version="2.4.0"))
+    return pd.DataFrame([{c: getattr(r, c) for c in COLUMNS} for r in rows])
+
+
+def check_flags(base: pd.DataFrame, cur: pd.DataFrame, noise: noise_model.Noise) -> bool:
+    """What `check` decides (its compare, Holm included): did anything regress?"""
+    rows = regress.compare(base, cur, regress.Thresholds(0.05), regress.Thresholds(0.10), noise)
+    return regress.exit_code(rows) == 1
+
+
+def simulate(rng, runs: int, cv: float, slowdown: list[float]) -> list[tuple[noise_model.Runs, noise_model.Runs]]:
+    """Run-level throughputs of one A/B sweep pair: (baseline, current) per rung, log-normal process noise."""
+    return [(noise_model.Runs(list(100.0 * np.exp(rng.normal(0.0, cv, runs)))),
+             noise_model.Runs(list(100.0 * f * np.exp(rng.normal(0.0, cv, runs))))) for f in slowdown]
+
+
+def flags(pairs, noise) -> bool:
+    """check's throughput decision for one sweep (the function compare calls): anything regressed?"""
+    estimates = [regress.estimate(base, cur, noise) for base, cur in pairs]
+    return "regressed" in regress.throughput_statuses(estimates, [0.05] * len(pairs))
+
+
+def frames(pairs) -> tuple[pd.DataFrame, pd.DataFrame]:
+    return (records("base", [b.samples_per_s for b, _ in pairs]),
+            records("cur", [c.samples_per_s for _, c in pairs], day=2))
+
+
+def flag_rate(runs: int, cv: float, slowdown: list[float], noise, sims: int, seed: int) -> float:
+    rng = np.random.default_rng(seed)
+    return sum(flags(simulate(rng, runs, cv, slowdown), noise) for _ in range(sims)) / sims
+
+
+# ------------------------------------------------------------------------------------------
+# error rates of check (family-wise over the 4 rungs of one call)
+
+
+def test_aa_sweeps_with_three_runs_per_side_flag_at_most_5_percent():
+    # 5% process noise, no calibration: Welch t on log throughput, Holm over 4 configs
+    assert flag_rate(3, 0.05, [1.0] * RUNGS, noise_model.DEFAULT, sims=1000, seed=18) <= 0.05
+
+
+def test_aa_sweeps_with_one_run_per_side_flag_at_most_5_percent():
+    # the default 5% CV is the true noise here: Holm's first step is Bonferroni, ~4.9% family-wise
+    assert flag_rate(1, 0.05, [1.0] * RUNGS, noise_model.DEFAULT, sims=1000, seed=19) <= 0.05
+
+
+def test_a_true_10_percent_slowdown_is_flagged_with_three_repeats_at_3_percent_noise():
+    # the machine was calibrated (python -m harness noise, 5 runs, CV 3%); one rung of four got 10% slower
+    calibrated = noise_model.Noise(cv=0.03, df=4, sweep_id="noise-sim", runs=5, match="environment")
+    assert flag_rate(3, 0.03, [0.9, 1.0, 1.0, 1.0], calibrated, sims=1000, seed=20) >= 0.80
+
+
+def test_the_simulation_takes_the_same_decisions_as_the_whole_check():
+    # the rates above call check's decision function directly (fast); compare() must agree with it
+    rng = np.random.default_rng(21)
+    calibrated = noise_model.Noise(cv=0.03, df=4, sweep_id="noise-sim", runs=5, match="environment")
+    for runs, noise in ((1, noise_model.DEFAULT), (3, noise_model.DEFAULT), (3, calibrated)):
+        for _ in range(15):
+            pairs = simulate(rng, runs, 0.05, [0.88, 1.0, 0.95, 1.0])
+            assert check_flags(*frames(pairs), noise) == flags(pairs, noise)
+
+
+def test_holm_steps_down():
+    assert noise_model.holm([0.01, 0.04, 0.03, 0.005]) == [True, False, False, True]
+    assert noise_model.holm([0.001, 0.02, 0.03]) == [True, True, True]  # 0.03 <= 0.05 / 1 at the last step
+    assert noise_model.holm([]) == []
+
+
+# ------------------------------------------------------------------------------------------
+# verdicts, and table and check agreeing on the same data
+
+
+def test_verdicts_of_the_issue():
+    assert stats.verdict(stats.Ratio(1.04, 0.97, 1.11), 1.1, 1.15).startswith("inconclusive (~")
+    assert stats.verdict(stats.Ratio(2.4, 2.2, 2.6), 2.0, 3.0) == "confirms"
+
+
+def test_table_and_check_agree_on_every_rung():
+    rng = np.random.default_rng(7)
+    factors = [1.0, 0.85, 1.03, 1.25]
+    base = records("s1", [list(100 * np.exp(rng.normal(0, 0.03, 3))) for _ in factors])
+    cur = records("s2", [list(100 * f * np.exp(rng.normal(0, 0.03, 3))) for f in factors], day=2)
+    frame = pd.concat([base, cur], ignore_index=True)
+    rows = {r.rung: r for r in regress.compare(base, cur, regress.Thresholds(0.05), regress.Thresholds(0.1))}
+    tables = {s: table_mod.build_table(frame, s) for s in ("s1", "s2")}
+    for rung in range(len(factors)):
+        mine = noise_model.ratio(tables["s2"].rows[rung].runs, tables["s1"].rows[rung].runs, tables["s2"].noise)
+        assert (mine.value, mine.low, mine.high) == pytest.approx((rows[rung].ratio, rows[rung].ci_low,
+                                                                    rows[rung].ci_high))
+        assert mine.within_noise == (rows[rung].ci_low <= 1 <= rows[rung].ci_high)
+    assert rows[1].status == "regressed" and rows[3].status == "improved"
+
+
+def test_a_calibration_in_the_store_replaces_the_default_and_the_table_says_so():
+    frame = pd.concat([records("s1", [[100.0], [104.0]]),
+                       records("noise-20240601-000000-abcd", [[50.0, 51.0, 49.0, 50.5, 50.2]])
+                       .assign(ladder="noise")], ignore_index=True)
+    table = table_mod.build_table(frame, "s1")
+    cv = float(np.std(np.log([50.0, 51.0, 49.0, 50.5, 50.2]), ddof=1))
+    assert table.noise.calibrated and table.noise.cv == pytest.approx(cv)
+    text = table_mod.to_markdown(table)
+    assert f"noise: calibrated CV {cv:.1%} from sweep noise-20240601-000000-abcd, 5 runs" in text
+    moved = frame.ladder == "noise"
+    frame.loc[moved, "env_key"], frame.loc[moved, "cpu_model"] = "elsewhere", "Other CPU"
+    other = table_mod.build_table(frame, "s1")
+    assert "noise: default CV 5%" in table_mod.to_markdown(other)
+
+
+def test_failed_repeats_are_shown_in_the_status():
+    frame = records("s1", [[100.0, 101.0], [90.0, 91.0]])
+    frame.loc[3, ["status", "samples_per_s"]] = ["nan", math.nan]
+    row = table_mod.build_table(frame, "s1").rows[1]
+    assert table_mod.row_cells(row)[-1].startswith("ok 1/2, nan 1")
+
+
+def test_stored_claims_win_over_an_edited_ladder_file():
+    frame = records("s1", [[100.0], [104.0]]).assign(ladder="phase2", ladder_sha="0123456789abcdef")
+    frame.loc[1, ["claim_low", "claim_high", "claim_label", "claim_source"]] = [5.0, 6.0, "5-6x", "a guide"]
+    table = table_mod.build_table(frame, "s1")
+    assert table.rows[1].claim == "5-6x" and table.rows[1].verdict == "falls short (no measurable change)"
+    assert any("the ladder file changed since this sweep" in n for n in table.notes)
+
+
+# ------------------------------------------------------------------------------------------
+# calibration
+
+
+def test_calibration_numbers_and_warnings():
+    cal = noise_model.calibrate([100.0, 102.0, 98.0, 101.0, 99.0])
+    cv = float(np.std(np.log([100.0, 102.0, 98.0, 101.0, 99.0]), ddof=1))
+    assert cal.cv == pytest.approx(cv) and not cal.warnings
+    # repeats=1: t with 4 df; repeats=3: 8 df and sqrt(2/3)
+    assert cal.detectable[1] == pytest.approx(math.exp(2.776445 * cv * math.sqrt(2)), rel=1e-5)
+    assert cal.detectable[1] > cal.detectable[3] > cal.detectable[5] > 1
+    noisy = noise_model.calibrate([100.0, 130.0, 80.0, 110.0], other_cpu_pct=[0.0, 35.0, 0.0, 0.0])
+    assert any("too noisy" in w for w in noisy.warnings) and any("other processes" in w for w in noisy.warnings)
+    outlier = noise_model.calibrate([100.0, 100.5, 99.5, 100.2, 70.0])
+    assert any("run 4 is an outlier" in w for w in outlier.warnings)
+    with pytest.raises(ValueError, match="at least 2 ok runs"):
+        noise_model.calibrate([100.0])
+
+
+def test_noise_runs_must_be_a_whole_number_of_two_or_more(capsys):
+    from harness import cli
+
+    for bad in ("0", "abc", "1"):
+        assert cli.main(["noise", f"noise.runs={bad}"]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.count("\n") == 0 and f"noise.runs={bad!r}" in err and ">= 2" in err
+
+
+def test_noise_command_end_to_end(results):
+    from tests.conftest import harness_cli
+
+    out = harness_cli("noise", "noise.runs=2", "measure.steps=3", "measure.warmup_steps=1", f"results_dir={results}")
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "process-to-process CV of samples/s" in out.stdout and "sweep.repeats=3" in out.stdout
+    frame = load_runs(results)
+    assert len(frame) == 2 and set(frame["ladder"]) == {"noise"} and frame["sweep_id"].iloc[0].startswith("noise-")
+    write_record(RunRecord(**{**frame.iloc[0][["env_key", "device", "cpu_model", "cpu_count"]].to_dict(),
+                              "run_id": "other", "status": "ok", "timestamp": "2099-01-01T00:00:00", "sweep_id": "s",
+                              "ladder": "x", "rung": 0, "samples_per_s": 1.0}), results)
+    table = table_mod.build_table(load_runs(results), "s")
+    assert table.noise.calibrated and table.noise.sweep_id == frame["sweep_id"].iloc[0]
