@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from scipy import stats as sps
 
-from harness.analysis.stats import BUSY_PCT, Ratio
+from harness.analysis.stats import BUSY_PCT, Ratio, repeats_to_decide  # noqa: F401 (part of this API)
 
 CONFIDENCE = 0.95
 DEFAULT_CV = 0.05  # process-to-process CV assumed where this machine has no calibration
@@ -183,23 +183,6 @@ def holm(p_values: list[float], alpha: float = ALPHA) -> list[bool]:
             break
         rejected[i] = True
     return rejected
-
-
-def repeats_to_decide(measured: Ratio, claim_low: float, claim_high: float, limit: int = 50) -> int | None:
-    """Runs per side that would likely turn an inconclusive band into a verdict, if the ratio held.
-
-    The band shrinks like 1/sqrt(runs); it decides once it excludes 1 (confirms) or the claim (falls
-    short / exceeds), whichever needs less. None when even ``limit`` runs would not.
-    """
-    half = (math.log(measured.high) - math.log(measured.low)) / 2
-    value = math.log(measured.value)
-    to_one = abs(value)
-    to_claim = max(math.log(claim_low) - value, value - math.log(claim_high), 0.0)
-    needed = max(to_one, to_claim) if to_claim > 0 else to_one
-    if needed <= 0:
-        return None
-    runs = math.ceil(max(measured.runs, 1) * (half / needed) ** 2)
-    return runs if runs <= limit else None
 
 
 # ------------------------------------------------------------------------------------------

@@ -76,8 +76,23 @@ def verdict(measured: Ratio, claim_low: float, claim_high: float) -> str:
     if measured.low > claim_high:
         return "exceeds"
     if measured.within_noise and not claim_low <= 1.0 <= claim_high:
-        from harness.analysis.noise_model import repeats_to_decide
-
         runs = repeats_to_decide(measured, claim_low, claim_high)
         return "inconclusive (" + (f"~{runs} repeats would decide)" if runs else "more than 50 repeats to decide)")
     return "confirms"
+
+
+def repeats_to_decide(measured: Ratio, claim_low: float, claim_high: float, limit: int = 50) -> int | None:
+    """Runs per side that would likely turn an inconclusive band into a verdict, if the ratio held.
+
+    The band shrinks like 1/sqrt(runs); it decides once it excludes 1 (confirms) or the claim (falls
+    short / exceeds), whichever needs less. None when even ``limit`` runs would not.
+    """
+    half = (math.log(measured.high) - math.log(measured.low)) / 2
+    value = math.log(measured.value)
+    to_one = abs(value)
+    to_claim = max(math.log(claim_low) - value, value - math.log(claim_high), 0.0)
+    needed = max(to_one, to_claim) if to_claim > 0 else to_one
+    if needed <= 0:
+        return None
+    runs = math.ceil(max(measured.runs, 1) * (half / needed) ** 2)
+    return runs if runs <= limit else None
