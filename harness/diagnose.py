@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import copy
 
-from harness import cli
+from harness import hydra_edge
 from harness import config as config_mod
 from harness import runner
 from harness.store import check_writable, new_id
@@ -16,13 +16,17 @@ PARTS = (("loader", "loader alone (no model)"), ("model", "model alone (one batc
          ("train", "full training step"))
 
 
-def task(cfg) -> None:
+def main(command: str, argv: list[str]) -> int:
+    return hydra_edge.hydra_app(argv, task)
+
+
+def task(cfg) -> int:
     from harness.analysis.diagnosis import diagnose
     from harness.console import console
     from harness.progress import RunProgress
 
     try:
-        settings = config_mod.from_dict(cli.plain_settings(cfg))
+        settings = config_mod.from_dict(hydra_edge.plain_settings(cfg))
         if settings.measure.mode != "train":
             raise ValueError("measure.mode is set by diagnose itself (loader, model, train); remove it")
         base = runner.resolve(settings, runner.Machine.detect())
@@ -30,8 +34,7 @@ def task(cfg) -> None:
         runner.prepare_data(base, console.print)
     except (ValueError, OSError) as exc:
         console.print(f"[red]error:[/] {exc}")
-        cli.set_exit_code(2)
-        return
+        return 2
     env, key = runner.environment(base.device)
     diag_id = new_id("diagnose-")
     records = {}
@@ -51,4 +54,4 @@ def task(cfg) -> None:
     for line in result.advice:
         console.print(f"  next: {line}")
     console.print(f"stored as sweep {diag_id}: python -m harness table --results {base.results_dir} --sweep {diag_id}")
-    cli.set_exit_code(0 if result.verdict != "unknown" else 1)
+    return 0 if result.verdict != "unknown" else 1

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import sys
 
-from harness import cli
+from harness import hydra_edge
 from harness import config as config_mod
 from harness import runner
 from harness.store import check_writable, new_id
@@ -34,28 +34,27 @@ def split_runs(argv: list[str]) -> tuple[int, list[str]]:
     return runs, rest
 
 
-def main(argv: list[str]) -> int:
+def main(command: str, argv: list[str]) -> int:
     try:
         runs, overrides = split_runs(argv)
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    return cli.hydra_command(overrides, multirun=False, task=lambda cfg: task(cfg, runs))
+    return hydra_edge.hydra_app(overrides, lambda cfg: task(cfg, runs))
 
 
-def task(cfg, runs: int) -> None:
+def task(cfg, runs: int) -> int:
     from harness.console import console
     from harness.progress import RunProgress
 
     try:
-        settings = config_mod.from_dict(cli.plain_settings(cfg))
+        settings = config_mod.from_dict(hydra_edge.plain_settings(cfg))
         base = runner.resolve(settings, runner.Machine.detect())
         check_writable(base.results_dir)
         runner.prepare_data(base, console.print)
     except (ValueError, OSError) as exc:
         console.print(f"[red]error:[/] {exc}")
-        cli.set_exit_code(2)
-        return
+        return 2
     env, key = runner.environment(base.device)
     sweep_id = new_id("noise-")  # noise-<UTC time>-<random>
     records = []
@@ -67,7 +66,7 @@ def task(cfg, runs: int) -> None:
                       + (f", {record.samples_per_s:.2f} samples/s" if record.status == "ok" else
                          f" {(record.error or '').strip().splitlines()[-1:]}"))
         records.append(record)
-    cli.set_exit_code(report(records, sweep_id, base.results_dir))
+    return report(records, sweep_id, base.results_dir)
 
 
 def report(records, sweep_id: str, results_dir: str) -> int:

@@ -9,7 +9,8 @@ Schema history (bump ``SCHEMA_VERSION`` when a column changes meaning or type):
       threads (new columns); run ids and timestamps in UTC.
   3 - the guide's claims travel with the records: claim_low/high/label/source of the rung,
       total_claim_low/high/label/source of the ladder, and ladder_sha (the ladder file's text hash),
-      set at sweep time so that editing a ladder never rewrites old verdicts.
+      set at sweep time so that editing a ladder never rewrites old verdicts. Also campaign_id (the
+      `sweep -m` campaign a sweep belongs to; a new column, read as "" from older files).
 
 A store must survive what databases survive: a writer killed mid-write leaves only a dot-prefixed
 temp file, which readers skip; a record is fsynced before it is renamed into place (and the folder
@@ -56,6 +57,7 @@ class RunRecord:
     env_key: str = ""
     # sweep membership (empty for a plain `run`)
     sweep_id: str = ""
+    campaign_id: str = ""  # the campaign (``sweep -m``) the sweep belongs to, "" for a lone sweep
     ladder: str = ""
     rung: int | None = None
     change: str = ""

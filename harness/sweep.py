@@ -38,6 +38,7 @@ class SweepContext:
     user_keys: frozenset[str]  # settings the user overrode on the command line
     repeats: int = 1
     rerun: bool = False
+    campaign_id: str = ""  # set when the sweep is one job of a campaign (``sweep -m``)
 
     @property
     def results_dir(self) -> str:
@@ -140,6 +141,15 @@ class RungOutcome:
     message: str = ""
 
 
+def measured_rungs(ctx: SweepContext) -> set[tuple[int, int]]:
+    """(rung, round) pairs this sweep already has a record for (a requeued job resumes after them)."""
+    try:
+        mine = sweep_records(load_runs(ctx.results_dir), ctx.sweep_id)
+    except ValueError:  # no results folder yet
+        return set()
+    return {(int(r), int(k)) for r, k in zip(mine["rung"], mine["round"].fillna(0))}
+
+
 def run_rung(ctx: SweepContext, rung: int, round_: int, machine: runner.Machine,
              on_start: Callable[[config_mod.RunConfig, frozenset[int]], Any] | None = None,
              on_progress=None) -> RungOutcome:
@@ -151,7 +161,7 @@ def run_rung(ctx: SweepContext, rung: int, round_: int, machine: runner.Machine,
         return RungOutcome(None, "not run", frozenset(), f"memory ran out at rung {hit}; the ladder stops there")
     dropped = dropped_rungs(mine, rung)
     cfg = rung_config(ctx, rung, machine, dropped, round_)
-    fields = dict(sweep_id=ctx.sweep_id, ladder=ladder.name, rung=rung, round=round_,
+    fields = dict(sweep_id=ctx.sweep_id, campaign_id=ctx.campaign_id, ladder=ladder.name, rung=rung, round=round_,
                   change=ladder.rungs[rung].change(cfg.size), **ladder_mod.claim_fields(ladder, rung))
     if on_start:
         on_start(cfg, dropped)

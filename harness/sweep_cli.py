@@ -1,22 +1,35 @@
-"""``python -m harness sweep +ladder=NAME [overrides]``: the Hydra edge of a sweep.
+"""``python -m harness sweep``: one sweep, or a campaign of sweeps.
 
-The parent checks the input and resolves every rung (bad input stops before anything runs), then
-launches the rungs as a Hydra multirun over ``sweep.round`` x ``sweep.rung`` (rounds outermost, so
-repeats interleave: rung 0..K, then again), so any Hydra launcher can run them. Each job measures
-its rung in a fresh child process. The table is printed from the store at the end.
+    python -m harness sweep +ladder=NAME [key=value ...]
+    python -m harness sweep -m +ladder=A,B [workload=x,y ...] [hydra/launcher=submitit_slurm ...]
+
+A **sweep** climbs one ladder in this process: a plain loop over rounds x rungs (rounds outermost,
+so repeats interleave: rung 0..K, then again). Rungs depend on earlier ones (a failed rung's change
+is not built on), so they never run in parallel; each is still measured in a fresh child process.
+Bad input stops before anything runs; the table is printed from the store at the end.
+
+A **campaign** (``-m``) is a Hydra multirun of sweeps: one sweep per combination of the values given,
+each a Hydra job, all under one campaign id. The default launcher runs them one after another (timings
+on one machine must not overlap); ``hydra/launcher=submitit_slurm`` (``pip install -e '.[slurm]'``)
+runs each as a SLURM job writing to one shared results folder. A requeued job resumes its sweep: the
+sweep id is fixed by the campaign id and the job number, and rungs already measured are kept.
 """
 
 from __future__ import annotations
 
 import sys
+from dataclasses import dataclass
 
-from harness import cli
 from harness import config as config_mod
+from harness import hydra_edge
 from harness import ladder as ladder_mod
 from harness import sweep as sweep_mod
 from harness.store import check_writable, new_id
 
 INTERNAL_KEYS = {"sweep.id", "sweep.rung", "sweep.round"}
+MULTIRUN_FLAGS = ("-m", "--multirun")
+BASIC_LAUNCHER = "hydra._internal.core_plugins.basic_launcher.BasicLauncher"
+CLUSTER_LAUNCHERS = ("SlurmLauncher",)  # one job per node: timings of different jobs do not share a machine
 
 
 def ladder_list() -> str:
@@ -51,104 +64,131 @@ def _is_value_sweep(value: str) -> bool:
     return value.startswith(("range(", "choice(", "interval(", "glob("))
 
 
-def main(argv: list[str]) -> int:
+def main(command: str, argv: list[str]) -> int:
     if any(a in ("-h", "--help") for a in argv):
-        print(__doc__.strip() + "\n\nsettings: any `run` setting as key=value; sweep.repeats=N, sweep.rerun=true\n\n" + ladder_list())
+        print(__doc__.strip() + "\n\nsettings: any `run` setting as key=value; sweep.repeats=N, sweep.rerun=true\n\n"
+              + ladder_list())
         return 0
+    if any(a in MULTIRUN_FLAGS for a in argv):
+        return campaign([a for a in argv if a not in MULTIRUN_FLAGS])
+    try:
+        plan = plan_sweep(argv)
+    except ValueError as exc:
+        return _refuse(exc)
+    return run_sweep(plan, sweep_id=new_id(f"{plan.ladder.name}-"))
+
+
+# ------------------------------------------------------------------------------------------
+# one sweep
+
+
+@dataclass(frozen=True)
+class SweepPlan:
+    """A checked sweep request: the ladder, the user's overrides, and the settings they compose to."""
+
+    ladder: ladder_mod.Ladder
+    overrides: tuple[str, ...]
+    user_keys: frozenset[str]
+    settings: dict
+    repeats: int
+    rerun: bool
+
+
+def plan_sweep(argv: list[str], campaign: bool = False, settings: dict | None = None) -> SweepPlan:
+    """Check a sweep's arguments and compose its settings (ValueError naming what is wrong); inside a
+    Hydra job, ``settings`` are the job's own (Hydra is already initialised there)."""
     name, overrides = split_ladder(argv)
     if name is None:
-        print("error: no ladder given: add +ladder=NAME\n" + ladder_list(), file=sys.stderr)
-        return 2
+        raise ValueError("no ladder given: add +ladder=NAME\n" + ladder_list())
+    lad = ladder_mod.load(name)
+    hydra_edge.check_overrides(overrides)
+    user_keys = {k for k in map(hydra_edge.override_key, overrides) if k}
+    if user_keys & INTERNAL_KEYS:
+        raise ValueError(f"{sorted(user_keys & INTERNAL_KEYS)} are set by the sweep itself; remove them")
+    several = [o for o in overrides if hydra_edge.override_key(o) and _is_value_sweep(o.split("=", 1)[1])]
+    if several and not campaign:
+        raise ValueError(f"{several[0]!r} gives several values; a sweep climbs one ladder with one value per setting. "
+                         "Add -m to run one sweep per value as a campaign (python -m harness sweep -m ...)")
+    clash = sweep_mod.conflicts(lad, user_keys)
+    if clash:
+        rungs = [r.index for r in lad.rungs if r.key in clash]
+        raise ValueError(f"{', '.join(clash)} is what ladder {name!r} varies (rungs {rungs}); an override would "
+                         "make those rungs change nothing. Remove it, or use another ladder")
+    if settings is None:
+        settings = hydra_edge.plain_settings(hydra_edge.compose_settings(overrides))
+    parsed = config_mod.from_dict(settings)
+    if parsed.sweep.repeats < 1:
+        raise ValueError(f"sweep.repeats={parsed.sweep.repeats} must be at least 1 (each rung is measured that many times)")
+    return SweepPlan(ladder=lad, overrides=tuple(overrides), user_keys=frozenset(user_keys), settings=settings,
+                     repeats=parsed.sweep.repeats, rerun=parsed.sweep.rerun)
+
+
+def _refuse(exc: Exception) -> int:
+    print(f"error: {exc}", file=sys.stderr)
+    if "unknown ladder" in str(exc):
+        print(ladder_list(), file=sys.stderr)
+    return 2
+
+
+def _context(plan: SweepPlan, sweep_id: str, campaign_id: str = "") -> sweep_mod.SweepContext:
+    return sweep_mod.SweepContext(sweep_id=sweep_id, ladder=plan.ladder, settings=plan.settings,
+                                  user_keys=plan.user_keys, repeats=plan.repeats, rerun=plan.rerun,
+                                  campaign_id=campaign_id)
+
+
+def run_sweep(plan: SweepPlan, sweep_id: str, campaign_id: str = "") -> int:
+    """Preflight, then climb every rung of every round in this process; print the table."""
+    from harness.runner import Machine
+
+    ctx = _context(plan, sweep_id, campaign_id)
     try:
-        lad = ladder_mod.load(name)
-        cli.check_overrides(overrides)
-        user_keys = {k for k in map(cli.override_key, overrides) if k}
-        if user_keys & INTERNAL_KEYS:
-            raise ValueError(f"{sorted(user_keys & INTERNAL_KEYS)} are set by the sweep itself; remove them")
-        several = [o for o in overrides if cli.override_key(o) and _is_value_sweep(o.split("=", 1)[1])]
-        if several:
-            raise ValueError(f"{several[0]!r} gives several values; a sweep climbs one ladder with one value per "
-                             "setting. Run one sweep per value (and compare them with `python -m harness compare`)")
-        clash = sweep_mod.conflicts(lad, user_keys)
-        if clash:
-            rungs = [r.index for r in lad.rungs if r.key in clash]
-            raise ValueError(f"{', '.join(clash)} is what ladder {name!r} varies (rungs {rungs}); an override would "
-                             "make those rungs change nothing. Remove it, or use another ladder")
-    except ValueError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        if "unknown ladder" in str(exc):
-            print(ladder_list(), file=sys.stderr)
-        return 2
-    try:
-        ctx = _context(name, lad, overrides, user_keys, sweep_id=new_id(f"{name}-"))
-        machine = _machine()
+        machine = Machine.detect()
         check_writable(ctx.results_dir)
         sweep_mod.preflight(ctx, machine)
     except (ValueError, OSError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    rounds = ",".join(str(i) for i in range(ctx.repeats))
-    rungs = ",".join(str(r.index) for r in lad.rungs)
-    launch = overrides + [f"+ladder={name}", f"sweep.id={ctx.sweep_id}", f"sweep.round={rounds}", f"sweep.rung={rungs}"]
-    code = cli.hydra_command(launch, multirun=True, task=sweep_job)
+        return _refuse(exc)
+    code = climb(ctx, machine)
     _print_table(ctx)
     return code
 
 
-def _context(name, lad, overrides, user_keys, sweep_id) -> sweep_mod.SweepContext:
-    """Compose the settings once (defaults + overrides) with Hydra's compose API."""
-    cfg = cli.compose_settings(overrides)
-    settings = cli.plain_settings(cfg)
-    parsed = config_mod.from_dict(settings)
-    if parsed.sweep.repeats < 1:
-        raise ValueError(f"sweep.repeats={parsed.sweep.repeats} must be at least 1 (each rung is measured that many times)")
-    return sweep_mod.SweepContext(sweep_id=sweep_id, ladder=lad, settings=settings, user_keys=frozenset(user_keys),
-                                  repeats=parsed.sweep.repeats, rerun=parsed.sweep.rerun)
+def climb(ctx: sweep_mod.SweepContext, machine) -> int:
+    """The sweep loop: rounds x rungs, each rung measured (or taken from the cache) in turn.
+
+    Rungs this sweep already has a record for (a requeued campaign job) are kept, not measured again.
+    Returns 1 if a rung could not even be started, else 0: failed runs are data, shown in the table."""
+    from harness.console import console
+
+    done = sweep_mod.measured_rungs(ctx)
+    code = 0
+    for round_ in range(ctx.repeats):
+        for rung in ctx.ladder.rungs:
+            label = f"[rung {rung.index + 1}/{len(ctx.ladder.rungs)}" + (
+                f", round {round_ + 1}/{ctx.repeats}]" if ctx.repeats > 1 else "]")
+            if (rung.index, round_) in done:
+                console.print(f"{label} {rung.change('full') or 'baseline'}: already measured in this sweep")
+                continue
+            try:
+                _climb_one(ctx, rung, round_, label, machine)
+            except Exception as exc:  # a rung the parent could not even start: say so, go on with the next
+                console.print(f"[red]rung {rung.index} could not run:[/] {exc}")
+                code = 1
+    return code
 
 
-_MACHINE = None
-
-
-def _machine():
-    global _MACHINE
-    if _MACHINE is None:
-        from harness.runner import Machine
-
-        _MACHINE = Machine.detect()
-    return _MACHINE
-
-
-def sweep_job(cfg) -> None:
-    """One Hydra job: one rung of one round."""
-    from hydra.core.hydra_config import HydraConfig
-
+def _climb_one(ctx: sweep_mod.SweepContext, rung: ladder_mod.Rung, round_: int, label: str, machine) -> None:
     from harness.console import console
     from harness.progress import RunProgress
 
-    hc = HydraConfig.get()
-    name = hc.runtime.choices.get("ladder")
-    overrides = [o for o in hc.overrides.task if not o.startswith(("+ladder=", "ladder="))]
-    user_keys = {k for k in map(cli.override_key, overrides) if k} - INTERNAL_KEYS
-    rung, round_ = int(cfg.sweep.rung), int(cfg.sweep.round)
-    try:
-        lad = ladder_mod.load(name)
-        settings = cli.plain_settings(cfg)
-        ctx = sweep_mod.SweepContext(sweep_id=str(cfg.sweep.id), ladder=lad, settings=settings,
-                                     user_keys=frozenset(user_keys), repeats=int(cfg.sweep.repeats), rerun=bool(cfg.sweep.rerun))
-        label = f"[rung {rung + 1}/{len(lad.rungs)}" + (f", round {round_ + 1}/{ctx.repeats}]" if ctx.repeats > 1 else "]")
-        change = lad.rungs[rung].change("full") if rung else "baseline"
-        progress = RunProgress(console, f"{label} {change}")
+    progress = RunProgress(console, f"{label} {rung.change('full') or 'baseline'}")
 
-        def on_start(resolved, dropped):
-            note = f" (without the changes of failed rungs {sorted(dropped)})" if dropped else ""
-            progress.label = f"{label} {lad.rungs[rung].change(resolved.size) or 'baseline'}{note}"
+    def on_start(resolved, dropped):
+        note = f" (without the changes of failed rungs {sorted(dropped)})" if dropped else ""
+        progress.label = f"{label} {rung.change(resolved.size) or 'baseline'}{note}"
 
-        with progress:
-            outcome = sweep_mod.run_rung(ctx, rung, round_, _machine(), on_start, progress.update)
-        console.print(_outcome_line(progress.label, outcome))
-    except Exception as exc:  # a rung the parent could not even start: say so, go on with the next
-        console.print(f"[red]rung {rung} could not run:[/] {exc}")
-        cli.set_exit_code(1)
+    with progress:
+        outcome = sweep_mod.run_rung(ctx, rung.index, round_, machine, on_start, progress.update)
+    console.print(_outcome_line(progress.label, outcome))
 
 
 def _outcome_line(label: str, outcome: sweep_mod.RungOutcome) -> str:
@@ -158,8 +198,8 @@ def _outcome_line(label: str, outcome: sweep_mod.RungOutcome) -> str:
     if rec.status != "ok":
         why = (rec.error or "").strip().splitlines()
         return f"{label}: [red]{rec.status}[/] ({outcome.how}) {why[-1][:160] if why else ''}"
-    return (f"{label}: [green]ok[/] ({outcome.how}) {rec.samples_per_s:.2f} samples/s, step p50 {rec.step_ms_p50:.1f} ms, "
-            f"data wait {100 * (rec.data_wait_frac or 0):.0f}%")
+    return (f"{label}: [green]ok[/] ({outcome.how}) {rec.samples_per_s:.2f} samples/s, step p50 "
+            f"{rec.step_ms_p50:.1f} ms, data wait {100 * (rec.data_wait_frac or 0):.0f}%")
 
 
 def _print_table(ctx: sweep_mod.SweepContext) -> None:
@@ -174,3 +214,86 @@ def _print_table(ctx: sweep_mod.SweepContext) -> None:
     print()
     print(table_mod.render(table, "md"))
     print(f"Again from the store: python -m harness table --results {ctx.results_dir} --sweep {ctx.sweep_id}")
+
+
+# ------------------------------------------------------------------------------------------
+# a campaign: a Hydra multirun of sweeps
+
+
+def expand(argv: list[str]) -> list[list[str]]:
+    """The jobs of a multirun, as Hydra's basic sweeper expands them (cartesian product of the values)."""
+    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+
+    try:
+        parsed = OverridesParser.create().parse_overrides(argv)
+    except HydraException as exc:
+        raise ValueError(hydra_edge.hydra_error_text(exc)) from None
+    return [job for batch in BasicSweeper.split_arguments(parsed, None) for job in batch]
+
+
+def launcher_target(argv: list[str]) -> str:
+    hydra_args = [a for a in argv if a.lstrip("+").startswith("hydra")]
+    cfg = hydra_edge.compose_settings(hydra_args, return_hydra_config=True)
+    return str(cfg.hydra.launcher.get("_target_", ""))
+
+
+def launcher_warning(target: str) -> str:
+    """What to tell the user about where the launcher runs the sweeps ("" for the default)."""
+    if target == BASIC_LAUNCHER:
+        return ""
+    if target.endswith(CLUSTER_LAUNCHERS):
+        return ("each sweep runs as its own cluster job; ask for whole nodes (exclusive) so that no other job "
+                "shares the machine a sweep measures on")
+    return (f"WARNING: launcher {target.rsplit('.', 1)[-1]} runs sweeps AT THE SAME TIME on this machine: their "
+            "timings overlap and one sweep's numbers are not comparable with another's (nor with a quiet "
+            "machine's). Use the default launcher to measure; use this one only to test the plumbing.")
+
+
+def campaign(argv: list[str]) -> int:
+    """Check every sweep of the campaign, then launch them as one Hydra multirun; summary at the end."""
+    campaign_id = new_id("campaign-")
+    try:
+        jobs = expand(argv)
+        plans = [plan_sweep(job, campaign=True) for job in jobs]
+        target = launcher_target(argv)
+    except ValueError as exc:
+        return _refuse(exc)
+    print(f"campaign {campaign_id}: {len(plans)} sweeps "
+          + ", ".join(f"{p.ladder.name}[{' '.join(p.overrides) or 'defaults'}]" for p in plans))
+    note = launcher_warning(target)
+    if note:
+        print(note, file=sys.stderr)
+    hydra_args = argv + [f"campaign={campaign_id}"]
+    code = hydra_edge.hydra_app(hydra_args, campaign_job, multirun=True)
+    return max(code, _print_campaign(campaign_id, plans[0].settings.get("results_dir", "results"), len(plans)))
+
+
+def campaign_job(cfg) -> int:
+    """One Hydra job of a campaign: one whole sweep (in whatever process the launcher gives it)."""
+    from hydra.core.hydra_config import HydraConfig
+
+    hc = HydraConfig.get()
+    overrides = [o for o in hc.overrides.task if not o.split("=", 1)[0].lstrip("+") == "campaign"]
+    try:
+        plan = plan_sweep(overrides, campaign=True, settings=hydra_edge.plain_settings(cfg))
+    except ValueError as exc:
+        return _refuse(exc)
+    sweep_id = f"{plan.ladder.name}-{cfg.campaign}-j{hc.job.num}"  # fixed: a requeued job resumes it
+    return run_sweep(plan, sweep_id=sweep_id, campaign_id=str(cfg.campaign))
+
+
+def _print_campaign(campaign_id: str, results_dir: str, expected: int) -> int:
+    from harness.analysis import table as table_mod
+    from harness.store import load_runs
+
+    try:
+        summary = table_mod.campaign_summary(load_runs(results_dir), campaign_id)
+    except ValueError as exc:
+        print(f"no campaign summary: {exc}", file=sys.stderr)
+        return 1
+    print()
+    print(table_mod.render_campaign_summary(summary, "md"))
+    print(f"Again from the store: python -m harness table --results {results_dir} --campaign {campaign_id}")
+    return 0 if len(summary.rows) == expected else 1

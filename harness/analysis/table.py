@@ -358,17 +358,103 @@ def render(table: SweepTable, fmt: str = "md") -> str:
     return FORMATS[fmt](table)
 
 
+# ------------------------------------------------------------------------------------------
+# Campaigns: many sweeps launched as one (``sweep -m``)
+
+
+@dataclass
+class CampaignRow:
+    sweep_id: str
+    workload: str
+    ladder: str
+    device: str
+    total_measured: stats.Ratio | None
+    total_claim: str
+    total_verdict: str
+    failed_rungs: int
+
+
+@dataclass
+class CampaignSummary:
+    campaign_id: str
+    rows: list[CampaignRow]
+    tables: list[SweepTable]
+
+
+def resolve_campaign_id(frame, campaign: str) -> str:
+    """``latest`` (the campaign with the newest record) or an id that exists; ValueError otherwise."""
+    column = frame["campaign_id"] if "campaign_id" in frame else None
+    ran = frame[column.fillna("") != ""] if column is not None else frame.iloc[0:0]
+    if ran.empty:
+        raise ValueError("the store holds no campaign yet: run `python -m harness sweep -m +ladder=A,B ...` first")
+    if campaign == "latest":
+        return str(ran.sort_values("timestamp")["campaign_id"].iloc[-1])
+    ids = sorted(ran["campaign_id"].unique())
+    if campaign not in ids:
+        from harness.registry import unknown_choice
+
+        raise unknown_choice("campaign", campaign, ids[-20:])
+    return campaign
+
+
+def campaign_summary(frame, campaign: str = "latest") -> CampaignSummary:
+    """One table per sweep of the campaign, and a line per sweep: total measured against claimed."""
+    campaign_id = resolve_campaign_id(frame, campaign)
+    records = frame[frame["campaign_id"] == campaign_id]
+    sweep_ids = list(records.sort_values("timestamp")["sweep_id"].drop_duplicates())
+    tables = [build_table(frame, s) for s in sweep_ids]
+    rows = [CampaignRow(sweep_id=t.sweep_id, workload=t.workload, ladder=t.ladder, device=f"{t.device} {t.hardware}",
+                        total_measured=next((r.x_baseline for r in reversed(t.rows) if r.x_baseline), None),
+                        total_claim=t.total_claim or "-", total_verdict=t.total_verdict or "-",
+                        failed_rungs=sum(r.status != "ok" for r in t.rows))
+            for t in tables]
+    return CampaignSummary(campaign_id=campaign_id, rows=rows, tables=tables)
+
+
+CAMPAIGN_HEADER = ("sweep", "workload", "ladder", "device", "total measured", "guide claims", "verdict", "rungs not ok")
+
+
+def render_campaign_summary(summary: CampaignSummary, fmt: str = "md") -> str:
+    cells = [[r.sweep_id, r.workload, r.ladder, r.device, _ratio_text(r.total_measured, band=True), r.total_claim,
+              r.total_verdict, str(r.failed_rungs)] for r in summary.rows]
+    if fmt == "csv":
+        buf = io.StringIO()
+        csv.writer(buf).writerows([("campaign_id",) + CAMPAIGN_HEADER] + [[summary.campaign_id] + c for c in cells])
+        return buf.getvalue()
+    if fmt == "html":
+        head = "".join(f"<th>{html.escape(h)}</th>" for h in CAMPAIGN_HEADER)
+        body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>" for row in cells)
+        return (f"<table class='campaign'><caption>campaign {html.escape(summary.campaign_id)}</caption>"
+                f"<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>")
+    lines = [f"### campaign {summary.campaign_id}: {len(summary.rows)} sweeps", "",
+             "| " + " | ".join(CAMPAIGN_HEADER) + " |", "|" + "---|" * len(CAMPAIGN_HEADER)]
+    lines += ["| " + " | ".join(c.replace("|", "/") for c in row) + " |" for row in cells]
+    return "\n".join(lines) + "\n"
+
+
+def render_campaign(summary: CampaignSummary, fmt: str = "md") -> str:
+    """Every sweep's table, then the summary."""
+    parts = [render(t, fmt) for t in summary.tables] + [render_campaign_summary(summary, fmt)]
+    return ("" if fmt == "csv" else "\n").join(parts)
+
+
 def main(command: str, argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog=f"python -m harness {command}", description="A sweep's speedup table, from the store.")
+    parser = argparse.ArgumentParser(prog=f"python -m harness {command}",
+                                     description="A sweep's (or a campaign's) speedup table, from the store.")
     parser.add_argument("--results", default="results", help="results folder (default: results)")
     parser.add_argument("--sweep", default="latest", help="sweep id, or 'latest' (default)")
+    parser.add_argument("--campaign", default=None, help="campaign id or 'latest': a table per sweep and a summary")
     parser.add_argument("--format", default="md", choices=sorted(FORMATS), help="output format (default: md)")
     args = parser.parse_args(argv)
     try:
-        table = build_table(load_runs(args.results), args.sweep)
+        frame = load_runs(args.results)
+        if args.campaign is not None:
+            text = render_campaign(campaign_summary(frame, args.campaign), args.format)
+        else:
+            text = render(build_table(frame, args.sweep), args.format)
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    sys.stdout.write(render(table, args.format))
+    sys.stdout.write(text)
     return 0
 

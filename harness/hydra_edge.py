@@ -1,0 +1,132 @@
+"""The Hydra edge: the one module that composes configs and launches Hydra apps.
+
+Commands that take ``key=value`` overrides (run, sweep, diagnose, noise) call :func:`hydra_app` with
+a task that returns its exit code, or :func:`compose_settings` for the composed settings alone; they
+hand plain dicts on to ``harness.config``. Nothing below the commands imports Hydra.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+from harness import config as config_mod
+
+CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
+CONFIG_GROUPS = ("ladder", "data")  # Hydra groups: `data=disk` picks conf/data/disk.yaml
+HELP_FLAGS = ("--help", "-h", "--hydra-help", "--cfg", "-c", "--info")
+
+
+@dataclass
+class HydraRoot(config_mod.RunConfig):
+    """RunConfig plus the optional ladder node that ``+ladder=NAME`` adds, and the campaign id that
+    ``sweep -m`` gives every sweep it launches."""
+
+    ladder: Optional[Any] = None
+    campaign: str = ""
+
+
+_registered = False
+
+
+def register_schema() -> None:
+    global _registered
+    if not _registered:
+        from hydra.core.config_store import ConfigStore
+
+        ConfigStore.instance().store(name="base", node=HydraRoot)
+        _registered = True
+
+
+def override_key(override: str) -> str | None:
+    """The setting an override names (None for Hydra's own, for config groups and for flags)."""
+    if override.startswith("-") or "=" not in override:
+        return None
+    key = override.split("=", 1)[0].lstrip("+~")
+    if key.startswith("hydra") or key in CONFIG_GROUPS or key.startswith("ladder.") or key == "campaign":
+        return None
+    return key
+
+
+def check_overrides(overrides: list[str]) -> None:
+    """Unknown settings stop here, before Hydra or anything else runs, with did-you-mean."""
+    for override in overrides:
+        key = override_key(override)
+        if key is not None:
+            config_mod.check_key(key)
+
+
+def hydra_app(overrides: list[str], task: Callable[[Any], int], multirun: bool = False) -> int:
+    """Run ``task`` as a Hydra app over ``overrides``; return the largest exit code its jobs returned
+    (jobs a launcher runs in other processes return theirs there: their caller reads the store)."""
+    if not any(o in HELP_FLAGS for o in overrides):
+        try:
+            check_overrides(overrides)
+            if not multirun:
+                compose_settings(overrides)  # a bad value is one line here, not Hydra's error page
+        except ValueError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+    import hydra
+
+    register_schema()
+    codes: list[int] = []
+
+    @hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="config")
+    def app(cfg) -> int:
+        code = int(task(cfg) or 0)
+        codes.append(code)
+        return code
+
+    saved = sys.argv
+    sys.argv = [f"{sys.argv[0]}"] + (["--multirun"] if multirun else []) + overrides
+    try:
+        app()
+    except SystemExit as exc:  # Hydra exits on its own errors (bad override syntax, unknown group)
+        return int(exc.code or 0) if not isinstance(exc.code, str) else 2
+    finally:
+        sys.argv = saved
+    return max(codes, default=0)
+
+
+def compose_settings(overrides: list[str], return_hydra_config: bool = False):
+    """The composed config (Hydra's compose API); ValueError with one line for a bad override."""
+    from hydra import compose, initialize_config_dir
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    register_schema()
+    try:
+        with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+            return compose(config_name="config", overrides=overrides, return_hydra_config=return_hydra_config)
+    except (HydraException, OmegaConfBaseException) as exc:
+        raise ValueError(hydra_error_text(exc)) from None
+
+
+def hydra_error_text(exc: BaseException) -> str:
+    """One line for a Hydra/OmegaConf error: the bad override and what was wrong with it."""
+    causes = [exc]
+    while causes[-1].__cause__ is not None and len(causes) < 5:
+        causes.append(causes[-1].__cause__)
+    head = str(exc).strip().splitlines()[0]
+    missing = re.search(r"Could not find '(\w+)/([^']+)'", str(exc))
+    if missing and (CONF_DIR / missing.group(1)).is_dir():
+        group, name = missing.groups()
+        choices = sorted(p.stem for p in (CONF_DIR / group).glob("*.yaml"))
+        return f"{group}={name} is not a choice; valid choices: {', '.join(choices)}"
+    detail = next((str(c).strip().splitlines()[0] for c in causes[1:] if str(c).strip()), "")
+    return f"{head}: {detail}" if detail and detail not in head else head
+
+
+def plain_settings(cfg) -> dict:
+    """The composed Hydra config as a plain dict of run settings (no ladder node, no campaign id)."""
+    from omegaconf import OmegaConf
+
+    values = OmegaConf.to_container(cfg, resolve=True)
+    values.pop("ladder", None)
+    values.pop("campaign", None)
+    values.pop("hydra", None)
+    return values
