@@ -1,0 +1,149 @@
+"""Campaigns: many sweeps as one Hydra multirun; a sweep is a plain loop in one process."""
+
+from __future__ import annotations
+
+import ast
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+
+from harness import cli, hydra_edge, ladder as ladder_mod
+from harness.store import load_runs
+from tests.conftest import REPO, harness_cli
+
+TINY = ("measure.steps=2", "measure.warmup_steps=1")
+TINY_LADDERS = {
+    "tiny_a": "description: tiny ladder A\nworkload: unet3d\nrungs:\n  - set: {log_every_n_steps: 1}\n",
+    "tiny_b": "description: tiny ladder B\nworkload: unet3d\nrungs:\n  - set: {optimizer.zero_grad_set_to_none: false}\n",
+}
+
+
+@pytest.fixture
+def tiny_conf(tmp_path, monkeypatch) -> Path:
+    """The repository's conf/ plus two one-rung ladders, for campaigns that take seconds."""
+    conf = tmp_path / "conf"
+    shutil.copytree(REPO / "conf", conf)
+    for name, text in TINY_LADDERS.items():
+        (conf / "ladder" / f"{name}.yaml").write_text(text)
+    monkeypatch.setattr(hydra_edge, "CONF_DIR", conf)
+    monkeypatch.setattr(ladder_mod, "LADDER_DIR", conf / "ladder")
+    monkeypatch.chdir(tmp_path)  # Hydra's multirun folder goes here, not into the repository
+    return conf
+
+
+def test_a_campaign_stores_one_complete_sweep_per_combination_under_one_id(tiny_conf, results, capsys):
+    code = cli.main(["sweep", "-m", "+ladder=tiny_a,tiny_b", *TINY, f"results_dir={results}"])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    frame = load_runs(results)
+    assert frame["campaign_id"].nunique() == 1 and frame["campaign_id"].iloc[0].startswith("campaign-")
+    per_sweep = frame.groupby("sweep_id")["rung"].apply(sorted)
+    assert sorted(per_sweep.tolist()) == [[0, 1], [0, 1]] and set(frame["ladder"]) == {"tiny_a", "tiny_b"}
+    assert "### campaign campaign-" in out and "2 sweeps" in out
+
+    assert cli.main(["table", "--results", str(results), "--campaign", "latest"]) == 0
+    table = capsys.readouterr().out
+    assert table.count("### sweep ") == 2 and "log_every_n_steps=1" in table
+    assert "optimizer.zero_grad_set_to_none=false" in table
+
+
+def test_a_campaign_checks_every_sweep_before_any_runs(tiny_conf, results, capsys):
+    code = cli.main(["sweep", "-m", "+ladder=tiny_a,nope", *TINY, f"results_dir={results}"])
+    assert code == 2 and "unknown ladder 'nope'" in capsys.readouterr().err
+    assert not results.exists()
+
+
+def test_a_requeued_campaign_job_keeps_the_rungs_it_measured(tiny_conf, results, capsys):
+    """A requeued job gets the same sweep id (campaign id + job number) and measures only what is missing."""
+    from harness import sweep_cli
+
+    plan = sweep_cli.plan_sweep(["+ladder=tiny_a", *TINY, f"results_dir={results}"])
+    assert sweep_cli.run_sweep(plan, sweep_id="tiny_a-campaign-x-j0", campaign_id="campaign-x") == 0
+    first = load_runs(results)
+    (results / "runs" / f"{first.loc[first['rung'] == 1, 'run_id'].iloc[0]}.parquet").unlink()  # killed there
+    capsys.readouterr()
+    assert sweep_cli.run_sweep(plan, sweep_id="tiny_a-campaign-x-j0", campaign_id="campaign-x") == 0
+    assert "already measured in this sweep" in capsys.readouterr().out
+    again = load_runs(results)
+    assert sorted(again["rung"]) == [0, 1] and set(again["sweep_id"]) == {"tiny_a-campaign-x-j0"}
+    assert again.loc[again["rung"] == 0, "run_id"].iloc[0] == first.loc[first["rung"] == 0, "run_id"].iloc[0]
+
+
+def test_a_parallel_launcher_on_one_machine_is_called_out():
+    from harness.sweep_cli import BASIC_LAUNCHER, launcher_warning
+
+    assert launcher_warning(BASIC_LAUNCHER) == ""
+    assert "AT THE SAME TIME" in launcher_warning("hydra_plugins.hydra_submitit_launcher.submitit_launcher.LocalLauncher")
+    assert "whole nodes" in launcher_warning("hydra_plugins.hydra_submitit_launcher.submitit_launcher.SlurmLauncher")
+
+
+def test_a_fully_cached_sweep_starts_no_measuring_process(tiny_conf, results, capsys, monkeypatch):
+    assert cli.main(["sweep", "+ladder=tiny_a", *TINY, f"results_dir={results}"]) == 0
+    capsys.readouterr()
+    from harness import isolate
+
+    monkeypatch.setattr(isolate, "_run_child", lambda *a, **k: pytest.fail("a cached rung started a child"))
+    assert cli.main(["sweep", "+ladder=tiny_a", *TINY, f"results_dir={results}"]) == 0
+    assert capsys.readouterr().out.count(": ok (cached)") == 2  # both rungs' outcome lines
+
+
+# ------------------------------------------------------------------------------------------
+# layout
+
+
+def _imports(path: Path, package: str) -> set[str]:
+    """Modules of ``package`` that a file imports, at any depth (lazy imports in functions included)."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names if a.name.startswith(package)}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.module.startswith(package):
+            found.add(node.module)
+            found |= {f"{node.module}.{a.name}" for a in node.names}
+    return found
+
+
+def test_the_harness_package_has_no_import_cycle():
+    root = REPO / "harness"
+    modules = {".".join(p.relative_to(REPO).with_suffix("").parts).removesuffix(".__init__"): p
+               for p in root.rglob("*.py")}
+    graph = {m: {i for i in _imports(p, "harness") if i in modules and i != m} for m, p in modules.items()}
+    state: dict[str, int] = {}
+
+    def visit(m: str, path: list[str]) -> None:
+        state[m] = 1
+        for n in graph[m]:
+            if state.get(n) == 1:
+                pytest.fail("import cycle: " + " -> ".join(path[path.index(n):] + [m, n]) if n in path
+                            else f"import cycle through {m} -> {n}")
+            if n not in state:
+                visit(n, path + [m])
+        state[m] = 2
+
+    for m in sorted(graph):
+        if m not in state:
+            visit(m, [])
+
+
+@pytest.mark.slow
+def test_the_issue_campaign_phase2_and_precision_on_the_cpu(results):
+    start = time.monotonic()
+    out = harness_cli("sweep", "-m", "+ladder=phase2,precision", "workload=unet3d", *TINY, f"results_dir={results}",
+                      timeout=3600)
+    assert out.returncode == 0, out.stdout + out.stderr
+    frame = load_runs(results)
+    assert frame["campaign_id"].nunique() == 1 and sorted(frame.groupby("ladder").size()) == [3, 4]
+    table = harness_cli("table", "--results", str(results), "--campaign", "latest")
+    assert table.returncode == 0 and table.stdout.count("### sweep ") == 2, time.monotonic() - start
+
+
+@pytest.mark.slow
+def test_a_campaign_through_submitit_local(tiny_conf, results):
+    pytest.importorskip("hydra_plugins.hydra_submitit_launcher")
+    code = cli.main(["sweep", "-m", "+ladder=tiny_a,tiny_b", "hydra/launcher=submitit_local", *TINY,
+                     f"results_dir={results}"])
+    assert code == 0
+    frame = load_runs(results)
+    assert frame["campaign_id"].nunique() == 1 and frame["sweep_id"].nunique() == 2 and len(frame) == 4
