@@ -63,6 +63,31 @@ def test_cuda_oom_type_classifies_as_oom():
     assert classify(ValueError("boom")) == "error"
 
 
+@pytest.mark.parametrize("message", [
+    "CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`",
+    "cuDNN error: CUDNN_STATUS_ALLOC_FAILED",
+    "CUDA out of memory. Tried to allocate 2.00 GiB (GPU 0; 79.11 GiB total capacity)",
+    "CUDA error: out of memory\nCUDA kernel errors might be asynchronously reported",
+    "cudaErrorMemoryAllocation: out of memory",
+    "[enforce fail at alloc_cpu.cpp:117] err == 0. DefaultCPUAllocator: can't allocate memory",
+])
+def test_out_of_memory_in_its_many_spellings_is_oom(message):
+    assert classify(RuntimeError(message)) == "oom"
+
+
+def test_out_of_memory_wrapped_by_another_exception_is_oom():
+    # torch.compile re-raises a backend's failure as its own type; the cause still names the OOM
+    try:
+        try:
+            raise RuntimeError("CUDNN_STATUS_ALLOC_FAILED")
+        except RuntimeError as inner:
+            raise AssertionError("backend compiler failed") from inner
+    except AssertionError as outer:
+        assert classify(outer) == "oom"
+    assert classify(RuntimeError("CUBLAS_STATUS_EXECUTION_FAILED")) == "error"
+    assert classify(RuntimeError("CUDNN_STATUS_NOT_SUPPORTED")) == "error"
+
+
 def test_flops_are_counted_per_sample_forward_and_backward():
     cfg = tiny_config(workload="resnet50", data__patch_size=[224, 224])
     flops = model_flops_per_sample(cfg, WORKLOADS.get("resnet50"))
