@@ -1,5 +1,7 @@
 """The measured loop: raw samples kept, warm-up apart, data wait split from compute, faults."""
 
+import json
+
 import pytest
 import torch
 
@@ -27,6 +29,10 @@ def test_warmup_and_measured_steps_are_kept_apart_with_raw_samples():
     assert out["samples_per_s"] == pytest.approx(4 * cfg.batch_size / m.measured_s)
     assert out["units_per_s"] == pytest.approx(out["samples_per_s"] * 32**3)
     assert out["mfu"] is None  # no peak known for a CPU: never guessed
+    # on a CPU there is no VRAM to report (None, not 0), and the backend flags applied are stored
+    assert out["peak_vram_bytes"] is None and out["peak_vram_reserved_bytes"] is None
+    assert "warmup_peak_vram_bytes" not in out and out["gpu_sample_note"] == ""
+    assert json.loads(out["backend_flags"])["cudnn.benchmark"] is False
 
 
 def test_slowdown_adds_its_delay_to_every_step():
