@@ -49,8 +49,9 @@ def rung(ladder_name: str, index: str, sweep_id: str, overrides: list[str]) -> i
         print(f"{ladder_name} rung {rung_index}: not run: {outcome.message}")
         return 0
     tail = (rec.error or "").strip().splitlines()
-    print(f"{ladder_name} rung {rung_index} ({rec.change or 'baseline'}): {rec.status} ({outcome.how})"
-          + (f" {rec.samples_per_s:.2f} samples/s" if rec.samples_per_s else "") + (f": {tail[-1][:200]}" if tail else ""))
+    speed = f" {rec.samples_per_s:.2f} samples/s" if rec.samples_per_s else ""
+    print(f"{ladder_name} rung {rung_index} ({rec.change or 'baseline'}): {rec.status} ({outcome.how}){speed}"
+          + (f": {tail[-1][:200]}" if tail else ""))
     return 0 if rec.status in ("ok", "skipped") else 1
 
 

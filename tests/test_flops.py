@@ -57,5 +57,5 @@ def test_a10g_is_matched_before_a10_and_cites_why_it_has_no_peak():
 
 
 def test_every_row_cites_a_source():
-    for pattern, peaks, source in PEAK_FLOPS:
+    for pattern, _peaks, source in PEAK_FLOPS:
         assert source and ("datasheet" in source), pattern
