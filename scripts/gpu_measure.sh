@@ -33,8 +33,6 @@ if [ "$part" = list ]; then echo "$PARTS"; exit 0; fi
 outdir=${2:-${OUT:-}}
 if [ -z "$outdir" ]; then echo "no output folder: give OUT_DIR or set \$OUT" >&2; usage; fi
 
-# Per-run limits (timeout_s): below the 10-minute command limit with room for start-up, dataset writing and
-# packing. A part with several runs gives each a share of that.
 case "$part" in
   env | tests | tests-slow | phase2 | a100-diagnose) ;;
   runs-unet3d | runs-basic_unet3d | runs-mednext | runs-resnet50) ;;
@@ -43,6 +41,7 @@ case "$part" in
 esac
 
 outdir=$(realpath -m "$outdir")  # absolute: the commands run from the repository root
+[ -z "${RESULTS_FROM:-}" ] || RESULTS_FROM=$(realpath -m "$RESULTS_FROM")
 cd "$(dirname "$0")/.." || exit 2
 work="$outdir/$part"
 results="$work/results"
@@ -78,6 +77,9 @@ if [ "$DRY" != 1 ]; then
   ls "$results/runs" > "$work/before.txt"
 fi
 export PYTHONUNBUFFERED=1
+
+# Per-run limits (timeout_s): below the 10-minute command limit with room for start-up, dataset writing and
+# packing; a part with several runs gives each a share of it.
 
 case "$part" in
   env)
