@@ -27,10 +27,27 @@ def classify(exc: BaseException) -> str:
         return "nan"
     if isinstance(exc, torch.OutOfMemoryError):
         return "oom"
-    text = str(exc)
-    if isinstance(exc, RuntimeError) and ("out of memory" in text.lower() or "can't allocate memory" in text):
+    # Out of memory does not always surface as torch.OutOfMemoryError: cuBLAS and cuDNN report a failed
+    # workspace allocation with their own status codes, and compile wraps the original error in its own
+    # exception type, so the text of the whole exception chain is read.
+    text = " ".join(str(e) for e in _chain(exc))
+    if "out of memory" in text.lower() or any(marker in text for marker in OOM_MARKERS):
         return "oom"
     return "error"
+
+
+# Messages that mean the device (or host) allocator could not satisfy a request.
+OOM_MARKERS = ("CUBLAS_STATUS_ALLOC_FAILED", "CUDNN_STATUS_ALLOC_FAILED", "cudaErrorMemoryAllocation",
+               "can't allocate memory")
+
+
+def _chain(exc: BaseException):
+    """The exception, then its causes and contexts (each once)."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        yield exc
+        exc = exc.__cause__ or exc.__context__
 
 
 def main(job_dir: str) -> int:

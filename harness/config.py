@@ -342,10 +342,14 @@ def resolve(cfg: RunConfig, cuda_available: bool) -> RunConfig:
     return out
 
 
+# Compile modes that capture CUDA graphs on a GPU ("max-autotune" turns on inductor's cudagraphs too).
+CUDAGRAPH_COMPILE_MODES = ("reduce-overhead", "max-autotune")
+
+
 def not_applicable(cfg: RunConfig) -> str:
     """Why a resolved config cannot run as labelled on its device ("" when it can)."""
     if cfg.device == "cuda":
-        return ""
+        return _cudagraph_conflict(cfg)
     reasons = []
     if cfg.tf32 is True:
         reasons.append("tf32=true needs a CUDA GPU (TF32 is a tensor-core format)")
@@ -355,6 +359,30 @@ def not_applicable(cfg: RunConfig) -> str:
         reasons.append("data.pin_memory=true needs a CUDA GPU (page-locked memory speeds host-to-GPU copies only)")
     if cfg.compile == "reduce-overhead":
         reasons.append("compile=reduce-overhead needs a CUDA GPU (it captures CUDA graphs)")
+    return "; ".join(reasons)
+
+
+def _cudagraph_conflict(cfg: RunConfig) -> str:
+    """A CUDA-graph compile mode with a training loop that keeps gradients across graph replays.
+
+    A replay writes its outputs, the gradients among them, into the graph's static memory. Accumulating over
+    micro-batches (``.grad += ...`` between replays), or zeroing gradients in place instead of dropping them,
+    keeps those tensors alive into the next replay, which overwrites them: the step would train on wrong
+    gradients (or fail with "accessing tensor output of CUDAGraphs that has been overwritten"), so the run
+    would not measure the knob it is labelled with. Recorded as `skipped`, like other knobs that cannot act
+    here, so that a ladder climbing through such a rung goes on and says why.
+    """
+    if cfg.compile not in CUDAGRAPH_COMPILE_MODES or cfg.measure.mode == "loader":
+        return ""
+    reasons = []
+    if cfg.accumulate_grad_batches > 1:
+        reasons.append(f"compile={cfg.compile} captures CUDA graphs, whose replays overwrite the gradients that "
+                       f"accumulate_grad_batches={cfg.accumulate_grad_batches} adds up across micro-batches; use "
+                       "accumulate_grad_batches=1 or compile=default")
+    if not cfg.optimizer.zero_grad_set_to_none:
+        reasons.append(f"compile={cfg.compile} captures CUDA graphs, whose replays overwrite gradients zeroed in "
+                       "place (optimizer.zero_grad_set_to_none=false); use optimizer.zero_grad_set_to_none=true "
+                       "or compile=default")
     return "; ".join(reasons)
 
 

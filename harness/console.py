@@ -43,8 +43,13 @@ def run_summary(record: RunRecord) -> Table:
                       f"   ({record.measured_steps} measured after {record.warmup_steps} warm-up)")
         table.add_row("data wait", f"{fmt(100 * record.data_wait_frac if record.data_wait_frac is not None else None)} % of the measured time")
         if record.device == "cuda":
-            table.add_row("peak VRAM", human_bytes(record.peak_vram_bytes))
-            table.add_row("GPU util", f"{fmt(record.gpu_util_pct)} %   power {fmt(record.gpu_power_w)} W")
+            table.add_row("peak VRAM", f"{human_bytes(record.peak_vram_bytes)} allocated, "
+                          f"{human_bytes(record.peak_vram_reserved_bytes)} reserved (measured steps); warm-up "
+                          f"{human_bytes(record.warmup_peak_vram_bytes)} allocated")
+            table.add_row("GPU memory", f"{human_bytes(record.gpu_mem_used_bytes)} used on the device (NVML, all "
+                          f"processes) of {human_bytes(record.gpu_mem_total_bytes)}")
+            table.add_row("GPU util", f"{fmt(record.gpu_util_pct)} %   power {fmt(record.gpu_power_w)} W"
+                          + (f"   [yellow]{record.gpu_sample_note}[/]" if record.gpu_sample_note else ""))
             table.add_row("MFU", fmt(100 * record.mfu if record.mfu else None, ".1f", " %"))
         table.add_row("host memory", f"peak RSS {human_bytes(record.peak_host_rss_bytes)} (main + workers)"
                       + (f", largest worker {human_bytes(record.peak_worker_rss_bytes)}" if record.peak_worker_rss_bytes else ""))

@@ -29,11 +29,48 @@ class KnobNotApplicable(RuntimeError):
     """A knob cannot take effect here: the run is recorded as `skipped` with this reason."""
 
 
-def apply_backend_flags(cfg) -> None:
-    if cfg.tf32 is not None:
-        torch.backends.cuda.matmul.allow_tf32 = cfg.tf32
-        torch.backends.cudnn.allow_tf32 = cfg.tf32
+def apply_backend_flags(cfg) -> dict[str, Any]:
+    """Set TF32 and cudnn.benchmark; returns what was set (stored with the run as ``backend_flags``)."""
+    flags = apply_tf32(cfg.tf32)
     torch.backends.cudnn.benchmark = bool(cfg.cudnn_benchmark)
+    flags["cudnn.benchmark"] = bool(cfg.cudnn_benchmark)
+    return flags
+
+
+# torch >= 2.9: per-backend precision ("tf32" / "ieee"); "none" inherits from the parent. Order matters for reading
+# back: the cudnn parent is what inductor's Triton conv templates read, the conv child what cuDNN convs use.
+_NEW_TF32_FLAGS = (("cuda.matmul", "fp32_precision"), ("cudnn", "fp32_precision"), ("cudnn.conv", "fp32_precision"),
+                   ("cudnn.rnn", "fp32_precision"))
+_OLD_TF32_FLAGS = (("cuda.matmul", "allow_tf32"), ("cudnn", "allow_tf32"))
+
+
+def apply_tf32(tf32: bool | None, backends=None) -> dict[str, Any]:
+    """TF32 for matmuls AND cuDNN convolutions, through ONE API; returns the flags as read back.
+
+    ``None`` leaves PyTorch's defaults: matmuls in full FP32, but cuDNN convolutions already in TF32, so
+    ``tf32=true`` alone only moves matmuls and the TF32 rung of a convolutional ladder measures TF32 on vs off
+    only against an explicit ``tf32=false``, which turns cuDNN's TF32 off too.
+
+    torch >= 2.9 has ``fp32_precision`` per backend; there its old ``allow_tf32`` setters are deprecated, and
+    reading an old flag after the new API set it differently raises. So the new API is used alone where it
+    exists, the old one alone where it does not, and the flags are read back through the same API.
+    """
+    backends = backends if backends is not None else torch.backends
+    new_api = all(hasattr(_attr(backends, path), name) for path, name in _NEW_TF32_FLAGS)
+    flags, value = (_NEW_TF32_FLAGS, None if tf32 is None else ("tf32" if tf32 else "ieee")) if new_api else \
+        (_OLD_TF32_FLAGS, tf32)
+    if value is not None:
+        for path, name in flags:
+            setattr(_attr(backends, path), name, value)
+    out: dict[str, Any] = {"tf32": tf32, "tf32_api": "fp32_precision" if new_api else "allow_tf32"}
+    out.update({f"{path}.{name}": getattr(_attr(backends, path), name) for path, name in flags})
+    return out
+
+
+def _attr(obj, dotted: str):
+    for part in dotted.split("."):
+        obj = getattr(obj, part)
+    return obj
 
 
 def apply_activation_checkpointing(model: nn.Module, unit_types: tuple[type, ...]) -> int:
@@ -144,12 +181,13 @@ class Prepared:
     device: torch.device
     memory_format: torch.memory_format
     checkpointed_units: int
+    backend_flags: dict[str, Any]
 
 
 def prepare(cfg, workload) -> Prepared:
     """Build the workload's model and training objects with every knob applied, in order."""
     device = torch.device(cfg.device)
-    apply_backend_flags(cfg)
+    backend_flags = apply_backend_flags(cfg)
     model, loss_fn, unit_types = workload.build(cfg)
     units = apply_activation_checkpointing(model, unit_types) if cfg.activation_checkpointing else 0
     fmt = memory_format(cfg, workload.spatial_dims)
@@ -167,4 +205,5 @@ def prepare(cfg, workload) -> Prepared:
         device=device,
         memory_format=fmt,
         checkpointed_units=units,
+        backend_flags=backend_flags,
     )

@@ -92,6 +92,10 @@ def train_and_measure(cfg, workload: Workload, progress) -> tuple[Measurement, d
     sampler.start()
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
+    # CUDA-graph compile modes: tell the graph trees where an iteration starts, so that outputs of the previous
+    # replay may be reused (no sync; without it, a replay can find last step's outputs still "live").
+    mark_step = _cudagraph_step_marker(cfg, device)
+    vram: dict[str, float | None] = {}
     progress("warmup", steps=cfg.measure.warmup_steps)
 
     t_prev = time.perf_counter()
@@ -100,12 +104,20 @@ def train_and_measure(cfg, workload: Workload, progress) -> tuple[Measurement, d
     for step in range(total_steps):
         if step == cfg.measure.warmup_steps:
             _sync(device)  # (a) the window opens on an idle device
+            if device.type == "cuda":
+                # The warm-up peak holds cuDNN benchmark trials, autotuning and graph capture: kept apart, and
+                # the measured window's peak starts from what the steady state still holds.
+                vram["warmup_peak_vram_bytes"] = float(torch.cuda.max_memory_allocated(device))
+                vram["warmup_peak_vram_reserved_bytes"] = float(torch.cuda.max_memory_reserved(device))
+                torch.cuda.reset_peak_memory_stats(device)
             progress("measure", steps=cfg.measure.steps, warmup_ms=m.warmup_ms)
             monitor.cpu_percent_since_last_call()
             clock_start = monitor.CpuClock.read()
             sampler.measuring.set()
             t_prev = window_start = time.perf_counter()
         wait = 0.0
+        if mark_step:
+            mark_step()
         if prep:
             prep.optimizer.zero_grad(set_to_none=cfg.optimizer.zero_grad_set_to_none)
         for _ in range(accum):
@@ -153,6 +165,9 @@ def train_and_measure(cfg, workload: Workload, progress) -> tuple[Measurement, d
             raise NonFiniteLoss(total_steps - 1, m.loss_last, cfg.log_every_n_steps)
     extras = _extras(cfg, workload, prep, m, samples, cpu_pct)
     extras["other_cpu_pct"] = other_pct
+    extras.update(vram)
+    if prep is not None:
+        extras["backend_flags"] = json.dumps(prep.backend_flags, sort_keys=True)
     del batches, loader
     return m, extras
 
@@ -167,12 +182,26 @@ def _extras(cfg, workload, prep, m: Measurement, samples: monitor.Samples, cpu_p
         "worker_rss_bytes": workers,
         "cpu_util_pct": cpu_pct,
         "gpu_util_pct": _mean(samples.gpu_util_pct),
+        # NVML's "used" is device-wide: every process's memory and the CUDA contexts, not only this run's tensors.
         "gpu_mem_used_bytes": max(samples.gpu_mem_used_bytes, default=None),
         "gpu_power_w": _mean(samples.gpu_power_w),
+        "gpu_sample_note": "; ".join(samples.notes),
+        # Peaks of the measured window (reset when it opens). Allocated: live tensors. Reserved: what the caching
+        # allocator holds from the device, which is what must fit in the GPU's memory.
         "peak_vram_bytes": float(torch.cuda.max_memory_allocated(device)) if device.type == "cuda" else None,
+        "peak_vram_reserved_bytes": float(torch.cuda.max_memory_reserved(device)) if device.type == "cuda" else None,
         "checkpointed_units": prep.checkpointed_units if prep else 0,
     }
     return out
+
+
+def _cudagraph_step_marker(cfg, device: torch.device):
+    """``torch.compiler.cudagraph_mark_step_begin`` when this run captures CUDA graphs, else None."""
+    from harness.config import CUDAGRAPH_COMPILE_MODES
+
+    if device.type != "cuda" or cfg.compile not in CUDAGRAPH_COMPILE_MODES or cfg.measure.mode == "loader":
+        return None
+    return getattr(torch.compiler, "cudagraph_mark_step_begin", None)
 
 
 def _mean(values: list[float]) -> float | None:

@@ -126,6 +126,14 @@ class RunRecord:
     git_dirty: bool | None = None
     code_fingerprint: str = ""  # hash of the measuring code (harness + models sources), part of env_key
     threads: str = ""  # thread-count variables and CPU affinity the run had, part of env_key
+    # GPU memory apart (issue 16): peak_vram_bytes is the measured window's allocated peak; the warm-up
+    # (cuDNN benchmark trials, autotuning, graph capture) has its own peaks; reserved = the allocator's cache,
+    # what must fit in the device. gpu_mem_used_bytes (NVML) is device-wide.
+    peak_vram_reserved_bytes: float | None = None
+    warmup_peak_vram_bytes: float | None = None
+    warmup_peak_vram_reserved_bytes: float | None = None
+    gpu_sample_note: str = ""  # NVML metrics that could not be read (MIG, GPU gone), and why
+    backend_flags: str = ""  # JSON: the TF32 / cuDNN settings the run applied, and through which API
 
 
 _ARROW_TYPES = {

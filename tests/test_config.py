@@ -79,3 +79,38 @@ def test_knobs_that_need_a_gpu_are_not_applicable_on_cpu():
     assert "tf32=true needs a CUDA GPU" in config_mod.not_applicable(tiny_config(tf32=True))
     assert "pin_memory=true needs a CUDA GPU" in config_mod.not_applicable(tiny_config(data__pin_memory=True))
     assert "CUDA graphs" in config_mod.not_applicable(tiny_config(compile="reduce-overhead"))
+
+
+def _on_cuda(**overrides) -> config_mod.RunConfig:
+    """A config resolved as on a GPU machine (resolution needs no GPU: the device facts are passed in)."""
+    cfg = config_mod.RunConfig()
+    for key, value in overrides.items():
+        config_mod.set_key(cfg, key.replace("__", "."), value)
+    return config_mod.resolve(cfg, cuda_available=True)
+
+
+@pytest.mark.parametrize("mode", ["reduce-overhead", "max-autotune"])
+def test_cuda_graph_compile_with_gradients_kept_across_replays_is_skipped_with_the_reason(mode):
+    assert config_mod.not_applicable(_on_cuda(compile=mode)) == ""
+    why = config_mod.not_applicable(_on_cuda(compile=mode, accumulate_grad_batches=2))
+    assert f"compile={mode} captures CUDA graphs" in why and "accumulate_grad_batches=2" in why
+    why = config_mod.not_applicable(_on_cuda(compile=mode, optimizer__zero_grad_set_to_none=False))
+    assert "optimizer.zero_grad_set_to_none=false" in why
+    both = config_mod.not_applicable(_on_cuda(compile=mode, accumulate_grad_batches=4,
+                                              optimizer__zero_grad_set_to_none=False))
+    assert "accumulate_grad_batches=4" in both and "zero_grad_set_to_none=false" in both
+
+
+def test_compile_without_cuda_graphs_may_accumulate():
+    assert config_mod.not_applicable(_on_cuda(compile="default", accumulate_grad_batches=2)) == ""
+    assert config_mod.not_applicable(_on_cuda(compile="off", optimizer__zero_grad_set_to_none=False)) == ""
+    # on a CPU max-autotune captures no CUDA graph, so accumulation is fine there
+    assert config_mod.not_applicable(tiny_config(compile="max-autotune", accumulate_grad_batches=2)) == ""
+
+
+def test_cuda_graph_conflict_becomes_a_skipped_record_without_starting_a_child(tmp_path):
+    from harness.isolate import execute
+
+    cfg = _on_cuda(compile="reduce-overhead", accumulate_grad_batches=2, results_dir=str(tmp_path))
+    record = execute(cfg, {}, "key")
+    assert record.status == "skipped" and "captures CUDA graphs" in record.error

@@ -1,11 +1,22 @@
-"""GPU tier (`python -m pytest -m gpu` on a CUDA machine): what only a GPU shows."""
+"""GPU tier (`python -m pytest -m gpu` on a CUDA machine): what only a GPU shows.
+
+Each check is one the CPU tier cannot make: memory as the device sees it, processes as NVML lists them, the
+peak table against this GPU's real name, and knob combinations that only fail on CUDA.
+"""
+
+import json
+import os
+import subprocess
+import sys
+import time
 
 import pytest
 import torch
 
 from harness import runner
+from harness.flops import peak_flops, peak_row
 from harness.store import load_runs
-from tests.conftest import tiny_config
+from tests.conftest import REPO, tiny_config
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 
@@ -14,32 +25,136 @@ def _run(results, **overrides):
     from harness import config as config_mod
 
     cfg = config_mod.RunConfig(results_dir=str(results))
-    for key, value in {"measure.steps": 10, "measure.warmup_steps": 3, **{k.replace("__", "."): v for k, v in overrides.items()}}.items():
+    settings = {"measure.steps": 10, "measure.warmup_steps": 3, "timeout_s": 300,
+                **{k.replace("__", "."): v for k, v in overrides.items()}}
+    for key, value in settings.items():
         config_mod.set_key(cfg, key, value)
     resolved = config_mod.resolve(cfg, cuda_available=True)
     env, key = runner.environment(resolved.device)
     return runner.run_and_store(resolved, env, key)
 
 
-def test_full_size_unet_reports_vram_utilisation_and_mfu(tmp_path):
-    record = _run(tmp_path, precision="bf16-mixed")
+def _nvml():
+    """pynvml, initialised. NVML creates no CUDA context, so asking it leaves the asking process off the GPU."""
+    pynvml = pytest.importorskip("pynvml")
+    pynvml.nvmlInit()
+    return pynvml
+
+
+def _gpu_pids(pynvml) -> set[int]:
+    """Processes with a context on any GPU of the machine."""
+    pids = set()
+    for i in range(pynvml.nvmlDeviceGetCount()):
+        handle = pynvml.nvmlDeviceGetHandleByIndex(i)
+        for procs in (pynvml.nvmlDeviceGetComputeRunningProcesses(handle),
+                      pynvml.nvmlDeviceGetGraphicsRunningProcesses(handle)):
+            pids |= {p.pid for p in procs}
+    return pids
+
+
+def _gpu_used(pynvml) -> int:
+    return sum(pynvml.nvmlDeviceGetMemoryInfo(pynvml.nvmlDeviceGetHandleByIndex(i)).used
+               for i in range(pynvml.nvmlDeviceGetCount()))
+
+
+def test_full_size_unet_reports_vram_utilisation_and_mfu(bf16_record):
+    record = bf16_record
     assert record.status == "ok", record.error
     assert record.size == "full" and record.device == "cuda"
     assert record.peak_vram_bytes > 1e9 and record.gpu_util_pct is not None
     assert record.gpu_name and record.cuda_version
-    if record.peak_flops:
-        assert 0 < record.mfu < 1
+    assert record.gpu_sample_note == "", record.gpu_sample_note  # every NVML metric was readable
+    assert record.flops_per_sample, "FLOPs of the UNet could not be counted"
 
 
-def test_gpu_only_knobs_apply_on_a_gpu(tmp_path):
-    record = _run(tmp_path, tf32=True, cudnn_benchmark=True, data__pin_memory=True, data__num_workers=2)
+def test_memory_nests_allocated_reserved_device_used_capacity(bf16_record):
+    record = bf16_record
     assert record.status == "ok", record.error
+    # live tensors <= the allocator's cache <= what NVML sees used on the device (+ contexts) <= its capacity
+    assert 0 < record.peak_vram_bytes <= record.peak_vram_reserved_bytes
+    assert record.gpu_mem_used_bytes is not None, "NVML took no memory sample in the measured window"
+    assert record.peak_vram_reserved_bytes <= record.gpu_mem_used_bytes <= record.gpu_mem_total_bytes
+    # the warm-up (cuDNN benchmark trials) is kept apart from the measured window's peak
+    assert record.warmup_peak_vram_bytes is not None and record.warmup_peak_vram_reserved_bytes is not None
+    assert record.warmup_peak_vram_reserved_bytes <= record.gpu_mem_total_bytes
+
+
+def test_peak_table_knows_this_gpu_by_its_real_nvml_name(bf16_record):
+    pynvml = _nvml()
+    name = pynvml.nvmlDeviceGetName(pynvml.nvmlDeviceGetHandleByIndex(0))
+    name = name.decode() if isinstance(name, bytes) else name
+    assert peak_row(name) is not None and peak_row(name)[0] is not None, \
+        f"{name!r} has no row in harness/flops.py PEAK_FLOPS: add its datasheet peaks"
+    record = bf16_record
+    assert record.status == "ok", record.error
+    assert peak_flops(record.gpu_name, "bf16-mixed", None) == peak_flops(name, "bf16-mixed", None)
+    assert record.mfu is not None, f"no MFU: flops={record.flops_per_sample} peak={record.peak_flops}"
+    assert 0 < record.mfu < 1
+
+
+@pytest.mark.parametrize("mode", ["reduce-overhead", "max-autotune"])
+def test_cuda_graph_compile_with_accumulation_is_skipped_with_the_reason(tmp_path, mode):
+    record = _run(tmp_path, compile=mode, accumulate_grad_batches=2)
+    assert record.status == "skipped"
+    assert f"compile={mode} captures CUDA graphs" in record.error and "accumulate_grad_batches=2" in record.error
+
+
+@pytest.mark.slow
+def test_cuda_graph_compile_runs_with_the_step_marker(tmp_path):
+    record = _run(tmp_path, workload="resnet50", size="smoke", compile="reduce-overhead", timeout_s=500)
+    assert record.status == "ok", record.error
+    assert record.loss_last is not None and record.loss_last == record.loss_last  # finite, not NaN
+
+
+def test_fp16_with_a_fused_optimizer_runs(tmp_path):
+    record = _run(tmp_path, precision="16-mixed", optimizer__fused=True)
+    assert record.status == "ok", record.error
+    assert record.loss_first is not None and record.loss_last is not None
+
+
+def test_tf32_flags_are_set_and_recorded(tmp_path):
+    record = _run(tmp_path, tf32=False, cudnn_benchmark=True, data__pin_memory=True, data__num_workers=2)
+    assert record.status == "ok", record.error
+    flags = json.loads(record.backend_flags)
+    assert flags["tf32"] is False and flags["cudnn.benchmark"] is True
+    assert "ieee" in flags.values() or flags.get("cudnn.allow_tf32") is False
     assert list(load_runs(tmp_path)["status"]) == ["ok"]
 
 
 def test_cuda_oom_fault_is_a_real_out_of_memory(tmp_path):
     record = _run(tmp_path, debug__fault="oom", debug__fault_step=0)
     assert record.status == "oom" and "OutOfMemoryError" in record.error
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("workers", [0, 2])
+def test_hang_is_killed_and_the_gpu_is_given_back(tmp_path, workers):
+    pynvml = _nvml()
+    before_used, before_pids = _gpu_used(pynvml), _gpu_pids(pynvml)
+    record = _run(tmp_path, debug__fault="hang", debug__fault_step=2, timeout_s=60, data__num_workers=workers)
+    assert record.status == "timeout", record.error
+    deadline, used, left = time.monotonic() + 30, None, None
+    while time.monotonic() < deadline:
+        used, left = _gpu_used(pynvml), _gpu_pids(pynvml) - before_pids
+        if not left and used <= before_used + 64 * 2**20:
+            break
+        time.sleep(0.5)
+    assert not left, f"processes still on the GPU after the timeout: {sorted(left)}"
+    assert used <= before_used + 64 * 2**20, f"GPU memory {used} not back to {before_used}"
+
+
+def test_the_parent_creates_no_cuda_context():
+    """A fresh parent process runs one measured run; NVML must not list it, only its (finished) child."""
+    code = (
+        "import os, tempfile\n"
+        "from tests.test_gpu import _run, _nvml, _gpu_pids\n"
+        "record = _run(tempfile.mkdtemp(), measure__steps=3, measure__warmup_steps=1)\n"
+        "print('STATUS', record.status, 'PARENT_ON_GPU', os.getpid() in _gpu_pids(_nvml()))\n"
+    )
+    # the NVML-based availability check: the skipif of this module must not itself create a context
+    env = dict(os.environ, PYTHONPATH=str(REPO), PYTORCH_NVML_BASED_CUDA_CHECK="1")
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, timeout=500)
+    assert "STATUS ok PARENT_ON_GPU False" in out.stdout, out.stdout[-2000:] + out.stderr[-2000:]
 
 
 def test_cpu_helpers_still_resolve_on_a_gpu_machine():

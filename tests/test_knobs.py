@@ -1,5 +1,7 @@
 """Every knob takes effect: each test looks at what the knob changes, not at the label."""
 
+from types import SimpleNamespace
+
 import pytest
 import torch
 from torch.utils.flop_counter import FlopCounterMode
@@ -56,15 +58,60 @@ def test_precision_sets_the_autocast_dtype_of_convolutions(precision, dtype):
     assert (prep.scaler is not None) == (precision == "16-mixed")
 
 
-def test_backend_flags_are_set():
-    before = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32, torch.backends.cudnn.benchmark)
+def _fake_backends(new_api: bool):
+    """torch.backends as torch >= 2.9 (fp32_precision) or an older torch (allow_tf32 only) shapes it."""
+    ns = SimpleNamespace
+    if new_api:  # PyTorch's defaults: matmuls inherit full FP32, cuDNN convolutions TF32
+        return ns(cuda=ns(matmul=ns(fp32_precision="none")),
+                  cudnn=ns(fp32_precision="none", conv=ns(fp32_precision="tf32"), rnn=ns(fp32_precision="tf32")))
+    return ns(cuda=ns(matmul=ns(allow_tf32=False)), cudnn=ns(allow_tf32=True))
+
+
+@pytest.mark.parametrize("tf32, expected", [(True, "tf32"), (False, "ieee")])
+def test_tf32_uses_the_new_api_alone_where_it_exists(tf32, expected):
+    backends = _fake_backends(new_api=True)
+    flags = knobs.apply_tf32(tf32, backends)
+    assert backends.cuda.matmul.fp32_precision == expected
+    assert backends.cudnn.fp32_precision == expected  # what inductor's Triton conv templates read
+    assert backends.cudnn.conv.fp32_precision == expected  # what cuDNN convolutions use: tf32=false turns them off
+    assert backends.cudnn.rnn.fp32_precision == expected
+    assert not hasattr(backends.cudnn, "allow_tf32") and not hasattr(backends.cuda.matmul, "allow_tf32")
+    assert flags == {"tf32": tf32, "tf32_api": "fp32_precision", "cuda.matmul.fp32_precision": expected,
+                     "cudnn.fp32_precision": expected, "cudnn.conv.fp32_precision": expected,
+                     "cudnn.rnn.fp32_precision": expected}
+
+
+@pytest.mark.parametrize("tf32", [True, False])
+def test_tf32_uses_the_old_api_on_an_older_torch(tf32):
+    backends = _fake_backends(new_api=False)
+    flags = knobs.apply_tf32(tf32, backends)
+    assert backends.cuda.matmul.allow_tf32 is tf32 and backends.cudnn.allow_tf32 is tf32
+    assert flags == {"tf32": tf32, "tf32_api": "allow_tf32", "cuda.matmul.allow_tf32": tf32, "cudnn.allow_tf32": tf32}
+
+
+def test_tf32_null_leaves_pytorch_defaults_and_records_them():
+    backends = _fake_backends(new_api=True)
+    flags = knobs.apply_tf32(None, backends)
+    assert flags["cudnn.conv.fp32_precision"] == "tf32" and flags["cuda.matmul.fp32_precision"] == "none"
+
+
+def test_backend_flags_are_set_on_this_torch():
+    new_api = hasattr(torch.backends.cuda.matmul, "fp32_precision")
+    names = [(torch.backends.cuda.matmul, "fp32_precision"), (torch.backends.cudnn, "fp32_precision"),
+             (torch.backends.cudnn.conv, "fp32_precision"), (torch.backends.cudnn.rnn, "fp32_precision")] \
+        if new_api else [(torch.backends.cuda.matmul, "allow_tf32"), (torch.backends.cudnn, "allow_tf32")]
+    before = [getattr(o, n) for o, n in names] + [torch.backends.cudnn.benchmark]
     try:
-        knobs.apply_backend_flags(tiny_config(tf32=True, cudnn_benchmark=True))
-        assert torch.backends.cuda.matmul.allow_tf32 and torch.backends.cudnn.allow_tf32 and torch.backends.cudnn.benchmark
-        knobs.apply_backend_flags(tiny_config(tf32=False))
-        assert not torch.backends.cuda.matmul.allow_tf32 and not torch.backends.cudnn.benchmark
+        flags = knobs.apply_backend_flags(tiny_config(tf32=True, cudnn_benchmark=True))
+        assert flags["cudnn.benchmark"] is True and torch.backends.cudnn.benchmark
+        assert all(getattr(o, n) in ("tf32", True) for o, n in names)
+        flags = knobs.apply_backend_flags(tiny_config(tf32=False))
+        assert all(getattr(o, n) in ("ieee", False) for o, n in names) and not torch.backends.cudnn.benchmark
+        assert flags["tf32_api"] == ("fp32_precision" if new_api else "allow_tf32")
     finally:
-        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32, torch.backends.cudnn.benchmark = before
+        for (o, n), v in zip(names, before):
+            setattr(o, n, v)
+        torch.backends.cudnn.benchmark = before[-1]
 
 
 def test_width_scales_the_channels():

@@ -76,3 +76,21 @@ def test_unknown_ladder_lists_the_shipped_ones():
 def test_failed_rungs_are_not_built_on():
     lad = ladder_mod.load("selftest")
     assert lad.settings(3, "smoke", frozenset({2})) == {"workload": "unet3d", "log_every_n_steps": 10, "batch_size": 4}
+
+
+@pytest.mark.parametrize("name", ["resnet50_aggressive", "detr_fast"])
+def test_tf32_rung_measures_tf32_on_against_an_explicit_off(name):
+    # tf32=null already runs cuDNN convolutions in TF32: only tf32=false before the rung makes it measure on vs off
+    lad = ladder_mod.load(name)
+    rung = next(r for r in lad.rungs if r.key == "tf32")
+    assert lad.settings(rung.index - 1, "full")["tf32"] is False and lad.settings(rung.index, "full")["tf32"] is True
+
+
+@pytest.mark.parametrize("name", ladder_mod.available())
+def test_no_shipped_rung_is_skipped_on_a_gpu_for_cuda_graphs(name):
+    lad = ladder_mod.load(name)
+    for r in lad.rungs:
+        cfg = config_mod.RunConfig()
+        for key, value in lad.settings(r.index, "full").items():
+            config_mod.set_key(cfg, key, value)
+        assert config_mod.not_applicable(config_mod.resolve(cfg, cuda_available=True)) == "", f"{name} rung {r.index}"

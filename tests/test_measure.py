@@ -1,5 +1,7 @@
 """The measured loop: raw samples kept, warm-up apart, data wait split from compute, faults."""
 
+import json
+
 import pytest
 import torch
 
@@ -27,6 +29,10 @@ def test_warmup_and_measured_steps_are_kept_apart_with_raw_samples():
     assert out["samples_per_s"] == pytest.approx(4 * cfg.batch_size / m.measured_s)
     assert out["units_per_s"] == pytest.approx(out["samples_per_s"] * 32**3)
     assert out["mfu"] is None  # no peak known for a CPU: never guessed
+    # on a CPU there is no VRAM to report (None, not 0), and the backend flags applied are stored
+    assert out["peak_vram_bytes"] is None and out["peak_vram_reserved_bytes"] is None
+    assert "warmup_peak_vram_bytes" not in out and out["gpu_sample_note"] == ""
+    assert json.loads(out["backend_flags"])["cudnn.benchmark"] is False
 
 
 def test_slowdown_adds_its_delay_to_every_step():
@@ -61,6 +67,31 @@ def test_oom_fault_raises_a_real_out_of_memory_error():
 def test_cuda_oom_type_classifies_as_oom():
     assert classify(torch.OutOfMemoryError("CUDA out of memory")) == "oom"
     assert classify(ValueError("boom")) == "error"
+
+
+@pytest.mark.parametrize("message", [
+    "CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`",
+    "cuDNN error: CUDNN_STATUS_ALLOC_FAILED",
+    "CUDA out of memory. Tried to allocate 2.00 GiB (GPU 0; 79.11 GiB total capacity)",
+    "CUDA error: out of memory\nCUDA kernel errors might be asynchronously reported",
+    "cudaErrorMemoryAllocation: out of memory",
+    "[enforce fail at alloc_cpu.cpp:117] err == 0. DefaultCPUAllocator: can't allocate memory",
+])
+def test_out_of_memory_in_its_many_spellings_is_oom(message):
+    assert classify(RuntimeError(message)) == "oom"
+
+
+def test_out_of_memory_wrapped_by_another_exception_is_oom():
+    # torch.compile re-raises a backend's failure as its own type; the cause still names the OOM
+    try:
+        try:
+            raise RuntimeError("CUDNN_STATUS_ALLOC_FAILED")
+        except RuntimeError as inner:
+            raise AssertionError("backend compiler failed") from inner
+    except AssertionError as outer:
+        assert classify(outer) == "oom"
+    assert classify(RuntimeError("CUBLAS_STATUS_EXECUTION_FAILED")) == "error"
+    assert classify(RuntimeError("CUDNN_STATUS_NOT_SUPPORTED")) == "error"
 
 
 def test_flops_are_counted_per_sample_forward_and_backward():

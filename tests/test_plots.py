@@ -97,6 +97,18 @@ def test_gpu_sweep_adds_utilisation_and_capacity_line(results, tmp_path):
     assert capacity, "the device capacity line is missing"
 
 
+def test_gpu_memory_plot_draws_the_reserved_peak_against_capacity(results):
+    # reserved (allocator cache) is what must fit; records from before that column fall back to allocated
+    write_sweep(results, device="cuda", gpu_name="Test GPU", gpu_count=1, peak_vram_bytes=3 * 2**30,
+                peak_vram_reserved_bytes=5 * 2**30, gpu_mem_total_bytes=80 * 2**30)
+    data = plots.sweep_data(load_runs(results))
+    assert {r.peak_mem_bytes for r in data.table.rows if r.status == "ok"} == {5 * 2**30}
+    memory = next(p for p in plots.build_plots(data) if p.name.endswith("memory"))
+    assert [round(b.get_height(), 2) for b in memory.figure.axes[0].patches if b.get_height()] == [5.0] * len(
+        [r for r in data.table.rows if r.status == "ok"])
+    assert "peak VRAM reserved" in memory.figure.axes[0].get_ylabel()
+
+
 def test_cpu_memory_plot_says_the_capacity_line_is_omitted(results):
     write_sweep(results)
     memory = next(p for p in plots.build_plots(plots.sweep_data(load_runs(results))) if p.name.endswith("memory"))

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from harness.analysis import noise_model, stats
 from harness.store import load_runs
 
-MEMORY_NOTE = {"cuda": "peak VRAM", "cpu": "peak host RSS"}
+MEMORY_NOTE = {"cuda": "peak VRAM reserved", "cpu": "peak host RSS"}
 
 
 @dataclass
@@ -180,7 +180,9 @@ def _row(rung: int, runs, claims: Claims) -> RungRow:
         row.step_ms_p50 = stats.median(ok["step_ms_p50"])
         row.step_ms_p90 = stats.median(ok["step_ms_p90"])
         row.data_wait_frac = stats.median(ok["data_wait_frac"])
-        mem = ok["peak_vram_bytes"] if (ok["device"] == "cuda").all() else ok["peak_host_rss_bytes"]
+        # GPU: the allocator's reserved peak is what must fit in the device (records older than it: allocated)
+        mem = ok["peak_vram_reserved_bytes"].fillna(ok["peak_vram_bytes"]) if (ok["device"] == "cuda").all() \
+            else ok["peak_host_rss_bytes"]
         row.peak_mem_bytes = stats.median(mem)
         row.gpu_util_pct = stats.median(ok["gpu_util_pct"])
     if len(ok) < len(runs):

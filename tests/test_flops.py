@@ -1,0 +1,61 @@
+"""The MFU peak table, matched on the device names NVML and torch really report."""
+
+import pytest
+
+from harness.flops import PEAK_FLOPS, peak_flops, peak_row
+
+
+@pytest.mark.parametrize("name, bf16, tf32, fp32", [
+    ("NVIDIA H100 80GB HBM3", 989.4e12, 494.7e12, 67e12),  # SXM5
+    ("NVIDIA H100 NVL", 835.5e12, 417.5e12, 60e12),
+    ("NVIDIA H100 PCIe", 756e12, 378e12, 51e12),
+    ("NVIDIA H200", 989.4e12, 494.7e12, 67e12),
+    ("NVIDIA H200 NVL", 835.5e12, 417.5e12, 60e12),
+    ("NVIDIA A100-SXM4-80GB", 312e12, 156e12, 19.5e12),
+    ("NVIDIA A100-SXM4-40GB", 312e12, 156e12, 19.5e12),
+    ("NVIDIA A100-PCIE-40GB", 312e12, 156e12, 19.5e12),
+    ("NVIDIA A100 80GB PCIe", 312e12, 156e12, 19.5e12),
+    ("NVIDIA A10", 125e12, 62.5e12, 31.2e12),
+    ("NVIDIA L4", 121e12, 60e12, 30.3e12),
+    ("NVIDIA RTX A5000", 111.1e12, 55.6e12, 27.8e12),
+])
+def test_real_device_names_get_their_own_row(name, bf16, tf32, fp32):
+    assert peak_flops(name, "bf16-mixed", None) == bf16
+    assert peak_flops(name, "16-mixed", None) == bf16  # fp16 and bf16 tensor rates are equal on these
+    assert peak_flops(name, "32", None) == tf32  # PyTorch's default: cuDNN convolutions in TF32
+    assert peak_flops(name, "32", True) == tf32
+    assert peak_flops(name, "32", False) == fp32
+
+
+def test_nvl_parts_are_not_counted_against_the_sxm_peak():
+    assert peak_flops("NVIDIA H100 NVL", "bf16-mixed", None) < peak_flops("NVIDIA H100 80GB HBM3", "bf16-mixed", None)
+    assert peak_flops("NVIDIA H200 NVL", "bf16-mixed", None) < peak_flops("NVIDIA H200", "bf16-mixed", None)
+
+
+def test_v100_has_no_tf32_and_no_bf16():
+    assert peak_flops("Tesla V100-SXM2-16GB", "16-mixed", None) == 125e12
+    assert peak_flops("Tesla V100-SXM2-16GB", "32", None) == 15.7e12  # no TF32 units: FP32 is the peak
+    assert peak_flops("Tesla V100-SXM2-16GB", "bf16-mixed", None) is None
+    assert peak_flops("Tesla V100-PCIE-32GB", "16-mixed", None) == 112e12
+    assert peak_flops("Tesla V100S-PCIE-32GB", "16-mixed", None) == 130e12
+
+
+@pytest.mark.parametrize("name", [
+    "NVIDIA A10G",  # recognised (not sent to the A10 row), but no datasheet: None
+    "NVIDIA L40S", "NVIDIA L40", "NVIDIA A100X", "NVIDIA H800", "NVIDIA GeForce RTX 4090", "NVIDIA A30",
+    "NVIDIA A100-SXM4-40GB MIG 3g.20gb",  # a MIG slice owns a fraction of the GPU
+    "", "cpu AMD EPYC", "NVIDIA RTX A5000 Laptop GPU",
+])
+def test_unknown_or_unciteable_names_give_no_peak(name):
+    for precision in ("32", "bf16-mixed", "16-mixed"):
+        assert peak_flops(name, precision, None) is None
+
+
+def test_a10g_is_matched_before_a10_and_cites_why_it_has_no_peak():
+    peaks, source = peak_row("NVIDIA A10G")
+    assert peaks is None and "no datasheet" in source
+
+
+def test_every_row_cites_a_source():
+    for pattern, _peaks, source in PEAK_FLOPS:
+        assert source and ("datasheet" in source), pattern
