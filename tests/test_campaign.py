@@ -140,10 +140,14 @@ def test_the_issue_campaign_phase2_and_precision_on_the_cpu(results):
 
 
 @pytest.mark.slow
-def test_a_campaign_through_submitit_local(tiny_conf, results):
+def test_a_campaign_through_submitit_local(results, tmp_path):
+    """Each sweep a submitit job in its own process (pip install -e '.[slurm]'); the jobs run at the same
+    time, which the command calls out."""
     pytest.importorskip("hydra_plugins.hydra_submitit_launcher")
-    code = cli.main(["sweep", "-m", "+ladder=tiny_a,tiny_b", "hydra/launcher=submitit_local", *TINY,
-                     f"results_dir={results}"])
-    assert code == 0
+    out = harness_cli("sweep", "-m", "+ladder=selftest", "workload=unet3d,basic_unet3d", "hydra/launcher=submitit_local",
+                      f"hydra.sweep.dir={tmp_path / 'multirun'}", *TINY, f"results_dir={results}", timeout=3600)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "AT THE SAME TIME" in out.stderr
     frame = load_runs(results)
-    assert frame["campaign_id"].nunique() == 1 and frame["sweep_id"].nunique() == 2 and len(frame) == 4
+    assert frame["campaign_id"].nunique() == 1 and frame["sweep_id"].nunique() == 2 and len(frame) == 8
+    assert "### campaign campaign-" in out.stdout
