@@ -1,8 +1,8 @@
 """The command line: the only place Hydra is used.
 
 ``run`` and ``sweep`` take Hydra overrides (``key=value``); the analysis commands (``table``,
-``plot``, ``compare``, ``report``, ``baseline``, ``check``) take ordinary flags, read the store
-alone, and never import torch or Hydra.
+``plot``, ``compare``, ``report``, ``baseline``, ``check``) and ``store`` take ordinary flags, read the
+store alone, and never import torch or Hydra.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ COMMANDS = {
     "report": ("write one self-contained HTML report of a sweep", "harness.analysis.report"),
     "baseline": ("save or list baselines for regression checks", "harness.analysis.regress"),
     "check": ("check a sweep against a baseline (exit 1 on regression)", "harness.analysis.regress"),
+    "store": ("compact, inspect or verify the results store (compact | info | verify)", "harness.store_cli"),
 }
 
 USAGE = "usage: python -m harness COMMAND [ARGS]\n\ncommands:\n" + "\n".join(

@@ -3,7 +3,8 @@
 The parent checks the input and resolves every rung (bad input stops before anything runs), then
 launches the rungs as a Hydra multirun over ``sweep.round`` x ``sweep.rung`` (rounds outermost, so
 repeats interleave: rung 0..K, then again), so any Hydra launcher can run them. Each job measures
-its rung in a fresh child process. The table is printed from the store at the end.
+its rung in a fresh child process. At the end the store is compacted if many loose files piled up,
+and the table is printed from the store.
 """
 
 from __future__ import annotations
@@ -91,8 +92,24 @@ def main(argv: list[str]) -> int:
     rungs = ",".join(str(r.index) for r in lad.rungs)
     launch = overrides + [f"+ladder={name}", f"sweep.id={ctx.sweep_id}", f"sweep.round={rounds}", f"sweep.rung={rungs}"]
     code = cli.hydra_command(launch, multirun=True, task=sweep_job)
+    _auto_compact(ctx.results_dir)
     _print_table(ctx)
     return code
+
+
+def _auto_compact(results_dir: str) -> None:
+    """Past ``store.AUTO_COMPACT_LOOSE`` loose files, compact the store, after the last measurement: it never
+    waits for the lock (another compaction running means skip) and a failure only warns."""
+    from harness import store
+
+    try:
+        done = store.maybe_compact(results_dir)
+    except (OSError, ValueError) as exc:
+        print(f"warning: the store was not compacted ({exc}); the runs are safe as they are. "
+              f"Try `python -m harness store compact --results {results_dir}`", file=sys.stderr)
+        return
+    if done is not None and not done.busy:
+        print(f"store: {done.summary()}")
 
 
 def _context(name, lad, overrides, user_keys, sweep_id) -> sweep_mod.SweepContext:
@@ -167,7 +184,7 @@ def _print_table(ctx: sweep_mod.SweepContext) -> None:
     from harness.store import load_runs
 
     try:
-        table = table_mod.build_table(load_runs(ctx.results_dir), ctx.sweep_id)
+        table = table_mod.build_table(load_runs(ctx.results_dir, sweep=ctx.sweep_id), ctx.sweep_id)
     except ValueError as exc:
         print(f"no table: {exc}", file=sys.stderr)
         return

@@ -424,7 +424,7 @@ def main(command: str, argv: list[str]) -> int:
         print(f"error: unknown format {args.format!r}. Valid choices: {', '.join(FORMATS)}", file=sys.stderr)
         return 2
     try:
-        data = sweep_data(load_runs(args.results), args.sweep)
+        data = sweep_data(load_runs(args.results, sweep=args.sweep), args.sweep)
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -177,7 +177,7 @@ def main(command: str, argv: list[str]) -> int:
               "another path", file=sys.stderr)
         return 2
     try:
-        path = write_report(load_runs(args.results), args.sweep, args.out)
+        path = write_report(load_runs(args.results, sweep=args.sweep), args.sweep, args.out)
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -271,7 +271,7 @@ def main(command: str, argv: list[str]) -> int:
     parser.add_argument("--format", default="md", choices=sorted(FORMATS), help="output format (default: md)")
     args = parser.parse_args(argv)
     try:
-        table = build_table(load_runs(args.results), args.sweep)
+        table = build_table(load_runs(args.results, sweep=args.sweep), args.sweep)
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
