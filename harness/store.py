@@ -415,7 +415,7 @@ def _drop_duplicates(table: pa.Table) -> pa.Table:
         return table
     indexed = table.select(["run_id"]).append_column("_row", pa.array(range(table.num_rows), type=pa.int64()))
     first = indexed.group_by("run_id", use_threads=False).aggregate([("_row", "min")]).column("_row_min")
-    return table.take(pc.sort_indices(first))
+    return table.take(pc.take(first, pc.sort_indices(first)))  # the kept row numbers, in reading order
 
 
 def load_parquet_files(files: list[str]):

@@ -108,7 +108,9 @@ def _newest_original(frame, config_hash: str, env_key: str, used: set[str]):
     """The row (a one-row frame, maybe empty) of the newest original ``ok`` run of these settings, not yet used."""
     hits = frame[(frame["config_hash"] == config_hash) & (frame["env_key"] == env_key) & (frame["status"] == "ok")
                  & (frame["cached_from"].fillna("") == "") & (~frame["run_id"].isin(used))]
-    hits = hits[~hits["config_json"].map(_debug_in_json)]
+    if hits.empty:  # an empty mask of object dtype would select columns, not rows
+        return hits
+    hits = hits[~hits["config_json"].map(_debug_in_json).astype(bool)]
     return hits.sort_values("timestamp").tail(1)
 
 
