@@ -16,9 +16,11 @@ usable. Files get the permissions the umask allows (a results folder is often sh
 
 Compaction (``python -m harness store compact``, and by itself at the end of a sweep once
 ``AUTO_COMPACT_LOOSE`` loose files pile up) merges loose run files into
-``<results_dir>/compacted/part-<YYYY-MM>-<id>.parquet``: reading one file of 10,000 rows costs what
-reading a few loose files costs. It runs under an exclusive ``flock`` on ``<results_dir>/.compact.lock``,
-writes each part durably (fsync + rename) BEFORE it deletes the loose files it merged, and never
+``<results_dir>/compacted/part-<id>.parquet``: reading one file of 10,000 rows costs what reading a few
+loose files costs, and every file more costs a footer to parse on every read, so each compaction
+rewrites the parts that are not full yet (``PART_ROWS``) together with the loose runs; a full part is
+never rewritten. It runs under an exclusive ``flock`` on ``<results_dir>/.compact.lock``, writes each
+part durably (fsync + rename) BEFORE it deletes the parts and loose files it merged, and never
 touches files that appear while it runs, so a writer never waits and a kill at any point leaves every
 run in at least one place. Readers read loose and compacted files together and keep one row per
 ``run_id`` (identical duplicates are the benign leftovers of an interrupted compaction). After
@@ -29,7 +31,6 @@ compaction ``pandas.read_parquet("<results_dir>/runs")`` sees only the loose run
 from __future__ import annotations
 
 import os
-import re
 import secrets
 import shutil
 import tempfile
@@ -481,8 +482,8 @@ def _pandas_dtype(arrow_type: pa.DataType) -> str:
 
 AUTO_COMPACT_LOOSE = 500  # loose files that make the end of a sweep compact the store (a few seconds of work)
 PART_ROW_GROUP = 1024  # rows per row group: a sweep's rows sit in one or two, which a sweep_id filter picks out
+PART_ROWS = 20_000  # a part this full is sealed: later compactions leave it alone, which bounds their rewriting
 LOCK_NAME = ".compact.lock"
-_MONTH = re.compile(r"^\d{4}-\d{2}")
 
 
 def _compaction_step(step: str, **info) -> None:
@@ -494,6 +495,7 @@ class Compaction:
     """What one :func:`compact` did."""
 
     merged: int = 0  # loose runs now in new parts
+    rewritten: int = 0  # parts that were not full, merged into the new ones
     removed: int = 0  # loose files deleted (merged now, or already in a part from an interrupted compaction)
     parts: list[str] = field(default_factory=list)
     unreadable: list[str] = field(default_factory=list)  # left in place, named
@@ -506,6 +508,8 @@ class Compaction:
         if not (self.merged or self.removed or self.unreadable or self.conflicts):
             return "nothing to compact: no loose run files"
         text = f"compacted {self.merged} loose runs into {len(self.parts)} part file(s)"
+        if self.rewritten:
+            text += f" (with the {self.rewritten} part(s) that were not full)"
         if self.removed != self.merged:
             text += f"; removed {self.removed - self.merged} loose files already in compacted parts"
         if self.unreadable:
@@ -517,7 +521,7 @@ class Compaction:
 
 
 def compact(results_dir: str | os.PathLike, wait: bool = True, min_loose: int = 1) -> Compaction:
-    """Merge the loose run files of ``results_dir`` into compacted part files (one per month of timestamps).
+    """Merge the loose run files of ``results_dir``, and the parts not full yet, into compacted part files.
 
     Under an exclusive lock on ``<results_dir>/.compact.lock``; with ``wait=False`` a busy lock means
     "skip" (``busy=True``). Does nothing unless at least ``min_loose`` loose files are there.
@@ -567,21 +571,38 @@ def _compact_locked(results_dir, loose: list[str]) -> Compaction:
                 (in_parts if _same(held[row["run_id"]], row) else conflicting).add(row["run_id"])
         table = table.take(pa.array(keep_rows, type=pa.int64()))
     done.conflicts = [p for p in sources if set(ids_of[p]) & conflicting]
+    _sealed, open_parts = _open_parts(results_dir)
+    open_tables = []
+    for path in list(open_parts):
+        try:
+            open_tables.append(pq.ParquetFile(path).read())
+        except (OSError, ValueError, pa.ArrowException):
+            open_parts.remove(path)  # left alone; `store verify` names it
+    merged_loose = set(table.column("run_id").to_pylist())
+    if open_tables:
+        table = _conform(pa.concat_tables([table] + open_tables, promote_options="permissive"))
     table = _drop_duplicates(table)
-    months = pc.utf8_slice_codeunits(table.column("timestamp").fill_null(""), 0, 7).to_pylist()
-    for month in sorted(set(months)):
-        rows = table.filter(pa.array([m == month for m in months]))
-        rows = rows.sort_by([("sweep_id", "ascending"), ("timestamp", "ascending")])
-        label = month if _MONTH.match(month) else "undated"
-        path = compacted_dir(results_dir) / f"part-{label}-{new_id()}.parquet"
-        _write_table(rows, path, before_rename=lambda p=path: _compaction_step("part-temp-written", path=p),
-                     row_group_size=PART_ROW_GROUP)
+    # sorted by sweep: a sweep's rows share a row group or two, and a sweep_id filter skips the others
+    table = table.sort_by([("sweep_id", "ascending"), ("timestamp", "ascending")])
+    for start in range(0, table.num_rows, PART_ROWS):
+        path = compacted_dir(results_dir) / f"part-{new_id()}.parquet"
+        _write_table(table.slice(start, PART_ROWS), path, row_group_size=PART_ROW_GROUP,
+                     before_rename=lambda p=path: _compaction_step("part-temp-written", path=p))
         done.parts.append(str(path))
         _compaction_step("part-written", path=path)
-    done.merged = table.num_rows
-    settled = set(table.column("run_id").to_pylist()) | in_parts
+    done.merged = len(merged_loose)
+    # only now, with every new part durable, do the merged parts and loose copies go; a kill in between leaves
+    # identical duplicates that readers drop and the next compaction merges away
+    for path in open_parts:
+        try:
+            os.unlink(path)
+            done.rewritten += 1
+        except FileNotFoundError:
+            pass
+        _compaction_step("part-removed", path=path)
+    _fsync_dir(compacted_dir(results_dir))
+    settled = merged_loose | in_parts
     remove = [p for p in sources if p not in done.conflicts and all(r in settled for r in ids_of[p])]
-    # only now, with every part durable, do the loose copies go; a kill here leaves duplicates that readers drop
     for path in remove:
         try:
             os.unlink(path)
@@ -591,6 +612,18 @@ def _compact_locked(results_dir, loose: list[str]) -> Compaction:
         _compaction_step("loose-removed", path=path)
     _fsync_dir(runs_dir(results_dir))
     return done
+
+
+def _open_parts(results_dir) -> tuple[list[str], list[str]]:
+    """(sealed or unreadable parts, parts with room): a part's row count is in its footer."""
+    sealed, room = [], []
+    for path in part_files(results_dir):
+        try:
+            rows = pq.ParquetFile(path).metadata.num_rows
+        except (OSError, ValueError, pa.ArrowException):
+            rows = PART_ROWS
+        (sealed if rows >= PART_ROWS else room).append(path)
+    return sealed, room
 
 
 def _conform(table: pa.Table) -> pa.Table:

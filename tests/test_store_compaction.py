@@ -43,14 +43,27 @@ def test_compaction_keeps_every_run_and_readers_see_both_folders(tmp_path):
     _store(tmp_path, 40)
     before = load_runs(tmp_path).sort_values("run_id").reset_index(drop=True)
     done = store.compact(tmp_path)
-    assert (done.merged, done.removed, len(done.parts)) == (40, 40, 2)  # two months of timestamps, one part each
-    assert store.record_files(tmp_path) == [] and [Path(p).name[:12] for p in done.parts] == ["part-2026-10",
-                                                                                                "part-2026-11"]
+    assert (done.merged, done.removed, len(done.parts)) == (40, 40, 1)
+    assert store.record_files(tmp_path) == [] and store.part_files(tmp_path) == done.parts
     write_record(_record(40), tmp_path)  # a run written after compaction is loose, and read with the rest
     after = load_runs(tmp_path).sort_values("run_id").reset_index(drop=True)
     assert list(after["run_id"]) == [f"r{i:04d}" for i in range(41)]
     pd.testing.assert_frame_equal(after.iloc[:40], before)
-    assert store.compact(tmp_path).merged == 1 and store.compact(tmp_path).summary().startswith("nothing to compact")
+    again = store.compact(tmp_path)  # the part is not full: it is rewritten with the new run, one part stays
+    assert (again.merged, again.rewritten) == (1, 1) and store.part_files(tmp_path) == again.parts
+    assert len(load_runs(tmp_path)) == 41 and store.compact(tmp_path).summary().startswith("nothing to compact")
+
+
+def test_full_parts_are_sealed_and_never_rewritten(tmp_path, monkeypatch):
+    monkeypatch.setattr(store, "PART_ROWS", 10)
+    _store(tmp_path, 25)
+    first = store.compact(tmp_path)
+    assert len(first.parts) == 3  # 10 + 10 + 5 rows
+    for i in range(25, 30):
+        write_record(_record(i), tmp_path)
+    second = store.compact(tmp_path)
+    assert second.rewritten == 1 and len(second.parts) == 1  # only the part of 5 rows took the 5 new ones
+    assert len(store.part_files(tmp_path)) == 3 and _ids(tmp_path) == [f"r{i:04d}" for i in range(30)]
 
 
 def test_narrow_reads_filter_inside_the_store(tmp_path):
@@ -84,7 +97,7 @@ store.compact(sys.argv[1])
 """
 
 
-@pytest.mark.parametrize("point, after, loose_left", [("part-temp-written", 1, 300), ("part-written", 2, 300),
+@pytest.mark.parametrize("point, after, loose_left", [("part-temp-written", 1, 300), ("part-written", 1, 300),
                                                       ("loose-removed", 120, 180)])
 def test_a_compaction_killed_at_any_step_loses_and_duplicates_nothing(tmp_path, point, after, loose_left):
     _store(tmp_path, 300)
@@ -105,6 +118,22 @@ def test_a_compaction_killed_at_any_step_loses_and_duplicates_nothing(tmp_path, 
     assert rows == 300  # merged once: runs already in a part are never merged again
     text, problems = cli_verify(tmp_path)
     assert problems == 0 and "note:" not in text.replace("note: 1 temp file", "")  # only a killed temp may remain
+
+
+@pytest.mark.parametrize("point", ["part-written", "part-removed"])
+def test_a_compaction_killed_while_rewriting_a_part_loses_and_duplicates_nothing(tmp_path, point):
+    _store(tmp_path, 50)
+    store.compact(tmp_path)
+    for i in range(50, 100):
+        write_record(_record(i), tmp_path)
+    proc = subprocess.run([sys.executable, "-c", KILLER, str(tmp_path), point, "1"], cwd=REPO,
+                          env=dict(os.environ, PYTHONPATH=str(REPO)), capture_output=True, text=True, timeout=300)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr
+    assert len(store.part_files(tmp_path)) == (2 if point == "part-written" else 1)  # old part gone only after
+    assert _ids(tmp_path) == [f"r{i:04d}" for i in range(100)] and cli_verify(tmp_path)[1] == 0
+    store.compact(tmp_path)
+    assert store.record_files(tmp_path) == [] and len(store.part_files(tmp_path)) == 1
+    assert pq.ParquetFile(store.part_files(tmp_path)[0]).metadata.num_rows == 100
 
 
 def cli_verify(path: Path) -> tuple[str, int]:
@@ -209,7 +238,7 @@ def test_verify_and_info_report_problems_and_facts(tmp_path, capsys):
     assert cli.main(["store", "info", "--results", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert "runs:            8 (0 outside any sweep)" in out and "sweeps:          4" in out
-    assert "loose files:     0" in out and "compacted files: 2" in out
+    assert "loose files:     0" in out and "compacted files: 1" in out
     assert "oldest, newest:  2026-10-01T00:00:00+0000, 2026-11-01T00:00:07+0000" in out
     assert cli.main(["store", "verify", "--results", str(tmp_path)]) == 0
     write_record(_record(3, samples_per_s=99.0), tmp_path)  # same run_id, other values: a real conflict
