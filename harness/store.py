@@ -655,8 +655,10 @@ def _same(a: dict, b: dict) -> bool:
     return all(norm(a.get(k)) == norm(b.get(k)) for k in COLUMNS)
 
 
-def maybe_compact(results_dir: str | os.PathLike, threshold: int = AUTO_COMPACT_LOOSE) -> Compaction | None:
-    """Compact if at least ``threshold`` loose files are there and no one else is compacting (never waits)."""
+def maybe_compact(results_dir: str | os.PathLike, threshold: int | None = None) -> Compaction | None:
+    """Compact if at least ``threshold`` (``AUTO_COMPACT_LOOSE``) loose files are there and no one else is
+    compacting (never waits)."""
+    threshold = AUTO_COMPACT_LOOSE if threshold is None else threshold
     if len(record_files(results_dir)) < threshold:
         return None
     return compact(results_dir, wait=False, min_loose=threshold)

@@ -267,3 +267,16 @@ def test_the_cache_lookup_reads_the_same_run_as_a_full_scan(tmp_path):
     assert found == sweep.find_cached(load_runs(tmp_path), "h", "e", used)
     assert found.run_id == "r0008" and found.step_ms == [8.0] * 60  # newest not used, not debug, not a copy
     assert sweep.lookup_cached(str(tmp_path), "h", "nope", set()) is None
+
+
+def test_a_sweep_compacts_the_store_at_its_end_past_the_threshold(tmp_path, monkeypatch, capsys):
+    from harness import sweep_cli
+
+    monkeypatch.setattr(store, "AUTO_COMPACT_LOOSE", 6)
+    _store(tmp_path, 5)
+    sweep_cli._auto_compact(str(tmp_path))
+    assert len(store.record_files(tmp_path)) == 5 and capsys.readouterr().out == ""  # below: nothing
+    write_record(_record(5), tmp_path)
+    sweep_cli._auto_compact(str(tmp_path))
+    assert store.record_files(tmp_path) == [] and "store: compacted 6 loose runs into 1 part file(s)" in \
+        capsys.readouterr().out
