@@ -55,7 +55,8 @@ def synthetic_rows(n: int, seed: int = 0) -> list[dict]:
             settings["model"]["depth"] = rung
             step = [rng.uniform(70, 90) for _ in range(60)]
             rows.append(dict(
-                run_id=f"{i:08d}-{rng.getrandbits(32):08x}", schema_version=store.SCHEMA_VERSION, status="ok" if rng.random() > 0.05 else "oom",
+                run_id=f"{i:08d}-{rng.getrandbits(32):08x}", schema_version=store.SCHEMA_VERSION,
+                status="ok" if rng.random() > 0.05 else "oom",
                 timestamp=f"2026-{1 + (i * 12) // n:02d}-{1 + i % 28:02d}T{i % 24:02d}:00:00+0000",
                 workload="unet3d", size="smoke", device="cpu", config_hash=f"cfg{rung:02d}-{rng.randint(0, 20)}",
                 config_json=json.dumps(settings), env_key="env-a", sweep_id=sweep_id, ladder="synthetic",

@@ -377,7 +377,7 @@ class _Reader:
         if unknown:
             raise ValueError(f"unknown column {unknown[0]!r}; valid choices: {', '.join(COLUMNS)}")
         read_cols = wanted if "run_id" in wanted else wanted + ["run_id"]  # run_id drops duplicates
-        for attempt in range(5):
+        for _attempt in range(5):  # a compaction per attempt would have to finish within one read: 5 is plenty
             files = [f for f in record_files(self.results_dir) + part_files(self.results_dir) if f not in self.bad]
             table, bad, vanished = _scan(files, read_cols, expr)
             if not vanished:

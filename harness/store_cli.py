@@ -123,10 +123,9 @@ def verify(results_dir: str) -> tuple[str, list[str]]:
     if temps:
         notes.append(f"{len(temps)} temp file(s) of interrupted writes (ignored by readers, safe to delete once no "
                      f"writer runs): {', '.join(str(p) for p in temps[:3])}")
+    listed = sorted(versions.items(), key=lambda kv: (kv[0] is None, kv[0] or 0))
     head = [f"verified {len(files)} files ({len(rows)} runs) in {results_dir}",
-            "schema versions: " + (", ".join(f"{v} ({n} rows)" for v, n in sorted(versions.items(),
-                                                                              key=lambda kv: (kv[0] is None, kv[0] or 0)))
-                                   or "-")]
+            "schema versions: " + (", ".join(f"{v} ({n} rows)" for v, n in listed) or "-")]
     tail = [f"problem: {p}" for p in problems] + [f"note: {n}" for n in notes]
     tail.append(f"{len(problems)} problem(s) found" if problems else "ok: no problem found")
     return "\n".join(head + tail), problems
