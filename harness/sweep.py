@@ -120,7 +120,7 @@ def find_cached(frame, config_hash: str, env_key: str, used: set[str]) -> RunRec
     return records_from_frame(hit)[0] if len(hit) else None
 
 
-CACHE_COLUMNS = ("run_id", "timestamp", "config_hash", "env_key", "status", "cached_from", "config_json")
+CACHE_COLUMNS = ("run_id", "sweep_id", "timestamp", "config_hash", "env_key", "status", "cached_from", "config_json")
 
 
 def lookup_cached(results_dir: str, config_hash: str, env_key: str, used: set[str]) -> RunRecord | None:
@@ -131,7 +131,9 @@ def lookup_cached(results_dir: str, config_hash: str, env_key: str, used: set[st
     hit = _newest_original(keys, config_hash, env_key, used)
     if not len(hit):
         return None
-    return records_from_frame(load_runs(results_dir, where={"run_id": str(hit["run_id"].iloc[0])}))[0]
+    # by sweep_id too: compacted parts are sorted by sweep, so only its row groups are read, not every one
+    which = {"sweep_id": str(hit["sweep_id"].iloc[0]), "run_id": str(hit["run_id"].iloc[0])}
+    return records_from_frame(load_runs(results_dir, where=which))[0]
 
 
 def copy_cached(original: RunRecord, **sweep_fields) -> RunRecord:
