@@ -83,7 +83,7 @@ def cached_sweep_reads(folder: Path, keys: list[tuple[str, str]]) -> None:
     """What ``run_rung`` reads for each rung of a sweep whose every rung is in the cache."""
     used: set[str] = set()
     for config_hash, env_key in keys:
-        store.load_runs(folder, where={"sweep_id": "bench-new-sweep"})
+        store.load_runs(folder, columns=sweep.SWEEP_COLUMNS, where={"sweep_id": "bench-new-sweep"})
         hit = sweep.lookup_cached(str(folder), config_hash, env_key, used)
         assert hit is not None, "the benchmark's sweep should be fully cached"
         used.add(hit.run_id)
@@ -99,7 +99,7 @@ def time_it(fn, repeats: int) -> float:
 
 
 def measure(folder: Path, rows: list[dict], baseline: Path, repeats: int, slow: bool) -> dict[str, float]:
-    """Medians; ``slow`` (a big loose store): one repetition, and the cached sweep timed on 2 rungs and scaled."""
+    """Medians; ``slow`` (a loose store): one repetition, and the cached sweep timed on 2 rungs and scaled."""
     ok = [r for r in rows if r["status"] == "ok" and r["rung"] < CACHED_SWEEP_RUNGS]
     keys = list({r["rung"]: (r["config_hash"], r["env_key"]) for r in ok}.values())[:CACHED_SWEEP_RUNGS]
     sweep_s = (time_it(lambda: cached_sweep_reads(folder, keys[:2]), 1) * len(keys) / 2 if slow
@@ -123,8 +123,8 @@ def main() -> int:
     args = parser.parse_args()
     sizes = sorted(set(args.runs + ([50000] if args.big else [])))
     root = Path(args.keep or tempfile.mkdtemp(prefix="store-scale-"))
-    print(f"stores in {root}; medians of {args.repeats} (loose stores of 10,000+ runs: once, and the cached "
-          "sweep from 2 of its rungs)")
+    print(f"stores in {root}; medians of {args.repeats} (loose stores, which take seconds a read: once, and the "
+          "cached sweep from 2 of its rungs x 5)")
     header = f"{'runs':>7} {'layout':<10} {'files':>6} {'MiB':>7} {'table':>8} {'sweep':>8} {'check':>8} {'full':>8}"
     results = []
     try:
@@ -150,7 +150,7 @@ def main() -> int:
                           flush=True)
                 files = store.record_files(folder) + store.part_files(folder)
                 mib = sum(Path(f).stat().st_size for f in files) / 2**20
-                times = measure(folder, rows, baseline, args.repeats, slow=layout == "loose" and n >= 10000)
+                times = measure(folder, rows, baseline, args.repeats, slow=layout == "loose")
                 results.append((n, layout, len(files), mib, times))
                 print(header if len(results) == 1 else "", end="\n" if len(results) == 1 else "")
                 print(f"{n:>7} {layout:<10} {len(files):>6} {mib:>7.1f} " + " ".join(

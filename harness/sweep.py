@@ -82,6 +82,9 @@ def preflight(ctx: SweepContext, machine: runner.Machine) -> list[config_mod.Run
     return configs
 
 
+SWEEP_COLUMNS = ("run_id", "rung", "status", "cached_from")  # what run_rung needs of the sweep's earlier rungs
+
+
 def dropped_rungs(mine, rung: int) -> frozenset[int]:
     """Earlier rungs of this sweep with no ``ok`` record: their changes are not built on."""
     earlier = mine[mine["rung"] < rung]
@@ -163,10 +166,10 @@ def run_rung(ctx: SweepContext, rung: int, round_: int, machine: runner.Machine,
              on_progress=None) -> RungOutcome:
     """Measure (or take from the cache) one rung of one round, and store its record."""
     ladder = ctx.ladder
-    # the store is read per rung, filtered inside pyarrow: this sweep's rows, then the cache's few columns. Each
-    # rung may run in another process (any Hydra launcher), so no in-memory index; on a compacted store of
-    # 10,000 runs both reads take milliseconds (benchmarks/store_scale.py)
-    mine = load_runs(ctx.results_dir, where={"sweep_id": ctx.sweep_id})
+    # the store is read per rung, filtered inside pyarrow: four columns of this sweep's rows, then the cache's
+    # few columns and the one record it copies. Each rung may run in another process (any Hydra launcher), so
+    # no in-memory index; on a compacted store of 10,000 runs each read takes milliseconds (benchmarks/)
+    mine = load_runs(ctx.results_dir, columns=SWEEP_COLUMNS, where={"sweep_id": ctx.sweep_id})
     if ladder.stop_on_oom and (hit := oom_rung(mine, rung)) is not None:
         return RungOutcome(None, "not run", frozenset(), f"memory ran out at rung {hit}; the ladder stops there")
     dropped = dropped_rungs(mine, rung)
