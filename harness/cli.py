@@ -2,7 +2,7 @@
 
 ``run``, ``sweep``, ``diagnose`` and ``noise`` take Hydra overrides (``key=value``, composed in
 ``harness.hydra_edge``); the analysis commands (``table``, ``plot``, ``compare``, ``report``,
-``baseline``, ``check``) take ordinary flags, read the store alone, and never import torch or Hydra.
+``baseline``, ``check``) and ``store`` take ordinary flags, read the store alone, and never import torch or Hydra.
 Every command module has ``main(command, argv) -> exit code``.
 """
 
@@ -24,6 +24,7 @@ COMMANDS = {
     "report": ("write one self-contained HTML report of a sweep", "harness.analysis.report"),
     "baseline": ("save or list baselines for regression checks", "harness.analysis.regress"),
     "check": ("check a sweep against a baseline (exit 1 on regression)", "harness.analysis.regress"),
+    "store": ("compact, inspect or verify the results store (compact | info | verify)", "harness.store_cli"),
 }
 
 MEASURING = ("run", "sweep", "diagnose", "noise")  # commands that start measuring processes

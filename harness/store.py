@@ -17,6 +17,19 @@ temp file, which readers skip; a record is fsynced before it is renamed into pla
 after), so a crash never leaves a half-written record under a record's name; a record that cannot
 be read anyway (copied half-way, disk error) is named in a warning and skipped, and the rest stays
 usable. Files get the permissions the umask allows (a results folder is often shared by a team).
+
+Compaction (``python -m harness store compact``, and by itself at the end of a sweep once
+``AUTO_COMPACT_LOOSE`` loose files pile up) merges loose run files into
+``<results_dir>/compacted/part-<id>.parquet``: reading one file of 10,000 rows costs what reading a few
+loose files costs, and every file more costs a footer to parse on every read, so each compaction
+rewrites the parts that are not full yet (``PART_ROWS``) together with the loose runs; a full part is
+never rewritten. It runs under an exclusive ``flock`` on ``<results_dir>/.compact.lock``, writes each
+part durably (fsync + rename) BEFORE it deletes the parts and loose files it merged, and never
+touches files that appear while it runs, so a writer never waits and a kill at any point leaves every
+run in at least one place. Readers read loose and compacted files together and keep one row per
+``run_id`` (identical duplicates are the benign leftovers of an interrupted compaction). After
+compaction ``pandas.read_parquet("<results_dir>/runs")`` sees only the loose runs: use
+:func:`load_runs`, or read both folders.
 """
 
 from __future__ import annotations
@@ -32,6 +45,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
@@ -236,16 +250,23 @@ def store_record(record: RunRecord, results_dir: str | os.PathLike, log=None) ->
 
 def write_records(records: list[RunRecord], path: str | os.PathLike) -> Path:
     """Write records with the store's schema to ``path`` atomically (temp file in the folder + rename)."""
+    table = pa.table({name: [getattr(r, name) for r in records] for name in COLUMNS}, schema=SCHEMA)
+    return _write_table(table, path)
+
+
+def _write_table(table: pa.Table, path: str | os.PathLike, before_rename=None, **options) -> Path:
+    """Write ``table`` to ``path`` atomically and durably: temp file, fsync, rename, fsync of the folder."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    table = pa.table({name: [getattr(r, name) for r in records] for name in COLUMNS}, schema=SCHEMA)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".parquet")
     try:
         os.fchmod(fd, 0o666 & ~_umask())  # mkstemp makes 0600; a shared results folder needs the umask's mode
         with os.fdopen(fd, "wb") as sink:
-            pq.write_table(table, sink)
+            pq.write_table(table, sink, **options)
             sink.flush()
             os.fsync(sink.fileno())
+        if before_rename:
+            before_rename()
         os.replace(tmp, path)
         _fsync_dir(path.parent)
     finally:
@@ -274,31 +295,168 @@ def _fsync_dir(folder: Path) -> None:
         os.close(fd)
 
 
-def record_files(results_dir: str | os.PathLike) -> list[str]:
-    """The record files of a store, without writers' temp files (dot-prefixed) or anything else."""
-    folder = runs_dir(results_dir)
+def _parquet_files(folder: Path) -> list[str]:
+    """Finished parquet files of a folder, without writers' temp files (dot-prefixed) or anything else."""
     if not folder.is_dir():
         return []
     return sorted(str(p) for p in folder.glob("*.parquet") if not p.name.startswith("."))
 
 
-def load_runs(results_dir: str | os.PathLike = "results"):
-    """All records under ``results_dir`` as a pandas DataFrame (empty, with columns, if none).
+def record_files(results_dir: str | os.PathLike) -> list[str]:
+    """The loose record files of a store (``runs/``), without writers' temp files or anything else."""
+    return _parquet_files(runs_dir(results_dir))
+
+
+def compacted_dir(results_dir: str | os.PathLike) -> Path:
+    return Path(results_dir) / "compacted"
+
+
+def part_files(results_dir: str | os.PathLike) -> list[str]:
+    """The compacted part files of a store (``compacted/``)."""
+    return _parquet_files(compacted_dir(results_dir))
+
+
+Where = dict[str, Any] | ds.Expression | None
+
+
+def load_runs(results_dir: str | os.PathLike = "results", *, sweep: str | None = None,
+              columns: list[str] | tuple[str, ...] | None = None, where: Where = None):
+    """Records under ``results_dir`` (loose and compacted, one row per run_id) as a pandas DataFrame
+    (empty, with columns, if none).
+
+    ``sweep`` ("latest" or a sweep id) keeps one sweep's records: the sweep is resolved from two
+    columns, then only its rows are read (an unknown id is a ValueError listing the valid ones).
+    ``columns`` reads only those columns; ``where`` keeps rows whose columns equal the given values
+    (``{"sweep_id": "s", "status": ["ok", "oom"]}``; a list, set or tuple means "one of") or that
+    match a pyarrow dataset expression. Filters run inside pyarrow, before pandas sees a row.
 
     A folder that does not exist is a ValueError (a typo must not read as "no sweep yet").
     """
     if not Path(results_dir).is_dir():
         raise ValueError(f"no such results folder: {str(results_dir)!r} (give --results the folder that holds runs/)")
-    files = record_files(results_dir)
-    if not files:
-        return empty_frame()
-    return load_parquet_files(files)
+    reader = _Reader(results_dir)
+    expr = _expression(where)
+    if sweep is not None:
+        sweep_id = resolve_sweep(reader, sweep)
+        expr = _and(expr, pc.field("sweep_id") == sweep_id)
+    table = reader.read(columns, expr)
+    if table.num_rows == 0:
+        return empty_frame(columns)
+    return table.to_pandas()
 
 
-def empty_frame():
+def resolve_sweep_id(frame, sweep: str) -> str:
+    """``latest`` (the sweep with the newest record) or an id that exists; ValueError otherwise."""
+    swept = frame[frame["sweep_id"].fillna("") != ""]
+    if swept.empty:
+        raise ValueError("the store holds no sweep yet: run `python -m harness sweep +ladder=NAME` first")
+    if sweep == "latest":
+        return str(swept.sort_values("timestamp")["sweep_id"].iloc[-1])
+    ids = sorted(swept["sweep_id"].unique())
+    if sweep not in ids:
+        from harness.registry import unknown_choice
+
+        raise unknown_choice("sweep", sweep, ids[-20:])
+    return sweep
+
+
+def resolve_sweep(results_dir, sweep: str) -> str:
+    """The id of ``sweep`` ("latest" or an id) read from two columns only; ValueError as ``table`` words it."""
+    reader = results_dir if isinstance(results_dir, _Reader) else _Reader(results_dir)
+    ids = reader.read(["sweep_id", "timestamp"], pc.field("sweep_id") != "")
+    frame = ids.to_pandas() if ids.num_rows else empty_frame(["sweep_id", "timestamp"])
+    return resolve_sweep_id(frame, sweep)
+
+
+_EMPTY = []  # the empty frame, built once: building ~80 typed Series costs ~50 ms, a copy far less
+
+
+def empty_frame(columns=None):
     import pandas as pd
 
-    return pd.DataFrame({name: pd.Series(dtype=_pandas_dtype(t)) for name, t in zip(COLUMNS, SCHEMA.types)})
+    if not _EMPTY:
+        _EMPTY.append(pd.DataFrame({name: pd.Series(dtype=_pandas_dtype(t)) for name, t in zip(COLUMNS, SCHEMA.types)}))
+    return _EMPTY[0][list(COLUMNS if columns is None else columns)].copy()
+
+
+def _expression(where: Where):
+    if where is None or isinstance(where, ds.Expression):
+        return where
+    expr = None
+    for name, value in where.items():
+        if name not in COLUMNS:
+            raise ValueError(f"unknown column {name!r} in a store filter; valid choices: {', '.join(COLUMNS)}")
+        if isinstance(value, (list, tuple, set, frozenset)):
+            term = pc.field(name).isin(pa.array(sorted(value), type=SCHEMA.field(name).type))
+        else:
+            term = pc.field(name) == pa.scalar(value, type=SCHEMA.field(name).type)
+        expr = _and(expr, term)
+    return expr
+
+
+def _and(a, b):
+    return b if a is None else a if b is None else a & b
+
+
+class _Reader:
+    """Reads a store's loose and compacted files together, once per file listing.
+
+    Lists ``runs/`` BEFORE ``compacted/``: a run that a concurrent compaction moves is then either
+    in a part this listing sees, or its loose file vanishes while being read, which makes the read
+    start over with fresh listings (a vanished file is never called unreadable). Unreadable files are
+    named in one warning each and skipped by later reads through the same reader.
+    """
+
+    def __init__(self, results_dir):
+        self.results_dir = results_dir
+        self.bad: set[str] = set()
+
+    def read(self, columns=None, expr=None) -> pa.Table:
+        wanted = list(COLUMNS if columns is None else columns)
+        unknown = [c for c in wanted if c not in COLUMNS]
+        if unknown:
+            raise ValueError(f"unknown column {unknown[0]!r}; valid choices: {', '.join(COLUMNS)}")
+        read_cols = wanted if "run_id" in wanted else wanted + ["run_id"]  # run_id drops duplicates
+        for _attempt in range(5):  # a compaction per attempt would have to finish within one read: 5 is plenty
+            files = [f for f in record_files(self.results_dir) + part_files(self.results_dir) if f not in self.bad]
+            table, bad, vanished = _scan(files, read_cols, expr)
+            if not vanished:
+                break
+        for path, why in bad:
+            self.bad.add(path)
+            warnings.warn(f"skipped unreadable record {path}: {why}", UnreadableRecord, stacklevel=3)
+        return _drop_duplicates(table).select(wanted)
+
+
+def _scan(files: list[str], columns: list[str], expr) -> tuple[pa.Table, list[tuple[str, str]], list[str]]:
+    """One fast read of all files; if it fails, each file on its own: (table, unreadable, vanished)."""
+    empty = SCHEMA.empty_table().select(columns)
+    if not files:
+        return empty, [], []
+    try:
+        return ds.dataset(files, schema=SCHEMA, format="parquet").to_table(columns=columns, filter=expr), [], []
+    except (OSError, ValueError, pa.ArrowException):
+        pass
+    good, bad, vanished = [], [], []
+    for path in files:
+        try:
+            good.append(ds.dataset([path], schema=SCHEMA, format="parquet").to_table(columns=columns, filter=expr))
+        except (OSError, ValueError, pa.ArrowException) as exc:
+            if not os.path.exists(path):
+                vanished.append(path)  # compacted (or removed) since the listing: not a damaged record
+            else:
+                bad.append((path, str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__))
+    return (pa.concat_tables(good) if good else empty), bad, vanished
+
+
+def _drop_duplicates(table: pa.Table) -> pa.Table:
+    """One row per run_id, the first one read (loose files are read first)."""
+    ids = table.column("run_id")
+    if table.num_rows < 2 or pc.count_distinct(ids).as_py() == table.num_rows:
+        return table
+    indexed = table.select(["run_id"]).append_column("_row", pa.array(range(table.num_rows), type=pa.int64()))
+    first = indexed.group_by("run_id", use_threads=False).aggregate([("_row", "min")]).column("_row_min")
+    return table.take(pc.take(first, pc.sort_indices(first)))  # the kept row numbers, in reading order
 
 
 def load_parquet_files(files: list[str]):
@@ -307,20 +465,14 @@ def load_parquet_files(files: list[str]):
     One fast read of all files; if any file is unreadable, each is read on its own and the bad
     ones are skipped with an ``UnreadableRecord`` warning that names them.
     """
-    try:
-        return ds.dataset(files, schema=SCHEMA, format="parquet").to_table().to_pandas()
-    except (OSError, ValueError, pa.ArrowException):
-        pass
-    good = []
-    for path in files:
-        try:
-            good.append(ds.dataset([path], schema=SCHEMA, format="parquet").to_table())
-        except (OSError, ValueError, pa.ArrowException) as exc:
-            warnings.warn(f"skipped unreadable record {path}: {str(exc).splitlines()[0][:200]}", UnreadableRecord,
-                          stacklevel=2)
-    if not good:
+    table, bad, vanished = _scan(list(files), list(COLUMNS), None)
+    for path, why in bad:
+        warnings.warn(f"skipped unreadable record {path}: {why}", UnreadableRecord, stacklevel=2)
+    for path in vanished:
+        warnings.warn(f"skipped unreadable record {path}: no such file", UnreadableRecord, stacklevel=2)
+    if table.num_rows == 0:
         return empty_frame()
-    return pa.concat_tables(good).to_pandas()
+    return table.to_pandas()
 
 
 def records_from_frame(frame) -> list[RunRecord]:
@@ -363,3 +515,190 @@ def _pandas_dtype(arrow_type: pa.DataType) -> str:
     if pa.types.is_boolean(arrow_type):
         return "boolean"
     return "object"
+
+
+# ------------------------------------------------------------------------------------------
+# Compaction
+
+AUTO_COMPACT_LOOSE = 500  # loose files that make the end of a sweep compact the store (a few seconds of work)
+PART_ROW_GROUP = 1024  # rows per row group: a sweep's rows sit in one or two, which a sweep_id filter picks out
+PART_ROWS = 20_000  # a part this full is sealed: later compactions leave it alone, which bounds their rewriting
+LOCK_NAME = ".compact.lock"
+
+
+def _compaction_step(step: str, **info) -> None:
+    """Called at each step of :func:`compact`; tests replace it to kill compaction at an exact point."""
+
+
+@dataclass
+class Compaction:
+    """What one :func:`compact` did."""
+
+    merged: int = 0  # loose runs now in new parts
+    rewritten: int = 0  # parts that were not full, merged into the new ones
+    removed: int = 0  # loose files deleted (merged now, or already in a part from an interrupted compaction)
+    parts: list[str] = field(default_factory=list)
+    unreadable: list[str] = field(default_factory=list)  # left in place, named
+    conflicts: list[str] = field(default_factory=list)  # loose files whose run_id a part holds with other values
+    busy: bool = False  # another compaction held the lock and we did not wait
+
+    def summary(self) -> str:
+        if self.busy:
+            return "another compaction is running; skipped"
+        if not (self.merged or self.removed or self.unreadable or self.conflicts):
+            return "nothing to compact: no loose run files"
+        text = f"compacted {self.merged} loose runs into {len(self.parts)} part file(s)"
+        if self.rewritten:
+            text += f" (with the {self.rewritten} part(s) that were not full)"
+        if self.removed != self.merged:
+            text += f"; removed {self.removed - self.merged} loose files already in compacted parts"
+        if self.unreadable:
+            text += f"; left {len(self.unreadable)} unreadable file(s) in place: {', '.join(self.unreadable[:3])}"
+        if self.conflicts:
+            text += (f"; left {len(self.conflicts)} loose file(s) whose run_id a part holds with different values "
+                     f"(see `python -m harness store verify`): {', '.join(self.conflicts[:3])}")
+        return text
+
+
+def compact(results_dir: str | os.PathLike, wait: bool = True, min_loose: int = 1) -> Compaction:
+    """Merge the loose run files of ``results_dir``, and the parts not full yet, into compacted part files.
+
+    Under an exclusive lock on ``<results_dir>/.compact.lock``; with ``wait=False`` a busy lock means
+    "skip" (``busy=True``). Does nothing unless at least ``min_loose`` loose files are there.
+    """
+    import fcntl
+
+    if not Path(results_dir).is_dir():
+        raise ValueError(f"no such results folder: {str(results_dir)!r} (give --results the folder that holds runs/)")
+    fd = os.open(Path(results_dir) / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o666)  # 0o666 & ~umask, like the records
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+        except BlockingIOError:
+            return Compaction(busy=True)
+        loose = record_files(results_dir)  # files that appear from now on are left for the next compaction
+        if len(loose) < max(min_loose, 1):
+            return Compaction()
+        return _compact_locked(results_dir, loose)
+    finally:
+        os.close(fd)  # releases the lock
+
+
+def _compact_locked(results_dir, loose: list[str]) -> Compaction:
+    done = Compaction()
+    tables, sources = [], []
+    for path in loose:
+        try:
+            tables.append(pq.ParquetFile(path).read())  # its own schema: columns newer than this code are kept
+            sources.append(path)
+        except (OSError, ValueError, pa.ArrowException):
+            if os.path.exists(path):
+                done.unreadable.append(path)
+    if not tables:
+        return done
+    table = _conform(pa.concat_tables(tables, promote_options="permissive"))
+    ids_of = {path: t.column("run_id").to_pylist() for path, t in zip(sources, tables)}
+    # runs a part already holds (an interrupted compaction): remove their loose copy if identical, never merge twice
+    already = _read_parts(results_dir, sorted({r for ids in ids_of.values() for r in ids}))
+    in_parts, conflicting = set(), set()
+    if already.num_rows:
+        held = {r["run_id"]: r for r in already.select(list(COLUMNS)).to_pylist()}
+        keep_rows = []
+        for i, row in enumerate(table.select(list(COLUMNS)).to_pylist()):
+            if row["run_id"] not in held:
+                keep_rows.append(i)
+            else:
+                (in_parts if _same(held[row["run_id"]], row) else conflicting).add(row["run_id"])
+        table = table.take(pa.array(keep_rows, type=pa.int64()))
+    done.conflicts = [p for p in sources if set(ids_of[p]) & conflicting]
+    _sealed, open_parts = _open_parts(results_dir)
+    open_tables = []
+    for path in list(open_parts):
+        try:
+            open_tables.append(pq.ParquetFile(path).read())
+        except (OSError, ValueError, pa.ArrowException):
+            open_parts.remove(path)  # left alone; `store verify` names it
+    merged_loose = set(table.column("run_id").to_pylist())
+    if open_tables:
+        table = _conform(pa.concat_tables([table] + open_tables, promote_options="permissive"))
+    table = _drop_duplicates(table)
+    # sorted by sweep: a sweep's rows share a row group or two, and a sweep_id filter skips the others
+    table = table.sort_by([("sweep_id", "ascending"), ("timestamp", "ascending")])
+    for start in range(0, table.num_rows, PART_ROWS):
+        path = compacted_dir(results_dir) / f"part-{new_id()}.parquet"
+        _write_table(table.slice(start, PART_ROWS), path, row_group_size=PART_ROW_GROUP,
+                     before_rename=lambda p=path: _compaction_step("part-temp-written", path=p))
+        done.parts.append(str(path))
+        _compaction_step("part-written", path=path)
+    done.merged = len(merged_loose)
+    # only now, with every new part durable, do the merged parts and loose copies go; a kill in between leaves
+    # identical duplicates that readers drop and the next compaction merges away
+    for path in open_parts:
+        try:
+            os.unlink(path)
+            done.rewritten += 1
+        except FileNotFoundError:
+            pass
+        _compaction_step("part-removed", path=path)
+    _fsync_dir(compacted_dir(results_dir))
+    settled = merged_loose | in_parts
+    remove = [p for p in sources if p not in done.conflicts and all(r in settled for r in ids_of[p])]
+    for path in remove:
+        try:
+            os.unlink(path)
+            done.removed += 1
+        except FileNotFoundError:
+            pass
+        _compaction_step("loose-removed", path=path)
+    _fsync_dir(runs_dir(results_dir))
+    return done
+
+
+def _open_parts(results_dir) -> tuple[list[str], list[str]]:
+    """(sealed or unreadable parts, parts with room): a part's row count is in its footer."""
+    sealed, room = [], []
+    for path in part_files(results_dir):
+        try:
+            rows = pq.ParquetFile(path).metadata.num_rows
+        except (OSError, ValueError, pa.ArrowException):
+            rows = PART_ROWS
+        (sealed if rows >= PART_ROWS else room).append(path)
+    return sealed, room
+
+
+def _conform(table: pa.Table) -> pa.Table:
+    """The store's columns first with the store's types (missing ones empty), then any newer columns as they are."""
+    out = []
+    for f in SCHEMA:
+        out.append(table.column(f.name).cast(f.type) if f.name in table.column_names
+                   else pa.nulls(table.num_rows, type=f.type))
+    extra = [n for n in table.column_names if n not in COLUMNS]
+    names = list(COLUMNS) + extra
+    return pa.table(out + [table.column(n) for n in extra], names=names)
+
+
+def _read_parts(results_dir, run_ids: list[str]) -> pa.Table:
+    parts = part_files(results_dir)
+    if not parts or not run_ids:
+        return SCHEMA.empty_table()
+    table, _bad, _vanished = _scan(parts, list(COLUMNS), pc.field("run_id").isin(pa.array(run_ids, pa.string())))
+    return table
+
+
+def _same(a: dict, b: dict) -> bool:
+    """Two rows equal, NaN equal to NaN (a record copied by compaction compares equal to its source)."""
+    import math
+
+    def norm(v):
+        return None if isinstance(v, float) and math.isnan(v) else v
+
+    return all(norm(a.get(k)) == norm(b.get(k)) for k in COLUMNS)
+
+
+def maybe_compact(results_dir: str | os.PathLike, threshold: int | None = None) -> Compaction | None:
+    """Compact if at least ``threshold`` (``AUTO_COMPACT_LOOSE``) loose files are there and no one else is
+    compacting (never waits)."""
+    threshold = AUTO_COMPACT_LOOSE if threshold is None else threshold
+    if len(record_files(results_dir)) < threshold:
+        return None
+    return compact(results_dir, wait=False, min_loose=threshold)

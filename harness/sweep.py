@@ -83,8 +83,7 @@ def preflight(ctx: SweepContext, machine: runner.Machine) -> list[config_mod.Run
     return configs
 
 
-def sweep_records(frame, sweep_id: str):
-    return frame[frame["sweep_id"] == sweep_id]
+SWEEP_COLUMNS = ("run_id", "rung", "status", "cached_from")  # what run_rung needs of the sweep's earlier rungs
 
 
 def dropped_rungs(mine, rung: int) -> frozenset[int]:
@@ -109,14 +108,36 @@ def _debug_in_json(config_json: str) -> bool:
     return debug.get("fault", "none") != "none" or float(debug.get("slowdown_ms", 0) or 0) > 0
 
 
-def find_cached(frame, config_hash: str, env_key: str, used: set[str]) -> RunRecord | None:
-    """The newest original ``ok`` measurement of these settings here, not yet used by this sweep."""
+def _newest_original(frame, config_hash: str, env_key: str, used: set[str]):
+    """The row (a one-row frame, maybe empty) of the newest original ``ok`` run of these settings, not yet used."""
     hits = frame[(frame["config_hash"] == config_hash) & (frame["env_key"] == env_key) & (frame["status"] == "ok")
                  & (frame["cached_from"].fillna("") == "") & (~frame["run_id"].isin(used))]
-    hits = hits[~hits["config_json"].map(_debug_in_json)]
-    if not len(hits):
+    if hits.empty:  # an empty mask of object dtype would select columns, not rows
+        return hits
+    hits = hits[~hits["config_json"].map(_debug_in_json).astype(bool)]
+    return hits.sort_values("timestamp").tail(1)
+
+
+def find_cached(frame, config_hash: str, env_key: str, used: set[str]) -> RunRecord | None:
+    """The newest original ``ok`` measurement of these settings in ``frame``, not yet used by this sweep."""
+    hit = _newest_original(frame, config_hash, env_key, used)
+    return records_from_frame(hit)[0] if len(hit) else None
+
+
+CACHE_COLUMNS = ("run_id", "sweep_id", "timestamp", "config_hash", "env_key", "status", "cached_from", "config_json")
+
+
+def lookup_cached(results_dir: str, config_hash: str, env_key: str, used: set[str]) -> RunRecord | None:
+    """:func:`find_cached` on the store, reading only what it matches on: the few columns above of the rows
+    with these settings (filtered inside pyarrow), then the one full record it copies."""
+    keys = load_runs(results_dir, columns=CACHE_COLUMNS,
+                     where={"config_hash": config_hash, "env_key": env_key, "status": "ok"})
+    hit = _newest_original(keys, config_hash, env_key, used)
+    if not len(hit):
         return None
-    return records_from_frame(hits.sort_values("timestamp").tail(1))[0]
+    # by sweep_id too: compacted parts are sorted by sweep, so only its row groups are read, not every one
+    which = {"sweep_id": str(hit["sweep_id"].iloc[0]), "run_id": str(hit["run_id"].iloc[0])}
+    return records_from_frame(load_runs(results_dir, where=which))[0]
 
 
 def copy_cached(original: RunRecord, **sweep_fields) -> RunRecord:
@@ -144,7 +165,7 @@ class RungOutcome:
 def measured_rungs(ctx: SweepContext) -> set[tuple[int, int]]:
     """(rung, round) pairs this sweep already has a record for (a requeued job resumes after them)."""
     try:
-        mine = sweep_records(load_runs(ctx.results_dir), ctx.sweep_id)
+        mine = load_runs(ctx.results_dir, columns=["rung", "round"], where={"sweep_id": ctx.sweep_id})
     except ValueError:  # no results folder yet
         return set()
     return {(int(r), int(k)) for r, k in zip(mine["rung"], mine["round"].fillna(0))}
@@ -155,8 +176,10 @@ def run_rung(ctx: SweepContext, rung: int, round_: int, machine: runner.Machine,
              on_progress=None) -> RungOutcome:
     """Measure (or take from the cache) one rung of one round, and store its record."""
     ladder = ctx.ladder
-    frame = load_runs(ctx.results_dir)
-    mine = sweep_records(frame, ctx.sweep_id)
+    # the store is read per rung, filtered inside pyarrow: four columns of this sweep's rows, then the cache's
+    # few columns and the one record it copies. Each rung may run in another process (any Hydra launcher), so
+    # no in-memory index; on a compacted store of 10,000 runs each read takes milliseconds (benchmarks/)
+    mine = load_runs(ctx.results_dir, columns=SWEEP_COLUMNS, where={"sweep_id": ctx.sweep_id})
     if ladder.stop_on_oom and (hit := oom_rung(mine, rung)) is not None:
         return RungOutcome(None, "not run", frozenset(), f"memory ran out at rung {hit}; the ladder stops there")
     dropped = dropped_rungs(mine, rung)
@@ -177,7 +200,7 @@ def run_rung(ctx: SweepContext, rung: int, round_: int, machine: runner.Machine,
         return RungOutcome(record, "skipped", dropped, record.error)
     if not ctx.rerun and not debug_active(cfg):
         used = set(mine["cached_from"].fillna("")) | set(mine["run_id"])
-        cached = find_cached(frame, config_mod.config_hash(cfg), key, used)
+        cached = lookup_cached(ctx.results_dir, config_mod.config_hash(cfg), key, used)
         if cached is not None:
             record = copy_cached(cached, **fields)
             store_record(record, cfg.results_dir)

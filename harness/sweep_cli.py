@@ -13,6 +13,7 @@ each a Hydra job, all under one campaign id. The default launcher runs them one 
 on one machine must not overlap); ``hydra/launcher=submitit_slurm`` (``pip install -e '.[slurm]'``)
 runs each as a SLURM job writing to one shared results folder. A requeued job resumes its sweep: the
 sweep id is fixed by the campaign id and the job number, and rungs already measured are kept.
+At the end of a sweep the store is compacted if many loose run files piled up.
 """
 
 from __future__ import annotations
@@ -148,6 +149,7 @@ def run_sweep(plan: SweepPlan, sweep_id: str, campaign_id: str = "") -> int:
     except (ValueError, OSError) as exc:
         return _refuse(exc)
     code = climb(ctx, machine)
+    _auto_compact(ctx.results_dir)
     _print_table(ctx)
     return code
 
@@ -174,6 +176,21 @@ def climb(ctx: sweep_mod.SweepContext, machine) -> int:
                 console.print(f"[red]rung {rung.index} could not run:[/] {exc}")
                 code = 1
     return code
+
+
+def _auto_compact(results_dir: str) -> None:
+    """Past ``store.AUTO_COMPACT_LOOSE`` loose files, compact the store, after the last measurement: it never
+    waits for the lock (another compaction running means skip) and a failure only warns."""
+    from harness import store
+
+    try:
+        done = store.maybe_compact(results_dir)
+    except (OSError, ValueError) as exc:
+        print(f"warning: the store was not compacted ({exc}); the runs are safe as they are. "
+              f"Try `python -m harness store compact --results {results_dir}`", file=sys.stderr)
+        return
+    if done is not None and not done.busy:
+        print(f"store: {done.summary()}")
 
 
 def _climb_one(ctx: sweep_mod.SweepContext, rung: ladder_mod.Rung, round_: int, label: str, machine) -> None:
@@ -203,11 +220,12 @@ def _outcome_line(label: str, outcome: sweep_mod.RungOutcome) -> str:
 
 
 def _print_table(ctx: sweep_mod.SweepContext) -> None:
-    from harness.analysis import table as table_mod
+    from harness.analysis import noise_model, table as table_mod
     from harness.store import load_runs
 
     try:
-        table = table_mod.build_table(load_runs(ctx.results_dir), ctx.sweep_id)
+        frame = noise_model.with_calibrations(ctx.results_dir, load_runs(ctx.results_dir, sweep=ctx.sweep_id))
+        table = table_mod.build_table(frame, ctx.sweep_id)
     except ValueError as exc:
         print(f"no table: {exc}", file=sys.stderr)
         return

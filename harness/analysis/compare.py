@@ -62,21 +62,21 @@ def load_side(source: str, results: str) -> Side:
     elif path.is_dir():
         frame = _folder_frame(path)
     else:
-        frame = load_runs(results)
-        ids = set(frame["sweep_id"].dropna())
+        ids = set(load_runs(results, columns=["sweep_id"])["sweep_id"].dropna())
         if source not in ids:
             from harness.registry import unknown_choice
 
             raise unknown_choice(f"sweep (not an id in {results}/, a results folder or a parquet file)", source,
                                  sorted(i for i in ids if i)[-20:])
-        return _side(source, frame, source)
+        frame = load_runs(results, where={"sweep_id": source})
+        return _side(source, noise_model.with_calibrations(results, frame), source)
     return _side(source, frame, "latest")
 
 
 def _folder_frame(path: Path):
     """Records of a results folder, or of a folder of parquet files (e.g. ``results/runs``)."""
-    if (path / "runs").is_dir():
-        return load_runs(path)
+    if (path / "runs").is_dir() or (path / "compacted").is_dir():
+        return noise_model.with_calibrations(path, load_runs(path, sweep="latest"))
     files = sorted(str(p) for p in path.glob("*.parquet"))
     if not files:
         raise ValueError(f"folder {str(path)!r} holds no runs (expected {path}/runs/*.parquet)")

@@ -291,6 +291,18 @@ def find_calibration(frame, env_key: str, hardware: str) -> Noise:
     return Noise(cv=cv, df=len(runs) - 1, sweep_id=str(newest), runs=len(runs), match=match)
 
 
+def with_calibrations(results_dir, frame):
+    """``frame`` (one sweep, read alone) plus the store's noise calibrations, which ``noise_for`` looks in."""
+    import pandas as pd
+
+    from harness.store import load_runs
+
+    calibrations = load_runs(results_dir, where={"ladder": "noise"})
+    if not len(calibrations):
+        return frame
+    return pd.concat([frame, calibrations], ignore_index=True).drop_duplicates("run_id")
+
+
 def noise_for(frame, records) -> Noise:
     """The noise model for ``records`` (one sweep) given the whole store ``frame``."""
     if not len(records):

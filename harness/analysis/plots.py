@@ -25,7 +25,7 @@ matplotlib.use("Agg")  # headless: plots are written to files, never shown
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
-from harness.analysis import table as table_mod  # noqa: E402
+from harness.analysis import noise_model, table as table_mod  # noqa: E402
 from harness.store import load_runs  # noqa: E402
 
 FORMATS = ("png", "svg")
@@ -409,7 +409,7 @@ def main(command: str, argv: list[str]) -> int:
         print(f"error: unknown format {args.format!r}. Valid choices: {', '.join(FORMATS)}", file=sys.stderr)
         return 2
     try:
-        data = sweep_data(load_runs(args.results), args.sweep)
+        data = sweep_data(noise_model.with_calibrations(args.results, load_runs(args.results, sweep=args.sweep)), args.sweep)
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

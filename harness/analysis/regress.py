@@ -70,6 +70,14 @@ def select_sweep(frame: pd.DataFrame, sweep: str = "latest") -> pd.DataFrame:
         raise BadInput(str(exc)) from None
 
 
+def _load_sweep(results_dir: str, sweep: str) -> pd.DataFrame:
+    """Only the records of ``sweep`` are read from the store (the sweep is resolved from two columns)."""
+    try:
+        return noise_model.with_calibrations(results_dir, load_runs(results_dir, sweep=sweep))
+    except ValueError as exc:
+        raise BadInput(str(exc)) from None
+
+
 def hardware(row) -> str:
     """What must be equal for two records to be comparable: device type plus GPU or CPU model and count."""
     if row["device"] == "cuda":
@@ -549,7 +557,7 @@ def save_baseline(name: str, sweep: str, results_dir: str, force: bool = False) 
     path = baselines_dir(results_dir) / f"{name}.parquet"
     if path.exists() and not force:
         raise BadInput(f"baseline {name!r} already exists ({path}); pass --force to overwrite it")
-    frame = select_sweep(load_runs(results_dir), sweep)
+    frame = select_sweep(_load_sweep(results_dir, sweep), sweep)
     require_ok(frame, f"sweep {frame['sweep_id'].iloc[0]!r}")
     write_baseline(frame, path)
     return path
@@ -596,7 +604,7 @@ def check_command(argv: list[str]) -> int:
 
     base_path = baseline_path(args.baseline, args.results)
     baseline = load_baseline(base_path)
-    store = load_runs(args.results)
+    store = _load_sweep(args.results, args.sweep)
     current = select_sweep(store, args.sweep)
     sweep_id = current["sweep_id"].iloc[0]
     require_ok(current, f"sweep {sweep_id!r}")

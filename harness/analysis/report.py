@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
-from harness.analysis import plots
+from harness.analysis import noise_model, plots
 from harness.analysis import table as table_mod
 from harness.store import load_runs
 
@@ -180,7 +180,8 @@ def main(command: str, argv: list[str]) -> int:
               "another path", file=sys.stderr)
         return 2
     try:
-        path = write_report(load_runs(args.results), args.sweep, args.out)
+        frame = noise_model.with_calibrations(args.results, load_runs(args.results, sweep=args.sweep))
+        path = write_report(frame, args.sweep, args.out)
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

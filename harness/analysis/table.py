@@ -13,6 +13,7 @@ import sys
 from dataclasses import dataclass, field
 
 from harness.analysis import noise_model, stats
+from harness.store import resolve_sweep_id  # noqa: F401 (the rule for "latest", part of this API)
 from harness.store import load_runs
 
 MEMORY_NOTE = {"cuda": "peak VRAM reserved", "cpu": "peak host RSS"}
@@ -61,21 +62,6 @@ class SweepTable:
     total_claim_range: tuple[float, float] | None = None
     noise: noise_model.Noise = noise_model.DEFAULT
     notes: list[str] = field(default_factory=list)
-
-
-def resolve_sweep_id(frame, sweep: str) -> str:
-    """``latest`` (the sweep with the newest record) or an id that exists; ValueError otherwise."""
-    swept = frame[frame["sweep_id"].fillna("") != ""]
-    if swept.empty:
-        raise ValueError("the store holds no sweep yet: run `python -m harness sweep +ladder=NAME` first")
-    if sweep == "latest":
-        return str(swept.sort_values("timestamp")["sweep_id"].iloc[-1])
-    ids = sorted(swept["sweep_id"].unique())
-    if sweep not in ids:
-        from harness.registry import unknown_choice
-
-        raise unknown_choice("sweep", sweep, ids[-20:])
-    return sweep
 
 
 def select_sweep(frame, sweep: str):
@@ -449,10 +435,10 @@ def main(command: str, argv: list[str]) -> int:
     parser.add_argument("--format", default="md", choices=sorted(FORMATS), help="output format (default: md)")
     args = parser.parse_args(argv)
     try:
-        frame = load_runs(args.results)
         if args.campaign is not None:
-            text = render_campaign(campaign_summary(frame, args.campaign), args.format)
+            text = render_campaign(campaign_summary(load_runs(args.results), args.campaign), args.format)
         else:
+            frame = noise_model.with_calibrations(args.results, load_runs(args.results, sweep=args.sweep))
             text = render(build_table(frame, args.sweep), args.format)
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
