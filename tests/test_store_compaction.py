@@ -247,7 +247,7 @@ def test_verify_and_info_report_problems_and_facts(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "problem: unreadable:" in out and "broken.parquet" in out
     assert "problem: run_id 'r0003' is stored 2 times with different values" in out and "2 problem(s) found" in out
-    assert "schema versions: 2 (9 rows)" in out
+    assert f"schema versions: {store.SCHEMA_VERSION} (9 rows)" in out
     done = store.compact(tmp_path)
     assert done.conflicts and done.unreadable and done.merged == 0  # both left in place, named
     assert cli.main(["store", "verify", "--results", str(tmp_path / "missing")]) == 2
