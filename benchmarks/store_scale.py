@@ -33,7 +33,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import pyarrow as pa  # noqa: E402
 import pyarrow.parquet as pq  # noqa: E402
 
-from harness import store, sweep  # noqa: E402
+from harness import store  # noqa: E402
+from harness.sweeps import rungs as sweep
 from harness.analysis import regress, table as table_mod  # noqa: E402
 
 CACHED_SWEEP_RUNGS = 10

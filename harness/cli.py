@@ -1,7 +1,7 @@
 """The command line: a dispatch table from command names to the modules that run them.
 
 ``run``, ``sweep``, ``diagnose`` and ``noise`` take Hydra overrides (``key=value``, composed in
-``harness.hydra_edge``); the analysis commands (``table``, ``plot``, ``compare``, ``report``,
+``harness.commands.hydra_edge``); the analysis commands (``table``, ``plot``, ``compare``, ``report``,
 ``baseline``, ``check``) and ``store`` take ordinary flags, read the store alone, and never import torch or Hydra.
 Every command module has ``main(command, argv) -> exit code``.
 """
@@ -13,18 +13,18 @@ import signal
 import sys
 
 COMMANDS = {
-    "run": ("measure one short training run in its own process and store it", "harness.run_cli"),
-    "sweep": ("climb a ladder (+ladder=NAME), one rung per process; -m: a campaign of sweeps", "harness.sweep_cli"),
-    "diagnose": ("data-bound or compute-bound? loader alone, model alone, full step", "harness.diagnose"),
+    "run": ("measure one short training run in its own process and store it", "harness.commands.run"),
+    "sweep": ("climb a ladder (+ladder=NAME), one rung per process; -m: a campaign of sweeps", "harness.commands.sweep"),
+    "diagnose": ("data-bound or compute-bound? loader alone, model alone, full step", "harness.commands.diagnose"),
     "noise": ("calibrate this machine's noise: the same settings in N fresh processes (noise.runs=N)",
-              "harness.noise"),
+              "harness.commands.noise"),
     "table": ("print a sweep's speedup table from the store", "harness.analysis.table"),
     "plot": ("draw a sweep's plots", "harness.analysis.plots"),
     "compare": ("compare two or more sweeps side by side", "harness.analysis.compare"),
     "report": ("write one self-contained HTML report of a sweep", "harness.analysis.report"),
     "baseline": ("save or list baselines for regression checks", "harness.analysis.regress"),
     "check": ("check a sweep against a baseline (exit 1 on regression)", "harness.analysis.regress"),
-    "store": ("compact, inspect or verify the results store (compact | info | verify)", "harness.store_cli"),
+    "store": ("compact, inspect or verify the results store (compact | info | verify)", "harness.commands.store"),
 }
 
 MEASURING = ("run", "sweep", "diagnose", "noise")  # commands that start measuring processes
@@ -54,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _measuring_command(module, command: str, rest: list[str]) -> int:
     """Commands that start measuring processes: an interruption kills them and says how to go on."""
-    from harness import isolate
+    from harness.run import isolate
 
     previous = isolate.terminate_on_signals()
     try:

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, List, Optional
 
 from harness.registry import check_choice, unknown_choice
-from harness.workloads import WORKLOADS
+from harness.workload.workloads import WORKLOADS
 
 PRECISIONS = ("32", "bf16-mixed", "16-mixed")
 COMPILE_MODES = ("off", "default", "reduce-overhead", "max-autotune")

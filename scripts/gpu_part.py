@@ -22,9 +22,9 @@ FAILED = ("error", "timeout", "nan", "oom")
 
 def rung(ladder_name: str, index: str, sweep_id: str, overrides: list[str]) -> int:
     from harness import config as config_mod
-    from harness import ladder as ladder_mod
-    from harness import runner
-    from harness import sweep as sweep_mod
+    from harness.sweeps import ladder as ladder_mod
+    from harness.run import runner
+    from harness.sweeps import rungs as sweep_mod
 
     lad = ladder_mod.load(ladder_name)
     rung_index = int(index)

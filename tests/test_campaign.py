@@ -9,7 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from harness import cli, hydra_edge, ladder as ladder_mod
+from harness import cli
+from harness.commands import hydra_edge
+from harness.sweeps import ladder as ladder_mod
 from harness.store import load_runs
 from tests.conftest import REPO, harness_cli
 
@@ -57,7 +59,7 @@ def test_a_campaign_checks_every_sweep_before_any_runs(tiny_conf, results, capsy
 
 def test_a_requeued_campaign_job_keeps_the_rungs_it_measured(tiny_conf, results, capsys):
     """A requeued job gets the same sweep id (campaign id + job number) and measures only what is missing."""
-    from harness import sweep_cli
+    from harness.commands import sweep as sweep_cli
 
     plan = sweep_cli.plan_sweep(["+ladder=tiny_a", *TINY, f"results_dir={results}"])
     assert sweep_cli.run_sweep(plan, sweep_id="tiny_a-campaign-x-j0", campaign_id="campaign-x") == 0
@@ -72,7 +74,7 @@ def test_a_requeued_campaign_job_keeps_the_rungs_it_measured(tiny_conf, results,
 
 
 def test_a_parallel_launcher_on_one_machine_is_called_out():
-    from harness.sweep_cli import BASIC_LAUNCHER, launcher_warning
+    from harness.commands.sweep import BASIC_LAUNCHER, launcher_warning
 
     assert launcher_warning(BASIC_LAUNCHER) == ""
     assert "AT THE SAME TIME" in launcher_warning("hydra_plugins.hydra_submitit_launcher.submitit_launcher.LocalLauncher")
@@ -82,7 +84,7 @@ def test_a_parallel_launcher_on_one_machine_is_called_out():
 def test_a_fully_cached_sweep_starts_no_measuring_process(tiny_conf, results, capsys, monkeypatch):
     assert cli.main(["sweep", "+ladder=tiny_a", *TINY, f"results_dir={results}"]) == 0
     capsys.readouterr()
-    from harness import isolate
+    from harness.run import isolate
 
     monkeypatch.setattr(isolate, "_run_child", lambda *a, **k: pytest.fail("a cached rung started a child"))
     assert cli.main(["sweep", "+ladder=tiny_a", *TINY, f"results_dir={results}"]) == 0

@@ -109,7 +109,7 @@ def test_compile_without_cuda_graphs_may_accumulate():
 
 
 def test_cuda_graph_conflict_becomes_a_skipped_record_without_starting_a_child(tmp_path):
-    from harness.isolate import execute
+    from harness.run.isolate import execute
 
     cfg = _on_cuda(compile="reduce-overhead", accumulate_grad_batches=2, results_dir=str(tmp_path))
     record = execute(cfg, {}, "key")

@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 import torch
 
-from harness import datasets
-from harness.data import augment_switches, build_dataset, build_loader
-from harness.volumes import make_volume
-from harness.workloads import WORKLOADS
+from harness.workload import datasets
+from harness.workload.data import augment_switches, build_dataset, build_loader
+from harness.workload.volumes import make_volume
+from harness.workload.workloads import WORKLOADS
 from tests.conftest import tiny_config
 
 UNET, RESNET = WORKLOADS.get("unet3d"), WORKLOADS.get("resnet50")
@@ -99,7 +99,7 @@ def test_heavy_augmentation_changes_the_patch():
 
 
 def test_loader_mode_measures_batches_without_a_model():
-    from harness.measure import train_and_measure
+    from harness.run.measure import train_and_measure
 
     m, extras = train_and_measure(tiny_config(measure__mode="loader"), UNET, lambda *a, **k: None)
     assert len(m.step_ms) == 3 and m.loss_last is None
@@ -107,7 +107,7 @@ def test_loader_mode_measures_batches_without_a_model():
 
 
 def test_model_mode_never_waits_for_data():
-    from harness.measure import train_and_measure
+    from harness.run.measure import train_and_measure
 
     m, _ = train_and_measure(tiny_config(measure__mode="model"), UNET, lambda *a, **k: None)
     # the loader is never asked again: the wait is one iterator call, far below any step (a busy machine
@@ -116,7 +116,7 @@ def test_model_mode_never_waits_for_data():
 
 
 def test_per_worker_memory_is_reported(results):
-    from harness import runner
+    from harness.run import runner
 
     cfg = tiny_config(results_dir=str(results), data__num_workers=2, data__persistent_workers=True)
     env, key = runner.environment(cfg.device)

@@ -18,7 +18,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from harness import cli, config as config_mod, env as env_mod, isolate, store
+from harness import cli, config as config_mod, store
+from harness.run import env as env_mod, isolate
 from harness.store import RunRecord, load_runs, write_record
 from tests.conftest import REPO
 
@@ -49,7 +50,7 @@ def _measuring_processes(parent_pid: int, want_workers: int, deadline_s: float =
             kids = psutil.Process(parent_pid).children(recursive=True)
         except psutil.NoSuchProcess:
             break
-        child = [k for k in kids if "harness.child" in " ".join(_cmdline(k))]
+        child = [k for k in kids if "harness.run.child" in " ".join(_cmdline(k))]
         if child:
             workers = child[0].children()
             if len(workers) >= want_workers:
@@ -297,7 +298,7 @@ def test_bad_input_is_one_line_and_exit_2(results, capsys, args, expected):
 
 
 def test_a_broken_ladder_file_is_named_and_the_others_still_list(tmp_path, monkeypatch, capsys):
-    from harness import ladder as ladder_mod
+    from harness.sweeps import ladder as ladder_mod
 
     for path in ladder_mod.LADDER_DIR.glob("*.yaml"):
         (tmp_path / path.name).write_text(path.read_text())

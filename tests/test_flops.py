@@ -2,7 +2,7 @@
 
 import pytest
 
-from harness.flops import PEAK_FLOPS, peak_flops, peak_row
+from harness.workload.flops import PEAK_FLOPS, peak_flops, peak_row
 
 
 @pytest.mark.parametrize("name, bf16, tf32, fp32", [

@@ -13,8 +13,8 @@ import time
 import pytest
 import torch
 
-from harness import runner
-from harness.flops import peak_flops, peak_row
+from harness.run import runner
+from harness.workload.flops import peak_flops, peak_row
 from harness.store import load_runs
 from tests.conftest import REPO, tiny_config
 

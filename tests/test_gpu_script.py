@@ -8,7 +8,7 @@ import tarfile
 
 import pytest
 
-from harness import ladder as ladder_mod
+from harness.sweeps import ladder as ladder_mod
 from harness.store import load_runs
 from tests.conftest import REPO
 

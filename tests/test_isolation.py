@@ -2,7 +2,7 @@
 
 import pytest
 
-from harness import runner
+from harness.run import runner
 from harness.store import load_runs
 from tests.conftest import tiny_config
 

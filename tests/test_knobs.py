@@ -6,9 +6,9 @@ import pytest
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from harness import knobs
-from harness.data import build_dataset, build_loader
-from harness.workloads import WORKLOADS
+from harness.workload import knobs
+from harness.workload.data import build_dataset, build_loader
+from harness.workload.workloads import WORKLOADS
 from tests.conftest import tiny_config
 
 
@@ -178,7 +178,7 @@ def test_compile_wraps_the_model_and_trains():
 def test_cpu_bf16_guard_gives_a_depth_2_conv3d_a_right_weight_gradient():
     """An upstream oneDNN bug gives a bf16 conv3d with input depth 2 a wrong weight gradient
     (docs/cpu-bf16-conv3d.md); guarded, the layer runs in fp32 under bf16 autocast."""
-    from harness.knobs import guard_cpu_bf16_conv3d
+    from harness.workload.knobs import guard_cpu_bf16_conv3d
 
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Conv3d(16, 16, 3, padding=1), torch.nn.Conv3d(16, 16, 1))

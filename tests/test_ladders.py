@@ -3,7 +3,7 @@
 import pytest
 
 from harness import config as config_mod
-from harness import ladder as ladder_mod
+from harness.sweeps import ladder as ladder_mod
 
 GUIDE_LADDERS = ["phase1", "phase2", "phase3", "phase4", "connectomics_level1", "a100_volume", "detr_fast",
                  "resnet50_aggressive", "seresnet"]

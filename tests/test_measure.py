@@ -5,9 +5,9 @@ import json
 import pytest
 import torch
 
-from harness.child import classify
-from harness.measure import NonFiniteLoss, model_flops_per_sample, summarize, train_and_measure
-from harness.workloads import WORKLOADS
+from harness.run.child import classify
+from harness.run.measure import NonFiniteLoss, model_flops_per_sample, summarize, train_and_measure
+from harness.workload.workloads import WORKLOADS
 from tests.conftest import tiny_config
 
 UNET = WORKLOADS.get("unet3d")

@@ -3,7 +3,7 @@
 import time
 from types import SimpleNamespace
 
-from harness import monitor
+from harness.run import monitor
 
 
 class NVMLError(Exception):

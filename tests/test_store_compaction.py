@@ -17,7 +17,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from harness import cli, store, sweep
+from harness import cli, store
+from harness.sweeps import rungs as sweep
 from harness.store import RunRecord, load_runs, write_record
 from tests.conftest import REPO
 
@@ -137,7 +138,7 @@ def test_a_compaction_killed_while_rewriting_a_part_loses_and_duplicates_nothing
 
 
 def cli_verify(path: Path) -> tuple[str, int]:
-    from harness import store_cli
+    from harness.commands import store as store_cli
 
     text, problems = store_cli.verify(str(path))
     return text, len(problems)
@@ -270,7 +271,7 @@ def test_the_cache_lookup_reads_the_same_run_as_a_full_scan(tmp_path):
 
 
 def test_a_sweep_compacts_the_store_at_its_end_past_the_threshold(tmp_path, monkeypatch, capsys):
-    from harness import sweep_cli
+    from harness.commands import sweep as sweep_cli
 
     monkeypatch.setattr(store, "AUTO_COMPACT_LOOSE", 6)
     _store(tmp_path, 5)

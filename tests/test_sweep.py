@@ -107,10 +107,10 @@ def test_table_renders_from_the_store_without_torch(results):
 
 
 def test_batch_ladder_stops_cleanly_at_the_first_oom_and_the_table_says_where(tmp_path):
-    from harness import ladder as ladder_mod
-    from harness import sweep as sweep_mod
+    from harness.sweeps import ladder as ladder_mod
+    from harness.sweeps import rungs as sweep_mod
     from harness.analysis.table import build_table, render
-    from harness.runner import Machine
+    from harness.run.runner import Machine
     from harness.store import RunRecord, write_record
 
     lad = ladder_mod.load("batch")

@@ -91,7 +91,7 @@ def build_table(frame, sweep: str = "latest") -> SweepTable:
 
 
 def _ladder_or_none(name: str):
-    from harness import ladder as ladder_mod  # plain YAML reading, no torch: notes, and claims of old records
+    from harness.sweeps import ladder as ladder_mod  # plain YAML reading, no torch: notes, and claims of old records
 
     try:
         return ladder_mod.load(name)
@@ -126,7 +126,7 @@ class Claims:
             t = with_total.iloc[0]
             total = (float(t["total_claim_low"]), float(t["total_claim_high"]), t["total_claim_label"],
                      t["total_claim_source"])
-        from harness import ladder as ladder_mod
+        from harness.sweeps import ladder as ladder_mod
 
         sha, now = str(records["ladder_sha"].iloc[0]), ladder_mod.file_sha(str(records["ladder"].iloc[0]))
         note = ("" if sha == now else f"the ladder file changed since this sweep (sha {sha} then, "

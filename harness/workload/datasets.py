@@ -126,7 +126,7 @@ def _write_item(spec: DiskSpec, folder: Path, index: int) -> list[str]:
     if spec.kind == "nifti3d":
         import nibabel as nib
 
-        from harness.volumes import make_volume
+        from harness.workload.volumes import make_volume
 
         image, label = make_volume(spec.item_shape, rng)
         names = [f"image_{index:05d}.nii.gz", f"label_{index:05d}.nii.gz"]
@@ -154,7 +154,7 @@ def locate(spec: DiskSpec, root: Path) -> list[dict]:
     """The items of an existing dataset (built by :func:`ensure` in the parent)."""
     folder = root / f"{spec.kind}-{spec.key()}"
     if not (folder / "manifest.json").exists():
-        raise FileNotFoundError(f"dataset {folder} is missing or incomplete: it is built by harness.datasets.ensure")
+        raise FileNotFoundError(f"dataset {folder} is missing or incomplete: it is built by harness.workload.datasets.ensure")
     return _items(spec, folder)
 
 

@@ -22,9 +22,9 @@ import sys
 from dataclasses import dataclass
 
 from harness import config as config_mod
-from harness import hydra_edge
-from harness import ladder as ladder_mod
-from harness import sweep as sweep_mod
+from harness.commands import hydra_edge
+from harness.sweeps import ladder as ladder_mod
+from harness.sweeps import rungs as sweep_mod
 from harness.store import check_writable, new_id
 
 INTERNAL_KEYS = {"sweep.id", "sweep.rung", "sweep.round"}
@@ -139,7 +139,7 @@ def _context(plan: SweepPlan, sweep_id: str, campaign_id: str = "") -> sweep_mod
 
 def run_sweep(plan: SweepPlan, sweep_id: str, campaign_id: str = "") -> int:
     """Preflight, then climb every rung of every round in this process; print the table."""
-    from harness.runner import Machine
+    from harness.run.runner import Machine
 
     ctx = _context(plan, sweep_id, campaign_id)
     try:
@@ -159,7 +159,7 @@ def climb(ctx: sweep_mod.SweepContext, machine) -> int:
 
     Rungs this sweep already has a record for (a requeued campaign job) are kept, not measured again.
     Returns 1 if a rung could not even be started, else 0: failed runs are data, shown in the table."""
-    from harness.console import console
+    from harness.commands.console import console
 
     done = sweep_mod.measured_rungs(ctx)
     code = 0
@@ -194,8 +194,8 @@ def _auto_compact(results_dir: str) -> None:
 
 
 def _climb_one(ctx: sweep_mod.SweepContext, rung: ladder_mod.Rung, round_: int, label: str, machine) -> None:
-    from harness.console import console
-    from harness.progress import RunProgress
+    from harness.commands.console import console
+    from harness.commands.progress import RunProgress
 
     progress = RunProgress(console, f"{label} {rung.change('full') or 'baseline'}")
 

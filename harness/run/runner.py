@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from harness import config as config_mod
-from harness import env as env_mod
-from harness.isolate import ProgressFn, execute
+from harness.run import env as env_mod
+from harness.run.isolate import ProgressFn, execute
 from harness.store import RunRecord, store_record
 
 
@@ -36,8 +36,8 @@ def prepare_data(resolved: config_mod.RunConfig, log=print) -> None:
     """Build (once) or repair the on-disk dataset a config reads, before anything is timed."""
     if resolved.data.source != "disk":
         return
-    from harness import datasets
-    from harness.workloads import WORKLOADS
+    from harness.workload import datasets
+    from harness.workload.workloads import WORKLOADS
 
     spec = datasets.spec_for(resolved, WORKLOADS.get(resolved.workload))
     datasets.ensure(spec, datasets.cache_root(resolved), log)

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import copy
 
-from harness import hydra_edge
+from harness.commands import hydra_edge
 from harness import config as config_mod
-from harness import runner
+from harness.run import runner
 from harness.store import check_writable, new_id
 
 PARTS = (("loader", "loader alone (no model)"), ("model", "model alone (one batch kept on the device)"),
@@ -22,8 +22,8 @@ def main(command: str, argv: list[str]) -> int:
 
 def task(cfg) -> int:
     from harness.analysis.diagnosis import diagnose
-    from harness.console import console
-    from harness.progress import RunProgress
+    from harness.commands.console import console
+    from harness.commands.progress import RunProgress
 
     try:
         settings = config_mod.from_dict(hydra_edge.plain_settings(cfg))

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import sys
 
-from harness import hydra_edge
+from harness.commands import hydra_edge
 from harness import config as config_mod
-from harness import runner
+from harness.run import runner
 from harness.store import check_writable, new_id
 
 DEFAULT_RUNS = 5
@@ -44,8 +44,8 @@ def main(command: str, argv: list[str]) -> int:
 
 
 def task(cfg, runs: int) -> int:
-    from harness.console import console
-    from harness.progress import RunProgress
+    from harness.commands.console import console
+    from harness.commands.progress import RunProgress
 
     try:
         settings = config_mod.from_dict(hydra_edge.plain_settings(cfg))
@@ -72,7 +72,7 @@ def task(cfg, runs: int) -> int:
 def report(records, sweep_id: str, results_dir: str) -> int:
     """Print the calibration; 0 when it could be made, 1 when too few runs were ok."""
     from harness.analysis import noise_model, stats
-    from harness.console import console
+    from harness.commands.console import console
 
     ok = [r for r in records if r.status == "ok" and r.samples_per_s]
     try:

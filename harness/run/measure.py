@@ -22,11 +22,11 @@ from pathlib import Path
 
 import torch
 
-from harness import monitor
-from harness.data import build_dataset, build_loader, endless
-from harness.flops import count_train_flops, peak_flops
-from harness.knobs import prepare
-from harness.workloads import Workload
+from harness.run import monitor
+from harness.workload.data import build_dataset, build_loader, endless
+from harness.workload.flops import count_train_flops, peak_flops
+from harness.workload.knobs import prepare
+from harness.workload.workloads import Workload
 
 
 class NonFiniteLoss(RuntimeError):

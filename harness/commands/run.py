@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from harness import config as config_mod
-from harness import hydra_edge
+from harness.commands import hydra_edge
 
 
 def main(command: str, argv: list[str]) -> int:
@@ -13,9 +13,9 @@ def main(command: str, argv: list[str]) -> int:
 
 
 def task(cfg) -> int:
-    from harness import runner
-    from harness.console import console, run_summary
-    from harness.progress import RunProgress
+    from harness.run import runner
+    from harness.commands.console import console, run_summary
+    from harness.commands.progress import RunProgress
     from harness.store import check_writable
 
     try:

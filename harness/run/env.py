@@ -21,7 +21,7 @@ from pathlib import Path
 HARDWARE_FIELDS = ("device", "gpu_name", "gpu_count", "cpu_model", "cpu_count")
 SOFTWARE_FIELDS = ("torch_version", "cuda_version", "cudnn_version", "monai_version", "torchvision_version", "python_version",
                    "harness_version", "code_fingerprint", "threads")
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parent.parent.parent
 MEASURING_CODE = ("harness", "models")  # source folders whose code can change a measurement
 NOT_MEASURING = ("harness/analysis",)  # ... except these: they only read the store
 THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "TORCH_NUM_THREADS")
@@ -79,7 +79,7 @@ def cpu_model() -> str:
 
 
 def git_state(repo: Path | None = None) -> tuple[str, bool | None]:
-    repo = repo or Path(__file__).resolve().parent.parent
+    repo = repo or Path(__file__).resolve().parent.parent.parent
     try:
         commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True, timeout=5)
         if commit.returncode != 0:

@@ -4,7 +4,7 @@ always served through a real ``torch.utils.data.DataLoader`` so the loader knobs
 * ``data.source=synthetic``: 3D volumes with labelled ellipsoid structures held in RAM (the
   connectomics guide's preloaded cache), each item a random crop; 2D uint8 images in RAM, each item
   a random crop. Loading costs only the crop.
-* ``data.source=disk``: files written once by ``harness.datasets``; 3D items are read with MONAI's
+* ``data.source=disk``: files written once by ``harness.workload.datasets``; 3D items are read with MONAI's
   ``LoadImaged`` every time (``data.cache=none``) or once into a ``CacheDataset`` (``data.cache=ram``);
   2D items are JPEG files decoded per sample (or decoded once with ``data.cache=ram``).
 * Augmentation (``data.augment=none|light|heavy`` plus one switch per transform): 3D random flip and
@@ -18,8 +18,8 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset, default_collate
 
-from harness import lifeline
-from harness.volumes import make_volume
+from harness.run import lifeline
+from harness.workload.volumes import make_volume
 
 AUGMENT_PRESETS = {
     "none": dict(flip=False, noise=False, rotate=False, elastic=False, mixup=False),
@@ -216,11 +216,11 @@ class MixupCollate:
 
 
 def build_dataset(cfg, workload) -> Dataset:
-    """The dataset the settings describe (disk datasets must exist: ``harness.datasets.ensure``)."""
+    """The dataset the settings describe (disk datasets must exist: ``harness.workload.datasets.ensure``)."""
     length = cfg.batch_size * cfg.accumulate_grad_batches * cfg.data.epoch_steps
     switches = augment_switches(cfg)
     if cfg.data.source == "disk":
-        from harness import datasets
+        from harness.workload import datasets
 
         items = datasets.locate(datasets.spec_for(cfg, workload), datasets.cache_root(cfg))
         if workload.spatial_dims == 3:

@@ -1,7 +1,7 @@
 """Climbing a ladder: the settings of each rung, the cache of earlier measurements, failures.
 
-Plain Python called from the Hydra job of each rung (``harness.sweep_cli``): every rung still
-measures in its own child process through ``harness.runner``.
+Plain Python called from the Hydra job of each rung (``harness.commands.sweep``): every rung still
+measures in its own child process through ``harness.run.runner``.
 
 Rules:
   * rung k = ladder base + the changes of rungs 1..k, except those of earlier rungs that did not
@@ -22,9 +22,9 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from harness import config as config_mod
-from harness import ladder as ladder_mod
-from harness import runner
-from harness.isolate import new_run_id
+from harness.sweeps import ladder as ladder_mod
+from harness.run import runner
+from harness.run.isolate import new_run_id
 from harness.store import RunRecord, load_runs, records_from_frame, store_record, utc_timestamp
 
 
@@ -190,7 +190,7 @@ def run_rung(ctx: SweepContext, rung: int, round_: int, machine: runner.Machine,
         on_start(cfg, dropped)
     env, key = runner.environment(cfg.device)
     if ladder.cap_workers_at_cpus and cfg.data.num_workers > usable_cpus():
-        from harness.isolate import base_record
+        from harness.run.isolate import base_record
 
         record = base_record(cfg, env, key, "skipped", f"data.num_workers={cfg.data.num_workers} is more than the "
                              f"{usable_cpus()} CPUs this process may use")

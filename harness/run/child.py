@@ -1,4 +1,4 @@
-"""Entry point of the isolated measuring process: ``python -m harness.child JOB_DIR``.
+"""Entry point of the isolated measuring process: ``python -m harness.run.child JOB_DIR``.
 
 Reads ``JOB_DIR/config.json`` (a resolved RunConfig), trains and measures, and writes
 ``JOB_DIR/result.json`` with a status. A crash that kills this process leaves no result: the
@@ -18,8 +18,8 @@ def classify(exc: BaseException) -> str:
     """Status for an exception from the training run."""
     import torch
 
-    from harness.knobs import KnobNotApplicable
-    from harness.measure import NonFiniteLoss
+    from harness.workload.knobs import KnobNotApplicable
+    from harness.run.measure import NonFiniteLoss
 
     if isinstance(exc, KnobNotApplicable):
         return "skipped"
@@ -51,13 +51,13 @@ def _chain(exc: BaseException):
 
 
 def main(job_dir: str) -> int:
-    from harness.lifeline import guard_child
+    from harness.run.lifeline import guard_child
 
     guard_child()
     job = Path(job_dir)
     from harness import config as config_mod
-    from harness.measure import model_flops_per_sample, summarize, train_and_measure, write_json
-    from harness.workloads import WORKLOADS
+    from harness.run.measure import model_flops_per_sample, summarize, train_and_measure, write_json
+    from harness.workload.workloads import WORKLOADS
 
     cfg = config_mod.from_dict(json.loads((job / "config.json").read_text()))
     gpu_name = json.loads((job / "env.json").read_text()).get("gpu_name", "")

@@ -17,7 +17,7 @@ import yaml
 from harness import config as config_mod
 from harness.registry import unknown_choice
 
-LADDER_DIR = Path(__file__).resolve().parent.parent / "conf" / "ladder"
+LADDER_DIR = Path(__file__).resolve().parent.parent.parent / "conf" / "ladder"
 SIZE_NAMES = ("full", "smoke")
 LADDER_FIELDS = {"description", "guide", "workload", "base", "rungs", "total_claim", "total_source", "stop_on_oom",
                  "cap_workers_at_cpus", "notes"}

@@ -15,7 +15,7 @@ from typing import Any, Callable, Optional
 
 from harness import config as config_mod
 
-CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
+CONF_DIR = Path(__file__).resolve().parent.parent.parent / "conf"
 CONFIG_GROUPS = ("ladder", "data")  # Hydra groups: `data=disk` picks conf/data/disk.yaml
 HELP_FLAGS = ("--help", "-h", "--hydra-help", "--cfg", "-c", "--info")
 

@@ -1,6 +1,6 @@
 """Run one resolved config in a fresh child process with a timeout; always return a record.
 
-The parent never trains: it starts ``python -m harness.child``, watches its progress file and the
+The parent never trains: it starts ``python -m harness.run.child``, watches its progress file and the
 clock, and turns whatever happens (a result, a crash, a hang) into a RunRecord.
 
 No orphan survives the parent, however the parent ends:
@@ -31,7 +31,7 @@ from typing import Callable
 from harness import config as config_mod
 from harness.store import RunRecord, new_id, utc_timestamp
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parent.parent.parent
 POLL_S = 0.25
 JOB_PREFIX = "harness-job-"
 KILL_WAIT_S = 10.0  # how long to wait for a killed group's processes to be gone (GPU memory back)
@@ -45,7 +45,7 @@ def new_run_id() -> str:
 
 def base_record(cfg: config_mod.RunConfig, env: dict, env_key: str, status: str, error: str = "") -> RunRecord:
     """A record of ``cfg`` with environment and identity filled, metrics empty."""
-    from harness.workloads import WORKLOADS
+    from harness.workload.workloads import WORKLOADS
 
     env_fields = {f.name for f in fields(RunRecord)}
     return RunRecord(
@@ -94,7 +94,7 @@ def _run_child(job: Path, timeout_s: float, on_progress: ProgressFn | None) -> t
     with open(log_path, "wb") as log:
         # A session of its own, so that a timeout can kill the child and its loader workers together.
         proc = subprocess.Popen(
-            [sys.executable, "-m", "harness.child", str(job)],
+            [sys.executable, "-m", "harness.run.child", str(job)],
             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, start_new_session=True,
         )
         _LIVE.add(proc)

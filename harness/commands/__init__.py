@@ -1,0 +1,1 @@
+"""The edge: one module per command (each returns its exit code), the Hydra plumbing, the console."""
