@@ -70,7 +70,7 @@ class OptimizerConfig:
 class MeasureConfig:
     warmup_steps: Optional[int] = None
     steps: Optional[int] = None
-    sample_interval_s: float = 0.1  # NVML / host-memory sampling period (background thread)
+    sample_interval_s: float = 0.5  # NVML / host-memory sampling period (in the parent, never the measured process)
     mode: str = "train"  # train: full steps; loader: batches only, no model; model: one batch kept on the device
 
 
