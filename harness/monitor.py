@@ -98,7 +98,7 @@ class Sampler:
             return
         try:
             total = self._proc.memory_info().rss
-            children = self._proc.children(recursive=True)
+            children = _descendants(self._proc)
         except psutil.Error:  # the child has exited: nothing left to read
             return
         self.samples.peak_main_rss_bytes = max(self.samples.peak_main_rss_bytes, float(total))
@@ -137,6 +137,34 @@ class Sampler:
     def _note(self, text: str) -> None:
         if text not in self.samples.notes:
             self.samples.notes.append(text)
+
+
+def _descendants(proc: psutil.Process) -> list[psutil.Process]:
+    """The process's children, grandchildren, ... Linux lists each thread's children in /proc: reading those few
+    files costs a tenth of psutil's ``children()``, which reads every process on the machine (1.6 ms a sample)."""
+    if not os.path.exists(f"/proc/{proc.pid}/task/{proc.pid}/children"):  # not Linux, or no CONFIG_PROC_CHILDREN
+        return proc.children(recursive=True)
+    found: list[psutil.Process] = []
+    todo = [proc.pid]
+    while todo:
+        pid = todo.pop()
+        try:
+            tids = os.listdir(f"/proc/{pid}/task")
+        except OSError:  # gone meanwhile
+            continue
+        for tid in tids:
+            try:
+                with open(f"/proc/{pid}/task/{tid}/children") as f:
+                    kids = [int(k) for k in f.read().split()]
+            except (OSError, ValueError):
+                continue
+            for kid in kids:
+                try:
+                    found.append(psutil.Process(kid))
+                except psutil.Error:
+                    continue
+                todo.append(kid)
+    return found
 
 
 def metrics(samples: Samples, child: dict, gpu_named: bool = False) -> dict:

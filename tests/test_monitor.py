@@ -87,6 +87,8 @@ def test_a_failing_metric_becomes_none_and_the_others_and_host_memory_go_on():
     real = s._proc
 
     class CountingProcess:  # counts host-memory reads, so the test sees them go on after the NVML failures
+        pid = real.pid
+
         def memory_info(self):
             host_reads.append(len(nvml.calls))
             return real.memory_info()
