@@ -88,7 +88,13 @@ def train_and_measure(cfg, workload: Workload, progress) -> tuple[Measurement, d
         batches = iter(lambda: fixed, None)
     accum = cfg.accumulate_grad_batches
     m = Measurement(samples_per_step=cfg.batch_size * accum)
-    total_steps = cfg.measure.warmup_steps + cfg.measure.steps
+    auto = cfg.measure.steps == "auto"
+    steps = cfg.measure.max_steps if auto else cfg.measure.steps
+    total_steps = cfg.measure.warmup_steps + steps
+    # steps=auto: the stopping rule is checked after 10, 20, 40, ... measured steps (a handful of checks in all),
+    # and the time cap is one comparison per step of a clock already read.
+    next_check = AUTO_FIRST_CHECK if auto else math.inf
+    max_s = cfg.measure.max_s if auto else math.inf
     # Read once, so that the loop's only per-step work beyond training is the clock and two list appends.
     warmup = cfg.measure.warmup_steps
     log_every = cfg.log_every_n_steps
@@ -122,7 +128,7 @@ def train_and_measure(cfg, workload: Workload, progress) -> tuple[Measurement, d
                 vram["warmup_peak_vram_reserved_bytes"] = float(torch.cuda.max_memory_reserved(device))
                 torch.cuda.reset_peak_memory_stats(device)
             # The parent keeps GPU samples from this marker on, until "measured".
-            progress("measure", steps=cfg.measure.steps, warmup_ms=m.warmup_ms)
+            progress("measure", steps=steps, warmup_ms=m.warmup_ms, auto=auto)
             threads_in_window = threading.active_count()  # the tests hold this at 1 without loader threads
             # CPU accounting is read here and at the close (two readings, none per step): exact at the window's
             # edges, which the parent's polls would only see up to one poll late.
@@ -165,10 +171,19 @@ def train_and_measure(cfg, workload: Workload, progress) -> tuple[Measurement, d
                 raise NonFiniteLoss(step, value, log_every)
         t = time.perf_counter()
         (m.warmup_ms if step < warmup else m.step_ms).append((t - t_prev) * 1000.0)
-        if step >= warmup:
-            m.data_wait_ms.append(wait * 1000.0)
         t_prev = t
+        if step < warmup:
+            continue
+        m.data_wait_ms.append(wait * 1000.0)
+        if t - window_start >= max_s:
+            break
+        if len(m.step_ms) >= next_check:
+            if mean_is_known(m.step_ms, AUTO_REL_HALF_WIDTH):
+                break
+            next_check *= 2
+            t_prev = time.perf_counter()  # the check's own time (well under a millisecond) is in no step
     _sync(device)  # (a) the window closes when the device has finished the measured steps
+    last = step
     m.measured_s = time.perf_counter() - window_start
     cpu_pct = monitor.cpu_percent_since_last_call()
     other_pct = monitor.other_cpu_percent(clock_start, monitor.CpuClock.read())
@@ -176,7 +191,7 @@ def train_and_measure(cfg, workload: Workload, progress) -> tuple[Measurement, d
     if loss is not None:
         m.loss_last = loss.item() * accum
         if not math.isfinite(m.loss_last):
-            raise NonFiniteLoss(total_steps - 1, m.loss_last, cfg.log_every_n_steps)
+            raise NonFiniteLoss(last, m.loss_last, cfg.log_every_n_steps)
     extras = _extras(cfg, prep, cpu_pct)
     extras["other_cpu_pct"] = other_pct
     extras["python_threads_in_window"] = threads_in_window
@@ -210,6 +225,31 @@ def _extras(cfg, prep, cpu_pct: float) -> dict:
         "checkpointed_units": prep.checkpointed_units if prep else 0,
     }
     return out
+
+
+AUTO_FIRST_CHECK = 10  # measured steps before steps=auto first asks whether the mean is known
+AUTO_REL_HALF_WIDTH = 0.01  # steps=auto stops once the mean step time's 95% interval is within +-1%
+
+
+def mean_is_known(step_ms: list[float], rel: float) -> bool:
+    """Whether the 95% t-interval of the mean step time is within +-rel of the mean (pyperf's calibration idea).
+
+    Steps are not independent (a slow stretch of the machine spans several), so this is a stopping rule, not a
+    claim about the run: the noise that matters between runs is handled by repeats (docs/statistics.md).
+    """
+    n = len(step_ms)
+    if n < AUTO_FIRST_CHECK:  # too few to tell (and t975 is exact enough from 9 degrees of freedom on)
+        return False
+    mean = statistics.fmean(step_ms)
+    half = t975(n - 1) * statistics.stdev(step_ms, mean) / math.sqrt(n)
+    return mean > 0 and half <= rel * mean
+
+
+def t975(df: int) -> float:
+    """Student's t 97.5% quantile (Cornish-Fisher expansion around the normal's: within 0.2% from df=9 on), so
+    that the child needs no scipy."""
+    z = 1.959963984540054
+    return z + (z**3 + z) / (4 * df) + (5 * z**5 + 16 * z**3 + 3 * z) / (96 * df**2)
 
 
 def _cudagraph_step_marker(cfg, device: torch.device):

@@ -48,6 +48,8 @@ def describe(info: dict, elapsed_s: float) -> str:
         warm = info.get("warmup_ms") or []
         pace_s = statistics.median(warm[1:] or warm) / 1000.0 if warm else 0.0
         left = max(0.0, info.get("steps", 0) * pace_s - (time.time() - info.get("time", time.time())))
+        if info.get("auto"):  # steps=auto: how many is not known in advance
+            return f"measuring until the mean is known (at most {info.get('steps')} steps)"
         return f"measuring {info.get('steps')} steps, ~{left:.0f} s left"
     if phase == "measured":
         return "measured; writing the result"
