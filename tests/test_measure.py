@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from harness.run.child import classify
-from harness.run.measure import NonFiniteLoss, model_flops_per_sample, summarize, train_and_measure
+from harness.run.measure import NonFiniteLoss, mean_is_known, model_flops_per_sample, summarize, t975, train_and_measure
 from harness.workload.workloads import WORKLOADS
 from tests.conftest import tiny_config
 
@@ -117,3 +117,37 @@ def test_log_every_n_steps_sets_how_often_the_loss_is_synced(monkeypatch):
         counts[every] = len(calls)
     # 5 steps: every=1 reads the loss after each of them; every=50 only after step 0 and at the end.
     assert counts[1] - counts[50] == 4
+
+
+def test_steps_auto_stops_at_its_step_cap():
+    # the first check of the stopping rule comes after 10 measured steps: a cap of 3 is reached first, on any machine
+    cfg, m, _ = _measure(measure__steps="auto", measure__max_steps=3)
+    assert cfg.measure.steps == "auto" and len(m.step_ms) == 3 and len(m.data_wait_ms) == 3
+    assert summarize(cfg, UNET, m, {}, flops=None, gpu_name="")["measured_steps"] == 3
+
+
+def test_steps_auto_stops_at_its_time_cap():
+    # no step takes less than 1 ns: the window closes after its first measured step
+    _, m, _ = _measure(measure__steps="auto", measure__max_steps=50, measure__max_s=1e-9)
+    assert len(m.step_ms) == 1 and len(m.warmup_ms) == 1
+
+
+def test_the_auto_stopping_rule_wants_the_mean_within_one_percent():
+    assert not mean_is_known([100.0] * 9, 0.01)  # too few steps to tell, however steady
+    assert mean_is_known([100.0, 101.0] * 5, 0.01)  # sd 0.53: half-width 0.38 ms, 0.4% of 100.5 ms
+    assert not mean_is_known([100.0, 110.0] * 5, 0.01)  # sd 5.3: half-width 3.8 ms, 3.6%
+    assert t975(9) == pytest.approx(2.2622, abs=0.005) and t975(1000) == pytest.approx(1.9623, abs=1e-4)
+
+
+def test_steps_is_a_whole_number_or_auto():
+    from harness import config as config_mod
+
+    cfg = config_mod.RunConfig()
+    for value, expected in (("auto", "auto"), ("AUTO", "auto"), ("20", 20), (20, 20)):
+        config_mod.set_key(cfg, "measure.steps", value)
+        assert cfg.measure.steps == expected
+    for bad in ("many", "2.5"):
+        with pytest.raises(ValueError, match="whole number or auto"):
+            config_mod.set_key(cfg, "measure.steps", bad)
+    with pytest.raises(ValueError, match="must be a positive number"):
+        tiny_config(measure__steps="auto", measure__max_steps=0)

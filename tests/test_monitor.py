@@ -1,6 +1,10 @@
-"""The background sampler keeps going when NVML fails, and finds the GPU it should (fake NVML, no GPU)."""
+"""The parent-side sampler: sees a child tree's memory from outside, keeps going when NVML fails, and finds
+the GPU it should (fake NVML, no GPU)."""
 
-import time
+import os
+import signal
+import subprocess
+import sys
 from types import SimpleNamespace
 
 from harness.run import monitor
@@ -22,6 +26,9 @@ class FakeNvml:
         if name in self.fail:
             raise NVMLError(f"{name}: Not Supported")
         return value
+
+    def nvmlInit(self):
+        self.calls.append("init")
 
     def nvmlDeviceGetUtilizationRates(self, h):
         return self._call("util", SimpleNamespace(gpu=87))
@@ -56,20 +63,32 @@ class FakeNvml:
 
 
 def test_all_metrics_sampled_when_nvml_works():
-    s = monitor.Sampler(0.01, "gpu0", nvml=FakeNvml())
-    s.measuring.set()
+    s = monitor.Sampler(os.getpid(), "gpu0", nvml=FakeNvml())
+    s.measuring = True
     s.sample_once()
     assert s.samples.gpu_util_pct == [87.0] and s.samples.gpu_mem_used_bytes == [5 * 2**30]
     assert s.samples.gpu_power_w == [250.0] and s.samples.notes == []
 
 
+def test_gpu_is_sampled_only_inside_the_measured_window():
+    s = monitor.Sampler(os.getpid(), "gpu0", nvml=FakeNvml())
+    s.sample_once()
+    s.measuring = True
+    s.sample_once()
+    s.measuring = False
+    s.sample_once()
+    assert s.samples.gpu_util_pct == [87.0] and s.samples.peak_main_rss_bytes > 0
+
+
 def test_a_failing_metric_becomes_none_and_the_others_and_host_memory_go_on():
     nvml = FakeNvml(fail={"util", "mem"})
-    s = monitor.Sampler(0.01, "gpu0", nvml=nvml)
+    s = monitor.Sampler(os.getpid(), "gpu0", nvml=nvml)
     host_reads = []
     real = s._proc
 
     class CountingProcess:  # counts host-memory reads, so the test sees them go on after the NVML failures
+        pid = real.pid
+
         def memory_info(self):
             host_reads.append(len(nvml.calls))
             return real.memory_info()
@@ -78,41 +97,95 @@ def test_a_failing_metric_becomes_none_and_the_others_and_host_memory_go_on():
             return real.children(recursive=recursive)
 
     s._proc = CountingProcess()
-    s.measuring.set()
-    s.start()
-    deadline = time.monotonic() + 5
-    while len(s.samples.gpu_power_w) < 3 and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert s.is_alive()  # the thread survived the failing calls
-    samples = s.stop()
+    s.measuring = True
+    for _ in range(4):
+        s.sample_once()
+    samples = s.samples
     assert sum(1 for n in host_reads if n >= 3) >= 2  # host memory read again after util and mem had failed
     assert samples.peak_main_rss_bytes > 0 and samples.peak_host_rss_bytes > 0
     assert samples.gpu_util_pct == [] and samples.gpu_mem_used_bytes == []
-    assert len(samples.gpu_power_w) >= 3
+    assert len(samples.gpu_power_w) == 4
     assert any(n.startswith("gpu_util_pct: GPU utilisation unreadable (NVMLError") for n in samples.notes)
     assert any(n.startswith("gpu_mem_used_bytes: device memory used unreadable") for n in samples.notes)
     assert nvml.calls.count("util") == 1  # a failed metric is not asked again every interval
+    out = monitor.metrics(samples, {}, gpu_named=True)
+    assert out["gpu_util_pct"] is None and out["gpu_mem_used_bytes"] is None and out["gpu_power_w"] == 250.0
+    assert "GPU utilisation unreadable" in out["gpu_sample_note"]
 
 
-def test_an_unexpected_error_does_not_kill_the_thread():
-    s = monitor.Sampler(0.01, "gpu0", nvml=FakeNvml())
-    s.measuring.set()
+def test_an_unexpected_error_does_not_stop_the_sampling():
+    s = monitor.Sampler(os.getpid(), "gpu0", nvml=FakeNvml())
+    s.measuring = True
 
     def broken():
         raise OSError("GPU has fallen off the bus")
 
     s._sample_gpu = broken
-    s.start()
-    time.sleep(0.1)
-    assert s.is_alive()
-    samples = s.stop()
-    assert samples.peak_host_rss_bytes > 0 and any("fallen off the bus" in n for n in samples.notes)
+    s.sample_once()
+    s.sample_once()
+    assert s.samples.peak_host_rss_bytes > 0 and any("fallen off the bus" in n for n in s.samples.notes)
+
+
+def test_a_process_that_has_exited_is_sampled_as_nothing_more():
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    s = monitor.Sampler(proc.pid)
+    proc.wait()
+    s.sample_once()
+    assert s.samples.peak_main_rss_bytes == 0.0 and s.samples.notes == []
+    assert monitor.metrics(s.samples, {"peak_main_rss_bytes": 7e7})["peak_host_rss_bytes"] == 7e7
+
+
+# A fake measuring child: holds MAIN_MB of its own, starts a "loader worker" holding WORKER_MB, says "ready".
+_TREE = """
+import subprocess, sys, time
+main = bytearray({main} * 2**20)
+worker = subprocess.Popen([sys.executable, "-c",
+    "import sys, time; w = bytearray({worker} * 2**20); print('up', flush=True); time.sleep(600)"],
+    stdout=subprocess.PIPE, text=True)
+worker.stdout.readline()
+print("ready", flush=True)
+time.sleep(600)
+"""
+
+
+def test_the_parent_sees_the_child_and_its_worker_memory_from_outside():
+    child = subprocess.Popen([sys.executable, "-c", _TREE.format(main=300, worker=150)], stdout=subprocess.PIPE,
+                             text=True, start_new_session=True)
+    try:
+        assert child.stdout.readline().strip() == "ready"
+        s = monitor.Sampler(child.pid)
+        s.sample_once()
+        s.sample_once()
+        out = monitor.metrics(s.samples, {})
+    finally:
+        os.killpg(child.pid, signal.SIGKILL)
+        child.wait()
+    mb = 2**20
+    assert 300 * mb < out["peak_main_rss_bytes"] < 450 * mb  # the child's bytearray plus the interpreter
+    assert len(out["worker_rss_bytes"]) == 1 and 150 * mb < out["peak_worker_rss_bytes"] < 300 * mb
+    assert out["peak_host_rss_bytes"] >= out["peak_main_rss_bytes"] + 150 * mb
+    assert out["gpu_util_pct"] is None and out["gpu_sample_note"] == ""
+
+
+def test_the_childs_own_kernel_peak_is_kept_when_the_parent_sampled_less():
+    samples = monitor.Samples(peak_host_rss_bytes=3e8, peak_main_rss_bytes=2e8, peak_worker_rss_bytes={7: 1e8, 9: 5e7})
+    out = monitor.metrics(samples, {"peak_main_rss_bytes": 4e8, "peak_host_rss_bytes": 4e8})
+    assert out["peak_main_rss_bytes"] == 4e8 and out["peak_host_rss_bytes"] == 4e8
+    assert out["worker_rss_bytes"] == [1e8, 5e7] and out["peak_worker_rss_bytes"] == 1e8
+    # a GPU named by the child but no sample taken (a window shorter than one poll): said, not left blank
+    assert "shorter than measure.sample_interval_s" in monitor.metrics(samples, {}, gpu_named=True)["gpu_sample_note"]
+
+
+def test_the_parent_resolves_the_childs_device_with_nvml_alone():
+    nvml = FakeNvml(uuids={"GPU-abc": "gpu3"})
+    h = monitor.nvml_handle_for({"index": 0, "uuid": "abc", "pci_bus": "x", "visible": None}, nvml=nvml)
+    assert (h.handle, h.how) == ("gpu3", "uuid") and nvml.calls[0] == "init"
 
 
 def test_mig_instance_skips_utilisation_and_power_with_a_note():
     nvml = FakeNvml()
-    s = monitor.Sampler(0.01, monitor.GpuHandle("mig-1", mig=True, how="uuid"), nvml=nvml)
-    s.measuring.set()
+    s = monitor.Sampler(os.getpid(), monitor.GpuHandle("mig-1", mig=True, how="uuid"), nvml=nvml)
+    s.measuring = True
     s.sample_once()
     assert s.samples.gpu_util_pct == [] and s.samples.gpu_mem_used_bytes == [5 * 2**30]
     assert "util" not in nvml.calls
@@ -142,8 +215,8 @@ def test_no_pci_fallback_under_mig_and_no_index_fallback_with_several_gpus():
 
 
 def test_a_handle_that_could_not_be_found_records_its_note_and_samples_host_only():
-    s = monitor.Sampler(0.01, monitor.GpuHandle(None, note="NVML: no handle"), nvml=FakeNvml())
-    s.measuring.set()
+    s = monitor.Sampler(os.getpid(), monitor.GpuHandle(None, note="NVML: no handle"), nvml=FakeNvml())
+    s.measuring = True
     s.sample_once()
     assert s.samples.gpu_mem_used_bytes == [] and s.samples.notes == ["NVML: no handle"]
     assert s.samples.peak_host_rss_bytes > 0

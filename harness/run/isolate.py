@@ -1,7 +1,10 @@
 """Run one resolved config in a fresh child process with a timeout; always return a record.
 
 The parent never trains: it starts ``python -m harness.run.child``, watches its progress file and the
-clock, and turns whatever happens (a result, a crash, a hang) into a RunRecord.
+clock, and turns whatever happens (a result, a crash, a hang) into a RunRecord. Between polls it sleeps,
+and at each poll it samples the child's memory and its GPU from outside (``harness.run.monitor.Sampler``),
+so that the measured process itself runs no sampling thread: the parent shares the CPU with the child,
+and anything it does costs the child what it takes.
 
 No orphan survives the parent, however the parent ends:
   * the child runs in a process group of its own (its loader workers join it), and the parent kills
@@ -29,10 +32,11 @@ from pathlib import Path
 from typing import Callable
 
 from harness import config as config_mod
+from harness.run import monitor
 from harness.store import RunRecord, new_id, utc_timestamp
 
 REPO_ROOT = Path(__file__).resolve().parent.parent.parent
-POLL_S = 0.25
+POLL_S = 0.5  # the longest sleep between polls: how late a timeout or the window's edges may be seen
 JOB_PREFIX = "harness-job-"
 KILL_WAIT_S = 10.0  # how long to wait for a killed group's processes to be gone (GPU memory back)
 
@@ -76,7 +80,7 @@ def execute(cfg: config_mod.RunConfig, env: dict, env_key: str, on_progress: Pro
         (job / "parent.pid").write_text(str(os.getpid()))
         (job / "config.json").write_text(json.dumps(config_mod.to_dict(cfg)))
         (job / "env.json").write_text(json.dumps(env, default=str))
-        status, error, metrics = _run_child(job, cfg.timeout_s, on_progress)
+        status, error, metrics = _run_child(job, cfg.timeout_s, on_progress, cfg.measure.sample_interval_s)
     record = base_record(cfg, env, env_key, status, error)
     for key, value in metrics.items():
         if hasattr(record, key):
@@ -84,7 +88,8 @@ def execute(cfg: config_mod.RunConfig, env: dict, env_key: str, on_progress: Pro
     return record
 
 
-def _run_child(job: Path, timeout_s: float, on_progress: ProgressFn | None) -> tuple[str, str, dict]:
+def _run_child(job: Path, timeout_s: float, on_progress: ProgressFn | None,
+               sample_interval_s: float = 0.5) -> tuple[str, str, dict]:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), env.get("PYTHONPATH", "")) if p)
     env["HARNESS_PARENT_PID"] = str(os.getpid())
@@ -98,14 +103,18 @@ def _run_child(job: Path, timeout_s: float, on_progress: ProgressFn | None) -> t
             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, start_new_session=True,
         )
         _LIVE.add(proc)
+        watch = _Watch(monitor.Sampler(proc.pid), sample_interval_s)
         try:
-            timed_out = _wait(proc, job, start, timeout_s, on_progress)
+            timed_out = _wait(proc, job, start, timeout_s, on_progress, watch)
         finally:
             _kill_group(proc)
             _LIVE.discard(proc)
     result = _read_result(job / "result.json")
     if result is not None:  # a child that wrote its result and then hung on exit still measured
-        return result.pop("status"), result.pop("error", ""), result
+        status, error = result.pop("status"), result.pop("error", "")
+        if status == "ok" and "peak_main_rss_bytes" in result:  # a measurement: add what the parent sampled
+            result.update(monitor.metrics(watch.sampler.samples, result, gpu_named=watch.gpu_named))
+        return status, error, result
     if timed_out:
         return "timeout", f"no result after timeout_s={timeout_s:g} s; killed.\n{_tail(log_path)}", {}
     code = proc.returncode
@@ -113,18 +122,69 @@ def _run_child(job: Path, timeout_s: float, on_progress: ProgressFn | None) -> t
     return "error", f"the measuring process {how} without writing a result.\n{_tail(log_path)}", {}
 
 
-def _wait(proc: subprocess.Popen, job: Path, start: float, timeout_s: float, on_progress: ProgressFn | None) -> bool:
+class _Watch:
+    """What the parent follows of a running child: its progress markers and the sampler they steer."""
+
+    def __init__(self, sampler: monitor.Sampler, interval_s: float):
+        self.sampler = sampler
+        self.interval_s = max(0.01, float(interval_s))
+        self.next_sample = 0.0
+        self.gpu_named = False
+        self.info: dict | None = None
+        self._stamp = None
+
+    def read_progress(self, path: Path) -> dict | None:
+        """The child's latest marker, parsed again only when the file has changed (markers are rare)."""
+        try:
+            st = path.stat()
+        except OSError:
+            return self.info
+        stamp = (st.st_mtime_ns, st.st_size, st.st_ino)
+        if stamp != self._stamp:
+            try:
+                info = json.loads(path.read_text())
+            except (json.JSONDecodeError, OSError):
+                return self.info
+            self._stamp = stamp
+            self._follow(info)
+        return self.info
+
+    def _follow(self, info: dict) -> None:
+        self.info = info
+        phase = info.get("phase")
+        if info.get("gpu") and not self.gpu_named:
+            self.gpu_named = True
+            handle = monitor.nvml_handle_for(info["gpu"])  # pynvml only: the parent never initialises CUDA
+            if handle is not None:
+                self.sampler.attach_gpu(handle)
+        was = self.sampler.measuring
+        self.sampler.measuring = phase == "measure"  # GPU samples only between "measure" and "measured"
+        if self.sampler.measuring and not was:
+            self.next_sample = 0.0  # one sample as soon as the window is seen open
+
+    def sample_if_due(self, now: float) -> None:
+        if now >= self.next_sample:
+            self.sampler.sample_once()  # never raises
+            self.next_sample = now + self.interval_s
+
+    def sleep_s(self, now: float) -> float:
+        return max(0.01, min(POLL_S, self.next_sample - now))
+
+
+def _wait(proc: subprocess.Popen, job: Path, start: float, timeout_s: float, on_progress: ProgressFn | None,
+          watch: _Watch | None = None) -> bool:
     progress_path = job / "progress.json"
+    watch = watch or _Watch(monitor.Sampler(proc.pid), POLL_S)
     while proc.poll() is None:
-        elapsed = time.monotonic() - start
+        now = time.monotonic()
+        elapsed = now - start
         if elapsed > timeout_s:
             return True
-        if on_progress and progress_path.exists():
-            try:
-                on_progress(json.loads(progress_path.read_text()), elapsed)
-            except (json.JSONDecodeError, OSError):
-                pass
-        time.sleep(POLL_S)
+        info = watch.read_progress(progress_path)
+        watch.sample_if_due(now)
+        if on_progress and info is not None:
+            on_progress(info, elapsed)
+        time.sleep(watch.sleep_s(time.monotonic()))
     return False
 
 

@@ -7,6 +7,10 @@ in steady state each step's host time equals the device's pace. The only syncs a
 the measured window opens and one after it closes, so that the window holds exactly the measured
 steps' device work, and (b) ``loss.item()`` every ``log_every_n_steps`` steps, which is the cost
 of logging that the knob exists to measure.
+
+Nothing else runs in this process while it measures: no sampling thread (the parent samples memory and GPU
+from outside, see ``harness.run.monitor``), no per-step write. Per step the loop only reads the clock and
+appends to lists; progress markers are written at phase changes only.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ import math
 import os
 import signal
 import statistics
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -83,26 +88,38 @@ def train_and_measure(cfg, workload: Workload, progress) -> tuple[Measurement, d
         batches = iter(lambda: fixed, None)
     accum = cfg.accumulate_grad_batches
     m = Measurement(samples_per_step=cfg.batch_size * accum)
-    total_steps = cfg.measure.warmup_steps + cfg.measure.steps
+    auto = cfg.measure.steps == "auto"
+    steps = cfg.measure.max_steps if auto else cfg.measure.steps
+    total_steps = cfg.measure.warmup_steps + steps
+    # steps=auto: the stopping rule is checked after 10, 20, 40, ... measured steps (a handful of checks in all),
+    # and the time cap is one comparison per step of a clock already read.
+    next_check = AUTO_FIRST_CHECK if auto else math.inf
+    max_s = cfg.measure.max_s if auto else math.inf
+    # Read once, so that the loop's only per-step work beyond training is the clock and two list appends.
+    warmup = cfg.measure.warmup_steps
+    log_every = cfg.log_every_n_steps
     nan_step = cfg.debug.fault_step if cfg.debug.fault == "nan" else -1
+    fault_step = cfg.debug.fault_step if cfg.debug.fault in ("oom", "hang", "crash") else -1
     slowdown_s = cfg.debug.slowdown_ms / 1000.0
+    set_to_none = cfg.optimizer.zero_grad_set_to_none
 
-    nvml = monitor.nvml_handle_for(device.index or 0) if device.type == "cuda" else None
-    sampler = monitor.Sampler(cfg.measure.sample_interval_s, nvml)
-    sampler.start()
+    # The parent samples NVML for this device from outside; it must not initialise CUDA to find it, so the child
+    # names the device (UUID, PCI bus) once, in the warm-up marker.
+    gpu = monitor.gpu_identity(device.index or 0) if device.type == "cuda" else None
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
     # CUDA-graph compile modes: tell the graph trees where an iteration starts, so that outputs of the previous
     # replay may be reused (no sync; without it, a replay can find last step's outputs still "live").
     mark_step = _cudagraph_step_marker(cfg, device)
     vram: dict[str, float | None] = {}
-    progress("warmup", steps=cfg.measure.warmup_steps)
+    progress("warmup", steps=cfg.measure.warmup_steps, **({"gpu": gpu} if gpu else {}))
+    threads_in_window = None
 
     t_prev = time.perf_counter()
     window_start = t_prev
     loss = None
     for step in range(total_steps):
-        if step == cfg.measure.warmup_steps:
+        if step == warmup:
             _sync(device)  # (a) the window opens on an idle device
             if device.type == "cuda":
                 # The warm-up peak holds cuDNN benchmark trials, autotuning and graph capture: kept apart, and
@@ -110,16 +127,19 @@ def train_and_measure(cfg, workload: Workload, progress) -> tuple[Measurement, d
                 vram["warmup_peak_vram_bytes"] = float(torch.cuda.max_memory_allocated(device))
                 vram["warmup_peak_vram_reserved_bytes"] = float(torch.cuda.max_memory_reserved(device))
                 torch.cuda.reset_peak_memory_stats(device)
-            progress("measure", steps=cfg.measure.steps, warmup_ms=m.warmup_ms)
+            # The parent keeps GPU samples from this marker on, until "measured".
+            progress("measure", steps=steps, warmup_ms=m.warmup_ms, auto=auto)
+            threads_in_window = threading.active_count()  # the tests hold this at 1 without loader threads
+            # CPU accounting is read here and at the close (two readings, none per step): exact at the window's
+            # edges, which the parent's polls would only see up to one poll late.
             monitor.cpu_percent_since_last_call()
             clock_start = monitor.CpuClock.read()
-            sampler.measuring.set()
             t_prev = window_start = time.perf_counter()
         wait = 0.0
         if mark_step:
             mark_step()
         if prep:
-            prep.optimizer.zero_grad(set_to_none=cfg.optimizer.zero_grad_set_to_none)
+            prep.optimizer.zero_grad(set_to_none=set_to_none)
         for _ in range(accum):
             t0 = time.perf_counter()
             x, y = next(batches)
@@ -139,32 +159,42 @@ def train_and_measure(cfg, workload: Workload, progress) -> tuple[Measurement, d
             prep.scaler.update()
         elif prep:
             prep.optimizer.step()
-        inject_fault(cfg, step, device)
+        if step == fault_step:
+            inject_fault(cfg, step, device)
         if slowdown_s:
             time.sleep(slowdown_s)
-        if loss is not None and (step == 0 or (step + 1) % cfg.log_every_n_steps == 0):
+        if loss is not None and (step == 0 or (step + 1) % log_every == 0):
             value = loss.item() * accum  # (b) the logging sync
             if step == 0:
                 m.loss_first = value
             if not math.isfinite(value):
-                raise NonFiniteLoss(step, value, cfg.log_every_n_steps)
+                raise NonFiniteLoss(step, value, log_every)
         t = time.perf_counter()
-        (m.warmup_ms if step < cfg.measure.warmup_steps else m.step_ms).append((t - t_prev) * 1000.0)
-        if step >= cfg.measure.warmup_steps:
-            m.data_wait_ms.append(wait * 1000.0)
+        (m.warmup_ms if step < warmup else m.step_ms).append((t - t_prev) * 1000.0)
         t_prev = t
+        if step < warmup:
+            continue
+        m.data_wait_ms.append(wait * 1000.0)
+        if t - window_start >= max_s:
+            break
+        if len(m.step_ms) >= next_check:
+            if mean_is_known(m.step_ms, AUTO_REL_HALF_WIDTH):
+                break
+            next_check *= 2
+            t_prev = time.perf_counter()  # the check's own time (well under a millisecond) is in no step
     _sync(device)  # (a) the window closes when the device has finished the measured steps
+    last = step
     m.measured_s = time.perf_counter() - window_start
     cpu_pct = monitor.cpu_percent_since_last_call()
     other_pct = monitor.other_cpu_percent(clock_start, monitor.CpuClock.read())
-    sampler.measuring.clear()
-    samples = sampler.stop()
+    progress("measured")  # the window has closed: the parent stops keeping GPU samples
     if loss is not None:
         m.loss_last = loss.item() * accum
         if not math.isfinite(m.loss_last):
-            raise NonFiniteLoss(total_steps - 1, m.loss_last, cfg.log_every_n_steps)
-    extras = _extras(cfg, workload, prep, m, samples, cpu_pct)
+            raise NonFiniteLoss(last, m.loss_last, cfg.log_every_n_steps)
+    extras = _extras(cfg, prep, cpu_pct)
     extras["other_cpu_pct"] = other_pct
+    extras["python_threads_in_window"] = threads_in_window
     extras.update(vram)
     if prep is not None:
         extras["backend_flags"] = json.dumps(prep.backend_flags, sort_keys=True)
@@ -172,20 +202,22 @@ def train_and_measure(cfg, workload: Workload, progress) -> tuple[Measurement, d
     return m, extras
 
 
-def _extras(cfg, workload, prep, m: Measurement, samples: monitor.Samples, cpu_pct: float) -> dict:
+def _extras(cfg, prep, cpu_pct: float) -> dict:
     device = torch.device(cfg.device)
-    workers = sorted(samples.peak_worker_rss_bytes.values(), reverse=True)
+    own_peak = monitor.own_peak_rss_bytes()
     out = {
-        "peak_host_rss_bytes": samples.peak_host_rss_bytes or None,
-        "peak_main_rss_bytes": samples.peak_main_rss_bytes or None,
-        "peak_worker_rss_bytes": workers[0] if workers else None,
-        "worker_rss_bytes": workers,
+        # The child's own exact peak (the kernel's high-water mark, read once). The parent, which samples this
+        # process and its loader workers from outside, adds the workers' peaks and the GPU metrics
+        # (``monitor.metrics``); run in-process (tests), these are what the process knows of itself.
+        "peak_host_rss_bytes": own_peak,
+        "peak_main_rss_bytes": own_peak,
+        "peak_worker_rss_bytes": None,
+        "worker_rss_bytes": [],
         "cpu_util_pct": cpu_pct,
-        "gpu_util_pct": _mean(samples.gpu_util_pct),
-        # NVML's "used" is device-wide: every process's memory and the CUDA contexts, not only this run's tensors.
-        "gpu_mem_used_bytes": max(samples.gpu_mem_used_bytes, default=None),
-        "gpu_power_w": _mean(samples.gpu_power_w),
-        "gpu_sample_note": "; ".join(samples.notes),
+        "gpu_util_pct": None,
+        "gpu_mem_used_bytes": None,
+        "gpu_power_w": None,
+        "gpu_sample_note": "",
         # Peaks of the measured window (reset when it opens). Allocated: live tensors. Reserved: what the caching
         # allocator holds from the device, which is what must fit in the GPU's memory.
         "peak_vram_bytes": float(torch.cuda.max_memory_allocated(device)) if device.type == "cuda" else None,
@@ -195,6 +227,31 @@ def _extras(cfg, workload, prep, m: Measurement, samples: monitor.Samples, cpu_p
     return out
 
 
+AUTO_FIRST_CHECK = 10  # measured steps before steps=auto first asks whether the mean is known
+AUTO_REL_HALF_WIDTH = 0.01  # steps=auto stops once the mean step time's 95% interval is within +-1%
+
+
+def mean_is_known(step_ms: list[float], rel: float) -> bool:
+    """Whether the 95% t-interval of the mean step time is within +-rel of the mean (pyperf's calibration idea).
+
+    Steps are not independent (a slow stretch of the machine spans several), so this is a stopping rule, not a
+    claim about the run: the noise that matters between runs is handled by repeats (docs/statistics.md).
+    """
+    n = len(step_ms)
+    if n < AUTO_FIRST_CHECK:  # too few to tell (and t975 is exact enough from 9 degrees of freedom on)
+        return False
+    mean = statistics.fmean(step_ms)
+    half = t975(n - 1) * statistics.stdev(step_ms, mean) / math.sqrt(n)
+    return mean > 0 and half <= rel * mean
+
+
+def t975(df: int) -> float:
+    """Student's t 97.5% quantile (Cornish-Fisher expansion around the normal's: within 0.2% from df=9 on), so
+    that the child needs no scipy."""
+    z = 1.959963984540054
+    return z + (z**3 + z) / (4 * df) + (5 * z**5 + 16 * z**3 + 3 * z) / (96 * df**2)
+
+
 def _cudagraph_step_marker(cfg, device: torch.device):
     """``torch.compiler.cudagraph_mark_step_begin`` when this run captures CUDA graphs, else None."""
     from harness.config import CUDAGRAPH_COMPILE_MODES
@@ -202,10 +259,6 @@ def _cudagraph_step_marker(cfg, device: torch.device):
     if device.type != "cuda" or cfg.compile not in CUDAGRAPH_COMPILE_MODES or cfg.measure.mode == "loader":
         return None
     return getattr(torch.compiler, "cudagraph_mark_step_begin", None)
-
-
-def _mean(values: list[float]) -> float | None:
-    return statistics.fmean(values) if values else None
 
 
 def model_flops_per_sample(cfg, workload: Workload) -> float | None:

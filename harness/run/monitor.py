@@ -1,13 +1,18 @@
-"""Cheap background sampling of GPU (NVML) and host memory (psutil): one thread, no syncs.
+"""Sampling of the measuring process from the outside: GPU (NVML) and host memory (psutil), in the parent.
 
-Calling nvidia-smi every step once slowed training ~10x (Lightning); NVML from a thread that wakes
-every ``interval_s`` costs the training loop nothing it would notice.
+Calling nvidia-smi every step once slowed training ~10x (Lightning). A sampling thread inside the measured
+process is not free either: on a small CPU its wake-ups preempt the compute threads (oneDNN's OpenMP team
+spins at barriers on every core, and one preempted thread stalls them all), which made bf16 steps on a
+2-core machine several times slower. So the measured process runs no sampler at all: the parent, which
+only waits for it, reads the child's memory (and its loader workers') through psutil by PID and the GPU
+through NVML (which creates no CUDA context) between its polls of the progress file.
 """
 
 from __future__ import annotations
 
 import os
-import threading
+import resource
+import sys
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -44,59 +49,68 @@ _GPU_METRICS: tuple[tuple[str, str, Callable[[Any, Any], float]], ...] = (
 )
 
 
-class Sampler(threading.Thread):
-    """Samples host RSS (main + loader workers) always, GPU stats only inside the measured window.
+class Sampler:
+    """Samples the host RSS of a process tree (a measuring child + its loader workers) always, and GPU stats
+    only while ``measuring`` is set (the measured window). No thread: its owner calls ``sample_once``.
 
     Every NVML call is guarded on its own: a metric whose call fails (not supported on a MIG instance, a GPU
     fallen off the bus) is read no more and ends as None with a note, while the others, and the host memory
-    peaks, go on being sampled. The thread itself never dies of a sampling error.
+    peaks, go on being sampled. ``sample_once`` never raises.
     """
 
-    def __init__(self, interval_s: float, nvml_handle: GpuHandle | Any = None, nvml=None):
-        super().__init__(daemon=True, name="harness-sampler")
-        self.interval_s = interval_s
-        if nvml_handle is not None and not isinstance(nvml_handle, GpuHandle):
-            nvml_handle = GpuHandle(nvml_handle)
-        self.gpu: GpuHandle | None = nvml_handle
-        self._nvml = nvml  # the pynvml module (injectable for tests); imported on first use
+    def __init__(self, pid: int | None = None, nvml_handle: GpuHandle | Any = None, nvml=None):
         self.samples = Samples()
-        self.measuring = threading.Event()
-        self._halt = threading.Event()
-        self._proc = psutil.Process()
+        self.measuring = False
+        self.gpu: GpuHandle | None = None
+        self._nvml = nvml  # the pynvml module (injectable for tests); imported on first use
         self._dead: set[str] = set()
-        if self.gpu is not None and self.gpu.note:
-            self.samples.notes.append(self.gpu.note)
-        if self.gpu is not None and self.gpu.handle is None:
-            self.gpu = None
-        elif self.gpu is not None and self.gpu.mig:
+        try:
+            self._proc = psutil.Process(pid)
+        except psutil.Error:
+            self._proc = None
+        if nvml_handle is not None:
+            self.attach_gpu(nvml_handle)
+
+    def attach_gpu(self, nvml_handle: GpuHandle | Any) -> None:
+        """Start sampling this device (the child names it once CUDA is up; the parent resolves the handle)."""
+        if not isinstance(nvml_handle, GpuHandle):
+            nvml_handle = GpuHandle(nvml_handle)
+        if nvml_handle.note:
+            self._note(nvml_handle.note)
+        self.gpu = nvml_handle if nvml_handle.handle is not None else None
+        if self.gpu is not None and self.gpu.mig:
             for name in ("gpu_util_pct", "gpu_power_w"):
                 self._give_up(name, "not reported by NVML for a MIG instance")
 
-    def run(self) -> None:
-        while not self._halt.is_set():
-            try:
-                self.sample_once()
-            except Exception as exc:  # whatever goes wrong, the host peaks must keep being sampled
-                self._note(f"sampler: {type(exc).__name__}: {exc}")
-            self._halt.wait(self.interval_s)
-
     def sample_once(self) -> None:
         try:
+            self._sample_host()
+        except Exception as exc:  # whatever goes wrong, the next sample is taken all the same
+            self._note(f"sampler: {type(exc).__name__}: {exc}")
+        if self.gpu is not None and self.measuring:
+            try:
+                self._sample_gpu()
+            except Exception as exc:
+                self._note(f"sampler: {type(exc).__name__}: {exc}")
+
+    def _sample_host(self) -> None:
+        if self._proc is None:
+            return
+        try:
             total = self._proc.memory_info().rss
-            self.samples.peak_main_rss_bytes = max(self.samples.peak_main_rss_bytes, float(total))
-            for child in self._proc.children(recursive=True):
-                try:
-                    rss = child.memory_info().rss
-                except psutil.Error:
-                    continue
-                total += rss
-                peaks = self.samples.peak_worker_rss_bytes
-                peaks[child.pid] = max(peaks.get(child.pid, 0.0), float(rss))
-            self.samples.peak_host_rss_bytes = max(self.samples.peak_host_rss_bytes, float(total))
-        except psutil.Error:
-            pass
-        if self.gpu is not None and self.measuring.is_set():
-            self._sample_gpu()
+            children = _descendants(self._proc)
+        except psutil.Error:  # the child has exited: nothing left to read
+            return
+        self.samples.peak_main_rss_bytes = max(self.samples.peak_main_rss_bytes, float(total))
+        for child in children:
+            try:
+                rss = child.memory_info().rss
+            except psutil.Error:
+                continue
+            total += rss
+            peaks = self.samples.peak_worker_rss_bytes
+            peaks[child.pid] = max(peaks.get(child.pid, 0.0), float(rss))
+        self.samples.peak_host_rss_bytes = max(self.samples.peak_host_rss_bytes, float(total))
 
     def _sample_gpu(self) -> None:
         if self._nvml is None:
@@ -124,32 +138,95 @@ class Sampler(threading.Thread):
         if text not in self.samples.notes:
             self.samples.notes.append(text)
 
-    def stop(self) -> Samples:
-        self._halt.set()
-        self.join(timeout=5)
+
+def _descendants(proc: psutil.Process) -> list[psutil.Process]:
+    """The process's children, grandchildren, ... Linux lists each thread's children in /proc: reading those few
+    files costs a tenth of psutil's ``children()``, which reads every process on the machine (1.6 ms a sample)."""
+    if not os.path.exists(f"/proc/{proc.pid}/task/{proc.pid}/children"):  # not Linux, or no CONFIG_PROC_CHILDREN
+        return proc.children(recursive=True)
+    found: list[psutil.Process] = []
+    todo = [proc.pid]
+    while todo:
+        pid = todo.pop()
         try:
-            self.sample_once()
-        except Exception as exc:
-            self._note(f"sampler: {type(exc).__name__}: {exc}")
-        return self.samples
+            tids = os.listdir(f"/proc/{pid}/task")
+        except OSError:  # gone meanwhile
+            continue
+        for tid in tids:
+            try:
+                with open(f"/proc/{pid}/task/{tid}/children") as f:
+                    kids = [int(k) for k in f.read().split()]
+            except (OSError, ValueError):
+                continue
+            for kid in kids:
+                try:
+                    found.append(psutil.Process(kid))
+                except psutil.Error:
+                    continue
+                todo.append(kid)
+    return found
 
 
-def nvml_handle_for(torch_device_index: int) -> GpuHandle | None:
-    """The NVML handle of the GPU (or MIG instance) torch calls ``cuda:<index>``; None without NVML."""
+def metrics(samples: Samples, child: dict, gpu_named: bool = False) -> dict:
+    """The record's memory and GPU fields from the parent's samples, merged with what the child measured of
+    itself (its exact peak RSS, from the kernel): a peak is the larger of the two, never lower than either."""
+    main = max(samples.peak_main_rss_bytes, float(child.get("peak_main_rss_bytes") or 0.0))
+    host = max(samples.peak_host_rss_bytes, float(child.get("peak_host_rss_bytes") or 0.0), main)
+    workers = sorted(samples.peak_worker_rss_bytes.values(), reverse=True)
+    notes = list(samples.notes)
+    gpu = samples.gpu_util_pct or samples.gpu_mem_used_bytes or samples.gpu_power_w
+    if gpu_named and not gpu and not notes:
+        notes.append("no GPU sample: the measured window was shorter than measure.sample_interval_s")
+    return {
+        "peak_host_rss_bytes": host or None,
+        "peak_main_rss_bytes": main or None,
+        "peak_worker_rss_bytes": workers[0] if workers else None,
+        "worker_rss_bytes": workers,
+        "gpu_util_pct": _mean(samples.gpu_util_pct),
+        # NVML's "used" is device-wide: every process's memory and the CUDA contexts, not only this run's tensors.
+        "gpu_mem_used_bytes": max(samples.gpu_mem_used_bytes, default=None),
+        "gpu_power_w": _mean(samples.gpu_power_w),
+        "gpu_sample_note": "; ".join(notes),
+    }
+
+
+def _mean(values: list[float]) -> float | None:
+    return sum(values) / len(values) if values else None
+
+
+def own_peak_rss_bytes() -> float:
+    """This process's peak RSS over its life, kept by the kernel: exact, and free to read once."""
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return float(peak if sys.platform == "darwin" else peak * 1024)  # bytes on macOS, KiB on Linux
+
+
+def gpu_identity(torch_device_index: int) -> dict:
+    """What names the CUDA device in NVML's terms (read in the child, which has CUDA up already; the parent must
+    never initialise CUDA): its UUID and PCI bus id, and the CUDA_VISIBLE_DEVICES it was seen under."""
+    import torch
+
+    props = torch.cuda.get_device_properties(torch_device_index)
+    return {
+        "index": torch_device_index,
+        "uuid": str(getattr(props, "uuid", "") or ""),
+        "pci_bus": f"{props.pci_domain_id:08x}:{props.pci_bus_id:02x}:{props.pci_device_id:02x}.0",
+        "visible": os.environ.get("CUDA_VISIBLE_DEVICES"),
+    }
+
+
+def nvml_handle_for(identity: dict, nvml=None) -> GpuHandle | None:
+    """The NVML handle of the device the child named (``gpu_identity``); None without NVML. No torch, no CUDA."""
     try:
-        import pynvml
-        import torch
-
-        pynvml.nvmlInit()
-        props = torch.cuda.get_device_properties(torch_device_index)
+        if nvml is None:
+            import pynvml as nvml
+        nvml.nvmlInit()
     except Exception:  # NVML missing or unusable: GPU utilisation stays empty, never invented
         return None
-    uuid = str(getattr(props, "uuid", "") or "")
-    bus = f"{props.pci_domain_id:08x}:{props.pci_bus_id:02x}:{props.pci_device_id:02x}.0"
     try:
-        return resolve_handle(pynvml, uuid, bus, os.environ.get("CUDA_VISIBLE_DEVICES"))
+        return resolve_handle(nvml, identity.get("uuid", ""), identity.get("pci_bus", ""), identity.get("visible"))
     except Exception as exc:
-        return GpuHandle(None, note=f"NVML: no handle for cuda:{torch_device_index} ({type(exc).__name__}: {exc})")
+        return GpuHandle(None, note=f"NVML: no handle for cuda:{identity.get('index', 0)} "
+                                    f"({type(exc).__name__}: {exc})")
 
 
 def resolve_handle(nvml, uuid: str, pci_bus: str, visible: str | None) -> GpuHandle:
