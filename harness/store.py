@@ -345,19 +345,24 @@ def load_runs(results_dir: str | os.PathLike = "results", *, sweep: str | None =
     return table.to_pandas()
 
 
-def resolve_sweep_id(frame, sweep: str) -> str:
-    """``latest`` (the sweep with the newest record) or an id that exists; ValueError otherwise."""
-    swept = frame[frame["sweep_id"].fillna("") != ""]
-    if swept.empty:
-        raise ValueError("the store holds no sweep yet: run `python -m harness sweep +ladder=NAME` first")
-    if sweep == "latest":
-        return str(swept.sort_values("timestamp")["sweep_id"].iloc[-1])
-    ids = sorted(swept["sweep_id"].unique())
-    if sweep not in ids:
+def resolve_id(frame, column: str, wanted: str, what: str, how_to_make: str) -> str:
+    """``latest`` (the ``column`` value of the newest record) or a value that exists; ValueError otherwise."""
+    present = frame[frame[column].fillna("") != ""] if column in frame else frame.iloc[0:0]
+    if present.empty:
+        raise ValueError(f"the store holds no {what} yet: run `{how_to_make}` first")
+    if wanted == "latest":
+        return str(present.sort_values("timestamp")[column].iloc[-1])
+    ids = sorted(present[column].unique())
+    if wanted not in ids:
         from harness.registry import unknown_choice
 
-        raise unknown_choice("sweep", sweep, ids[-20:])
-    return sweep
+        raise unknown_choice(what, wanted, ids[-20:])
+    return wanted
+
+
+def resolve_sweep_id(frame, sweep: str) -> str:
+    """``latest`` (the sweep with the newest record) or a sweep id that exists; ValueError otherwise."""
+    return resolve_id(frame, "sweep_id", sweep, "sweep", "python -m harness sweep +ladder=NAME")
 
 
 def resolve_sweep(results_dir, sweep: str) -> str:

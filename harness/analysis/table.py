@@ -13,7 +13,7 @@ import sys
 from dataclasses import dataclass, field
 
 from harness.analysis import noise_model, stats
-from harness.store import resolve_sweep_id  # noqa: F401 (the rule for "latest", part of this API)
+from harness.store import resolve_id, resolve_sweep_id  # noqa: F401 (resolve_sweep_id: part of this API)
 from harness.store import load_runs
 
 MEMORY_NOTE = {"cuda": "peak VRAM reserved", "cpu": "peak host RSS"}
@@ -370,19 +370,8 @@ class CampaignSummary:
 
 
 def resolve_campaign_id(frame, campaign: str) -> str:
-    """``latest`` (the campaign with the newest record) or an id that exists; ValueError otherwise."""
-    column = frame["campaign_id"] if "campaign_id" in frame else None
-    ran = frame[column.fillna("") != ""] if column is not None else frame.iloc[0:0]
-    if ran.empty:
-        raise ValueError("the store holds no campaign yet: run `python -m harness sweep -m +ladder=A,B ...` first")
-    if campaign == "latest":
-        return str(ran.sort_values("timestamp")["campaign_id"].iloc[-1])
-    ids = sorted(ran["campaign_id"].unique())
-    if campaign not in ids:
-        from harness.registry import unknown_choice
-
-        raise unknown_choice("campaign", campaign, ids[-20:])
-    return campaign
+    """``latest`` (the campaign with the newest record) or a campaign id that exists; ValueError otherwise."""
+    return resolve_id(frame, "campaign_id", campaign, "campaign", "python -m harness sweep -m +ladder=A,B ...")
 
 
 def campaign_summary(frame, campaign: str = "latest") -> CampaignSummary:

@@ -10,7 +10,7 @@ import copy
 from harness.commands import hydra_edge
 from harness import config as config_mod
 from harness.run import runner
-from harness.store import check_writable, new_id
+from harness.store import new_id
 
 PARTS = (("loader", "loader alone (no model)"), ("model", "model alone (one batch kept on the device)"),
          ("train", "full training step"))
@@ -29,9 +29,7 @@ def task(cfg) -> int:
         settings = config_mod.from_dict(hydra_edge.plain_settings(cfg))
         if settings.measure.mode != "train":
             raise ValueError("measure.mode is set by diagnose itself (loader, model, train); remove it")
-        base = runner.resolve(settings, runner.Machine.detect())
-        check_writable(base.results_dir)
-        runner.prepare_data(base, console.print)
+        base = runner.ready(settings, console.print)
     except (ValueError, OSError) as exc:
         console.print(f"[red]error:[/] {exc}")
         return 2

@@ -13,7 +13,7 @@ import sys
 from harness.commands import hydra_edge
 from harness import config as config_mod
 from harness.run import runner
-from harness.store import check_writable, new_id
+from harness.store import new_id
 
 DEFAULT_RUNS = 5
 RUNS_KEY = "noise.runs"
@@ -49,9 +49,7 @@ def task(cfg, runs: int) -> int:
 
     try:
         settings = config_mod.from_dict(hydra_edge.plain_settings(cfg))
-        base = runner.resolve(settings, runner.Machine.detect())
-        check_writable(base.results_dir)
-        runner.prepare_data(base, console.print)
+        base = runner.ready(settings, console.print)
     except (ValueError, OSError) as exc:
         console.print(f"[red]error:[/] {exc}")
         return 2

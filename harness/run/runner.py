@@ -32,6 +32,17 @@ def environment(device: str) -> tuple[dict, str]:
     return env, env_mod.env_key(env, device)
 
 
+def ready(settings: config_mod.RunConfig, log=print) -> config_mod.RunConfig:
+    """Before measuring anything: the settings resolved for this machine, a results folder that takes
+    records, and the on-disk dataset built (ValueError or OSError naming what is wrong)."""
+    from harness.store import check_writable
+
+    resolved = resolve(settings, Machine.detect())
+    check_writable(resolved.results_dir)
+    prepare_data(resolved, log)
+    return resolved
+
+
 def prepare_data(resolved: config_mod.RunConfig, log=print) -> None:
     """Build (once) or repair the on-disk dataset a config reads, before anything is timed."""
     if resolved.data.source != "disk":
