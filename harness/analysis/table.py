@@ -69,13 +69,14 @@ def select_sweep(frame, sweep: str):
     return frame[frame["sweep_id"] == resolve_sweep_id(frame, sweep)]
 
 
-def build_table(frame, sweep: str = "latest") -> SweepTable:
-    """The speedup table of one sweep from its records (and the store's calibration, if any)."""
+def build_table(frame, sweep: str = "latest", results_dir: str = "results") -> SweepTable:
+    """The speedup table of one sweep from its records (and the store's calibration, if any); ``results_dir``
+    is where the ladders this machine wrote (``<results_dir>/ladders/``) are looked for."""
     records = select_sweep(frame, sweep)
     sweep_id = str(records["sweep_id"].iloc[0])
     ladder_name = str(records["ladder"].iloc[0])
-    ladder = _ladder_or_none(ladder_name)
-    claims = Claims.of(records, ladder)
+    ladder = _ladder_or_none(ladder_name, results_dir)
+    claims = Claims.of(records, ladder, results_dir)
     rows = [_row(int(r), records[records["rung"] == r], claims) for r in sorted(records["rung"].dropna().unique())]
     first = records.iloc[0]
     device = str(first["device"])
@@ -90,11 +91,11 @@ def build_table(frame, sweep: str = "latest") -> SweepTable:
     return table
 
 
-def _ladder_or_none(name: str):
+def _ladder_or_none(name: str, results_dir: str = "results"):
     from harness.sweeps import ladder as ladder_mod  # plain YAML reading, no torch: notes, and claims of old records
 
     try:
-        return ladder_mod.load(name)
+        return ladder_mod.load(name, results_dir)
     except ValueError:
         return None
 
@@ -108,14 +109,14 @@ class Claims:
     note: str = ""
 
     @staticmethod
-    def of(records, ladder) -> "Claims":
+    def of(records, ladder, results_dir: str = "results") -> "Claims":
         stored = records["ladder_sha"].fillna("") != ""
         if stored.any():
-            return Claims._stored(records[stored], ladder)
+            return Claims._stored(records[stored], ladder, results_dir)
         return Claims._from_ladder(ladder, str(records["ladder"].iloc[0]))
 
     @staticmethod
-    def _stored(records, ladder) -> "Claims":
+    def _stored(records, ladder, results_dir: str = "results") -> "Claims":
         by_rung = {}
         for _, r in records[records["claim_low"].notna()].iterrows():
             by_rung[int(r["rung"])] = (float(r["claim_low"]), float(r["claim_high"]), r["claim_label"],
@@ -128,7 +129,7 @@ class Claims:
                      t["total_claim_source"])
         from harness.sweeps import ladder as ladder_mod
 
-        sha, now = str(records["ladder_sha"].iloc[0]), ladder_mod.file_sha(str(records["ladder"].iloc[0]))
+        sha, now = str(records["ladder_sha"].iloc[0]), ladder_mod.file_sha(str(records["ladder"].iloc[0]), results_dir)
         note = ("" if sha == now else f"the ladder file changed since this sweep (sha {sha} then, "
                 f"{now or 'no file'} now): verdicts use the claims stored with the records")
         return Claims(by_rung, total, note)
@@ -428,7 +429,7 @@ def main(command: str, argv: list[str]) -> int:
             text = render_campaign(campaign_summary(load_runs(args.results), args.campaign), args.format)
         else:
             frame = noise_model.with_calibrations(args.results, load_runs(args.results, sweep=args.sweep))
-            text = render(build_table(frame, args.sweep), args.format)
+            text = render(build_table(frame, args.sweep, args.results), args.format)
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

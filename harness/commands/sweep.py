@@ -101,7 +101,6 @@ def plan_sweep(argv: list[str], campaign: bool = False, settings: dict | None = 
     name, overrides = split_ladder(argv)
     if name is None:
         raise ValueError("no ladder given: add +ladder=NAME\n" + ladder_list())
-    lad = ladder_mod.load(name)
     hydra_edge.check_overrides(overrides)
     user_keys = {k for k in map(hydra_edge.override_key, overrides) if k}
     if user_keys & INTERNAL_KEYS:
@@ -110,13 +109,14 @@ def plan_sweep(argv: list[str], campaign: bool = False, settings: dict | None = 
     if several and not campaign:
         raise ValueError(f"{several[0]!r} gives several values; a sweep climbs one ladder with one value per setting. "
                          "Add -m to run one sweep per value as a campaign (python -m harness sweep -m ...)")
+    if settings is None:
+        settings = hydra_edge.plain_settings(hydra_edge.compose_settings(overrides))
+    lad = ladder_mod.load(name, settings.get("results_dir", "results"))  # the results folder's ladders too
     clash = sweep_mod.conflicts(lad, user_keys)
     if clash:
         rungs = [r.index for r in lad.rungs if r.key in clash]
         raise ValueError(f"{', '.join(clash)} is what ladder {name!r} varies (rungs {rungs}); an override would "
                          "make those rungs change nothing. Remove it, or use another ladder")
-    if settings is None:
-        settings = hydra_edge.plain_settings(hydra_edge.compose_settings(overrides))
     parsed = config_mod.from_dict(settings)
     if parsed.sweep.repeats < 1:
         raise ValueError(f"sweep.repeats={parsed.sweep.repeats} must be at least 1 (each rung is measured that many times)")
@@ -225,7 +225,7 @@ def _print_table(ctx: sweep_mod.SweepContext) -> None:
 
     try:
         frame = noise_model.with_calibrations(ctx.results_dir, load_runs(ctx.results_dir, sweep=ctx.sweep_id))
-        table = table_mod.build_table(frame, ctx.sweep_id)
+        table = table_mod.build_table(frame, ctx.sweep_id, ctx.results_dir)
     except ValueError as exc:
         print(f"no table: {exc}", file=sys.stderr)
         return

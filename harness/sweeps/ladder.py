@@ -1,6 +1,7 @@
 """Ladders: ordered rungs, each changing exactly ONE knob relative to the rung before.
 
-A ladder file (``conf/ladder/NAME.yaml``) holds a default workload, the baseline settings, and
+A ladder file (``conf/ladder/NAME.yaml``, or ``<results_dir>/ladders/NAME.yaml`` for the ladders a
+machine wrote itself, e.g. by ``climb``) holds a default workload, the baseline settings, and
 the rungs with the claims the guide makes for them. Values that depend on the size (a batch or
 patch that fits a GPU but not a 2-core CPU) may be given per size: ``{full: 8, smoke: 4}``.
 Plain Python: no Hydra, no torch.
@@ -8,6 +9,7 @@ Plain Python: no Hydra, no torch.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,6 +20,7 @@ from harness import config as config_mod
 from harness.registry import unknown_choice
 
 LADDER_DIR = Path(__file__).resolve().parent.parent.parent / "conf" / "ladder"
+USER_LADDERS = "ladders"  # <results_dir>/ladders/: ladders this machine wrote (``climb``), found after LADDER_DIR
 SIZE_NAMES = ("full", "smoke")
 LADDER_FIELDS = {"description", "guide", "workload", "base", "rungs", "total_claim", "total_source", "stop_on_oom",
                  "cap_workers_at_cpus", "notes"}
@@ -63,6 +66,7 @@ class Ladder:
     stop_on_oom: bool = False
     cap_workers_at_cpus: bool = False
     notes: tuple[str, ...] = field(default_factory=tuple)
+    path: str = ""  # the file it was read from ("" for a ladder built in memory)
 
     def varied_keys(self) -> set[str]:
         return {r.key for r in self.rungs if r.key}
@@ -93,21 +97,33 @@ def format_value(value: Any) -> str:
     return str(value)
 
 
-def available() -> list[str]:
-    return sorted(p.stem for p in LADDER_DIR.glob("*.yaml"))
+def search_path(results_dir: str = "results") -> list[Path]:
+    """Where ``+ladder=NAME`` looks, in order: the shipped ladders, then the results folder's own."""
+    return [LADDER_DIR, Path(results_dir) / USER_LADDERS]
 
 
-def file_sha(name: str) -> str:
-    """sha256 (16 hex) of the ladder file's text; "" when there is no such file."""
+def find(name: str, results_dir: str = "results") -> Path | None:
+    return next((d / f"{name}.yaml" for d in search_path(results_dir) if (d / f"{name}.yaml").is_file()), None)
+
+
+def available(results_dir: str = "results") -> list[str]:
+    return sorted({p.stem for d in search_path(results_dir) for p in d.glob("*.yaml")})
+
+
+def _sha(path: Path | None) -> str:
     import hashlib
 
-    path = LADDER_DIR / f"{name}.yaml"
-    return hashlib.sha256(path.read_bytes()).hexdigest()[:16] if path.exists() else ""
+    return hashlib.sha256(path.read_bytes()).hexdigest()[:16] if path is not None and path.exists() else ""
+
+
+def file_sha(name: str, results_dir: str = "results") -> str:
+    """sha256 (16 hex) of the ladder file's text; "" when there is no such file."""
+    return _sha(find(name, results_dir))
 
 
 def claim_fields(ladder: Ladder, rung: int) -> dict[str, Any]:
     """The RunRecord columns that carry a rung's claim and the ladder's total claim (store schema 2)."""
-    fields: dict[str, Any] = {"ladder_sha": file_sha(ladder.name)}
+    fields: dict[str, Any] = {"ladder_sha": _sha(Path(ladder.path)) if ladder.path else file_sha(ladder.name)}
     for prefix, claim in (("claim", ladder.rungs[rung].claim), ("total_claim", ladder.total_claim)):
         if claim is not None:
             fields.update({f"{prefix}_low": claim.low, f"{prefix}_high": claim.high,
@@ -115,11 +131,11 @@ def claim_fields(ladder: Ladder, rung: int) -> dict[str, Any]:
     return fields
 
 
-def load(name: str) -> Ladder:
-    """Load and validate ``conf/ladder/NAME.yaml``."""
-    path = LADDER_DIR / f"{name}.yaml"
-    if not path.exists():
-        raise unknown_choice("ladder", name, available())
+def load(name: str, results_dir: str = "results") -> Ladder:
+    """Load and validate ``conf/ladder/NAME.yaml`` (else ``<results_dir>/ladders/NAME.yaml``)."""
+    path = find(name, results_dir)
+    if path is None:
+        raise unknown_choice("ladder", name, available(results_dir))
     try:
         raw = yaml.safe_load(path.read_text())
     except yaml.YAMLError as exc:
@@ -127,7 +143,7 @@ def load(name: str) -> Ladder:
         at = f" line {where.line + 1}, column {where.column + 1}" if where is not None else ""
         raise ValueError(f"ladder file {path}{at} is not valid YAML: {getattr(exc, 'problem', None) or exc}") from None
     try:
-        return parse(name, raw)
+        return dataclasses.replace(parse(name, raw), path=str(path))
     except ValueError as exc:
         raise ValueError(f"{exc} (in {path})") from None
 

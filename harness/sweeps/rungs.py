@@ -108,14 +108,16 @@ def _debug_in_json(config_json: str) -> bool:
     return debug.get("fault", "none") != "none" or float(debug.get("slowdown_ms", 0) or 0) > 0
 
 
-def _newest_original(frame, config_hash: str, env_key: str, used: set[str]):
-    """The row (a one-row frame, maybe empty) of the newest original ``ok`` run of these settings, not yet used."""
+def _newest_original(frame, config_hash: str, env_key: str, used: set[str], oldest: bool = False):
+    """The row (a one-row frame, maybe empty) of the newest (or oldest) original ``ok`` run of these settings, not
+    yet used."""
     hits = frame[(frame["config_hash"] == config_hash) & (frame["env_key"] == env_key) & (frame["status"] == "ok")
                  & (frame["cached_from"].fillna("") == "") & (~frame["run_id"].isin(used))]
     if hits.empty:  # an empty mask of object dtype would select columns, not rows
         return hits
     hits = hits[~hits["config_json"].map(_debug_in_json).astype(bool)]
-    return hits.sort_values("timestamp").tail(1)
+    hits = hits.sort_values("timestamp")
+    return hits.head(1) if oldest else hits.tail(1)
 
 
 def find_cached(frame, config_hash: str, env_key: str, used: set[str]) -> RunRecord | None:
@@ -127,12 +129,15 @@ def find_cached(frame, config_hash: str, env_key: str, used: set[str]) -> RunRec
 CACHE_COLUMNS = ("run_id", "sweep_id", "timestamp", "config_hash", "env_key", "status", "cached_from", "config_json")
 
 
-def lookup_cached(results_dir: str, config_hash: str, env_key: str, used: set[str]) -> RunRecord | None:
+def lookup_cached(results_dir: str, config_hash: str, env_key: str, used: set[str],
+                  oldest: bool = False) -> RunRecord | None:
     """:func:`find_cached` on the store, reading only what it matches on: the few columns above of the rows
-    with these settings (filtered inside pyarrow), then the one full record it copies."""
+    with these settings (filtered inside pyarrow), then the one full record it copies. ``oldest``: the oldest
+    unused run instead, so that a process replaying a sequence of measurements (``climb``) meets them in the
+    order they were made."""
     keys = load_runs(results_dir, columns=CACHE_COLUMNS,
                      where={"config_hash": config_hash, "env_key": env_key, "status": "ok"})
-    hit = _newest_original(keys, config_hash, env_key, used)
+    hit = _newest_original(keys, config_hash, env_key, used, oldest)
     if not len(hit):
         return None
     # by sweep_id too: compacted parts are sorted by sweep, so only its row groups are read, not every one
