@@ -1,6 +1,6 @@
 """The command line: a dispatch table from command names to the modules that run them.
 
-``run``, ``sweep``, ``diagnose`` and ``noise`` take Hydra overrides (``key=value``, composed in
+``run``, ``sweep``, ``diagnose``, ``noise`` and ``climb`` take Hydra overrides (``key=value``, composed in
 ``harness.commands.hydra_edge``); the analysis commands (``table``, ``plot``, ``compare``, ``report``,
 ``baseline``, ``check``) and ``store`` take ordinary flags, read the store alone, and never import torch or Hydra.
 Every command module has ``main(command, argv) -> exit code``.
@@ -18,6 +18,8 @@ COMMANDS = {
     "diagnose": ("data-bound or compute-bound? loader alone, model alone, full step", "harness.commands.diagnose"),
     "noise": ("calibrate this machine's noise: the same settings in N fresh processes (noise.runs=N)",
               "harness.commands.noise"),
+    "climb": ("find the fastest settings here: one knob at a time, kept only when faster beyond noise",
+              "harness.commands.climb"),
     "table": ("print a sweep's speedup table from the store", "harness.analysis.table"),
     "plot": ("draw a sweep's plots", "harness.analysis.plots"),
     "compare": ("compare two or more sweeps side by side", "harness.analysis.compare"),
@@ -27,7 +29,7 @@ COMMANDS = {
     "store": ("compact, inspect or verify the results store (compact | info | verify)", "harness.commands.store"),
 }
 
-MEASURING = ("run", "sweep", "diagnose", "noise")  # commands that start measuring processes
+MEASURING = ("run", "sweep", "diagnose", "noise", "climb")  # commands that start measuring processes
 
 USAGE = "usage: python -m harness COMMAND [ARGS]\n\ncommands:\n" + "\n".join(
     f"  {name:<9} {text}" for name, (text, _) in COMMANDS.items()
@@ -62,9 +64,9 @@ def _measuring_command(module, command: str, rest: list[str]) -> int:
     except (KeyboardInterrupt, isolate.Terminated) as exc:
         isolate.kill_live_children()
         signum = exc.signum if isinstance(exc, isolate.Terminated) else signal.SIGINT
-        what = "sweep" if command == "sweep" else command
+        resumes = command in ("sweep", "climb")
         print(f"\ninterrupted ({signal.Signals(signum).name}): the measuring process was stopped; every finished "
-              f"measurement is stored. Run the same command to {'resume' if what == 'sweep' else 'measure again'}.",
+              f"measurement is stored. Run the same command to {'resume' if resumes else 'measure again'}.",
               file=sys.stderr)
         return 128 + int(signum)
     finally:

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import re
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional
 
 from harness import config as config_mod
+from harness.analysis.climb import ClimbConfig
 
 CONF_DIR = Path(__file__).resolve().parent.parent.parent / "conf"
 CONFIG_GROUPS = ("ladder", "data")  # Hydra groups: `data=disk` picks conf/data/disk.yaml
@@ -22,11 +23,12 @@ HELP_FLAGS = ("--help", "-h", "--hydra-help", "--cfg", "-c", "--info")
 
 @dataclass
 class HydraRoot(config_mod.RunConfig):
-    """RunConfig plus the optional ladder node that ``+ladder=NAME`` adds, and the campaign id that
-    ``sweep -m`` gives every sweep it launches."""
+    """RunConfig plus the optional ladder node that ``+ladder=NAME`` adds, the campaign id that
+    ``sweep -m`` gives every sweep it launches, and the ``climb.*`` settings of ``climb``."""
 
     ladder: Optional[Any] = None
     campaign: str = ""
+    climb: ClimbConfig = field(default_factory=ClimbConfig)
 
 
 _registered = False
@@ -46,7 +48,7 @@ def override_key(override: str) -> str | None:
     if override.startswith("-") or "=" not in override:
         return None
     key = override.split("=", 1)[0].lstrip("+~")
-    if key.startswith("hydra") or key in CONFIG_GROUPS or key.startswith("ladder.") or key == "campaign":
+    if key.startswith(("hydra", "ladder.", "climb.")) or key in CONFIG_GROUPS or key == "campaign":
         return None
     return key
 
@@ -122,11 +124,17 @@ def hydra_error_text(exc: BaseException) -> str:
 
 
 def plain_settings(cfg) -> dict:
-    """The composed Hydra config as a plain dict of run settings (no ladder node, no campaign id)."""
+    """The composed Hydra config as a plain dict of run settings (no ladder node, campaign id or climb node)."""
     from omegaconf import OmegaConf
 
     values = OmegaConf.to_container(cfg, resolve=True)
-    values.pop("ladder", None)
-    values.pop("campaign", None)
-    values.pop("hydra", None)
+    for key in ("ladder", "campaign", "climb", "hydra"):
+        values.pop(key, None)
     return values
+
+
+def climb_settings(cfg) -> ClimbConfig:
+    """The composed ``climb.*`` settings as a plain ClimbConfig."""
+    from omegaconf import OmegaConf
+
+    return ClimbConfig(**OmegaConf.to_container(cfg.climb, resolve=True))
