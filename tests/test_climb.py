@@ -1,0 +1,295 @@
+"""``climb``: the acceptance rule and the ascent on simulated measurements (no torch), the budget, the
+ladder it writes, and one tiny climb end to end on the CPU."""
+
+import math
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import yaml
+
+from harness.analysis import climb
+from harness.analysis.noise_model import Noise, Runs
+from harness.sweeps import ladder as ladder_mod
+from tests.conftest import REPO, harness_cli
+
+CPU = climb.Facts(device="cpu", usable_cpus=2)
+DEFAULT_NOISE = Noise()
+START = {"precision": "32", "batch_size": 4, "compile": "off", "channels_last": False, "data.num_workers": 0,
+         "data.prefetch_factor": None, "data.persistent_workers": False, "data.pin_memory": False, "tf32": None,
+         "cudnn_benchmark": False, "optimizer.fused": None, "optimizer.foreach": None}
+
+
+def _measured(candidate, incumbent, status="ok", reason=""):
+    return climb.Measured(status, Runs(list(candidate)), Runs(list(incumbent)), reason)
+
+
+# ------------------------------------------------------------------------------------------
+# the acceptance rule
+
+
+def test_a_clear_win_beyond_noise_and_the_minimum_effect_is_accepted():
+    d = climb.decide(_measured([120, 121, 119], [100, 101, 99]), DEFAULT_NOISE, 0.03)
+    assert d.outcome == climb.ACCEPTED and d.ratio.low > 1 and d.ratio.value == pytest.approx(1.2, abs=0.01)
+
+
+def test_a_gain_within_noise_is_rejected():
+    d = climb.decide(_measured([105, 96, 110], [100, 104, 95]), DEFAULT_NOISE, 0.03)
+    assert d.outcome == climb.REJECTED and d.why == "within noise" and d.ratio.low < 1 < d.ratio.high
+
+
+def test_a_significant_gain_below_the_minimum_effect_is_rejected():
+    calibrated = Noise(cv=0.002, df=9, sweep_id="noise-x", runs=10, match="environment")
+    d = climb.decide(_measured([102, 102.1, 101.9], [100, 100.1, 99.9]), calibrated, 0.03)
+    assert d.ratio.low > 1 and d.outcome == climb.REJECTED and "less than 3%" in d.why
+    assert climb.decide(_measured([102, 102.1, 101.9], [100, 100.1, 99.9]), calibrated, 0.01).outcome == climb.ACCEPTED
+
+
+def test_a_slower_candidate_is_rejected_as_slower():
+    d = climb.decide(_measured([80, 81, 79], [100, 101, 99]), DEFAULT_NOISE, 0.03)
+    assert d.outcome == climb.REJECTED and d.why == "slower beyond noise"
+
+
+def test_one_run_per_side_uses_the_default_cv_and_needs_about_15_percent():
+    assert climb.decide(_measured([110], [100]), DEFAULT_NOISE, 0.03).outcome == climb.REJECTED
+    assert climb.decide(_measured([116], [100]), DEFAULT_NOISE, 0.03).outcome == climb.ACCEPTED
+
+
+def test_failures_are_decided_by_their_status_not_by_throughput():
+    assert climb.decide(_measured([], [100], "oom", "CUDA out of memory"), DEFAULT_NOISE, 0.03).outcome == climb.OOM
+    skipped = climb.decide(_measured([], [], "skipped", "tf32=true needs a CUDA GPU"), DEFAULT_NOISE, 0.03)
+    assert skipped.outcome == climb.SKIPPED and "CUDA" in skipped.why
+    assert climb.decide(_measured([], [100], "nan", "loss is nan"), DEFAULT_NOISE, 0.03).outcome == climb.FAILED
+    no_incumbent = climb.decide(_measured([120], []), DEFAULT_NOISE, 0.03)
+    assert no_incumbent.outcome == climb.FAILED and "incumbent" in no_incumbent.why
+
+
+def test_a_a_comparisons_are_rarely_accepted_and_a_true_10_percent_gain_usually_is():
+    rng = np.random.default_rng(0)
+
+    def rate(gain, trials=400, cv=0.03, runs=3):
+        wins = 0
+        for _ in range(trials):
+            old = 100 * np.exp(rng.normal(0, cv, runs))
+            new = 100 * gain * np.exp(rng.normal(0, cv, runs))
+            wins += climb.decide(_measured(new, old), DEFAULT_NOISE, 0.03).outcome == climb.ACCEPTED
+        return wins / trials
+
+    assert rate(1.0) <= 0.03  # faster beyond noise AND by 3%: a no-op change almost never gets in
+    assert rate(1.10) >= 0.5
+
+
+# ------------------------------------------------------------------------------------------
+# the ascent on a simulated machine
+
+
+class SimulatedMachine:
+    """Throughput from settings: channels_last +25%, each batch doubling +10% up to 16, batch 32 runs out of
+    memory, bf16 10% slower, one worker +5%, every other knob nothing; CPU-only knobs are skipped."""
+
+    def __init__(self, noise_cv=0.0, seed=0, oom_at=32):
+        self.rng = np.random.default_rng(seed)
+        self.noise_cv, self.oom_at = noise_cv, oom_at
+        self.calls = []
+
+    def throughput(self, s):
+        x = 100.0 * (1.25 if s["channels_last"] else 1.0) * 1.1 ** math.log2(min(s["batch_size"], 16) / 4)
+        x *= 0.9 if s["precision"] == "bf16-mixed" else 1.0
+        x *= 1.05 if s["data.num_workers"] >= 1 else 1.0
+        return x
+
+    def runs(self, s, n=3):
+        return Runs([self.throughput(s) * math.exp(self.rng.normal(0, self.noise_cv)) for _ in range(n)])
+
+    def measure(self, accepted, candidate, step):
+        self.calls.append(candidate)
+        incumbent = {**START, **dict(accepted)}
+        new = {**incumbent, candidate[0]: candidate[1]}
+        if candidate[0] in ("tf32", "cudnn_benchmark", "data.pin_memory"):
+            return climb.Measured("skipped", Runs([]), Runs([]), f"{candidate[0]}=true needs a CUDA GPU")
+        if new["batch_size"] >= self.oom_at:
+            return climb.Measured("oom", Runs([]), Runs([100.0]), "out of memory")
+        return climb.Measured("ok", self.runs(new), self.runs(incumbent))
+
+
+def _ascend(machine, knobs=None, noise=DEFAULT_NOISE):
+    return climb.ascend(dict(START), climb.space("cpu", knobs), CPU, machine.measure, noise, 0.03)
+
+
+def test_the_climb_keeps_the_wins_and_an_oom_on_the_batch_axis_ends_that_axis():
+    machine = SimulatedMachine(noise_cv=0.01)
+    result = _ascend(machine)
+    assert result.best["channels_last"] is True and result.best["batch_size"] == 16
+    assert result.best["data.num_workers"] == 1 and result.best["precision"] == "32"
+    batch = [(s.value, s.outcome) for s in result.steps if s.key == "batch_size"]
+    assert batch == [(8, climb.ACCEPTED), (16, climb.ACCEPTED), (32, climb.OOM)]  # never tried again after the OOM
+    skipped = {s.key for s in result.steps if s.outcome == climb.SKIPPED}
+    assert skipped == {"tf32", "cudnn_benchmark", "data.pin_memory"}
+    assert sum(s.key == "tf32" for s in result.steps) == 1  # a knob that cannot act here is proposed once
+    assert result.stopped.endswith("changed nothing")
+    assert [s.step for s in result.steps] == list(range(1, len(result.steps) + 1))
+
+
+def test_axes_are_tried_in_order_of_expected_gain_on_this_device():
+    order = [a.name for a in climb.space("cpu")]
+    assert order[0] == "channels_last" and order.index("precision") < order.index("tf32")
+    assert [a.name for a in climb.space("cuda")][0] == "precision"
+    assert [a.name for a in climb.space("cpu", ["batch", "channels_last"])] == ["channels_last", "batch"]
+
+
+def test_workers_grow_only_up_to_the_usable_cpus():
+    workers = climb.AXES_BY_NAME["workers"]
+    assert workers.values({**START, "data.num_workers": 0}, CPU) == [1]
+    assert workers.values({**START, "data.num_workers": 1}, CPU) == [2]
+    assert workers.values({**START, "data.num_workers": 2}, CPU) == []
+    assert climb.AXES_BY_NAME["prefetch"].values(START, CPU) == []  # no workers, nothing to prefetch
+
+
+def test_a_climb_that_changes_nothing_stops_after_one_pass():
+    class Flat(SimulatedMachine):
+        def throughput(self, s):
+            return 100.0
+
+    result = _ascend(Flat(noise_cv=0.01), ["channels_last", "batch"])
+    assert result.accepted == [] and result.best == START and result.stopped == "pass 1 changed nothing"
+
+
+def test_a_second_pass_retries_the_other_axes_against_the_new_incumbent():
+    class Interacting(SimulatedMachine):  # channels_last pays only at batch >= 8: found in pass 2
+        def throughput(self, s):
+            return 100.0 * (1.3 if s["channels_last"] and s["batch_size"] >= 8 else 1.0) * (
+                1.2 if s["batch_size"] >= 8 else 1.0)
+
+    result = _ascend(Interacting(noise_cv=0.005, oom_at=16), ["channels_last", "batch"])
+    passes = {(s.key, s.value): (s.pass_, s.outcome) for s in result.steps}
+    assert passes[("channels_last", True)] == (2, climb.ACCEPTED) and result.best["batch_size"] == 8
+
+
+def test_the_budget_ends_the_climb_with_the_reason_and_keeps_what_was_decided():
+    machine = SimulatedMachine(noise_cv=0.01)
+
+    def measure(accepted, candidate, step):
+        if step == 3:
+            raise climb.BudgetSpent("the next run (~40 s) would not finish in the 12 s of budget left")
+        return machine.measure(accepted, candidate, step)
+
+    result = climb.ascend(dict(START), climb.space("cpu"), CPU, measure, DEFAULT_NOISE, 0.03)
+    assert len(result.steps) == 3 and result.steps[-1].outcome == climb.NOT_RUN
+    assert result.stopped.startswith("budget spent: the next run (~40 s)")
+    assert [(s.key, s.outcome) for s in result.steps[:2]] == [("channels_last", climb.ACCEPTED),
+                                                               ("precision", climb.REJECTED)]
+    assert result.best == {**START, "channels_last": True}
+
+
+def test_the_budget_estimates_from_measured_runs_and_refuses_what_would_not_finish():
+    budget = climb.Budget(seconds=100, start=0.0)
+    assert budget.estimate("a", False) is None and budget.refusal("a", False, now=10) == ""
+    budget.record("a", 30.0, compiles=False)
+    budget.record("b", 20.0, compiles=False)
+    assert budget.estimate("b", False) == 20.0 and budget.estimate("new", False) == 30.0
+    assert budget.estimate("new", True) == 30.0 * climb.COMPILE_PRIOR  # no compiled run measured yet
+    assert budget.refusal("new", False, now=60) == ""  # 40 s left, ~30 s needed
+    assert "would not finish in the 25 s" in budget.refusal("new", False, now=75)
+    assert budget.refusal("b", False, now=97) != ""  # fewer than MIN_TRIAL_S seconds left
+
+
+# ------------------------------------------------------------------------------------------
+# what the climb writes
+
+
+def test_the_ladder_file_has_one_rung_per_accepted_change_with_the_measured_band_as_claim():
+    result = _ascend(SimulatedMachine(noise_cv=0.01))
+    mapping = climb.ladder_file(result, "resnet50", {"measure.steps": 5}, "climb-x", "cpu AMD (2 CPUs)")
+    lad = ladder_mod.parse("climb-resnet50-cpu", yaml.safe_load(yaml.safe_dump(mapping)))
+    assert [(r.key, r.value) for r in lad.rungs[1:]] == [(s.key, s.value) for s in result.accepted]
+    assert lad.base == {"measure.steps": 5} and lad.workload == "resnet50"
+    for rung, step in zip(lad.rungs[1:], result.accepted):
+        assert rung.claim.low == pytest.approx(step.ratio.low, abs=1e-3) and rung.claim.low > 1
+        assert f"step {step.step}" in rung.claim.source
+    assert any("scale the learning rate" in n for n in lad.notes)  # the batch grew
+    assert any("multiply to" in n for n in lad.notes)
+
+
+def test_training_notes_name_what_an_accepted_change_alters():
+    assert "lr x 4" in climb.training_note("batch_size", 4, 16)
+    assert "accuracy" in climb.training_note("precision", "32", "bf16-mixed")
+    assert climb.training_note("channels_last", False, True) == ""
+
+
+def test_user_ladders_are_found_in_the_results_folder_after_the_shipped_ones(tmp_path):
+    folder = tmp_path / "ladders"
+    folder.mkdir()
+    (folder / "mine.yaml").write_text("workload: resnet50\nrungs:\n  - set: {channels_last: true}\n")
+    (folder / "phase2.yaml").write_text("workload: resnet50\nrungs: []\n")  # shadowed by conf/ladder/phase2.yaml
+    assert ladder_mod.load("mine", str(tmp_path)).rungs[1].key == "channels_last"
+    assert len(ladder_mod.load("phase2", str(tmp_path)).rungs) > 1
+    assert {"mine", "phase2"} <= set(ladder_mod.available(str(tmp_path)))
+    assert len(ladder_mod.file_sha("mine", str(tmp_path))) == 16 and ladder_mod.file_sha("mine") == ""
+    with pytest.raises(ValueError, match="unknown ladder 'mine'"):
+        ladder_mod.load("mine")
+
+
+def test_the_decision_logic_imports_neither_torch_nor_hydra():
+    code = "\n".join([
+        "import sys",
+        "from harness.analysis import climb",
+        "from harness.analysis.noise_model import Noise, Runs",
+        "m = climb.Measured('ok', Runs([2.0]), Runs([1.0]))",
+        "assert climb.decide(m, Noise(), 0.03).outcome == climb.ACCEPTED",
+        "bad = [m for m in ('torch', 'hydra') if m in sys.modules]",
+        "assert not bad, bad",
+    ])
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+
+
+# ------------------------------------------------------------------------------------------
+# the command
+
+
+@pytest.mark.parametrize("override, says", [
+    ("climb.repeats=0", "climb.repeats=0 must be a whole number >= 1"),
+    ("climb.budget_min=-1", "climb.budget_min=-1.0 must be a positive number"),
+    ("climb.knobs=[chanels_last]", "Did you mean 'channels_last'"),
+    ("climb.budget=3", "budget"),
+])
+def test_bad_climb_settings_stop_with_one_line_and_exit_2(results, override, says):
+    out = harness_cli("climb", override, f"results_dir={results}")
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert says in out.stdout + out.stderr and "Traceback" not in out.stdout + out.stderr
+    assert not (results / "runs").exists() or not any((results / "runs").iterdir())
+
+
+TINY = ("workload=resnet50", "measure.steps=3", "measure.warmup_steps=1", "climb.repeats=1",
+        "climb.knobs=[channels_last,pin_memory]")
+
+
+def test_a_tiny_climb_writes_a_ladder_that_sweep_reruns_from_the_store(results):
+    out = harness_cli("climb", *TINY, "climb.budget_min=5", f"results_dir={results}")
+    assert out.returncode == 0, out.stdout + out.stderr
+    text = out.stdout
+    assert "| step | pass | knob | value | vs incumbent [95% band]" in text
+    assert "| data.pin_memory | false -> true | - | 0+0 | skipped |" in text  # cannot act on a CPU: no process
+    line = next(x for x in text.splitlines() if x.startswith("Ladder written to "))
+    name = line.split("+ladder=")[1].split()[0]
+    assert (results / "ladders" / f"{name}.yaml").exists()
+
+    from harness.store import load_runs
+
+    frame = load_runs(results)
+    assert set(frame["ladder"]) == {"climb"} and (frame["cached_from"] == "").all()
+    assert sorted(frame["rung"]) == [0, 1, 3]  # step 1: incumbent + candidate; step 2: the skipped candidate
+
+    again = harness_cli("climb", *TINY, "climb.budget_min=5", f"results_dir={results}")
+    assert again.returncode == 0, again.stdout + again.stderr
+    frame = load_runs(results)
+    second = frame[frame["sweep_id"] == sorted(set(frame["sweep_id"]))[-1]]
+    ran = second[second["status"] == "ok"]
+    assert len(ran) == 2 and (ran["cached_from"] != "").all()  # nothing measured again
+
+    sweep = harness_cli("sweep", f"+ladder={name}", f"results_dir={results}")
+    assert sweep.returncode == 0, sweep.stdout + sweep.stderr
+    frame = load_runs(results)
+    rerun = frame[frame["ladder"] == name]
+    assert len(rerun) >= 1 and (rerun["cached_from"] != "").all()
