@@ -17,6 +17,7 @@ from tests.conftest import REPO, harness_cli
 CPU = climb.Facts(device="cpu", usable_cpus=2)
 DEFAULT_NOISE = Noise()
 START = {"precision": "32", "batch_size": 4, "compile": "off", "channels_last": False, "data.num_workers": 0,
+         "activation_checkpointing": False,
          "data.prefetch_factor": None, "data.persistent_workers": False, "data.pin_memory": False, "tf32": None,
          "cudnn_benchmark": False, "optimizer.fused": None, "optimizer.foreach": None}
 
@@ -86,18 +87,26 @@ def test_a_a_comparisons_are_rarely_accepted_and_a_true_10_percent_gain_usually_
 
 class SimulatedMachine:
     """Throughput from settings: channels_last +25%, each batch doubling +10% up to 16, batch 32 runs out of
-    memory, bf16 10% slower, one worker +5%, every other knob nothing; CPU-only knobs are skipped."""
+    memory (64 with activation checkpointing, which costs 15%), bf16 10% slower, one worker +5%, every other
+    knob nothing; GPU-only knobs are skipped."""
 
-    def __init__(self, noise_cv=0.0, seed=0, oom_at=32):
+    def __init__(self, noise_cv=0.0, seed=0, oom_at=32, batch_gain=1.1, checkpointing_fits=False):
         self.rng = np.random.default_rng(seed)
-        self.noise_cv, self.oom_at = noise_cv, oom_at
+        self.noise_cv, self.oom_at, self.batch_gain = noise_cv, oom_at, batch_gain
+        self.checkpointing_fits = checkpointing_fits
         self.calls = []
 
     def throughput(self, s):
-        x = 100.0 * (1.25 if s["channels_last"] else 1.0) * 1.1 ** math.log2(min(s["batch_size"], 16) / 4)
+        x = 100.0 * (1.25 if s["channels_last"] else 1.0) * self.batch_gain ** math.log2(min(s["batch_size"], 16) / 4)
         x *= 0.9 if s["precision"] == "bf16-mixed" else 1.0
         x *= 1.05 if s["data.num_workers"] >= 1 else 1.0
+        if s["activation_checkpointing"]:
+            x *= 0.85 * (self.batch_gain if s["batch_size"] >= 32 else 1.0)
         return x
+
+    def fits(self, s):
+        limit = self.oom_at * (2 if s["activation_checkpointing"] and self.checkpointing_fits else 1)
+        return s["batch_size"] < limit
 
     def runs(self, s, n=3):
         return Runs([self.throughput(s) * math.exp(self.rng.normal(0, self.noise_cv)) for _ in range(n)])
@@ -105,12 +114,14 @@ class SimulatedMachine:
     def measure(self, accepted, candidate, step):
         self.calls.append(candidate)
         incumbent = {**START, **dict(accepted)}
-        new = {**incumbent, candidate[0]: candidate[1]}
-        if candidate[0] in ("tf32", "cudnn_benchmark", "data.pin_memory"):
-            return climb.Measured("skipped", Runs([]), Runs([]), f"{candidate[0]}=true needs a CUDA GPU")
-        if new["batch_size"] >= self.oom_at:
-            return climb.Measured("oom", Runs([]), Runs([100.0]), "out of memory")
-        return climb.Measured("ok", self.runs(new), self.runs(incumbent))
+        new = {**incumbent, **dict(candidate)}
+        enabled = {**incumbent, **dict(candidate[:-1])}
+        if candidate[-1][0] in ("tf32", "cudnn_benchmark", "data.pin_memory"):
+            return climb.Measured("skipped", Runs([]), Runs([]), f"{candidate[-1][0]}=true needs a CUDA GPU")
+        if not self.fits(new):
+            return climb.Measured("oom", Runs([]), Runs([]), "out of memory")
+        return climb.Measured("ok", self.runs(new), self.runs(incumbent), "",
+                              enabled=self.runs(enabled) if len(candidate) > 1 else None)
 
 
 def _ascend(machine, knobs=None, noise=DEFAULT_NOISE):
@@ -122,13 +133,34 @@ def test_the_climb_keeps_the_wins_and_an_oom_on_the_batch_axis_ends_that_axis():
     result = _ascend(machine)
     assert result.best["channels_last"] is True and result.best["batch_size"] == 16
     assert result.best["data.num_workers"] == 1 and result.best["precision"] == "32"
-    batch = [(s.value, s.outcome) for s in result.steps if s.key == "batch_size"]
-    assert batch == [(8, climb.ACCEPTED), (16, climb.ACCEPTED), (32, climb.OOM)]  # never tried again after the OOM
+    batch = [(s.value, s.enabling, s.outcome) for s in result.steps if s.key == "batch_size"]
+    checkpointing = (("activation_checkpointing", True),)
+    assert batch == [(8, (), climb.ACCEPTED), (16, (), climb.ACCEPTED), (32, (), climb.OOM),
+                     (32, checkpointing, climb.OOM)]  # never tried again after checkpointing could not fit it
+    assert result.best["activation_checkpointing"] is False
     skipped = {s.key for s in result.steps if s.outcome == climb.SKIPPED}
     assert skipped == {"tf32", "cudnn_benchmark", "data.pin_memory"}
     assert sum(s.key == "tf32" for s in result.steps) == 1  # a knob that cannot act here is proposed once
     assert result.stopped.endswith("changed nothing")
     assert [s.step for s in result.steps] == list(range(1, len(result.steps) + 1))
+
+
+def test_checkpointing_is_tried_only_to_fit_a_batch_that_ran_out_of_memory():
+    machine = SimulatedMachine(noise_cv=0.005, batch_gain=1.4, checkpointing_fits=True)
+    result = _ascend(machine, ["batch"])
+    batch = [(s.value, s.enabling, s.outcome) for s in result.steps]
+    checkpointing = (("activation_checkpointing", True),)
+    assert batch == [(8, (), climb.ACCEPTED), (16, (), climb.ACCEPTED), (32, (), climb.OOM),
+                     (32, checkpointing, climb.ACCEPTED), (64, (), climb.OOM)]  # checkpointing on: the axis ends
+    assert result.best["activation_checkpointing"] is True and result.best["batch_size"] == 32
+    assert all(c[-1][0] == "batch_size" for c in machine.calls)  # never checkpointing alone as a candidate
+    fitted = result.steps[3]
+    assert fitted.parts[0].value == pytest.approx(0.85, rel=0.02)  # alone it is slower ...
+    assert fitted.parts[1].value == pytest.approx(1.4, rel=0.02)  # ... and pays for the batch it fits
+    lad = ladder_mod.parse("x", climb.ladder_file(result, "resnet50", {}, "climb-x", "cuda H100"))
+    assert [(r.key, r.value) for r in lad.rungs[1:]] == [("batch_size", 8), ("batch_size", 16),
+                                                          ("activation_checkpointing", True), ("batch_size", 32)]
+    assert "only to fit batch_size=32" in lad.rungs[3].note and lad.rungs[3].claim.high < 1
 
 
 def test_axes_are_tried_in_order_of_expected_gain_on_this_device():

@@ -24,6 +24,7 @@ The climb, and why it is built this way:
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from dataclasses import dataclass, field
@@ -85,6 +86,7 @@ class Axis:
     gain_cuda: float  # the guides' claims (phase2: precision 2-3x, batch 1.3-1.5x, workers 1.5-2x, ...)
     values: Callable[[dict, Facts], list]  # candidate values from the incumbent's settings, best first
     ends_on_oom: bool = False
+    fits_with: tuple[str, Any] | None = None  # a change that may make a value that ran out of memory fit
 
     def gain(self, device: str) -> float:
         return self.gain_cuda if device == "cuda" else self.gain_cpu
@@ -133,7 +135,8 @@ def _fused(s: dict, f: Facts) -> list:
 
 AXES = (
     Axis("precision", "precision", 1.10, 2.0, _precision),
-    Axis("batch", "batch_size", 1.05, 1.3, _double_batch, ends_on_oom=True),
+    Axis("batch", "batch_size", 1.05, 1.3, _double_batch, ends_on_oom=True,
+         fits_with=("activation_checkpointing", True)),  # checkpointing: only to fit a larger batch
     Axis("compile", "compile", 1.05, 1.3, _compile),  # on a CPU a first compile also costs a minute or more
     Axis("channels_last", "channels_last", 1.15, 1.2, _switch_on("channels_last")),
     Axis("workers", "data.num_workers", 1.05, 1.5, _workers),
@@ -166,6 +169,7 @@ class Measured:
     incumbent: noise_model.Runs
     reason: str = ""  # why a run was skipped or failed
     cached: int = 0  # runs taken from the store rather than measured
+    enabled: noise_model.Runs | None = None  # a two-change candidate: the incumbent with the enabling change alone
 
 
 @dataclass(frozen=True)
@@ -245,6 +249,8 @@ class BudgetSpent(Exception):
 
 @dataclass(frozen=True)
 class Step:
+    """One candidate tried: ``key`` from ``before`` to ``value`` (with ``enabling`` changes first, if any)."""
+
     step: int
     pass_: int
     axis: str
@@ -256,6 +262,12 @@ class Step:
     why: str = ""
     runs: tuple[int, int] = (0, 0)  # ok runs of candidate, incumbent
     cached: int = 0
+    enabling: tuple[tuple[str, Any], ...] = ()  # e.g. activation_checkpointing=true to fit a larger batch
+    parts: tuple[Ratio, ...] = ()  # accepted with enabling changes: each change's own ratio, in order
+
+    @property
+    def changes(self) -> tuple[tuple[str, Any], ...]:
+        return self.enabling + ((self.key, self.value),)
 
 
 @dataclass
@@ -270,52 +282,72 @@ class ClimbResult:
         return [s for s in self.steps if s.outcome == ACCEPTED]
 
 
-Measure = Callable[[list[tuple[str, Any]], tuple[str, Any], int], Measured]
+Change = tuple[str, Any]
+Measure = Callable[[list[Change], tuple[Change, ...], int], Measured]
 
 
 def ascend(start: dict, axes: list[Axis], facts: Facts, measure: Measure, noise: noise_model.Noise,
            min_effect: float, on_step: Callable[[Step], Any] | None = None) -> ClimbResult:
     """Greedy coordinate ascent from ``start`` (flat resolved settings).
 
-    ``measure(accepted_changes, candidate_change, step)`` measures the candidate (the incumbent = start +
-    accepted changes, plus one change) against the incumbent and returns a :class:`Measured`; it raises
-    :class:`BudgetSpent` when the budget cannot pay for it, which ends the climb. ``on_step`` hears of each
-    step as it is decided."""
+    ``measure(accepted_changes, candidate_changes, step)`` measures the candidate (the incumbent = start +
+    accepted changes, plus the candidate's change: one, or an enabling change and then one) against the
+    incumbent and returns a :class:`Measured`; it raises :class:`BudgetSpent` when the budget cannot pay
+    for it, which ends the climb. ``on_step`` hears of each step as it is decided."""
     best, steps, accepted = dict(start), [], []
     ended: set[str] = set()
     tried: set[str] = set()
+    refit: dict[str, Any] = {}  # axis -> the value that ran out of memory, tried next with the axis's fits_with
     pass_ = 0
     while True:
         pass_ += 1
         changed = False
         for axis in axes:
             while axis.name not in ended:
-                value = _untried(axis, best, facts, tried)
+                enabling = (axis.fits_with,) if axis.name in refit else ()
+                value = refit.pop(axis.name) if enabling else _untried(axis, best, facts, tried)
                 if value is _NONE:
                     break
                 tried.add(_tried_key(best, axis.key, value))
+                step = Step(len(steps) + 1, pass_, axis.name, axis.key, value, best[axis.key], NOT_RUN,
+                            enabling=enabling)
                 try:
-                    m = measure(list(accepted), (axis.key, value), len(steps) + 1)
+                    m = measure(list(accepted), step.changes, step.step)
                 except BudgetSpent as exc:
-                    steps.append(Step(len(steps) + 1, pass_, axis.name, axis.key, value, best[axis.key], NOT_RUN,
-                                      why=str(exc)))
+                    steps.append(dataclasses.replace(step, why=str(exc)))
                     _tell(on_step, steps[-1])
                     return ClimbResult(start, best, steps, f"budget spent: {exc}")
                 d = decide(m, noise, min_effect)
-                steps.append(Step(len(steps) + 1, pass_, axis.name, axis.key, value, best[axis.key], d.outcome, d.ratio,
-                                  d.why, (m.candidate.n, m.incumbent.n), m.cached))
+                steps.append(dataclasses.replace(step, outcome=d.outcome, ratio=d.ratio, why=d.why, cached=m.cached,
+                                                 runs=(m.candidate.n, m.incumbent.n), parts=_parts(d, m, noise)))
                 _tell(on_step, steps[-1])
                 if d.outcome == ACCEPTED:
-                    best[axis.key] = value
-                    accepted.append((axis.key, value))
+                    best.update(step.changes)
+                    accepted.extend(step.changes)
                     changed = True
-                elif d.outcome == SKIPPED or (d.outcome == OOM and axis.ends_on_oom):
+                elif d.outcome == OOM and axis.ends_on_oom and not enabling and _can_fit(axis, best):
+                    refit[axis.name] = value
+                elif d.outcome == SKIPPED or (d.outcome == OOM and axis.ends_on_oom) or enabling:
                     ended.add(axis.name)
         if not changed:
             return ClimbResult(start, best, steps, f"pass {pass_} changed nothing")
 
 
 _NONE = object()
+
+
+def _can_fit(axis: Axis, settings: dict) -> bool:
+    """The axis has a change that may fit what ran out of memory, and the incumbent does not have it yet."""
+    return axis.fits_with is not None and settings.get(axis.fits_with[0]) != axis.fits_with[1]
+
+
+def _parts(d: Decision, m: Measured, noise: noise_model.Noise) -> tuple:
+    """An accepted two-change candidate: the enabling change's ratio, then the main change's (ladder claims)."""
+    if d.outcome != ACCEPTED or m.enabled is None or not m.enabled.n:
+        return ()
+    from harness.analysis import noise_model
+
+    return (noise_model.ratio(m.enabled, m.incumbent, noise), noise_model.ratio(m.candidate, m.enabled, noise))
 
 
 def _tell(on_step, step: Step) -> None:
@@ -370,7 +402,9 @@ def trajectory_table(result: ClimbResult) -> str:
     lines = ["| " + " | ".join(TRAJECTORY_HEADER) + " |", "|" + "---|" * len(TRAJECTORY_HEADER)]
     for s in result.steps:
         runs = f"{s.runs[0]}+{s.runs[1]}" + (f" ({s.cached} cached)" if s.cached else "")
-        cells = (str(s.step), str(s.pass_), s.key, f"{format_value(s.before)} -> {format_value(s.value)}",
+        value = f"{format_value(s.before)} -> {format_value(s.value)}" + "".join(
+            f" (with {k}={format_value(v)})" for k, v in s.enabling)
+        cells = (str(s.step), str(s.pass_), s.key, value,
                  ratio_text(s.ratio), runs, f"**{s.outcome}**" if s.outcome == ACCEPTED else s.outcome, s.why)
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
@@ -392,10 +426,17 @@ def ladder_file(result: ClimbResult, workload: str, base: dict, climb_id: str, h
     was measured), as the mapping ``harness.sweeps.ladder.parse`` reads."""
     rungs = []
     for s in result.accepted:
-        r = s.ratio
-        rungs.append({"set": {s.key: s.value}, "claim": [round(r.low, 3), round(r.high, 3)],
-                      "source": f"climb {climb_id} step {s.step}: measured {r.value:.3f}x [{r.low:.3f}-{r.high:.3f}] "
-                                f"against the incumbent, {s.runs[0]}+{s.runs[1]} runs"})
+        ratios = s.parts if len(s.parts) == len(s.changes) else (None,) * len(s.enabling) + (s.ratio,)
+        for (key, value), r, against in zip(s.changes, ratios, ("the incumbent",) * len(s.enabling) + (
+                "the rung before" if s.enabling else "the incumbent",)):
+            rung: dict[str, Any] = {"set": {key: value}}
+            if r is not None:
+                rung["claim"] = [round(r.low, 3), round(r.high, 3)]
+                rung["source"] = (f"climb {climb_id} step {s.step}: measured {r.value:.3f}x [{r.low:.3f}-{r.high:.3f}] "
+                                  f"against {against}, {s.runs[0]}+{s.runs[1]} runs")
+            if (key, value) in s.enabling:
+                rung["note"] = f"only to fit {s.key}={format_value(s.value)}, which ran out of memory without it"
+            rungs.append(rung)
     out: dict[str, Any] = {
         "description": f"Fastest settings `climb` found on {hardware}: {len(rungs)} accepted change(s)",
         "guide": f"measured by python -m harness climb (sweep {climb_id})",

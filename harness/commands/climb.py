@@ -76,6 +76,9 @@ def task(cfg, started: float) -> int:
 
     _auto_compact(start.results_dir)
     _report(result, settings, start, env, climb_id, time.monotonic() - started, budget.seconds)
+    if trials.busy:
+        print(f"- {len(trials.busy)} run(s) ran while other processes used up to {max(trials.busy):.0f}% of the CPUs: "
+              "their numbers are not trustworthy, and bands that wide decide nothing; climb on an idle machine")
     return 0
 
 
@@ -110,33 +113,39 @@ class Trials:
         self.ctx, self.machine, self.env, self.env_key = ctx, machine, env, env_key
         self.budget, self.repeats = budget, repeats
         self.used: set[str] = set()  # runs this climb has used: no run counts twice
+        self.busy: list[float] = []  # other processes' share of the CPUs during runs that saw others at work
 
     def compare(self, accepted, candidate, step: int) -> climb_mod.Measured:
         """``climb.repeats`` rounds; the candidate first in round 0 (a candidate that cannot run costs one run),
-        then the order alternates (ABBA), so that a slow drift of the machine favours neither side."""
-        records: dict[str, list[RunRecord]] = {"candidate": [], "incumbent": []}
+        then the order alternates (ABBA), so that a slow drift of the machine favours neither side. A candidate
+        of two changes (checkpointing to fit a larger batch) also measures the first change alone: the
+        ladder the climb writes has a rung for it, and re-running that ladder must find it in the store."""
+        roles = ["candidate"] + (["enabled"] if len(candidate) > 1 else []) + ["incumbent"]
+        changes = {"candidate": accepted + list(candidate), "enabled": accepted + list(candidate[:-1]),
+                   "incumbent": accepted}
+        records: dict[str, list[RunRecord]] = {role: [] for role in roles}
         cached = 0
         for round_ in range(self.repeats):
-            for role in (("candidate", "incumbent") if round_ % 2 == 0 else ("incumbent", "candidate")):
-                changes = accepted + [candidate] if role == "candidate" else accepted
+            for role in (roles if round_ % 2 == 0 else roles[::-1]):
                 try:
-                    record, how = self.trial(changes, step, role, round_, candidate)
+                    record, how = self.trial(changes[role], step, role, round_, _label_of(role, candidate))
                 except ValueError as exc:  # settings that do not fit together: nothing ran
                     return _measured(records, cached, "skipped", str(exc))
                 records[role].append(record)
                 cached += how == "cached"
                 if record.status != "ok":
-                    status = record.status if role == "candidate" else "ok"
+                    status = record.status if role != "incumbent" else "ok"
                     return _measured(records, cached, status, _last_line(record.error))
         return _measured(records, cached, "ok", "")
 
-    def trial(self, changes, step: int, role: str, round_: int, candidate) -> tuple[RunRecord, str]:
-        """One run of ``changes`` over the start: a cached copy if the store has an unused one, else measured."""
+    def trial(self, changes, step: int, role: str, round_: int, change: str) -> tuple[RunRecord, str]:
+        """One run of ``changes`` over the start: a cached copy if the store has an unused one, else measured.
+        Its record is rung 2s-2 of the climb's sweep for the incumbent of step s, 2s-1 for the candidate, and
+        no rung for an enabling change measured alone (it is not a comparison of the table)."""
         ctx = dataclasses.replace(self.ctx, ladder=_ladder(self.ctx.settings["workload"], changes))
         cfg = sweep_mod.rung_config(ctx, len(changes), self.machine, round_=round_)
-        change = f"{candidate[0]}={ladder_mod.format_value(candidate[1])}" if role == "candidate" else "incumbent"
-        fields = dict(sweep_id=ctx.sweep_id, ladder=LADDER_NAME, rung=2 * (step - 1) + (role == "candidate"),
-                      round=round_, change=change)
+        rung = {"incumbent": 2 * (step - 1), "candidate": 2 * step - 1}.get(role)
+        fields = dict(sweep_id=ctx.sweep_id, ladder=LADDER_NAME, rung=rung, round=round_, change=change)
         key = config_mod.config_hash(cfg)
         if not sweep_mod.debug_active(cfg) and not config_mod.not_applicable(cfg):
             original = sweep_mod.lookup_cached(ctx.results_dir, key, self.env_key, self.used, oldest=True)
@@ -172,13 +181,27 @@ class Trials:
     def _print(self, record: RunRecord, how: str, step: int, role: str, round_: int, change: str) -> None:
         from rich.markup import escape
 
+        from harness.analysis.stats import BUSY_PCT
         from harness.commands.console import console
+
+        if (record.other_cpu_pct or 0) > BUSY_PCT:
+            self.busy.append(float(record.other_cpu_pct))
 
         label = _label(step, role, round_, self.repeats, change)
         if record.status == "ok":
             console.print(f"{label}: ok ({how}) {record.samples_per_s:.2f} samples/s")
         else:
             console.print(f"{label}: {record.status} ({how}) {escape(_last_line(record.error)[:160])}")
+
+
+def _label_of(role: str, candidate) -> str:
+    """The ``change`` a record of this role carries."""
+    text = [f"{k}={ladder_mod.format_value(v)}" for k, v in candidate]
+    if role == "incumbent":
+        return "incumbent"
+    if role == "enabled":
+        return f"{', '.join(text[:-1])} (to fit {text[-1]})"
+    return ", ".join(text)
 
 
 def _measured(records: dict, cached: int, status: str, reason: str) -> climb_mod.Measured:
@@ -189,7 +212,8 @@ def _measured(records: dict, cached: int, status: str, reason: str) -> climb_mod
         within = [u for u in (stats.within_run_uncertainty(r.step_ms) for r in ok if r.step_ms) if u is not None]
         return noise_model.Runs([float(r.samples_per_s) for r in ok], within)
 
-    return climb_mod.Measured(status, runs(records["candidate"]), runs(records["incumbent"]), reason, cached)
+    enabled = runs(records["enabled"]) if "enabled" in records else None
+    return climb_mod.Measured(status, runs(records["candidate"]), runs(records["incumbent"]), reason, cached, enabled)
 
 
 def _last_line(text: str | None) -> str:
@@ -200,8 +224,7 @@ def _last_line(text: str | None) -> str:
 def _label(step: int, role: str, round_: int, repeats: int, change: str) -> str:
     from rich.markup import escape
 
-    what = change if role == "candidate" else "incumbent"
-    return escape(f"[step {step}, {role} {round_ + 1}/{repeats}] {what}")
+    return escape(f"[step {step}, {role} {round_ + 1}/{repeats}] {change}")
 
 
 def _step_line(s: climb_mod.Step) -> str:
@@ -209,7 +232,8 @@ def _step_line(s: climb_mod.Step) -> str:
 
     colour = {"accepted": "green", "oom": "red", "failed": "red", "not run": "yellow"}.get(s.outcome, "")
     outcome = f"[{colour}]{s.outcome}[/]" if colour else s.outcome
-    return (f"step {s.step}: {s.key}={climb_mod.format_value(s.value)} vs incumbent "
+    change = ", ".join(f"{k}={climb_mod.format_value(v)}" for k, v in s.changes)
+    return (f"step {s.step}: {escape(change)} vs incumbent "
             f"{climb_mod.ratio_text(s.ratio)}: {outcome} ({escape(s.why)})")
 
 
@@ -264,7 +288,7 @@ def _report(result: climb_mod.ClimbResult, settings: dict, start, env: dict, cli
     print()
     print(f"Stopped: {result.stopped}. Took {used_s / 60:.1f} of {budget_s / 60:g} min.")
     total = climb_mod.total(result)
-    changes = {s.key: s.value for s in result.accepted}
+    changes = {k: v for s in result.accepted for k, v in s.changes}
     if total is None:
         print("Nothing was faster beyond noise: the start settings stay the best found.")
     else:
