@@ -64,6 +64,16 @@ def test_failures_are_decided_by_their_status_not_by_throughput():
     assert climb.decide(_measured([], [100], "nan", "loss is nan"), DEFAULT_NOISE, 0.03).outcome == climb.FAILED
     no_incumbent = climb.decide(_measured([120], []), DEFAULT_NOISE, 0.03)
     assert no_incumbent.outcome == climb.FAILED and "incumbent" in no_incumbent.why
+    broken = climb.Measured("ok", Runs([120.0]), Runs([]), "Killed", incumbent_status="error")
+    assert climb.decide(broken, DEFAULT_NOISE, 0.03).why == "the incumbent ended error: Killed"
+
+
+def test_an_incumbent_that_stops_running_ends_the_climb_instead_of_failing_every_candidate():
+    def measure(accepted, candidate, step):
+        return climb.Measured("ok", Runs([120.0]), Runs([]), "Killed", incumbent_status="error")
+
+    result = climb.ascend(dict(START), climb.space("cpu"), CPU, measure, DEFAULT_NOISE, 0.03)
+    assert len(result.steps) == 1 and result.stopped == "the incumbent did not run ok at step 1"
 
 
 def test_a_a_comparisons_are_rarely_accepted_and_a_true_10_percent_gain_usually_is():

@@ -170,6 +170,7 @@ class Measured:
     reason: str = ""  # why a run was skipped or failed
     cached: int = 0  # runs taken from the store rather than measured
     enabled: noise_model.Runs | None = None  # a two-change candidate: the incumbent with the enabling change alone
+    incumbent_status: str = "ok"  # the first status of an incumbent run that was not ok
 
 
 @dataclass(frozen=True)
@@ -181,6 +182,8 @@ class Decision:
 
 def decide(m: Measured, noise: noise_model.Noise, min_effect: float) -> Decision:
     """Accept only a candidate faster beyond noise (band above 1x) and by at least ``min_effect``."""
+    if m.incumbent_status != "ok":
+        return Decision(FAILED, None, f"the incumbent ended {m.incumbent_status}: {m.reason}".strip(": "))
     if m.candidate_status == "skipped":
         return Decision(SKIPPED, None, m.reason or "cannot act here")
     if m.candidate_status == "oom":
@@ -321,6 +324,8 @@ def ascend(start: dict, axes: list[Axis], facts: Facts, measure: Measure, noise:
                 steps.append(dataclasses.replace(step, outcome=d.outcome, ratio=d.ratio, why=d.why, cached=m.cached,
                                                  runs=(m.candidate.n, m.incumbent.n), parts=_parts(d, m, noise)))
                 _tell(on_step, steps[-1])
+                if m.incumbent_status != "ok":  # it ran ok before: the machine or the settings broke, not the knob
+                    return ClimbResult(start, best, steps, f"the incumbent did not run ok at step {step.step}")
                 if d.outcome == ACCEPTED:
                     best.update(step.changes)
                     accepted.extend(step.changes)

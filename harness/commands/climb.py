@@ -134,8 +134,9 @@ class Trials:
                 records[role].append(record)
                 cached += how == "cached"
                 if record.status != "ok":
-                    status = record.status if role != "incumbent" else "ok"
-                    return _measured(records, cached, status, _last_line(record.error))
+                    failed = {"incumbent" if role == "incumbent" else "candidate": record.status}
+                    return _measured(records, cached, failed.get("candidate", "ok"), _last_line(record.error),
+                                     failed.get("incumbent", "ok"))
         return _measured(records, cached, "ok", "")
 
     def trial(self, changes, step: int, role: str, round_: int, change: str) -> tuple[RunRecord, str]:
@@ -204,7 +205,7 @@ def _label_of(role: str, candidate) -> str:
     return ", ".join(text)
 
 
-def _measured(records: dict, cached: int, status: str, reason: str) -> climb_mod.Measured:
+def _measured(records: dict, cached: int, status: str, reason: str, incumbent_status: str = "ok") -> climb_mod.Measured:
     from harness.analysis import noise_model, stats
 
     def runs(recs: list[RunRecord]) -> noise_model.Runs:  # as noise_model.runs_of reads them from the store
@@ -213,7 +214,8 @@ def _measured(records: dict, cached: int, status: str, reason: str) -> climb_mod
         return noise_model.Runs([float(r.samples_per_s) for r in ok], within)
 
     enabled = runs(records["enabled"]) if "enabled" in records else None
-    return climb_mod.Measured(status, runs(records["candidate"]), runs(records["incumbent"]), reason, cached, enabled)
+    return climb_mod.Measured(status, runs(records["candidate"]), runs(records["incumbent"]), reason, cached, enabled,
+                              incumbent_status)
 
 
 def _last_line(text: str | None) -> str:
