@@ -7,13 +7,14 @@ from harness.sweeps import ladder as ladder_mod
 
 GUIDE_LADDERS = ["phase1", "phase2", "phase3", "phase4", "connectomics_level1", "a100_volume", "detr_fast",
                  "resnet50_aggressive", "seresnet"]
+SHIPPED = sorted(p.stem for p in ladder_mod.LADDER_DIR.glob("*.yaml"))  # not the ladders a climb wrote under results/
 
 
 def test_all_expected_ladders_ship():
-    assert set(GUIDE_LADDERS + ["batch", "workers", "precision", "selftest"]) <= set(ladder_mod.available())
+    assert set(GUIDE_LADDERS + ["batch", "workers", "precision", "selftest"]) <= set(SHIPPED)
 
 
-@pytest.mark.parametrize("name", ladder_mod.available())
+@pytest.mark.parametrize("name", SHIPPED)
 def test_every_ladder_loads_and_each_rung_changes_exactly_one_knob(name):
     lad = ladder_mod.load(name)
     assert lad.rungs[0].key == "" and lad.rungs[0].index == 0
@@ -86,7 +87,7 @@ def test_tf32_rung_measures_tf32_on_against_an_explicit_off(name):
     assert lad.settings(rung.index - 1, "full")["tf32"] is False and lad.settings(rung.index, "full")["tf32"] is True
 
 
-@pytest.mark.parametrize("name", ladder_mod.available())
+@pytest.mark.parametrize("name", SHIPPED)
 def test_no_shipped_rung_is_skipped_on_a_gpu_for_cuda_graphs(name):
     lad = ladder_mod.load(name)
     for r in lad.rungs:
