@@ -131,6 +131,12 @@ class Trials:
                     record, how = self.trial(changes[role], step, role, round_, _label_of(role, candidate))
                 except ValueError as exc:  # settings that do not fit together: nothing ran
                     return _measured(records, cached, "skipped", str(exc))
+                except climb_mod.BudgetSpent as exc:
+                    done = sum(map(len, records.values()))
+                    if not done:
+                        raise
+                    raise climb_mod.BudgetSpent(f"{exc}; {done} of {len(roles) * self.repeats} runs of this step "
+                                                "are stored, and a re-run takes them from the store") from None
                 records[role].append(record)
                 cached += how == "cached"
                 if record.status != "ok":
