@@ -290,6 +290,41 @@ def test_the_decision_logic_imports_neither_torch_nor_hydra():
 # the command
 
 
+def fake_trials(repeats=2, budget_after=None):
+    """``Trials.compare`` over made-up runs, recording which settings ran in which order."""
+    from harness.commands.climb import Trials
+    from harness.store import RunRecord
+
+    class Fake(Trials):
+        def __init__(self):
+            self.repeats, self.order = repeats, []
+
+        def trial(self, changes, step, role, round_, change):
+            if len(self.order) == budget_after:
+                raise climb.BudgetSpent("the next run (~40 s) would not finish in the 10 s of budget left")
+            self.order.append((role, change))
+            return RunRecord(run_id=str(len(self.order)), status="ok", timestamp="", samples_per_s=10.0), "measured"
+
+    return Fake()
+
+
+def test_candidate_and_incumbent_runs_interleave_abba_and_a_two_change_candidate_measures_its_first_alone():
+    trials = fake_trials(repeats=2)
+    m = trials.compare([("batch_size", 16)], (("activation_checkpointing", True), ("batch_size", 32)), 3)
+    fit = "activation_checkpointing=true (to fit batch_size=32)"
+    both = "activation_checkpointing=true, batch_size=32"
+    assert trials.order == [("candidate", both), ("enabled", fit), ("incumbent", "incumbent"),
+                            ("incumbent", "incumbent"), ("enabled", fit), ("candidate", both)]
+    assert (m.candidate.n, m.incumbent.n, m.enabled.n) == (2, 2, 2)
+
+
+def test_a_step_cut_short_by_the_budget_says_how_many_of_its_runs_are_stored():
+    with pytest.raises(climb.BudgetSpent, match="; 3 of 4 runs of this step are stored"):
+        fake_trials(repeats=2, budget_after=3).compare([], (("channels_last", True),), 1)
+    with pytest.raises(climb.BudgetSpent, match="budget left$"):
+        fake_trials(repeats=2, budget_after=0).compare([], (("channels_last", True),), 1)
+
+
 @pytest.mark.parametrize("override, says", [
     ("climb.repeats=0", "climb.repeats=0 must be a whole number >= 1"),
     ("climb.budget_min=-1", "climb.budget_min=-1.0 must be a positive number"),
