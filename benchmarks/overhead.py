@@ -34,6 +34,12 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 
 
+def _env() -> dict:
+    """This environment with the repository first on the import path (what PYTHONPATH already held is kept)."""
+    path = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)
+    return dict(os.environ, PYTHONPATH=path)
+
+
 def _settings(workload: str, precision: str, steps: int, warmup: int, device: str) -> list[str]:
     return [f"workload={workload}", "size=smoke", f"device={device}", f"precision={precision}", "measure.mode=model",
             f"measure.steps={steps}", f"measure.warmup_steps={warmup}"]
@@ -42,7 +48,7 @@ def _settings(workload: str, precision: str, steps: int, warmup: int, device: st
 def harness_run(settings: list[str], results: Path) -> float:
     """samples/s of one ``python -m harness run``, from the record it stored."""
     done = subprocess.run([sys.executable, "-m", "harness", "run", *settings, f"results_dir={results}"], cwd=REPO,
-                          capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=str(REPO)))
+                          capture_output=True, text=True, env=_env())
     if done.returncode != 0:
         sys.exit(f"the harness run failed (exit {done.returncode}):\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
     from harness.store import load_runs
@@ -54,7 +60,7 @@ def harness_run(settings: list[str], results: Path) -> float:
 def plain_run(settings: list[str]) -> float:
     """samples/s of the plain loop, in a fresh process of its own."""
     done = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--plain", json.dumps(settings)], cwd=REPO,
-                          capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=str(REPO)))
+                          capture_output=True, text=True, env=_env())
     if done.returncode != 0:
         sys.exit(f"the plain loop failed (exit {done.returncode}):\n{done.stderr[-3000:]}")
     return float(json.loads(done.stdout.strip().splitlines()[-1])["samples_per_s"])

@@ -136,7 +136,8 @@ def test_diagnosis_verdicts_from_rates():
     slow_loader = diagnose(rec(6.2), rec(22.8), rec(5.0, 0.72), "cuda", 0, True)
     assert slow_loader.verdict == "data-bound"
     assert "the loader delivers 3.10 batches/s, the model could take 11.40" in slow_loader.text
-    assert "the GPU waits 72% of each step" in slow_loader.text and any("data.cache=ram" in a for a in slow_loader.advice)
+    assert "the training loop is blocked on the loader 72% of the time" in slow_loader.text
+    assert "GPU waits" not in slow_loader.text and any("data.cache=ram" in a for a in slow_loader.advice)
     assert diagnose(rec(100.0), rec(10.0), rec(9.0, 0.05), "cpu", 0, False).verdict == "compute-bound"
     assert diagnose(rec(10.0), rec(10.5), rec(6.0, 0.5), "cpu", 0, False).verdict == "balanced"
     assert diagnose({"status": "oom"}, rec(1.0), rec(1.0), "cpu", 0, False).verdict == "unknown"
