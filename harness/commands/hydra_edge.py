@@ -145,7 +145,11 @@ def hydra_error_text(exc: BaseException) -> str:
         mine = " (or a file of yours: --config-dir DIR with DIR/workload/NAME.yaml)" if group == "workload" else ""
         return f"{group}={name} is not a choice; valid choices: {', '.join(choices)}{mine}"
     detail = next((str(c).strip().splitlines()[0] for c in causes[1:] if str(c).strip()), "")
-    return f"{head}: {detail}" if detail and detail not in head else head
+    text = f"{head}: {detail}" if detail and detail not in head else head
+    new_key = re.search(r"Could not override '([^']+)'", text)
+    if new_key and "not in struct" in text:
+        text += f" (to add a key the config does not have, write +{new_key.group(1)}=VALUE)"
+    return text
 
 
 def plain_settings(cfg) -> dict:
