@@ -261,6 +261,15 @@ def to_dict(cfg: RunConfig) -> dict[str, Any]:
     return dataclasses.asdict(cfg)
 
 
+def record_dict(cfg: RunConfig) -> dict[str, Any]:
+    """The settings as a record stores them (``config_json``): a built-in workload as shipped by its name alone,
+    as records stored it before workloads were config files, so old and new records read and compare alike."""
+    values = to_dict(cfg)
+    if workloads_mod.is_builtin(cfg.workload):
+        values["workload"] = cfg.workload.name
+    return values
+
+
 def _normalize(key: str, value: Any) -> Any:
     """Values as the CLI may spell them (precision=32, compile=false) in their canonical form."""
     if key == "precision":

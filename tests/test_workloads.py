@@ -45,11 +45,13 @@ def test_builtin_settings_keep_their_config_hash_from_python_and_from_hydra(key)
         assert config_mod.config_hash(config_mod.resolve(cfg, cuda_available=False)) == HASHES_BEFORE[key]
 
 
-def test_an_old_record_naming_its_workload_reads_back_as_the_builtin():
-    old = json.loads(json.dumps({**config_mod.to_dict(tiny_config()), "workload": "unet3d"}))
-    cfg = config_mod.from_dict(old)
+def test_records_store_a_builtin_by_its_name_as_before_and_read_it_back():
+    stored = config_mod.record_dict(tiny_config())
+    assert stored["workload"] == "unet3d"
+    cfg = config_mod.from_dict(json.loads(json.dumps(stored)))
     assert cfg.workload == workloads.builtin("unet3d")
     assert config_mod.config_hash(cfg) == config_mod.config_hash(tiny_config())
+    assert config_mod.record_dict(_inline())["workload"]["model"] == {"_target_": TINY_NET}
 
 
 # loss of the first step, FLOPs per sample and checkpointed units of each built-in at the CPU size (seed 0),
