@@ -346,15 +346,10 @@ def validate(cfg: RunConfig) -> None:
         supported = [n for n in workloads_mod.available() if workloads_mod.builtin(n).deep_supervision]
         raise ValueError(f"model.deep_supervision=true is not available for workload {workload.name!r}; it is for: "
                          f"{supported} (a workload passes it on with model_settings: {{ARG: model.deep_supervision}})")
-    if cfg.model.width != 1.0 and "width" not in workload.model_settings.values():
-        raise ValueError(f"model.width={cfg.model.width:g} needs a model that takes a width: workload {workload.name!r} "
-                         "hands none to its model (model_settings: {ARG: width} does)")
-    if workload.synthetic == "tensors" and workload.dataset is None:
-        switched = [f"data.{n}" for n in ("flip", "noise", "rotate", "elastic", "mixup") if getattr(cfg.data, n)]
-        if cfg.data.augment != "none" or switched or cfg.data.source == "disk":
-            what = "data.source=disk" if cfg.data.source == "disk" else (switched or [f"data.augment={cfg.data.augment}"])[0]
-            raise ValueError(f"{what} applies to the volumes and images pipelines; workload {workload.name!r} has "
-                             "synthetic: tensors (give your own data as workload.dataset)")
+    if cfg.data.source == "disk" and (workload.synthetic == "tensors" or workload.dataset is not None):
+        raise ValueError(f"data.source=disk writes volumes or images for the built-in pipelines; workload "
+                         f"{workload.name!r} has {'its own dataset' if workload.dataset is not None else 'synthetic: tensors'}"
+                         " (give your own data as workload.dataset)")
     if workload.mednext_options:
         check_choice("model.mednext_size", cfg.model.mednext_size, ("S", "B", "M", "L"))
         check_choice("model.kernel_size", str(cfg.model.kernel_size), ("3", "5"))
@@ -486,6 +481,15 @@ def _workload_conflicts(cfg: RunConfig) -> list[str]:
     if cfg.channels_last and spec.spatial_dims not in (2, 3):
         reasons.append(f"channels_last=true needs 2D or 3D samples (4D/5D tensors); workload {spec.name!r} has "
                        f"{spec.spatial_dims}D samples {spec.sample_shape(cfg.size)}")
+    if cfg.model.width != 1.0 and "width" not in spec.model_settings.values():
+        reasons.append(f"model.width={cfg.model.width:g} needs a model that takes a width: workload {spec.name!r} hands "
+                       "none to its model (model_settings: {ARG: width} does)")
+    if spec.synthetic == "tensors" or spec.dataset is not None:
+        switched = [f"data.{n}" for n in ("flip", "noise", "rotate", "elastic", "mixup") if getattr(cfg.data, n)]
+        if cfg.data.augment != "none" or switched:
+            what = (switched or [f"data.augment={cfg.data.augment}"])[0]
+            reasons.append(f"{what} applies to the volumes and images pipelines; workload {spec.name!r} has "
+                           f"{'its own dataset' if spec.dataset is not None else 'synthetic: tensors'}")
     if cfg.activation_checkpointing and not spec.checkpoint_units and cfg.measure.mode != "loader":
         reasons.append(f"activation_checkpointing=true: workload {spec.name!r} names no checkpoint_units (the module "
                        "classes to recompute), so nothing would be checkpointed; set workload.checkpoint_units=[pkg.Block]")

@@ -125,8 +125,8 @@ def test_a_file_of_the_users_joins_the_group_with_config_dir():
                                                    r"have, write \+workload.loss._target_=VALUE\)"),
     (("workload.input_shape=null",), r"workload 'custom' has no input shape: set workload.input_shape=\[C, \.\.\.\]"),
     (("workload.target=mask",), r"unknown workload.target 'mask'.*Valid choices: class, regression, segmentation"),
-    (("model.width=0.5",), r"model.width=0.5 needs a model that takes a width: workload 'custom' hands none"),
-    (("data.augment=light",), r"data.augment=light applies to the volumes and images pipelines"),
+    (("data.source=disk",), r"data.source=disk writes volumes or images for the built-in pipelines; workload "
+                            r"'custom' has synthetic: tensors"),
 ])
 def test_a_workload_that_cannot_be_resolved_stops_before_anything_runs_with_the_reason(extra, message):
     with pytest.raises(ValueError, match=message):
@@ -170,6 +170,15 @@ def test_channels_last_on_a_1d_model_and_checkpointing_without_units_are_skipped
     assert "channels_last=true needs 2D or 3D samples (4D/5D tensors); workload 'custom' has 1D samples [4, 64]" in reason
     assert "activation_checkpointing=true: workload 'custom' names no checkpoint_units" in reason
     assert config_mod.not_applicable(_inline("channels_last=true")) == ""
+
+
+@pytest.mark.parametrize("extra,reason", [
+    ("model.width=0.5", "model.width=0.5 needs a model that takes a width: workload 'custom' hands none to its model"),
+    ("data.augment=light", "data.augment=light applies to the volumes and images pipelines; workload 'custom' has "
+                           "synthetic: tensors"),
+])
+def test_a_ladders_rung_the_model_cannot_take_is_skipped_not_refused(extra, reason):
+    assert reason in config_mod.not_applicable(_inline(extra))
 
 
 def test_checkpointing_units_the_model_does_not_have_is_a_skip_from_the_child():
