@@ -243,6 +243,15 @@ def test_a_users_dataset_is_built_from_its_partial_target_and_repeated_to_the_ep
 TINY = ("measure.steps=2", "measure.warmup_steps=1")
 
 
+def test_a_sweep_that_changes_a_workload_field_must_name_the_workload():
+    from harness.commands.sweep import plan_sweep
+
+    with pytest.raises(ValueError, match=r"workload.num_classes changes a field of a workload without naming it: add "
+                                         r"workload=NAME \(ladder 'detr_fast' would use its own, 'resnet50'\)"):
+        plan_sweep(["+ladder=detr_fast", "workload.num_classes=10"])
+    assert "workload" in plan_sweep(["+ladder=detr_fast", "workload=resnet50", "workload.num_classes=10"]).user_keys
+
+
 @pytest.mark.parametrize("form", ["file", "inline"])
 def test_a_users_model_runs_and_sweeps_a_ladder(form, results):
     from harness.store import load_runs

@@ -108,8 +108,12 @@ def plan_sweep(argv: list[str], campaign: bool = False, settings: dict | None = 
     lad = ladder_mod.load(name)
     hydra_edge.check_overrides(overrides)
     user_keys = {k for k in map(hydra_edge.override_key, overrides) if k}
-    if any(k == "workload" or k.startswith("workload.") for k in map(_given_key, overrides)):
+    given = set(map(_given_key, overrides))
+    if "workload" in given:
         user_keys.add("workload")  # the user's workload wins over the ladder's default one
+    elif any(k.startswith("workload.") for k in given):
+        raise ValueError(f"{sorted(k for k in given if k.startswith('workload.'))[0]} changes a field of a workload "
+                         f"without naming it: add workload=NAME (ladder {name!r} would use its own, {lad.workload!r})")
     if user_keys & INTERNAL_KEYS:
         raise ValueError(f"{sorted(user_keys & INTERNAL_KEYS)} are set by the sweep itself; remove them")
     several = [o for o in overrides if hydra_edge.override_key(o) and _is_value_sweep(o.split("=", 1)[1])]
