@@ -64,16 +64,21 @@ BEFORE = {"unet3d": (1.490513801574707, 312705024.0, 9), "basic_unet3d": (1.1549
 def test_builtins_build_what_they_built_before(name):
     import torch
 
-    from harness.run.measure import model_flops_per_sample, train_and_measure
+    from harness.run.measure import model_flops_per_sample
+    from harness.workload.data import build_dataset, build_loader
     from harness.workload.knobs import prepare
 
-    cfg = tiny_config(workload=name, measure__steps=1, log_every_n_steps=1, activation_checkpointing=True)
-    m, extras = train_and_measure(cfg, cfg.workload, lambda *a, **k: None)
+    cfg = tiny_config(workload=name, activation_checkpointing=True)
+    torch.manual_seed(cfg.seed)  # as the measured run starts: the first step's loss is the measured loss_first
+    prep = prepare(cfg, cfg.workload)
+    x, y = next(iter(build_loader(cfg, build_dataset(cfg, cfg.workload), cfg.workload)))
+    with torch.no_grad():
+        loss = float(prep.loss_fn(prep.model(x), y))
     loss_first, flops, units = BEFORE[name]
-    assert m.loss_first == pytest.approx(loss_first, rel=1e-4)
+    assert loss == pytest.approx(loss_first, rel=1e-4)
     assert model_flops_per_sample(cfg, cfg.workload) == flops
-    assert extras["checkpointed_units"] == units
-    optimizer = prepare(cfg, cfg.workload).optimizer
+    assert prep.checkpointed_units == units
+    optimizer = prep.optimizer
     expected = {"unet3d": (torch.optim.Adam, {"lr": 1e-4}), "basic_unet3d": (torch.optim.Adam, {"lr": 1e-4}),
                 "mednext": (torch.optim.AdamW, {"lr": 1e-3, "weight_decay": 1e-2}),
                 "resnet50": (torch.optim.SGD, {"lr": 0.01, "momentum": 0.9, "weight_decay": 1e-4})}[name]
@@ -204,8 +209,12 @@ def test_a_forward_that_fails_on_the_batch_says_the_shapes():
     from harness.run.measure import BatchRefused, train_and_measure
 
     cfg = _inline("workload.input_shape=[2,16,16,16]", "measure.steps=1", "measure.warmup_steps=1")
-    with pytest.raises(BatchRefused, match=r"failed on a batch of input \[2, 2, 16, 16, 16\] float32 and target "
-                                           r"\[2, 16, 16, 16\] int64 \(batch first\): RuntimeError"):
+    with pytest.raises(BatchRefused, match=r"^the model failed on a batch of input \[2, 2, 16, 16, 16\] float32 and "
+                                           r"target \[2, 16, 16, 16\] int64 \(batch first\): RuntimeError"):
+        train_and_measure(cfg, cfg.workload, lambda *a, **k: None)
+    cfg = _inline("workload.target=class", "measure.steps=1", "measure.warmup_steps=1")
+    with pytest.raises(BatchRefused, match=r"^the loss \(the model's output: \[2, 3, 16, 16, 16\] float32\) failed on a "
+                                           r"batch of input \[2, 1, 16, 16, 16\] float32 and target \[2\] int64"):
         train_and_measure(cfg, cfg.workload, lambda *a, **k: None)
 
 

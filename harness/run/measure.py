@@ -148,12 +148,13 @@ def train_and_measure(cfg, workload: WorkloadSpec, progress) -> tuple[Measuremen
                 continue
             x = x.to(device, non_blocking=nb, memory_format=fmt)
             y = y.to(device, non_blocking=nb)
+            out = None
             try:
                 with prep.autocast():
                     out = prep.model(x)
                     loss = prep.loss_fn(out, y) / accum
             except Exception as exc:  # the model or loss refuses this batch: say what the batch was
-                raise shapes_error(exc, x, y) from exc
+                raise shapes_error(exc, x, y, out) from exc
             if step == nan_step:
                 loss = loss * float("nan")
             (prep.scaler.scale(loss) if prep.scaler else loss).backward()
@@ -209,13 +210,14 @@ class BatchRefused(RuntimeError):
     """The model's forward or the loss failed on a batch: an `error` record whose message shows the shapes."""
 
 
-def shapes_error(exc: Exception, x: torch.Tensor, y: torch.Tensor) -> Exception:
+def shapes_error(exc: Exception, x: torch.Tensor, y: torch.Tensor, out=None) -> Exception:
     """``exc`` itself when it is out of memory or compile's own (classified as such), else a BatchRefused that
-    names the batch's shapes."""
+    names the batch's shapes (and the model's output, when the forward ran and the loss failed)."""
     if isinstance(exc, torch.OutOfMemoryError) or is_compile_failure(exc):
         return exc
-    return BatchRefused(f"the model and loss failed on a batch of input {_shape(x)} and target {_shape(y)} "
-                        f"(batch first): {type(exc).__name__}: {exc}")
+    what = "the model" if out is None else f"the loss (the model's output: {_shape(out)})"
+    return BatchRefused(f"{what} failed on a batch of input {_shape(x)} and target {_shape(y)} (batch first): "
+                        f"{type(exc).__name__}: {exc}")
 
 
 COMPILE_MODULES = ("torch._dynamo", "torch._inductor")
@@ -232,7 +234,9 @@ def is_compile_failure(exc: BaseException) -> bool:
     return False
 
 
-def _shape(t: torch.Tensor) -> str:
+def _shape(t) -> str:
+    if not isinstance(t, torch.Tensor):  # a model may return a tuple (deep supervision) or a dict
+        return type(t).__name__
     return f"[{', '.join(map(str, t.shape))}] {str(t.dtype).removeprefix('torch.')}"
 
 
