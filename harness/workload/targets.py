@@ -7,6 +7,7 @@ modules the targets live in (the user's own included), nothing else.
 
 from __future__ import annotations
 
+import difflib
 import functools
 import hashlib
 import importlib
@@ -48,10 +49,23 @@ def locate(path: str, what: str = "_target_") -> Any:
     for i in range(found, len(parts)):
         if not hasattr(obj, parts[i]):
             prefix = ".".join(parts[:i])
-            raise unknown_choice(f"{what} (no {parts[i]!r} in {prefix!r})", path,
-                                 [f"{prefix}.{n}" for n in _public_names(obj)])
+            raise _unknown_name(what, path, prefix, parts[i], _public_names(obj))
         obj = getattr(obj, parts[i])
     return obj
+
+
+LISTED_NAMES = 40  # a module with more names (torch.nn has hundreds) gets the close ones and a count
+
+
+def _unknown_name(what: str, path: str, prefix: str, name: str, names: list[str]) -> ValueError:
+    """Did-you-mean over the names ``prefix`` has; every one of them only when they are few."""
+    what = f"{what} (no {name!r} in {prefix!r})"
+    if len(names) <= LISTED_NAMES:
+        return unknown_choice(what, path, [f"{prefix}.{n}" for n in names])
+    close = difflib.get_close_matches(name, names, n=3, cutoff=0.5)
+    hint = f" Did you mean {' or '.join(repr(f'{prefix}.{c}') for c in close)}?" if close else ""
+    return ValueError(f"unknown {what} {path!r}.{hint} ({prefix!r} has {len(names)} public names: "
+                      f"python -c 'import {prefix.split('.')[0]}; print(dir({prefix}))' lists them)")
 
 
 def _public_names(obj: Any) -> list[str]:
