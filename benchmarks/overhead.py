@@ -73,17 +73,17 @@ def plain_loop(settings: list[str]) -> dict:
     from harness import config as config_mod
     from harness.workload.data import build_dataset, build_loader
     from harness.workload.knobs import build_optimizer, guard_cpu_bf16_conv3d
-    from harness.workload.workloads import WORKLOADS
+    from harness.workload.build import build_all
 
     cfg = config_mod.RunConfig()
     for item in settings:
         key, value = item.split("=", 1)
         config_mod.set_key(cfg, key, value)
     cfg = config_mod.resolve(cfg, cuda_available=torch.cuda.is_available())
-    workload = WORKLOADS.get(cfg.workload)
+    workload = cfg.workload
     device = torch.device(cfg.device)
     torch.manual_seed(cfg.seed)
-    model, loss_fn, _ = workload.build(cfg)
+    model, loss_fn, _ = build_all(cfg)
     model = model.to(device)
     guard_cpu_bf16_conv3d(model, cfg)  # part of the model the harness trains on a CPU in bf16 (docs/cpu-bf16-conv3d.md)
     model.train()

@@ -10,15 +10,15 @@ import torch
 from harness.workload import datasets
 from harness.workload.data import augment_switches, build_dataset, build_loader
 from harness.workload.volumes import make_volume
-from harness.workload.workloads import WORKLOADS
+from harness.workload.workloads import builtin
 from tests.conftest import tiny_config
 
-UNET, RESNET = WORKLOADS.get("unet3d"), WORKLOADS.get("resnet50")
+UNET, RESNET = builtin("unet3d"), builtin("resnet50")
 
 
 def _disk(tmp_path, **overrides):
     cfg = tiny_config(data__source="disk", data__cache="none", data__num_items=3, data__cache_dir=str(tmp_path), **overrides)
-    workload = WORKLOADS.get(cfg.workload)
+    workload = cfg.workload
     return cfg, workload, datasets.ensure(datasets.spec_for(cfg, workload), tmp_path, log=lambda *_: None)
 
 

@@ -49,21 +49,19 @@ def new_run_id() -> str:
 
 def base_record(cfg: config_mod.RunConfig, env: dict, env_key: str, status: str, error: str = "") -> RunRecord:
     """A record of ``cfg`` with environment and identity filled, metrics empty."""
-    from harness.workload.workloads import WORKLOADS
-
     env_fields = {f.name for f in fields(RunRecord)}
     return RunRecord(
         run_id=new_run_id(),
         status=status,
         error=error,
         timestamp=utc_timestamp(),
-        workload=cfg.workload,
+        workload=cfg.workload.name,
         size=cfg.size,
         device=cfg.device,
         config_hash=config_mod.config_hash(cfg),
-        config_json=json.dumps(config_mod.to_dict(cfg), sort_keys=True),
+        config_json=json.dumps(config_mod.record_dict(cfg), sort_keys=True),
         env_key=env_key,
-        unit=WORKLOADS.get(cfg.workload).unit,
+        unit=cfg.workload.unit,
         mode=cfg.measure.mode,
         **{k: v for k, v in env.items() if k in env_fields},
     )

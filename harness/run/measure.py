@@ -31,7 +31,7 @@ from harness.run import monitor
 from harness.workload.data import build_dataset, build_loader, endless
 from harness.workload.flops import count_train_flops, peak_flops
 from harness.workload.knobs import prepare
-from harness.workload.workloads import Workload
+from harness.workload.workloads import WorkloadSpec
 
 
 class NonFiniteLoss(RuntimeError):
@@ -73,7 +73,7 @@ def inject_fault(cfg, step: int, device: torch.device) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
-def train_and_measure(cfg, workload: Workload, progress) -> tuple[Measurement, dict]:
+def train_and_measure(cfg, workload: WorkloadSpec, progress) -> tuple[Measurement, dict]:
     """Run warm-up + measured steps; return the raw measurement and the derived extras."""
     torch.manual_seed(cfg.seed)
     mode = cfg.measure.mode
@@ -158,9 +158,13 @@ def train_and_measure(cfg, workload: Workload, progress) -> tuple[Measurement, d
                 ev_start.record()
             x = x.to(device, non_blocking=nb, memory_format=fmt)
             y = y.to(device, non_blocking=nb)
-            with prep.autocast():
-                out = prep.model(x)
-                loss = prep.loss_fn(out, y) / accum
+            out = None
+            try:
+                with prep.autocast():
+                    out = prep.model(x)
+                    loss = prep.loss_fn(out, y) / accum
+            except Exception as exc:  # the model or loss refuses this batch: say what the batch was
+                raise shapes_error(exc, x, y, out) from exc
             if step == nan_step:
                 loss = loss * float("nan")
             (prep.scaler.scale(loss) if prep.scaler else loss).backward()
@@ -216,6 +220,40 @@ def train_and_measure(cfg, workload: Workload, progress) -> tuple[Measurement, d
         extras["backend_flags"] = json.dumps(prep.backend_flags, sort_keys=True)
     del batches, loader
     return m, extras
+
+
+class BatchRefused(RuntimeError):
+    """The model's forward or the loss failed on a batch: an `error` record whose message shows the shapes."""
+
+
+def shapes_error(exc: Exception, x: torch.Tensor, y: torch.Tensor, out=None) -> Exception:
+    """``exc`` itself when it is out of memory or compile's own (classified as such), else a BatchRefused that
+    names the batch's shapes (and the model's output, when the forward ran and the loss failed)."""
+    if isinstance(exc, torch.OutOfMemoryError) or is_compile_failure(exc):
+        return exc
+    what = "the model" if out is None else f"the loss (the model's output: {_shape(out)})"
+    return BatchRefused(f"{what} failed on a batch of input {_shape(x)} and target {_shape(y)} (batch first): "
+                        f"{type(exc).__name__}: {exc}")
+
+
+COMPILE_MODULES = ("torch._dynamo", "torch._inductor")
+
+
+def is_compile_failure(exc: BaseException) -> bool:
+    """An exception raised by torch.compile's tracer or compiler (anywhere in the cause/context chain)."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if type(exc).__module__.startswith(COMPILE_MODULES):
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False
+
+
+def _shape(t) -> str:
+    if not isinstance(t, torch.Tensor):  # a model may return a tuple (deep supervision) or a dict
+        return type(t).__name__
+    return f"[{', '.join(map(str, t.shape))}] {str(t.dtype).removeprefix('torch.')}"
 
 
 def _extras(cfg, prep, cpu_pct: float) -> dict:
@@ -300,18 +338,20 @@ def _cudagraph_step_marker(cfg, device: torch.device):
     return getattr(torch.compiler, "cudagraph_mark_step_begin", None)
 
 
-def model_flops_per_sample(cfg, workload: Workload) -> float | None:
+def model_flops_per_sample(cfg, workload: WorkloadSpec) -> float | None:
     """Training FLOPs of one sample for this model and patch size (None if it cannot be counted)."""
     if cfg.measure.mode == "loader":
         return None
     shape = (1, workload.in_channels, *cfg.data.patch_size)
     try:
-        return count_train_flops(lambda: workload.build(cfg)[0], shape)
+        from harness.workload.build import build_model
+
+        return count_train_flops(lambda: build_model(cfg), shape)
     except Exception:  # a model that cannot run on meta tensors: MFU stays empty, never guessed
         return None
 
 
-def summarize(cfg, workload: Workload, m: Measurement, extras: dict, flops: float | None, gpu_name: str) -> dict:
+def summarize(cfg, workload: WorkloadSpec, m: Measurement, extras: dict, flops: float | None, gpu_name: str) -> dict:
     """The record's metric fields from a raw measurement."""
     steps = len(m.step_ms)
     samples_per_s = steps * m.samples_per_step / m.measured_s if m.measured_s > 0 else None
@@ -326,7 +366,7 @@ def summarize(cfg, workload: Workload, m: Measurement, extras: dict, flops: floa
         "warmup_steps": len(m.warmup_ms),
         "measured_steps": steps,
         "samples_per_s": samples_per_s,
-        "units_per_s": samples_per_s * workload.units_per_sample(tuple(cfg.data.patch_size)) if samples_per_s else None,
+        "units_per_s": samples_per_s * workload.units_in(tuple(cfg.data.patch_size)) if samples_per_s else None,
         "step_ms_p50": p50,
         "step_ms_p90": _quantile(m.step_ms, 0.9),
         "step_ms_mean": statistics.fmean(m.step_ms),
