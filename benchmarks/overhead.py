@@ -34,6 +34,12 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 
 
+def _env() -> dict:
+    """This environment with the repository first on the import path (what PYTHONPATH already held is kept)."""
+    path = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)
+    return dict(os.environ, PYTHONPATH=path)
+
+
 def _settings(workload: str, precision: str, steps: int, warmup: int, device: str) -> list[str]:
     return [f"workload={workload}", "size=smoke", f"device={device}", f"precision={precision}", "measure.mode=model",
             f"measure.steps={steps}", f"measure.warmup_steps={warmup}"]
@@ -42,7 +48,7 @@ def _settings(workload: str, precision: str, steps: int, warmup: int, device: st
 def harness_run(settings: list[str], results: Path) -> float:
     """samples/s of one ``python -m harness run``, from the record it stored."""
     done = subprocess.run([sys.executable, "-m", "harness", "run", *settings, f"results_dir={results}"], cwd=REPO,
-                          capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=str(REPO)))
+                          capture_output=True, text=True, env=_env())
     if done.returncode != 0:
         sys.exit(f"the harness run failed (exit {done.returncode}):\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
     from harness.store import load_runs
@@ -54,7 +60,7 @@ def harness_run(settings: list[str], results: Path) -> float:
 def plain_run(settings: list[str]) -> float:
     """samples/s of the plain loop, in a fresh process of its own."""
     done = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--plain", json.dumps(settings)], cwd=REPO,
-                          capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=str(REPO)))
+                          capture_output=True, text=True, env=_env())
     if done.returncode != 0:
         sys.exit(f"the plain loop failed (exit {done.returncode}):\n{done.stderr[-3000:]}")
     return float(json.loads(done.stdout.strip().splitlines()[-1])["samples_per_s"])
@@ -67,17 +73,17 @@ def plain_loop(settings: list[str]) -> dict:
     from harness import config as config_mod
     from harness.workload.data import build_dataset, build_loader
     from harness.workload.knobs import build_optimizer, guard_cpu_bf16_conv3d
-    from harness.workload.workloads import WORKLOADS
+    from harness.workload.build import build_all
 
     cfg = config_mod.RunConfig()
     for item in settings:
         key, value = item.split("=", 1)
         config_mod.set_key(cfg, key, value)
     cfg = config_mod.resolve(cfg, cuda_available=torch.cuda.is_available())
-    workload = WORKLOADS.get(cfg.workload)
+    workload = cfg.workload
     device = torch.device(cfg.device)
     torch.manual_seed(cfg.seed)
-    model, loss_fn, _ = workload.build(cfg)
+    model, loss_fn, _ = build_all(cfg)
     model = model.to(device)
     guard_cpu_bf16_conv3d(model, cfg)  # part of the model the harness trains on a CPU in bf16 (docs/cpu-bf16-conv3d.md)
     model.train()

@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 from typing import Any, List, Optional
 
 from harness.registry import check_choice, unknown_choice
-from harness.workload.workloads import WORKLOADS
+from harness.workload import workloads as workloads_mod
+from harness.workload.workloads import WorkloadSpec
 
 PRECISIONS = ("32", "bf16-mixed", "16-mixed")
 COMPILE_MODES = ("off", "default", "reduce-overhead", "max-autotune")
@@ -96,7 +97,7 @@ class SweepConfig:
 
 @dataclass
 class RunConfig:
-    workload: str = "unet3d"
+    workload: WorkloadSpec = field(default_factory=lambda: workloads_mod.builtin("unet3d"))  # `workload=NAME`
     size: str = "auto"
     device: str = "auto"
     precision: str = "32"
@@ -121,7 +122,7 @@ class RunConfig:
     # Filled by `resolve`; read by the child.
     @property
     def effective_width(self) -> float:
-        return self.model.width * WORKLOADS.get(self.workload).sizes[self.size].width
+        return self.model.width * self.workload.sizes[self.size].width
 
 
 # Settings that do not change what is measured: left out of config_hash.
@@ -134,7 +135,9 @@ def known_keys(cls: type = RunConfig, prefix: str = "") -> list[str]:
     for f in dataclasses.fields(cls):
         name = prefix + f.name
         default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
-        if dataclasses.is_dataclass(default):
+        if isinstance(default, WorkloadSpec):  # set whole (`workload=NAME`) or field by field
+            keys += [name] + [f"{name}.{w.name}" for w in dataclasses.fields(WorkloadSpec)]
+        elif dataclasses.is_dataclass(default):
             keys += known_keys(type(default), name + ".")
         else:
             keys.append(name)
@@ -145,6 +148,8 @@ KNOWN_KEYS = tuple(known_keys())
 
 
 def check_key(key: str) -> None:
+    if key.startswith(tuple(f"workload.{n}." for n in workloads_mod.OPEN_NODES)):
+        return  # below a _target_ node: the target's own arguments (checked when the workload is resolved)
     if key not in KNOWN_KEYS:
         raise unknown_choice("setting", key, KNOWN_KEYS)
 
@@ -176,11 +181,44 @@ def get_key(cfg: RunConfig, key: str) -> Any:
 
 def set_key(cfg: RunConfig, key: str, value: Any) -> None:
     check_key(key)
+    if key == "workload" or key.startswith("workload."):
+        return _set_workload_key(cfg, key, value)
     *parents, last = key.split(".")
     obj: Any = cfg
     for part in parents:
         obj = getattr(obj, part)
     setattr(obj, last, _coerce(key, _normalize(key, value), _field_type(type(obj), last)))
+
+
+def _set_workload_key(cfg: RunConfig, key: str, value: Any) -> None:
+    """``workload=NAME`` (a shipped workload), a whole mapping (as composed), or one of its fields."""
+    if key == "workload":
+        if isinstance(value, WorkloadSpec):
+            cfg.workload = copy.deepcopy(value)
+        elif isinstance(value, dict):
+            cfg.workload = workloads_mod.parse_spec(value)
+        else:
+            cfg.workload = workloads_mod.builtin(str(value))
+        return
+    obj: Any = cfg.workload
+    *parents, last = key.split(".")[1:]
+    for part in parents:
+        if isinstance(obj, dict):
+            obj = obj.setdefault(part, {})
+        elif getattr(obj, part) is None:
+            setattr(obj, part, {})
+            obj = getattr(obj, part)
+        else:
+            obj = getattr(obj, part)
+    if isinstance(obj, dict):
+        obj[last] = value
+    elif last == "sizes":
+        obj.sizes = workloads_mod.parse_spec({"sizes": value}).sizes
+    else:
+        hint = _field_type(type(obj), last)
+        if last in ("input_shape", "target_shape") and value is not None:
+            value = [int(v) for v in value]
+        setattr(obj, last, _coerce(key, value, hint))
 
 
 def _field_type(cls: type, name: str) -> Any:
@@ -223,6 +261,15 @@ def to_dict(cfg: RunConfig) -> dict[str, Any]:
     return dataclasses.asdict(cfg)
 
 
+def record_dict(cfg: RunConfig) -> dict[str, Any]:
+    """The settings as a record stores them (``config_json``): a built-in workload as shipped by its name alone,
+    as records stored it before workloads were config files, so old and new records read and compare alike."""
+    values = to_dict(cfg)
+    if workloads_mod.is_builtin(cfg.workload):
+        values["workload"] = cfg.workload.name
+    return values
+
+
 def _normalize(key: str, value: Any) -> Any:
     """Values as the CLI may spell them (precision=32, compile=false) in their canonical form."""
     if key == "precision":
@@ -255,7 +302,8 @@ def _normalize(key: str, value: Any) -> Any:
 
 def validate(cfg: RunConfig) -> None:
     """Reject bad names, values and contradictions before anything runs (ValueError)."""
-    workload = WORKLOADS.get(cfg.workload)
+    workload = cfg.workload
+    validate_workload(workload)
     check_choice("size", cfg.size, SIZES)
     check_choice("device", cfg.device, DEVICES)
     check_choice("precision", cfg.precision, PRECISIONS)
@@ -270,7 +318,7 @@ def validate(cfg: RunConfig) -> None:
     only = {"rotate": 3, "elastic": 3, "mixup": 2}
     for name, dims in only.items():
         if getattr(cfg.data, name) and workload.spatial_dims != dims:
-            raise ValueError(f"data.{name}=true applies to {dims}D workloads only; {cfg.workload!r} is {workload.spatial_dims}D")
+            raise ValueError(f"data.{name}=true applies to {dims}D workloads only; {workload.name!r} is {workload.spatial_dims}D")
     for key in ("data.pin_memory", "cudnn_benchmark"):
         if get_key(cfg, key) not in AUTO_BOOL:
             raise ValueError(f"{key}={get_key(cfg, key)!r} is not valid: use true, false or auto")
@@ -295,8 +343,13 @@ def validate(cfg: RunConfig) -> None:
     if cfg.optimizer.fused and cfg.optimizer.foreach:
         raise ValueError("optimizer.fused=true and optimizer.foreach=true exclude each other: choose one")
     if cfg.model.deep_supervision and not workload.deep_supervision:
-        supported = [n for n in WORKLOADS.names() if WORKLOADS.get(n).deep_supervision]
-        raise ValueError(f"model.deep_supervision=true is not available for workload {cfg.workload!r}; it is for: {supported}")
+        supported = [n for n in workloads_mod.available() if workloads_mod.builtin(n).deep_supervision]
+        raise ValueError(f"model.deep_supervision=true is not available for workload {workload.name!r}; it is for: "
+                         f"{supported} (a workload passes it on with model_settings: {{ARG: model.deep_supervision}})")
+    if cfg.data.source == "disk" and (workload.synthetic == "tensors" or workload.dataset is not None):
+        raise ValueError(f"data.source=disk writes volumes or images for the built-in pipelines; workload "
+                         f"{workload.name!r} has {'its own dataset' if workload.dataset is not None else 'synthetic: tensors'}"
+                         " (give your own data as workload.dataset)")
     if workload.mednext_options:
         check_choice("model.mednext_size", cfg.model.mednext_size, ("S", "B", "M", "L"))
         check_choice("model.kernel_size", str(cfg.model.kernel_size), ("3", "5"))
@@ -306,6 +359,45 @@ def validate(cfg: RunConfig) -> None:
         raise ValueError(f"debug.slowdown_ms={cfg.debug.slowdown_ms} must be 0 or more")
     if cfg.timeout_s <= 0:
         raise ValueError(f"timeout_s={cfg.timeout_s} must be positive")
+
+
+def validate_workload(spec: WorkloadSpec) -> None:
+    """A workload's own fields; its targets imported and found unless it is a built-in as shipped."""
+    if not workloads_mod.target_of(spec.model):
+        raise ValueError(f"workload {spec.name!r} names no model: set workload.model._target_=pkg.module.Class "
+                         "(a class or a function returning a torch.nn.Module)")
+    for name in ("loss", "optimizer", "dataset"):
+        node = getattr(spec, name)
+        if node is not None and not workloads_mod.target_of(node):
+            raise ValueError(f"workload.{name} has no _target_: name a class or function, or set workload.{name}=null")
+    check_choice("workload.target", spec.target, workloads_mod.TARGET_KINDS)
+    check_choice("workload.synthetic", spec.synthetic, workloads_mod.SYNTHETIC_KINDS)
+    for arg, source in {**spec.model_settings, **spec.loss_settings}.items():
+        check_choice(f"harness setting for argument {arg!r}", source, workloads_mod.SETTING_SOURCES)
+    if spec.units_per_sample != "spatial" and not (isinstance(spec.units_per_sample, int) and spec.units_per_sample > 0):
+        raise ValueError(f"workload.units_per_sample={spec.units_per_sample!r} is not valid: use a positive whole number "
+                         "or spatial (the product of the sample's spatial sides)")
+    missing = [n for n in SIZES[1:] if n not in spec.sizes]
+    if missing:
+        raise ValueError(f"workload {spec.name!r} has no sizes.{missing[0]}: every workload gives a full and a smoke "
+                         "size (batch_size, warmup_steps, steps, epoch_steps)")
+    for name in spec.sizes:
+        shape = spec.sample_shape(name)
+        if not shape:
+            raise ValueError(f"workload {spec.name!r} has no input shape: set workload.input_shape=[C, ...] (one "
+                             "sample, channels first, e.g. [1,64,64,64] for a 3D image with one channel)")
+        if len(shape) < 2 or min(shape) < 1:
+            raise ValueError(f"workload.input_shape={shape} is not valid: channels first, then 1 to 3 spatial sides, "
+                             "all positive (e.g. [1,64,64,64], [3,224,224] or [8,1024])")
+    need = {"volumes": ("segmentation", 3, 1), "images": ("class", 2, 3)}.get(spec.synthetic)
+    if need and (spec.target, spec.spatial_dims, spec.in_channels) != need:
+        raise ValueError(f"workload.synthetic={spec.synthetic} makes {need[1]}D samples with {need[2]} channel(s) for a "
+                         f"{need[0]} target; workload {spec.name!r} has {spec.sample_shape()} and target {spec.target}: "
+                         "use synthetic: tensors")
+    if not workloads_mod.is_builtin(spec):
+        from harness.workload import targets
+
+        targets.check_targets(spec)
 
 
 def _positive(cfg: RunConfig, *keys: str, allow_none: bool = False) -> None:
@@ -321,7 +413,7 @@ def _check_patch(patch: list[int], workload) -> None:
     if len(patch) != workload.spatial_dims:
         raise ValueError(
             f"data.patch_size={list(patch)} has {len(patch)} dimensions; workload {workload.name!r} is "
-            f"{workload.spatial_dims}D, e.g. {list(workload.sizes['full'].patch_size)}"
+            f"{workload.spatial_dims}D, e.g. {workload.sample_shape()[1:]}"
         )
     bad = [s for s in patch if s < workload.min_side or s % workload.patch_multiple]
     if bad:
@@ -339,11 +431,15 @@ def resolve(cfg: RunConfig, cuda_available: bool) -> RunConfig:
         raise ValueError("device='cuda' was asked for, but torch sees no CUDA device here; use device=cpu or auto")
     if out.size == "auto":
         out.size = "full" if out.device == "cuda" else "smoke"
-    preset = WORKLOADS.get(out.workload).sizes[out.size]
+    preset = out.workload.sizes[out.size]
     if out.batch_size is None:
         out.batch_size = preset.batch_size
     if out.data.patch_size is None:
-        out.data.patch_size = list(preset.patch_size)
+        out.data.patch_size = out.workload.sample_shape(out.size)[1:]
+    if not workloads_mod.is_builtin(out.workload):  # editing the user's model file measures it anew
+        from harness.workload import targets
+
+        out.workload.source_sha = targets.source_sha(out.workload)
     if out.data.epoch_steps is None:
         out.data.epoch_steps = preset.epoch_steps
     if out.measure.warmup_steps is None:
@@ -364,10 +460,10 @@ CUDAGRAPH_COMPILE_MODES = ("reduce-overhead", "max-autotune")
 
 
 def not_applicable(cfg: RunConfig) -> str:
-    """Why a resolved config cannot run as labelled on its device ("" when it can)."""
+    """Why a resolved config cannot run as labelled on its device and workload ("" when it can)."""
+    reasons = _workload_conflicts(cfg)
     if cfg.device == "cuda":
-        return _cudagraph_conflict(cfg)
-    reasons = []
+        return "; ".join(reasons + [r for r in [_cudagraph_conflict(cfg)] if r])
     if cfg.tf32 is True:
         reasons.append("tf32=true needs a CUDA GPU (TF32 is a tensor-core format)")
     if cfg.cudnn_benchmark is True:
@@ -377,6 +473,27 @@ def not_applicable(cfg: RunConfig) -> str:
     if cfg.compile == "reduce-overhead":
         reasons.append("compile=reduce-overhead needs a CUDA GPU (it captures CUDA graphs)")
     return "; ".join(reasons)
+
+
+def _workload_conflicts(cfg: RunConfig) -> list[str]:
+    """Knobs this workload's model cannot take (the child would fail, or run the baseline under the knob's name)."""
+    spec, reasons = cfg.workload, []
+    if cfg.channels_last and spec.spatial_dims not in (2, 3):
+        reasons.append(f"channels_last=true needs 2D or 3D samples (4D/5D tensors); workload {spec.name!r} has "
+                       f"{spec.spatial_dims}D samples {spec.sample_shape(cfg.size)}")
+    if cfg.model.width != 1.0 and "width" not in spec.model_settings.values():
+        reasons.append(f"model.width={cfg.model.width:g} needs a model that takes a width: workload {spec.name!r} hands "
+                       "none to its model (model_settings: {ARG: width} does)")
+    if spec.synthetic == "tensors" or spec.dataset is not None:
+        switched = [f"data.{n}" for n in ("flip", "noise", "rotate", "elastic", "mixup") if getattr(cfg.data, n)]
+        if cfg.data.augment != "none" or switched:
+            what = (switched or [f"data.augment={cfg.data.augment}"])[0]
+            reasons.append(f"{what} applies to the volumes and images pipelines; workload {spec.name!r} has "
+                           f"{'its own dataset' if spec.dataset is not None else 'synthetic: tensors'}")
+    if cfg.activation_checkpointing and not spec.checkpoint_units and cfg.measure.mode != "loader":
+        reasons.append(f"activation_checkpointing=true: workload {spec.name!r} names no checkpoint_units (the module "
+                       "classes to recompute), so nothing would be checkpointed; set workload.checkpoint_units=[pkg.Block]")
+    return reasons
 
 
 def _cudagraph_conflict(cfg: RunConfig) -> str:
@@ -428,7 +545,12 @@ def measured_settings(cfg: RunConfig) -> dict[str, Any]:
     values = flatten(to_dict(cfg))
     defaults = flatten(to_dict(type(cfg)()))
     idle = NOT_ACTING.get(cfg.data.source, ())
-    out = {}
+    # A shipped workload is its name, as before workloads were config files (so the hashes of version 2 hold);
+    # any other, or a shipped one changed, adds everything it is made of, its user source files' hash included.
+    out = {"workload": cfg.workload.name}
+    if not workloads_mod.is_builtin(cfg.workload):
+        out["workload.spec"] = cfg.workload.hashed()
+    values.pop("workload")
     for key, value in sorted(values.items()):
         if any(key == n or key.startswith(n + ".") for n in NOT_HASHED) or key in idle:
             continue

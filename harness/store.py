@@ -147,6 +147,17 @@ class RunRecord:
     warmup_peak_vram_bytes: float | None = None
     warmup_peak_vram_reserved_bytes: float | None = None
     gpu_sample_note: str = ""  # NVML metrics that could not be read (MIG, GPU gone), and why
+    # CUDA events (issue 11): per measured step, the device time from the first batch in hand to the optimizer
+    # step's end, read after the window's closing sync; device_step_frac = their sum / the measured window
+    # (below 1: the stream idled between steps, the host was late).
+    device_step_ms: list[float] = field(default_factory=list)
+    device_step_ms_p50: float | None = None
+    device_step_frac: float | None = None
+    # NVML, sampled by the parent in the measured window: mean SM clock, the clock-event (throttle) reasons seen,
+    # and GPM's SM activity (Hopper and newer; the share of SM time with a warp resident, window mean).
+    gpu_sm_clock_mhz: float | None = None
+    gpu_throttle_reasons: str = ""
+    gpu_sm_active_pct: float | None = None
     backend_flags: str = ""  # JSON: the TF32 / cuDNN settings the run applied, and through which API
 
 

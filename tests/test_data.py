@@ -10,15 +10,15 @@ import torch
 from harness.workload import datasets
 from harness.workload.data import augment_switches, build_dataset, build_loader
 from harness.workload.volumes import make_volume
-from harness.workload.workloads import WORKLOADS
+from harness.workload.workloads import builtin
 from tests.conftest import tiny_config
 
-UNET, RESNET = WORKLOADS.get("unet3d"), WORKLOADS.get("resnet50")
+UNET, RESNET = builtin("unet3d"), builtin("resnet50")
 
 
 def _disk(tmp_path, **overrides):
     cfg = tiny_config(data__source="disk", data__cache="none", data__num_items=3, data__cache_dir=str(tmp_path), **overrides)
-    workload = WORKLOADS.get(cfg.workload)
+    workload = cfg.workload
     return cfg, workload, datasets.ensure(datasets.spec_for(cfg, workload), tmp_path, log=lambda *_: None)
 
 
@@ -136,7 +136,8 @@ def test_diagnosis_verdicts_from_rates():
     slow_loader = diagnose(rec(6.2), rec(22.8), rec(5.0, 0.72), "cuda", 0, True)
     assert slow_loader.verdict == "data-bound"
     assert "the loader delivers 3.10 batches/s, the model could take 11.40" in slow_loader.text
-    assert "the GPU waits 72% of each step" in slow_loader.text and any("data.cache=ram" in a for a in slow_loader.advice)
+    assert "the training loop is blocked on the loader 72% of the time" in slow_loader.text
+    assert "GPU waits" not in slow_loader.text and any("data.cache=ram" in a for a in slow_loader.advice)
     assert diagnose(rec(100.0), rec(10.0), rec(9.0, 0.05), "cpu", 0, False).verdict == "compute-bound"
     assert diagnose(rec(10.0), rec(10.5), rec(6.0, 0.5), "cpu", 0, False).verdict == "balanced"
     assert diagnose({"status": "oom"}, rec(1.0), rec(1.0), "cpu", 0, False).verdict == "unknown"

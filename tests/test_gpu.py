@@ -57,14 +57,48 @@ def _gpu_used(pynvml) -> int:
                for i in range(pynvml.nvmlDeviceGetCount()))
 
 
+@pytest.fixture(scope="module")
+def bf16_record(tmp_path_factory):
+    """One full-size 3D UNet run in bf16, shared by the checks that read a real GPU record."""
+    return _run(tmp_path_factory.mktemp("bf16"), precision="bf16-mixed", size="full")
+
+
 def test_full_size_unet_reports_vram_utilisation_and_mfu(bf16_record):
     record = bf16_record
     assert record.status == "ok", record.error
     assert record.size == "full" and record.device == "cuda"
     assert record.peak_vram_bytes > 1e9 and record.gpu_util_pct is not None
     assert record.gpu_name and record.cuda_version
-    assert record.gpu_sample_note == "", record.gpu_sample_note  # every NVML metric was readable
+    # every NVML metric was readable (GPM only exists on Hopper and newer)
+    assert all("GPM" in note for note in record.gpu_sample_note.split("; ") if note), record.gpu_sample_note
     assert record.flops_per_sample, "FLOPs of the UNet could not be counted"
+
+
+def test_cuda_events_time_every_measured_step_without_a_sync_in_the_window(bf16_record):
+    record = bf16_record
+    assert record.status == "ok", record.error
+    assert len(record.device_step_ms) == record.measured_steps
+    assert all(ms > 0 for ms in record.device_step_ms)
+    # the device's time for a step cannot exceed the host's time for the whole window
+    assert 0 < record.device_step_frac <= 1.02, record.device_step_frac
+    assert record.device_step_ms_p50 <= record.step_ms_p90 * 1.05
+
+
+def test_nvml_clocks_and_gpm_sm_activity_are_recorded(bf16_record):
+    record = bf16_record
+    assert record.status == "ok", record.error
+    assert record.gpu_sm_clock_mhz is not None and 100 < record.gpu_sm_clock_mhz < 5000
+    assert isinstance(record.gpu_throttle_reasons, str)  # "" or named reasons, never a raw number alone
+    pynvml = _nvml()
+    handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+    try:
+        gpm = bool(pynvml.nvmlGpmQueryDeviceSupport(handle).isSupportedDevice)
+    except pynvml.NVMLError:
+        gpm = False
+    if gpm:
+        assert record.gpu_sm_active_pct is not None and 0 < record.gpu_sm_active_pct <= 100, record.gpu_sample_note
+    else:
+        assert record.gpu_sm_active_pct is None and "GPM" in record.gpu_sample_note
 
 
 def test_memory_nests_allocated_reserved_device_used_capacity(bf16_record):
@@ -152,7 +186,8 @@ def test_the_parent_creates_no_cuda_context():
         "print('STATUS', record.status, 'PARENT_ON_GPU', os.getpid() in _gpu_pids(_nvml()))\n"
     )
     # the NVML-based availability check: the skipif of this module must not itself create a context
-    env = dict(os.environ, PYTHONPATH=str(REPO), PYTORCH_NVML_BASED_CUDA_CHECK="1")
+    path = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)  # keep carried packages
+    env = dict(os.environ, PYTHONPATH=path, PYTORCH_NVML_BASED_CUDA_CHECK="1")
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, timeout=500)
     assert "STATUS ok PARENT_ON_GPU False" in out.stdout, out.stdout[-2000:] + out.stderr[-2000:]
 

@@ -8,13 +8,13 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from harness.workload import knobs
 from harness.workload.data import build_dataset, build_loader
-from harness.workload.workloads import WORKLOADS
+from harness.workload.workloads import builtin
 from tests.conftest import tiny_config
 
 
 def _prepare(**overrides):
     cfg = tiny_config(**overrides)
-    return cfg, knobs.prepare(cfg, WORKLOADS.get(cfg.workload))
+    return cfg, knobs.prepare(cfg, cfg.workload)
 
 
 def _train_flops(prep, shape) -> int:
@@ -145,7 +145,7 @@ def test_zero_grad_set_to_none():
 
 def test_loader_knobs_reach_the_dataloader():
     cfg = tiny_config(data__num_workers=2, data__prefetch_factor=3, data__persistent_workers=True, batch_size=3)
-    loader = build_loader(cfg, build_dataset(cfg, WORKLOADS.get("unet3d")))
+    loader = build_loader(cfg, build_dataset(cfg, builtin("unet3d")))
     assert (loader.num_workers, loader.prefetch_factor, loader.persistent_workers, loader.batch_size) == (2, 3, True, 3)
     it = iter(loader)
     x, y = next(it)
@@ -156,12 +156,12 @@ def test_loader_knobs_reach_the_dataloader():
 
 def test_epoch_length_follows_epoch_steps_and_accumulation():
     cfg = tiny_config(batch_size=2, accumulate_grad_batches=3, data__epoch_steps=5)
-    assert len(build_dataset(cfg, WORKLOADS.get("unet3d"))) == 2 * 3 * 5
+    assert len(build_dataset(cfg, builtin("unet3d"))) == 2 * 3 * 5
 
 
 def test_synthetic_volumes_have_labelled_foreground():
     cfg = tiny_config()
-    x, y = build_dataset(cfg, WORKLOADS.get("unet3d"))[0]
+    x, y = build_dataset(cfg, builtin("unet3d"))[0]
     assert x.shape == y.shape == (1, 32, 32, 32)
     frac = y.float().mean().item()
     assert 0.01 < frac < 0.9  # some structures, not all

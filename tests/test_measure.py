@@ -7,15 +7,15 @@ import torch
 
 from harness.run.child import classify
 from harness.run.measure import NonFiniteLoss, mean_is_known, model_flops_per_sample, summarize, t975, train_and_measure
-from harness.workload.workloads import WORKLOADS
+from harness.workload.workloads import builtin
 from tests.conftest import tiny_config
 
-UNET = WORKLOADS.get("unet3d")
+UNET = builtin("unet3d")
 
 
 def _measure(**overrides):
     cfg = tiny_config(**overrides)
-    m, extras = train_and_measure(cfg, WORKLOADS.get(cfg.workload), lambda *a, **k: None)
+    m, extras = train_and_measure(cfg, cfg.workload, lambda *a, **k: None)
     return cfg, m, extras
 
 
@@ -96,7 +96,7 @@ def test_out_of_memory_wrapped_by_another_exception_is_oom():
 
 def test_flops_are_counted_per_sample_forward_and_backward():
     cfg = tiny_config(workload="resnet50", data__patch_size=[224, 224])
-    flops = model_flops_per_sample(cfg, WORKLOADS.get("resnet50"))
+    flops = model_flops_per_sample(cfg, builtin("resnet50"))
     # torchvision: 4.09 GMAC = 8.18 GFLOP forward; training is ~3x forward.
     assert flops == pytest.approx(3 * 8.18e9, rel=0.03)
 

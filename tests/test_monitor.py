@@ -61,6 +61,37 @@ class FakeNvml:
     def nvmlDeviceIsMigDeviceHandle(self, h):
         return str(h).startswith("mig")
 
+    NVML_CLOCK_SM = 1
+    NVML_GPM_METRICS_GET_VERSION = 1
+    NVML_GPM_METRIC_SM_UTIL = 2
+
+    def nvmlDeviceGetClockInfo(self, h, which):
+        return self._call("clock", 1755 if which == self.NVML_CLOCK_SM else 0)
+
+    def nvmlDeviceGetCurrentClocksEventReasons(self, h):
+        return self._call("reasons", self.reasons.pop(0) if getattr(self, "reasons", None) else 0)
+
+    # GPM: a counter of SM-active time that the test advances between the two samples
+    def nvmlGpmQueryDeviceSupport(self, h):
+        return self._call("gpm", SimpleNamespace(isSupportedDevice=int(getattr(self, "gpm", True))))
+
+    def nvmlGpmSampleAlloc(self):
+        return SimpleNamespace(at=None)
+
+    def nvmlGpmSampleGet(self, h, sample):
+        sample.at = getattr(self, "sm_busy", 0.0)
+        return sample
+
+    def nvmlGpmSampleFree(self, sample):
+        self.calls.append("free")
+
+    def c_nvmlGpmMetricsGet_t(self):
+        return SimpleNamespace(metrics=[SimpleNamespace(metricId=0, value=0.0, nvmlReturn=0)])
+
+    def nvmlGpmMetricsGet(self, query):
+        query.metrics[0].value = query.sample2.at - query.sample1.at
+        return query
+
 
 def test_all_metrics_sampled_when_nvml_works():
     s = monitor.Sampler(os.getpid(), "gpu0", nvml=FakeNvml())
@@ -220,3 +251,45 @@ def test_a_handle_that_could_not_be_found_records_its_note_and_samples_host_only
     s.sample_once()
     assert s.samples.gpu_mem_used_bytes == [] and s.samples.notes == ["NVML: no handle"]
     assert s.samples.peak_host_rss_bytes > 0
+
+
+def test_clocks_and_clock_event_reasons_are_sampled_and_named():
+    nvml = FakeNvml()
+    nvml.reasons = [0x1, 0x4 | 0x40, 0x1]
+    s = monitor.Sampler(os.getpid(), "gpu0", nvml=nvml)
+    s.measuring = True
+    for _ in range(3):
+        s.sample_once()
+    out = monitor.metrics(s.samples, {}, gpu_named=True)
+    assert out["gpu_sm_clock_mhz"] == 1755.0
+    # 'idle' alone is no slowdown of a busy GPU; the others are named, each once
+    assert out["gpu_throttle_reasons"] == "power cap (software), thermal (hardware)"
+    assert monitor.clock_reason_names([0x1, 0x0]) == "" and monitor.clock_reason_names([0x800]) == "other (0x800)"
+
+
+def test_gpm_sm_activity_spans_the_window_the_parent_saw():
+    nvml = FakeNvml()
+    s = monitor.Sampler(os.getpid(), "gpu0", nvml=nvml)
+    nvml.sm_busy = 10.0
+    s.window_opened()
+    assert s.measuring
+    nvml.sm_busy = 72.5  # what the fake's counter says the window added
+    s.window_closed()
+    assert not s.measuring and s.samples.gpu_sm_active_pct == 62.5
+    assert nvml.calls.count("free") == 2 and s.samples.notes == []
+    assert monitor.metrics(s.samples, {}, gpu_named=True)["gpu_sm_active_pct"] == 62.5
+
+
+def test_gpm_unsupported_or_window_close_unseen_leaves_it_empty_with_a_note():
+    nvml = FakeNvml()
+    nvml.gpm = False  # before Hopper
+    s = monitor.Sampler(os.getpid(), "gpu0", nvml=nvml)
+    s.window_opened()
+    s.sample_once()
+    s.window_closed()
+    assert s.samples.gpu_sm_active_pct is None and s.samples.gpu_util_pct == [87.0]
+    assert any("GPM is not supported" in n for n in s.samples.notes)
+    s2 = monitor.Sampler(os.getpid(), "gpu0", nvml=FakeNvml())
+    s2.window_opened()
+    s2.window_lost()  # the child ended before the parent saw "measured": the teardown would be counted
+    assert s2.samples.gpu_sm_active_pct is None and any("close was not seen" in n for n in s2.samples.notes)

@@ -32,13 +32,14 @@ def diagnose(loader: dict, model: dict, full: dict, device: str, num_workers: in
     """Each argument is a record as a dict (with ``batch_size`` added); see the module docstring."""
     L, M, F = _rate(loader), _rate(model), _rate(full)
     wait = full.get("data_wait_frac") if full.get("status") == "ok" else None
-    who = "the GPU" if device == "cuda" else "the training loop"
     if L is None or M is None or F is None:
         failed = {k: r.get("status") for k, r in (("loader", loader), ("model", model), ("full step", full)) if _rate(r) is None}
         return Diagnosis("unknown", L, M, F, wait, f"no verdict: these measurements did not run ok: {failed}")
     ratio = L / M
     numbers = f"the loader delivers {L:.2f} batches/s, the model could take {M:.2f}; the full step runs at {F:.2f}"
-    waits = f"{who} waits {100 * (wait or 0):.0f}% of each step for data"
+    # What data wait is: host time blocked in next(loader). On CUDA the device may still be busy with queued work
+    # meanwhile, so this is not "the GPU waits" (device-side time is the record's device_step_frac).
+    waits = f"the training loop is blocked on the loader {100 * (wait or 0):.0f}% of the time"
     if ratio < DATA_BOUND_BELOW:
         advice = [f"more loader workers (now {num_workers}): python -m harness sweep +ladder=workers <same settings>",
                   "lighter augmentation: data.augment=light, or data.rotate=false / data.elastic=false"]

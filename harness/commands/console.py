@@ -48,7 +48,14 @@ def run_summary(record: RunRecord) -> Table:
                           f"{human_bytes(record.warmup_peak_vram_bytes)} allocated")
             table.add_row("GPU memory", f"{human_bytes(record.gpu_mem_used_bytes)} used on the device (NVML, all "
                           f"processes) of {human_bytes(record.gpu_mem_total_bytes)}")
-            table.add_row("GPU util", f"{fmt(record.gpu_util_pct)} %   power {fmt(record.gpu_power_w)} W"
+            share = 100 * record.device_step_frac if record.device_step_frac is not None else None
+            table.add_row("device time", f"p50 {fmt(record.device_step_ms_p50)} ms a step (CUDA events); the steps "
+                          f"fill {fmt(share, '.0f')} % of the measured time")
+            table.add_row("GPU util", f"{fmt(record.gpu_util_pct)} % kernel-active (NVML)   SM active "
+                          f"{fmt(record.gpu_sm_active_pct)} % (GPM)   SM clock {fmt(record.gpu_sm_clock_mhz, '.0f')} MHz"
+                          f"   power {fmt(record.gpu_power_w)} W"
+                          + (f"   [yellow]clocks held back: {record.gpu_throttle_reasons}[/]"
+                             if record.gpu_throttle_reasons else "")
                           + (f"   [yellow]{record.gpu_sample_note}[/]" if record.gpu_sample_note else ""))
             table.add_row("MFU", fmt(100 * record.mfu if record.mfu else None, ".1f", " %"))
         table.add_row("host memory", f"peak RSS {human_bytes(record.peak_host_rss_bytes)} (main + workers)"

@@ -15,17 +15,22 @@ from typing import Any, Callable, Optional
 
 from harness import config as config_mod
 from harness.analysis.climb import ClimbConfig
+from harness.workload.workloads import WorkloadSpec
 
 CONF_DIR = Path(__file__).resolve().parent.parent.parent / "conf"
-CONFIG_GROUPS = ("ladder", "data")  # Hydra groups: `data=disk` picks conf/data/disk.yaml
+CONFIG_GROUPS = ("ladder", "data", "workload")  # Hydra groups: `data=disk` picks conf/data/disk.yaml
+CONFIG_DIR_FLAGS = ("--config-dir", "-cd")
 HELP_FLAGS = ("--help", "-h", "--hydra-help", "--cfg", "-c", "--info")
 
 
 @dataclass
 class HydraRoot(config_mod.RunConfig):
-    """RunConfig plus the optional ladder node that ``+ladder=NAME`` adds, the campaign id that
-    ``sweep -m`` gives every sweep it launches, and the ``climb.*`` settings of ``climb``."""
+    """RunConfig plus the optional ladder node that ``+ladder=NAME`` adds, the campaign id that ``sweep -m``
+    gives every sweep it launches, and the ``climb.*`` settings of ``climb``. The workload node starts empty:
+    the ``workload`` group fills it (a default with fields would leave its model's arguments behind in another
+    workload's model node)."""
 
+    workload: WorkloadSpec = field(default_factory=WorkloadSpec)
     ladder: Optional[Any] = None
     campaign: str = ""
     climb: ClimbConfig = field(default_factory=ClimbConfig)
@@ -53,6 +58,27 @@ def override_key(override: str) -> str | None:
     return key
 
 
+def with_config_dirs(argv: list[str]) -> list[str]:
+    """``--config-dir DIR`` (Hydra's flag, also ``-cd DIR`` and ``--config-dir=DIR``) as the override
+    ``hydra.searchpath=[file://DIR]``, which the compose API honours too: the user's own config files
+    (``DIR/workload/NAME.yaml``) join the groups. ValueError for a folder that is not there."""
+    out, dirs, args = [], [], iter(argv)
+    for arg in args:
+        flag, _, value = arg.partition("=")
+        if flag in CONFIG_DIR_FLAGS:
+            value = value or next(args, "")
+            if not Path(value).is_dir():
+                raise ValueError(f"{flag} {value!r}: no such folder (it holds your config groups, e.g. workload/NAME.yaml)")
+            dirs.append(Path(value).resolve().as_uri())
+        else:
+            out.append(arg)
+    if dirs:
+        if any(a.lstrip("+").startswith("hydra.searchpath=") for a in out):
+            raise ValueError("give your config folders with --config-dir or with hydra.searchpath, not both")
+        out.append(f"hydra.searchpath=[{','.join(dirs)}]")
+    return out
+
+
 def check_overrides(overrides: list[str]) -> None:
     """Unknown settings stop here, before Hydra or anything else runs, with did-you-mean."""
     for override in overrides:
@@ -66,6 +92,7 @@ def hydra_app(overrides: list[str], task: Callable[[Any], int], multirun: bool =
     (jobs a launcher runs in other processes return theirs there: their caller reads the store)."""
     if not any(o in HELP_FLAGS for o in overrides):
         try:
+            overrides = with_config_dirs(overrides)
             check_overrides(overrides)
             if not multirun:
                 compose_settings(overrides)  # a bad value is one line here, not Hydra's error page
@@ -118,9 +145,14 @@ def hydra_error_text(exc: BaseException) -> str:
     if missing and (CONF_DIR / missing.group(1)).is_dir():
         group, name = missing.groups()
         choices = sorted(p.stem for p in (CONF_DIR / group).glob("*.yaml"))
-        return f"{group}={name} is not a choice; valid choices: {', '.join(choices)}"
+        mine = " (or a file of yours: --config-dir DIR with DIR/workload/NAME.yaml)" if group == "workload" else ""
+        return f"{group}={name} is not a choice; valid choices: {', '.join(choices)}{mine}"
     detail = next((str(c).strip().splitlines()[0] for c in causes[1:] if str(c).strip()), "")
-    return f"{head}: {detail}" if detail and detail not in head else head
+    text = f"{head}: {detail}" if detail and detail not in head else head
+    new_key = re.search(r"Could not override '([^']+)'", text)
+    if new_key and "not in struct" in text:
+        text += f" (to add a key the config does not have, write +{new_key.group(1)}=VALUE)"
+    return text
 
 
 def plain_settings(cfg) -> dict:

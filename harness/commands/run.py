@@ -34,7 +34,7 @@ def task(cfg) -> int:
         console.print(f"[red]error:[/] {exc}")
         return 2
     env, key = runner.environment(resolved.device)
-    with RunProgress(console, f"{resolved.workload}") as progress:
+    with RunProgress(console, resolved.workload.name) as progress:
         record = runner.run_and_store(resolved, env, key, progress.update)
     console.print(run_summary(record))
     path = Path(resolved.results_dir) / "runs" / f"{record.run_id}.parquet"

@@ -70,6 +70,10 @@ def main(command: str, argv: list[str]) -> int:
         print(__doc__.strip() + "\n\nsettings: any `run` setting as key=value; sweep.repeats=N, sweep.rerun=true\n\n"
               + ladder_list())
         return 0
+    try:
+        argv = hydra_edge.with_config_dirs(argv)
+    except ValueError as exc:
+        return _refuse(exc)
     if any(a in MULTIRUN_FLAGS for a in argv):
         return campaign([a for a in argv if a not in MULTIRUN_FLAGS])
     try:
@@ -103,6 +107,12 @@ def plan_sweep(argv: list[str], campaign: bool = False, settings: dict | None = 
         raise ValueError("no ladder given: add +ladder=NAME\n" + ladder_list())
     hydra_edge.check_overrides(overrides)
     user_keys = {k for k in map(hydra_edge.override_key, overrides) if k}
+    given = set(map(_given_key, overrides))
+    if "workload" in given:
+        user_keys.add("workload")  # the user's workload wins over the ladder's default one
+    elif any(k.startswith("workload.") for k in given):
+        raise ValueError(f"{sorted(k for k in given if k.startswith('workload.'))[0]} changes a field of a workload "
+                         f"without naming it: add workload=NAME (ladder {name!r} would use its own, {lad.workload!r})")
     if user_keys & INTERNAL_KEYS:
         raise ValueError(f"{sorted(user_keys & INTERNAL_KEYS)} are set by the sweep itself; remove them")
     several = [o for o in overrides if hydra_edge.override_key(o) and _is_value_sweep(o.split("=", 1)[1])]
@@ -122,6 +132,10 @@ def plan_sweep(argv: list[str], campaign: bool = False, settings: dict | None = 
         raise ValueError(f"sweep.repeats={parsed.sweep.repeats} must be at least 1 (each rung is measured that many times)")
     return SweepPlan(ladder=lad, overrides=tuple(overrides), user_keys=frozenset(user_keys), settings=settings,
                      repeats=parsed.sweep.repeats, rerun=parsed.sweep.rerun)
+
+
+def _given_key(override: str) -> str:
+    return override.split("=", 1)[0].lstrip("+~") if "=" in override else ""
 
 
 def _refuse(exc: Exception) -> int:

@@ -19,7 +19,7 @@ def classify(exc: BaseException) -> str:
     import torch
 
     from harness.workload.knobs import KnobNotApplicable
-    from harness.run.measure import NonFiniteLoss
+    from harness.run.measure import NonFiniteLoss, is_compile_failure
 
     if isinstance(exc, KnobNotApplicable):
         return "skipped"
@@ -33,7 +33,25 @@ def classify(exc: BaseException) -> str:
     text = " ".join(str(e) for e in _chain(exc))
     if "out of memory" in text.lower() or any(marker in text for marker in OOM_MARKERS):
         return "oom"
+    if is_compile_failure(exc):  # the knob cannot take this model: never the eager baseline under its label
+        return "skipped"
     return "error"
+
+
+def skip_reason(exc: BaseException, compile_mode: str) -> str:
+    """The reason a skipped run gives: the knob's own, or which compile mode failed on the model and how."""
+    from harness.run.measure import is_compile_failure
+
+    if is_compile_failure(exc) and not isinstance(exc, _knob_not_applicable()):
+        first = next((line for line in str(exc).strip().splitlines() if line.strip()), type(exc).__name__)
+        return f"compile={compile_mode} failed on this model ({type(exc).__name__}): {first[:300]}"
+    return str(exc)
+
+
+def _knob_not_applicable() -> type:
+    from harness.workload.knobs import KnobNotApplicable
+
+    return KnobNotApplicable
 
 
 # Messages that mean the device (or host) allocator could not satisfy a request.
@@ -57,11 +75,10 @@ def main(job_dir: str) -> int:
     job = Path(job_dir)
     from harness import config as config_mod
     from harness.run.measure import model_flops_per_sample, summarize, train_and_measure, write_json
-    from harness.workload.workloads import WORKLOADS
 
     cfg = config_mod.from_dict(json.loads((job / "config.json").read_text()))
     gpu_name = json.loads((job / "env.json").read_text()).get("gpu_name", "")
-    workload = WORKLOADS.get(cfg.workload)
+    workload = cfg.workload
 
     def progress(phase: str, **info) -> None:
         write_json(job / "progress.json", {"phase": phase, "time": time.time(), **info})
@@ -74,7 +91,7 @@ def main(job_dir: str) -> int:
     except BaseException as exc:  # every outcome becomes a record
         status = classify(exc)
         tail = "".join(traceback.format_exception(exc))[-4000:]
-        result = {"status": status, "error": str(exc) if status == "skipped" else tail}
+        result = {"status": status, "error": skip_reason(exc, cfg.compile) if status == "skipped" else tail}
     write_json(job / "result.json", result)
     return 0
 

@@ -49,21 +49,19 @@ def new_run_id() -> str:
 
 def base_record(cfg: config_mod.RunConfig, env: dict, env_key: str, status: str, error: str = "") -> RunRecord:
     """A record of ``cfg`` with environment and identity filled, metrics empty."""
-    from harness.workload.workloads import WORKLOADS
-
     env_fields = {f.name for f in fields(RunRecord)}
     return RunRecord(
         run_id=new_run_id(),
         status=status,
         error=error,
         timestamp=utc_timestamp(),
-        workload=cfg.workload,
+        workload=cfg.workload.name,
         size=cfg.size,
         device=cfg.device,
         config_hash=config_mod.config_hash(cfg),
-        config_json=json.dumps(config_mod.to_dict(cfg), sort_keys=True),
+        config_json=json.dumps(config_mod.record_dict(cfg), sort_keys=True),
         env_key=env_key,
-        unit=WORKLOADS.get(cfg.workload).unit,
+        unit=cfg.workload.unit,
         mode=cfg.measure.mode,
         **{k: v for k, v in env.items() if k in env_fields},
     )
@@ -109,6 +107,8 @@ def _run_child(job: Path, timeout_s: float, on_progress: ProgressFn | None,
         finally:
             _kill_group(proc)
             _LIVE.discard(proc)
+    if watch.sampler.measuring:
+        watch.sampler.window_lost()
     result = _read_result(job / "result.json")
     if result is not None:  # a child that wrote its result and then hung on exit still measured
         status, error = result.pop("status"), result.pop("error", "")
@@ -157,10 +157,12 @@ class _Watch:
             handle = monitor.nvml_handle_for(info["gpu"])  # pynvml only: the parent never initialises CUDA
             if handle is not None:
                 self.sampler.attach_gpu(handle)
-        was = self.sampler.measuring
-        self.sampler.measuring = phase == "measure"  # GPU samples only between "measure" and "measured"
-        if self.sampler.measuring and not was:
+        was, now = self.sampler.measuring, phase == "measure"  # GPU samples only between "measure" and "measured"
+        if now and not was:
+            self.sampler.window_opened()
             self.next_sample = 0.0  # one sample as soon as the window is seen open
+        elif was and not now:
+            self.sampler.window_closed()
 
     def sample_if_due(self, now: float) -> None:
         if now >= self.next_sample:

@@ -31,7 +31,7 @@ from harness.run import monitor
 from harness.workload.data import build_dataset, build_loader, endless
 from harness.workload.flops import count_train_flops, peak_flops
 from harness.workload.knobs import prepare
-from harness.workload.workloads import Workload
+from harness.workload.workloads import WorkloadSpec
 
 
 class NonFiniteLoss(RuntimeError):
@@ -47,6 +47,7 @@ class Measurement:
     warmup_ms: list[float] = field(default_factory=list)
     step_ms: list[float] = field(default_factory=list)
     data_wait_ms: list[float] = field(default_factory=list)
+    device_step_ms: list[float] = field(default_factory=list)  # CUDA only: per step, from CUDA events
     measured_s: float = 0.0
     loss_first: float | None = None
     loss_last: float | None = None
@@ -72,7 +73,7 @@ def inject_fault(cfg, step: int, device: torch.device) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
-def train_and_measure(cfg, workload: Workload, progress) -> tuple[Measurement, dict]:
+def train_and_measure(cfg, workload: WorkloadSpec, progress) -> tuple[Measurement, dict]:
     """Run warm-up + measured steps; return the raw measurement and the derived extras."""
     torch.manual_seed(cfg.seed)
     mode = cfg.measure.mode
@@ -114,6 +115,11 @@ def train_and_measure(cfg, workload: Workload, progress) -> tuple[Measurement, d
     vram: dict[str, float | None] = {}
     progress("warmup", steps=cfg.measure.warmup_steps, **({"gpu": gpu} if gpu else {}))
     threads_in_window = None
+    # CUDA: per-step device time from a pair of CUDA events per measured step, recorded on the stream and read
+    # only after the window's closing sync (no sync inside the window). Made here, before the loop, so that the
+    # loop allocates nothing; recording one costs a launch-queue entry, as a profiler's step marker does.
+    events = _step_events(device, steps if mode != "loader" else 0)
+    ev_start = ev_end = None
 
     t_prev = time.perf_counter()
     window_start = t_prev
@@ -138,19 +144,27 @@ def train_and_measure(cfg, workload: Workload, progress) -> tuple[Measurement, d
         wait = 0.0
         if mark_step:
             mark_step()
+        if events and step >= warmup:
+            ev_start, ev_end = events[step - warmup]
         if prep:
             prep.optimizer.zero_grad(set_to_none=set_to_none)
-        for _ in range(accum):
+        for micro in range(accum):
             t0 = time.perf_counter()
             x, y = next(batches)
             wait += time.perf_counter() - t0
             if prep is None:
                 continue
+            if ev_start is not None and micro == 0:  # the device's step starts once the first batch is in hand
+                ev_start.record()
             x = x.to(device, non_blocking=nb, memory_format=fmt)
             y = y.to(device, non_blocking=nb)
-            with prep.autocast():
-                out = prep.model(x)
-                loss = prep.loss_fn(out, y) / accum
+            out = None
+            try:
+                with prep.autocast():
+                    out = prep.model(x)
+                    loss = prep.loss_fn(out, y) / accum
+            except Exception as exc:  # the model or loss refuses this batch: say what the batch was
+                raise shapes_error(exc, x, y, out) from exc
             if step == nan_step:
                 loss = loss * float("nan")
             (prep.scaler.scale(loss) if prep.scaler else loss).backward()
@@ -159,6 +173,8 @@ def train_and_measure(cfg, workload: Workload, progress) -> tuple[Measurement, d
             prep.scaler.update()
         elif prep:
             prep.optimizer.step()
+        if ev_end is not None:
+            ev_end.record()
         if step == fault_step:
             inject_fault(cfg, step, device)
         if slowdown_s:
@@ -185,6 +201,7 @@ def train_and_measure(cfg, workload: Workload, progress) -> tuple[Measurement, d
     _sync(device)  # (a) the window closes when the device has finished the measured steps
     last = step
     m.measured_s = time.perf_counter() - window_start
+    m.device_step_ms = [a.elapsed_time(b) for a, b in events[: len(m.step_ms)]]
     cpu_pct = monitor.cpu_percent_since_last_call()
     other_pct = monitor.other_cpu_percent(clock_start, monitor.CpuClock.read())
     progress("measured")  # the window has closed: the parent stops keeping GPU samples
@@ -194,12 +211,49 @@ def train_and_measure(cfg, workload: Workload, progress) -> tuple[Measurement, d
             raise NonFiniteLoss(last, m.loss_last, cfg.log_every_n_steps)
     extras = _extras(cfg, prep, cpu_pct)
     extras["other_cpu_pct"] = other_pct
+    compiled_s = _compile_seconds() if cfg.compile != "off" and prep is not None else None
+    if compiled_s is not None:  # else summarize's estimate from the warm-up steps stands
+        extras["compile_s"] = compiled_s
     extras["python_threads_in_window"] = threads_in_window
     extras.update(vram)
     if prep is not None:
         extras["backend_flags"] = json.dumps(prep.backend_flags, sort_keys=True)
     del batches, loader
     return m, extras
+
+
+class BatchRefused(RuntimeError):
+    """The model's forward or the loss failed on a batch: an `error` record whose message shows the shapes."""
+
+
+def shapes_error(exc: Exception, x: torch.Tensor, y: torch.Tensor, out=None) -> Exception:
+    """``exc`` itself when it is out of memory or compile's own (classified as such), else a BatchRefused that
+    names the batch's shapes (and the model's output, when the forward ran and the loss failed)."""
+    if isinstance(exc, torch.OutOfMemoryError) or is_compile_failure(exc):
+        return exc
+    what = "the model" if out is None else f"the loss (the model's output: {_shape(out)})"
+    return BatchRefused(f"{what} failed on a batch of input {_shape(x)} and target {_shape(y)} (batch first): "
+                        f"{type(exc).__name__}: {exc}")
+
+
+COMPILE_MODULES = ("torch._dynamo", "torch._inductor")
+
+
+def is_compile_failure(exc: BaseException) -> bool:
+    """An exception raised by torch.compile's tracer or compiler (anywhere in the cause/context chain)."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if type(exc).__module__.startswith(COMPILE_MODULES):
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False
+
+
+def _shape(t) -> str:
+    if not isinstance(t, torch.Tensor):  # a model may return a tuple (deep supervision) or a dict
+        return type(t).__name__
+    return f"[{', '.join(map(str, t.shape))}] {str(t.dtype).removeprefix('torch.')}"
 
 
 def _extras(cfg, prep, cpu_pct: float) -> dict:
@@ -252,6 +306,29 @@ def t975(df: int) -> float:
     return z + (z**3 + z) / (4 * df) + (5 * z**5 + 16 * z**3 + 3 * z) / (96 * df**2)
 
 
+def _compile_seconds() -> float | None:
+    """Seconds torch.compile spent compiling in this process (forward and backward graphs, recompiles included),
+    from Dynamo's own timers: compilation only, not cuDNN autotuning, loader start or the first steps' run time.
+    None where this torch does not keep them (then the record keeps the warm-up estimate)."""
+    try:
+        from torch._dynamo.utils import calculate_time_spent
+
+        spent = calculate_time_spent()
+    except Exception:
+        return None
+    total = spent.get("total_wall_time")
+    if total is None:
+        total = spent.get("entire_frame_compile", 0.0) + spent.get("entire_backward_compile", 0.0)
+    return float(total) if total else None
+
+
+def _step_events(device: torch.device, steps: int) -> list[tuple]:
+    """A (start, end) pair of timing CUDA events for each measured step; none off CUDA."""
+    if device.type != "cuda" or steps <= 0:
+        return []
+    return [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(steps)]
+
+
 def _cudagraph_step_marker(cfg, device: torch.device):
     """``torch.compiler.cudagraph_mark_step_begin`` when this run captures CUDA graphs, else None."""
     from harness.config import CUDAGRAPH_COMPILE_MODES
@@ -261,18 +338,20 @@ def _cudagraph_step_marker(cfg, device: torch.device):
     return getattr(torch.compiler, "cudagraph_mark_step_begin", None)
 
 
-def model_flops_per_sample(cfg, workload: Workload) -> float | None:
+def model_flops_per_sample(cfg, workload: WorkloadSpec) -> float | None:
     """Training FLOPs of one sample for this model and patch size (None if it cannot be counted)."""
     if cfg.measure.mode == "loader":
         return None
     shape = (1, workload.in_channels, *cfg.data.patch_size)
     try:
-        return count_train_flops(lambda: workload.build(cfg)[0], shape)
+        from harness.workload.build import build_model
+
+        return count_train_flops(lambda: build_model(cfg), shape)
     except Exception:  # a model that cannot run on meta tensors: MFU stays empty, never guessed
         return None
 
 
-def summarize(cfg, workload: Workload, m: Measurement, extras: dict, flops: float | None, gpu_name: str) -> dict:
+def summarize(cfg, workload: WorkloadSpec, m: Measurement, extras: dict, flops: float | None, gpu_name: str) -> dict:
     """The record's metric fields from a raw measurement."""
     steps = len(m.step_ms)
     samples_per_s = steps * m.samples_per_step / m.measured_s if m.measured_s > 0 else None
@@ -287,12 +366,19 @@ def summarize(cfg, workload: Workload, m: Measurement, extras: dict, flops: floa
         "warmup_steps": len(m.warmup_ms),
         "measured_steps": steps,
         "samples_per_s": samples_per_s,
-        "units_per_s": samples_per_s * workload.units_per_sample(tuple(cfg.data.patch_size)) if samples_per_s else None,
+        "units_per_s": samples_per_s * workload.units_in(tuple(cfg.data.patch_size)) if samples_per_s else None,
         "step_ms_p50": p50,
         "step_ms_p90": _quantile(m.step_ms, 0.9),
         "step_ms_mean": statistics.fmean(m.step_ms),
         "data_wait_frac": wait_total / (m.measured_s * 1000.0) if m.measured_s > 0 else None,
         "data_wait_ms_p50": statistics.median(m.data_wait_ms),
+        # Device time per step (first batch in hand -> optimizer step done, on the stream), and the steps' share of
+        # the measured window. A share well below 1 means the stream sat idle between steps (the host was late:
+        # data, Python, syncs); gaps inside a step (a launch-bound step) count as the step's.
+        "device_step_ms_p50": statistics.median(m.device_step_ms) if m.device_step_ms else None,
+        "device_step_frac": (sum(m.device_step_ms) / (m.measured_s * 1000.0)
+                             if m.device_step_ms and m.measured_s > 0 else None),
+        "device_step_ms": m.device_step_ms,
         "compile_s": compile_s,
         "first_step_s": m.warmup_ms[0] / 1000.0 if m.warmup_ms else None,
         "measured_s": m.measured_s,

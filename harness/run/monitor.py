@@ -28,6 +28,9 @@ class Samples:
     gpu_util_pct: list[float] = field(default_factory=list)
     gpu_mem_used_bytes: list[float] = field(default_factory=list)  # device-wide: every process on the GPU
     gpu_power_w: list[float] = field(default_factory=list)
+    gpu_sm_clock_mhz: list[float] = field(default_factory=list)
+    gpu_clock_reasons: list[float] = field(default_factory=list)  # NVML clock-event bitmasks, one per sample
+    gpu_sm_active_pct: float | None = None  # GPM, over the whole window (two samples, not a mean of polls)
     notes: list[str] = field(default_factory=list)  # GPU metrics that could not be read, and why
 
 
@@ -46,7 +49,63 @@ _GPU_METRICS: tuple[tuple[str, str, Callable[[Any, Any], float]], ...] = (
     ("gpu_util_pct", "GPU utilisation", lambda nv, h: float(nv.nvmlDeviceGetUtilizationRates(h).gpu)),
     ("gpu_mem_used_bytes", "device memory used", lambda nv, h: float(nv.nvmlDeviceGetMemoryInfo(h).used)),
     ("gpu_power_w", "power", lambda nv, h: nv.nvmlDeviceGetPowerUsage(h) / 1000.0),
+    ("gpu_sm_clock_mhz", "SM clock", lambda nv, h: float(nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_SM))),
+    ("gpu_clock_reasons", "clock-event reasons", lambda nv, h: float(_clock_reasons(nv, h))),
 )
+
+# NVML's clock-event ("throttle") reasons, by bit. GPU idle and the applications-clocks setting are not slowdowns
+# of a busy GPU; the others are what make the same code slower on another day or machine.
+CLOCK_REASONS = {
+    0x1: "idle", 0x2: "applications clocks", 0x4: "power cap (software)", 0x8: "hardware slowdown",
+    0x10: "sync boost", 0x20: "thermal (software)", 0x40: "thermal (hardware)", 0x80: "power brake (hardware)",
+    0x100: "display clock", 0x200: "board limit", 0x400: "reliability",
+}
+
+
+def _clock_reasons(nv, handle) -> int:
+    read = getattr(nv, "nvmlDeviceGetCurrentClocksEventReasons", None) or nv.nvmlDeviceGetCurrentClocksThrottleReasons
+    return int(read(handle))
+
+
+def clock_reason_names(masks: list[float]) -> str:
+    """The reasons seen in any sample, by name, "" when none (or only 'idle': no work queued at that instant)."""
+    seen = 0
+    for mask in masks:
+        seen |= int(mask)
+    seen &= ~0x1
+    names = [name for bit, name in CLOCK_REASONS.items() if seen & bit]
+    if seen & ~sum(CLOCK_REASONS):
+        names.append(f"other (0x{seen & ~sum(CLOCK_REASONS):x})")
+    return ", ".join(names)
+
+
+class _Gpm:
+    """NVML GPU Performance Monitoring (Hopper and newer): SM activity between two samples of the device's
+    counters, taken when the parent sees the measured window open and close. None where GPM is not supported."""
+
+    def __init__(self, nv, handle):
+        support = nv.nvmlGpmQueryDeviceSupport(handle)
+        if not support.isSupportedDevice:
+            raise RuntimeError("GPM is not supported on this GPU (Hopper and newer)")
+        self.nv, self.handle = nv, handle
+        self.first = nv.nvmlGpmSampleGet(handle, nv.nvmlGpmSampleAlloc())
+
+    def sm_active_pct(self) -> float:
+        nv = self.nv
+        second = nv.nvmlGpmSampleGet(self.handle, nv.nvmlGpmSampleAlloc())
+        try:
+            query = nv.c_nvmlGpmMetricsGet_t()
+            query.version = nv.NVML_GPM_METRICS_GET_VERSION
+            query.numMetrics = 1
+            query.sample1, query.sample2 = self.first, second
+            query.metrics[0].metricId = nv.NVML_GPM_METRIC_SM_UTIL
+            nv.nvmlGpmMetricsGet(query)
+            if query.metrics[0].nvmlReturn != 0:
+                raise RuntimeError(f"NVML return {query.metrics[0].nvmlReturn}")
+            return float(query.metrics[0].value)
+        finally:
+            for sample in (self.first, second):
+                nv.nvmlGpmSampleFree(sample)
 
 
 class Sampler:
@@ -64,6 +123,7 @@ class Sampler:
         self.gpu: GpuHandle | None = None
         self._nvml = nvml  # the pynvml module (injectable for tests); imported on first use
         self._dead: set[str] = set()
+        self._gpm: _Gpm | None = None
         try:
             self._proc = psutil.Process(pid)
         except psutil.Error:
@@ -81,6 +141,47 @@ class Sampler:
         if self.gpu is not None and self.gpu.mig:
             for name in ("gpu_util_pct", "gpu_power_w"):
                 self._give_up(name, "not reported by NVML for a MIG instance")
+
+    def window_opened(self) -> None:
+        """The measured window has opened (as the parent sees it): GPU samples from now on, GPM's first sample."""
+        self.measuring = True
+        if self.gpu is None or "gpu_sm_active_pct" in self._dead or not self._load_nvml():
+            return
+        try:
+            self._gpm = _Gpm(self._nvml, self.gpu.handle)
+        except Exception as exc:
+            self._give_up("gpu_sm_active_pct", f"SM activity (GPM) unreadable ({type(exc).__name__}: {exc})")
+
+    def window_closed(self) -> None:
+        """The measured window has closed: no more GPU samples; GPM's SM activity over the window."""
+        self.measuring = False
+        gpm, self._gpm = self._gpm, None
+        if gpm is None:
+            return
+        try:
+            self.samples.gpu_sm_active_pct = gpm.sm_active_pct()
+        except Exception as exc:
+            self._give_up("gpu_sm_active_pct", f"SM activity (GPM) unreadable ({type(exc).__name__}: {exc})")
+
+    def window_lost(self) -> None:
+        """The child ended before the parent saw the window close: GPM's second sample would take in the child's
+        teardown, so SM activity is left empty, with a note."""
+        self.measuring = False
+        if self._gpm is not None:
+            self._gpm = None
+            self._give_up("gpu_sm_active_pct", "SM activity (GPM) not read: the window's close was not seen in time")
+
+    def _load_nvml(self) -> bool:
+        if self._nvml is None:
+            try:
+                import pynvml
+
+                self._nvml = pynvml
+            except ImportError:
+                self._note("NVML: pynvml is not installed")
+                self.gpu = None
+                return False
+        return True
 
     def sample_once(self) -> None:
         try:
@@ -113,15 +214,8 @@ class Sampler:
         self.samples.peak_host_rss_bytes = max(self.samples.peak_host_rss_bytes, float(total))
 
     def _sample_gpu(self) -> None:
-        if self._nvml is None:
-            try:
-                import pynvml
-
-                self._nvml = pynvml
-            except ImportError:
-                self._note("NVML: pynvml is not installed")
-                self.gpu = None
-                return
+        if not self._load_nvml():
+            return
         for name, what, read in _GPU_METRICS:
             if name in self._dead:
                 continue
@@ -174,7 +268,7 @@ def metrics(samples: Samples, child: dict, gpu_named: bool = False) -> dict:
     host = max(samples.peak_host_rss_bytes, float(child.get("peak_host_rss_bytes") or 0.0), main)
     workers = sorted(samples.peak_worker_rss_bytes.values(), reverse=True)
     notes = list(samples.notes)
-    gpu = samples.gpu_util_pct or samples.gpu_mem_used_bytes or samples.gpu_power_w
+    gpu = samples.gpu_util_pct or samples.gpu_mem_used_bytes or samples.gpu_power_w or samples.gpu_sm_clock_mhz
     if gpu_named and not gpu and not notes:
         notes.append("no GPU sample: the measured window was shorter than measure.sample_interval_s")
     return {
@@ -186,6 +280,9 @@ def metrics(samples: Samples, child: dict, gpu_named: bool = False) -> dict:
         # NVML's "used" is device-wide: every process's memory and the CUDA contexts, not only this run's tensors.
         "gpu_mem_used_bytes": max(samples.gpu_mem_used_bytes, default=None),
         "gpu_power_w": _mean(samples.gpu_power_w),
+        "gpu_sm_clock_mhz": _mean(samples.gpu_sm_clock_mhz),
+        "gpu_throttle_reasons": clock_reason_names(samples.gpu_clock_reasons),
+        "gpu_sm_active_pct": samples.gpu_sm_active_pct,
         "gpu_sample_note": "; ".join(notes),
     }
 

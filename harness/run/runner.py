@@ -48,9 +48,8 @@ def prepare_data(resolved: config_mod.RunConfig, log=print) -> None:
     if resolved.data.source != "disk":
         return
     from harness.workload import datasets
-    from harness.workload.workloads import WORKLOADS
 
-    spec = datasets.spec_for(resolved, WORKLOADS.get(resolved.workload))
+    spec = datasets.spec_for(resolved, resolved.workload)
     datasets.ensure(spec, datasets.cache_root(resolved), log)
 
 

@@ -108,16 +108,20 @@ def _debug_in_json(config_json: str) -> bool:
     return debug.get("fault", "none") != "none" or float(debug.get("slowdown_ms", 0) or 0) > 0
 
 
-def _newest_original(frame, config_hash: str, env_key: str, used: set[str], oldest: bool = False):
-    """The row (a one-row frame, maybe empty) of the newest (or oldest) original ``ok`` run of these settings, not
-    yet used."""
+def _originals(frame, config_hash: str, env_key: str, used: set[str], oldest: bool = False):
+    """Rows of original ``ok`` runs of these settings not yet used by this sweep, newest (or oldest) first."""
     hits = frame[(frame["config_hash"] == config_hash) & (frame["env_key"] == env_key) & (frame["status"] == "ok")
                  & (frame["cached_from"].fillna("") == "") & (~frame["run_id"].isin(used))]
+    return hits.sort_values("timestamp", ascending=oldest)
+
+
+def _newest_original(frame, config_hash: str, env_key: str, used: set[str]):
+    """The row (a one-row frame, maybe empty) of the newest original ``ok`` run of these settings, not yet used."""
+    hits = _originals(frame, config_hash, env_key, used)
     if hits.empty:  # an empty mask of object dtype would select columns, not rows
         return hits
     hits = hits[~hits["config_json"].map(_debug_in_json).astype(bool)]
-    hits = hits.sort_values("timestamp")
-    return hits.head(1) if oldest else hits.tail(1)
+    return hits.head(1)
 
 
 def find_cached(frame, config_hash: str, env_key: str, used: set[str]) -> RunRecord | None:
@@ -126,23 +130,25 @@ def find_cached(frame, config_hash: str, env_key: str, used: set[str]) -> RunRec
     return records_from_frame(hit)[0] if len(hit) else None
 
 
-CACHE_COLUMNS = ("run_id", "sweep_id", "timestamp", "config_hash", "env_key", "status", "cached_from", "config_json")
+# What the cache matches on: short columns only. config_json (~1.5 KB a run) is read for the candidates alone.
+CACHE_COLUMNS = ("run_id", "sweep_id", "timestamp", "config_hash", "env_key", "status", "cached_from")
 
 
 def lookup_cached(results_dir: str, config_hash: str, env_key: str, used: set[str],
                   oldest: bool = False) -> RunRecord | None:
-    """:func:`find_cached` on the store, reading only what it matches on: the few columns above of the rows
-    with these settings (filtered inside pyarrow), then the one full record it copies. ``oldest``: the oldest
-    unused run instead, so that a process replaying a sequence of measurements (``climb``) meets them in the
-    order they were made."""
+    """:func:`find_cached` on the store, reading only what it matches on: the few short columns above of the rows
+    with these settings (filtered inside pyarrow), then the candidates' records, newest first, until one is not a
+    debug run (nearly always the first). ``oldest``: oldest first instead, so that a process replaying a sequence
+    of measurements (``climb``) meets them in the order they were made."""
     keys = load_runs(results_dir, columns=CACHE_COLUMNS,
                      where={"config_hash": config_hash, "env_key": env_key, "status": "ok"})
-    hit = _newest_original(keys, config_hash, env_key, used, oldest)
-    if not len(hit):
-        return None
-    # by sweep_id too: compacted parts are sorted by sweep, so only its row groups are read, not every one
-    which = {"sweep_id": str(hit["sweep_id"].iloc[0]), "run_id": str(hit["run_id"].iloc[0])}
-    return records_from_frame(load_runs(results_dir, where=which))[0]
+    originals = _originals(keys, config_hash, env_key, used, oldest)
+    for sweep_id, run_id in zip(*(originals[c] for c in ("sweep_id", "run_id"))):
+        # by sweep_id too: compacted parts are sorted by sweep, so only its row groups are read, not every one
+        found = records_from_frame(load_runs(results_dir, where={"sweep_id": str(sweep_id), "run_id": str(run_id)}))
+        if found and not _debug_in_json(found[0].config_json):
+            return found[0]
+    return None
 
 
 def copy_cached(original: RunRecord, **sweep_fields) -> RunRecord:

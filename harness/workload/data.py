@@ -213,11 +213,51 @@ class MixupCollate:
 
 
 # ------------------------------------------------------------------------------------------
+# any model: random tensors
+
+
+class RandomTensors(Dataset):
+    """Random samples of one shape (channels first) with targets of one kind, from a pool held in RAM:
+
+    * ``class``: an int64 class index in [0, num_classes);
+    * ``segmentation``: an int64 class per spatial position (shape = the sample's spatial sides, as
+      ``torch.nn.CrossEntropyLoss`` takes it);
+    * ``regression``: a float32 tensor of ``target_shape``.
+    """
+
+    def __init__(self, shape, target: str, num_classes: int, target_shape, length: int, pool: int, seed: int):
+        g = torch.Generator().manual_seed(seed)
+        self.inputs = torch.randn((pool, *shape), generator=g)
+        if target == "class":
+            self.targets = torch.randint(0, num_classes, (pool,), generator=g)
+        elif target == "segmentation":
+            self.targets = torch.randint(0, num_classes, (pool, *shape[1:]), generator=g)
+        else:
+            self.targets = torch.randn((pool, *target_shape), generator=g)
+        self.length = length
+
+    def __len__(self) -> int:
+        return self.length
+
+    def __getitem__(self, index: int):
+        i = index % len(self.inputs)
+        return self.inputs[i], self.targets[i]
+
+
+# ------------------------------------------------------------------------------------------
 
 
 def build_dataset(cfg, workload) -> Dataset:
     """The dataset the settings describe (disk datasets must exist: ``harness.workload.datasets.ensure``)."""
     length = cfg.batch_size * cfg.accumulate_grad_batches * cfg.data.epoch_steps
+    if workload.dataset is not None:
+        from harness.workload.build import build_user_dataset
+
+        return Repeat(build_user_dataset(workload), length)
+    if workload.synthetic == "tensors":
+        shape = [workload.in_channels, *cfg.data.patch_size]
+        return RandomTensors(shape, workload.target, workload.num_classes, workload.target_shape or [workload.num_classes],
+                             length, 4 * cfg.data.num_volumes, cfg.seed)
     switches = augment_switches(cfg)
     if cfg.data.source == "disk":
         from harness.workload import datasets

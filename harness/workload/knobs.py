@@ -24,6 +24,9 @@ from typing import Any, Callable
 import torch
 from torch import nn
 
+from harness.workload import build
+from harness.workload.build import build_all
+
 
 class KnobNotApplicable(RuntimeError):
     """A knob cannot take effect here: the run is recorded as `skipped` with this reason."""
@@ -142,16 +145,13 @@ def apply_compile(model: nn.Module, mode: str) -> nn.Module:
 
 
 def build_optimizer(cfg, workload, params) -> torch.optim.Optimizer:
+    """The workload's optimizer with the optimizer knobs (fused / foreach) as given."""
     kwargs: dict[str, Any] = {}
     if cfg.optimizer.fused is not None:
         kwargs["fused"] = cfg.optimizer.fused
     if cfg.optimizer.foreach is not None:
         kwargs["foreach"] = cfg.optimizer.foreach
-    if workload.optimizer == "SGD":
-        return torch.optim.SGD(params, lr=0.01, momentum=0.9, weight_decay=1e-4, **kwargs)
-    if workload.optimizer == "AdamW":
-        return torch.optim.AdamW(params, lr=1e-3, weight_decay=1e-2, **kwargs)
-    return torch.optim.Adam(params, lr=1e-4, **kwargs)
+    return build.build_optimizer(workload, params, **kwargs)
 
 
 def autocast_dtype(precision: str) -> torch.dtype | None:
@@ -188,7 +188,7 @@ def prepare(cfg, workload) -> Prepared:
     """Build the workload's model and training objects with every knob applied, in order."""
     device = torch.device(cfg.device)
     backend_flags = apply_backend_flags(cfg)
-    model, loss_fn, unit_types = workload.build(cfg)
+    model, loss_fn, unit_types = build_all(cfg)
     units = apply_activation_checkpointing(model, unit_types) if cfg.activation_checkpointing else 0
     fmt = memory_format(cfg, workload.spatial_dims)
     model = apply_device_and_format(model, device, fmt)

@@ -1,145 +1,166 @@
-"""The reference workloads: a registry of what to train, at which size, measured in which unit.
+"""Workloads: what to train (model, loss and optimizer as ``_target_`` nodes), on what samples, measured in
+which unit, at which sizes.
 
-This module is imported by the parent process to resolve settings, so it never imports torch at
-module level; model builders in ``models/`` are imported only by the measuring child.
+A workload is one file of the Hydra config group ``conf/workload/`` (the four built-ins, and ``custom`` for a
+model named on the command line; a user's own files join the group with ``--config-dir``), composed into a
+:class:`WorkloadSpec`. This module is imported by the parent to resolve settings, so it never imports torch:
+the measuring child builds the objects (``harness.workload.build``).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Callable
+import copy
+import dataclasses
+import functools
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Dict, List, Optional
 
-from harness.registry import Registry
+import yaml
+
+from harness.registry import check_choice, unknown_choice
+
+WORKLOAD_DIR = Path(__file__).resolve().parent.parent.parent / "conf" / "workload"
+TARGET_KINDS = ("class", "segmentation", "regression")
+# volumes: labelled 3D ellipsoids (1 channel, segmentation); images: ImageNet-like uint8 RGB images (class);
+# tensors: random inputs of the sample's shape with targets of the workload's kind (any model)
+SYNTHETIC_KINDS = ("volumes", "images", "tensors")
+# Harness settings a workload may hand to its model or loss (``model_settings: {ARG: SETTING}``); ``width`` is
+# model.width times the size's width.
+SETTING_SOURCES = ("width", "model.width", "model.mednext_size", "model.kernel_size", "model.deep_supervision")
+TARGET_NODES = ("model", "loss", "optimizer", "dataset")  # the _target_ nodes, free-form below their name
+OPEN_NODES = TARGET_NODES + ("model_settings", "loss_settings", "sizes")
+NOT_HASHED_FIELDS = ("description",)  # words only: two specs that differ only here measure the same thing
 
 
-@dataclass(frozen=True)
+@dataclass
 class SizePreset:
     """Defaults a size fills in for settings left unset. ``width`` multiplies the model's channels."""
 
-    batch_size: int
-    patch_size: tuple[int, ...]
-    warmup_steps: int
-    steps: int
-    epoch_steps: int
-    width: float
+    batch_size: int = 2
+    input_shape: Optional[List[int]] = None  # one sample, channels first; None: the workload's input_shape
+    warmup_steps: int = 3
+    steps: int = 20
+    epoch_steps: int = 10
+    width: float = 1.0
 
 
-@dataclass(frozen=True)
-class Workload:
-    name: str
-    description: str
-    spatial_dims: int
-    in_channels: int
-    num_classes: int
-    unit: str  # what `units_per_s` counts: "voxels" or "images"
-    loss: str
-    optimizer: str
-    patch_multiple: int  # every spatial size must be a multiple of this (downsampling depth)
-    sizes: dict[str, SizePreset]
-    build: Callable[[Any], Any]  # (ResolvedConfig) -> (model, loss_fn, checkpoint module types)
-    deep_supervision: bool = False
-    mednext_options: bool = False
+@dataclass
+class WorkloadSpec:
+    """One workload as its config file composes it (the ``workload`` node of the settings)."""
+
+    name: str = ""
+    description: str = ""
+    model: Any = None  # {_target_: pkg.module.Class, ARG: VALUE, ...}
+    model_settings: Dict[str, str] = field(default_factory=dict)  # model argument <- harness setting
+    loss: Any = None  # None: cross-entropy (class, segmentation) or mean squared error (regression)
+    loss_settings: Dict[str, str] = field(default_factory=dict)
+    optimizer: Any = None  # {_target_: torch.optim.X, _partial_: true, lr: ...}, called with the parameters
+    dataset: Any = None  # {_target_: ..., _partial_: true}: the user's own data, called with no arguments
+    synthetic: str = "tensors"  # the generated samples when no dataset is given (SYNTHETIC_KINDS)
+    input_shape: Optional[List[int]] = None  # one sample, channels first; set here, it is every size's
+    target: str = "class"  # TARGET_KINDS
+    target_shape: Optional[List[int]] = None  # regression only; None: [num_classes]
+    num_classes: int = 2
+    unit: str = "samples"  # what units_per_s counts: voxels, images, tokens, ...
+    units_per_sample: Any = 1  # a number, or "spatial": the product of the sample's spatial sides
+    checkpoint_units: List[str] = field(default_factory=list)  # module classes wrapped by activation checkpointing
+    patch_multiple: int = 1  # every spatial side must be a multiple of this (downsampling depth)
     min_side: int = 1  # smallest spatial side the network accepts
+    sizes: Dict[str, SizePreset] = field(default_factory=dict)
+    source_sha: str = ""  # filled when resolved: the user's source files the targets live in
 
-    def units_per_sample(self, patch_size: tuple[int, ...]) -> int:
-        if self.unit == "images":
-            return 1
+    def sample_shape(self, size: str = "full") -> list[int]:
+        shape = self.input_shape or (self.sizes[size].input_shape if size in self.sizes else None)
+        return list(shape or [])
+
+    @property
+    def in_channels(self) -> int:
+        return self.sample_shape()[0]
+
+    @property
+    def spatial_dims(self) -> int:
+        return len(self.sample_shape()) - 1
+
+    @property
+    def deep_supervision(self) -> bool:
+        return "model.deep_supervision" in self.model_settings.values()
+
+    @property
+    def mednext_options(self) -> bool:
+        return "model.mednext_size" in self.model_settings.values()
+
+    def units_in(self, patch_size: tuple[int, ...]) -> int:
+        """Units (voxels, images, ...) in one sample of this spatial size."""
+        if self.units_per_sample != "spatial":
+            return int(self.units_per_sample)
         n = 1
         for s in patch_size:
             n *= s
         return n
 
-
-WORKLOADS: Registry[Workload] = Registry("workload")
-
-
-def _build_unet3d(cfg):
-    from models import segmentation3d as seg
-
-    model = seg.unet3d(1, 2, width=cfg.effective_width)
-    return model, seg.dice_ce_loss(False), seg.checkpoint_units_3d()
+    def hashed(self) -> dict[str, Any]:
+        """What config_hash covers of a workload that is not a built-in as shipped."""
+        values = dataclasses.asdict(self)
+        for name in NOT_HASHED_FIELDS:
+            values.pop(name)
+        return values
 
 
-def _build_basic_unet3d(cfg):
-    from models import segmentation3d as seg
-
-    model = seg.basic_unet3d(1, 2, width=cfg.effective_width)
-    return model, seg.dice_ce_loss(False), seg.checkpoint_units_3d()
-
-
-def _build_mednext(cfg):
-    from models import segmentation3d as seg
-
-    model = seg.mednext(
-        1,
-        2,
-        size=cfg.model.mednext_size,
-        kernel_size=cfg.model.kernel_size,
-        deep_supervision=cfg.model.deep_supervision,
-        width=cfg.effective_width,
-    )
-    return model, seg.dice_ce_loss(cfg.model.deep_supervision), seg.checkpoint_units_3d()
+def parse_spec(values: dict[str, Any]) -> WorkloadSpec:
+    """A WorkloadSpec from a plain mapping, rejecting unknown fields by name."""
+    names = [f.name for f in dataclasses.fields(WorkloadSpec)]
+    unknown = [k for k in values if k not in names]
+    if unknown:
+        raise unknown_choice("workload field", unknown[0], names)
+    values = dict(values)
+    sizes = values.pop("sizes", None) or {}
+    spec = WorkloadSpec(**{k: copy.deepcopy(v) for k, v in values.items()})
+    spec.sizes = {str(name): _size(name, preset) for name, preset in sizes.items()}
+    for key in ("input_shape", "target_shape"):
+        if getattr(spec, key) is not None:
+            setattr(spec, key, [int(v) for v in getattr(spec, key)])
+    spec.model_settings = dict(spec.model_settings or {})
+    spec.loss_settings = dict(spec.loss_settings or {})
+    spec.checkpoint_units = list(spec.checkpoint_units or [])
+    return spec
 
 
-def _build_resnet50(cfg):
-    from torch import nn
+def _size(name: str, preset: Any) -> SizePreset:
+    if isinstance(preset, SizePreset):
+        return copy.deepcopy(preset)
+    names = [f.name for f in dataclasses.fields(SizePreset)]
+    unknown = [k for k in preset if k not in names]
+    if unknown:
+        raise unknown_choice(f"field of workload size {name!r}:", unknown[0], names)
+    out = SizePreset(**preset)
+    out.input_shape = [int(v) for v in out.input_shape] if out.input_shape is not None else None
+    out.width = float(out.width)
+    return out
 
-    from models import classification2d as cls
 
-    model = cls.resnet50(num_classes=1000, width=cfg.model.width)
-    return model, nn.CrossEntropyLoss(), cls.checkpoint_units_2d()
+def available() -> list[str]:
+    """The workloads shipped in conf/workload/ (``custom`` among them)."""
+    return sorted(p.stem for p in WORKLOAD_DIR.glob("*.yaml"))
 
 
-# Full sizes follow the guides: the connectomics UNet (patch 112^3, batch 4), ImageNet ResNet-50
-# (224x224, batch 256). Smoke sizes keep a step well under a second on a 2-core CPU.
-_SEG_SIZES = {
-    "full": SizePreset(batch_size=4, patch_size=(112, 112, 112), warmup_steps=10, steps=50, epoch_steps=250, width=1.0),
-    "smoke": SizePreset(batch_size=2, patch_size=(32, 32, 32), warmup_steps=3, steps=20, epoch_steps=10, width=0.25),
-}
+@functools.lru_cache(maxsize=None)
+def _builtin(name: str) -> WorkloadSpec:
+    check_choice("workload", name, available())
+    return parse_spec(yaml.safe_load((WORKLOAD_DIR / f"{name}.yaml").read_text()))
 
-WORKLOADS.register(
-    "unet3d",
-    Workload(
-        name="unet3d",
-        description="MONAI UNet 3D, filters 32-512, 2 residual units, DiceCE, Adam",
-        spatial_dims=3, in_channels=1, num_classes=2, unit="voxels", loss="DiceCE", optimizer="Adam",
-        patch_multiple=16, min_side=32, sizes=_SEG_SIZES, build=_build_unet3d,
-    ),
-)
-WORKLOADS.register(
-    "basic_unet3d",
-    Workload(
-        name="basic_unet3d",
-        description="MONAI BasicUNet 3D, features 32-256, DiceCE, Adam (any patch size >= 16: it pads skips)",
-        spatial_dims=3, in_channels=1, num_classes=2, unit="voxels", loss="DiceCE", optimizer="Adam",
-        patch_multiple=1, min_side=16, sizes=_SEG_SIZES, build=_build_basic_unet3d,
-    ),
-)
-WORKLOADS.register(
-    "mednext",
-    Workload(
-        name="mednext",
-        description="MONAI MedNeXt 3D (S/B/M/L, kernel 3 or 5), DiceCE (+deep supervision), AdamW",
-        spatial_dims=3, in_channels=1, num_classes=2, unit="voxels", loss="DiceCE", optimizer="AdamW",
-        patch_multiple=16, min_side=32,
-        sizes={
-            "full": SizePreset(batch_size=2, patch_size=(128, 128, 128), warmup_steps=10, steps=50, epoch_steps=250, width=1.0),
-            "smoke": SizePreset(batch_size=2, patch_size=(32, 32, 32), warmup_steps=3, steps=20, epoch_steps=10, width=0.25),
-        },
-        build=_build_mednext, deep_supervision=True, mednext_options=True,
-    ),
-)
-WORKLOADS.register(
-    "resnet50",
-    Workload(
-        name="resnet50",
-        description="torchvision ResNet-50, 1000 classes, cross-entropy, SGD with momentum",
-        spatial_dims=2, in_channels=3, num_classes=1000, unit="images", loss="CrossEntropy", optimizer="SGD",
-        patch_multiple=32,
-        sizes={
-            "full": SizePreset(batch_size=256, patch_size=(224, 224), warmup_steps=10, steps=50, epoch_steps=250, width=1.0),
-            "smoke": SizePreset(batch_size=4, patch_size=(64, 64), warmup_steps=3, steps=20, epoch_steps=10, width=1.0),
-        },
-        build=_build_resnet50,
-    ),
-)
+
+def builtin(name: str) -> WorkloadSpec:
+    """The shipped workload ``name`` (a fresh copy; did-you-mean ValueError for an unknown name)."""
+    return copy.deepcopy(_builtin(name))
+
+
+def is_builtin(spec: WorkloadSpec) -> bool:
+    """Whether ``spec`` is a shipped workload exactly as shipped (its name alone then says what it measures)."""
+    return spec.name in available() and spec.hashed() == dataclasses.replace(_builtin(spec.name), source_sha=spec.source_sha).hashed()
+
+
+def target_of(node: Any) -> str:
+    """The ``_target_`` of a node ("" when it has none or it is still ``???``)."""
+    target = node.get("_target_") if isinstance(node, dict) else None
+    return "" if target in (None, "???") else str(target)

@@ -1,0 +1,1 @@
+"""Examples of measuring your own model with the harness (README, "Your own model")."""

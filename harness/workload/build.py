@@ -1,0 +1,58 @@
+"""The workload's objects, built in the measuring child (imports torch): model, loss, optimizer, checkpoint
+unit types and the user's dataset, each from its ``_target_`` node plus the harness settings it is handed."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+from harness.workload.targets import instantiate, locate
+from harness.workload.workloads import WorkloadSpec
+
+
+def setting_args(mapping: dict[str, str], cfg) -> dict[str, Any]:
+    """Arguments taken from harness settings (``{ARG: SETTING}``); ``width`` is model.width x the size's width."""
+    return {arg: cfg.effective_width if source == "width" else _get(cfg, source)
+            for arg, source in mapping.items()}
+
+
+def _get(cfg, dotted: str) -> Any:
+    for part in dotted.split("."):
+        cfg = getattr(cfg, part)
+    return cfg
+
+
+def build_all(cfg) -> tuple[nn.Module, nn.Module, tuple[type, ...]]:
+    """(model, loss, checkpoint unit types) of a resolved config's workload."""
+    return build_model(cfg), build_loss(cfg), checkpoint_unit_types(cfg.workload)
+
+
+def build_model(cfg) -> nn.Module:
+    spec: WorkloadSpec = cfg.workload
+    return instantiate(spec.model, **setting_args(spec.model_settings, cfg))
+
+
+def build_loss(cfg) -> nn.Module:
+    spec: WorkloadSpec = cfg.workload
+    if spec.loss is None:
+        return nn.MSELoss() if spec.target == "regression" else nn.CrossEntropyLoss()
+    return instantiate(spec.loss, **setting_args(spec.loss_settings, cfg))
+
+
+def build_optimizer(spec: WorkloadSpec, params, **kwargs) -> torch.optim.Optimizer:
+    """The workload's optimizer (a ``_partial_`` node) over ``params``, with the harness's own keyword arguments
+    (fused, foreach) added."""
+    make = instantiate(spec.optimizer) if spec.optimizer is not None else torch.optim.AdamW
+    return make(params, **kwargs)
+
+
+def checkpoint_unit_types(spec: WorkloadSpec) -> tuple[type, ...]:
+    return tuple(locate(path, "workload.checkpoint_units") for path in spec.checkpoint_units)
+
+
+def build_user_dataset(spec: WorkloadSpec):
+    """The user's dataset: the ``dataset`` node built, and called with no arguments when it is a partial."""
+    made = instantiate(spec.dataset)
+    return made() if callable(made) and not hasattr(made, "__getitem__") else made
