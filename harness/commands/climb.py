@@ -31,11 +31,12 @@ from harness.run import runner
 from harness.store import RunRecord, new_id, store_record
 from harness.sweeps import ladder as ladder_mod
 from harness.sweeps import rungs as sweep_mod
+from harness.workload import workloads as workloads_mod
 
 LADDER_NAME = "climb"  # the `ladder` of every record a climb stores
 KILL_MARGIN_S = 5.0  # a run's timeout ends this long before the budget does (killing it takes a moment)
 NOT_IN_LADDER = ("results_dir", "timeout_s", "workload")  # start settings the written ladder leaves out
-NOT_IN_LADDER_PREFIXES = ("sweep.", "debug.")
+NOT_IN_LADDER_PREFIXES = ("sweep.", "debug.", "workload.")  # (the ladder names its workload in its own field)
 
 
 def main(command: str, argv: list[str]) -> int:
@@ -63,11 +64,12 @@ def task(cfg, started: float) -> int:
     climb_id = new_id("climb-")
     noise = _noise(start.results_dir, env, env_key, start.device)
     budget = climb_mod.Budget(seconds=60 * options.budget_min, start=started)
-    ctx = sweep_mod.SweepContext(sweep_id=climb_id, ladder=_ladder(settings["workload"], []), settings=settings,
-                                 user_keys=frozenset(), repeats=options.repeats)
+    # the workload is the start's own (the composed node): the in-memory ladders of the trials only name it
+    ctx = sweep_mod.SweepContext(sweep_id=climb_id, ladder=_ladder(start.workload.name, []), settings=settings,
+                                 user_keys=frozenset({"workload"}), repeats=options.repeats)
     trials = Trials(ctx, machine, env, env_key, budget, options.repeats)
     facts = climb_mod.Facts(device=start.device, usable_cpus=sweep_mod.usable_cpus())
-    console.print(f"climb {climb_id}: {start.workload} ({start.size}) on {start.device}, budget "
+    console.print(f"climb {climb_id}: {start.workload.name} ({start.size}) on {start.device}, budget "
                   f"{options.budget_min:g} min, {options.repeats} run(s) per side, accept at >= "
                   f"{1 + options.min_effect:.2f}x beyond noise; {noise.describe()}")
     result = climb_mod.ascend(_flat(start), climb_mod.space(facts.device, options.knobs), facts, trials.compare,
@@ -83,7 +85,7 @@ def task(cfg, started: float) -> int:
 
 
 def _flat(cfg: config_mod.RunConfig) -> dict:
-    return config_mod.flatten(config_mod.to_dict(cfg))
+    return config_mod.flatten(config_mod.record_dict(cfg))
 
 
 def _noise(results_dir: str, env: dict, env_key: str, device: str):
@@ -149,7 +151,7 @@ class Trials:
         """One run of ``changes`` over the start: a cached copy if the store has an unused one, else measured.
         Its record is rung 2s-2 of the climb's sweep for the incumbent of step s, 2s-1 for the candidate, and
         no rung for an enabling change measured alone (it is not a comparison of the table)."""
-        ctx = dataclasses.replace(self.ctx, ladder=_ladder(self.ctx.settings["workload"], changes))
+        ctx = dataclasses.replace(self.ctx, ladder=_ladder(self.ctx.ladder.workload, changes))
         cfg = sweep_mod.rung_config(ctx, len(changes), self.machine, round_=round_)
         rung = {"incumbent": 2 * (step - 1), "candidate": 2 * step - 1}.get(role)
         fields = dict(sweep_id=ctx.sweep_id, ladder=LADDER_NAME, rung=rung, round=round_, change=change)
@@ -251,8 +253,8 @@ def _step_line(s: climb_mod.Step) -> str:
 
 def ladder_base(settings: dict) -> dict:
     """The start settings that differ from the defaults (user overrides and config groups), as a ladder's base."""
-    given = config_mod.flatten(config_mod.to_dict(config_mod.from_dict(settings)))
-    defaults = config_mod.flatten(config_mod.to_dict(config_mod.RunConfig()))
+    given = config_mod.flatten(config_mod.record_dict(config_mod.from_dict(settings)))
+    defaults = config_mod.flatten(config_mod.record_dict(config_mod.RunConfig()))
     return {k: v for k, v in given.items() if v != defaults.get(k) and k not in NOT_IN_LADDER
             and not k.startswith(NOT_IN_LADDER_PREFIXES)}
 
@@ -285,12 +287,13 @@ def _report(result: climb_mod.ClimbResult, settings: dict, start, env: dict, cli
     from harness.commands.console import console
 
     base = ladder_base(settings)
-    name = ladder_name(start.workload, start.device, base)
+    workload = start.workload.name
+    name = ladder_name(workload, start.device, base)
     hardware = f"{start.device} {env.get('gpu_name') or env.get('cpu_model')} ({env.get('cpu_count')} CPUs)"
-    mapping = climb_mod.ladder_file(result, start.workload, base, climb_id, hardware)
+    mapping = climb_mod.ladder_file(result, workload, base, climb_id, hardware)
     path = write_ladder(mapping, name, start.results_dir)
     print()
-    print(f"#### climb {climb_id}: {start.workload} ({start.size}) on {hardware}")
+    print(f"#### climb {climb_id}: {workload} ({start.size}) on {hardware}")
     print()
     print(climb_mod.trajectory_table(result))
     print()
@@ -305,10 +308,12 @@ def _report(result: climb_mod.ClimbResult, settings: dict, start, env: dict, cli
                                                               for k, v in changes.items()))
     for note in mapping.get("notes", []):
         print(f"- changes the training: {note}")
-    print(f"Best command: {climb_mod.command_line(start.workload, {**base, **changes})}")
+    print(f"Best command: {climb_mod.command_line(workload, {**base, **changes})}")
     rerun = f"python -m harness sweep +ladder={name}"
     if start.results_dir != "results":
         rerun += f" results_dir={start.results_dir}"
+    if not workloads_mod.is_builtin(start.workload):  # the ladder names it; its fields are the user's
+        rerun += f" workload={workload} <the workload options and --config-dir the climb was given>"
     print(f"Ladder written to {path}; re-run it (from the store, in seconds): {rerun}")
     print(f"Gate CI on it: {rerun} then python -m harness baseline save {name} --sweep latest"
           + (f" --results {start.results_dir}" if start.results_dir != "results" else ""))

@@ -105,6 +105,7 @@ def plan_sweep(argv: list[str], campaign: bool = False, settings: dict | None = 
     name, overrides = split_ladder(argv)
     if name is None:
         raise ValueError("no ladder given: add +ladder=NAME\n" + ladder_list())
+    lad = ladder_mod.load(name, settings["results_dir"] if settings else _results_dir(overrides))
     hydra_edge.check_overrides(overrides)
     user_keys = {k for k in map(hydra_edge.override_key, overrides) if k}
     given = set(map(_given_key, overrides))
@@ -119,14 +120,13 @@ def plan_sweep(argv: list[str], campaign: bool = False, settings: dict | None = 
     if several and not campaign:
         raise ValueError(f"{several[0]!r} gives several values; a sweep climbs one ladder with one value per setting. "
                          "Add -m to run one sweep per value as a campaign (python -m harness sweep -m ...)")
-    if settings is None:
-        settings = hydra_edge.plain_settings(hydra_edge.compose_settings(overrides))
-    lad = ladder_mod.load(name, settings.get("results_dir", "results"))  # the results folder's ladders too
     clash = sweep_mod.conflicts(lad, user_keys)
     if clash:
         rungs = [r.index for r in lad.rungs if r.key in clash]
         raise ValueError(f"{', '.join(clash)} is what ladder {name!r} varies (rungs {rungs}); an override would "
                          "make those rungs change nothing. Remove it, or use another ladder")
+    if settings is None:
+        settings = hydra_edge.plain_settings(hydra_edge.compose_settings(overrides))
     parsed = config_mod.from_dict(settings)
     if parsed.sweep.repeats < 1:
         raise ValueError(f"sweep.repeats={parsed.sweep.repeats} must be at least 1 (each rung is measured that many times)")
@@ -136,6 +136,13 @@ def plan_sweep(argv: list[str], campaign: bool = False, settings: dict | None = 
 
 def _given_key(override: str) -> str:
     return override.split("=", 1)[0].lstrip("+~") if "=" in override else ""
+
+
+def _results_dir(overrides: list[str]) -> str:
+    """The results folder the overrides name, before anything is composed: its ``ladders/`` holds the ladders
+    this machine wrote itself (``climb``), which ``+ladder=NAME`` finds after ``conf/ladder/``."""
+    given = [o.split("=", 1)[1] for o in overrides if _given_key(o) == "results_dir"]
+    return given[-1] if given else config_mod.RunConfig().results_dir
 
 
 def _refuse(exc: Exception) -> int:
