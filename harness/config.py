@@ -26,6 +26,8 @@ DATA_SOURCES = ("synthetic", "disk")
 DATA_CACHES = ("ram", "none")
 AUGMENT_PRESETS = ("none", "light", "heavy")
 MEASURE_MODES = ("train", "loader", "model")
+COMM_HOOKS = ("none", "fp16", "bf16")
+SCALINGS = ("weak", "strong")
 AUTO_BOOL = ("auto", True, False)
 
 
@@ -82,7 +84,20 @@ class MeasureConfig:
 class DebugConfig:
     fault: str = "none"
     fault_step: int = 2  # step (0-based, warm-up included) at which the fault fires
+    fault_rank: int = 0  # with devices >= 2: the rank the fault fires on
     slowdown_ms: float = 0.0  # sleep added to every step; does not change config_hash
+
+
+@dataclass
+class DdpConfig:
+    """DistributedDataParallel's own arguments (``devices`` >= 2 only; PyTorch's defaults when unset)."""
+
+    bucket_cap_mb: Optional[float] = None  # None: PyTorch's default (25 MB)
+    gradient_as_bucket_view: bool = False
+    static_graph: bool = False
+    find_unused_parameters: bool = False
+    broadcast_buffers: bool = True
+    comm_hook: str = "none"  # none / fp16 / bf16: gradients compressed for the all-reduce
 
 
 @dataclass
@@ -111,11 +126,16 @@ class RunConfig:
     seed: int = 0
     timeout_s: float = 900.0
     results_dir: str = "results"
+    # Data parallel (DDP), Lightning's name: one process per device, started by torch's launcher. On a CPU a device is
+    # a process. Weak scaling: batch_size is per device (the global batch grows with devices); strong: it is global.
+    devices: int = 1
+    scaling: str = "weak"
     model: ModelConfig = field(default_factory=ModelConfig)
     data: DataConfig = field(default_factory=DataConfig)
     optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
     measure: MeasureConfig = field(default_factory=MeasureConfig)
     debug: DebugConfig = field(default_factory=DebugConfig)
+    ddp: DdpConfig = field(default_factory=DdpConfig)
     sweep: SweepConfig = field(default_factory=SweepConfig)
 
     # Filled by `resolve`; read by the child.
@@ -265,6 +285,7 @@ def validate(cfg: RunConfig) -> None:
     check_choice("data.cache", cfg.data.cache, DATA_CACHES)
     check_choice("data.augment", cfg.data.augment, AUGMENT_PRESETS)
     check_choice("measure.mode", cfg.measure.mode, MEASURE_MODES)
+    _validate_devices(cfg)
     if cfg.data.source == "synthetic" and cfg.data.cache == "none":
         raise ValueError("data.cache=none needs data.source=disk: synthetic data is generated in RAM")
     only = {"rotate": 3, "elastic": 3, "mixup": 2}
@@ -306,6 +327,24 @@ def validate(cfg: RunConfig) -> None:
         raise ValueError(f"debug.slowdown_ms={cfg.debug.slowdown_ms} must be 0 or more")
     if cfg.timeout_s <= 0:
         raise ValueError(f"timeout_s={cfg.timeout_s} must be positive")
+
+
+def _validate_devices(cfg: RunConfig) -> None:
+    check_choice("scaling", cfg.scaling, SCALINGS)
+    check_choice("ddp.comm_hook", cfg.ddp.comm_hook, COMM_HOOKS)
+    _positive(cfg, "devices")
+    _positive(cfg, "ddp.bucket_cap_mb", allow_none=True)
+    if cfg.devices > 1 and cfg.measure.mode == "loader":
+        raise ValueError(f"devices={cfg.devices} needs measure.mode=train or model: measure.mode=loader runs no model "
+                         "to distribute")
+    if not 0 <= cfg.debug.fault_rank < cfg.devices:
+        raise ValueError(f"debug.fault_rank={cfg.debug.fault_rank} is not a rank of devices={cfg.devices}: use 0 to "
+                         f"{cfg.devices - 1}")
+
+
+def per_device_batch(cfg: RunConfig) -> int:
+    """Samples per device per micro-batch: ``batch_size`` (weak scaling), or its share of it (strong scaling)."""
+    return cfg.batch_size // cfg.devices if cfg.scaling == "strong" else cfg.batch_size
 
 
 def _positive(cfg: RunConfig, *keys: str, allow_none: bool = False) -> None:
@@ -365,9 +404,10 @@ CUDAGRAPH_COMPILE_MODES = ("reduce-overhead", "max-autotune")
 
 def not_applicable(cfg: RunConfig) -> str:
     """Why a resolved config cannot run as labelled on its device ("" when it can)."""
+    ddp = _ddp_conflict(cfg)
     if cfg.device == "cuda":
-        return _cudagraph_conflict(cfg)
-    reasons = []
+        return "; ".join(r for r in (ddp, _cudagraph_conflict(cfg)) if r)
+    reasons = [ddp] if ddp else []
     if cfg.tf32 is True:
         reasons.append("tf32=true needs a CUDA GPU (TF32 is a tensor-core format)")
     if cfg.cudnn_benchmark is True:
@@ -377,6 +417,19 @@ def not_applicable(cfg: RunConfig) -> str:
     if cfg.compile == "reduce-overhead":
         reasons.append("compile=reduce-overhead needs a CUDA GPU (it captures CUDA graphs)")
     return "; ".join(reasons)
+
+
+def _ddp_conflict(cfg: RunConfig) -> str:
+    """DDP knobs on a single device, or a strong-scaling batch that does not split evenly over the devices."""
+    if cfg.devices == 1:
+        changed = [k for k, v in flatten(to_dict(cfg)).items()
+                   if k.startswith("ddp.") and v != get_key(RunConfig(), k)]
+        return "; ".join(f"{k}={get_key(cfg, k)} needs devices >= 2 (it is an argument of DistributedDataParallel)"
+                         for k in changed)
+    if cfg.scaling == "strong" and cfg.batch_size % cfg.devices:
+        return (f"scaling=strong splits batch_size={cfg.batch_size} over devices={cfg.devices}, which does not divide "
+                "it; use a batch_size that is a multiple of devices")
+    return ""
 
 
 def _cudagraph_conflict(cfg: RunConfig) -> str:
@@ -427,7 +480,7 @@ def measured_settings(cfg: RunConfig) -> dict[str, Any]:
     """The resolved settings that can change the measurement (what config_hash covers)."""
     values = flatten(to_dict(cfg))
     defaults = flatten(to_dict(type(cfg)()))
-    idle = NOT_ACTING.get(cfg.data.source, ())
+    idle = NOT_ACTING.get(cfg.data.source, ()) + (("scaling",) if cfg.devices == 1 else ())
     out = {}
     for key, value in sorted(values.items()):
         if any(key == n or key.startswith(n + ".") for n in NOT_HASHED) or key in idle:

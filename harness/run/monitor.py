@@ -58,8 +58,9 @@ class Sampler:
     peaks, go on being sampled. ``sample_once`` never raises.
     """
 
-    def __init__(self, pid: int | None = None, nvml_handle: GpuHandle | Any = None, nvml=None):
+    def __init__(self, pid: int | None = None, nvml_handle: GpuHandle | Any = None, nvml=None, ranks: bool = False):
         self.samples = Samples()
+        self.ranks = ranks  # ``pid`` is torch's launcher: its children are the ranks (the "main" processes)
         self.measuring = False
         self.gpu: GpuHandle | None = None
         self._nvml = nvml  # the pynvml module (injectable for tests); imported on first use
@@ -98,16 +99,21 @@ class Sampler:
             return
         try:
             total = self._proc.memory_info().rss
-            children = _descendants(self._proc)
+            children = descendants(self._proc)
         except psutil.Error:  # the child has exited: nothing left to read
             return
-        self.samples.peak_main_rss_bytes = max(self.samples.peak_main_rss_bytes, float(total))
+        if not self.ranks:
+            self.samples.peak_main_rss_bytes = max(self.samples.peak_main_rss_bytes, float(total))
         for child in children:
             try:
                 rss = child.memory_info().rss
+                rank = self.ranks and child.ppid() == self._proc.pid
             except psutil.Error:
                 continue
             total += rss
+            if rank:  # a rank is a measuring process: the largest of them is the main peak
+                self.samples.peak_main_rss_bytes = max(self.samples.peak_main_rss_bytes, float(rss))
+                continue
             peaks = self.samples.peak_worker_rss_bytes
             peaks[child.pid] = max(peaks.get(child.pid, 0.0), float(rss))
         self.samples.peak_host_rss_bytes = max(self.samples.peak_host_rss_bytes, float(total))
@@ -139,7 +145,7 @@ class Sampler:
             self.samples.notes.append(text)
 
 
-def _descendants(proc: psutil.Process) -> list[psutil.Process]:
+def descendants(proc: psutil.Process) -> list[psutil.Process]:
     """The process's children, grandchildren, ... Linux lists each thread's children in /proc: reading those few
     files costs a tenth of psutil's ``children()``, which reads every process on the machine (1.6 ms a sample)."""
     if not os.path.exists(f"/proc/{proc.pid}/task/{proc.pid}/children"):  # not Linux, or no CONFIG_PROC_CHILDREN
