@@ -424,8 +424,8 @@ def _ddp_conflict(cfg: RunConfig) -> str:
     if cfg.devices == 1:
         changed = [k for k, v in flatten(to_dict(cfg)).items()
                    if k.startswith("ddp.") and v != get_key(RunConfig(), k)]
-        return "; ".join(f"{k}={get_key(cfg, k)} needs devices >= 2 (it is an argument of DistributedDataParallel)"
-                         for k in changed)
+        return "; ".join(f"{k}={json.dumps(v) if isinstance(v, bool) else v} needs devices >= 2 (a setting of "
+                         "DistributedDataParallel)" for k, v in ((k, get_key(cfg, k)) for k in changed))
     if cfg.scaling == "strong" and cfg.batch_size % cfg.devices:
         return (f"scaling=strong splits batch_size={cfg.batch_size} over devices={cfg.devices}, which does not divide "
                 "it; use a batch_size that is a multiple of devices")
@@ -462,6 +462,7 @@ def _cudagraph_conflict(cfg: RunConfig) -> str:
 #       synthetic data, and the reverse); settings added after version 2 are hashed only when they
 #       differ from their default, so adding a setting whose default keeps the old behaviour keeps
 #       every hash (and every saved baseline) valid. The keys below are those of version 2: always hashed.
+#       (So devices=1, the default, hashes as before devices existed; scaling acts only with devices >= 2.)
 CONFIG_HASH_VERSION = 2
 HASHED_KEYS_V2 = frozenset((
     "workload", "size", "device", "precision", "tf32", "cudnn_benchmark", "channels_last", "compile",
