@@ -174,13 +174,6 @@ class _Watch(threading.Thread):
         return sum("harness.run.child" in cmd and ppid in launchers for _p, cmd, ppid in self.seen.values())
 
 
-def _children(p: psutil.Process) -> list[psutil.Process]:
-    try:
-        return p.children(recursive=True)
-    except psutil.Error:
-        return []
-
-
 def _run(results, **overrides) -> tuple[RunRecord, list[psutil.Process], int]:
     """The record of a real run, the processes seen under this test while it ran, and how many were ranks."""
     cfg = tiny_config(results_dir=str(results), **overrides)
