@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 import threading
 import time
 
@@ -16,7 +18,7 @@ import pytest
 
 from harness import config as config_mod
 from harness.analysis import table as table_mod
-from harness.run import launch, ranks, runner
+from harness.run import isolate, launch, ranks, runner
 from harness.store import RunRecord, load_runs, write_record
 from tests.conftest import tiny_config
 from tests.test_faults import TINY_RUN, _gone, _measuring_processes, _start_parent
@@ -140,6 +142,37 @@ def test_tables_without_device_rungs_keep_their_columns(results):
     _rung(results, 1, "precision=bf16-mixed", 12.0, 1)
     text = table_mod.to_markdown(table_mod.build_table(load_runs(results), "s"))
     assert "| E(N) |" not in text and "| x previous [95% band] | step ms p50/p90 |" in text
+
+
+# ------------------------------------------------------------------------------------------
+# the kill reaches every rank
+
+
+def test_killing_a_run_reaches_processes_in_sessions_of_their_own():
+    """torch's launcher starts each rank with start_new_session: killing the launcher's group alone misses them."""
+    rank = "import time; time.sleep(600)"
+    launcher = (f"import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', {rank!r}], "
+                "start_new_session=True); time.sleep(600)")
+    proc = subprocess.Popen([sys.executable, "-c", launcher], start_new_session=True)
+    try:
+        end = time.monotonic() + 60
+        while not _in_own_session(proc.pid) and time.monotonic() < end:  # forked, then setsid
+            time.sleep(0.05)
+        tree = [psutil.Process(proc.pid)] + psutil.Process(proc.pid).children(recursive=True)
+        assert len(tree) == 2 and _in_own_session(proc.pid)
+        isolate._kill_group(proc)
+        assert _gone(tree, within_s=1) == []  # _kill_group returns once every member is gone
+    finally:
+        for p in psutil.Process(proc.pid).children(recursive=True) if proc.poll() is None else []:
+            p.kill()
+        proc.kill()
+
+
+def _in_own_session(pid: int) -> bool:
+    try:
+        return any(os.getpgid(k.pid) == k.pid for k in psutil.Process(pid).children())
+    except (ProcessLookupError, psutil.Error):
+        return False
 
 
 # ------------------------------------------------------------------------------------------
