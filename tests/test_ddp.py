@@ -6,6 +6,7 @@ the end-to-end ones start 2 gloo ranks on this CPU (a device is a process), ~20-
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -18,7 +19,7 @@ import pytest
 
 from harness import config as config_mod
 from harness.analysis import table as table_mod
-from harness.run import isolate, launch, ranks, runner
+from harness.run import isolate, launch, monitor, ranks, runner
 from harness.store import RunRecord, load_runs, write_record
 from tests.conftest import tiny_config
 from tests.test_faults import TINY_RUN, _gone, _measuring_processes, _start_parent
@@ -142,6 +143,22 @@ def test_tables_without_device_rungs_keep_their_columns(results):
     _rung(results, 1, "precision=bf16-mixed", 12.0, 1)
     text = table_mod.to_markdown(table_mod.build_table(load_runs(results), "s"))
     assert "| E(N) |" not in text and "| x previous [95% band] | step ms p50/p90 |" in text
+
+
+def test_the_parent_samples_every_ranks_gpu(tmp_path, monkeypatch):
+    from tests.test_monitor import FakeNvml
+
+    monkeypatch.setattr(monitor, "nvml_handle_for", lambda identity: monitor.GpuHandle(identity["uuid"], how="uuid"))
+    watch = isolate._Watch(monitor.Sampler(os.getpid(), nvml=FakeNvml()), 0.5)
+    path = tmp_path / "progress.json"
+    ranks_gpus = [{"uuid": "GPU-0"}, {"uuid": "GPU-1"}]
+    for phase, extra in [("warmup", {"gpu": ranks_gpus[0], "gpus": ranks_gpus}), ("measure", {})]:
+        path.write_text(json.dumps({"phase": phase, **extra}))
+        watch.read_progress(path)
+        watch.sample_if_due(now=1e9)
+    sampler = watch.sampler
+    assert sampler.gpu.handle == "GPU-0" and [g.handle for g in sampler.other_gpus] == ["GPU-1"]
+    assert sampler.samples.gpu_util_pct == [87.0, 87.0] and len(sampler.samples.gpu_power_w) == 2
 
 
 # ------------------------------------------------------------------------------------------

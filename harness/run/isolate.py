@@ -157,9 +157,10 @@ class _Watch:
         phase = info.get("phase")
         if info.get("gpu") and not self.gpu_named:
             self.gpu_named = True
-            handle = monitor.nvml_handle_for(info["gpu"])  # pynvml only: the parent never initialises CUDA
-            if handle is not None:
-                self.sampler.attach_gpu(handle)
+            for identity in info.get("gpus") or [info["gpu"]]:  # every rank's GPU in a multi-device run
+                handle = monitor.nvml_handle_for(identity)  # pynvml only: the parent never initialises CUDA
+                if handle is not None:
+                    self.sampler.attach_gpu(handle)
         was = self.sampler.measuring
         self.sampler.measuring = phase == "measure"  # GPU samples only between "measure" and "measured"
         if self.sampler.measuring and not was:

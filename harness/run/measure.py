@@ -111,13 +111,14 @@ def train_and_measure(cfg, workload: Workload, progress, rank: Rank | None = Non
     # The parent samples NVML for this device from outside; it must not initialise CUDA to find it, so the child
     # names the device (UUID, PCI bus) once, in the warm-up marker.
     gpu = monitor.gpu_identity(device.index or 0) if device.type == "cuda" else None
+    gpus = {"gpus": rank.gather(gpu)} if gpu and rank.distributed else {}  # every rank's, before the warm-up
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
     # CUDA-graph compile modes: tell the graph trees where an iteration starts, so that outputs of the previous
     # replay may be reused (no sync; without it, a replay can find last step's outputs still "live").
     mark_step = _cudagraph_step_marker(cfg, device)
     vram: dict[str, float | None] = {}
-    progress("warmup", steps=cfg.measure.warmup_steps, **({"gpu": gpu} if gpu else {}))
+    progress("warmup", steps=cfg.measure.warmup_steps, **({"gpu": gpu} if gpu else {}), **gpus)
     threads_in_window = None
 
     t_prev = time.perf_counter()

@@ -63,6 +63,7 @@ class Sampler:
         self.ranks = ranks  # ``pid`` is torch's launcher: its children are the ranks (the "main" processes)
         self.measuring = False
         self.gpu: GpuHandle | None = None
+        self.other_gpus: list[GpuHandle] = []  # the other ranks' GPUs of a multi-device run, sampled alike
         self._nvml = nvml  # the pynvml module (injectable for tests); imported on first use
         self._dead: set[str] = set()
         try:
@@ -78,8 +79,11 @@ class Sampler:
             nvml_handle = GpuHandle(nvml_handle)
         if nvml_handle.note:
             self._note(nvml_handle.note)
-        self.gpu = nvml_handle if nvml_handle.handle is not None else None
-        if self.gpu is not None and self.gpu.mig:
+        if nvml_handle.handle is not None and self.gpu is not None:  # another rank's GPU
+            self.other_gpus.append(nvml_handle)
+        else:
+            self.gpu = nvml_handle if nvml_handle.handle is not None else None
+        if nvml_handle.handle is not None and nvml_handle.mig:
             for name in ("gpu_util_pct", "gpu_power_w"):
                 self._give_up(name, "not reported by NVML for a MIG instance")
 
@@ -129,12 +133,13 @@ class Sampler:
                 self.gpu = None
                 return
         for name, what, read in _GPU_METRICS:
-            if name in self._dead:
-                continue
-            try:
-                getattr(self.samples, name).append(read(self._nvml, self.gpu.handle))
-            except Exception as exc:  # NVMLError_NotSupported, _GpuIsLost, ...: this metric only
-                self._give_up(name, f"{what} unreadable ({type(exc).__name__}: {exc})")
+            for gpu in [self.gpu, *self.other_gpus]:  # several GPUs: their samples pool (a mean per GPU, a max)
+                if name in self._dead:
+                    break
+                try:
+                    getattr(self.samples, name).append(read(self._nvml, gpu.handle))
+                except Exception as exc:  # NVMLError_NotSupported, _GpuIsLost, ...: this metric only
+                    self._give_up(name, f"{what} unreadable ({type(exc).__name__}: {exc})")
 
     def _give_up(self, name: str, why: str) -> None:
         self._dead.add(name)
