@@ -27,6 +27,8 @@ DATA_SOURCES = ("synthetic", "disk")
 DATA_CACHES = ("ram", "none")
 AUGMENT_PRESETS = ("none", "light", "heavy")
 MEASURE_MODES = ("train", "loader", "model")
+COMM_HOOKS = ("none", "fp16", "bf16")
+SCALINGS = ("weak", "strong")
 AUTO_BOOL = ("auto", True, False)
 
 
@@ -83,7 +85,20 @@ class MeasureConfig:
 class DebugConfig:
     fault: str = "none"
     fault_step: int = 2  # step (0-based, warm-up included) at which the fault fires
+    fault_rank: int = 0  # with devices >= 2: the rank the fault fires on
     slowdown_ms: float = 0.0  # sleep added to every step; does not change config_hash
+
+
+@dataclass
+class DdpConfig:
+    """DistributedDataParallel's own arguments (``devices`` >= 2 only; PyTorch's defaults when unset)."""
+
+    bucket_cap_mb: Optional[float] = None  # None: PyTorch's default (25 MB)
+    gradient_as_bucket_view: bool = False
+    static_graph: bool = False
+    find_unused_parameters: bool = False
+    broadcast_buffers: bool = True
+    comm_hook: str = "none"  # none / fp16 / bf16: gradients compressed for the all-reduce
 
 
 @dataclass
@@ -112,11 +127,16 @@ class RunConfig:
     seed: int = 0
     timeout_s: float = 900.0
     results_dir: str = "results"
+    # Data parallel (DDP), Lightning's name: one process per device, started by torch's launcher. On a CPU a device is
+    # a process. Weak scaling: batch_size is per device (the global batch grows with devices); strong: it is global.
+    devices: int = 1
+    scaling: str = "weak"
     model: ModelConfig = field(default_factory=ModelConfig)
     data: DataConfig = field(default_factory=DataConfig)
     optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
     measure: MeasureConfig = field(default_factory=MeasureConfig)
     debug: DebugConfig = field(default_factory=DebugConfig)
+    ddp: DdpConfig = field(default_factory=DdpConfig)
     sweep: SweepConfig = field(default_factory=SweepConfig)
 
     # Filled by `resolve`; read by the child.
@@ -313,6 +333,7 @@ def validate(cfg: RunConfig) -> None:
     check_choice("data.cache", cfg.data.cache, DATA_CACHES)
     check_choice("data.augment", cfg.data.augment, AUGMENT_PRESETS)
     check_choice("measure.mode", cfg.measure.mode, MEASURE_MODES)
+    _validate_devices(cfg)
     if cfg.data.source == "synthetic" and cfg.data.cache == "none":
         raise ValueError("data.cache=none needs data.source=disk: synthetic data is generated in RAM")
     only = {"rotate": 3, "elastic": 3, "mixup": 2}
@@ -400,6 +421,24 @@ def validate_workload(spec: WorkloadSpec) -> None:
         targets.check_targets(spec)
 
 
+def _validate_devices(cfg: RunConfig) -> None:
+    check_choice("scaling", cfg.scaling, SCALINGS)
+    check_choice("ddp.comm_hook", cfg.ddp.comm_hook, COMM_HOOKS)
+    _positive(cfg, "devices")
+    _positive(cfg, "ddp.bucket_cap_mb", allow_none=True)
+    if cfg.devices > 1 and cfg.measure.mode == "loader":
+        raise ValueError(f"devices={cfg.devices} needs measure.mode=train or model: measure.mode=loader runs no model "
+                         "to distribute")
+    if not 0 <= cfg.debug.fault_rank < cfg.devices:
+        raise ValueError(f"debug.fault_rank={cfg.debug.fault_rank} is not a rank of devices={cfg.devices}: use 0 to "
+                         f"{cfg.devices - 1}")
+
+
+def per_device_batch(cfg: RunConfig) -> int:
+    """Samples per device per micro-batch: ``batch_size`` (weak scaling), or its share of it (strong scaling)."""
+    return cfg.batch_size // cfg.devices if cfg.scaling == "strong" else cfg.batch_size
+
+
 def _positive(cfg: RunConfig, *keys: str, allow_none: bool = False) -> None:
     for key in keys:
         value = get_key(cfg, key)
@@ -462,6 +501,9 @@ CUDAGRAPH_COMPILE_MODES = ("reduce-overhead", "max-autotune")
 def not_applicable(cfg: RunConfig) -> str:
     """Why a resolved config cannot run as labelled on its device and workload ("" when it can)."""
     reasons = _workload_conflicts(cfg)
+    ddp = _ddp_conflict(cfg)
+    if ddp:
+        reasons.append(ddp)
     if cfg.device == "cuda":
         return "; ".join(reasons + [r for r in [_cudagraph_conflict(cfg)] if r])
     if cfg.tf32 is True:
@@ -496,6 +538,19 @@ def _workload_conflicts(cfg: RunConfig) -> list[str]:
     return reasons
 
 
+def _ddp_conflict(cfg: RunConfig) -> str:
+    """DDP knobs on a single device, or a strong-scaling batch that does not split evenly over the devices."""
+    if cfg.devices == 1:
+        changed = [k for k, v in flatten(to_dict(cfg)).items()
+                   if k.startswith("ddp.") and v != get_key(RunConfig(), k)]
+        return "; ".join(f"{k}={json.dumps(v) if isinstance(v, bool) else v} needs devices >= 2 (a setting of "
+                         "DistributedDataParallel)" for k, v in ((k, get_key(cfg, k)) for k in changed))
+    if cfg.scaling == "strong" and cfg.batch_size % cfg.devices:
+        return (f"scaling=strong splits batch_size={cfg.batch_size} over devices={cfg.devices}, which does not divide "
+                "it; use a batch_size that is a multiple of devices")
+    return ""
+
+
 def _cudagraph_conflict(cfg: RunConfig) -> str:
     """A CUDA-graph compile mode with a training loop that keeps gradients across graph replays.
 
@@ -526,6 +581,7 @@ def _cudagraph_conflict(cfg: RunConfig) -> str:
 #       synthetic data, and the reverse); settings added after version 2 are hashed only when they
 #       differ from their default, so adding a setting whose default keeps the old behaviour keeps
 #       every hash (and every saved baseline) valid. The keys below are those of version 2: always hashed.
+#       (So devices=1, the default, hashes as before devices existed; scaling acts only with devices >= 2.)
 CONFIG_HASH_VERSION = 2
 HASHED_KEYS_V2 = frozenset((
     "workload", "size", "device", "precision", "tf32", "cudnn_benchmark", "channels_last", "compile",
@@ -544,7 +600,7 @@ def measured_settings(cfg: RunConfig) -> dict[str, Any]:
     """The resolved settings that can change the measurement (what config_hash covers)."""
     values = flatten(to_dict(cfg))
     defaults = flatten(to_dict(type(cfg)()))
-    idle = NOT_ACTING.get(cfg.data.source, ())
+    idle = NOT_ACTING.get(cfg.data.source, ()) + (("scaling",) if cfg.devices == 1 else ())
     # A shipped workload is its name, as before workloads were config files (so the hashes of version 2 hold);
     # any other, or a shipped one changed, adds everything it is made of, its user source files' hash included.
     out = {"workload": cfg.workload.name}

@@ -11,6 +11,9 @@ Schema history (bump ``SCHEMA_VERSION`` when a column changes meaning or type):
       total_claim_low/high/label/source of the ladder, and ladder_sha (the ladder file's text hash),
       set at sweep time so that editing a ladder never rewrites old verdicts. Also campaign_id (the
       `sweep -m` campaign a sweep belongs to; a new column, read as "" from older files).
+  4 - multi-device runs (``devices`` >= 2, DDP): world_size, dist_backend, samples_per_s_per_device (the slowest
+      rank's; samples_per_s is global), slowest_rank, per-rank rank_step_ms_p50/p90, rank_measured_s,
+      rank_peak_vram_bytes (peak_vram_bytes is their maximum), omp_num_threads. New columns, empty in older files.
 
 A store must survive what databases survive: a writer killed mid-write leaves only a dot-prefixed
 temp file, which readers skip; a record is fsynced before it is renamed into place (and the folder
@@ -49,7 +52,7 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 STATUSES = ("ok", "oom", "nan", "timeout", "error", "skipped")
 
 
@@ -159,6 +162,16 @@ class RunRecord:
     gpu_throttle_reasons: str = ""
     gpu_sm_active_pct: float | None = None
     backend_flags: str = ""  # JSON: the TF32 / cuDNN settings the run applied, and through which API
+    # multi-device runs (schema 4): every rank timed its own window; the slowest sets samples_per_s (global)
+    world_size: int | None = None  # ranks (devices); 1 for a single-device run, empty in older records
+    dist_backend: str = ""  # nccl (CUDA) or gloo (CPU); "" for a single-device run
+    samples_per_s_per_device: float | None = None  # the slowest rank's samples/s
+    slowest_rank: int | None = None
+    rank_step_ms_p50: list[float] = field(default_factory=list)  # per rank, in rank order
+    rank_step_ms_p90: list[float] = field(default_factory=list)
+    rank_measured_s: list[float] = field(default_factory=list)
+    rank_peak_vram_bytes: list[float] = field(default_factory=list)
+    omp_num_threads: int | None = None  # what the launcher gave each rank (torchrun would force 1)
 
 
 _ARROW_TYPES = {

@@ -19,7 +19,7 @@ set -uo pipefail
 
 PY=${PYTHON:-python3}
 DRY=${DRY_RUN:-0}
-PARTS="env runs-unet3d runs-basic_unet3d runs-mednext runs-resnet50 phase2 resnet50-0..5 detr-0..7 a100-diagnose \
+PARTS="env runs-unet3d runs-basic_unet3d runs-mednext runs-resnet50 phase2 scaling resnet50-0..5 detr-0..7 a100-diagnose \
 a100-0..6 tests tests-slow"
 usage() {
   echo "usage: scripts/gpu_measure.sh PART [OUT_DIR]   (OUT_DIR defaults to \$OUT)" >&2
@@ -34,7 +34,7 @@ outdir=${2:-${OUT:-}}
 if [ -z "$outdir" ]; then echo "no output folder: give OUT_DIR or set \$OUT" >&2; usage; fi
 
 case "$part" in
-  env | tests | tests-slow | phase2 | a100-diagnose) ;;
+  env | tests | tests-slow | phase2 | scaling | a100-diagnose) ;;
   runs-unet3d | runs-basic_unet3d | runs-mednext | runs-resnet50) ;;
   resnet50-[0-5] | detr-[0-7] | a100-[0-6]) ;;
   *) echo "unknown part '$part'" >&2; usage ;;
@@ -92,6 +92,9 @@ torch.cuda.is_available() and torch.cuda.get_device_name(0))"
       run "$PY" -m harness run workload="$w" precision="$p" size=full timeout_s=240 results_dir="$results"
     done ;;
   phase2) run "$PY" -m harness sweep +ladder=phase2 timeout_s=120 results_dir="$results" ;;
+  scaling)
+    # ResNet-50 on 1, 2, 4, 8 GPUs (DDP over NCCL, batch 256 per GPU): rungs beyond the GPUs here are skipped.
+    run "$PY" -m harness sweep +ladder=scaling timeout_s=120 results_dir="$results" ;;
   resnet50-*)
     # One rung per command: max-autotune compiles ResNet-50 at batch 384, which alone takes minutes.
     rung resnet50_aggressive "${part#resnet50-}" 500 ;;

@@ -42,21 +42,29 @@ def _start_parent(results: Path, *args: str) -> subprocess.Popen:
                             start_new_session=True)
 
 
-def _measuring_processes(parent_pid: int, want_workers: int, deadline_s: float = 240) -> list[psutil.Process]:
-    """The measuring child and its loader workers, once they are all up (waits as long as the machine needs)."""
+def _measuring_processes(parent_pid: int, want_workers: int, deadline_s: float = 240,
+                         ranks: int = 1) -> list[psutil.Process]:
+    """The measuring child (or the launcher and its ``ranks``) and the loader workers, once they are all up (waits
+    as long as the machine needs): every process under the parent then."""
     end = time.monotonic() + deadline_s
     while time.monotonic() < end:
         try:
             kids = psutil.Process(parent_pid).children(recursive=True)
         except psutil.NoSuchProcess:
             break
-        child = [k for k in kids if "harness.run.child" in " ".join(_cmdline(k))]
-        if child:
-            workers = child[0].children()
-            if len(workers) >= want_workers:
-                return child + workers
+        measuring = {k.pid for k in kids if "harness.run.child" in " ".join(_cmdline(k))}
+        workers = [k for k in kids if k.pid in measuring and _parent_pid(k) in measuring]  # forked: same command line
+        if len(measuring) - len(workers) >= ranks and len(workers) >= want_workers:
+            return kids
         time.sleep(0.2)
     raise AssertionError("the measuring process never started")
+
+
+def _parent_pid(p: psutil.Process) -> int | None:
+    try:
+        return p.ppid()
+    except psutil.Error:
+        return None
 
 
 def _cmdline(p: psutil.Process) -> list[str]:

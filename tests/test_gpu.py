@@ -194,3 +194,54 @@ def test_the_parent_creates_no_cuda_context():
 
 def test_cpu_helpers_still_resolve_on_a_gpu_machine():
     assert tiny_config().device == "cpu"
+
+
+# ------------------------------------------------------------------------------------------
+# devices=N: DDP over NCCL (a rank per GPU), and per-rank VRAM
+
+
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 CUDA GPUs")
+def test_two_gpus_run_ddp_over_nccl_and_record_each_ranks_vram(tmp_path):
+    record = _run(tmp_path, workload="resnet50", devices=2, batch_size=64, timeout_s=400)
+    assert record.status == "ok", record.error
+    assert record.world_size == 2 and record.dist_backend == "nccl" and record.samples_per_step == 128
+    assert len(record.rank_peak_vram_bytes) == 2 and min(record.rank_peak_vram_bytes) > 1e8
+    assert record.peak_vram_bytes == max(record.rank_peak_vram_bytes)
+    assert record.samples_per_s == pytest.approx(2 * record.samples_per_s_per_device)
+
+
+def test_more_gpus_than_the_machine_has_is_skipped_with_the_reason(tmp_path):
+    have = torch.cuda.device_count()
+    record = _run(tmp_path, devices=have + 1)
+    assert record.status == "skipped"
+    assert record.error == f"devices={have + 1} needs {have + 1} devices; this machine has {have} CUDA GPU(s)"
+
+
+@pytest.mark.parametrize("hook", ["none", "fp16", "bf16"])
+def test_ddp_wraps_a_cuda_model_over_nccl_with_each_comm_hook(hook, monkeypatch):
+    """One rank is enough to check the NCCL group, DDP on a device and the compression hooks (a machine with one
+    GPU cannot run two NCCL ranks on it)."""
+    import socket
+
+    import torch.distributed as dist
+
+    from harness import config as config_mod
+    from harness.workload.knobs import apply_ddp
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+    monkeypatch.setenv("MASTER_PORT", str(port))
+    cfg = config_mod.RunConfig(devices=2)
+    config_mod.set_key(cfg, "ddp.comm_hook", hook)
+    config_mod.set_key(cfg, "ddp.gradient_as_bucket_view", True)
+    dist.init_process_group("nccl", rank=0, world_size=1, device_id=torch.device("cuda", 0))
+    try:
+        device = torch.device("cuda", 0)
+        model = apply_ddp(torch.nn.Conv2d(3, 8, 3).to(device), cfg, device)
+        model(torch.randn(4, 3, 16, 16, device=device)).square().mean().backward()
+        grad = model.module.weight.grad
+        assert dist.get_backend() == "nccl" and grad is not None and torch.isfinite(grad).all()
+    finally:
+        dist.destroy_process_group()

@@ -48,7 +48,7 @@ def test_rung_parts_cover_every_rung_of_their_ladder_and_no_more():
 
 
 @pytest.mark.parametrize("part", ["env", "runs-unet3d", "runs-basic_unet3d", "runs-mednext", "runs-resnet50", "phase2",
-                                  "resnet50-3", "detr-7", "a100-diagnose", "a100-0", "tests",
+                                  "scaling", "resnet50-3", "detr-7", "a100-diagnose", "a100-0", "tests",
                                   "tests-slow"])
 def test_dry_run_prints_commands_that_fit_one_command_under_out(part, tmp_path):
     out = tmp_path / "out"
@@ -63,7 +63,8 @@ def test_dry_run_prints_commands_that_fit_one_command_under_out(part, tmp_path):
         if "results_dir=" in c:
             assert f"results_dir={out}/{part}/results" in c
     # every run's timeout, times the runs the part makes, stays under the command limit
-    runs = {"phase2": len(ladder_mod.load("phase2").rungs), "a100-diagnose": 3}
+    runs = {"phase2": len(ladder_mod.load("phase2").rungs), "scaling": len(ladder_mod.load("scaling").rungs),
+            "a100-diagnose": 3}
     limits = [float(t) for c in harness_cmds for t in re.findall(r"timeout_s=(\d+)", c)]
     if not part.startswith(("env", "tests")):
         assert limits and sum(limits) * (runs.get(part, 1)) < COMMAND_LIMIT_S - 60, (part, limits)

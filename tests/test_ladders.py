@@ -11,7 +11,7 @@ SHIPPED = sorted(p.stem for p in ladder_mod.LADDER_DIR.glob("*.yaml"))  # not th
 
 
 def test_all_expected_ladders_ship():
-    assert set(GUIDE_LADDERS + ["batch", "workers", "precision", "selftest"]) <= set(SHIPPED)
+    assert set(GUIDE_LADDERS + ["batch", "workers", "precision", "selftest", "scaling"]) <= set(SHIPPED)
 
 
 @pytest.mark.parametrize("name", SHIPPED)
@@ -36,6 +36,8 @@ def test_every_ladder_loads_and_each_rung_changes_exactly_one_knob(name):
     ("phase2", "data.num_workers=4", (1.5, 2)),
     ("phase3", "model.width=0.5", (2, 4)),
     ("phase4", "compile=reduce-overhead", (1.5, 2)),
+    ("phase4", "devices=2", (1.8, 1.8)),
+    ("phase4", "devices=4", (1.94, 1.94)),
     ("a100_volume", "batch_size=2", (2, 2)),
     ("a100_volume", "data.prefetch_factor=2", (1.1, 1.2)),
     ("detr_fast", "channels_last=true", (1.1, 1.15)),

@@ -45,6 +45,8 @@ class RungRow:
     note: str = ""
     samples_per_s_runs: list[float] = field(default_factory=list)
     runs: noise_model.Runs | None = None  # the ok runs as the noise model sees them
+    world_size: int = 1  # devices (ranks) of the rung's runs
+    scaling_efficiency: float | None = None  # E(N) = X(N) / (N x X(1)), on rungs that change devices
 
 
 @dataclass
@@ -86,6 +88,7 @@ def build_table(frame, sweep: str = "latest", results_dir: str = "results") -> S
                        hardware=hardware, size=str(first["size"]), rows=rows,
                        noise=noise_model.noise_for(frame, records))
     _link(rows, table.noise)
+    _scaling(rows)
     _total(table, claims)
     _notes(table, ladder, records, claims)
     return table
@@ -172,6 +175,7 @@ def _row(rung: int, runs, claims: Claims) -> RungRow:
             else ok["peak_host_rss_bytes"]
         row.peak_mem_bytes = stats.median(mem)
         row.gpu_util_pct = stats.median(ok["gpu_util_pct"])
+        row.world_size = int(ok["world_size"].fillna(1).max()) if "world_size" in ok else 1
     if len(ok) < len(runs):
         failed = runs[~runs.index.isin(ok.index)]
         error = str(failed["error"].iloc[-1] or "").strip().splitlines()
@@ -199,6 +203,19 @@ def _link(rows: list[RungRow], noise: noise_model.Noise) -> None:
         if row.claim_range and row.x_previous is not None:
             row.verdict = stats.verdict(row.x_previous, *row.claim_range)
         previous = row
+
+
+def _scaling(rows: list[RungRow]) -> None:
+    """Scaling efficiency E(N) = X(N) / (N x X(1)) on the rungs that change ``devices``: X is the global
+    throughput, X(1) that of the last earlier rung that ran ok on one device (1.0 is perfect scaling)."""
+    single = None
+    for row in rows:
+        if row.samples_per_s is None:
+            continue
+        if row.change.startswith("devices=") and single is not None:
+            row.scaling_efficiency = row.samples_per_s / (row.world_size * single)
+        if row.world_size == 1:
+            single = row.samples_per_s
 
 
 def _total(table: SweepTable, claims: Claims) -> None:
@@ -270,15 +287,28 @@ def _mem(v) -> str:
     return f"{v / 2**30:.2f} GiB"
 
 
-def row_cells(row: RungRow) -> list[str]:
+def headers(table: SweepTable) -> tuple[str, ...]:
+    """The columns; E(N) only in a sweep with rungs that change ``devices``."""
+    if not _has_scaling(table):
+        return HEADER
+    at = HEADER.index("x previous [95% band]") + 1
+    return HEADER[:at] + ("E(N)",) + HEADER[at:]
+
+
+def _has_scaling(table: SweepTable) -> bool:
+    return any(r.scaling_efficiency is not None for r in table.rows)
+
+
+def row_cells(row: RungRow, scaling: bool = False) -> list[str]:
     thr = _num(row.samples_per_s, ".2f")
     if row.samples_per_s is not None and row.uncertainty is not None:
         thr += f" ±{100 * row.uncertainty:.0f}%"  # the noise model's 95% band of the rung's throughput
     status = _status_text(row)
     if row.note:
         status += f": {row.note}"
+    efficiency = [_num(None if row.scaling_efficiency is None else 100 * row.scaling_efficiency, ".0f", "%")]
     return [str(row.rung), row.change, thr, _ratio_text(row.x_baseline), _ratio_text(row.x_previous, band=True),
-            f"{_num(row.step_ms_p50)} / {_num(row.step_ms_p90)}",
+            *(efficiency if scaling else []), f"{_num(row.step_ms_p50)} / {_num(row.step_ms_p90)}",
             _num(None if row.data_wait_frac is None else 100 * row.data_wait_frac, ".0f", "%"), _mem(row.peak_mem_bytes),
             _num(row.gpu_util_pct, ".0f", "%"), row.claim or "-", row.verdict or "-", status]
 
@@ -303,8 +333,9 @@ def title(table: SweepTable) -> str:
 
 
 def to_markdown(table: SweepTable) -> str:
-    lines = [f"### {title(table)}", "", "| " + " | ".join(HEADER) + " |", "|" + "---|" * len(HEADER)]
-    lines += ["| " + " | ".join(c.replace("|", "/") for c in row_cells(r)) + " |" for r in table.rows]
+    head, scaling = headers(table), _has_scaling(table)
+    lines = [f"### {title(table)}", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    lines += ["| " + " | ".join(c.replace("|", "/") for c in row_cells(r, scaling)) + " |" for r in table.rows]
     lines.append("")
     if table.total_claim:
         measured = _ratio_text(table.total_measured, band=True)
@@ -313,6 +344,9 @@ def to_markdown(table: SweepTable) -> str:
     mem = MEMORY_NOTE.get(table.device, "peak memory")
     lines.append(f"Peak mem is {mem}. Verdicts compare x previous, with its 95% band, to the guide's claim, on this "
                  "device: confirms only when the band excludes 1 (no change); inconclusive when it holds both.")
+    if scaling:
+        lines.append("E(N) = X(N) / (N x X(1)): the rung's global samples/s over N times the last single-device "
+                     "rung's (100% is perfect scaling; samples/s is global, the slowest rank's pace).")
     lines += [f"- {n}" for n in table.notes]
     return "\n".join(lines) + "\n"
 
@@ -320,15 +354,16 @@ def to_markdown(table: SweepTable) -> str:
 def to_csv(table: SweepTable) -> str:
     buf = io.StringIO()
     writer = csv.writer(buf)
-    writer.writerow(("sweep_id",) + HEADER)
+    writer.writerow(("sweep_id",) + headers(table))
     for r in table.rows:
-        writer.writerow([table.sweep_id] + row_cells(r))
+        writer.writerow([table.sweep_id] + row_cells(r, _has_scaling(table)))
     return buf.getvalue()
 
 
 def to_html(table: SweepTable) -> str:
-    head = "".join(f"<th>{html.escape(h)}</th>" for h in HEADER)
-    body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row_cells(r)) + "</tr>" for r in table.rows)
+    head = "".join(f"<th>{html.escape(h)}</th>" for h in headers(table))
+    body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row_cells(r, _has_scaling(table))) + "</tr>"
+                   for r in table.rows)
     extra = ""
     if table.total_claim:
         measured = html.escape(_ratio_text(table.total_measured, band=True))

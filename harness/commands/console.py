@@ -41,6 +41,11 @@ def run_summary(record: RunRecord) -> Table:
                       f"  ({fmt(record.units_per_s, '.3g')} {record.unit}/s)")
         table.add_row("step time", f"p50 {fmt(record.step_ms_p50)} ms   p90 {fmt(record.step_ms_p90)} ms"
                       f"   ({record.measured_steps} measured after {record.warmup_steps} warm-up)")
+        if (record.world_size or 1) > 1:
+            table.add_row("devices", f"{record.world_size} ranks ({record.dist_backend}, OMP_NUM_THREADS="
+                          f"{record.omp_num_threads}): {fmt(record.samples_per_s_per_device, '.2f')} samples/s per "
+                          f"device, the slowest (rank {record.slowest_rank}); step p50 per rank "
+                          + " / ".join(fmt(v) for v in record.rank_step_ms_p50) + " ms")
         table.add_row("data wait", f"{fmt(100 * record.data_wait_frac if record.data_wait_frac is not None else None)} % of the measured time")
         if record.device == "cuda":
             table.add_row("peak VRAM", f"{human_bytes(record.peak_vram_bytes)} allocated, "

@@ -3,11 +3,17 @@
 Reads ``JOB_DIR/config.json`` (a resolved RunConfig), trains and measures, and writes
 ``JOB_DIR/result.json`` with a status. A crash that kills this process leaves no result: the
 parent then records ``error`` itself, so no outcome is ever lost.
+
+Started by torch's launcher (``devices`` >= 2, ``harness.run.launch``) it is one rank: it joins the process
+group, trains on its own device and share of the data, and gathers every rank's measurement to rank 0, which
+alone writes progress markers and ``result.json``. A rank that fails writes ``result.rank<R>.json`` and exits 1,
+so that the launcher stops its peers (they would wait for its gradients for ever) and reports the cause.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 import traceback
@@ -69,7 +75,9 @@ def _chain(exc: BaseException):
 
 
 def main(job_dir: str) -> int:
+    from harness.run import ranks
     from harness.run.lifeline import guard_child
+    from harness.run.ranks import Rank
 
     guard_child()
     job = Path(job_dir)
@@ -79,20 +87,33 @@ def main(job_dir: str) -> int:
     cfg = config_mod.from_dict(json.loads((job / "config.json").read_text()))
     gpu_name = json.loads((job / "env.json").read_text()).get("gpu_name", "")
     workload = cfg.workload
+    rank = Rank()
 
     def progress(phase: str, **info) -> None:
-        write_json(job / "progress.json", {"phase": phase, "time": time.time(), **info})
+        if rank.rank == 0:
+            write_json(job / "progress.json", {"phase": phase, "time": time.time(), **info})
 
     progress("build")
     try:
+        rank = ranks.join(cfg.device)
+        cfg.batch_size = config_mod.per_device_batch(cfg)  # this rank's batch (strong scaling: its share)
         flops = model_flops_per_sample(cfg, workload)
-        m, extras = train_and_measure(cfg, workload, progress)
-        result = {"status": "ok", "error": "", **summarize(cfg, workload, m, extras, flops, gpu_name)}
+        m, extras = train_and_measure(cfg, workload, progress, rank)
+        summary = summarize(cfg, workload, m, extras, flops, gpu_name)
+        summaries = rank.gather(summary)
+        if rank.distributed:
+            summary = ranks.combine(summaries, rank.backend, int(os.environ.get("OMP_NUM_THREADS", "0")) or None)
+        result = {"status": "ok", "error": "", **summary}
     except BaseException as exc:  # every outcome becomes a record
         status = classify(exc)
         tail = "".join(traceback.format_exception(exc))[-4000:]
         result = {"status": status, "error": skip_reason(exc, cfg.compile) if status == "skipped" else tail}
-    write_json(job / "result.json", result)
+        if rank.distributed:  # the launcher stops the peers and writes the run's result from this
+            write_json(job / f"result.rank{rank.rank}.json", result)
+            return 1
+    if rank.rank == 0:
+        write_json(job / "result.json", result)
+    ranks.leave(rank)
     return 0
 
 

@@ -10,6 +10,8 @@ No orphan survives the parent, however the parent ends:
   * the child runs in a process group of its own (its loader workers join it), and the parent kills
     the whole group when the child is done, times out, or the parent is interrupted (Ctrl-C,
     SIGTERM from a CI cancel or SLURM, SIGHUP from a dropped ssh: see ``terminate_on_signals``);
+    with ``devices`` >= 2 the child is torch's launcher (``harness.run.launch``), which starts each rank in
+    a session of its own, so the parent kills the process group of every process in the child's tree;
   * if the parent is killed outright (SIGKILL), the kernel kills the child (``PR_SET_PDEATHSIG``,
     set in the child), the child's loader workers die with the child the same way, and the child
     also carries its own deadline (``SIGALRM`` at ``timeout_s`` plus a grace period) in case the
@@ -32,7 +34,7 @@ from pathlib import Path
 from typing import Callable
 
 from harness import config as config_mod
-from harness.run import monitor
+from harness.run import launch, monitor
 from harness.store import RunRecord, new_id, utc_timestamp
 
 REPO_ROOT = Path(__file__).resolve().parent.parent.parent
@@ -69,7 +71,7 @@ def base_record(cfg: config_mod.RunConfig, env: dict, env_key: str, status: str,
 
 def execute(cfg: config_mod.RunConfig, env: dict, env_key: str, on_progress: ProgressFn | None = None) -> RunRecord:
     """Measure ``cfg`` (resolved) in a child process; the record's status says how it ended."""
-    reason = config_mod.not_applicable(cfg)
+    reason = config_mod.not_applicable(cfg) or launch.unavailable(cfg)
     if reason:
         return base_record(cfg, env, env_key, "skipped", reason)
     clean_stale_jobs()
@@ -78,7 +80,8 @@ def execute(cfg: config_mod.RunConfig, env: dict, env_key: str, on_progress: Pro
         (job / "parent.pid").write_text(str(os.getpid()))
         (job / "config.json").write_text(json.dumps(config_mod.to_dict(cfg)))
         (job / "env.json").write_text(json.dumps(env, default=str))
-        status, error, metrics = _run_child(job, cfg.timeout_s, on_progress, cfg.measure.sample_interval_s)
+        status, error, metrics = _run_child(job, cfg.timeout_s, on_progress, cfg.measure.sample_interval_s,
+                                            launch.command(job) if cfg.devices > 1 else None)
     record = base_record(cfg, env, env_key, status, error)
     for key, value in metrics.items():
         if hasattr(record, key):
@@ -87,7 +90,7 @@ def execute(cfg: config_mod.RunConfig, env: dict, env_key: str, on_progress: Pro
 
 
 def _run_child(job: Path, timeout_s: float, on_progress: ProgressFn | None,
-               sample_interval_s: float = 0.5) -> tuple[str, str, dict]:
+               sample_interval_s: float = 0.5, argv: list[str] | None = None) -> tuple[str, str, dict]:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), env.get("PYTHONPATH", "")) if p)
     env["HARNESS_PARENT_PID"] = str(os.getpid())
@@ -97,11 +100,11 @@ def _run_child(job: Path, timeout_s: float, on_progress: ProgressFn | None,
     with open(log_path, "wb") as log:
         # A session of its own, so that a timeout can kill the child and its loader workers together.
         proc = subprocess.Popen(
-            [sys.executable, "-m", "harness.run.child", str(job)],
+            argv or [sys.executable, "-m", "harness.run.child", str(job)],
             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, start_new_session=True,
         )
         _LIVE.add(proc)
-        watch = _Watch(monitor.Sampler(proc.pid), sample_interval_s)
+        watch = _Watch(monitor.Sampler(proc.pid, ranks=argv is not None), sample_interval_s)
         try:
             timed_out = _wait(proc, job, start, timeout_s, on_progress, watch)
         finally:
@@ -154,9 +157,10 @@ class _Watch:
         phase = info.get("phase")
         if info.get("gpu") and not self.gpu_named:
             self.gpu_named = True
-            handle = monitor.nvml_handle_for(info["gpu"])  # pynvml only: the parent never initialises CUDA
-            if handle is not None:
-                self.sampler.attach_gpu(handle)
+            for identity in info.get("gpus") or [info["gpu"]]:  # every rank's GPU in a multi-device run
+                handle = monitor.nvml_handle_for(identity)  # pynvml only: the parent never initialises CUDA
+                if handle is not None:
+                    self.sampler.attach_gpu(handle)
         was, now = self.sampler.measuring, phase == "measure"  # GPU samples only between "measure" and "measured"
         if now and not was:
             self.sampler.window_opened()
@@ -199,13 +203,18 @@ def _read_result(path: Path) -> dict | None:
 
 
 def _kill_group(proc: subprocess.Popen) -> None:
-    """Kill the child's process group and wait until its processes are gone, not only the child:
-    a loader worker still alive would hold memory (and GPU memory) into the next rung."""
+    """Kill the child's process group, and the groups of every process in its tree (torch's launcher starts
+    each rank in a session of its own), and wait until they are all gone, not only the child: a loader worker
+    or a rank still alive would hold memory (and GPU memory) into the next rung."""
     members = _group_members(proc.pid)
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
+    tree = _tree(proc.pid)
+    groups = {proc.pid} | {g for g in (_pgid(p.pid) for p in tree) if g and g != os.getpgrp()}
+    for group in groups:
+        try:
+            os.killpg(group, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+    members += [p for p in tree if p not in members]
     proc.wait()
     deadline = time.monotonic() + KILL_WAIT_S
     while members and time.monotonic() < deadline:
@@ -225,6 +234,22 @@ def _group_members(pgid: int) -> list:
         except (ProcessLookupError, PermissionError, psutil.Error):
             continue
     return found
+
+
+def _tree(pid: int) -> list:
+    import psutil
+
+    try:
+        return monitor.descendants(psutil.Process(pid))
+    except psutil.Error:
+        return []
+
+
+def _pgid(pid: int) -> int | None:
+    try:
+        return os.getpgid(pid)
+    except (ProcessLookupError, PermissionError):
+        return None
 
 
 def _alive(p) -> bool:

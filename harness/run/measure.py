@@ -28,6 +28,7 @@ from pathlib import Path
 import torch
 
 from harness.run import monitor
+from harness.run.ranks import Rank
 from harness.workload.data import build_dataset, build_loader, endless
 from harness.workload.flops import count_train_flops, peak_flops
 from harness.workload.knobs import prepare
@@ -73,13 +74,15 @@ def inject_fault(cfg, step: int, device: torch.device) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
-def train_and_measure(cfg, workload: WorkloadSpec, progress) -> tuple[Measurement, dict]:
-    """Run warm-up + measured steps; return the raw measurement and the derived extras."""
+def train_and_measure(cfg, workload: WorkloadSpec, progress, rank: Rank | None = None) -> tuple[Measurement, dict]:
+    """Run warm-up + measured steps; return the raw measurement and the derived extras. Under DDP each rank runs
+    this on its own device and share of the data (``cfg.batch_size`` is then this rank's batch)."""
     torch.manual_seed(cfg.seed)
+    rank = rank or Rank()
     mode = cfg.measure.mode
-    prep = prepare(cfg, workload) if mode != "loader" else None
-    device = torch.device(cfg.device)
-    loader = build_loader(cfg, build_dataset(cfg, workload), workload)
+    device = rank.device(cfg.device)
+    prep = prepare(cfg, workload, device, rank) if mode != "loader" else None
+    loader = build_loader(cfg, build_dataset(cfg, workload, rank.world_size), workload, rank)
     batches = endless(loader)
     nb = bool(cfg.data.non_blocking)
     fmt = prep.memory_format if prep else torch.contiguous_format
@@ -101,19 +104,22 @@ def train_and_measure(cfg, workload: WorkloadSpec, progress) -> tuple[Measuremen
     log_every = cfg.log_every_n_steps
     nan_step = cfg.debug.fault_step if cfg.debug.fault == "nan" else -1
     fault_step = cfg.debug.fault_step if cfg.debug.fault in ("oom", "hang", "crash") else -1
+    if rank.rank != cfg.debug.fault_rank:
+        nan_step = fault_step = -1
     slowdown_s = cfg.debug.slowdown_ms / 1000.0
     set_to_none = cfg.optimizer.zero_grad_set_to_none
 
     # The parent samples NVML for this device from outside; it must not initialise CUDA to find it, so the child
     # names the device (UUID, PCI bus) once, in the warm-up marker.
     gpu = monitor.gpu_identity(device.index or 0) if device.type == "cuda" else None
+    gpus = {"gpus": rank.gather(gpu)} if gpu and rank.distributed else {}  # every rank's, before the warm-up
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
     # CUDA-graph compile modes: tell the graph trees where an iteration starts, so that outputs of the previous
     # replay may be reused (no sync; without it, a replay can find last step's outputs still "live").
     mark_step = _cudagraph_step_marker(cfg, device)
     vram: dict[str, float | None] = {}
-    progress("warmup", steps=cfg.measure.warmup_steps, **({"gpu": gpu} if gpu else {}))
+    progress("warmup", steps=cfg.measure.warmup_steps, **({"gpu": gpu} if gpu else {}), **gpus)
     threads_in_window = None
     # CUDA: per-step device time from a pair of CUDA events per measured step, recorded on the stream and read
     # only after the window's closing sync (no sync inside the window). Made here, before the loop, so that the
@@ -203,17 +209,22 @@ def train_and_measure(cfg, workload: WorkloadSpec, progress) -> tuple[Measuremen
     m.measured_s = time.perf_counter() - window_start
     m.device_step_ms = [a.elapsed_time(b) for a, b in events[: len(m.step_ms)]]
     cpu_pct = monitor.cpu_percent_since_last_call()
-    other_pct = monitor.other_cpu_percent(clock_start, monitor.CpuClock.read())
+    clock_end = monitor.CpuClock.read()
+    other_pct = monitor.other_cpu_percent(clock_start, clock_end)
     progress("measured")  # the window has closed: the parent stops keeping GPU samples
     if loss is not None:
         m.loss_last = loss.item() * accum
         if not math.isfinite(m.loss_last):
             raise NonFiniteLoss(last, m.loss_last, cfg.log_every_n_steps)
-    extras = _extras(cfg, prep, cpu_pct)
+    extras = _extras(cfg, prep, cpu_pct, device)
     extras["other_cpu_pct"] = other_pct
     compiled_s = _compile_seconds() if cfg.compile != "off" and prep is not None else None
     if compiled_s is not None:  # else summarize's estimate from the warm-up steps stands
         extras["compile_s"] = compiled_s
+    if rank.distributed:  # the ranks' CPU time together, so that peers are not counted as other processes
+        extras["cpu_window"] = {"busy_s": clock_end.machine_busy_s - clock_start.machine_busy_s,
+                                "own_s": clock_end.own_s - clock_start.own_s, "wall_s": clock_end.wall_s - clock_start.wall_s,
+                                "cpus": os.cpu_count() or 1}
     extras["python_threads_in_window"] = threads_in_window
     extras.update(vram)
     if prep is not None:
@@ -256,8 +267,7 @@ def _shape(t) -> str:
     return f"[{', '.join(map(str, t.shape))}] {str(t.dtype).removeprefix('torch.')}"
 
 
-def _extras(cfg, prep, cpu_pct: float) -> dict:
-    device = torch.device(cfg.device)
+def _extras(cfg, prep, cpu_pct: float, device: torch.device) -> dict:
     own_peak = monitor.own_peak_rss_bytes()
     out = {
         # The child's own exact peak (the kernel's high-water mark, read once). The parent, which samples this
@@ -389,6 +399,7 @@ def summarize(cfg, workload: WorkloadSpec, m: Measurement, extras: dict, flops: 
         "loss_last": m.loss_last,
         "step_ms": m.step_ms,
         "data_wait_ms": m.data_wait_ms,
+        "world_size": 1,  # a multi-device run's rank 0 replaces this summary with every rank's (ranks.combine)
         **{k: v for k, v in extras.items() if k != "checkpointed_units"},
     }
 

@@ -117,10 +117,12 @@ class Sampler:
     peaks, go on being sampled. ``sample_once`` never raises.
     """
 
-    def __init__(self, pid: int | None = None, nvml_handle: GpuHandle | Any = None, nvml=None):
+    def __init__(self, pid: int | None = None, nvml_handle: GpuHandle | Any = None, nvml=None, ranks: bool = False):
         self.samples = Samples()
+        self.ranks = ranks  # ``pid`` is torch's launcher: its children are the ranks (the "main" processes)
         self.measuring = False
         self.gpu: GpuHandle | None = None
+        self.other_gpus: list[GpuHandle] = []  # the other ranks' GPUs of a multi-device run, sampled alike
         self._nvml = nvml  # the pynvml module (injectable for tests); imported on first use
         self._dead: set[str] = set()
         self._gpm: _Gpm | None = None
@@ -137,8 +139,11 @@ class Sampler:
             nvml_handle = GpuHandle(nvml_handle)
         if nvml_handle.note:
             self._note(nvml_handle.note)
-        self.gpu = nvml_handle if nvml_handle.handle is not None else None
-        if self.gpu is not None and self.gpu.mig:
+        if nvml_handle.handle is not None and self.gpu is not None:  # another rank's GPU
+            self.other_gpus.append(nvml_handle)
+        else:
+            self.gpu = nvml_handle if nvml_handle.handle is not None else None
+        if nvml_handle.handle is not None and nvml_handle.mig:
             for name in ("gpu_util_pct", "gpu_power_w"):
                 self._give_up(name, "not reported by NVML for a MIG instance")
 
@@ -199,16 +204,21 @@ class Sampler:
             return
         try:
             total = self._proc.memory_info().rss
-            children = _descendants(self._proc)
+            children = descendants(self._proc)
         except psutil.Error:  # the child has exited: nothing left to read
             return
-        self.samples.peak_main_rss_bytes = max(self.samples.peak_main_rss_bytes, float(total))
+        if not self.ranks:
+            self.samples.peak_main_rss_bytes = max(self.samples.peak_main_rss_bytes, float(total))
         for child in children:
             try:
                 rss = child.memory_info().rss
+                rank = self.ranks and child.ppid() == self._proc.pid
             except psutil.Error:
                 continue
             total += rss
+            if rank:  # a rank is a measuring process: the largest of them is the main peak
+                self.samples.peak_main_rss_bytes = max(self.samples.peak_main_rss_bytes, float(rss))
+                continue
             peaks = self.samples.peak_worker_rss_bytes
             peaks[child.pid] = max(peaks.get(child.pid, 0.0), float(rss))
         self.samples.peak_host_rss_bytes = max(self.samples.peak_host_rss_bytes, float(total))
@@ -217,12 +227,13 @@ class Sampler:
         if not self._load_nvml():
             return
         for name, what, read in _GPU_METRICS:
-            if name in self._dead:
-                continue
-            try:
-                getattr(self.samples, name).append(read(self._nvml, self.gpu.handle))
-            except Exception as exc:  # NVMLError_NotSupported, _GpuIsLost, ...: this metric only
-                self._give_up(name, f"{what} unreadable ({type(exc).__name__}: {exc})")
+            for gpu in [self.gpu, *self.other_gpus]:  # several GPUs: their samples pool (a mean per GPU, a max)
+                if name in self._dead:
+                    break
+                try:
+                    getattr(self.samples, name).append(read(self._nvml, gpu.handle))
+                except Exception as exc:  # NVMLError_NotSupported, _GpuIsLost, ...: this metric only
+                    self._give_up(name, f"{what} unreadable ({type(exc).__name__}: {exc})")
 
     def _give_up(self, name: str, why: str) -> None:
         self._dead.add(name)
@@ -233,7 +244,7 @@ class Sampler:
             self.samples.notes.append(text)
 
 
-def _descendants(proc: psutil.Process) -> list[psutil.Process]:
+def descendants(proc: psutil.Process) -> list[psutil.Process]:
     """The process's children, grandchildren, ... Linux lists each thread's children in /proc: reading those few
     files costs a tenth of psutil's ``children()``, which reads every process on the machine (1.6 ms a sample)."""
     if not os.path.exists(f"/proc/{proc.pid}/task/{proc.pid}/children"):  # not Linux, or no CONFIG_PROC_CHILDREN

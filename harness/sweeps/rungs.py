@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -25,6 +24,7 @@ from harness import config as config_mod
 from harness.sweeps import ladder as ladder_mod
 from harness.run import runner
 from harness.run.isolate import new_run_id
+from harness.run.launch import usable_cpus
 from harness.store import RunRecord, load_runs, records_from_frame, store_record, utc_timestamp
 
 
@@ -155,14 +155,6 @@ def copy_cached(original: RunRecord, **sweep_fields) -> RunRecord:
     copy = dataclasses.replace(original, run_id=new_run_id(), timestamp=utc_timestamp(),
                                cached_from=original.run_id, **sweep_fields)
     return copy
-
-
-def usable_cpus() -> int:
-    """CPUs this process may run on (a container or taskset may allow fewer than the machine has)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        return os.cpu_count() or 1
 
 
 @dataclass

@@ -247,9 +247,10 @@ class RandomTensors(Dataset):
 # ------------------------------------------------------------------------------------------
 
 
-def build_dataset(cfg, workload) -> Dataset:
-    """The dataset the settings describe (disk datasets must exist: ``harness.workload.datasets.ensure``)."""
-    length = cfg.batch_size * cfg.accumulate_grad_batches * cfg.data.epoch_steps
+def build_dataset(cfg, workload, replicas: int = 1) -> Dataset:
+    """The dataset the settings describe (disk datasets must exist: ``harness.workload.datasets.ensure``). With
+    ``replicas`` ranks sharing it, it is that many times longer: an epoch is still ``epoch_steps`` on each."""
+    length = cfg.batch_size * cfg.accumulate_grad_batches * cfg.data.epoch_steps * replicas
     if workload.dataset is not None:
         from harness.workload.build import build_user_dataset
 
@@ -273,11 +274,19 @@ def build_dataset(cfg, workload) -> Dataset:
     return RandomCropImages(cfg.data.patch_size, length, 16 * cfg.data.num_volumes, workload.num_classes, cfg.seed, transform)
 
 
-def build_loader(cfg, dataset: Dataset, workload=None) -> DataLoader:
-    """The DataLoader with every loader knob applied as given (validated beforehand)."""
+def build_loader(cfg, dataset: Dataset, workload=None, rank=None) -> DataLoader:
+    """The DataLoader with every loader knob applied as given (validated beforehand). Under DDP (``rank``: a
+    ``harness.run.ranks.Rank`` of several) a DistributedSampler gives each rank its own share of every epoch."""
+    sampler = None
+    if rank is not None and rank.world_size > 1:
+        from torch.utils.data.distributed import DistributedSampler
+
+        sampler = DistributedSampler(dataset, num_replicas=rank.world_size, rank=rank.rank, shuffle=True,
+                                     seed=cfg.seed, drop_last=True)
     kwargs = dict(
         batch_size=cfg.batch_size,
-        shuffle=True,
+        shuffle=sampler is None,
+        sampler=sampler,
         drop_last=True,
         num_workers=cfg.data.num_workers,
         pin_memory=bool(cfg.data.pin_memory),
@@ -294,5 +303,9 @@ def build_loader(cfg, dataset: Dataset, workload=None) -> DataLoader:
 
 def endless(loader: DataLoader):
     """Batches forever, starting a new epoch (and, without persistent workers, new workers) as needed."""
+    epoch = 0
     while True:
+        if hasattr(loader.sampler, "set_epoch"):  # DistributedSampler: a new shuffle each epoch, as in training
+            loader.sampler.set_epoch(epoch)
         yield from loader
+        epoch += 1

@@ -6,9 +6,18 @@ Order, and why:
   2. build the model (width, deep supervision are builder arguments);
   3. activation checkpointing - wraps the plain modules, before anything changes their type;
   4. device + memory format (channels_last) - parameters must live where and how they will run;
-  5. torch.compile - last model transform, so it traces the checkpointed, channels-last model;
-  6. optimizer (fused / foreach) - over the parameters in their final place;
-  7. precision - an autocast context and, for fp16, a GradScaler, used by the training step.
+  5. DistributedDataParallel (``devices`` >= 2) - after checkpointing, because DDP must see the model's final
+     modules (its gradient hooks are registered on the parameters it finds
+     then; the checkpoint wrapper's non-reentrant checkpoint needs no ``static_graph`` under DDP); after device and
+     channels_last, because DDP broadcasts rank 0's parameters and lays its gradient buckets out when it is
+     constructed, so the parameters must already be on this rank's device in their final memory format (a later
+     ``.to`` would leave the buckets pointing at the old tensors); before compile, because ``torch.compile`` of
+     the DDP module is the documented way: its DDPOptimizer splits the graph at bucket boundaries so the
+     all-reduce of one bucket overlaps the backward of the next, which compiling the inner model and wrapping
+     that afterwards would lose (one graph, all-reduce only after the whole backward);
+  6. torch.compile - last model transform, so it traces the checkpointed, channels-last (DDP) model;
+  7. optimizer (fused / foreach) - over the parameters in their final place;
+  8. precision - an autocast context and, for fp16, a GradScaler, used by the training step.
      On a CPU with bf16, 3D convolutions whose input has depth 2 run in fp32 (``guard_cpu_bf16_conv3d``,
      applied with 4, before compile traces the model): oneDNN's bf16 conv3d weight gradient is wrong
      there (docs/cpu-bf16-conv3d.md), which made the default CPU sweep end in `nan`.
@@ -144,6 +153,33 @@ def apply_compile(model: nn.Module, mode: str) -> nn.Module:
     return torch.compile(model, mode=None if mode == "default" else mode)
 
 
+def apply_ddp(model: nn.Module, cfg, device: torch.device) -> nn.Module:
+    """Wrap the prepared model in DistributedDataParallel with the ``ddp.*`` knobs (PyTorch's defaults when unset);
+    the process group is already joined (``harness.run.ranks.join``)."""
+    from torch.nn.parallel import DistributedDataParallel
+
+    kwargs: dict[str, Any] = dict(
+        gradient_as_bucket_view=cfg.ddp.gradient_as_bucket_view, static_graph=cfg.ddp.static_graph,
+        find_unused_parameters=cfg.ddp.find_unused_parameters, broadcast_buffers=cfg.ddp.broadcast_buffers,
+        device_ids=[device.index] if device.type == "cuda" else None,
+    )
+    if cfg.ddp.bucket_cap_mb is not None:
+        kwargs["bucket_cap_mb"] = cfg.ddp.bucket_cap_mb
+    ddp = DistributedDataParallel(model, **kwargs)
+    apply_comm_hook(ddp, cfg.ddp.comm_hook)
+    return ddp
+
+
+def apply_comm_hook(ddp: nn.Module, hook: str) -> None:
+    """Compress gradients to fp16 or bf16 for the all-reduce (and back), PyTorch's built-in DDP hooks."""
+    if hook == "none":
+        return
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+    chosen = {"fp16": default_hooks.fp16_compress_hook, "bf16": default_hooks.bf16_compress_hook}[hook]
+    ddp.register_comm_hook(None, chosen)
+
+
 def build_optimizer(cfg, workload, params) -> torch.optim.Optimizer:
     """The workload's optimizer with the optimizer knobs (fused / foreach) as given."""
     kwargs: dict[str, Any] = {}
@@ -184,9 +220,10 @@ class Prepared:
     backend_flags: dict[str, Any]
 
 
-def prepare(cfg, workload) -> Prepared:
-    """Build the workload's model and training objects with every knob applied, in order."""
-    device = torch.device(cfg.device)
+def prepare(cfg, workload, device: torch.device | None = None, rank=None) -> Prepared:
+    """Build the workload's model and training objects with every knob applied, in order. Under DDP ``device`` is
+    this rank's and ``rank`` (``harness.run.ranks.Rank``) says how many there are."""
+    device = device or torch.device(cfg.device)
     backend_flags = apply_backend_flags(cfg)
     model, loss_fn, unit_types = build_all(cfg)
     units = apply_activation_checkpointing(model, unit_types) if cfg.activation_checkpointing else 0
@@ -194,6 +231,8 @@ def prepare(cfg, workload) -> Prepared:
     model = apply_device_and_format(model, device, fmt)
     guard_cpu_bf16_conv3d(model, cfg)
     model.train()
+    if rank is not None and rank.world_size > 1:
+        model = apply_ddp(model, cfg, device)
     model = apply_compile(model, cfg.compile)
     optimizer = build_optimizer(cfg, workload, model.parameters())
     return Prepared(

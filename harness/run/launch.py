@@ -1,0 +1,148 @@
+"""Multi-device runs (``devices`` >= 2): the ranks are started by torch's own launcher, never retried.
+
+``python -m harness.run.launch JOB_DIR`` is the process the parent starts in place of ``harness.run.child``.
+It is torchrun's agent (``torch.distributed.launcher.api.elastic_launch``, what ``torchrun --standalone
+--nproc-per-node N`` runs) inside a process tied to the parent like the child is, and it starts one
+``harness.run.child`` per device:
+
+  * restarts off (``max_restarts=0``): a rank that crashes ends the run as ``error``, naming the rank and how it
+    ended; the agent stops the other ranks (they would wait in the next all-reduce for ever);
+  * ``OMP_NUM_THREADS`` set explicitly (torchrun forces 1 when it is unset): the usable CPUs shared out between
+    the ranks, unless the environment already sets it; the value goes into the record;
+  * no orphan: the agent dies with the parent (``PR_SET_PDEATHSIG``) and carries the child's deadline; every rank
+    dies with the agent the same way. torch starts each rank in a session of its own, so killing the agent's
+    process group does not reach them: the parent kills the whole process tree (``isolate._kill_group``).
+
+Rank 0 writes ``result.json`` when the run measured; a rank that fails writes ``result.rank<R>.json`` and exits
+non-zero, and the agent then writes the run's ``result.json`` from what the ranks left (``root_failure``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+from harness import config as config_mod
+
+RANK_RESULT = "result.rank{rank}.json"
+PRIORITY = ("skipped", "oom", "nan")  # a rank's own diagnosis beats its peers' broken-connection errors
+
+
+def usable_cpus() -> int:
+    """CPUs this process may run on (a container or taskset may allow fewer than the machine has)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def devices_here(device: str) -> int:
+    """How many devices of this kind the machine has: GPUs, or on a CPU the cores this process may use."""
+    if device == "cuda":
+        import torch
+
+        return torch.cuda.device_count()
+    return usable_cpus()
+
+
+def unavailable(cfg: config_mod.RunConfig, have: int | None = None) -> str:
+    """Why ``cfg`` asks for more devices than the machine has ("" when it does not)."""
+    if cfg.devices == 1:
+        return ""
+    have = devices_here(cfg.device) if have is None else have
+    if cfg.devices <= have:
+        return ""
+    what = f"{have} CUDA GPU(s)" if cfg.device == "cuda" else f"{have} usable CPU core(s) (on a CPU a device is a process)"
+    return f"devices={cfg.devices} needs {cfg.devices} devices; this machine has {what}"
+
+
+def omp_threads(devices: int, cpus: int | None = None) -> int:
+    """Threads per rank: the usable CPUs shared out (an explicit OMP_NUM_THREADS in the environment wins)."""
+    given = os.environ.get("OMP_NUM_THREADS", "")
+    if given.isdigit() and int(given) > 0:
+        return int(given)
+    return max(1, (cpus or usable_cpus()) // devices)
+
+
+def command(job: Path) -> list[str]:
+    """What the parent starts for a run of ``devices`` >= 2."""
+    return [sys.executable, "-m", "harness.run.launch", str(job)]
+
+
+def main(job_dir: str) -> int:
+    from harness.run.lifeline import guard_child
+
+    guard_child()  # the agent dies with the parent, and has the same deadline as a child
+    job = Path(job_dir)
+    cfg = config_mod.from_dict(json.loads((job / "config.json").read_text()))
+    threads = omp_threads(cfg.devices)
+    os.environ["OMP_NUM_THREADS"] = str(threads)
+    os.environ["HARNESS_PARENT_PID"] = str(os.getpid())  # each rank checks that it was started by this agent
+    failures = _launch(job, cfg.devices)
+    if (job / "result.json").exists():
+        return 0
+    result = root_failure(failures, {r: _read(job / RANK_RESULT.format(rank=r)) for r in range(cfg.devices)})
+    (job / "result.json").write_text(json.dumps(result))
+    return 0
+
+
+def _launch(job: Path, devices: int) -> dict[int, int]:
+    """Run the ranks to their end; returns the exit code of every rank that failed (negative: killed by a signal)."""
+    from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.launcher.api import LaunchConfig, elastic_launch
+
+    launch = LaunchConfig(
+        min_nodes=1, max_nodes=1, nproc_per_node=devices, run_id=job.name,
+        rdzv_backend="c10d", rdzv_endpoint="localhost:0",  # torchrun --standalone
+        max_restarts=0,  # a failed rank is the run's outcome, never retried silently
+        monitor_interval=0.1,
+        logs_specs=DefaultLogsSpecs(log_dir=str(job / "elastic")),  # in the job folder: removed with it
+    )
+    try:
+        elastic_launch(launch, sys.executable)("-m", "harness.run.child", str(job))
+    except ChildFailedError as exc:
+        return {int(rank): int(f.exitcode) for rank, f in exc.failures.items()}
+    return {}
+
+
+def _read(path: Path) -> dict | None:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+
+
+def root_failure(exits: dict[int, int], results: dict[int, dict | None]) -> dict:
+    """The run's result when no rank measured: the rank whose failure caused the others'.
+
+    A rank that diagnosed itself (skipped, oom, nan) comes first; then a rank killed by a signal (its peers then
+    fail on the broken connection); then the first rank that wrote an error; else the first exit code."""
+    import signal
+
+    failed = {r: res for r, res in results.items() if res is not None}
+    lines = []
+    for rank in sorted(set(exits) | set(failed)):
+        code = exits.get(rank)
+        how = (f"killed by signal {signal.Signals(-code).name}" if code is not None and code < 0
+               else f"exited with code {code}" if code is not None else "wrote a failure")
+        lines.append(f"rank {rank} {how}")
+    summary = "; ".join(lines) or "the ranks ended without a result"
+    for status in PRIORITY:
+        for rank, res in sorted(failed.items()):
+            if res.get("status") == status:
+                return {"status": status, "error": res.get("error", "") if status == "skipped"
+                        else f"rank {rank}: {res.get('error', '')}\n({summary})"}
+    for rank, code in sorted(exits.items()):
+        if code < 0 and rank not in failed:
+            return {"status": "error", "error": f"rank {rank} was killed by signal {signal.Signals(-code).name} "
+                                                f"without writing a result ({summary})"}
+    for rank, res in sorted(failed.items()):
+        return {"status": res.get("status", "error"), "error": f"rank {rank}: {res.get('error', '')}\n({summary})"}
+    return {"status": "error", "error": summary}
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1]))
