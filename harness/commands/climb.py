@@ -28,6 +28,7 @@ from harness import config as config_mod
 from harness.analysis import climb as climb_mod
 from harness.commands import hydra_edge
 from harness.run import runner
+from harness.run.launch import usable_cpus
 from harness.store import RunRecord, new_id, store_record
 from harness.sweeps import ladder as ladder_mod
 from harness.sweeps import rungs as sweep_mod
@@ -68,7 +69,8 @@ def task(cfg, started: float) -> int:
     ctx = sweep_mod.SweepContext(sweep_id=climb_id, ladder=_ladder(start.workload.name, []), settings=settings,
                                  user_keys=frozenset({"workload"}), repeats=options.repeats)
     trials = Trials(ctx, machine, env, env_key, budget, options.repeats)
-    facts = climb_mod.Facts(device=start.device, usable_cpus=sweep_mod.usable_cpus())
+    # loader workers share the CPUs with the ranks: with devices=N each rank's loader gets its part
+    facts = climb_mod.Facts(device=start.device, usable_cpus=max(1, usable_cpus() // start.devices))
     console.print(f"climb {climb_id}: {start.workload.name} ({start.size}) on {start.device}, budget "
                   f"{options.budget_min:g} min, {options.repeats} run(s) per side, accept at >= "
                   f"{1 + options.min_effect:.2f}x beyond noise; {noise.describe()}")
