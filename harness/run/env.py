@@ -23,7 +23,10 @@ SOFTWARE_FIELDS = ("torch_version", "cuda_version", "cudnn_version", "monai_vers
                    "harness_version", "code_fingerprint", "threads")
 REPO_ROOT = Path(__file__).resolve().parent.parent.parent
 MEASURING_CODE = ("harness", "models")  # source folders whose code can change a measurement
-NOT_MEASURING = ("harness/analysis",)  # ... except these: they only read the store
+# ... except these: analysis only reads the store, and the commands only decide settings (which config_hash covers)
+# and print; the parent's status line, which redraws beside a measuring child, stays in.
+NOT_MEASURING = ("harness/analysis/", "harness/commands/")
+MEASURING_ANYWAY = ("harness/commands/progress.py",)
 THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "TORCH_NUM_THREADS")
 
 
@@ -33,7 +36,7 @@ def code_fingerprint(root: Path = REPO_ROOT) -> str:
     for folder in MEASURING_CODE:
         for path in sorted((root / folder).rglob("*.py")):
             rel = path.relative_to(root).as_posix()
-            if rel.startswith(NOT_MEASURING):
+            if rel.startswith(NOT_MEASURING) and rel not in MEASURING_ANYWAY:
                 continue
             digest.update(rel.encode() + b"\0" + path.read_bytes() + b"\0")
     return digest.hexdigest()[:16]
