@@ -180,14 +180,17 @@ def climb(ctx: sweep_mod.SweepContext, machine) -> int:
 
     Rungs this sweep already has a record for (a requeued campaign job) are kept, not measured again.
     Returns 1 if a rung could not even be started, else 0: failed runs are data, shown in the table."""
+    from rich.markup import escape
+
     from harness.commands.console import console
 
     done = sweep_mod.measured_rungs(ctx)
     code = 0
     for round_ in range(ctx.repeats):
         for rung in ctx.ladder.rungs:
-            label = f"[rung {rung.index + 1}/{len(ctx.ladder.rungs)}" + (
-                f", round {round_ + 1}/{ctx.repeats}]" if ctx.repeats > 1 else "]")
+            # escaped: the console reads "[...]" as markup, and "[rung 1/4]" would vanish from the line
+            label = escape(f"[rung {rung.index + 1}/{len(ctx.ladder.rungs)}" + (
+                f", round {round_ + 1}/{ctx.repeats}]" if ctx.repeats > 1 else "]"))
             if (rung.index, round_) in done:
                 console.print(f"{label} {rung.change('full') or 'baseline'}: already measured in this sweep")
                 continue
