@@ -175,7 +175,7 @@ def flatten(values: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 def get_key(cfg: RunConfig, key: str) -> Any:
     obj: Any = cfg
     for part in key.split("."):
-        obj = getattr(obj, part)
+        obj = obj.get(part) if isinstance(obj, dict) else getattr(obj, part)  # a workload's _target_ nodes are dicts
     return obj
 
 
@@ -372,7 +372,7 @@ def validate_workload(spec: WorkloadSpec) -> None:
             raise ValueError(f"workload.{name} has no _target_: name a class or function, or set workload.{name}=null")
     check_choice("workload.target", spec.target, workloads_mod.TARGET_KINDS)
     check_choice("workload.synthetic", spec.synthetic, workloads_mod.SYNTHETIC_KINDS)
-    for arg, source in {**spec.model_settings, **spec.loss_settings}.items():
+    for arg, source in {**spec.model_settings, **spec.loss_settings, **spec.dataset_settings}.items():
         check_choice(f"harness setting for argument {arg!r}", source, workloads_mod.SETTING_SOURCES)
     if spec.units_per_sample != "spatial" and not (isinstance(spec.units_per_sample, int) and spec.units_per_sample > 0):
         raise ValueError(f"workload.units_per_sample={spec.units_per_sample!r} is not valid: use a positive whole number "

@@ -229,10 +229,11 @@ def _parse_claim(claim: Any, source: str) -> Claim | None:
 
 def _check_one_change_each(ladder: Ladder) -> None:
     """Each rung's value must differ from what the rung before had (else it changes nothing)."""
-    defaults = config_mod.RunConfig()
     for size in SIZE_NAMES:
         for r in ladder.rungs[1:]:
             before = ladder.settings(r.index - 1, size)
+            defaults = config_mod.RunConfig()
+            config_mod.set_key(defaults, "workload", before["workload"])  # workload.* defaults are its own
             previous = before.get(r.key, _default(defaults, r.key))
             if format_value(previous) == format_value(r.value_for(size)):
                 raise ValueError(

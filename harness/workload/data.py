@@ -253,7 +253,7 @@ def build_dataset(cfg, workload) -> Dataset:
     if workload.dataset is not None:
         from harness.workload.build import build_user_dataset
 
-        return Repeat(build_user_dataset(workload), length)
+        return Repeat(build_user_dataset(workload, cfg), length)
     if workload.synthetic == "tensors":
         shape = [workload.in_channels, *cfg.data.patch_size]
         return RandomTensors(shape, workload.target, workload.num_classes, workload.target_shape or [workload.num_classes],
