@@ -28,6 +28,7 @@ DATA_CACHES = ("ram", "none")
 AUGMENT_PRESETS = ("none", "light", "heavy")
 MEASURE_MODES = ("train", "loader", "model")
 AUTO_BOOL = ("auto", True, False)
+MATMUL_PRECISIONS = ("highest", "high", "medium")  # torch.set_float32_matmul_precision
 
 
 @dataclass
@@ -103,12 +104,16 @@ class RunConfig:
     precision: str = "32"
     tf32: Optional[bool] = None  # None: PyTorch's defaults (cuDNN convs TF32, matmuls full FP32)
     cudnn_benchmark: Any = False  # true / false / "auto"
+    cudnn_deterministic: bool = False  # torch.backends.cudnn.deterministic (the guides' reproducibility toggle)
+    float32_matmul_precision: Optional[str] = None  # None: PyTorch's default ("highest"); else MATMUL_PRECISIONS
     channels_last: bool = False
     compile: str = "off"
     activation_checkpointing: bool = False
     batch_size: Optional[int] = None
     accumulate_grad_batches: int = 1
     log_every_n_steps: int = 50
+    memory_cleanup_every_n_steps: int = 0  # gc.collect() (+ torch.cuda.empty_cache() on a GPU) every N steps; 0: never
+    visualize_every_n_steps: int = 0  # copy a sample's input and output to the host and write them to disk; 0: never
     seed: int = 0
     timeout_s: float = 900.0
     results_dir: str = "results"
@@ -313,6 +318,14 @@ def validate(cfg: RunConfig) -> None:
     check_choice("data.cache", cfg.data.cache, DATA_CACHES)
     check_choice("data.augment", cfg.data.augment, AUGMENT_PRESETS)
     check_choice("measure.mode", cfg.measure.mode, MEASURE_MODES)
+    if cfg.float32_matmul_precision is not None:
+        check_choice("float32_matmul_precision", cfg.float32_matmul_precision, MATMUL_PRECISIONS)
+        if cfg.tf32 is not None:
+            raise ValueError(f"float32_matmul_precision={cfg.float32_matmul_precision} and tf32={str(cfg.tf32).lower()} "
+                             "both set the matmul precision: choose one (tf32=null or float32_matmul_precision=null)")
+    for key in ("memory_cleanup_every_n_steps", "visualize_every_n_steps"):
+        if get_key(cfg, key) < 0:
+            raise ValueError(f"{key}={get_key(cfg, key)} must be 0 (never) or a positive number of steps")
     if cfg.data.source == "synthetic" and cfg.data.cache == "none":
         raise ValueError("data.cache=none needs data.source=disk: synthetic data is generated in RAM")
     only = {"rotate": 3, "elastic": 3, "mixup": 2}
@@ -468,6 +481,8 @@ def not_applicable(cfg: RunConfig) -> str:
         reasons.append("tf32=true needs a CUDA GPU (TF32 is a tensor-core format)")
     if cfg.cudnn_benchmark is True:
         reasons.append("cudnn_benchmark=true needs a CUDA GPU (cuDNN autotuning)")
+    if cfg.cudnn_deterministic:
+        reasons.append("cudnn_deterministic=true needs a CUDA GPU (it picks cuDNN's deterministic kernels)")
     if cfg.data.pin_memory is True:
         reasons.append("data.pin_memory=true needs a CUDA GPU (page-locked memory speeds host-to-GPU copies only)")
     if cfg.compile == "reduce-overhead":

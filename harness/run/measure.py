@@ -30,7 +30,7 @@ import torch
 from harness.run import monitor
 from harness.workload.data import build_dataset, build_loader, endless
 from harness.workload.flops import count_train_flops, peak_flops
-from harness.workload.knobs import prepare
+from harness.workload.knobs import periodic_work, prepare
 from harness.workload.workloads import WorkloadSpec
 
 
@@ -103,6 +103,7 @@ def train_and_measure(cfg, workload: WorkloadSpec, progress) -> tuple[Measuremen
     fault_step = cfg.debug.fault_step if cfg.debug.fault in ("oom", "hang", "crash") else -1
     slowdown_s = cfg.debug.slowdown_ms / 1000.0
     set_to_none = cfg.optimizer.zero_grad_set_to_none
+    after_step = periodic_work(cfg, device) if prep is not None else None  # None unless a knob asks for per-step work
 
     # The parent samples NVML for this device from outside; it must not initialise CUDA to find it, so the child
     # names the device (UUID, PCI bus) once, in the warm-up marker.
@@ -175,6 +176,8 @@ def train_and_measure(cfg, workload: WorkloadSpec, progress) -> tuple[Measuremen
             prep.optimizer.step()
         if ev_end is not None:
             ev_end.record()
+        if after_step is not None:
+            after_step(step, x, out)
         if step == fault_step:
             inject_fault(cfg, step, device)
         if slowdown_s:

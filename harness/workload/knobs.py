@@ -2,7 +2,8 @@
 order they are applied in. Runs in the measuring child only (imports torch).
 
 Order, and why:
-  1. backend flags (TF32, cudnn.benchmark) - global, before any kernel is chosen;
+  1. backend flags (TF32 or float32_matmul_precision, cudnn.benchmark, cudnn.deterministic) - global, before any
+     kernel is chosen;
   2. build the model (width, deep supervision are builder arguments);
   3. activation checkpointing - wraps the plain modules, before anything changes their type;
   4. device + memory format (channels_last) - parameters must live where and how they will run;
@@ -12,13 +13,20 @@ Order, and why:
      On a CPU with bf16, 3D convolutions whose input has depth 2 run in fp32 (``guard_cpu_bf16_conv3d``,
      applied with 4, before compile traces the model): oneDNN's bf16 conv3d weight gradient is wrong
      there (docs/cpu-bf16-conv3d.md), which made the default CPU sweep end in `nan`.
+Per-step work a knob asks for (memory cleanup, visualisation writes every N steps) is :func:`periodic_work`,
+called by the training loop after each optimizer step, and only built when some knob asks for it.
 """
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import functools
+import gc
+import shutil
+import tempfile
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable
 
 import torch
@@ -37,7 +45,18 @@ def apply_backend_flags(cfg) -> dict[str, Any]:
     flags = apply_tf32(cfg.tf32)
     torch.backends.cudnn.benchmark = bool(cfg.cudnn_benchmark)
     flags["cudnn.benchmark"] = bool(cfg.cudnn_benchmark)
+    if cfg.cudnn_deterministic:  # only when asked: the flags of older records stay as they were
+        torch.backends.cudnn.deterministic = True
+        flags["cudnn.deterministic"] = True
+    if cfg.float32_matmul_precision is not None:
+        flags.update(apply_matmul_precision(cfg.float32_matmul_precision))
     return flags
+
+
+def apply_matmul_precision(precision: str) -> dict[str, Any]:
+    """``torch.set_float32_matmul_precision`` (the ImageNet guide's "TF32": 'medium'); returns it as read back."""
+    torch.set_float32_matmul_precision(precision)
+    return {"float32_matmul_precision": torch.get_float32_matmul_precision()}
 
 
 # torch >= 2.9: per-backend precision ("tf32" / "ieee"); "none" inherits from the parent. Order matters for reading
@@ -169,6 +188,30 @@ def grad_scaler(precision: str, device: torch.device):
     if precision != "16-mixed":
         return None
     return torch.amp.GradScaler(device.type)
+
+
+def periodic_work(cfg, device: torch.device) -> Callable[[int, torch.Tensor, Any], None] | None:
+    """What knobs ask to be done every N steps, as one call after a step (None when no knob asks, so that the
+    loop does nothing extra): ``memory_cleanup_every_n_steps`` (gc.collect, and torch.cuda.empty_cache on a GPU,
+    the DETR guide's "memory_cleanup_frequency") and ``visualize_every_n_steps`` (a sample's input and output
+    copied to the host, which waits for the device, and written to disk, as a TensorBoard image write does)."""
+    cleanup, visualize = cfg.memory_cleanup_every_n_steps, cfg.visualize_every_n_steps
+    if not cleanup and not visualize:
+        return None
+    folder = Path(tempfile.mkdtemp(prefix="harness-visualize-")) if visualize else None
+    if folder is not None:
+        atexit.register(shutil.rmtree, folder, True)
+
+    def after_step(step: int, x: torch.Tensor, out: Any) -> None:
+        if cleanup and (step + 1) % cleanup == 0:
+            gc.collect()
+            if device.type == "cuda":
+                torch.cuda.empty_cache()
+        if visualize and (step + 1) % visualize == 0 and isinstance(out, torch.Tensor):
+            sample = {"input": x[0].detach().float().cpu(), "output": out[0].detach().float().cpu()}
+            torch.save(sample, folder / f"step{step:06d}.pt")
+
+    return after_step
 
 
 @dataclass

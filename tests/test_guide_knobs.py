@@ -1,0 +1,93 @@
+"""Knobs the guides name: cudnn_deterministic, float32_matmul_precision, memory cleanup and visualisation writes
+every N steps. Each validated with the bad value and the valid choices, hashed only when set, acting only when set."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from harness import config as config_mod
+from tests.conftest import harness_cli, tiny_config
+
+NEW_KEYS = {"cudnn_deterministic": True, "float32_matmul_precision": "medium", "memory_cleanup_every_n_steps": 30,
+            "visualize_every_n_steps": 100}
+
+
+@pytest.mark.parametrize("key,value", NEW_KEYS.items())
+def test_a_new_knob_at_its_default_keeps_every_hash_and_set_changes_it(key, value):
+    plain = tiny_config()
+    default = tiny_config(**{key.replace(".", "__"): config_mod.get_key(config_mod.RunConfig(), key)})
+    assert config_mod.config_hash(default) == config_mod.config_hash(plain)
+    assert key not in config_mod.measured_settings(plain)
+    changed = config_mod.RunConfig()
+    config_mod.set_key(changed, key, value)
+    for k, v in {"measure.steps": 3, "measure.warmup_steps": 1}.items():
+        config_mod.set_key(changed, k, v)
+    assert config_mod.measured_settings(config_mod.resolve(changed, cuda_available=False))[key] == value
+
+
+@pytest.mark.parametrize("overrides,message", [
+    ({"float32_matmul_precision": "low"}, r"unknown float32_matmul_precision 'low'.*Valid choices: high, highest, medium"),
+    ({"float32_matmul_precision": "high", "tf32": True},
+     r"float32_matmul_precision=high and tf32=true both set the matmul precision: choose one"),
+    ({"memory_cleanup_every_n_steps": -1}, r"memory_cleanup_every_n_steps=-1 must be 0 \(never\) or a positive"),
+    ({"visualize_every_n_steps": -5}, r"visualize_every_n_steps=-5 must be 0 \(never\) or a positive"),
+])
+def test_bad_values_name_themselves_and_the_valid_choices(overrides, message):
+    with pytest.raises(ValueError, match=message):
+        tiny_config(**overrides)
+
+
+def test_cudnn_deterministic_on_a_cpu_is_skipped_with_the_reason():
+    assert config_mod.not_applicable(tiny_config(cudnn_deterministic=True)) == (
+        "cudnn_deterministic=true needs a CUDA GPU (it picks cuDNN's deterministic kernels)")
+    assert config_mod.not_applicable(tiny_config()) == ""
+
+
+def test_backend_flags_set_and_report_the_matmul_precision_and_determinism():
+    from harness.workload import knobs
+
+    before = (torch.get_float32_matmul_precision(), torch.backends.cudnn.deterministic)
+    try:
+        cfg = tiny_config(float32_matmul_precision="medium")
+        cfg.cudnn_deterministic = True  # as resolved on a GPU
+        flags = knobs.apply_backend_flags(cfg)
+        assert flags["float32_matmul_precision"] == "medium" == torch.get_float32_matmul_precision()
+        assert flags["cudnn.deterministic"] is True and torch.backends.cudnn.deterministic is True
+        assert "float32_matmul_precision" not in knobs.apply_backend_flags(tiny_config())
+    finally:
+        torch.set_float32_matmul_precision(before[0])
+        torch.backends.cudnn.deterministic = before[1]
+
+
+def test_periodic_work_is_nothing_unless_asked_and_acts_every_n_steps(monkeypatch):
+    from harness.workload import knobs
+
+    assert knobs.periodic_work(tiny_config(), torch.device("cpu")) is None
+    collected = []
+    monkeypatch.setattr(knobs.gc, "collect", lambda: collected.append(1))
+    after = knobs.periodic_work(tiny_config(memory_cleanup_every_n_steps=3, visualize_every_n_steps=2),
+                                torch.device("cpu"))
+    written = []
+    monkeypatch.setattr(knobs.torch, "save", lambda obj, path: written.append((path.name, obj["output"].shape)))
+    for step in range(6):
+        after(step, torch.ones(2, 1, 4, 4), torch.zeros(2, 3, 4, 4))
+    assert len(collected) == 2  # steps 2 and 5
+    assert written == [("step000001.pt", (3, 4, 4)), ("step000003.pt", (3, 4, 4)), ("step000005.pt", (3, 4, 4))]
+
+
+def test_a_run_with_cleanup_and_visualisation_every_step_is_measured(results):
+    out = harness_cli("run", "memory_cleanup_every_n_steps=1", "visualize_every_n_steps=1",
+                      "float32_matmul_precision=high", "measure.steps=2", "measure.warmup_steps=1", f"results_dir={results}")
+    assert out.returncode == 0, out.stdout + out.stderr
+    from harness.store import load_runs
+
+    record = load_runs(results).iloc[0]
+    assert record["status"] == "ok" and '"float32_matmul_precision": "high"' in record["backend_flags"]
+
+
+def test_a_bad_value_on_the_command_line_exits_2_without_a_traceback(results):
+    out = harness_cli("run", "float32_matmul_precision=fast", f"results_dir={results}")
+    said = " ".join((out.stdout + out.stderr).split())  # the console may wrap the line
+    assert out.returncode == 2 and "Traceback" not in said
+    assert "unknown float32_matmul_precision 'fast'. Valid choices: high, highest, medium" in said
