@@ -37,6 +37,7 @@ class ModelConfig:
     deep_supervision: bool = False  # mednext only
     mednext_size: str = "S"
     kernel_size: int = 3
+    depth: Optional[int] = None  # UNet levels (None: the workload's own, 5 for unet3d); "4 levels instead of 5"
 
 
 @dataclass
@@ -323,6 +324,8 @@ def validate(cfg: RunConfig) -> None:
         if cfg.tf32 is not None:
             raise ValueError(f"float32_matmul_precision={cfg.float32_matmul_precision} and tf32={str(cfg.tf32).lower()} "
                              "both set the matmul precision: choose one (tf32=null or float32_matmul_precision=null)")
+    if cfg.model.depth is not None and not 2 <= cfg.model.depth <= 5:
+        raise ValueError(f"model.depth={cfg.model.depth} is not valid: a UNet of 2 to 5 levels (null: the workload's own)")
     for key in ("memory_cleanup_every_n_steps", "visualize_every_n_steps"):
         if get_key(cfg, key) < 0:
             raise ValueError(f"{key}={get_key(cfg, key)} must be 0 (never) or a positive number of steps")
@@ -496,6 +499,9 @@ def _workload_conflicts(cfg: RunConfig) -> list[str]:
     if cfg.channels_last and spec.spatial_dims not in (2, 3):
         reasons.append(f"channels_last=true needs 2D or 3D samples (4D/5D tensors); workload {spec.name!r} has "
                        f"{spec.spatial_dims}D samples {spec.sample_shape(cfg.size)}")
+    if cfg.model.depth is not None and "model.depth" not in spec.model_settings.values():
+        reasons.append(f"model.depth={cfg.model.depth} needs a model that takes a depth: workload {spec.name!r} hands "
+                       "none to its model (model_settings: {ARG: model.depth} does; unet3d takes it)")
     if cfg.model.width != 1.0 and "width" not in spec.model_settings.values():
         reasons.append(f"model.width={cfg.model.width:g} needs a model that takes a width: workload {spec.name!r} hands "
                        "none to its model (model_settings: {ARG: width} does)")

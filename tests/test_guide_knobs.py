@@ -9,7 +9,7 @@ import torch
 from harness import config as config_mod
 from tests.conftest import harness_cli, tiny_config
 
-NEW_KEYS = {"cudnn_deterministic": True, "float32_matmul_precision": "medium", "memory_cleanup_every_n_steps": 30,
+NEW_KEYS = {"cudnn_deterministic": True, "model.depth": 4, "float32_matmul_precision": "medium", "memory_cleanup_every_n_steps": 30,
             "visualize_every_n_steps": 100}
 
 
@@ -91,3 +91,18 @@ def test_a_bad_value_on_the_command_line_exits_2_without_a_traceback(results):
     said = " ".join((out.stdout + out.stderr).split())  # the console may wrap the line
     assert out.returncode == 2 and "Traceback" not in said
     assert "unknown float32_matmul_precision 'fast'. Valid choices: high, highest, medium" in said
+
+
+def test_unet_depth_removes_the_deepest_levels_and_other_models_skip_it():
+    from models.segmentation3d import unet3d
+
+    def channels(net):
+        return [m.out_channels for m in net.modules() if isinstance(m, torch.nn.Conv3d)]
+
+    assert max(channels(unet3d(1, 2, depth=4))) == 256 and max(channels(unet3d(1, 2))) == 512
+    cfg = tiny_config(model__depth=4)
+    assert config_mod.measured_settings(cfg)["model.depth"] == 4 and config_mod.not_applicable(cfg) == ""
+    assert config_mod.not_applicable(tiny_config(workload="resnet50", model__depth=4)).startswith(
+        "model.depth=4 needs a model that takes a depth: workload 'resnet50'")
+    with pytest.raises(ValueError, match=r"model.depth=7 is not valid: a UNet of 2 to 5 levels"):
+        tiny_config(model__depth=7)
