@@ -25,6 +25,7 @@ DEVICES = ("auto", "cpu", "cuda")
 FAULTS = ("none", "oom", "nan", "hang", "crash")
 DATA_SOURCES = ("synthetic", "disk")
 DATA_CACHES = ("ram", "none")
+PAGE_CACHE = ("keep", "drop")  # drop: each file read per item leaves the page cache (posix_fadvise DONTNEED)
 AUGMENT_PRESETS = ("none", "light", "heavy")
 MEASURE_MODES = ("train", "loader", "model")
 AUTO_BOOL = ("auto", True, False)
@@ -60,6 +61,8 @@ class DataConfig:
     rotate: Optional[bool] = None  # 3D only
     elastic: Optional[bool] = None  # 3D only
     mixup: Optional[bool] = None  # 2D only: mixup or cutmix per batch
+    read_latency_ms: float = 0.0  # storage cost: waited per item in the loader (a network file system's round trips)
+    page_cache: str = "keep"  # drop: files read per item are dropped from the page cache after each read
 
 
 @dataclass
@@ -318,6 +321,12 @@ def validate(cfg: RunConfig) -> None:
     check_choice("data.source", cfg.data.source, DATA_SOURCES)
     check_choice("data.cache", cfg.data.cache, DATA_CACHES)
     check_choice("data.augment", cfg.data.augment, AUGMENT_PRESETS)
+    check_choice("data.page_cache", cfg.data.page_cache, PAGE_CACHE)
+    if cfg.data.page_cache == "drop" and (cfg.data.source, cfg.data.cache) != ("disk", "none"):
+        raise ValueError(f"data.page_cache=drop needs files read per item: data.source=disk data.cache=none (now "
+                         f"data.source={cfg.data.source} data.cache={cfg.data.cache})")
+    if cfg.data.read_latency_ms < 0:
+        raise ValueError(f"data.read_latency_ms={cfg.data.read_latency_ms} must be 0 or more")
     check_choice("measure.mode", cfg.measure.mode, MEASURE_MODES)
     if cfg.float32_matmul_precision is not None:
         check_choice("float32_matmul_precision", cfg.float32_matmul_precision, MATMUL_PRECISIONS)

@@ -9,7 +9,7 @@ import torch
 from harness import config as config_mod
 from tests.conftest import harness_cli, tiny_config
 
-NEW_KEYS = {"cudnn_deterministic": True, "model.depth": 4, "float32_matmul_precision": "medium", "memory_cleanup_every_n_steps": 30,
+NEW_KEYS = {"cudnn_deterministic": True, "model.depth": 4, "data.read_latency_ms": 5.0, "float32_matmul_precision": "medium", "memory_cleanup_every_n_steps": 30,
             "visualize_every_n_steps": 100}
 
 
@@ -106,3 +106,40 @@ def test_unet_depth_removes_the_deepest_levels_and_other_models_skip_it():
         "model.depth=4 needs a model that takes a depth: workload 'resnet50'")
     with pytest.raises(ValueError, match=r"model.depth=7 is not valid: a UNet of 2 to 5 levels"):
         tiny_config(model__depth=7)
+
+
+def test_storage_cost_waits_per_item_and_drops_the_items_files_from_the_page_cache(tmp_path, monkeypatch):
+    import os
+    import time
+
+    from harness.workload import data
+
+    files = []
+    for i in range(2):
+        (tmp_path / f"{i}.bin").write_bytes(b"x" * 4096)
+        files.append([str(tmp_path / f"{i}.bin")])
+    dropped = []
+    monkeypatch.setattr(os, "posix_fadvise", lambda fd, off, n, advice: dropped.append((os.readlink(f"/proc/self/fd/{fd}"), advice)))
+    cost = data.StorageCost(list(range(5)), 0.02, files)
+    start = time.monotonic()
+    assert [cost[i] for i in range(3)] == [0, 1, 2] and len(cost) == 5
+    assert time.monotonic() - start >= 3 * 0.02  # a lower bound: sleeps never end early
+    assert dropped == [(files[0][0], os.POSIX_FADV_DONTNEED), (files[1][0], os.POSIX_FADV_DONTNEED),
+                       (files[0][0], os.POSIX_FADV_DONTNEED)]
+
+
+def test_storage_cost_is_only_built_when_asked_and_page_cache_drop_needs_per_item_reads():
+    from harness.workload.data import StorageCost, build_dataset
+
+    assert not isinstance(build_dataset(tiny_config(), tiny_config().workload), StorageCost)
+    cfg = tiny_config(data__read_latency_ms=1.5)
+    assert isinstance(build_dataset(cfg, cfg.workload), StorageCost)
+    with pytest.raises(ValueError, match=r"data.page_cache=drop needs files read per item: data.source=disk "
+                                         r"data.cache=none \(now data.source=synthetic data.cache=ram\)"):
+        tiny_config(data__page_cache="drop")
+    with pytest.raises(ValueError, match=r"unknown data.page_cache 'flush'.*Valid choices: drop, keep"):
+        tiny_config(data__page_cache="flush")
+    with pytest.raises(ValueError, match=r"data.read_latency_ms=-1.0 must be 0 or more"):
+        tiny_config(data__read_latency_ms=-1.0)
+    cfg = tiny_config(data__source="disk", data__cache="none", data__page_cache="drop")
+    assert config_mod.measured_settings(cfg)["data.page_cache"] == "drop"
