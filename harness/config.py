@@ -85,6 +85,16 @@ class MeasureConfig:
 
 
 @dataclass
+class ValConfig:
+    """A validation loop inside the measured training (the guides' val_frequency, inference_mode, eval workers)."""
+
+    every_n_steps: int = 0  # 0: no validation; else a pass every N training steps (and one in the warm-up)
+    steps: int = 2  # batches per validation pass
+    inference_mode: bool = False  # torch.inference_mode() instead of torch.no_grad()
+    num_workers: int = 0  # the validation loader's workers (a new iterator per pass, as trainers do)
+
+
+@dataclass
 class DebugConfig:
     fault: str = "none"
     fault_step: int = 2  # step (0-based, warm-up included) at which the fault fires
@@ -125,6 +135,7 @@ class RunConfig:
     data: DataConfig = field(default_factory=DataConfig)
     optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
     measure: MeasureConfig = field(default_factory=MeasureConfig)
+    val: ValConfig = field(default_factory=ValConfig)
     debug: DebugConfig = field(default_factory=DebugConfig)
     sweep: SweepConfig = field(default_factory=SweepConfig)
 
@@ -335,6 +346,7 @@ def validate(cfg: RunConfig) -> None:
                              "both set the matmul precision: choose one (tf32=null or float32_matmul_precision=null)")
     if cfg.model.depth is not None and not 2 <= cfg.model.depth <= 5:
         raise ValueError(f"model.depth={cfg.model.depth} is not valid: a UNet of 2 to 5 levels (null: the workload's own)")
+    _check_val(cfg.val)
     for key in ("memory_cleanup_every_n_steps", "visualize_every_n_steps"):
         if get_key(cfg, key) < 0:
             raise ValueError(f"{key}={get_key(cfg, key)} must be 0 (never) or a positive number of steps")
@@ -423,6 +435,16 @@ def validate_workload(spec: WorkloadSpec) -> None:
         from harness.workload import targets
 
         targets.check_targets(spec)
+
+
+def _check_val(val: ValConfig) -> None:
+    if val.every_n_steps < 0 or val.steps < 1 or val.num_workers < 0:
+        raise ValueError(f"val.every_n_steps={val.every_n_steps} (0: none), val.steps={val.steps} (1 or more) and "
+                         f"val.num_workers={val.num_workers} (0 or more): one is out of range")
+    if not val.every_n_steps:
+        changed = [f"val.{k}={v}" for k, v in dataclasses.asdict(val).items() if v != getattr(ValConfig(), k)]
+        if changed:
+            raise ValueError(f"{changed[0]} sets up a validation loop that never runs: add val.every_n_steps=N")
 
 
 def _positive(cfg: RunConfig, *keys: str, allow_none: bool = False) -> None:

@@ -9,8 +9,8 @@ import torch
 from harness import config as config_mod
 from tests.conftest import harness_cli, tiny_config
 
-NEW_KEYS = {"cudnn_deterministic": True, "model.depth": 4, "data.read_latency_ms": 5.0, "float32_matmul_precision": "medium", "memory_cleanup_every_n_steps": 30,
-            "visualize_every_n_steps": 100}
+NEW_KEYS = {"cudnn_deterministic": True, "model.depth": 4, "data.read_latency_ms": 5.0, "val.every_n_steps": 10,
+            "float32_matmul_precision": "medium", "memory_cleanup_every_n_steps": 30, "visualize_every_n_steps": 100}
 
 
 @pytest.mark.parametrize("key,value", NEW_KEYS.items())
@@ -143,3 +143,36 @@ def test_storage_cost_is_only_built_when_asked_and_page_cache_drop_needs_per_ite
         tiny_config(data__read_latency_ms=-1.0)
     cfg = tiny_config(data__source="disk", data__cache="none", data__page_cache="drop")
     assert config_mod.measured_settings(cfg)["data.page_cache"] == "drop"
+
+
+def test_validation_runs_in_the_warm_up_and_every_n_steps_and_needs_a_frequency():
+    from harness.workload import knobs
+
+    passes = []
+    after = knobs.periodic_work(tiny_config(val__every_n_steps=3), torch.device("cpu"), None, lambda: passes.append(1))
+    for step in range(9):
+        after(step, torch.ones(1), None)
+    assert len(passes) == 4  # steps 0 (warm-up: a compiled model's eval graph), 2, 5, 8
+    with pytest.raises(ValueError, match=r"val.inference_mode=True sets up a validation loop that never runs: add "
+                                         r"val.every_n_steps=N"):
+        tiny_config(val__inference_mode=True)
+    with pytest.raises(ValueError, match=r"val.steps=0 \(1 or more\)"):
+        tiny_config(val__every_n_steps=2, val__steps=0)
+
+
+def test_a_validation_pass_runs_eval_mode_under_inference_mode_and_returns_to_training():
+    from harness.workload import knobs
+    from harness.workload.data import build_dataset, build_loader
+
+    cfg = tiny_config(workload="resnet50", val__every_n_steps=1, val__steps=2, val__inference_mode=True)
+    prep = knobs.prepare(cfg, cfg.workload)
+    seen = []
+    prep.model.register_forward_hook(lambda m, i, o: seen.append((m.training, torch.is_inference_mode_enabled())))
+    knobs.validation_pass(cfg, prep, build_loader(cfg, build_dataset(cfg, cfg.workload), cfg.workload))()
+    assert seen == [(False, True), (False, True)] and prep.model.training
+
+
+def test_a_run_with_a_validation_loop_is_measured(results):
+    out = harness_cli("run", "workload=resnet50", "val.every_n_steps=2", "val.steps=1", "val.inference_mode=true",
+                      "measure.steps=2", "measure.warmup_steps=1", f"results_dir={results}")
+    assert out.returncode == 0, out.stdout + out.stderr

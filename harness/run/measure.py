@@ -73,6 +73,22 @@ def inject_fault(cfg, step: int, device: torch.device) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
+def _validation(cfg, workload: WorkloadSpec, prep):
+    """The validation pass ``val.*`` asks for (None without one): its own loader, workers and no shuffling need."""
+    if not cfg.val.every_n_steps:
+        return None
+    import copy
+
+    from harness.workload.knobs import validation_pass
+
+    val_cfg = copy.deepcopy(cfg)
+    val_cfg.data.num_workers, val_cfg.data.prefetch_factor = cfg.val.num_workers, None
+    val_cfg.data.persistent_workers = False
+    val_cfg.data.epoch_steps = cfg.val.steps
+    loader = build_loader(val_cfg, build_dataset(val_cfg, workload), workload)
+    return validation_pass(cfg, prep, loader)
+
+
 def train_and_measure(cfg, workload: WorkloadSpec, progress) -> tuple[Measurement, dict]:
     """Run warm-up + measured steps; return the raw measurement and the derived extras."""
     torch.manual_seed(cfg.seed)
@@ -103,7 +119,7 @@ def train_and_measure(cfg, workload: WorkloadSpec, progress) -> tuple[Measuremen
     fault_step = cfg.debug.fault_step if cfg.debug.fault in ("oom", "hang", "crash") else -1
     slowdown_s = cfg.debug.slowdown_ms / 1000.0
     set_to_none = cfg.optimizer.zero_grad_set_to_none
-    after_step = periodic_work(cfg, device) if prep is not None else None  # None unless a knob asks for per-step work
+    after_step = periodic_work(cfg, device, prep, _validation(cfg, workload, prep)) if prep is not None else None
 
     # The parent samples NVML for this device from outside; it must not initialise CUDA to find it, so the child
     # names the device (UUID, PCI bus) once, in the warm-up marker.

@@ -190,13 +190,16 @@ def grad_scaler(precision: str, device: torch.device):
     return torch.amp.GradScaler(device.type)
 
 
-def periodic_work(cfg, device: torch.device) -> Callable[[int, torch.Tensor, Any], None] | None:
+def periodic_work(cfg, device: torch.device, prep: "Prepared | None" = None,
+                  validate: Callable[[], None] | None = None) -> Callable[[int, torch.Tensor, Any], None] | None:
     """What knobs ask to be done every N steps, as one call after a step (None when no knob asks, so that the
     loop does nothing extra): ``memory_cleanup_every_n_steps`` (gc.collect, and torch.cuda.empty_cache on a GPU,
-    the DETR guide's "memory_cleanup_frequency") and ``visualize_every_n_steps`` (a sample's input and output
-    copied to the host, which waits for the device, and written to disk, as a TensorBoard image write does)."""
-    cleanup, visualize = cfg.memory_cleanup_every_n_steps, cfg.visualize_every_n_steps
-    if not cleanup and not visualize:
+    the DETR guide's "memory_cleanup_frequency"), ``visualize_every_n_steps`` (a sample's input and output
+    copied to the host, which waits for the device, and written to disk, as a TensorBoard image write does) and
+    ``val.every_n_steps`` (``validate``: a validation pass; one runs at step 0 too, so that a compiled model's
+    eval-mode graph is built in the warm-up)."""
+    cleanup, visualize, every_val = cfg.memory_cleanup_every_n_steps, cfg.visualize_every_n_steps, cfg.val.every_n_steps
+    if not cleanup and not visualize and not (every_val and validate):
         return None
     folder = Path(tempfile.mkdtemp(prefix="harness-visualize-")) if visualize else None
     if folder is not None:
@@ -210,8 +213,28 @@ def periodic_work(cfg, device: torch.device) -> Callable[[int, torch.Tensor, Any
         if visualize and (step + 1) % visualize == 0 and isinstance(out, torch.Tensor):
             sample = {"input": x[0].detach().float().cpu(), "output": out[0].detach().float().cpu()}
             torch.save(sample, folder / f"step{step:06d}.pt")
+        if every_val and validate and (step == 0 or (step + 1) % every_val == 0):
+            validate()
 
     return after_step
+
+
+def validation_pass(cfg, prep: "Prepared", loader) -> Callable[[], None]:
+    """One pass of ``cfg.val.steps`` batches of ``loader`` (a new iterator each pass, as trainers make one): the
+    model in eval mode under torch.inference_mode() or torch.no_grad(), with the training's autocast, outputs
+    and loss computed and the loss read back (the metric a trainer logs), then back to train mode."""
+    grad_off = torch.inference_mode if cfg.val.inference_mode else torch.no_grad
+    nb = bool(cfg.data.non_blocking)
+
+    def run() -> None:
+        prep.model.eval()
+        with grad_off(), prep.autocast():
+            for _, (x, y) in zip(range(cfg.val.steps), loader):
+                x = x.to(prep.device, non_blocking=nb, memory_format=prep.memory_format)
+                float(prep.loss_fn(prep.model(x), y.to(prep.device, non_blocking=nb)))
+        prep.model.train()
+
+    return run
 
 
 @dataclass
