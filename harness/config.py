@@ -128,6 +128,7 @@ class RunConfig:
     log_every_n_steps: int = 50
     memory_cleanup_every_n_steps: int = 0  # gc.collect() (+ torch.cuda.empty_cache() on a GPU) every N steps; 0: never
     visualize_every_n_steps: int = 0  # copy a sample's input and output to the host and write them to disk; 0: never
+    cpus: Optional[int] = None  # run on the first N CPUs this process may use (affinity; workers inherit it)
     seed: int = 0
     timeout_s: float = 900.0
     results_dir: str = "results"
@@ -347,6 +348,7 @@ def validate(cfg: RunConfig) -> None:
     if cfg.model.depth is not None and not 2 <= cfg.model.depth <= 5:
         raise ValueError(f"model.depth={cfg.model.depth} is not valid: a UNet of 2 to 5 levels (null: the workload's own)")
     _check_val(cfg.val)
+    _positive(cfg, "cpus", allow_none=True)
     for key in ("memory_cleanup_every_n_steps", "visualize_every_n_steps"):
         if get_key(cfg, key) < 0:
             raise ValueError(f"{key}={get_key(cfg, key)} must be 0 (never) or a positive number of steps")
@@ -524,9 +526,21 @@ def not_applicable(cfg: RunConfig) -> str:
     return "; ".join(reasons)
 
 
+def usable_cpus() -> int:
+    """CPUs this process may run on (a container or taskset may allow fewer than the machine has)."""
+    import os
+
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
 def _workload_conflicts(cfg: RunConfig) -> list[str]:
     """Knobs this workload's model cannot take (the child would fail, or run the baseline under the knob's name)."""
     spec, reasons = cfg.workload, []
+    if cfg.cpus is not None and cfg.cpus > usable_cpus():
+        reasons.append(f"cpus={cfg.cpus} is more than the {usable_cpus()} CPUs this process may use")
     if cfg.channels_last and spec.spatial_dims not in (2, 3):
         reasons.append(f"channels_last=true needs 2D or 3D samples (4D/5D tensors); workload {spec.name!r} has "
                        f"{spec.spatial_dims}D samples {spec.sample_shape(cfg.size)}")

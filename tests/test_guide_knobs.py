@@ -9,7 +9,7 @@ import torch
 from harness import config as config_mod
 from tests.conftest import harness_cli, tiny_config
 
-NEW_KEYS = {"cudnn_deterministic": True, "model.depth": 4, "data.read_latency_ms": 5.0, "val.every_n_steps": 10,
+NEW_KEYS = {"cudnn_deterministic": True, "model.depth": 4, "cpus": 1, "data.read_latency_ms": 5.0, "val.every_n_steps": 10,
             "float32_matmul_precision": "medium", "memory_cleanup_every_n_steps": 30, "visualize_every_n_steps": 100}
 
 
@@ -176,3 +176,24 @@ def test_a_run_with_a_validation_loop_is_measured(results):
     out = harness_cli("run", "workload=resnet50", "val.every_n_steps=2", "val.steps=1", "val.inference_mode=true",
                       "measure.steps=2", "measure.warmup_steps=1", f"results_dir={results}")
     assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_cpus_pins_the_process_to_its_first_n_cpus_and_more_than_there_are_is_skipped():
+    import os
+
+    from harness.workload import knobs
+
+    allowed, threads = os.sched_getaffinity(0), torch.get_num_threads()
+    try:
+        assert knobs.apply_cpu_affinity(None) is None and os.sched_getaffinity(0) == allowed
+        assert knobs.apply_cpu_affinity(1) == [min(allowed)] and os.sched_getaffinity(0) == {min(allowed)}
+        assert torch.get_num_threads() == 1
+    finally:
+        os.sched_setaffinity(0, allowed)
+        torch.set_num_threads(threads)
+    too_many = len(allowed) + 1
+    assert config_mod.not_applicable(tiny_config(cpus=too_many)) == (
+        f"cpus={too_many} is more than the {len(allowed)} CPUs this process may use")
+    assert config_mod.not_applicable(tiny_config(cpus=1)) == ""
+    with pytest.raises(ValueError, match=r"cpus=0 must be a positive number"):
+        tiny_config(cpus=0)

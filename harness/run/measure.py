@@ -30,7 +30,7 @@ import torch
 from harness.run import monitor
 from harness.workload.data import build_dataset, build_loader, endless
 from harness.workload.flops import count_train_flops, peak_flops
-from harness.workload.knobs import periodic_work, prepare
+from harness.workload.knobs import apply_cpu_affinity, periodic_work, prepare
 from harness.workload.workloads import WorkloadSpec
 
 
@@ -92,6 +92,7 @@ def _validation(cfg, workload: WorkloadSpec, prep):
 def train_and_measure(cfg, workload: WorkloadSpec, progress) -> tuple[Measurement, dict]:
     """Run warm-up + measured steps; return the raw measurement and the derived extras."""
     torch.manual_seed(cfg.seed)
+    apply_cpu_affinity(cfg.cpus)  # first: the loader's workers inherit it
     mode = cfg.measure.mode
     prep = prepare(cfg, workload) if mode != "loader" else None
     device = torch.device(cfg.device)

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -154,12 +153,7 @@ def copy_cached(original: RunRecord, **sweep_fields) -> RunRecord:
     return copy
 
 
-def usable_cpus() -> int:
-    """CPUs this process may run on (a container or taskset may allow fewer than the machine has)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        return os.cpu_count() or 1
+usable_cpus = config_mod.usable_cpus  # CPUs this process may run on
 
 
 @dataclass

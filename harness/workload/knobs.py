@@ -53,6 +53,19 @@ def apply_backend_flags(cfg) -> dict[str, Any]:
     return flags
 
 
+def apply_cpu_affinity(cpus: int | None) -> list[int] | None:
+    """Run on the first ``cpus`` CPUs this process may use (loader workers inherit it), with no more torch threads
+    than CPUs; returns the CPUs (None: left as it was). The connectomics guide's ``num_cpus``."""
+    import os
+
+    if cpus is None:
+        return None
+    chosen = sorted(os.sched_getaffinity(0))[:cpus]
+    os.sched_setaffinity(0, chosen)
+    torch.set_num_threads(min(torch.get_num_threads(), len(chosen)))
+    return chosen
+
+
 def apply_matmul_precision(precision: str) -> dict[str, Any]:
     """``torch.set_float32_matmul_precision`` (the ImageNet guide's "TF32": 'medium'); returns it as read back."""
     torch.set_float32_matmul_precision(precision)
