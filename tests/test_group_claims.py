@@ -101,3 +101,12 @@ def test_guide_group_claims_are_transcribed(name, span, claim):
     lad = ladder_mod.load(name)
     group = next(g for g in lad.group_claims if (g.first, g.last) == span)
     assert (group.claim.low, group.claim.high) == claim and group.claim.source
+
+
+def test_the_report_lists_a_group_claim_with_its_verdict():
+    from harness.analysis import report
+
+    table = table_mod.build_table(_sweep([10.0, 20.0, 22.0, 24.0, 26.0], GROUPS), "s")
+    html = report.verdicts_html(table)
+    assert "<td class='num'>2-4</td><td><b>together</b> (k2=v, k3=v, k4=v)</td><td>1.2-1.4x</td><td>1.30x" in html
+    assert "DETR #2" in html
