@@ -440,9 +440,10 @@ def validate_workload(spec: WorkloadSpec) -> None:
 
 
 def _check_val(val: ValConfig) -> None:
-    if val.every_n_steps < 0 or val.steps < 1 or val.num_workers < 0:
-        raise ValueError(f"val.every_n_steps={val.every_n_steps} (0: none), val.steps={val.steps} (1 or more) and "
-                         f"val.num_workers={val.num_workers} (0 or more): one is out of range")
+    for key, value, least in (("every_n_steps", val.every_n_steps, 0), ("steps", val.steps, 1),
+                              ("num_workers", val.num_workers, 0)):
+        if value < least:
+            raise ValueError(f"val.{key}={value} must be {least} or more" + (" (0: no validation)" if key == "every_n_steps" else ""))
     if not val.every_n_steps:
         changed = [f"val.{k}={v}" for k, v in dataclasses.asdict(val).items() if v != getattr(ValConfig(), k)]
         if changed:

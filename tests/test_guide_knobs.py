@@ -149,14 +149,14 @@ def test_validation_runs_in_the_warm_up_and_every_n_steps_and_needs_a_frequency(
     from harness.workload import knobs
 
     passes = []
-    after = knobs.periodic_work(tiny_config(val__every_n_steps=3), torch.device("cpu"), None, lambda: passes.append(1))
+    after = knobs.periodic_work(tiny_config(val__every_n_steps=3), torch.device("cpu"), lambda: passes.append(1))
     for step in range(9):
         after(step, torch.ones(1), None)
     assert len(passes) == 4  # steps 0 (warm-up: a compiled model's eval graph), 2, 5, 8
     with pytest.raises(ValueError, match=r"val.inference_mode=True sets up a validation loop that never runs: add "
                                          r"val.every_n_steps=N"):
         tiny_config(val__inference_mode=True)
-    with pytest.raises(ValueError, match=r"val.steps=0 \(1 or more\)"):
+    with pytest.raises(ValueError, match=r"val.steps=0 must be 1 or more"):
         tiny_config(val__every_n_steps=2, val__steps=0)
 
 

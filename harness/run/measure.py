@@ -120,7 +120,7 @@ def train_and_measure(cfg, workload: WorkloadSpec, progress) -> tuple[Measuremen
     fault_step = cfg.debug.fault_step if cfg.debug.fault in ("oom", "hang", "crash") else -1
     slowdown_s = cfg.debug.slowdown_ms / 1000.0
     set_to_none = cfg.optimizer.zero_grad_set_to_none
-    after_step = periodic_work(cfg, device, prep, _validation(cfg, workload, prep)) if prep is not None else None
+    after_step = periodic_work(cfg, device, _validation(cfg, workload, prep)) if prep is not None else None
 
     # The parent samples NVML for this device from outside; it must not initialise CUDA to find it, so the child
     # names the device (UUID, PCI bus) once, in the warm-up marker.

@@ -203,8 +203,7 @@ def grad_scaler(precision: str, device: torch.device):
     return torch.amp.GradScaler(device.type)
 
 
-def periodic_work(cfg, device: torch.device, prep: "Prepared | None" = None,
-                  validate: Callable[[], None] | None = None) -> Callable[[int, torch.Tensor, Any], None] | None:
+def periodic_work(cfg, device: torch.device, validate: Callable[[], None] | None = None) -> Callable[[int, torch.Tensor, Any], None] | None:
     """What knobs ask to be done every N steps, as one call after a step (None when no knob asks, so that the
     loop does nothing extra): ``memory_cleanup_every_n_steps`` (gc.collect, and torch.cuda.empty_cache on a GPU,
     the DETR guide's "memory_cleanup_frequency"), ``visualize_every_n_steps`` (a sample's input and output
