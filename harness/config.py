@@ -25,11 +25,13 @@ DEVICES = ("auto", "cpu", "cuda")
 FAULTS = ("none", "oom", "nan", "hang", "crash")
 DATA_SOURCES = ("synthetic", "disk")
 DATA_CACHES = ("ram", "none")
+PAGE_CACHE = ("keep", "drop")  # drop: each file read per item leaves the page cache (posix_fadvise DONTNEED)
 AUGMENT_PRESETS = ("none", "light", "heavy")
 MEASURE_MODES = ("train", "loader", "model")
 COMM_HOOKS = ("none", "fp16", "bf16")
 SCALINGS = ("weak", "strong")
 AUTO_BOOL = ("auto", True, False)
+MATMUL_PRECISIONS = ("highest", "high", "medium")  # torch.set_float32_matmul_precision
 
 
 @dataclass
@@ -38,6 +40,7 @@ class ModelConfig:
     deep_supervision: bool = False  # mednext only
     mednext_size: str = "S"
     kernel_size: int = 3
+    depth: Optional[int] = None  # UNet levels (None: the workload's own, 5 for unet3d); "4 levels instead of 5"
 
 
 @dataclass
@@ -60,6 +63,8 @@ class DataConfig:
     rotate: Optional[bool] = None  # 3D only
     elastic: Optional[bool] = None  # 3D only
     mixup: Optional[bool] = None  # 2D only: mixup or cutmix per batch
+    read_latency_ms: float = 0.0  # storage cost: waited per item in the loader (a network file system's round trips)
+    page_cache: str = "keep"  # drop: files read per item are dropped from the page cache after each read
 
 
 @dataclass
@@ -79,6 +84,16 @@ class MeasureConfig:
     max_s: float = 300.0  # steps=auto only: measured seconds
     sample_interval_s: float = 0.5  # NVML / host-memory sampling period (in the parent, never the measured process)
     mode: str = "train"  # train: full steps; loader: batches only, no model; model: one batch kept on the device
+
+
+@dataclass
+class ValConfig:
+    """A validation loop inside the measured training (the guides' val_frequency, inference_mode, eval workers)."""
+
+    every_n_steps: int = 0  # 0: no validation; else a pass every N training steps (and one in the warm-up)
+    steps: int = 2  # batches per validation pass
+    inference_mode: bool = False  # torch.inference_mode() instead of torch.no_grad()
+    num_workers: int = 0  # the validation loader's workers (a new iterator per pass, as trainers do)
 
 
 @dataclass
@@ -118,12 +133,17 @@ class RunConfig:
     precision: str = "32"
     tf32: Optional[bool] = None  # None: PyTorch's defaults (cuDNN convs TF32, matmuls full FP32)
     cudnn_benchmark: Any = False  # true / false / "auto"
+    cudnn_deterministic: bool = False  # torch.backends.cudnn.deterministic (the guides' reproducibility toggle)
+    float32_matmul_precision: Optional[str] = None  # None: PyTorch's default ("highest"); else MATMUL_PRECISIONS
     channels_last: bool = False
     compile: str = "off"
     activation_checkpointing: bool = False
     batch_size: Optional[int] = None
     accumulate_grad_batches: int = 1
     log_every_n_steps: int = 50
+    memory_cleanup_every_n_steps: int = 0  # gc.collect() (+ torch.cuda.empty_cache() on a GPU) every N steps; 0: never
+    visualize_every_n_steps: int = 0  # copy a sample's input and output to the host and write them to disk; 0: never
+    cpus: Optional[int] = None  # run on the first N CPUs this process may use (affinity; workers inherit it)
     seed: int = 0
     timeout_s: float = 900.0
     results_dir: str = "results"
@@ -135,6 +155,7 @@ class RunConfig:
     data: DataConfig = field(default_factory=DataConfig)
     optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
     measure: MeasureConfig = field(default_factory=MeasureConfig)
+    val: ValConfig = field(default_factory=ValConfig)
     debug: DebugConfig = field(default_factory=DebugConfig)
     ddp: DdpConfig = field(default_factory=DdpConfig)
     sweep: SweepConfig = field(default_factory=SweepConfig)
@@ -195,7 +216,7 @@ def flatten(values: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 def get_key(cfg: RunConfig, key: str) -> Any:
     obj: Any = cfg
     for part in key.split("."):
-        obj = getattr(obj, part)
+        obj = obj.get(part) if isinstance(obj, dict) else getattr(obj, part)  # a workload's _target_ nodes are dicts
     return obj
 
 
@@ -332,8 +353,26 @@ def validate(cfg: RunConfig) -> None:
     check_choice("data.source", cfg.data.source, DATA_SOURCES)
     check_choice("data.cache", cfg.data.cache, DATA_CACHES)
     check_choice("data.augment", cfg.data.augment, AUGMENT_PRESETS)
+    check_choice("data.page_cache", cfg.data.page_cache, PAGE_CACHE)
+    if cfg.data.page_cache == "drop" and (cfg.data.source, cfg.data.cache) != ("disk", "none"):
+        raise ValueError(f"data.page_cache=drop needs files read per item: data.source=disk data.cache=none (now "
+                         f"data.source={cfg.data.source} data.cache={cfg.data.cache})")
+    if cfg.data.read_latency_ms < 0:
+        raise ValueError(f"data.read_latency_ms={cfg.data.read_latency_ms} must be 0 or more")
     check_choice("measure.mode", cfg.measure.mode, MEASURE_MODES)
     _validate_devices(cfg)
+    if cfg.float32_matmul_precision is not None:
+        check_choice("float32_matmul_precision", cfg.float32_matmul_precision, MATMUL_PRECISIONS)
+        if cfg.tf32 is not None:
+            raise ValueError(f"float32_matmul_precision={cfg.float32_matmul_precision} and tf32={str(cfg.tf32).lower()} "
+                             "both set the matmul precision: choose one (tf32=null or float32_matmul_precision=null)")
+    if cfg.model.depth is not None and not 2 <= cfg.model.depth <= 5:
+        raise ValueError(f"model.depth={cfg.model.depth} is not valid: a UNet of 2 to 5 levels (null: the workload's own)")
+    _check_val(cfg.val)
+    _positive(cfg, "cpus", allow_none=True)
+    for key in ("memory_cleanup_every_n_steps", "visualize_every_n_steps"):
+        if get_key(cfg, key) < 0:
+            raise ValueError(f"{key}={get_key(cfg, key)} must be 0 (never) or a positive number of steps")
     if cfg.data.source == "synthetic" and cfg.data.cache == "none":
         raise ValueError("data.cache=none needs data.source=disk: synthetic data is generated in RAM")
     only = {"rotate": 3, "elastic": 3, "mixup": 2}
@@ -393,7 +432,7 @@ def validate_workload(spec: WorkloadSpec) -> None:
             raise ValueError(f"workload.{name} has no _target_: name a class or function, or set workload.{name}=null")
     check_choice("workload.target", spec.target, workloads_mod.TARGET_KINDS)
     check_choice("workload.synthetic", spec.synthetic, workloads_mod.SYNTHETIC_KINDS)
-    for arg, source in {**spec.model_settings, **spec.loss_settings}.items():
+    for arg, source in {**spec.model_settings, **spec.loss_settings, **spec.dataset_settings}.items():
         check_choice(f"harness setting for argument {arg!r}", source, workloads_mod.SETTING_SOURCES)
     if spec.units_per_sample != "spatial" and not (isinstance(spec.units_per_sample, int) and spec.units_per_sample > 0):
         raise ValueError(f"workload.units_per_sample={spec.units_per_sample!r} is not valid: use a positive whole number "
@@ -437,6 +476,17 @@ def _validate_devices(cfg: RunConfig) -> None:
 def per_device_batch(cfg: RunConfig) -> int:
     """Samples per device per micro-batch: ``batch_size`` (weak scaling), or its share of it (strong scaling)."""
     return cfg.batch_size // cfg.devices if cfg.scaling == "strong" else cfg.batch_size
+
+
+def _check_val(val: ValConfig) -> None:
+    for key, value, least in (("every_n_steps", val.every_n_steps, 0), ("steps", val.steps, 1),
+                              ("num_workers", val.num_workers, 0)):
+        if value < least:
+            raise ValueError(f"val.{key}={value} must be {least} or more" + (" (0: no validation)" if key == "every_n_steps" else ""))
+    if not val.every_n_steps:
+        changed = [f"val.{k}={v}" for k, v in dataclasses.asdict(val).items() if v != getattr(ValConfig(), k)]
+        if changed:
+            raise ValueError(f"{changed[0]} sets up a validation loop that never runs: add val.every_n_steps=N")
 
 
 def _positive(cfg: RunConfig, *keys: str, allow_none: bool = False) -> None:
@@ -510,6 +560,8 @@ def not_applicable(cfg: RunConfig) -> str:
         reasons.append("tf32=true needs a CUDA GPU (TF32 is a tensor-core format)")
     if cfg.cudnn_benchmark is True:
         reasons.append("cudnn_benchmark=true needs a CUDA GPU (cuDNN autotuning)")
+    if cfg.cudnn_deterministic:
+        reasons.append("cudnn_deterministic=true needs a CUDA GPU (it picks cuDNN's deterministic kernels)")
     if cfg.data.pin_memory is True:
         reasons.append("data.pin_memory=true needs a CUDA GPU (page-locked memory speeds host-to-GPU copies only)")
     if cfg.compile == "reduce-overhead":
@@ -517,12 +569,27 @@ def not_applicable(cfg: RunConfig) -> str:
     return "; ".join(reasons)
 
 
+def usable_cpus() -> int:
+    """CPUs this process may run on (a container or taskset may allow fewer than the machine has)."""
+    import os
+
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
 def _workload_conflicts(cfg: RunConfig) -> list[str]:
     """Knobs this workload's model cannot take (the child would fail, or run the baseline under the knob's name)."""
     spec, reasons = cfg.workload, []
+    if cfg.cpus is not None and cfg.cpus > usable_cpus():
+        reasons.append(f"cpus={cfg.cpus} is more than the {usable_cpus()} CPUs this process may use")
     if cfg.channels_last and spec.spatial_dims not in (2, 3):
         reasons.append(f"channels_last=true needs 2D or 3D samples (4D/5D tensors); workload {spec.name!r} has "
                        f"{spec.spatial_dims}D samples {spec.sample_shape(cfg.size)}")
+    if cfg.model.depth is not None and "model.depth" not in spec.model_settings.values():
+        reasons.append(f"model.depth={cfg.model.depth} needs a model that takes a depth: workload {spec.name!r} hands "
+                       "none to its model (model_settings: {ARG: model.depth} does; unet3d takes it)")
     if cfg.model.width != 1.0 and "width" not in spec.model_settings.values():
         reasons.append(f"model.width={cfg.model.width:g} needs a model that takes a width: workload {spec.name!r} hands "
                        "none to its model (model_settings: {ARG: width} does)")

@@ -10,7 +10,8 @@ Schema history (bump ``SCHEMA_VERSION`` when a column changes meaning or type):
   3 - the guide's claims travel with the records: claim_low/high/label/source of the rung,
       total_claim_low/high/label/source of the ladder, and ladder_sha (the ladder file's text hash),
       set at sweep time so that editing a ladder never rewrites old verdicts. Also campaign_id (the
-      `sweep -m` campaign a sweep belongs to; a new column, read as "" from older files).
+      `sweep -m` campaign a sweep belongs to; a new column, read as "" from older files), and
+      group_claims_json (claims for several rungs together, JSON; a new column, "" in older files).
   4 - multi-device runs (``devices`` >= 2, DDP): world_size, dist_backend, samples_per_s_per_device (the slowest
       rank's; samples_per_s is global), slowest_rank, per-rank rank_step_ms_p50/p90, rank_measured_s,
       rank_peak_vram_bytes (peak_vram_bytes is their maximum), omp_num_threads. New columns, empty in older files.
@@ -89,6 +90,7 @@ class RunRecord:
     total_claim_high: float | None = None
     total_claim_label: str = ""
     total_claim_source: str = ""
+    group_claims_json: str = ""  # [{first, last, low, high, label, source}]: claims over several rungs together
     ladder_sha: str = ""  # sha256 (16 hex) of conf/ladder/NAME.yaml's text when the sweep ran
     # units of throughput and model cost
     unit: str = ""  # what units_per_s counts: "voxels" or "images"

@@ -15,11 +15,13 @@ def scaled(channels: tuple[int, ...], width: float, multiple: int = 4) -> tuple[
     return tuple(max(multiple, int(round(c * width / multiple)) * multiple) for c in channels)
 
 
-def unet3d(in_channels: int, out_channels: int, width: float = 1.0, num_res_units: int = 2) -> nn.Module:
-    """MONAI ``UNet`` as in the connectomics guide: filters 32..512, 2 residual units per level."""
+def unet3d(in_channels: int, out_channels: int, width: float = 1.0, num_res_units: int = 2,
+           depth: int | None = None) -> nn.Module:
+    """MONAI ``UNet`` as in the connectomics guide: filters 32..512, 2 residual units per level; ``depth`` levels
+    (None: all 5; the guide's "Shallower network" is 4: filters 32..256)."""
     from monai.networks.nets import UNet
 
-    channels = scaled(UNET_FILTERS, width)
+    channels = scaled(UNET_FILTERS[: depth or len(UNET_FILTERS)], width)
     return UNet(
         spatial_dims=3,
         in_channels=in_channels,

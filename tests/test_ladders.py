@@ -90,7 +90,8 @@ def test_tf32_rung_measures_tf32_on_against_an_explicit_off(name):
 
 
 @pytest.mark.parametrize("name", SHIPPED)
-def test_no_shipped_rung_is_skipped_on_a_gpu_for_cuda_graphs(name):
+def test_no_shipped_rung_is_skipped_on_a_gpu_for_cuda_graphs(name, monkeypatch):
+    monkeypatch.setattr(config_mod, "usable_cpus", lambda: 64)  # a GPU server's CPUs (cpus=8), not this machine's
     lad = ladder_mod.load(name)
     for r in lad.rungs:
         cfg = config_mod.RunConfig()

@@ -78,7 +78,7 @@ def _verdict_class(verdict: str) -> str:
 def verdicts_html(table: table_mod.SweepTable) -> str:
     """The guides' claims next to what was measured, one line per claimed rung, plus the total."""
     claimed = [r for r in table.rows if r.claim]
-    if not claimed and not table.total_claim:
+    if not claimed and not table.total_claim and not table.groups:
         return "<p>This ladder makes no claims to check.</p>"
     body = ""
     for r in claimed:
@@ -94,6 +94,12 @@ def verdicts_html(table: table_mod.SweepTable) -> str:
         body += (f"<tr><td></td><td><b>all rungs together</b> (x baseline)</td><td>{_esc(table.total_claim)}</td>"
                  f"<td>{_esc(measured)}</td><td class='{_verdict_class(table.total_verdict)}'>"
                  f"{_esc(table.total_verdict or 'no verdict')}</td><td></td></tr>")
+    for g in table.groups:
+        m = g.measured
+        measured = "not measured" if m is None else f"{m.value:.2f}x [{m.low:.2f}-{m.high:.2f}]"
+        body += (f"<tr><td class='num'>{g.first}-{g.last}</td><td><b>together</b> ({_esc(g.changes)})</td>"
+                 f"<td>{_esc(g.claim)}</td><td>{_esc(measured)}</td><td class='{_verdict_class(g.verdict)}'>"
+                 f"{_esc(g.verdict or 'no verdict')}</td><td>{_esc(g.claim_source)}</td></tr>")
     head = "".join(f"<th>{h}</th>" for h in ("rung", "change", "guide claims", "measured x previous [noise band]",
                                               "verdict", "source"))
     return (f"<div class='scroll'><table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>"

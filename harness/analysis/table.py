@@ -9,6 +9,7 @@ import argparse
 import csv
 import html
 import io
+import json
 import sys
 from dataclasses import dataclass, field
 
@@ -50,6 +51,21 @@ class RungRow:
 
 
 @dataclass
+class GroupRow:
+    """A claim over rungs ``first``..``last`` together: rung ``last`` over the rung before ``first``."""
+
+    first: int
+    last: int
+    claim: str
+    claim_source: str
+    claim_range: tuple[float, float]
+    changes: str = ""
+    measured: stats.Ratio | None = None
+    verdict: str = ""
+    note: str = ""
+
+
+@dataclass
 class SweepTable:
     sweep_id: str
     ladder: str
@@ -64,6 +80,7 @@ class SweepTable:
     total_claim_range: tuple[float, float] | None = None
     noise: noise_model.Noise = noise_model.DEFAULT
     notes: list[str] = field(default_factory=list)
+    groups: list[GroupRow] = field(default_factory=list)
 
 
 def select_sweep(frame, sweep: str):
@@ -90,6 +107,7 @@ def build_table(frame, sweep: str = "latest", results_dir: str = "results") -> S
     _link(rows, table.noise)
     _scaling(rows)
     _total(table, claims)
+    table.groups = [_group(g, rows, table.noise) for g in claims.groups]
     _notes(table, ladder, records, claims)
     return table
 
@@ -110,6 +128,7 @@ class Claims:
     by_rung: dict[int, tuple[float, float, str, str]]  # rung -> (low, high, label, source)
     total: tuple[float, float, str, str] | None
     note: str = ""
+    groups: list[dict] = field(default_factory=list)  # {first, last, low, high, label, source}
 
     @staticmethod
     def of(records, ladder, results_dir: str = "results") -> "Claims":
@@ -135,7 +154,8 @@ class Claims:
         sha, now = str(records["ladder_sha"].iloc[0]), ladder_mod.file_sha(str(records["ladder"].iloc[0]), results_dir)
         note = ("" if sha == now else f"the ladder file changed since this sweep (sha {sha} then, "
                 f"{now or 'no file'} now): verdicts use the claims stored with the records")
-        return Claims(by_rung, total, note)
+        groups = next((json.loads(g) for g in records["group_claims_json"].fillna("") if g), [])
+        return Claims(by_rung, total, note, groups)
 
     @staticmethod
     def _from_ladder(ladder, name: str) -> "Claims":
@@ -147,7 +167,10 @@ class Claims:
         total = None if t is None else (t.low, t.high, t.label(), t.source)
         note = (f"these records predate stored claims: claims read from conf/ladder/{name}.yaml as it is now"
                 if by_rung or total else "")
-        return Claims(by_rung, total, note)
+        from harness.sweeps import ladder as ladder_mod
+
+        groups = json.loads(ladder_mod.group_claims_json(ladder.group_claims) or "[]")
+        return Claims(by_rung, total, note, groups)
 
 
 def _row(rung: int, runs, claims: Claims) -> RungRow:
@@ -228,6 +251,33 @@ def _total(table: SweepTable, claims: Claims) -> None:
     if last is not None:
         table.total_measured = last.x_baseline
         table.total_verdict = stats.verdict(last.x_baseline, low, high)
+
+
+def _group(claim: dict, rows: list[RungRow], noise: noise_model.Noise) -> GroupRow:
+    """A group claim's verdict, like the total's: the last ok rung of the group over the last ok rung before it."""
+    first, last = int(claim["first"]), int(claim["last"])
+    group = GroupRow(first=first, last=last, claim=claim["label"], claim_source=claim["source"],
+                     claim_range=(float(claim["low"]), float(claim["high"])),
+                     changes=", ".join(r.change for r in rows if first <= r.rung <= last))
+    before = next((r for r in reversed(rows) if r.rung < first and r.runs is not None), None)
+    end = next((r for r in reversed(rows) if first <= r.rung <= last and r.runs is not None), None)
+    if before is None or end is None:
+        group.note = "no ok rung " + ("before the group" if before is None else "in the group")
+        return group
+    group.measured = noise_model.ratio(end.runs, before.runs, noise)
+    group.verdict = stats.verdict(group.measured, *group.claim_range)
+    missing = [r for r in range(first, last + 1) if r not in {row.rung for row in rows if row.runs is not None}]
+    if before.rung != first - 1 or missing:
+        group.note = f"rung {end.rung} over rung {before.rung}" + (f"; rungs {missing} did not run ok" if missing else "")
+    return group
+
+
+def group_line(group: GroupRow) -> str:
+    """One sentence: a group claim, what was measured and its verdict."""
+    note = f" ({group.note})" if group.note else ""
+    return (f"Rungs {group.first}-{group.last} together ({group.changes}): measured "
+            f"{_ratio_text(group.measured, band=True)}{note}; the guide claims {group.claim} ({group.claim_source}): "
+            f"**{group.verdict or 'not measured'}**.")
 
 
 def _notes(table: SweepTable, ladder, records, claims: Claims) -> None:
@@ -341,6 +391,7 @@ def to_markdown(table: SweepTable) -> str:
         measured = _ratio_text(table.total_measured, band=True)
         lines.append(f"Total: measured {measured} over the baseline; the guide claims {table.total_claim}: "
                      f"**{table.total_verdict or 'not measured'}**.")
+    lines += [group_line(g) for g in table.groups]
     mem = MEMORY_NOTE.get(table.device, "peak memory")
     lines.append(f"Peak mem is {mem}. Verdicts compare x previous, with its 95% band, to the guide's claim, on this "
                  "device: confirms only when the band excludes 1 (no change); inconclusive when it holds both.")
@@ -369,6 +420,8 @@ def to_html(table: SweepTable) -> str:
         measured = html.escape(_ratio_text(table.total_measured, band=True))
         extra += (f"<p>Total: measured {measured} over the baseline; the guide claims "
                   f"{html.escape(table.total_claim)}: <b>{html.escape(table.total_verdict or 'not measured')}</b>.</p>")
+    for g in table.groups:
+        extra += "<p>" + html.escape(group_line(g)).replace("**", "") + "</p>"
     if table.notes:
         extra += "<ul>" + "".join(f"<li>{html.escape(n)}</li>" for n in table.notes) + "</ul>"
     return (f"<table class='sweep'><caption>{html.escape(title(table))}</caption><thead><tr>{head}</tr></thead>"

@@ -30,12 +30,7 @@ RANK_RESULT = "result.rank{rank}.json"
 PRIORITY = ("skipped", "oom", "nan")  # a rank's own diagnosis beats its peers' broken-connection errors
 
 
-def usable_cpus() -> int:
-    """CPUs this process may run on (a container or taskset may allow fewer than the machine has)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        return os.cpu_count() or 1
+usable_cpus = config_mod.usable_cpus  # CPUs this process may run on (one definition, in config)
 
 
 def devices_here(device: str) -> int:

@@ -31,7 +31,7 @@ from harness.run import monitor
 from harness.run.ranks import Rank
 from harness.workload.data import build_dataset, build_loader, endless
 from harness.workload.flops import count_train_flops, peak_flops
-from harness.workload.knobs import prepare
+from harness.workload.knobs import apply_cpu_affinity, periodic_work, prepare
 from harness.workload.workloads import WorkloadSpec
 
 
@@ -74,10 +74,27 @@ def inject_fault(cfg, step: int, device: torch.device) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
+def _validation(cfg, workload: WorkloadSpec, prep):
+    """The validation pass ``val.*`` asks for (None without one): its own loader, workers and no shuffling need."""
+    if not cfg.val.every_n_steps:
+        return None
+    import copy
+
+    from harness.workload.knobs import validation_pass
+
+    val_cfg = copy.deepcopy(cfg)
+    val_cfg.data.num_workers, val_cfg.data.prefetch_factor = cfg.val.num_workers, None
+    val_cfg.data.persistent_workers = False
+    val_cfg.data.epoch_steps = cfg.val.steps
+    loader = build_loader(val_cfg, build_dataset(val_cfg, workload), workload)
+    return validation_pass(cfg, prep, loader)
+
+
 def train_and_measure(cfg, workload: WorkloadSpec, progress, rank: Rank | None = None) -> tuple[Measurement, dict]:
     """Run warm-up + measured steps; return the raw measurement and the derived extras. Under DDP each rank runs
     this on its own device and share of the data (``cfg.batch_size`` is then this rank's batch)."""
     torch.manual_seed(cfg.seed)
+    apply_cpu_affinity(cfg.cpus)  # first: the loader's workers inherit it
     rank = rank or Rank()
     mode = cfg.measure.mode
     device = rank.device(cfg.device)
@@ -108,6 +125,7 @@ def train_and_measure(cfg, workload: WorkloadSpec, progress, rank: Rank | None =
         nan_step = fault_step = -1
     slowdown_s = cfg.debug.slowdown_ms / 1000.0
     set_to_none = cfg.optimizer.zero_grad_set_to_none
+    after_step = periodic_work(cfg, device, _validation(cfg, workload, prep)) if prep is not None else None
 
     # The parent samples NVML for this device from outside; it must not initialise CUDA to find it, so the child
     # names the device (UUID, PCI bus) once, in the warm-up marker.
@@ -181,6 +199,8 @@ def train_and_measure(cfg, workload: WorkloadSpec, progress, rank: Rank | None =
             prep.optimizer.step()
         if ev_end is not None:
             ev_end.record()
+        if after_step is not None:
+            after_step(step, x, out)
         if step == fault_step:
             inject_fault(cfg, step, device)
         if slowdown_s:

@@ -22,8 +22,9 @@ from harness.registry import unknown_choice
 LADDER_DIR = Path(__file__).resolve().parent.parent.parent / "conf" / "ladder"
 USER_LADDERS = "ladders"  # <results_dir>/ladders/: ladders this machine wrote (``climb``), found after LADDER_DIR
 SIZE_NAMES = ("full", "smoke")
-LADDER_FIELDS = {"description", "guide", "workload", "base", "rungs", "total_claim", "total_source", "stop_on_oom",
-                 "cap_workers_at_cpus", "notes"}
+LADDER_FIELDS = {"description", "guide", "workload", "base", "rungs", "total_claim", "total_source", "group_claims",
+                 "stop_on_oom", "cap_workers_at_cpus", "notes"}
+GROUP_FIELDS = {"rungs", "claim", "source"}
 
 
 @dataclass(frozen=True)
@@ -36,6 +37,20 @@ class Claim:
 
     def label(self) -> str:
         return f"{self.low:g}x" if self.low == self.high else f"{self.low:g}-{self.high:g}x"
+
+
+@dataclass(frozen=True)
+class GroupClaim:
+    """A guide's claim for several consecutive rungs together (rungs ``first``..``last``, both included),
+    judged as rung ``last`` over the rung before ``first`` (e.g. DETR's "20-40%" for workers + prefetch +
+    persistent workers)."""
+
+    first: int
+    last: int
+    claim: Claim
+
+    def span(self) -> str:
+        return f"rungs {self.first}-{self.last}"
 
 
 @dataclass(frozen=True)
@@ -63,6 +78,7 @@ class Ladder:
     base: dict[str, Any]
     rungs: tuple[Rung, ...]
     total_claim: Claim | None = None
+    group_claims: tuple[GroupClaim, ...] = ()
     stop_on_oom: bool = False
     cap_workers_at_cpus: bool = False
     notes: tuple[str, ...] = field(default_factory=tuple)
@@ -121,9 +137,20 @@ def file_sha(name: str, results_dir: str = "results") -> str:
     return _sha(find(name, results_dir))
 
 
+def group_claims_json(groups: tuple[GroupClaim, ...]) -> str:
+    """The ladder's group claims as stored with every record of a sweep ("" when it has none)."""
+    import json
+
+    if not groups:
+        return ""
+    return json.dumps([{"first": g.first, "last": g.last, "low": g.claim.low, "high": g.claim.high,
+                        "label": g.claim.label(), "source": g.claim.source} for g in groups])
+
+
 def claim_fields(ladder: Ladder, rung: int) -> dict[str, Any]:
-    """The RunRecord columns that carry a rung's claim and the ladder's total claim (store schema 2)."""
-    fields: dict[str, Any] = {"ladder_sha": _sha(Path(ladder.path)) if ladder.path else file_sha(ladder.name)}
+    """The RunRecord columns that carry a rung's claim and the ladder's total and group claims (store schema 2-4)."""
+    fields: dict[str, Any] = {"ladder_sha": _sha(Path(ladder.path)) if ladder.path else file_sha(ladder.name),
+                              "group_claims_json": group_claims_json(ladder.group_claims)}
     for prefix, claim in (("claim", ladder.rungs[rung].claim), ("total_claim", ladder.total_claim)):
         if claim is not None:
             fields.update({f"{prefix}_low": claim.low, f"{prefix}_high": claim.high,
@@ -169,6 +196,7 @@ def parse(name: str, raw: dict[str, Any]) -> Ladder:
         base=base,
         rungs=tuple(rungs),
         total_claim=_parse_claim(raw.get("total_claim"), raw.get("total_source", "")),
+        group_claims=tuple(_parse_group(name, len(rungs) - 1, g) for g in raw.get("group_claims") or ()),
         stop_on_oom=bool(raw.get("stop_on_oom", False)),
         cap_workers_at_cpus=bool(raw.get("cap_workers_at_cpus", False)),
         notes=tuple(raw.get("notes", ()) or ()),
@@ -191,6 +219,24 @@ def _parse_rung(name: str, index: int, entry: Any) -> Rung:
                 note=str(entry.get("note", "")))
 
 
+def _parse_group(name: str, n_rungs: int, entry: Any) -> GroupClaim:
+    """``{rungs: [FIRST, LAST], claim: [LOW, HIGH], source: TEXT}``: a claim for rungs FIRST..LAST together."""
+    if not isinstance(entry, dict):
+        raise ValueError(f"ladder {name!r}: a group claim is a mapping {{rungs: [FIRST, LAST], claim: [LOW, HIGH], "
+                         f"source: TEXT}}, not {entry!r}")
+    unknown = set(entry) - GROUP_FIELDS
+    if unknown:
+        raise unknown_choice(f"field of a group claim in ladder {name!r}:", sorted(unknown)[0], GROUP_FIELDS)
+    span = entry.get("rungs")
+    if (not isinstance(span, list) or len(span) != 2 or not all(isinstance(i, int) for i in span)
+            or not 1 <= span[0] < span[1] <= n_rungs):
+        raise ValueError(f"ladder {name!r}: group claim rungs={span!r} is not valid: give [FIRST, LAST], two rung "
+                         f"numbers with 1 <= FIRST < LAST <= {n_rungs} (the ladder's rungs)")
+    if entry.get("claim") is None:
+        raise ValueError(f"ladder {name!r}: group claim over rungs {span} has no claim: [LOW, HIGH]")
+    return GroupClaim(first=span[0], last=span[1], claim=_parse_claim(entry["claim"], entry.get("source", "")))
+
+
 def _parse_claim(claim: Any, source: str) -> Claim | None:
     if claim is None:
         return None
@@ -200,10 +246,11 @@ def _parse_claim(claim: Any, source: str) -> Claim | None:
 
 def _check_one_change_each(ladder: Ladder) -> None:
     """Each rung's value must differ from what the rung before had (else it changes nothing)."""
-    defaults = config_mod.RunConfig()
     for size in SIZE_NAMES:
         for r in ladder.rungs[1:]:
             before = ladder.settings(r.index - 1, size)
+            defaults = config_mod.RunConfig()
+            config_mod.set_key(defaults, "workload", before["workload"])  # workload.* defaults are its own
             previous = before.get(r.key, _default(defaults, r.key))
             if format_value(previous) == format_value(r.value_for(size)):
                 raise ValueError(

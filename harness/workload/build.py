@@ -21,7 +21,7 @@ def setting_args(mapping: dict[str, str], cfg) -> dict[str, Any]:
 def _get(cfg, dotted: str) -> Any:
     for part in dotted.split("."):
         cfg = getattr(cfg, part)
-    return cfg
+    return list(cfg) if isinstance(cfg, tuple) else cfg
 
 
 def build_all(cfg) -> tuple[nn.Module, nn.Module, tuple[type, ...]]:
@@ -52,7 +52,8 @@ def checkpoint_unit_types(spec: WorkloadSpec) -> tuple[type, ...]:
     return tuple(locate(path, "workload.checkpoint_units") for path in spec.checkpoint_units)
 
 
-def build_user_dataset(spec: WorkloadSpec):
-    """The user's dataset: the ``dataset`` node built, and called with no arguments when it is a partial."""
-    made = instantiate(spec.dataset)
+def build_user_dataset(spec: WorkloadSpec, cfg=None):
+    """The user's dataset: the ``dataset`` node built with the settings it is handed (``dataset_settings``), and
+    called with no arguments when it is a partial."""
+    made = instantiate(spec.dataset, **(setting_args(spec.dataset_settings, cfg) if cfg is not None else {}))
     return made() if callable(made) and not hasattr(made, "__getitem__") else made

@@ -14,6 +14,9 @@ always served through a real ``torch.utils.data.DataLoader`` so the loader knobs
 
 from __future__ import annotations
 
+import os
+import time
+
 import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset, default_collate
@@ -248,13 +251,58 @@ class RandomTensors(Dataset):
 
 
 def build_dataset(cfg, workload, replicas: int = 1) -> Dataset:
-    """The dataset the settings describe (disk datasets must exist: ``harness.workload.datasets.ensure``). With
-    ``replicas`` ranks sharing it, it is that many times longer: an epoch is still ``epoch_steps`` on each."""
+    """The dataset the settings describe (disk datasets must exist: ``harness.workload.datasets.ensure``), with the
+    storage cost asked for (``data.read_latency_ms``, ``data.page_cache``). With ``replicas`` ranks sharing it,
+    it is that many times longer: an epoch is still ``epoch_steps`` on each."""
+    dataset = _dataset(cfg, workload, replicas)
+    if not cfg.data.read_latency_ms and cfg.data.page_cache == "keep":
+        return dataset
+    files = None
+    if cfg.data.page_cache == "drop":
+        from harness.workload import datasets
+
+        items = datasets.locate(datasets.spec_for(cfg, workload), datasets.cache_root(cfg))
+        files = [[str(v) for k, v in item.items() if k in ("image", "label") and isinstance(v, str)] for item in items]
+    return StorageCost(dataset, cfg.data.read_latency_ms / 1000.0, files)
+
+
+class StorageCost(Dataset):
+    """Storage as slow as asked: ``latency_s`` waited per item (a network file system's round trips, which loader
+    workers overlap as they would real ones), and with ``files`` (the paths of item i % len(files)) their pages
+    dropped from the page cache after each read, so that the next read comes from the device and not from RAM."""
+
+    def __init__(self, dataset: Dataset, latency_s: float, files: list[list[str]] | None):
+        self.dataset, self.latency_s, self.files = dataset, latency_s, files
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def __getitem__(self, index: int):
+        if self.latency_s:
+            time.sleep(self.latency_s)
+        item = self.dataset[index]
+        if self.files:
+            for path in self.files[index % len(self.files)]:
+                drop_from_page_cache(path)
+        return item
+
+
+def drop_from_page_cache(path: str) -> None:
+    """Write back (the dataset may have just been written) and drop a file's cached pages."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fdatasync(fd)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+
+
+def _dataset(cfg, workload, replicas: int = 1) -> Dataset:
     length = cfg.batch_size * cfg.accumulate_grad_batches * cfg.data.epoch_steps * replicas
     if workload.dataset is not None:
         from harness.workload.build import build_user_dataset
 
-        return Repeat(build_user_dataset(workload), length)
+        return Repeat(build_user_dataset(workload, cfg), length)
     if workload.synthetic == "tensors":
         shape = [workload.in_channels, *cfg.data.patch_size]
         return RandomTensors(shape, workload.target, workload.num_classes, workload.target_shape or [workload.num_classes],

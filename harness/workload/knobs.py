@@ -2,7 +2,8 @@
 order they are applied in. Runs in the measuring child only (imports torch).
 
 Order, and why:
-  1. backend flags (TF32, cudnn.benchmark) - global, before any kernel is chosen;
+  1. backend flags (TF32 or float32_matmul_precision, cudnn.benchmark, cudnn.deterministic) - global, before any
+     kernel is chosen;
   2. build the model (width, deep supervision are builder arguments);
   3. activation checkpointing - wraps the plain modules, before anything changes their type;
   4. device + memory format (channels_last) - parameters must live where and how they will run;
@@ -21,13 +22,20 @@ Order, and why:
      On a CPU with bf16, 3D convolutions whose input has depth 2 run in fp32 (``guard_cpu_bf16_conv3d``,
      applied with 4, before compile traces the model): oneDNN's bf16 conv3d weight gradient is wrong
      there (docs/cpu-bf16-conv3d.md), which made the default CPU sweep end in `nan`.
+Per-step work a knob asks for (memory cleanup, visualisation writes every N steps) is :func:`periodic_work`,
+called by the training loop after each optimizer step, and only built when some knob asks for it.
 """
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import functools
+import gc
+import shutil
+import tempfile
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable
 
 import torch
@@ -46,7 +54,31 @@ def apply_backend_flags(cfg) -> dict[str, Any]:
     flags = apply_tf32(cfg.tf32)
     torch.backends.cudnn.benchmark = bool(cfg.cudnn_benchmark)
     flags["cudnn.benchmark"] = bool(cfg.cudnn_benchmark)
+    if cfg.cudnn_deterministic:  # only when asked: the flags of older records stay as they were
+        torch.backends.cudnn.deterministic = True
+        flags["cudnn.deterministic"] = True
+    if cfg.float32_matmul_precision is not None:
+        flags.update(apply_matmul_precision(cfg.float32_matmul_precision))
     return flags
+
+
+def apply_cpu_affinity(cpus: int | None) -> list[int] | None:
+    """Run on the first ``cpus`` CPUs this process may use (loader workers inherit it), with no more torch threads
+    than CPUs; returns the CPUs (None: left as it was). The connectomics guide's ``num_cpus``."""
+    import os
+
+    if cpus is None:
+        return None
+    chosen = sorted(os.sched_getaffinity(0))[:cpus]
+    os.sched_setaffinity(0, chosen)
+    torch.set_num_threads(min(torch.get_num_threads(), len(chosen)))
+    return chosen
+
+
+def apply_matmul_precision(precision: str) -> dict[str, Any]:
+    """``torch.set_float32_matmul_precision`` (the ImageNet guide's "TF32": 'medium'); returns it as read back."""
+    torch.set_float32_matmul_precision(precision)
+    return {"float32_matmul_precision": torch.get_float32_matmul_precision()}
 
 
 # torch >= 2.9: per-backend precision ("tf32" / "ieee"); "none" inherits from the parent. Order matters for reading
@@ -205,6 +237,52 @@ def grad_scaler(precision: str, device: torch.device):
     if precision != "16-mixed":
         return None
     return torch.amp.GradScaler(device.type)
+
+
+def periodic_work(cfg, device: torch.device, validate: Callable[[], None] | None = None) -> Callable[[int, torch.Tensor, Any], None] | None:
+    """What knobs ask to be done every N steps, as one call after a step (None when no knob asks, so that the
+    loop does nothing extra): ``memory_cleanup_every_n_steps`` (gc.collect, and torch.cuda.empty_cache on a GPU,
+    the DETR guide's "memory_cleanup_frequency"), ``visualize_every_n_steps`` (a sample's input and output
+    copied to the host, which waits for the device, and written to disk, as a TensorBoard image write does) and
+    ``val.every_n_steps`` (``validate``: a validation pass; one runs at step 0 too, so that a compiled model's
+    eval-mode graph is built in the warm-up)."""
+    cleanup, visualize, every_val = cfg.memory_cleanup_every_n_steps, cfg.visualize_every_n_steps, cfg.val.every_n_steps
+    if not cleanup and not visualize and not (every_val and validate):
+        return None
+    folder = Path(tempfile.mkdtemp(prefix="harness-visualize-")) if visualize else None
+    if folder is not None:
+        atexit.register(shutil.rmtree, folder, True)
+
+    def after_step(step: int, x: torch.Tensor, out: Any) -> None:
+        if cleanup and (step + 1) % cleanup == 0:
+            gc.collect()
+            if device.type == "cuda":
+                torch.cuda.empty_cache()
+        if visualize and (step + 1) % visualize == 0 and isinstance(out, torch.Tensor):
+            sample = {"input": x[0].detach().float().cpu(), "output": out[0].detach().float().cpu()}
+            torch.save(sample, folder / f"step{step:06d}.pt")
+        if every_val and validate and (step == 0 or (step + 1) % every_val == 0):
+            validate()
+
+    return after_step
+
+
+def validation_pass(cfg, prep: "Prepared", loader) -> Callable[[], None]:
+    """One pass of ``cfg.val.steps`` batches of ``loader`` (a new iterator each pass, as trainers make one): the
+    model in eval mode under torch.inference_mode() or torch.no_grad(), with the training's autocast, outputs
+    and loss computed and the loss read back (the metric a trainer logs), then back to train mode."""
+    grad_off = torch.inference_mode if cfg.val.inference_mode else torch.no_grad
+    nb = bool(cfg.data.non_blocking)
+
+    def run() -> None:
+        prep.model.eval()
+        with grad_off(), prep.autocast():
+            for _, (x, y) in zip(range(cfg.val.steps), loader):
+                x = x.to(prep.device, non_blocking=nb, memory_format=prep.memory_format)
+                float(prep.loss_fn(prep.model(x), y.to(prep.device, non_blocking=nb)))
+        prep.model.train()
+
+    return run
 
 
 @dataclass

@@ -25,11 +25,12 @@ TARGET_KINDS = ("class", "segmentation", "regression")
 # volumes: labelled 3D ellipsoids (1 channel, segmentation); images: ImageNet-like uint8 RGB images (class);
 # tensors: random inputs of the sample's shape with targets of the workload's kind (any model)
 SYNTHETIC_KINDS = ("volumes", "images", "tensors")
-# Harness settings a workload may hand to its model or loss (``model_settings: {ARG: SETTING}``); ``width`` is
-# model.width times the size's width.
-SETTING_SOURCES = ("width", "model.width", "model.mednext_size", "model.kernel_size", "model.deep_supervision")
+# Harness settings a workload may hand to its model, loss or dataset (``model_settings: {ARG: SETTING}``); ``width``
+# is model.width times the size's width; data.patch_size is the sample's spatial sides (the size's, unless set).
+SETTING_SOURCES = ("width", "model.width", "model.mednext_size", "model.kernel_size", "model.deep_supervision",
+                   "model.depth", "data.patch_size")
 TARGET_NODES = ("model", "loss", "optimizer", "dataset")  # the _target_ nodes, free-form below their name
-OPEN_NODES = TARGET_NODES + ("model_settings", "loss_settings", "sizes")
+OPEN_NODES = TARGET_NODES + ("model_settings", "loss_settings", "dataset_settings", "sizes")
 NOT_HASHED_FIELDS = ("description",)  # words only: two specs that differ only here measure the same thing
 
 
@@ -57,6 +58,7 @@ class WorkloadSpec:
     loss_settings: Dict[str, str] = field(default_factory=dict)
     optimizer: Any = None  # {_target_: torch.optim.X, _partial_: true, lr: ...}, called with the parameters
     dataset: Any = None  # {_target_: ..., _partial_: true}: the user's own data, called with no arguments
+    dataset_settings: Dict[str, str] = field(default_factory=dict)  # dataset argument <- harness setting
     synthetic: str = "tensors"  # the generated samples when no dataset is given (SYNTHETIC_KINDS)
     input_shape: Optional[List[int]] = None  # one sample, channels first; set here, it is every size's
     target: str = "class"  # TARGET_KINDS
@@ -104,6 +106,8 @@ class WorkloadSpec:
         values = dataclasses.asdict(self)
         for name in NOT_HASHED_FIELDS:
             values.pop(name)
+        if not values["dataset_settings"]:  # added later: absent, a spec hashes as it did before the field existed
+            values.pop("dataset_settings")
         return values
 
 
@@ -122,6 +126,7 @@ def parse_spec(values: dict[str, Any]) -> WorkloadSpec:
             setattr(spec, key, [int(v) for v in getattr(spec, key)])
     spec.model_settings = dict(spec.model_settings or {})
     spec.loss_settings = dict(spec.loss_settings or {})
+    spec.dataset_settings = dict(spec.dataset_settings or {})
     spec.checkpoint_units = list(spec.checkpoint_units or [])
     return spec
 

@@ -1,0 +1,207 @@
+"""A DETR-style detector as the DETR guide trains one, with what makes DETR slow: a ResNet-50 backbone, a
+6 + 6 layer transformer (d_model 256) with 100 object queries, Hungarian matching of queries to boxes on the host
+(scipy) every step, L1 + GIoU box losses and class cross-entropy; data with small boxes and the guide's
+augmentations (CLAHE, motion blur) as switches, computed per item in the loader.
+
+No weights are downloaded (``weights=None``) and no images either: images are synthetic (textured backgrounds in
+RAM with small bright or dark objects pasted per item).
+
+The model returns ONE tensor per batch, [B, queries, num_classes + 1 + 4]: class logits (the last class is "no
+object") then boxes (cx, cy, w, h in 0..1). Targets are [B, max_boxes, 5] (class, cx, cy, w, h), padded with
+class -1, so that batches collate and move to the device as plain tensors.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils.data import Dataset
+
+MEAN = (0.485, 0.456, 0.406)
+STD = (0.229, 0.224, 0.225)
+
+
+class MLP(nn.Module):
+    def __init__(self, dims: list[int]):
+        super().__init__()
+        self.layers = nn.ModuleList(nn.Linear(a, b) for a, b in zip(dims, dims[1:]))
+
+    def forward(self, x):
+        for i, layer in enumerate(self.layers):
+            x = layer(x) if i == len(self.layers) - 1 else F.relu(layer(x))
+        return x
+
+
+class DETR(nn.Module):
+    """ResNet-50 (weights=None) -> 1x1 projection to d_model -> nn.Transformer with learned positions and queries."""
+
+    def __init__(self, num_classes: int = 2, num_queries: int = 100, d_model: int = 256, nhead: int = 8,
+                 num_encoder_layers: int = 6, num_decoder_layers: int = 6, dim_feedforward: int = 2048,
+                 dropout: float = 0.1):
+        super().__init__()
+        from torchvision.models import resnet50
+
+        trunk = resnet50(weights=None)
+        self.backbone = nn.Sequential(*list(trunk.children())[:-2])  # stride 32, 2048 channels
+        self.input_proj = nn.Conv2d(2048, d_model, kernel_size=1)
+        self.transformer = nn.Transformer(d_model, nhead, num_encoder_layers, num_decoder_layers, dim_feedforward,
+                                          dropout, batch_first=True)
+        self.query_pos = nn.Parameter(torch.rand(num_queries, d_model))
+        self.row_embed = nn.Parameter(torch.rand(64, d_model // 2))  # up to 64 x 32 = 2048 pixels a side
+        self.col_embed = nn.Parameter(torch.rand(64, d_model // 2))
+        self.class_embed = nn.Linear(d_model, num_classes + 1)
+        self.bbox_embed = MLP([d_model, d_model, d_model, 4])
+
+    def forward(self, x):
+        features = self.input_proj(self.backbone(x))
+        b, d, h, w = features.shape
+        pos = torch.cat([self.col_embed[:w].unsqueeze(0).expand(h, -1, -1),
+                         self.row_embed[:h].unsqueeze(1).expand(-1, w, -1)], dim=-1).flatten(0, 1)
+        src = features.flatten(2).transpose(1, 2) + pos
+        hs = self.transformer(src, self.query_pos.unsqueeze(0).expand(b, -1, -1))
+        return torch.cat([self.class_embed(hs), self.bbox_embed(hs).sigmoid()], dim=-1)
+
+
+def box_xyxy(boxes: torch.Tensor) -> torch.Tensor:
+    from torchvision.ops import box_convert
+
+    return box_convert(boxes, "cxcywh", "xyxy")
+
+
+class HungarianLoss(nn.Module):
+    """DETR's set loss: queries matched one-to-one to target boxes (scipy.optimize.linear_sum_assignment on the
+    host, per image), then class cross-entropy over every query (no-object weighted ``eos_coef``) plus L1 and
+    GIoU over the matched boxes; weights as DETR's (class 1, L1 5, GIoU 2)."""
+
+    def __init__(self, num_classes: int = 2, cost_class: float = 1.0, cost_bbox: float = 5.0, cost_giou: float = 2.0,
+                 eos_coef: float = 0.1):
+        super().__init__()
+        self.num_classes = num_classes
+        self.cost_class, self.cost_bbox, self.cost_giou = cost_class, cost_bbox, cost_giou
+        weight = torch.ones(num_classes + 1)
+        weight[-1] = eos_coef
+        self.register_buffer("class_weight", weight)
+
+    @torch.no_grad()
+    def match(self, logits: torch.Tensor, boxes: torch.Tensor, targets: torch.Tensor):
+        """(image, query, target row) index tensors of the optimal assignment of each image."""
+        from scipy.optimize import linear_sum_assignment
+        from torchvision.ops import generalized_box_iou
+
+        prob = logits.float().softmax(-1)
+        images, queries, rows = [], [], []
+        for i in range(len(targets)):
+            valid = torch.nonzero(targets[i, :, 0] >= 0).flatten()
+            if valid.numel() == 0:
+                continue
+            classes, tboxes = targets[i, valid, 0].long(), targets[i, valid, 1:].float()
+            cost = (-self.cost_class * prob[i][:, classes] + self.cost_bbox * torch.cdist(boxes[i].float(), tboxes, p=1)
+                    - self.cost_giou * generalized_box_iou(box_xyxy(boxes[i].float()), box_xyxy(tboxes)))
+            q, t = linear_sum_assignment(cost.cpu().numpy())
+            images.append(torch.full((len(q),), i, dtype=torch.long))
+            queries.append(torch.as_tensor(q, dtype=torch.long))
+            rows.append(valid.cpu()[torch.as_tensor(t, dtype=torch.long)])
+        if not images:
+            empty = torch.zeros(0, dtype=torch.long)
+            return empty, empty, empty
+        return torch.cat(images), torch.cat(queries), torch.cat(rows)
+
+    def forward(self, output: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        from torchvision.ops import generalized_box_iou_loss
+
+        logits, boxes = output[..., : self.num_classes + 1], output[..., self.num_classes + 1:]
+        image, query, row = (t.to(output.device) for t in self.match(logits, boxes, targets))
+        classes = torch.full(logits.shape[:2], self.num_classes, dtype=torch.long, device=output.device)
+        classes[image, query] = targets[image, row, 0].long()
+        loss = F.cross_entropy(logits.float().transpose(1, 2), classes, weight=self.class_weight)
+        n = max(int(image.numel()), 1)
+        matched, wanted = boxes[image, query].float(), targets[image, row, 1:].float()
+        loss = loss + self.cost_bbox * F.l1_loss(matched, wanted, reduction="sum") / n
+        return loss + self.cost_giou * generalized_box_iou_loss(box_xyxy(matched), box_xyxy(wanted), reduction="sum") / n
+
+
+# ------------------------------------------------------------------------------------------
+# data
+
+
+def clahe(gray: np.ndarray, clip_limit: float = 2.0, tiles: int = 8) -> np.ndarray:
+    """Contrast-limited adaptive histogram equalisation of a uint8 image (OpenCV's algorithm: per-tile histograms
+    clipped at ``clip_limit`` x the mean bin and redistributed, tile mappings blended bilinearly)."""
+    h, w = gray.shape
+    th, tw = -(-h // tiles), -(-w // tiles)
+    padded = np.pad(gray, ((0, th * tiles - h), (0, tw * tiles - w)), mode="reflect")
+    blocks = padded.reshape(tiles, th, tiles, tw).transpose(0, 2, 1, 3).reshape(tiles, tiles, th * tw)
+    hist = np.stack([np.bincount(b, minlength=256) for b in blocks.reshape(-1, th * tw)]).reshape(tiles, tiles, 256)
+    limit = max(1.0, clip_limit * th * tw / 256)
+    excess = np.clip(hist - limit, 0, None).sum(-1, keepdims=True)
+    hist = np.minimum(hist, limit) + excess / 256
+    lut = np.cumsum(hist, -1) * (255.0 / (th * tw))  # [tiles, tiles, 256]
+    # each pixel blends the mappings of the four nearest tile centres
+    y = (np.arange(h) + 0.5) / th - 0.5
+    x = (np.arange(w) + 0.5) / tw - 0.5
+    y0, x0 = np.clip(np.floor(y).astype(int), 0, tiles - 1), np.clip(np.floor(x).astype(int), 0, tiles - 1)
+    y1, x1 = np.clip(y0 + 1, 0, tiles - 1), np.clip(x0 + 1, 0, tiles - 1)
+    fy, fx = np.clip(y - y0, 0, 1)[:, None], np.clip(x - x0, 0, 1)[None, :]
+    g = gray.astype(np.intp)
+    top = lut[y0[:, None], x0[None, :], g] * (1 - fx) + lut[y0[:, None], x1[None, :], g] * fx
+    bottom = lut[y1[:, None], x0[None, :], g] * (1 - fx) + lut[y1[:, None], x1[None, :], g] * fx
+    return np.clip(top * (1 - fy) + bottom * fy, 0, 255).astype(np.uint8)
+
+
+def motion_blur(image: torch.Tensor, size: int, angle: int) -> torch.Tensor:
+    """A [C, H, W] float image blurred along a line of ``size`` pixels at 0, 45, 90 or 135 degrees."""
+    kernel = torch.zeros(size, size)
+    mid = size // 2
+    if angle == 0:
+        kernel[mid, :] = 1
+    elif angle == 90:
+        kernel[:, mid] = 1
+    else:
+        kernel = torch.eye(size) if angle == 45 else torch.eye(size).flip(0)
+    kernel = (kernel / kernel.sum()).expand(image.shape[0], 1, size, size)
+    return F.conv2d(image[None], kernel, padding=mid, groups=image.shape[0])[0]
+
+
+class SyntheticDetection(Dataset):
+    """Images with small objects and their boxes, CLAHE and motion blur applied per item when switched on.
+
+    ``patch_size`` ([H, W], handed by the harness: ``dataset_settings: {patch_size: data.patch_size}``) is the image
+    size. Objects are 1-6% of the side (the guide's tiny objects), ``min_boxes``..``max_boxes`` per image.
+    """
+
+    def __init__(self, patch_size=(512, 512), num_classes: int = 2, max_boxes: int = 20, min_boxes: int = 1,
+                 clahe: bool = True, motion_blur: bool = True, num_backgrounds: int = 8, seed: int = 0):
+        self.size = tuple(int(s) for s in patch_size)
+        self.num_classes, self.max_boxes, self.min_boxes = num_classes, max_boxes, min_boxes
+        self.clahe, self.motion_blur, self.seed = clahe, motion_blur, seed
+        rng = np.random.default_rng(seed)
+        h, w = self.size
+        coarse = rng.integers(40, 160, size=(num_backgrounds, 1, h // 8 + 1, w // 8 + 1)).astype(np.float32)
+        smooth = F.interpolate(torch.from_numpy(coarse), size=(h, w), mode="bilinear", align_corners=False)
+        self.backgrounds = (smooth[:, 0] + torch.from_numpy(rng.normal(0, 6, (num_backgrounds, h, w)).astype(np.float32)))
+        self.backgrounds = self.backgrounds.clamp(0, 255).to(torch.uint8)
+        self.mean = torch.tensor(MEAN).view(3, 1, 1)
+        self.std = torch.tensor(STD).view(3, 1, 1)
+
+    def __len__(self) -> int:
+        return 64
+
+    def __getitem__(self, index: int):
+        rng = np.random.default_rng(self.seed * 1_000_003 + index)
+        h, w = self.size
+        gray = self.backgrounds[index % len(self.backgrounds)].numpy().copy()
+        target = torch.full((self.max_boxes, 5), -1.0)
+        for k in range(int(rng.integers(self.min_boxes, self.max_boxes + 1))):
+            bh, bw = (max(2, int(s * rng.uniform(0.01, 0.06))) for s in (h, w))
+            y, x = int(rng.integers(0, h - bh)), int(rng.integers(0, w - bw))
+            cls = int(rng.integers(self.num_classes))
+            gray[y:y + bh, x:x + bw] = 230 if cls % 2 == 0 else 15
+            target[k] = torch.tensor([cls, (x + bw / 2) / w, (y + bh / 2) / h, bw / w, bh / h])
+        if self.clahe:
+            gray = clahe(gray)
+        image = torch.from_numpy(gray).float().div(255).expand(3, h, w)
+        if self.motion_blur:
+            image = motion_blur(image, int(rng.choice([3, 5, 7, 9])), int(rng.choice([0, 45, 90, 135])))
+        return ((image - self.mean) / self.std).contiguous(), target

@@ -1,0 +1,129 @@
+"""The workloads that stand in for the guides' own jobs: the SEResNet speech model (spectrograms computed per item
+in the loader) and DETR (Hungarian matching, L1 + GIoU + CE, CLAHE and motion blur as switches)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from harness import config as config_mod
+from harness.workload import workloads
+from tests.conftest import harness_cli, tiny_config
+
+
+def test_the_speech_dataset_computes_a_normalised_log_spectrogram_per_item():
+    from models.speech import SpeechSpectrograms, spectrogram_shape
+
+    data = SpeechSpectrograms(patch_size=[101], num_clips=4)
+    x, y = data[1]
+    assert list(x.shape) == [257, 101] == spectrogram_shape(seconds=1.0) and x.dtype == torch.float32
+    assert int(y) == 1 and torch.allclose(x.mean(dim=1), torch.zeros(257), atol=1e-4)
+    assert torch.equal(data[1][0], x) and not torch.equal(data[2][0], x)  # seeded per item: reproducible, not constant
+    image = SpeechSpectrograms(patch_size=[257, 101], num_clips=2, spatial_dims=2)[0][0]
+    assert list(image.shape) == [1, 257, 101]
+    with pytest.raises(ValueError, match=r"patch_size=\[128, 101\]: the frequency side must be n_fft // 2 \+ 1 = 257"):
+        SpeechSpectrograms(patch_size=[128, 101], spatial_dims=2)
+
+
+def test_the_speech_seresnet_is_monais_in_1d_and_2d():
+    from monai.networks.nets import SEResNet50
+
+    from models.speech import seresnet
+
+    one = seresnet(spatial_dims=1, in_channels=257)
+    assert isinstance(one, SEResNet50) and one(torch.randn(2, 257, 40)).shape == (2, 2)
+    assert seresnet(spatial_dims=2, in_channels=1)(torch.randn(2, 1, 64, 40)).shape == (2, 2)
+    with pytest.raises(ValueError, match="spatial_dims=3 is not valid for the speech SEResNet: use 1 or 2"):
+        seresnet(spatial_dims=3)
+
+
+def test_hungarian_matching_finds_the_queries_that_predict_each_box():
+    from models.detr import HungarianLoss
+
+    loss = HungarianLoss(num_classes=2)
+    targets = torch.full((1, 4, 5), -1.0)
+    targets[0, 0] = torch.tensor([1, 0.2, 0.3, 0.1, 0.1])
+    targets[0, 1] = torch.tensor([0, 0.7, 0.6, 0.05, 0.08])
+    out = torch.zeros(1, 6, 3 + 4)
+    out[0, :, 2] = 5.0  # every query says "no object"...
+    out[0, :, 3:] = torch.tensor([0.5, 0.5, 0.2, 0.2])
+    out[0, 4, :3], out[0, 4, 3:] = torch.tensor([0.0, 5.0, 0.0]), targets[0, 0, 1:]  # ...but query 4 finds box 0
+    out[0, 1, :3], out[0, 1, 3:] = torch.tensor([5.0, 0.0, 0.0]), targets[0, 1, 1:]  # and query 1 box 1
+    image, query, row = loss.match(out[..., :3], out[..., 3:], targets)
+    assert sorted(zip(query.tolist(), row.tolist())) == [(1, 1), (4, 0)] and image.tolist() == [0, 0]
+    perfect = float(loss(out, targets))
+    out[0, 4, 3:] = torch.tensor([0.8, 0.8, 0.1, 0.1])  # the box moved away: L1 and GIoU grow
+    assert perfect < 0.1 < float(loss(out, targets))
+
+
+def test_clahe_spreads_a_low_contrast_image_and_motion_blur_keeps_brightness():
+    from models.detr import clahe, motion_blur
+
+    rng = np.random.default_rng(0)
+    gray = rng.integers(100, 120, size=(64, 80)).astype(np.uint8)
+    out = clahe(gray)
+    assert out.shape == gray.shape and out.dtype == np.uint8 and out.std() > 2 * gray.std()
+    image = torch.rand(3, 32, 32)
+    for angle in (0, 45, 90, 135):
+        blurred = motion_blur(image, 5, angle)
+        assert blurred.shape == image.shape
+        assert float(blurred[:, 8:-8, 8:-8].mean()) == pytest.approx(float(image[:, 8:-8, 8:-8].mean()), abs=0.02)
+
+
+def test_detr_items_hold_tiny_boxes_padded_with_class_minus_one_and_augmentations_switch_off():
+    from models.detr import SyntheticDetection
+
+    item, target = SyntheticDetection(patch_size=[64, 96], max_boxes=5)[3]
+    assert list(item.shape) == [3, 64, 96] and list(target.shape) == [5, 5]
+    boxes = target[target[:, 0] >= 0]
+    assert len(boxes) >= 1 and (target[len(boxes):, 0] == -1).all()
+    assert ((boxes[:, 3:] > 0) & (boxes[:, 3:] <= 0.06)).all() and ((boxes[:, 1:3] > 0) & (boxes[:, 1:3] < 1)).all()
+    plain = SyntheticDetection(patch_size=[64, 96], max_boxes=5, clahe=False, motion_blur=False)[3]
+    assert torch.equal(plain[1], target) and not torch.equal(plain[0], item)
+
+
+@pytest.mark.parametrize("name,first_loss", [("seresnet_speech", 0.69), ("detr", 10.0)])
+def test_the_guide_workloads_train_a_step_at_the_cpu_size(name, first_loss):
+    from harness.run.measure import model_flops_per_sample
+    from harness.workload.data import build_dataset, build_loader
+    from harness.workload.knobs import prepare
+
+    cfg = tiny_config(workload=name)
+    assert workloads.is_builtin(cfg.workload)
+    torch.manual_seed(cfg.seed)
+    prep = prepare(cfg, cfg.workload)
+    x, y = next(iter(build_loader(cfg, build_dataset(cfg, cfg.workload), cfg.workload)))
+    assert list(x.shape[1:]) == cfg.workload.sample_shape("smoke")
+    loss = prep.loss_fn(prep.model(x), y)
+    loss.backward()
+    assert math.isfinite(float(loss)) and float(loss) == pytest.approx(first_loss, rel=0.5)
+    assert (model_flops_per_sample(cfg, cfg.workload) or 0) > 0
+
+
+def test_dataset_settings_hand_the_patch_size_and_leave_old_hashes_alone():
+    spec = workloads.builtin("custom")
+    assert "dataset_settings" not in spec.hashed()  # absent, every custom workload hashes as before the field
+    cfg = tiny_config(workload="seresnet_speech", data__patch_size=[51])
+    from harness.workload.data import build_dataset
+
+    assert list(build_dataset(cfg, cfg.workload)[0][0].shape) == [257, 51]
+    bad = config_mod.RunConfig()
+    config_mod.set_key(bad, "workload", "seresnet_speech")
+    config_mod.set_key(bad, "workload.dataset_settings", {"patch_size": "data.patch"})
+    with pytest.raises(ValueError, match=r"data\.patch"):
+        config_mod.resolve(bad, cuda_available=False)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("ladder", ["seresnet", "detr_guide"])
+def test_the_guide_workloads_climb_their_ladders_at_the_cpu_size(ladder, results):
+    from harness.store import load_runs
+
+    out = harness_cli("sweep", f"+ladder={ladder}", "measure.steps=3", "measure.warmup_steps=1", f"results_dir={results}")
+    assert out.returncode == 0, out.stdout + out.stderr
+    frame = load_runs(results)
+    assert set(frame["status"]) <= {"ok", "skipped"} and (frame["status"] == "ok").sum() >= 5
+    assert "Total: measured" in out.stdout
