@@ -19,7 +19,7 @@ set -uo pipefail
 
 PY=${PYTHON:-python3}
 DRY=${DRY_RUN:-0}
-PARTS="env runs-unet3d runs-basic_unet3d runs-mednext runs-resnet50 phase2 scaling resnet50-0..5 detr-0..7 a100-diagnose \
+PARTS="env runs-unet3d runs-basic_unet3d runs-mednext runs-resnet50 phase2 scaling resnet50-0..7 detr-0..7 a100-diagnose \
 a100-0..6 tests tests-slow"
 usage() {
   echo "usage: scripts/gpu_measure.sh PART [OUT_DIR]   (OUT_DIR defaults to \$OUT)" >&2
@@ -36,7 +36,7 @@ if [ -z "$outdir" ]; then echo "no output folder: give OUT_DIR or set \$OUT" >&2
 case "$part" in
   env | tests | tests-slow | phase2 | scaling | a100-diagnose) ;;
   runs-unet3d | runs-basic_unet3d | runs-mednext | runs-resnet50) ;;
-  resnet50-[0-5] | detr-[0-7] | a100-[0-6]) ;;
+  resnet50-[0-7] | detr-[0-7] | a100-[0-6]) ;;
   *) echo "unknown part '$part'" >&2; usage ;;
 esac
 

@@ -108,6 +108,9 @@ def test_the_failure_reported_is_the_one_that_caused_the_others():
     assert crashed["status"] == "error"
     assert crashed["error"].startswith("rank 1 was killed by signal SIGKILL without writing a result")
     assert "rank 0 exited with code 1" in crashed["error"]
+    # the launcher's SIGTERM to the survivors is an effect, not the cause, even on a lower rank
+    stopped = launch.root_failure({0: -signal.SIGTERM, 1: -signal.SIGKILL}, {0: None, 1: None})
+    assert stopped["error"].startswith("rank 1 was killed by signal SIGKILL without writing a result")
     oom = launch.root_failure({0: 1, 1: 1}, {0: broken, 1: {"status": "oom", "error": "CUDA out of memory"}})
     assert oom["status"] == "oom" and oom["error"].startswith("rank 1: CUDA out of memory")
     assert launch.root_failure({}, {0: None})["status"] == "error"

@@ -79,7 +79,10 @@ def test_the_parent_samples_the_loader_workers_memory(tmp_path):
     metrics = _child_run(tmp_path, data__num_workers=1, data__persistent_workers=True, debug__slowdown_ms=300.0,
                          measure__sample_interval_s=0.1)
     assert len(metrics["worker_rss_bytes"]) >= 1 and metrics["peak_worker_rss_bytes"] > 10e6
-    assert metrics["peak_host_rss_bytes"] > metrics["peak_main_rss_bytes"]
+    # the host peak holds the main process and its worker together; it cannot always exceed the main process's
+    # exact peak from the kernel (that peak may come while the model is built, before any worker starts), but it
+    # is never below either
+    assert metrics["peak_host_rss_bytes"] >= max(metrics["peak_main_rss_bytes"], metrics["peak_worker_rss_bytes"])
 
 
 def test_the_parent_keeps_gpu_samples_only_between_the_window_markers(tmp_path, monkeypatch):

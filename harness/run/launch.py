@@ -130,7 +130,9 @@ def root_failure(exits: dict[int, int], results: dict[int, dict | None]) -> dict
             if res.get("status") == status:
                 return {"status": status, "error": res.get("error", "") if status == "skipped"
                         else f"rank {rank}: {res.get('error', '')}\n({summary})"}
-    for rank, code in sorted(exits.items()):
+    # torch's launcher stops the surviving peers with SIGTERM once one rank has failed: a rank killed by another
+    # signal (SIGKILL, SIGSEGV, ...) is the cause, whichever rank number it has
+    for rank, code in sorted(exits.items(), key=lambda item: (item[1] == -signal.SIGTERM, item[0])):
         if code < 0 and rank not in failed:
             return {"status": "error", "error": f"rank {rank} was killed by signal {signal.Signals(-code).name} "
                                                 f"without writing a result ({summary})"}
