@@ -45,16 +45,18 @@ def _settings(workload: str, precision: str, steps: int, warmup: int, device: st
             f"measure.steps={steps}", f"measure.warmup_steps={warmup}"]
 
 
-def harness_run(settings: list[str], results: Path) -> float:
-    """samples/s of one ``python -m harness run``, from the record it stored."""
+def harness_run(settings: list[str], results: Path) -> dict:
+    """One ``python -m harness run``: samples/s and the parent's CPU share in the window, from its stored record."""
     done = subprocess.run([sys.executable, "-m", "harness", "run", *settings, f"results_dir={results}"], cwd=REPO,
                           capture_output=True, text=True, env=_env())
     if done.returncode != 0:
         sys.exit(f"the harness run failed (exit {done.returncode}):\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
     from harness.store import load_runs
 
-    runs = load_runs(results).sort_values("timestamp")
-    return float(runs["samples_per_s"].iloc[-1])
+    run = load_runs(results).sort_values("timestamp").iloc[-1]
+    parent = run["parent_cpu_pct"]
+    return {"samples_per_s": float(run["samples_per_s"]), "step_ms": float(run["step_ms_mean"]),
+            "parent_cpu_pct": None if parent is None or parent != parent else float(parent)}
 
 
 def plain_run(settings: list[str]) -> float:
@@ -66,20 +68,27 @@ def plain_run(settings: list[str]) -> float:
     return float(json.loads(done.stdout.strip().splitlines()[-1])["samples_per_s"])
 
 
-def plain_loop(settings: list[str]) -> dict:
-    """A training loop as one would write it by hand, on what the harness would build for these settings."""
+def _config(settings: list):
+    """A resolved RunConfig from ``key=value`` strings or (key, value) pairs."""
     import torch
 
     from harness import config as config_mod
-    from harness.workload.data import build_dataset, build_loader
-    from harness.workload.knobs import build_optimizer, guard_cpu_bf16_conv3d
-    from harness.workload.build import build_all
 
     cfg = config_mod.RunConfig()
     for item in settings:
-        key, value = item.split("=", 1)
+        key, value = item.split("=", 1) if isinstance(item, str) else item
         config_mod.set_key(cfg, key, value)
-    cfg = config_mod.resolve(cfg, cuda_available=torch.cuda.is_available())
+    return config_mod.resolve(cfg, cuda_available=torch.cuda.is_available())
+
+
+def plain_step(cfg):
+    """A training step as one would write it by hand, on what the harness would build for ``cfg``: (step, device)."""
+    import torch
+
+    from harness.workload.build import build_all
+    from harness.workload.data import build_dataset, build_loader
+    from harness.workload.knobs import build_optimizer, guard_cpu_bf16_conv3d
+
     workload = cfg.workload
     device = torch.device(cfg.device)
     torch.manual_seed(cfg.seed)
@@ -92,6 +101,7 @@ def plain_loop(settings: list[str]) -> dict:
     dtype = {"32": None, "bf16-mixed": torch.bfloat16, "16-mixed": torch.float16}[cfg.precision]
     x, y = next(iter(build_loader(cfg, build_dataset(cfg, workload), workload)))
     x, y = x.to(device), y.to(device)
+    log_every = cfg.log_every_n_steps
 
     def step(i: int) -> None:
         optimizer.zero_grad(set_to_none=True)
@@ -99,9 +109,17 @@ def plain_loop(settings: list[str]) -> dict:
             loss = loss_fn(model(x), y)
         loss.backward()
         optimizer.step()
-        if i == 0 or (i + 1) % cfg.log_every_n_steps == 0:
+        if i == 0 or (i + 1) % log_every == 0:
             loss.item()
 
+    return step, device
+
+
+def time_plain(cfg) -> float:
+    """Seconds of the plain loop's measured steps (after the same warm-up the harness does)."""
+    import torch
+
+    step, device = plain_step(cfg)
     warmup, steps = cfg.measure.warmup_steps, cfg.measure.steps
     for i in range(warmup):
         step(i)
@@ -112,8 +130,62 @@ def plain_loop(settings: list[str]) -> dict:
         step(i)
     if device.type == "cuda":
         torch.cuda.synchronize(device)
-    took = time.perf_counter() - start
-    return {"samples_per_s": steps * cfg.batch_size / took}
+    return time.perf_counter() - start
+
+
+def plain_loop(settings: list[str]) -> dict:
+    cfg = _config(settings)
+    return {"samples_per_s": cfg.measure.steps * cfg.batch_size / time_plain(cfg)}
+
+
+# A model so small (one 1x1 convolution, SGD) that a step is ~0.2 ms on a CPU: what the harness's loop adds per step stands out against it.
+TINY = [("workload", "custom"), ("workload.model._target_", "torch.nn.Conv1d"), ("workload.model.in_channels", 1),
+        ("workload.model.out_channels", 2), ("workload.model.kernel_size", 1), ("workload.input_shape", [1, 8]),
+        ("workload.target", "segmentation"), ("size", "smoke"), ("device", "cpu"), ("measure.mode", "model"),
+        ("workload.optimizer._target_", "torch.optim.SGD"), ("measure.warmup_steps", 20), ("data.num_workers", 0)]
+
+
+def loop_cost(rounds: int, steps: int) -> list[float]:
+    """Microseconds the harness's measuring loop (``train_and_measure``, as the child runs it) adds to a step over
+    the plain loop, per round: both on the tiny model, alternating in this one process (the order flips every
+    round), so that the machine's slow minutes and a process's own speed fall on both sides alike."""
+    from harness.run.measure import train_and_measure
+
+    cfg = _config(TINY + [("measure.steps", steps)])
+    quiet = lambda *args, **kwargs: None  # noqa: E731 - the progress markers: the child writes a file per phase
+    out = []
+    for r in range(rounds):
+        sides = {}
+        for side in (("harness", "plain") if r % 2 == 0 else ("plain", "harness")):
+            if side == "harness":
+                m, _ = train_and_measure(cfg, cfg.workload, quiet)
+                sides[side] = m.measured_s / len(m.step_ms)
+            else:
+                sides[side] = time_plain(cfg) / steps
+        out.append((sides["harness"] - sides["plain"]) * 1e6)
+    return out
+
+
+def median_band(values: list[float], draws: int = 2000, seed: int = 0) -> tuple[float, float, float]:
+    """The median and a 95% bootstrap band of it (rounds resampled: the round is the unit, not the step)."""
+    import random
+
+    rng = random.Random(seed)
+    medians = sorted(statistics.median(rng.choices(values, k=len(values))) for _ in range(draws))
+    return statistics.median(values), medians[int(0.025 * draws)], medians[int(0.975 * draws) - 1]
+
+
+MIN_ROUNDS = 5  # fewer rounds than this give no verdict: a bootstrap of two or three values says nothing
+
+
+def verdict(low: float, high: float, rounds: int, target: float = 0.99) -> str:
+    if rounds < MIN_ROUNDS:
+        return f"no verdict from {rounds} round(s) (at least {MIN_ROUNDS})"
+    if low >= target:
+        return f">= {target} shown"
+    if high < target:
+        return f"below {target}"
+    return f"inconclusive: the band straddles {target}"
 
 
 def _load() -> str:
@@ -132,28 +204,68 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--device", default="cpu")
+    parser.add_argument("--loop-rounds", type=int, default=20, help="rounds of the in-process loop-cost check (0: none)")
+    parser.add_argument("--loop-steps", type=int, default=2000, help="tiny-model steps per side of a loop-cost round")
     args = parser.parse_args(argv)
     precision = "bf16-mixed" if args.bf16 else "32"
-    ratios: dict[str, list[float]] = {w: [] for w in args.workloads.split(",")}
+    workloads = args.workloads.split(",")
+    ratios: dict[str, list[float]] = {w: [] for w in workloads}
+    parent: dict[str, list[float]] = {w: [] for w in workloads}
+    step_ms: dict[str, list[float]] = {w: [] for w in workloads}
     print(f"{os.cpu_count()} CPUs, load average at start {_load()}; precision={precision}, "
           f"{args.warmup} warm-up + {args.steps} measured steps, {args.rounds} rounds")
+    print("\n1. End to end: the harness as a user runs it against the plain loop, each a fresh process")
     with tempfile.TemporaryDirectory(prefix="harness-overhead-") as tmp:
         for r in range(args.rounds):
-            for workload in ratios:
+            for workload in workloads:
                 settings = _settings(workload, precision, args.steps, args.warmup, args.device)
                 results = Path(tmp) / f"{workload}-{r}"
                 if r % 2 == 0:
                     harness, plain = harness_run(settings, results), plain_run(settings)
                 else:
                     plain, harness = plain_run(settings), harness_run(settings, results)
-                ratios[workload].append(harness / plain)
-                print(f"round {r + 1} {workload:9s} harness {harness:8.2f} samples/s, plain {plain:8.2f} samples/s, "
-                      f"ratio {harness / plain:.3f}  (load {_load()})", flush=True)
+                ratio = harness["samples_per_s"] / plain
+                ratios[workload].append(ratio)
+                step_ms[workload].append(harness["step_ms"])
+                if harness["parent_cpu_pct"] is not None:
+                    parent[workload].append(harness["parent_cpu_pct"])
+                print(f"round {r + 1} {workload:9s} harness {harness['samples_per_s']:8.2f} samples/s, "
+                      f"plain {plain:8.2f} samples/s, ratio {ratio:.3f}; harness parent CPU "
+                      f"{_pct(harness['parent_cpu_pct'])} of one CPU  (load {_load()})", flush=True)
     for workload, values in ratios.items():
-        print(f"{workload:9s} harness/plain throughput: median {statistics.median(values):.3f} "
-              f"(min {min(values):.3f}, max {max(values):.3f}, {len(values)} rounds)")
-    print(f"load average at end {_load()} on {os.cpu_count()} CPUs")
+        if not values:
+            continue
+        mid, low, high = median_band(values)
+        print(f"{workload:9s} harness/plain throughput: median {mid:.3f}, 95% band of the median [{low:.3f}-{high:.3f}]"
+              f" (rounds {min(values):.3f}-{max(values):.3f}, {len(values)} rounds): {verdict(low, high, len(values))}")
+    cost = []
+    if args.loop_rounds > 0:
+        print(f"\n2. The measuring loop's own cost per step: train_and_measure against the plain loop on a tiny "
+              f"model, {args.loop_steps} steps a side, alternating in one process, {args.loop_rounds} rounds")
+        cost = loop_cost(args.loop_rounds, args.loop_steps)
+        mid, low, high = median_band(cost)
+        print(f"loop cost: median {mid:+.2f} us a step, 95% band [{low:+.2f}, {high:+.2f}] us "
+              f"(rounds {min(cost):+.1f} to {max(cost):+.1f})")
+    print("\n3. Accounted overhead: the parent's CPU (as if every cycle of it were taken from the child, an upper "
+          "bound) plus the loop's cost per step (upper end of its band) over the workload's step time")
+    for workload in workloads:
+        if not step_ms[workload]:
+            continue
+        parent_frac = statistics.median(parent[workload]) / 100.0 if parent[workload] else None
+        loop_frac = max(0.0, median_band(cost)[2]) / 1000.0 / statistics.median(step_ms[workload]) if cost else 0.0
+        if parent_frac is None:
+            print(f"{workload:9s} parent CPU not recorded (the parent missed the window's edges): no bound")
+            continue
+        total = parent_frac + loop_frac
+        print(f"{workload:9s} parent {100 * parent_frac:.3f}% + loop {100 * loop_frac:.4f}% of a "
+              f"{statistics.median(step_ms[workload]):.0f} ms step = {100 * total:.3f}%: harness/plain >= "
+              f"{1 - total:.4f} ({'meets' if 1 - total >= 0.99 else 'misses'} >= 0.99)")
+    print(f"\nload average at end {_load()} on {os.cpu_count()} CPUs")
     return 0
+
+
+def _pct(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.2f}%"
 
 
 if __name__ == "__main__":

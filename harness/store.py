@@ -163,6 +163,9 @@ class RunRecord:
     gpu_sm_clock_mhz: float | None = None
     gpu_throttle_reasons: str = ""
     gpu_sm_active_pct: float | None = None
+    # what the harness itself spent (issue 11): the parent process's CPU time (all its threads: polls, sampling,
+    # the progress display) over the measured window as it saw it, in % of one CPU; empty if it missed an edge
+    parent_cpu_pct: float | None = None
     backend_flags: str = ""  # JSON: the TF32 / cuDNN settings the run applied, and through which API
     # multi-device runs (schema 4): every rank timed its own window; the slowest sets samples_per_s (global)
     world_size: int | None = None  # ranks (devices); 1 for a single-device run, empty in older records

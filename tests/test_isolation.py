@@ -83,6 +83,8 @@ def test_the_parent_samples_the_loader_workers_memory(tmp_path):
     # exact peak from the kernel (that peak may come while the model is built, before any worker starts), but it
     # is never below either
     assert metrics["peak_host_rss_bytes"] >= max(metrics["peak_main_rss_bytes"], metrics["peak_worker_rss_bytes"])
+    # what the harness itself spent in the window: the parent's CPU, sampling ten times a second, a small share
+    assert metrics["parent_cpu_pct"] is not None and 0.0 <= metrics["parent_cpu_pct"] < 25.0
 
 
 def test_the_parent_keeps_gpu_samples_only_between_the_window_markers(tmp_path, monkeypatch):

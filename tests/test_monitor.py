@@ -5,6 +5,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from types import SimpleNamespace
 
 from harness.run import monitor
@@ -293,3 +294,23 @@ def test_gpm_unsupported_or_window_close_unseen_leaves_it_empty_with_a_note():
     s2.window_opened()
     s2.window_lost()  # the child ended before the parent saw "measured": the teardown would be counted
     assert s2.samples.gpu_sm_active_pct is None and any("close was not seen" in n for n in s2.samples.notes)
+
+
+def test_the_parents_own_cpu_is_measured_over_the_window_it_saw():
+    s = monitor.Sampler(os.getpid())
+    s.window_opened()
+    end = time.process_time() + 0.2
+    while time.process_time() < end:  # the parent busy for 0.2 s of CPU: its share of the window is large
+        pass
+    s.window_closed()
+    assert 20.0 < s.samples.parent_cpu_pct <= 100.0 * (os.cpu_count() or 1)
+    assert monitor.metrics(s.samples, {})["parent_cpu_pct"] == s.samples.parent_cpu_pct
+    idle = monitor.Sampler(os.getpid())
+    idle.window_opened()
+    time.sleep(0.3)  # asleep, as the parent is between polls: next to nothing
+    idle.window_closed()
+    assert 0.0 <= idle.samples.parent_cpu_pct < 20.0
+    lost = monitor.Sampler(os.getpid())
+    lost.window_opened()
+    lost.window_lost()  # the close was not seen: no figure rather than one over the wrong span
+    assert lost.samples.parent_cpu_pct is None

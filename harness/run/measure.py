@@ -125,6 +125,9 @@ def train_and_measure(cfg, workload: WorkloadSpec, progress, rank: Rank | None =
         nan_step = fault_step = -1
     slowdown_s = cfg.debug.slowdown_ms / 1000.0
     set_to_none = cfg.optimizer.zero_grad_set_to_none
+    move = mode != "model"  # model mode's one batch is on the device already, in the model's memory format
+    if prep is not None:
+        model, loss_fn, autocast = prep.model, prep.loss_fn, prep.autocast
     after_step = periodic_work(cfg, device, _validation(cfg, workload, prep)) if prep is not None else None
 
     # The parent samples NVML for this device from outside; it must not initialise CUDA to find it, so the child
@@ -180,13 +183,16 @@ def train_and_measure(cfg, workload: WorkloadSpec, progress, rank: Rank | None =
                 continue
             if ev_start is not None and micro == 0:  # the device's step starts once the first batch is in hand
                 ev_start.record()
-            x = x.to(device, non_blocking=nb, memory_format=fmt)
-            y = y.to(device, non_blocking=nb)
+            if move:
+                x = x.to(device, non_blocking=nb, memory_format=fmt)
+                y = y.to(device, non_blocking=nb)
             out = None
             try:
-                with prep.autocast():
-                    out = prep.model(x)
-                    loss = prep.loss_fn(out, y) / accum
+                with autocast():
+                    out = model(x)
+                    loss = loss_fn(out, y)
+                    if accum > 1:
+                        loss = loss / accum
             except Exception as exc:  # the model or loss refuses this batch: say what the batch was
                 raise shapes_error(exc, x, y, out) from exc
             if step == nan_step:

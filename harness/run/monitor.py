@@ -31,6 +31,9 @@ class Samples:
     gpu_sm_clock_mhz: list[float] = field(default_factory=list)
     gpu_clock_reasons: list[float] = field(default_factory=list)  # NVML clock-event bitmasks, one per sample
     gpu_sm_active_pct: float | None = None  # GPM, over the whole window (two samples, not a mean of polls)
+    # The harness's own cost: CPU time of this (parent) process, every thread, over the window as the parent saw
+    # it open and close, in % of one CPU. Empty when the parent did not see both edges.
+    parent_cpu_pct: float | None = None
     notes: list[str] = field(default_factory=list)  # GPU metrics that could not be read, and why
 
 
@@ -126,6 +129,7 @@ class Sampler:
         self._nvml = nvml  # the pynvml module (injectable for tests); imported on first use
         self._dead: set[str] = set()
         self._gpm: _Gpm | None = None
+        self._parent_clock: tuple[float, float] | None = None  # (CPU s, wall s) of this process at the window's open
         try:
             self._proc = psutil.Process(pid)
         except psutil.Error:
@@ -150,6 +154,7 @@ class Sampler:
     def window_opened(self) -> None:
         """The measured window has opened (as the parent sees it): GPU samples from now on, GPM's first sample."""
         self.measuring = True
+        self._parent_clock = (time.process_time(), time.monotonic())
         if self.gpu is None or "gpu_sm_active_pct" in self._dead or not self._load_nvml():
             return
         try:
@@ -160,6 +165,12 @@ class Sampler:
     def window_closed(self) -> None:
         """The measured window has closed: no more GPU samples; GPM's SM activity over the window."""
         self.measuring = False
+        if self._parent_clock is not None:
+            cpu0, wall0 = self._parent_clock
+            wall = time.monotonic() - wall0
+            if wall > 0:
+                self.samples.parent_cpu_pct = 100.0 * (time.process_time() - cpu0) / wall
+            self._parent_clock = None
         gpm, self._gpm = self._gpm, None
         if gpm is None:
             return
@@ -172,6 +183,7 @@ class Sampler:
         """The child ended before the parent saw the window close: GPM's second sample would take in the child's
         teardown, so SM activity is left empty, with a note."""
         self.measuring = False
+        self._parent_clock = None
         if self._gpm is not None:
             self._gpm = None
             self._give_up("gpu_sm_active_pct", "SM activity (GPM) not read: the window's close was not seen in time")
@@ -294,6 +306,7 @@ def metrics(samples: Samples, child: dict, gpu_named: bool = False) -> dict:
         "gpu_sm_clock_mhz": _mean(samples.gpu_sm_clock_mhz),
         "gpu_throttle_reasons": clock_reason_names(samples.gpu_clock_reasons),
         "gpu_sm_active_pct": samples.gpu_sm_active_pct,
+        "parent_cpu_pct": samples.parent_cpu_pct,
         "gpu_sample_note": "; ".join(notes),
     }
 
