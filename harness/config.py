@@ -143,7 +143,7 @@ class RunConfig:
     log_every_n_steps: int = 50
     memory_cleanup_every_n_steps: int = 0  # gc.collect() (+ torch.cuda.empty_cache() on a GPU) every N steps; 0: never
     visualize_every_n_steps: int = 0  # copy a sample's input and output to the host and write them to disk; 0: never
-    cpus: Optional[int] = None  # run on the first N CPUs this process may use (affinity; workers inherit it)
+    cpus: Optional[int] = None  # run on N CPUs of those this process may use (affinity; workers inherit it); per rank
     seed: int = 0
     timeout_s: float = 900.0
     results_dir: str = "results"
@@ -582,8 +582,10 @@ def usable_cpus() -> int:
 def _workload_conflicts(cfg: RunConfig) -> list[str]:
     """Knobs this workload's model cannot take (the child would fail, or run the baseline under the knob's name)."""
     spec, reasons = cfg.workload, []
-    if cfg.cpus is not None and cfg.cpus > usable_cpus():
-        reasons.append(f"cpus={cfg.cpus} is more than the {usable_cpus()} CPUs this process may use")
+    if cfg.cpus is not None and cfg.cpus * cfg.devices > usable_cpus():  # each rank gets CPUs of its own
+        need = f"cpus={cfg.cpus}" + (f" for each of devices={cfg.devices} ranks ({cfg.cpus * cfg.devices} CPUs)"
+                                     if cfg.devices > 1 else "")
+        reasons.append(f"{need} is more than the {usable_cpus()} CPUs this process may use")
     if cfg.channels_last and spec.spatial_dims not in (2, 3):
         reasons.append(f"channels_last=true needs 2D or 3D samples (4D/5D tensors); workload {spec.name!r} has "
                        f"{spec.spatial_dims}D samples {spec.sample_shape(cfg.size)}")

@@ -197,3 +197,25 @@ def test_cpus_pins_the_process_to_its_first_n_cpus_and_more_than_there_are_is_sk
     assert config_mod.not_applicable(tiny_config(cpus=1)) == ""
     with pytest.raises(ValueError, match=r"cpus=0 must be a positive number"):
         tiny_config(cpus=0)
+
+
+def test_each_rank_of_a_multi_device_run_gets_cpus_of_its_own():
+    import os
+
+    from harness.workload import knobs
+
+    allowed, threads = os.sched_getaffinity(0), torch.get_num_threads()
+    if len(allowed) < 2:
+        pytest.skip("needs 2 usable CPUs")
+    try:
+        first, second = sorted(allowed)[:2]
+        assert knobs.apply_cpu_affinity(1, rank=1) == [second] and os.sched_getaffinity(0) == {second}
+        os.sched_setaffinity(0, allowed)
+        assert knobs.apply_cpu_affinity(1, rank=0) == [first]
+    finally:
+        os.sched_setaffinity(0, allowed)
+        torch.set_num_threads(threads)
+    n = len(allowed)
+    assert config_mod.not_applicable(tiny_config(cpus=n, devices=2)) == (
+        f"cpus={n} for each of devices=2 ranks ({2 * n} CPUs) is more than the {n} CPUs this process may use")
+    assert "cpus=" not in config_mod.not_applicable(tiny_config(cpus=n // 2, devices=2))

@@ -94,8 +94,8 @@ def train_and_measure(cfg, workload: WorkloadSpec, progress, rank: Rank | None =
     """Run warm-up + measured steps; return the raw measurement and the derived extras. Under DDP each rank runs
     this on its own device and share of the data (``cfg.batch_size`` is then this rank's batch)."""
     torch.manual_seed(cfg.seed)
-    apply_cpu_affinity(cfg.cpus)  # first: the loader's workers inherit it
     rank = rank or Rank()
+    apply_cpu_affinity(cfg.cpus, rank.rank)  # first: the loader's workers inherit it
     mode = cfg.measure.mode
     device = rank.device(cfg.device)
     prep = prepare(cfg, workload, device, rank) if mode != "loader" else None

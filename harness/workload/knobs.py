@@ -62,14 +62,16 @@ def apply_backend_flags(cfg) -> dict[str, Any]:
     return flags
 
 
-def apply_cpu_affinity(cpus: int | None) -> list[int] | None:
-    """Run on the first ``cpus`` CPUs this process may use (loader workers inherit it), with no more torch threads
-    than CPUs; returns the CPUs (None: left as it was). The connectomics guide's ``num_cpus``."""
+def apply_cpu_affinity(cpus: int | None, rank: int = 0) -> list[int] | None:
+    """Run on ``cpus`` of the CPUs this process may use (loader workers inherit it), with no more torch threads
+    than CPUs; returns the CPUs (None: left as it was). The connectomics guide's ``num_cpus``. Rank R of a
+    multi-device run takes the R-th block of ``cpus`` (the ranks inherit one CPU set from the launcher), so that
+    no two ranks share a CPU; ``config.not_applicable`` has checked that the blocks fit."""
     import os
 
     if cpus is None:
         return None
-    chosen = sorted(os.sched_getaffinity(0))[:cpus]
+    chosen = sorted(os.sched_getaffinity(0))[rank * cpus:(rank + 1) * cpus]
     os.sched_setaffinity(0, chosen)
     torch.set_num_threads(min(torch.get_num_threads(), len(chosen)))
     return chosen
