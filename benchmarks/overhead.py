@@ -61,8 +61,10 @@ def harness_run(settings: list[str], results: Path) -> dict:
 
 def plain_run(settings: list[str]) -> float:
     """samples/s of the plain loop, in a fresh process of its own."""
+    # a session of its own, as the harness's child has: with the kernel's autogroup scheduling a session is a
+    # scheduling group, so under other load both sides get the same share of the CPUs
     done = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--plain", json.dumps(settings)], cwd=REPO,
-                          capture_output=True, text=True, env=_env())
+                          capture_output=True, text=True, env=_env(), start_new_session=True)
     if done.returncode != 0:
         sys.exit(f"the plain loop failed (exit {done.returncode}):\n{done.stderr[-3000:]}")
     return float(json.loads(done.stdout.strip().splitlines()[-1])["samples_per_s"])
