@@ -80,7 +80,7 @@ class FakeNvml:
         return SimpleNamespace(at=None)
 
     def nvmlGpmSampleGet(self, h, sample):
-        sample.at = getattr(self, "sm_busy", 0.0)
+        sample.at = getattr(self, "sm_busy_by", {}).get(h, getattr(self, "sm_busy", 0.0))  # a counter per GPU
         return sample
 
     def nvmlGpmSampleFree(self, sample):
@@ -279,6 +279,17 @@ def test_gpm_sm_activity_spans_the_window_the_parent_saw():
     assert not s.measuring and s.samples.gpu_sm_active_pct == 62.5
     assert nvml.calls.count("free") == 2 and s.samples.notes == []
     assert monitor.metrics(s.samples, {}, gpu_named=True)["gpu_sm_active_pct"] == 62.5
+
+
+def test_gpm_sm_activity_of_a_multi_device_run_is_every_gpus_mean():
+    nvml = FakeNvml()
+    s = monitor.Sampler(os.getpid(), "gpu0", nvml=nvml)
+    s.attach_gpu(monitor.GpuHandle("gpu1", how="uuid"))  # another rank's GPU
+    nvml.sm_busy_by = {"gpu0": 0.0, "gpu1": 5.0}
+    s.window_opened()
+    nvml.sm_busy_by = {"gpu0": 60.0, "gpu1": 45.0}  # the window added 60 on one GPU, 40 on the other
+    s.window_closed()
+    assert s.samples.gpu_sm_active_pct == 50.0 and nvml.calls.count("free") == 4
 
 
 def test_gpm_unsupported_or_window_close_unseen_leaves_it_empty_with_a_note():

@@ -128,7 +128,7 @@ class Sampler:
         self.other_gpus: list[GpuHandle] = []  # the other ranks' GPUs of a multi-device run, sampled alike
         self._nvml = nvml  # the pynvml module (injectable for tests); imported on first use
         self._dead: set[str] = set()
-        self._gpm: _Gpm | None = None
+        self._gpm: list[_Gpm] = []  # one per GPU of the run (every rank's), between the window's edges
         self._parent_clock: tuple[float, float] | None = None  # (CPU s, wall s) of this process at the window's open
         try:
             self._proc = psutil.Process(pid)
@@ -158,12 +158,13 @@ class Sampler:
         if self.gpu is None or "gpu_sm_active_pct" in self._dead or not self._load_nvml():
             return
         try:
-            self._gpm = _Gpm(self._nvml, self.gpu.handle)
+            self._gpm = [_Gpm(self._nvml, gpu.handle) for gpu in [self.gpu, *self.other_gpus]]
         except Exception as exc:
             self._give_up("gpu_sm_active_pct", f"SM activity (GPM) unreadable ({type(exc).__name__}: {exc})")
 
     def window_closed(self) -> None:
-        """The measured window has closed: no more GPU samples; GPM's SM activity over the window."""
+        """The measured window has closed: no more GPU samples; GPM's SM activity over the window (with several
+        GPUs, their mean, as the other GPU metrics pool)."""
         self.measuring = False
         if self._parent_clock is not None:
             cpu0, wall0 = self._parent_clock
@@ -171,11 +172,11 @@ class Sampler:
             if wall > 0:
                 self.samples.parent_cpu_pct = 100.0 * (time.process_time() - cpu0) / wall
             self._parent_clock = None
-        gpm, self._gpm = self._gpm, None
-        if gpm is None:
+        gpms, self._gpm = self._gpm, []
+        if not gpms:
             return
         try:
-            self.samples.gpu_sm_active_pct = gpm.sm_active_pct()
+            self.samples.gpu_sm_active_pct = sum(g.sm_active_pct() for g in gpms) / len(gpms)
         except Exception as exc:
             self._give_up("gpu_sm_active_pct", f"SM activity (GPM) unreadable ({type(exc).__name__}: {exc})")
 
@@ -184,8 +185,8 @@ class Sampler:
         teardown, so SM activity is left empty, with a note."""
         self.measuring = False
         self._parent_clock = None
-        if self._gpm is not None:
-            self._gpm = None
+        if self._gpm:
+            self._gpm = []
             self._give_up("gpu_sm_active_pct", "SM activity (GPM) not read: the window's close was not seen in time")
 
     def _load_nvml(self) -> bool:
