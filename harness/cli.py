@@ -48,10 +48,26 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {unknown_choice('command', command, COMMANDS)}", file=sys.stderr)
         return 2
     _quiet_store_warnings()
+    misplaced = misplaced_climb_setting(command, rest)
+    if misplaced:
+        print(f"error: {misplaced}", file=sys.stderr)
+        return 2
     module = importlib.import_module(COMMANDS[command][1])
     if command in MEASURING:
         return _measuring_command(module, command, rest)
     return module.main(command, rest)
+
+
+def misplaced_climb_setting(command: str, argv: list[str]) -> str:
+    """The error for a ``climb.*`` setting given to another command (it would be ignored without a word), or ""."""
+    if command == "climb":
+        return ""
+    for arg in argv:
+        key = arg.split("=", 1)[0].lstrip("+~") if "=" in arg and not arg.startswith("-") else ""
+        if key == "climb" or key.startswith("climb."):
+            return (f"{arg!r} is a setting of `python -m harness climb`; `{command}` does not take it "
+                    "(settings of every measuring command: `python -m harness run --help`)")
+    return ""
 
 
 def _measuring_command(module, command: str, rest: list[str]) -> int:

@@ -23,6 +23,15 @@ def test_unknown_setting_stops_before_anything_runs(results):
     assert not results.exists()
 
 
+def test_a_climb_setting_given_to_another_command_is_refused_not_ignored(results):
+    for command in ("run", "sweep"):
+        out = harness_cli(command, "climb.budget_min=5", f"results_dir={results}")
+        assert out.returncode == 2 and "Traceback" not in out.stderr
+        assert f"'climb.budget_min=5' is a setting of `python -m harness climb`; `{command}` does not take it" \
+            in out.stderr
+    assert not results.exists()
+
+
 def test_contradiction_is_explained(results):
     out = harness_cli("run", "data.prefetch_factor=2", f"results_dir={results}")
     assert out.returncode == 2 and "needs data.num_workers > 0" in out.stdout + out.stderr
