@@ -51,6 +51,25 @@ def test_a_campaign_stores_one_complete_sweep_per_combination_under_one_id(tiny_
     assert "optimizer.zero_grad_set_to_none=false" in table
 
 
+def test_a_campaign_climbs_a_ladder_the_results_folder_holds(tiny_conf, results, capsys):
+    # climb writes its ladders to <results_dir>/ladders/, which is not a Hydra config group: the campaign must
+    # find them there as a single sweep does, beside a shipped ladder
+    (results / ladder_mod.USER_LADDERS).mkdir(parents=True)
+    (results / ladder_mod.USER_LADDERS / "climbed.yaml").write_text(TINY_LADDERS["tiny_a"].replace("A", "climbed"))
+    code = cli.main(["sweep", "-m", "+ladder=climbed,tiny_b", *TINY, f"results_dir={results}"])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    frame = load_runs(results)
+    assert set(frame["ladder"]) == {"climbed", "tiny_b"} and frame["campaign_id"].nunique() == 1
+    assert sorted(frame.groupby("sweep_id")["rung"].apply(sorted).tolist()) == [[0, 1], [0, 1]]
+
+
+def test_the_config_search_path_gains_a_folder_after_those_given():
+    assert hydra_edge.add_search_dir(["a=1"], Path("/x")) == ["a=1", "hydra.searchpath=[file:///x]"]
+    assert hydra_edge.add_search_dir(["hydra.searchpath=[file:///u]", "b=2"], Path("/x")) == [
+        "hydra.searchpath=[file:///u,file:///x]", "b=2"]
+
+
 def test_a_campaign_checks_every_sweep_before_any_runs(tiny_conf, results, capsys):
     code = cli.main(["sweep", "-m", "+ladder=tiny_a,nope", *TINY, f"results_dir={results}"])
     assert code == 2 and "unknown ladder 'nope'" in capsys.readouterr().err

@@ -79,6 +79,17 @@ def with_config_dirs(argv: list[str]) -> list[str]:
     return out
 
 
+def add_search_dir(overrides: list[str], folder: Path) -> list[str]:
+    """``overrides`` with ``folder`` added to Hydra's config search path (after the ones already given)."""
+    uri = folder.resolve().as_uri()
+    for i, override in enumerate(overrides):
+        if override.lstrip("+").startswith("hydra.searchpath="):
+            head, _, listed = override.partition("=")
+            inner = listed.strip().removeprefix("[").removesuffix("]").strip()
+            return overrides[:i] + [f"{head}=[{inner + ',' if inner else ''}{uri}]"] + overrides[i + 1:]
+    return overrides + [f"hydra.searchpath=[{uri}]"]
+
+
 def check_overrides(overrides: list[str]) -> None:
     """Unknown settings stop here, before Hydra or anything else runs, with did-you-mean."""
     for override in overrides:

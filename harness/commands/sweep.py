@@ -18,8 +18,10 @@ At the end of a sweep the store is compacted if many loose run files piled up.
 
 from __future__ import annotations
 
+import os
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 
 from harness import config as config_mod
 from harness.commands import hydra_edge
@@ -308,8 +310,34 @@ def campaign(argv: list[str]) -> int:
     if note:
         print(note, file=sys.stderr)
     hydra_args = argv + [f"campaign={campaign_id}"]
+    for root in _results_ladder_roots(plans):  # Hydra composes +ladder=NAME from its config search path
+        hydra_args = hydra_edge.add_search_dir(hydra_args, root)
     code = hydra_edge.hydra_app(hydra_args, campaign_job, multirun=True)
     return max(code, _print_campaign(campaign_id, plans[0].settings.get("results_dir", "results"), len(plans)))
+
+
+CAMPAIGN_LADDERS = ".campaign-ladders"  # <results_dir>/.campaign-ladders/ladder/NAME.yaml: Hydra's view of ladders/
+
+
+def _results_ladder_roots(plans: list[SweepPlan]) -> list[Path]:
+    """For the campaign's ladders that live in a results folder (``climb`` wrote them), a config root Hydra can
+    search: its config group is ``ladder/``, the results folder's is ``ladders/``, so the files are copied into
+    ``<results_dir>/.campaign-ladders/ladder/`` (a copy, not a link: a launcher may run the jobs elsewhere)."""
+    roots: list[Path] = []
+    for plan in plans:
+        path = Path(plan.ladder.path) if plan.ladder.path else None
+        results_dir = Path(plan.settings.get("results_dir", "results"))
+        if path is None or path.parent.resolve() != (results_dir / ladder_mod.USER_LADDERS).resolve():
+            continue
+        root = results_dir / CAMPAIGN_LADDERS
+        (root / "ladder").mkdir(parents=True, exist_ok=True)
+        copy = root / "ladder" / path.name
+        tmp = copy.with_name(f".{copy.name}.tmp")
+        tmp.write_text(path.read_text())
+        os.replace(tmp, copy)
+        if root not in roots:
+            roots.append(root)
+    return roots
 
 
 def campaign_job(cfg) -> int:
