@@ -581,6 +581,16 @@ def load_parquet_files(files: list[str]):
     return table.to_pandas()
 
 
+def load_records(results_dir: str | os.PathLike, *, where: Where = None) -> list[RunRecord]:
+    """The records matching ``where`` (as :func:`load_runs` filters) as RunRecords, built from arrow rows without
+    pandas: copying one cached record costs a fraction of a millisecond instead of ~10 (a frame's to_dict)."""
+    if not Path(results_dir).is_dir():
+        raise ValueError(f"no such results folder: {str(results_dir)!r} (give --results the folder that holds runs/)")
+    table = _Reader(results_dir).read(None, _expression(where), _terms(where))
+    return [RunRecord(**{f.name: _from_pandas(row.get(f.name), f.type) for f in fields(RunRecord)})
+            for row in table.to_pylist()]
+
+
 def records_from_frame(frame) -> list[RunRecord]:
     """Turn DataFrame rows back into RunRecords (for copying cached runs, baselines)."""
     out = []
