@@ -457,6 +457,16 @@ def _terms(where: Where) -> Terms | None:
             list(value) if isinstance(value, (list, tuple)) else [value] for name, value in where.items()}
 
 
+def _may_hold_sweep(part: str, terms: Terms | None) -> bool:
+    """False when ``part``'s index says none of the sweeps asked for is in it (parts are sorted by sweep, so a
+    sweep sits in one or two): the part's own footer, far bigger than its index's, is then never parsed."""
+    facts = index_facts(part) if terms and "sweep_id" in terms else None
+    if not facts or not facts.get("sweeps"):
+        return True
+    low, high = facts["sweeps"]
+    return any(not isinstance(v, str) or low <= v <= high for v in terms["sweep_id"])
+
+
 def _index_helps(terms: Terms | None) -> bool:
     """A filter on a key column the parts are not sorted by (their own statistics already prune on sweep_id)."""
     return terms is not None and "sweep_id" not in terms and any(name in INDEX_COLUMNS for name in terms)
@@ -491,6 +501,7 @@ class _Reader:
         use_index = _index_helps(terms)
 
         def attempt(loose, parts):
+            parts = [p for p in parts if _may_hold_sweep(p, terms)]
             indexed = {p: i for p in parts if use_index and (i := index_of(p)) is not None}
             table, bad, vanished = _scan(loose + [p for p in parts if p not in indexed], read_cols, expr)
             if indexed:
@@ -685,7 +696,7 @@ def index_state(part: str | os.PathLike) -> tuple[str, dict | None]:
 
 
 def index_facts(part: str | os.PathLike) -> dict | None:
-    """The facts of ``part``'s usable key index (part, part_bytes, part_rows, newest, untimed), or None."""
+    """The facts of ``part``'s usable key index (part, part_bytes, part_rows, newest, untimed, sweeps), or None."""
     return index_state(part)[1]
 
 
@@ -696,13 +707,16 @@ def index_of(part: str | os.PathLike) -> Path | None:
 
 def _index_table(part: pa.Table, part_name: str, part_bytes: int) -> pa.Table:
     """The key columns of a part, sorted by config_hash, with the facts that let readers trust and skip it:
-    which part (name, size, rows) it indexes, and the part's newest sweep (what ``--sweep latest`` needs)."""
+    which part (name, size, rows) it indexes, the part's newest sweep (what ``--sweep latest`` needs) and the
+    range of its sweep ids (a sweep's reads skip the parts that cannot hold it)."""
     keys = part.select(list(INDEX_COLUMNS)).sort_by([("config_hash", "ascending"), ("timestamp", "ascending")])
     swept = keys.filter(pc.field("sweep_id") != "")
     pairs = list(zip(swept.column("timestamp").to_pylist(), swept.column("sweep_id").to_pylist()))
     timed = [pair for pair in pairs if pair[0] is not None]
+    sweeps = pc.min_max(keys.column("sweep_id"))
     facts = dict(version=INDEX_VERSION, part=part_name, part_bytes=part_bytes, part_rows=keys.num_rows,
-                 newest=list(max(timed)) if timed else None, untimed=len(pairs) - len(timed))
+                 newest=list(max(timed)) if timed else None, untimed=len(pairs) - len(timed),
+                 sweeps=[sweeps["min"].as_py(), sweeps["max"].as_py()] if sweeps["min"].is_valid else None)
     return keys.replace_schema_metadata({_INDEX_KEY: json.dumps(facts)})
 
 
@@ -726,19 +740,19 @@ def _may_hold(statistics, values: list) -> bool:
         return True
 
 
-def _index_rows(index: Path, terms: Terms, expr) -> pa.Table:
-    """The rows of an index matching ``expr`` (over index columns), reading only the row groups whose statistics
-    may hold ``terms``."""
+def _index_rows(index: Path, terms: Terms, expr, columns: list[str]) -> pa.Table:
+    """``columns`` of the rows of an index matching ``expr`` (over index columns), reading only the row groups
+    whose statistics may hold ``terms``."""
     metadata = _footer(index)
     names = metadata.schema.names
     groups = [g for g in range(metadata.num_row_groups)
               if all(_may_hold(metadata.row_group(g).column(names.index(name)).statistics, values)
                      for name, values in terms.items())]
     if not groups:
-        return INDEX_SCHEMA.empty_table()
+        return INDEX_SCHEMA.empty_table().select(columns)
     with pq.ParquetFile(index, metadata=metadata) as source:
-        table = source.read_row_groups(groups, use_threads=False)
-    return table.filter(expr) if expr is not None else table
+        table = source.read_row_groups(groups, columns=sorted(set(columns) | set(terms)), use_threads=False)
+    return (table.filter(expr) if expr is not None else table).select(columns)
 
 
 def _scan_indexed(indexed: dict[str, Path], columns: list[str], expr,
@@ -752,12 +766,12 @@ def _scan_indexed(indexed: dict[str, Path], columns: list[str], expr,
     tables, narrowed, fallback, vanished = [], [], [], []
     for part, index in indexed.items():
         try:
-            keys = _index_rows(index, key_terms, key_expr)
+            keys = _index_rows(index, key_terms, key_expr, columns if from_index else ["run_id", "sweep_id"])
         except (OSError, ValueError, pa.ArrowException):
             (fallback if os.path.exists(part) and os.path.exists(index) else vanished).append(part)
             continue
         if keys.num_rows and from_index:
-            tables.append(keys.select(columns))
+            tables.append(keys)
         elif keys.num_rows:
             ids, sweeps = pc.unique(keys.column("run_id")), pc.unique(keys.column("sweep_id"))
             narrowed.append((part, _and(expr, pc.field("sweep_id").isin(sweeps) & pc.field("run_id").isin(ids))))
@@ -791,18 +805,19 @@ class Reindexing:
         return text
 
 
-def reindex(results_dir: str | os.PathLike, wait: bool = True) -> Reindexing:
-    """Give every compacted part without a usable key index (an older store, a damaged index) a new one, and
-    remove the indexes of parts that are gone; under the compaction lock (``wait=False``: skip if busy)."""
+def reindex(results_dir: str | os.PathLike, wait: bool = True, every: bool = False) -> Reindexing:
+    """Give every compacted part without a usable key index (an older store, a damaged index) a new one, or with
+    ``every`` each part (an index that ``store verify`` found unequal to its part), and remove the indexes of
+    parts that are gone; under the compaction lock (``wait=False``: skip if busy)."""
     with _compaction_lock(results_dir, wait) as locked:
-        return _reindex_locked(results_dir) if locked else Reindexing(busy=True)
+        return _reindex_locked(results_dir, every) if locked else Reindexing(busy=True)
 
 
-def _reindex_locked(results_dir) -> Reindexing:
+def _reindex_locked(results_dir, every: bool = False) -> Reindexing:
     done = Reindexing()
     parts = part_files(results_dir)
     for part in parts:
-        if index_facts(part) is not None:
+        if not every and index_facts(part) is not None:
             continue
         try:
             keys = ds.dataset([part], schema=SCHEMA, format="parquet").to_table(columns=list(INDEX_COLUMNS))

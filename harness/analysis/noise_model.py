@@ -292,12 +292,23 @@ def find_calibration(frame, env_key: str, hardware: str) -> Noise:
 
 
 def with_calibrations(results_dir, frame):
-    """``frame`` (one sweep, read alone) plus the store's noise calibrations, which ``noise_for`` looks in."""
+    """``frame`` (one sweep, read alone) plus the store's noise calibrations that ``noise_for`` may choose: when
+    every environment of ``frame`` has one, only the newest calibration sweep of each (found from three key
+    columns, which the store's key indexes answer), so a table reads what it shows, not every calibration ever
+    made; otherwise all of them (the match by hardware needs their other columns)."""
     import pandas as pd
 
     from harness.store import load_runs
 
-    calibrations = load_runs(results_dir, where={"ladder": "noise"})
+    envs = set(frame["env_key"].dropna()) if "env_key" in frame else set()
+    keys = load_runs(results_dir, columns=["sweep_id", "timestamp", "env_key"],
+                     where={"ladder": NOISE_LADDER, "status": "ok"})
+    mine = keys[keys["env_key"].isin(envs)]
+    if envs and set(mine["env_key"]) == envs:  # the rule of find_calibration: the newest ok sweep of the environment
+        newest = {str(runs.sort_values("timestamp")["sweep_id"].iloc[-1]) for _, runs in mine.groupby("env_key")}
+        calibrations = load_runs(results_dir, where={"ladder": NOISE_LADDER, "sweep_id": sorted(newest)})
+    else:
+        calibrations = load_runs(results_dir, where={"ladder": NOISE_LADDER})
     if not len(calibrations):
         return frame
     return pd.concat([frame, calibrations], ignore_index=True).drop_duplicates("run_id")
