@@ -200,9 +200,9 @@ def main() -> int:
     try:
         for n in sizes:
             folder = root / f"store-{n}"
+            loose = not args.skip_loose and n <= args.loose_max
             rows = synthetic_rows(n)
             n = len(rows)
-            loose = not args.skip_loose and n <= args.loose_max
             start = time.perf_counter()
             build_store(folder, rows, per_file=1 if loose else 500)
             print(f"built {n} runs in {time.perf_counter() - start:.0f} s ({len({r['sweep_id'] for r in rows})} "

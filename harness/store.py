@@ -861,6 +861,7 @@ class Compaction:
     conflicts: list[str] = field(default_factory=list)  # loose files whose run_id a part holds with other values
     busy: bool = False  # another compaction held the lock and we did not wait
     indexed: int = 0  # parts that had no usable key index and were given one
+    already: int = 0  # of the removed loose files, those whose runs were all in parts already
 
     def summary(self) -> str:
         if self.busy:
@@ -871,8 +872,8 @@ class Compaction:
         text = f"compacted {self.merged} loose runs into {len(self.parts)} part file(s)"
         if self.rewritten:
             text += f" (with the {self.rewritten} part(s) that were not full)"
-        if self.removed != self.merged:
-            text += f"; removed {self.removed - self.merged} loose files already in compacted parts"
+        if self.already:
+            text += f"; removed {self.already} loose files already in compacted parts"
         if self.unreadable:
             text += f"; left {len(self.unreadable)} unreadable file(s) in place: {', '.join(self.unreadable[:3])}"
         if self.conflicts:
@@ -984,6 +985,7 @@ def _compact_locked(results_dir, loose: list[str]) -> Compaction:
         try:
             os.unlink(path)
             done.removed += 1
+            done.already += all(r in in_parts for r in ids_of[path])
         except FileNotFoundError:
             pass
         _compaction_step("loose-removed", path=path)

@@ -45,28 +45,29 @@ def _mixed_store(path: Path, monkeypatch) -> Path:
     return path
 
 
-def _lookups(path: Path) -> list:
-    """Every cache lookup a sweep could make, each key until it runs dry, with the used runs passed over."""
+KEYS = (("h0", "e"), ("h1", "other"), ("h2", "e"), ("h9", "e"))
+
+
+def _lookups(path: Path, keys=KEYS, depth: int = 3) -> list:
+    """Cache lookups as sweeps make them: per key, up to ``depth`` hits, each passed over (used) by the next."""
     answers = []
-    for config_hash in ("h0", "h1", "h2", "h9"):
-        for env in ENVS:
-            used: set[str] = set()
-            while (hit := sweep.lookup_cached(str(path), config_hash, env, used)) is not None:
-                answers.append(hit)
-                used.add(hit.run_id)
-            answers.append((config_hash, env, sorted(used)))
+    for config_hash, env in keys:
+        used: set[str] = set()
+        while len(used) < depth and (hit := sweep.lookup_cached(str(path), config_hash, env, used)) is not None:
+            answers.append(hit)
+            used.add(hit.run_id)
+        answers.append((config_hash, env, sorted(used)))
     return answers
 
 
-def _full_scan_lookups(frame: pd.DataFrame) -> list:
+def _full_scan_lookups(frame: pd.DataFrame, keys=KEYS, depth: int = 3) -> list:
     answers = []
-    for config_hash in ("h0", "h1", "h2", "h9"):
-        for env in ENVS:
-            used: set[str] = set()
-            while (hit := sweep.find_cached(frame, config_hash, env, used)) is not None:
-                answers.append(hit)
-                used.add(hit.run_id)
-            answers.append((config_hash, env, sorted(used)))
+    for config_hash, env in keys:
+        used: set[str] = set()
+        while len(used) < depth and (hit := sweep.find_cached(frame, config_hash, env, used)) is not None:
+            answers.append(hit)
+            used.add(hit.run_id)
+        answers.append((config_hash, env, sorted(used)))
     return answers
 
 
@@ -86,13 +87,15 @@ def _index_reads(monkeypatch) -> list[str]:
 def test_index_lookups_give_the_full_scans_answers_newest_first(tmp_path, monkeypatch):
     path = _mixed_store(tmp_path, monkeypatch)
     reads = _index_reads(monkeypatch)
-    answers = _lookups(path)
-    assert answers == _full_scan_lookups(load_runs(path))
+    every = (("h1", "e"), ("h2", "other"))
+    answers = _lookups(path, every, depth=99)
+    assert answers == _full_scan_lookups(load_runs(path), every, depth=99)
     assert len(reads) >= 3 * len(answers) // 2  # every lookup asked the three parts' indexes
-    h1 = [a.run_id for a in answers if isinstance(a, RunRecord) and a.config_hash == "h1" and a.env_key == "e"]
+    h1 = [a.run_id for a in answers if isinstance(a, RunRecord) and a.config_hash == "h1"]
     expected = [f"r{i:04d}" for i in range(109, -1, -1) if i % 3 == 1 and i % 7 != 5 and i % 9 != 4
                 and i % 11 != 3 and i % 13 != 6]
     assert h1 == expected  # newest first, loose and compacted alike; no error, debug run, copy or other env
+    assert answers[-1] == ("h2", "other", ["r0005", "r0026", "r0068", "r0089"])  # the other environment's own runs
     oldest = sweep.lookup_cached(str(path), "h1", "e", set(), oldest=True)
     assert oldest.run_id == expected[-1] and oldest.step_ms == [float(int(expected[-1][1:]))] * 4
 
