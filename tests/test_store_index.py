@@ -223,3 +223,30 @@ def test_orphan_indexes_are_never_read_and_compaction_removes_them(tmp_path, mon
     assert sorted(load_runs(path, where={"config_hash": "h0"})["run_id"]) == [f"r{i:04d}" for i in range(0, 110, 3)]
     assert "1 key index file(s) of parts that are gone" in store_cli.verify(str(path))[0]
     assert store.reindex(path).orphans == 1 and not orphan.exists()
+
+
+def test_a_table_reads_the_newest_calibration_of_its_environment_and_chooses_as_before(tmp_path):
+    from harness.analysis import noise_model
+
+    def cal(i: int, sweep_id: str, env: str, status: str = "ok") -> RunRecord:
+        return RunRecord(run_id=f"c{i:03d}", status=status, timestamp=f"2026-11-01T{i // 10:02d}:{i % 10:02d}:00+0000",
+                         sweep_id=sweep_id, ladder="noise", env_key=env, device="cpu", cpu_model="EPYC", cpu_count=2,
+                         samples_per_s=100.0 + i % 7)
+
+    for i in range(40):  # four calibration sweeps an environment; the newest of env e (cal-05) failed
+        env = ENVS[i // 10 % 2]
+        write_record(cal(i, f"cal-{i // 5:02d}", env, "error" if 25 <= i < 30 else "ok"), tmp_path)
+    store.compact(tmp_path)
+    for i in range(3):
+        write_record(_record(500 + i, sweep_id="shown", env_key="e", device="cpu", cpu_model="EPYC", cpu_count=2),
+                     tmp_path)
+    frame = load_runs(tmp_path, sweep="latest")
+    everything = pd.concat([frame, load_runs(tmp_path, where={"ladder": "noise"})], ignore_index=True)
+    chosen = noise_model.with_calibrations(tmp_path, frame)
+    assert set(chosen["sweep_id"]) == {"shown", "cal-04"}  # the newest ok calibration of env e, nothing else
+    assert noise_model.noise_for(chosen, frame) == noise_model.noise_for(everything, frame)
+    assert noise_model.noise_for(chosen, frame).sweep_id == "cal-04"
+    other = frame.assign(env_key="new-env")  # no calibration of its environment: every one is read (hardware match)
+    chosen = noise_model.with_calibrations(tmp_path, other)
+    assert len(chosen) == 3 + 40 and noise_model.noise_for(chosen, other) == noise_model.noise_for(
+        pd.concat([other, load_runs(tmp_path, where={"ladder": "noise"})], ignore_index=True), other)
