@@ -34,6 +34,14 @@ run in at least one place. Readers read loose and compacted files together and k
 ``run_id`` (identical duplicates are the benign leftovers of an interrupted compaction). After
 compaction ``pandas.read_parquet("<results_dir>/runs")`` sees only the loose runs: use
 :func:`load_runs`, or read both folders.
+
+Key indexes: beside each part, ``compacted/_index/<part>.keys.parquet`` holds its short key columns
+(``INDEX_COLUMNS``) sorted by config_hash in small row groups, so an equality filter on them (the sweep
+cache's lookup, the noise calibrations) reads one row group per part instead of a column of every row;
+its footer names the part it indexes (name, size, rows), the part's newest sweep (``--sweep latest``)
+and its range of sweep ids. It is written durably before its part is renamed into place and deleted
+after its part, under the compaction lock; an index that is missing, unreadable or made for another
+file of that name is never used: the part itself is scanned (same answers, slower).
 """
 
 from __future__ import annotations
