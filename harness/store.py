@@ -383,6 +383,13 @@ def load_runs(results_dir: str | os.PathLike = "results", *, sweep: str | None =
     return table.to_pandas()
 
 
+def newest_ok_sweeps(results_dir: str | os.PathLike, ladder: str) -> dict[str, str] | None:
+    """For each environment (env_key), the sweep of its newest ``ok`` run of ``ladder`` (ties: the greatest sweep
+    id), from the indexes' footers and the loose files: the noise calibration a table uses, found without reading
+    every calibration. None when a record with a sweep has no timestamp (read the rows and decide)."""
+    return _Reader(results_dir).newest_ok_sweeps(ladder)
+
+
 def resolve_id(frame, column: str, wanted: str, what: str, how_to_make: str) -> str:
     """``latest`` (the ``column`` value of the newest record; of equal timestamps, the greatest value) or a value
     that exists; ValueError otherwise."""
@@ -535,6 +542,27 @@ class _Reader:
             newest = [(t, s) for t, s in zip(stamps.to_pylist(), table.column("sweep_id").to_pylist())]
             newest += [tuple(f["newest"]) for f in facts.values() if f and f["newest"]]
             return (max(newest)[1] if newest else None), bad, vanished
+
+        return self._listed(attempt)
+
+    def newest_ok_sweeps(self, ladder: str) -> dict[str, str] | None:
+        """{env_key: the sweep of its newest ok run of ``ladder``}; None if a record with a sweep has no timestamp.
+        Read as :meth:`newest_sweep` is: indexed parts answer from their index's footer."""
+
+        def attempt(loose, parts):
+            facts = {p: index_facts(p) for p in parts}
+            scanned = loose + [p for p in parts if facts[p] is None]
+            expr = (pc.field("ladder") == ladder) & (pc.field("status") == "ok") & (pc.field("sweep_id") != "")
+            table, bad, vanished = _scan(scanned, ["env_key", "timestamp", "sweep_id"], expr)
+            if table.column("timestamp").null_count or any(f["untimed"] for f in facts.values() if f):
+                return None, bad, vanished
+            rows = zip(*(table.column(c).to_pylist() for c in ("env_key", "timestamp", "sweep_id")))
+            pairs = [(env or "", [stamp, sweep_id]) for env, stamp, sweep_id in rows]
+            pairs += [(env, pair) for f in facts.values() if f for env, pair in f["newest_ok"].get(ladder, {}).items()]
+            newest: dict[str, list[str]] = {}
+            for env, pair in pairs:
+                newest[env] = max(newest.get(env, pair), pair)
+            return {env: pair[1] for env, pair in newest.items()}, bad, vanished
 
         return self._listed(attempt)
 
@@ -724,8 +752,21 @@ def _index_table(part: pa.Table, part_name: str, part_bytes: int) -> pa.Table:
     sweeps = pc.min_max(keys.column("sweep_id"))
     facts = dict(version=INDEX_VERSION, part=part_name, part_bytes=part_bytes, part_rows=keys.num_rows,
                  newest=list(max(timed)) if timed else None, untimed=len(pairs) - len(timed),
-                 sweeps=[sweeps["min"].as_py(), sweeps["max"].as_py()] if sweeps["min"].is_valid else None)
+                 sweeps=[sweeps["min"].as_py(), sweeps["max"].as_py()] if sweeps["min"].is_valid else None,
+                 newest_ok=_newest_ok(swept.filter(pc.field("status") == "ok")))
     return keys.replace_schema_metadata({_INDEX_KEY: json.dumps(facts)})
+
+
+def _newest_ok(keys: pa.Table) -> dict[str, dict[str, list[str]]]:
+    """{ladder: {env_key: [timestamp, sweep_id] of its newest run}} of ok runs with a sweep and a timestamp:
+    what :func:`newest_ok_sweeps` needs of a part (a few entries: ladders x environments)."""
+    newest: dict[str, dict[str, list[str]]] = {}
+    columns = (keys.column(c).to_pylist() for c in ("ladder", "env_key", "timestamp", "sweep_id"))
+    for ladder, env, stamp, sweep_id in zip(*columns):
+        by_env = newest.setdefault(ladder or "", {})
+        if stamp is not None and [stamp, sweep_id] > by_env.get(env or "", ["", ""]):
+            by_env[env or ""] = [stamp, sweep_id]
+    return newest
 
 
 def _write_index(part: pa.Table, part_path: Path, part_bytes: int) -> Path:

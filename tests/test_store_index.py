@@ -250,3 +250,6 @@ def test_a_table_reads_the_newest_calibration_of_its_environment_and_chooses_as_
     chosen = noise_model.with_calibrations(tmp_path, other)
     assert len(chosen) == 3 + 40 and noise_model.noise_for(chosen, other) == noise_model.noise_for(
         pd.concat([other, load_runs(tmp_path, where={"ladder": "noise"})], ignore_index=True), other)
+    shutil.rmtree(store.compacted_dir(tmp_path) / store.INDEX_DIR)  # without indexes: the parts are read
+    assert store.newest_ok_sweeps(tmp_path, "noise") == {"e": "cal-04", "other": "cal-07"}
+    assert set(noise_model.with_calibrations(tmp_path, frame)["sweep_id"]) == {"shown", "cal-04"}

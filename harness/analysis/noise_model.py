@@ -293,20 +293,17 @@ def find_calibration(frame, env_key: str, hardware: str) -> Noise:
 
 def with_calibrations(results_dir, frame):
     """``frame`` (one sweep, read alone) plus the store's noise calibrations that ``noise_for`` may choose: when
-    every environment of ``frame`` has one, only the newest calibration sweep of each (found from three key
-    columns, which the store's key indexes answer), so a table reads what it shows, not every calibration ever
-    made; otherwise all of them (the match by hardware needs their other columns)."""
+    every environment of ``frame`` has one, only the newest calibration sweep of each (the rule of
+    find_calibration, answered by the store's index footers), so a table reads what it shows, not every
+    calibration ever made; otherwise all of them (the match by hardware needs their other columns)."""
     import pandas as pd
 
-    from harness.store import load_runs
+    from harness.store import load_runs, newest_ok_sweeps
 
     envs = set(frame["env_key"].dropna()) if "env_key" in frame else set()
-    keys = load_runs(results_dir, columns=["sweep_id", "timestamp", "env_key"],
-                     where={"ladder": NOISE_LADDER, "status": "ok"})
-    mine = keys[keys["env_key"].isin(envs)]
-    if envs and set(mine["env_key"]) == envs:  # the rule of find_calibration: the newest ok sweep of the environment
-        newest = {str(runs.sort_values("timestamp")["sweep_id"].iloc[-1]) for _, runs in mine.groupby("env_key")}
-        calibrations = load_runs(results_dir, where={"ladder": NOISE_LADDER, "sweep_id": sorted(newest)})
+    newest = newest_ok_sweeps(results_dir, NOISE_LADDER) or {}
+    if envs and envs <= set(newest):
+        calibrations = load_runs(results_dir, where={"ladder": NOISE_LADDER, "sweep_id": sorted({newest[e] for e in envs})})
     else:
         calibrations = load_runs(results_dir, where={"ladder": NOISE_LADDER})
     if not len(calibrations):
