@@ -689,6 +689,7 @@ INDEX_SCHEMA = pa.schema([SCHEMA.field(name) for name in INDEX_COLUMNS])
 INDEX_ROW_GROUP = 256  # rows per row group of an index: a config_hash's few rows sit in one, which its statistics find
 INDEX_VERSION = 1
 _INDEX_KEY = b"harness.index"  # the index's facts (JSON) in its footer's key-value metadata
+_FACTS = ("version", "part", "part_bytes", "part_rows", "newest", "untimed", "sweeps", "newest_ok")
 _FOOTERS: dict[str, tuple[tuple[int, int, int], Any]] = {}  # path -> (inode, size, mtime, parsed footer)
 
 
@@ -727,12 +728,12 @@ def index_state(part: str | os.PathLike) -> tuple[str, dict | None]:
         return ("unreadable" if path.exists() else "missing"), None
     fits = (isinstance(facts, dict) and facts.get("version") == INDEX_VERSION and facts.get("part") == Path(part).name
             and facts.get("part_bytes") == size and facts.get("part_rows") == metadata.num_rows
-            and metadata.schema.names == list(INDEX_COLUMNS))
+            and metadata.schema.names == list(INDEX_COLUMNS) and all(k in facts for k in _FACTS))
     return ("ok", facts) if fits else ("stale", None)
 
 
 def index_facts(part: str | os.PathLike) -> dict | None:
-    """The facts of ``part``'s usable key index (part, part_bytes, part_rows, newest, untimed, sweeps), or None."""
+    """The facts (``_FACTS``, see :func:`_index_table`) of ``part``'s usable key index, or None."""
     return index_state(part)[1]
 
 
@@ -743,8 +744,9 @@ def index_of(part: str | os.PathLike) -> Path | None:
 
 def _index_table(part: pa.Table, part_name: str, part_bytes: int) -> pa.Table:
     """The key columns of a part, sorted by config_hash, with the facts that let readers trust and skip it:
-    which part (name, size, rows) it indexes, the part's newest sweep (what ``--sweep latest`` needs) and the
-    range of its sweep ids (a sweep's reads skip the parts that cannot hold it)."""
+    which part (name, size, rows) it indexes, the part's newest sweep (what ``--sweep latest`` needs), the
+    range of its sweep ids (a sweep's reads skip the parts that cannot hold it), and the newest ok sweep of
+    each ladder and environment (the noise calibration a table uses)."""
     keys = part.select(list(INDEX_COLUMNS)).sort_by([("config_hash", "ascending"), ("timestamp", "ascending")])
     swept = keys.filter(pc.field("sweep_id") != "")
     pairs = list(zip(swept.column("timestamp").to_pylist(), swept.column("sweep_id").to_pylist()))
