@@ -98,16 +98,19 @@ store.compact(sys.argv[1])
 """
 
 
-@pytest.mark.parametrize("point, after, loose_left", [("part-temp-written", 1, 300), ("part-written", 1, 300),
-                                                      ("loose-removed", 120, 180)])
+@pytest.mark.parametrize("point, after, loose_left", [("part-temp-written", 1, 300), ("index-written", 1, 300),
+                                                      ("part-written", 1, 300), ("loose-removed", 120, 180)])
 def test_a_compaction_killed_at_any_step_loses_and_duplicates_nothing(tmp_path, point, after, loose_left):
     _store(tmp_path, 300)
     proc = subprocess.run([sys.executable, "-c", KILLER, str(tmp_path), point, str(after)], cwd=REPO,
                           env=dict(os.environ, PYTHONPATH=str(REPO)), capture_output=True, text=True, timeout=300)
     assert proc.returncode == -signal.SIGKILL, proc.stderr
     assert len(store.record_files(tmp_path)) == loose_left
+    assert all(store.index_state(p)[0] == "ok" for p in store.part_files(tmp_path))  # a part never lacks its index
     ids = list(load_runs(tmp_path, columns=["run_id"])["run_id"])
     assert sorted(ids) == [f"r{i:04d}" for i in range(300)]  # each run exactly once
+    by_key = load_runs(tmp_path, columns=["run_id"], where={"config_hash": "h2"})["run_id"]  # through the indexes
+    assert sorted(by_key) == [f"r{i:04d}" for i in range(2, 300, 5)]
     text, problems = cli_verify(tmp_path)
     assert problems == 0  # identical copies are leftovers, not problems
     if point == "loose-removed":
@@ -121,7 +124,7 @@ def test_a_compaction_killed_at_any_step_loses_and_duplicates_nothing(tmp_path, 
     assert problems == 0 and "note:" not in text.replace("note: 1 temp file", "")  # only a killed temp may remain
 
 
-@pytest.mark.parametrize("point", ["part-written", "part-removed"])
+@pytest.mark.parametrize("point", ["part-written", "part-removed", "index-removed"])
 def test_a_compaction_killed_while_rewriting_a_part_loses_and_duplicates_nothing(tmp_path, point):
     _store(tmp_path, 50)
     store.compact(tmp_path)
@@ -132,9 +135,14 @@ def test_a_compaction_killed_while_rewriting_a_part_loses_and_duplicates_nothing
     assert proc.returncode == -signal.SIGKILL, proc.stderr
     assert len(store.part_files(tmp_path)) == (2 if point == "part-written" else 1)  # old part gone only after
     assert _ids(tmp_path) == [f"r{i:04d}" for i in range(100)] and cli_verify(tmp_path)[1] == 0
+    assert all(store.index_state(p)[0] == "ok" for p in store.part_files(tmp_path))
+    assert sorted(load_runs(tmp_path, columns=["run_id"], where={"config_hash": "h1"})["run_id"]) == \
+        [f"r{i:04d}" for i in range(1, 100, 5)]
     store.compact(tmp_path)
     assert store.record_files(tmp_path) == [] and len(store.part_files(tmp_path)) == 1
     assert pq.ParquetFile(store.part_files(tmp_path)[0]).metadata.num_rows == 100
+    assert [p.name for p in (store.compacted_dir(tmp_path) / store.INDEX_DIR).glob("*.parquet")] == \
+        [store.index_path(store.part_files(tmp_path)[0]).name]  # the old part's index went with it
 
 
 def cli_verify(path: Path) -> tuple[str, int]:

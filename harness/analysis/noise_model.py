@@ -292,12 +292,20 @@ def find_calibration(frame, env_key: str, hardware: str) -> Noise:
 
 
 def with_calibrations(results_dir, frame):
-    """``frame`` (one sweep, read alone) plus the store's noise calibrations, which ``noise_for`` looks in."""
+    """``frame`` (one sweep, read alone) plus the store's noise calibrations that ``noise_for`` may choose: when
+    every environment of ``frame`` has one, only the newest calibration sweep of each (the rule of
+    find_calibration, answered by the store's index footers), so a table reads what it shows, not every
+    calibration ever made; otherwise all of them (the match by hardware needs their other columns)."""
     import pandas as pd
 
-    from harness.store import load_runs
+    from harness.store import load_runs, newest_ok_sweeps
 
-    calibrations = load_runs(results_dir, where={"ladder": "noise"})
+    envs = set(frame["env_key"].dropna()) if "env_key" in frame else set()
+    newest = newest_ok_sweeps(results_dir, NOISE_LADDER) or {}
+    if envs and envs <= set(newest):
+        calibrations = load_runs(results_dir, where={"ladder": NOISE_LADDER, "sweep_id": sorted({newest[e] for e in envs})})
+    else:
+        calibrations = load_runs(results_dir, where={"ladder": NOISE_LADDER})
     if not len(calibrations):
         return frame
     return pd.concat([frame, calibrations], ignore_index=True).drop_duplicates("run_id")

@@ -25,7 +25,7 @@ from harness.sweeps import ladder as ladder_mod
 from harness.run import runner
 from harness.run.isolate import new_run_id
 from harness.run.launch import usable_cpus
-from harness.store import RunRecord, load_runs, records_from_frame, store_record, utc_timestamp
+from harness.store import RunRecord, load_records, load_runs, records_from_frame, store_record, utc_timestamp
 
 
 @dataclass(frozen=True)
@@ -145,7 +145,7 @@ def lookup_cached(results_dir: str, config_hash: str, env_key: str, used: set[st
     originals = _originals(keys, config_hash, env_key, used, oldest)
     for sweep_id, run_id in zip(*(originals[c] for c in ("sweep_id", "run_id"))):
         # by sweep_id too: compacted parts are sorted by sweep, so only its row groups are read, not every one
-        found = records_from_frame(load_runs(results_dir, where={"sweep_id": str(sweep_id), "run_id": str(run_id)}))
+        found = load_records(results_dir, where={"sweep_id": str(sweep_id), "run_id": str(run_id)})
         if found and not _debug_in_json(found[0].config_json):
             return found[0]
     return None
