@@ -323,21 +323,3 @@ def test_a_broken_ladder_file_is_named_and_the_others_still_list(tmp_path, monke
     assert f"{tmp_path / 'broken.yaml'} line 3" in err and "not valid YAML" in err
     assert "data.num_worker" in err and str(tmp_path / "typo.yaml") in err
     assert "phase2 " in err and "Traceback" not in err
-
-
-@pytest.mark.parametrize("sig, raised", [(signal.SIGTERM, isolate.Terminated), (signal.SIGINT, KeyboardInterrupt)])
-def test_a_signal_during_a_polls_work_acts_when_that_work_ends(sig, raised):
-    previous = isolate.terminate_on_signals()
-    done = []
-    try:
-        with pytest.raises(raised):
-            with isolate._signals_held():
-                os.kill(os.getpid(), sig)
-                time.sleep(0.05)  # the handler has run by now: it held the exception back
-                done.append("the poll's work finished")
-        assert done == ["the poll's work finished"] and isolate._PENDING == []
-        with pytest.raises(raised):  # outside a poll's work it acts at once
-            os.kill(os.getpid(), sig)
-            time.sleep(1)
-    finally:
-        isolate.restore_signals(previous)

@@ -21,7 +21,6 @@ No orphan survives the parent, however the parent ends:
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import signal
@@ -187,12 +186,11 @@ def _wait(proc: subprocess.Popen, job: Path, start: float, timeout_s: float, on_
         elapsed = now - start
         if elapsed > timeout_s:
             return True
-        with _signals_held():  # a poll's work is never cut mid-way (a lock of the status line's, a psutil read)
-            info = watch.read_progress(progress_path)
-            watch.sample_if_due(now)
-            if on_progress and info is not None:
-                on_progress(info, elapsed)
-        time.sleep(watch.sleep_s(time.monotonic()))  # nearly all of the parent's time: a signal here acts at once
+        info = watch.read_progress(progress_path)
+        watch.sample_if_due(now)
+        if on_progress and info is not None:
+            on_progress(info, elapsed)
+        time.sleep(watch.sleep_s(time.monotonic()))
     return False
 
 
@@ -278,48 +276,18 @@ class Terminated(BaseException):
         self.signum = signum
 
 
-_HOLDING = [False]  # the main thread is inside a poll's work: a signal waits for its end
-_PENDING: list[int] = []
-
-
-def _raise_for(signum: int) -> None:
-    if signum == signal.SIGINT:
-        raise KeyboardInterrupt
+def _raise_terminated(signum, frame) -> None:
     raise Terminated(signum)
-
-
-def _on_signal(signum, frame) -> None:
-    if _HOLDING[0]:
-        _PENDING.append(signum)
-        return
-    _raise_for(signum)
-
-
-@contextlib.contextmanager
-def _signals_held():
-    """Hold SIGINT/SIGTERM/SIGHUP's exception until the block ends (at most one poll's work, milliseconds):
-    raised anywhere, it can land inside a library's lock handling and leave the parent hung on its way out."""
-    _HOLDING[0] = True
-    try:
-        yield
-    finally:
-        _HOLDING[0] = False
-        if _PENDING:
-            signum = _PENDING[0]
-            _PENDING.clear()
-            _raise_for(signum)
 
 
 def terminate_on_signals() -> dict:
     """SIGTERM and SIGHUP end the parent the way Ctrl-C does: by an exception, so every ``finally``
-    on the way kills its child's group; Ctrl-C still raises KeyboardInterrupt. All three wait for the end of a
-    poll's work (``_signals_held``). Call from the main thread; returns the handlers it replaced (give them to
-    ``restore_signals``)."""
+    on the way kills its child's group. Call from the main thread; returns the handlers it replaced
+    (give them to ``restore_signals``)."""
     previous = {}
-    for sig in (signal.SIGTERM, getattr(signal, "SIGHUP", None), signal.SIGINT):
-        if sig is None or (sig == signal.SIGINT and signal.getsignal(sig) is not signal.default_int_handler):
-            continue  # Ctrl-C ignored or handled by someone else: left alone
-        previous[sig] = signal.signal(sig, _on_signal)
+    for sig in (signal.SIGTERM, getattr(signal, "SIGHUP", None)):
+        if sig is not None:
+            previous[sig] = signal.signal(sig, _raise_terminated)
     return previous
 
 
