@@ -35,11 +35,19 @@ def _record(run_id: str, **kw) -> RunRecord:
 # 1. the parent killed: no orphan, no stale job folder
 
 
+def _default_signals() -> None:
+    """In the parent-to-be: SIGINT and SIGHUP at their defaults, as in a terminal. A test run started in the
+    background (``cmd &`` without job control ignores SIGINT; ``nohup`` ignores SIGHUP) would otherwise hand
+    the ignoring on, and Python keeps an ignored SIGINT ignored: the parent would never see the test's signal."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
+
+
 def _start_parent(results: Path, *args: str) -> subprocess.Popen:
     env = dict(os.environ, PYTHONPATH=str(REPO))
     return subprocess.Popen([sys.executable, "-m", "harness", "run", f"results_dir={results}", *args], cwd=REPO,
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
+                            start_new_session=True, preexec_fn=_default_signals)
 
 
 def _measuring_processes(parent_pid: int, want_workers: int, deadline_s: float = 240,
