@@ -67,7 +67,7 @@ def run_summary(record: RunRecord) -> Table:
                       + (f", largest worker {human_bytes(record.peak_worker_rss_bytes)}" if record.peak_worker_rss_bytes else ""))
         busy = record.other_cpu_pct is not None and record.other_cpu_pct > BUSY_PCT
         table.add_row("CPU util", fmt(record.cpu_util_pct, ".0f", " %") + f"   other processes {fmt(record.other_cpu_pct, '.0f', ' %')}"
-                      + f"   the harness's parent {fmt(record.parent_cpu_pct, '.2f', ' %')} of one CPU"
+                      + f"   harness parent {fmt(record.parent_cpu_pct, '.2f', ' % of one CPU')}"
                       + ("  [red]the machine was busy: this measurement is not trustworthy[/]" if busy else ""))
         table.add_row("first step", fmt(record.first_step_s, ".2f", " s")
                       + (f"   compile ~{fmt(record.compile_s, '.1f')} s" if record.compile_s is not None else ""))
