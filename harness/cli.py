@@ -62,8 +62,10 @@ def misplaced_climb_setting(command: str, argv: list[str]) -> str:
     """The error for a ``climb.*`` setting given to another command (it would be ignored without a word), or ""."""
     if command == "climb":
         return ""
+    from harness.commands.hydra_edge import given_key
+
     for arg in argv:
-        key = arg.split("=", 1)[0].lstrip("+~") if "=" in arg and not arg.startswith("-") else ""
+        key = given_key(arg)
         if key == "climb" or key.startswith("climb."):
             return (f"{arg!r} is a setting of `python -m harness climb`; `{command}` does not take it "
                     "(settings of every measuring command: `python -m harness run --help`)")

@@ -48,6 +48,11 @@ def register_schema() -> None:
         _registered = True
 
 
+def given_key(override: str) -> str:
+    """The key an override writes, as given (``+a.b=1`` -> ``a.b``); "" for a flag or a word without ``=``."""
+    return override.split("=", 1)[0].lstrip("+~") if "=" in override and not override.startswith("-") else ""
+
+
 def override_key(override: str) -> str | None:
     """The setting an override names (None for Hydra's own, for config groups and for flags)."""
     if override.startswith("-") or "=" not in override:

@@ -110,7 +110,7 @@ def plan_sweep(argv: list[str], campaign: bool = False, settings: dict | None = 
     lad = ladder_mod.load(name, settings["results_dir"] if settings else _results_dir(overrides))
     hydra_edge.check_overrides(overrides)
     user_keys = {k for k in map(hydra_edge.override_key, overrides) if k}
-    given = set(map(_given_key, overrides))
+    given = set(map(hydra_edge.given_key, overrides))
     if "workload" in given:
         user_keys.add("workload")  # the user's workload wins over the ladder's default one
     elif any(k.startswith("workload.") for k in given):
@@ -136,14 +136,10 @@ def plan_sweep(argv: list[str], campaign: bool = False, settings: dict | None = 
                      repeats=parsed.sweep.repeats, rerun=parsed.sweep.rerun)
 
 
-def _given_key(override: str) -> str:
-    return override.split("=", 1)[0].lstrip("+~") if "=" in override else ""
-
-
 def _results_dir(overrides: list[str]) -> str:
     """The results folder the overrides name, before anything is composed: its ``ladders/`` holds the ladders
     this machine wrote itself (``climb``), which ``+ladder=NAME`` finds after ``conf/ladder/``."""
-    given = [o.split("=", 1)[1] for o in overrides if _given_key(o) == "results_dir"]
+    given = [o.split("=", 1)[1] for o in overrides if hydra_edge.given_key(o) == "results_dir"]
     return given[-1] if given else config_mod.RunConfig().results_dir
 
 

@@ -93,6 +93,13 @@ class _Gpm:
         self.nv, self.handle = nv, handle
         self.first = nv.nvmlGpmSampleGet(handle, nv.nvmlGpmSampleAlloc())
 
+    def discard(self) -> None:
+        """Free the first sample without reading the window (its close was not seen, or another GPU failed)."""
+        try:
+            self.nv.nvmlGpmSampleFree(self.first)
+        except Exception:
+            pass
+
     def sm_active_pct(self) -> float:
         nv = self.nv
         second = nv.nvmlGpmSampleGet(self.handle, nv.nvmlGpmSampleAlloc())
@@ -157,9 +164,14 @@ class Sampler:
         self._parent_clock = (time.process_time(), time.monotonic())
         if self.gpu is None or "gpu_sm_active_pct" in self._dead or not self._load_nvml():
             return
+        self._gpm = []
         try:
-            self._gpm = [_Gpm(self._nvml, gpu.handle) for gpu in [self.gpu, *self.other_gpus]]
+            for gpu in [self.gpu, *self.other_gpus]:
+                self._gpm.append(_Gpm(self._nvml, gpu.handle))
         except Exception as exc:
+            for gpm in self._gpm:
+                gpm.discard()
+            self._gpm = []
             self._give_up("gpu_sm_active_pct", f"SM activity (GPM) unreadable ({type(exc).__name__}: {exc})")
 
     def window_closed(self) -> None:
@@ -186,6 +198,8 @@ class Sampler:
         self.measuring = False
         self._parent_clock = None
         if self._gpm:
+            for gpm in self._gpm:
+                gpm.discard()
             self._gpm = []
             self._give_up("gpu_sm_active_pct", "SM activity (GPM) not read: the window's close was not seen in time")
 
