@@ -172,3 +172,16 @@ def test_a_campaign_through_submitit_local(results, tmp_path):
     frame = load_runs(results)
     assert frame["campaign_id"].nunique() == 1 and frame["sweep_id"].nunique() == 2 and len(frame) == 8
     assert "### campaign campaign-" in out.stdout
+
+
+def test_a_results_folder_that_cannot_take_the_ladder_copies_is_refused(tiny_conf, results, capsys, monkeypatch):
+    from harness.commands import sweep as sweep_cmd
+
+    def unwritable(plans):
+        raise PermissionError(13, "Permission denied", str(results / sweep_cmd.CAMPAIGN_LADDERS))
+
+    monkeypatch.setattr(sweep_cmd, "_results_ladder_roots", unwritable)
+    code = cli.main(["sweep", "-m", "+ladder=tiny_a", *TINY, f"results_dir={results}"])
+    err = capsys.readouterr().err
+    assert code == 2 and "cannot copy the results folder's ladders" in err and "Permission denied" in err
+    assert not (results / "runs").exists()

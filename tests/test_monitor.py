@@ -309,12 +309,15 @@ def test_gpm_unsupported_or_window_close_unseen_leaves_it_empty_with_a_note():
 
 def test_the_parents_own_cpu_is_measured_over_the_window_it_saw():
     s = monitor.Sampler(os.getpid())
+    wall = time.monotonic()
     s.window_opened()
     end = time.process_time() + 0.2
-    while time.process_time() < end:  # the parent busy for 0.2 s of CPU: its share of the window is large
+    while time.process_time() < end:  # the parent busy for 0.2 s of CPU, however long a busy machine takes
         pass
     s.window_closed()
-    assert 20.0 < s.samples.parent_cpu_pct <= 100.0 * (os.cpu_count() or 1)
+    wall = time.monotonic() - wall
+    busy = 100.0 * 0.2 / wall  # its share of the window, whatever the machine's load stretched the window to
+    assert 0.9 * busy <= s.samples.parent_cpu_pct <= 100.0 * (os.cpu_count() or 1)
     assert monitor.metrics(s.samples, {})["parent_cpu_pct"] == s.samples.parent_cpu_pct
     idle = monitor.Sampler(os.getpid())
     idle.window_opened()

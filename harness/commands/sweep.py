@@ -306,7 +306,11 @@ def campaign(argv: list[str]) -> int:
     if note:
         print(note, file=sys.stderr)
     hydra_args = argv + [f"campaign={campaign_id}"]
-    for root in _results_ladder_roots(plans):  # Hydra composes +ladder=NAME from its config search path
+    try:
+        roots = _results_ladder_roots(plans)  # Hydra composes +ladder=NAME from its config search path
+    except OSError as exc:
+        return _refuse(ValueError(f"cannot copy the results folder's ladders where Hydra finds them: {exc}"))
+    for root in roots:
         hydra_args = hydra_edge.add_search_dir(hydra_args, root)
     code = hydra_edge.hydra_app(hydra_args, campaign_job, multirun=True)
     return max(code, _print_campaign(campaign_id, plans[0].settings.get("results_dir", "results"), len(plans)))
