@@ -119,6 +119,9 @@ class RunRecord:
     compile_s: float | None = None
     first_step_s: float | None = None
     measured_s: float | None = None
+    # when the measured window opened (UNIX seconds; it ran measured_s from there): to line a run up with what
+    # else the machine did then (other jobs' logs, a monitor's series, a paired process)
+    window_start_unix: float | None = None
     peak_vram_bytes: float | None = None
     peak_host_rss_bytes: float | None = None
     peak_main_rss_bytes: float | None = None

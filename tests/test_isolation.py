@@ -2,6 +2,7 @@
 
 import json
 import os
+import time
 
 import pytest
 
@@ -67,8 +68,11 @@ def _child_run(tmp_path, **overrides):
 
 def test_the_measuring_process_runs_no_other_python_thread(tmp_path):
     # no sampler thread in the measured process: the parent samples it from outside
+    started = time.time()
     metrics = _child_run(tmp_path, data__num_workers=0)
     assert metrics["python_threads_in_window"] == 1
+    # the child's window, placed in time (UNIX seconds), lies inside the parent's wait for it
+    assert started < metrics["window_start_unix"] < metrics["window_start_unix"] + metrics["measured_s"] < time.time()
     assert metrics["peak_main_rss_bytes"] > 50e6 and metrics["peak_host_rss_bytes"] >= metrics["peak_main_rss_bytes"]
     assert metrics["worker_rss_bytes"] == [] and metrics["peak_worker_rss_bytes"] is None
     assert metrics["gpu_util_pct"] is None and metrics["gpu_sample_note"] == ""

@@ -1,6 +1,7 @@
 """The measured loop: raw samples kept, warm-up apart, data wait split from compute, faults."""
 
 import json
+import time
 
 import pytest
 import torch
@@ -20,13 +21,19 @@ def _measure(**overrides):
 
 
 def test_warmup_and_measured_steps_are_kept_apart_with_raw_samples():
+    before = time.time()
     cfg, m, extras = _measure(measure__steps=4, measure__warmup_steps=2)
+    after = time.time()
     assert len(m.warmup_ms) == 2 and len(m.step_ms) == 4 and len(m.data_wait_ms) == 4
     assert all(t > 0 for t in m.step_ms)
     assert m.measured_s * 1000 >= 0.99 * sum(m.step_ms)
     assert extras["peak_host_rss_bytes"] > 50e6  # torch alone is bigger than that
     out = summarize(cfg, UNET, m, extras, flops=1e9, gpu_name="")
     assert out["samples_per_s"] == pytest.approx(4 * cfg.batch_size / m.measured_s)
+    # the window's place in time (to line it up with other processes): it opened after the warm-up began and
+    # closed before the measurement returned
+    assert before < out["window_start_unix"] and out["window_start_unix"] + m.measured_s <= after + 1e-3
+    assert out["window_start_unix"] - before >= sum(m.warmup_ms) / 1000.0 * 0.99
     assert out["units_per_s"] == pytest.approx(out["samples_per_s"] * 32**3)
     assert out["mfu"] is None  # no peak known for a CPU: never guessed
     # on a CPU there is no VRAM to report (None, not 0), and the backend flags applied are stored

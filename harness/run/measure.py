@@ -50,6 +50,7 @@ class Measurement:
     data_wait_ms: list[float] = field(default_factory=list)
     device_step_ms: list[float] = field(default_factory=list)  # CUDA only: per step, from CUDA events
     measured_s: float = 0.0
+    window_start_unix: float | None = None  # when the window opened, UNIX seconds (read at its close: no clock in it)
     loss_first: float | None = None
     loss_last: float | None = None
 
@@ -233,6 +234,7 @@ def train_and_measure(cfg, workload: WorkloadSpec, progress, rank: Rank | None =
     _sync(device)  # (a) the window closes when the device has finished the measured steps
     last = step
     m.measured_s = time.perf_counter() - window_start
+    m.window_start_unix = time.time() - m.measured_s
     m.device_step_ms = [a.elapsed_time(b) for a, b in events[: len(m.step_ms)]]
     cpu_pct = monitor.cpu_percent_since_last_call()
     clock_end = monitor.CpuClock.read()
@@ -418,6 +420,7 @@ def summarize(cfg, workload: WorkloadSpec, m: Measurement, extras: dict, flops: 
         "compile_s": compile_s,
         "first_step_s": m.warmup_ms[0] / 1000.0 if m.warmup_ms else None,
         "measured_s": m.measured_s,
+        "window_start_unix": m.window_start_unix,
         "flops_per_sample": flops,
         "peak_flops": peak,
         "mfu": flops * samples_per_s / peak if (flops and peak and samples_per_s) else None,
