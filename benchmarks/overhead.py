@@ -1,29 +1,41 @@
 """What the harness costs the training it measures (issue 11 asks <= 1%): its throughput against a plain loop.
 
-    python benchmarks/overhead.py [--rounds 5] [--bf16] [--workloads resnet50,unet3d] [--steps 20] [--warmup 3]
+    python benchmarks/overhead.py [--rounds 6] [--bf16] [--workloads resnet50,unet3d] [--steps N] [--control]
 
-For each workload at the smoke size on the CPU (or ``--device cuda``), two kinds of fresh process, in
-interleaved rounds (the order flips every round, so a machine getting busier or quieter shows in both):
+For each workload at the smoke size on the CPU, two kinds of fresh process are compared:
 
 * the harness, as a user runs it: ``python -m harness run measure.mode=model ...`` (one batch kept on the
-  device, so no loader work; the parent, its polls and its sampling included), reading ``samples_per_s``
-  from the stored record;
+  device, so no loader work; the parent, its polls and its sampling included), reading ``samples_per_s``,
+  ``measured_s`` and ``window_start_unix`` from the stored record;
 * a plain hand-written loop of the same model, batch, optimizer and precision, built from the same
-  builders (``harness.workload.workloads``, ``models/``, ``harness.workload.knobs.build_optimizer``), with the same warm-up,
-  the same loss reads (step 0 and every ``log_every_n_steps``) and the same two clock reads around the
-  measured steps, and nothing else: no thread, no progress file, no parent.
+  builders (``harness.workload.build``, ``harness.workload.knobs.build_optimizer``), with the same warm-up and
+  the same loss reads (step 0 and every ``log_every_n_steps``), and nothing else: no thread, no progress file,
+  no parent.
 
-It prints, per workload, the ratio harness / plain of each round, and their median with the min-max band.
-A ratio of 1.0 means the harness costs nothing; >= 0.99 is the target. The machine's load average is
-printed with it: on a machine other work keeps busy, the band says how much the rounds disagree, and a
-band much wider than 1% cannot tell a 1% overhead from noise.
+Paired (the default on a CPU with >= 2 CPUs): the two run AT THE SAME TIME, each pinned to its own half of
+the CPUs (the harness's parent with its child). The plain loop starts first, steps until it is told to
+stop and keeps each step's end time; its speed is read over exactly the harness's measured window. A
+machine whose speed wanders over seconds (a shared host: here the same process ran 130-180 ms a step from
+one second to the next, on both CPUs at once) then slows both sides alike, which fresh processes run one
+after the other cannot have. A round is two such pairs with the halves swapped (a CPU that is faster than
+the other favours neither side); its ratio is the geometric mean of the two. ``--control`` adds an A/A
+round per round: a plain loop in the harness's place, which shows the method's own noise and bias.
+
+Sequential (``--sequential``, and always on CUDA: both sides would share the device): the two kinds of
+process run one after the other, in rounds whose order flips.
+
+It prints per workload the ratio harness / plain of each round, their median and a 95% bootstrap band of the
+median (rounds resampled), and a verdict only from >= 5 rounds: ">= 0.99 shown" when the whole band is
+above 0.99. Then the measuring loop's own cost per step (in process, tiny model) and the accounted overhead.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -45,10 +57,26 @@ def _settings(workload: str, precision: str, steps: int, warmup: int, device: st
             f"measure.steps={steps}", f"measure.warmup_steps={warmup}"]
 
 
-def harness_run(settings: list[str], results: Path) -> dict:
-    """One ``python -m harness run``: samples/s and the parent's CPU share in the window, from its stored record."""
+DEFAULT_STEPS = {"resnet50": 40, "unet3d": 200}  # ~10 s windows on one CPU of this machine (300 / 48 ms a step)
+BLOCK_STEPS = {"resnet50": 10, "unet3d": 50}  # in-process blocks of ~1.5 s on both CPUs (150 / 30 ms a step)
+
+
+def _pinned(cpus: set[int] | None):
+    """For ``preexec_fn``: the new process (and all it starts) runs on ``cpus`` only."""
+    return None if cpus is None else (lambda: os.sched_setaffinity(0, cpus))
+
+
+def cpu_halves() -> tuple[set[int], set[int]] | None:
+    """This process's CPUs split in two equal, disjoint halves (an odd one left out); None below 2 CPUs."""
+    cpus = sorted(os.sched_getaffinity(0))
+    half = len(cpus) // 2
+    return (set(cpus[:half]), set(cpus[half:2 * half])) if half else None
+
+
+def harness_run(settings: list[str], results: Path, cpus: set[int] | None = None) -> dict:
+    """One ``python -m harness run``: samples/s, its window and the parent's CPU share in it, from its stored record."""
     done = subprocess.run([sys.executable, "-m", "harness", "run", *settings, f"results_dir={results}"], cwd=REPO,
-                          capture_output=True, text=True, env=_env())
+                          capture_output=True, text=True, env=_env(), preexec_fn=_pinned(cpus))
     if done.returncode != 0:
         sys.exit(f"the harness run failed (exit {done.returncode}):\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
     from harness.store import load_runs
@@ -56,18 +84,91 @@ def harness_run(settings: list[str], results: Path) -> dict:
     run = load_runs(results).sort_values("timestamp").iloc[-1]
     parent = run["parent_cpu_pct"]
     return {"samples_per_s": float(run["samples_per_s"]), "step_ms": float(run["step_ms_mean"]),
-            "parent_cpu_pct": None if parent is None or parent != parent else float(parent)}
+            "parent_cpu_pct": None if parent is None or parent != parent else float(parent),
+            "window": (float(run["window_start_unix"]), float(run["measured_s"])),
+            "step_s": float(run["measured_s"]) / int(run["measured_steps"])}
 
 
-def plain_run(settings: list[str]) -> float:
-    """samples/s of the plain loop, in a fresh process of its own."""
+def plain_run(settings: list[str], cpus: set[int] | None = None) -> dict:
+    """The plain loop's fixed window (the harness's warm-up and steps), in a fresh process of its own: samples/s,
+    the window (UNIX start, seconds) and seconds a step."""
     # a session of its own, as the harness's child has: with the kernel's autogroup scheduling a session is a
     # scheduling group, so under other load both sides get the same share of the CPUs
     done = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--plain", json.dumps(settings)], cwd=REPO,
-                          capture_output=True, text=True, env=_env(), start_new_session=True)
+                          capture_output=True, text=True, env=_env(), start_new_session=True, preexec_fn=_pinned(cpus))
     if done.returncode != 0:
         sys.exit(f"the plain loop failed (exit {done.returncode}):\n{done.stderr[-3000:]}")
-    return float(json.loads(done.stdout.strip().splitlines()[-1])["samples_per_s"])
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    return {**out, "window": tuple(out["window"]), "step_ms": out["step_s"] * 1000.0, "parent_cpu_pct": None}
+
+
+FOLLOW_MAX_S = 1800.0  # a follower nobody stops ends by itself
+
+
+class Follower:
+    """A plain loop in its own process on ``cpus``, stepping from the moment it is ready until :meth:`stop`,
+    keeping each step's end time: its speed can then be read over any window that fell inside."""
+
+    def __init__(self, settings: list[str], cpus: set[int] | None):
+        self.proc = subprocess.Popen([sys.executable, str(Path(__file__).resolve()), "--follow", json.dumps(settings)],
+                                     cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(),
+                                     start_new_session=True, preexec_fn=_pinned(cpus))
+        line = self.proc.stdout.readline()
+        if line.strip() != "ready":
+            self.proc.kill()
+            sys.exit(f"the plain loop did not start:\n{self.proc.stderr.read()[-3000:]}")
+
+    def stop(self) -> dict:
+        """Its steps: {"first": the first step's start, "ends": every step's end}, UNIX seconds."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGUSR1)
+        out, err = self.proc.communicate(timeout=600)
+        if self.proc.returncode != 0:
+            sys.exit(f"the plain loop failed (exit {self.proc.returncode}):\n{err[-3000:]}")
+        return json.loads(out.strip().splitlines()[-1])
+
+
+MIN_STEPS_IN_WINDOW = 5
+
+
+def seconds_per_step_within(steps: dict, window: tuple[float, float]) -> float:
+    """The follower's mean step time over the steps that began and ended inside ``window`` (UNIX start, length)."""
+    start, end = window[0], window[0] + window[1]
+    ends = steps["ends"]
+    inside = [i for i, e in enumerate(ends) if e <= end and (ends[i - 1] if i else steps["first"]) >= start]
+    if len(inside) < MIN_STEPS_IN_WINDOW:
+        raise ValueError(f"only {len(inside)} plain steps fell inside the {window[1]:.1f} s window "
+                         f"(at least {MIN_STEPS_IN_WINDOW}): measure more steps")
+    first, last = inside[0], inside[-1]
+    return (ends[last] - (ends[first - 1] if first else steps["first"])) / len(inside)
+
+
+def against_reference(settings: list[str], results: Path, kind: str, cpus: set[int], reference_cpus: set[int]) -> dict:
+    """One side of a paired round: ``kind`` ("harness", or "plain": the plain loop's fixed window) on ``cpus`` while a
+    reference plain loop steps on ``reference_cpus``. Adds "speed": the side's throughput over the reference's in
+    the side's window (the machine's speed at that moment divides out)."""
+    reference = Follower(settings, reference_cpus)
+    try:
+        side = harness_run(settings, results, cpus) if kind == "harness" else plain_run(settings, cpus)
+    finally:
+        steps = reference.stop()
+    return {**side, "speed": seconds_per_step_within(steps, side["window"]) / side["step_s"]}
+
+
+def paired_round(settings: list[str], results: Path, halves: tuple[set[int], set[int]], flip: bool,
+                 measured: str = "harness") -> tuple[float, list[dict], list[dict]]:
+    """One round: ``measured`` (the harness; "plain" for the A/A control) and the plain loop, each once on either
+    half against a reference on the other. Returns (measured/plain throughput: the geometric mean of the two halves'
+    speed ratios, the measured side's runs, the plain side's runs). ``flip`` puts the plain loop first."""
+    a, b = halves
+    roles = ("plain", "measured") if flip else ("measured", "plain")
+    runs: dict[str, list[dict]] = {"measured": [], "plain": []}
+    for cpus, reference in ((a, b), (b, a)):
+        for role in roles:
+            kind = measured if role == "measured" else "plain"
+            runs[role].append(against_reference(settings, results, kind, cpus, reference))
+    speed = {role: math.prod(r["speed"] for r in rs) ** (1 / len(rs)) for role, rs in runs.items()}
+    return speed["measured"] / speed["plain"], runs["measured"], runs["plain"]
 
 
 def _config(settings: list):
@@ -117,8 +218,9 @@ def plain_step(cfg):
     return step, device
 
 
-def time_plain(cfg) -> float:
-    """Seconds of the plain loop's measured steps (after the same warm-up the harness does)."""
+def time_plain(cfg, window: list | None = None) -> float:
+    """Seconds of the plain loop's measured steps (after the same warm-up the harness does); ``window`` gets the
+    window's UNIX start."""
     import torch
 
     step, device = plain_step(cfg)
@@ -132,12 +234,154 @@ def time_plain(cfg) -> float:
         step(i)
     if device.type == "cuda":
         torch.cuda.synchronize(device)
-    return time.perf_counter() - start
+    seconds = time.perf_counter() - start
+    if window is not None:
+        window.append(time.time() - seconds)
+    return seconds
 
 
 def plain_loop(settings: list[str]) -> dict:
     cfg = _config(settings)
-    return {"samples_per_s": cfg.measure.steps * cfg.batch_size / time_plain(cfg)}
+    window: list = []
+    seconds = time_plain(cfg, window)
+    return {"samples_per_s": cfg.measure.steps * cfg.batch_size / seconds, "window": [window[0], seconds],
+            "step_s": seconds / cfg.measure.steps}
+
+
+def follow(settings: list[str]) -> dict:
+    """The follower's side: warm up, say "ready", step until SIGUSR1 (or the parent's death), keep step ends."""
+    cfg = _config(settings)
+    step, _ = plain_step(cfg)  # a CPU run: the loss reads are its syncs, as in the harness
+    warmup = cfg.measure.warmup_steps
+    for i in range(warmup):
+        step(i)
+    stop: list = []
+    signal.signal(signal.SIGUSR1, lambda *_: stop.append(True))
+    try:  # Linux: end with the benchmark, never outlive it
+        import ctypes
+
+        ctypes.CDLL(None).prctl(1, signal.SIGUSR1)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+    print("ready", flush=True)
+    ends = []
+    i = warmup
+    first = t = time.perf_counter()
+    while not stop and t - first < FOLLOW_MAX_S:
+        step(i)
+        i += 1
+        t = time.perf_counter()
+        ends.append(t)
+    offset = time.time() - time.perf_counter()
+    return {"first": first + offset, "ends": [e + offset for e in ends]}
+
+
+class _Alive:
+    """For the poller: the measured process (the benchmark itself) stays alive until it ends the poller."""
+
+    pid = None
+
+    def poll(self):
+        return None
+
+
+def poll(pid: int, job: str) -> None:
+    """The harness parent's watch over its child, for the in-process comparison: its own wait loop (progress
+    markers, psutil sampling at the configured interval, the progress display at its refresh rate on a terminal),
+    pointed at ``pid``, until killed. The benchmark stops (SIGSTOP) and resumes it around the harness's side."""
+    from rich.console import Console
+
+    from harness import config as config_mod
+    from harness.commands.progress import RunProgress
+    from harness.run import isolate, monitor
+
+    try:  # Linux: end with the benchmark, never outlive it
+        import ctypes
+
+        ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+    interval = config_mod.RunConfig().measure.sample_interval_s
+    console = Console(file=open(os.devnull, "w"), force_terminal=True, width=120)  # noqa: SIM115 - until killed
+    print("ready", flush=True)
+    with RunProgress(console, "overhead") as progress:
+        isolate._wait(_Alive(), Path(job), time.monotonic(), math.inf, progress.update,
+                      isolate._Watch(monitor.Sampler(pid), interval))
+
+
+def in_process(settings: list[str], rounds: int, harness_ms: list[float] | None = None,
+               poller_on: bool = True) -> list[float]:
+    """Harness / plain throughput per round, both sides in this one process, training the SAME model, optimizer and
+    batch shape (a rebuilt model lands elsewhere in memory, which here moves a step's time by up to 5%):
+
+    * the harness's side is ``train_and_measure``, the function its child runs, writing the child's progress
+      markers, while a poller process does what the harness's parent does (``poll``); the poller is stopped
+      outside the harness's side;
+    * the plain side is the hand-written step, with the same warm-up, the poller stopped.
+
+    A round is one of each, in an order that flips every round; they alternate every second or two, so the
+    machine's speed, which wanders over seconds here, falls on both alike. ``harness_ms`` gets the harness's
+    mean step time of every round."""
+    import torch
+
+    from harness.run import measure
+    from harness.workload.data import build_dataset, build_loader
+
+    cfg = _config(settings)
+    workload, device = cfg.workload, torch.device(cfg.device)
+    torch.manual_seed(cfg.seed)
+    prep = measure.prepare(cfg, workload, device)
+    x, y = next(iter(build_loader(cfg, build_dataset(cfg, workload), workload)))
+    x, y = x.to(device, memory_format=prep.memory_format), y.to(device)
+    model, loss_fn, optimizer = prep.model, prep.loss_fn, prep.optimizer
+    dtype = {"32": None, "bf16-mixed": torch.bfloat16, "16-mixed": torch.float16}[cfg.precision]
+    log_every, warmup, steps = cfg.log_every_n_steps, cfg.measure.warmup_steps, cfg.measure.steps
+
+    def plain() -> float:
+        for i in range(warmup + steps):
+            if i == warmup:
+                start = time.perf_counter()
+            optimizer.zero_grad(set_to_none=True)
+            with torch.autocast(device.type, dtype=dtype, enabled=dtype is not None):
+                loss = loss_fn(model(x), y)
+            loss.backward()
+            optimizer.step()
+            if i == 0 or (i + 1) % log_every == 0:
+                loss.item()
+        return (time.perf_counter() - start) / steps
+
+    with tempfile.TemporaryDirectory(prefix="harness-overhead-job-") as job:
+        def progress(phase: str, **info) -> None:  # the child's marker writer
+            measure.write_json(Path(job) / "progress.json", {"phase": phase, "time": time.time(), **info})
+
+        poller = subprocess.Popen([sys.executable, str(Path(__file__).resolve()), "--poll", str(os.getpid()), job],
+                                  cwd=REPO, stdout=subprocess.PIPE, env=_env(), text=True)
+        real_prepare = measure.prepare
+        measure.prepare = lambda *args, **kwargs: prep  # the harness's side trains the plain side's model
+        try:
+            if poller.stdout.readline().strip() != "ready":
+                sys.exit("the poller did not start")
+            poller.send_signal(signal.SIGSTOP)
+            out = []
+            for r in range(rounds):
+                seconds = {}
+                for side in (("harness", "plain") if r % 2 == 0 else ("plain", "harness")):
+                    if side == "harness":
+                        if poller_on:
+                            poller.send_signal(signal.SIGCONT)
+                        m, _ = measure.train_and_measure(cfg, workload, progress)
+                        poller.send_signal(signal.SIGSTOP)
+                        seconds[side] = m.measured_s / len(m.step_ms)
+                        if harness_ms is not None:
+                            harness_ms.append(1000.0 * seconds[side])
+                    else:
+                        seconds[side] = plain()
+                out.append(seconds["plain"] / seconds["harness"])
+            return out
+        finally:
+            measure.prepare = real_prepare
+            poller.kill()
+            poller.wait()
 
 
 # A model so small (one 1x1 convolution, SGD) that a step is ~0.2 ms on a CPU: what the harness's loop adds per step stands out against it.
@@ -195,62 +439,132 @@ def _load() -> str:
     return f"{one:.1f} {five:.1f} {fifteen:.1f}"
 
 
+def _cpus(cpus: set[int]) -> str:
+    ordered = sorted(cpus)
+    if len(ordered) > 1 and ordered == list(range(ordered[0], ordered[-1] + 1)):
+        return f"CPUs {ordered[0]}-{ordered[-1]}"
+    return ("CPU " if len(ordered) == 1 else "CPUs ") + ",".join(map(str, ordered))
+
+
+def _summary(label: str, values: list[float]) -> None:
+    mid, low, high = median_band(values)
+    print(f"{label}: median {mid:.3f}, 95% band of the median [{low:.3f}-{high:.3f}] "
+          f"(rounds {min(values):.3f}-{max(values):.3f}, {len(values)} rounds): {verdict(low, high, len(values))}")
+
+
 def main(argv: list[str]) -> int:
     if argv[:1] == ["--plain"]:
         print(json.dumps(plain_loop(json.loads(argv[1]))))
         return 0
+    if argv[:1] == ["--poll"]:
+        poll(int(argv[1]), argv[2])
+        return 0
+    if argv[:1] == ["--follow"]:
+        print(json.dumps(follow(json.loads(argv[1]))))
+        return 0
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--workloads", default="resnet50,unet3d")
     parser.add_argument("--bf16", action="store_true", help="precision=bf16-mixed instead of fp32")
-    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--steps", type=int, default=None,
+                        help=f"measured steps a run (default: {DEFAULT_STEPS}, 20 for other workloads)")
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--device", default="cpu")
+    parser.add_argument("--sequential", action="store_true",
+                        help="run the two sides one after the other instead of at once on disjoint CPUs")
+    parser.add_argument("--control", action="store_true",
+                        help="paired mode: add an A/A round (the plain loop in the harness's place) per round")
+    parser.add_argument("--inproc-rounds", type=int, default=100,
+                        help="rounds of the in-process comparison (0: none)")
+    parser.add_argument("--inproc-steps", type=int, default=None,
+                        help=f"measured steps a side of an in-process round (default: {BLOCK_STEPS}, 20 for others)")
     parser.add_argument("--loop-rounds", type=int, default=20, help="rounds of the in-process loop-cost check (0: none)")
     parser.add_argument("--loop-steps", type=int, default=2000, help="tiny-model steps per side of a loop-cost round")
     args = parser.parse_args(argv)
     precision = "bf16-mixed" if args.bf16 else "32"
     workloads = args.workloads.split(",")
+    halves = cpu_halves()
+    sequential = args.sequential or args.device != "cpu" or halves is None
     ratios: dict[str, list[float]] = {w: [] for w in workloads}
+    controls: dict[str, list[float]] = {w: [] for w in workloads}
     parent: dict[str, list[float]] = {w: [] for w in workloads}
     step_ms: dict[str, list[float]] = {w: [] for w in workloads}
-    print(f"{os.cpu_count()} CPUs, load average at start {_load()}; precision={precision}, "
-          f"{args.warmup} warm-up + {args.steps} measured steps, {args.rounds} rounds")
-    print("\n1. End to end: the harness as a user runs it against the plain loop, each a fresh process")
+    steps = {w: args.steps or DEFAULT_STEPS.get(w, 20) for w in workloads}
+    print(f"{len(os.sched_getaffinity(0))} CPUs, load average at start {_load()}; precision={precision}, "
+          f"{args.warmup} warm-up + {', '.join(f'{w} {n}' for w, n in steps.items())} measured steps, "
+          f"{args.rounds} rounds")
+    if args.rounds <= 0:
+        pass
+    elif sequential:
+        print("\n1. End to end, sequential: the harness as a user runs it against the plain loop, each a fresh "
+              "process, one after the other")
+    else:
+        a, b = halves
+        print(f"\n1. End to end, paired: the harness as a user runs it, and the plain loop, each pinned to one half "
+              f"of the CPUs (the harness's parent with its child) while a reference plain loop steps on the other "
+              f"half; each side's speed is its throughput over the reference's in its own measured window. A round: "
+              f"both sides on {_cpus(a)}, then on {_cpus(b)}; ratio = harness speed / plain speed (geometric means)")
     with tempfile.TemporaryDirectory(prefix="harness-overhead-") as tmp:
         for r in range(args.rounds):
             for workload in workloads:
-                settings = _settings(workload, precision, args.steps, args.warmup, args.device)
+                settings = _settings(workload, precision, steps[workload], args.warmup, args.device)
                 results = Path(tmp) / f"{workload}-{r}"
-                if r % 2 == 0:
-                    harness, plain = harness_run(settings, results), plain_run(settings)
+                if sequential:
+                    if r % 2 == 0:
+                        harness, plain = harness_run(settings, results), plain_run(settings)
+                    else:
+                        plain, harness = plain_run(settings), harness_run(settings, results)
+                    ratio = harness["samples_per_s"] / plain["samples_per_s"]
+                    shown = [harness]
+                    detail = (f"harness {harness['samples_per_s']:8.2f} samples/s, plain {plain['samples_per_s']:8.2f}"
+                              f" samples/s, ratio {ratio:.3f}")
                 else:
-                    plain, harness = plain_run(settings), harness_run(settings, results)
-                ratio = harness["samples_per_s"] / plain
+                    ratio, shown, plains = paired_round(settings, results, halves, flip=r % 2 == 1)
+                    detail = (f"harness {shown[0]['step_ms']:6.1f} / {shown[1]['step_ms']:6.1f} ms a step, speed "
+                              f"{shown[0]['speed']:.3f} / {shown[1]['speed']:.3f}; plain {plains[0]['step_ms']:6.1f} / "
+                              f"{plains[1]['step_ms']:6.1f} ms, speed {plains[0]['speed']:.3f} / "
+                              f"{plains[1]['speed']:.3f}; ratio {ratio:.3f}")
+                    if args.control:
+                        aa, _, _ = paired_round(settings, results, halves, flip=r % 2 == 1, measured="plain")
+                        controls[workload].append(aa)
+                        detail += f"; A/A control {aa:.3f}"
                 ratios[workload].append(ratio)
-                step_ms[workload].append(harness["step_ms"])
-                if harness["parent_cpu_pct"] is not None:
-                    parent[workload].append(harness["parent_cpu_pct"])
-                print(f"round {r + 1} {workload:9s} harness {harness['samples_per_s']:8.2f} samples/s, "
-                      f"plain {plain:8.2f} samples/s, ratio {ratio:.3f}; harness parent CPU "
-                      f"{_pct(harness['parent_cpu_pct'])} of one CPU  (load {_load()})", flush=True)
+                step_ms[workload] += [h["step_ms"] for h in shown]
+                parent[workload] += [h["parent_cpu_pct"] for h in shown if h["parent_cpu_pct"] is not None]
+                cpu = ", ".join(_pct(h["parent_cpu_pct"]) for h in shown)
+                print(f"round {r + 1} {workload:9s} {detail}; harness parent CPU {cpu} of one CPU  (load {_load()})",
+                      flush=True)
     for workload, values in ratios.items():
-        if not values:
-            continue
-        mid, low, high = median_band(values)
-        print(f"{workload:9s} harness/plain throughput: median {mid:.3f}, 95% band of the median [{low:.3f}-{high:.3f}]"
-              f" (rounds {min(values):.3f}-{max(values):.3f}, {len(values)} rounds): {verdict(low, high, len(values))}")
+        if values:
+            _summary(f"{workload:9s} harness/plain throughput", values)
+        if controls[workload]:
+            mid, low, high = median_band(controls[workload])
+            print(f"{workload:9s} A/A control, plain/plain: median {mid:.3f}, 95% band of the median "
+                  f"[{low:.3f}-{high:.3f}] ({len(controls[workload])} rounds): "
+                  + ("1 inside the band: no bias shown" if low <= 1.0 <= high else "1 outside the band: the method "
+                     "itself is biased by this much"))
+    inproc_ms: dict[str, list[float]] = {w: [] for w in workloads}
+    if args.inproc_rounds > 0:
+        print(f"\n2. In one process, on the same model: the harness's measuring loop (the child's function, its "
+              f"markers, a poller doing what the parent does) against the plain loop, alternating every second or "
+              f"two, {args.inproc_rounds} rounds; the warm-up before each side is {args.warmup} steps")
+        for workload in workloads:
+            block = args.inproc_steps or BLOCK_STEPS.get(workload, 20)
+            values = in_process(_settings(workload, precision, block, args.warmup, args.device), args.inproc_rounds,
+                                inproc_ms[workload])
+            _summary(f"{workload:9s} harness/plain throughput, {block} steps a side", values)
     cost = []
     if args.loop_rounds > 0:
-        print(f"\n2. The measuring loop's own cost per step: train_and_measure against the plain loop on a tiny "
+        print(f"\n3. The measuring loop's own cost per step: train_and_measure against the plain loop on a tiny "
               f"model, {args.loop_steps} steps a side, alternating in one process, {args.loop_rounds} rounds")
         cost = loop_cost(args.loop_rounds, args.loop_steps)
         mid, low, high = median_band(cost)
         print(f"loop cost: median {mid:+.2f} us a step, 95% band [{low:+.2f}, {high:+.2f}] us "
               f"(rounds {min(cost):+.1f} to {max(cost):+.1f})")
-    print("\n3. Accounted overhead: the parent's CPU (as if every cycle of it were taken from the child, an upper "
+    print("\n4. Accounted overhead: the parent's CPU (as if every cycle of it were taken from the child, an upper "
           "bound) plus the loop's cost per step (upper end of its band) over the workload's step time")
     for workload in workloads:
+        step_ms[workload] = step_ms[workload] or inproc_ms[workload]
         if not step_ms[workload]:
             continue
         parent_frac = statistics.median(parent[workload]) / 100.0 if parent[workload] else None

@@ -104,3 +104,74 @@ def test_the_parent_keeps_gpu_samples_only_between_the_window_markers(tmp_path, 
         watch.sample_if_due(now=1e9 if phase == "measure" else 0.0)  # the window's first poll samples at once
     assert watch.gpu_named and watch.sampler.gpu.handle == "GPU-1" and not watch.sampler.measuring
     assert watch.sampler.samples.gpu_util_pct == [87.0]  # one sample, the one inside the window
+
+
+def _policy(tid: int = 0) -> int:
+    return os.sched_getscheduler(tid)
+
+
+@pytest.mark.skipif(not hasattr(os, "SCHED_BATCH"), reason="Linux scheduling policies")
+def test_the_waiting_parent_is_a_batch_task_that_never_preempts_the_child_and_is_restored_after(tmp_path):
+    import threading
+
+    seen = []
+
+    class Child:  # a child that runs for three polls
+        pid = os.getpid()
+
+        def poll(self):
+            seen.append(_policy())
+            return 0 if len(seen) >= 3 else None
+
+    assert _policy() == os.SCHED_OTHER
+    started, ready, done = [], threading.Event(), threading.Event()
+
+    def worker():
+        started.append(threading.get_native_id())
+        ready.set()
+        done.wait(30)
+
+    with isolate.yielding():
+        # a thread started while waiting inherits the batch policy, and is restored on the way out as well
+        t = threading.Thread(target=worker)
+        t.start()
+        assert ready.wait(30) and _policy(started[0]) == os.SCHED_BATCH
+    assert _policy() == os.SCHED_OTHER and _policy(started[0]) == os.SCHED_OTHER
+    done.set()
+    t.join()
+    assert isolate._wait(Child(), tmp_path, time.monotonic(), 60.0, None, isolate._Watch(monitor.Sampler(None), 0.01)) is False
+    assert seen == [os.SCHED_BATCH] * 3 and _policy() == os.SCHED_OTHER  # the next child starts with the default
+
+
+@pytest.mark.skipif(not hasattr(os, "SCHED_BATCH"), reason="Linux scheduling policies")
+def test_a_policy_the_user_chose_for_the_parent_is_left_alone():
+    os.sched_setscheduler(0, os.SCHED_BATCH, os.sched_param(0))
+    try:
+        with isolate.yielding():
+            pass
+        assert _policy() == os.SCHED_BATCH
+    finally:
+        os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))
+
+
+def test_the_progress_display_runs_no_thread_and_redraws_at_most_twice_a_second():
+    import io
+    import threading
+
+    from rich.console import Console
+
+    from harness.commands import progress as progress_mod
+
+    out = io.StringIO()
+    before = threading.active_count()
+    with progress_mod.RunProgress(Console(file=out, force_terminal=True, width=80), "unet3d") as display:
+        assert threading.active_count() == before  # rich's Status would wake a refresh thread 12.5 times a second
+        display.update({"phase": "build"}, 0.1)
+        drawn = out.getvalue()
+        assert "building model and loader" in drawn
+        for _ in range(50):  # a parent polling at 100 Hz for half a second
+            display.update({"phase": "warmup", "steps": 3}, 0.2)
+        assert out.getvalue() == drawn  # nothing redrawn within 1 / REFRESH_HZ of the last draw
+        display._drawn -= 1.0 / progress_mod.REFRESH_HZ
+        display.update({"phase": "warmup", "steps": 3}, 0.7)
+        assert "warm-up, 3 steps" in out.getvalue()[len(drawn):]

@@ -1,9 +1,10 @@
 """Live progress of a run in its child process, from the child's phase markers.
 
 The child writes a marker at each phase change only (never per step), so progress costs the
-measured loop nothing; time left is estimated from the warm-up steps' pace. The display redraws at
-most ``REFRESH_HZ`` times a second: the parent shares the CPU with the measured child, and a spinner
-redrawn at rich's default 12.5 Hz is a thread waking up for nothing the reader needs.
+measured loop nothing; time left is estimated from the warm-up steps' pace. The display is redrawn
+only when the parent's poll loop calls ``update``, at most ``REFRESH_HZ`` times a second: the parent shares the CPU with the
+measured child, and every wake-up of the parent can take a CPU from one of the child's threads, so the
+display runs no refresh thread of its own (rich's ``Status`` wakes one 12.5 times a second).
 """
 
 from __future__ import annotations
@@ -12,30 +13,39 @@ import statistics
 import time
 
 from rich.console import Console
+from rich.live import Live
+from rich.spinner import Spinner
 
-REFRESH_HZ = 2.0
+REFRESH_HZ = 2.0  # at most this many redraws a second, however often the parent polls (measure.sample_interval_s)
 
 
 class RunProgress:
     def __init__(self, console: Console, label: str):
         self.console = console
         self.label = label
-        self._status = None
+        self._spinner = Spinner("dots", text=f"{label}: starting", style="status.spinner")
+        self._live = Live(self._spinner, console=console, auto_refresh=False, transient=True)
         self._last = None
+        self._drawn = 0.0
 
     def __enter__(self) -> "RunProgress":
-        self._status = self.console.status(f"{self.label}: starting", refresh_per_second=REFRESH_HZ)
-        self._status.__enter__()
+        self._live.start(refresh=True)
         return self
 
     def __exit__(self, *exc) -> None:
-        self._status.__exit__(*exc)
+        self._live.stop()
 
     def update(self, info: dict, elapsed_s: float) -> None:
+        """Called at every poll: the new text if it changed, and the spinner's next frame."""
+        now = time.monotonic()
+        if now - self._drawn < 1.0 / REFRESH_HZ:
+            return
+        self._drawn = now
         text = describe(info, elapsed_s)
         if text != self._last:
-            self._status.update(f"{self.label}: {text}")
+            self._spinner.update(text=f"{self.label}: {text}")
             self._last = text
+        self._live.refresh()
 
 
 def describe(info: dict, elapsed_s: float) -> str:

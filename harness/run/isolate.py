@@ -4,7 +4,10 @@ The parent never trains: it starts ``python -m harness.run.child``, watches its 
 clock, and turns whatever happens (a result, a crash, a hang) into a RunRecord. Between polls it sleeps,
 and at each poll it samples the child's memory and its GPU from outside (``harness.run.monitor.Sampler``),
 so that the measured process itself runs no sampling thread: the parent shares the CPU with the child,
-and anything it does costs the child what it takes.
+and anything it does costs the child what it takes. While it waits, its threads are in ``SCHED_BATCH``
+(``yielding``): a batch thread that wakes up does not preempt a running one, so a poll waits for a gap in
+the child's work (a thread at a barrier, a loader wait) or for the next scheduler tick, instead of taking
+a CPU from one of the child's threads while the others wait for it at their next barrier.
 
 No orphan survives the parent, however the parent ends:
   * the child runs in a process group of its own (its loader workers join it), and the parent kills
@@ -21,6 +24,7 @@ No orphan survives the parent, however the parent ends:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -177,20 +181,57 @@ class _Watch:
         return max(0.01, min(POLL_S, self.next_sample - now))
 
 
+def _threads() -> set[int]:
+    try:
+        return {int(tid) for tid in os.listdir("/proc/self/task")}
+    except OSError:  # not Linux
+        return set()
+
+
+@contextlib.contextmanager
+def yielding():
+    """This process's threads in ``SCHED_BATCH`` for the duration (Linux; elsewhere nothing changes): a batch
+    thread's wake-up never preempts a running thread. Threads in another policy than the default (a user's
+    ``chrt``) are left as they are; on the way out, the threads switched, and any started meanwhile (they
+    inherit the policy), go back to the default. Going back needs no privilege: the nice value stays."""
+    if not hasattr(os, "SCHED_BATCH"):
+        yield
+        return
+    before = _threads()
+    switched = set()
+    for tid in before:
+        try:
+            if os.sched_getscheduler(tid) == os.SCHED_OTHER:
+                os.sched_setscheduler(tid, os.SCHED_BATCH, os.sched_param(0))
+                switched.add(tid)
+        except OSError:  # a thread gone meanwhile, or a policy this system refuses: it stays as it was
+            pass
+    try:
+        yield
+    finally:
+        for tid in switched | (_threads() - before):
+            try:
+                if os.sched_getscheduler(tid) == os.SCHED_BATCH:
+                    os.sched_setscheduler(tid, os.SCHED_OTHER, os.sched_param(0))
+            except OSError:
+                pass
+
+
 def _wait(proc: subprocess.Popen, job: Path, start: float, timeout_s: float, on_progress: ProgressFn | None,
           watch: _Watch | None = None) -> bool:
     progress_path = job / "progress.json"
     watch = watch or _Watch(monitor.Sampler(proc.pid), POLL_S)
-    while proc.poll() is None:
-        now = time.monotonic()
-        elapsed = now - start
-        if elapsed > timeout_s:
-            return True
-        info = watch.read_progress(progress_path)
-        watch.sample_if_due(now)
-        if on_progress and info is not None:
-            on_progress(info, elapsed)
-        time.sleep(watch.sleep_s(time.monotonic()))
+    with yielding():  # the child (started before) keeps the default policy
+        while proc.poll() is None:
+            now = time.monotonic()
+            elapsed = now - start
+            if elapsed > timeout_s:
+                return True
+            info = watch.read_progress(progress_path)
+            watch.sample_if_due(now)
+            if on_progress and info is not None:
+                on_progress(info, elapsed)
+            time.sleep(watch.sleep_s(time.monotonic()))
     return False
 
 
