@@ -340,6 +340,8 @@ def in_process(settings: list[str], rounds: int, harness_ms: list[float] | None 
     def plain() -> float:
         for i in range(warmup + steps):
             if i == warmup:
+                if device.type == "cuda":  # the window opens on an idle device, as the harness's does
+                    torch.cuda.synchronize(device)
                 start = time.perf_counter()
             optimizer.zero_grad(set_to_none=True)
             with torch.autocast(device.type, dtype=dtype, enabled=dtype is not None):
@@ -348,6 +350,8 @@ def in_process(settings: list[str], rounds: int, harness_ms: list[float] | None 
             optimizer.step()
             if i == 0 or (i + 1) % log_every == 0:
                 loss.item()
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
         return (time.perf_counter() - start) / steps
 
     with tempfile.TemporaryDirectory(prefix="harness-overhead-job-") as job:
