@@ -1,32 +1,38 @@
 """What the harness costs the training it measures (issue 11 asks <= 1%): its throughput against a plain loop.
 
-    python benchmarks/overhead.py [--rounds 6] [--bf16] [--workloads resnet50,unet3d] [--steps N] [--control]
+    python benchmarks/overhead.py [--rounds 5] [--inproc-rounds 100] [--bf16] [--workloads resnet50,unet3d]
+                                  [--steps N] [--inproc-steps N] [--sequential] [--control] [--loop-rounds 20]
 
-For each workload at the smoke size on the CPU, two kinds of fresh process are compared:
+The two sides, per workload at the smoke size (``measure.mode=model``: one batch kept on the device, so no loader
+work):
 
-* the harness, as a user runs it: ``python -m harness run measure.mode=model ...`` (one batch kept on the
-  device, so no loader work; the parent, its polls and its sampling included), reading ``samples_per_s``,
-  ``measured_s`` and ``window_start_unix`` from the stored record;
-* a plain hand-written loop of the same model, batch, optimizer and precision, built from the same
-  builders (``harness.workload.build``, ``harness.workload.knobs.build_optimizer``), with the same warm-up and
-  the same loss reads (step 0 and every ``log_every_n_steps``), and nothing else: no thread, no progress file,
-  no parent.
+* the harness, as a user runs it: ``python -m harness run ...``, its parent (polls, sampling, progress display)
+  included, reading ``samples_per_s``, ``measured_s`` and ``window_start_unix`` from the stored record;
+* a plain hand-written loop of the same model, batch, optimizer and precision, built from the same builders,
+  with the same warm-up and the same loss reads (step 0 and every ``log_every_n_steps``), and nothing else: no
+  thread, no progress file, no parent.
 
-Paired (the default on a CPU with >= 2 CPUs): the two run AT THE SAME TIME, each pinned to its own half of
-the CPUs (the harness's parent with its child). The plain loop starts first, steps until it is told to
-stop and keeps each step's end time; its speed is read over exactly the harness's measured window. A
-machine whose speed wanders over seconds (a shared host: here the same process ran 130-180 ms a step from
-one second to the next, on both CPUs at once) then slows both sides alike, which fresh processes run one
-after the other cannot have. A round is two such pairs with the halves swapped (a CPU that is faster than
-the other favours neither side); its ratio is the geometric mean of the two. ``--control`` adds an A/A
-round per round: a plain loop in the harness's place, which shows the method's own noise and bias.
+It measures four ways, because on a shared machine no single one resolves 1%:
 
-Sequential (``--sequential``, and always on CUDA: both sides would share the device): the two kinds of
-process run one after the other, in rounds whose order flips.
+1. End to end, fresh processes. Paired (a CPU with >= 2 CPUs): each side runs pinned to one half of the CPUs
+   (the harness's parent with its child) while a reference plain loop steps on the other half, keeping each
+   step's end time; a side's speed is its throughput over the reference's within its own measured window, so
+   the machine's speed of that moment (which wanders by 10-30% over seconds on a shared host, on both CPUs at
+   once) divides out. A round: both sides on the first half, then on the second (a faster CPU favours neither);
+   its ratio is harness speed / plain speed, geometric means. ``--control`` adds an A/A round (the plain loop in
+   the harness's place): the method's own noise and bias. Sequential (``--sequential``, and on CUDA, where both
+   sides would share the device): one fresh process after the other, the order flipping every round.
+2. In one process, on one model: the harness's measuring loop (``train_and_measure``, the function its child
+   runs, writing the child's markers, while a poller process does what the parent does: its own wait loop and
+   display) against the plain loop on the same model, optimizer and batch shape, alternating every second or
+   two. Fresh processes differ by a few % in speed (a model built again lands elsewhere in memory); one model
+   on both sides removes that, and fine alternation removes the machine's drift.
+3. The measuring loop's own cost per step, in microseconds: the same in-process alternation on a tiny model.
+4. Accounted: the parent's CPU share (``parent_cpu_pct``, charged in full) plus the loop's cost.
 
-It prints per workload the ratio harness / plain of each round, their median and a 95% bootstrap band of the
-median (rounds resampled), and a verdict only from >= 5 rounds: ">= 0.99 shown" when the whole band is
-above 0.99. Then the measuring loop's own cost per step (in process, tiny model) and the accounted overhead.
+Each ratio is printed per round, with the median, a 95% bootstrap band of the median (rounds resampled), and a
+verdict only from >= 5 rounds: ">= 0.99 shown" when the whole band is above 0.99, "below 0.99", or
+"inconclusive".
 """
 
 from __future__ import annotations
@@ -574,7 +580,9 @@ def main(argv: list[str]) -> int:
         parent_frac = statistics.median(parent[workload]) / 100.0 if parent[workload] else None
         loop_frac = max(0.0, median_band(cost)[2]) / 1000.0 / statistics.median(step_ms[workload]) if cost else 0.0
         if parent_frac is None:
-            print(f"{workload:9s} parent CPU not recorded (the parent missed the window's edges): no bound")
+            why = ("the parent missed the window's edges" if ratios[workload]
+                   else "it comes from the end-to-end runs, and --rounds 0 ran none")
+            print(f"{workload:9s} parent CPU not recorded ({why}): no bound")
             continue
         total = parent_frac + loop_frac
         print(f"{workload:9s} parent {100 * parent_frac:.3f}% + loop {100 * loop_frac:.4f}% of a "

@@ -130,6 +130,7 @@ def train_and_measure(cfg, workload: WorkloadSpec, progress, rank: Rank | None =
     if prep is not None:
         model, loss_fn, autocast = prep.model, prep.loss_fn, prep.autocast
     after_step = periodic_work(cfg, device, _validation(cfg, workload, prep)) if prep is not None else None
+    drop_out = after_step is None  # no knob reads the output after the step
 
     # The parent samples NVML for this device from outside; it must not initialise CUDA to find it, so the child
     # names the device (UUID, PCI bus) once, in the warm-up marker.
@@ -196,6 +197,8 @@ def train_and_measure(cfg, workload: WorkloadSpec, progress, rank: Rank | None =
                         loss = loss / accum
             except Exception as exc:  # the model or loss refuses this batch: say what the batch was
                 raise shapes_error(exc, x, y, out) from exc
+            if drop_out:  # as `loss_fn(model(x), y)` leaves it: backward may free the output as it goes
+                out = None
             if step == nan_step:
                 loss = loss * float("nan")
             (prep.scaler.scale(loss) if prep.scaler else loss).backward()
