@@ -63,6 +63,8 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
+from harness.fileio import fsync_dir, umask
+
 SCHEMA_VERSION = 4
 STATUSES = ("ok", "oom", "nan", "timeout", "error", "skipped")
 
@@ -302,7 +304,7 @@ def _write_table(table: pa.Table, path: str | os.PathLike, before_rename=None, *
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".parquet")
     try:
-        os.fchmod(fd, 0o666 & ~_umask())  # mkstemp makes 0600; a shared results folder needs the umask's mode
+        os.fchmod(fd, 0o666 & ~umask())  # mkstemp makes 0600; a shared results folder needs the umask's mode
         with os.fdopen(fd, "wb") as sink:
             pq.write_table(table, sink, **options)
             sink.flush()
@@ -310,31 +312,11 @@ def _write_table(table: pa.Table, path: str | os.PathLike, before_rename=None, *
         if before_rename:
             before_rename(tmp)
         os.replace(tmp, path)
-        _fsync_dir(path.parent)
+        fsync_dir(path.parent)
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
     return path
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
-
-def _fsync_dir(folder: Path) -> None:
-    """Make the rename itself durable (POSIX); a no-op where folders cannot be opened."""
-    try:
-        fd = os.open(folder, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
 
 
 def _parquet_files(folder: Path) -> list[str]:
@@ -889,7 +871,7 @@ def _reindex_locked(results_dir, every: bool = False) -> Reindexing:
             index.unlink(missing_ok=True)
             done.orphans += 1
     if done.indexed or done.orphans:
-        _fsync_dir(folder)
+        fsync_dir(folder)
     return done
 
 
@@ -1033,9 +1015,9 @@ def _compact_locked(results_dir, loose: list[str]) -> Compaction:
         _compaction_step("part-removed", path=path)
         index_path(path).unlink(missing_ok=True)  # after its part: a listed part's index is there or never was
         _compaction_step("index-removed", path=path)
-    _fsync_dir(compacted_dir(results_dir))
+    fsync_dir(compacted_dir(results_dir))
     if open_parts:
-        _fsync_dir(compacted_dir(results_dir) / INDEX_DIR)
+        fsync_dir(compacted_dir(results_dir) / INDEX_DIR)
     settled = merged_loose | in_parts
     remove = [p for p in sources if p not in done.conflicts and all(r in settled for r in ids_of[p])]
     for path in remove:
@@ -1046,7 +1028,7 @@ def _compact_locked(results_dir, loose: list[str]) -> Compaction:
         except FileNotFoundError:
             pass
         _compaction_step("loose-removed", path=path)
-    _fsync_dir(runs_dir(results_dir))
+    fsync_dir(runs_dir(results_dir))
     return done
 
 

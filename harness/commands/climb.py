@@ -20,13 +20,13 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import os
 import time
 from pathlib import Path
 
 from harness import config as config_mod
 from harness.analysis import climb as climb_mod
 from harness.commands import hydra_edge
+from harness.fileio import write_text_atomic
 from harness.run import runner
 from harness.run.launch import usable_cpus
 from harness.store import RunRecord, new_id, store_record
@@ -276,10 +276,8 @@ def write_ladder(mapping: dict, name: str, results_dir: str) -> Path:
     folder = Path(results_dir) / ladder_mod.USER_LADDERS
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{name}.yaml"
-    tmp = folder / f".{name}.yaml.tmp"
     header = "# Written by `python -m harness climb`; a re-run of the climb rewrites it.\n"
-    tmp.write_text(header + yaml.safe_dump(mapping, sort_keys=False, width=120))
-    os.replace(tmp, path)
+    write_text_atomic(path, header + yaml.safe_dump(mapping, sort_keys=False, width=120), durable=True)
     ladder_mod.load(name, results_dir)  # a ladder the climb writes must load: a bug here, not user input
     return path
 

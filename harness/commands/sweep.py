@@ -18,13 +18,13 @@ At the end of a sweep the store is compacted if many loose run files piled up.
 
 from __future__ import annotations
 
-import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 from harness import config as config_mod
 from harness.commands import hydra_edge
+from harness.fileio import write_text_atomic
 from harness.sweeps import ladder as ladder_mod
 from harness.sweeps import rungs as sweep_mod
 from harness.store import check_writable, new_id
@@ -331,10 +331,7 @@ def _results_ladder_roots(plans: list[SweepPlan]) -> list[Path]:
             continue
         root = results_dir / CAMPAIGN_LADDERS
         (root / "ladder").mkdir(parents=True, exist_ok=True)
-        copy = root / "ladder" / path.name
-        tmp = copy.with_name(f".{copy.name}.tmp")
-        tmp.write_text(path.read_text())
-        os.replace(tmp, copy)
+        write_text_atomic(root / "ladder" / path.name, path.read_text())
         if root not in roots:
             roots.append(root)
     return roots

@@ -27,6 +27,7 @@ from pathlib import Path
 
 import torch
 
+from harness.fileio import write_text_atomic
 from harness.run import monitor
 from harness.run.ranks import Rank
 from harness.workload.data import build_dataset, build_loader, endless
@@ -444,6 +445,5 @@ def _quantile(values: list[float], q: float) -> float:
 
 
 def write_json(path: Path, payload: dict) -> None:
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(payload, default=str))
-    os.replace(tmp, path)
+    """A progress marker or the result, whole or not at all (the parent reads them while the child runs)."""
+    write_text_atomic(path, json.dumps(payload, default=str))

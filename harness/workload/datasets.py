@@ -21,6 +21,8 @@ from pathlib import Path
 
 import numpy as np
 
+from harness.fileio import write_text_atomic
+
 FORMAT_VERSION = 1
 
 
@@ -82,9 +84,8 @@ def ensure(spec: DiskSpec, root: Path, log=print) -> DiskDataset:
     for i in range(spec.num_items):
         for name in _write_item(spec, folder, i):
             files[name] = _sha256(folder / name)
-    tmp = manifest.with_suffix(".tmp")
-    tmp.write_text(json.dumps({"spec": asdict(spec), "files": files}, indent=1))
-    os.replace(tmp, manifest)
+    # durable, and a temp of its own: two jobs of a campaign may prepare one dataset side by side
+    write_text_atomic(manifest, json.dumps({"spec": asdict(spec), "files": files}, indent=1), durable=True)
     return DiskDataset(folder, spec, _items(spec, folder), [])
 
 

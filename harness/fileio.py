@@ -1,0 +1,58 @@
+"""Small files written whole or not at all: progress markers, results, manifests, ladders.
+
+``write_text_atomic`` writes a dot-prefixed temp file of its own (``mkstemp``: two writers of the same file,
+two campaign jobs preparing one dataset say, never share a temp name), optionally fsyncs it, and renames it
+over the target, so a reader sees the old text or the new one, never a half. A failure removes the temp file
+and raises. The parquet store has its own durable writer (``harness.store``): this is for text.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+
+def write_text_atomic(path: str | os.PathLike, text: str, durable: bool = False) -> Path:
+    """Replace ``path``'s content with ``text`` atomically; ``durable``: fsync the file and its folder too, so a
+    machine that crashes after the call returns still has it."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        os.fchmod(fd, 0o666 & ~umask())  # mkstemp makes 0600; the file gets the mode the umask allows, as open() does
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            if durable:
+                f.flush()
+                os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    if durable:
+        fsync_dir(path.parent)
+    return path
+
+
+def umask() -> int:
+    """The process's umask (read by setting and restoring it)."""
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def fsync_dir(folder: Path) -> None:
+    """Make a rename in ``folder`` durable (POSIX); a no-op where folders cannot be opened."""
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:  # not every system opens folders
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
