@@ -207,21 +207,28 @@ def plain_step(cfg):
     model.train()
     loss_fn = loss_fn.to(device)
     optimizer = build_optimizer(cfg, workload, model.parameters())
-    dtype = {"32": None, "bf16-mixed": torch.bfloat16, "16-mixed": torch.float16}[cfg.precision]
     x, y = next(iter(build_loader(cfg, build_dataset(cfg, workload), workload)))
-    x, y = x.to(device), y.to(device)
-    log_every = cfg.log_every_n_steps
+    return hand_step(cfg, model, loss_fn, optimizer, x.to(device), y.to(device)), device
+
+
+def hand_step(cfg, model, loss_fn, optimizer, x, y):
+    """The step itself, as written by hand: zero the gradients, forward under autocast, backward, optimizer step,
+    and the loss read at step 0 and every ``log_every_n_steps`` (the harness's logging sync)."""
+    import torch
+
+    dtype = {"32": None, "bf16-mixed": torch.bfloat16, "16-mixed": torch.float16}[cfg.precision]
+    device_type, log_every = x.device.type, cfg.log_every_n_steps
 
     def step(i: int) -> None:
         optimizer.zero_grad(set_to_none=True)
-        with torch.autocast(device.type, dtype=dtype, enabled=dtype is not None):
+        with torch.autocast(device_type, dtype=dtype, enabled=dtype is not None):
             loss = loss_fn(model(x), y)
         loss.backward()
         optimizer.step()
         if i == 0 or (i + 1) % log_every == 0:
             loss.item()
 
-    return step, device
+    return step
 
 
 def time_plain(cfg, window: list | None = None) -> float:
@@ -339,9 +346,8 @@ def in_process(settings: list[str], rounds: int, harness_ms: list[float] | None 
     prep = measure.prepare(cfg, workload, device)
     x, y = next(iter(build_loader(cfg, build_dataset(cfg, workload), workload)))
     x, y = x.to(device, memory_format=prep.memory_format), y.to(device)
-    model, loss_fn, optimizer = prep.model, prep.loss_fn, prep.optimizer
-    dtype = {"32": None, "bf16-mixed": torch.bfloat16, "16-mixed": torch.float16}[cfg.precision]
-    log_every, warmup, steps = cfg.log_every_n_steps, cfg.measure.warmup_steps, cfg.measure.steps
+    step = hand_step(cfg, prep.model, prep.loss_fn, prep.optimizer, x, y)
+    warmup, steps = cfg.measure.warmup_steps, cfg.measure.steps
 
     def plain() -> float:
         for i in range(warmup + steps):
@@ -349,13 +355,7 @@ def in_process(settings: list[str], rounds: int, harness_ms: list[float] | None 
                 if device.type == "cuda":  # the window opens on an idle device, as the harness's does
                     torch.cuda.synchronize(device)
                 start = time.perf_counter()
-            optimizer.zero_grad(set_to_none=True)
-            with torch.autocast(device.type, dtype=dtype, enabled=dtype is not None):
-                loss = loss_fn(model(x), y)
-            loss.backward()
-            optimizer.step()
-            if i == 0 or (i + 1) % log_every == 0:
-                loss.item()
+            step(i)
         if device.type == "cuda":
             torch.cuda.synchronize(device)
         return (time.perf_counter() - start) / steps

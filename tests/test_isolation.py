@@ -123,7 +123,8 @@ def test_the_waiting_parent_is_a_batch_task_that_never_preempts_the_child_and_is
             seen.append(_policy())
             return 0 if len(seen) >= 3 else None
 
-    assert _policy() == os.SCHED_OTHER
+    if _policy() != os.SCHED_OTHER:
+        pytest.skip("the test process itself runs under a policy its user chose (left alone by design)")
     started, ready, done = [], threading.Event(), threading.Event()
 
     def worker():
@@ -145,6 +146,8 @@ def test_the_waiting_parent_is_a_batch_task_that_never_preempts_the_child_and_is
 
 @pytest.mark.skipif(not hasattr(os, "SCHED_BATCH"), reason="Linux scheduling policies")
 def test_a_policy_the_user_chose_for_the_parent_is_left_alone():
+    if _policy() != os.SCHED_OTHER:
+        pytest.skip("the test process itself runs under a policy its user chose")
     os.sched_setscheduler(0, os.SCHED_BATCH, os.sched_param(0))
     try:
         with isolate.yielding():
