@@ -158,3 +158,38 @@ def test_steps_is_a_whole_number_or_auto():
             config_mod.set_key(cfg, "measure.steps", bad)
     with pytest.raises(ValueError, match="must be a positive number"):
         tiny_config(measure__steps="auto", measure__max_steps=0)
+
+
+class _WatchOutput(torch.nn.Module):
+    """A loss that notes, during backward, whether anyone still holds the model's output."""
+
+    def __init__(self):
+        super().__init__()
+        self.held = []
+
+    def forward(self, out, y):
+        import weakref
+
+        ref = weakref.ref(out)
+        out.register_hook(lambda grad: self.held.append(ref() is not None))
+        return out.float().mean()
+
+
+@pytest.mark.parametrize("visualize, held", [(0, False), (1, True)])
+def test_the_loop_lets_go_of_the_output_before_backward_unless_a_knob_reads_it(monkeypatch, visualize, held):
+    # a hand-written loss_fn(model(x), y) holds no reference to the output in backward; neither does the loop,
+    # unless visualize_every_n_steps (or another after-step knob) reads it after the step
+    import harness.run.measure as measure_mod
+
+    real, watch = measure_mod.prepare, _WatchOutput()
+
+    def prepare(*args, **kwargs):
+        prep = real(*args, **kwargs)
+        prep.loss_fn = watch
+        return prep
+
+    monkeypatch.setattr(measure_mod, "prepare", prepare)
+    monkeypatch.setattr(torch, "save", lambda obj, path: None)
+    cfg = tiny_config(measure__steps=2, measure__warmup_steps=1, visualize_every_n_steps=visualize)
+    train_and_measure(cfg, cfg.workload, lambda *a, **k: None)
+    assert watch.held == [held] * 3
