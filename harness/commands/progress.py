@@ -2,9 +2,10 @@
 
 The child writes a marker at each phase change only (never per step), so progress costs the
 measured loop nothing; time left is estimated from the warm-up steps' pace. The display is redrawn
-only when the parent's poll loop calls ``update``, at most ``REFRESH_HZ`` times a second: the parent shares the CPU with the
-measured child, and every wake-up of the parent can take a CPU from one of the child's threads, so the
-display runs no refresh thread of its own (rich's ``Status`` wakes one 12.5 times a second).
+only when the parent's poll loop calls ``update``, at most ``REFRESH_HZ`` times a second: the parent
+shares the CPU with the measured child, and every wake-up of the parent can take a CPU from one of the
+child's threads, so the display runs no refresh thread of its own (rich's ``Status`` wakes one 12.5
+times a second).
 """
 
 from __future__ import annotations
