@@ -157,7 +157,7 @@ def test_a_policy_the_user_chose_for_the_parent_is_left_alone():
         os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))
 
 
-def test_the_progress_display_runs_no_thread_and_redraws_at_most_twice_a_second():
+def test_the_progress_display_runs_no_thread_and_redraws_at_most_twice_a_second(monkeypatch):
     import io
     import threading
 
@@ -165,6 +165,8 @@ def test_the_progress_display_runs_no_thread_and_redraws_at_most_twice_a_second(
 
     from harness.commands import progress as progress_mod
 
+    now = [1000.0]  # a clock of the test's own: a slow machine cannot stretch the half second below
+    monkeypatch.setattr(progress_mod.time, "monotonic", lambda: now[0])
     out = io.StringIO()
     before = threading.active_count()
     with progress_mod.RunProgress(Console(file=out, force_terminal=True, width=80), "unet3d") as display:
@@ -172,7 +174,8 @@ def test_the_progress_display_runs_no_thread_and_redraws_at_most_twice_a_second(
         display.update({"phase": "build"}, 0.1)
         drawn = out.getvalue()
         assert "building model and loader" in drawn
-        for _ in range(50):  # a parent polling at 100 Hz for half a second
+        for _ in range(49):  # a parent polling at 100 Hz for half a second
+            now[0] += 0.01
             display.update({"phase": "warmup", "steps": 3}, 0.2)
         assert out.getvalue() == drawn  # nothing redrawn within 1 / REFRESH_HZ of the last draw
         display._drawn -= 1.0 / progress_mod.REFRESH_HZ
