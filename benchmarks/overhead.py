@@ -473,12 +473,12 @@ def main(argv: list[str]) -> int:
         print(json.dumps(follow(json.loads(argv[1]))))
         return 0
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--rounds", type=int, default=6)
+    parser.add_argument("--rounds", type=int, default=None, help="rounds (default 6; 12 with --as-users)")
     parser.add_argument("--workloads", default="resnet50,unet3d")
     parser.add_argument("--bf16", action="store_true", help="precision=bf16-mixed instead of fp32")
     parser.add_argument("--steps", type=int, default=None,
                         help=f"measured steps a run (default: {DEFAULT_STEPS}, 20 for other workloads)")
-    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--warmup", type=int, default=None, help="warm-up steps (default 3; 5 with --as-users)")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--sequential", action="store_true",
                         help="run the two sides one after the other instead of at once on disjoint CPUs")
@@ -490,7 +490,18 @@ def main(argv: list[str]) -> int:
                         help=f"measured steps a side of an in-process round (default: {BLOCK_STEPS}, 20 for others)")
     parser.add_argument("--loop-rounds", type=int, default=20, help="rounds of the in-process loop-cost check (0: none)")
     parser.add_argument("--loop-steps", type=int, default=2000, help="tiny-model steps per side of a loop-cost round")
+    parser.add_argument("--as-users", action="store_true",
+                        help="only the end-to-end comparison users make: `harness run` against a plain script of "
+                             "their own, fresh processes on all CPUs, ABBA order (benchmarks/end_to_end.py)")
     args = parser.parse_args(argv)
+    if args.as_users:
+        from end_to_end import as_users
+
+        as_users(args.workloads.split(","), args.rounds or 12, args.steps or 30,
+                 5 if args.warmup is None else args.warmup, _env(), _summary)
+        return 0
+    args.rounds = 6 if args.rounds is None else args.rounds
+    args.warmup = 3 if args.warmup is None else args.warmup
     precision = "bf16-mixed" if args.bf16 else "32"
     workloads = args.workloads.split(",")
     halves = cpu_halves()
