@@ -1,4 +1,4 @@
-"""How long a fully cached sweep takes against the first one (the campaigns issue asks <= 10%).
+"""How long a fully cached sweep takes against the first one (the aim: <= 10%).
 
     python benchmarks/cached_sweep.py [+ladder=phase2] [key=value ...]
 

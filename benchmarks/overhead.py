@@ -1,4 +1,4 @@
-"""What the harness costs the training it measures (issue 11 asks <= 1%): its throughput against a plain loop.
+"""What the harness costs the training it measures (the aim: <= 1%): its throughput against a plain loop.
 
     python benchmarks/overhead.py [--rounds 5] [--inproc-rounds 100] [--bf16] [--workloads resnet50,unet3d]
                                   [--steps N] [--inproc-steps N] [--sequential] [--control] [--loop-rounds 20]

@@ -17,8 +17,8 @@ Layouts: ``loose`` (one file per run, as sweeps write them), ``compacted`` (part
 compacted before indexes existed) and ``indexed`` (parts with their key indexes, what compaction writes now).
 Stores above ``--loose-max`` runs are built from files of 500 runs each (compaction reads ~3 ms per loose file;
 the parts it writes are the same) and timed compacted and indexed only: auto-compaction keeps a real store below
-500 loose files. Prints seconds per store size and how each grows from one size to the next. The done-when of
-issue 17 (< 1 s for ``table`` and a cached sweep's reads with 10,000 compacted runs, growing with the sweep, not
+500 loose files. Prints seconds per store size and how each grows from one size to the next. The target
+(< 1 s for ``table`` and a cached sweep's reads with 10,000 compacted runs, growing with the sweep, not
 the store) is printed, not asserted: timings depend on the machine and its load.
 """
 
