@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import fcntl
+import importlib
 import os
 import shutil
 import signal
@@ -21,6 +22,9 @@ from harness import cli, store
 from harness.sweeps import rungs as sweep
 from harness.store import RunRecord, load_runs, write_record
 from tests.conftest import REPO
+
+compaction = importlib.import_module("harness.store.compact")  # the module: ``store.compact`` is the function
+store_read = importlib.import_module("harness.store.read")
 
 
 def _record(i: int, **kw) -> RunRecord:
@@ -56,7 +60,7 @@ def test_compaction_keeps_every_run_and_readers_see_both_folders(tmp_path):
 
 
 def test_full_parts_are_sealed_and_never_rewritten(tmp_path, monkeypatch):
-    monkeypatch.setattr(store, "PART_ROWS", 10)
+    monkeypatch.setattr(compaction, "PART_ROWS", 10)
     _store(tmp_path, 25)
     first = store.compact(tmp_path)
     assert len(first.parts) == 3  # 10 + 10 + 5 rows
@@ -84,7 +88,7 @@ def test_narrow_reads_filter_inside_the_store(tmp_path):
 
 
 KILLER = """
-import os, signal, sys
+import importlib, os, signal, sys
 from harness import store
 point, after = sys.argv[2], int(sys.argv[3])
 seen = []
@@ -93,38 +97,40 @@ def step(name, **info):
         seen.append(name)
         if len(seen) == after:
             os.kill(os.getpid(), signal.SIGKILL)
-store._compaction_step = step
+importlib.import_module("harness.store.compact")._compaction_step = step
 store.compact(sys.argv[1])
 """
 
 
-@pytest.mark.parametrize("point, after, loose_left", [("part-temp-written", 1, 300), ("index-written", 1, 300),
-                                                      ("part-written", 1, 300), ("loose-removed", 120, 180)])
+@pytest.mark.parametrize("point, after, loose_left", [("part-temp-written", 1, 300), ("part-written", 1, 300),
+                                                      ("loose-removed", 120, 180)])
 def test_a_compaction_killed_at_any_step_loses_and_duplicates_nothing(tmp_path, point, after, loose_left):
     _store(tmp_path, 300)
     proc = subprocess.run([sys.executable, "-c", KILLER, str(tmp_path), point, str(after)], cwd=REPO,
                           env=dict(os.environ, PYTHONPATH=str(REPO)), capture_output=True, text=True, timeout=300)
     assert proc.returncode == -signal.SIGKILL, proc.stderr
     assert len(store.record_files(tmp_path)) == loose_left
-    assert all(store.index_state(p)[0] == "ok" for p in store.part_files(tmp_path))  # a part never lacks its index
+    temps = list(store.compacted_dir(tmp_path).glob(".tmp-*.parquet"))
+    assert len(temps) == (point == "part-temp-written")  # killed between its durable temp file and the rename
     ids = list(load_runs(tmp_path, columns=["run_id"])["run_id"])
     assert sorted(ids) == [f"r{i:04d}" for i in range(300)]  # each run exactly once
-    by_key = load_runs(tmp_path, columns=["run_id"], where={"config_hash": "h2"})["run_id"]  # through the indexes
+    by_key = load_runs(tmp_path, columns=["run_id"], where={"config_hash": "h2"})["run_id"]
     assert sorted(by_key) == [f"r{i:04d}" for i in range(2, 300, 5)]
     text, problems = cli_verify(tmp_path)
     assert problems == 0  # identical copies are leftovers, not problems
     if point == "loose-removed":
         assert "note: 180 run(s) stored twice with identical values" in text  # the loose files not yet removed
-    done = store.compact(tmp_path)  # a second compaction finishes the job
-    assert store.record_files(tmp_path) == [] and done.removed == loose_left
+    done = store.compact(tmp_path)  # a second compaction finishes the job, and removes the dead temp file
+    assert store.record_files(tmp_path) == [] and done.removed == loose_left and done.temps == len(temps)
+    assert list(store.compacted_dir(tmp_path).glob(".tmp-*")) == []
     assert _ids(tmp_path) == [f"r{i:04d}" for i in range(300)]
     rows = sum(pq.ParquetFile(p).metadata.num_rows for p in store.part_files(tmp_path))
     assert rows == 300  # merged once: runs already in a part are never merged again
     text, problems = cli_verify(tmp_path)
-    assert problems == 0 and "note:" not in text.replace("note: 1 temp file", "")  # only a killed temp may remain
+    assert problems == 0 and "note:" not in text
 
 
-@pytest.mark.parametrize("point", ["part-written", "part-removed", "index-removed"])
+@pytest.mark.parametrize("point", ["part-written", "part-removed"])
 def test_a_compaction_killed_while_rewriting_a_part_loses_and_duplicates_nothing(tmp_path, point):
     _store(tmp_path, 50)
     store.compact(tmp_path)
@@ -135,14 +141,11 @@ def test_a_compaction_killed_while_rewriting_a_part_loses_and_duplicates_nothing
     assert proc.returncode == -signal.SIGKILL, proc.stderr
     assert len(store.part_files(tmp_path)) == (2 if point == "part-written" else 1)  # old part gone only after
     assert _ids(tmp_path) == [f"r{i:04d}" for i in range(100)] and cli_verify(tmp_path)[1] == 0
-    assert all(store.index_state(p)[0] == "ok" for p in store.part_files(tmp_path))
     assert sorted(load_runs(tmp_path, columns=["run_id"], where={"config_hash": "h1"})["run_id"]) == \
         [f"r{i:04d}" for i in range(1, 100, 5)]
     store.compact(tmp_path)
     assert store.record_files(tmp_path) == [] and len(store.part_files(tmp_path)) == 1
     assert pq.ParquetFile(store.part_files(tmp_path)[0]).metadata.num_rows == 100
-    assert [p.name for p in (store.compacted_dir(tmp_path) / store.INDEX_DIR).glob("*.parquet")] == \
-        [store.index_path(store.part_files(tmp_path)[0]).name]  # the old part's index went with it
 
 
 def cli_verify(path: Path) -> tuple[str, int]:
@@ -198,12 +201,11 @@ def test_a_reader_racing_a_compaction_still_sees_every_run(tmp_path, monkeypatch
 
     def part_files_after_a_compaction(results_dir):
         if not raced:
-            raced.append(None)  # compact() lists the parts too: race only once
-            monkeypatch.setattr(store, "part_files", real)
-            raced[0] = store.compact(tmp_path)
+            raced.append(None)
+            raced[0] = store.compact(tmp_path)  # compaction lists the parts with its own, real part_files
         return real(results_dir)
 
-    monkeypatch.setattr(store, "part_files", part_files_after_a_compaction)
+    monkeypatch.setattr(store_read, "part_files", part_files_after_a_compaction)
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # a vanished loose file is not "unreadable"
         assert _ids(tmp_path) == [f"r{i:04d}" for i in range(30)]
@@ -281,7 +283,7 @@ def test_the_cache_lookup_reads_the_same_run_as_a_full_scan(tmp_path):
 def test_a_sweep_compacts_the_store_at_its_end_past_the_threshold(tmp_path, monkeypatch, capsys):
     from harness.commands import sweep as sweep_cli
 
-    monkeypatch.setattr(store, "AUTO_COMPACT_LOOSE", 6)
+    monkeypatch.setattr(compaction, "AUTO_COMPACT_LOOSE", 6)
     _store(tmp_path, 5)
     sweep_cli._auto_compact(str(tmp_path))
     assert len(store.record_files(tmp_path)) == 5 and capsys.readouterr().out == ""  # below: nothing
