@@ -291,3 +291,95 @@ def test_a_sweep_compacts_the_store_at_its_end_past_the_threshold(tmp_path, monk
     sweep_cli._auto_compact(str(tmp_path))
     assert store.record_files(tmp_path) == [] and "store: compacted 6 loose runs into 1 part file(s)" in \
         capsys.readouterr().out
+
+
+def test_compaction_removes_the_temp_files_of_killed_compactions_and_leaves_writers_alone(tmp_path):
+    _store(tmp_path, 5)
+    store.compact(tmp_path)
+    dead = store.compacted_dir(tmp_path) / ".tmp-killed.parquet"
+    dead.write_bytes(b"PAR1 half a part")
+    writing = store.runs_dir(tmp_path) / ".tmp-writing.parquet"  # a writer's: writers never take the lock
+    writing.write_bytes(b"PAR1 half a record")
+    assert "1 temp file(s) of an interrupted compaction" in cli_verify(tmp_path)[0]
+    done = store.compact(tmp_path)
+    assert done.temps == 1 and not dead.exists() and writing.exists()
+    assert done.summary() == ("nothing to compact: no loose run files; removed 1 temp file(s) of an interrupted "
+                              "compaction")
+    assert _ids(tmp_path) == [f"r{i:04d}" for i in range(5)]
+
+
+def _old_index_files(path: Path) -> list[Path]:
+    """What an older version wrote beside each part: compacted/_index/<part>.keys.parquet (and a killed temp)."""
+    folder = store.compacted_dir(path) / "_index"
+    folder.mkdir()
+    made = []
+    for part in store.part_files(path):
+        made.append(folder / f"{Path(part).stem}.keys.parquet")
+        pq.write_table(pq.read_table(part, columns=["run_id", "sweep_id", "config_hash"]), made[-1])
+    made.append(folder / ".tmp-index.parquet")
+    made[-1].write_bytes(b"PAR1 half an index")
+    return made
+
+
+def test_an_old_store_with_key_indexes_reads_the_same_and_compaction_removes_them(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(compaction, "PART_ROWS", 20)
+    _store(tmp_path, 50)
+    store.compact(tmp_path)
+    write_record(_record(50), tmp_path)
+
+    def answers():
+        return (load_runs(tmp_path).sort_values("run_id").reset_index(drop=True),
+                store.resolve_sweep(tmp_path, "latest"),
+                sorted(load_runs(tmp_path, where={"config_hash": "h2"})["run_id"]))
+
+    before = answers()
+    made = _old_index_files(tmp_path)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # nothing in _index/ is read, so nothing is unreadable
+        after = answers()
+    pd.testing.assert_frame_equal(after[0], before[0])
+    assert after[1:] == before[1:] and len(after[0]) == 51
+    text, problems = cli_verify(tmp_path)
+    assert problems == 0 and "note: 4 key index file(s) of an older version" in text and "removes them" in text
+    assert cli.main(["store", "compact", "--results", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert out.strip().endswith("; removed 4 key index file(s) of an older version (no longer read)")
+    assert not any(p.exists() for p in made) and not (store.compacted_dir(tmp_path) / "_index").exists()
+    assert _ids(tmp_path) == [f"r{i:04d}" for i in range(51)] and "note:" not in cli_verify(tmp_path)[0]
+
+
+def test_latest_is_the_sweep_of_the_newest_record_ties_to_the_greatest_id(tmp_path):
+    _store(tmp_path, 40)
+    store.compact(tmp_path)
+    assert store.resolve_sweep(tmp_path, "latest") == "s3"  # r0039, in November, the newest
+    write_record(_record(50, sweep_id="", timestamp="2027-01-01T00:00:00+0000"), tmp_path)  # a plain run: no sweep
+    write_record(_record(51, sweep_id="a-tie", timestamp="2026-11-01T00:00:39+0000"), tmp_path)  # ties r0039
+    write_record(_record(52, sweep_id="z-tie", timestamp="2026-11-01T00:00:39+0000"), tmp_path)
+    assert store.resolve_sweep(tmp_path, "latest") == "z-tie" == store.resolve_sweep_id(load_runs(tmp_path), "latest")
+    assert list(load_runs(tmp_path, sweep="latest")["run_id"]) == ["r0052"]
+    assert store.resolve_sweep(tmp_path, "s1") == "s1"
+    with pytest.raises(ValueError, match="unknown sweep 's777'"):
+        store.resolve_sweep(tmp_path, "s777")
+
+
+def test_a_table_reads_the_newest_calibration_of_its_environment(tmp_path):
+    from harness.analysis import noise_model
+
+    def cal(i: int, env: str, status: str = "ok") -> RunRecord:
+        return RunRecord(run_id=f"c{i:03d}", status=status, timestamp=f"2026-11-01T{i // 10:02d}:{i % 10:02d}:00+0000",
+                         sweep_id=f"cal-{i // 5:02d}", ladder="noise", env_key=env, device="cpu", cpu_model="EPYC",
+                         cpu_count=2, samples_per_s=100.0 + i % 7)
+
+    for i in range(40):  # four calibration sweeps an environment; the newest of env e (cal-05) failed
+        write_record(cal(i, ("e", "other")[i // 10 % 2], "error" if 25 <= i < 30 else "ok"), tmp_path)
+    store.compact(tmp_path)
+    for i in range(3):
+        write_record(_record(500 + i, sweep_id="shown", timestamp=f"2026-12-01T00:00:0{i}+0000", device="cpu",
+                             cpu_model="EPYC", cpu_count=2), tmp_path)
+    assert store.newest_ok_sweeps(tmp_path, "noise") == {"e": "cal-04", "other": "cal-07"}
+    frame = load_runs(tmp_path, sweep="latest")
+    chosen = noise_model.with_calibrations(tmp_path, frame)
+    assert set(chosen["sweep_id"]) == {"shown", "cal-04"}  # the newest ok calibration of env e, nothing else
+    everything = pd.concat([frame, load_runs(tmp_path, where={"ladder": "noise"})], ignore_index=True)
+    assert noise_model.noise_for(chosen, frame) == noise_model.noise_for(everything, frame)
+    assert noise_model.noise_for(chosen, frame).sweep_id == "cal-04"

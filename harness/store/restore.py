@@ -20,6 +20,8 @@ from harness.store.record import COLUMNS, SCHEMA, STATUSES, RunRecord, conform, 
 from harness.store.write import parquet_files, runs_dir, write_table
 
 HOW = "give a record file from the fallback folder, or the JSON a failed write printed"
+KINDS = {"str": "a string", "int": "an integer", "int | None": "an integer or null", "float | None": "a number or null",
+         "bool | None": "true, false or null", "list[float]": "a list of numbers"}
 
 
 @dataclass
@@ -112,7 +114,7 @@ def _from_json(text: str, source: str) -> pa.Table:
         try:
             columns[f.name] = pa.array([value], type=SCHEMA.field(f.name).type)
         except (pa.ArrowException, TypeError, ValueError):
-            raise ValueError(f"field {f.name!r} of {_name(source)} is {value!r}, not a {f.type}") from None
+            raise ValueError(f"field {f.name!r} of {_name(source)} is {value!r}, not {KINDS[f.type]}") from None
     return pa.table(columns, schema=SCHEMA)
 
 
