@@ -1,6 +1,7 @@
 """The results store: atomic one-file-per-run parquet with one schema, read back in one call."""
 
 import json
+import math
 import os
 import shlex
 import subprocess
@@ -155,6 +156,16 @@ def test_the_json_a_failed_write_prints_runs_as_printed_and_puts_the_record_back
     (tmp_path / "record.json").write_text(command[5])  # the JSON saved to a file imports too
     assert cli.main(["store", "import", str(tmp_path / "record.json"), "--results", str(results)]) == 0
     assert "already in the store with the same values" in capsys.readouterr().out
+
+
+def test_a_record_with_nan_among_its_step_times_imports_and_compares_equal(tmp_path):
+    record = _full_record()
+    record.step_ms, record.loss_last = [1.5, float("nan")], float("nan")  # a diverged run keeps its NaN
+    text = json.dumps(asdict(record))
+    assert len(store.import_record(text, tmp_path).written) == 1  # read back equal: NaN equals NaN
+    assert store.import_record(text, tmp_path).already == [record.run_id]  # not "other values"
+    back = load_records(tmp_path)[0]
+    assert back.step_ms[0] == 1.5 and math.isnan(back.step_ms[1])
 
 
 def test_a_newer_harness_column_survives_an_import(tmp_path):

@@ -179,9 +179,12 @@ def conform(table: pa.Table) -> pa.Table:
 
 
 def same_values(a: dict, b: dict) -> bool:
-    """Two rows equal in the store's columns, NaN equal to NaN (a record copied by compaction equals its source)."""
+    """Two rows equal in the store's columns, NaN equal to NaN, in lists too (a record copied by compaction equals
+    its source)."""
 
     def norm(v):
+        if isinstance(v, list):
+            return [norm(x) for x in v]
         return None if isinstance(v, float) and math.isnan(v) else v
 
     return all(norm(a.get(k)) == norm(b.get(k)) for k in COLUMNS)
