@@ -214,5 +214,7 @@ def test_store_actions_are_named_when_one_is_unknown(tmp_path, capsys):
     assert cli.main(["store", "reindex", "--results", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert err == "error: unknown store action 'reindex'. Valid choices: compact, import, info, verify\n"
+    assert cli.main(["store", "--results", str(tmp_path)]) == 2
+    assert capsys.readouterr().err == "error: store needs an action; valid choices: compact, import, info, verify\n"
     assert cli.main(["store", "info", "extra", "--results", str(tmp_path)]) == 2
     assert "store info takes no argument, got 'extra'" in capsys.readouterr().err

@@ -29,7 +29,7 @@ ACTIONS = ("compact", "info", "verify", "import")
 def main(command: str, argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog=f"python -m harness {command}", description=__doc__.split("\n\n")[1],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("action", help=f"one of: {', '.join(ACTIONS)}")
+    parser.add_argument("action", nargs="?", help=f"one of: {', '.join(ACTIONS)}")
     parser.add_argument("source", nargs="?", metavar="FILE_OR_JSON", help="import: the record to put back")
     parser.add_argument("--results", default="results", help="results folder (default: results)")
     parser.add_argument("--no-wait", action="store_true", help="compact: skip if another compaction is running")
@@ -55,6 +55,8 @@ def main(command: str, argv: list[str]) -> int:
 
 def _bad_input(args) -> str | None:
     """The one-line error for a mistake in the command line, before anything runs; None if it is fine."""
+    if args.action is None:
+        return f"store needs an action; valid choices: {', '.join(sorted(ACTIONS))}"
     if args.action not in ACTIONS:
         from harness.registry import unknown_choice
 
