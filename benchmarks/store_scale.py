@@ -1,4 +1,4 @@
-"""How the cost of reading the store grows with its size: loose, compacted without and with key indexes.
+"""How the cost of reading the store grows with its size: loose and compacted.
 
     python benchmarks/store_scale.py [--runs 1000 10000] [--big] [--repeats 3] [--keep DIR] [--skip-loose]
 
@@ -13,13 +13,12 @@ in later sweeps) in a temp folder and times the library calls behind the command
   lookup    one cache lookup (``lookup_cached``: the key columns, then the record it copies)
   full      ``load_runs`` of everything (what every command paid before the store was compacted and filtered)
 
-Layouts: ``loose`` (one file per run, as sweeps write them), ``compacted`` (parts without key indexes: a store
-compacted before indexes existed) and ``indexed`` (parts with their key indexes, what compaction writes now).
+Layouts: ``loose`` (one file per run, as sweeps write them) and ``compacted`` (what ``store compact`` writes).
 Stores above ``--loose-max`` runs are built from files of 500 runs each (compaction reads ~3 ms per loose file;
-the parts it writes are the same) and timed compacted and indexed only: auto-compaction keeps a real store below
-500 loose files. Prints seconds per store size and how each grows from one size to the next. The target
-(< 1 s for ``table`` and a cached sweep's reads with 10,000 compacted runs, growing with the sweep, not
-the store) is printed, not asserted: timings depend on the machine and its load.
+the parts it writes are the same) and timed compacted only: auto-compaction keeps a real store below 500 loose
+files. Prints seconds per store size and how each grows from one size to the next. The target (< 1 s for
+``table`` and a cached sweep's reads with 10,000 compacted runs, growing with the sweep, not the store) is
+printed, not asserted: timings depend on the machine and its load.
 """
 
 from __future__ import annotations
@@ -95,11 +94,9 @@ def build_store(folder: Path, rows: list[dict], per_file: int = 1) -> None:
 
 
 def cached_sweep_reads(folder: Path, keys: list[tuple[str, str]]) -> None:
-    """What ``run_rung`` reads for each rung of a sweep whose every rung is in the cache; each rung as if in a
-    process of its own (no parsed footer kept from the rung before)."""
+    """What ``run_rung`` reads for each rung of a sweep whose every rung is in the cache."""
     used: set[str] = set()
     for config_hash, env_key in keys:
-        store._FOOTERS.clear()
         store.load_runs(folder, columns=sweep.SWEEP_COLUMNS, where={"sweep_id": "bench-new-sweep"})
         hit = sweep.lookup_cached(str(folder), config_hash, env_key, used)
         assert hit is not None, "the benchmark's sweep should be fully cached"
@@ -107,10 +104,9 @@ def cached_sweep_reads(folder: Path, keys: list[tuple[str, str]]) -> None:
 
 
 def time_it(fn, repeats: int) -> float:
-    """Median seconds of ``fn``, each time as a fresh process would run it (no parsed footer kept)."""
+    """Median seconds of ``fn``."""
     times = []
     for _ in range(repeats):
-        store._FOOTERS.clear()
         start = time.perf_counter()
         fn()
         times.append(time.perf_counter() - start)
@@ -147,21 +143,17 @@ HEADER = f"{'runs':>7} {'layout':<10} {'files':>6} {'MiB':>7} " + " ".join(f"{k:
 
 
 def time_store(folder: Path, n: int, rows: list[dict], layouts: list[str], repeats: int, results: list) -> None:
-    """Time each layout of one store, in order: loose, then (compacted once) without and with key indexes."""
+    """Time each layout of one store, in order: loose, then compacted."""
     latest = [r for r in rows if r["sweep_id"] == rows[-1]["sweep_id"]]
     baseline = folder / "baselines" / "base.parquet"
     baseline.parent.mkdir()
     pq.write_table(pa.Table.from_pylist([{c: r.get(c) for c in store.COLUMNS} for r in latest],
                                         schema=store.SCHEMA), baseline)
-    index_dir, aside = store.compacted_dir(folder) / store.INDEX_DIR, folder / "index-aside"
     for layout in layouts:
         if layout == "compacted":
             start = time.perf_counter()
             done = store.compact(folder)
             print(f"compaction of {n} runs: {time.perf_counter() - start:.1f} s ({done.summary()})", flush=True)
-            shutil.move(index_dir, aside)  # as a store compacted before key indexes existed
-        if layout == "indexed":
-            shutil.move(aside, index_dir)
         files = store.record_files(folder) + store.part_files(folder)
         mib = f"{sum(Path(f).stat().st_size for f in files) / 2**20:.1f}"
         times = measure(folder, rows, baseline, repeats, slow=layout == "loose")
@@ -172,7 +164,7 @@ def time_store(folder: Path, n: int, rows: list[dict], layouts: list[str], repea
 def growth(results: list) -> list[str]:
     """Per layout, how each timing grew from one store size to the next (the runs grew by the first factor)."""
     lines = []
-    for layout in ("loose", "compacted", "indexed"):
+    for layout in ("loose", "compacted"):
         mine = [(n, t) for n, lay, _, _, t in results if lay == layout]
         for (n0, t0), (n1, t1) in zip(mine, mine[1:]):
             lines.append(f"{layout:<10} {n0:>6} -> {n1:<6} runs x{n1 / n0:<5.1f} " + " ".join(
@@ -183,7 +175,7 @@ def growth(results: list) -> list[str]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, nargs="+", default=[1000, 10000], help="store sizes (default 1000 10000)")
-    parser.add_argument("--big", action="store_true", help="also 50,000 runs (compacted and indexed only)")
+    parser.add_argument("--big", action="store_true", help="also 50,000 runs (compacted only)")
     parser.add_argument("--repeats", type=int, default=3, help="repetitions per timing; the median is printed")
     parser.add_argument("--keep", help="build the stores in this folder and keep them")
     parser.add_argument("--skip-loose", action="store_true", help="time the compacted stores only (loose ones take "
@@ -208,8 +200,7 @@ def main() -> int:
             print(f"built {n} runs in {time.perf_counter() - start:.0f} s ({len({r['sweep_id'] for r in rows})} "
                   f"sweeps; the latest has {sum(r['sweep_id'] == rows[-1]['sweep_id'] for r in rows)} runs)",
                   flush=True)
-            time_store(folder, n, rows, (["loose"] if loose else []) + ["compacted", "indexed"], args.repeats,
-                       results)
+            time_store(folder, n, rows, (["loose"] if loose else []) + ["compacted"], args.repeats, results)
             if not args.keep:
                 shutil.rmtree(folder)
     finally:
@@ -223,9 +214,9 @@ def main() -> int:
     print("\ngrowth from one store size to the next")
     print("\n".join(growth(results)))
     for n, layout, _, _, t in results:
-        if n >= 10000 and layout == "indexed":
+        if n >= 10000 and layout == "compacted":
             verdict = "meets" if t["table"] < 1 and t["sweep"] < 1 else "MISSES"
-            print(f"issue 17 target (< 1 s with {n} compacted runs): table {t['table']:.3f} s, cached sweep "
+            print(f"target (< 1 s with {n} compacted runs): table {t['table']:.3f} s, cached sweep "
                   f"{t['sweep']:.3f} s: {verdict} it on this machine")
     return 0
 

@@ -26,7 +26,8 @@ COMMANDS = {
     "report": ("write one self-contained HTML report of a sweep", "harness.analysis.report"),
     "baseline": ("save or list baselines for regression checks", "harness.analysis.regress"),
     "check": ("check a sweep against a baseline (exit 1 on regression)", "harness.analysis.regress"),
-    "store": ("compact, inspect or verify the results store (compact | info | verify)", "harness.commands.store"),
+    "store": ("compact, inspect, verify or import into the results store (compact | info | verify | import)",
+              "harness.commands.store"),
 }
 
 MEASURING = ("run", "sweep", "diagnose", "noise", "climb")  # commands that start measuring processes

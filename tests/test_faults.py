@@ -208,7 +208,7 @@ def test_a_write_that_fails_after_measuring_keeps_the_record_elsewhere(results, 
             raise OSError(28, "No space left on device")
         return real(record, results_dir)
 
-    monkeypatch.setattr(store, "write_record", disk_full)
+    monkeypatch.setattr(store.write, "write_record", disk_full)  # what store_record calls
     assert cli.main(["run", f"results_dir={results}", *TINY_RUN]) == 0
     out = capsys.readouterr()
     text = " ".join((out.out + out.err).split())
@@ -218,7 +218,8 @@ def test_a_write_that_fails_after_measuring_keeps_the_record_elsewhere(results, 
 
 
 def test_when_no_folder_takes_the_record_it_is_printed_whole(monkeypatch, capsys):
-    monkeypatch.setattr(store, "write_record", lambda record, folder: (_ for _ in ()).throw(OSError(30, "Read-only")))
+    monkeypatch.setattr(store.write, "write_record",
+                        lambda record, folder: (_ for _ in ()).throw(OSError(30, "Read-only")))
     lines = []
     assert store.store_record(_record("r-1", samples_per_s=42.5), "/x", log=lines.append) is None
     assert '"samples_per_s": 42.5' in lines[0] and "r-1" in lines[0]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import fcntl
+import importlib
 import os
 import shutil
 import signal
@@ -21,6 +22,9 @@ from harness import cli, store
 from harness.sweeps import rungs as sweep
 from harness.store import RunRecord, load_runs, write_record
 from tests.conftest import REPO
+
+compaction = importlib.import_module("harness.store.compact")  # the module: ``store.compact`` is the function
+store_read = importlib.import_module("harness.store.read")
 
 
 def _record(i: int, **kw) -> RunRecord:
@@ -56,7 +60,7 @@ def test_compaction_keeps_every_run_and_readers_see_both_folders(tmp_path):
 
 
 def test_full_parts_are_sealed_and_never_rewritten(tmp_path, monkeypatch):
-    monkeypatch.setattr(store, "PART_ROWS", 10)
+    monkeypatch.setattr(compaction, "PART_ROWS", 10)
     _store(tmp_path, 25)
     first = store.compact(tmp_path)
     assert len(first.parts) == 3  # 10 + 10 + 5 rows
@@ -84,7 +88,7 @@ def test_narrow_reads_filter_inside_the_store(tmp_path):
 
 
 KILLER = """
-import os, signal, sys
+import importlib, os, signal, sys
 from harness import store
 point, after = sys.argv[2], int(sys.argv[3])
 seen = []
@@ -93,38 +97,40 @@ def step(name, **info):
         seen.append(name)
         if len(seen) == after:
             os.kill(os.getpid(), signal.SIGKILL)
-store._compaction_step = step
+importlib.import_module("harness.store.compact")._compaction_step = step
 store.compact(sys.argv[1])
 """
 
 
-@pytest.mark.parametrize("point, after, loose_left", [("part-temp-written", 1, 300), ("index-written", 1, 300),
-                                                      ("part-written", 1, 300), ("loose-removed", 120, 180)])
+@pytest.mark.parametrize("point, after, loose_left", [("part-temp-written", 1, 300), ("part-written", 1, 300),
+                                                      ("loose-removed", 120, 180)])
 def test_a_compaction_killed_at_any_step_loses_and_duplicates_nothing(tmp_path, point, after, loose_left):
     _store(tmp_path, 300)
     proc = subprocess.run([sys.executable, "-c", KILLER, str(tmp_path), point, str(after)], cwd=REPO,
                           env=dict(os.environ, PYTHONPATH=str(REPO)), capture_output=True, text=True, timeout=300)
     assert proc.returncode == -signal.SIGKILL, proc.stderr
     assert len(store.record_files(tmp_path)) == loose_left
-    assert all(store.index_state(p)[0] == "ok" for p in store.part_files(tmp_path))  # a part never lacks its index
+    temps = list(store.compacted_dir(tmp_path).glob(".tmp-*.parquet"))
+    assert len(temps) == (point == "part-temp-written")  # killed between its durable temp file and the rename
     ids = list(load_runs(tmp_path, columns=["run_id"])["run_id"])
     assert sorted(ids) == [f"r{i:04d}" for i in range(300)]  # each run exactly once
-    by_key = load_runs(tmp_path, columns=["run_id"], where={"config_hash": "h2"})["run_id"]  # through the indexes
+    by_key = load_runs(tmp_path, columns=["run_id"], where={"config_hash": "h2"})["run_id"]
     assert sorted(by_key) == [f"r{i:04d}" for i in range(2, 300, 5)]
     text, problems = cli_verify(tmp_path)
     assert problems == 0  # identical copies are leftovers, not problems
     if point == "loose-removed":
         assert "note: 180 run(s) stored twice with identical values" in text  # the loose files not yet removed
-    done = store.compact(tmp_path)  # a second compaction finishes the job
-    assert store.record_files(tmp_path) == [] and done.removed == loose_left
+    done = store.compact(tmp_path)  # a second compaction finishes the job, and removes the dead temp file
+    assert store.record_files(tmp_path) == [] and done.removed == loose_left and done.temps == len(temps)
+    assert list(store.compacted_dir(tmp_path).glob(".tmp-*")) == []
     assert _ids(tmp_path) == [f"r{i:04d}" for i in range(300)]
     rows = sum(pq.ParquetFile(p).metadata.num_rows for p in store.part_files(tmp_path))
     assert rows == 300  # merged once: runs already in a part are never merged again
     text, problems = cli_verify(tmp_path)
-    assert problems == 0 and "note:" not in text.replace("note: 1 temp file", "")  # only a killed temp may remain
+    assert problems == 0 and "note:" not in text
 
 
-@pytest.mark.parametrize("point", ["part-written", "part-removed", "index-removed"])
+@pytest.mark.parametrize("point", ["part-written", "part-removed"])
 def test_a_compaction_killed_while_rewriting_a_part_loses_and_duplicates_nothing(tmp_path, point):
     _store(tmp_path, 50)
     store.compact(tmp_path)
@@ -135,14 +141,11 @@ def test_a_compaction_killed_while_rewriting_a_part_loses_and_duplicates_nothing
     assert proc.returncode == -signal.SIGKILL, proc.stderr
     assert len(store.part_files(tmp_path)) == (2 if point == "part-written" else 1)  # old part gone only after
     assert _ids(tmp_path) == [f"r{i:04d}" for i in range(100)] and cli_verify(tmp_path)[1] == 0
-    assert all(store.index_state(p)[0] == "ok" for p in store.part_files(tmp_path))
     assert sorted(load_runs(tmp_path, columns=["run_id"], where={"config_hash": "h1"})["run_id"]) == \
         [f"r{i:04d}" for i in range(1, 100, 5)]
     store.compact(tmp_path)
     assert store.record_files(tmp_path) == [] and len(store.part_files(tmp_path)) == 1
     assert pq.ParquetFile(store.part_files(tmp_path)[0]).metadata.num_rows == 100
-    assert [p.name for p in (store.compacted_dir(tmp_path) / store.INDEX_DIR).glob("*.parquet")] == \
-        [store.index_path(store.part_files(tmp_path)[0]).name]  # the old part's index went with it
 
 
 def cli_verify(path: Path) -> tuple[str, int]:
@@ -198,12 +201,11 @@ def test_a_reader_racing_a_compaction_still_sees_every_run(tmp_path, monkeypatch
 
     def part_files_after_a_compaction(results_dir):
         if not raced:
-            raced.append(None)  # compact() lists the parts too: race only once
-            monkeypatch.setattr(store, "part_files", real)
-            raced[0] = store.compact(tmp_path)
+            raced.append(None)
+            raced[0] = store.compact(tmp_path)  # compaction lists the parts with its own, real part_files
         return real(results_dir)
 
-    monkeypatch.setattr(store, "part_files", part_files_after_a_compaction)
+    monkeypatch.setattr(store_read, "part_files", part_files_after_a_compaction)
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # a vanished loose file is not "unreadable"
         assert _ids(tmp_path) == [f"r{i:04d}" for i in range(30)]
@@ -281,7 +283,7 @@ def test_the_cache_lookup_reads_the_same_run_as_a_full_scan(tmp_path):
 def test_a_sweep_compacts_the_store_at_its_end_past_the_threshold(tmp_path, monkeypatch, capsys):
     from harness.commands import sweep as sweep_cli
 
-    monkeypatch.setattr(store, "AUTO_COMPACT_LOOSE", 6)
+    monkeypatch.setattr(compaction, "AUTO_COMPACT_LOOSE", 6)
     _store(tmp_path, 5)
     sweep_cli._auto_compact(str(tmp_path))
     assert len(store.record_files(tmp_path)) == 5 and capsys.readouterr().out == ""  # below: nothing
@@ -289,3 +291,95 @@ def test_a_sweep_compacts_the_store_at_its_end_past_the_threshold(tmp_path, monk
     sweep_cli._auto_compact(str(tmp_path))
     assert store.record_files(tmp_path) == [] and "store: compacted 6 loose runs into 1 part file(s)" in \
         capsys.readouterr().out
+
+
+def test_compaction_removes_the_temp_files_of_killed_compactions_and_leaves_writers_alone(tmp_path):
+    _store(tmp_path, 5)
+    store.compact(tmp_path)
+    dead = store.compacted_dir(tmp_path) / ".tmp-killed.parquet"
+    dead.write_bytes(b"PAR1 half a part")
+    writing = store.runs_dir(tmp_path) / ".tmp-writing.parquet"  # a writer's: writers never take the lock
+    writing.write_bytes(b"PAR1 half a record")
+    assert "1 temp file(s) of an interrupted compaction" in cli_verify(tmp_path)[0]
+    done = store.compact(tmp_path)
+    assert done.temps == 1 and not dead.exists() and writing.exists()
+    assert done.summary() == ("nothing to compact: no loose run files; removed 1 temp file(s) of an interrupted "
+                              "compaction")
+    assert _ids(tmp_path) == [f"r{i:04d}" for i in range(5)]
+
+
+def _old_index_files(path: Path) -> list[Path]:
+    """What an older version wrote beside each part: compacted/_index/<part>.keys.parquet (and a killed temp)."""
+    folder = store.compacted_dir(path) / "_index"
+    folder.mkdir()
+    made = []
+    for part in store.part_files(path):
+        made.append(folder / f"{Path(part).stem}.keys.parquet")
+        pq.write_table(pq.read_table(part, columns=["run_id", "sweep_id", "config_hash"]), made[-1])
+    made.append(folder / ".tmp-index.parquet")
+    made[-1].write_bytes(b"PAR1 half an index")
+    return made
+
+
+def test_an_old_store_with_key_indexes_reads_the_same_and_compaction_removes_them(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(compaction, "PART_ROWS", 20)
+    _store(tmp_path, 50)
+    store.compact(tmp_path)
+    write_record(_record(50), tmp_path)
+
+    def answers():
+        return (load_runs(tmp_path).sort_values("run_id").reset_index(drop=True),
+                store.resolve_sweep(tmp_path, "latest"),
+                sorted(load_runs(tmp_path, where={"config_hash": "h2"})["run_id"]))
+
+    before = answers()
+    made = _old_index_files(tmp_path)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # nothing in _index/ is read, so nothing is unreadable
+        after = answers()
+    pd.testing.assert_frame_equal(after[0], before[0])
+    assert after[1:] == before[1:] and len(after[0]) == 51
+    text, problems = cli_verify(tmp_path)
+    assert problems == 0 and "note: 4 key index file(s) of an older version" in text and "removes them" in text
+    assert cli.main(["store", "compact", "--results", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert out.strip().endswith("; removed 4 key index file(s) of an older version (no longer read)")
+    assert not any(p.exists() for p in made) and not (store.compacted_dir(tmp_path) / "_index").exists()
+    assert _ids(tmp_path) == [f"r{i:04d}" for i in range(51)] and "note:" not in cli_verify(tmp_path)[0]
+
+
+def test_latest_is_the_sweep_of_the_newest_record_ties_to_the_greatest_id(tmp_path):
+    _store(tmp_path, 40)
+    store.compact(tmp_path)
+    assert store.resolve_sweep(tmp_path, "latest") == "s3"  # r0039, in November, the newest
+    write_record(_record(50, sweep_id="", timestamp="2027-01-01T00:00:00+0000"), tmp_path)  # a plain run: no sweep
+    write_record(_record(51, sweep_id="a-tie", timestamp="2026-11-01T00:00:39+0000"), tmp_path)  # ties r0039
+    write_record(_record(52, sweep_id="z-tie", timestamp="2026-11-01T00:00:39+0000"), tmp_path)
+    assert store.resolve_sweep(tmp_path, "latest") == "z-tie" == store.resolve_sweep_id(load_runs(tmp_path), "latest")
+    assert list(load_runs(tmp_path, sweep="latest")["run_id"]) == ["r0052"]
+    assert store.resolve_sweep(tmp_path, "s1") == "s1"
+    with pytest.raises(ValueError, match="unknown sweep 's777'"):
+        store.resolve_sweep(tmp_path, "s777")
+
+
+def test_a_table_reads_the_newest_calibration_of_its_environment(tmp_path):
+    from harness.analysis import noise_model
+
+    def cal(i: int, env: str, status: str = "ok") -> RunRecord:
+        return RunRecord(run_id=f"c{i:03d}", status=status, timestamp=f"2026-11-01T{i // 10:02d}:{i % 10:02d}:00+0000",
+                         sweep_id=f"cal-{i // 5:02d}", ladder="noise", env_key=env, device="cpu", cpu_model="EPYC",
+                         cpu_count=2, samples_per_s=100.0 + i % 7)
+
+    for i in range(40):  # four calibration sweeps an environment; the newest of env e (cal-05) failed
+        write_record(cal(i, ("e", "other")[i // 10 % 2], "error" if 25 <= i < 30 else "ok"), tmp_path)
+    store.compact(tmp_path)
+    for i in range(3):
+        write_record(_record(500 + i, sweep_id="shown", timestamp=f"2026-12-01T00:00:0{i}+0000", device="cpu",
+                             cpu_model="EPYC", cpu_count=2), tmp_path)
+    assert store.newest_ok_sweeps(tmp_path, "noise") == {"e": "cal-04", "other": "cal-07"}
+    frame = load_runs(tmp_path, sweep="latest")
+    chosen = noise_model.with_calibrations(tmp_path, frame)
+    assert set(chosen["sweep_id"]) == {"shown", "cal-04"}  # the newest ok calibration of env e, nothing else
+    everything = pd.concat([frame, load_runs(tmp_path, where={"ladder": "noise"})], ignore_index=True)
+    assert noise_model.noise_for(chosen, frame) == noise_model.noise_for(everything, frame)
+    assert noise_model.noise_for(chosen, frame).sweep_id == "cal-04"

@@ -1,0 +1,212 @@
+"""The run record: one measured (or attempted) run, its columns and their parquet types.
+
+Every record file carries the same explicit schema (``SCHEMA``), so ``pandas.read_parquet("<results_dir>/runs")``
+works as well as :func:`harness.store.load_runs`; a file written by an older version lacks the newer columns,
+which read back empty.
+
+Schema history (bump ``SCHEMA_VERSION`` when a column changes meaning or type):
+  1 - first version: metrics, environment, config, sweep fields, raw step times.
+  2 - config_hash version 2 (config.CONFIG_HASH_VERSION); env_key covers code_fingerprint and
+      threads (new columns); run ids and timestamps in UTC.
+  3 - the guide's claims travel with the records: claim_low/high/label/source of the rung,
+      total_claim_low/high/label/source of the ladder, and ladder_sha (the ladder file's text hash),
+      set at sweep time so that editing a ladder never rewrites old verdicts. Also campaign_id (the
+      `sweep -m` campaign a sweep belongs to; a new column, read as "" from older files), and
+      group_claims_json (claims for several rungs together, JSON; a new column, "" in older files).
+  4 - multi-device runs (``devices`` >= 2, DDP): world_size, dist_backend, samples_per_s_per_device (the slowest
+      rank's; samples_per_s is global), slowest_rank, per-rank rank_step_ms_p50/p90, rank_measured_s,
+      rank_peak_vram_bytes (peak_vram_bytes is their maximum), omp_num_threads. New columns, empty in older files.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+import pyarrow as pa
+
+SCHEMA_VERSION = 4
+STATUSES = ("ok", "oom", "nan", "timeout", "error", "skipped")
+
+@dataclass
+class RunRecord:
+    """One measured (or attempted) run. Metric names carry their units."""
+
+    run_id: str
+    status: str
+    timestamp: str
+    schema_version: int = SCHEMA_VERSION
+    error: str = ""
+    # what was run
+    workload: str = ""
+    size: str = ""
+    device: str = ""
+    config_hash: str = ""
+    config_json: str = "{}"
+    env_key: str = ""
+    # sweep membership (empty for a plain `run`)
+    sweep_id: str = ""
+    campaign_id: str = ""  # the campaign (``sweep -m``) the sweep belongs to, "" for a lone sweep
+    ladder: str = ""
+    rung: int | None = None
+    change: str = ""
+    round: int | None = None
+    cached_from: str = ""
+    # the guide's claims at sweep time (schema 2; empty for runs outside a ladder, and in older records)
+    claim_low: float | None = None
+    claim_high: float | None = None
+    claim_label: str = ""
+    claim_source: str = ""
+    total_claim_low: float | None = None
+    total_claim_high: float | None = None
+    total_claim_label: str = ""
+    total_claim_source: str = ""
+    group_claims_json: str = ""  # [{first, last, low, high, label, source}]: claims over several rungs together
+    ladder_sha: str = ""  # sha256 (16 hex) of conf/ladder/NAME.yaml's text when the sweep ran
+    # units of throughput and model cost
+    unit: str = ""  # what units_per_s counts: "voxels" or "images"
+    samples_per_step: int | None = None
+    flops_per_sample: float | None = None
+    # measurement
+    warmup_steps: int | None = None
+    measured_steps: int | None = None
+    samples_per_s: float | None = None
+    units_per_s: float | None = None
+    step_ms_p50: float | None = None
+    step_ms_p90: float | None = None
+    step_ms_mean: float | None = None
+    data_wait_frac: float | None = None
+    data_wait_ms_p50: float | None = None
+    compile_s: float | None = None
+    first_step_s: float | None = None
+    measured_s: float | None = None
+    # when the measured window opened (UNIX seconds; it ran measured_s from there): to line a run up with what
+    # else the machine did then (other jobs' logs, a monitor's series, a paired process)
+    window_start_unix: float | None = None
+    peak_vram_bytes: float | None = None
+    peak_host_rss_bytes: float | None = None
+    peak_main_rss_bytes: float | None = None
+    peak_worker_rss_bytes: float | None = None  # the largest loader worker
+    worker_rss_bytes: list[float] = field(default_factory=list)  # peak RSS of every loader worker seen
+    gpu_util_pct: float | None = None
+    gpu_mem_used_bytes: float | None = None
+    gpu_power_w: float | None = None
+    cpu_util_pct: float | None = None
+    other_cpu_pct: float | None = None  # CPU used by other processes during the measured window
+    mfu: float | None = None
+    peak_flops: float | None = None
+    loss_first: float | None = None
+    loss_last: float | None = None
+    step_ms: list[float] = field(default_factory=list)
+    data_wait_ms: list[float] = field(default_factory=list)
+    mode: str = "train"  # measure.mode: train, loader (no model) or model (no loader)
+    # environment
+    torch_version: str = ""
+    cuda_version: str = ""
+    cudnn_version: str = ""
+    monai_version: str = ""
+    torchvision_version: str = ""
+    python_version: str = ""
+    harness_version: str = ""
+    gpu_name: str = ""
+    gpu_count: int | None = None
+    gpu_driver: str = ""
+    gpu_mem_total_bytes: float | None = None
+    cpu_model: str = ""
+    cpu_count: int | None = None
+    hostname: str = ""
+    git_commit: str = ""
+    git_dirty: bool | None = None
+    code_fingerprint: str = ""  # hash of the measuring code (harness + models sources), part of env_key
+    threads: str = ""  # thread-count variables and CPU affinity the run had, part of env_key
+    # GPU memory apart: peak_vram_bytes is the measured window's allocated peak; the warm-up
+    # (cuDNN benchmark trials, autotuning, graph capture) has its own peaks; reserved = the allocator's cache,
+    # what must fit in the device. gpu_mem_used_bytes (NVML) is device-wide.
+    peak_vram_reserved_bytes: float | None = None
+    warmup_peak_vram_bytes: float | None = None
+    warmup_peak_vram_reserved_bytes: float | None = None
+    gpu_sample_note: str = ""  # NVML metrics that could not be read (MIG, GPU gone), and why
+    # CUDA events: per measured step, the device time from the first batch in hand to the optimizer
+    # step's end, read after the window's closing sync; device_step_frac = their sum / the measured window
+    # (below 1: the stream idled between steps, the host was late).
+    device_step_ms: list[float] = field(default_factory=list)
+    device_step_ms_p50: float | None = None
+    device_step_frac: float | None = None
+    # NVML, sampled by the parent in the measured window: mean SM clock, the clock-event (throttle) reasons seen,
+    # and GPM's SM activity (Hopper and newer; the share of SM time with a warp resident, window mean).
+    gpu_sm_clock_mhz: float | None = None
+    gpu_throttle_reasons: str = ""
+    gpu_sm_active_pct: float | None = None
+    # what the harness itself spent: the parent process's CPU time (all its threads: polls, sampling,
+    # the progress display) over the measured window as it saw it, in % of one CPU; empty if it missed an edge
+    parent_cpu_pct: float | None = None
+    backend_flags: str = ""  # JSON: the TF32 / cuDNN settings the run applied, and through which API
+    # multi-device runs (schema 4): every rank timed its own window; the slowest sets samples_per_s (global)
+    world_size: int | None = None  # ranks (devices); 1 for a single-device run, empty in older records
+    dist_backend: str = ""  # nccl (CUDA) or gloo (CPU); "" for a single-device run
+    samples_per_s_per_device: float | None = None  # the slowest rank's samples/s
+    slowest_rank: int | None = None
+    rank_step_ms_p50: list[float] = field(default_factory=list)  # per rank, in rank order
+    rank_step_ms_p90: list[float] = field(default_factory=list)
+    rank_measured_s: list[float] = field(default_factory=list)
+    rank_peak_vram_bytes: list[float] = field(default_factory=list)
+    omp_num_threads: int | None = None  # what the launcher gave each rank (torchrun would force 1)
+
+
+_ARROW_TYPES = {
+    "str": pa.string(),
+    "int": pa.int64(),
+    "int | None": pa.int64(),
+    "float | None": pa.float64(),
+    "bool | None": pa.bool_(),
+    "list[float]": pa.list_(pa.float64()),
+}
+
+SCHEMA = pa.schema([pa.field(f.name, _ARROW_TYPES[f.type]) for f in fields(RunRecord)])
+COLUMNS = tuple(SCHEMA.names)
+
+
+def conform(table: pa.Table) -> pa.Table:
+    """The store's columns first with the store's types (missing ones empty), then any newer columns as they are."""
+    out = []
+    for f in SCHEMA:
+        out.append(table.column(f.name).cast(f.type) if f.name in table.column_names
+                   else pa.nulls(table.num_rows, type=f.type))
+    extra = [n for n in table.column_names if n not in COLUMNS]
+    names = list(COLUMNS) + extra
+    return pa.table(out + [table.column(n) for n in extra], names=names)
+
+
+def same_values(a: dict, b: dict) -> bool:
+    """Two rows equal in the store's columns, NaN equal to NaN, in lists too (a record copied by compaction equals
+    its source)."""
+
+    def norm(v):
+        if isinstance(v, list):
+            return [norm(x) for x in v]
+        return None if isinstance(v, float) and math.isnan(v) else v
+
+    return all(norm(a.get(k)) == norm(b.get(k)) for k in COLUMNS)
+
+
+def record_from_row(row: dict) -> RunRecord:
+    """A RunRecord from a row of arrow or pandas values (NaN and None read as the field's empty value)."""
+    return RunRecord(**{f.name: from_value(row.get(f.name), f.type) for f in fields(RunRecord)})
+
+
+def from_value(value: Any, type_name: str) -> Any:
+    """``value`` as a RunRecord field of type ``type_name`` wants it (pandas gives NaN for None, numpy scalars)."""
+    if type_name == "list[float]":
+        return [float(v) for v in value] if value is not None else []
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "" if type_name == "str" else None
+    if type_name == "str":
+        return str(value)
+    if type_name.startswith("int"):
+        return int(value)
+    if type_name.startswith("float"):
+        return float(value)
+    if type_name.startswith("bool"):
+        return bool(value)
+    return value
