@@ -156,7 +156,10 @@ def store_trace(summary_json: str, job_dir: str | os.PathLike, results_dir: str 
     try:
         target = Path(results_dir) / relative
         target.parent.mkdir(parents=True, exist_ok=True)
-        os.replace(source, target) if _same_device(source, target.parent) else _copy(source, target)
+        if _same_device(source, target.parent):
+            os.replace(source, target)
+        else:  # the job folder is in /tmp, often another file system than the results folder
+            _copy(source, target)
     except OSError as exc:
         summary.trace = TraceInfo(status="failed", note=f"the trace could not be kept in the results folder: "
                                                         f"{exc.strerror or exc} ({type(exc).__name__})")

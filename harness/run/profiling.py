@@ -143,7 +143,10 @@ def _sync(device: torch.device) -> None:
 
 def summarize_events(events, averages, device_type: str, steps: int, markers: Mapping[str, str]) -> ProfileSummary:
     """The summary of a profiler's recorded events (``prof.events()``, ``prof.key_averages()``)."""
-    step_ranges = sorted((e.time_range.start, e.time_range.end) for e in events if _is_step(e.name))
+    # On CUDA the profiler repeats step ranges and markers on the device's timeline (user annotations): the host's
+    # ranges are the CPU ones.
+    host_events = [e for e in events if e.device_type == torch.autograd.DeviceType.CPU]
+    step_ranges = sorted((e.time_range.start, e.time_range.end) for e in host_events if _is_step(e.name))
     if not step_ranges:
         raise RuntimeError("the profiler recorded no step (no ProfilerStep range)")
     start, host_end = step_ranges[0][0], step_ranges[-1][1]
@@ -152,7 +155,8 @@ def summarize_events(events, averages, device_type: str, steps: int, markers: Ma
     span_us = end - start
     per_step = 1000.0 * steps  # microseconds over the span -> milliseconds per step
     phase_of = {name: phase for phase, name in markers.items()}
-    ranges = sorted((e.time_range.start, e.time_range.end, phase_of[e.name]) for e in events if e.name in phase_of)
+    ranges = sorted((e.time_range.start, e.time_range.end, phase_of[e.name]) for e in host_events
+                    if e.name in phase_of)
     host = {phase: 0.0 for phase in ("data_wait", "copy", "forward", "backward", "optimizer")}
     for a, b, phase in ranges:
         host[phase] += (b - a) / per_step
