@@ -350,3 +350,17 @@ def test_profile_command_errors_name_the_bad_value_and_the_choices(profile_store
     code, _, err = _command(capsys, "--results", str(results), "--sweep", "s2")
     assert code == 2 and "sweep s2 has no profiled rung" in err
     assert "python -m harness sweep +ladder=precision profile.enabled=true" in err
+
+
+@pytest.mark.slow
+def test_compiled_model_reports_graphs_and_no_recompile_while_profiling(tmp_path):
+    parts = tiny_parts()
+    parts.model = torch.compile(parts.model)
+    step = marked_step(parts)
+    for index in range(2):  # the warm-up compiles (forward and backward) before the profile
+        step(index)
+    summary = profile_steps(step, 2, CPU, tmp_path, first_step=2, compiled=True)
+    assert summary.error == "" and summary.compile is not None
+    assert summary.compile.unique_graphs >= 1 and summary.compile.frames_compiled >= 1
+    assert summary.compile.recompiles_while_profiling == 0
+    assert "torch.compile: " in render_profile(summary)
