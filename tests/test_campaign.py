@@ -93,7 +93,7 @@ def test_a_requeued_campaign_job_keeps_the_rungs_it_measured(tiny_conf, results,
 
 
 def test_a_parallel_launcher_on_one_machine_is_called_out():
-    from harness.commands.sweep import BASIC_LAUNCHER, launcher_warning
+    from harness.sweeps.campaign import BASIC_LAUNCHER, launcher_warning
 
     assert launcher_warning(BASIC_LAUNCHER) == ""
     assert "AT THE SAME TIME" in launcher_warning("hydra_plugins.hydra_submitit_launcher.submitit_launcher.LocalLauncher")
@@ -175,12 +175,12 @@ def test_a_campaign_through_submitit_local(results, tmp_path):
 
 
 def test_a_results_folder_that_cannot_take_the_ladder_copies_is_refused(tiny_conf, results, capsys, monkeypatch):
-    from harness.commands import sweep as sweep_cmd
+    from harness.sweeps import campaign as campaign_mod
 
-    def unwritable(plans):
-        raise PermissionError(13, "Permission denied", str(results / sweep_cmd.CAMPAIGN_LADDERS))
+    def unwritable(ladders):
+        raise PermissionError(13, "Permission denied", str(results / campaign_mod.CAMPAIGN_LADDERS))
 
-    monkeypatch.setattr(sweep_cmd, "_results_ladder_roots", unwritable)
+    monkeypatch.setattr(campaign_mod, "results_ladder_roots", unwritable)
     code = cli.main(["sweep", "-m", "+ladder=tiny_a", *TINY, f"results_dir={results}"])
     err = capsys.readouterr().err
     assert code == 2 and "cannot copy the results folder's ladders" in err and "Permission denied" in err

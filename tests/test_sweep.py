@@ -98,7 +98,7 @@ def test_without_a_ladder_or_with_an_unknown_one_the_ladders_are_listed(results)
 def test_table_renders_from_the_store_without_torch(results):
     out, _ = _sweep(results, "+ladder=phase1")
     assert out.returncode == 0
-    code = ("import sys; from harness.analysis import table; "
+    code = ("import sys; from harness.commands import table; "
             f"rc = table.main('table', ['--results', {str(results)!r}, '--format', 'csv']); "
             "assert 'torch' not in sys.modules and 'hydra' not in sys.modules; sys.exit(rc)")
     res = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True)
@@ -109,7 +109,8 @@ def test_table_renders_from_the_store_without_torch(results):
 def test_batch_ladder_stops_cleanly_at_the_first_oom_and_the_table_says_where(tmp_path):
     from harness.sweeps import ladder as ladder_mod
     from harness.sweeps import rungs as sweep_mod
-    from harness.analysis.table import build_table, render
+    from harness.analysis.render import render
+    from harness.analysis.table import build_table
     from harness.run.runner import Machine
     from harness.store import RunRecord, write_record
 
