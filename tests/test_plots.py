@@ -196,7 +196,8 @@ def test_analysis_never_imports_torch_or_hydra(results, tmp_path):
             f"r = pathlib.Path({str(results)!r}); o = pathlib.Path({str(tmp_path)!r}); "
             "write_sweep(r, 'phase2-a'); write_sweep(r, 'phase2-b', day=2); "
             "assert plot.main('plot', ['--results', str(r), '--out', str(o / 'p')]) == 0; "
-            "assert compare.main('compare', ['phase2-a', 'phase2-b', '--results', str(r), '--out', str(o / 'c')]) == 0; "
+            "assert compare.main('compare', ['phase2-a', 'phase2-b', '--results', str(r), '--out', str(o / 'c')]) "
+            "== 0; "
             "assert report.main('report', ['--results', str(r), '--out', str(o / 'r.html')]) == 0; "
             "bad = [m for m in ('torch', 'hydra') if m in sys.modules]; assert not bad, bad")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)

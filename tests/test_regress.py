@@ -296,7 +296,8 @@ def test_estimate_is_run_level_and_brackets_the_ratio():
     from harness.analysis import noise_model
 
     base, cur = noise_model.Runs([100.0, 104.0, 98.0]), noise_model.Runs([80.0, 83.0, 79.0])
-    first, again = check_mod.estimate(base, cur, noise_model.DEFAULT), check_mod.estimate(base, cur, noise_model.DEFAULT)
+    first = check_mod.estimate(base, cur, noise_model.DEFAULT)
+    again = check_mod.estimate(base, cur, noise_model.DEFAULT)
     assert first == again
     assert first.low < first.ratio < first.high < 1
     assert first.ratio == pytest.approx(np.exp(np.log([80, 83, 79]).mean() - np.log([100, 104, 98]).mean()))

@@ -57,7 +57,7 @@ def row_cells(row: RungRow, scaling: bool = False) -> list[str]:
     thr = _num(row.samples_per_s, ".2f")
     if row.samples_per_s is not None and row.uncertainty is not None:
         thr += f" ±{100 * row.uncertainty:.0f}%"  # the noise model's 95% band of the rung's throughput
-    status = _status_text(row)
+    status = status_text(row)
     if row.note:
         status += f": {row.note}"
     efficiency = [_num(None if row.scaling_efficiency is None else 100 * row.scaling_efficiency, ".0f", "%")]
@@ -68,7 +68,7 @@ def row_cells(row: RungRow, scaling: bool = False) -> list[str]:
             _num(row.gpu_util_pct, ".0f", "%"), row.claim or "-", row.verdict or "-", status]
 
 
-def _status_text(row: RungRow) -> str:
+def status_text(row: RungRow) -> str:
     """``ok``, ``ok x3``, or every status with its count when any run failed: ``ok 2/3, nan 1``."""
     ok = row.statuses.get("ok", 0) if row.samples_per_s is not None else 0
     how = "" if row.how == "measured" else f" ({row.how})"

@@ -38,6 +38,8 @@ def print_sweep_table(table: SweepTable, fmt: str | None = None, console: Consol
         console.file.write(render.render(table, fmt or "md"))
         return
     console.print(sweep_grid(table))
+    for line in rung_notes(table):
+        console.print(escape(line))
     for line in render.footer_lines(table):
         console.print(_bold(escape(line)))
     for note in table.notes:
@@ -60,19 +62,25 @@ def print_campaign(summary: CampaignSummary, fmt: str | None = None, console: Co
 
 
 def sweep_grid(table: SweepTable) -> Table:
-    """The rungs as a rich table: the same cells as the markdown, verdicts and statuses in colour."""
-    grid = Table(title=escape(render.title(table)), title_justify="left", show_lines=False)
-    head = render.headers(table)
+    """The rungs as a rich table: the markdown's cells, verdicts and statuses in colour, each rung's note
+    under the table (:func:`rung_notes`)."""
+    grid = Table(title=escape(render.title(table)), title_justify="left")
+    head, scaling = render.headers(table), render.has_scaling(table)
     for name in head:
         grid.add_column(escape(name), overflow="fold")
-    scaling = render.has_scaling(table)
+    verdict, status = head.index("verdict"), head.index("status")
     for row in table.rows:
         cells = [escape(c) for c in render.row_cells(row, scaling)]
-        verdict, status = head.index("verdict"), head.index("status")
         cells[verdict] = _styled(cells[verdict], VERDICT_STYLES.get(row.verdict.split(" ")[0], ""))
-        cells[status] = _styled(cells[status], "green" if row.status == "ok" else "red")
+        # the note (why a rung failed, what it was built on) goes under the table: a long cell would fold tall
+        cells[status] = _styled(escape(render.status_text(row)), "green" if row.status == "ok" else "red")
         grid.add_row(*cells)
     return grid
+
+
+def rung_notes(table: SweepTable) -> list[str]:
+    """The notes the status cells of the rich table leave out, one line per rung that has one."""
+    return [f"rung {row.rung}: {row.note}" for row in table.rows if row.note]
 
 
 def campaign_grid(summary: CampaignSummary) -> Table:
