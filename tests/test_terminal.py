@@ -1,8 +1,9 @@
-"""`table` and `sweep` print a rich table to a person at a terminal, and markdown to files, pipes and --format md."""
+"""`table` and `sweep` print a rich table to a person at a terminal, markdown to files, pipes and --format md."""
 
 from __future__ import annotations
 
 import io
+import sys
 
 import pytest
 from rich.console import Console
@@ -17,14 +18,21 @@ from harness.commands import terminal
 WIDE = 240  # every column fits: cells are not folded, so the assertions can read them whole
 
 
-def _console(terminal_: bool) -> Console:
-    return Console(file=io.StringIO(), force_terminal=terminal_, width=WIDE, color_system=None, highlight=False)
+class Screen(io.StringIO):
+    """What a terminal shows: a file that is a TTY."""
+
+    def isatty(self) -> bool:
+        return True
+
+
+def _console(file: io.StringIO) -> Console:
+    return Console(file=file, force_terminal=True, width=WIDE, color_system=None, highlight=False)
 
 
 @pytest.fixture
 def screen(monkeypatch):
     """The commands' console as a terminal of WIDE columns; its text."""
-    fake = _console(True)
+    fake = _console(Screen())
     monkeypatch.setattr(console_mod, "console", fake)
     return fake
 
@@ -55,7 +63,7 @@ def test_format_md_in_a_terminal_is_markdown(tmp_path, screen):
 
 def test_table_in_a_file_or_pipe_is_markdown(tmp_path, capsys):
     write_sweep(tmp_path, "phase2-a")
-    assert not console_mod.console.is_terminal  # pytest's captured stdout is no terminal
+    assert not sys.stdout.isatty()  # pytest's captured stdout is a pipe, whatever FORCE_COLOR says
     assert cli.main(["table", "--results", str(tmp_path)]) == 0
     text = capsys.readouterr().out
     assert text.startswith("### sweep phase2-a") and "|---|" in text and "┃" not in text
@@ -66,7 +74,7 @@ def test_a_terminal_by_isatty_gets_rich_too(tmp_path, monkeypatch):
     """The real decision: the console's stdout answers isatty() (no forcing)."""
     write_sweep(tmp_path, "phase2-a")
     stdout = io.StringIO()
-    stdout.isatty = lambda: True
+    stdout.isatty = lambda: True  # what a terminal answers
     for variable in ("FORCE_COLOR", "TTY_COMPATIBLE", "TTY_INTERACTIVE", "NO_COLOR", "TERM"):
         monkeypatch.delenv(variable, raising=False)
     monkeypatch.setattr("sys.stdout", stdout)
@@ -94,7 +102,7 @@ def test_the_sweep_prints_its_table_rich_in_a_terminal_and_markdown_otherwise(tm
     assert "┃ rung" in screen.file.getvalue() and "|---|" not in screen.file.getvalue()
     assert f"python -m harness table --results {tmp_path} --sweep phase2-a" in capsys.readouterr().out
 
-    piped = _console(False)
+    piped = _console(io.StringIO())  # rich would colour it (as with FORCE_COLOR), but it is no terminal
     terminal.print_sweep_table(sweep_table(tmp_path), console=piped)
     assert piped.file.getvalue().startswith("### sweep phase2-a") and "┃" not in piped.file.getvalue()
 

@@ -2,7 +2,7 @@
 
 ``sweep`` and ``table`` print through here. Rich is used only when no ``--format`` was asked and stdout
 is a terminal; a file, a pipe or ``--format md`` gets the markdown of ``harness.analysis.render``
-unchanged, so what scripts and CI read does not depend on where the command ran.
+unchanged, so what scripts and CI logs read does not depend on where the command ran.
 """
 
 from __future__ import annotations
@@ -27,8 +27,17 @@ def _default_console() -> Console:
 
 
 def rich_wanted(fmt: str | None, console: Console) -> bool:
-    """A rich table only for a person at a terminal who asked for no format."""
-    return fmt is None and console.is_terminal
+    """A rich table only for a person at a terminal who asked for no format. The file must be a terminal
+    itself: FORCE_COLOR (often set in CI for coloured logs) makes rich colour a pipe, but a pipe still gets
+    the markdown scripts read."""
+    return fmt is None and console.is_terminal and _isatty(console.file)
+
+
+def _isatty(file) -> bool:
+    try:
+        return bool(file.isatty())
+    except (AttributeError, ValueError):  # no isatty, or a closed file
+        return False
 
 
 def print_sweep_table(table: SweepTable, fmt: str | None = None, console: Console | None = None) -> None:
@@ -73,9 +82,16 @@ def sweep_grid(table: SweepTable) -> Table:
         cells = [escape(c) for c in render.row_cells(row, scaling)]
         cells[verdict] = _styled(cells[verdict], VERDICT_STYLES.get(row.verdict.split(" ")[0], ""))
         # the note (why a rung failed, what it was built on) goes under the table: a long cell would fold tall
-        cells[status] = _styled(escape(render.status_text(row)), "green" if row.status == "ok" else "red")
+        cells[status] = _styled(escape(render.status_text(row)), _status_style(row))
         grid.add_row(*cells)
     return grid
+
+
+def _status_style(row) -> str:
+    """Green when every run was ok, yellow when some were, red when none."""
+    if row.status != "ok":
+        return "red"
+    return "green" if row.statuses.get("ok", 0) == row.repeats else "yellow"
 
 
 def rung_notes(table: SweepTable) -> list[str]:

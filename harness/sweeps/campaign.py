@@ -14,7 +14,8 @@ from typing import Iterable
 from harness.fileio import write_text_atomic
 from harness.sweeps import ladder as ladder_mod
 
-# Hydra's default launcher, by the _target_ it composes to (a name compared, nothing imported)
+# Hydra's default launcher (one job after another, in this process), as the _target_ its config composes to; it is
+# recognised by its class name alone, so nothing depends on the module Hydra keeps it in
 BASIC_LAUNCHER = "hydra._internal.core_plugins.basic_launcher.BasicLauncher"
 CLUSTER_LAUNCHERS = ("SlurmLauncher",)  # one job per node: timings of different jobs do not share a machine
 CAMPAIGN_LADDERS = ".campaign-ladders"  # <results_dir>/.campaign-ladders/ladder/NAME.yaml: Hydra's view of ladders/
@@ -49,7 +50,7 @@ def job_sweep_id(ladder: str, campaign_id: str, job: int) -> str:
 
 def launcher_warning(target: str) -> str:
     """What to tell the user about where the launcher runs the sweeps ("" for the default)."""
-    if target == BASIC_LAUNCHER:
+    if target.rsplit(".", 1)[-1] == BASIC_LAUNCHER.rsplit(".", 1)[-1]:
         return ""
     if target.endswith(CLUSTER_LAUNCHERS):
         return ("each sweep runs as its own cluster job; ask for whole nodes (exclusive) so that no other job "
