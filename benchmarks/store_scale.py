@@ -39,7 +39,7 @@ import pyarrow as pa  # noqa: E402
 import pyarrow.parquet as pq  # noqa: E402
 
 from harness import store  # noqa: E402
-from harness.analysis import noise_model, regress, table as table_mod  # noqa: E402
+from harness.analysis import baseline as baseline_mod, check, noise_model, table as table_mod  # noqa: E402
 from harness.sweeps import rungs as sweep  # noqa: E402
 
 CACHED_SWEEP_RUNGS = 14
@@ -128,8 +128,8 @@ def measure(folder: Path, rows: list[dict], baseline: Path, repeats: int, slow: 
     return {
         "table": time_it(lambda: table_command(folder), repeats),
         "sweep": sweep_s,
-        "check": time_it(lambda: (regress.select_sweep(regress._load_sweep(str(folder), "latest")),
-                                  regress.load_baseline(baseline)), repeats),
+        "check": time_it(lambda: (check.select_sweep(check.load_sweep(str(folder), "latest")),
+                                  baseline_mod.load_baseline(baseline)), repeats),
         "lookup": time_it(lambda: sweep.lookup_cached(str(folder), *keys[0], set()), repeats),
         "full": time_it(lambda: store.load_runs(folder), repeats),
     }

@@ -2,8 +2,9 @@
 
 ``run``, ``sweep``, ``diagnose``, ``noise`` and ``climb`` take Hydra overrides (``key=value``, composed in
 ``harness.commands.hydra_edge``); the analysis commands (``table``, ``plot``, ``compare``, ``report``,
-``baseline``, ``check``) and ``store`` take ordinary flags, read the store alone, and never import torch or Hydra.
-Every command module has ``main(command, argv) -> exit code``.
+``baseline``, ``check``) and ``store`` take ordinary flags (the shared ones in ``harness.commands.common_args``),
+read the store alone through plain functions of ``harness.analysis``, and never import torch or Hydra.
+Every command module is in ``harness.commands`` and has ``main(command, argv) -> exit code``.
 """
 
 from __future__ import annotations
@@ -14,18 +15,19 @@ import sys
 
 COMMANDS = {
     "run": ("measure one short training run in its own process and store it", "harness.commands.run"),
-    "sweep": ("climb a ladder (+ladder=NAME), one rung per process; -m: a campaign of sweeps", "harness.commands.sweep"),
+    "sweep": ("climb a ladder (+ladder=NAME), one rung per process; -m: a campaign of sweeps",
+              "harness.commands.sweep"),
     "diagnose": ("data-bound or compute-bound? loader alone, model alone, full step", "harness.commands.diagnose"),
     "noise": ("calibrate this machine's noise: the same settings in N fresh processes (noise.runs=N)",
               "harness.commands.noise"),
     "climb": ("find the fastest settings here: one knob at a time, kept only when faster beyond noise",
               "harness.commands.climb"),
-    "table": ("print a sweep's speedup table from the store", "harness.analysis.table"),
-    "plot": ("draw a sweep's plots", "harness.analysis.plots"),
-    "compare": ("compare two or more sweeps side by side", "harness.analysis.compare"),
-    "report": ("write one self-contained HTML report of a sweep", "harness.analysis.report"),
-    "baseline": ("save or list baselines for regression checks", "harness.analysis.regress"),
-    "check": ("check a sweep against a baseline (exit 1 on regression)", "harness.analysis.regress"),
+    "table": ("print a sweep's speedup table from the store", "harness.commands.table"),
+    "plot": ("draw a sweep's plots", "harness.commands.plot"),
+    "compare": ("compare two or more sweeps side by side", "harness.commands.compare"),
+    "report": ("write one self-contained HTML report of a sweep", "harness.commands.report"),
+    "baseline": ("save or list baselines for regression checks", "harness.commands.baseline"),
+    "check": ("check a sweep against a baseline (exit 1 on regression)", "harness.commands.check"),
     "store": ("compact, inspect, verify or import into the results store (compact | info | verify | import)",
               "harness.commands.store"),
 }

@@ -1,11 +1,9 @@
-"""Name registries with "did you mean" errors (workloads, ladders, knob values)."""
+"""Did-you-mean errors for names the user types (workloads, ladders, knob values, commands)."""
 
 from __future__ import annotations
 
 import difflib
-from typing import Generic, Iterable, TypeVar
-
-T = TypeVar("T")
+from typing import Iterable
 
 
 def unknown_choice(what: str, value: object, choices: Iterable[str]) -> ValueError:
@@ -17,31 +15,7 @@ def unknown_choice(what: str, value: object, choices: Iterable[str]) -> ValueErr
 
 
 def check_choice(what: str, value: object, choices: Iterable[str]) -> None:
+    """:func:`unknown_choice` raised when ``value`` is not one of ``choices``."""
     choices = list(choices)
     if value not in choices:
         raise unknown_choice(what, value, choices)
-
-
-class Registry(Generic[T]):
-    """Items by name; ``get`` of a missing name raises a did-you-mean ValueError."""
-
-    def __init__(self, what: str):
-        self.what = what
-        self._items: dict[str, T] = {}
-
-    def register(self, name: str, item: T) -> T:
-        if name in self._items:
-            raise ValueError(f"{self.what} {name!r} is registered twice")
-        self._items[name] = item
-        return item
-
-    def get(self, name: str) -> T:
-        if name not in self._items:
-            raise unknown_choice(self.what, name, self._items)
-        return self._items[name]
-
-    def names(self) -> list[str]:
-        return sorted(self._items)
-
-    def __contains__(self, name: str) -> bool:
-        return name in self._items

@@ -18,7 +18,8 @@ from tests.conftest import REPO, harness_cli
 TINY = ("measure.steps=2", "measure.warmup_steps=1")
 TINY_LADDERS = {
     "tiny_a": "description: tiny ladder A\nworkload: unet3d\nrungs:\n  - set: {log_every_n_steps: 1}\n",
-    "tiny_b": "description: tiny ladder B\nworkload: unet3d\nrungs:\n  - set: {optimizer.zero_grad_set_to_none: false}\n",
+    "tiny_b": "description: tiny ladder B\nworkload: unet3d\n"
+              "rungs:\n  - set: {optimizer.zero_grad_set_to_none: false}\n",
 }
 
 
@@ -70,6 +71,19 @@ def test_the_config_search_path_gains_a_folder_after_those_given():
         "hydra.searchpath=[file:///u,file:///x]", "b=2"]
 
 
+def test_a_campaign_is_every_combination_of_the_values_first_key_outermost():
+    from harness.sweeps import campaign as campaign_mod
+
+    argv = ["+ladder=a,b", "seed=range(1,3)", "model.sizes=[1,2]", "workload=x,y", "seed=7"]
+    jobs = campaign_mod.expand(hydra_edge.sweep_alternatives(argv))
+    # seed given twice: its first place, its last values (as Hydra's basic sweeper); a list is one value
+    assert jobs == [[f"+ladder={lad}", "seed=7", "model.sizes=[1,2]", f"workload={w}"] for lad in "ab" for w in "xy"]
+    with pytest.raises(ValueError, match="'seed=interval\\(0,1\\)': a campaign runs one sweep per value"):
+        hydra_edge.sweep_alternatives(["seed=interval(0,1)"])
+    assert campaign_mod.gives_several_values("a,b") and campaign_mod.gives_several_values("range(1,3)")
+    assert not campaign_mod.gives_several_values("[1,2]") and not campaign_mod.gives_several_values("2")
+
+
 def test_a_campaign_checks_every_sweep_before_any_runs(tiny_conf, results, capsys):
     code = cli.main(["sweep", "-m", "+ladder=tiny_a,nope", *TINY, f"results_dir={results}"])
     assert code == 2 and "unknown ladder 'nope'" in capsys.readouterr().err
@@ -93,11 +107,12 @@ def test_a_requeued_campaign_job_keeps_the_rungs_it_measured(tiny_conf, results,
 
 
 def test_a_parallel_launcher_on_one_machine_is_called_out():
-    from harness.commands.sweep import BASIC_LAUNCHER, launcher_warning
+    from harness.sweeps.campaign import BASIC_LAUNCHER, launcher_warning
 
     assert launcher_warning(BASIC_LAUNCHER) == ""
-    assert "AT THE SAME TIME" in launcher_warning("hydra_plugins.hydra_submitit_launcher.submitit_launcher.LocalLauncher")
-    assert "whole nodes" in launcher_warning("hydra_plugins.hydra_submitit_launcher.submitit_launcher.SlurmLauncher")
+    submitit = "hydra_plugins.hydra_submitit_launcher.submitit_launcher"
+    assert "AT THE SAME TIME" in launcher_warning(f"{submitit}.LocalLauncher")
+    assert "whole nodes" in launcher_warning(f"{submitit}.SlurmLauncher")
 
 
 def test_a_fully_cached_sweep_starts_no_measuring_process(tiny_conf, results, capsys, monkeypatch):
@@ -165,8 +180,9 @@ def test_a_campaign_through_submitit_local(results, tmp_path):
     """Each sweep a submitit job in its own process (pip install -e '.[slurm]'); the jobs run at the same
     time, which the command calls out."""
     pytest.importorskip("hydra_plugins.hydra_submitit_launcher")
-    out = harness_cli("sweep", "-m", "+ladder=selftest", "workload=unet3d,basic_unet3d", "hydra/launcher=submitit_local",
-                      f"hydra.sweep.dir={tmp_path / 'multirun'}", *TINY, f"results_dir={results}", timeout=3600)
+    out = harness_cli("sweep", "-m", "+ladder=selftest", "workload=unet3d,basic_unet3d",
+                      "hydra/launcher=submitit_local", f"hydra.sweep.dir={tmp_path / 'multirun'}", *TINY,
+                      f"results_dir={results}", timeout=3600)
     assert out.returncode == 0, out.stdout + out.stderr
     assert "AT THE SAME TIME" in out.stderr
     frame = load_runs(results)
@@ -175,12 +191,12 @@ def test_a_campaign_through_submitit_local(results, tmp_path):
 
 
 def test_a_results_folder_that_cannot_take_the_ladder_copies_is_refused(tiny_conf, results, capsys, monkeypatch):
-    from harness.commands import sweep as sweep_cmd
+    from harness.sweeps import campaign as campaign_mod
 
-    def unwritable(plans):
-        raise PermissionError(13, "Permission denied", str(results / sweep_cmd.CAMPAIGN_LADDERS))
+    def unwritable(ladders):
+        raise PermissionError(13, "Permission denied", str(results / campaign_mod.CAMPAIGN_LADDERS))
 
-    monkeypatch.setattr(sweep_cmd, "_results_ladder_roots", unwritable)
+    monkeypatch.setattr(campaign_mod, "results_ladder_roots", unwritable)
     code = cli.main(["sweep", "-m", "+ladder=tiny_a", *TINY, f"results_dir={results}"])
     err = capsys.readouterr().err
     assert code == 2 and "cannot copy the results folder's ladders" in err and "Permission denied" in err

@@ -9,12 +9,12 @@ import numpy as np
 import pytest
 import yaml
 
-from harness.analysis import climb
+from harness.climb import ascent, output, space
 from harness.analysis.noise_model import Noise, Runs
 from harness.sweeps import ladder as ladder_mod
 from tests.conftest import REPO, harness_cli
 
-CPU = climb.Facts(device="cpu", usable_cpus=2)
+CPU = space.Facts(device="cpu", usable_cpus=2)
 DEFAULT_NOISE = Noise()
 START = {"precision": "32", "batch_size": 4, "compile": "off", "channels_last": False, "data.num_workers": 0,
          "activation_checkpointing": False,
@@ -23,7 +23,7 @@ START = {"precision": "32", "batch_size": 4, "compile": "off", "channels_last": 
 
 
 def _measured(candidate, incumbent, status="ok", reason=""):
-    return climb.Measured(status, Runs(list(candidate)), Runs(list(incumbent)), reason)
+    return ascent.Measured(status, Runs(list(candidate)), Runs(list(incumbent)), reason)
 
 
 # ------------------------------------------------------------------------------------------
@@ -31,48 +31,49 @@ def _measured(candidate, incumbent, status="ok", reason=""):
 
 
 def test_a_clear_win_beyond_noise_and_the_minimum_effect_is_accepted():
-    d = climb.decide(_measured([120, 121, 119], [100, 101, 99]), DEFAULT_NOISE, 0.03)
-    assert d.outcome == climb.ACCEPTED and d.ratio.low > 1 and d.ratio.value == pytest.approx(1.2, abs=0.01)
+    d = ascent.decide(_measured([120, 121, 119], [100, 101, 99]), DEFAULT_NOISE, 0.03)
+    assert d.outcome == ascent.ACCEPTED and d.ratio.low > 1 and d.ratio.value == pytest.approx(1.2, abs=0.01)
 
 
 def test_a_gain_within_noise_is_rejected():
-    d = climb.decide(_measured([105, 96, 110], [100, 104, 95]), DEFAULT_NOISE, 0.03)
-    assert d.outcome == climb.REJECTED and d.why == "within noise" and d.ratio.low < 1 < d.ratio.high
+    d = ascent.decide(_measured([105, 96, 110], [100, 104, 95]), DEFAULT_NOISE, 0.03)
+    assert d.outcome == ascent.REJECTED and d.why == "within noise" and d.ratio.low < 1 < d.ratio.high
 
 
 def test_a_significant_gain_below_the_minimum_effect_is_rejected():
     calibrated = Noise(cv=0.002, df=9, sweep_id="noise-x", runs=10, match="environment")
-    d = climb.decide(_measured([102, 102.1, 101.9], [100, 100.1, 99.9]), calibrated, 0.03)
-    assert d.ratio.low > 1 and d.outcome == climb.REJECTED and "less than 3%" in d.why
-    assert climb.decide(_measured([102, 102.1, 101.9], [100, 100.1, 99.9]), calibrated, 0.01).outcome == climb.ACCEPTED
+    d = ascent.decide(_measured([102, 102.1, 101.9], [100, 100.1, 99.9]), calibrated, 0.03)
+    assert d.ratio.low > 1 and d.outcome == ascent.REJECTED and "less than 3%" in d.why
+    small = _measured([102, 102.1, 101.9], [100, 100.1, 99.9])
+    assert ascent.decide(small, calibrated, 0.01).outcome == ascent.ACCEPTED
 
 
 def test_a_slower_candidate_is_rejected_as_slower():
-    d = climb.decide(_measured([80, 81, 79], [100, 101, 99]), DEFAULT_NOISE, 0.03)
-    assert d.outcome == climb.REJECTED and d.why == "slower beyond noise"
+    d = ascent.decide(_measured([80, 81, 79], [100, 101, 99]), DEFAULT_NOISE, 0.03)
+    assert d.outcome == ascent.REJECTED and d.why == "slower beyond noise"
 
 
 def test_one_run_per_side_uses_the_default_cv_and_needs_about_15_percent():
-    assert climb.decide(_measured([110], [100]), DEFAULT_NOISE, 0.03).outcome == climb.REJECTED
-    assert climb.decide(_measured([116], [100]), DEFAULT_NOISE, 0.03).outcome == climb.ACCEPTED
+    assert ascent.decide(_measured([110], [100]), DEFAULT_NOISE, 0.03).outcome == ascent.REJECTED
+    assert ascent.decide(_measured([116], [100]), DEFAULT_NOISE, 0.03).outcome == ascent.ACCEPTED
 
 
 def test_failures_are_decided_by_their_status_not_by_throughput():
-    assert climb.decide(_measured([], [100], "oom", "CUDA out of memory"), DEFAULT_NOISE, 0.03).outcome == climb.OOM
-    skipped = climb.decide(_measured([], [], "skipped", "tf32=true needs a CUDA GPU"), DEFAULT_NOISE, 0.03)
-    assert skipped.outcome == climb.SKIPPED and "CUDA" in skipped.why
-    assert climb.decide(_measured([], [100], "nan", "loss is nan"), DEFAULT_NOISE, 0.03).outcome == climb.FAILED
-    no_incumbent = climb.decide(_measured([120], []), DEFAULT_NOISE, 0.03)
-    assert no_incumbent.outcome == climb.FAILED and "incumbent" in no_incumbent.why
-    broken = climb.Measured("ok", Runs([120.0]), Runs([]), "Killed", incumbent_status="error")
-    assert climb.decide(broken, DEFAULT_NOISE, 0.03).why == "the incumbent ended error: Killed"
+    assert ascent.decide(_measured([], [100], "oom", "CUDA out of memory"), DEFAULT_NOISE, 0.03).outcome == ascent.OOM
+    skipped = ascent.decide(_measured([], [], "skipped", "tf32=true needs a CUDA GPU"), DEFAULT_NOISE, 0.03)
+    assert skipped.outcome == ascent.SKIPPED and "CUDA" in skipped.why
+    assert ascent.decide(_measured([], [100], "nan", "loss is nan"), DEFAULT_NOISE, 0.03).outcome == ascent.FAILED
+    no_incumbent = ascent.decide(_measured([120], []), DEFAULT_NOISE, 0.03)
+    assert no_incumbent.outcome == ascent.FAILED and "incumbent" in no_incumbent.why
+    broken = ascent.Measured("ok", Runs([120.0]), Runs([]), "Killed", incumbent_status="error")
+    assert ascent.decide(broken, DEFAULT_NOISE, 0.03).why == "the incumbent ended error: Killed"
 
 
 def test_an_incumbent_that_stops_running_ends_the_climb_instead_of_failing_every_candidate():
     def measure(accepted, candidate, step):
-        return climb.Measured("ok", Runs([120.0]), Runs([]), "Killed", incumbent_status="error")
+        return ascent.Measured("ok", Runs([120.0]), Runs([]), "Killed", incumbent_status="error")
 
-    result = climb.ascend(dict(START), climb.space("cpu"), CPU, measure, DEFAULT_NOISE, 0.03)
+    result = ascent.ascend(dict(START), space.space("cpu"), CPU, measure, DEFAULT_NOISE, 0.03)
     assert len(result.steps) == 1 and result.stopped == "the incumbent did not run ok at step 1"
 
 
@@ -84,7 +85,7 @@ def test_a_a_comparisons_are_rarely_accepted_and_a_true_10_percent_gain_usually_
         for _ in range(trials):
             old = 100 * np.exp(rng.normal(0, cv, runs))
             new = 100 * gain * np.exp(rng.normal(0, cv, runs))
-            wins += climb.decide(_measured(new, old), DEFAULT_NOISE, 0.03).outcome == climb.ACCEPTED
+            wins += ascent.decide(_measured(new, old), DEFAULT_NOISE, 0.03).outcome == ascent.ACCEPTED
         return wins / trials
 
     assert rate(1.0) <= 0.03  # faster beyond noise AND by 3%: a no-op change almost never gets in
@@ -127,15 +128,15 @@ class SimulatedMachine:
         new = {**incumbent, **dict(candidate)}
         enabled = {**incumbent, **dict(candidate[:-1])}
         if candidate[-1][0] in ("tf32", "cudnn_benchmark", "data.pin_memory"):
-            return climb.Measured("skipped", Runs([]), Runs([]), f"{candidate[-1][0]}=true needs a CUDA GPU")
+            return ascent.Measured("skipped", Runs([]), Runs([]), f"{candidate[-1][0]}=true needs a CUDA GPU")
         if not self.fits(new):
-            return climb.Measured("oom", Runs([]), Runs([]), "out of memory")
-        return climb.Measured("ok", self.runs(new), self.runs(incumbent), "",
+            return ascent.Measured("oom", Runs([]), Runs([]), "out of memory")
+        return ascent.Measured("ok", self.runs(new), self.runs(incumbent), "",
                               enabled=self.runs(enabled) if len(candidate) > 1 else None)
 
 
 def _ascend(machine, knobs=None, noise=DEFAULT_NOISE):
-    return climb.ascend(dict(START), climb.space("cpu", knobs), CPU, machine.measure, noise, 0.03)
+    return ascent.ascend(dict(START), space.space("cpu", knobs), CPU, machine.measure, noise, 0.03)
 
 
 def test_the_climb_keeps_the_wins_and_an_oom_on_the_batch_axis_ends_that_axis():
@@ -145,10 +146,10 @@ def test_the_climb_keeps_the_wins_and_an_oom_on_the_batch_axis_ends_that_axis():
     assert result.best["data.num_workers"] == 1 and result.best["precision"] == "32"
     batch = [(s.value, s.enabling, s.outcome) for s in result.steps if s.key == "batch_size"]
     checkpointing = (("activation_checkpointing", True),)
-    assert batch == [(8, (), climb.ACCEPTED), (16, (), climb.ACCEPTED), (32, (), climb.OOM),
-                     (32, checkpointing, climb.OOM)]  # never tried again after checkpointing could not fit it
+    assert batch == [(8, (), ascent.ACCEPTED), (16, (), ascent.ACCEPTED), (32, (), ascent.OOM),
+                     (32, checkpointing, ascent.OOM)]  # never tried again after checkpointing could not fit it
     assert result.best["activation_checkpointing"] is False
-    skipped = {s.key for s in result.steps if s.outcome == climb.SKIPPED}
+    skipped = {s.key for s in result.steps if s.outcome == ascent.SKIPPED}
     assert skipped == {"tf32", "cudnn_benchmark", "data.pin_memory"}
     assert sum(s.key == "tf32" for s in result.steps) == 1  # a knob that cannot act here is proposed once
     assert result.stopped.endswith("changed nothing")
@@ -160,32 +161,32 @@ def test_checkpointing_is_tried_only_to_fit_a_batch_that_ran_out_of_memory():
     result = _ascend(machine, ["batch"])
     batch = [(s.value, s.enabling, s.outcome) for s in result.steps]
     checkpointing = (("activation_checkpointing", True),)
-    assert batch == [(8, (), climb.ACCEPTED), (16, (), climb.ACCEPTED), (32, (), climb.OOM),
-                     (32, checkpointing, climb.ACCEPTED), (64, (), climb.OOM)]  # checkpointing on: the axis ends
+    assert batch == [(8, (), ascent.ACCEPTED), (16, (), ascent.ACCEPTED), (32, (), ascent.OOM),
+                     (32, checkpointing, ascent.ACCEPTED), (64, (), ascent.OOM)]  # checkpointing on: the axis ends
     assert result.best["activation_checkpointing"] is True and result.best["batch_size"] == 32
     assert all(c[-1][0] == "batch_size" for c in machine.calls)  # never checkpointing alone as a candidate
     fitted = result.steps[3]
     assert fitted.parts[0].value == pytest.approx(0.85, rel=0.02)  # alone it is slower ...
     assert fitted.parts[1].value == pytest.approx(1.4, rel=0.02)  # ... and pays for the batch it fits
-    lad = ladder_mod.parse("x", climb.ladder_file(result, "resnet50", {}, "climb-x", "cuda H100"))
+    lad = ladder_mod.parse("x", output.ladder_file(result, "resnet50", {}, "climb-x", "cuda H100"))
     assert [(r.key, r.value) for r in lad.rungs[1:]] == [("batch_size", 8), ("batch_size", 16),
                                                           ("activation_checkpointing", True), ("batch_size", 32)]
     assert "only to fit batch_size=32" in lad.rungs[3].note and lad.rungs[3].claim.high < 1
 
 
 def test_axes_are_tried_in_order_of_expected_gain_on_this_device():
-    order = [a.name for a in climb.space("cpu")]
+    order = [a.name for a in space.space("cpu")]
     assert order[0] == "channels_last" and order.index("precision") < order.index("tf32")
-    assert [a.name for a in climb.space("cuda")][0] == "precision"
-    assert [a.name for a in climb.space("cpu", ["batch", "channels_last"])] == ["channels_last", "batch"]
+    assert [a.name for a in space.space("cuda")][0] == "precision"
+    assert [a.name for a in space.space("cpu", ["batch", "channels_last"])] == ["channels_last", "batch"]
 
 
 def test_workers_grow_only_up_to_the_usable_cpus():
-    workers = climb.AXES_BY_NAME["workers"]
+    workers = space.AXES_BY_NAME["workers"]
     assert workers.values({**START, "data.num_workers": 0}, CPU) == [1]
     assert workers.values({**START, "data.num_workers": 1}, CPU) == [2]
     assert workers.values({**START, "data.num_workers": 2}, CPU) == []
-    assert climb.AXES_BY_NAME["prefetch"].values(START, CPU) == []  # no workers, nothing to prefetch
+    assert space.AXES_BY_NAME["prefetch"].values(START, CPU) == []  # no workers, nothing to prefetch
 
 
 def test_a_climb_that_changes_nothing_stops_after_one_pass():
@@ -205,7 +206,7 @@ def test_a_second_pass_retries_the_other_axes_against_the_new_incumbent():
 
     result = _ascend(Interacting(noise_cv=0.005, oom_at=16), ["channels_last", "batch"])
     passes = {(s.key, s.value): (s.pass_, s.outcome) for s in result.steps}
-    assert passes[("channels_last", True)] == (2, climb.ACCEPTED) and result.best["batch_size"] == 8
+    assert passes[("channels_last", True)] == (2, ascent.ACCEPTED) and result.best["batch_size"] == 8
 
 
 def test_the_budget_ends_the_climb_with_the_reason_and_keeps_what_was_decided():
@@ -213,24 +214,24 @@ def test_the_budget_ends_the_climb_with_the_reason_and_keeps_what_was_decided():
 
     def measure(accepted, candidate, step):
         if step == 3:
-            raise climb.BudgetSpent("the next run (~40 s) would not finish in the 12 s of budget left")
+            raise ascent.BudgetSpent("the next run (~40 s) would not finish in the 12 s of budget left")
         return machine.measure(accepted, candidate, step)
 
-    result = climb.ascend(dict(START), climb.space("cpu"), CPU, measure, DEFAULT_NOISE, 0.03)
-    assert len(result.steps) == 3 and result.steps[-1].outcome == climb.NOT_RUN
+    result = ascent.ascend(dict(START), space.space("cpu"), CPU, measure, DEFAULT_NOISE, 0.03)
+    assert len(result.steps) == 3 and result.steps[-1].outcome == ascent.NOT_RUN
     assert result.stopped.startswith("budget spent: the next run (~40 s)")
-    assert [(s.key, s.outcome) for s in result.steps[:2]] == [("channels_last", climb.ACCEPTED),
-                                                               ("precision", climb.REJECTED)]
+    assert [(s.key, s.outcome) for s in result.steps[:2]] == [("channels_last", ascent.ACCEPTED),
+                                                               ("precision", ascent.REJECTED)]
     assert result.best == {**START, "channels_last": True}
 
 
 def test_the_budget_estimates_from_measured_runs_and_refuses_what_would_not_finish():
-    budget = climb.Budget(seconds=100, start=0.0)
+    budget = ascent.Budget(seconds=100, start=0.0)
     assert budget.estimate("a", False) is None and budget.refusal("a", False, now=10) == ""
     budget.record("a", 30.0, compiles=False)
     budget.record("b", 20.0, compiles=False)
     assert budget.estimate("b", False) == 20.0 and budget.estimate("new", False) == 30.0
-    assert budget.estimate("new", True) == 30.0 * climb.COMPILE_PRIOR  # no compiled run measured yet
+    assert budget.estimate("new", True) == 30.0 * ascent.COMPILE_PRIOR  # no compiled run measured yet
     assert budget.refusal("new", False, now=60) == ""  # 40 s left, ~30 s needed
     assert "would not finish in the 25 s" in budget.refusal("new", False, now=75)
     assert budget.refusal("b", False, now=97) != ""  # fewer than MIN_TRIAL_S seconds left
@@ -242,7 +243,7 @@ def test_the_budget_estimates_from_measured_runs_and_refuses_what_would_not_fini
 
 def test_the_ladder_file_has_one_rung_per_accepted_change_with_the_measured_band_as_claim():
     result = _ascend(SimulatedMachine(noise_cv=0.01))
-    mapping = climb.ladder_file(result, "resnet50", {"measure.steps": 5}, "climb-x", "cpu AMD (2 CPUs)")
+    mapping = output.ladder_file(result, "resnet50", {"measure.steps": 5}, "climb-x", "cpu AMD (2 CPUs)")
     lad = ladder_mod.parse("climb-resnet50-cpu", yaml.safe_load(yaml.safe_dump(mapping)))
     assert [(r.key, r.value) for r in lad.rungs[1:]] == [(s.key, s.value) for s in result.accepted]
     assert lad.base == {"measure.steps": 5} and lad.workload == "resnet50"
@@ -254,9 +255,9 @@ def test_the_ladder_file_has_one_rung_per_accepted_change_with_the_measured_band
 
 
 def test_training_notes_name_what_an_accepted_change_alters():
-    assert "lr x 4" in climb.training_note("batch_size", 4, 16)
-    assert "accuracy" in climb.training_note("precision", "32", "bf16-mixed")
-    assert climb.training_note("channels_last", False, True) == ""
+    assert "lr x 4" in output.training_note("batch_size", 4, 16)
+    assert "accuracy" in output.training_note("precision", "32", "bf16-mixed")
+    assert output.training_note("channels_last", False, True) == ""
 
 
 def test_user_ladders_are_found_in_the_results_folder_after_the_shipped_ones(tmp_path):
@@ -275,10 +276,10 @@ def test_user_ladders_are_found_in_the_results_folder_after_the_shipped_ones(tmp
 def test_the_decision_logic_imports_neither_torch_nor_hydra():
     code = "\n".join([
         "import sys",
-        "from harness.analysis import climb",
+        "from harness.climb import ascent, output, space",
         "from harness.analysis.noise_model import Noise, Runs",
-        "m = climb.Measured('ok', Runs([2.0]), Runs([1.0]))",
-        "assert climb.decide(m, Noise(), 0.03).outcome == climb.ACCEPTED",
+        "m = ascent.Measured('ok', Runs([2.0]), Runs([1.0]))",
+        "assert ascent.decide(m, Noise(), 0.03).outcome == ascent.ACCEPTED",
         "bad = [m for m in ('torch', 'hydra') if m in sys.modules]",
         "assert not bad, bad",
     ])
@@ -292,7 +293,7 @@ def test_the_decision_logic_imports_neither_torch_nor_hydra():
 
 def fake_trials(repeats=2, budget_after=None):
     """``Trials.compare`` over made-up runs, recording which settings ran in which order."""
-    from harness.commands.climb import Trials
+    from harness.climb.trials import Trials
     from harness.store import RunRecord
 
     class Fake(Trials):
@@ -301,7 +302,7 @@ def fake_trials(repeats=2, budget_after=None):
 
         def trial(self, changes, step, role, round_, change):
             if len(self.order) == budget_after:
-                raise climb.BudgetSpent("the next run (~40 s) would not finish in the 10 s of budget left")
+                raise ascent.BudgetSpent("the next run (~40 s) would not finish in the 10 s of budget left")
             self.order.append((role, change))
             return RunRecord(run_id=str(len(self.order)), status="ok", timestamp="", samples_per_s=10.0), "measured"
 
@@ -319,9 +320,9 @@ def test_candidate_and_incumbent_runs_interleave_abba_and_a_two_change_candidate
 
 
 def test_a_step_cut_short_by_the_budget_says_how_many_of_its_runs_are_stored():
-    with pytest.raises(climb.BudgetSpent, match="; 3 of 4 runs of this step are stored"):
+    with pytest.raises(ascent.BudgetSpent, match="; 3 of 4 runs of this step are stored"):
         fake_trials(repeats=2, budget_after=3).compare([], (("channels_last", True),), 1)
-    with pytest.raises(climb.BudgetSpent, match="budget left$"):
+    with pytest.raises(ascent.BudgetSpent, match="budget left$"):
         fake_trials(repeats=2, budget_after=0).compare([], (("channels_last", True),), 1)
 
 

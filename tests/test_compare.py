@@ -6,7 +6,7 @@ from pathlib import Path
 
 from test_plots import PHASE2, write_record, write_sweep, record
 
-from harness.analysis import compare
+from harness.commands import compare
 
 
 def run_compare(results: Path, out: Path, *sweeps: str) -> int:

@@ -18,6 +18,7 @@ import psutil
 import pytest
 
 from harness import config as config_mod
+from harness.analysis import render
 from harness.analysis import table as table_mod
 from harness.run import isolate, launch, monitor, ranks, runner
 from harness.store import RunRecord, load_runs, write_record
@@ -134,17 +135,17 @@ def test_the_table_shows_scaling_efficiency_on_rungs_that_change_devices(results
     _rung(results, 2, "devices=4", 0.0, 4, status="skipped")
     table = table_mod.build_table(load_runs(results), "s")
     assert [r.scaling_efficiency for r in table.rows] == [None, pytest.approx(0.9), None]
-    text = table_mod.to_markdown(table)
+    text = render.to_markdown(table)
     assert "| x previous [95% band] | E(N) | step ms p50/p90 |" in text
     assert "| 1 | devices=2 | 18.00" in text and "| 90% |" in text
     assert "E(N) = X(N) / (N x X(1))" in text
-    assert "E(N)" in table_mod.to_csv(table).splitlines()[0]
+    assert "E(N)" in render.to_csv(table).splitlines()[0]
 
 
 def test_tables_without_device_rungs_keep_their_columns(results):
     _rung(results, 0, "", 10.0, 1)
     _rung(results, 1, "precision=bf16-mixed", 12.0, 1)
-    text = table_mod.to_markdown(table_mod.build_table(load_runs(results), "s"))
+    text = render.to_markdown(table_mod.build_table(load_runs(results), "s"))
     assert "| E(N) |" not in text and "| x previous [95% band] | step ms p50/p90 |" in text
 
 

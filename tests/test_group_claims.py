@@ -7,6 +7,7 @@ import json
 import pandas as pd
 import pytest
 
+from harness.analysis import render
 from harness.analysis import table as table_mod
 from harness.store import COLUMNS, RunRecord, load_runs, write_record
 from harness.sweeps import ladder as ladder_mod
@@ -58,9 +59,9 @@ def test_a_group_is_judged_as_its_last_rung_over_the_rung_before_it():
     assert group.measured.value == pytest.approx(26.0 / 20.0)
     assert group.verdict == table_mod.stats.verdict(group.measured, 1.2, 1.4)
     assert group.changes == "k2=v, k3=v, k4=v" and group.note == ""
-    text = table_mod.to_markdown(table)
+    text = render.to_markdown(table)
     assert "Rungs 2-4 together (k2=v, k3=v, k4=v): measured 1.30x" in text and "the guide claims 1.2-1.4x (DETR #2)" in text
-    assert "Rungs 2-4 together" in table_mod.to_html(table)
+    assert "Rungs 2-4 together" in render.to_html(table)
 
 
 def test_a_group_whose_last_rung_failed_ends_at_its_last_ok_rung_and_says_so():
@@ -73,7 +74,7 @@ def test_a_group_with_no_ok_rung_before_it_is_not_measured():
     table = table_mod.build_table(_sweep([10.0, 0.0, 22.0, 30.0, 33.0], GROUPS, statuses={0: "oom", 1: "oom"}), "s")
     (group,) = table.groups
     assert group.measured is None and group.note == "no ok rung before the group"
-    assert "**not measured**" in table_mod.to_markdown(table)
+    assert "**not measured**" in render.to_markdown(table)
 
 
 def test_records_written_before_group_claims_read_back_without_any(tmp_path):

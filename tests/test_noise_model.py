@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from harness.analysis import noise_model, regress, stats
+from harness.analysis import check, noise_model, render, stats
 from harness.analysis import table as table_mod
 from harness.store import COLUMNS, RunRecord, load_runs, write_record
 
@@ -35,8 +35,8 @@ def records(sweep_id: str, throughputs: list[list[float]], day: int = 1) -> pd.D
 
 def check_flags(base: pd.DataFrame, cur: pd.DataFrame, noise: noise_model.Noise) -> bool:
     """What `check` decides (its compare, Holm included): did anything regress?"""
-    rows = regress.compare(base, cur, regress.Thresholds(0.05), regress.Thresholds(0.10), noise)
-    return regress.exit_code(rows) == 1
+    rows = check.compare(base, cur, check.Thresholds(0.05), check.Thresholds(0.10), noise)
+    return check.exit_code(rows) == 1
 
 
 def simulate(rng, runs: int, cv: float, slowdown: list[float]) -> list[tuple[noise_model.Runs, noise_model.Runs]]:
@@ -47,8 +47,8 @@ def simulate(rng, runs: int, cv: float, slowdown: list[float]) -> list[tuple[noi
 
 def flags(pairs, noise) -> bool:
     """check's throughput decision for one sweep (the function compare calls): anything regressed?"""
-    estimates = [regress.estimate(base, cur, noise) for base, cur in pairs]
-    return "regressed" in regress.throughput_statuses(estimates, [0.05] * len(pairs))
+    estimates = [check.estimate(base, cur, noise) for base, cur in pairs]
+    return "regressed" in check.throughput_statuses(estimates, [0.05] * len(pairs))
 
 
 def frames(pairs) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -112,7 +112,7 @@ def test_table_and_check_agree_on_every_rung():
     base = records("s1", [list(100 * np.exp(rng.normal(0, 0.03, 3))) for _ in factors])
     cur = records("s2", [list(100 * f * np.exp(rng.normal(0, 0.03, 3))) for f in factors], day=2)
     frame = pd.concat([base, cur], ignore_index=True)
-    rows = {r.rung: r for r in regress.compare(base, cur, regress.Thresholds(0.05), regress.Thresholds(0.1))}
+    rows = {r.rung: r for r in check.compare(base, cur, check.Thresholds(0.05), check.Thresholds(0.1))}
     tables = {s: table_mod.build_table(frame, s) for s in ("s1", "s2")}
     for rung in range(len(factors)):
         mine = noise_model.ratio(tables["s2"].rows[rung].runs, tables["s1"].rows[rung].runs, tables["s2"].noise)
@@ -129,19 +129,19 @@ def test_a_calibration_in_the_store_replaces_the_default_and_the_table_says_so()
     table = table_mod.build_table(frame, "s1")
     cv = float(np.std(np.log([50.0, 51.0, 49.0, 50.5, 50.2]), ddof=1))
     assert table.noise.calibrated and table.noise.cv == pytest.approx(cv)
-    text = table_mod.to_markdown(table)
+    text = render.to_markdown(table)
     assert f"noise: calibrated CV {cv:.1%} from sweep noise-20240601-000000-abcd, 5 runs" in text
     moved = frame.ladder == "noise"
     frame.loc[moved, "env_key"], frame.loc[moved, "cpu_model"] = "elsewhere", "Other CPU"
     other = table_mod.build_table(frame, "s1")
-    assert "noise: default CV 5%" in table_mod.to_markdown(other)
+    assert "noise: default CV 5%" in render.to_markdown(other)
 
 
 def test_failed_repeats_are_shown_in_the_status():
     frame = records("s1", [[100.0, 101.0], [90.0, 91.0]])
     frame.loc[3, ["status", "samples_per_s"]] = ["nan", math.nan]
     row = table_mod.build_table(frame, "s1").rows[1]
-    assert table_mod.row_cells(row)[-1].startswith("ok 1/2, nan 1")
+    assert render.row_cells(row)[-1].startswith("ok 1/2, nan 1")
 
 
 def test_stored_claims_win_over_an_edited_ladder_file():

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from harness.analysis import plots
+from harness.commands import plot as plot_cmd
 from harness.store import RunRecord, load_runs, write_record
 
 CPU = "Test CPU @ 3.0GHz"
@@ -66,7 +67,7 @@ def close_figures():
 
 
 def run_plot(results: Path, out: Path, *extra: str) -> int:
-    return plots.main("plot", ["--results", str(results), "--out", str(out), *extra])
+    return plot_cmd.main("plot", ["--results", str(results), "--out", str(out), *extra])
 
 
 def test_phase2_writes_the_four_cpu_plots(results, tmp_path, capsys):
@@ -191,11 +192,12 @@ def test_analysis_never_imports_torch_or_hydra(results, tmp_path):
     """plot, compare and report in a fresh interpreter leave torch and hydra unimported."""
     here = str(Path(__file__).resolve().parent)
     code = (f"import sys, pathlib; sys.path.insert(0, {here!r}); from test_plots import write_sweep; "
-            "from harness.analysis import plots, compare, report; "
+            "from harness.commands import plot, compare, report; "
             f"r = pathlib.Path({str(results)!r}); o = pathlib.Path({str(tmp_path)!r}); "
             "write_sweep(r, 'phase2-a'); write_sweep(r, 'phase2-b', day=2); "
-            "assert plots.main('plot', ['--results', str(r), '--out', str(o / 'p')]) == 0; "
-            "assert compare.main('compare', ['phase2-a', 'phase2-b', '--results', str(r), '--out', str(o / 'c')]) == 0; "
+            "assert plot.main('plot', ['--results', str(r), '--out', str(o / 'p')]) == 0; "
+            "assert compare.main('compare', ['phase2-a', 'phase2-b', '--results', str(r), '--out', str(o / 'c')]) "
+            "== 0; "
             "assert report.main('report', ['--results', str(r), '--out', str(o / 'r.html')]) == 0; "
             "bad = [m for m in ('torch', 'hydra') if m in sys.modules]; assert not bad, bad")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)

@@ -9,7 +9,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from harness.analysis import regress
+from harness.analysis import baseline as baseline_mod
+from harness.analysis import check as check_mod
+from harness.commands import baseline as baseline_cmd
+from harness.commands import check as check_cmd
 from harness.store import SCHEMA_VERSION, RunRecord, load_runs, write_record
 
 CPU = "Test CPU @ 3.0GHz"
@@ -40,11 +43,11 @@ def sweep(results, sweep_id, configs, *, repeats=3, day=1, cv=0.02, steps=30, se
 
 
 def save(results, name="base", *extra):
-    return regress.main("baseline", ["save", name, "--results", str(results), *extra])
+    return baseline_cmd.main("baseline", ["save", name, "--results", str(results), *extra])
 
 
 def check(results, *extra, baseline="base"):
-    return regress.main("check", ["--baseline", baseline, "--results", str(results), *extra])
+    return check_cmd.main("check", ["--baseline", baseline, "--results", str(results), *extra])
 
 
 def setup_check(tmp_path, current, baseline=None, **kwargs):
@@ -188,7 +191,7 @@ def test_missing_baseline_file(tmp_path, capsys):
 
 def test_corrupt_baseline_file(tmp_path, capsys):
     sweep(tmp_path, "s1", {"cfg-a": 100.0})
-    bad = regress.baselines_dir(tmp_path) / "broken.parquet"
+    bad = baseline_mod.baselines_dir(tmp_path) / "broken.parquet"
     bad.parent.mkdir()
     bad.write_bytes(b"not a parquet file")
     assert check(tmp_path, baseline="broken") == 2
@@ -199,7 +202,7 @@ def test_corrupt_baseline_file(tmp_path, capsys):
 
 def test_baseline_of_other_schema_version(tmp_path, capsys):
     sweep(tmp_path, "s1", {"cfg-a": 100.0}, schema_version=SCHEMA_VERSION + 1)
-    regress.write_baseline(load_runs(tmp_path), regress.baselines_dir(tmp_path) / "old.parquet")
+    baseline_mod.write_baseline(load_runs(tmp_path), baseline_mod.baselines_dir(tmp_path) / "old.parquet")
     sweep(tmp_path, "s2", {"cfg-a": 100.0}, day=2)
     assert check(tmp_path, baseline="old") == 2
     assert f"schema_version [{SCHEMA_VERSION + 1}]" in capsys.readouterr().err
@@ -233,7 +236,7 @@ def test_save_then_list(tmp_path, capsys):
     assert save(tmp_path, "main-cpu") == 0
     assert (tmp_path / "baselines" / "main-cpu.parquet").is_file()
     capsys.readouterr()
-    assert regress.main("baseline", ["list", "--results", str(tmp_path)]) == 0
+    assert baseline_cmd.main("baseline", ["list", "--results", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert "main-cpu" in out and "s1" in out and "3/3 ok" in out
 
@@ -248,7 +251,7 @@ def test_save_refuses_overwrite_without_force(tmp_path, capsys):
     assert "--force" in capsys.readouterr().err
     assert path.read_bytes() == before
     assert save(tmp_path, "base", "--force") == 0
-    assert set(regress.load_baseline(path)["sweep_id"]) == {"s2"}
+    assert set(baseline_mod.load_baseline(path)["sweep_id"]) == {"s2"}
 
 
 def test_save_rejects_bad_name_and_empty_sweep(tmp_path, capsys):
@@ -281,19 +284,20 @@ def test_baseline_given_by_path(tmp_path, capsys):
 
 
 def test_classify_needs_both_threshold_and_significance():
-    assert regress.classify(regress.RatioEstimate(0.8, 0.78, 0.82), 0.05) == "regressed"
-    assert regress.classify(regress.RatioEstimate(0.9, 0.75, 1.05), 0.05) == "warned"
-    assert regress.classify(regress.RatioEstimate(0.9), 0.05) == "warned"  # no interval: cannot tell noise
-    assert regress.classify(regress.RatioEstimate(0.97, 0.96, 0.98), 0.05) == "unchanged"
-    assert regress.classify(regress.RatioEstimate(1.2, 1.1, 1.3), 0.05) == "improved"
-    assert regress.classify(regress.RatioEstimate(1.2, 0.9, 1.5), 0.05) == "unchanged"
+    assert check_mod.classify(check_mod.RatioEstimate(0.8, 0.78, 0.82), 0.05) == "regressed"
+    assert check_mod.classify(check_mod.RatioEstimate(0.9, 0.75, 1.05), 0.05) == "warned"
+    assert check_mod.classify(check_mod.RatioEstimate(0.9), 0.05) == "warned"  # no interval: cannot tell noise
+    assert check_mod.classify(check_mod.RatioEstimate(0.97, 0.96, 0.98), 0.05) == "unchanged"
+    assert check_mod.classify(check_mod.RatioEstimate(1.2, 1.1, 1.3), 0.05) == "improved"
+    assert check_mod.classify(check_mod.RatioEstimate(1.2, 0.9, 1.5), 0.05) == "unchanged"
 
 
 def test_estimate_is_run_level_and_brackets_the_ratio():
     from harness.analysis import noise_model
 
     base, cur = noise_model.Runs([100.0, 104.0, 98.0]), noise_model.Runs([80.0, 83.0, 79.0])
-    first, again = regress.estimate(base, cur, noise_model.DEFAULT), regress.estimate(base, cur, noise_model.DEFAULT)
+    first = check_mod.estimate(base, cur, noise_model.DEFAULT)
+    again = check_mod.estimate(base, cur, noise_model.DEFAULT)
     assert first == again
     assert first.low < first.ratio < first.high < 1
     assert first.ratio == pytest.approx(np.exp(np.log([80, 83, 79]).mean() - np.log([100, 104, 98]).mean()))
@@ -319,9 +323,9 @@ def test_check_never_imports_torch_or_hydra(tmp_path):
 
     here = str(Path(__file__).resolve().parent)
     setup = (f"import sys; sys.path.insert(0, {here!r}); import pathlib; from test_regress import setup_check; "
-             "from harness.analysis import regress; "
+             "from harness.commands import check; "
              f"d = pathlib.Path({str(tmp_path)!r}); setup_check(d, {{'cfg-a': 100.0}}); "
-             "assert regress.main('check', ['--baseline', 'base', '--results', str(d)]) == 0; "
+             "assert check.main('check', ['--baseline', 'base', '--results', str(d)]) == 0; "
              "bad = [m for m in ('torch', 'hydra') if m in sys.modules]; assert not bad, bad")
     subprocess.run([sys.executable, "-c", setup], check=True, capture_output=True)
 
@@ -352,7 +356,7 @@ def test_end_to_end_rerun_passes_slowdown_fails_other_cpu_not_comparable(tmp_pat
     assert check(tmp_path, baseline="e2e") == 1
     out = capsys.readouterr().out
     assert "regressed  phase1  0" in out
-    doctored = regress.load_baseline(tmp_path / "baselines" / "e2e.parquet").assign(cpu_model="Other CPU")
-    regress.write_baseline(doctored, tmp_path / "other-cpu.parquet")
+    doctored = baseline_mod.load_baseline(tmp_path / "baselines" / "e2e.parquet").assign(cpu_model="Other CPU")
+    baseline_mod.write_baseline(doctored, tmp_path / "other-cpu.parquet")
     assert check(tmp_path, baseline=str(tmp_path / "other-cpu.parquet")) == 2
     assert "not comparable" in capsys.readouterr().out

@@ -7,7 +7,7 @@ import re
 
 from test_plots import record, write_batch_sweep, write_record, write_sweep
 
-from harness.analysis import report
+from harness.commands import report
 
 
 def make_report(results, out, *extra) -> int:

@@ -281,14 +281,14 @@ def test_the_cache_lookup_reads_the_same_run_as_a_full_scan(tmp_path):
 
 
 def test_a_sweep_compacts_the_store_at_its_end_past_the_threshold(tmp_path, monkeypatch, capsys):
-    from harness.commands import sweep as sweep_cli
+    from harness.sweeps import loop
 
     monkeypatch.setattr(compaction, "AUTO_COMPACT_LOOSE", 6)
     _store(tmp_path, 5)
-    sweep_cli._auto_compact(str(tmp_path))
+    loop.auto_compact(str(tmp_path))
     assert len(store.record_files(tmp_path)) == 5 and capsys.readouterr().out == ""  # below: nothing
     write_record(_record(5), tmp_path)
-    sweep_cli._auto_compact(str(tmp_path))
+    loop.auto_compact(str(tmp_path))
     assert store.record_files(tmp_path) == [] and "store: compacted 6 loose runs into 1 part file(s)" in \
         capsys.readouterr().out
 

@@ -81,6 +81,16 @@ def test_repeats_interleave_rounds(results):
     assert " x2" in out.stdout  # the table reports both repeats per rung
 
 
+def test_the_loop_runs_rounds_outermost_and_labels_each_turn():
+    from harness.sweeps import ladder as ladder_mod
+    from harness.sweeps import loop
+
+    turns = loop.turns(ladder_mod.load("precision"), 2)
+    assert [(t.round_, t.rung.index) for t in turns] == [(0, 0), (0, 1), (0, 2), (1, 0), (1, 1), (1, 2)]
+    assert turns[4].label == "[rung 2/3, round 2/2]" and loop.turns(ladder_mod.load("precision"), 1)[0].label == \
+        "[rung 1/3]"
+
+
 def test_override_of_what_the_ladder_varies_is_refused(results):
     out, _ = _sweep(results, "+ladder=phase2", "precision=bf16-mixed")
     assert out.returncode == 2
@@ -98,7 +108,7 @@ def test_without_a_ladder_or_with_an_unknown_one_the_ladders_are_listed(results)
 def test_table_renders_from_the_store_without_torch(results):
     out, _ = _sweep(results, "+ladder=phase1")
     assert out.returncode == 0
-    code = ("import sys; from harness.analysis import table; "
+    code = ("import sys; from harness.commands import table; "
             f"rc = table.main('table', ['--results', {str(results)!r}, '--format', 'csv']); "
             "assert 'torch' not in sys.modules and 'hydra' not in sys.modules; sys.exit(rc)")
     res = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True)
@@ -109,7 +119,8 @@ def test_table_renders_from_the_store_without_torch(results):
 def test_batch_ladder_stops_cleanly_at_the_first_oom_and_the_table_says_where(tmp_path):
     from harness.sweeps import ladder as ladder_mod
     from harness.sweeps import rungs as sweep_mod
-    from harness.analysis.table import build_table, render
+    from harness.analysis.render import render
+    from harness.analysis.table import build_table
     from harness.run.runner import Machine
     from harness.store import RunRecord, write_record
 
@@ -117,9 +128,11 @@ def test_batch_ladder_stops_cleanly_at_the_first_oom_and_the_table_says_where(tm
     for rung, status in ((0, "ok"), (1, "ok"), (2, "oom")):
         write_record(RunRecord(run_id=f"r{rung}", status=status, timestamp=f"2026-11-21T10:00:0{rung}", sweep_id="s",
                                ladder="batch", rung=rung, change=lad.rungs[rung].change("smoke"), workload="unet3d",
-                               device="cpu", cpu_model="x", cpu_count=2, samples_per_s=10.0 * (rung + 1) if status == "ok" else None,
+                               device="cpu", cpu_model="x", cpu_count=2,
+                               samples_per_s=10.0 * (rung + 1) if status == "ok" else None,
                                step_ms=[10.0] * 10 if status == "ok" else []), tmp_path)
-    ctx = sweep_mod.SweepContext(sweep_id="s", ladder=lad, settings={"results_dir": str(tmp_path)}, user_keys=frozenset())
+    ctx = sweep_mod.SweepContext(sweep_id="s", ladder=lad, settings={"results_dir": str(tmp_path)},
+                                 user_keys=frozenset())
     outcome = sweep_mod.run_rung(ctx, 3, 0, Machine(cuda_available=False))
     assert outcome.record is None and outcome.how == "not run"
     assert outcome.message == "memory ran out at rung 2; the ladder stops there"

@@ -1,6 +1,6 @@
 """Two or more sweeps side by side, from the store alone (no torch, no Hydra).
 
-``python -m harness compare SWEEP SWEEP [...] [--results DIR] [--out DIR]``
+The command is ``python -m harness compare SWEEP SWEEP [...]`` (``harness.commands.compare``).
 
 A SWEEP is a sweep id in ``--results``, a results folder (its latest sweep) or a parquet file.
 Rungs are lined up by ladder + rung + change. Two GPUs resolve the same rung to different settings
@@ -11,9 +11,7 @@ differs, is shown as "not comparable" and never paired.
 
 from __future__ import annotations
 
-import argparse
 import json
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -219,7 +217,8 @@ def to_markdown(sides: list[Side], rows: list[CompareRow]) -> str:
         cells.append(row.note or "-")
         lines.append("| " + " | ".join(c.replace("|", "/") for c in cells) + " |")
     lines.append("")
-    lines.append("Ratios are later side / A in samples/s; '(within noise)' means the ratio's 95% band (run-level noise model) holds 1x.")
+    lines.append("Ratios are later side / A in samples/s; '(within noise)' means the ratio's 95% band "
+                 "(run-level noise model) holds 1x.")
     return "\n".join(lines) + "\n"
 
 
@@ -248,7 +247,8 @@ def grouped_plot(sides: list[Side], rows: list[CompareRow], path: Path) -> Path:
     ax.set_ylim(0, top * 1.25)
     ax.legend(fontsize=8, loc="upper left")
     first = sides[0].records.sort_values("timestamp").iloc[0]
-    ax.set_title(f"Side by side: {' vs '.join(s.label for s in sides)}\n{sides[0].table.workload} on {'/'.join(sorted({s.table.device for s in sides}))}, ladder "
+    devices = "/".join(sorted({s.table.device for s in sides}))
+    ax.set_title(f"Side by side: {' vs '.join(s.label for s in sides)}\n{sides[0].table.workload} on {devices}, ladder "
                  f"{sides[0].table.ladder}  |  {str(first['timestamp'])[:10]}  |  harness {first['harness_version']}"
                  f"  |  number above a rung: {chr(64 + len(sides))}/A", fontsize=10)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -257,29 +257,30 @@ def grouped_plot(sides: list[Side], rows: list[CompareRow], path: Path) -> Path:
     return path
 
 
-def main(command: str, argv: list[str]) -> int:
-    """`python -m harness compare`: print the side-by-side table and write it and its plot to --out."""
-    parser = argparse.ArgumentParser(prog=f"python -m harness {command}",
-                                     description="Compare two or more sweeps side by side.")
-    parser.add_argument("sweeps", nargs="+", help="sweep id (in --results), results folder, or parquet file")
-    parser.add_argument("--results", default="results", help="results folder for sweep ids (default: results)")
-    parser.add_argument("--out", default="results/compare", help="folder for the table and plot (default: results/compare)")
-    args = parser.parse_args(argv)
-    if len(args.sweeps) < 2:
-        print(f"error: compare needs two or more sweeps, got {len(args.sweeps)} ({args.sweeps[0]!r})", file=sys.stderr)
-        return 2
-    try:
-        sides = [load_side(s, args.results) for s in args.sweeps]
-    except ValueError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+@dataclass
+class SideBySide:
+    """Two or more sweeps lined up rung by rung, and the markdown table of them."""
+
+    sides: list[Side]
+    rows: list[CompareRow]
+    text: str
+
+
+def compare_sweeps(sources: list[str], results: str) -> SideBySide:
+    """Line up the sweeps ``sources`` name (ids in ``results``, results folders or parquet files); ValueError
+    for fewer than two, or for one that cannot be read."""
+    if len(sources) < 2:
+        got = f" ({sources[0]!r})" if sources else ""
+        raise ValueError(f"compare needs two or more sweeps, got {len(sources)}{got}")
+    sides = [load_side(s, results) for s in sources]
     label_sides(sides)
     rows = line_up(sides)
-    text = to_markdown(sides, rows)
-    sys.stdout.write(text)
-    out = Path(args.out)
+    return SideBySide(sides, rows, to_markdown(sides, rows))
+
+
+def write_comparison(comparison: SideBySide, out: str | Path) -> list[Path]:
+    """Write the table (``compare.md``) and its plot (``compare.png``) into ``out``; the files written."""
+    out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "compare.md").write_text(text)
-    print(out / "compare.md")
-    print(grouped_plot(sides, rows, out / "compare.png"))
-    return 0
+    (out / "compare.md").write_text(comparison.text)
+    return [out / "compare.md", grouped_plot(comparison.sides, comparison.rows, out / "compare.png")]

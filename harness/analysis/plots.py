@@ -1,6 +1,6 @@
 """A sweep's plots, from the store alone (matplotlib, Agg backend; no torch, no Hydra).
 
-``python -m harness plot [--results DIR] [--sweep ID|latest] [--out DIR] [--format png|svg]``
+The command is ``python -m harness plot`` (``harness.commands.plot``).
 
 Every number drawn comes from :func:`harness.analysis.table.build_table`, so the plots and the
 table can never disagree. Each plot is built as a :class:`Plot` (a name and a figure) so that the
@@ -9,11 +9,9 @@ report can embed the same figures that ``plot`` writes.
 
 from __future__ import annotations
 
-import argparse
 import io
 import json
 import re
-import sys
 import textwrap
 from dataclasses import dataclass
 from pathlib import Path
@@ -183,7 +181,8 @@ def waterfall(data: SweepData) -> Plot | None:
     ax.set_title(title(data, "Cumulative speedup, rung by rung"), fontsize=10)
     ax.legend(handles=_waterfall_legend(), fontsize=8, loc="upper left")
     _speedup_scale(ax, [r.x_baseline.low for r in rows if r.x_baseline] + [1.0])
-    return Plot("waterfall", fig, "Cumulative speedup rung by rung; hatched: the guide's claimed range for that change.")
+    return Plot("waterfall", fig,
+                "Cumulative speedup rung by rung; hatched: the guide's claimed range for that change.")
 
 
 def _speedup_scale(ax, lows: list[float]) -> None:
@@ -219,7 +218,8 @@ def _total_claim(ax, data: SweepData, n: int) -> None:
 def _waterfall_legend():
     from matplotlib.patches import Patch
 
-    return [Patch(color=UP, label="faster than the rung before"), Patch(color=DOWN, label="slower than the rung before"),
+    return [Patch(color=UP, label="faster than the rung before"),
+            Patch(color=DOWN, label="slower than the rung before"),
             Patch(facecolor=CLAIM, alpha=0.35, hatch="//", edgecolor=CLAIM, label="guide's claimed range"),
             plt.Line2D([], [], color="black", marker="_", lw=1, label="noise band of the measurement")]
 
@@ -397,22 +397,9 @@ def to_bytes(plot: Plot, fmt: str = "png") -> bytes:
     return buf.getvalue()
 
 
-def main(command: str, argv: list[str]) -> int:
-    """`python -m harness plot`: write a sweep's plots and print their paths."""
-    parser = argparse.ArgumentParser(prog=f"python -m harness {command}", description="Draw a sweep's plots.")
-    parser.add_argument("--results", default="results", help="results folder (default: results)")
-    parser.add_argument("--sweep", default="latest", help="sweep id, or 'latest' (default)")
-    parser.add_argument("--out", default="results/plots", help="folder for the images (default: results/plots)")
-    parser.add_argument("--format", default="png", help="png (default) or svg")
-    args = parser.parse_args(argv)
-    if args.format not in FORMATS:
-        print(f"error: unknown format {args.format!r}. Valid choices: {', '.join(FORMATS)}", file=sys.stderr)
-        return 2
-    try:
-        data = sweep_data(noise_model.with_calibrations(args.results, load_runs(args.results, sweep=args.sweep)), args.sweep)
-    except ValueError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    for path in save(build_plots(data), args.out, args.format):
-        print(path)
-    return 0
+def write_plots(results_dir: str, sweep: str, out: str | Path, fmt: str = "png") -> list[Path]:
+    """Draw every plot of ``sweep`` (from the store in ``results_dir``) into ``out``; the files written."""
+    if fmt not in FORMATS:
+        raise ValueError(f"unknown plot format {fmt!r}; valid choices: {', '.join(FORMATS)}")
+    data = sweep_data(noise_model.with_calibrations(results_dir, load_runs(results_dir, sweep=sweep)), sweep)
+    return save(build_plots(data), out, fmt)

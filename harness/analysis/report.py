@@ -1,6 +1,6 @@
 """One self-contained HTML report of a sweep, from the store alone (no torch, no Hydra).
 
-``python -m harness report [--results DIR] [--sweep ID|latest] [--out results/report.html]``
+The command is ``python -m harness report`` (``harness.commands.report``).
 
 The file holds everything inline (styles, and plots as base64 ``data:`` URIs), so it opens offline
 and can be attached to a pull request or mailed to a colleague.
@@ -8,15 +8,13 @@ and can be attached to a pull request or mailed to a colleague.
 
 from __future__ import annotations
 
-import argparse
 import base64
 import html
-import sys
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
-from harness.analysis import noise_model, plots
+from harness.analysis import noise_model, plots, render
 from harness.analysis import table as table_mod
 from harness.store import load_runs
 
@@ -152,7 +150,7 @@ def build_report(data: plots.SweepData, images: list[Image]) -> str:
         f"<h1>{_esc(heading)}</h1><p class='meta'>{_esc(t.hardware)} &middot; swept {_esc(data.date)} &middot; "
         f"harness {_esc(data.harness_version)} &middot; report made {made} with "
         f"<code>python -m harness report</code></p>"
-        f"<h2>Speedup table</h2><div class='scroll'>{table_mod.to_html(t)}</div>"
+        f"<h2>Speedup table</h2><div class='scroll'>{render.to_html(t)}</div>"
         f"<h2>The guides' claims</h2>{verdicts_html(t)}"
         f"<h2>Plots</h2>{figures}"
         f"<h2>Environment</h2>{environment_html(data.records)}"
@@ -170,26 +168,6 @@ def write_report(frame, sweep: str, out: str | Path) -> Path:
     return path
 
 
-def main(command: str, argv: list[str]) -> int:
-    """`python -m harness report`: write one self-contained HTML file and print its path."""
-    parser = argparse.ArgumentParser(prog=f"python -m harness {command}",
-                                     description="Write one self-contained HTML report of a sweep.")
-    parser.add_argument("--results", default="results", help="results folder (default: results)")
-    parser.add_argument("--sweep", default="latest", help="sweep id, or 'latest' (default)")
-    parser.add_argument("--out", default="results/report.html", help="HTML file to write (default: results/report.html)")
-    args = parser.parse_args(argv)
-    if Path(args.out).is_dir():
-        print(f"error: --out {args.out!r} is a folder; give a file name such as results/report.html", file=sys.stderr)
-        return 2
-    if not Path(args.out).parent.is_dir():
-        print(f"error: --out {args.out!r}: folder {str(Path(args.out).parent)!r} does not exist; create it or choose "
-              "another path", file=sys.stderr)
-        return 2
-    try:
-        frame = noise_model.with_calibrations(args.results, load_runs(args.results, sweep=args.sweep))
-        path = write_report(frame, args.sweep, args.out)
-    except ValueError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    print(path)
-    return 0
+def report_sweep(results_dir: str, sweep: str, out: str | Path) -> Path:
+    """:func:`write_report` of ``sweep`` of the store in ``results_dir``, with the store's noise calibration."""
+    return write_report(noise_model.with_calibrations(results_dir, load_runs(results_dir, sweep=sweep)), sweep, out)

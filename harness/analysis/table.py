@@ -1,23 +1,18 @@
-"""The speedup table of a sweep, from the store alone.
+"""The speedup table of a sweep (or of every sweep of a campaign), built from the store alone.
 
-``python -m harness table [--results DIR] [--sweep ID|latest] [--format md|csv|html]``
+``build_table`` turns a sweep's records into rows of numbers, ratios and verdicts; ``harness.analysis.render``
+writes them as markdown, CSV or HTML, and ``python -m harness table`` (``harness.commands.table``) prints them.
 """
 
 from __future__ import annotations
 
-import argparse
-import csv
-import html
-import io
 import json
-import sys
 from dataclasses import dataclass, field
 
 from harness.analysis import noise_model, stats
-from harness.store import resolve_id, resolve_sweep_id  # noqa: F401 (resolve_sweep_id: part of this API)
-from harness.store import load_runs
+from harness.store import load_runs, resolve_id, resolve_sweep_id
 
-MEMORY_NOTE = {"cuda": "peak VRAM reserved", "cpu": "peak host RSS"}
+MEMORY_NOTE = {"cuda": "peak VRAM reserved", "cpu": "peak host RSS"}  # what a rung's peak_mem_bytes is
 
 
 @dataclass
@@ -86,6 +81,13 @@ class SweepTable:
 def select_sweep(frame, sweep: str):
     """The records of one sweep (``latest`` or an id)."""
     return frame[frame["sweep_id"] == resolve_sweep_id(frame, sweep)]
+
+
+def load_table(results_dir: str, sweep: str = "latest") -> SweepTable:
+    """The table of one sweep of the store in ``results_dir``, with the store's noise calibration (ValueError
+    for a missing folder or sweep)."""
+    frame = noise_model.with_calibrations(results_dir, load_runs(results_dir, sweep=sweep))
+    return build_table(frame, sweep, results_dir)
 
 
 def build_table(frame, sweep: str = "latest", results_dir: str = "results") -> SweepTable:
@@ -222,7 +224,8 @@ def _link(rows: list[RungRow], noise: noise_model.Noise) -> None:
             row.x_previous = noise_model.ratio(row.runs, previous.runs, noise)
             row.built_on = previous.rung
             if previous.rung != row.rung - 1:
-                row.note = (row.note + "; " if row.note else "") + f"built on rung {previous.rung} (rungs between did not run ok)"
+                built_on = f"built on rung {previous.rung} (rungs between did not run ok)"
+                row.note = (row.note + "; " if row.note else "") + built_on
         if row.claim_range and row.x_previous is not None:
             row.verdict = stats.verdict(row.x_previous, *row.claim_range)
         previous = row
@@ -268,16 +271,9 @@ def _group(claim: dict, rows: list[RungRow], noise: noise_model.Noise) -> GroupR
     group.verdict = stats.verdict(group.measured, *group.claim_range)
     missing = [r for r in range(first, last + 1) if r not in {row.rung for row in rows if row.runs is not None}]
     if before.rung != first - 1 or missing:
-        group.note = f"rung {end.rung} over rung {before.rung}" + (f"; rungs {missing} did not run ok" if missing else "")
+        group.note = f"rung {end.rung} over rung {before.rung}" + (
+            f"; rungs {missing} did not run ok" if missing else "")
     return group
-
-
-def group_line(group: GroupRow) -> str:
-    """One sentence: a group claim, what was measured and its verdict."""
-    note = f" ({group.note})" if group.note else ""
-    return (f"Rungs {group.first}-{group.last} together ({group.changes}): measured "
-            f"{_ratio_text(group.measured, band=True)}{note}; the guide claims {group.claim} ({group.claim_source}): "
-            f"**{group.verdict or 'not measured'}**.")
 
 
 def _notes(table: SweepTable, ladder, records, claims: Claims) -> None:
@@ -289,7 +285,8 @@ def _notes(table: SweepTable, ladder, records, claims: Claims) -> None:
                 table.notes.append(f"memory ran out at rung {oom[0].rung} ({oom[0].change}); the ladder stopped there")
         missing = [r.index for r in ladder.rungs if r.index not in {row.rung for row in table.rows}]
         if missing and not any(r.status == "oom" for r in table.rows):
-            table.notes.append(f"rungs {missing} have no record in this sweep (interrupted? run the sweep again to resume)")
+            table.notes.append(f"rungs {missing} have no record in this sweep "
+                               "(interrupted? run the sweep again to resume)")
     if claims.note:
         table.notes.append(claims.note)
     busy = records[(records["status"] == "ok") & (records["other_cpu_pct"].fillna(0) > stats.BUSY_PCT)]
@@ -311,128 +308,6 @@ def _noise_note(table: SweepTable) -> str:
         text += (f"; with one run per rung a speedup below ~{smallest:.2f}x cannot be told from noise: "
                  "add sweep.repeats=3 for tighter bands")
     return text
-
-
-# ------------------------------------------------------------------------------------------
-# Rendering
-
-HEADER = ("rung", "change", "samples/s", "x baseline", "x previous [95% band]", "step ms p50/p90", "data wait",
-          "peak mem", "GPU util", "guide claims", "verdict", "status")
-
-
-def _ratio_text(r: stats.Ratio | None, band: bool = False) -> str:
-    if r is None:
-        return "-"
-    text = f"{r.value:.2f}x" + (f" [{r.low:.2f}-{r.high:.2f}]" if band else "")
-    return text + (" (within noise)" if r.within_noise else "")
-
-
-def _num(v, spec=".1f", suffix="") -> str:
-    return "-" if v is None else f"{v:{spec}}{suffix}"
-
-
-def _mem(v) -> str:
-    if v is None:
-        return "-"
-    return f"{v / 2**30:.2f} GiB"
-
-
-def headers(table: SweepTable) -> tuple[str, ...]:
-    """The columns; E(N) only in a sweep with rungs that change ``devices``."""
-    if not _has_scaling(table):
-        return HEADER
-    at = HEADER.index("x previous [95% band]") + 1
-    return HEADER[:at] + ("E(N)",) + HEADER[at:]
-
-
-def _has_scaling(table: SweepTable) -> bool:
-    return any(r.scaling_efficiency is not None for r in table.rows)
-
-
-def row_cells(row: RungRow, scaling: bool = False) -> list[str]:
-    thr = _num(row.samples_per_s, ".2f")
-    if row.samples_per_s is not None and row.uncertainty is not None:
-        thr += f" ±{100 * row.uncertainty:.0f}%"  # the noise model's 95% band of the rung's throughput
-    status = _status_text(row)
-    if row.note:
-        status += f": {row.note}"
-    efficiency = [_num(None if row.scaling_efficiency is None else 100 * row.scaling_efficiency, ".0f", "%")]
-    return [str(row.rung), row.change, thr, _ratio_text(row.x_baseline), _ratio_text(row.x_previous, band=True),
-            *(efficiency if scaling else []), f"{_num(row.step_ms_p50)} / {_num(row.step_ms_p90)}",
-            _num(None if row.data_wait_frac is None else 100 * row.data_wait_frac, ".0f", "%"), _mem(row.peak_mem_bytes),
-            _num(row.gpu_util_pct, ".0f", "%"), row.claim or "-", row.verdict or "-", status]
-
-
-def _status_text(row: RungRow) -> str:
-    """``ok``, ``ok x3``, or every status with its count when any run failed: ``ok 2/3, nan 1``."""
-    ok = row.statuses.get("ok", 0) if row.samples_per_s is not None else 0
-    how = "" if row.how == "measured" else f" ({row.how})"
-    if ok == row.repeats:
-        return "ok" + how + (f" x{row.repeats}" if row.repeats > 1 else "")
-    failed = ", ".join(f"{s} {n}" for s, n in row.statuses.items() if s != "ok" or not ok)
-    if not ok and len(row.statuses) == 1:
-        return row.status + how + (f" x{row.repeats}" if row.repeats > 1 else "")
-    if not ok:
-        return failed + how
-    return f"ok {ok}/{row.repeats}, {failed}{how}"
-
-
-def title(table: SweepTable) -> str:
-    return (f"sweep {table.sweep_id}: ladder {table.ladder}, workload {table.workload} ({table.size}), "
-            f"on {table.device} {table.hardware}")
-
-
-def to_markdown(table: SweepTable) -> str:
-    head, scaling = headers(table), _has_scaling(table)
-    lines = [f"### {title(table)}", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    lines += ["| " + " | ".join(c.replace("|", "/") for c in row_cells(r, scaling)) + " |" for r in table.rows]
-    lines.append("")
-    if table.total_claim:
-        measured = _ratio_text(table.total_measured, band=True)
-        lines.append(f"Total: measured {measured} over the baseline; the guide claims {table.total_claim}: "
-                     f"**{table.total_verdict or 'not measured'}**.")
-    lines += [group_line(g) for g in table.groups]
-    mem = MEMORY_NOTE.get(table.device, "peak memory")
-    lines.append(f"Peak mem is {mem}. Verdicts compare x previous, with its 95% band, to the guide's claim, on this "
-                 "device: confirms only when the band excludes 1 (no change); inconclusive when it holds both.")
-    if scaling:
-        lines.append("E(N) = X(N) / (N x X(1)): the rung's global samples/s over N times the last single-device "
-                     "rung's (100% is perfect scaling; samples/s is global, the slowest rank's pace).")
-    lines += [f"- {n}" for n in table.notes]
-    return "\n".join(lines) + "\n"
-
-
-def to_csv(table: SweepTable) -> str:
-    buf = io.StringIO()
-    writer = csv.writer(buf)
-    writer.writerow(("sweep_id",) + headers(table))
-    for r in table.rows:
-        writer.writerow([table.sweep_id] + row_cells(r, _has_scaling(table)))
-    return buf.getvalue()
-
-
-def to_html(table: SweepTable) -> str:
-    head = "".join(f"<th>{html.escape(h)}</th>" for h in headers(table))
-    body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row_cells(r, _has_scaling(table))) + "</tr>"
-                   for r in table.rows)
-    extra = ""
-    if table.total_claim:
-        measured = html.escape(_ratio_text(table.total_measured, band=True))
-        extra += (f"<p>Total: measured {measured} over the baseline; the guide claims "
-                  f"{html.escape(table.total_claim)}: <b>{html.escape(table.total_verdict or 'not measured')}</b>.</p>")
-    for g in table.groups:
-        extra += "<p>" + html.escape(group_line(g)).replace("**", "") + "</p>"
-    if table.notes:
-        extra += "<ul>" + "".join(f"<li>{html.escape(n)}</li>" for n in table.notes) + "</ul>"
-    return (f"<table class='sweep'><caption>{html.escape(title(table))}</caption><thead><tr>{head}</tr></thead>"
-            f"<tbody>{body}</tbody></table>{extra and '<div>' + extra + '</div>'}")
-
-
-FORMATS = {"md": to_markdown, "csv": to_csv, "html": to_html}
-
-
-def render(table: SweepTable, fmt: str = "md") -> str:
-    return FORMATS[fmt](table)
 
 
 # ------------------------------------------------------------------------------------------
@@ -463,64 +338,20 @@ def resolve_campaign_id(frame, campaign: str) -> str:
     return resolve_id(frame, "campaign_id", campaign, "campaign", "python -m harness sweep -m +ladder=A,B ...")
 
 
-def campaign_summary(frame, campaign: str = "latest") -> CampaignSummary:
+def load_campaign(results_dir: str, campaign: str = "latest") -> CampaignSummary:
+    """:func:`campaign_summary` of the store in ``results_dir`` (ValueError for a missing folder or campaign)."""
+    return campaign_summary(load_runs(results_dir), campaign, results_dir)
+
+
+def campaign_summary(frame, campaign: str = "latest", results_dir: str = "results") -> CampaignSummary:
     """One table per sweep of the campaign, and a line per sweep: total measured against claimed."""
     campaign_id = resolve_campaign_id(frame, campaign)
     records = frame[frame["campaign_id"] == campaign_id]
     sweep_ids = list(records.sort_values("timestamp")["sweep_id"].drop_duplicates())
-    tables = [build_table(frame, s) for s in sweep_ids]
+    tables = [build_table(frame, s, results_dir) for s in sweep_ids]
     rows = [CampaignRow(sweep_id=t.sweep_id, workload=t.workload, ladder=t.ladder, device=f"{t.device} {t.hardware}",
                         total_measured=next((r.x_baseline for r in reversed(t.rows) if r.x_baseline), None),
                         total_claim=t.total_claim or "-", total_verdict=t.total_verdict or "-",
                         failed_rungs=sum(r.status != "ok" for r in t.rows))
             for t in tables]
     return CampaignSummary(campaign_id=campaign_id, rows=rows, tables=tables)
-
-
-CAMPAIGN_HEADER = ("sweep", "workload", "ladder", "device", "total measured", "guide claims", "verdict", "rungs not ok")
-
-
-def render_campaign_summary(summary: CampaignSummary, fmt: str = "md") -> str:
-    cells = [[r.sweep_id, r.workload, r.ladder, r.device, _ratio_text(r.total_measured, band=True), r.total_claim,
-              r.total_verdict, str(r.failed_rungs)] for r in summary.rows]
-    if fmt == "csv":
-        buf = io.StringIO()
-        csv.writer(buf).writerows([("campaign_id",) + CAMPAIGN_HEADER] + [[summary.campaign_id] + c for c in cells])
-        return buf.getvalue()
-    if fmt == "html":
-        head = "".join(f"<th>{html.escape(h)}</th>" for h in CAMPAIGN_HEADER)
-        body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>" for row in cells)
-        return (f"<table class='campaign'><caption>campaign {html.escape(summary.campaign_id)}</caption>"
-                f"<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>")
-    lines = [f"### campaign {summary.campaign_id}: {len(summary.rows)} sweeps", "",
-             "| " + " | ".join(CAMPAIGN_HEADER) + " |", "|" + "---|" * len(CAMPAIGN_HEADER)]
-    lines += ["| " + " | ".join(c.replace("|", "/") for c in row) + " |" for row in cells]
-    return "\n".join(lines) + "\n"
-
-
-def render_campaign(summary: CampaignSummary, fmt: str = "md") -> str:
-    """Every sweep's table, then the summary."""
-    parts = [render(t, fmt) for t in summary.tables] + [render_campaign_summary(summary, fmt)]
-    return ("" if fmt == "csv" else "\n").join(parts)
-
-
-def main(command: str, argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog=f"python -m harness {command}",
-                                     description="A sweep's (or a campaign's) speedup table, from the store.")
-    parser.add_argument("--results", default="results", help="results folder (default: results)")
-    parser.add_argument("--sweep", default="latest", help="sweep id, or 'latest' (default)")
-    parser.add_argument("--campaign", default=None, help="campaign id or 'latest': a table per sweep and a summary")
-    parser.add_argument("--format", default="md", choices=sorted(FORMATS), help="output format (default: md)")
-    args = parser.parse_args(argv)
-    try:
-        if args.campaign is not None:
-            text = render_campaign(campaign_summary(load_runs(args.results), args.campaign), args.format)
-        else:
-            frame = noise_model.with_calibrations(args.results, load_runs(args.results, sweep=args.sweep))
-            text = render(build_table(frame, args.sweep, args.results), args.format)
-    except ValueError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    sys.stdout.write(text)
-    return 0
-

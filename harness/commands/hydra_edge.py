@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from harness import config as config_mod
-from harness.analysis.climb import ClimbConfig
+from harness.climb.space import ClimbConfig
 from harness.workload.workloads import WorkloadSpec
 
 CONF_DIR = Path(__file__).resolve().parent.parent.parent / "conf"
@@ -73,7 +73,8 @@ def with_config_dirs(argv: list[str]) -> list[str]:
         if flag in CONFIG_DIR_FLAGS:
             value = value or next(args, "")
             if not Path(value).is_dir():
-                raise ValueError(f"{flag} {value!r}: no such folder (it holds your config groups, e.g. workload/NAME.yaml)")
+                raise ValueError(f"{flag} {value!r}: no such folder "
+                                 "(it holds your config groups, e.g. workload/NAME.yaml)")
             dirs.append(Path(value).resolve().as_uri())
         else:
             out.append(arg)
@@ -149,6 +150,30 @@ def compose_settings(overrides: list[str], return_hydra_config: bool = False):
             return compose(config_name="config", overrides=overrides, return_hydra_config=return_hydra_config)
     except (HydraException, OmegaConfBaseException) as exc:
         raise ValueError(hydra_error_text(exc)) from None
+
+
+def sweep_alternatives(overrides: list[str]) -> list[tuple[str, list[str]]]:
+    """Each override's key and its values, as overrides (``a=1,2`` -> ``("a", ["a=1", "a=2"])``), parsed by
+    Hydra's override grammar (``range``, ``choice``, quoting; its public parser): what a campaign combines
+    (``harness.sweeps.campaign.expand``). ValueError with one line for a bad override or an interval sweep."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+
+    try:
+        parsed = OverridesParser.create().parse_overrides(overrides)
+    except HydraException as exc:
+        raise ValueError(hydra_error_text(exc)) from None
+    alternatives = []
+    for override in parsed:
+        key = override.get_key_element()
+        if not override.is_sweep_override():
+            alternatives.append((key, [f"{key}={override.get_value_element_as_str()}"]))
+        elif override.is_discrete_sweep():
+            alternatives.append((key, [f"{key}={value}" for value in override.sweep_string_iterator()]))
+        else:
+            raise ValueError(f"{override.input_line!r}: a campaign runs one sweep per value, so it takes a list "
+                             "of values (a,b or range(...) or choice(...)), not an interval")
+    return alternatives
 
 
 def hydra_error_text(exc: BaseException) -> str:

@@ -1,6 +1,6 @@
 """Climbing a ladder: the settings of each rung, the cache of earlier measurements, failures.
 
-Plain Python called from the Hydra job of each rung (``harness.commands.sweep``): every rung still
+Plain Python called by the sweep loop (``harness.sweeps.loop``) for each rung: every rung still
 measures in its own child process through ``harness.run.runner``.
 
 Rules:

@@ -1,16 +1,10 @@
-"""Baseline regression checks that CI can gate on: ``baseline save|list`` and ``check``.
+"""Regression checks that CI can gate on: which records are compared, and how each config is judged.
 
-    python -m harness baseline save NAME [--sweep latest] [--results DIR] [--force]
-    python -m harness baseline list [--results DIR]
-    python -m harness check --baseline NAME|PATH [--sweep latest] [--results DIR]
-                            [--threshold 0.05] [--threshold WORKLOAD=0.07] [--threshold ladder:NAME=0.1]
-                            [--mem-threshold 0.10] [--format text|junit|json]
-
-Exit codes of ``check``: 0 nothing regressed, 1 something regressed (throughput, memory, or a
-config that now fails), 2 bad input or nothing at all comparable.
-
-A baseline is a copy of a sweep's records (``<results>/baselines/NAME.parquet``, same schema as the
-run store). Records are matched by ``config_hash`` on the same hardware.
+``check_sweep`` compares a sweep with a baseline (``harness.analysis.baseline`` reads and writes those
+files; ``harness.analysis.check_formats`` writes the result as text, JUnit XML or JSON; the command is
+``python -m harness check``). Its exit code: 0 nothing regressed, 1 something regressed (throughput,
+memory, or a config that now fails), 2 bad input or nothing at all comparable. Records are matched by
+``config_hash`` on the same hardware.
 
 Which statistic decides, and why (also in docs/regression.md and docs/statistics.md)
 -------------------------------------------------------------------------------------
@@ -28,28 +22,19 @@ the threshold that the test cannot separate from noise is a *warning* that asks 
 
 from __future__ import annotations
 
-import argparse
-import json
 import math
-import os
-import re
-import sys
-import warnings
-import xml.etree.ElementTree as ET
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
 
-from harness.analysis import noise_model
-from harness.store import SCHEMA_VERSION, load_parquet_files, load_runs, records_from_frame, write_records
+from harness.analysis import noise_model, table
+from harness.store import load_runs
 
 STATUSES = ("regressed", "warned", "improved", "unchanged", "missing", "new", "not comparable")
 COMPARED = ("regressed", "warned", "improved", "unchanged")
 SOFTWARE = {"torch_version": "torch", "cuda_version": "CUDA", "cudnn_version": "cuDNN",
             "gpu_driver": "driver", "monai_version": "MONAI"}
-FORMATS = ("text", "junit", "json")
-NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 
 class BadInput(ValueError):
@@ -62,16 +47,15 @@ class BadInput(ValueError):
 
 def select_sweep(frame: pd.DataFrame, sweep: str = "latest") -> pd.DataFrame:
     """The records of one sweep (``latest`` or a sweep_id); the table command's rule, as BadInput."""
-    from harness.analysis import table
-
     try:
         return table.select_sweep(frame, sweep).reset_index(drop=True)
     except ValueError as exc:
         raise BadInput(str(exc)) from None
 
 
-def _load_sweep(results_dir: str, sweep: str) -> pd.DataFrame:
-    """Only the records of ``sweep`` are read from the store (the sweep is resolved from two columns)."""
+def load_sweep(results_dir: str, sweep: str) -> pd.DataFrame:
+    """The records of ``sweep`` with the store's noise calibrations: only that sweep's records are read
+    (the sweep is resolved from two columns)."""
     try:
         return noise_model.with_calibrations(results_dir, load_runs(results_dir, sweep=sweep))
     except ValueError as exc:
@@ -91,11 +75,18 @@ def _int(value) -> str:
     return "?" if value is None or pd.isna(value) else str(int(value))
 
 
-def _with_hardware(frame: pd.DataFrame) -> pd.DataFrame:
+def with_hardware(frame: pd.DataFrame) -> pd.DataFrame:
     """The frame plus a ``_hw`` column, with empty strings (not None) where text is missing."""
     text = ["config_hash", "workload", "ladder", "change", "cached_from"]
     frame = frame.assign(**{c: frame[c].fillna("") for c in text})
     return frame.assign(_hw=frame.apply(hardware, axis=1) if len(frame) else pd.Series(dtype=object))
+
+
+def require_ok(frame: pd.DataFrame, what: str) -> None:
+    """BadInput when ``frame`` has no ok record: nothing in it can be compared."""
+    if not (frame["status"] == "ok").any():
+        counts = ", ".join(f"{n} {s}" for s, n in frame["status"].value_counts().items())
+        raise BadInput(f"{what} has no records with status ok ({counts or 'no records'}); nothing to compare")
 
 
 # ------------------------------------------------------------------------------------------
@@ -245,7 +236,7 @@ def compare(baseline: pd.DataFrame, current: pd.DataFrame, thresholds: Threshold
 
     Throughput decisions are made together, with Holm's procedure over every config compared.
     """
-    baseline, current = _with_hardware(baseline), _with_hardware(current)
+    baseline, current = with_hardware(baseline), with_hardware(current)
     pending: list[_Pending] = []
     base_groups = dict(iter(baseline.groupby(["config_hash", "_hw"], sort=False)))
     cur_groups = dict(iter(current.groupby(["config_hash", "_hw"], sort=False)))
@@ -392,248 +383,63 @@ def exit_code(rows: list[Comparison]) -> int:
 
 
 # ------------------------------------------------------------------------------------------
-# baselines on disk
+# one check of a sweep against a baseline
 
 
-def baselines_dir(results_dir: str | os.PathLike) -> Path:
-    return Path(results_dir) / "baselines"
+@dataclass
+class CheckResult:
+    """A check of one sweep against a baseline: every row, and what the output says about how it was made."""
+
+    rows: list[Comparison]
+    sweep_id: str
+    current_records: int
+    baseline_path: Path
+    baseline_sweeps: str
+    baseline_records: int
+    thresholds: Thresholds
+    mem_thresholds: Thresholds
+    noise: noise_model.Noise
+    current_hardware: list[str]
+    baseline_hardware: list[str]
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def family(self) -> int:
+        """How many configs Holm's procedure decided together."""
+        return sum(r.p_value is not None for r in self.rows)
+
+    @property
+    def exit_code(self) -> int:
+        return exit_code(self.rows)
+
+    def error(self) -> str:
+        """Why nothing was comparable ("" when something was)."""
+        if self.exit_code != 2:
+            return ""
+        return (f"nothing comparable between sweep {self.sweep_id!r} and baseline {self.baseline_path.stem!r}: "
+                f"current hardware {self.current_hardware}, baseline {self.baseline_hardware}")
 
 
-def saved_baselines(results_dir: str | os.PathLike) -> list[str]:
-    folder = baselines_dir(results_dir)
-    return sorted(p.stem for p in folder.glob("*.parquet")) if folder.is_dir() else []
-
-
-def baseline_path(value: str, results_dir: str | os.PathLike) -> Path:
-    """A baseline given by name (``main-h200``) or by path (anything with a / or ending .parquet)."""
-    if value.endswith(".parquet") or "/" in value or os.sep in value:
-        path = Path(value)
-    else:
-        path = baselines_dir(results_dir) / f"{value}.parquet"
-    if not path.is_file():
-        names = ", ".join(saved_baselines(results_dir)) or "none"
-        raise BadInput(f"baseline {value!r} not found (no file {path}); saved baselines in "
-                       f"{baselines_dir(results_dir)}: {names}")
-    return path
-
-
-def load_baseline(path: Path) -> pd.DataFrame:
-    """Read a baseline file, refusing corrupt files, other schema versions and baselines with no ok record."""
-    try:
-        with warnings.catch_warnings(record=True) as caught:  # the store skips unreadable files with a warning
-            warnings.simplefilter("always")
-            frame = load_parquet_files([str(path)])
-        if frame.empty and caught:
-            raise ValueError(str(caught[0].message).split(": ", 1)[-1])
-    except Exception as exc:  # pyarrow raises several types for truncated / foreign files
-        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise BadInput(f"baseline file {path} is not a readable baseline ({reason}); "
-                       f"save it again with `python -m harness baseline save NAME --force`") from None
-    versions = sorted({int(v) for v in frame["schema_version"].dropna()})
-    if not versions or max(versions) > SCHEMA_VERSION:  # older files read fine: new columns come back empty
-        raise BadInput(f"baseline file {path} has schema_version {versions or 'missing'}, but this harness "
-                       f"reads schema_version {SCHEMA_VERSION} and older; save a new baseline with this version")
-    if not (frame["status"] == "ok").any():
-        raise BadInput(f"baseline file {path} has no records with status ok; nothing to compare with")
-    return frame
-
-
-def write_baseline(frame: pd.DataFrame, path: Path) -> None:
-    """Write records with the store's schema atomically: a temp file in the same folder, then a rename."""
-    write_records(records_from_frame(frame), path)
-
-
-def require_ok(frame: pd.DataFrame, what: str) -> None:
-    if not (frame["status"] == "ok").any():
-        counts = ", ".join(f"{n} {s}" for s, n in frame["status"].value_counts().items())
-        raise BadInput(f"{what} has no records with status ok ({counts or 'no records'}); nothing to compare")
-
-
-# ------------------------------------------------------------------------------------------
-# output
-
-
-def _num(value: float | None, spec: str) -> str:
-    return "-" if value is None or (isinstance(value, float) and math.isnan(value)) else format(value, spec)
-
-
-def format_text(rows: list[Comparison], header: list[str]) -> str:
-    """A plain-text table (no colours or wrapping, so CI logs stay readable), then a summary."""
-    table = [("status", "ladder", "rung", "change", "workload", "config", "throughput", "95% interval",
-              "memory", "software / notes")]
-    for r in rows:
-        interval = f"[{_num(r.ci_low, '.3f')}, {_num(r.ci_high, '.3f')}]" if r.ci_low is not None else "-"
-        table.append((r.status, r.ladder or "-", _num(r.rung, "d"), r.change or "-", r.workload,
-                      r.config_hash[:10], _num(r.ratio, ".3f") + ("x" if r.ratio is not None else ""), interval,
-                      _num(r.mem_ratio, ".3f") + ("x" if r.mem_ratio is not None else ""),
-                      "; ".join(r.software + r.notes) or "-"))
-    widths = [max(len(line[i]) for line in table) for i in range(len(table[0]) - 1)]
-    lines = list(header) + [""]
-    lines += ["  ".join(cell.ljust(w) for cell, w in zip(line, widths)) + "  " + line[-1] for line in table]
-    counts = {s: sum(r.status == s for r in rows) for s in STATUSES}
-    lines += ["", "summary: " + ", ".join(f"{n} {s}" for s, n in counts.items() if n)]
-    regressed = [r.name for r in rows if r.status == "regressed"]
-    code = exit_code(rows)
-    verdict = {0: "OK", 1: "FAIL: regressed: " + "; ".join(regressed), 2: "ERROR: nothing comparable"}[code]
-    lines.append(f"result: {verdict} (exit {code})")
-    return "\n".join(line.rstrip() for line in lines)
-
-
-def format_junit(rows: list[Comparison], suite: str) -> str:
-    """JUnit XML: one testcase per config; regressions are failures, missing/not comparable are skipped."""
-    root = ET.Element("testsuites")
-    node = ET.SubElement(root, "testsuite", name=suite, tests=str(len(rows)),
-                         failures=str(sum(r.status == "regressed" for r in rows)), errors="0",
-                         skipped=str(sum(r.status in ("missing", "not comparable") for r in rows)))
-    for r in rows:
-        case = ET.SubElement(node, "testcase", classname=f"harness.check.{r.ladder or r.workload}", name=r.name)
-        detail = _detail(r)
-        if r.status == "regressed":
-            ET.SubElement(case, "failure", message="; ".join(r.notes) or "regressed", type="regressed").text = detail
-        elif r.status in ("missing", "not comparable"):
-            ET.SubElement(case, "skipped", message=f"{r.status}: {'; '.join(r.notes)}".rstrip(": "))
-        ET.SubElement(case, "system-out").text = detail
-    return ET.tostring(root, encoding="unicode", xml_declaration=True)
-
-
-def _detail(r: Comparison) -> str:
-    return (f"status {r.status}; throughput ratio {_num(r.ratio, '.3f')} "
-            f"[{_num(r.ci_low, '.3f')}, {_num(r.ci_high, '.3f')}]; memory ratio {_num(r.mem_ratio, '.3f')}; "
-            f"hardware {r.hardware}; " + "; ".join(r.software + r.notes))
-
-
-def format_json(rows: list[Comparison], info: dict) -> str:
-    """A JSON document: run information, counts by status, the exit code and every row."""
-    def clean(value):  # JSON has no NaN
-        return None if isinstance(value, float) and math.isnan(value) else value
-
-    items = [{k: clean(v) for k, v in asdict(r).items()} | {"name": r.name} for r in rows]
-    counts = {s: sum(r.status == s for r in rows) for s in STATUSES}
-    return json.dumps(info | {"exit_code": exit_code(rows), "counts": counts, "rows": items}, indent=2)
-
-
-# ------------------------------------------------------------------------------------------
-# commands
-
-
-def main(command: str, argv: list[str]) -> int:
-    """Entry point for ``baseline`` and ``check``; returns the exit code."""
-    handlers = {"baseline": baseline_command, "check": check_command}
-    try:
-        if command not in handlers:
-            raise BadInput(f"unknown command {command!r}; valid choices: {', '.join(handlers)}")
-        return handlers[command](argv)
-    except (BadInput, ValueError, OSError) as exc:  # any input problem is exit 2, never a "regression" (1)
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    except SystemExit as exc:  # argparse: --help (0) or a usage error (2)
-        return exc.code if isinstance(exc.code, int) else 2
-
-
-def baseline_command(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="python -m harness baseline",
-                                     description="save or list baselines for `check`")
-    sub = parser.add_subparsers(dest="action", required=True, metavar="{save,list}")
-    save = sub.add_parser("save", help="copy a sweep's records into results/baselines/NAME.parquet")
-    save.add_argument("name", help="baseline name (letters, digits, . _ -), e.g. main-h200")
-    save.add_argument("--sweep", default="latest", help="sweep id or 'latest' (default)")
-    save.add_argument("--results", default="results", help="results folder (default: results)")
-    save.add_argument("--force", action="store_true", help="overwrite an existing baseline of that name")
-    listing = sub.add_parser("list", help="list saved baselines")
-    listing.add_argument("--results", default="results", help="results folder (default: results)")
-    args = parser.parse_args(argv)
-    if args.action == "list":
-        print(list_baselines(args.results))
-        return 0
-    path = save_baseline(args.name, args.sweep, args.results, args.force)
-    print(f"saved baseline {args.name!r} to {path}")
-    return 0
-
-
-def save_baseline(name: str, sweep: str, results_dir: str, force: bool = False) -> Path:
-    """Copy the records of ``sweep`` to ``<results>/baselines/NAME.parquet``; refuse to overwrite unless ``force``."""
-    if not NAME_RE.match(name):
-        raise BadInput(f"baseline name {name!r} is not valid; use letters, digits, '.', '_' and '-' (e.g. main-h200)")
-    path = baselines_dir(results_dir) / f"{name}.parquet"
-    if path.exists() and not force:
-        raise BadInput(f"baseline {name!r} already exists ({path}); pass --force to overwrite it")
-    frame = select_sweep(_load_sweep(results_dir, sweep), sweep)
-    require_ok(frame, f"sweep {frame['sweep_id'].iloc[0]!r}")
-    write_baseline(frame, path)
-    return path
-
-
-def list_baselines(results_dir: str) -> str:
-    """One line per saved baseline: name, sweep, record counts, hardware, torch version."""
-    names = saved_baselines(results_dir)
-    if not names:
-        return f"no baselines in {baselines_dir(results_dir)}; save one with `python -m harness baseline save NAME`"
-    lines = []
-    for name in names:
-        path = baselines_dir(results_dir) / f"{name}.parquet"
-        try:
-            frame = load_parquet_files([str(path)])
-        except Exception as exc:  # list the rest even if one file is broken
-            lines.append(f"{name}  (unreadable: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__})")
-            continue
-        sweeps = ",".join(dict.fromkeys(frame["sweep_id"].fillna("")))
-        hw = "; ".join(sorted(set(_with_hardware(frame)["_hw"]))) if len(frame) else "-"
-        torch = ",".join(sorted(set(frame["torch_version"].fillna("")) - {""})) or "-"
-        lines.append(f"{name}  sweep {sweeps}  {int((frame['status'] == 'ok').sum())}/{len(frame)} ok  "
-                     f"{hw}  torch {torch}")
-    return "\n".join(lines)
-
-
-def check_command(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="python -m harness check",
-                                     description="check a sweep against a baseline: exit 0 ok, 1 regression, "
-                                                 "2 bad input or nothing comparable")
-    parser.add_argument("--baseline", required=True, help="baseline name (in results/baselines) or path to a .parquet")
-    parser.add_argument("--sweep", default="latest", help="sweep id or 'latest' (default)")
-    parser.add_argument("--results", default="results", help="results folder (default: results)")
-    parser.add_argument("--threshold", action="append", metavar="[WORKLOAD=|ladder:NAME=]FRACTION",
-                        help="throughput drop that counts (default 0.05); repeat for per-workload or per-ladder values")
-    parser.add_argument("--mem-threshold", action="append", metavar="[WORKLOAD=|ladder:NAME=]FRACTION",
-                        help="peak memory growth that counts (default 0.10); same forms as --threshold")
-    parser.add_argument("--format", default="text", help="text (default), junit or json")
-    args = parser.parse_args(argv)
-    if args.format not in FORMATS:
-        raise BadInput(f"unknown --format {args.format!r}; valid choices: {', '.join(FORMATS)}")
-    thresholds = parse_thresholds(args.threshold, 0.05, "--threshold")
-    mem_thresholds = parse_thresholds(args.mem_threshold, 0.10, "--mem-threshold")
-
-    base_path = baseline_path(args.baseline, args.results)
-    baseline = load_baseline(base_path)
-    store = _load_sweep(args.results, args.sweep)
-    current = select_sweep(store, args.sweep)
-    sweep_id = current["sweep_id"].iloc[0]
+def check_sweep(baseline: pd.DataFrame, baseline_path: Path, results_dir: str, sweep: str,
+                thresholds: Thresholds, mem_thresholds: Thresholds) -> CheckResult:
+    """Compare ``sweep`` of the store in ``results_dir`` with ``baseline`` (the records of ``baseline_path``),
+    under this environment's noise calibration (else the default); BadInput for anything it cannot use."""
+    store = load_sweep(results_dir, sweep)
+    current = select_sweep(store, sweep)
+    sweep_id = str(current["sweep_id"].iloc[0])
     require_ok(current, f"sweep {sweep_id!r}")
     workloads = set(baseline["workload"].fillna("")) | set(current["workload"].fillna(""))
     ladders = set(baseline["ladder"].fillna("")) | set(current["ladder"].fillna(""))
     thresholds.check_names("--threshold", workloads - {""}, ladders - {""})
     mem_thresholds.check_names("--mem-threshold", workloads - {""}, ladders - {""})
+    warnings = []
     if set(current["run_id"]) <= set(baseline["run_id"]):
-        print(f"warning: sweep {sweep_id!r} is the baseline's own sweep; re-run it to check anything",
-              file=sys.stderr)
-
-    noise = noise_model.noise_for(store, current)  # this environment's calibration, else the default
+        warnings.append(f"sweep {sweep_id!r} is the baseline's own sweep; re-run it to check anything")
+    noise = noise_model.noise_for(store, current)
     rows = compare(baseline, current, thresholds, mem_thresholds, noise)
-    family = sum(r.p_value is not None for r in rows)
-    base_sweeps = ",".join(dict.fromkeys(baseline["sweep_id"].fillna("")))
-    if args.format == "junit":
-        print(format_junit(rows, f"harness.check {sweep_id} vs {base_path.stem}"))
-    elif args.format == "json":
-        print(format_json(rows, {"baseline": str(base_path), "baseline_sweep": base_sweeps, "sweep": sweep_id,
-                                 "noise": noise.describe(), "family_wise_error": ALPHA, "family": family}))
-    else:
-        print(format_text(rows, [f"check: sweep {sweep_id} ({len(current)} records) against baseline "
-                                 f"{base_path.stem} (sweep {base_sweeps}, {len(baseline)} records)",
-                                 f"thresholds: throughput {thresholds.describe('-')}, peak memory "
-                                 f"{mem_thresholds.describe('+')}; interval: {CONFIDENCE:.0%} run-level t",
-                                 f"{noise.describe()}; family-wise error <= {ALPHA:.0%} over {family} configs (Holm)"]))
-    code = exit_code(rows)
-    if code == 2:
-        print(f"error: nothing comparable between sweep {sweep_id!r} and baseline {base_path.stem!r}: "
-              f"current hardware {sorted(set(_with_hardware(current)['_hw']))}, baseline "
-              f"{sorted(set(_with_hardware(baseline)['_hw']))}", file=sys.stderr)
-    return code
+    return CheckResult(
+        rows=rows, sweep_id=sweep_id, current_records=len(current), baseline_path=Path(baseline_path),
+        baseline_sweeps=",".join(dict.fromkeys(baseline["sweep_id"].fillna(""))), baseline_records=len(baseline),
+        thresholds=thresholds, mem_thresholds=mem_thresholds, noise=noise,
+        current_hardware=sorted(set(with_hardware(current)["_hw"])),
+        baseline_hardware=sorted(set(with_hardware(baseline)["_hw"])), warnings=warnings)

@@ -1,0 +1,91 @@
+"""A check's result as text (for people and CI logs), JUnit XML (for CI test reports) or JSON (for scripts)."""
+
+from __future__ import annotations
+
+import json
+import math
+import xml.etree.ElementTree as ET
+from dataclasses import asdict
+
+from harness.analysis.check import ALPHA, CONFIDENCE, STATUSES, CheckResult, Comparison, exit_code
+
+FORMATS = ("text", "junit", "json")
+
+
+def _num(value: float | None, spec: str) -> str:
+    return "-" if value is None or (isinstance(value, float) and math.isnan(value)) else format(value, spec)
+
+
+def format_text(rows: list[Comparison], header: list[str]) -> str:
+    """A plain-text table (no colours or wrapping, so CI logs stay readable), then a summary."""
+    table = [("status", "ladder", "rung", "change", "workload", "config", "throughput", "95% interval",
+              "memory", "software / notes")]
+    for r in rows:
+        interval = f"[{_num(r.ci_low, '.3f')}, {_num(r.ci_high, '.3f')}]" if r.ci_low is not None else "-"
+        table.append((r.status, r.ladder or "-", _num(r.rung, "d"), r.change or "-", r.workload,
+                      r.config_hash[:10], _num(r.ratio, ".3f") + ("x" if r.ratio is not None else ""), interval,
+                      _num(r.mem_ratio, ".3f") + ("x" if r.mem_ratio is not None else ""),
+                      "; ".join(r.software + r.notes) or "-"))
+    widths = [max(len(line[i]) for line in table) for i in range(len(table[0]) - 1)]
+    lines = list(header) + [""]
+    lines += ["  ".join(cell.ljust(w) for cell, w in zip(line, widths)) + "  " + line[-1] for line in table]
+    counts = {s: sum(r.status == s for r in rows) for s in STATUSES}
+    lines += ["", "summary: " + ", ".join(f"{n} {s}" for s, n in counts.items() if n)]
+    regressed = [r.name for r in rows if r.status == "regressed"]
+    code = exit_code(rows)
+    verdict = {0: "OK", 1: "FAIL: regressed: " + "; ".join(regressed), 2: "ERROR: nothing comparable"}[code]
+    lines.append(f"result: {verdict} (exit {code})")
+    return "\n".join(line.rstrip() for line in lines)
+
+
+def format_junit(rows: list[Comparison], suite: str) -> str:
+    """JUnit XML: one testcase per config; regressions are failures, missing/not comparable are skipped."""
+    root = ET.Element("testsuites")
+    node = ET.SubElement(root, "testsuite", name=suite, tests=str(len(rows)),
+                         failures=str(sum(r.status == "regressed" for r in rows)), errors="0",
+                         skipped=str(sum(r.status in ("missing", "not comparable") for r in rows)))
+    for r in rows:
+        case = ET.SubElement(node, "testcase", classname=f"harness.check.{r.ladder or r.workload}", name=r.name)
+        detail = _detail(r)
+        if r.status == "regressed":
+            ET.SubElement(case, "failure", message="; ".join(r.notes) or "regressed", type="regressed").text = detail
+        elif r.status in ("missing", "not comparable"):
+            ET.SubElement(case, "skipped", message=f"{r.status}: {'; '.join(r.notes)}".rstrip(": "))
+        ET.SubElement(case, "system-out").text = detail
+    return ET.tostring(root, encoding="unicode", xml_declaration=True)
+
+
+def _detail(r: Comparison) -> str:
+    return (f"status {r.status}; throughput ratio {_num(r.ratio, '.3f')} "
+            f"[{_num(r.ci_low, '.3f')}, {_num(r.ci_high, '.3f')}]; memory ratio {_num(r.mem_ratio, '.3f')}; "
+            f"hardware {r.hardware}; " + "; ".join(r.software + r.notes))
+
+
+def format_json(rows: list[Comparison], info: dict) -> str:
+    """A JSON document: run information, counts by status, the exit code and every row."""
+    def clean(value):  # JSON has no NaN
+        return None if isinstance(value, float) and math.isnan(value) else value
+
+    items = [{k: clean(v) for k, v in asdict(r).items()} | {"name": r.name} for r in rows]
+    counts = {s: sum(r.status == s for r in rows) for s in STATUSES}
+    return json.dumps(info | {"exit_code": exit_code(rows), "counts": counts, "rows": items}, indent=2)
+
+
+def render_check(result: CheckResult, fmt: str = "text") -> str:
+    """The whole output of ``check`` in ``fmt``, one of :data:`FORMATS`."""
+    base = result.baseline_path.stem
+    if fmt == "junit":
+        return format_junit(result.rows, f"harness.check {result.sweep_id} vs {base}")
+    if fmt == "json":
+        return format_json(result.rows, {
+            "baseline": str(result.baseline_path), "baseline_sweep": result.baseline_sweeps,
+            "sweep": result.sweep_id, "noise": result.noise.describe(), "family_wise_error": ALPHA,
+            "family": result.family})
+    if fmt != "text":
+        raise ValueError(f"unknown check format {fmt!r}; valid choices: {', '.join(FORMATS)}")
+    return format_text(result.rows, [
+        f"check: sweep {result.sweep_id} ({result.current_records} records) against baseline "
+        f"{base} (sweep {result.baseline_sweeps}, {result.baseline_records} records)",
+        f"thresholds: throughput {result.thresholds.describe('-')}, peak memory "
+        f"{result.mem_thresholds.describe('+')}; interval: {CONFIDENCE:.0%} run-level t",
+        f"{result.noise.describe()}; family-wise error <= {ALPHA:.0%} over {result.family} configs (Holm)"])

@@ -1,0 +1,200 @@
+"""The speedup table as text: markdown, CSV and HTML, for one sweep or a campaign of sweeps.
+
+Every renderer reads the cells from :func:`row_cells` and the sentences under the table from
+:func:`footer_lines`, so the formats (and the terminal's rich table, in ``harness.commands``) say the same.
+"""
+
+from __future__ import annotations
+
+import csv
+import html
+import io
+import re
+from typing import Callable
+
+from harness.analysis import stats
+from harness.analysis.table import MEMORY_NOTE, CampaignSummary, GroupRow, RungRow, SweepTable
+
+HEADER = ("rung", "change", "samples/s", "x baseline", "x previous [95% band]", "step ms p50/p90", "data wait",
+          "peak mem", "GPU util", "guide claims", "verdict", "status")
+CAMPAIGN_HEADER = ("sweep", "workload", "ladder", "device", "total measured", "guide claims", "verdict",
+                   "rungs not ok")
+
+
+def ratio_text(r: stats.Ratio | None, band: bool = False) -> str:
+    """``1.23x``, with ``[low-high]`` when ``band``, and ``(within noise)`` when the band holds 1."""
+    if r is None:
+        return "-"
+    text = f"{r.value:.2f}x" + (f" [{r.low:.2f}-{r.high:.2f}]" if band else "")
+    return text + (" (within noise)" if r.within_noise else "")
+
+
+def _num(v, spec=".1f", suffix="") -> str:
+    return "-" if v is None else f"{v:{spec}}{suffix}"
+
+
+def _mem(v) -> str:
+    if v is None:
+        return "-"
+    return f"{v / 2**30:.2f} GiB"
+
+
+def has_scaling(table: SweepTable) -> bool:
+    """Whether any rung changes ``devices`` (the table then has an E(N) column)."""
+    return any(r.scaling_efficiency is not None for r in table.rows)
+
+
+def headers(table: SweepTable) -> tuple[str, ...]:
+    """The columns; E(N) only in a sweep with rungs that change ``devices``."""
+    if not has_scaling(table):
+        return HEADER
+    at = HEADER.index("x previous [95% band]") + 1
+    return HEADER[:at] + ("E(N)",) + HEADER[at:]
+
+
+def row_cells(row: RungRow, scaling: bool = False) -> list[str]:
+    """One rung's cells, in the order of :func:`headers`."""
+    thr = _num(row.samples_per_s, ".2f")
+    if row.samples_per_s is not None and row.uncertainty is not None:
+        thr += f" ±{100 * row.uncertainty:.0f}%"  # the noise model's 95% band of the rung's throughput
+    status = status_text(row)
+    if row.note:
+        status += f": {row.note}"
+    efficiency = [_num(None if row.scaling_efficiency is None else 100 * row.scaling_efficiency, ".0f", "%")]
+    wait = None if row.data_wait_frac is None else 100 * row.data_wait_frac
+    return [str(row.rung), row.change, thr, ratio_text(row.x_baseline), ratio_text(row.x_previous, band=True),
+            *(efficiency if scaling else []), f"{_num(row.step_ms_p50)} / {_num(row.step_ms_p90)}",
+            _num(wait, ".0f", "%"), _mem(row.peak_mem_bytes),
+            _num(row.gpu_util_pct, ".0f", "%"), row.claim or "-", row.verdict or "-", status]
+
+
+def status_text(row: RungRow) -> str:
+    """``ok``, ``ok x3``, or every status with its count when any run failed: ``ok 2/3, nan 1``."""
+    ok = row.statuses.get("ok", 0) if row.samples_per_s is not None else 0
+    how = "" if row.how == "measured" else f" ({row.how})"
+    if ok == row.repeats:
+        return "ok" + how + (f" x{row.repeats}" if row.repeats > 1 else "")
+    failed = ", ".join(f"{s} {n}" for s, n in row.statuses.items() if s != "ok" or not ok)
+    if not ok and len(row.statuses) == 1:
+        return row.status + how + (f" x{row.repeats}" if row.repeats > 1 else "")
+    if not ok:
+        return failed + how
+    return f"ok {ok}/{row.repeats}, {failed}{how}"
+
+
+def title(table: SweepTable) -> str:
+    """The table's caption: sweep, ladder, workload and where it ran."""
+    return (f"sweep {table.sweep_id}: ladder {table.ladder}, workload {table.workload} ({table.size}), "
+            f"on {table.device} {table.hardware}")
+
+
+def _strong(text: str) -> str:
+    return f"**{text}**"
+
+
+def group_line(group: GroupRow, strong: Callable[[str], str] = _strong) -> str:
+    """One sentence: a group claim, what was measured and its verdict."""
+    note = f" ({group.note})" if group.note else ""
+    return (f"Rungs {group.first}-{group.last} together ({group.changes}): measured "
+            f"{ratio_text(group.measured, band=True)}{note}; the guide claims {group.claim} ({group.claim_source}): "
+            f"{strong(group.verdict or 'not measured')}.")
+
+
+def total_line(table: SweepTable, strong: Callable[[str], str] = _strong) -> str:
+    """The total claim's sentence ("" without one)."""
+    if not table.total_claim:
+        return ""
+    return (f"Total: measured {ratio_text(table.total_measured, band=True)} over the baseline; the guide claims "
+            f"{table.total_claim}: {strong(table.total_verdict or 'not measured')}.")
+
+
+def footer_lines(table: SweepTable, strong: Callable[[str], str] = _strong) -> list[str]:
+    """The sentences under the table: total and group verdicts, how to read it (not the notes)."""
+    lines = [total_line(table, strong)] if table.total_claim else []
+    lines += [group_line(g, strong) for g in table.groups]
+    mem = MEMORY_NOTE.get(table.device, "peak memory")
+    lines.append(f"Peak mem is {mem}. Verdicts compare x previous, with its 95% band, to the guide's claim, on this "
+                 "device: confirms only when the band excludes 1 (no change); inconclusive when it holds both.")
+    if has_scaling(table):
+        lines.append("E(N) = X(N) / (N x X(1)): the rung's global samples/s over N times the last single-device "
+                     "rung's (100% is perfect scaling; samples/s is global, the slowest rank's pace).")
+    return lines
+
+
+def _markdown_grid(head: tuple[str, ...], rows: list[list[str]]) -> list[str]:
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    return lines + ["| " + " | ".join(c.replace("|", "/") for c in row) + " |" for row in rows]
+
+
+def to_markdown(table: SweepTable) -> str:
+    """The table as markdown: a heading, the grid, the verdict sentences, then the notes as a list."""
+    scaling = has_scaling(table)
+    lines = [f"### {title(table)}", ""]
+    lines += _markdown_grid(headers(table), [row_cells(r, scaling) for r in table.rows])
+    lines.append("")
+    lines += footer_lines(table)
+    lines += [f"- {n}" for n in table.notes]
+    return "\n".join(lines) + "\n"
+
+
+def to_csv(table: SweepTable) -> str:
+    """One CSV row per rung, the sweep id first."""
+    buf = io.StringIO()
+    writer = csv.writer(buf)
+    writer.writerow(("sweep_id",) + headers(table))
+    for r in table.rows:
+        writer.writerow([table.sweep_id] + row_cells(r, has_scaling(table)))
+    return buf.getvalue()
+
+
+def to_html(table: SweepTable) -> str:
+    """An HTML table with its caption, then the verdict sentences and the notes."""
+    head = "".join(f"<th>{html.escape(h)}</th>" for h in headers(table))
+    body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row_cells(r, has_scaling(table)))
+                   + "</tr>" for r in table.rows)
+    extra = ""
+    if table.total_claim:
+        bold = re.sub(r"\*\*(.+?)\*\*", r"<b>\1</b>", html.escape(total_line(table)))
+        extra += f"<p>{bold}</p>"
+    for g in table.groups:
+        extra += "<p>" + html.escape(group_line(g, str)) + "</p>"
+    if table.notes:
+        extra += "<ul>" + "".join(f"<li>{html.escape(n)}</li>" for n in table.notes) + "</ul>"
+    return (f"<table class='sweep'><caption>{html.escape(title(table))}</caption><thead><tr>{head}</tr></thead>"
+            f"<tbody>{body}</tbody></table>{extra and '<div>' + extra + '</div>'}")
+
+
+FORMATS = {"md": to_markdown, "csv": to_csv, "html": to_html}
+
+
+def render(table: SweepTable, fmt: str = "md") -> str:
+    """The table in ``fmt``: one of :data:`FORMATS`."""
+    return FORMATS[fmt](table)
+
+
+def campaign_cells(summary: CampaignSummary) -> list[list[str]]:
+    """One row of cells per sweep of the campaign, in the order of :data:`CAMPAIGN_HEADER`."""
+    return [[r.sweep_id, r.workload, r.ladder, r.device, ratio_text(r.total_measured, band=True), r.total_claim,
+             r.total_verdict, str(r.failed_rungs)] for r in summary.rows]
+
+
+def render_campaign_summary(summary: CampaignSummary, fmt: str = "md") -> str:
+    """The campaign's summary table: a line per sweep, total measured against claimed."""
+    cells = campaign_cells(summary)
+    if fmt == "csv":
+        buf = io.StringIO()
+        csv.writer(buf).writerows([("campaign_id",) + CAMPAIGN_HEADER] + [[summary.campaign_id] + c for c in cells])
+        return buf.getvalue()
+    if fmt == "html":
+        head = "".join(f"<th>{html.escape(h)}</th>" for h in CAMPAIGN_HEADER)
+        body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>" for row in cells)
+        return (f"<table class='campaign'><caption>campaign {html.escape(summary.campaign_id)}</caption>"
+                f"<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>")
+    lines = [f"### campaign {summary.campaign_id}: {len(summary.rows)} sweeps", ""]
+    return "\n".join(lines + _markdown_grid(CAMPAIGN_HEADER, cells)) + "\n"
+
+
+def render_campaign(summary: CampaignSummary, fmt: str = "md") -> str:
+    """Every sweep's table, then the summary."""
+    parts = [render(t, fmt) for t in summary.tables] + [render_campaign_summary(summary, fmt)]
+    return ("" if fmt == "csv" else "\n").join(parts)

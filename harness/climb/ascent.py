@@ -1,0 +1,231 @@
+"""The climb's decisions and budget: accept a candidate only when faster beyond noise, walk every axis while
+it wins, stop when a pass changes nothing or the budget cannot pay for the next run. Measures nothing itself:
+``ascend`` is handed a function that measures (``harness.climb.trials``, or a simulation in tests)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable
+
+from harness.climb.space import Axis, Facts
+
+if TYPE_CHECKING:  # the noise model pulls in scipy: imported where a decision is made, not by every command
+    from harness.analysis import noise_model
+    from harness.analysis.stats import Ratio
+
+ACCEPTED, REJECTED, SKIPPED, OOM, FAILED, NOT_RUN = "accepted", "rejected", "skipped", "oom", "failed", "not run"
+COMPILE_PRIOR = 3.0  # a first compiled run is assumed to take this many times the longest run so far
+MIN_TRIAL_S = 5.0  # never start a measurement with less budget left than this
+
+
+@dataclass(frozen=True)
+class Measured:
+    """What measuring a candidate against the incumbent gave (ok runs only in the Runs)."""
+
+    candidate_status: str  # "ok", or the first status that was not: oom, skipped, error, nan, timeout
+    candidate: noise_model.Runs
+    incumbent: noise_model.Runs
+    reason: str = ""  # why a run was skipped or failed
+    cached: int = 0  # runs taken from the store rather than measured
+    enabled: noise_model.Runs | None = None  # a two-change candidate: the incumbent with the enabling change alone
+    incumbent_status: str = "ok"  # the first status of an incumbent run that was not ok
+
+
+@dataclass(frozen=True)
+class Decision:
+    outcome: str  # ACCEPTED, REJECTED, SKIPPED, OOM, FAILED
+    ratio: Ratio | None
+    why: str
+
+
+def decide(m: Measured, noise: noise_model.Noise, min_effect: float) -> Decision:
+    """Accept only a candidate faster beyond noise (band above 1x) and by at least ``min_effect``."""
+    if m.incumbent_status != "ok":
+        return Decision(FAILED, None, f"the incumbent ended {m.incumbent_status}: {m.reason}".strip(": "))
+    if m.candidate_status == "skipped":
+        return Decision(SKIPPED, None, m.reason or "cannot act here")
+    if m.candidate_status == "oom":
+        return Decision(OOM, None, m.reason or "out of memory")
+    if m.candidate_status != "ok" or not m.candidate.n:
+        return Decision(FAILED, None, f"{m.candidate_status}: {m.reason}".strip(": "))
+    if not m.incumbent.n:
+        return Decision(FAILED, None, f"the incumbent did not run ok this time: {m.reason}".strip(": "))
+    from harness.analysis import noise_model
+
+    r = noise_model.ratio(m.candidate, m.incumbent, noise)
+    if r.low > 1 and r.value >= 1 + min_effect:
+        return Decision(ACCEPTED, r, f"faster beyond noise and by >= {min_effect:.0%}")
+    if r.low > 1:
+        return Decision(REJECTED, r, f"faster beyond noise, but by less than {min_effect:.0%}")
+    if r.high < 1:
+        return Decision(REJECTED, r, "slower beyond noise")
+    return Decision(REJECTED, r, "within noise")
+
+
+# ------------------------------------------------------------------------------------------
+# the budget
+
+
+@dataclass
+class Budget:
+    """Wall-clock budget; estimates a run from the runs measured so far (cached runs cost nothing)."""
+
+    seconds: float
+    start: float
+    durations: dict[str, float] = field(default_factory=dict)  # settings key -> seconds of its last fresh run
+    compiled: bool = False  # a compiled run has been measured (its time is among the durations)
+
+    def left(self, now: float) -> float:
+        return self.seconds - (now - self.start)
+
+    def record(self, key: str, seconds: float, compiles: bool) -> None:
+        self.durations[key] = seconds
+        self.compiled = self.compiled or compiles
+
+    def estimate(self, key: str, compiles: bool) -> float | None:
+        """Seconds a fresh run of these settings will likely take (None before any run was measured)."""
+        if key in self.durations:
+            return self.durations[key]
+        if not self.durations:
+            return None
+        longest = max(self.durations.values())
+        return longest * COMPILE_PRIOR if compiles and not self.compiled else longest
+
+    def refusal(self, key: str, compiles: bool, now: float) -> str:
+        """Why a fresh run of these settings must not start ("" when it may)."""
+        left, guess = self.left(now), self.estimate(key, compiles)
+        if left < MIN_TRIAL_S or (guess is not None and guess > left):
+            about = f"~{guess:.0f} s" if guess is not None else "its run"
+            return f"the next run ({about}) would not finish in the {max(left, 0):.0f} s of budget left"
+        return ""
+
+
+class BudgetSpent(Exception):
+    """Raised by a measuring function when a run it needs would not finish within the budget."""
+
+
+# ------------------------------------------------------------------------------------------
+# the ascent
+
+
+@dataclass(frozen=True)
+class Step:
+    """One candidate tried: ``key`` from ``before`` to ``value`` (with ``enabling`` changes first, if any)."""
+
+    step: int
+    pass_: int
+    axis: str
+    key: str
+    value: Any
+    before: Any  # the incumbent's value of ``key``
+    outcome: str
+    ratio: Ratio | None = None
+    why: str = ""
+    runs: tuple[int, int] = (0, 0)  # ok runs of candidate, incumbent
+    cached: int = 0
+    enabling: tuple[tuple[str, Any], ...] = ()  # e.g. activation_checkpointing=true to fit a larger batch
+    parts: tuple[Ratio, ...] = ()  # accepted with enabling changes: each change's own ratio, in order
+
+    @property
+    def changes(self) -> tuple[tuple[str, Any], ...]:
+        return self.enabling + ((self.key, self.value),)
+
+
+@dataclass
+class ClimbResult:
+    start: dict
+    best: dict
+    steps: list[Step]
+    stopped: str  # why the climb ended
+
+    @property
+    def accepted(self) -> list[Step]:
+        return [s for s in self.steps if s.outcome == ACCEPTED]
+
+
+Change = tuple[str, Any]
+Measure = Callable[[list[Change], tuple[Change, ...], int], Measured]
+
+
+def ascend(start: dict, axes: list[Axis], facts: Facts, measure: Measure, noise: noise_model.Noise,
+           min_effect: float, on_step: Callable[[Step], Any] | None = None) -> ClimbResult:
+    """Greedy coordinate ascent from ``start`` (flat resolved settings).
+
+    ``measure(accepted_changes, candidate_changes, step)`` measures the candidate (the incumbent = start +
+    accepted changes, plus the candidate's change: one, or an enabling change and then one) against the
+    incumbent and returns a :class:`Measured`; it raises :class:`BudgetSpent` when the budget cannot pay
+    for it, which ends the climb. ``on_step`` hears of each step as it is decided."""
+    best, steps, accepted = dict(start), [], []
+    ended: set[str] = set()
+    tried: set[str] = set()
+    refit: dict[str, Any] = {}  # axis -> the value that ran out of memory, tried next with the axis's fits_with
+    pass_ = 0
+    while True:
+        pass_ += 1
+        changed = False
+        for axis in axes:
+            while axis.name not in ended:
+                enabling = (axis.fits_with,) if axis.name in refit else ()
+                value = refit.pop(axis.name) if enabling else _untried(axis, best, facts, tried)
+                if value is _NONE:
+                    break
+                tried.add(_tried_key(best, axis.key, value))
+                step = Step(len(steps) + 1, pass_, axis.name, axis.key, value, best[axis.key], NOT_RUN,
+                            enabling=enabling)
+                try:
+                    m = measure(list(accepted), step.changes, step.step)
+                except BudgetSpent as exc:
+                    steps.append(dataclasses.replace(step, why=str(exc)))
+                    _tell(on_step, steps[-1])
+                    return ClimbResult(start, best, steps, f"budget spent: {exc}")
+                d = decide(m, noise, min_effect)
+                steps.append(dataclasses.replace(step, outcome=d.outcome, ratio=d.ratio, why=d.why, cached=m.cached,
+                                                 runs=(m.candidate.n, m.incumbent.n), parts=_parts(d, m, noise)))
+                _tell(on_step, steps[-1])
+                if m.incumbent_status != "ok":  # it ran ok before: the machine or the settings broke, not the knob
+                    return ClimbResult(start, best, steps, f"the incumbent did not run ok at step {step.step}")
+                if d.outcome == ACCEPTED:
+                    best.update(step.changes)
+                    accepted.extend(step.changes)
+                    changed = True
+                elif d.outcome == OOM and axis.ends_on_oom and not enabling and _can_fit(axis, best):
+                    refit[axis.name] = value
+                elif d.outcome == SKIPPED or (d.outcome == OOM and axis.ends_on_oom) or enabling:
+                    ended.add(axis.name)
+        if not changed:
+            return ClimbResult(start, best, steps, f"pass {pass_} changed nothing")
+
+
+_NONE = object()
+
+
+def _can_fit(axis: Axis, settings: dict) -> bool:
+    """The axis has a change that may fit what ran out of memory, and the incumbent does not have it yet."""
+    return axis.fits_with is not None and settings.get(axis.fits_with[0]) != axis.fits_with[1]
+
+
+def _parts(d: Decision, m: Measured, noise: noise_model.Noise) -> tuple:
+    """An accepted two-change candidate: the enabling change's ratio, then the main change's (ladder claims)."""
+    if d.outcome != ACCEPTED or m.enabled is None or not m.enabled.n:
+        return ()
+    from harness.analysis import noise_model
+
+    return (noise_model.ratio(m.enabled, m.incumbent, noise), noise_model.ratio(m.candidate, m.enabled, noise))
+
+
+def _tell(on_step, step: Step) -> None:
+    if on_step is not None:
+        on_step(step)
+
+
+def _tried_key(settings: dict, key: str, value: Any) -> str:
+    return json.dumps([settings, key, value], sort_keys=True, default=str)
+
+
+def _untried(axis: Axis, settings: dict, facts: Facts, tried: set[str]):
+    for value in axis.values(settings, facts):
+        if _tried_key(settings, axis.key, value) not in tried:
+            return value
+    return _NONE

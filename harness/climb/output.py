@@ -1,0 +1,216 @@
+"""What a climb leaves behind: the trajectory table, the ladder file of its best settings, the commands it
+prints (each runs as printed)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from rich.markup import escape
+
+from harness import config as config_mod
+from harness.climb.ascent import ACCEPTED, ClimbResult, Step
+from harness.fileio import write_text_atomic
+from harness.sweeps import ladder as ladder_mod
+from harness.workload import workloads as workloads_mod
+
+if TYPE_CHECKING:
+    from harness.analysis.stats import Ratio
+
+NOT_IN_LADDER = ("results_dir", "timeout_s", "workload")  # start settings the written ladder leaves out
+NOT_IN_LADDER_PREFIXES = ("sweep.", "debug.", "workload.")  # (the ladder names its workload in its own field)
+
+
+def training_note(key: str, before: Any, after: Any) -> str:
+    """What an accepted change does to the training itself ("" when it only changes speed)."""
+    if key == "batch_size":
+        k = after / before
+        return (f"batch_size {before} -> {after}: each step sees {k:g}x the samples; scale the learning rate "
+                f"(linear rule: lr x {k:g}, with warm-up) and check that the model still converges")
+    if key == "precision" and after != "32":
+        return (f"precision={after}: lower-precision arithmetic; compare the loss curve and final accuracy "
+                "with fp32 before adopting it")
+    if key == "tf32" and after:
+        return "tf32=true: matmuls and convolutions in TF32 (10-bit mantissa); check the accuracy"
+    return ""
+
+
+def format_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return str(value).lower()
+    return "null" if value is None else str(value)
+
+
+def ratio_text(r: Ratio | None) -> str:
+    return "-" if r is None else f"{r.value:.2f}x [{r.low:.2f}-{r.high:.2f}]"
+
+
+TRAJECTORY_HEADER = ("step", "pass", "knob", "value", "vs incumbent [95% band]", "runs", "decision", "why")
+
+
+def trajectory_table(result: ClimbResult) -> str:
+    """The trajectory as a markdown table: one row per candidate tried."""
+    lines = ["| " + " | ".join(TRAJECTORY_HEADER) + " |", "|" + "---|" * len(TRAJECTORY_HEADER)]
+    for s in result.steps:
+        runs = f"{s.runs[0]}+{s.runs[1]}" + (f" ({s.cached} cached)" if s.cached else "")
+        value = f"{format_value(s.before)} -> {format_value(s.value)}" + "".join(
+            f" (with {k}={format_value(v)})" for k, v in s.enabling)
+        cells = (str(s.step), str(s.pass_), s.key, value,
+                 ratio_text(s.ratio), runs, f"**{s.outcome}**" if s.outcome == ACCEPTED else s.outcome, s.why)
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def total(result: ClimbResult) -> tuple[float, float, float] | None:
+    """The product of the accepted steps' ratios and band ends (None when nothing was accepted).
+
+    The start and the best settings were never measured side by side, so this is what the steps say
+    together; its range is wider than a direct comparison's band would be."""
+    if not result.accepted:
+        return None
+    prod = [math.prod(getattr(s.ratio, f) for s in result.accepted) for f in ("value", "low", "high")]
+    return prod[0], prod[1], prod[2]
+
+
+def ladder_file(result: ClimbResult, workload: str, base: dict, climb_id: str, hardware: str) -> dict:
+    """The best settings as a ladder (baseline = the start, one rung per accepted change, claims = what
+    was measured), as the mapping ``harness.sweeps.ladder.parse`` reads."""
+    rungs = []
+    for s in result.accepted:
+        ratios = s.parts if len(s.parts) == len(s.changes) else (None,) * len(s.enabling) + (s.ratio,)
+        for (key, value), r, against in zip(s.changes, ratios, ("the incumbent",) * len(s.enabling) + (
+                "the rung before" if s.enabling else "the incumbent",)):
+            rung: dict[str, Any] = {"set": {key: value}}
+            if r is not None:
+                rung["claim"] = [round(r.low, 3), round(r.high, 3)]
+                rung["source"] = (f"climb {climb_id} step {s.step}: measured {r.value:.3f}x [{r.low:.3f}-{r.high:.3f}] "
+                                  f"against {against}, {s.runs[0]}+{s.runs[1]} runs")
+            if (key, value) in s.enabling:
+                rung["note"] = f"only to fit {s.key}={format_value(s.value)}, which ran out of memory without it"
+            rungs.append(rung)
+    out: dict[str, Any] = {
+        "description": f"Fastest settings `climb` found on {hardware}: {len(rungs)} accepted change(s)",
+        "guide": f"measured by python -m harness climb (sweep {climb_id})",
+        "workload": workload,
+        "base": dict(base),
+        "rungs": rungs,
+    }
+    notes = [n for n in (training_note(s.key, s.before, s.value) for s in result.accepted) if n]
+    t = total(result)
+    if t is not None:  # not a total claim: the start and the end were never measured side by side
+        notes.append(f"the accepted steps multiply to {t[0]:.2f}x (bands {t[1]:.2f}-{t[2]:.2f}x); this sweep's "
+                     "x baseline measures the whole climb directly")
+    if notes:
+        out["notes"] = notes
+    return out
+
+
+def command_line(workload: str, settings: dict) -> str:
+    """``python -m harness run ...`` with ``settings`` (flat key -> value) as overrides."""
+    parts = [f"workload={workload}"] + [f"{k}={_override_value(v)}" for k, v in settings.items()]
+    return "python -m harness run " + " ".join(parts)
+
+
+def _override_value(value: Any) -> str:
+    if isinstance(value, (list, tuple)):
+        return "[" + ",".join(str(v) for v in value) + "]"
+    return format_value(value)
+
+
+def step_line(s: Step) -> str:
+    """One decided step as a line of rich markup: the change, its ratio to the incumbent, the outcome, why."""
+    colour = {"accepted": "green", "oom": "red", "failed": "red", "not run": "yellow"}.get(s.outcome, "")
+    outcome = f"[{colour}]{s.outcome}[/]" if colour else s.outcome
+    change = ", ".join(f"{k}={format_value(v)}" for k, v in s.changes)
+    return (f"step {s.step}: {escape(change)} vs incumbent "
+            f"{ratio_text(s.ratio)}: {outcome} ({escape(s.why)})")
+
+
+# ------------------------------------------------------------------------------------------
+# the ladder file
+
+
+def ladder_base(settings: dict) -> dict:
+    """The start settings that differ from the defaults (user overrides and config groups), as a ladder's base."""
+    given = config_mod.flatten(config_mod.record_dict(config_mod.from_dict(settings)))
+    defaults = config_mod.flatten(config_mod.record_dict(config_mod.RunConfig()))
+    return {k: v for k, v in given.items() if v != defaults.get(k) and k not in NOT_IN_LADDER
+            and not k.startswith(NOT_IN_LADDER_PREFIXES)}
+
+
+def ladder_name(workload: str, device: str, base: dict) -> str:
+    """``climb-WORKLOAD-DEVICE``, plus a short hash of the start settings when they are not the defaults."""
+    name = f"climb-{workload}-{device}"
+    if base:
+        name += "-" + hashlib.sha256(json.dumps(base, sort_keys=True, default=str).encode()).hexdigest()[:6]
+    return name
+
+
+def write_ladder(mapping: dict, name: str, results_dir: str) -> Path:
+    """Write ``<results_dir>/ladders/NAME.yaml`` atomically and check that it loads as a ladder."""
+    import yaml
+
+    folder = Path(results_dir) / ladder_mod.USER_LADDERS
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{name}.yaml"
+    header = "# Written by `python -m harness climb`; a re-run of the climb rewrites it.\n"
+    write_text_atomic(path, header + yaml.safe_dump(mapping, sort_keys=False, width=120), durable=True)
+    ladder_mod.load(name, results_dir)  # a ladder the climb writes must load: a bug here, not user input
+    return path
+
+
+# ------------------------------------------------------------------------------------------
+# the end of a climb
+
+
+def report(result: ClimbResult, settings: dict, start, env: dict, climb_id: str, used_s: float,
+           budget_s: float) -> None:
+    """Write the ladder of the best settings and print the trajectory, the best settings and the commands that
+    re-run them (``start``: the resolved start settings, a RunConfig)."""
+    base = ladder_base(settings)
+    workload = start.workload.name
+    name = ladder_name(workload, start.device, base)
+    hardware = f"{start.device} {env.get('gpu_name') or env.get('cpu_model')} ({env.get('cpu_count')} CPUs)"
+    mapping = ladder_file(result, workload, base, climb_id, hardware)
+    path = write_ladder(mapping, name, start.results_dir)
+    print()
+    print(f"#### climb {climb_id}: {workload} ({start.size}) on {hardware}")
+    print()
+    print(trajectory_table(result))
+    print()
+    print(f"Stopped: {result.stopped}. Took {used_s / 60:.1f} of {budget_s / 60:g} min.")
+    for line in best_lines(result, mapping, workload, base):
+        print(line)
+    for line in rerun_lines(name, path, start, climb_id):
+        print(line)
+    print()
+
+
+def best_lines(result: ClimbResult, mapping: dict, workload: str, base: dict) -> list[str]:
+    """The best settings found, what they change in the training, and the command that runs them."""
+    product = total(result)
+    changes = {k: v for s in result.accepted for k, v in s.changes}
+    if product is None:
+        lines = ["Nothing was faster beyond noise: the start settings stay the best found."]
+    else:
+        lines = [f"Best: {product[0]:.2f}x over the start (product of the accepted steps; their bands multiply to "
+                 f"{product[1]:.2f}-{product[2]:.2f}x): "
+                 + ", ".join(f"{k}={format_value(v)}" for k, v in changes.items())]
+    lines += [f"- changes the training: {note}" for note in mapping.get("notes", [])]
+    return lines + [f"Best command: {command_line(workload, {**base, **changes})}"]
+
+
+def rerun_lines(name: str, path: Path, start, climb_id: str) -> list[str]:
+    """Where the ladder is, and the commands that re-run it, gate CI on it and show every run."""
+    rerun = f"python -m harness sweep +ladder={name}"
+    results = "" if start.results_dir == "results" else f" --results {start.results_dir}"
+    if results:
+        rerun += f" results_dir={start.results_dir}"
+    if not workloads_mod.is_builtin(start.workload):  # the ladder names it; its fields are the user's
+        rerun += f" workload={start.workload.name} <the workload options and --config-dir the climb was given>"
+    return [f"Ladder written to {path}; re-run it (from the store, in seconds): {rerun}",
+            f"Gate CI on it: {rerun} then python -m harness baseline save {name} --sweep latest{results}",
+            f"Every run: python -m harness table --results {start.results_dir} --sweep {climb_id}"]

@@ -1,0 +1,62 @@
+"""One climb from start to end: check the settings, measure step by step, compact the store, report."""
+
+from __future__ import annotations
+
+import time
+
+from harness import config as config_mod
+from harness.climb import output
+from harness.climb.ascent import Budget, ascend
+from harness.climb.space import ClimbConfig, Facts, check, space
+from harness.climb.trials import Display, Trials, trial_ladder
+from harness.run import runner
+from harness.run.launch import usable_cpus
+from harness.store import new_id
+from harness.sweeps import rungs as sweep_mod
+from harness.sweeps.loop import auto_compact
+
+
+def run_climb(settings: dict, options: ClimbConfig, started: float, display: Display) -> int:
+    """Climb from ``settings`` (the composed run settings) under ``options``; the budget counts from ``started``
+    (``time.monotonic()``). Exit code: 0, or 2 for settings that cannot start (nothing measured then)."""
+    try:
+        check(options)
+        start = runner.ready(config_mod.from_dict(settings), display.say)
+        machine = runner.Machine.detect()
+    except (ValueError, OSError) as exc:
+        display.say(f"[red]error:[/] {exc}")
+        return 2
+    env, env_key = runner.environment(start.device)
+    climb_id = new_id("climb-")
+    noise = _noise(start.results_dir, env, env_key, start.device)
+    budget = Budget(seconds=60 * options.budget_min, start=started)
+    # the workload is the start's own (the composed node): the in-memory ladders of the trials only name it
+    ctx = sweep_mod.SweepContext(sweep_id=climb_id, ladder=trial_ladder(start.workload.name, []), settings=settings,
+                                 user_keys=frozenset({"workload"}), repeats=options.repeats)
+    trials = Trials(ctx, machine, env, env_key, budget, options.repeats, display)
+    # loader workers share the CPUs with the ranks: with devices=N each rank's loader gets its part
+    facts = Facts(device=start.device, usable_cpus=max(1, usable_cpus() // start.devices))
+    display.say(f"climb {climb_id}: {start.workload.name} ({start.size}) on {start.device}, budget "
+                f"{options.budget_min:g} min, {options.repeats} run(s) per side, accept at >= "
+                f"{1 + options.min_effect:.2f}x beyond noise; {noise.describe()}")
+    result = ascend(_flat(start), space(facts.device, options.knobs), facts, trials.compare, noise,
+                    options.min_effect, on_step=lambda s: display.say(output.step_line(s)))
+    auto_compact(start.results_dir)
+    output.report(result, settings, start, env, climb_id, time.monotonic() - started, budget.seconds)
+    if trials.busy:
+        print(f"- {len(trials.busy)} run(s) ran while other processes used up to {max(trials.busy):.0f}% of the "
+              "CPUs: their numbers are not trustworthy, and bands that wide decide nothing; climb on an idle machine")
+    return 0
+
+
+def _flat(cfg: config_mod.RunConfig) -> dict:
+    return config_mod.flatten(config_mod.record_dict(cfg))
+
+
+def _noise(results_dir: str, env: dict, env_key: str, device: str):
+    """This machine's noise calibration in the store (``python -m harness noise``), else the default."""
+    from harness.analysis import noise_model
+    from harness.store import load_runs
+
+    calibrations = load_runs(results_dir, where={"ladder": noise_model.NOISE_LADDER})
+    return noise_model.find_calibration(calibrations, env_key, noise_model.hardware_key({**env, "device": device}))

@@ -1,0 +1,158 @@
+"""The climb's measurements: a candidate against the incumbent, each run in a fresh process or copied from the
+store, every run stored as a record of the climb's sweep (ladder ``climb``)."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, ContextManager
+
+from rich.markup import escape
+
+from harness import config as config_mod
+from harness.climb.ascent import Budget, BudgetSpent, Measured
+from harness.run import runner
+from harness.store import RunRecord, store_record
+from harness.sweeps import ladder as ladder_mod
+from harness.sweeps import rungs as sweep_mod
+
+LADDER_NAME = "climb"  # the `ladder` of every record a climb stores
+KILL_MARGIN_S = 5.0  # a run's timeout ends this long before the budget does (killing it takes a moment)
+
+
+@dataclass(frozen=True)
+class Display:
+    """How a climb shows itself (the command gives its rich console): ``say`` prints one line of rich markup;
+    ``progress(label)`` is the live status line around one run, its ``update`` the runner's progress callback."""
+
+    say: Callable[[str], Any]
+    progress: Callable[[str], ContextManager[Any]]
+
+
+def trial_ladder(workload: str, changes: list[tuple[str, object]]) -> ladder_mod.Ladder:
+    """An in-memory ladder: the start, then ``changes`` one rung each (what a trial's settings are built from)."""
+    rungs = (ladder_mod.Rung(0, ""),) + tuple(ladder_mod.Rung(i, k, v) for i, (k, v) in enumerate(changes, start=1))
+    return ladder_mod.Ladder(name=LADDER_NAME, description="", guide="", workload=workload, base={}, rungs=rungs)
+
+
+class Trials:
+    """Measures a candidate against the incumbent: fresh processes (or cached copies), stored records."""
+
+    def __init__(self, ctx: sweep_mod.SweepContext, machine, env: dict, env_key: str, budget: Budget,
+                 repeats: int, display: Display):
+        self.ctx, self.machine, self.env, self.env_key = ctx, machine, env, env_key
+        self.budget, self.repeats, self.display = budget, repeats, display
+        self.used: set[str] = set()  # runs this climb has used: no run counts twice
+        self.busy: list[float] = []  # other processes' share of the CPUs during runs that saw others at work
+
+    def compare(self, accepted, candidate, step: int) -> Measured:
+        """``climb.repeats`` rounds; the candidate first in round 0 (a candidate that cannot run costs one run),
+        then the order alternates (ABBA), so that a slow drift of the machine favours neither side. A candidate
+        of two changes (checkpointing to fit a larger batch) also measures the first change alone: the
+        ladder the climb writes has a rung for it, and re-running that ladder must find it in the store."""
+        roles = ["candidate"] + (["enabled"] if len(candidate) > 1 else []) + ["incumbent"]
+        changes = {"candidate": accepted + list(candidate), "enabled": accepted + list(candidate[:-1]),
+                   "incumbent": accepted}
+        records: dict[str, list[RunRecord]] = {role: [] for role in roles}
+        cached = 0
+        for round_ in range(self.repeats):
+            for role in (roles if round_ % 2 == 0 else roles[::-1]):
+                try:
+                    record, how = self.trial(changes[role], step, role, round_, _label_of(role, candidate))
+                except ValueError as exc:  # settings that do not fit together: nothing ran
+                    return _measured(records, cached, "skipped", str(exc))
+                except BudgetSpent as exc:
+                    done = sum(map(len, records.values()))
+                    if not done:
+                        raise
+                    raise BudgetSpent(f"{exc}; {done} of {len(roles) * self.repeats} runs of this step "
+                                      "are stored, and a re-run takes them from the store") from None
+                records[role].append(record)
+                cached += how == "cached"
+                if record.status != "ok":
+                    failed = {"incumbent" if role == "incumbent" else "candidate": record.status}
+                    return _measured(records, cached, failed.get("candidate", "ok"), _last_line(record.error),
+                                     failed.get("incumbent", "ok"))
+        return _measured(records, cached, "ok", "")
+
+    def trial(self, changes, step: int, role: str, round_: int, change: str) -> tuple[RunRecord, str]:
+        """One run of ``changes`` over the start: a cached copy if the store has an unused one, else measured.
+        Its record is rung 2s-2 of the climb's sweep for the incumbent of step s, 2s-1 for the candidate, and
+        no rung for an enabling change measured alone (it is not a comparison of the table)."""
+        ctx = dataclasses.replace(self.ctx, ladder=trial_ladder(self.ctx.ladder.workload, changes))
+        cfg = sweep_mod.rung_config(ctx, len(changes), self.machine, round_=round_)
+        rung = {"incumbent": 2 * (step - 1), "candidate": 2 * step - 1}.get(role)
+        fields = dict(sweep_id=ctx.sweep_id, ladder=LADDER_NAME, rung=rung, round=round_, change=change)
+        key = config_mod.config_hash(cfg)
+        if not sweep_mod.debug_active(cfg) and not config_mod.not_applicable(cfg):
+            original = sweep_mod.lookup_cached(ctx.results_dir, key, self.env_key, self.used, oldest=True)
+            if original is not None:
+                record = sweep_mod.copy_cached(original, **fields)
+                store_record(record, ctx.results_dir)
+                self.used |= {original.run_id, record.run_id}
+                self._print(record, "cached", step, role, round_, change)
+                return record, "cached"
+        return self._measure(cfg, key, fields, step, role, round_, change), "measured"
+
+    def _measure(self, cfg, key: str, fields: dict, step: int, role: str, round_: int, change: str) -> RunRecord:
+        compiles = cfg.compile != "off"
+        if not config_mod.not_applicable(cfg):  # a knob that cannot act here is recorded at once, for free
+            refusal = self.budget.refusal(key, compiles, time.monotonic())
+            if refusal:
+                raise BudgetSpent(refusal)
+            cfg.timeout_s = min(cfg.timeout_s, max(self.budget.left(time.monotonic()) - KILL_MARGIN_S, 1.0))
+        began = time.monotonic()
+        with self.display.progress(_label(step, role, round_, self.repeats, change)) as progress:
+            record = runner.run_and_store(cfg, self.env, self.env_key, progress.update, **fields)
+        self.used.add(record.run_id)
+        if record.status != "skipped":
+            self.budget.record(key, time.monotonic() - began, compiles)
+        self._print(record, "not run" if record.status == "skipped" else "measured", step, role, round_, change)
+        if record.status == "timeout" and self.budget.left(time.monotonic()) <= KILL_MARGIN_S + 1:
+            raise BudgetSpent("a run was stopped at the end of the budget")
+        return record
+
+    def _print(self, record: RunRecord, how: str, step: int, role: str, round_: int, change: str) -> None:
+        from harness.analysis.stats import BUSY_PCT
+
+        if (record.other_cpu_pct or 0) > BUSY_PCT:
+            self.busy.append(float(record.other_cpu_pct))
+        label = _label(step, role, round_, self.repeats, change)
+        if record.status == "ok":
+            self.display.say(f"{label}: ok ({how}) {record.samples_per_s:.2f} samples/s")
+        else:
+            self.display.say(f"{label}: {record.status} ({how}) {escape(_last_line(record.error)[:160])}")
+
+
+def _label_of(role: str, candidate) -> str:
+    """The ``change`` a record of this role carries."""
+    text = [f"{k}={ladder_mod.format_value(v)}" for k, v in candidate]
+    if role == "incumbent":
+        return "incumbent"
+    if role == "enabled":
+        return f"{', '.join(text[:-1])} (to fit {text[-1]})"
+    return ", ".join(text)
+
+
+def _measured(records: dict, cached: int, status: str, reason: str, incumbent_status: str = "ok") -> Measured:
+    from harness.analysis import noise_model, stats
+
+    def runs(recs: list[RunRecord]) -> noise_model.Runs:  # as noise_model.runs_of reads them from the store
+        ok = [r for r in recs if r.status == "ok" and r.samples_per_s and r.samples_per_s > 0]
+        within = [u for u in (stats.within_run_uncertainty(r.step_ms) for r in ok if r.step_ms) if u is not None]
+        return noise_model.Runs([float(r.samples_per_s) for r in ok], within)
+
+    enabled = runs(records["enabled"]) if "enabled" in records else None
+    return Measured(status, runs(records["candidate"]), runs(records["incumbent"]), reason, cached, enabled,
+                    incumbent_status)
+
+
+def _last_line(text: str | None) -> str:
+    lines = (text or "").strip().splitlines()
+    return lines[-1] if lines else ""
+
+
+def _label(step: int, role: str, round_: int, repeats: int, change: str) -> str:
+    return escape(f"[step {step}, {role} {round_ + 1}/{repeats}] {change}")
+

@@ -1,0 +1,51 @@
+"""``python -m harness check``: check a sweep against a baseline; CI gates on the exit code.
+
+    python -m harness check --baseline NAME|PATH [--sweep latest] [--results DIR]
+                            [--threshold 0.05] [--threshold WORKLOAD=0.07] [--threshold ladder:NAME=0.1]
+                            [--mem-threshold 0.10] [--format text|junit|json]
+
+Exit codes: 0 nothing regressed, 1 something regressed (throughput, memory, or a config that now
+fails), 2 bad input or nothing at all comparable. The decision is ``harness.analysis.check``'s; the
+baseline files are ``harness.analysis.baseline``'s. No torch, no Hydra.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from harness.analysis import baseline, check
+from harness.analysis.check_formats import FORMATS, render_check
+from harness.commands import common_args
+
+THRESHOLD_FORM = "[WORKLOAD=|ladder:NAME=]FRACTION"
+
+
+def main(command: str, argv: list[str]) -> int:
+    parser = common_args.parser(command, "check a sweep against a baseline: exit 0 ok, 1 regression, "
+                                         "2 bad input or nothing comparable")
+    parser.add_argument("--baseline", required=True,
+                        help="baseline name (in results/baselines) or path to a .parquet")
+    common_args.add_sweep(parser)
+    common_args.add_results(parser)
+    parser.add_argument("--threshold", action="append", metavar=THRESHOLD_FORM,
+                        help="throughput drop that counts (default 0.05); repeat for per-workload or per-ladder values")
+    parser.add_argument("--mem-threshold", action="append", metavar=THRESHOLD_FORM,
+                        help="peak memory growth that counts (default 0.10); same forms as --threshold")
+    common_args.add_format(parser, FORMATS, "text", "text (default), junit or json")
+    return common_args.run(parser, argv, run_check)
+
+
+def run_check(args: argparse.Namespace) -> int:
+    """Print the check in the format asked; its exit code (a BadInput is exit 2, through common_args)."""
+    thresholds = check.parse_thresholds(args.threshold, 0.05, "--threshold")
+    mem_thresholds = check.parse_thresholds(args.mem_threshold, 0.10, "--mem-threshold")
+    path = baseline.baseline_path(args.baseline, args.results)
+    result = check.check_sweep(baseline.load_baseline(path), path, args.results, args.sweep, thresholds,
+                               mem_thresholds)
+    for warning in result.warnings:
+        print(f"warning: {warning}", file=sys.stderr)
+    print(render_check(result, args.format))
+    if result.error():
+        print(f"error: {result.error()}", file=sys.stderr)
+    return result.exit_code

@@ -1,0 +1,75 @@
+"""The flags the store-reading commands share, and how every one of them fails.
+
+``--results``, ``--sweep`` and ``--format`` mean the same in ``table``, ``plot``, ``compare``, ``report``,
+``check`` and ``baseline``, so they are added here (asv's ``common_args`` idea). A user's mistake is one
+line on stderr and exit 2, before anything is read: argparse's own errors (an unknown flag, a missing
+argument, a format that is not a choice) and the ``ValueError``/``OSError`` a command's plain function
+raises for input it cannot use. ``--help`` exits 0. No torch, no Hydra.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Callable, Iterable
+
+from harness.registry import unknown_choice
+
+RESULTS_HELP = "results folder (default: results)"
+
+
+class UsageError(Exception):
+    """A command line argparse cannot use; its message is one line."""
+
+
+class CommandParser(argparse.ArgumentParser):
+    """An ArgumentParser whose errors are one line naming ``--help``, not a usage screen and ``sys.exit``."""
+
+    def error(self, message: str):  # argparse calls this for every usage error
+        raise UsageError(f"{self.prog}: {message} (see {self.prog} --help)")
+
+
+def parser(command: str, description: str) -> CommandParser:
+    """The parser of ``python -m harness COMMAND``."""
+    return CommandParser(prog=f"python -m harness {command}", description=description)
+
+
+def add_results(parser: argparse.ArgumentParser, help: str = RESULTS_HELP) -> None:
+    parser.add_argument("--results", default="results", help=help)
+
+
+def add_sweep(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--sweep", default="latest", help="sweep id, or 'latest' (default)")
+
+
+def add_format(parser: argparse.ArgumentParser, choices: Iterable[str], default: str | None, help: str) -> None:
+    """``--format``, one of ``choices``; another value is a usage error naming them all."""
+    choices = tuple(choices)
+
+    def one_of(value: str) -> str:
+        if value not in choices:
+            raise argparse.ArgumentTypeError(str(unknown_choice("format", value, choices)))
+        return value
+
+    parser.add_argument("--format", default=default, type=one_of, metavar="{" + ",".join(choices) + "}", help=help)
+
+
+def run(parser: argparse.ArgumentParser, argv: list[str], body: Callable[[argparse.Namespace], int]) -> int:
+    """Parse ``argv`` and return ``body(args)``; a usage error or a ValueError/OSError from ``body`` is one line
+    on stderr and exit 2, ``--help`` exit 0."""
+    try:
+        args = parser.parse_args(argv)
+    except UsageError as exc:
+        return refuse(exc)
+    except SystemExit as exc:  # --help, after printing it
+        return exc.code if isinstance(exc.code, int) else 0
+    try:
+        return body(args)
+    except (ValueError, OSError) as exc:  # input the command cannot use: never a traceback, never exit 1
+        return refuse(exc)
+
+
+def refuse(exc: BaseException | str) -> int:
+    """Say what is wrong, on one line of stderr; the exit code of bad input."""
+    print(f"error: {exc}", file=sys.stderr)
+    return 2
