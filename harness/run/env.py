@@ -25,7 +25,10 @@ REPO_ROOT = Path(__file__).resolve().parent.parent.parent
 MEASURING_CODE = ("harness", "models")  # source folders whose code can change a measurement
 # ... except these: analysis only reads the store, and the commands only decide settings (which config_hash covers)
 # and print; the parent's status line, which redraws beside a measuring child, stays in.
-NOT_MEASURING = ("harness/analysis/", "harness/commands/")
+# Code that never runs while a run measures (what a sweep does between runs, analysis, the auto-tuner's choices):
+# editing it must not make stored runs stale.
+NOT_MEASURING = ("harness/analysis/", "harness/commands/", "harness/climb/", "harness/sweeps/loop.py",
+                 "harness/sweeps/campaign.py", "harness/profiles.py")
 MEASURING_ANYWAY = ("harness/commands/progress.py",)
 THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "TORCH_NUM_THREADS")
 
