@@ -14,7 +14,8 @@ import sys
 
 COMMANDS = {
     "run": ("measure one short training run in its own process and store it", "harness.commands.run"),
-    "sweep": ("climb a ladder (+ladder=NAME), one rung per process; -m: a campaign of sweeps", "harness.commands.sweep"),
+    "sweep": ("climb a ladder (+ladder=NAME), one rung per process; -m: a campaign of sweeps",
+              "harness.commands.sweep"),
     "diagnose": ("data-bound or compute-bound? loader alone, model alone, full step", "harness.commands.diagnose"),
     "noise": ("calibrate this machine's noise: the same settings in N fresh processes (noise.runs=N)",
               "harness.commands.noise"),
@@ -92,15 +93,17 @@ def _measuring_command(module, command: str, rest: list[str]) -> int:
 
 
 def _quiet_store_warnings() -> None:
-    """An unreadable record in the store is one line on stderr, not a Python warning with source."""
+    """An unreadable record in the store, or a setting that runs but not as it might here, is one line on stderr,
+    not a Python warning with source."""
     import warnings
 
+    from harness.config import SettingWarning
     from harness.store import UnreadableRecord
 
     default = warnings.showwarning
 
     def show(message, category, filename, lineno, file=None, line=None):
-        if issubclass(category, UnreadableRecord):
+        if issubclass(category, (UnreadableRecord, SettingWarning)):
             print(f"warning: {message}", file=sys.stderr)
         else:
             default(message, category, filename, lineno, file, line)
