@@ -2,6 +2,7 @@
 
 import warnings
 
+import numpy
 import pytest
 
 from harness import config as config_mod
@@ -127,8 +128,9 @@ def test_cuda_graph_conflict_becomes_a_skipped_record_without_starting_a_child(t
 
 def test_values_take_their_fields_type_as_from_the_command_line():
     cfg = config_mod.from_dict({"model": {"width": 1}, "data": {"num_workers": "2", "patch_size": ["32", 32, 32]},
-                                "channels_last": "true", "tf32": None})
+                                "channels_last": "true", "tf32": None, "batch_size": numpy.int64(4)})
     assert (cfg.model.width, cfg.data.num_workers, cfg.data.patch_size) == (1.0, 2, [32, 32, 32])
+    assert type(cfg.batch_size) is int and cfg.batch_size == 4  # as read from a frame of records
     assert type(cfg.model.width) is float and cfg.channels_last is True and cfg.tf32 is None
 
 

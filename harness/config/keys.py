@@ -130,7 +130,9 @@ def typed(owner: type, name: str, value: Any, key: str) -> Any:
     from omegaconf import Container, OmegaConf
     from omegaconf.errors import OmegaConfBaseException
 
-    hint = typing.get_type_hints(owner)[name]
+    hint = _type_hints(owner)[name]
+    if type(value).__module__ == "numpy":  # a value read from a frame of records: OmegaConf takes Python's own
+        value = value.item()
     if hint is Any:  # the field takes values of several kinds; validation checks them
         return value
     fields = _typed_fields(owner)
@@ -140,6 +142,11 @@ def typed(owner: type, name: str, value: Any, key: str) -> Any:
     except OmegaConfBaseException:  # a value of another type, or text that reads as an interpolation
         raise ValueError(f"{key}={value!r} is not valid: use {_takes(hint)}") from None
     return OmegaConf.to_container(out) if isinstance(out, Container) else out
+
+
+@functools.cache
+def _type_hints(owner: type) -> dict[str, Any]:
+    return typing.get_type_hints(owner)
 
 
 @functools.cache

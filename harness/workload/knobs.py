@@ -41,6 +41,7 @@ from typing import Any, Callable
 import torch
 from torch import nn
 
+from harness.config import RunConfig
 from harness.workload import build
 from harness.workload.applicability import KnobNotApplicable, no_units_to_checkpoint
 from harness.workload.build import build_all
@@ -238,7 +239,7 @@ def grad_scaler(precision: str, device: torch.device):
     return torch.amp.GradScaler(device.type)
 
 
-def periodic_work(cfg, device: torch.device,
+def periodic_work(cfg: RunConfig, device: torch.device,
                   validate: Callable[[], None] | None = None) -> Callable[[int, torch.Tensor, Any], None] | None:
     """What knobs ask to be done every N steps, as one call after a step (None when no knob asks, so that the
     loop does nothing extra): ``memory_cleanup_every_n_steps`` (gc.collect, and torch.cuda.empty_cache on a GPU,
