@@ -95,15 +95,17 @@ def _measuring_command(module, command: str, rest: list[str]) -> int:
 
 
 def _quiet_store_warnings() -> None:
-    """An unreadable record in the store is one line on stderr, not a Python warning with source."""
+    """An unreadable record in the store, or a setting that runs but not as it might here, is one line on stderr,
+    not a Python warning with source."""
     import warnings
 
+    from harness.config import SettingWarning
     from harness.store import UnreadableRecord
 
     default = warnings.showwarning
 
     def show(message, category, filename, lineno, file=None, line=None):
-        if issubclass(category, UnreadableRecord):
+        if issubclass(category, (UnreadableRecord, SettingWarning)):
             print(f"warning: {message}", file=sys.stderr)
         else:
             default(message, category, filename, lineno, file, line)

@@ -1,5 +1,7 @@
 """The command line as a user meets it: help, bad input, one run, exit codes."""
 
+import os
+
 from harness.store import load_runs
 from tests.conftest import harness_cli
 
@@ -52,3 +54,24 @@ def test_a_failed_run_exits_non_zero_and_is_still_stored(results):
                       f"results_dir={results}")
     assert out.returncode == 1
     assert list(load_runs(results)["status"]) == ["oom"]
+
+
+def test_loader_workers_far_beyond_the_cpus_are_refused_in_one_line_before_anything_runs(results):
+    bound = 4 * len(os.sched_getaffinity(0))
+    out = harness_cli("run", "data.num_workers=999999", "measure.steps=5", f"results_dir={results}")
+    assert out.returncode == 2
+    assert (out.stdout + out.stderr).strip().splitlines() == [
+        f"error: data.num_workers=999999 is more than {bound} loader workers, the bound here (4 for each of the "
+        f"{bound // 4} CPUs this process may use): use data.num_workers={bound} or fewer"]
+    assert not results.exists()
+
+
+def test_loader_workers_above_the_cpus_are_one_warning_line(tmp_path):
+    cpus = len(os.sched_getaffinity(0))
+    not_a_folder = tmp_path / "file"
+    not_a_folder.write_text("")  # the run stops at the results folder, after the settings were resolved
+    out = harness_cli("run", f"data.num_workers={cpus + 1}", f"results_dir={not_a_folder}")
+    assert out.returncode == 2 and "cannot take records" in out.stdout
+    assert out.stderr.strip().splitlines() == [
+        f"warning: data.num_workers={cpus + 1} is more than the {cpus} CPUs this process may use: the loader workers "
+        "will take turns on them"]

@@ -1,8 +1,13 @@
 """Settings: bad input stops before anything runs, with the bad value and the valid choices."""
 
+import warnings
+
+import numpy
 import pytest
 
 from harness import config as config_mod
+from harness.config import machine
+from harness.workload import applicability
 from tests.conftest import tiny_config
 
 
@@ -12,7 +17,8 @@ def test_unknown_setting_names_it_and_suggests_the_close_one():
 
 
 def test_unknown_workload_lists_the_valid_ones():
-    with pytest.raises(ValueError, match=r"unknown workload 'unet'.*Valid choices: basic_unet3d, custom, detr, mednext, resnet50, seresnet_speech, unet3d"):
+    with pytest.raises(ValueError, match=r"unknown workload 'unet'.*Valid choices: basic_unet3d, custom, detr, "
+                                         r"mednext, resnet50, seresnet_speech, unet3d"):
         tiny_config(workload="unet")
 
 
@@ -114,3 +120,90 @@ def test_cuda_graph_conflict_becomes_a_skipped_record_without_starting_a_child(t
     cfg = _on_cuda(compile="reduce-overhead", accumulate_grad_batches=2, results_dir=str(tmp_path))
     record = execute(cfg, {}, "key")
     assert record.status == "skipped" and "captures CUDA graphs" in record.error
+
+
+# --------------------------------------------------------------------------------------------
+# values in their schema type (OmegaConf's typing)
+
+
+def test_values_take_their_fields_type_as_from_the_command_line():
+    cfg = config_mod.from_dict({"model": {"width": 1}, "data": {"num_workers": "2", "patch_size": ["32", 32, 32]},
+                                "channels_last": "true", "tf32": None, "batch_size": numpy.int64(4)})
+    assert (cfg.model.width, cfg.data.num_workers, cfg.data.patch_size) == (1.0, 2, [32, 32, 32])
+    assert type(cfg.batch_size) is int and cfg.batch_size == 4  # as read from a frame of records
+    assert type(cfg.model.width) is float and cfg.channels_last is True and cfg.tf32 is None
+
+
+@pytest.mark.parametrize("key,value,message", [
+    ("batch_size", 1.5, r"^batch_size=1\.5 is not valid: use a whole number or null$"),
+    ("data.num_workers", "many", r"^data\.num_workers='many' is not valid: use a whole number$"),
+    ("channels_last", "maybe", r"^channels_last='maybe' is not valid: use true or false$"),
+    ("model.width", [1], r"^model\.width=\[1\] is not valid: use a number$"),
+    ("data.patch_size", 32, r"^data\.patch_size=32 is not valid: use a list of whole numbers or null$"),
+])
+def test_a_value_of_another_type_is_one_line_naming_the_key_and_what_it_takes(key, value, message):
+    with pytest.raises(ValueError, match=message):
+        config_mod.set_key(config_mod.RunConfig(), key, value)
+
+
+# --------------------------------------------------------------------------------------------
+# loader workers this machine can feed
+
+
+def test_loader_workers_beyond_four_per_cpu_are_refused_naming_the_bound_and_the_value(monkeypatch):
+    monkeypatch.setattr(machine, "usable_cpus", lambda: 2)
+    with pytest.raises(ValueError, match=r"^data\.num_workers=999999 is more than 8 loader workers, the bound here "
+                                         r"\(4 for each of the 2 CPUs this process may use\): use "
+                                         r"data\.num_workers=8 or fewer$"):
+        tiny_config(data__num_workers=999999)
+    with pytest.raises(ValueError, match=r"^val\.num_workers=9 is more than 8"):
+        tiny_config(val__every_n_steps=5, val__num_workers=9)
+
+
+def test_loader_workers_above_the_cpus_are_one_warning_and_at_the_cpus_none(monkeypatch):
+    monkeypatch.setattr(machine, "usable_cpus", lambda: 2)
+    with pytest.warns(config_mod.SettingWarning) as caught:
+        assert tiny_config(data__num_workers=8).data.num_workers == 8  # at the bound: it runs
+    assert [str(w.message) for w in caught] == [
+        "data.num_workers=8 is more than the 2 CPUs this process may use: the loader workers will take turns on them"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        tiny_config(data__num_workers=2)
+
+
+def test_a_ladders_own_workers_beyond_the_bound_are_skipped_not_refused(monkeypatch):
+    monkeypatch.setattr(machine, "usable_cpus", lambda: 2)
+    cfg = config_mod.from_dict({"data": {"num_workers": 32}, "measure": {"steps": 3}})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the ladder chose it: no warning either
+        resolved = config_mod.resolve(cfg, cuda_available=False, ladder_keys={"data.num_workers"})
+    assert applicability.skip_reason(resolved) == ("data.num_workers=32 is more than 8 loader workers, the bound here "
+                                                   "(4 for each of the 2 CPUs this process may use): use "
+                                                   "data.num_workers=8 or fewer")
+    capped = config_mod.resolve(config_mod.from_dict({"data": {"num_workers": 3}}), cuda_available=False,
+                                ladder_keys={"data.num_workers"})
+    assert applicability.skip_reason(capped) == ""
+    assert applicability.skip_reason(capped, cap_workers_at_cpus=True) == (
+        "data.num_workers=3 is more than the 2 CPUs this process may use")
+
+
+# --------------------------------------------------------------------------------------------
+# every skip reason from one module
+
+
+def test_every_reason_to_skip_is_given_at_once():
+    cfg = tiny_config(tf32=True, devices=4, batch_size=4)
+    why = applicability.skip_reason(cfg, have_devices=2)
+    assert why == ("tf32=true needs a CUDA GPU (TF32 is a tensor-core format); devices=4 needs 4 devices; this "
+                   "machine has 2 usable CPU core(s) (on a CPU a device is a process)")
+    assert config_mod.not_applicable is applicability.not_applicable  # callers written before find it
+
+
+def test_the_childs_skip_reasons_come_from_the_same_module():
+    from harness.run import child
+    from harness.workload import knobs
+
+    assert knobs.KnobNotApplicable is applicability.KnobNotApplicable
+    failure = type("BackendCompilerFailed", (RuntimeError,), {"__module__": "torch._dynamo.exc"})("no graph here")
+    assert applicability.compile_failure_reason("default", failure) == child.skip_reason(failure, "default") == (
+        "compile=default failed on this model (BackendCompilerFailed): no graph here")

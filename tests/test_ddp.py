@@ -22,6 +22,7 @@ from harness.analysis import render
 from harness.analysis import table as table_mod
 from harness.run import isolate, launch, monitor, ranks, runner
 from harness.store import RunRecord, load_runs, write_record
+from harness.workload import applicability
 from tests.conftest import tiny_config
 from tests.test_faults import TINY_RUN, _gone, _measuring_processes, _start_parent
 
@@ -66,10 +67,11 @@ def test_weak_scaling_keeps_the_batch_per_device_strong_scaling_splits_it():
 
 
 def test_more_devices_than_the_machine_has_is_a_reason_to_skip():
-    assert launch.unavailable(tiny_config(devices=2), have=2) == ""
-    assert launch.unavailable(tiny_config(devices=4), have=2) == (
+    assert applicability.too_many_devices(tiny_config(devices=2), have=2) == ""
+    assert applicability.too_many_devices(tiny_config(devices=4), have=2) == (
         "devices=4 needs 4 devices; this machine has 2 usable CPU core(s) (on a CPU a device is a process)")
-    assert launch.unavailable(tiny_config(devices=1), have=0) == ""
+    assert applicability.too_many_devices(tiny_config(devices=1), have=0) == ""
+    assert applicability.skip_reason(tiny_config(devices=4), have_devices=2).startswith("devices=4 needs 4 devices")
 
 
 def test_each_rank_gets_its_share_of_the_cores_unless_the_environment_says(monkeypatch):

@@ -3,7 +3,9 @@
 import pytest
 
 from harness import config as config_mod
+from harness.config import machine
 from harness.sweeps import ladder as ladder_mod
+from harness.workload import applicability
 
 GUIDE_LADDERS = ["phase1", "phase2", "phase3", "phase4", "connectomics_level1", "a100_volume", "detr_fast",
                  "resnet50_aggressive", "seresnet"]
@@ -23,11 +25,9 @@ def test_every_ladder_loads_and_each_rung_changes_exactly_one_knob(name):
             before, after = lad.settings(r.index - 1, size), lad.settings(r.index, size)
             changed = {k for k in set(before) | set(after) if before.get(k) != after.get(k)}
             assert changed == {r.key}, f"{name} rung {r.index}"
-        for r in lad.rungs:  # every rung's settings are valid for the CPU
-            cfg = config_mod.RunConfig()
-            for key, value in lad.settings(r.index, "smoke").items():
-                config_mod.set_key(cfg, key, value)
-            config_mod.resolve(cfg, cuda_available=False)
+        for r in lad.rungs:  # every rung's settings are valid for the CPU (loader workers beyond it are skipped)
+            settings = lad.settings(r.index, "smoke")
+            config_mod.resolve(config_mod.from_dict(settings), cuda_available=False, ladder_keys=settings)
 
 
 @pytest.mark.parametrize("name,change,claim", [
@@ -58,7 +58,8 @@ def test_phase2_total_claim():
 
 def test_a_rung_changing_two_knobs_is_rejected_naming_it():
     with pytest.raises(ValueError, match=r"ladder 'bad' rung 2: changes 2 knobs"):
-        ladder_mod.parse("bad", {"rungs": [{"set": {"batch_size": 4}}, {"set": {"batch_size": 8, "precision": "bf16-mixed"}}]})
+        ladder_mod.parse("bad", {"rungs": [{"set": {"batch_size": 4}},
+                                           {"set": {"batch_size": 8, "precision": "bf16-mixed"}}]})
 
 
 def test_a_rung_changing_nothing_is_rejected_naming_it():
@@ -91,10 +92,63 @@ def test_tf32_rung_measures_tf32_on_against_an_explicit_off(name):
 
 @pytest.mark.parametrize("name", SHIPPED)
 def test_no_shipped_rung_is_skipped_on_a_gpu_for_cuda_graphs(name, monkeypatch):
-    monkeypatch.setattr(config_mod, "usable_cpus", lambda: 64)  # a GPU server's CPUs (cpus=8), not this machine's
+    monkeypatch.setattr(machine, "usable_cpus", lambda: 64)  # a GPU server's CPUs (cpus=8), not this machine's
     lad = ladder_mod.load(name)
     for r in lad.rungs:
-        cfg = config_mod.RunConfig()
-        for key, value in lad.settings(r.index, "full").items():
-            config_mod.set_key(cfg, key, value)
-        assert config_mod.not_applicable(config_mod.resolve(cfg, cuda_available=True)) == "", f"{name} rung {r.index}"
+        cfg = config_mod.resolve(config_mod.from_dict(lad.settings(r.index, "full")), cuda_available=True)
+        assert applicability.not_applicable(cfg) == "", f"{name} rung {r.index}"
+
+
+# --------------------------------------------------------------------------------------------
+# a rung's settings on this machine
+
+
+def _context(name: str, results, settings: dict | None = None, user_keys=frozenset()):
+    from harness.sweeps.rungs import SweepContext
+
+    return SweepContext(sweep_id="s", ladder=ladder_mod.load(name), settings={"results_dir": str(results),
+                        **(settings or {})}, user_keys=frozenset(user_keys), repeats=2)
+
+
+def test_a_rungs_config_is_the_settings_with_the_ladders_and_the_sweeps_on_top(tmp_path):
+    from harness.run.runner import Machine
+    from harness.sweeps.rungs import rung_config
+
+    ctx = _context("phase2", tmp_path, {"seed": 7, "batch_size": 16, "measure": {"steps": "4"}}, {"batch_size"})
+    rung = next(r.index for r in ctx.ladder.rungs if r.key == "precision")
+    cfg = rung_config(ctx, rung, Machine(cuda_available=False), round_=1)
+    assert (cfg.precision, cfg.seed, cfg.batch_size, cfg.measure.steps) == ("bf16-mixed", 7, 16, 4)  # the user's win
+    assert (cfg.sweep.id, cfg.sweep.rung, cfg.sweep.round, cfg.sweep.repeats) == ("s", rung, 1, 2)
+
+
+def test_a_ladders_workers_beyond_this_machine_skip_the_rung_and_the_users_are_refused(tmp_path, monkeypatch):
+    from harness.run.runner import Machine
+    from harness.sweeps.rungs import preflight, rung_config
+
+    monkeypatch.setattr(machine, "usable_cpus", lambda: 2)
+    ctx = _context("workers", tmp_path)
+    top = rung_config(ctx, len(ctx.ladder.rungs) - 1, Machine(cuda_available=False))  # preflight does not refuse it
+    assert top.data.num_workers == 32 and "is more than 8 loader workers" in applicability.skip_reason(top)
+    mine = _context("phase1", tmp_path, {"data": {"num_workers": 9}}, {"data.num_workers"})
+    with pytest.raises(ValueError, match=r"rung 0 \(baseline\) does not fit these settings: data\.num_workers=9 is "
+                                         r"more than 8 loader workers"):
+        preflight(mine, Machine(cuda_available=False))
+
+
+def test_a_rung_that_cannot_act_here_is_stored_as_skipped_asked_once_and_never_started(tmp_path, monkeypatch):
+    from harness.run import isolate
+    from harness.run.runner import Machine
+    from harness.store import load_runs
+    from harness.sweeps import rungs
+
+    monkeypatch.setattr(machine, "usable_cpus", lambda: 2)
+    asked, real = [], applicability.skip_reason
+    monkeypatch.setattr(applicability, "skip_reason", lambda *a, **k: asked.append(1) or real(*a, **k))
+    monkeypatch.setattr(isolate, "_run_child", lambda *a, **k: pytest.fail("a skipped rung started a child"))
+    ctx = _context("workers", tmp_path)
+    rung = next(r.index for r in ctx.ladder.rungs if r.value == 4)
+    outcome = rungs.run_rung(ctx, rung, 0, Machine(cuda_available=False))
+    assert (outcome.how, outcome.record.status, len(asked)) == ("skipped", "skipped", 1)
+    assert outcome.message == "data.num_workers=4 is more than the 2 CPUs this process may use"
+    stored = load_runs(tmp_path)
+    assert list(stored["status"]) == ["skipped"] and list(stored["rung"]) == [rung]

@@ -16,6 +16,7 @@ from harness.run import runner
 from harness.store import RunRecord, store_record
 from harness.sweeps import ladder as ladder_mod
 from harness.sweeps import rungs as sweep_mod
+from harness.workload import applicability
 
 LADDER_NAME = "climb"  # the `ladder` of every record a climb stores
 KILL_MARGIN_S = 5.0  # a run's timeout ends this long before the budget does (killing it takes a moment)
@@ -85,7 +86,8 @@ class Trials:
         rung = {"incumbent": 2 * (step - 1), "candidate": 2 * step - 1}.get(role)
         fields = dict(sweep_id=ctx.sweep_id, ladder=LADDER_NAME, rung=rung, round=round_, change=change)
         key = config_mod.config_hash(cfg)
-        if not sweep_mod.debug_active(cfg) and not config_mod.not_applicable(cfg):
+        reason = applicability.skip_reason(cfg)  # once per run: a run that cannot act here is never taken cached
+        if not sweep_mod.debug_active(cfg) and not reason:
             original = sweep_mod.lookup_cached(ctx.results_dir, key, self.env_key, self.used, oldest=True)
             if original is not None:
                 record = sweep_mod.copy_cached(original, **fields)
@@ -93,18 +95,19 @@ class Trials:
                 self.used |= {original.run_id, record.run_id}
                 self._print(record, "cached", step, role, round_, change)
                 return record, "cached"
-        return self._measure(cfg, key, fields, step, role, round_, change), "measured"
+        return self._measure(cfg, key, reason, fields, step, role, round_, change), "measured"
 
-    def _measure(self, cfg, key: str, fields: dict, step: int, role: str, round_: int, change: str) -> RunRecord:
+    def _measure(self, cfg: config_mod.RunConfig, key: str, reason: str, fields: dict, step: int, role: str,
+                 round_: int, change: str) -> RunRecord:
         compiles = cfg.compile != "off"
-        if not config_mod.not_applicable(cfg):  # a knob that cannot act here is recorded at once, for free
+        if not reason:  # a knob that cannot act here is recorded at once, for free
             refusal = self.budget.refusal(key, compiles, time.monotonic())
             if refusal:
                 raise BudgetSpent(refusal)
             cfg.timeout_s = min(cfg.timeout_s, max(self.budget.left(time.monotonic()) - KILL_MARGIN_S, 1.0))
         began = time.monotonic()
         with self.display.progress(_label(step, role, round_, self.repeats, change)) as progress:
-            record = runner.run_and_store(cfg, self.env, self.env_key, progress.update, **fields)
+            record = runner.run_and_store(cfg, self.env, self.env_key, progress.update, skip_reason=reason, **fields)
         self.used.add(record.run_id)
         if record.status != "skipped":
             self.budget.record(key, time.monotonic() - began, compiles)

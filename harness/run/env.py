@@ -4,23 +4,22 @@
 code that measures (a fingerprint of the harness and model sources, so an edit to the measured loop
 re-measures instead of serving old numbers; the analysis code is left out, it changes no
 measurement), and the CPU threads a run may use (thread-count variables and CPU affinity). A cached
-result is reused only under the same key.
+result is reused only under the same key. The fields are gathered here; the key itself is computed in
+``harness.config.identity``, beside ``config_hash``, the other half of what a cached result must match.
 """
 
 from __future__ import annotations
 
 import hashlib
 import importlib.metadata
-import json
 import os
 import platform
 import socket
 import subprocess
 from pathlib import Path
 
-HARDWARE_FIELDS = ("device", "gpu_name", "gpu_count", "cpu_model", "cpu_count")
-SOFTWARE_FIELDS = ("torch_version", "cuda_version", "cudnn_version", "monai_version", "torchvision_version", "python_version",
-                   "harness_version", "code_fingerprint", "threads")
+from harness.config.identity import env_key  # noqa: F401  (hashes what collect() gathers; found here too)
+
 REPO_ROOT = Path(__file__).resolve().parent.parent.parent
 MEASURING_CODE = ("harness", "models")  # source folders whose code can change a measurement
 # ... except these: analysis only reads the store, and the commands only decide settings (which config_hash covers)
@@ -90,7 +89,8 @@ def git_state(repo: Path | None = None) -> tuple[str, bool | None]:
         commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True, timeout=5)
         if commit.returncode != 0:
             return "", None
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=repo, capture_output=True, text=True, timeout=5)
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=repo,
+                               capture_output=True, text=True, timeout=5)
         return commit.stdout.strip(), bool(dirty.stdout.strip())
     except (OSError, subprocess.SubprocessError):
         return "", None
@@ -131,8 +131,3 @@ def collect(device: str) -> dict:
             env["gpu_driver"] = ""
     env["git_commit"], env["git_dirty"] = git_state()
     return env
-
-
-def env_key(env: dict, device: str) -> str:
-    fields = {"device": device, **{k: env.get(k) for k in HARDWARE_FIELDS + SOFTWARE_FIELDS if k != "device"}}
-    return hashlib.sha256(json.dumps(fields, sort_keys=True, default=str).encode()).hexdigest()[:16]

@@ -40,6 +40,7 @@ from typing import Callable
 from harness import config as config_mod
 from harness.run import launch, monitor
 from harness.store import RunRecord, new_id, utc_timestamp
+from harness.workload import applicability
 
 REPO_ROOT = Path(__file__).resolve().parent.parent.parent
 POLL_S = 0.5  # the longest sleep between polls: how late a timeout or the window's edges may be seen
@@ -73,9 +74,12 @@ def base_record(cfg: config_mod.RunConfig, env: dict, env_key: str, status: str,
     )
 
 
-def execute(cfg: config_mod.RunConfig, env: dict, env_key: str, on_progress: ProgressFn | None = None) -> RunRecord:
-    """Measure ``cfg`` (resolved) in a child process; the record's status says how it ended."""
-    reason = config_mod.not_applicable(cfg) or launch.unavailable(cfg)
+def execute(cfg: config_mod.RunConfig, env: dict, env_key: str, on_progress: ProgressFn | None = None,
+            skip_reason: str | None = None) -> RunRecord:
+    """Measure ``cfg`` (resolved) in a child process; the record's status says how it ended. A run that cannot act
+    here is recorded as skipped without starting anything: ``skip_reason`` is the caller's answer of
+    ``applicability.skip_reason`` when it asked already (asked here when None, so that it is asked once a run)."""
+    reason = applicability.skip_reason(cfg) if skip_reason is None else skip_reason
     if reason:
         return base_record(cfg, env, env_key, "skipped", reason)
     clean_stale_jobs()

@@ -33,26 +33,6 @@ PRIORITY = ("skipped", "oom", "nan")  # a rank's own diagnosis beats its peers' 
 usable_cpus = config_mod.usable_cpus  # CPUs this process may run on (one definition, in config)
 
 
-def devices_here(device: str) -> int:
-    """How many devices of this kind the machine has: GPUs, or on a CPU the cores this process may use."""
-    if device == "cuda":
-        import torch
-
-        return torch.cuda.device_count()
-    return usable_cpus()
-
-
-def unavailable(cfg: config_mod.RunConfig, have: int | None = None) -> str:
-    """Why ``cfg`` asks for more devices than the machine has ("" when it does not)."""
-    if cfg.devices == 1:
-        return ""
-    have = devices_here(cfg.device) if have is None else have
-    if cfg.devices <= have:
-        return ""
-    what = f"{have} CUDA GPU(s)" if cfg.device == "cuda" else f"{have} usable CPU core(s) (on a CPU a device is a process)"
-    return f"devices={cfg.devices} needs {cfg.devices} devices; this machine has {what}"
-
-
 def omp_threads(devices: int, cpus: int | None = None) -> int:
     """Threads per rank: the usable CPUs shared out (an explicit OMP_NUM_THREADS in the environment wins)."""
     given = os.environ.get("OMP_NUM_THREADS", "")

@@ -24,8 +24,8 @@ from harness import config as config_mod
 from harness.sweeps import ladder as ladder_mod
 from harness.run import runner
 from harness.run.isolate import new_run_id
-from harness.run.launch import usable_cpus
 from harness.store import RunRecord, load_records, load_runs, records_from_frame, store_record, utc_timestamp
+from harness.workload import applicability
 
 
 @dataclass(frozen=True)
@@ -52,20 +52,23 @@ def conflicts(ladder: ladder_mod.Ladder, user_keys: set[str]) -> list[str]:
 
 def rung_config(ctx: SweepContext, rung: int, machine: runner.Machine, dropped: frozenset[int] = frozenset(),
                 round_: int = 0) -> config_mod.RunConfig:
-    """The resolved settings of ``rung`` on this machine."""
-    cfg = config_mod.from_dict(ctx.settings)
-    size = cfg.size if cfg.size != "auto" else ("full" if _device(cfg, machine) == "cuda" else "smoke")
-    for key, value in ctx.ladder.settings(rung, size, dropped).items():
-        if key not in ctx.user_keys:
-            config_mod.set_key(cfg, key, value)
-    cfg.sweep = config_mod.SweepConfig(id=ctx.sweep_id, rung=rung, round=round_, repeats=ctx.repeats, rerun=ctx.rerun)
-    return runner.resolve(cfg, machine)
+    """The resolved settings of ``rung`` on this machine: the composed settings with the ladder's (those the user
+    did not give) and the sweep's own on top, built into one config at once and resolved. Loader workers the
+    ladder chose beyond this machine's bound skip the rung (``applicability``); the user's own are refused."""
+    size = _size(ctx.settings, machine)
+    ladder = {k: v for k, v in ctx.ladder.settings(rung, size, dropped).items() if k not in ctx.user_keys}
+    sweep = {"sweep.id": ctx.sweep_id, "sweep.rung": rung, "sweep.round": round_, "sweep.repeats": ctx.repeats,
+             "sweep.rerun": ctx.rerun}
+    cfg = config_mod.from_dict({**config_mod.flatten(ctx.settings), **ladder, **sweep})
+    return config_mod.resolve(cfg, machine.cuda_available, ladder_keys=frozenset(ladder))
 
 
-def _device(cfg: config_mod.RunConfig, machine: runner.Machine) -> str:
-    if cfg.device != "auto":
-        return cfg.device
-    return "cuda" if machine.cuda_available else "cpu"
+def _size(settings: dict[str, Any], machine: runner.Machine) -> str:
+    """The size the rung's values are given for (a ladder may give one per size), as resolution will choose it."""
+    size, device = str(settings.get("size", "auto")), str(settings.get("device", "auto"))
+    if size != "auto":
+        return size
+    return "full" if device == "cuda" or (device == "auto" and machine.cuda_available) else "smoke"
 
 
 def preflight(ctx: SweepContext, machine: runner.Machine) -> list[config_mod.RunConfig]:
@@ -192,21 +195,13 @@ def run_rung(ctx: SweepContext, rung: int, round_: int, machine: runner.Machine,
     if on_start:
         on_start(cfg, dropped)
     env, key = runner.environment(cfg.device)
-    if ladder.cap_workers_at_cpus and cfg.data.num_workers > usable_cpus():
-        from harness.run.isolate import base_record
-
-        record = base_record(cfg, env, key, "skipped", f"data.num_workers={cfg.data.num_workers} is more than the "
-                             f"{usable_cpus()} CPUs this process may use")
-        for k, v in fields.items():
-            setattr(record, k, v)
-        store_record(record, cfg.results_dir)
-        return RungOutcome(record, "skipped", dropped, record.error)
-    if not ctx.rerun and not debug_active(cfg):
+    reason = applicability.skip_reason(cfg, cap_workers_at_cpus=ladder.cap_workers_at_cpus)  # once per run
+    if not reason and not ctx.rerun and not debug_active(cfg):
         used = set(mine["cached_from"].fillna("")) | set(mine["run_id"])
         cached = lookup_cached(ctx.results_dir, config_mod.config_hash(cfg), key, used)
         if cached is not None:
             record = copy_cached(cached, **fields)
             store_record(record, cfg.results_dir)
             return RungOutcome(record, "cached", dropped)
-    record = runner.run_and_store(cfg, env, key, on_progress, **fields)
-    return RungOutcome(record, "measured", dropped)
+    record = runner.run_and_store(cfg, env, key, on_progress, skip_reason=reason, **fields)
+    return RungOutcome(record, "skipped" if reason else "measured", dropped, reason)

@@ -41,12 +41,10 @@ from typing import Any, Callable
 import torch
 from torch import nn
 
+from harness.config import RunConfig
 from harness.workload import build
+from harness.workload.applicability import KnobNotApplicable, no_units_to_checkpoint
 from harness.workload.build import build_all
-
-
-class KnobNotApplicable(RuntimeError):
-    """A knob cannot take effect here: the run is recorded as `skipped` with this reason."""
 
 
 def apply_backend_flags(cfg) -> dict[str, Any]:
@@ -66,7 +64,7 @@ def apply_cpu_affinity(cpus: int | None, rank: int = 0) -> list[int] | None:
     """Run on ``cpus`` of the CPUs this process may use (loader workers inherit it), with no more torch threads
     than CPUs; returns the CPUs (None: left as it was). The connectomics guide's ``num_cpus``. Rank R of a
     multi-device run takes the R-th block of ``cpus`` (the ranks inherit one CPU set from the launcher), so that
-    no two ranks share a CPU; ``config.not_applicable`` has checked that the blocks fit."""
+    no two ranks share a CPU; ``applicability.not_applicable`` has checked that the blocks fit."""
     import os
 
     if cpus is None:
@@ -129,7 +127,7 @@ def apply_activation_checkpointing(model: nn.Module, unit_types: tuple[type, ...
     # Only the outermost units: wrapping a unit inside a wrapped unit recomputes twice.
     targets = {id(m) for m in _outermost(model, unit_types)}
     if not targets:
-        raise KnobNotApplicable(f"activation_checkpointing: the model has no {[t.__name__ for t in unit_types]} to wrap")
+        raise KnobNotApplicable(no_units_to_checkpoint([t.__name__ for t in unit_types]))
     wrap(model, checkpoint_wrapper_fn=functools.partial(checkpoint_wrapper), check_fn=lambda m: id(m) in targets)
     return len(targets)
 
@@ -241,7 +239,8 @@ def grad_scaler(precision: str, device: torch.device):
     return torch.amp.GradScaler(device.type)
 
 
-def periodic_work(cfg, device: torch.device, validate: Callable[[], None] | None = None) -> Callable[[int, torch.Tensor, Any], None] | None:
+def periodic_work(cfg: RunConfig, device: torch.device,
+                  validate: Callable[[], None] | None = None) -> Callable[[int, torch.Tensor, Any], None] | None:
     """What knobs ask to be done every N steps, as one call after a step (None when no knob asks, so that the
     loop does nothing extra): ``memory_cleanup_every_n_steps`` (gc.collect, and torch.cuda.empty_cache on a GPU,
     the DETR guide's "memory_cleanup_frequency"), ``visualize_every_n_steps`` (a sample's input and output

@@ -1,0 +1,87 @@
+"""What identifies a measurement: the settings' hash (``config_hash``), the settings as a record stores them,
+and the environment's key (``env_key``). A cached result is reused only when both keys match, so the two live
+together: what one leaves out, the other must cover.
+
+``env_key`` hashes what makes two measurements comparable: the hardware, the software stack, the code that
+measures (a fingerprint of the harness and model sources) and the CPU threads a run may use. The fields are
+collected in the measuring environment (``harness.run.env.collect``); only their hash is here.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+from harness.config.keys import flatten, to_dict
+from harness.config.schema import RunConfig
+from harness.workload import workloads as workloads_mod
+
+# Settings that do not change what is measured: left out of config_hash.
+NOT_HASHED = ("debug", "sweep", "results_dir", "timeout_s", "measure.sample_interval_s")
+
+# config_hash, history (bump CONFIG_HASH_VERSION when the same settings must hash apart):
+#   1 - every schema field, values as given (1 and 1.0 apart; any new setting changed every hash).
+#   2 - values in their schema type; settings that do not act are left out (disk-data fields on
+#       synthetic data, and the reverse); settings added after version 2 are hashed only when they
+#       differ from their default, so adding a setting whose default keeps the old behaviour keeps
+#       every hash (and every saved baseline) valid. The keys below are those of version 2: always hashed.
+#       (So devices=1, the default, hashes as before devices existed; scaling acts only with devices >= 2.)
+CONFIG_HASH_VERSION = 2
+HASHED_KEYS_V2 = frozenset((
+    "workload", "size", "device", "precision", "tf32", "cudnn_benchmark", "channels_last", "compile",
+    "activation_checkpointing", "batch_size", "accumulate_grad_batches", "log_every_n_steps", "seed",
+    "model.width", "model.deep_supervision", "model.mednext_size", "model.kernel_size",
+    "data.source", "data.num_workers", "data.prefetch_factor", "data.persistent_workers", "data.pin_memory",
+    "data.non_blocking", "data.patch_size", "data.epoch_steps", "data.num_volumes", "data.cache", "data.num_items",
+    "data.cache_dir", "data.augment", "data.flip", "data.noise", "data.rotate", "data.elastic", "data.mixup",
+    "optimizer.fused", "optimizer.foreach", "optimizer.zero_grad_set_to_none",
+    "measure.warmup_steps", "measure.steps", "measure.mode",
+))
+NOT_ACTING = {"synthetic": ("data.cache", "data.num_items", "data.cache_dir"), "disk": ("data.num_volumes",)}
+
+
+def measured_settings(cfg: RunConfig) -> dict[str, Any]:
+    """The resolved settings that can change the measurement (what config_hash covers)."""
+    values = flatten(to_dict(cfg))
+    defaults = flatten(to_dict(type(cfg)()))
+    idle = NOT_ACTING.get(cfg.data.source, ()) + (("scaling",) if cfg.devices == 1 else ())
+    # A shipped workload is its name, as before workloads were config files (so the hashes of version 2 hold);
+    # any other, or a shipped one changed, adds everything it is made of, its user source files' hash included.
+    out = {"workload": cfg.workload.name}
+    if not workloads_mod.is_builtin(cfg.workload):
+        out["workload.spec"] = cfg.workload.hashed()
+    values.pop("workload")
+    for key, value in sorted(values.items()):
+        if any(key == n or key.startswith(n + ".") for n in NOT_HASHED) or key in idle:
+            continue
+        if key not in HASHED_KEYS_V2 and value == defaults.get(key):
+            continue
+        out[key] = value
+    return out
+
+
+def config_hash(cfg: RunConfig) -> str:
+    """16 hex digits of the measured settings (``measured_settings``), versioned by ``CONFIG_HASH_VERSION``."""
+    blob = json.dumps({"v": CONFIG_HASH_VERSION, **measured_settings(cfg)}, sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def record_dict(cfg: RunConfig) -> dict[str, Any]:
+    """The settings as a record stores them (``config_json``): a built-in workload as shipped by its name alone,
+    as records stored it before workloads were config files, so old and new records read and compare alike."""
+    values = to_dict(cfg)
+    if workloads_mod.is_builtin(cfg.workload):
+        values["workload"] = cfg.workload.name
+    return values
+
+
+HARDWARE_FIELDS = ("device", "gpu_name", "gpu_count", "cpu_model", "cpu_count")
+SOFTWARE_FIELDS = ("torch_version", "cuda_version", "cudnn_version", "monai_version", "torchvision_version",
+                   "python_version", "harness_version", "code_fingerprint", "threads")
+
+
+def env_key(env: dict, device: str) -> str:
+    """The key of an environment (``harness.run.env.collect``'s fields) for runs on ``device``."""
+    fields = {"device": device, **{k: env.get(k) for k in HARDWARE_FIELDS + SOFTWARE_FIELDS if k != "device"}}
+    return hashlib.sha256(json.dumps(fields, sort_keys=True, default=str).encode()).hexdigest()[:16]

@@ -1,0 +1,233 @@
+"""Validation: bad names, values and contradictions rejected before anything runs, one function per section of the
+settings. Every error is one line (ValueError) that names the bad value and what would be valid.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from harness.config.schema import (
+    AUGMENT_PRESETS, AUTO_BOOL, COMM_HOOKS, COMPILE_MODES, DATA_CACHES, DATA_SOURCES, DEVICES, FAULTS,
+    MATMUL_PRECISIONS, MEASURE_MODES, PAGE_CACHE, PRECISIONS, SCALINGS, SIZES, DataConfig, DebugConfig,
+    MeasureConfig, ModelConfig, OptimizerConfig, RunConfig, ValConfig,
+)
+from harness.registry import check_choice
+from harness.workload import workloads as workloads_mod
+from harness.workload.workloads import WorkloadSpec
+
+
+def validate(cfg: RunConfig) -> None:
+    """Reject bad names, values and contradictions before anything runs (ValueError)."""
+    validate_workload(cfg.workload)
+    _validate_run(cfg)
+    _validate_debug(cfg.debug)
+    _validate_data(cfg.data, cfg.workload)
+    _validate_loader(cfg.data)
+    _validate_measure(cfg.measure)
+    _validate_devices(cfg)
+    _validate_model(cfg.model, cfg.workload)
+    _validate_val(cfg.val)
+    _validate_optimizer(cfg.optimizer)
+
+
+def _validate_run(cfg: RunConfig) -> None:
+    """The top-level settings: names, backend flags, step counts."""
+    check_choice("size", cfg.size, SIZES)
+    check_choice("device", cfg.device, DEVICES)
+    check_choice("precision", cfg.precision, PRECISIONS)
+    check_choice("compile mode", cfg.compile, COMPILE_MODES)
+    if cfg.float32_matmul_precision is not None:
+        check_choice("float32_matmul_precision", cfg.float32_matmul_precision, MATMUL_PRECISIONS)
+        if cfg.tf32 is not None:
+            raise ValueError(f"float32_matmul_precision={cfg.float32_matmul_precision} and "
+                             f"tf32={str(cfg.tf32).lower()} both set the matmul precision: choose one (tf32=null or "
+                             "float32_matmul_precision=null)")
+    _auto_bool("cudnn_benchmark", cfg.cudnn_benchmark)
+    _positive(cfg, "", "cpus", "batch_size", allow_none=True)
+    for key in ("memory_cleanup_every_n_steps", "visualize_every_n_steps"):
+        if getattr(cfg, key) < 0:
+            raise ValueError(f"{key}={getattr(cfg, key)} must be 0 (never) or a positive number of steps")
+    _positive(cfg, "", "accumulate_grad_batches", "log_every_n_steps")
+    if cfg.timeout_s <= 0:
+        raise ValueError(f"timeout_s={cfg.timeout_s} must be positive")
+
+
+def _validate_debug(debug: DebugConfig) -> None:
+    check_choice("debug.fault", debug.fault, FAULTS)
+    if debug.slowdown_ms < 0:
+        raise ValueError(f"debug.slowdown_ms={debug.slowdown_ms} must be 0 or more")
+
+
+def _validate_data(data: DataConfig, workload: WorkloadSpec) -> None:
+    """Where the samples come from, how they are augmented and cut."""
+    check_choice("data.source", data.source, DATA_SOURCES)
+    check_choice("data.cache", data.cache, DATA_CACHES)
+    check_choice("data.augment", data.augment, AUGMENT_PRESETS)
+    check_choice("data.page_cache", data.page_cache, PAGE_CACHE)
+    if data.page_cache == "drop" and (data.source, data.cache) != ("disk", "none"):
+        raise ValueError(f"data.page_cache=drop needs files read per item: data.source=disk data.cache=none (now "
+                         f"data.source={data.source} data.cache={data.cache})")
+    if data.read_latency_ms < 0:
+        raise ValueError(f"data.read_latency_ms={data.read_latency_ms} must be 0 or more")
+    if data.source == "synthetic" and data.cache == "none":
+        raise ValueError("data.cache=none needs data.source=disk: synthetic data is generated in RAM")
+    if data.source == "disk" and (workload.synthetic == "tensors" or workload.dataset is not None):
+        own = "its own dataset" if workload.dataset is not None else "synthetic: tensors"
+        raise ValueError(f"data.source=disk writes volumes or images for the built-in pipelines; workload "
+                         f"{workload.name!r} has {own} (give your own data as workload.dataset)")
+    for name, dims in {"rotate": 3, "elastic": 3, "mixup": 2}.items():
+        if getattr(data, name) and workload.spatial_dims != dims:
+            raise ValueError(f"data.{name}=true applies to {dims}D workloads only; {workload.name!r} is "
+                             f"{workload.spatial_dims}D")
+    _positive(data, "data.", "num_volumes", "num_items")
+    _positive(data, "data.", "epoch_steps", allow_none=True)
+    if data.patch_size is not None:
+        _check_patch(data.patch_size, workload)
+
+
+def _validate_loader(data: DataConfig) -> None:
+    """The loader's workers, prefetching and copies to the device."""
+    if data.num_workers < 0:
+        raise ValueError(f"data.num_workers={data.num_workers} must be 0 or more")
+    if data.num_workers == 0 and data.prefetch_factor is not None:
+        raise ValueError(f"data.prefetch_factor={data.prefetch_factor} needs data.num_workers > 0: with 0 workers "
+                         "the main process loads each batch when asked, so nothing is prefetched")
+    if data.num_workers == 0 and data.persistent_workers:
+        raise ValueError("data.persistent_workers=true needs data.num_workers > 0: there are no workers to keep")
+    if data.prefetch_factor is not None and data.prefetch_factor < 1:
+        raise ValueError(f"data.prefetch_factor={data.prefetch_factor} must be at least 1")
+    _auto_bool("data.pin_memory", data.pin_memory)
+
+
+def _validate_measure(measure: MeasureConfig) -> None:
+    check_choice("measure.mode", measure.mode, MEASURE_MODES)
+    if measure.steps != "auto":
+        _positive(measure, "measure.", "steps", allow_none=True)
+    _positive(measure, "measure.", "max_steps", "max_s")
+    if measure.warmup_steps is not None and measure.warmup_steps < 1:
+        raise ValueError(f"measure.warmup_steps={measure.warmup_steps} must be at least 1 (the first step is never "
+                         "measured)")
+
+
+def _validate_devices(cfg: RunConfig) -> None:
+    """Data parallel: how many devices, how the batch scales, DistributedDataParallel's own arguments."""
+    check_choice("scaling", cfg.scaling, SCALINGS)
+    check_choice("ddp.comm_hook", cfg.ddp.comm_hook, COMM_HOOKS)
+    _positive(cfg, "", "devices")
+    _positive(cfg.ddp, "ddp.", "bucket_cap_mb", allow_none=True)
+    if cfg.devices > 1 and cfg.measure.mode == "loader":
+        raise ValueError(f"devices={cfg.devices} needs measure.mode=train or model: measure.mode=loader runs no "
+                         "model to distribute")
+    if not 0 <= cfg.debug.fault_rank < cfg.devices:
+        raise ValueError(f"debug.fault_rank={cfg.debug.fault_rank} is not a rank of devices={cfg.devices}: use 0 "
+                         f"to {cfg.devices - 1}")
+
+
+def _validate_model(model: ModelConfig, workload: WorkloadSpec) -> None:
+    """The model's settings, as far as the workload's model takes them."""
+    if model.depth is not None and not 2 <= model.depth <= 5:
+        raise ValueError(f"model.depth={model.depth} is not valid: a UNet of 2 to 5 levels (null: the workload's "
+                         "own)")
+    _positive(model, "model.", "width")
+    if model.deep_supervision and not workload.deep_supervision:
+        supported = [n for n in workloads_mod.available() if workloads_mod.builtin(n).deep_supervision]
+        raise ValueError(f"model.deep_supervision=true is not available for workload {workload.name!r}; it is for: "
+                         f"{supported} (a workload passes it on with model_settings: {{ARG: model.deep_supervision}})")
+    if workload.mednext_options:
+        check_choice("model.mednext_size", model.mednext_size, ("S", "B", "M", "L"))
+        check_choice("model.kernel_size", str(model.kernel_size), ("3", "5"))
+
+
+def _validate_val(val: ValConfig) -> None:
+    """The validation loop: its counts, and no setting of a loop that never runs."""
+    for key, least in (("every_n_steps", 0), ("steps", 1), ("num_workers", 0)):
+        if getattr(val, key) < least:
+            raise ValueError(f"val.{key}={getattr(val, key)} must be {least} or more"
+                             + (" (0: no validation)" if key == "every_n_steps" else ""))
+    if not val.every_n_steps:
+        changed = [f"val.{k}={v}" for k, v in dataclasses.asdict(val).items() if v != getattr(ValConfig(), k)]
+        if changed:
+            raise ValueError(f"{changed[0]} sets up a validation loop that never runs: add val.every_n_steps=N")
+
+
+def _validate_optimizer(optimizer: OptimizerConfig) -> None:
+    if optimizer.fused and optimizer.foreach:
+        raise ValueError("optimizer.fused=true and optimizer.foreach=true exclude each other: choose one")
+
+
+def _auto_bool(key: str, value: Any) -> None:
+    if value not in AUTO_BOOL:
+        raise ValueError(f"{key}={value!r} is not valid: use true, false or auto")
+
+
+def _positive(section: Any, prefix: str, *names: str, allow_none: bool = False) -> None:
+    """Each of ``names`` of ``section`` (its keys: ``prefix`` + name) is a positive number (or None, if allowed)."""
+    for name in names:
+        value = getattr(section, name)
+        if value is None and allow_none:
+            continue
+        if value is None or value <= 0:
+            raise ValueError(f"{prefix}{name}={value!r} must be a positive number")
+
+
+def _check_patch(patch: list[int], workload: WorkloadSpec) -> None:
+    if len(patch) != workload.spatial_dims:
+        raise ValueError(f"data.patch_size={list(patch)} has {len(patch)} dimensions; workload {workload.name!r} is "
+                         f"{workload.spatial_dims}D, e.g. {workload.sample_shape()[1:]}")
+    bad = [s for s in patch if s < workload.min_side or s % workload.patch_multiple]
+    if bad:
+        multiple = f" and a multiple of {workload.patch_multiple}" if workload.patch_multiple > 1 else ""
+        raise ValueError(f"data.patch_size={list(patch)}: every side must be at least {workload.min_side}{multiple} "
+                         f"for {workload.name!r} (its downsampling depth)")
+
+
+def validate_workload(spec: WorkloadSpec) -> None:
+    """A workload's own fields; its targets imported and found unless it is a built-in as shipped."""
+    _validate_workload_nodes(spec)
+    _validate_workload_shapes(spec)
+    if not workloads_mod.is_builtin(spec):
+        from harness.workload import targets
+
+        targets.check_targets(spec)
+
+
+def _validate_workload_nodes(spec: WorkloadSpec) -> None:
+    """What the workload builds (its ``_target_`` nodes) and which harness settings it hands them."""
+    if not workloads_mod.target_of(spec.model):
+        raise ValueError(f"workload {spec.name!r} names no model: set workload.model._target_=pkg.module.Class "
+                         "(a class or a function returning a torch.nn.Module)")
+    for name in ("loss", "optimizer", "dataset"):
+        node = getattr(spec, name)
+        if node is not None and not workloads_mod.target_of(node):
+            raise ValueError(f"workload.{name} has no _target_: name a class or function, or set "
+                             f"workload.{name}=null")
+    check_choice("workload.target", spec.target, workloads_mod.TARGET_KINDS)
+    check_choice("workload.synthetic", spec.synthetic, workloads_mod.SYNTHETIC_KINDS)
+    for arg, source in {**spec.model_settings, **spec.loss_settings, **spec.dataset_settings}.items():
+        check_choice(f"harness setting for argument {arg!r}", source, workloads_mod.SETTING_SOURCES)
+
+
+def _validate_workload_shapes(spec: WorkloadSpec) -> None:
+    """The workload's sizes and sample shapes, and what its synthetic samples can be."""
+    units = spec.units_per_sample
+    if units != "spatial" and not (isinstance(units, int) and units > 0):
+        raise ValueError(f"workload.units_per_sample={units!r} is not valid: use a positive whole number or spatial "
+                         "(the product of the sample's spatial sides)")
+    missing = [n for n in SIZES[1:] if n not in spec.sizes]
+    if missing:
+        raise ValueError(f"workload {spec.name!r} has no sizes.{missing[0]}: every workload gives a full and a "
+                         "smoke size (batch_size, warmup_steps, steps, epoch_steps)")
+    for name in spec.sizes:
+        shape = spec.sample_shape(name)
+        if not shape:
+            raise ValueError(f"workload {spec.name!r} has no input shape: set workload.input_shape=[C, ...] (one "
+                             "sample, channels first, e.g. [1,64,64,64] for a 3D image with one channel)")
+        if len(shape) < 2 or min(shape) < 1:
+            raise ValueError(f"workload.input_shape={shape} is not valid: channels first, then 1 to 3 spatial "
+                             "sides, all positive (e.g. [1,64,64,64], [3,224,224] or [8,1024])")
+    need = {"volumes": ("segmentation", 3, 1), "images": ("class", 2, 3)}.get(spec.synthetic)
+    if need and (spec.target, spec.spatial_dims, spec.in_channels) != need:
+        raise ValueError(f"workload.synthetic={spec.synthetic} makes {need[1]}D samples with {need[2]} channel(s) "
+                         f"for a {need[0]} target; workload {spec.name!r} has {spec.sample_shape()} and target "
+                         f"{spec.target}: use synthetic: tensors")

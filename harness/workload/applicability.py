@@ -1,0 +1,161 @@
+"""Every reason a knob or setting cannot act here: such a run is recorded as `skipped` with the reason, never
+measured as the baseline under the knob's label, and a ladder climbing through it goes on and says why.
+
+The parent asks :func:`skip_reason` once per run, before it launches anything: ``harness.run.isolate.execute``
+asks it, unless its caller asked already and hands the answer on (a sweep's rung and a climb's trial ask before
+they look in the cache, since a run that cannot act here is never taken from it). What only the child can find,
+applying a knob to the model it built, raises :class:`KnobNotApplicable` there with a message from here, as does
+a compile mode that fails on the model (:func:`compile_failure_reason`).
+
+Torch-free, for the parent: torch is imported only to count CUDA devices.
+"""
+
+from __future__ import annotations
+
+import json
+
+import harness.config.machine as machine
+from harness.config.keys import flatten, get_key, to_dict
+from harness.config.schema import CUDAGRAPH_COMPILE_MODES, RunConfig
+
+
+class KnobNotApplicable(RuntimeError):
+    """A knob cannot take effect here: the run is recorded as `skipped` with this reason."""
+
+
+def skip_reason(cfg: RunConfig, cap_workers_at_cpus: bool = False, have_devices: int | None = None) -> str:
+    """Every reason the resolved ``cfg`` cannot run as labelled on this machine, joined ("" when it can).
+    ``cap_workers_at_cpus``: a ladder's rungs with more loader workers than CPUs are skipped (its own choice);
+    ``have_devices``: the devices of ``cfg.device`` here (counted when None)."""
+    reasons = (not_applicable(cfg), too_many_devices(cfg, have_devices), too_many_workers(cfg, cap_workers_at_cpus))
+    return "; ".join(r for r in reasons if r)
+
+
+def not_applicable(cfg: RunConfig) -> str:
+    """Why a resolved config cannot run as labelled on its device and workload ("" when it can)."""
+    reasons = _workload_conflicts(cfg) + [_ddp_conflict(cfg)]
+    reasons += [_cudagraph_conflict(cfg)] if cfg.device == "cuda" else _gpu_only(cfg)
+    return "; ".join(r for r in reasons if r)
+
+
+def too_many_devices(cfg: RunConfig, have: int | None = None) -> str:
+    """Why ``cfg`` asks for more devices than the machine has ("" when it does not)."""
+    if cfg.devices == 1:
+        return ""
+    have = devices_here(cfg.device) if have is None else have
+    if cfg.devices <= have:
+        return ""
+    what = (f"{have} CUDA GPU(s)" if cfg.device == "cuda"
+            else f"{have} usable CPU core(s) (on a CPU a device is a process)")
+    return f"devices={cfg.devices} needs {cfg.devices} devices; this machine has {what}"
+
+
+def devices_here(device: str) -> int:
+    """How many devices of this kind the machine has: GPUs, or on a CPU the cores this process may use."""
+    if device == "cuda":
+        import torch
+
+        return torch.cuda.device_count()
+    return machine.usable_cpus()
+
+
+def too_many_workers(cfg: RunConfig, cap_at_cpus: bool = False) -> str:
+    """Loader workers this machine cannot feed: beyond its bound (settings the user gives are refused there when
+    resolved; a ladder's rung is skipped), or, where a ladder caps them (``cap_workers_at_cpus``), beyond its CPUs."""
+    cpus = machine.usable_cpus()
+    if cap_at_cpus and cfg.data.num_workers > cpus:
+        return f"data.num_workers={cfg.data.num_workers} is more than the {cpus} CPUs this process may use"
+    return machine.workers_over_bound(cfg, cpus=cpus)
+
+
+def no_units_to_checkpoint(unit_names: list[str]) -> str:
+    """activation_checkpointing on a model that has none of the workload's checkpoint units (found in the child)."""
+    return f"activation_checkpointing: the model has no {unit_names} to wrap"
+
+
+def compile_failure_reason(compile_mode: str, exc: BaseException) -> str:
+    """A compile mode that failed on this model (the child's torch.compile raised): which, and the error's first
+    line, so that the run is never the eager baseline under the compile mode's label."""
+    first = next((line for line in str(exc).strip().splitlines() if line.strip()), type(exc).__name__)
+    return f"compile={compile_mode} failed on this model ({type(exc).__name__}): {first[:300]}"
+
+
+def _gpu_only(cfg: RunConfig) -> list[str]:
+    """Knobs that act on a CUDA GPU only, set on a CPU."""
+    reasons = []
+    if cfg.tf32 is True:
+        reasons.append("tf32=true needs a CUDA GPU (TF32 is a tensor-core format)")
+    if cfg.cudnn_benchmark is True:
+        reasons.append("cudnn_benchmark=true needs a CUDA GPU (cuDNN autotuning)")
+    if cfg.cudnn_deterministic:
+        reasons.append("cudnn_deterministic=true needs a CUDA GPU (it picks cuDNN's deterministic kernels)")
+    if cfg.data.pin_memory is True:
+        reasons.append("data.pin_memory=true needs a CUDA GPU (page-locked memory speeds host-to-GPU copies only)")
+    if cfg.compile == "reduce-overhead":
+        reasons.append("compile=reduce-overhead needs a CUDA GPU (it captures CUDA graphs)")
+    return reasons
+
+
+def _workload_conflicts(cfg: RunConfig) -> list[str]:
+    """Knobs this workload's model cannot take (the child would fail, or run the baseline under the knob's name)."""
+    spec, reasons = cfg.workload, []
+    if cfg.cpus is not None and cfg.cpus * cfg.devices > machine.usable_cpus():  # each rank gets CPUs of its own
+        need = f"cpus={cfg.cpus}" + (f" for each of devices={cfg.devices} ranks ({cfg.cpus * cfg.devices} CPUs)"
+                                     if cfg.devices > 1 else "")
+        reasons.append(f"{need} is more than the {machine.usable_cpus()} CPUs this process may use")
+    if cfg.channels_last and spec.spatial_dims not in (2, 3):
+        reasons.append(f"channels_last=true needs 2D or 3D samples (4D/5D tensors); workload {spec.name!r} has "
+                       f"{spec.spatial_dims}D samples {spec.sample_shape(cfg.size)}")
+    if cfg.model.depth is not None and "model.depth" not in spec.model_settings.values():
+        reasons.append(f"model.depth={cfg.model.depth} needs a model that takes a depth: workload {spec.name!r} "
+                       "hands none to its model (model_settings: {ARG: model.depth} does; unet3d takes it)")
+    if cfg.model.width != 1.0 and "width" not in spec.model_settings.values():
+        reasons.append(f"model.width={cfg.model.width:g} needs a model that takes a width: workload {spec.name!r} "
+                       "hands none to its model (model_settings: {ARG: width} does)")
+    if spec.synthetic == "tensors" or spec.dataset is not None:
+        switched = [f"data.{n}" for n in ("flip", "noise", "rotate", "elastic", "mixup") if getattr(cfg.data, n)]
+        if cfg.data.augment != "none" or switched:
+            what = (switched or [f"data.augment={cfg.data.augment}"])[0]
+            own = "its own dataset" if spec.dataset is not None else "synthetic: tensors"
+            reasons.append(f"{what} applies to the volumes and images pipelines; workload {spec.name!r} has {own}")
+    if cfg.activation_checkpointing and not spec.checkpoint_units and cfg.measure.mode != "loader":
+        reasons.append(f"activation_checkpointing=true: workload {spec.name!r} names no checkpoint_units (the "
+                       "module classes to recompute), so nothing would be checkpointed; set "
+                       "workload.checkpoint_units=[pkg.Block]")
+    return reasons
+
+
+def _ddp_conflict(cfg: RunConfig) -> str:
+    """DDP knobs on a single device, or a strong-scaling batch that does not split evenly over the devices."""
+    if cfg.devices == 1:
+        changed = [k for k, v in flatten(to_dict(cfg)).items()
+                   if k.startswith("ddp.") and v != get_key(RunConfig(), k)]
+        return "; ".join(f"{k}={json.dumps(v) if isinstance(v, bool) else v} needs devices >= 2 (a setting of "
+                         "DistributedDataParallel)" for k, v in ((k, get_key(cfg, k)) for k in changed))
+    if cfg.scaling == "strong" and cfg.batch_size % cfg.devices:
+        return (f"scaling=strong splits batch_size={cfg.batch_size} over devices={cfg.devices}, which does not "
+                "divide it; use a batch_size that is a multiple of devices")
+    return ""
+
+
+def _cudagraph_conflict(cfg: RunConfig) -> str:
+    """A CUDA-graph compile mode with a training loop that keeps gradients across graph replays.
+
+    A replay writes its outputs, the gradients among them, into the graph's static memory. Accumulating over
+    micro-batches (``.grad += ...`` between replays), or zeroing gradients in place instead of dropping them,
+    keeps those tensors alive into the next replay, which overwrites them: the step would train on wrong
+    gradients (or fail with "accessing tensor output of CUDAGraphs that has been overwritten"), so the run
+    would not measure the knob it is labelled with.
+    """
+    if cfg.compile not in CUDAGRAPH_COMPILE_MODES or cfg.measure.mode == "loader":
+        return ""
+    reasons = []
+    if cfg.accumulate_grad_batches > 1:
+        reasons.append(f"compile={cfg.compile} captures CUDA graphs, whose replays overwrite the gradients that "
+                       f"accumulate_grad_batches={cfg.accumulate_grad_batches} adds up across micro-batches; use "
+                       "accumulate_grad_batches=1 or compile=default")
+    if not cfg.optimizer.zero_grad_set_to_none:
+        reasons.append(f"compile={cfg.compile} captures CUDA graphs, whose replays overwrite gradients zeroed in "
+                       "place (optimizer.zero_grad_set_to_none=false); use optimizer.zero_grad_set_to_none=true "
+                       "or compile=default")
+    return "; ".join(reasons)
