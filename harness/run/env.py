@@ -19,8 +19,8 @@ import subprocess
 from pathlib import Path
 
 HARDWARE_FIELDS = ("device", "gpu_name", "gpu_count", "cpu_model", "cpu_count")
-SOFTWARE_FIELDS = ("torch_version", "cuda_version", "cudnn_version", "monai_version", "torchvision_version", "python_version",
-                   "harness_version", "code_fingerprint", "threads")
+SOFTWARE_FIELDS = ("torch_version", "cuda_version", "cudnn_version", "monai_version", "torchvision_version",
+                   "python_version", "harness_version", "code_fingerprint", "threads")
 REPO_ROOT = Path(__file__).resolve().parent.parent.parent
 MEASURING_CODE = ("harness", "models")  # source folders whose code can change a measurement
 # ... except these: analysis only reads the store, and the commands only decide settings (which config_hash covers)
@@ -87,7 +87,8 @@ def git_state(repo: Path | None = None) -> tuple[str, bool | None]:
         commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True, timeout=5)
         if commit.returncode != 0:
             return "", None
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=repo, capture_output=True, text=True, timeout=5)
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=repo, capture_output=True,
+                               text=True, timeout=5)
         return commit.stdout.strip(), bool(dirty.stdout.strip())
     except (OSError, subprocess.SubprocessError):
         return "", None

@@ -196,9 +196,7 @@ def run_rung(ctx: SweepContext, rung: int, round_: int, machine: runner.Machine,
         from harness.run.isolate import base_record
 
         record = base_record(cfg, env, key, "skipped", f"data.num_workers={cfg.data.num_workers} is more than the "
-                             f"{usable_cpus()} CPUs this process may use")
-        for k, v in fields.items():
-            setattr(record, k, v)
+                             f"{usable_cpus()} CPUs this process may use", **fields)
         store_record(record, cfg.results_dir)
         return RungOutcome(record, "skipped", dropped, record.error)
     if not ctx.rerun and not debug_active(cfg):
