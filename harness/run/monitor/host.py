@@ -72,8 +72,6 @@ def descendants(proc: psutil.Process) -> list[psutil.Process]:
     return found
 
 
-
-
 def own_peak_rss_bytes() -> float:
     """This process's peak RSS over its life, kept by the kernel: exact, and free to read once."""
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
