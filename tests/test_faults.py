@@ -134,10 +134,10 @@ def test_a_result_written_before_a_hang_is_kept(tmp_path):
 
     isolate.subprocess.Popen = sleeper
     try:
-        status, error, metrics = isolate._run_child(job, timeout_s=1.0, on_progress=None)
+        outcome, summary = isolate._run_child(job, timeout_s=1.0, on_progress=None)
     finally:
         isolate.subprocess.Popen = real
-    assert (status, metrics) == ("ok", {"samples_per_s": 3.5})
+    assert outcome.status == "ok" and summary.samples_per_s == 3.5
 
 
 # ------------------------------------------------------------------------------------------

@@ -61,9 +61,9 @@ def _child_run(tmp_path, **overrides):
     (job / "parent.pid").write_text(str(os.getpid()))
     (job / "config.json").write_text(json.dumps(config_mod.to_dict(cfg)))
     (job / "env.json").write_text("{}")
-    status, error, metrics = isolate._run_child(job, cfg.timeout_s, None, cfg.measure.sample_interval_s)
-    assert status == "ok", error
-    return metrics
+    outcome, summary = isolate._run_child(job, cfg.timeout_s, None, cfg.measure.sample_interval_s)
+    assert outcome.status == "ok", outcome.error
+    return summary.to_dict()
 
 
 def test_the_measuring_process_runs_no_other_python_thread(tmp_path):

@@ -196,18 +196,19 @@ def test_checkpointing_units_the_model_does_not_have_is_a_skip_from_the_child():
 
 
 def test_a_compile_failure_is_skipped_with_the_compile_mode_and_the_reason():
-    from harness.run import child
+    from harness.run import outcome
 
     failure = type("BackendCompilerFailed", (RuntimeError,), {"__module__": "torch._dynamo.exc"})
     exc = RuntimeError("wrapped")
     exc.__cause__ = failure("backend='inductor' raised:\nsomething the model does")
-    assert child.classify(exc) == "skipped"
-    assert child.skip_reason(exc, "default") == "compile=default failed on this model (RuntimeError): wrapped"
-    assert child.classify(RuntimeError("shapes")) == "error"
+    assert outcome.classify(exc) == "skipped"
+    assert outcome.skip_reason(exc, "default") == "compile=default failed on this model (RuntimeError): wrapped"
+    assert outcome.classify(RuntimeError("shapes")) == "error"
 
 
 def test_a_forward_that_fails_on_the_batch_says_the_shapes():
-    from harness.run.measure import BatchRefused, train_and_measure
+    from harness.run.measure import train_and_measure
+    from harness.run.outcome import BatchRefused
 
     cfg = _inline("workload.input_shape=[2,16,16,16]", "measure.steps=1", "measure.warmup_steps=1")
     with pytest.raises(BatchRefused, match=r"^the model failed on a batch of input \[2, 2, 16, 16, 16\] float32 and "

@@ -16,78 +16,29 @@ import json
 import os
 import sys
 import time
-import traceback
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+from harness.run.outcome import OK, of_exception
 
-def classify(exc: BaseException) -> str:
-    """Status for an exception from the training run."""
-    import torch
-
-    from harness.workload.knobs import KnobNotApplicable
-    from harness.run.measure import NonFiniteLoss, is_compile_failure
-
-    if isinstance(exc, KnobNotApplicable):
-        return "skipped"
-    if isinstance(exc, NonFiniteLoss):
-        return "nan"
-    if isinstance(exc, torch.OutOfMemoryError):
-        return "oom"
-    # Out of memory does not always surface as torch.OutOfMemoryError: cuBLAS and cuDNN report a failed
-    # workspace allocation with their own status codes, and compile wraps the original error in its own
-    # exception type, so the text of the whole exception chain is read.
-    text = " ".join(str(e) for e in _chain(exc))
-    if "out of memory" in text.lower() or any(marker in text for marker in OOM_MARKERS):
-        return "oom"
-    if is_compile_failure(exc):  # the knob cannot take this model: never the eager baseline under its label
-        return "skipped"
-    return "error"
-
-
-def skip_reason(exc: BaseException, compile_mode: str) -> str:
-    """The reason a skipped run gives: the knob's own, or which compile mode failed on the model and how."""
-    from harness.run.measure import is_compile_failure
-
-    if is_compile_failure(exc) and not isinstance(exc, _knob_not_applicable()):
-        first = next((line for line in str(exc).strip().splitlines() if line.strip()), type(exc).__name__)
-        return f"compile={compile_mode} failed on this model ({type(exc).__name__}): {first[:300]}"
-    return str(exc)
-
-
-def _knob_not_applicable() -> type:
-    from harness.workload.knobs import KnobNotApplicable
-
-    return KnobNotApplicable
-
-
-# Messages that mean the device (or host) allocator could not satisfy a request.
-OOM_MARKERS = ("CUBLAS_STATUS_ALLOC_FAILED", "CUDNN_STATUS_ALLOC_FAILED", "cudaErrorMemoryAllocation",
-               "can't allocate memory")
-
-
-def _chain(exc: BaseException):
-    """The exception, then its causes and contexts (each once)."""
-    seen = set()
-    while exc is not None and id(exc) not in seen:
-        seen.add(id(exc))
-        yield exc
-        exc = exc.__cause__ or exc.__context__
+if TYPE_CHECKING:
+    from harness.config import RunConfig
+    from harness.run.ranks import Rank
+    from harness.run.summary import Summary
 
 
 def main(job_dir: str) -> int:
-    from harness.run import ranks
-    from harness.run.lifeline import guard_child
-    from harness.run.ranks import Rank
+    from harness.lifeline import guard_child
 
-    guard_child()
-    job = Path(job_dir)
+    guard_child()  # first: die with the parent even if the imports below are slow
     from harness import config as config_mod
-    from harness.run.measure import model_flops_per_sample, summarize, train_and_measure, write_json
+    from harness.run import ranks
+    from harness.run.measure import write_json
 
+    job = Path(job_dir)
     cfg = config_mod.from_dict(json.loads((job / "config.json").read_text()))
     gpu_name = json.loads((job / "env.json").read_text()).get("gpu_name", "")
-    workload = cfg.workload
-    rank = Rank()
+    rank = ranks.Rank()
 
     def progress(phase: str, **info) -> None:
         if rank.rank == 0:
@@ -96,18 +47,10 @@ def main(job_dir: str) -> int:
     progress("build")
     try:
         rank = ranks.join(cfg.device)
-        cfg.batch_size = config_mod.per_device_batch(cfg)  # this rank's batch (strong scaling: its share)
-        flops = model_flops_per_sample(cfg, workload)
-        m, extras = train_and_measure(cfg, workload, progress, rank)
-        summary = summarize(cfg, workload, m, extras, flops, gpu_name)
-        summaries = rank.gather(summary)
-        if rank.distributed:
-            summary = ranks.combine(summaries, rank.backend, int(os.environ.get("OMP_NUM_THREADS", "0")) or None)
-        result = {"status": "ok", "error": "", **summary}
+        result = {"status": OK, "error": "", **_measure(cfg, rank, gpu_name, progress).to_dict()}
     except BaseException as exc:  # every outcome becomes a record
-        status = classify(exc)
-        tail = "".join(traceback.format_exception(exc))[-4000:]
-        result = {"status": status, "error": skip_reason(exc, cfg.compile) if status == "skipped" else tail}
+        failed = of_exception(exc, cfg.compile)
+        result = {"status": failed.status, "error": failed.error}
         if rank.distributed:  # the launcher stops the peers and writes the run's result from this
             write_json(job / f"result.rank{rank.rank}.json", result)
             return 1
@@ -115,6 +58,24 @@ def main(job_dir: str) -> int:
         write_json(job / "result.json", result)
     ranks.leave(rank)
     return 0
+
+
+def _measure(cfg: RunConfig, rank: Rank, gpu_name: str, progress) -> Summary:
+    """This rank's measurement, summarised; under DDP, every rank's combined into rank 0's record."""
+    from harness import config as config_mod
+    from harness.run import ranks
+    from harness.run.measure import model_flops_per_sample, train_and_measure
+    from harness.run.summary import Summary, per_sample, summarize
+
+    cfg.batch_size = config_mod.per_device_batch(cfg)  # this rank's batch (strong scaling: its share)
+    flops = model_flops_per_sample(cfg, cfg.workload)
+    m, extras = train_and_measure(cfg, cfg.workload, progress, rank)
+    summary = summarize(m, extras, per_sample(cfg, flops, gpu_name), compiled=cfg.compile != "off")
+    if rank.distributed:
+        summaries = rank.gather(summary.to_dict())
+        omp = int(os.environ.get("OMP_NUM_THREADS", "0")) or None
+        summary = Summary.from_dict(ranks.combine(summaries, rank.backend, omp))
+    return summary
 
 
 if __name__ == "__main__":

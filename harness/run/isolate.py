@@ -39,6 +39,9 @@ from typing import Callable
 
 from harness import config as config_mod
 from harness.run import launch, monitor
+from harness.run import outcome as outcome_mod
+from harness.run.outcome import OK, SKIPPED, Outcome
+from harness.run.summary import Summary
 from harness.store import RunRecord, new_id, utc_timestamp
 from harness.workload import applicability
 
@@ -54,8 +57,10 @@ def new_run_id() -> str:
     return new_id()
 
 
-def base_record(cfg: config_mod.RunConfig, env: dict, env_key: str, status: str, error: str = "") -> RunRecord:
-    """A record of ``cfg`` with environment and identity filled, metrics empty."""
+def base_record(cfg: config_mod.RunConfig, env: dict, env_key: str, status: str, error: str = "",
+                summary: Summary | None = None, **labels) -> RunRecord:
+    """The record of ``cfg``: environment and identity, the metrics of ``summary`` (empty without one), and
+    ``labels`` (a sweep's fields). Constructed in one call: a field name the record lacks raises TypeError."""
     env_fields = {f.name for f in fields(RunRecord)}
     return RunRecord(
         run_id=new_run_id(),
@@ -71,34 +76,35 @@ def base_record(cfg: config_mod.RunConfig, env: dict, env_key: str, status: str,
         unit=cfg.workload.unit,
         mode=cfg.measure.mode,
         **{k: v for k, v in env.items() if k in env_fields},
+        **(summary.record_fields() if summary is not None else {}),
+        **labels,
     )
 
 
 def execute(cfg: config_mod.RunConfig, env: dict, env_key: str, on_progress: ProgressFn | None = None,
-            skip_reason: str | None = None) -> RunRecord:
+            skip_reason: str | None = None, **labels) -> RunRecord:
     """Measure ``cfg`` (resolved) in a child process; the record's status says how it ended. A run that cannot act
     here is recorded as skipped without starting anything: ``skip_reason`` is the caller's answer of
-    ``applicability.skip_reason`` when it asked already (asked here when None, so that it is asked once a run)."""
+    ``applicability.skip_reason`` when it asked already (asked here when None, so that it is asked once a run).
+    ``labels``: fields of the record the run does not measure (a sweep's), set when the record is made."""
     reason = applicability.skip_reason(cfg) if skip_reason is None else skip_reason
     if reason:
-        return base_record(cfg, env, env_key, "skipped", reason)
+        return base_record(cfg, env, env_key, SKIPPED, reason, **labels)
     clean_stale_jobs()
     with tempfile.TemporaryDirectory(prefix=JOB_PREFIX) as tmp:
         job = Path(tmp)
         (job / "parent.pid").write_text(str(os.getpid()))
         (job / "config.json").write_text(json.dumps(config_mod.to_dict(cfg)))
         (job / "env.json").write_text(json.dumps(env, default=str))
-        status, error, metrics = _run_child(job, cfg.timeout_s, on_progress, cfg.measure.sample_interval_s,
-                                            launch.command(job) if cfg.devices > 1 else None)
-    record = base_record(cfg, env, env_key, status, error)
-    for key, value in metrics.items():
-        if hasattr(record, key):
-            setattr(record, key, value)
-    return record
+        outcome, summary = _run_child(job, cfg.timeout_s, on_progress, cfg.measure.sample_interval_s,
+                                      launch.command(job) if cfg.devices > 1 else None)
+    return base_record(cfg, env, env_key, outcome.status, outcome.error, summary, **labels)
 
 
 def _run_child(job: Path, timeout_s: float, on_progress: ProgressFn | None,
-               sample_interval_s: float = 0.5, argv: list[str] | None = None) -> tuple[str, str, dict]:
+               sample_interval_s: float = 0.5, argv: list[str] | None = None) -> tuple[Outcome, Summary | None]:
+    """Start the child, watch it to its end, and read what it left: its outcome, and the summary of a run that
+    measured, with what the parent sampled added (None for a run that did not)."""
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), env.get("PYTHONPATH", "")) if p)
     env["HARNESS_PARENT_PID"] = str(os.getpid())
@@ -123,14 +129,12 @@ def _run_child(job: Path, timeout_s: float, on_progress: ProgressFn | None,
     result = _read_result(job / "result.json")
     if result is not None:  # a child that wrote its result and then hung on exit still measured
         status, error = result.pop("status"), result.pop("error", "")
-        if status == "ok" and "peak_main_rss_bytes" in result:  # a measurement: add what the parent sampled
+        if status == OK and "peak_main_rss_bytes" in result:  # a measurement: add what the parent sampled
             result.update(monitor.metrics(watch.sampler.samples, result, gpu_named=watch.gpu_named))
-        return status, error, result
+        return Outcome(status, error), Summary.from_dict(result) if result else None
     if timed_out:
-        return "timeout", f"no result after timeout_s={timeout_s:g} s; killed.\n{_tail(log_path)}", {}
-    code = proc.returncode
-    how = f"killed by signal {signal.Signals(-code).name}" if code and code < 0 else f"exited with code {code}"
-    return "error", f"the measuring process {how} without writing a result.\n{_tail(log_path)}", {}
+        return outcome_mod.timed_out(timeout_s, _tail(log_path)), None
+    return outcome_mod.died(proc.returncode, _tail(log_path)), None
 
 
 class _Watch:

@@ -25,9 +25,9 @@ import sys
 from pathlib import Path
 
 from harness import config as config_mod
+from harness.run.outcome import DIAGNOSED
 
 RANK_RESULT = "result.rank{rank}.json"
-PRIORITY = ("skipped", "oom", "nan")  # a rank's own diagnosis beats its peers' broken-connection errors
 
 
 usable_cpus = config_mod.usable_cpus  # CPUs this process may run on (one definition, in config)
@@ -47,7 +47,7 @@ def command(job: Path) -> list[str]:
 
 
 def main(job_dir: str) -> int:
-    from harness.run.lifeline import guard_child
+    from harness.lifeline import guard_child
 
     guard_child()  # the agent dies with the parent, and has the same deadline as a child
     job = Path(job_dir)
@@ -105,7 +105,7 @@ def root_failure(exits: dict[int, int], results: dict[int, dict | None]) -> dict
                else f"exited with code {code}" if code is not None else "wrote a failure")
         lines.append(f"rank {rank} {how}")
     summary = "; ".join(lines) or "the ranks ended without a result"
-    for status in PRIORITY:
+    for status in DIAGNOSED:  # a rank's own diagnosis beats its peers' broken-connection errors
         for rank, res in sorted(failed.items()):
             if res.get("status") == status:
                 return {"status": status, "error": res.get("error", "") if status == "skipped"

@@ -67,7 +67,7 @@ def leave(rank: Rank) -> None:
 
 
 def combine(summaries: list[dict], backend: str, omp_threads: int | None) -> dict:
-    """Rank 0's record from every rank's summary (``measure.summarize`` of its own window).
+    """Rank 0's record from every rank's summary (``summary.summarize`` of its own window, in its JSON form).
 
     The slowest rank (lowest samples/s) sets the throughput: global samples/s = world size x its samples/s. Its
     raw step times are the record's (the noise model's bootstrap reads them); every rank's p50/p90 and window are

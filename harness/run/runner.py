@@ -56,9 +56,8 @@ def prepare_data(resolved: config_mod.RunConfig, log=print) -> None:
 def run_and_store(resolved: config_mod.RunConfig, env: dict, env_key: str, on_progress: ProgressFn | None = None,
                   skip_reason: str | None = None, **sweep_fields) -> RunRecord:
     """Measure a resolved config and append its record to the store (whatever its status); ``skip_reason``: the
-    caller's answer of ``applicability.skip_reason`` when it asked already (see ``isolate.execute``)."""
-    record = execute(resolved, env, env_key, on_progress, skip_reason)
-    for key, value in sweep_fields.items():
-        setattr(record, key, value)
+    caller's answer of ``applicability.skip_reason`` when it asked already (see ``isolate.execute``);
+    ``sweep_fields`` go into the record as it is made (a name the record lacks raises)."""
+    record = execute(resolved, env, env_key, on_progress, skip_reason, **sweep_fields)
     store_record(record, resolved.results_dir)
     return record

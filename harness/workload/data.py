@@ -21,7 +21,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset, default_collate
 
-from harness.run import lifeline
+from harness import lifeline
 from harness.workload.volumes import make_volume
 
 AUGMENT_PRESETS = {

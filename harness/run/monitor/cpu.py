@@ -1,0 +1,46 @@
+"""CPU accounting of the measured window, read by the child itself at the window's two edges (none per step)."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import psutil
+
+
+def cpu_percent_since_last_call() -> float:
+    return psutil.cpu_percent(interval=None)
+
+
+@dataclass(frozen=True)
+class CpuClock:
+    """CPU seconds used by the whole machine and by this process tree, at one instant."""
+
+    machine_busy_s: float
+    own_s: float
+    wall_s: float
+
+    @staticmethod
+    def read() -> "CpuClock":
+        t = psutil.cpu_times()
+        busy = sum(t) - t.idle - getattr(t, "iowait", 0.0)
+        proc = psutil.Process()
+        c = proc.cpu_times()
+        # children_*: loader workers already joined; live workers are read one by one.
+        own = c.user + c.system + c.children_user + c.children_system
+        for child in proc.children(recursive=True):
+            try:
+                ct = child.cpu_times()
+                own += ct.user + ct.system
+            except psutil.Error:
+                pass
+        return CpuClock(busy, own, time.perf_counter())
+
+
+def other_cpu_percent(start: CpuClock, end: CpuClock) -> float:
+    """Share of the machine's CPU that other processes used between two readings (0-100)."""
+    wall = end.wall_s - start.wall_s
+    if wall <= 0:
+        return 0.0
+    others = (end.machine_busy_s - start.machine_busy_s) - (end.own_s - start.own_s)
+    return max(0.0, 100.0 * others / (wall * (psutil.cpu_count() or 1)))

@@ -1,0 +1,202 @@
+"""The parent's sampler of a measuring child: host memory always, GPU metrics in the measured window only, and
+the record's memory and GPU fields from what it sampled (``metrics``)."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import psutil
+
+from harness.run.monitor.gpu import GPU_METRICS, Gpm, GpuHandle, clock_reason_names
+from harness.run.monitor.host import tree_rss
+
+
+@dataclass
+class Samples:
+    peak_host_rss_bytes: float = 0.0
+    peak_main_rss_bytes: float = 0.0
+    peak_worker_rss_bytes: dict[int, float] = field(default_factory=dict)
+    gpu_util_pct: list[float] = field(default_factory=list)
+    gpu_mem_used_bytes: list[float] = field(default_factory=list)  # device-wide: every process on the GPU
+    gpu_power_w: list[float] = field(default_factory=list)
+    gpu_sm_clock_mhz: list[float] = field(default_factory=list)
+    gpu_clock_reasons: list[float] = field(default_factory=list)  # NVML clock-event bitmasks, one per sample
+    gpu_sm_active_pct: float | None = None  # GPM, over the whole window (two samples, not a mean of polls)
+    # The harness's own cost: CPU time of this (parent) process, every thread, over the window as the parent saw
+    # it open and close, in % of one CPU. Empty when the parent did not see both edges.
+    parent_cpu_pct: float | None = None
+    notes: list[str] = field(default_factory=list)  # GPU metrics that could not be read, and why
+
+
+class Sampler:
+    """Samples the host RSS of a process tree (a measuring child + its loader workers) always, and GPU stats
+    only while ``measuring`` is set (the measured window). No thread: its owner calls ``sample_once``.
+
+    Every NVML call is guarded on its own: a metric whose call fails (not supported on a MIG instance, a GPU
+    fallen off the bus) is read no more and ends as None with a note, while the others, and the host memory
+    peaks, go on being sampled. ``sample_once`` never raises.
+    """
+
+    def __init__(self, pid: int | None = None, nvml_handle: GpuHandle | Any = None, nvml=None, ranks: bool = False):
+        self.samples = Samples()
+        self.ranks = ranks  # ``pid`` is torch's launcher: its children are the ranks (the "main" processes)
+        self.measuring = False
+        self.gpu: GpuHandle | None = None
+        self.other_gpus: list[GpuHandle] = []  # the other ranks' GPUs of a multi-device run, sampled alike
+        self._nvml = nvml  # the pynvml module (injectable for tests); imported on first use
+        self._dead: set[str] = set()
+        self._gpm: list[Gpm] = []  # one per GPU of the run (every rank's), between the window's edges
+        self._parent_clock: tuple[float, float] | None = None  # (CPU s, wall s) of this process at the window's open
+        try:
+            self._proc = psutil.Process(pid)
+        except psutil.Error:
+            self._proc = None
+        if nvml_handle is not None:
+            self.attach_gpu(nvml_handle)
+
+    def attach_gpu(self, nvml_handle: GpuHandle | Any) -> None:
+        """Start sampling this device (the child names it once CUDA is up; the parent resolves the handle)."""
+        if not isinstance(nvml_handle, GpuHandle):
+            nvml_handle = GpuHandle(nvml_handle)
+        if nvml_handle.note:
+            self._note(nvml_handle.note)
+        if nvml_handle.handle is not None and self.gpu is not None:  # another rank's GPU
+            self.other_gpus.append(nvml_handle)
+        else:
+            self.gpu = nvml_handle if nvml_handle.handle is not None else None
+        if nvml_handle.handle is not None and nvml_handle.mig:
+            for name in ("gpu_util_pct", "gpu_power_w"):
+                self._give_up(name, "not reported by NVML for a MIG instance")
+
+    def window_opened(self) -> None:
+        """The measured window has opened (as the parent sees it): GPU samples from now on, GPM's first sample."""
+        self.measuring = True
+        self._parent_clock = (time.process_time(), time.monotonic())
+        if self.gpu is None or "gpu_sm_active_pct" in self._dead or not self._load_nvml():
+            return
+        self._gpm = []
+        try:
+            for gpu in [self.gpu, *self.other_gpus]:
+                self._gpm.append(Gpm(self._nvml, gpu.handle))
+        except Exception as exc:
+            for gpm in self._gpm:
+                gpm.discard()
+            self._gpm = []
+            self._give_up("gpu_sm_active_pct", f"SM activity (GPM) unreadable ({type(exc).__name__}: {exc})")
+
+    def window_closed(self) -> None:
+        """The measured window has closed: no more GPU samples; GPM's SM activity over the window (with several
+        GPUs, their mean, as the other GPU metrics pool)."""
+        self.measuring = False
+        if self._parent_clock is not None:
+            cpu0, wall0 = self._parent_clock
+            wall = time.monotonic() - wall0
+            if wall > 0:
+                self.samples.parent_cpu_pct = 100.0 * (time.process_time() - cpu0) / wall
+            self._parent_clock = None
+        gpms, self._gpm = self._gpm, []
+        if not gpms:
+            return
+        try:
+            self.samples.gpu_sm_active_pct = sum(g.sm_active_pct() for g in gpms) / len(gpms)
+        except Exception as exc:
+            self._give_up("gpu_sm_active_pct", f"SM activity (GPM) unreadable ({type(exc).__name__}: {exc})")
+
+    def window_lost(self) -> None:
+        """The child ended before the parent saw the window close: GPM's second sample would take in the child's
+        teardown, so SM activity is left empty, with a note."""
+        self.measuring = False
+        self._parent_clock = None
+        if self._gpm:
+            for gpm in self._gpm:
+                gpm.discard()
+            self._gpm = []
+            self._give_up("gpu_sm_active_pct", "SM activity (GPM) not read: the window's close was not seen in time")
+
+    def _load_nvml(self) -> bool:
+        if self._nvml is None:
+            try:
+                import pynvml
+
+                self._nvml = pynvml
+            except ImportError:
+                self._note("NVML: pynvml is not installed")
+                self.gpu = None
+                return False
+        return True
+
+    def sample_once(self) -> None:
+        try:
+            self._sample_host()
+        except Exception as exc:  # whatever goes wrong, the next sample is taken all the same
+            self._note(f"sampler: {type(exc).__name__}: {exc}")
+        if self.gpu is not None and self.measuring:
+            try:
+                self._sample_gpu()
+            except Exception as exc:
+                self._note(f"sampler: {type(exc).__name__}: {exc}")
+
+    def _sample_host(self) -> None:
+        rss = tree_rss(self._proc, self.ranks) if self._proc is not None else None
+        if rss is None:
+            return
+        self.samples.peak_main_rss_bytes = max(self.samples.peak_main_rss_bytes, rss.main)
+        peaks = self.samples.peak_worker_rss_bytes
+        for pid, worker in rss.workers.items():
+            peaks[pid] = max(peaks.get(pid, 0.0), worker)
+        self.samples.peak_host_rss_bytes = max(self.samples.peak_host_rss_bytes, rss.total)
+
+    def _sample_gpu(self) -> None:
+        if not self._load_nvml():
+            return
+        for name, what, read in GPU_METRICS:
+            for gpu in [self.gpu, *self.other_gpus]:  # several GPUs: their samples pool (a mean per GPU, a max)
+                if name in self._dead:
+                    break
+                try:
+                    getattr(self.samples, name).append(read(self._nvml, gpu.handle))
+                except Exception as exc:  # NVMLError_NotSupported, _GpuIsLost, ...: this metric only
+                    self._give_up(name, f"{what} unreadable ({type(exc).__name__}: {exc})")
+
+    def _give_up(self, name: str, why: str) -> None:
+        self._dead.add(name)
+        self._note(f"{name}: {why}")
+
+    def _note(self, text: str) -> None:
+        if text not in self.samples.notes:
+            self.samples.notes.append(text)
+
+
+def metrics(samples: Samples, child: dict, gpu_named: bool = False) -> dict:
+    """The record's memory and GPU fields from the parent's samples, merged with what the child measured of
+    itself (its exact peak RSS, from the kernel): a peak is the larger of the two, never lower than either."""
+    main = max(samples.peak_main_rss_bytes, float(child.get("peak_main_rss_bytes") or 0.0))
+    host = max(samples.peak_host_rss_bytes, float(child.get("peak_host_rss_bytes") or 0.0), main)
+    workers = sorted(samples.peak_worker_rss_bytes.values(), reverse=True)
+    notes = list(samples.notes)
+    gpu = samples.gpu_util_pct or samples.gpu_mem_used_bytes or samples.gpu_power_w or samples.gpu_sm_clock_mhz
+    if gpu_named and not gpu and not notes:
+        notes.append("no GPU sample: the measured window was shorter than measure.sample_interval_s")
+    return {
+        "peak_host_rss_bytes": host or None,
+        "peak_main_rss_bytes": main or None,
+        "peak_worker_rss_bytes": workers[0] if workers else None,
+        "worker_rss_bytes": workers,
+        "gpu_util_pct": _mean(samples.gpu_util_pct),
+        # NVML's "used" is device-wide: every process's memory and the CUDA contexts, not only this run's tensors.
+        "gpu_mem_used_bytes": max(samples.gpu_mem_used_bytes, default=None),
+        "gpu_power_w": _mean(samples.gpu_power_w),
+        "gpu_sm_clock_mhz": _mean(samples.gpu_sm_clock_mhz),
+        "gpu_throttle_reasons": clock_reason_names(samples.gpu_clock_reasons),
+        "gpu_sm_active_pct": samples.gpu_sm_active_pct,
+        "parent_cpu_pct": samples.parent_cpu_pct,
+        "gpu_sample_note": "; ".join(notes),
+    }
+
+
+def _mean(values: list[float]) -> float | None:
+    return sum(values) / len(values) if values else None
+
+

@@ -1,0 +1,212 @@
+"""What a run measured, typed: the raw per-step samples, what the child reads of itself once the window has closed,
+and the summary that becomes the record's metric fields.
+
+A ``Summary`` crosses two process boundaries as JSON (rank -> rank 0 -> parent) and is read back strictly: a name
+that is not one of its fields raises, and the record is constructed from it in one call, so that a misspelt
+metric fails the run's tests instead of vanishing from the store.
+"""
+
+from __future__ import annotations
+
+import difflib
+import statistics
+from dataclasses import asdict, dataclass, field, fields
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from harness.config import RunConfig
+
+
+@dataclass
+class Measurement:
+    """The raw samples of one run's loop: warm-up apart from the measured steps, per step."""
+
+    samples_per_step: int
+    warmup_ms: list[float] = field(default_factory=list)
+    step_ms: list[float] = field(default_factory=list)
+    data_wait_ms: list[float] = field(default_factory=list)
+    device_step_ms: list[float] = field(default_factory=list)  # CUDA only: per step, from CUDA events
+    measured_s: float = 0.0
+    window_start_unix: float | None = None  # when the window opened, UNIX seconds (read at its close: no clock in it)
+    loss_first: float | None = None
+    loss_last: float | None = None
+
+
+@dataclass
+class Extras:
+    """What the child reads of itself after the window has closed (none of it inside the window)."""
+
+    # The child's own exact peak (the kernel's high-water mark, read once). The parent, which samples this
+    # process and its loader workers from outside, adds the workers' peaks and the GPU metrics.
+    peak_host_rss_bytes: float | None = None
+    peak_main_rss_bytes: float | None = None
+    cpu_util_pct: float | None = None
+    other_cpu_pct: float | None = None
+    python_threads_in_window: int | None = None  # the tests hold this at 1 without loader threads
+    # Peaks of the measured window (reset when it opens). Allocated: live tensors. Reserved: what the caching
+    # allocator holds from the device, which is what must fit in the GPU's memory. CUDA only.
+    peak_vram_bytes: float | None = None
+    peak_vram_reserved_bytes: float | None = None
+    warmup_peak_vram_bytes: float | None = None
+    warmup_peak_vram_reserved_bytes: float | None = None
+    compile_s: float | None = None  # from compile's own timers; None: the warm-up's estimate stands
+    cpu_window: dict[str, float] | None = None  # multi-device: this rank's CPU seconds over its window
+    backend_flags: str = ""  # JSON: the TF32 / cuDNN settings applied, and through which API
+    checkpointed_units: int = 0
+
+
+@dataclass(frozen=True)
+class PerSample:
+    """What one sample is worth: units of throughput (voxels, images), training FLOPs, and the device's peak."""
+
+    units: float
+    flops: float | None = None
+    peak_flops: float | None = None
+
+
+@dataclass
+class Summary:
+    """The record's metric fields (each named and typed as in ``RunRecord``), and two that are not stored."""
+
+    samples_per_step: int | None = None
+    flops_per_sample: float | None = None
+    warmup_steps: int | None = None
+    measured_steps: int | None = None
+    samples_per_s: float | None = None
+    units_per_s: float | None = None
+    step_ms_p50: float | None = None
+    step_ms_p90: float | None = None
+    step_ms_mean: float | None = None
+    data_wait_frac: float | None = None
+    data_wait_ms_p50: float | None = None
+    compile_s: float | None = None
+    first_step_s: float | None = None
+    measured_s: float | None = None
+    window_start_unix: float | None = None
+    peak_vram_bytes: float | None = None
+    peak_host_rss_bytes: float | None = None
+    peak_main_rss_bytes: float | None = None
+    peak_worker_rss_bytes: float | None = None
+    worker_rss_bytes: list[float] = field(default_factory=list)
+    gpu_util_pct: float | None = None
+    gpu_mem_used_bytes: float | None = None
+    gpu_power_w: float | None = None
+    cpu_util_pct: float | None = None
+    other_cpu_pct: float | None = None
+    mfu: float | None = None
+    peak_flops: float | None = None
+    loss_first: float | None = None
+    loss_last: float | None = None
+    step_ms: list[float] = field(default_factory=list)
+    data_wait_ms: list[float] = field(default_factory=list)
+    peak_vram_reserved_bytes: float | None = None
+    warmup_peak_vram_bytes: float | None = None
+    warmup_peak_vram_reserved_bytes: float | None = None
+    gpu_sample_note: str = ""
+    device_step_ms: list[float] = field(default_factory=list)
+    device_step_ms_p50: float | None = None
+    device_step_frac: float | None = None
+    gpu_sm_clock_mhz: float | None = None
+    gpu_throttle_reasons: str = ""
+    gpu_sm_active_pct: float | None = None
+    parent_cpu_pct: float | None = None
+    backend_flags: str = ""
+    world_size: int | None = None
+    dist_backend: str = ""
+    samples_per_s_per_device: float | None = None
+    slowest_rank: int | None = None
+    rank_step_ms_p50: list[float] = field(default_factory=list)
+    rank_step_ms_p90: list[float] = field(default_factory=list)
+    rank_measured_s: list[float] = field(default_factory=list)
+    rank_peak_vram_bytes: list[float] = field(default_factory=list)
+    omp_num_threads: int | None = None
+    # not stored: a check of the measured process (the tests read it), and what rank 0 needs to count the
+    # ranks' CPU time together (``ranks.combine`` uses it up)
+    python_threads_in_window: int | None = None
+    cpu_window: dict[str, float] | None = None
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> Summary:
+        """A summary from its JSON form; a name that is not a field raises (with the nearest field's name)."""
+        unknown = sorted(set(values) - SUMMARY_FIELDS)
+        if unknown:
+            hints = [f"{name!r}" + "".join(f" (did you mean {m!r}?)" for m in
+                                           difflib.get_close_matches(name, SUMMARY_FIELDS, n=1)) for name in unknown]
+            raise TypeError(f"not a field of the run's summary: {', '.join(hints)}")
+        return cls(**values)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON form (what a child writes in ``result.json``)."""
+        return asdict(self)
+
+    def record_fields(self) -> dict[str, Any]:
+        """The fields the record stores, by name (``RunRecord(**...)``: a name it lacks raises)."""
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name not in NOT_STORED}
+
+
+SUMMARY_FIELDS = frozenset(f.name for f in fields(Summary))
+NOT_STORED = frozenset({"python_threads_in_window", "cpu_window"})
+
+
+def per_sample(cfg: RunConfig, flops: float | None, gpu_name: str) -> PerSample:
+    """What a sample of ``cfg``'s workload is worth on this device (the peak only on a GPU whose peak is known)."""
+    from harness.workload.flops import peak_flops
+
+    peak = peak_flops(gpu_name, cfg.precision, cfg.tf32) if cfg.device == "cuda" else None
+    return PerSample(units=cfg.workload.units_in(tuple(cfg.data.patch_size)), flops=flops, peak_flops=peak)
+
+
+# What the summary takes of the extras as they are (compile_s is merged in; checkpointed_units is not a metric).
+_FROM_EXTRAS = tuple(f.name for f in fields(Extras) if f.name not in ("compile_s", "checkpointed_units"))
+
+
+def summarize(m: Measurement, extras: Extras, sample: PerSample, compiled: bool) -> Summary:
+    """The record's metric fields from a raw measurement. ``compiled``: the warm-up holds compilation, whose
+    time is estimated from it unless compile's own timers said (``extras.compile_s``)."""
+    steps = len(m.step_ms)
+    samples_per_s = steps * m.samples_per_step / m.measured_s if m.measured_s > 0 else None
+    p50 = statistics.median(m.step_ms)
+    wait_total = sum(m.data_wait_ms)
+    compile_s = extras.compile_s
+    if compiled and compile_s is None:
+        compile_s = max(0.0, (sum(m.warmup_ms) - len(m.warmup_ms) * p50) / 1000.0)
+    known = sample.flops and sample.peak_flops and samples_per_s
+    return Summary(
+        samples_per_step=m.samples_per_step,
+        warmup_steps=len(m.warmup_ms),
+        measured_steps=steps,
+        samples_per_s=samples_per_s,
+        units_per_s=samples_per_s * sample.units if samples_per_s else None,
+        step_ms_p50=p50,
+        step_ms_p90=_quantile(m.step_ms, 0.9),
+        step_ms_mean=statistics.fmean(m.step_ms),
+        data_wait_frac=wait_total / (m.measured_s * 1000.0) if m.measured_s > 0 else None,
+        data_wait_ms_p50=statistics.median(m.data_wait_ms),
+        # Device time per step (first batch in hand -> optimizer step done, on the stream), and the steps' share of
+        # the measured window. A share well below 1 means the stream sat idle between steps (the host was late:
+        # data, Python, syncs); gaps inside a step (a launch-bound step) count as the step's.
+        device_step_ms_p50=statistics.median(m.device_step_ms) if m.device_step_ms else None,
+        device_step_frac=(sum(m.device_step_ms) / (m.measured_s * 1000.0)
+                          if m.device_step_ms and m.measured_s > 0 else None),
+        device_step_ms=m.device_step_ms,
+        compile_s=compile_s,
+        first_step_s=m.warmup_ms[0] / 1000.0 if m.warmup_ms else None,
+        measured_s=m.measured_s,
+        window_start_unix=m.window_start_unix,
+        flops_per_sample=sample.flops,
+        peak_flops=sample.peak_flops,
+        mfu=sample.flops * samples_per_s / sample.peak_flops if known else None,
+        loss_first=m.loss_first,
+        loss_last=m.loss_last,
+        step_ms=m.step_ms,
+        data_wait_ms=m.data_wait_ms,
+        world_size=1,  # a multi-device run's rank 0 replaces this summary with every rank's (ranks.combine)
+        **{name: getattr(extras, name) for name in _FROM_EXTRAS},
+    )
+
+
+def _quantile(values: list[float], q: float) -> float:
+    """Linear-interpolated quantile (numpy's default method)."""
+    import numpy as np
+
+    return float(np.quantile(values, q))

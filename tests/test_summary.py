@@ -1,0 +1,84 @@
+"""The record is made once, from a typed summary: a metric name it does not know fails loudly."""
+
+import dataclasses
+import math
+
+import pytest
+
+from harness.config import DebugConfig
+from harness.run import faults, isolate, stopping
+from harness.run.summary import NOT_STORED, Extras, Measurement, PerSample, Summary, summarize
+from harness.store import RunRecord
+from tests.conftest import tiny_config
+
+
+def _measurement() -> Measurement:
+    return Measurement(samples_per_step=4, warmup_ms=[900.0, 110.0], step_ms=[100.0, 120.0, 110.0],
+                       data_wait_ms=[10.0, 20.0, 30.0], measured_s=0.4, window_start_unix=1.7e9,
+                       loss_first=2.0, loss_last=1.5)
+
+
+def test_every_stored_summary_field_is_a_record_field_of_the_same_type():
+    record = {f.name: f.type for f in dataclasses.fields(RunRecord)}
+    for f in dataclasses.fields(Summary):
+        if f.name not in NOT_STORED:
+            assert record.get(f.name) == f.type, f.name
+    assert not NOT_STORED & set(record)
+
+
+def test_a_misspelt_metric_in_the_childs_result_raises():
+    with pytest.raises(TypeError, match=r"'sampels_per_s' \(did you mean 'samples_per_s'\?\)"):
+        Summary.from_dict({"samples_per_s": 3.0, "sampels_per_s": 3.0})
+    assert Summary.from_dict({"samples_per_s": 3.0}).samples_per_s == 3.0
+
+
+def test_a_misspelt_field_of_the_record_raises_when_it_is_made():
+    cfg = tiny_config()
+    with pytest.raises(TypeError, match="swep_id"):
+        isolate.base_record(cfg, {}, "key", "ok", "", Summary(), swep_id="s")
+    with pytest.raises(TypeError, match="not_a_metric"):
+        RunRecord(run_id="r", status="ok", timestamp="t", **{"not_a_metric": 1.0})
+
+
+def test_the_record_carries_every_metric_of_the_summary():
+    cfg = tiny_config()
+    summary = summarize(_measurement(), Extras(peak_main_rss_bytes=1e8, python_threads_in_window=1,
+                                               backend_flags="{}"),
+                        PerSample(units=1000.0, flops=2e9, peak_flops=1e12), compiled=True)
+    summary = dataclasses.replace(summary, gpu_throttle_reasons="thermal (hardware)")
+    record = isolate.base_record(cfg, {"torch_version": "2.x", "not_a_field": 1}, "key", "ok", "", summary,
+                                 sweep_id="s1", rung=2)
+    for name, value in summary.record_fields().items():
+        assert getattr(record, name) == value, name
+    assert (record.sweep_id, record.rung, record.torch_version, record.status) == ("s1", 2, "2.x", "ok")
+    assert record.samples_per_s == pytest.approx(3 * 4 / 0.4) and record.units_per_s == pytest.approx(30_000.0)
+    assert record.mfu == pytest.approx(2e9 * 30.0 / 1e12) and record.world_size == 1
+    assert record.compile_s == pytest.approx((900.0 + 110.0 - 2 * 110.0) / 1000.0)  # the warm-up's estimate
+    assert not hasattr(record, "python_threads_in_window")
+
+
+def test_compiles_own_timer_beats_the_warm_up_estimate_and_no_compile_has_none():
+    m = _measurement()
+    assert summarize(m, Extras(compile_s=4.5), PerSample(units=1.0), compiled=True).compile_s == 4.5
+    assert summarize(m, Extras(), PerSample(units=1.0), compiled=False).compile_s is None
+
+
+def test_the_summary_round_trips_through_its_json_form():
+    summary = summarize(_measurement(), Extras(cpu_window={"busy_s": 1.0}), PerSample(units=1.0), compiled=False)
+    assert Summary.from_dict(summary.to_dict()) == summary
+
+
+def test_a_fault_fires_on_its_rank_and_step_only():
+    debug = DebugConfig(fault="oom", fault_step=3, fault_rank=1)
+    assert faults.plan(debug, rank=1) == faults.FaultPlan("oom", nan_step=faults.NEVER, fault_step=3)
+    assert faults.plan(debug, rank=0).fault_step == faults.NEVER
+    nan = DebugConfig(fault="nan", fault_step=2, slowdown_ms=5.0)
+    assert faults.plan(nan) == faults.FaultPlan("nan", nan_step=2, fault_step=faults.NEVER, slowdown_s=0.005)
+
+
+def test_the_stopping_rule_of_fixed_steps_and_of_auto():
+    fixed = stopping.rule_for(tiny_config(measure__steps=7).measure)
+    assert fixed == stopping.StoppingRule(steps=7) and math.isinf(fixed.max_s) and math.isinf(fixed.first_check)
+    auto = stopping.rule_for(tiny_config(measure__steps="auto", measure__max_steps=50, measure__max_s=9.0).measure)
+    assert (auto.steps, auto.auto, auto.max_s, auto.first_check) == (50, True, 9.0, stopping.AUTO_FIRST_CHECK)
+    assert auto.satisfied([100.0, 101.0] * 5) and not auto.satisfied([100.0, 110.0] * 5)
