@@ -200,10 +200,10 @@ def test_every_reason_to_skip_is_given_at_once():
 
 
 def test_the_childs_skip_reasons_come_from_the_same_module():
-    from harness.run import child
+    from harness.run import outcome
     from harness.workload import knobs
 
     assert knobs.KnobNotApplicable is applicability.KnobNotApplicable
     failure = type("BackendCompilerFailed", (RuntimeError,), {"__module__": "torch._dynamo.exc"})("no graph here")
-    assert applicability.compile_failure_reason("default", failure) == child.skip_reason(failure, "default") == (
+    assert applicability.compile_failure_reason("default", failure) == outcome.skip_reason(failure, "default") == (
         "compile=default failed on this model (BackendCompilerFailed): no graph here")

@@ -88,11 +88,10 @@ def classify(exc: BaseException) -> str:
 
 def skip_reason(exc: BaseException, compile_mode: str) -> str:
     """The reason a skipped run gives: the knob's own, or which compile mode failed on the model and how."""
-    from harness.workload.knobs import KnobNotApplicable
+    from harness.workload.applicability import KnobNotApplicable, compile_failure_reason
 
     if is_compile_failure(exc) and not isinstance(exc, KnobNotApplicable):
-        first = next((line for line in str(exc).strip().splitlines() if line.strip()), type(exc).__name__)
-        return f"compile={compile_mode} failed on this model ({type(exc).__name__}): {first[:300]}"
+        return compile_failure_reason(compile_mode, exc)
     return str(exc)
 
 
