@@ -5,7 +5,8 @@ measured loop nothing; time left is estimated from the warm-up steps' pace. The 
 only when the parent's poll loop calls ``update``, at most ``REFRESH_HZ`` times a second: the parent
 shares the CPU with the measured child, and every wake-up of the parent can take a CPU from one of the
 child's threads, so the display runs no refresh thread of its own (rich's ``Status`` wakes one 12.5
-times a second).
+times a second). Inside a CPU run's measured window the parent does not wake at all: the display says so
+once, at the window's opening (``paused``), and stands still until it closes.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ class RunProgress:
     def update(self, info: dict, elapsed_s: float) -> None:
         """Called at every poll: the new text if it changed, and the spinner's next frame."""
         now = time.monotonic()
-        if now - self._drawn < 1.0 / REFRESH_HZ:
+        if now - self._drawn < 1.0 / REFRESH_HZ and not info.get("paused"):  # the last draw before a pause is due
             return
         self._drawn = now
         text = describe(info, elapsed_s)
@@ -52,9 +53,13 @@ class RunProgress:
 def describe(info: dict, elapsed_s: float) -> str:
     phase = info.get("phase")
     if phase == "build":
-        return "building model and loader"
+        return "building the model"
+    if phase == "data":
+        return "setting up the data and the loader"
     if phase == "warmup":
         return f"warm-up, {info.get('steps')} steps"
+    if phase == "measure" and info.get("paused"):
+        return "measuring (display paused: the window has the CPUs)"
     if phase == "measure":
         warm = info.get("warmup_ms") or []
         pace_s = statistics.median(warm[1:] or warm) / 1000.0 if warm else 0.0

@@ -1,19 +1,28 @@
-"""Entry point of the isolated measuring process: ``python -m harness.run.child JOB_DIR``.
+"""Entry point of the isolated measuring process: ``python -m harness.run.child JOB_DIR``, or forked by the sweep's
+warm launcher (``harness.run.zygote``), which then calls :func:`main` itself.
 
 Reads ``JOB_DIR/config.json`` (a resolved RunConfig), trains and measures, and writes
 ``JOB_DIR/result.json`` with a status. A crash that kills this process leaves no result: the
 parent then records ``error`` itself, so no outcome is ever lost.
 
+Progress markers (a phase change, never a step) go to ``JOB_DIR/progress.json`` and, where the parent gave one, down
+the progress channel (a socket, ``HARNESS_PROGRESS_FD``) that the parent blocks on: the parent wakes at a marker
+instead of polling. At the measured window's opening the child waits (a moment) for the parent's word that it has
+seen the marker, so that the parent's own work for it is done before the first measured step. Each marker's time is
+kept, and the result carries them (``phase_marks``): where the run's wall time went.
+
 Started by torch's launcher (``devices`` >= 2, ``harness.run.launch``) it is one rank: it joins the process
 group, trains on its own device and share of the data, and gathers every rank's measurement to rank 0, which
 alone writes progress markers and ``result.json``. A rank that fails writes ``result.rank<R>.json`` and exits 1,
-so that the launcher stops its peers (they would wait for its gradients for ever) and reports the cause.
+so that the launcher stops its peers (they would wait in the next all-reduce for ever) and reports the cause.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import socket
+import stat
 import sys
 import time
 from pathlib import Path
@@ -26,23 +35,32 @@ if TYPE_CHECKING:
     from harness.run.ranks import Rank
     from harness.run.summary import Summary
 
+CHANNEL_ENV = "HARNESS_PROGRESS_FD"  # this process's end of its progress channel to the parent
+ACK_TIMEOUT_S = 5.0  # the longest the window's opening waits for the parent's word (a parent that is gone: none)
+
 
 def main(job_dir: str) -> int:
+    started = time.time()
     from harness.lifeline import guard_child
 
     guard_child()  # first: die with the parent even if the imports below are slow
+    channel = _channel()
     from harness import config as config_mod
-    from harness.run import ranks
-    from harness.run.measure import write_json
+    from harness.run import measure, ranks  # torch and the measuring modules: the start's, not the model's
 
     job = Path(job_dir)
     cfg = config_mod.from_dict(json.loads((job / "config.json").read_text()))
     gpu_name = json.loads((job / "env.json").read_text()).get("gpu_name", "")
     rank = ranks.Rank()
+    marks = {"start": started}
 
     def progress(phase: str, **info) -> None:
         if rank.rank == 0:
-            write_json(job / "progress.json", {"phase": phase, "time": time.time(), **info})
+            marks.setdefault(phase, time.time())
+            payload = {"phase": phase, "time": time.time(), **info}
+            measure.write_json(job / "progress.json", payload)
+            if channel is not None:
+                _tell(channel, payload, wait=phase == "measure")
 
     progress("build")
     try:
@@ -52,12 +70,41 @@ def main(job_dir: str) -> int:
         failed = of_exception(exc, cfg.compile)
         result = {"status": failed.status, "error": failed.error}
         if rank.distributed:  # the launcher stops the peers and writes the run's result from this
-            write_json(job / f"result.rank{rank.rank}.json", result)
+            measure.write_json(job / f"result.rank{rank.rank}.json", result)
             return 1
     if rank.rank == 0:
-        write_json(job / "result.json", result)
+        marks["result"] = time.time()
+        measure.write_json(job / "result.json", {**result, "phase_marks": marks})
     ranks.leave(rank)
     return 0
+
+
+def _channel() -> socket.socket | None:
+    """The progress channel the parent handed over (None without one). Taken out of the environment and closed on
+    exec, so that nothing this process starts writes to it."""
+    fd = os.environ.pop(CHANNEL_ENV, "")
+    if not fd.isdigit():
+        return None
+    try:
+        if not stat.S_ISSOCK(os.fstat(int(fd)).st_mode):
+            return None
+        os.set_inheritable(int(fd), False)
+        return socket.socket(fileno=int(fd))
+    except OSError:
+        return None
+
+
+def _tell(channel: socket.socket, payload: dict, wait: bool) -> None:
+    """A marker down the channel; with ``wait``, until the parent says it has taken it (or has gone)."""
+    try:
+        channel.sendall(json.dumps(payload, default=str).encode() + b"\n")
+        if wait:
+            channel.settimeout(ACK_TIMEOUT_S)
+            channel.recv(1)
+    except OSError:  # a parent gone, or slower than the timeout: the run goes on without it
+        pass
+    finally:
+        channel.settimeout(None)
 
 
 def _measure(cfg: RunConfig, rank: Rank, gpu_name: str, progress) -> Summary:
@@ -78,5 +125,12 @@ def _measure(cfg: RunConfig, rank: Rank, gpu_name: str, progress) -> Summary:
     return summary
 
 
+def exit_now(code: int) -> None:
+    """End the process without the interpreter's teardown (the result is written; the parent kills the group)."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1]))
+    exit_now(main(sys.argv[1]))

@@ -97,13 +97,12 @@ def git_state(repo: Path | None = None) -> tuple[str, bool | None]:
 
 
 def collect(device: str) -> dict:
-    """Environment fields of a RunRecord for runs on ``device`` ("cpu" or "cuda")."""
-    import torch
+    """Environment fields of a RunRecord for runs on ``device`` ("cpu" or "cuda"). torch is imported for a GPU's
+    own fields only (``torch_facts``: a sweep served from the store needs no torch)."""
+    from harness.run import torch_facts
 
     env = {
-        "torch_version": torch.__version__,
-        "cuda_version": torch.version.cuda or "",
-        "cudnn_version": str(torch.backends.cudnn.version() or "") if torch.backends.cudnn.is_available() else "",
+        **torch_facts.versions(),
         "monai_version": _version("monai"),
         "torchvision_version": _version("torchvision"),
         "python_version": platform.python_version(),
@@ -119,6 +118,8 @@ def collect(device: str) -> dict:
         "threads": thread_settings(),
     }
     if device == "cuda":
+        import torch
+
         env["gpu_count"] = torch.cuda.device_count()
         env["gpu_name"] = torch.cuda.get_device_name(0)
         env["gpu_mem_total_bytes"] = float(torch.cuda.get_device_properties(0).total_memory)

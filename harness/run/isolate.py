@@ -1,13 +1,16 @@
-"""Run one resolved config in a fresh child process with a timeout; always return a record.
+"""Run one resolved config in a child process with a timeout; always return a record.
 
-The parent never trains: it starts ``python -m harness.run.child``, watches its progress file and the
-clock, and turns whatever happens (a result, a crash, a hang) into a RunRecord. Between polls it sleeps,
-and at each poll it samples the child's memory and its GPU from outside (``harness.run.monitor.Sampler``),
-so that the measured process itself runs no sampling thread: the parent shares the CPU with the child,
-and anything it does costs the child what it takes. While it waits, its threads are in ``SCHED_BATCH``
-(``yielding``): a batch thread that wakes up does not preempt a running one, so a poll waits for a gap in
-the child's work (a thread at a barrier, a loader wait) or for the next scheduler tick, instead of taking
-a CPU from one of the child's threads while the others wait for it at their next barrier.
+The parent never trains: it starts the child (``harness.run.launcher``: forked from the sweep's warm launcher, or
+``python -m harness.run.child``), follows its progress markers and the clock, and turns whatever happens (a
+result, a crash, a hang) into a RunRecord. It blocks until something happens: a marker on the child's progress
+channel, the child's end (a pidfd, or the launcher's word), the deadline, or its next sample. Outside the measured
+window it samples the child's memory and its GPU from outside (``harness.run.monitor.Sampler``), so that the
+measured process itself runs no sampling thread. Inside the window of a CPU run it does not wake at all: on a
+small CPU any wake-up of the parent takes a core from one of the child's threads while the others wait for it at
+their next barrier, so the window has the CPUs (the memory peaks come from the kernel's high-water marks, read by
+the child, and the progress display is paused). On CUDA it samples the GPU through the window, as its metrics need.
+While it waits its threads are in ``SCHED_BATCH`` (``yielding``): a batch thread that wakes up does not preempt a
+running one.
 
 No orphan survives the parent, however the parent ends:
   * the child runs in a process group of its own (its loader workers join it), and the parent kills
@@ -16,9 +19,9 @@ No orphan survives the parent, however the parent ends:
     with ``devices`` >= 2 the child is torch's launcher (``harness.run.launch``), which starts each rank in
     a session of its own, so the parent kills the process group of every process in the child's tree;
   * if the parent is killed outright (SIGKILL), the kernel kills the child (``PR_SET_PDEATHSIG``,
-    set in the child), the child's loader workers die with the child the same way, and the child
-    also carries its own deadline (``SIGALRM`` at ``timeout_s`` plus a grace period) in case the
-    parent-death signal is unavailable (not Linux);
+    set in the child; a forked run dies with the warm launcher, which dies with the parent), the child's
+    loader workers die with the child the same way, and the child also carries its own deadline
+    (``SIGALRM`` at ``timeout_s`` plus a grace period) in case the parent-death signal is unavailable (not Linux);
   * job folders of parents that are gone are removed at the next start (``clean_stale_jobs``).
 """
 
@@ -27,9 +30,9 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import select
 import signal
-import subprocess
-import sys
+import socket
 import tempfile
 import shutil
 import time
@@ -38,16 +41,16 @@ from pathlib import Path
 from typing import Callable
 
 from harness import config as config_mod
-from harness.run import launch, monitor
+from harness.run import launch, launcher, monitor, phases
 from harness.run import outcome as outcome_mod
 from harness.run.outcome import OK, SKIPPED, Outcome
 from harness.run.summary import Summary
 from harness.store import RunRecord, new_id, utc_timestamp
 from harness.workload import applicability
 
-REPO_ROOT = Path(__file__).resolve().parent.parent.parent
-POLL_S = 0.5  # the longest sleep between polls: how late a timeout or the window's edges may be seen
-JOB_PREFIX = "harness-job-"
+REPO_ROOT = launcher.REPO_ROOT
+POLL_S = 0.5  # the longest wait between looks where nothing can wake the parent (no pidfd, no progress channel)
+JOB_PREFIX = launcher.JOB_PREFIX
 KILL_WAIT_S = 10.0  # how long to wait for a killed group's processes to be gone (GPU memory back)
 
 ProgressFn = Callable[[dict, float], None]  # (progress info, seconds since start)
@@ -96,45 +99,112 @@ def execute(cfg: config_mod.RunConfig, env: dict, env_key: str, on_progress: Pro
         (job / "parent.pid").write_text(str(os.getpid()))
         (job / "config.json").write_text(json.dumps(config_mod.to_dict(cfg)))
         (job / "env.json").write_text(json.dumps(env, default=str))
-        outcome, summary = _run_child(job, cfg.timeout_s, on_progress, cfg.measure.sample_interval_s,
-                                      launch.command(job) if cfg.devices > 1 else None)
-    return base_record(cfg, env, env_key, outcome.status, outcome.error, summary, **labels)
+        outcome, summary, timing = _run_child(job, cfg.timeout_s, on_progress, cfg.measure.sample_interval_s,
+                                              launch.command(job) if cfg.devices > 1 else None)
+    return base_record(cfg, env, env_key, outcome.status, outcome.error, summary, **timing, **labels)
 
 
-def _run_child(job: Path, timeout_s: float, on_progress: ProgressFn | None,
-               sample_interval_s: float = 0.5, argv: list[str] | None = None) -> tuple[Outcome, Summary | None]:
-    """Start the child, watch it to its end, and read what it left: its outcome, and the summary of a run that
-    measured, with what the parent sampled added (None for a run that did not)."""
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), env.get("PYTHONPATH", "")) if p)
-    env["HARNESS_PARENT_PID"] = str(os.getpid())
-    env["HARNESS_TIMEOUT_S"] = str(timeout_s)
+def _run_child(job: Path, timeout_s: float, on_progress: ProgressFn | None, sample_interval_s: float = 0.5,
+               argv: list[str] | None = None) -> tuple[Outcome, Summary | None, dict]:
+    """Start the child, watch it to its end, and read what it left: its outcome, the summary of a run that measured
+    with what the parent sampled added (None for a run that did not), and where its wall time went (record fields:
+    ``harness.run.phases``)."""
+    markers = _Markers.open() if argv is None else None  # torch's launcher does not hand a channel to the ranks
     log_path = job / "child.log"
-    start = time.monotonic()
-    with open(log_path, "wb") as log:
-        # A session of its own, so that a timeout can kill the child and its loader workers together.
-        proc = subprocess.Popen(
-            argv or [sys.executable, "-m", "harness.run.child", str(job)],
-            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, start_new_session=True,
-        )
-        _LIVE.add(proc)
-        watch = _Watch(monitor.Sampler(proc.pid, ranks=argv is not None), sample_interval_s)
-        try:
-            timed_out = _wait(proc, job, start, timeout_s, on_progress, watch)
-        finally:
-            _kill_group(proc)
-            _LIVE.discard(proc)
+    start, spawned = time.monotonic(), time.time()
+    session = launcher.active()
+    try:
+        proc = launcher.start(job, launcher.run_env(timeout_s), log_path, markers.child_fd if markers else None,
+                              argv)
+    except BaseException:
+        if markers is not None:
+            markers.close()
+        raise
+    _LIVE.add(proc)
+    if markers is not None:
+        markers.started()
+    watch = _Watch(monitor.Sampler(proc.pid, ranks=argv is not None), sample_interval_s)
+    try:
+        timed_out = _wait(proc, job, start, timeout_s, on_progress, watch, markers)
+    finally:
+        _kill_group(proc)
+        _LIVE.discard(proc)
+        if markers is not None:
+            markers.close()
+        proc.close()
+    gone = time.time()
+    gap = session.run_ended(spawned, gone) if session is not None else None
     if watch.sampler.measuring:
         watch.sampler.window_lost()
     result = _read_result(job / "result.json")
+    marks = result.pop("phase_marks", {}) if result is not None else {}
+    timing = phases.record_fields(marks, spawned, gone, gap, getattr(proc, "how", "exec"))
     if result is not None:  # a child that wrote its result and then hung on exit still measured
         status, error = result.pop("status"), result.pop("error", "")
         if status == OK and "peak_main_rss_bytes" in result:  # a measurement: add what the parent sampled
             result.update(monitor.metrics(watch.sampler.samples, result, gpu_named=watch.gpu_named))
-        return Outcome(status, error), Summary.from_dict(result) if result else None
+        return Outcome(status, error), Summary.from_dict(result) if result else None, timing
     if timed_out:
-        return outcome_mod.timed_out(timeout_s, _tail(log_path)), None
-    return outcome_mod.died(proc.returncode, _tail(log_path)), None
+        return outcome_mod.timed_out(timeout_s, _tail(log_path)), None, timing
+    return outcome_mod.died(proc.returncode, _tail(log_path)), None, timing
+
+
+class _Markers:
+    """The parent's end of a child's progress channel (a socket pair): the child's markers, one JSON line each, and
+    the parent's word back when it has taken the window's opening."""
+
+    def __init__(self, mine: socket.socket, theirs: socket.socket):
+        self.sock, self.theirs = mine, theirs
+        self.sock.setblocking(False)
+        self.eof = False
+        self._buffer = b""
+
+    @classmethod
+    def open(cls) -> _Markers | None:
+        try:
+            return cls(*socket.socketpair())
+        except (AttributeError, OSError):
+            return None
+
+    @property
+    def child_fd(self) -> int:
+        return self.theirs.fileno()
+
+    @property
+    def fd(self) -> int | None:
+        return None if self.eof else self.sock.fileno()
+
+    def started(self) -> None:
+        """The child has its end: ours of it goes, so that the channel ends with the child's processes."""
+        self.theirs.close()
+
+    def read(self) -> list[dict]:
+        """The markers that arrived since the last read, in order."""
+        while not self.eof:
+            try:
+                data = self.sock.recv(1 << 16)
+            except (BlockingIOError, InterruptedError):
+                break
+            except OSError:
+                data = b""
+            if not data:
+                self.eof = True
+                break
+            self._buffer += data
+        *lines, self._buffer = self._buffer.split(b"\n")
+        found = []
+        for line in lines:
+            with contextlib.suppress(ValueError):
+                found.append(json.loads(line))
+        return found
+
+    def ack(self) -> None:
+        with contextlib.suppress(OSError):
+            self.sock.send(b"!")
+
+    def close(self) -> None:
+        for sock in (self.sock, self.theirs):
+            sock.close()
 
 
 class _Watch:
@@ -146,7 +216,13 @@ class _Watch:
         self.next_sample = 0.0
         self.gpu_named = False
         self.info: dict | None = None
+        self.window_wakeups = 0  # times the parent woke while a window was open (not counting its closing marker)
         self._stamp = None
+
+    @property
+    def quiet(self) -> bool:
+        """A CPU run's window is open: the parent neither samples nor redraws until the window closes."""
+        return self.sampler.measuring and not self.gpu_named
 
     def read_progress(self, path: Path) -> dict | None:
         """The child's latest marker, parsed again only when the file has changed (markers are rare)."""
@@ -225,22 +301,60 @@ def yielding():
                 pass
 
 
-def _wait(proc: subprocess.Popen, job: Path, start: float, timeout_s: float, on_progress: ProgressFn | None,
-          watch: _Watch | None = None) -> bool:
+def _wait(proc, job: Path, start: float, timeout_s: float, on_progress: ProgressFn | None,
+          watch: _Watch | None = None, markers: _Markers | None = None) -> bool:
+    """Follow the child until it ends (False) or its deadline passes (True), blocking in between on whatever can
+    wake the parent: a marker, the child's end, the deadline, the next sample. Without a channel (``markers``
+    None) the progress file is read at every look, and without a pidfd the parent looks every ``POLL_S``."""
     progress_path = job / "progress.json"
     watch = watch or _Watch(monitor.Sampler(proc.pid), POLL_S)
+    deadline = start + timeout_s
+    slept_in_window = False
     with yielding():  # the child (started before) keeps the default policy
         while proc.poll() is None:
             now = time.monotonic()
-            elapsed = now - start
-            if elapsed > timeout_s:
+            if now > deadline:
                 return True
-            info = watch.read_progress(progress_path)
-            watch.sample_if_due(now)
-            if on_progress and info is not None:
-                on_progress(info, elapsed)
-            time.sleep(watch.sleep_s(time.monotonic()))
+            if markers is not None:
+                for info in markers.read():
+                    _take(watch, info, markers, on_progress, now - start)
+            else:
+                watch.read_progress(progress_path)
+            if slept_in_window and watch.sampler.measuring:
+                watch.window_wakeups += 1
+            if watch.quiet:
+                timeout = deadline - now
+            else:
+                watch.sample_if_due(now)
+                if on_progress and watch.info is not None:
+                    on_progress(watch.info, now - start)
+                timeout = min(deadline - now, watch.sleep_s(time.monotonic()))
+            slept_in_window = watch.sampler.measuring
+            _block([markers.fd if markers else None, getattr(proc, "exit_fd", None)], timeout)
     return False
+
+
+def _take(watch: _Watch, info: dict, markers: _Markers, on_progress: ProgressFn | None, elapsed: float) -> None:
+    """One marker from the channel. At the window's opening of a CPU run the display says it pauses, and only then
+    is the child told that the parent has taken the marker: the parent's work for it is done before the window."""
+    watch._follow(info)
+    if info.get("phase") != "measure":
+        return
+    if watch.quiet and on_progress is not None:
+        on_progress(dict(info, paused=True), elapsed)
+    markers.ack()
+
+
+def _block(fds: list[int | None], timeout_s: float) -> None:
+    """Wait until one of ``fds`` is readable or ``timeout_s`` has passed (at most ``POLL_S`` without a pidfd)."""
+    waitable = [fd for fd in fds if fd is not None]
+    if fds[-1] is None:  # nothing tells the child's end: look again soon
+        timeout_s = min(timeout_s, POLL_S)
+    timeout_s = min(max(0.0, timeout_s), 1e6)  # select takes no infinity
+    if waitable:
+        select.select(waitable, [], [], timeout_s)
+    else:
+        time.sleep(timeout_s)
 
 
 def _read_result(path: Path) -> dict | None:
@@ -251,10 +365,11 @@ def _read_result(path: Path) -> dict | None:
     return result if isinstance(result, dict) and "status" in result else None
 
 
-def _kill_group(proc: subprocess.Popen) -> None:
+def _kill_group(proc) -> None:
     """Kill the child's process group, and the groups of every process in its tree (torch's launcher starts
     each rank in a session of its own), and wait until they are all gone, not only the child: a loader worker
-    or a rank still alive would hold memory (and GPU memory) into the next rung."""
+    or a rank still alive would hold memory (and GPU memory) into the next rung. ``proc``: a Popen, or a
+    handle of ``harness.run.launcher`` (a forked run is the warm launcher's child; its end comes from there)."""
     members = _group_members(proc.pid)
     tree = _tree(proc.pid)
     groups = {proc.pid} | {g for g in (_pgid(p.pid) for p in tree) if g and g != os.getpgrp()}
@@ -265,10 +380,37 @@ def _kill_group(proc: subprocess.Popen) -> None:
             pass
     members += [p for p in tree if p not in members]
     proc.wait()
-    deadline = time.monotonic() + KILL_WAIT_S
-    while members and time.monotonic() < deadline:
-        members = [p for p in members if _alive(p)]
-        if members:
+    _wait_gone(members, KILL_WAIT_S)
+
+
+def _wait_gone(procs: list, timeout_s: float) -> None:
+    """Block until every process of ``procs`` has ended (pidfds: no polling), or ``timeout_s`` has passed."""
+    pidfds, unwatched = [], []
+    for p in procs:
+        try:
+            fd = os.pidfd_open(p.pid)
+        except ProcessLookupError:
+            continue  # gone already
+        except (AttributeError, OSError):
+            unwatched.append(p)  # no pidfd here: looked at below
+            continue
+        if _alive(p):  # the same process still (psutil checks its start time), not a new one under its PID
+            pidfds.append(fd)
+        else:
+            os.close(fd)
+    deadline = time.monotonic() + timeout_s
+    try:
+        while pidfds and time.monotonic() < deadline:
+            ended = select.select(pidfds, [], [], max(0.0, deadline - time.monotonic()))[0]
+            for fd in ended:
+                pidfds.remove(fd)
+                os.close(fd)
+    finally:
+        for fd in pidfds:
+            os.close(fd)
+    while unwatched and time.monotonic() < deadline:
+        unwatched = [p for p in unwatched if _alive(p)]
+        if unwatched:
             time.sleep(0.05)
 
 
@@ -313,7 +455,7 @@ def _alive(p) -> bool:
 # ------------------------------------------------------------------------------------------
 # The parent's end: signals, and what earlier parents left behind
 
-_LIVE: set[subprocess.Popen] = set()
+_LIVE: set = set()  # the children running now (Popen or launcher handles): killed if the parent is interrupted
 
 
 class Terminated(BaseException):

@@ -90,7 +90,7 @@ def train_and_measure(cfg: RunConfig, workload: WorkloadSpec, progress: Progress
                       rank: Rank | None = None) -> tuple[Measurement, Extras]:
     """Run warm-up + measured steps; return the raw measurement and what the child read of itself. Under DDP each
     rank runs this on its own device and share of the data (``cfg.batch_size`` is then this rank's batch)."""
-    loop = _set_up(cfg, workload, rank or Rank())
+    loop = _set_up(cfg, workload, rank or Rank(), progress)
     _warm_up(loop, progress)
     window = _open_window(loop, progress)
     loss, window.start_s = _steps(loop, measured=True)
@@ -100,13 +100,14 @@ def train_and_measure(cfg: RunConfig, workload: WorkloadSpec, progress: Progress
     return loop.m, extras
 
 
-def _set_up(cfg: RunConfig, workload: WorkloadSpec, rank: Rank) -> Loop:
+def _set_up(cfg: RunConfig, workload: WorkloadSpec, rank: Rank, progress: Progress) -> Loop:
     """Seed, CPUs, model and training objects with every knob applied, loader, and what the loop reads."""
     torch.manual_seed(cfg.seed)
     apply_cpu_affinity(cfg.cpus, rank.rank)  # first: the loader's workers inherit it
     mode = cfg.measure.mode
     device = rank.device(cfg.device)
     prep = prepare(cfg, workload, device, rank) if mode != "loader" else None
+    progress("data")  # the model is built: the data and the loader next (where a run's time goes)
     loader = build_loader(cfg, build_dataset(cfg, workload, rank.world_size), workload, rank)
     batches = endless(loader)
     fmt = prep.memory_format if prep else torch.contiguous_format
@@ -284,6 +285,7 @@ def _collect_extras(loop: Loop, window: Window, compiled: bool) -> Extras:
         cpu_window=_cpu_window(start, end) if loop.rank.distributed else None,
         backend_flags=json.dumps(prep.backend_flags, sort_keys=True) if prep is not None else "",
         checkpointed_units=prep.checkpointed_units if prep else 0,
+        worker_hwm_bytes=monitor.worker_peaks(),  # the loader's workers are still alive here
     )
 
 

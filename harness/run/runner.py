@@ -18,9 +18,9 @@ class Machine:
 
     @staticmethod
     def detect() -> "Machine":
-        import torch
+        from harness.run import torch_facts
 
-        return Machine(cuda_available=torch.cuda.is_available())
+        return Machine(cuda_available=torch_facts.cuda_available())
 
 
 def resolve(cfg: config_mod.RunConfig, machine: Machine) -> config_mod.RunConfig:

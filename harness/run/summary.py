@@ -53,6 +53,9 @@ class Extras:
     cpu_window: dict[str, float] | None = None  # multi-device: this rank's CPU seconds over its window
     backend_flags: str = ""  # JSON: the TF32 / cuDNN settings applied, and through which API
     checkpointed_units: int = 0
+    # the kernel's high-water mark of every live loader worker at the window's close, by PID (the parent merges
+    # them with its samples: monitor.metrics)
+    worker_hwm_bytes: dict[str, float] | None = None
 
 
 @dataclass(frozen=True)
@@ -66,7 +69,7 @@ class PerSample:
 
 @dataclass
 class Summary:
-    """The record's metric fields (each named and typed as in ``RunRecord``), and two that are not stored."""
+    """The record's metric fields (each named and typed as in ``RunRecord``), and three that are not stored."""
 
     samples_per_step: int | None = None
     flops_per_sample: float | None = None
@@ -121,9 +124,10 @@ class Summary:
     rank_peak_vram_bytes: list[float] = field(default_factory=list)
     omp_num_threads: int | None = None
     # not stored: a check of the measured process (the tests read it), and what rank 0 needs to count the
-    # ranks' CPU time together (``ranks.combine`` uses it up)
+    # ranks' CPU time together (``ranks.combine`` uses it up), and the workers' peaks the parent merges
     python_threads_in_window: int | None = None
     cpu_window: dict[str, float] | None = None
+    worker_hwm_bytes: dict[str, float] | None = None  # merged into the worker and host peaks by the parent
 
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> Summary:
@@ -145,7 +149,7 @@ class Summary:
 
 
 SUMMARY_FIELDS = frozenset(f.name for f in fields(Summary))
-NOT_STORED = frozenset({"python_threads_in_window", "cpu_window"})
+NOT_STORED = frozenset({"python_threads_in_window", "cpu_window", "worker_hwm_bytes"})
 
 
 def per_sample(cfg: RunConfig, flops: float | None, gpu_name: str) -> PerSample:

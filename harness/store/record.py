@@ -152,6 +152,19 @@ class RunRecord:
     rank_measured_s: list[float] = field(default_factory=list)
     rank_peak_vram_bytes: list[float] = field(default_factory=list)
     omp_num_threads: int | None = None  # what the launcher gave each rank (torchrun would force 1)
+    # where the run's wall time went, in seconds (harness.run.phases; empty in older records, and where the run
+    # did not reach a phase): the parent's start of the child to its first marker (a fresh interpreter's start and
+    # imports, or the fork), the model and optimizer built (FLOPs count included), the data set up and the loader
+    # started, the warm-up (first_step_s and compile_s are within it); the window is measured_s; its teardown to
+    # every process gone; the whole; and the parent's own time since the sweep's previous run ended
+    phase_launch_s: float | None = None
+    phase_model_s: float | None = None
+    phase_data_s: float | None = None
+    phase_warmup_s: float | None = None
+    phase_teardown_s: float | None = None
+    phase_wall_s: float | None = None
+    phase_gap_s: float | None = None
+    launched_by: str = ""  # "fork": forked from the sweep's warm launcher; "exec": a fresh interpreter
 
 
 _ARROW_TYPES = {

@@ -5,17 +5,20 @@ over every rung instead of favouring the first. Rungs run in order, never in par
 earlier rungs that ran ok (``harness.sweeps.rungs``). A (rung, round) this sweep already has a record for
 (a requeued campaign job) is kept, not measured again. A rung the parent could not even start is reported,
 and the loop goes on with the next; with ``stop_on_oom`` the rungs after the first out-of-memory are not
-run (``rungs.run_rung`` says so). What a person sees is the caller's ``display``: no printing here, but
-for the store's compaction at the end.
+run (``rungs.run_rung`` says so). The rungs measured fork from one warm launcher (``harness.run.launcher``), and
+share their synthetic data, for the whole loop. What a person sees is the caller's ``display``: no printing here,
+but for the duty cycle and the store's compaction at the end.
 """
 
 from __future__ import annotations
 
 import functools
 import sys
+import time
 from dataclasses import dataclass
 from typing import Any, Callable, Protocol
 
+from harness.run import launcher, phases
 from harness.sweeps import ladder as ladder_mod
 from harness.sweeps import rungs as rungs_mod
 
@@ -55,21 +58,36 @@ def turns(ladder: ladder_mod.Ladder, repeats: int) -> list[Turn]:
 
 
 def run_ladder(ctx: rungs_mod.SweepContext, machine, display: LoopDisplay) -> int:
-    """Measure (or take from the cache) every rung of every round, in order; the records go to the store.
+    """Measure (or take from the cache) every rung of every round, in order; the records go to the store. At the
+    end, the duty cycle of the runs measured (their windows over the loop's wall time), when any was.
 
     Returns 1 if a rung could not even be started, else 0: failed runs are data, shown in the table."""
     done = rungs_mod.measured_rungs(ctx)
     code = 0
-    for turn in turns(ctx.ladder, ctx.repeats):
-        if (turn.rung.index, turn.round_) in done:
-            display.already_measured(turn)
-            continue
-        try:
-            display.measure(turn, functools.partial(rungs_mod.run_rung, ctx, turn.rung.index, turn.round_, machine))
-        except Exception as exc:  # a rung the parent could not even start: say so, go on with the next
-            display.could_not_run(turn, exc)
-            code = 1
+    measured: list = []
+    started = time.monotonic()
+    with launcher.warm():
+        for turn in turns(ctx.ladder, ctx.repeats):
+            if (turn.rung.index, turn.round_) in done:
+                display.already_measured(turn)
+                continue
+            run = functools.partial(rungs_mod.run_rung, ctx, turn.rung.index, turn.round_, machine)
+            try:
+                display.measure(turn, functools.partial(_kept, run, measured))
+            except Exception as exc:  # a rung the parent could not even start: say so, go on with the next
+                display.could_not_run(turn, exc)
+                code = 1
+    if measured:
+        print(phases.duty_cycle(measured, time.monotonic() - started))
     return code
+
+
+def _kept(run: RunRung, measured: list, on_start=None, on_progress=None) -> rungs_mod.RungOutcome:
+    """``run``, keeping the record of a run it measured (for the duty cycle)."""
+    outcome = run(on_start, on_progress)
+    if outcome.how == "measured" and outcome.record is not None:
+        measured.append(outcome.record)
+    return outcome
 
 
 def auto_compact(results_dir: str) -> None:

@@ -22,6 +22,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset, default_collate
 
 from harness import lifeline
+from harness.workload import shared_data
 from harness.workload.volumes import make_volume
 
 AUGMENT_PRESETS = {
@@ -88,7 +89,8 @@ class RandomCropVolumes(Dataset):
         self.length = length
         rng = np.random.default_rng(seed)
         volume_shape = tuple(int(s * 1.5) for s in self.patch_size)
-        pairs = [make_volume(volume_shape, rng) for _ in range(num_volumes)]
+        pairs = shared_data.once("crop-volumes", {"shape": volume_shape, "volumes": num_volumes, "seed": seed},
+                                 lambda: [make_volume(volume_shape, rng) for _ in range(num_volumes)])
         self.images = [torch.from_numpy(img)[None] for img, _ in pairs]
         self.labels = [torch.from_numpy(lbl)[None] for _, lbl in pairs]
         self.seed = seed
@@ -165,10 +167,16 @@ class RandomCropImages(Dataset):
 
     def __init__(self, image_size, length: int, num_images: int, num_classes: int, seed: int, transform):
         self.length = length
-        g = torch.Generator().manual_seed(seed)
         stored = tuple(int(s * 8 / 7) for s in image_size)  # 224 crops from 256 images
-        self.images = torch.randint(0, 256, (num_images, 3, *stored), dtype=torch.uint8, generator=g)
-        self.labels = torch.randint(0, num_classes, (num_images,), generator=g)
+
+        def make():
+            g = torch.Generator().manual_seed(seed)
+            images = torch.randint(0, 256, (num_images, 3, *stored), dtype=torch.uint8, generator=g)
+            return [(images.numpy(), torch.randint(0, num_classes, (num_images,), generator=g).numpy())]
+
+        key = {"shape": stored, "images": num_images, "classes": num_classes, "seed": seed}
+        ((images, labels),) = shared_data.once("crop-images", key, make)
+        self.images, self.labels = torch.from_numpy(images), torch.from_numpy(labels)
         self.transform = transform
 
     def __len__(self) -> int:

@@ -14,11 +14,11 @@ own CPU accounting at the window's edges, and ``sampler`` is the parent's sample
 from harness.run.monitor.cpu import CpuClock, cpu_percent_since_last_call, other_cpu_percent
 from harness.run.monitor.gpu import (CLOCK_REASONS, GpuHandle, clock_reason_names, gpu_identity, nvml_handle_for,
                                      resolve_handle)
-from harness.run.monitor.host import descendants, own_peak_rss_bytes, tree_rss
+from harness.run.monitor.host import descendants, own_peak_rss_bytes, tree_rss, worker_peaks
 from harness.run.monitor.sampler import Sampler, Samples, metrics
 
 __all__ = [
     "CLOCK_REASONS", "CpuClock", "GpuHandle", "Sampler", "Samples", "clock_reason_names", "cpu_percent_since_last_call",
     "descendants", "gpu_identity", "metrics", "nvml_handle_for", "other_cpu_percent", "own_peak_rss_bytes",
-    "resolve_handle", "tree_rss",
+    "resolve_handle", "tree_rss", "worker_peaks",
 ]

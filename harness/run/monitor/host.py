@@ -72,6 +72,24 @@ def descendants(proc: psutil.Process) -> list[psutil.Process]:
     return found
 
 
+def worker_peaks() -> dict[str, float]:
+    """The kernel's high-water mark of resident memory (``VmHWM``) of every live process under this one (its loader
+    workers), in bytes, by PID: exact peaks, read by the measuring process itself once its window has closed,
+    where the parent's samples (none inside a CPU run's window) could miss them. Linux; {} elsewhere."""
+    peaks: dict[str, float] = {}
+    if not os.path.exists("/proc/self/status"):
+        return peaks
+    for child in descendants(psutil.Process()):
+        try:
+            with open(f"/proc/{child.pid}/status") as f:
+                line = next((x for x in f if x.startswith("VmHWM:")), "")
+        except OSError:  # ended meanwhile
+            continue
+        if line:
+            peaks[str(child.pid)] = float(line.split()[1]) * 1024  # kB
+    return peaks
+
+
 def own_peak_rss_bytes() -> float:
     """This process's peak RSS over its life, kept by the kernel: exact, and free to read once."""
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss

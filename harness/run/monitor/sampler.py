@@ -171,10 +171,18 @@ class Sampler:
 
 def metrics(samples: Samples, child: dict, gpu_named: bool = False) -> dict:
     """The record's memory and GPU fields from the parent's samples, merged with what the child measured of
-    itself (its exact peak RSS, from the kernel): a peak is the larger of the two, never lower than either."""
+    itself from the kernel (its own exact peak RSS, and its live loader workers' high-water marks at the window's
+    close): a peak is the larger of the two, never lower than either. The host peak is at least the main
+    process's peak plus its workers' (the sum of peaks bounds the peak of the sum; on a CPU, where the parent
+    takes no sample inside the window, it is the host peak)."""
     main = max(samples.peak_main_rss_bytes, float(child.get("peak_main_rss_bytes") or 0.0))
-    host = max(samples.peak_host_rss_bytes, float(child.get("peak_host_rss_bytes") or 0.0), main)
-    workers = sorted(samples.peak_worker_rss_bytes.values(), reverse=True)
+    peaks = dict(samples.peak_worker_rss_bytes)
+    kernel = {int(pid): float(peak) for pid, peak in (child.get("worker_hwm_bytes") or {}).items()}
+    for pid, peak in kernel.items():
+        peaks[pid] = max(peaks.get(pid, 0.0), peak)
+    tree = main + sum(kernel.values()) if kernel else 0.0
+    host = max(samples.peak_host_rss_bytes, float(child.get("peak_host_rss_bytes") or 0.0), main, tree)
+    workers = sorted(peaks.values(), reverse=True)
     notes = list(samples.notes)
     gpu = samples.gpu_util_pct or samples.gpu_mem_used_bytes or samples.gpu_power_w or samples.gpu_sm_clock_mhz
     if gpu_named and not gpu and not notes:

@@ -1,0 +1,359 @@
+"""How the parent starts a measuring child: forked from a warm launcher (``harness.run.zygote``) inside a sweep, or
+as a fresh interpreter (``python -m harness.run.child``, and torch's launcher for ``devices`` >= 2).
+
+A sweep opens a session (``warm``): a temporary folder of its own (the synthetic data its runs share, the launcher's
+log) and, at its first measured run, one zygote that imports torch and the measuring modules once and forks each
+run from itself. Either way the parent gets a handle like ``subprocess.Popen``'s (``pid``, ``poll``, ``wait``,
+``kill``, ``returncode``) and an ``exit_fd`` that becomes readable when the child has ended, so that it can block
+until something happens instead of polling. A forked run is the zygote's child, not the parent's: its exit status
+comes over the zygote's socket, and a pidfd (handed over by the zygote before it could be reaped) tells its end if
+the zygote itself is gone.
+
+The fork is not used, and the run starts as a fresh interpreter, where it is unsafe or impossible: not Linux (no
+pidfd), ``devices`` >= 2 (torch's launcher starts the ranks), the zygote failing to start, a zygote that refuses to
+fork (a thread or CUDA in it), an environment changed since the zygote started, or ``HARNESS_LAUNCH=exec``. The
+parent says so once, in one line.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import select
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from harness.run import zygote as zygote_mod
+
+REPO_ROOT = Path(__file__).resolve().parent.parent.parent
+JOB_PREFIX = "harness-job-"  # the parent's temporary folders (a run's job, a sweep's session): see clean_stale_jobs
+READY_TIMEOUT_S = 300.0  # the zygote's imports (a cold disk, a busy machine) before the sweep gives up on it
+SHARED_DATA_ENV = "HARNESS_SHARED_DATA"  # where a run finds the sweep's shared synthetic data (workload.shared_data)
+LAUNCH_ENV = "HARNESS_LAUNCH"  # "exec": never fork, every run a fresh interpreter
+RUN_KEYS = ("HARNESS_PARENT_PID", "HARNESS_TIMEOUT_S", SHARED_DATA_ENV, "PYTHONPATH")  # set per run, not inherited
+
+_said: set[str] = set()
+
+
+def say_once(text: str) -> None:
+    """One line on stderr, once per process."""
+    if text not in _said:
+        _said.add(text)
+        print(text, file=sys.stderr)
+
+
+class PlainChild:
+    """A fresh interpreter: ``subprocess.Popen`` with a pidfd beside it (Linux) to block on its end."""
+
+    how = "exec"
+
+    def __init__(self, proc: subprocess.Popen):
+        self._proc = proc
+        self.pid = proc.pid
+        self._pidfd = _pidfd_open(proc.pid)
+
+    @property
+    def returncode(self) -> int | None:
+        return self._proc.returncode
+
+    @property
+    def exit_fd(self) -> int | None:
+        return self._pidfd
+
+    def poll(self) -> int | None:
+        return self._proc.poll()
+
+    def wait(self, timeout: float | None = None) -> int:
+        return self._proc.wait(timeout)
+
+    def kill(self) -> None:
+        self._proc.kill()
+
+    def close(self) -> None:
+        if self._pidfd is not None:
+            os.close(self._pidfd)
+            self._pidfd = None
+
+
+class ForkedChild:
+    """A run forked by the zygote: not this process's child, so its end comes from the zygote (its exit status) or,
+    if the zygote is gone, from its pidfd (the kernel killed it with the zygote)."""
+
+    how = "fork"
+
+    def __init__(self, zygote: Zygote, pid: int, pidfd: int):
+        self._zygote, self.pid, self._pidfd = zygote, pid, pidfd
+        self.returncode: int | None = None
+
+    @property
+    def exit_fd(self) -> int | None:
+        return self._pidfd if self._zygote.gone else self._zygote.fd
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            self._zygote.read_exits(self)
+        if self.returncode is None and self._zygote.gone and _readable(self._pidfd, 0.0):
+            self.returncode = -signal.SIGKILL  # ended with the zygote, by the kernel; its status went with it
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        end = None if timeout is None else time.monotonic() + timeout
+        while self.poll() is None:
+            left = None if end is None else end - time.monotonic()
+            if left is not None and left <= 0:
+                raise subprocess.TimeoutExpired(f"run {self.pid}", timeout)
+            _readable(self.exit_fd, left)
+        return self.returncode
+
+    def kill(self) -> None:
+        with contextlib.suppress(ProcessLookupError, OSError):
+            signal.pidfd_send_signal(self._pidfd, signal.SIGKILL)
+
+    def close(self) -> None:
+        if self._pidfd is not None:
+            os.close(self._pidfd)
+            self._pidfd = None
+
+
+class Zygote:
+    """The parent's end of one zygote: its process, its socket, and the runs it forks."""
+
+    def __init__(self, folder: Path):
+        mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        env = _base_env()
+        env.pop("HARNESS_TIMEOUT_S", None)  # no deadline of its own: it lives as long as the sweep
+        env.update(HARNESS_PARENT_PID=str(os.getpid()), **{zygote_mod.SOCKET_ENV: str(theirs.fileno())})
+        # pyarrow (imported with MONAI) starts jemalloc's background thread, which would forbid every fork; the
+        # run never allocates through it (the run's arrow pool is mimalloc), so it is off in the zygote only
+        env.setdefault("JE_ARROW_MALLOC_CONF", "background_thread:false")
+        self.log = folder / "launcher.log"
+        with open(self.log, "wb") as log:
+            self.proc = subprocess.Popen([sys.executable, "-m", "harness.run.zygote", str(folder)], env=env,
+                                         stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                         pass_fds=(theirs.fileno(),), start_new_session=True)
+        theirs.close()
+        self.sock = mine
+        self.gone = False
+        self.ready = False
+        self.environment = _inherited(os.environ)
+
+    @property
+    def fd(self) -> int:
+        return self.sock.fileno()
+
+    def wait_ready(self, timeout_s: float = READY_TIMEOUT_S) -> str:
+        """Block until the zygote has imported what every run imports; why it cannot be used ("" when it can)."""
+        message = self._next(timeout_s)
+        if message is None or "ready" not in message:
+            self.close()
+            return f"the launcher did not start ({_tail(self.log) or 'no output'})"
+        self.ready = True
+        return ""
+
+    def fork(self, request: dict, fds: list[int]) -> tuple[ForkedChild | None, str]:
+        """Ask for a run; (its handle, "") or (None, why the zygote refused or could not)."""
+        now = _inherited(os.environ)
+        changed = sorted(k for k in set(now) | set(self.environment) if now.get(k) != self.environment.get(k))
+        if changed:
+            return None, f"the environment changed since the launcher started ({changed[0]})"
+        try:
+            zygote_mod.send(self.sock, request, fds)
+            message, handed = self._next_with_fds(READY_TIMEOUT_S)
+        except OSError as exc:
+            self.gone = True
+            return None, f"the launcher is gone ({exc})"
+        if message is None:
+            self.gone = True
+            return None, f"the launcher is gone ({_tail(self.log) or 'no output'})"
+        if "started" not in message or not handed:
+            for fd in handed:
+                os.close(fd)
+            return None, message.get("refused", f"the launcher answered {message}")
+        return ForkedChild(self, int(message["started"]), handed[0]), ""
+
+    def read_exits(self, child: ForkedChild) -> None:
+        """Take the zygote's pending messages (without blocking): the child's exit status, or the zygote's end."""
+        while not self.gone:
+            try:
+                message, fds = zygote_mod.receive(self.sock, socket.MSG_DONTWAIT)
+            except BlockingIOError:
+                return
+            except OSError:
+                message, fds = None, []
+            for fd in fds:
+                os.close(fd)
+            if message is None:
+                self.gone = True
+            elif message.get("exited") == child.pid:
+                child.returncode = int(message["returncode"])
+                return
+
+    def _next(self, timeout_s: float) -> dict | None:
+        return self._next_with_fds(timeout_s)[0]
+
+    def _next_with_fds(self, timeout_s: float) -> tuple[dict | None, list[int]]:
+        if not _readable(self.fd, timeout_s):
+            return None, []
+        return zygote_mod.receive(self.sock)
+
+    def close(self) -> None:
+        """End the zygote: its socket closed, it exits; one that does not (a run still alive) is killed, and the
+        kernel kills that run with it."""
+        self.gone = True
+        with contextlib.suppress(OSError):
+            self.sock.close()
+        try:
+            self.proc.wait(2.0)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+class Session:
+    """A sweep's launcher: its temporary folder, and the zygote once a run asks for one."""
+
+    def __init__(self):
+        self.folder = Path(tempfile.mkdtemp(prefix=JOB_PREFIX + "sweep-"))
+        (self.folder / "parent.pid").write_text(str(os.getpid()))
+        (self.folder / "data").mkdir()
+        self.zygote: Zygote | None = None
+        self.fork_off = _why_no_fork()
+        self.last_end = time.time()  # the previous run's end (at first: the session's start)
+
+    def run_ended(self, spawned: float, gone: float) -> float:
+        """A run of the session started at ``spawned`` has ended at ``gone`` (UNIX times); returns the parent's gap
+        before it, since the previous run ended (or the session began)."""
+        gap, self.last_end = spawned - self.last_end, gone
+        return gap
+
+    def start(self, job: Path, env: dict, log_path: Path, channel_fd: int | None) -> ForkedChild | None:
+        """The run forked from the zygote (started at the first call), or None where it cannot be (said once)."""
+        if self.fork_off:
+            return _off(self.fork_off)
+        if self.zygote is None:
+            try:
+                self.zygote = Zygote(self.folder)
+                why = self.zygote.wait_ready()
+            except OSError as exc:
+                why = f"the launcher did not start ({exc})"
+            if why:
+                self.fork_off = why
+                return _off(why)
+        env = dict(env, HARNESS_PARENT_PID=str(self.zygote.proc.pid))  # the run's parent is the zygote
+        request = {"job": str(job), "log": str(log_path), "cwd": os.getcwd(), "env": env,
+                   "argv": [str(REPO_ROOT / "harness" / "run" / "child.py"), str(job)]}
+        child, why = self.zygote.fork(request, [channel_fd] if channel_fd is not None else [])
+        if child is None:
+            self.fork_off = why
+            self.zygote.close()
+            return _off(why)
+        return child
+
+    def close(self) -> None:
+        if self.zygote is not None:
+            self.zygote.close()
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+
+_session: Session | None = None
+
+
+@contextlib.contextmanager
+def warm():
+    """A sweep's session: runs started inside fork from one zygote and share their synthetic data."""
+    global _session
+    outer, _session = _session, Session()
+    try:
+        yield _session
+    finally:
+        session, _session = _session, outer
+        session.close()
+
+
+def active() -> Session | None:
+    return _session
+
+
+def run_env(timeout_s: float) -> dict:
+    """The environment of a measuring child: this process's, the repository importable, and the run's own keys."""
+    env = _base_env()
+    env["HARNESS_PARENT_PID"] = str(os.getpid())
+    env["HARNESS_TIMEOUT_S"] = str(timeout_s)
+    if _session is not None:
+        env[SHARED_DATA_ENV] = str(_session.folder / "data")
+    return env
+
+
+def start(job: Path, env: dict, log_path: Path, channel_fd: int | None = None, argv: list[str] | None = None):
+    """Start the run of ``job``: forked in a sweep's session where it can be, else a fresh interpreter (``argv``:
+    torch's launcher for ``devices`` >= 2). ``channel_fd``: the child's end of its progress channel."""
+    if argv is None and _session is not None:
+        child = _session.start(job, env, log_path, channel_fd)
+        if child is not None:
+            return child
+    elif argv is not None and _session is not None:
+        _off("devices >= 2 start through torch's launcher")
+    if channel_fd is not None:
+        env = dict(env, **{zygote_mod.CHANNEL_ENV: str(channel_fd)})
+    with open(log_path, "wb") as log:
+        # A session of its own, so that a timeout can kill the child and its loader workers together.
+        proc = subprocess.Popen(argv or [sys.executable, "-m", "harness.run.child", str(job)], stdout=log,
+                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
+                                start_new_session=True, pass_fds=(channel_fd,) if channel_fd is not None else ())
+    return PlainChild(proc)
+
+
+def _off(why: str) -> None:
+    say_once(f"warm launcher off: {why}; runs start as fresh interpreters")
+    return None
+
+
+def _why_no_fork() -> str:
+    if os.environ.get(LAUNCH_ENV, "") == "exec":
+        return f"{LAUNCH_ENV}=exec"
+    if not sys.platform.startswith("linux") or not hasattr(os, "pidfd_open") or not hasattr(socket, "send_fds"):
+        return "forking runs needs Linux (pidfd)"
+    fd = _pidfd_open(os.getpid())
+    if fd is None:
+        return "this kernel has no pidfd"
+    os.close(fd)
+    return ""
+
+
+def _base_env() -> dict:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), env.get("PYTHONPATH", "")) if p)
+    return env
+
+
+def _inherited(environ) -> dict:
+    """What of an environment a run inherits from the parent (the run's own keys apart)."""
+    return {k: v for k, v in environ.items() if k not in RUN_KEYS}
+
+
+def _pidfd_open(pid: int) -> int | None:
+    try:
+        return os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        return None
+
+
+def _readable(fd: int | None, timeout_s: float | None) -> bool:
+    if fd is None:
+        time.sleep(min(timeout_s or 0.0, 0.05))
+        return False
+    return bool(select.select([fd], [], [], timeout_s)[0])
+
+
+def _tail(path: Path, chars: int = 600) -> str:
+    try:
+        lines = path.read_text(errors="replace")[-chars:].strip().splitlines()
+    except OSError:
+        return ""
+    return lines[-1] if lines else ""

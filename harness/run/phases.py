@@ -1,0 +1,63 @@
+"""Where a run's wall time goes, and a sweep's duty cycle (its measured windows over its wall time).
+
+A run's wall time, from the parent starting the child to every one of its processes gone, splits at the child's
+progress markers (``phase_marks`` in its result: UNIX times, comparable with the parent's on one machine):
+
+  launch    the parent's start of the child -> "build": a fresh interpreter's start and imports, or the fork
+  model     "build" -> "data": the FLOPs count, the model and the optimizer built with every knob applied
+  data      "data" -> "warmup": the data set built and the loader started (the one batch of measure.mode=model)
+  warm-up   "warmup" -> "measure": the warm-up steps (the record's first_step_s and compile_s are within it)
+  window    the measured window (the record's measured_s)
+  teardown  "measured" -> gone: the closing reads, the loader's end, the result written, every process gone
+
+and the parent's own time between runs (``phase_gap_s``: from the previous run of the sweep gone to this one's
+start: the store, the next rung's settings, the cache). A phase whose markers were not reached (a run that failed
+early) is left empty.
+"""
+
+from __future__ import annotations
+
+import statistics
+from typing import Any, Iterable
+
+# (record field, the mark it starts at, the mark it ends at); "spawn" and "gone" are the parent's own
+PHASES = (
+    ("phase_launch_s", "spawn", "build"),
+    ("phase_model_s", "build", "data"),
+    ("phase_data_s", "data", "warmup"),
+    ("phase_warmup_s", "warmup", "measure"),
+    ("phase_teardown_s", "measured", "gone"),
+)
+SHOWN = (("launch", "phase_launch_s"), ("model", "phase_model_s"), ("data", "phase_data_s"),
+         ("warm-up", "phase_warmup_s"), ("window", "measured_s"), ("teardown", "phase_teardown_s"))
+
+
+def record_fields(marks: dict[str, float], spawned: float, gone: float, gap_s: float | None,
+                  how: str) -> dict[str, Any]:
+    """The record's timing fields of one run: its phases (``PHASES``), its wall time, the parent's gap before it,
+    and how it was started ("fork" or "exec")."""
+    times = {**{k: float(v) for k, v in marks.items() if isinstance(v, (int, float))}, "spawn": spawned,
+             "gone": gone}
+    out: dict[str, Any] = {}
+    for name, begin, end in PHASES:
+        out[name] = max(0.0, times[end] - times[begin]) if begin in times and end in times else None
+    out["phase_wall_s"] = max(0.0, gone - spawned)
+    out["phase_gap_s"] = None if gap_s is None else max(0.0, gap_s)
+    out["launched_by"] = how
+    return out
+
+
+def duty_cycle(records: Iterable[Any], wall_s: float) -> str:
+    """One line: the measured windows' share of ``wall_s`` and where a run's time went on average (mean of the
+    runs that reached each phase). ``records``: the RunRecords of the runs measured (not copied from the cache)."""
+    runs = list(records)
+    window = sum(r.measured_s or 0.0 for r in runs)
+    share = f"{100.0 * window / wall_s:.0f}%" if wall_s > 0 else "-"
+    parts = []
+    for label, name in SHOWN + (("between runs", "phase_gap_s"),):
+        values = [getattr(r, name) for r in runs if getattr(r, name, None) is not None]
+        if values:
+            parts.append(f"{label} {statistics.fmean(values):.1f}")
+    where = f"; a run's seconds (mean): {', '.join(parts)}" if parts else ""
+    return (f"duty cycle {share}: {len(runs)} run{'s' if len(runs) != 1 else ''} measured {window:.1f} s "
+            f"in {wall_s:.1f} s{where}")

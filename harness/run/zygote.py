@@ -1,0 +1,276 @@
+"""The warm launcher's far end: one process per sweep that imports torch and the measuring modules once, and forks
+every run of the sweep from itself (``python -m harness.run.zygote SWEEP_DIR``, started by ``harness.run.launcher``).
+
+Every run is still a fresh process: forked from this pristine process each time (nothing of one run is ever seen by
+the next: no run returns here), in a session and process group of its own, with its own CUDA context (this process
+never initialises CUDA), dying with this process (``PR_SET_PDEATHSIG``, as this one dies with the sweep's process)
+and carrying its own deadline. What the fork saves is the interpreter's start and the imports (seconds a run).
+
+A fork is only safe from a process with one thread and no CUDA: before each fork the thread pools that libraries
+start when imported and that are made to be stopped before a fork (OpenBLAS's, numpy's and scipy's) are stopped
+the way their own fork handler stops them, and the fork is refused (the run then starts as a fresh interpreter)
+if another thread is left, CUDA is initialised, or a process started here is still alive.
+
+What the sweep's first run imported beyond the preloaded modules (its workload's libraries: MONAI, torchvision)
+is imported here once that run has ended, so that the later runs find it loaded, as the first run's own imports
+left it. Only the first run's: a later rung's extra imports (a compiler's) stay that rung's own, so that every
+run holds the same modules a fresh process of its settings would.
+
+The protocol (``SOCK_SEQPACKET``, one JSON object a message, file descriptors beside): this process sends
+``{"ready": pid}``; the parent asks ``{"job", "log", "cwd", "env", "argv"}`` with the run's progress channel; this
+process answers ``{"started": pid}`` with a pidfd of the run, or ``{"refused": why}``, then ``{"exited": pid,
+"returncode": n}`` once it has reaped the run. The parent closing its end ends this process.
+"""
+
+from __future__ import annotations
+
+import array
+import ctypes
+import errno
+import importlib
+import json
+import os
+import socket
+import sys
+import time
+import traceback
+from pathlib import Path
+
+SOCKET_ENV = "HARNESS_ZYGOTE_FD"  # the zygote's end of its socket to the parent
+CHANNEL_ENV = "HARNESS_PROGRESS_FD"  # a run's end of its progress channel to the parent (harness.run.child)
+MAX_MESSAGE = 1 << 20
+# What every run imports: torch and the measuring modules (none of them starts a thread or touches CUDA).
+PRELOAD = ("torch", "harness.config", "harness.run.child", "harness.run.measure", "harness.run.summary",
+           "harness.run.ranks", "harness.workload.build", "harness.workload.data", "harness.workload.knobs",
+           "harness.workload.shared_data", "torch.utils.flop_counter")
+NOT_PRELOADED = ("__main__", "__mp_main__")
+MADV_POPULATE_READ = 22
+
+
+def send(sock: socket.socket, message: dict, fds: list[int] | tuple = ()) -> None:
+    """One message (and the file descriptors it hands over)."""
+    data = json.dumps(message).encode()
+    if fds:
+        socket.send_fds(sock, [data], list(fds))
+    else:
+        sock.send(data)
+
+
+def receive(sock: socket.socket, flags: int = 0) -> tuple[dict | None, list[int]]:
+    """The next message and its file descriptors; (None, []) once the other end has closed. With
+    ``socket.MSG_DONTWAIT``, BlockingIOError when none is there (``socket.recv_fds`` drops its flags before 3.12)."""
+    data, ancillary, _, _ = sock.recvmsg(MAX_MESSAGE, socket.CMSG_LEN(4 * array.array("i").itemsize), flags)
+    fds = array.array("i")
+    for level, kind, payload in ancillary:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            fds.frombytes(payload[: len(payload) - (len(payload) % fds.itemsize)])
+    if not data:
+        for fd in fds:
+            os.close(fd)
+        return None, []
+    return json.loads(data), list(fds)
+
+
+def main(sweep_dir: str) -> int:
+    from harness.lifeline import guard_child
+
+    guard_child()  # dies with the sweep's process; no deadline of its own (each run carries one)
+    sock = socket.socket(fileno=int(os.environ.pop(SOCKET_ENV)))
+    started = time.monotonic()
+    failed = preload(PRELOAD)
+    resident = resident_file_pages()
+    send(sock, {"ready": os.getpid(), "import_s": time.monotonic() - started, "failed": failed})
+    learnt = False
+    while True:
+        request, fds = receive(sock)
+        if request is None:  # the sweep is over
+            return 0
+        why = unsafe_to_fork()
+        if why:
+            for fd in fds:
+                os.close(fd)
+            send(sock, {"refused": why})
+            continue
+        pid = _fork_run(request, fds, sock, sweep_dir, resident, report_imports=not learnt)
+        pidfd = os.pidfd_open(pid)  # before any wait: the PID cannot have been reused yet
+        send(sock, {"started": pid}, [pidfd])
+        os.close(pidfd)
+        _, status = os.waitpid(pid, 0)
+        send(sock, {"exited": pid, "returncode": os.waitstatus_to_exitcode(status)})
+        if not learnt:
+            learnt = _learn(Path(sweep_dir) / f"imports-{pid}.json")
+            resident = resident_file_pages() if learnt else resident
+
+
+def preload(names) -> list[str]:
+    """Import ``names`` in order (those already imported cost a lookup); returns the ones that failed."""
+    failed = []
+    for name in names:
+        if name in sys.modules or name in NOT_PRELOADED:
+            continue
+        try:
+            importlib.import_module(name)
+        except (Exception, SystemExit):  # a module made at run time (a compiled kernel's), or one that refuses
+            failed.append(name)
+    return failed
+
+
+def _learn(path: Path) -> bool:
+    """Import what the sweep's first run imported (its workload's libraries), once it has ended."""
+    try:
+        names = json.loads(path.read_text())
+        path.unlink()
+    except (OSError, ValueError):
+        return False  # a run that did not get to its end: the next one reports
+    preload(names)
+    return True
+
+
+def unsafe_to_fork() -> str:
+    """Why this process must not fork now ("" when it may): one thread only, no CUDA, no process of its own."""
+    stop_blas_threads()
+    threads = _threads()
+    if len(threads) != 1:
+        return f"{len(threads)} threads in the launcher: {', '.join(sorted(threads))}"
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_initialized():
+        return "CUDA is initialised in the launcher"
+    if _children():
+        return "a process the launcher started is still running"
+    return ""
+
+
+def stop_blas_threads() -> None:
+    """Stop the thread pool of every OpenBLAS loaded here, as its own fork handler does (it starts again on the
+    next threaded call, in the run): numpy's and scipy's start one when imported."""
+    for lib in _loaded_libraries("openblas"):
+        try:
+            ctypes.CDLL(lib).blas_thread_shutdown_()
+        except (OSError, AttributeError):
+            pass
+
+
+def _loaded_libraries(word: str) -> set[str]:
+    """Paths of the shared libraries mapped here whose path holds ``word``."""
+    try:
+        with open("/proc/self/maps") as maps:
+            return {line.split()[-1] for line in maps if word in line and ".so" in line}
+    except OSError:
+        return set()
+
+
+def _threads() -> list[str]:
+    """This process's threads, as ``name(tid)``."""
+    found = []
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{tid}/comm") as f:
+                found.append(f"{f.read().strip()}({tid})")
+        except OSError:
+            continue
+    return found
+
+
+def _children() -> list[str]:
+    try:
+        with open(f"/proc/self/task/{os.getpid()}/children") as f:
+            return f.read().split()
+    except OSError:
+        return []
+
+
+def resident_file_pages() -> list[tuple[int, int]]:
+    """The runs of pages of this process's file mappings (its libraries) that are in its page table: (address,
+    bytes). A fork copies the page table of memory written to, not of a library's pages only read, so the fork's
+    resident memory would lack what the imports touched: a fresh process that imported the same has them."""
+    import numpy as np
+
+    page = os.sysconf("SC_PAGE_SIZE")
+    found: list[tuple[int, int]] = []
+    try:
+        with open("/proc/self/maps") as maps, open("/proc/self/pagemap", "rb") as pagemap:
+            for line in maps:
+                fields = line.split()
+                if len(fields) < 6 or fields[4] == "0" or not fields[1].startswith("r"):
+                    continue  # anonymous (copied by the fork), or not readable
+                start, end = (int(x, 16) for x in fields[0].split("-"))
+                pagemap.seek(start // page * 8)
+                entries = np.frombuffer(pagemap.read((end - start) // page * 8), dtype=np.uint64)
+                present = np.flatnonzero((entries >> np.uint64(63)) & np.uint64(1))
+                if present.size:
+                    breaks = np.flatnonzero(np.diff(present) != 1) + 1
+                    for run in np.split(present, breaks):
+                        found.append((start + int(run[0]) * page, int(run.size) * page))
+    except (OSError, ValueError):
+        return []
+    return found
+
+
+def populate(runs: list[tuple[int, int]]) -> None:
+    """In the fork: map the library pages the zygote had (``resident_file_pages``), as a fresh process's imports
+    would have (``MADV_POPULATE_READ``, Linux 5.14; without it, left as they are)."""
+    if not runs:
+        return
+    madvise = ctypes.CDLL(None, use_errno=True).madvise
+    madvise.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
+    for address, length in runs:
+        if madvise(address, length, MADV_POPULATE_READ) != 0 and ctypes.get_errno() == errno.EINVAL:
+            return  # an older kernel
+
+
+def _fork_run(request: dict, fds: list[int], sock: socket.socket, sweep_dir: str, resident: list[tuple[int, int]],
+              report_imports: bool) -> int:
+    """Fork the run; in the fork, become it (never returns there)."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:
+        code = 70
+        try:
+            populate(resident)
+            code = _become_run(request, fds, sock, sweep_dir, report_imports)
+        except BaseException:
+            traceback.print_exc()
+        finally:
+            os._exit(code)
+    for fd in fds:
+        os.close(fd)
+    return pid
+
+
+def _become_run(request: dict, fds: list[int], sock: socket.socket, sweep_dir: str, report_imports: bool) -> int:
+    """In the fork: a session of its own, the run's log, folder and environment, then the child's own main."""
+    os.setsid()
+    sock.close()
+    log = os.open(request["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.dup2(log, 1)
+    os.dup2(log, 2)
+    os.close(log)
+    os.close(null)
+    os.chdir(request["cwd"])
+    os.environ.clear()  # exactly the environment a fresh child would get (the parent's, and the run's own keys)
+    os.environ.update(request["env"])
+    if fds:
+        os.environ[CHANNEL_ENV] = str(fds[0])
+    sys.argv = list(request["argv"])
+    from harness.run import child
+
+    code = child.main(request["job"])
+    if report_imports:
+        _report_imports(Path(sweep_dir) / f"imports-{os.getpid()}.json")
+    sys.stdout.flush()
+    sys.stderr.flush()
+    return code
+
+
+def _report_imports(path: Path) -> None:
+    try:
+        path.write_text(json.dumps(list(sys.modules)))
+    except OSError:
+        pass
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1]))
