@@ -19,7 +19,7 @@ import psutil
 import pytest
 
 from harness import cli, config as config_mod, store
-from harness.run import env as env_mod, isolate
+from harness.run import env as env_mod, isolate, launcher
 from harness.store import RunRecord, load_runs, write_record
 from tests.conftest import REPO
 
@@ -50,19 +50,34 @@ def _start_parent(results: Path, *args: str) -> subprocess.Popen:
                             start_new_session=True, preexec_fn=_default_signals)
 
 
-def _measuring_processes(parent_pid: int, want_workers: int, deadline_s: float = 240,
-                         ranks: int = 1) -> list[psutil.Process]:
-    """The measuring child (or the launcher and its ``ranks``) and the loader workers, once they are all up (waits
-    as long as the machine needs): every process under the parent then."""
+def _start_sweep(results: Path, *args: str) -> subprocess.Popen:
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    return subprocess.Popen([sys.executable, "-m", "harness", "sweep", "+ladder=precision", f"results_dir={results}",
+                             *args], cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True, preexec_fn=_default_signals)
+
+
+def _measuring_processes(parent_pid: int, want_workers: int, deadline_s: float = 240, ranks: int = 1,
+                         forked: bool = False) -> list[psutil.Process]:
+    """The measuring child (or the launcher and its ``ranks``; ``forked``: the warm launcher and the run it forked)
+    and the loader workers, once they are all up (waits as long as the machine needs): every process under the
+    parent then."""
     end = time.monotonic() + deadline_s
+    command = "harness.run.zygote" if forked else "harness.run.child"
     while time.monotonic() < end:
         try:
             kids = psutil.Process(parent_pid).children(recursive=True)
         except psutil.NoSuchProcess:
             break
-        measuring = {k.pid for k in kids if "harness.run.child" in " ".join(_cmdline(k))}
+        measuring = {k.pid for k in kids if command in " ".join(_cmdline(k))}
         workers = [k for k in kids if k.pid in measuring and _parent_pid(k) in measuring]  # forked: same command line
-        if len(measuring) - len(workers) >= ranks and len(workers) >= want_workers:
+        if forked:  # the zygote's child is the run; the run's children are its workers
+            zygotes = {k.pid for k in kids if k.pid in measuring and _parent_pid(k) == parent_pid}
+            runs = {k.pid for k in kids if _parent_pid(k) in zygotes}
+            found = len(runs) >= ranks and sum(_parent_pid(k) in runs for k in kids) >= want_workers
+        else:
+            found = len(measuring) - len(workers) >= ranks and len(workers) >= want_workers
+        if found:
             return kids
         time.sleep(0.2)
     raise AssertionError("the measuring process never started")
@@ -108,6 +123,43 @@ def test_a_parent_ended_by_any_signal_leaves_no_process_behind(results, sig):
         assert f"interrupted ({sig.name})" in err and "Traceback" not in err
 
 
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM, signal.SIGINT])
+def test_a_sweep_ended_by_any_signal_leaves_no_forked_run_nor_its_launcher_behind(results, sig):
+    parent = _start_sweep(results, "debug.fault=hang", "debug.fault_step=1", "timeout_s=300", "data.num_workers=1",
+                          *TINY_RUN)
+    try:
+        procs = _measuring_processes(parent.pid, want_workers=1, forked=True)  # the launcher, the run, its worker
+        assert len(procs) >= 3
+        os.kill(parent.pid, sig)
+        out, err = parent.communicate(timeout=60)
+        assert _gone(procs) == [], f"left running after {sig.name}: {[p.pid for p in procs]}"
+    finally:
+        if parent.poll() is None:
+            os.killpg(parent.pid, signal.SIGKILL)
+    if sig != signal.SIGKILL:
+        assert parent.returncode == 128 + sig
+        assert f"interrupted ({sig.name})" in err and "Traceback" not in err
+
+
+def test_a_forked_run_that_hangs_times_out_and_the_sweep_goes_on(results):
+    parent = _start_sweep(results, "debug.fault=hang", "debug.fault_step=1", "timeout_s=12", *TINY_RUN)
+    out, err = parent.communicate(timeout=600)
+    assert parent.returncode == 0, out + err
+    frame = load_runs(results)
+    assert list(frame["status"]) == ["timeout"] * 3 and set(frame["launched_by"]) == {"fork"}
+    assert frame["error"].str.contains("timeout_s=12").all()
+    assert "warm launcher off" not in err
+    assert not [p for p in psutil.process_iter() if "harness.run.zygote" in " ".join(_cmdline(p))
+                and _environ(p).get("HARNESS_PARENT_PID") == str(parent.pid)]
+
+
+def _environ(p: psutil.Process) -> dict:
+    try:
+        return p.environ()
+    except psutil.Error:
+        return {}
+
+
 def test_job_folders_of_dead_parents_are_removed_and_live_ones_kept(tmp_path):
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
@@ -127,16 +179,16 @@ def test_a_result_written_before_a_hang_is_kept(tmp_path):
     (job / "result.json").write_text('{"status": "ok", "error": "", "samples_per_s": 3.5}')
     script = "import time; time.sleep(600)"
     (job / "config.json").write_text("{}")
-    real = isolate.subprocess.Popen
+    real = launcher.subprocess.Popen
 
     def sleeper(args, **kw):
         return real([sys.executable, "-c", script], **kw)
 
-    isolate.subprocess.Popen = sleeper
+    launcher.subprocess.Popen = sleeper
     try:
-        outcome, summary = isolate._run_child(job, timeout_s=1.0, on_progress=None)
+        outcome, summary, _ = isolate._run_child(job, timeout_s=1.0, on_progress=None)
     finally:
-        isolate.subprocess.Popen = real
+        launcher.subprocess.Popen = real
     assert outcome.status == "ok" and summary.samples_per_s == 3.5
 
 

@@ -7,7 +7,7 @@ import time
 import pytest
 
 from harness import config as config_mod
-from harness.run import isolate, monitor, runner
+from harness.run import isolate, launcher, monitor, runner
 from harness.store import load_runs
 from tests.conftest import tiny_config
 
@@ -18,17 +18,28 @@ def _run(results, **overrides):
     return runner.run_and_store(cfg, env, key)
 
 
-@pytest.mark.parametrize("fault,status,message", [
+FAULTS = [
     ("oom", "oom", "can't allocate memory"),
     ("nan", "nan", "loss became nan"),
     ("crash", "error", "killed by signal SIGKILL"),
-])
+]
+
+
+@pytest.mark.parametrize("fault,status,message", FAULTS)
 def test_each_fault_leaves_a_record_with_its_status(results, fault, status, message):
     record = _run(results, debug__fault=fault, debug__fault_step=1)
     assert record.status == status
     assert message in record.error
     stored = load_runs(results)
     assert list(stored["status"]) == [status] and stored["samples_per_s"].isna().all()
+
+
+def test_each_fault_of_a_forked_run_leaves_a_record_with_its_status(results):
+    with launcher.warm():  # one zygote forks the three runs, each ending its own way
+        for fault, status, message in FAULTS:
+            record = _run(results, debug__fault=fault, debug__fault_step=1)
+            assert (record.status, record.launched_by) == (status, "fork") and message in record.error
+        assert _run(results).status == "ok"  # and the zygote forks the next run as before
 
 
 def test_a_hang_ends_as_timeout_and_the_child_is_killed(results):
@@ -53,7 +64,7 @@ def test_every_workload_runs_at_smoke_size(results, workload):
     assert record.torch_version and record.cpu_count and record.config_hash
 
 
-def _child_run(tmp_path, **overrides):
+def _child_run(tmp_path, on_progress=None, **overrides):
     """One real measuring child, as ``execute`` starts it, returning everything the child and parent measured."""
     cfg = tiny_config(**overrides)
     job = tmp_path / "job"
@@ -61,7 +72,7 @@ def _child_run(tmp_path, **overrides):
     (job / "parent.pid").write_text(str(os.getpid()))
     (job / "config.json").write_text(json.dumps(config_mod.to_dict(cfg)))
     (job / "env.json").write_text("{}")
-    outcome, summary = isolate._run_child(job, cfg.timeout_s, None, cfg.measure.sample_interval_s)
+    outcome, summary, _ = isolate._run_child(job, cfg.timeout_s, on_progress, cfg.measure.sample_interval_s)
     assert outcome.status == "ok", outcome.error
     return summary.to_dict()
 
@@ -173,7 +184,7 @@ def test_the_progress_display_runs_no_thread_and_redraws_at_most_twice_a_second(
         assert threading.active_count() == before  # rich's Status would wake a refresh thread 12.5 times a second
         display.update({"phase": "build"}, 0.1)
         drawn = out.getvalue()
-        assert "building model and loader" in drawn
+        assert "building the model" in drawn
         for _ in range(49):  # a parent polling at 100 Hz for half a second
             now[0] += 0.01
             display.update({"phase": "warmup", "steps": 3}, 0.2)
@@ -181,3 +192,46 @@ def test_the_progress_display_runs_no_thread_and_redraws_at_most_twice_a_second(
         display._drawn -= 1.0 / progress_mod.REFRESH_HZ
         display.update({"phase": "warmup", "steps": 3}, 0.7)
         assert "warm-up, 3 steps" in out.getvalue()[len(drawn):]
+
+
+def _counting_watch(monkeypatch) -> list:
+    """The parent's watches of the runs started from here, kept (their wake-up counts)."""
+    watches = []
+
+    class Counting(isolate._Watch):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            watches.append(self)
+
+    monkeypatch.setattr(isolate, "_Watch", Counting)
+    return watches
+
+
+# 4 measured steps of >= 300 ms each: a window of at least 1.2 s, however fast the machine, that a parent sampling
+# every 50 ms would wake inside some twenty times
+SLOW_WINDOW = dict(data__num_workers=1, data__persistent_workers=True, debug__slowdown_ms=300.0, measure__steps=4,
+                   measure__sample_interval_s=0.05)
+
+
+def test_a_cpu_runs_parent_does_not_wake_inside_the_window_and_the_memory_peaks_stay(tmp_path, monkeypatch):
+    watches = _counting_watch(monkeypatch)
+    shown = []
+    metrics = _child_run(tmp_path, on_progress=lambda info, elapsed: shown.append(dict(info)), **SLOW_WINDOW)
+    watch = watches[0]
+    assert watch.window_wakeups == 0 and watch.sampler.samples.parent_cpu_pct is not None  # both edges seen
+    # the display said once that it pauses, at the window's opening, and said nothing more until it closed
+    paused = [i for i, info in enumerate(shown) if info.get("paused")]
+    assert len(paused) == 1 and shown[paused[0]]["phase"] == "measure"
+    assert all(info["phase"] != "measure" for info in shown[paused[0] + 1:])
+    # nothing lost from the record: the worker's and the host's peaks come from the kernel (read by the child)
+    assert len(metrics["worker_rss_bytes"]) == 1 and metrics["peak_worker_rss_bytes"] > 10e6
+    assert metrics["peak_host_rss_bytes"] >= metrics["peak_main_rss_bytes"] + metrics["peak_worker_rss_bytes"]
+    assert metrics["peak_main_rss_bytes"] > 50e6
+
+
+def test_without_a_progress_channel_the_parent_polls_through_the_window(tmp_path, monkeypatch):
+    """The count above is a real count: the parent of old (polling the progress file) wakes inside the window."""
+    watches = _counting_watch(monkeypatch)
+    monkeypatch.setattr(isolate._Markers, "open", classmethod(lambda cls: None))
+    _child_run(tmp_path, **SLOW_WINDOW)
+    assert watches[0].window_wakeups > 0

@@ -1,6 +1,7 @@
 """Sweeps end to end on the CPU: one record per rung, one knob per rung, cache, resume, faults."""
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -36,9 +37,18 @@ def test_phase2_climbs_one_knob_per_rung_then_reruns_from_the_cache(results):
         assert changed == {change.split("=")[0]}
     for column in ("samples/s", "x baseline", "x previous", "guide claims", "verdict", "2-3x", "Total: measured"):
         assert column in out.stdout
+    # forked from one warm launcher, each run's wall time split into its phases, and the duty cycle said
+    assert set(frame["launched_by"]) == {"fork"} and frame["phase_launch_s"].notna().all()
+    assert frame["phase_gap_s"].notna().all() and (frame["phase_wall_s"] > frame["measured_s"]).all()
+    assert "duty cycle " in out.stdout and "4 runs measured" in out.stdout
 
-    again, second_s = _sweep(results, "+ladder=phase2")
-    assert again.returncode == 0
+    # the same sweep again comes from the store whole, and needs no torch for it
+    code = ("import sys; from harness import cli; rc = cli.main(sys.argv[1:]); "
+            "print('torch imported' if 'torch' in sys.modules else 'no torch'); sys.exit(rc)")
+    again = subprocess.run([sys.executable, "-c", code, "sweep", "+ladder=phase2", *TINY, f"results_dir={results}"],
+                           cwd=REPO, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert again.returncode == 0, again.stderr
+    assert again.stdout.splitlines()[-1] == "no torch" and "duty cycle" not in again.stdout
     frame = load_runs(results)
     second = frame[frame["sweep_id"] != frame.loc[frame["cached_from"] == "", "sweep_id"].iloc[0]]
     assert len(second) == 4 and (second["cached_from"] != "").all()  # no rung ran again

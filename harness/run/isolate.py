@@ -322,7 +322,7 @@ def _wait(proc, job: Path, start: float, timeout_s: float, on_progress: Progress
                 watch.read_progress(progress_path)
             if slept_in_window and watch.sampler.measuring:
                 watch.window_wakeups += 1
-            if watch.quiet:
+            if watch.quiet and markers is not None:  # (without a channel nothing would wake it at the close)
                 timeout = deadline - now
             else:
                 watch.sample_if_due(now)

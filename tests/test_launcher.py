@@ -1,0 +1,167 @@
+"""The warm launcher: runs forked from one zygote per sweep are still fresh processes (their own PID, session and
+state), the zygote forks only with one thread and no CUDA, anything unsafe falls back to a fresh interpreter with
+one line, and a run's wall time is split into its phases."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+import torch
+
+from harness import config as config_mod
+from harness.commands import hydra_edge
+from harness.run import launcher, phases, runner
+from harness.workload import shared_data
+from tests.conftest import REPO
+
+PROBE = ("workload=custom", "workload.model._target_=tests.fork_probe.probe_net", "workload.input_shape=[1,8,8,8]",
+         "workload.target=segmentation", "workload.num_classes=2", "measure.steps=2", "measure.warmup_steps=1",
+         "device=cpu", "size=smoke")
+
+
+def _probe_config(results) -> config_mod.RunConfig:
+    settings = hydra_edge.plain_settings(hydra_edge.compose_settings([*PROBE, f"results_dir={results}"]))
+    return config_mod.resolve(config_mod.from_dict(settings), cuda_available=False)
+
+
+def _probe_runs(results, tmp_path, monkeypatch, runs: int = 2, on_progress=None):
+    out = tmp_path / "probe.jsonl"
+    monkeypatch.setenv("FORK_PROBE_OUT", str(out))
+    cfg = _probe_config(results)
+    env, key = runner.environment(cfg.device)
+    with launcher.warm() as session:
+        records = [runner.run_and_store(cfg, env, key, on_progress and (lambda i, e: on_progress(session, i)))
+                   for _ in range(runs)]
+    by_pid: dict[int, dict] = {}
+    for line in out.read_text().splitlines():  # the first the builder saw in each run
+        by_pid.setdefault(json.loads(line)["pid"], json.loads(line))
+    return records, list(by_pid.values())
+
+
+def test_forked_runs_are_fresh_processes_of_their_own_that_see_nothing_of_each_other(results, tmp_path, monkeypatch):
+    zygote_threads = []
+
+    def look(session, info):  # while a run builds and warms up, the zygote waits for it: as it is before a fork
+        if session.zygote is not None:
+            zygote_threads.append(len(os.listdir(f"/proc/{session.zygote.proc.pid}/task")))
+
+    records, seen = _probe_runs(results, tmp_path, monkeypatch, runs=3, on_progress=look)
+    assert [r.status for r in records] == ["ok"] * 3, records[0].error
+    assert [r.launched_by for r in records] == ["fork"] * 3
+    firsts = seen
+    pids = {s["pid"] for s in firsts}
+    assert len(pids) == 3 and os.getpid() not in pids
+    for s in firsts:
+        assert s["sid"] == s["pid"] == s["pgid"]  # a session and process group of its own, as a fresh child
+        assert s["ppid"] != os.getpid()  # the zygote's child, not the parent's
+    # what one run set (a module attribute, torch's thread count, numpy's global RNG) is not seen by the next
+    assert [s["runs_seen"] for s in firsts] == [0, 0, 0]
+    assert [s["threads"] for s in firsts] == [torch.get_num_threads()] * 3
+    leaked = np.random.RandomState(12345).random_sample()  # what the next run would draw after the last one's seed
+    assert leaked not in [s["rng"] for s in firsts]
+    assert firsts[1]["rng"] == firsts[2]["rng"]  # forked from the same zygote (once it has learnt the workload)
+    assert zygote_threads and set(zygote_threads) == {1}
+
+
+def test_the_zygote_refuses_to_fork_with_a_thread_or_cuda_and_stops_the_blas_pools():
+    code = textwrap.dedent("""
+        import threading, time, torch, numpy
+        from harness.run import zygote
+        zygote.preload(zygote.PRELOAD)
+        print(repr(zygote.unsafe_to_fork()))  # numpy's OpenBLAS pool stopped: one thread
+        torch.cuda.is_initialized = lambda: True
+        print(repr(zygote.unsafe_to_fork()))
+        torch.cuda.is_initialized = lambda: False
+        threading.Thread(target=time.sleep, args=(60,), daemon=True).start()
+        print(repr(zygote.unsafe_to_fork()))
+    """)
+    env = dict(os.environ, PYTHONPATH=str(REPO), JE_ARROW_MALLOC_CONF="background_thread:false")
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    safe, cuda, thread = out.stdout.splitlines()
+    assert safe == "''"
+    assert "CUDA is initialised in the launcher" in cuda
+    assert "2 threads in the launcher" in thread
+
+
+def test_a_zygote_that_cannot_fork_safely_hands_the_runs_to_fresh_interpreters_saying_so_once(
+        results, tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("FORK_PROBE_THREAD", "1")  # the zygote, importing what the first run did, starts a thread
+    monkeypatch.setattr(launcher, "_said", set())
+    records, seen = _probe_runs(results, tmp_path, monkeypatch, runs=3)
+    assert [r.status for r in records] == ["ok"] * 3
+    assert [r.launched_by for r in records] == ["fork", "exec", "exec"]
+    err = capsys.readouterr().err
+    assert err.count("warm launcher off") == 1 and "threads in the launcher" in err
+    assert [s["runs_seen"] for s in seen] == [0, 0, 0]
+
+
+def test_exec_launch_is_chosen_with_one_line(results, tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv(launcher.LAUNCH_ENV, "exec")
+    monkeypatch.setattr(launcher, "_said", set())
+    records, _ = _probe_runs(results, tmp_path, monkeypatch, runs=2)
+    assert [r.launched_by for r in records] == ["exec", "exec"] and records[1].status == "ok"
+    assert capsys.readouterr().err.count(f"warm launcher off: {launcher.LAUNCH_ENV}=exec") == 1
+
+
+def test_a_runs_wall_time_is_split_into_its_phases(results, tmp_path, monkeypatch):
+    records, _ = _probe_runs(results, tmp_path, monkeypatch, runs=2)
+    for r in records:
+        parts = [r.phase_launch_s, r.phase_model_s, r.phase_data_s, r.phase_warmup_s, r.measured_s, r.phase_teardown_s]
+        assert all(p is not None and p >= 0 for p in parts) and r.phase_wall_s > 0
+        # the phases follow one another: together they are the run's wall time, but for the window's edges
+        assert 0.8 * r.phase_wall_s <= sum(parts) <= r.phase_wall_s * 1.001
+        assert r.phase_warmup_s >= r.first_step_s * 0.999
+    assert records[0].phase_gap_s is not None and records[1].phase_gap_s >= 0
+    line = phases.duty_cycle(records, 100.0)
+    assert line.startswith("duty cycle ") and "2 runs measured" in line and "launch" in line and "window" in line
+
+
+def test_phases_of_a_run_that_failed_early_are_left_empty():
+    fields = phases.record_fields({"start": 10.0, "build": 11.0}, spawned=9.5, gone=12.0, gap_s=None, how="fork")
+    assert fields["phase_launch_s"] == 1.5 and fields["phase_model_s"] is None and fields["phase_wall_s"] == 2.5
+    assert fields["phase_teardown_s"] is None and fields["phase_gap_s"] is None and fields["launched_by"] == "fork"
+
+
+def test_the_duty_cycle_is_the_windows_share_of_the_wall_time():
+    class R:
+        measured_s, phase_launch_s, phase_gap_s = 3.0, 0.5, 1.0
+
+    line = phases.duty_cycle([R(), R()], 24.0)
+    assert line.startswith("duty cycle 25%: 2 runs measured 6.0 s in 24.0 s")
+    assert "launch 0.5" in line and "between runs 1.0" in line
+
+
+@pytest.mark.parametrize("dataset", ["volumes", "images"])
+def test_shared_synthetic_data_is_byte_identical_to_what_a_run_makes(tmp_path, monkeypatch, dataset):
+    from harness.workload import data
+
+    def build():
+        if dataset == "volumes":
+            d = data.RandomCropVolumes([16, 16, 16], length=4, num_volumes=3, seed=7)
+            return d.images + d.labels
+        d = data.RandomCropImages([32, 32], length=4, num_images=5, num_classes=10, seed=7, transform=None)
+        return [d.images, d.labels]
+
+    mapped = []
+    real = shared_data._mapped
+    monkeypatch.setattr(shared_data, "_mapped", lambda path: mapped.append(path) or real(path))
+    monkeypatch.delenv(shared_data.ENV, raising=False)
+    own = build()
+    monkeypatch.setenv(shared_data.ENV, str(tmp_path))
+    first = build()  # the first run makes it and keeps it
+    assert mapped == []
+    shared = build()  # the next maps it, and makes nothing
+    assert len(mapped) == len(own)
+    assert len(list(tmp_path.glob(f"crop-{dataset}-*/done"))) == 1
+    for a, b, c in zip(own, first, shared):
+        assert a.dtype == b.dtype == c.dtype and a.shape == b.shape == c.shape
+        assert a.numpy().tobytes() == b.numpy().tobytes() == c.numpy().tobytes()
+    shared[0][..., 0] += 1  # a run may write to its arrays (copy-on-write), never to the file
+    assert build()[0].numpy().tobytes() == own[0].numpy().tobytes()
