@@ -42,6 +42,7 @@ import json
 import math
 import os
 import signal
+import socket
 import statistics
 import subprocess
 import sys
@@ -290,23 +291,28 @@ def follow(settings: list[str]) -> dict:
 
 
 class _Alive:
-    """For the poller: the measured process (the benchmark itself) stays alive until it ends the poller."""
+    """For the poller: the measured process (the benchmark itself) stays alive until it ends the poller; its end
+    is never seen (a pipe nobody writes), so the poller blocks as the parent does on a child's pidfd."""
 
     pid = None
+
+    def __init__(self):
+        self.exit_fd, self._writer = os.pipe()
 
     def poll(self):
         return None
 
 
-def poll(pid: int, job: str) -> None:
+def poll(pid: int, job: str, channel_fd: int | None = None) -> None:
     """The harness parent's watch over its child, for the in-process comparison: its own wait loop (progress
-    markers, psutil sampling at the configured interval, the progress display at its refresh rate on a terminal),
-    pointed at ``pid``, until killed. The benchmark stops (SIGSTOP) and resumes it around the harness's side."""
+    markers on the channel, psutil sampling at the configured interval outside a CPU window, the progress display at
+    its refresh rate on a terminal), pointed at ``pid``, until killed. The benchmark stops (SIGSTOP) and resumes it
+    around the harness's side."""
     from rich.console import Console
 
     from harness import config as config_mod
     from harness.commands.progress import RunProgress
-    from harness.run import isolate, monitor
+    from harness.run import channel, isolate, monitor
 
     try:  # Linux: end with the benchmark, never outlive it
         import ctypes
@@ -317,9 +323,10 @@ def poll(pid: int, job: str) -> None:
     interval = config_mod.RunConfig().measure.sample_interval_s
     console = Console(file=open(os.devnull, "w"), force_terminal=True, width=120)  # noqa: SIM115 - until killed
     print("ready", flush=True)
+    markers = channel.Markers(socket.socket(fileno=channel_fd)) if channel_fd is not None else None
     with RunProgress(console, "overhead") as progress:
         isolate._wait(_Alive(), Path(job), time.monotonic(), math.inf, progress.update,
-                      isolate._Watch(monitor.Sampler(pid), interval))
+                      isolate._Watch(monitor.Sampler(pid), interval), markers)
 
 
 def in_process(settings: list[str], rounds: int, harness_ms: list[float] | None = None,
@@ -360,12 +367,19 @@ def in_process(settings: list[str], rounds: int, harness_ms: list[float] | None 
             torch.cuda.synchronize(device)
         return (time.perf_counter() - start) / steps
 
+    from harness.run import channel
+
+    ours, theirs = socket.socketpair()  # the progress channel: the child's end here, the parent's in the poller
     with tempfile.TemporaryDirectory(prefix="harness-overhead-job-") as job:
         def progress(phase: str, **info) -> None:  # the child's marker writer
-            measure.write_json(Path(job) / "progress.json", {"phase": phase, "time": time.time(), **info})
+            payload = {"phase": phase, "time": time.time(), **info}
+            measure.write_json(Path(job) / "progress.json", payload)
+            channel.tell(ours, payload, wait=phase == "measure" and poller_on)  # a stopped poller cannot answer
 
-        poller = subprocess.Popen([sys.executable, str(Path(__file__).resolve()), "--poll", str(os.getpid()), job],
-                                  cwd=REPO, stdout=subprocess.PIPE, env=_env(), text=True)
+        poller = subprocess.Popen([sys.executable, str(Path(__file__).resolve()), "--poll", str(os.getpid()), job,
+                                   str(theirs.fileno())], cwd=REPO, stdout=subprocess.PIPE, env=_env(), text=True,
+                                  pass_fds=(theirs.fileno(),))
+        theirs.close()
         real_prepare = measure.prepare
         measure.prepare = lambda *args, **kwargs: prep  # the harness's side trains the plain side's model
         try:
@@ -394,7 +408,8 @@ def in_process(settings: list[str], rounds: int, harness_ms: list[float] | None 
             poller.wait()
 
 
-# A model so small (one 1x1 convolution, SGD) that a step is ~0.2 ms on a CPU: what the harness's loop adds per step stands out against it.
+# A model so small (one 1x1 convolution, SGD) that a step is ~0.2 ms on a CPU: what the harness's loop adds per step
+# stands out against it.
 TINY = [("workload", "custom"), ("workload.model._target_", "torch.nn.Conv1d"), ("workload.model.in_channels", 1),
         ("workload.model.out_channels", 2), ("workload.model.kernel_size", 1), ("workload.input_shape", [1, 8]),
         ("workload.target", "segmentation"), ("size", "smoke"), ("device", "cpu"), ("measure.mode", "model"),
@@ -467,7 +482,7 @@ def main(argv: list[str]) -> int:
         print(json.dumps(plain_loop(json.loads(argv[1]))))
         return 0
     if argv[:1] == ["--poll"]:
-        poll(int(argv[1]), argv[2])
+        poll(int(argv[1]), argv[2], int(argv[3]) if len(argv) > 3 else None)
         return 0
     if argv[:1] == ["--follow"]:
         print(json.dumps(follow(json.loads(argv[1]))))
@@ -488,7 +503,8 @@ def main(argv: list[str]) -> int:
                         help="rounds of the in-process comparison (0: none)")
     parser.add_argument("--inproc-steps", type=int, default=None,
                         help=f"measured steps a side of an in-process round (default: {BLOCK_STEPS}, 20 for others)")
-    parser.add_argument("--loop-rounds", type=int, default=20, help="rounds of the in-process loop-cost check (0: none)")
+    parser.add_argument("--loop-rounds", type=int, default=20,
+                        help="rounds of the in-process loop-cost check (0: none)")
     parser.add_argument("--loop-steps", type=int, default=2000, help="tiny-model steps per side of a loop-cost round")
     parser.add_argument("--as-users", action="store_true",
                         help="only the end-to-end comparison users make: `harness run` against a plain script of "

@@ -20,7 +20,7 @@ import pytest
 from harness import config as config_mod
 from harness.analysis import render
 from harness.analysis import table as table_mod
-from harness.run import isolate, launch, monitor, ranks, runner
+from harness.run import isolate, launch, monitor, processes, ranks, runner
 from harness.store import RunRecord, load_runs, write_record
 from harness.workload import applicability
 from tests.conftest import tiny_config
@@ -183,7 +183,7 @@ def test_killing_a_run_reaches_processes_in_sessions_of_their_own():
             time.sleep(0.05)
         tree = [psutil.Process(proc.pid)] + psutil.Process(proc.pid).children(recursive=True)
         assert len(tree) == 2 and _in_own_session(proc.pid)
-        isolate._kill_group(proc)
+        processes.kill_group(proc)
         assert _gone(tree, within_s=1) == []  # _kill_group returns once every member is gone
     finally:
         for p in psutil.Process(proc.pid).children(recursive=True) if proc.poll() is None else []:

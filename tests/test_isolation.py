@@ -7,7 +7,7 @@ import time
 import pytest
 
 from harness import config as config_mod
-from harness.run import isolate, launcher, monitor, runner
+from harness.run import channel, isolate, launcher, monitor, runner
 from harness.store import load_runs
 from tests.conftest import tiny_config
 
@@ -151,7 +151,8 @@ def test_the_waiting_parent_is_a_batch_task_that_never_preempts_the_child_and_is
     assert _policy() == os.SCHED_OTHER and _policy(started[0]) == os.SCHED_OTHER
     done.set()
     t.join()
-    assert isolate._wait(Child(), tmp_path, time.monotonic(), 60.0, None, isolate._Watch(monitor.Sampler(None), 0.01)) is False
+    watch = isolate._Watch(monitor.Sampler(None), 0.01)
+    assert isolate._wait(Child(), tmp_path, time.monotonic(), 60.0, None, watch) is False
     assert seen == [os.SCHED_BATCH] * 3 and _policy() == os.SCHED_OTHER  # the next child starts with the default
 
 
@@ -232,6 +233,6 @@ def test_a_cpu_runs_parent_does_not_wake_inside_the_window_and_the_memory_peaks_
 def test_without_a_progress_channel_the_parent_polls_through_the_window(tmp_path, monkeypatch):
     """The count above is a real count: the parent of old (polling the progress file) wakes inside the window."""
     watches = _counting_watch(monkeypatch)
-    monkeypatch.setattr(isolate._Markers, "open", classmethod(lambda cls: None))
+    monkeypatch.setattr(channel.Markers, "open", classmethod(lambda cls: None))
     _child_run(tmp_path, **SLOW_WINDOW)
     assert watches[0].window_wakeups > 0

@@ -78,15 +78,18 @@ def test_the_zygote_refuses_to_fork_with_a_thread_or_cuda_and_stops_the_blas_poo
         torch.cuda.is_initialized = lambda: True
         print(repr(zygote.unsafe_to_fork()))
         torch.cuda.is_initialized = lambda: False
+        real, zygote._loaded_libraries = zygote._loaded_libraries, lambda word: {"/usr/lib/libcuda.so.1"}
+        print(repr(zygote.unsafe_to_fork()))
+        zygote._loaded_libraries = real
         threading.Thread(target=time.sleep, args=(60,), daemon=True).start()
         print(repr(zygote.unsafe_to_fork()))
     """)
     env = dict(os.environ, PYTHONPATH=str(REPO), JE_ARROW_MALLOC_CONF="background_thread:false")
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
-    safe, cuda, thread = out.stdout.splitlines()
+    safe, cuda, driver, thread = out.stdout.splitlines()
     assert safe == "''"
-    assert "CUDA is initialised in the launcher" in cuda
+    assert "CUDA is initialised in the launcher" in cuda and "the CUDA driver is loaded in the launcher" in driver
     assert "2 threads in the launcher" in thread
 
 
@@ -165,3 +168,22 @@ def test_shared_synthetic_data_is_byte_identical_to_what_a_run_makes(tmp_path, m
         assert a.numpy().tobytes() == b.numpy().tobytes() == c.numpy().tobytes()
     shared[0][..., 0] += 1  # a run may write to its arrays (copy-on-write), never to the file
     assert build()[0].numpy().tobytes() == own[0].numpy().tobytes()
+
+
+def test_the_duty_cycle_benchmark_accounts_for_every_second_of_the_wall_time():
+    import importlib.util
+
+    path = REPO / "benchmarks" / "duty_cycle.py"
+    spec = importlib.util.spec_from_file_location("duty_cycle_benchmark", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+
+    class R:
+        phase_launch_s, phase_model_s, phase_data_s, phase_warmup_s = 0.1, 1.0, 0.2, 2.0
+        measured_s, phase_teardown_s, phase_gap_s = 3.0, 0.2, 0.5
+
+    rows = dict(bench.split([R(), R()], 20.0))
+    assert rows["measured window"] == 6.0 and rows["the command itself (start, preflight, table)"] == 6.0
+    assert sum(rows.values()) == pytest.approx(20.0)
+    text = bench.report([R(), R()], 20.0, "warm launcher")
+    assert "duty cycle 30%" in text and "measured window" in text

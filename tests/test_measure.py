@@ -8,7 +8,7 @@ import torch
 
 from harness.run.measure import model_flops_per_sample, train_and_measure
 from harness.run.outcome import NonFiniteLoss, classify
-from harness.run.stopping import mean_is_known, t975
+from harness.run.stopping import WarmupRule, is_steady, mean_is_known, t975
 from harness.run.summary import Extras, per_sample, summarize
 from harness.workload.workloads import builtin
 from tests.conftest import tiny_config
@@ -129,6 +129,47 @@ def test_steps_is_a_whole_number_or_auto():
             config_mod.set_key(cfg, "measure.steps", bad)
     with pytest.raises(ValueError, match="must be a positive number"):
         tiny_config(measure__steps="auto", measure__max_steps=0)
+
+
+def test_warmup_steps_is_a_whole_number_or_auto_and_a_number_still_hashes_as_before():
+    from harness import config as config_mod
+
+    cfg = config_mod.RunConfig()
+    for value, expected in (("auto", "auto"), ("5", 5), (5.0, 5)):
+        config_mod.set_key(cfg, "measure.warmup_steps", value)
+        assert cfg.measure.warmup_steps == expected
+    with pytest.raises(ValueError, match="measure.warmup_steps='often' is not valid: use a whole number or auto"):
+        config_mod.set_key(cfg, "measure.warmup_steps", "often")
+    assert config_mod.config_hash(tiny_config(measure__warmup_steps="3")) == \
+        config_mod.config_hash(tiny_config(measure__warmup_steps=3))
+    assert config_mod.config_hash(tiny_config(measure__warmup_steps="auto")) != \
+        config_mod.config_hash(tiny_config(measure__warmup_steps=3))
+
+
+def test_the_warmup_rule_waits_for_two_steady_blocks_after_the_first_step():
+    rule = WarmupRule(block=3, tolerance=0.05, max_steps=50, max_s=60.0)
+    settling = [900.0, 300.0, 200.0, 150.0, 120.0, 110.0, 104.0, 101.0, 100.0, 100.0, 99.0, 100.0]
+    done_at = next(n for n in range(1, len(settling) + 1) if rule.done(settling[:n], 1.0))
+    # done at the first step count whose last two blocks of 3 have medians within 5%, and not before
+    assert done_at >= rule.min_steps == 7 and is_steady(settling[:done_at], 3, 0.05)
+    assert not is_steady(settling[:done_at - 1], 3, 0.05)
+    assert rule.done([100.0] * 7, 1.0) and not rule.done([100.0] * 6, 1.0)  # never fewer than 2 blocks + the first
+    assert rule.done([100.0, 200.0] * 4, 61.0)  # not steady, but past its time cap
+    assert rule.done([100.0, 300.0] * 25, 1.0)  # or its step cap
+    assert is_steady([100.0, 95.0, 104.0, 100.0] * 2, 4, 0.05)  # medians, not single steps
+
+
+def test_warmup_auto_warms_up_until_steady_and_records_how_many_it_took(monkeypatch):
+    from harness.run import measure
+
+    # a steady sleep in every step, blocks of two: steady after 5 steps (however busy the machine), at most 8
+    monkeypatch.setattr(measure, "warmup_rule_for", lambda m: WarmupRule(block=2, tolerance=0.5, max_steps=8))
+    markers = []
+    cfg = tiny_config(measure__warmup_steps="auto", measure__steps=2, debug__slowdown_ms=200.0)
+    m, extras = train_and_measure(cfg, cfg.workload, lambda phase, **info: markers.append((phase, info)))
+    assert 5 <= len(m.warmup_ms) <= 8 and len(m.step_ms) == 2
+    assert dict(markers)["warmup"]["steps"] == "auto"
+    assert summarize(m, extras, per_sample(cfg, None, ""), compiled=False).warmup_steps == len(m.warmup_ms)
 
 
 class _WatchOutput(torch.nn.Module):

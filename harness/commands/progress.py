@@ -56,6 +56,8 @@ def describe(info: dict, elapsed_s: float) -> str:
         return "building the model"
     if phase == "data":
         return "setting up the data and the loader"
+    if phase == "warmup" and info.get("steps") == "auto":
+        return "warm-up until the step time is steady"
     if phase == "warmup":
         return f"warm-up, {info.get('steps')} steps"
     if phase == "measure" and info.get("paused"):

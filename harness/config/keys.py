@@ -5,8 +5,9 @@ A value takes its field's type through OmegaConf's structured-config typing ("3"
 1.5 for a whole number is refused), so that a setting means the same from the command line, a ladder file, a
 stored record or Python, and ``model.width=1`` and ``model.width=1.0`` are one setting. What OmegaConf's typing
 cannot say stays here: the spellings the command line accepts for ``precision`` and ``compile``, the
-whole-number-or-auto of ``measure.steps``, and the workload node, set whole by name (``workload=NAME``), as a
-mapping, or field by field (the fields below its ``_target_`` nodes are the target's own arguments).
+whole-number-or-auto of ``measure.steps`` and ``measure.warmup_steps``, and the workload node, set whole by name
+(``workload=NAME``), as a mapping, or field by field (the fields below its ``_target_`` nodes are the target's own
+arguments).
 """
 
 from __future__ import annotations
@@ -188,13 +189,13 @@ def _normalize(key: str, value: Any) -> Any:
         if value is True or str(value).lower() == "true":
             return "default"
         return str(value)
-    if key == "measure.steps" and value is not None:
-        return _steps(value)
+    if key in ("measure.steps", "measure.warmup_steps") and value is not None:
+        return _steps(value, key)
     return value
 
 
-def _steps(value: Any) -> int | str:
-    """``measure.steps``: a whole number, or "auto" (the only word)."""
+def _steps(value: Any, key: str = "measure.steps") -> int | str:
+    """``measure.steps`` or ``measure.warmup_steps``: a whole number, or "auto" (the only word)."""
     if str(value).lower() == "auto":
         return "auto"
     try:
@@ -202,5 +203,5 @@ def _steps(value: Any) -> int | str:
     except (TypeError, ValueError):
         number = 0.5
     if not number.is_integer() or isinstance(value, bool):
-        raise ValueError(f"measure.steps={value!r} is not valid: use a whole number or auto")
+        raise ValueError(f"{key}={value!r} is not valid: use a whole number or auto")
     return int(number)

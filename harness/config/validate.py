@@ -105,7 +105,7 @@ def _validate_measure(measure: MeasureConfig) -> None:
     if measure.steps != "auto":
         _positive(measure, "measure.", "steps", allow_none=True)
     _positive(measure, "measure.", "max_steps", "max_s")
-    if measure.warmup_steps is not None and measure.warmup_steps < 1:
+    if measure.warmup_steps not in (None, "auto") and measure.warmup_steps < 1:
         raise ValueError(f"measure.warmup_steps={measure.warmup_steps} must be at least 1 (the first step is never "
                          "measured)")
 

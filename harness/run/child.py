@@ -21,13 +21,12 @@ from __future__ import annotations
 
 import json
 import os
-import socket
-import stat
 import sys
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from harness.run import channel
 from harness.run.outcome import OK, of_exception
 
 if TYPE_CHECKING:
@@ -35,16 +34,13 @@ if TYPE_CHECKING:
     from harness.run.ranks import Rank
     from harness.run.summary import Summary
 
-CHANNEL_ENV = "HARNESS_PROGRESS_FD"  # this process's end of its progress channel to the parent
-ACK_TIMEOUT_S = 5.0  # the longest the window's opening waits for the parent's word (a parent that is gone: none)
-
 
 def main(job_dir: str) -> int:
     started = time.time()
     from harness.lifeline import guard_child
 
     guard_child()  # first: die with the parent even if the imports below are slow
-    channel = _channel()
+    progress_channel = channel.child_end()
     from harness import config as config_mod
     from harness.run import measure, ranks  # torch and the measuring modules: the start's, not the model's
 
@@ -59,8 +55,8 @@ def main(job_dir: str) -> int:
             marks.setdefault(phase, time.time())
             payload = {"phase": phase, "time": time.time(), **info}
             measure.write_json(job / "progress.json", payload)
-            if channel is not None:
-                _tell(channel, payload, wait=phase == "measure")
+            if progress_channel is not None:
+                channel.tell(progress_channel, payload, wait=phase == "measure")
 
     progress("build")
     try:
@@ -77,34 +73,6 @@ def main(job_dir: str) -> int:
         measure.write_json(job / "result.json", {**result, "phase_marks": marks})
     ranks.leave(rank)
     return 0
-
-
-def _channel() -> socket.socket | None:
-    """The progress channel the parent handed over (None without one). Taken out of the environment and closed on
-    exec, so that nothing this process starts writes to it."""
-    fd = os.environ.pop(CHANNEL_ENV, "")
-    if not fd.isdigit():
-        return None
-    try:
-        if not stat.S_ISSOCK(os.fstat(int(fd)).st_mode):
-            return None
-        os.set_inheritable(int(fd), False)
-        return socket.socket(fileno=int(fd))
-    except OSError:
-        return None
-
-
-def _tell(channel: socket.socket, payload: dict, wait: bool) -> None:
-    """A marker down the channel; with ``wait``, until the parent says it has taken it (or has gone)."""
-    try:
-        channel.sendall(json.dumps(payload, default=str).encode() + b"\n")
-        if wait:
-            channel.settimeout(ACK_TIMEOUT_S)
-            channel.recv(1)
-    except OSError:  # a parent gone, or slower than the timeout: the run goes on without it
-        pass
-    finally:
-        channel.settimeout(None)
 
 
 def _measure(cfg: RunConfig, rank: Rank, gpu_name: str, progress) -> Summary:

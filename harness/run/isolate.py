@@ -32,7 +32,6 @@ import json
 import os
 import select
 import signal
-import socket
 import tempfile
 import shutil
 import time
@@ -41,7 +40,7 @@ from pathlib import Path
 from typing import Callable
 
 from harness import config as config_mod
-from harness.run import launch, launcher, monitor, phases
+from harness.run import channel, launch, launcher, monitor, phases, processes
 from harness.run import outcome as outcome_mod
 from harness.run.outcome import OK, SKIPPED, Outcome
 from harness.run.summary import Summary
@@ -51,7 +50,6 @@ from harness.workload import applicability
 REPO_ROOT = launcher.REPO_ROOT
 POLL_S = 0.5  # the longest wait between looks where nothing can wake the parent (no pidfd, no progress channel)
 JOB_PREFIX = launcher.JOB_PREFIX
-KILL_WAIT_S = 10.0  # how long to wait for a killed group's processes to be gone (GPU memory back)
 
 ProgressFn = Callable[[dict, float], None]  # (progress info, seconds since start)
 
@@ -109,7 +107,7 @@ def _run_child(job: Path, timeout_s: float, on_progress: ProgressFn | None, samp
     """Start the child, watch it to its end, and read what it left: its outcome, the summary of a run that measured
     with what the parent sampled added (None for a run that did not), and where its wall time went (record fields:
     ``harness.run.phases``)."""
-    markers = _Markers.open() if argv is None else None  # torch's launcher does not hand a channel to the ranks
+    markers = channel.Markers.open() if argv is None else None  # torch's launcher does not hand a channel to the ranks
     log_path = job / "child.log"
     start, spawned = time.monotonic(), time.time()
     session = launcher.active()
@@ -127,7 +125,7 @@ def _run_child(job: Path, timeout_s: float, on_progress: ProgressFn | None, samp
     try:
         timed_out = _wait(proc, job, start, timeout_s, on_progress, watch, markers)
     finally:
-        _kill_group(proc)
+        processes.kill_group(proc)
         _LIVE.discard(proc)
         if markers is not None:
             markers.close()
@@ -147,64 +145,6 @@ def _run_child(job: Path, timeout_s: float, on_progress: ProgressFn | None, samp
     if timed_out:
         return outcome_mod.timed_out(timeout_s, _tail(log_path)), None, timing
     return outcome_mod.died(proc.returncode, _tail(log_path)), None, timing
-
-
-class _Markers:
-    """The parent's end of a child's progress channel (a socket pair): the child's markers, one JSON line each, and
-    the parent's word back when it has taken the window's opening."""
-
-    def __init__(self, mine: socket.socket, theirs: socket.socket):
-        self.sock, self.theirs = mine, theirs
-        self.sock.setblocking(False)
-        self.eof = False
-        self._buffer = b""
-
-    @classmethod
-    def open(cls) -> _Markers | None:
-        try:
-            return cls(*socket.socketpair())
-        except (AttributeError, OSError):
-            return None
-
-    @property
-    def child_fd(self) -> int:
-        return self.theirs.fileno()
-
-    @property
-    def fd(self) -> int | None:
-        return None if self.eof else self.sock.fileno()
-
-    def started(self) -> None:
-        """The child has its end: ours of it goes, so that the channel ends with the child's processes."""
-        self.theirs.close()
-
-    def read(self) -> list[dict]:
-        """The markers that arrived since the last read, in order."""
-        while not self.eof:
-            try:
-                data = self.sock.recv(1 << 16)
-            except (BlockingIOError, InterruptedError):
-                break
-            except OSError:
-                data = b""
-            if not data:
-                self.eof = True
-                break
-            self._buffer += data
-        *lines, self._buffer = self._buffer.split(b"\n")
-        found = []
-        for line in lines:
-            with contextlib.suppress(ValueError):
-                found.append(json.loads(line))
-        return found
-
-    def ack(self) -> None:
-        with contextlib.suppress(OSError):
-            self.sock.send(b"!")
-
-    def close(self) -> None:
-        for sock in (self.sock, self.theirs):
-            sock.close()
 
 
 class _Watch:
@@ -302,7 +242,7 @@ def yielding():
 
 
 def _wait(proc, job: Path, start: float, timeout_s: float, on_progress: ProgressFn | None,
-          watch: _Watch | None = None, markers: _Markers | None = None) -> bool:
+          watch: _Watch | None = None, markers: channel.Markers | None = None) -> bool:
     """Follow the child until it ends (False) or its deadline passes (True), blocking in between on whatever can
     wake the parent: a marker, the child's end, the deadline, the next sample. Without a channel (``markers``
     None) the progress file is read at every look, and without a pidfd the parent looks every ``POLL_S``."""
@@ -334,7 +274,7 @@ def _wait(proc, job: Path, start: float, timeout_s: float, on_progress: Progress
     return False
 
 
-def _take(watch: _Watch, info: dict, markers: _Markers, on_progress: ProgressFn | None, elapsed: float) -> None:
+def _take(watch: _Watch, info: dict, markers: channel.Markers, on_progress: ProgressFn | None, elapsed: float) -> None:
     """One marker from the channel. At the window's opening of a CPU run the display says it pauses, and only then
     is the child told that the parent has taken the marker: the parent's work for it is done before the window."""
     watch._follow(info)
@@ -363,93 +303,6 @@ def _read_result(path: Path) -> dict | None:
     except (OSError, json.JSONDecodeError):  # none, or one cut short by a kill
         return None
     return result if isinstance(result, dict) and "status" in result else None
-
-
-def _kill_group(proc) -> None:
-    """Kill the child's process group, and the groups of every process in its tree (torch's launcher starts
-    each rank in a session of its own), and wait until they are all gone, not only the child: a loader worker
-    or a rank still alive would hold memory (and GPU memory) into the next rung. ``proc``: a Popen, or a
-    handle of ``harness.run.launcher`` (a forked run is the warm launcher's child; its end comes from there)."""
-    members = _group_members(proc.pid)
-    tree = _tree(proc.pid)
-    groups = {proc.pid} | {g for g in (_pgid(p.pid) for p in tree) if g and g != os.getpgrp()}
-    for group in groups:
-        try:
-            os.killpg(group, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-    members += [p for p in tree if p not in members]
-    proc.wait()
-    _wait_gone(members, KILL_WAIT_S)
-
-
-def _wait_gone(procs: list, timeout_s: float) -> None:
-    """Block until every process of ``procs`` has ended (pidfds: no polling), or ``timeout_s`` has passed."""
-    pidfds, unwatched = [], []
-    for p in procs:
-        try:
-            fd = os.pidfd_open(p.pid)
-        except ProcessLookupError:
-            continue  # gone already
-        except (AttributeError, OSError):
-            unwatched.append(p)  # no pidfd here: looked at below
-            continue
-        if _alive(p):  # the same process still (psutil checks its start time), not a new one under its PID
-            pidfds.append(fd)
-        else:
-            os.close(fd)
-    deadline = time.monotonic() + timeout_s
-    try:
-        while pidfds and time.monotonic() < deadline:
-            ended = select.select(pidfds, [], [], max(0.0, deadline - time.monotonic()))[0]
-            for fd in ended:
-                pidfds.remove(fd)
-                os.close(fd)
-    finally:
-        for fd in pidfds:
-            os.close(fd)
-    while unwatched and time.monotonic() < deadline:
-        unwatched = [p for p in unwatched if _alive(p)]
-        if unwatched:
-            time.sleep(0.05)
-
-
-def _group_members(pgid: int) -> list:
-    import psutil
-
-    found = []
-    for p in psutil.process_iter(["pid"]):
-        try:
-            if p.pid != pgid and os.getpgid(p.pid) == pgid:
-                found.append(p)
-        except (ProcessLookupError, PermissionError, psutil.Error):
-            continue
-    return found
-
-
-def _tree(pid: int) -> list:
-    import psutil
-
-    try:
-        return monitor.descendants(psutil.Process(pid))
-    except psutil.Error:
-        return []
-
-
-def _pgid(pid: int) -> int | None:
-    try:
-        return os.getpgid(pid)
-    except (ProcessLookupError, PermissionError):
-        return None
-
-
-def _alive(p) -> bool:
-    import psutil
-
-    try:
-        return p.is_running() and p.status() != psutil.STATUS_ZOMBIE
-    except psutil.Error:
-        return False
 
 
 # ------------------------------------------------------------------------------------------
@@ -489,7 +342,7 @@ def restore_signals(previous: dict) -> None:
 
 def kill_live_children() -> None:
     for proc in list(_LIVE):
-        _kill_group(proc)
+        processes.kill_group(proc)
         _LIVE.discard(proc)
 
 

@@ -29,6 +29,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from harness.run import channel
 from harness.run import zygote as zygote_mod
 
 REPO_ROOT = Path(__file__).resolve().parent.parent.parent
@@ -170,7 +171,7 @@ class Zygote:
             return None, f"the launcher is gone ({exc})"
         if message is None:
             self.gone = True
-            return None, f"the launcher is gone ({_tail(self.log) or 'no output'})"
+            return None, f"the launcher did not answer ({_tail(self.log) or 'no output'})"
         if "started" not in message or not handed:
             for fd in handed:
                 os.close(fd)
@@ -298,9 +299,9 @@ def start(job: Path, env: dict, log_path: Path, channel_fd: int | None = None, a
         if child is not None:
             return child
     elif argv is not None and _session is not None:
-        _off("devices >= 2 start through torch's launcher")
+        say_once("warm launcher: runs of devices >= 2 start through torch's launcher, as fresh interpreters")
     if channel_fd is not None:
-        env = dict(env, **{zygote_mod.CHANNEL_ENV: str(channel_fd)})
+        env = dict(env, **{channel.CHANNEL_ENV: str(channel_fd)})
     with open(log_path, "wb") as log:
         # A session of its own, so that a timeout can kill the child and its loader workers together.
         proc = subprocess.Popen(argv or [sys.executable, "-m", "harness.run.child", str(job)], stdout=log,

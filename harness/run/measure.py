@@ -32,7 +32,7 @@ from harness.run import faults, monitor
 from harness.run.faults import FaultPlan
 from harness.run.outcome import NonFiniteLoss, shapes_error
 from harness.run.ranks import Rank
-from harness.run.stopping import StoppingRule, mean_is_known, rule_for
+from harness.run.stopping import StoppingRule, WarmupRule, mean_is_known, rule_for, warmup_rule_for
 from harness.run.summary import Extras, Measurement
 from harness.workload.data import build_dataset, build_loader, endless
 from harness.workload.flops import count_train_flops
@@ -67,6 +67,8 @@ class Loop:
     mark_step: Callable[[], None] | None
     m: Measurement
     events: list[tuple] = field(default_factory=list)
+    warmup_rule: WarmupRule | None = None  # warmup_steps=auto: warm up until steady (``warmup`` grows as it goes)
+    warmup_done: int = 0  # warm-up steps run so far
 
     def release(self) -> None:
         """Let go of the loader (its workers end here, not whenever the caller lets go of the loop)."""
@@ -120,7 +122,8 @@ def _set_up(cfg: RunConfig, workload: WorkloadSpec, rank: Rank, progress: Progre
         device=device, rank=rank, prep=prep, loader=loader, batches=batches, memory_format=fmt,
         move=mode != "model", non_blocking=bool(cfg.data.non_blocking), accum=cfg.accumulate_grad_batches,
         set_to_none=cfg.optimizer.zero_grad_set_to_none, log_every=cfg.log_every_n_steps,
-        warmup=cfg.measure.warmup_steps, rule=rule_for(cfg.measure), faults=faults.plan(cfg.debug, rank.rank),
+        warmup=0 if cfg.measure.warmup_steps == "auto" else cfg.measure.warmup_steps,
+        warmup_rule=warmup_rule_for(cfg.measure), rule=rule_for(cfg.measure), faults=faults.plan(cfg.debug, rank.rank),
         after_step=after_step,
         # CUDA-graph compile modes: tell the graph trees where an iteration starts, so that outputs of the previous
         # replay may be reused (no sync; without it, a replay can find last step's outputs still "live").
@@ -138,12 +141,18 @@ def _warm_up(loop: Loop, progress: Progress) -> None:
     gpus = {"gpus": rank.gather(gpu)} if gpu and rank.distributed else {}  # every rank's, before the warm-up
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
-    progress("warmup", steps=loop.warmup, **({"gpu": gpu} if gpu else {}), **gpus)
+    progress("warmup", steps="auto" if loop.warmup_rule else loop.warmup, **({"gpu": gpu} if gpu else {}), **gpus)
     # CUDA: per-step device time from a pair of CUDA events per measured step, recorded on the stream and read
     # only after the window's closing sync (no sync inside the window). Made here, before the loop, so that the
     # loop allocates nothing; recording one costs a launch-queue entry, as a profiler's step marker does.
     loop.events = _step_events(device, loop.rule.steps if loop.prep is not None else 0)
-    _steps(loop, measured=False)
+    if loop.warmup_rule is None:
+        _steps(loop, measured=False)
+        return
+    started = time.perf_counter()
+    while not loop.warmup_rule.done(loop.m.warmup_ms, time.perf_counter() - started):  # one step at a time
+        loop.warmup_done, loop.warmup = loop.warmup, loop.warmup + 1
+        _steps(loop, measured=False)
 
 
 def _open_window(loop: Loop, progress: Progress) -> Window:
@@ -177,7 +186,7 @@ def _steps(loop: Loop, measured: bool) -> tuple[Any, float]:
     drop_out = after_step is None  # no knob reads the output after the step
     fault, nan_step, fault_step, slowdown_s = (loop.faults.kind, loop.faults.nan_step, loop.faults.fault_step,
                                                loop.faults.slowdown_s)
-    first, stop = (loop.warmup, loop.warmup + rule.steps) if measured else (0, loop.warmup)
+    first, stop = (loop.warmup, loop.warmup + rule.steps) if measured else (loop.warmup_done, loop.warmup)
     times, waits = (m.step_ms, m.data_wait_ms) if measured else (m.warmup_ms, [])
     events, max_s, next_check = (loop.events, rule.max_s, rule.first_check) if measured else ([], math.inf, math.inf)
     if prep is not None:

@@ -36,8 +36,9 @@ import time
 import traceback
 from pathlib import Path
 
+from harness.run import channel
+
 SOCKET_ENV = "HARNESS_ZYGOTE_FD"  # the zygote's end of its socket to the parent
-CHANNEL_ENV = "HARNESS_PROGRESS_FD"  # a run's end of its progress channel to the parent (harness.run.child)
 MAX_MESSAGE = 1 << 20
 # What every run imports: torch and the measuring modules (none of them starts a thread or touches CUDA).
 PRELOAD = ("torch", "harness.config", "harness.run.child", "harness.run.measure", "harness.run.summary",
@@ -135,6 +136,10 @@ def unsafe_to_fork() -> str:
     torch = sys.modules.get("torch")
     if torch is not None and torch.cuda.is_initialized():
         return "CUDA is initialised in the launcher"
+    # the driver itself, which a library may have asked (a device count) without torch knowing: a fork can never
+    # use CUDA after its parent initialised the driver
+    if any(Path(lib).name.startswith("libcuda.so") for lib in _loaded_libraries("libcuda")):
+        return "the CUDA driver is loaded in the launcher"
     if _children():
         return "a process the launcher started is still running"
     return ""
@@ -225,7 +230,7 @@ def _fork_run(request: dict, fds: list[int], sock: socket.socket, sweep_dir: str
     sys.stderr.flush()
     pid = os.fork()
     if pid == 0:
-        code = 70
+        code = 1  # as a fresh interpreter ends on an exception
         try:
             populate(resident)
             code = _become_run(request, fds, sock, sweep_dir, report_imports)
@@ -253,7 +258,7 @@ def _become_run(request: dict, fds: list[int], sock: socket.socket, sweep_dir: s
     os.environ.clear()  # exactly the environment a fresh child would get (the parent's, and the run's own keys)
     os.environ.update(request["env"])
     if fds:
-        os.environ[CHANNEL_ENV] = str(fds[0])
+        os.environ[channel.CHANNEL_ENV] = str(fds[0])
     sys.argv = list(request["argv"])
     from harness.run import child
 
