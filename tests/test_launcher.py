@@ -47,11 +47,16 @@ def _probe_runs(results, tmp_path, monkeypatch, runs: int = 2, on_progress=None)
 def test_forked_runs_are_fresh_processes_of_their_own_that_see_nothing_of_each_other(results, tmp_path, monkeypatch):
     zygote_threads = []
 
+    forks = []
+
     def look(session, info):  # while a run builds and warms up, the zygote waits for it: as it is before a fork
         if session.zygote is not None:
             zygote_threads.append(len(os.listdir(f"/proc/{session.zygote.proc.pid}/task")))
+            forks[:] = session.zygote.forks
 
     records, seen = _probe_runs(results, tmp_path, monkeypatch, runs=3, on_progress=look)
+    # before each fork the zygote had exactly one thread and no CUDA (it says so with each run it forks)
+    assert forks == [{"threads": 1, "cuda_initialized": False}] * 3
     assert [r.status for r in records] == ["ok"] * 3, records[0].error
     assert [r.launched_by for r in records] == ["fork"] * 3
     firsts = seen
@@ -103,6 +108,22 @@ def test_a_zygote_that_cannot_fork_safely_hands_the_runs_to_fresh_interpreters_s
     err = capsys.readouterr().err
     assert err.count("warm launcher off") == 1 and "threads in the launcher" in err
     assert [s["runs_seen"] for s in seen] == [0, 0, 0]
+
+
+def test_a_zygote_that_fails_to_start_hands_the_runs_to_fresh_interpreters(results, tmp_path, monkeypatch, capsys):
+    real = launcher.subprocess.Popen
+
+    def broken(args, **kwargs):  # the zygote's command fails at once, as an import error would make it
+        if "harness.run.zygote" in args:
+            args = [sys.executable, "-c", "import sys; print('ImportError: no module named torch'); sys.exit(1)"]
+        return real(args, **kwargs)
+
+    monkeypatch.setattr(launcher.subprocess, "Popen", broken)
+    monkeypatch.setattr(launcher, "_said", set())
+    records, _ = _probe_runs(results, tmp_path, monkeypatch, runs=2)
+    assert [r.launched_by for r in records] == ["exec", "exec"] and records[0].status == "ok"
+    err = capsys.readouterr().err
+    assert err.count("warm launcher off: the launcher did not start (ImportError: no module named torch)") == 1
 
 
 def test_exec_launch_is_chosen_with_one_line(results, tmp_path, monkeypatch, capsys):
@@ -187,3 +208,19 @@ def test_the_duty_cycle_benchmark_accounts_for_every_second_of_the_wall_time():
     assert sum(rows.values()) == pytest.approx(20.0)
     text = bench.report([R(), R()], 20.0, "warm launcher")
     assert "duty cycle 30%" in text and "measured window" in text
+
+
+def test_a_record_written_before_the_phase_columns_reads_back_with_them_empty(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from harness.store import RunRecord, load_records, write_record
+
+    path = write_record(RunRecord(run_id="old", status="ok", timestamp="2026-01-01T00:00:00+0000",
+                                  phase_launch_s=1.0, launched_by="fork"), tmp_path)
+    table = pq.read_table(path)
+    new = [n for n in table.column_names if n.startswith("phase_") or n == "launched_by"]
+    assert len(new) == 8
+    pq.write_table(pa.table({n: table[n] for n in table.column_names if n not in new}), path)
+    (old,) = load_records(tmp_path)
+    assert old.run_id == "old" and old.phase_launch_s is None and old.phase_gap_s is None and old.launched_by == ""

@@ -143,6 +143,7 @@ class Zygote:
         self.gone = False
         self.ready = False
         self.environment = _inherited(os.environ)
+        self.forks: list[dict] = []  # the zygote's state at each fork it made (its threads, CUDA)
 
     @property
     def fd(self) -> int:
@@ -176,6 +177,7 @@ class Zygote:
             for fd in handed:
                 os.close(fd)
             return None, message.get("refused", f"the launcher answered {message}")
+        self.forks.append({k: v for k, v in message.items() if k != "started"})
         return ForkedChild(self, int(message["started"]), handed[0]), ""
 
     def read_exits(self, child: ForkedChild) -> None:

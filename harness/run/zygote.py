@@ -18,7 +18,8 @@ run holds the same modules a fresh process of its settings would.
 
 The protocol (``SOCK_SEQPACKET``, one JSON object a message, file descriptors beside): this process sends
 ``{"ready": pid}``; the parent asks ``{"job", "log", "cwd", "env", "argv"}`` with the run's progress channel; this
-process answers ``{"started": pid}`` with a pidfd of the run, or ``{"refused": why}``, then ``{"exited": pid,
+process answers ``{"started": pid, "threads": 1, "cuda_initialized": false}`` (as the fork found it) with a pidfd of
+the run, or ``{"refused": why}``, then ``{"exited": pid,
 "returncode": n}`` once it has reaped the run. The parent closing its end ends this process.
 """
 
@@ -92,9 +93,10 @@ def main(sweep_dir: str) -> int:
                 os.close(fd)
             send(sock, {"refused": why})
             continue
+        state = {"threads": len(_threads()), "cuda_initialized": _cuda_initialized()}  # as the fork finds it
         pid = _fork_run(request, fds, sock, sweep_dir, resident, report_imports=not learnt)
         pidfd = os.pidfd_open(pid)  # before any wait: the PID cannot have been reused yet
-        send(sock, {"started": pid}, [pidfd])
+        send(sock, {"started": pid, **state}, [pidfd])
         os.close(pidfd)
         _, status = os.waitpid(pid, 0)
         send(sock, {"exited": pid, "returncode": os.waitstatus_to_exitcode(status)})
@@ -133,8 +135,7 @@ def unsafe_to_fork() -> str:
     threads = _threads()
     if len(threads) != 1:
         return f"{len(threads)} threads in the launcher: {', '.join(sorted(threads))}"
-    torch = sys.modules.get("torch")
-    if torch is not None and torch.cuda.is_initialized():
+    if _cuda_initialized():
         return "CUDA is initialised in the launcher"
     # the driver itself, which a library may have asked (a device count) without torch knowing: a fork can never
     # use CUDA after its parent initialised the driver
@@ -143,6 +144,11 @@ def unsafe_to_fork() -> str:
     if _children():
         return "a process the launcher started is still running"
     return ""
+
+
+def _cuda_initialized() -> bool:
+    torch = sys.modules.get("torch")
+    return bool(torch is not None and torch.cuda.is_initialized())
 
 
 def stop_blas_threads() -> None:

@@ -5,7 +5,8 @@ process is not free either: on a small CPU its wake-ups preempt the compute thre
 spins at barriers on every core, and one preempted thread stalls them all), which made bf16 steps on a
 2-core machine several times slower. So the measured process runs no sampler at all: the parent, which
 only waits for it, reads the child's memory (and its loader workers') through psutil by PID and the GPU
-through NVML (which creates no CUDA context) between its polls of the progress file.
+through NVML (which creates no CUDA context) between its waits (none inside a CPU run's window: the child reads its
+workers' peaks from the kernel then, ``host.worker_peaks``).
 
 ``host`` reads a process tree's memory, ``gpu`` finds the device in NVML and reads it, ``cpu`` is the child's
 own CPU accounting at the window's edges, and ``sampler`` is the parent's sampler built from them.
