@@ -224,3 +224,19 @@ def test_a_record_written_before_the_phase_columns_reads_back_with_them_empty(tm
     pq.write_table(pa.table({n: table[n] for n in table.column_names if n not in new}), path)
     (old,) = load_records(tmp_path)
     assert old.run_id == "old" and old.phase_launch_s is None and old.phase_gap_s is None and old.launched_by == ""
+
+
+def test_code_edited_during_a_sweep_is_what_the_next_forked_run_runs(results, tmp_path, monkeypatch):
+    """The zygote holds the code it imported: a source file changed on disk since makes it start again."""
+    monkeypatch.setenv("FORK_PROBE_OUT", str(tmp_path / "probe.jsonl"))
+    cfg = _probe_config(results)
+    env, key = runner.environment(cfg.device)
+    probe = REPO / "tests" / "fork_probe.py"
+    with launcher.warm() as session:
+        first = [runner.run_and_store(cfg, env, key) for _ in range(2)]  # the second forked once it had learnt
+        before = session.zygote.proc.pid
+        stamp = probe.stat().st_mtime_ns + 10**9
+        os.utime(probe, ns=(stamp, stamp))  # as an editor saving it
+        last = runner.run_and_store(cfg, env, key)
+        assert session.zygote.proc.pid != before and last.launched_by == "fork" and last.status == "ok"
+    assert [r.launched_by for r in first] == ["fork", "fork"]

@@ -30,7 +30,7 @@ import math
 from dataclasses import dataclass, field
 
 import numpy as np
-from scipy import stats as sps
+from scipy import special  # the t and normal quantiles (scipy.stats gives the same numbers, in 1 s of imports)
 
 from harness.analysis.stats import BUSY_PCT, Ratio, repeats_to_decide  # noqa: F401 (part of this API)
 
@@ -40,7 +40,7 @@ ALPHA = 0.05  # family-wise error rate of a check
 MIN_CV = 0.005  # a few identical runs cannot prove noise below this; a calibrated CV is never taken lower
 UNFIT_CV = 0.10  # a calibration at or above this CV: the machine is too noisy to measure speedups
 NOISE_LADDER = "noise"
-_Z = sps.norm.ppf(0.5 + CONFIDENCE / 2)
+_Z = special.ndtri(0.5 + CONFIDENCE / 2)
 
 
 @dataclass(frozen=True)
@@ -103,7 +103,7 @@ class Difference:
 
     def quantile(self, confidence: float = CONFIDENCE) -> float:
         q = 0.5 + confidence / 2
-        return float(sps.norm.ppf(q) if math.isinf(self.df) else sps.t.ppf(q, self.df))
+        return float(special.ndtri(q) if math.isinf(self.df) else special.stdtrit(self.df, q))
 
     def ratio(self, runs: int) -> Ratio:
         half = self.quantile() * self.se
@@ -115,7 +115,7 @@ class Difference:
         if self.se == 0:
             return 0.0 if self.diff < 0 else 1.0
         t = self.diff / self.se
-        return float(sps.norm.cdf(t) if math.isinf(self.df) else sps.t.cdf(t, self.df))
+        return float(special.ndtr(t) if math.isinf(self.df) else special.stdtr(self.df, t))
 
 
 def difference(new: Runs, old: Runs, noise: Noise = DEFAULT) -> Difference:
@@ -165,9 +165,9 @@ def band(runs: Runs, noise: Noise = DEFAULT) -> float:
     var = runs.var()
     if noise.calibrated:
         ss, df = noise.df * noise.cv ** 2 + (var or 0.0) * (runs.n - 1), noise.df + runs.n - 1
-        var, q = ss / df, sps.t.ppf(0.5 + CONFIDENCE / 2, df)
+        var, q = ss / df, special.stdtrit(df, 0.5 + CONFIDENCE / 2)
     elif var is not None:
-        q = sps.t.ppf(0.5 + CONFIDENCE / 2, runs.n - 1)
+        q = special.stdtrit(runs.n - 1, 0.5 + CONFIDENCE / 2)
     else:
         var, q = noise.cv ** 2, _Z
     se = max(math.sqrt(var / runs.n), math.sqrt(runs.within_var_of_mean()))
@@ -219,7 +219,7 @@ def calibrate(samples_per_s: list[float], within: list[float] | None = None,
 def detectable_speedup(cv: float, df: float, repeats: int) -> float:
     """The smallest speedup whose 95% band excludes 1 with ``repeats`` runs per side, at this CV."""
     df_total = df + 2 * (repeats - 1)
-    q = sps.t.ppf(0.5 + CONFIDENCE / 2, df_total) if math.isfinite(df_total) else _Z
+    q = special.stdtrit(df_total, 0.5 + CONFIDENCE / 2) if math.isfinite(df_total) else _Z
     return math.exp(q * cv * math.sqrt(2 / repeats))
 
 

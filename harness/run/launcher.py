@@ -235,8 +235,10 @@ class Session:
         gap, self.last_end = spawned - self.last_end, gone
         return gap
 
-    def start(self, job: Path, env: dict, log_path: Path, channel_fd: int | None) -> ForkedChild | None:
-        """The run forked from the zygote (started at the first call), or None where it cannot be (said once)."""
+    def start(self, job: Path, env: dict, log_path: Path, channel_fd: int | None,
+              restarted: bool = False) -> ForkedChild | None:
+        """The run forked from the zygote (started at the first call, and again when the code it imported has
+        changed on disk), or None where it cannot be (said once)."""
         if self.fork_off:
             return _off(self.fork_off)
         if self.zygote is None:
@@ -252,6 +254,10 @@ class Session:
         request = {"job": str(job), "log": str(log_path), "cwd": os.getcwd(), "env": env,
                    "argv": [str(REPO_ROOT / "harness" / "run" / "child.py"), str(job)]}
         child, why = self.zygote.fork(request, [channel_fd] if channel_fd is not None else [])
+        if child is None and why.startswith(zygote_mod.CODE_CHANGED) and not restarted:
+            self.zygote.close()  # a new one imports the code as it is now
+            self.zygote = None
+            return self.start(job, env, log_path, channel_fd, restarted=True)
         if child is None:
             self.fork_off = why
             self.zygote.close()

@@ -80,14 +80,14 @@ def main(sweep_dir: str) -> int:
     sock = socket.socket(fileno=int(os.environ.pop(SOCKET_ENV)))
     started = time.monotonic()
     failed = preload(PRELOAD)
-    resident = resident_file_pages()
+    resident, sources = resident_file_pages(), source_stamps()
     send(sock, {"ready": os.getpid(), "import_s": time.monotonic() - started, "failed": failed})
     learnt = False
     while True:
         request, fds = receive(sock)
         if request is None:  # the sweep is over
             return 0
-        why = unsafe_to_fork()
+        why = changed_source(sources) or unsafe_to_fork()
         if why:
             for fd in fds:
                 os.close(fd)
@@ -102,7 +102,8 @@ def main(sweep_dir: str) -> int:
         send(sock, {"exited": pid, "returncode": os.waitstatus_to_exitcode(status)})
         if not learnt:
             learnt = _learn(Path(sweep_dir) / f"imports-{pid}.json")
-            resident = resident_file_pages() if learnt else resident
+            if learnt:
+                resident, sources = resident_file_pages(), source_stamps()
 
 
 def preload(names) -> list[str]:
@@ -127,6 +128,36 @@ def _learn(path: Path) -> bool:
         return False  # a run that did not get to its end: the next one reports
     preload(names)
     return True
+
+
+CODE_CHANGED = "the code changed since the launcher imported it"
+
+
+def source_stamps() -> dict[str, int]:
+    """The modification time of every source file imported here that is not installed with Python (the harness's
+    own, the models', a user's workload): a fork must run the code on disk, as a fresh process would."""
+    installed = tuple({sys.prefix, sys.base_prefix, sys.exec_prefix})
+    stamps = {}
+    for module in list(sys.modules.values()):
+        path = getattr(module, "__file__", None)
+        if path and path.endswith(".py") and not path.startswith(installed):
+            try:
+                stamps[path] = os.stat(path).st_mtime_ns
+            except OSError:
+                continue
+    return stamps
+
+
+def changed_source(stamps: dict[str, int]) -> str:
+    """Why the code imported here is no longer the code on disk ("" when it is)."""
+    for path, stamp in stamps.items():
+        try:
+            now = os.stat(path).st_mtime_ns
+        except OSError:
+            now = None
+        if now != stamp:
+            return f"{CODE_CHANGED} ({path})"
+    return ""
 
 
 def unsafe_to_fork() -> str:
