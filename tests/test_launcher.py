@@ -226,8 +226,9 @@ def test_a_record_written_before_the_phase_columns_reads_back_with_them_empty(tm
     assert old.run_id == "old" and old.phase_launch_s is None and old.phase_gap_s is None and old.launched_by == ""
 
 
-def test_code_edited_during_a_sweep_is_what_the_next_forked_run_runs(results, tmp_path, monkeypatch):
-    """The zygote holds the code it imported: a source file changed on disk since makes it start again."""
+def test_code_edited_or_an_environment_changed_during_a_sweep_starts_a_new_zygote(results, tmp_path, monkeypatch):
+    """The zygote holds the code it imported and the environment it started with: a source file changed on disk
+    since, or a variable changed in the parent, makes a new one start."""
     monkeypatch.setenv("FORK_PROBE_OUT", str(tmp_path / "probe.jsonl"))
     cfg = _probe_config(results)
     env, key = runner.environment(cfg.device)
@@ -239,4 +240,8 @@ def test_code_edited_during_a_sweep_is_what_the_next_forked_run_runs(results, tm
         os.utime(probe, ns=(stamp, stamp))  # as an editor saving it
         last = runner.run_and_store(cfg, env, key)
         assert session.zygote.proc.pid != before and last.launched_by == "fork" and last.status == "ok"
+        before = session.zygote.proc.pid
+        monkeypatch.setenv("OMP_SCHEDULE", "static")  # a variable a library reads when it is loaded
+        after_env = runner.run_and_store(cfg, env, key)
+        assert session.zygote.proc.pid != before and after_env.launched_by == "fork"
     assert [r.launched_by for r in first] == ["fork", "fork"]

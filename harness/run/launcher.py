@@ -11,8 +11,9 @@ the zygote itself is gone.
 
 The fork is not used, and the run starts as a fresh interpreter, where it is unsafe or impossible: not Linux (no
 pidfd), ``devices`` >= 2 (torch's launcher starts the ranks), the zygote failing to start, a zygote that refuses to
-fork (a thread or CUDA in it), an environment changed since the zygote started, or ``HARNESS_LAUNCH=exec``. The
-parent says so once, in one line.
+fork (a thread or CUDA in it), or ``HARNESS_LAUNCH=exec``. The parent says so once, in one line. A zygote whose
+imported code changed on disk, or whose environment or working folder is no longer the parent's, is replaced by a
+new one.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ JOB_PREFIX = "harness-job-"  # the parent's temporary folders (a run's job, a sw
 READY_TIMEOUT_S = 300.0  # the zygote's imports (a cold disk, a busy machine) before the sweep gives up on it
 SHARED_DATA_ENV = "HARNESS_SHARED_DATA"  # where a run finds the sweep's shared synthetic data (workload.shared_data)
 LAUNCH_ENV = "HARNESS_LAUNCH"  # "exec": never fork, every run a fresh interpreter
-RUN_KEYS = ("HARNESS_PARENT_PID", "HARNESS_TIMEOUT_S", SHARED_DATA_ENV, "PYTHONPATH")  # set per run, not inherited
+RUN_KEYS = ("HARNESS_PARENT_PID", "HARNESS_TIMEOUT_S", SHARED_DATA_ENV)  # set per run, not inherited
 
 _said: set[str] = set()
 
@@ -142,12 +143,17 @@ class Zygote:
         self.sock = mine
         self.gone = False
         self.ready = False
-        self.environment = _inherited(os.environ)
+        self.environment, self.cwd = _inherited(os.environ), os.getcwd()
         self.forks: list[dict] = []  # the zygote's state at each fork it made (its threads, CUDA)
 
     @property
     def fd(self) -> int:
         return self.sock.fileno()
+
+    def stale(self) -> bool:
+        """The environment or the working folder changed since the zygote started: what it imported may have read
+        them (a library reads its variables when imported; ``sys.path`` holds the folder), so a new one starts."""
+        return _inherited(os.environ) != self.environment or os.getcwd() != self.cwd
 
     def wait_ready(self, timeout_s: float = READY_TIMEOUT_S) -> str:
         """Block until the zygote has imported what every run imports; why it cannot be used ("" when it can)."""
@@ -160,10 +166,6 @@ class Zygote:
 
     def fork(self, request: dict, fds: list[int]) -> tuple[ForkedChild | None, str]:
         """Ask for a run; (its handle, "") or (None, why the zygote refused or could not)."""
-        now = _inherited(os.environ)
-        changed = sorted(k for k in set(now) | set(self.environment) if now.get(k) != self.environment.get(k))
-        if changed:
-            return None, f"the environment changed since the launcher started ({changed[0]})"
         try:
             zygote_mod.send(self.sock, request, fds)
             message, handed = self._next_with_fds(READY_TIMEOUT_S)
@@ -241,6 +243,9 @@ class Session:
         changed on disk), or None where it cannot be (said once)."""
         if self.fork_off:
             return _off(self.fork_off)
+        if self.zygote is not None and self.zygote.stale():
+            self.zygote.close()
+            self.zygote = None
         if self.zygote is None:
             try:
                 self.zygote = Zygote(self.folder)
