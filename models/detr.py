@@ -91,8 +91,9 @@ def pairwise_giou(boxes1: torch.Tensor, boxes2: torch.Tensor) -> torch.Tensor:
 
 class HungarianLoss(nn.Module):
     """DETR's set loss: queries matched one-to-one to target boxes (scipy.optimize.linear_sum_assignment on the
-    host, per image, on costs computed for the whole batch on the device), then class cross-entropy over every query (no-object weighted ``eos_coef``) plus L1 and
-    GIoU over the matched boxes; weights as DETR's (class 1, L1 5, GIoU 2)."""
+    host, per image, on costs computed for the whole batch on the device), then class cross-entropy over every
+    query (no-object weighted ``eos_coef``) plus L1 and GIoU over the matched boxes; weights as DETR's (class 1,
+    L1 5, GIoU 2)."""
 
     def __init__(self, num_classes: int = 2, cost_class: float = 1.0, cost_bbox: float = 5.0, cost_giou: float = 2.0,
                  eos_coef: float = 0.1):
@@ -149,7 +150,8 @@ class HungarianLoss(nn.Module):
         n = max(int(image.numel()), 1)
         matched, wanted = boxes[image, query].float(), targets[image, row, 1:].float()
         loss = loss + self.cost_bbox * F.l1_loss(matched, wanted, reduction="sum") / n
-        return loss + self.cost_giou * generalized_box_iou_loss(box_xyxy(matched), box_xyxy(wanted), reduction="sum") / n
+        giou = generalized_box_iou_loss(box_xyxy(matched), box_xyxy(wanted), reduction="sum")
+        return loss + self.cost_giou * giou / n
 
 
 # ------------------------------------------------------------------------------------------
@@ -210,7 +212,8 @@ class SyntheticDetection(Dataset):
         h, w = self.size
         coarse = rng.integers(40, 160, size=(num_backgrounds, 1, h // 8 + 1, w // 8 + 1)).astype(np.float32)
         smooth = F.interpolate(torch.from_numpy(coarse), size=(h, w), mode="bilinear", align_corners=False)
-        self.backgrounds = (smooth[:, 0] + torch.from_numpy(rng.normal(0, 6, (num_backgrounds, h, w)).astype(np.float32)))
+        grain = torch.from_numpy(rng.normal(0, 6, (num_backgrounds, h, w)).astype(np.float32))
+        self.backgrounds = smooth[:, 0] + grain
         self.backgrounds = self.backgrounds.clamp(0, 255).to(torch.uint8)
         self.mean = torch.tensor(MEAN).view(3, 1, 1)
         self.std = torch.tensor(STD).view(3, 1, 1)

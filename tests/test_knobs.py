@@ -108,7 +108,7 @@ def test_backend_flags_are_set_on_this_torch():
         flags = knobs.apply_backend_flags(tiny_config(tf32=True, cudnn_benchmark=True))
         assert flags["cudnn.benchmark"] is True and torch.backends.cudnn.benchmark
         assert all(getattr(o, n) in ("tf32", True) for o, n in names)
-        assert [getattr(o, n) for o, n in old] == [True, True]  # the old flags read, and agree (torch's compiler reads them)
+        assert [getattr(o, n) for o, n in old] == [True, True]  # they read, and agree: torch's compiler reads them
         flags = knobs.apply_backend_flags(tiny_config(tf32=False))
         assert all(getattr(o, n) in ("ieee", False) for o, n in names) and not torch.backends.cudnn.benchmark
         assert [getattr(o, n) for o, n in old] == [False, False]
@@ -174,7 +174,7 @@ def test_the_torch_2_9_stand_in_raises_on_new_flags_written_alone():
     for path in (backends.cuda.matmul, backends.cudnn, backends.cudnn.conv, backends.cudnn.rnn):
         path.fp32_precision = "tf32"
     with pytest.raises(RuntimeError, match="mix of the legacy and new APIs"):
-        backends.cuda.matmul.allow_tf32
+        getattr(backends.cuda.matmul, "allow_tf32")
 
 
 def test_width_scales_the_channels():
