@@ -29,7 +29,7 @@ sys.path.insert(0, str(REPO))
 from scripts import gpu_parts, gpu_plan  # noqa: E402
 
 RETURN_LIMIT_BYTES = 16 * 2**20  # the largest file a slot brings back
-STOP_AFTER_S = 550
+STOP_AFTER_S = 550  # after the command began (its wheel install included)
 LOG_TAIL_BYTES = 2**20  # what is kept of a log that makes the tarball too big
 SCRATCH = "/tmp/harness-gpu"
 JOURNAL = "journal.jsonl"  # in SCRATCH: the stamps of the parts this machine ran, for `next` before `record`
@@ -54,6 +54,21 @@ class Context:
 
     def pack(self, part: gpu_parts.Part) -> Path:
         return self.scratch / "pack" / part.name
+
+
+def command_age_s(cap_s: float = 120.0) -> float:
+    """How long ago the GPU machine's command began, so that its wheel install counts against its 10 minutes: the
+    age of this process (a shell that exec'd it keeps its start) or of its parent shell, whichever is older, each
+    ignored above ``cap_s`` (an interactive shell, or the machine's own agent); 0 when /proc cannot tell."""
+    try:
+        uptime = float(Path("/proc/uptime").read_text().split()[0])
+        ages = []
+        for pid in (os.getpid(), os.getppid()):
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            ages.append(uptime - int(fields[19]) / os.sysconf("SC_CLK_TCK"))  # field 22: start, in ticks after boot
+    except (OSError, ValueError, IndexError):
+        return 0.0
+    return max([a for a in ages if 0 <= a <= cap_s] or [0.0])
 
 
 def gpu_key() -> tuple[str, str]:
@@ -369,7 +384,7 @@ def context(dry: bool) -> Context:
         raise ValueError(f"TIMEOUT_S={limit!r} is not valid: give whole seconds, e.g. TIMEOUT_S=600")
     return Context(py=os.environ.get("PYTHON") or "python3", out=out_path, scratch=scratch, gpu=gpu, dry=dry,
                    results_from=str(Path(os.environ["RESULTS_FROM"]).resolve()) if os.environ.get("RESULTS_FROM")
-                   else "", started=time.monotonic(), timeout_s=int(limit or 0))
+                   else "", started=time.monotonic() - command_age_s(), timeout_s=int(limit or 0))
 
 
 def selected(names: list[str], ctx: Context) -> list[gpu_parts.Part]:

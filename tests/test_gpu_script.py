@@ -233,6 +233,13 @@ def test_next_takes_pending_parts_in_order_within_one_command(tmp_path, monkeypa
     assert again.returncode == 0 and list(sections(again.stdout))[0] == "tests"
 
 
+def test_the_command_s_age_counts_what_ran_before_the_driver_in_its_shell():
+    code = "import sys; sys.path.insert(0, '.'); from scripts.gpu_campaign import command_age_s; print(command_age_s())"
+    out = subprocess.run(["bash", "-c", f"sleep 2; {sys.executable} -c \"{code}\"; true"], cwd=REPO,
+                         capture_output=True, text=True, timeout=60)
+    assert 1.5 <= float(out.stdout) < 60, out.stdout + out.stderr  # the shell began ~2 s before the driver
+
+
 def test_a_batch_starts_no_part_that_would_not_fit_the_command(tmp_path, monkeypatch, capsys):
     clock = [0.0]
     ran = []
