@@ -416,7 +416,7 @@ def main(argv: list[str]) -> int:
             return 0
         if what == "plan":
             for gpu in rest or ["h100", "h200"]:
-                print(f"wrote {gpu_plan.save(gpu_plan.load(gpu)).relative_to(REPO)}/PLAN.md")
+                print(f"wrote {gpu_plan.save(gpu_plan.load(gpu))}/PLAN.md")
             return 0
         if what == "record":
             for tarball in gpu_plan.tarballs(rest, os.environ.get("IN", ".")):
@@ -426,17 +426,19 @@ def main(argv: list[str]) -> int:
                     raise ValueError(f"cannot record {tarball}: {type(exc).__name__}: {exc}") from None
             print("now commit them: git add results/ && git commit -m 'GPU parts measured'")
             return 0
+        if what not in ("dry-run", "run", "next") or (what == "run" and not rest):
+            raise ValueError(f"unknown command {' '.join(argv)!r}: choose list, dry-run [PART ...|all|next], "
+                             "run PART ..., next, record FOLDER|PART.tar.gz|PART ... or plan [GPU ...]")
         dry = what == "dry-run" or os.environ.get("DRY_RUN") == "1"
         ctx = context(dry)
         parts = selected(rest if what in ("dry-run", "run") else ["next"], ctx)
-        if what not in ("dry-run", "run", "next"):
-            raise ValueError(f"unknown command {what!r}: choose list, dry-run, run (batch), next, record or plan")
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     if what == "next" or rest == ["next"]:
-        print(f"GPU {ctx.gpu}: next " + (" ".join(p.name for p in parts) + f" (~{sum(p.estimate_s for p in parts)} s "
-                                         "by estimate)" if parts else "nothing: every part is measured"), flush=True)
+        names = " ".join(p.name for p in parts)
+        print(f"GPU {ctx.gpu}: next " + (f"{names} (~{sum(p.estimate_s for p in parts)} s by estimate)" if parts
+                                         else f"nothing pending (see results/{ctx.gpu}/PLAN.md)"), flush=True)
     if dry:
         for part in parts:
             print("\n".join(dry_run(part, ctx)))
