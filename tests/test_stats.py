@@ -33,9 +33,10 @@ def test_a_band_holding_both_no_change_and_the_claim_is_inconclusive():
 
 
 def test_repeats_to_decide_scales_with_the_band():
-    # half-width 0.067 on the log scale; the claim edge is 0.056 away: (0.067/0.056)^2 runs per side
-    assert noise_model.repeats_to_decide(stats.Ratio(1.04, 0.97, 1.11), 1.1, 1.15) == 2
-    assert noise_model.repeats_to_decide(stats.Ratio(1.04, 0.97, 1.11, runs=3), 1.1, 1.15) == 5
+    # half-width 0.067 on the log scale (se 0.0344 at the normal quantile); the claim edge is 0.056 away.
+    # Decided in 80% of sweeps: (1.96 + 0.84) se / sqrt(n) <= 0.056, n >= 2.95 -> 3 (was 2: decided half the time)
+    assert noise_model.repeats_to_decide(stats.Ratio(1.04, 0.97, 1.11), 1.1, 1.15) == 3
+    assert noise_model.repeats_to_decide(stats.Ratio(1.04, 0.97, 1.11, runs=3), 1.1, 1.15) == 9  # 3 x 2.95
     assert noise_model.repeats_to_decide(stats.Ratio(1.005, 0.8, 1.26), 1.001, 1.2) is None  # > 50 runs
 
 

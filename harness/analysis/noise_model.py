@@ -32,7 +32,8 @@ from dataclasses import dataclass, field
 import numpy as np
 from scipy import stats as sps
 
-from harness.analysis.stats import BUSY_PCT, Ratio, repeats_to_decide  # noqa: F401 (part of this API)
+from harness.analysis.stats import BUSY_PCT, POWER, Ratio, repeats_to_decide  # noqa: F401 (part of this API)
+from harness.analysis.stats import power as _power
 
 CONFIDENCE = 0.95
 DEFAULT_CV = 0.05  # process-to-process CV assumed where this machine has no calibration
@@ -108,7 +109,7 @@ class Difference:
     def ratio(self, runs: int) -> Ratio:
         half = self.quantile() * self.se
         return Ratio(math.exp(self.diff), math.exp(self.diff - half), math.exp(self.diff + half), runs=runs,
-                     method=self.method)
+                     method=self.method, se=self.se, df=self.df)
 
     def p_slower(self) -> float:
         """One-sided p-value of 'new is slower than old' (small when the drop is clear)."""
@@ -196,7 +197,7 @@ class Calibration:
     runs: int
     cv: float  # sd of log samples_per_s between processes (~ CV)
     within: float  # median within-run 95% half-width of the mean step time
-    detectable: dict[int, float]  # repeats per side -> smallest speedup (x) distinguishable at 95%
+    detectable: dict[int, float]  # repeats per side -> smallest speedup (x) told from no change in 80% of sweeps
     mean_samples_per_s: float
     warnings: list[str] = field(default_factory=list)
 
@@ -216,11 +217,24 @@ def calibrate(samples_per_s: list[float], within: list[float] | None = None,
     return cal
 
 
-def detectable_speedup(cv: float, df: float, repeats: int) -> float:
-    """The smallest speedup whose 95% band excludes 1 with ``repeats`` runs per side, at this CV."""
-    df_total = df + 2 * (repeats - 1)
-    q = sps.t.ppf(0.5 + CONFIDENCE / 2, df_total) if math.isfinite(df_total) else _Z
-    return math.exp(q * cv * math.sqrt(2 / repeats))
+def detectable_speedup(cv: float, df: float, repeats: int, power: float = POWER, rungs: int = 2) -> float:
+    """The smallest speedup a sweep with ``repeats`` runs per rung tells from no change (its 95% band excludes
+    1x) in ``power`` (80%) of sweeps, at process CV ``cv`` known with ``df`` degrees of freedom (a
+    calibration's runs - 1; inf for an assumed CV), with the t quantile that sweep really uses: the rung x
+    round model's df, ``df`` + (repeats - 1)(rungs - 1)."""
+    df_total = df + (repeats - 1) * (rungs - 1)
+    se = cv * math.sqrt(2 / repeats)
+    if df_total <= 0 or se <= 0:
+        return math.inf
+    lo, hi = 0.0, 1.0
+    while _power(hi, se, df_total) < power:
+        hi *= 2
+        if hi > 50:
+            return math.inf
+    for _ in range(60):  # bisection on the log speedup
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if _power(mid, se, df_total) < power else (lo, mid)
+    return math.exp(hi)
 
 
 def _warnings(values: list[float], cv: float, other_cpu_pct: list[float], single: float) -> list[str]:
@@ -326,7 +340,7 @@ def format_calibration(cal: Calibration, sweep_id: str, attempted: int) -> str:
              f"  process-to-process CV of samples/s: {cal.cv:.1%}",
              "  within-run spread (95% step bootstrap of one run's mean, median): "
              + ("-" if math.isnan(cal.within) else f"±{cal.within:.1%}"),
-             "  smallest speedup detectable at 95% (band excludes 1x):"]
+             f"  smallest speedup told from no change in {POWER:.0%} of sweeps (95% band excludes 1x):"]
     lines += [f"    sweep.repeats={r}: {x:.3f}x ({x - 1:.1%})" for r, x in cal.detectable.items()]
     if cal.warnings:
         lines += ["  NOT FIT TO MEASURE:"] + [f"    - {w}" for w in cal.warnings]
