@@ -15,10 +15,12 @@ where a rung did not run ok in that round), and the model is
   variance (its N-1 degrees of freedom added), unless the runs are significantly noisier than it was
   (an F test at :data:`CHECK_LEVEL`): then the machine changed and the runs speak for themselves.
 * **A rung noisier than the rest** (compile, a loader that sometimes stalls) must not borrow the others'
-  small variance. Each rung's own residual variance is F-tested at :data:`CHECK_LEVEL` against the model
-  fitted without it; a comparison involving a rung that is noisier beyond chance uses the larger of the
-  pooled variance and the pair's own paired differences (one per round both ran), with the pair's m - 1
-  degrees of freedom: a paired t on those two rungs alone, which holds whatever the other rungs do.
+  small variance. Each rung with 4 or more runs has its own residual variance F-tested at
+  :data:`CHECK_LEVEL` against the model fitted without it; a comparison involving a rung that is noisier
+  beyond chance uses the larger of the pooled variance and the pair's own paired differences (one per
+  round both ran), with the pair's m - 1 degrees of freedom: a paired t on those two rungs alone, which
+  holds whatever the other rungs do. With 2-3 runs a rung no test tells it apart at a price worth paying
+  (docs/statistics.md has the numbers).
 * **No variance, no band.** One round and no calibration leave no degree of freedom: the band is
   undefined (NaN), and a verdict says so instead of assuming a CV (docs/statistics.md says why).
 
@@ -35,10 +37,12 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import stats as sps
 
+from harness.analysis import stats
 from harness.analysis.stats import Ratio
 
 CHECK_LEVEL = 0.10  # level of the F tests (runs vs calibration, a rung vs the others); docs/statistics.md: why
 MIN_CV = 0.005  # a calibration cannot prove noise below this (as noise_model.MIN_CV)
+MIN_RUNS_CHECKED = 4  # with 2-3 runs a rung's own variance has 1-2 df: the check would cost more power than it saves
 
 
 @dataclass(frozen=True)
@@ -47,8 +51,8 @@ class Design:
     reference), fitted to the observed cells in rung-major order."""
 
     observed: np.ndarray  # (K, R) bool
-    pinv: np.ndarray  # (K + R - 1, n) Moore-Penrose inverse of the design matrix
-    hat: np.ndarray  # (n, n) projection onto the fitted values
+    matrix: np.ndarray  # (n, K + R - 1) the design matrix
+    pinv: np.ndarray  # (K + R - 1, n) its Moore-Penrose inverse
     rank: int
 
     @property
@@ -57,11 +61,8 @@ class Design:
 
     def estimable(self, vector: np.ndarray) -> bool:
         """Whether a linear combination of the parameters can be estimated (its rungs are connected by rounds)."""
-        back = vector @ self.pinv @ self._matrix()
+        back = vector @ self.pinv @ self.matrix
         return bool(np.allclose(back, vector, atol=1e-8))
-
-    def _matrix(self) -> np.ndarray:
-        return _matrix(self.observed)
 
 
 def _matrix(observed: np.ndarray) -> np.ndarray:
@@ -80,7 +81,7 @@ def _design(shape: tuple[int, int], mask: bytes) -> Design:
     x = _matrix(observed)
     pinv = np.linalg.pinv(x) if x.size else np.zeros((x.shape[1], 0))
     rank = int(np.linalg.matrix_rank(x)) if x.size else 0
-    return Design(observed, pinv, x @ pinv, rank)
+    return Design(observed, x, pinv, rank)
 
 
 def design(observed: np.ndarray) -> Design:
@@ -102,7 +103,7 @@ class BlockFit:
     var: np.ndarray  # (trials,): the variance the bands use (residual, pooled with a calibration if it agrees)
     df: np.ndarray  # (trials,): its degrees of freedom (0: no variance known)
     calibration_used: np.ndarray  # (trials,) bool
-    calibration_cv: float | None = None
+    calibration_cv: float | np.ndarray | None = None
     calibration_df: float = 0.0
 
     @property
@@ -119,11 +120,12 @@ class BlockFit:
         return self.logs.shape[2]
 
 
-def fit(logs, calibration_cv: float | None = None, calibration_df: float = 0.0) -> BlockFit:
+def fit(logs, calibration_cv=None, calibration_df: float = 0.0, check_level: float = CHECK_LEVEL) -> BlockFit:
     """Fit the model to ``logs[(trial,) rung, round]`` (log samples/s, NaN for a missing cell).
 
-    ``calibration_cv``/``calibration_df``: this machine's calibrated CV and its degrees of freedom (runs - 1),
-    pooled with the residual variance unless the runs are noisier than it beyond chance."""
+    ``calibration_cv``/``calibration_df``: this machine's calibrated CV (a number, or one per trial) and its
+    degrees of freedom (runs - 1), pooled with the residual variance unless the runs are noisier than it
+    beyond chance at ``check_level`` (0: never dropped)."""
     table = np.asarray(logs, dtype=float)
     table = table[None] if table.ndim == 2 else table
     observed = ~np.isnan(table[0])
@@ -132,7 +134,7 @@ def fit(logs, calibration_cv: float | None = None, calibration_df: float = 0.0) 
     d = design(observed)
     y = table[:, observed]  # (trials, n), rung-major like the design's rows
     params = y @ d.pinv.T
-    residuals = y - y @ d.hat.T
+    residuals = y - params @ d.matrix.T
     df_res = d.residual_df
     ss = np.einsum("ij,ij->i", residuals, residuals)
     res_var = ss / df_res if df_res > 0 else np.full(len(table), np.nan)
@@ -140,20 +142,20 @@ def fit(logs, calibration_cv: float | None = None, calibration_df: float = 0.0) 
     effects = np.where(observed.any(axis=1), params[:, :rungs], np.nan)
     rounds = np.concatenate([np.zeros((len(table), 1)), params[:, rungs:]], axis=1)
     rounds = np.where(observed.any(axis=0), rounds, np.nan)
-    var, df, used = _with_calibration(ss, df_res, calibration_cv, calibration_df)
+    var, df, used = _with_calibration(ss, df_res, calibration_cv, calibration_df, check_level)
     return BlockFit(d, table, effects, rounds, res_var, df_res, var, df, used, calibration_cv, calibration_df)
 
 
-def _with_calibration(ss: np.ndarray, df_res: int, cv: float | None, cal_df: float):
+def _with_calibration(ss: np.ndarray, df_res: int, cv, cal_df: float, check_level: float):
     """(variance, df, calibration used?) per trial: the residual variance pooled with the calibration's
-    unless the runs are noisier than it beyond chance (F test at CHECK_LEVEL)."""
+    unless the runs are noisier than it beyond chance (F test at ``check_level``)."""
     trials = len(ss)
     alone = ss / df_res if df_res > 0 else np.full(trials, np.nan)
     if cv is None or cal_df <= 0:
         return alone, np.full(trials, float(df_res)), np.zeros(trials, dtype=bool)
-    cal_var = max(cv, MIN_CV) ** 2
-    if df_res > 0:
-        changed = alone / cal_var > sps.f.ppf(1 - CHECK_LEVEL, df_res, cal_df)
+    cal_var = np.maximum(np.asarray(cv, dtype=float), MIN_CV) ** 2
+    if df_res > 0 and check_level > 0:
+        changed = alone / cal_var > sps.f.ppf(1 - check_level, df_res, cal_df)
     else:
         changed = np.zeros(trials, dtype=bool)
     pooled = (ss + cal_df * cal_var) / (df_res + cal_df)
@@ -235,11 +237,12 @@ def noisier(model: BlockFit, rung: int, check_level: float = CHECK_LEVEL) -> np.
 
     An F test of the rung's own residual variance (its runs about its mean, after the round effects
     estimated from the other rungs alone) against the variance of the model fitted without it, which shares
-    no run with it. False where the rung ran fewer than 2 rounds or nothing else gives a variance."""
+    no run with it. False where the rung ran fewer than MIN_RUNS_CHECKED rounds or nothing else gives a
+    variance."""
     trials = model.logs.shape[0]
     mine = model.design.observed[rung]
     keep = [k for k in range(model.rungs) if k != rung and model.design.observed[k].any()]
-    if mine.sum() < 2 or not keep:
+    if mine.sum() < MIN_RUNS_CHECKED or not keep:
         return np.zeros(trials, dtype=bool)
     rest = fit(model.logs[:, keep], model.calibration_cv, model.calibration_df)
     if not (rest.df > 0).all() or np.isnan(rest.round_effects[:, mine]).any():
@@ -269,3 +272,48 @@ def log_table(samples_per_s, rungs: int | None = None, rounds: int | None = None
     for (k, r), v in cells.items():
         table[k, r] = math.log(v)
     return table
+
+
+def planned_power(distance: float, cv: float, runs: int, rungs: int = 2, calibration_df: float = 0.0,
+                  alpha: float = 0.05, trials: int = 4000, seed: int = 0) -> float:
+    """Share of sweeps of ``rungs`` rungs x ``runs`` rounds, at process CV ``cv`` (and a calibration with
+    ``calibration_df`` df, its own estimate drawn around ``cv``), whose band (level ``alpha``) for rung 1 over
+    rung 0 excludes no change when rung 1 is really ``distance`` (log) faster: this very model on ``trials``
+    seeded sweeps, every branch (pooled, calibration dropped, a rung judged on its pair) included. The same
+    draws serve every ``distance``, so the answer grows with it, as a bisection needs. Where the model has a
+    single branch (no calibration to drop, no rung checked), the noncentral t gives it exactly."""
+    df_res = (runs - 1) * (rungs - 1)
+    branches = (calibration_df > 0 and df_res > 0) or (runs >= MIN_RUNS_CHECKED and (rungs >= 3 or calibration_df > 0))
+    if not branches:
+        return stats.power(distance, cv * math.sqrt(2 / runs), df_res + calibration_df, alpha)
+    rng = np.random.default_rng(seed)
+    logs = cv * rng.standard_normal((trials, rungs, runs))
+    logs[:, 1] += distance
+    cal_cv = cv * np.sqrt(rng.chisquare(calibration_df, trials) / calibration_df) if calibration_df > 0 else None
+    c = contrast(fit(logs, cal_cv, calibration_df), 1, 0)
+    if c is None:
+        return 0.0
+    low, high = c.bounds(alpha)
+    return float(np.mean((low > 1) | (high < 1)))
+
+
+def from_records(records, rungs: int | None = None, rounds: int | None = None) -> tuple[np.ndarray, dict]:
+    """The (K, R) log table of a sweep's records (RunRecords, dicts or pandas rows: ``rung``, ``round``,
+    ``status``, ``samples_per_s``), and ``{(rung, round): reason}`` for the ok runs left out because their
+    machine was busy (``busy.busy_reason``): a busy run is no measurement. A rung measured twice in one round
+    (a resumed sweep) keeps its last ok run."""
+    from harness.analysis.busy import busy_reason, reader
+
+    cells, busy = {}, {}
+    for record in records:
+        field = reader(record)
+        rung, round_, value = field("rung"), field("round"), field("samples_per_s")
+        if rung is None or field("status") != "ok" or value is None or not value == value:
+            continue
+        key = (int(rung), int(round_ if round_ is not None and round_ == round_ else 0))
+        reason = busy_reason(record)
+        if reason:
+            busy[key] = reason
+            continue
+        cells[key] = float(value)
+    return log_table(cells, rungs, rounds), busy

@@ -27,7 +27,7 @@ GPU_OTHER_BYTES = 2.0 * 2**30  # device memory in use beyond the run's own reser
 BUSY_VERDICT = "machine busy: not trustworthy"
 
 
-def _getter(record):
+def reader(record):
     """Field access for a RunRecord, a dict or a pandas row alike."""
     get = getattr(record, "get", None)
     if callable(get):
@@ -48,7 +48,7 @@ def busy_reason(record) -> str | None:
 
     ``record``: a ``RunRecord``, a dict or a pandas row with the store's columns (missing ones count as
     unknown, never as busy)."""
-    field = _getter(record)
+    field = reader(record)
     reasons = []
     other = _number(field("other_cpu_pct"))
     if other is not None and other > BUSY_PCT:

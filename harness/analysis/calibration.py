@@ -81,9 +81,9 @@ def unfit_reason(candidate: Candidate) -> str | None:
 
 
 def choose_calibration(candidates, env_key: str, workload: str, size: str, sweep_started: str) -> Choice:
-    """The calibration a sweep of ``workload`` at ``size`` in environment ``env_key``, whose first run started at
-    ``sweep_started`` ("" when unknown: no limit), may use: the newest fit one of the same environment, workload and size made before
-    it; plus every newer matching one that was skipped, with the reason."""
+    """The calibration a sweep of ``workload`` at ``size`` in environment ``env_key``, whose first run started
+    at ``sweep_started`` ("" when unknown: no limit), may use: the newest fit one of the same environment,
+    workload and size made before it; plus every newer matching one that was skipped, with the reason."""
     same = [c for c in candidates if c.env_key == env_key and c.workload == workload and c.size == size]
     skipped = []
     for c in sorted(same, key=lambda c: (_time(c.finished), c.sweep_id), reverse=True):

@@ -116,7 +116,8 @@ def _side(logs: np.ndarray):
 # Holm over configs, at a look of a sequential check
 
 
-def one_sided_level(alpha: float, fractions: tuple[float, ...] | None = None, spending: str = "pocock") -> float:
+def one_sided_level(alpha: float, fractions: tuple[float, ...] | None = None,
+                    spending: str = sequential.DEFAULT_SPENDING) -> float:
     """The one-sided nominal level at the last of the looks at information ``fractions`` for a test at ``alpha``
     (``alpha`` itself for a single look, ``fractions`` None)."""
     if not fractions:
@@ -125,7 +126,7 @@ def one_sided_level(alpha: float, fractions: tuple[float, ...] | None = None, sp
 
 
 def holm(p_values, alpha: float = ALPHA, fractions: tuple[float, ...] | None = None,
-         spending: str = "pocock") -> np.ndarray:
+         spending: str = sequential.DEFAULT_SPENDING) -> np.ndarray:
     """Holm's step-down over the last axis of ``p_values`` (trials x configs, or one row): which configs are
     significantly slower with family-wise error <= ``alpha``, at the last look of ``fractions``. NaN
     p-values (no variance) are never significant and still count in the family."""

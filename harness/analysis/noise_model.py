@@ -26,6 +26,7 @@ and ``holm`` controls the family-wise error over all configs of one check.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field
 
@@ -220,21 +221,33 @@ def calibrate(samples_per_s: list[float], within: list[float] | None = None,
 def detectable_speedup(cv: float, df: float, repeats: int, power: float = POWER, rungs: int = 2) -> float:
     """The smallest speedup a sweep with ``repeats`` runs per rung tells from no change (its 95% band excludes
     1x) in ``power`` (80%) of sweeps, at process CV ``cv`` known with ``df`` degrees of freedom (a
-    calibration's runs - 1; inf for an assumed CV), with the t quantile that sweep really uses: the rung x
-    round model's df, ``df`` + (repeats - 1)(rungs - 1)."""
-    df_total = df + (repeats - 1) * (rungs - 1)
-    se = cv * math.sqrt(2 / repeats)
-    if df_total <= 0 or se <= 0:
-        return math.inf
-    lo, hi = 0.0, 1.0
-    while _power(hi, se, df_total) < power:
+    calibration's runs - 1), with the quantiles that sweep really uses: the rung x round model of
+    ``harness.analysis.blocks``, run on seeded simulated sweeps (``planned_power``: every branch included).
+    ``df`` inf: a CV taken as known (normal quantile). inf when no band is possible."""
+    return math.exp(cv * _detectable_in_cvs(repeats, rungs, df, power))
+
+
+@functools.lru_cache(maxsize=64)
+def _detectable_in_cvs(repeats: int, rungs: int, df: float, power: float) -> float:
+    """The log speedup, in units of the CV, detected in ``power`` of sweeps (the model is scale-free)."""
+    from harness.analysis import blocks
+
+    if math.isinf(df):
+        def chance(d: float) -> float:
+            return _power(d, math.sqrt(2 / repeats), math.inf)
+    else:
+        def chance(d: float) -> float:
+            return blocks.planned_power(d, 1.0, repeats, rungs, df)
+    hi = 1.0
+    while chance(hi) < power:
         hi *= 2
-        if hi > 50:
+        if hi > 1e4:
             return math.inf
-    for _ in range(60):  # bisection on the log speedup
+    lo = 0.0
+    for _ in range(40):  # bisection
         mid = (lo + hi) / 2
-        lo, hi = (mid, hi) if _power(mid, se, df_total) < power else (lo, mid)
-    return math.exp(hi)
+        lo, hi = (mid, hi) if chance(mid) < power else (lo, mid)
+    return hi
 
 
 def _warnings(values: list[float], cv: float, other_cpu_pct: list[float], single: float) -> list[str]:
@@ -317,7 +330,8 @@ def with_calibrations(results_dir, frame):
     envs = set(frame["env_key"].dropna()) if "env_key" in frame else set()
     newest = newest_ok_sweeps(results_dir, NOISE_LADDER) or {}
     if envs and envs <= set(newest):
-        calibrations = load_runs(results_dir, where={"ladder": NOISE_LADDER, "sweep_id": sorted({newest[e] for e in envs})})
+        chosen = sorted({newest[e] for e in envs})
+        calibrations = load_runs(results_dir, where={"ladder": NOISE_LADDER, "sweep_id": chosen})
     else:
         calibrations = load_runs(results_dir, where={"ladder": NOISE_LADDER})
     if not len(calibrations):

@@ -8,9 +8,11 @@ up to R chances to look like a change; instead each look's band is a *repeated c
 hold the truth together in 95% of sweeps. Any verdict read from any look, at whatever round the sweep
 stops, is then wrong in at most 5% of sweeps, and the stopping rule itself can be anything.
 
-* Spending: Lan-DeMets, Pocock type by default (alpha ln(1 + (e - 1) t)) at information fraction
-  t = rounds / budget: it spends early, so clear effects stop after 2-3 rounds; O'Brien-Fleming type is
-  available (``spending="obrien-fleming"``). docs/statistics.md has the simulations behind the choice.
+* Spending: Lan-DeMets, O'Brien-Fleming type by default (2 - 2 Phi(z / sqrt(t)) at information fraction
+  t = rounds / budget): it spends little early, so the last look's band is nearly a fixed sweep's and the
+  budget keeps its power; clear effects still stop after 3-4 rounds. Pocock type (alpha ln(1 + (e - 1) t))
+  stops clear effects half a round sooner but loses a fifth of the power at the budget on a noisy
+  machine (``spending="pocock"``). docs/statistics.md has the simulations behind the choice.
 * Boundaries: the joint normal law of the look statistics (independent increments), integrated on a
   grid look by look (Armitage, McPherson and Rowe); the nominal level of each look then sets a t quantile
   on that look's degrees of freedom.
@@ -32,9 +34,10 @@ from scipy import stats as sps
 from harness.analysis import blocks, stats
 
 ALPHA = 0.05
-SPENDING = ("pocock", "obrien-fleming")
+SPENDING = ("obrien-fleming", "pocock")
+DEFAULT_SPENDING = "obrien-fleming"
 MIN_EFFECT = 0.03  # a rung without a claim is decided once its band excludes 1x or lies within +-3%
-_GRID = 601
+_GRID = 401
 
 
 def serpentine_order(rungs: Sequence[int] | int, round_: int) -> list[int]:
@@ -43,8 +46,8 @@ def serpentine_order(rungs: Sequence[int] | int, round_: int) -> list[int]:
     return order if round_ % 2 == 0 else order[::-1]
 
 
-def spent(t: float, alpha: float = ALPHA, spending: str = "pocock") -> float:
-    """The error allowed up to information fraction ``t`` (0..1): Lan-DeMets Pocock or O'Brien-Fleming type."""
+def spent(t: float, alpha: float = ALPHA, spending: str = DEFAULT_SPENDING) -> float:
+    """The error allowed up to information fraction ``t`` (0..1): Lan-DeMets O'Brien-Fleming or Pocock type."""
     if spending not in SPENDING:
         raise ValueError(f"spending={spending!r}: valid choices are {', '.join(SPENDING)}")
     t = min(max(t, 0.0), 1.0)
@@ -56,7 +59,8 @@ def spent(t: float, alpha: float = ALPHA, spending: str = "pocock") -> float:
 
 
 @functools.lru_cache(maxsize=512)
-def nominal_levels(fractions: tuple[float, ...], alpha: float = ALPHA, spending: str = "pocock") -> tuple[float, ...]:
+def nominal_levels(fractions: tuple[float, ...], alpha: float = ALPHA,
+                   spending: str = DEFAULT_SPENDING) -> tuple[float, ...]:
     """Two-sided nominal level of each look at information ``fractions`` (increasing, last <= 1) such that a
     statistic with no effect crosses some look's boundary by look l with probability spent(t_l)."""
     levels, density, grid, weights, previous_t, previous_spent = [], None, None, None, 0.0, 0.0
@@ -98,7 +102,7 @@ def _advance(grid, density, weights, previous_t: float, t: float, c: float):
     if density is None:
         return sps.norm.pdf(new_grid, scale=math.sqrt(t)), new_grid, new_weights
     sd = math.sqrt(t - previous_t)
-    kernel = sps.norm.pdf((new_grid[:, None] - grid[None, :]) / sd) / sd
+    kernel = np.exp(-0.5 * ((new_grid[:, None] - grid[None, :]) / sd) ** 2) / (sd * math.sqrt(2 * math.pi))
     return kernel @ (weights * density), new_grid, new_weights
 
 
@@ -110,7 +114,7 @@ def look_fractions(rounds: int, max_rounds: int, calibrated: bool) -> tuple[floa
 
 
 def look_level(rounds: int, max_rounds: int, calibrated: bool, alpha: float = ALPHA,
-               spending: str = "pocock") -> float:
+               spending: str = DEFAULT_SPENDING) -> float:
     """The two-sided nominal level of the band after ``rounds`` rounds of a ``max_rounds`` budget (0.0 before
     the first look: no band yet)."""
     fractions = look_fractions(rounds, max_rounds, calibrated)
@@ -141,6 +145,7 @@ class Answer:
     ratio: stats.Ratio | None
     verdict: str
     decided: bool
+    waiting: bool = True  # another round could decide it (False: a rung it needs never ran ok, e.g. out of memory)
 
 
 @dataclass(frozen=True)
@@ -154,7 +159,8 @@ class Look:
 
     @property
     def all_decided(self) -> bool:
-        return all(a.decided for a in self.answers)
+        """Every question that another round could still decide is decided."""
+        return all(a.decided for a in self.answers if a.waiting)
 
 
 def decided(ratio: stats.Ratio | None, claim: tuple[float, float] | None, min_effect: float = MIN_EFFECT) -> bool:
@@ -202,23 +208,62 @@ def judge(model: blocks.BlockFit, questions: Sequence[Question], level: float,
 
 
 def look(logs, questions: Sequence[Question], rounds: int, max_rounds: int, calibration_cv: float | None = None,
-         calibration_df: float = 0.0, alpha: float = ALPHA, spending: str = "pocock",
-         min_effect: float = MIN_EFFECT) -> Look:
+         calibration_df: float = 0.0, alpha: float = ALPHA, spending: str = DEFAULT_SPENDING,
+         min_effect: float = MIN_EFFECT, busy: dict | None = None) -> Look:
     """Refit one sweep's ``logs[rung, round]`` after ``rounds`` rounds and answer every question at the look's
-    corrected level (docs/statistics.md: why looking after every round keeps the error at ``alpha``)."""
+    corrected level (docs/statistics.md: why looking after every round keeps the error at ``alpha``).
+
+    ``logs`` and ``busy`` as ``blocks.from_records`` gives them: runs of a busy machine are already out of
+    ``logs``; a question left with no run because of them says so instead of "not measured"."""
     model = blocks.fit(np.asarray(logs, dtype=float)[:, :rounds], calibration_cv, calibration_df)
     level = look_level(rounds, max_rounds, calibration_cv is not None and calibration_df > 0, alpha, spending)
     codes, contrasts = judge(model, questions, level, min_effect)
+    ran = set(np.nonzero(model.design.observed.any(axis=1))[0].tolist())
     answers = []
     for q, code, c in zip(questions, codes[0], contrasts):
         ratio = c.ratio(level) if c is not None and level > 0 else None
-        answers.append(Answer(q, ratio, _text(q, int(code), ratio, c), int(code) in DECIDED))
+        missing = stats.span_status(ran, q.first, q.last) if q.first is not None else None
+        busy_now = _busy_reason(q, busy or {}, rounds)
+        text = _text(q, int(code), ratio, c, busy_now, missing)
+        answers.append(Answer(q, ratio, text, int(code) in DECIDED, c is not None or busy_now is not None))
     return Look(rounds, max_rounds, level, tuple(answers))
 
 
-def _text(q: Question, code: int, ratio: stats.Ratio | None, c: blocks.Contrast | None) -> str:
+def fixed(logs, questions: Sequence[Question], calibration_cv: float | None = None, calibration_df: float = 0.0,
+          busy: dict | None = None) -> Look:
+    """A sweep with a fixed number of rounds (``sweep.repeats=N``): one look, plain 95% bands."""
+    rounds = np.asarray(logs).shape[-1]
+    return look(logs, questions, rounds, rounds, calibration_cv, calibration_df, busy=busy)
+
+
+def questions_for(rungs: int, claims: dict, total: tuple[float, float] | None = None, groups=()) -> list[Question]:
+    """The questions of a ladder of ``rungs`` rungs: every rung after the baseline over the rung it was built on
+    (against its claim, ``claims[rung] = (low, high)``, if any), the total (last rung over rung 0, against
+    ``total``; judged only when every rung ran) and each group claim (``{first, last, low, high}``: its last
+    rung over the rung before it, judged only when all of those ran)."""
+    out = [Question(f"rung {k}", k, None, claims.get(k)) for k in range(1, rungs)]
+    if rungs > 1:
+        out.append(Question("total", rungs - 1, 0, total, 0, rungs - 1))
+    for g in groups:
+        first, last = int(g["first"]), int(g["last"])
+        out.append(Question(f"rungs {first}-{last}", last, first - 1, (float(g["low"]), float(g["high"])),
+                            first - 1, last))
+    return out
+
+
+def _busy_reason(q: Question, busy: dict, rounds: int) -> str | None:
+    rungs = {q.new} | ({q.old} if q.old is not None else set())
+    if q.first is not None:
+        rungs |= set(range(q.first, q.last + 1))
+    return next((reason for (rung, r), reason in sorted(busy.items()) if rung in rungs and r < rounds), None)
+
+
+def _text(q: Question, code: int, ratio: stats.Ratio | None, c: blocks.Contrast | None, busy: str | None,
+          missing: str | None) -> str:
     if c is None:
-        return "not measured" if q.first is None else "not measured (rungs of the claim did not all run ok)"
+        if busy:
+            return f"no verdict: machine busy ({busy}): not trustworthy"
+        return missing or "not measured"
     if q.claim is None:
         return f"no change beyond {MIN_EFFECT:.0%}" if code == NO_CHANGE else _NO_CLAIM_TEXT[code]
     if code == stats.INCONCLUSIVE:

@@ -160,37 +160,41 @@ def power(distance: float, se: float, df: float, alpha: float = 0.05) -> float:
     return float(sps.nct.sf(sps.t.isf(alpha / 2, df), df, nc))
 
 
-def runs_for_power(distance: float, sd_per_run: float, df_at: Callable[[int], float], target: float = POWER,
-                   limit: int = 50, start: int = 1) -> int | None:
-    """The fewest runs per side n (from ``start``) whose band excludes a point ``distance`` away in ``target``
-    of sweeps: standard error ``sd_per_run / sqrt(n)``, t quantile on ``df_at(n)`` degrees of freedom. None
-    when even ``limit`` runs do not."""
-    if distance <= 0:
-        return None
-    for n in range(max(start, 1), limit + 1):
-        if power(distance, sd_per_run / math.sqrt(n), df_at(n)) >= target:
-            return n
-    return None
-
-
-def _decision_distance(value: float, claim_low: float, claim_high: float) -> float:
-    """How far (log scale) the band must clear, around ``value``, to reach a verdict other than inconclusive."""
+def _inconclusive_centres(half: float, claim_low: float, claim_high: float) -> list[tuple[float, float]]:
+    """Where the centre of a band of half-width ``half`` (log scale) leaves ``verdict_codes`` inconclusive."""
     lo, hi = math.log(claim_low), math.log(claim_high)
-    if claim_low <= 1.0 <= claim_high and lo <= value <= hi:
-        return min(value - lo, hi - value)  # inside the claim: the band must fit in it
-    to_claim = max(lo - value, value - hi, 0.0)
-    if claim_low <= 1.0 <= claim_high:
-        return to_claim
-    return max(abs(value), to_claim) if to_claim > 0 else abs(value)
+    if claim_low <= 1.0 <= claim_high:  # straddling either edge of the claim
+        return [(lo - half, lo + half), (hi - half, hi + half)]
+    if lo > 0:  # holding 1x and reaching the claim
+        return [(lo - half, half)] if lo - half <= half else []
+    return [(-half, hi + half)] if -half <= hi + half else []
+
+
+def decide_probability(value: float, claim_low: float, claim_high: float, se: float, df: float,
+                       alpha: float = 0.05) -> float:
+    """Probability that a band (level ``alpha``, t quantile on ``df``) reaches a verdict other than inconclusive
+    when the true log ratio is ``value`` and its estimate has standard error ``se``: the estimate is normal,
+    the variance estimate independent of it (scaled chi-square on ``df``), averaged over 256 quantiles of it."""
+    if not (se > 0 and math.isfinite(se)) or df <= 0:
+        return 0.0
+    q = sps.norm.isf(alpha / 2) if math.isinf(df) else sps.t.isf(alpha / 2, df)
+    scales = [1.0] if math.isinf(df) else np.sqrt(sps.chi2.ppf((np.arange(256) + 0.5) / 256, df) / df)
+    undecided = 0.0
+    for s in scales:
+        for a, b in _inconclusive_centres(q * se * s, claim_low, claim_high):
+            if b > a:
+                undecided += sps.norm.cdf((b - value) / se) - sps.norm.cdf((a - value) / se)
+    return float(1.0 - undecided / len(scales))
 
 
 def repeats_to_decide(measured: Ratio, claim_low: float, claim_high: float, limit: int = 50,
                       df_at: Callable[[int], float] | None = None) -> int | None:
     """Runs per side that would turn an inconclusive band into a verdict in POWER (80%) of sweeps, if the
-    ratio held: the band's own standard error scaled to n runs, with the t quantile that n runs will use.
+    ratio held: the band's own standard error scaled to n runs, with the t quantile that n runs will use
+    (``decide_probability``).
 
     ``df_at(n)``: the degrees of freedom at n runs per side; by default they grow in proportion to n - 1
-    (a band from one run: they stay at its own df, a calibration's). None when even ``limit`` runs do not."""
+    (a band from one run: a calibration's df plus one per extra run). None when even ``limit`` runs do not."""
     value = math.log(measured.value)
     runs = max(measured.runs, 1)
     se = measured.se
@@ -200,8 +204,10 @@ def repeats_to_decide(measured: Ratio, claim_low: float, claim_high: float, limi
         se = half / q
     if df_at is None:
         df_at = _default_df(measured.df, runs)
-    distance = _decision_distance(value, claim_low, claim_high)
-    return runs_for_power(distance, se * math.sqrt(runs), df_at, limit=limit)
+    for n in range(1, limit + 1):
+        if decide_probability(value, claim_low, claim_high, se * math.sqrt(runs / n), df_at(n)) >= POWER:
+            return n
+    return None
 
 
 def _default_df(df: float, runs: int) -> Callable[[int], float]:

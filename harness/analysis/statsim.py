@@ -75,11 +75,12 @@ class SequentialResult:
 
 
 def run_sequential(logs: np.ndarray, questions, max_rounds: int, calibration_cv: float | None = None,
-                   calibration_df: float = 0.0, spending: str = "pocock",
+                   calibration_df: float = 0.0, spending: str = sequential.DEFAULT_SPENDING,
                    min_effect: float = sequential.MIN_EFFECT) -> SequentialResult:
     """``sweep.repeats=auto`` on simulated sweeps: after each round, refit and judge at the look's level; stop
     when every question is decided or after ``max_rounds``. Also records whether ANY look's band excluded
-    1x (the error a sweep that looks after every round could make, whatever its stopping rule)."""
+    1x (the error a sweep that looks after every round could make, whatever its stopping rule).
+    ``spending="naive"`` looks at a plain 95% band every round: what the corrected levels prevent."""
     trials = logs.shape[0]
     calibrated = calibration_cv is not None and calibration_df > 0
     stopped = np.zeros(trials, dtype=bool)
@@ -88,7 +89,7 @@ def run_sequential(logs: np.ndarray, questions, max_rounds: int, calibration_cv:
     ever = np.zeros((trials, len(questions)), dtype=bool)
     for r in range(1 if calibrated else 2, max_rounds + 1):
         model = blocks.fit(logs[:, :, :r], calibration_cv, calibration_df)
-        level = sequential.look_level(r, max_rounds, calibrated, spending=spending)
+        level = 0.05 if spending == "naive" else sequential.look_level(r, max_rounds, calibrated, spending=spending)
         codes, contrasts = sequential.judge(model, questions, level, min_effect)
         for i, c in enumerate(contrasts):
             if c is not None:
