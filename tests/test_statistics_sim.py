@@ -116,7 +116,7 @@ def test_one_run_a_rung_and_no_calibration_asserts_nothing():
 
 
 def test_serpentine_order_keeps_the_total_honest_under_drift():
-    trials = 20000
+    trials = 8000
     rng = np.random.default_rng(16)
     machine = sim.Machine(cv=0.02, drift=-0.002)  # 0.2% slower every run
     for rounds in (2, 4, 6):
