@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 from scipy import stats as sps
 
-from harness.analysis import blocks, busy, calibration, sequential, stats
+from harness.analysis import blocks, busy, calibration, noise_model, sequential, stats
 from harness.store import COLUMNS, RunRecord
 
 # ------------------------------------------------------------------------------------------
@@ -208,3 +208,9 @@ def test_next_action_stops_when_decided_or_spent():
     assert sequential.next_action(sequential.look(flat, qs, 6, 6)) in ("stop: decided", "stop: budget spent")
     assert sequential.decided(stats.Ratio(1.5, 1.4, 1.6), (1.3, 1.7)) and not sequential.decided(None, None)
     assert sequential.decided(stats.Ratio(1.0, 0.99, 1.02), None)  # no claim: no change beyond 3%
+
+
+def test_a_calibration_made_on_a_busy_gpu_says_so():
+    cal = noise_model.calibrate([100.0, 100.5, 99.8, 100.2], busy=[None, "GPU clocks held back: thermal (hardware)"])
+    assert cal.warnings == ["machine busy during 1 run(s) (run 1: GPU clocks held back: thermal (hardware)): "
+                            "measure on an idle machine"]

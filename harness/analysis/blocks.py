@@ -12,8 +12,9 @@ where a rung did not run ok in that round), and the model is
   and 6 rungs that is 5 degrees of freedom where Welch on one pair of rungs has 1-2, which is what lets
   a second run add power instead of taking it away.
 * **A calibration** (``python -m harness noise``: the same settings N times) is pooled with the residual
-  variance (its N-1 degrees of freedom added), unless the runs are significantly noisier than it was
-  (an F test at :data:`CHECK_LEVEL`): then the machine changed and the runs speak for themselves.
+  variance (its N-1 degrees of freedom added) unless the runs are noisier than it beyond chance, by an F
+  test at :data:`CALIBRATION_CHECK_LEVEL` (25%) once they have 3 or more degrees of freedom of their
+  own: then the machine changed since, and the runs' variance is used alone, with their own df.
 * **A rung noisier than the rest** (compile, a loader that sometimes stalls) must not borrow the others'
   small variance. Each rung with 4 or more runs has its own residual variance F-tested at
   :data:`CHECK_LEVEL` against the model fitted without it; a comparison involving a rung that is noisier
@@ -40,7 +41,9 @@ from scipy import stats as sps
 from harness.analysis import stats
 from harness.analysis.stats import Ratio
 
-CHECK_LEVEL = 0.10  # level of the F tests (runs vs calibration, a rung vs the others); docs/statistics.md: why
+CHECK_LEVEL = 0.10  # level of the F test of a rung against the others; docs/statistics.md: why
+CALIBRATION_CHECK_LEVEL = 0.25  # level of the F test of the runs against the calibration; docs/statistics.md: why
+MIN_DF_CHECKED = 3  # runs with fewer residual df cannot tell a changed machine apart: the calibration is trusted
 MIN_CV = 0.005  # a calibration cannot prove noise below this (as noise_model.MIN_CV)
 MIN_RUNS_CHECKED = 4  # with 2-3 runs a rung's own variance has 1-2 df: the check would cost more power than it saves
 
@@ -120,12 +123,13 @@ class BlockFit:
         return self.logs.shape[2]
 
 
-def fit(logs, calibration_cv=None, calibration_df: float = 0.0, check_level: float = CHECK_LEVEL) -> BlockFit:
+def fit(logs, calibration_cv=None, calibration_df: float = 0.0,
+        check_level: float = CALIBRATION_CHECK_LEVEL) -> BlockFit:
     """Fit the model to ``logs[(trial,) rung, round]`` (log samples/s, NaN for a missing cell).
 
     ``calibration_cv``/``calibration_df``: this machine's calibrated CV (a number, or one per trial) and its
-    degrees of freedom (runs - 1), pooled with the residual variance unless the runs are noisier than it
-    beyond chance at ``check_level`` (0: never dropped)."""
+    degrees of freedom (runs - 1), pooled with the residual variance unless the runs alone are noisier than
+    it beyond chance by an F test at ``check_level`` (0: never dropped, for comparisons)."""
     table = np.asarray(logs, dtype=float)
     table = table[None] if table.ndim == 2 else table
     observed = ~np.isnan(table[0])
@@ -148,13 +152,13 @@ def fit(logs, calibration_cv=None, calibration_df: float = 0.0, check_level: flo
 
 def _with_calibration(ss: np.ndarray, df_res: int, cv, cal_df: float, check_level: float):
     """(variance, df, calibration used?) per trial: the residual variance pooled with the calibration's
-    unless the runs are noisier than it beyond chance (F test at ``check_level``)."""
+    unless the runs are noisier than it (see ``fit``)."""
     trials = len(ss)
     alone = ss / df_res if df_res > 0 else np.full(trials, np.nan)
     if cv is None or cal_df <= 0:
         return alone, np.full(trials, float(df_res)), np.zeros(trials, dtype=bool)
     cal_var = np.maximum(np.asarray(cv, dtype=float), MIN_CV) ** 2
-    if df_res > 0 and check_level > 0:
+    if df_res >= MIN_DF_CHECKED and check_level > 0:
         changed = alone / cal_var > sps.f.ppf(1 - check_level, df_res, cal_df)
     else:
         changed = np.zeros(trials, dtype=bool)
@@ -283,7 +287,8 @@ def planned_power(distance: float, cv: float, runs: int, rungs: int = 2, calibra
     draws serve every ``distance``, so the answer grows with it, as a bisection needs. Where the model has a
     single branch (no calibration to drop, no rung checked), the noncentral t gives it exactly."""
     df_res = (runs - 1) * (rungs - 1)
-    branches = (calibration_df > 0 and df_res > 0) or (runs >= MIN_RUNS_CHECKED and (rungs >= 3 or calibration_df > 0))
+    branches = (calibration_df > 0 and df_res >= MIN_DF_CHECKED) or (
+        runs >= MIN_RUNS_CHECKED and (rungs >= 3 or calibration_df > 0))
     if not branches:
         return stats.power(distance, cv * math.sqrt(2 / runs), df_res + calibration_df, alpha)
     rng = np.random.default_rng(seed)

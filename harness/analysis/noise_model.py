@@ -204,8 +204,12 @@ class Calibration:
 
 
 def calibrate(samples_per_s: list[float], within: list[float] | None = None,
-              other_cpu_pct: list[float] | None = None, repeats=(1, 3, 5)) -> Calibration:
-    """Process-to-process CV and what it lets a sweep detect; warnings when the machine is unfit."""
+              other_cpu_pct: list[float] | None = None, repeats=(1, 3, 5),
+              busy: list[str | None] | None = None) -> Calibration:
+    """Process-to-process CV and what it lets a sweep detect; warnings when the machine is unfit.
+
+    ``busy``: each run's ``busy.busy_reason`` (GPU clocks and memory as well as the CPUs); ``other_cpu_pct``
+    is the older, CPU-only form of the same warning."""
     values = [v for v in samples_per_s if v is not None and math.isfinite(v) and v > 0]
     if len(values) < 2:
         raise ValueError(f"a calibration needs at least 2 ok runs, got {len(values)}")
@@ -215,6 +219,10 @@ def calibrate(samples_per_s: list[float], within: list[float] | None = None,
     cal = Calibration(runs=len(values), cv=cv, within=float(np.median(within)) if within else math.nan,
                       detectable=detectable, mean_samples_per_s=float(np.exp(logs.mean())))
     cal.warnings = _warnings(values, cv, other_cpu_pct or [], detectable_speedup(cv, len(values) - 1, 1))
+    reasons = [(i, b) for i, b in enumerate(busy or []) if b]
+    if reasons:
+        cal.warnings.append(f"machine busy during {len(reasons)} run(s) (run {reasons[0][0]}: {reasons[0][1]}): "
+                            "measure on an idle machine")
     return cal
 
 
