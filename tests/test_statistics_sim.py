@@ -193,6 +193,19 @@ def test_check_family_wise_error_stays_at_5_percent_with_looks_after_every_round
         assert flagged.mean() <= exact_bound(trials), (looks, flagged.mean())
 
 
+def test_check_against_a_saved_baseline_with_one_run_a_side_needs_a_calibration():
+    trials = 20000
+    rng = np.random.default_rng(27)
+    base = sim.sweep_logs(rng, trials, np.zeros(4), 1, sim.Machine(cv=0.05))
+    cur = sim.sweep_logs(rng, trials, np.zeros(4), 1, sim.Machine(cv=0.05))
+    assert np.isnan(checkstats.compare(base, cur, paired=False).p_slower()).all()  # no variance: nothing flagged
+    # a calibration measures the run-to-run spread of fresh processes: process noise and round effects together
+    calibrated = np.std(rng.normal(0, math.hypot(0.05, 0.02), (trials, 5)), axis=1, ddof=1)
+    comparison = checkstats.compare(base, cur, paired=False, calibration_cv=calibrated, calibration_df=4)
+    assert checkstats.holm(comparison.p_slower()).any(axis=1).mean() <= 0.05
+    assert (comparison.p_slower() < 0.05).mean(axis=0).max() <= exact_bound(trials)
+
+
 def test_check_finds_a_10_percent_slowdown_in_paired_rounds():
     flagged = sim.check_family_error(np.random.default_rng(23), 1000, 4, 6, sim.Machine(cv=0.03), True, True,
                                      slowdown=math.log(1 / 0.9))

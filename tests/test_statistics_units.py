@@ -52,6 +52,15 @@ def test_missing_cells_disconnected_rungs_and_one_round():
     assert calibrated.df[0] == 4 and calibrated.se[0] == pytest.approx(0.02 * math.sqrt(2))
 
 
+@pytest.mark.parametrize("rungs, rounds, cv", [(4, 4, None), (6, 6, None), (2, 5, 0.03), (3, 4, 0.05)])
+def test_the_noisier_rung_check_of_a_complete_table_equals_the_fits_without_each_rung(rungs, rounds, cv):
+    logs = np.random.default_rng(rungs * rounds).normal(0, 0.05, (500, rungs, rounds))
+    logs[:, 1] *= 2  # one rung twice as noisy: the check must fire often there
+    model = blocks.fit(logs, cv, 4 if cv else 0)
+    one_by_one = np.stack([blocks.noisier(model, k) for k in range(rungs)], axis=1)
+    assert (model.noisy == one_by_one).all() and one_by_one[:, 1].mean() > 0.3
+
+
 def test_from_records_leaves_busy_and_failed_runs_out():
     records = [RunRecord(run_id="a", status="ok", timestamp="t", rung=0, round=0, samples_per_s=100.0),
                RunRecord(run_id="b", status="ok", timestamp="t", rung=1, round=0, samples_per_s=120.0,

@@ -116,6 +116,8 @@ class BlockFit:
     @functools.cached_property
     def noisy(self) -> np.ndarray:
         """(trials, K): ``noisier`` for every rung at CHECK_LEVEL, computed once per fit."""
+        if self.design.observed.all() and self.rounds >= MIN_RUNS_CHECKED:
+            return _noisy_complete(self)
         return np.stack([noisier(self, k) for k in range(self.rungs)], axis=1)
 
     @property
@@ -257,6 +259,34 @@ def noisier(model: BlockFit, rung: int, check_level: float = CHECK_LEVEL) -> np.
     expected = (mine.sum() - 1) * rest.var * (1 + 1 / n_rest)  # its own noise plus that of the round estimates
     with np.errstate(invalid="ignore", divide="ignore"):
         return ss / expected > sps.f.ppf(1 - check_level, mine.sum() - 1, rest.df)
+
+
+def _noisy_complete(model: BlockFit) -> np.ndarray:
+    """``noisier`` for every rung of a complete table at once: the fits without each rung in closed form (the
+    two-way table's row and column means), not K least-squares fits."""
+    y = model.logs  # (trials, K, R)
+    rungs, rounds = model.rungs, model.rounds
+    if rungs < 2:
+        return np.zeros((len(y), rungs), dtype=bool)
+    rows = y - y.mean(axis=2, keepdims=True)  # A[j, r] = y[j, r] - mean of row j
+    cols = rows.sum(axis=1)  # (trials, R): sum over rungs of A
+    # B[k, r]: round effect of the table without rung k (its round mean minus its grand mean)
+    b = (cols[:, None, :] - rows) / (rungs - 1)
+    ss_rest = (np.sum(rows ** 2, axis=(1, 2))[:, None] - 2 * np.einsum("tkr,tr->tk", b, cols)
+               + rungs * np.sum(b ** 2, axis=2) - np.sum((rows - b) ** 2, axis=2))
+    df_rest = (rounds - 1) * (rungs - 2)
+    e = rows - b  # rung k about its mean, after the other rungs' round effects
+    ss_own = np.sum((e - e.mean(axis=2, keepdims=True)) ** 2, axis=2)
+    out = np.zeros((len(y), rungs), dtype=bool)
+    for k in range(rungs):
+        var, df, _ = _with_calibration(np.maximum(ss_rest[:, k], 0.0), df_rest, model.calibration_cv,
+                                       model.calibration_df, CALIBRATION_CHECK_LEVEL)
+        if not (df > 0).all():
+            continue
+        expected = (rounds - 1) * var * (1 + 1 / (rungs - 1))
+        with np.errstate(invalid="ignore", divide="ignore"):
+            out[:, k] = ss_own[:, k] / expected > sps.f.ppf(1 - CHECK_LEVEL, rounds - 1, df)
+    return out
 
 
 def previous_ran(model: BlockFit, rung: int) -> int | None:

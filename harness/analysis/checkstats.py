@@ -59,7 +59,9 @@ def _batch(logs) -> np.ndarray:
 def compare(baseline, current, paired: bool, calibration_cv: float | None = None,
             calibration_df: float = 0.0) -> Comparison:
     """Current over baseline for each config: ``baseline``/``current`` are ``[(trial,) config, round]`` log
-    throughputs, configs in the same order on both sides (NaN for a missing run)."""
+    throughputs, configs in the same order on both sides (NaN for a missing run). A calibration (its CV is
+    the run-to-run spread of fresh processes, round effects included) is pooled with each side's variance
+    as the rung x round model does (``blocks.fit``: dropped when the runs are noisier beyond chance)."""
     base, cur = _batch(baseline), _batch(current)
     if base.shape[:2] != cur.shape[:2]:
         raise ValueError(f"baseline and current must hold the same configs: {base.shape[1]} vs {cur.shape[1]}")
@@ -67,6 +69,13 @@ def compare(baseline, current, paired: bool, calibration_cv: float | None = None
         return _paired(base, cur, calibration_cv, calibration_df)
     b_mean, b_var, b_df, b_n = _side(base)
     c_mean, c_var, c_df, c_n = _side(cur)
+    if calibration_cv is not None and calibration_df > 0:  # one variance for both sides, as the machine's
+        data_df = b_df + c_df
+        with np.errstate(invalid="ignore"):
+            data = (np.nan_to_num(b_var) * b_df + np.nan_to_num(c_var) * c_df) / data_df
+        var, df = _pool(data, data_df, calibration_cv, calibration_df)
+        se = np.sqrt(var[:, None] * (1 / b_n + 1 / c_n))
+        return Comparison(c_mean - b_mean, se, np.broadcast_to(df[:, None], se.shape).copy())
     vb, vc = b_var[:, None] / b_n, c_var[:, None] / c_n
     se2 = vb + vc
     with np.errstate(invalid="ignore", divide="ignore"):
@@ -110,6 +119,18 @@ def _side(logs: np.ndarray):
     else:  # as if every config moved with the rounds: the fewest runs of a config, minus one
         df = np.full(len(logs), max(float(n.min()) - 1, 0.0))
     return means, var, df, n
+
+
+def _pool(var: np.ndarray, df: np.ndarray, cv, cal_df: float) -> tuple[np.ndarray, np.ndarray]:
+    """The runs' variance pooled with a calibration's, unless the runs are noisier beyond chance (the F test and
+    the minimum df of ``blocks.fit``)."""
+    cal_var = np.maximum(np.asarray(cv, dtype=float), blocks.MIN_CV) ** 2
+    data = np.nan_to_num(var) * df
+    with np.errstate(invalid="ignore", divide="ignore"):
+        crit = sps.f.ppf(1 - blocks.CALIBRATION_CHECK_LEVEL, np.maximum(df, 1), cal_df)
+        changed = (df >= blocks.MIN_DF_CHECKED) & (var / cal_var > crit)
+    pooled = (data + cal_df * cal_var) / (df + cal_df)
+    return np.where(changed, var, pooled), np.where(changed, df, df + cal_df)
 
 
 # ------------------------------------------------------------------------------------------
