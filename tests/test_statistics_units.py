@@ -104,6 +104,7 @@ def test_totals_and_groups_over_rungs_that_did_not_run_are_not_measured():
                sequential.fixed(logs, sequential.questions_for(3, {1: (1.2, 1.4)}, (1.2, 2.0))).answers}
     assert answers["total"].verdict == "not measured (rungs [2] did not run ok)"
     assert answers["rung 1"].verdict == "confirms" and not answers["total"].waiting
+    assert answers["rung 1"].built_on == 0 and answers["rung 2"].built_on is None
 
 
 # ------------------------------------------------------------------------------------------

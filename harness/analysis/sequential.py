@@ -146,6 +146,7 @@ class Answer:
     verdict: str
     decided: bool
     waiting: bool = True  # another round could decide it (False: a rung it needs never ran ok, e.g. out of memory)
+    built_on: int | None = None  # the rung it was measured over (a rung's previous ok rung, or the claim's)
 
 
 @dataclass(frozen=True)
@@ -225,7 +226,8 @@ def look(logs, questions: Sequence[Question], rounds: int, max_rounds: int, cali
         missing = stats.span_status(ran, q.first, q.last) if q.first is not None else None
         busy_now = _busy_reason(q, busy or {}, rounds)
         text = _text(q, int(code), ratio, c, busy_now, missing)
-        answers.append(Answer(q, ratio, text, int(code) in DECIDED, c is not None or busy_now is not None))
+        answers.append(Answer(q, ratio, text, int(code) in DECIDED, c is not None or busy_now is not None,
+                              c.old if c is not None else None))
     return Look(rounds, max_rounds, level, tuple(answers))
 
 
@@ -246,6 +248,8 @@ def questions_for(rungs: int, claims: dict, total: tuple[float, float] | None = 
         out.append(Question("total", rungs - 1, 0, total, 0, rungs - 1))
     for g in groups:
         first, last = int(g["first"]), int(g["last"])
+        if not 1 <= first < last < rungs:
+            raise ValueError(f"group claim over rungs {first}-{last}: need 1 <= first < last < {rungs} (the rungs)")
         out.append(Question(f"rungs {first}-{last}", last, first - 1, (float(g["low"]), float(g["high"])),
                             first - 1, last))
     return out
