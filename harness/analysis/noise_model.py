@@ -1,4 +1,10 @@
-"""The one noise model behind every speedup band, verdict and regression check (no torch, no Hydra).
+"""The run-level noise model of two groups of runs, calibrations and what they let a sweep detect (no torch).
+
+A sweep's rungs are judged together by the rung x round model of ``harness.analysis.blocks`` (rounds as
+blocks, one pooled variance, no verdict from an assumed CV); ``sequential`` and ``checkstats`` build on it
+and ``calibration`` chooses the calibration (docs/statistics.md). This module keeps the two-group model
+that ``compare`` and older callers use, the calibration numbers of the ``noise`` command and
+``detectable_speedup``.
 
 Unit of replication: the run (one fresh process). Throughput varies more between processes than
 between the steps of one process: four fresh ResNet-50 processes with the same settings gave 40.1 to
@@ -15,8 +21,9 @@ differed by 6% on a rung. So a speedup's interval is built from run-level throug
 * **A calibration on this machine** (``python -m harness noise``: the same settings N times, A/A)
   gives a process-to-process CV with N-1 degrees of freedom. It is pooled with the runs' own
   variance (Student's t with the degrees of freedom of both), or used alone when a side has one run.
-* **One run on a side, no calibration**: a documented default CV of 5% taken as known (normal
-  quantile); a larger spread among the other side's runs widens it.
+* **One run on a side, no calibration**: a default CV of 5% taken as known (normal quantile); a
+  larger spread among the other side's runs widens it. Kept for older callers only: at a true CV of
+  10% that band holds the truth 67% of the time, so the rung x round model gives no band there.
 * **Within-run step bootstrap** (the 95% band of one run's mean step time) may widen a side's
   standard error, never narrow it.
 
