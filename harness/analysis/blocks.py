@@ -134,6 +134,9 @@ def fit(logs, calibration_cv=None, calibration_df: float = 0.0,
     it beyond chance by an F test at ``check_level`` (0: never dropped, for comparisons)."""
     table = np.asarray(logs, dtype=float)
     table = table[None] if table.ndim == 2 else table
+    if table.ndim != 3 or 0 in table.shape[1:]:
+        raise ValueError(f"logs must be (rungs, rounds) or (trials, rungs, rounds) with at least one of each, "
+                         f"got shape {np.shape(logs)}")
     observed = ~np.isnan(table[0])
     if (np.isnan(table) != ~observed).any():
         raise ValueError("every trial must have the same missing cells (one design per call)")
