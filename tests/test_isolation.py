@@ -170,7 +170,8 @@ def test_the_waiting_parent_is_a_batch_task_that_never_preempts_the_child_and_is
     assert _policy() == os.SCHED_OTHER and _policy(started[0]) == os.SCHED_OTHER
     done.set()
     t.join()
-    assert isolate._wait(Child(), tmp_path, time.monotonic(), 60.0, None, isolate._Watch(monitor.Sampler(None), 0.01)) is False
+    watch = isolate._Watch(monitor.Sampler(None), 0.01)
+    assert isolate._wait(Child(), tmp_path, time.monotonic(), 60.0, None, watch) is False
     assert seen == [os.SCHED_BATCH] * 3 and _policy() == os.SCHED_OTHER  # the next child starts with the default
 
 

@@ -478,7 +478,8 @@ def test_the_report_shows_each_profiled_rungs_breakdown_and_links_its_trace(resu
     out = tmp_path / "pages" / "report.html"
     report.report_sweep(str(results), "s", out)
     page = out.read_text()
-    assert page.count('class="profiles"') == 1 and "rung 0: (baseline)" in page and "rung 1: precision=bf16-mixed" in page
+    assert page.count('class="profiles"') == 1
+    assert "rung 0: (baseline)" in page and "rung 1: precision=bf16-mixed" in page
     assert "rung 2: batch_size=8" not in page  # not profiled
     assert 'href="../results/profiles/s-0.trace.json.gz"' in page  # from the page's folder to the trace
     assert "aten::convolution_backward" in page and "data-bound" in page
@@ -490,7 +491,10 @@ def test_diagnosis_calls_a_step_that_idles_the_device_launch_bound():
 
     idle = {"forward": 10.0, "backward": 15.0, "optimizer": 5.0, "other": 0.0, "idle": 70.0}
     launch = synthetic(100.0, {"data_wait": 5.0, "forward": 40.0}, {"aten::add_": 1.0}, device_ms=idle)
-    rec = lambda sps, **kw: {"status": "ok", "samples_per_s": sps, "batch_size": 2, "data_wait_frac": 0.05, **kw}  # noqa: E731
+
+    def rec(sps, **kw):
+        return {"status": "ok", "samples_per_s": sps, "batch_size": 2, "data_wait_frac": 0.05, **kw}
+
     found = diagnose(rec(100.0), rec(10.0), rec(9.0, profile_json=launch.to_json()), "cuda", 4, False)
     assert found.verdict == "launch-bound" and found.text.startswith("launch-bound: the loader delivers")
     assert "The full step's profile: launch-bound (data wait 5% of the step, the device idle 70% of the span)" in (

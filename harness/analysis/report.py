@@ -153,7 +153,7 @@ def profiles_html(records, results_dir: str | Path | None = None, page_dir: str 
     fragment = profile_html({p.label: p.summary for p in found}, links)
     how = ("<p class='meta'>Each profile is of a few training steps run after the measured window had closed "
            "(profile.enabled=true), so it never slows what the table measures. Compare two rungs with "
-           "<code>python -m harness profile --rung K --rung K2</code>; open a trace in https://ui.perfetto.dev.</p>")
+           "<code>python -m harness profile --rung K --rung K2</code>; open a trace in ui.perfetto.dev.</p>")
     return fragment.replace("</h2>", "</h2>" + how, 1)
 
 
