@@ -258,7 +258,7 @@ def _wait(proc: subprocess.Popen, job: Path, start: float, timeout_s: float, on_
     return False
 
 
-def result_grace_over(path: Path, grace_s: float = RESULT_GRACE_S, now: float | None = None) -> bool:
+def result_grace_over(path: Path, grace_s: float | None = None, now: float | None = None) -> bool:
     """Whether the child wrote its final result more than ``grace_s`` ago and is still running: then it hangs in
     teardown (an NCCL process group, loader workers), and is killed rather than waited for until ``timeout_s``.
     A result written before its profile (``profiling``) is not final: the profile has its own time. One ``stat``
@@ -267,7 +267,7 @@ def result_grace_over(path: Path, grace_s: float = RESULT_GRACE_S, now: float | 
         written = path.stat().st_mtime
     except OSError:
         return False
-    if (time.time() if now is None else now) - written <= grace_s:
+    if (time.time() if now is None else now) - written <= (RESULT_GRACE_S if grace_s is None else grace_s):
         return False
     result = _read_result(path)
     return result is not None and not result.get("profiling")

@@ -8,6 +8,11 @@ the profiler's own start-up, then ``steps`` recorded ones), and returns a :class
 the top operators by self device and self CPU time, the step's breakdown by phase, on CUDA the share of the span
 with no kernel running, torch.compile's graph breaks and recompiles, and a gzipped Chrome/Perfetto trace capped in
 size. A profile that fails says why in its summary; it never fails the run, whose measurement is already taken.
+
+Where it runs (``profile.enabled=true``): the child (``harness.run.child``) measures inside
+``harness.run.measure.measured_run``, writes its result, then calls :func:`profile_after_window` with the measured
+loop, and writes its result again with the profile's summary (``profile_json``); the parent moves the trace into
+the results folder (``harness.profiles.store_trace``) and the record keeps its path (``profile_trace``).
 """
 
 from __future__ import annotations
