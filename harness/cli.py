@@ -2,9 +2,10 @@
 
 ``run``, ``sweep``, ``diagnose``, ``noise`` and ``climb`` take Hydra overrides (``key=value``, composed in
 ``harness.commands.hydra_edge``); the analysis commands (``table``, ``plot``, ``compare``, ``report``,
-``baseline``, ``check``) and ``store`` take ordinary flags (the shared ones in ``harness.commands.common_args``),
-read the store alone through plain functions of ``harness.analysis``, and never import torch or Hydra.
-Every command module is in ``harness.commands`` and has ``main(command, argv) -> exit code``.
+``profile``, ``baseline``, ``check``) and ``store`` take ordinary flags (the shared ones in
+``harness.commands.common_args``), read the store alone through plain functions of ``harness.analysis``, and
+never import torch or Hydra. Every command module is in ``harness.commands`` and has
+``main(command, argv) -> exit code``.
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ COMMANDS = {
     "plot": ("draw a sweep's plots", "harness.commands.plot"),
     "compare": ("compare two or more sweeps side by side", "harness.commands.compare"),
     "report": ("write one self-contained HTML report of a sweep", "harness.commands.report"),
+    "profile": ("why a rung is slow: its profile, or what changed between two (sweeps run with profile.enabled=true)",
+                "harness.commands.profile"),
     "baseline": ("save or list baselines for regression checks", "harness.commands.baseline"),
     "check": ("check a sweep against a baseline (exit 1 on regression)", "harness.commands.check"),
     "store": ("compact, inspect, verify or import into the results store (compact | info | verify | import)",

@@ -2,6 +2,7 @@
 
 import json
 import os
+import sys
 import time
 
 import pytest
@@ -106,6 +107,35 @@ def test_the_parent_keeps_gpu_samples_only_between_the_window_markers(tmp_path, 
     assert watch.sampler.samples.gpu_util_pct == [87.0]  # one sample, the one inside the window
 
 
+def test_a_result_written_long_enough_ago_ends_the_wait_unless_a_profile_is_pending(tmp_path):
+    path = tmp_path / "result.json"
+    assert not isolate.result_grace_over(path)  # no result yet
+    path.write_text(json.dumps({"status": "ok", "error": ""}))
+    written = path.stat().st_mtime
+    assert not isolate.result_grace_over(path, grace_s=10.0, now=written + 5.0)  # teardown still has time
+    assert isolate.result_grace_over(path, grace_s=10.0, now=written + 11.0)
+    path.write_text(json.dumps({"status": "ok", "error": "", "profiling": True}))  # the profile runs after it
+    assert not isolate.result_grace_over(path, grace_s=10.0, now=path.stat().st_mtime + 60.0)
+    path.write_text('{"status": "ok", "err')  # not a result (a write cut short): waited for
+    assert not isolate.result_grace_over(path, grace_s=10.0, now=path.stat().st_mtime + 60.0)
+
+
+def test_a_child_that_hangs_after_writing_its_result_is_killed_after_the_grace(tmp_path, monkeypatch):
+    monkeypatch.setattr(isolate, "RESULT_GRACE_S", 1.0)
+    job = tmp_path / "job"
+    job.mkdir()
+    # a child that writes its result and then hangs, as a process group's or a loader's teardown can
+    hang = ("import json, pathlib, sys, time\n"
+            "p = pathlib.Path(sys.argv[1]) / 'result.json'\n"
+            "p.write_text(json.dumps({'status': 'error', 'error': 'measured, then hung'}))\n"
+            "time.sleep(600)\n")
+    start = time.monotonic()
+    outcome, summary = isolate._run_child(job, 120.0, None, 0.5, argv=[sys.executable, "-c", hang, str(job)])
+    took = time.monotonic() - start
+    assert (outcome.status, outcome.error, summary) == ("error", "measured, then hung", None)
+    assert took < 8.0  # the grace (1 s here) and a poll, not the default grace (10 s) nor the 120 s timeout
+
+
 def _policy(tid: int = 0) -> int:
     return os.sched_getscheduler(tid)
 
@@ -140,7 +170,8 @@ def test_the_waiting_parent_is_a_batch_task_that_never_preempts_the_child_and_is
     assert _policy() == os.SCHED_OTHER and _policy(started[0]) == os.SCHED_OTHER
     done.set()
     t.join()
-    assert isolate._wait(Child(), tmp_path, time.monotonic(), 60.0, None, isolate._Watch(monitor.Sampler(None), 0.01)) is False
+    watch = isolate._Watch(monitor.Sampler(None), 0.01)
+    assert isolate._wait(Child(), tmp_path, time.monotonic(), 60.0, None, watch) is False
     assert seen == [os.SCHED_BATCH] * 3 and _policy() == os.SCHED_OTHER  # the next child starts with the default
 
 

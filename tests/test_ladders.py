@@ -152,3 +152,46 @@ def test_a_rung_that_cannot_act_here_is_stored_as_skipped_asked_once_and_never_s
     assert outcome.message == "data.num_workers=4 is more than the 2 CPUs this process may use"
     stored = load_runs(tmp_path)
     assert list(stored["status"]) == ["skipped"] and list(stored["rung"]) == [rung]
+
+
+def _persistent_worker_rungs():
+    """(ladder, rung) of every shipped rung that turns persistent workers on."""
+    for name in SHIPPED:
+        for r in ladder_mod.load(name).rungs[1:]:
+            if r.key == "data.persistent_workers" and r.value is True:
+                yield name, r.index
+
+
+def _epoch_boundaries(settings: dict, overrides: dict | None = None) -> int:
+    """Epoch boundaries among the measured steps of a rung's settings at its size: a step ``s`` with
+    ``s % epoch_steps == 0`` starts a new epoch (and, without persistent workers, new workers). ``steps=auto``
+    counts its shortest window, up to the rule's first check."""
+    from harness.config.resolution import _fill_from_size
+    from harness.run.stopping import AUTO_FIRST_CHECK
+
+    cfg = config_mod.from_dict({**settings, **(overrides or {})})
+    _fill_from_size(cfg)  # the size's presets (resolve would refuse the full size's GPU here)
+    steps = AUTO_FIRST_CHECK if cfg.measure.steps == "auto" else cfg.measure.steps
+    first = cfg.measure.warmup_steps
+    return sum(1 for s in range(first, first + steps) if s % cfg.data.epoch_steps == 0)
+
+
+@pytest.mark.parametrize("name,rung", list(_persistent_worker_rungs()))
+@pytest.mark.parametrize("size", ["full", "smoke"])
+def test_every_persistent_workers_rung_measures_at_least_two_epoch_boundaries(name, rung, size):
+    lad = ladder_mod.load(name)
+    settings = {**lad.settings(rung, size), "size": size}
+    assert _epoch_boundaries(settings) >= 2, f"{name} rung {rung} ({size}): persistent workers cannot act"
+
+
+def test_the_a100_persistent_workers_rung_acts_in_the_gpu_runs_short_window_too():
+    # its GPU runs read every item from disk, seconds a step, so they measure 2 warm-up + 15 steps
+    lad = ladder_mod.load("a100_volume")
+    (name, rung), = [(n, r) for n, r in _persistent_worker_rungs() if n == "a100_volume"]
+    short = {"measure.warmup_steps": 2, "measure.steps": 15}
+    assert _epoch_boundaries({**lad.settings(rung, "full"), "size": "full"}, short) == 2
+
+
+def test_the_scaling_ladders_ranks_load_their_batches_in_loader_workers():
+    lad = ladder_mod.load("scaling")
+    assert all(lad.settings(r.index, "full")["data.num_workers"] >= 4 for r in lad.rungs)

@@ -8,7 +8,7 @@ import torch
 
 from harness.run.measure import model_flops_per_sample, train_and_measure
 from harness.run.outcome import NonFiniteLoss, classify
-from harness.run.stopping import mean_is_known, t975
+from harness.run.stopping import MIN_BLOCKS, StoppingRule, drain_blocks, mean_is_known, rule_for, t975
 from harness.run.summary import Extras, per_sample, summarize
 from harness.workload.workloads import builtin
 from tests.conftest import tiny_config
@@ -117,6 +117,39 @@ def test_the_auto_stopping_rule_wants_the_mean_within_one_percent():
     assert t975(9) == pytest.approx(2.2622, abs=0.005) and t975(1000) == pytest.approx(1.9623, abs=1e-4)
 
 
+def _bimodal(steps: int, first_step: int, every: int, rng) -> list[float]:
+    """Host step times of a CUDA loop: 2 ms to enqueue a step, and the whole queue's device time (here 100 ms a
+    step since the last drain) at the step that reads the loss, every ``every`` steps; 1% noise on the device."""
+    times, queued = [], 0.0
+    for step in range(first_step, first_step + steps):
+        queued += 100.0 * (1 + 0.01 * rng.standard_normal())
+        drain = (step + 1) % every == 0
+        times.append(2.0 + (queued if drain else 0.0))
+        queued = 0.0 if drain else queued - 2.0
+    return times
+
+
+def test_steps_auto_on_cuda_judges_the_blocks_that_end_in_a_drain():
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    times = _bimodal(1000, first_step=10, every=50, rng=rng)
+    # single steps: enqueue-only ones, then a drain; their mean is never known to 1%, however many
+    assert not mean_is_known(times, 0.01)
+    blocks = drain_blocks(times, first_step=10, block=50)
+    assert len(blocks) == 19  # the 40 steps before the first drain (step 49) are in no block
+    assert all(b == pytest.approx(100.0, rel=0.01) for b in blocks)  # each block: the device's pace, in full
+    assert drain_blocks(times[:40], 10, 50) == [] and len(drain_blocks(times[:140], 10, 50)) == 2
+    rule = rule_for(tiny_config(measure__steps="auto", measure__warmup_steps=10).measure, "cuda", log_every=50)
+    assert (rule.block, rule.first_step, rule.first_check) == (50, 10, 40 + MIN_BLOCKS * 50)
+    assert not rule.satisfied(times[:40 + 4 * 50])  # 4 blocks: too few to tell
+    assert rule.satisfied(times[:rule.first_check])
+    # on a CPU, and on CUDA reading the loss every step, the steps themselves are judged
+    assert rule_for(tiny_config(measure__steps="auto").measure, "cpu", log_every=50).block == 1
+    assert rule_for(tiny_config(measure__steps="auto").measure, "cuda", log_every=1).block == 1
+    assert StoppingRule(steps=10).satisfied([100.0, 101.0] * 5)
+
+
 def test_steps_is_a_whole_number_or_auto():
     from harness import config as config_mod
 
@@ -164,3 +197,20 @@ def test_the_loop_lets_go_of_the_output_before_backward_unless_a_knob_reads_it(m
     cfg = tiny_config(measure__steps=2, measure__warmup_steps=1, visualize_every_n_steps=visualize)
     train_and_measure(cfg, cfg.workload, lambda *a, **k: None)
     assert watch.held == [held] * 3
+
+
+def test_cudagraph_skips_are_read_from_inductors_counter_in_modes_that_capture_graphs():
+    from torch._dynamo.utils import counters
+
+    from harness.run.measure import _cudagraph_skips
+
+    cuda, cpu = torch.device("cuda"), torch.device("cpu")  # a device object needs no GPU
+    before = counters["inductor"]["cudagraph_skips"]
+    counters["inductor"]["cudagraph_skips"] = 2  # as Inductor counts a graph it would not capture
+    try:
+        assert _cudagraph_skips("reduce-overhead", cuda) == 2 and _cudagraph_skips("max-autotune", cuda) == 2
+        assert _cudagraph_skips("default", cuda) is None and _cudagraph_skips("reduce-overhead", cpu) is None
+    finally:
+        counters["inductor"]["cudagraph_skips"] = before
+    _, _, extras = _measure()
+    assert extras.cudagraph_skips is None and extras.gpu_sm_active_pct is None and extras.gpu_sample_note == ""

@@ -72,3 +72,28 @@ def test_report_bad_sweep_and_folder_out(results, tmp_path, capsys):
     assert "'phase2-zz'" in capsys.readouterr().err
     assert make_report(results, tmp_path) == 2
     assert "is a folder" in capsys.readouterr().err
+
+
+def test_the_table_shows_allocated_vram_beside_reserved_and_runs_without_cuda_graphs(results):
+    from test_plots import record
+
+    from harness.analysis import render
+    from harness.analysis import table as table_mod
+    from harness.store import load_runs
+
+    gib = 2**30
+    rungs = [("", dict(peak_vram_reserved_bytes=6 * gib, peak_vram_bytes=4 * gib)),
+             ("compile=reduce-overhead", dict(peak_vram_reserved_bytes=5 * gib, peak_vram_bytes=5 * gib,
+                                               cudagraph_skips=3)),
+             ("channels_last=true", dict(peak_vram_reserved_bytes=5 * gib, peak_vram_bytes=4.5 * gib,
+                                         cudagraph_skips=0))]
+    for rung, (change, fields) in enumerate(rungs):
+        write_record(record("g", rung, 0, 50.0, change=change, device="cuda", gpu_name="H100", gpu_count=1,
+                            **fields), results)
+    table = table_mod.build_table(load_runs(results), "g")
+    cells = [render.row_cells(r)[render.HEADER.index("peak mem")] for r in table.rows]
+    assert cells == ["6.00 GiB (4.00 allocated)", "5.00 GiB", "5.00 GiB (4.50 allocated)"]
+    assert table.rows[1].note == "no CUDA graphs: Inductor skipped capturing them (3 times)"
+    assert table.rows[0].note == table.rows[2].note == ""
+    text = render.to_markdown(table)
+    assert "with the allocated peak (live tensors) beside it where they differ" in text

@@ -39,6 +39,21 @@ def _mem(v) -> str:
     return f"{v / 2**30:.2f} GiB"
 
 
+def mem_text(row: RungRow) -> str:
+    """The peak memory cell: on CUDA the reserved peak, and the allocated one beside it where they differ."""
+    text = _mem(row.peak_mem_bytes)
+    allocated = row.peak_mem_allocated_bytes
+    if allocated is not None and row.peak_mem_bytes is not None and _mem(allocated) != text:
+        text += f" ({allocated / 2**30:.2f} allocated)"
+    return text
+
+
+def wait_text(row: RungRow) -> str:
+    """The data wait cell: the share of the window, and what the rung's profile says bounds a step."""
+    text = _num(None if row.data_wait_frac is None else 100 * row.data_wait_frac, ".0f", "%")
+    return f"{text} ({row.bound})" if row.bound and row.bound != "unknown" else text
+
+
 def has_scaling(table: SweepTable) -> bool:
     """Whether any rung changes ``devices`` (the table then has an E(N) column)."""
     return any(r.scaling_efficiency is not None for r in table.rows)
@@ -61,10 +76,9 @@ def row_cells(row: RungRow, scaling: bool = False) -> list[str]:
     if row.note:
         status += f": {row.note}"
     efficiency = [_num(None if row.scaling_efficiency is None else 100 * row.scaling_efficiency, ".0f", "%")]
-    wait = None if row.data_wait_frac is None else 100 * row.data_wait_frac
     return [str(row.rung), row.change, thr, ratio_text(row.x_baseline), ratio_text(row.x_previous, band=True),
             *(efficiency if scaling else []), f"{_num(row.step_ms_p50)} / {_num(row.step_ms_p90)}",
-            _num(wait, ".0f", "%"), _mem(row.peak_mem_bytes),
+            wait_text(row), mem_text(row),
             _num(row.gpu_util_pct, ".0f", "%"), row.claim or "-", row.verdict or "-", status]
 
 
@@ -113,8 +127,13 @@ def footer_lines(table: SweepTable, strong: Callable[[str], str] = _strong) -> l
     lines = [total_line(table, strong)] if table.total_claim else []
     lines += [group_line(g, strong) for g in table.groups]
     mem = MEMORY_NOTE.get(table.device, "peak memory")
+    if table.device == "cuda":
+        mem += " (what the allocator holds), with the allocated peak (live tensors) beside it where they differ"
     lines.append(f"Peak mem is {mem}. Verdicts compare x previous, with its 95% band, to the guide's claim, on this "
                  "device: confirms only when the band excludes 1 (no change); inconclusive when it holds both.")
+    if any(r.bound for r in table.rows):
+        lines.append("Beside the data wait: what the rung's profile says bounds a step (data-bound: the host waits "
+                     "for batches >= 30% of the step; launch-bound: the device runs no kernel >= 60% of it).")
     if has_scaling(table):
         lines.append("E(N) = X(N) / (N x X(1)): the rung's global samples/s over N times the last single-device "
                      "rung's (100% is perfect scaling; samples/s is global, the slowest rank's pace).")

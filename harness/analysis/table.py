@@ -10,6 +10,8 @@ import json
 from dataclasses import dataclass, field
 
 from harness.analysis import noise_model, stats
+from harness.analysis.profile import bound_by
+from harness.profiles import summary_from_json
 from harness.store import load_runs, resolve_id, resolve_sweep_id
 
 MEMORY_NOTE = {"cuda": "peak VRAM reserved", "cpu": "peak host RSS"}  # what a rung's peak_mem_bytes is
@@ -33,6 +35,7 @@ class RungRow:
     step_ms_p90: float | None = None
     data_wait_frac: float | None = None
     peak_mem_bytes: float | None = None
+    peak_mem_allocated_bytes: float | None = None  # CUDA: the allocated peak (live tensors), beside the reserved
     gpu_util_pct: float | None = None
     claim: str = ""
     claim_range: tuple[float, float] | None = None
@@ -43,6 +46,7 @@ class RungRow:
     runs: noise_model.Runs | None = None  # the ok runs as the noise model sees them
     world_size: int = 1  # devices (ranks) of the rung's runs
     scaling_efficiency: float | None = None  # E(N) = X(N) / (N x X(1)), on rungs that change devices
+    bound: str = ""  # what its newest profile says bounds a step (profile.enabled): data-, launch-, compute-bound
 
 
 @dataclass
@@ -195,17 +199,46 @@ def _row(rung: int, runs, claims: Claims) -> RungRow:
         row.step_ms_p50 = stats.median(ok["step_ms_p50"])
         row.step_ms_p90 = stats.median(ok["step_ms_p90"])
         row.data_wait_frac = stats.median(ok["data_wait_frac"])
-        # GPU: the allocator's reserved peak is what must fit in the device (records older than it: allocated)
-        mem = ok["peak_vram_reserved_bytes"].fillna(ok["peak_vram_bytes"]) if (ok["device"] == "cuda").all() \
-            else ok["peak_host_rss_bytes"]
+        # GPU: the allocator's reserved peak is what must fit in the device (records older than it: allocated);
+        # the allocated peak beside it, the live tensors a claim about memory is about
+        cuda = (ok["device"] == "cuda").all()
+        mem = ok["peak_vram_reserved_bytes"].fillna(ok["peak_vram_bytes"]) if cuda else ok["peak_host_rss_bytes"]
         row.peak_mem_bytes = stats.median(mem)
+        row.peak_mem_allocated_bytes = stats.median(ok["peak_vram_bytes"]) if cuda else None
         row.gpu_util_pct = stats.median(ok["gpu_util_pct"])
         row.world_size = int(ok["world_size"].fillna(1).max()) if "world_size" in ok else 1
+        row.bound = _profile_bound(ok)
     if len(ok) < len(runs):
         failed = runs[~runs.index.isin(ok.index)]
         error = str(failed["error"].iloc[-1] or "").strip().splitlines()
         row.note = error[-1][:160] if error else ""
+    skips = _cudagraph_skips(ok)
+    if skips:
+        note = f"no CUDA graphs: Inductor skipped capturing them ({skips} times)"
+        row.note = f"{row.note}; {note}" if row.note else note
     return row
+
+
+def _cudagraph_skips(ok) -> int:
+    """The most CUDA-graph captures Inductor skipped in a run of the rung (0 where none, or not counted)."""
+    if "cudagraph_skips" not in ok:
+        return 0
+    counts = ok["cudagraph_skips"].dropna()
+    return int(counts.max()) if len(counts) else 0
+
+
+def _profile_bound(ok) -> str:
+    """What the newest profile among the rung's ok runs says bounds a step ("" where none was profiled)."""
+    if "profile_json" not in ok:
+        return ""
+    for text in ok.sort_values("timestamp", ascending=False)["profile_json"]:
+        try:
+            summary = summary_from_json(text if isinstance(text, str) else "")
+        except ValueError:
+            continue
+        if summary is not None and not summary.error:
+            return bound_by(summary)
+    return ""
 
 
 def _link(rows: list[RungRow], noise: noise_model.Noise) -> None:

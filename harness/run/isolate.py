@@ -49,6 +49,7 @@ REPO_ROOT = Path(__file__).resolve().parent.parent.parent
 POLL_S = 0.5  # the longest sleep between polls: how late a timeout or the window's edges may be seen
 JOB_PREFIX = "harness-job-"
 KILL_WAIT_S = 10.0  # how long to wait for a killed group's processes to be gone (GPU memory back)
+RESULT_GRACE_S = 10.0  # how long a child that wrote its result may take to exit (NCCL, loader teardown)
 
 ProgressFn = Callable[[dict, float], None]  # (progress info, seconds since start)
 
@@ -58,12 +59,12 @@ def new_run_id() -> str:
 
 
 def base_record(cfg: config_mod.RunConfig, env: dict, env_key: str, status: str, error: str = "",
-                summary: Summary | None = None, **labels) -> RunRecord:
+                summary: Summary | None = None, run_id: str = "", **labels) -> RunRecord:
     """The record of ``cfg``: environment and identity, the metrics of ``summary`` (empty without one), and
     ``labels`` (a sweep's fields). Constructed in one call: a field name the record lacks raises TypeError."""
     env_fields = {f.name for f in fields(RunRecord)}
     return RunRecord(
-        run_id=new_run_id(),
+        run_id=run_id or new_run_id(),
         status=status,
         error=error,
         timestamp=utc_timestamp(),
@@ -98,7 +99,18 @@ def execute(cfg: config_mod.RunConfig, env: dict, env_key: str, on_progress: Pro
         (job / "env.json").write_text(json.dumps(env, default=str))
         outcome, summary = _run_child(job, cfg.timeout_s, on_progress, cfg.measure.sample_interval_s,
                                       launch.command(job) if cfg.devices > 1 else None)
-    return base_record(cfg, env, env_key, outcome.status, outcome.error, summary, **labels)
+        run_id = _keep_profile(summary, job, cfg.results_dir)
+    return base_record(cfg, env, env_key, outcome.status, outcome.error, summary, run_id, **labels)
+
+
+def _keep_profile(summary: Summary | None, job: Path, results_dir: str) -> str:
+    """The run's id; a profile's trace moved from the job folder into the results folder under that id."""
+    from harness.profiles import store_trace
+
+    run_id = new_run_id()
+    if summary is not None and summary.profile_json:
+        summary.profile_json, summary.profile_trace = store_trace(summary.profile_json, job, results_dir, run_id)
+    return run_id
 
 
 def _run_child(job: Path, timeout_s: float, on_progress: ProgressFn | None,
@@ -129,6 +141,7 @@ def _run_child(job: Path, timeout_s: float, on_progress: ProgressFn | None,
     result = _read_result(job / "result.json")
     if result is not None:  # a child that wrote its result and then hung on exit still measured
         status, error = result.pop("status"), result.pop("error", "")
+        result.pop("profiling", None)  # written before its profile, which did not finish: the measurement stands
         if status == OK and "peak_main_rss_bytes" in result:  # a measurement: add what the parent sampled
             result.update(monitor.metrics(watch.sampler.samples, result, gpu_named=watch.gpu_named))
         return Outcome(status, error), Summary.from_dict(result) if result else None
@@ -235,12 +248,29 @@ def _wait(proc: subprocess.Popen, job: Path, start: float, timeout_s: float, on_
             elapsed = now - start
             if elapsed > timeout_s:
                 return True
+            if result_grace_over(job / "result.json"):  # its result is written: a hang in teardown is not waited for
+                return False
             info = watch.read_progress(progress_path)
             watch.sample_if_due(now)
             if on_progress and info is not None:
                 on_progress(info, elapsed)
             time.sleep(watch.sleep_s(time.monotonic()))
     return False
+
+
+def result_grace_over(path: Path, grace_s: float | None = None, now: float | None = None) -> bool:
+    """Whether the child wrote its final result more than ``grace_s`` ago and is still running: then it hangs in
+    teardown (an NCCL process group, loader workers), and is killed rather than waited for until ``timeout_s``.
+    A result written before its profile (``profiling``) is not final: the profile has its own time. One ``stat``
+    a poll until a result is that old."""
+    try:
+        written = path.stat().st_mtime
+    except OSError:
+        return False
+    if (time.time() if now is None else now) - written <= (RESULT_GRACE_S if grace_s is None else grace_s):
+        return False
+    result = _read_result(path)
+    return result is not None and not result.get("profiling")
 
 
 def _read_result(path: Path) -> dict | None:

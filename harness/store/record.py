@@ -152,6 +152,21 @@ class RunRecord:
     rank_measured_s: list[float] = field(default_factory=list)
     rank_peak_vram_bytes: list[float] = field(default_factory=list)
     omp_num_threads: int | None = None  # what the launcher gave each rank (torchrun would force 1)
+    # compile modes that capture CUDA graphs (reduce-overhead, max-autotune on CUDA): how often Inductor skipped
+    # capturing one (its counter "cudagraph_skips", read after the window); > 0: the run ran (partly) without
+    # CUDA graphs under its compile mode's label. Empty where no CUDA graph is asked for, and in older records.
+    cudagraph_skips: int | None = None
+    # host memory with each shared page counted once (psutil's memory_full_info, sampled by the parent): the
+    # tree's PSS (main + loader workers; PSS divides a shared page among the processes mapping it), each loader
+    # worker's USS (the pages it alone holds: what it adds), and Inductor's compile / autotune workers, counted
+    # apart from the loader workers (their PSS together). Empty where the system does not report them.
+    peak_host_pss_bytes: float | None = None
+    worker_uss_bytes: list[float] = field(default_factory=list)
+    peak_compile_worker_bytes: float | None = None
+    # profile.enabled=true: the profile of a few steps run after the window (harness.profiles' JSON summary),
+    # and its Chrome/Perfetto trace's path relative to the results folder ("" without one)
+    profile_json: str = ""
+    profile_trace: str = ""
 
 
 _ARROW_TYPES = {
