@@ -213,7 +213,8 @@ def best_lines(result: ClimbResult, mapping: dict, given: list[str]) -> list[str
         lines = [f"Best: {product[0]:.2f}x over the start (product of the accepted steps; their bands multiply to "
                  f"{product[1]:.2f}-{product[2]:.2f}x): "
                  + ", ".join(f"{k}={format_value(v)}" for k, v in changes.items())]
-    lines += [f"- changes the training: {note}" for note in mapping.get("notes", []) if not note.startswith("workload ")]
+    notes = [note for note in mapping.get("notes", []) if not note.startswith("workload ")]
+    lines += [f"- changes the training: {note}" for note in notes]
     best = shell.command("run", *shell.without(given, changes), *(shell.override(k, v) for k, v in changes.items()))
     return lines + [f"Best command: {best}"]
 

@@ -54,8 +54,8 @@ def describe(state: ClimbState, runs: int, budget_s: float) -> str:
     left = budget_s - state.spent_s
     ended = f"stopped: {state.stopped}" if state.stopped else "interrupted"
     text = (f"resuming climb {state.climb_ids[-1]} ({ended}): its {state.steps} decided step(s) and {runs} stored "
-            f"run(s) are taken from the store (the ok ones marked cached, none measured again); it used {state.spent_s / 60:.1f} of the {budget_s / 60:g} "
-            "min budget")
+            f"run(s) are taken from the store (the ok ones marked cached, none measured again); it used "
+            f"{state.spent_s / 60:.1f} of the {budget_s / 60:g} min budget")
     if left <= 0:
         return text + ", nothing is left: raise climb.budget_min (the whole climb's) to go on"
     return text + f", {left / 60:.1f} min are left"
