@@ -81,13 +81,15 @@ def misplaced_climb_setting(command: str, argv: list[str]) -> str:
 def _measuring_command(module, command: str, rest: list[str]) -> int:
     """Commands that start measuring processes: an interruption kills them and says how to go on."""
     from harness.run import isolate
+    from harness.store import write
 
     previous = isolate.terminate_on_signals()
+    kept_before = len(write.KEPT_ELSEWHERE)  # main() may run several commands in one process (the tests do)
     try:
         code = module.main(command, rest)
         if any(a in HELP_FLAGS for a in rest):
             print("\n" + exit_codes.help_text())
-        return _kept_elsewhere(code)
+        return _kept_elsewhere(code, write.KEPT_ELSEWHERE[kept_before:])
     except (KeyboardInterrupt, isolate.Terminated) as exc:
         isolate.kill_live_children()
         signum = exc.signum if isinstance(exc, isolate.Terminated) else signal.SIGINT
@@ -95,22 +97,19 @@ def _measuring_command(module, command: str, rest: list[str]) -> int:
         print(f"\ninterrupted ({signal.Signals(signum).name}): the measuring process was stopped; every finished "
               f"measurement is stored. Run the same command to {'resume' if resumes else 'measure again'}.",
               file=sys.stderr)
-        _kept_elsewhere(0)
+        _kept_elsewhere(0, write.KEPT_ELSEWHERE[kept_before:])
         return exit_codes.INTERRUPTED + int(signum)
     finally:
         isolate.restore_signals(previous)
 
 
-def _kept_elsewhere(code: int) -> int:
-    """``code``, or NOT_STORED when a record of this command did not reach its results folder (said on stderr)."""
-    from harness.store import write
-
-    if not write.KEPT_ELSEWHERE:
+def _kept_elsewhere(code: int, kept: list[str]) -> int:
+    """``code``, or NOT_STORED when records of this command did not reach its results folder (``kept``: the commands
+    that put them back), said on stderr after everything else."""
+    if not kept:
         return code
-    places = "; ".join(write.KEPT_ELSEWHERE)
-    print(f"error: {len(write.KEPT_ELSEWHERE)} record(s) are not in the results folder (kept in: {places}); put each "
-          "back with `python -m harness store import FILE_OR_JSON --results DIR` (exit "
-          f"{exit_codes.NOT_STORED})", file=sys.stderr)
+    print(f"error: {len(kept)} record(s) did not reach the results folder (exit {exit_codes.NOT_STORED}); once there "
+          f"is room, put them back: {'; '.join(kept)}", file=sys.stderr)
     return exit_codes.NOT_STORED
 
 

@@ -30,7 +30,7 @@ from harness.fileio import fsync_dir, umask
 from harness.store.record import COLUMNS, SCHEMA, STATUSES, RunRecord
 
 MIN_FREE_BYTES = 64 * 2**20  # a record is ~10-200 KB; refuse to start a measurement on a nearly full disk
-KEPT_ELSEWHERE: list[str] = []  # where each record this process could not write to its results folder went
+KEPT_ELSEWHERE: list[str] = []  # how to put back each record this process could not write to its results folder
 
 
 def new_id(prefix: str = "") -> str:
@@ -155,10 +155,10 @@ def store_record(record: RunRecord, results_dir: str | os.PathLike, log=None) ->
         log(f"warning: could not write to results folder {str(results_dir)!r}: {reason}. The record of run "
             f"{record.run_id} is saved in {path}; read it with --results {shlex.quote(str(folder))}, or once there "
             f"is room put it back with `{put_back.format(shlex.quote(str(path)))}`.")
-        KEPT_ELSEWHERE.append(str(path))
+        KEPT_ELSEWHERE.append(put_back.format(shlex.quote(str(path))))
         return path
     whole = json.dumps(asdict(record), default=str)
     log(f"warning: could not write record {record.run_id} anywhere ({reason}); here it is in full, as the command "
         f"that puts it back once there is room:\n{put_back.format(shlex.quote(whole))}")
-    KEPT_ELSEWHERE.append("printed above")
+    KEPT_ELSEWHERE.append(f"the `store import` of record {record.run_id} printed above")
     return None
