@@ -72,3 +72,16 @@ def test_report_bad_sweep_and_folder_out(results, tmp_path, capsys):
     assert "'phase2-zz'" in capsys.readouterr().err
     assert make_report(results, tmp_path) == 2
     assert "is a folder" in capsys.readouterr().err
+
+
+def test_an_out_path_that_cannot_be_written_is_one_line_naming_it_before_anything_is_drawn(results, capsys,
+                                                                                          monkeypatch):
+    write_sweep(results, "phase2-a")
+    drawn = []
+    monkeypatch.setattr(report.report, "report_sweep", lambda *args: drawn.append(args))
+    assert make_report(results, "/proc/x.html") == 2  # /proc takes no new files
+    out = capsys.readouterr()
+    assert out.err.strip().splitlines() == [
+        "error: --out '/proc/x.html': cannot write there (No such file or directory, FileNotFoundError); choose a "
+        "file in a folder you can write, such as results/report.html"]
+    assert not drawn and out.out == ""

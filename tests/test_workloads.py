@@ -276,7 +276,108 @@ def test_a_users_model_runs_and_sweeps_a_ladder(form, results):
     frame = load_runs(results).sort_values("timestamp")
     name = "tiny_net" if form == "file" else "custom"
     assert list(frame["workload"]) == [name] * 3 and list(frame["status"]) == ["ok"] * 3
+    shown = "tiny_net" if form == "file" else f"custom: {TINY_NET}"  # an inline model is named by its target
+    assert f"{shown}  size=smoke" in run.stdout and f"ladder bf16, workload {shown} (smoke)" in sweep.stdout
     swept = frame[frame["ladder"] == "bf16"].sort_values("rung")
     assert list(swept["change"]) == ["", "precision=bf16-mixed"]
     assert set(frame["unit"]) == {"voxels" if form == "file" else "samples"}
     assert (frame["loss_first"] > 0).all()
+
+
+# --------------------------------------------------------------------------------------------
+# a model built on the meta device in the parent, before any child starts
+
+META_MODELS = """
+import torch
+from torch import nn
+
+
+class NeedsPackage(nn.Module):  # a package imported as the model is built
+    def __init__(self):
+        super().__init__()
+        import einops13_not_here.layers  # noqa: F401
+
+
+class NeedsPackageToRun(nn.Linear):  # ... or on the first call, as MONAI's SwinUNETR imports einops
+    def __init__(self):
+        super().__init__(8, 2)
+
+    def forward(self, x):
+        import einops13_not_here  # noqa: F401
+
+
+class ReadsATensor(nn.Module):  # what SwinUNETR's constructor does: cannot run on the meta device as it is
+    def __init__(self):
+        super().__init__()
+        self.rates = [x.item() for x in torch.linspace(0, 0.1, 3)]
+        self.fc = nn.Linear(8, 2)
+
+    def forward(self, x):
+        return self.fc(x.flatten(1))
+
+
+class Refuses(nn.Module):
+    def __init__(self, width: int = 3):
+        super().__init__()
+        if width % 2:
+            raise ValueError(f"width must be even, got {width}")
+"""
+
+
+@pytest.fixture
+def meta_models(tmp_path, monkeypatch):
+    (tmp_path / "metanets13.py").write_text(META_MODELS)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    yield tmp_path
+    sys.modules.pop("metanets13", None)
+
+
+def _custom(target: str, *extra: str) -> config_mod.RunConfig:
+    cfg = config_mod.from_dict({"workload": "custom"})
+    for key, value in (("workload.model._target_", f"metanets13.{target}"), ("workload.input_shape", [1, 8])):
+        config_mod.set_key(cfg, key, value)
+    return config_mod.resolve(cfg, cuda_available=False)
+
+
+@pytest.mark.parametrize("target,message", [
+    ("NeedsPackage", "workload.model._target_='metanets13.NeedsPackage' needs the package 'einops13_not_here', which "
+                     "is not installed here: pip install einops13_not_here (or the package that provides it)"),
+    ("NeedsPackageToRun", "workload.model._target_='metanets13.NeedsPackageToRun' needs the package "
+                          "'einops13_not_here', which is not installed here"),
+    ("Refuses", "workload.model._target_='metanets13.Refuses' cannot be built: ValueError: width must be even, got 3"),
+])
+def test_a_model_that_cannot_be_built_or_lacks_a_package_is_one_line_before_anything_runs(meta_models, target,
+                                                                                          message):
+    from harness.workload import targets
+
+    with pytest.raises(ValueError) as caught:
+        targets.check_model_builds(_custom(target))
+    assert str(caught.value).startswith(message) and "\n" not in str(caught.value)
+
+
+def test_a_constructor_that_reads_its_own_tensors_still_passes_the_meta_build(meta_models):
+    from harness.workload import targets
+
+    targets.check_model_builds(_custom("ReadsATensor"))  # tensor.item() has no value on the meta device
+
+
+def test_a_missing_package_stops_the_run_in_the_parent_with_exit_2(meta_models, results):
+    from tests.conftest import harness_cli
+
+    out = harness_cli("run", "workload=custom", "workload.model._target_=metanets13.NeedsPackage",
+                      "workload.input_shape=[1,8]", *TINY, f"results_dir={results}", cwd=meta_models)
+    assert out.returncode == 2
+    assert out.stderr.strip().splitlines() == [
+        "error: workload.model._target_='metanets13.NeedsPackage' needs the package 'einops13_not_here', which is not "
+        "installed here: pip install einops13_not_here (or the package that provides it)"]
+    assert not list((results / "runs").glob("*.parquet"))  # no child ran, nothing was recorded
+
+
+def test_an_inline_model_is_named_by_its_target_where_people_read_it():
+    from harness.analysis.table import workload_name
+
+    assert workloads.display_name("custom", {"_target_": "monai.networks.nets.SegResNet"}) == \
+        "custom: monai.networks.nets.SegResNet"
+    assert workloads.display_name("unet3d", {"_target_": "models.segmentation3d.unet3d"}) == "unet3d"
+    record = {"workload": "custom", "config_json": json.dumps({"workload": {"model": {"_target_": "a.B"}}})}
+    assert workload_name(record) == "custom: a.B" and workload_name({"workload": "resnet50"}) == "resnet50"
