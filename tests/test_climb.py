@@ -449,7 +449,7 @@ def test_every_command_a_climb_of_a_custom_model_prints_runs_as_printed(tmp_path
     folder, results_dir = _user_folder(tmp_path)
     out = harness_cli("climb", *CUSTOM, results_dir, cwd=folder)
     assert out.returncode == 0, out.stdout + out.stderr
-    assert f"custom: climbnets13.Tiny (smoke)" in out.stdout and "<" not in out.stdout.split("Stopped:")[1]
+    assert "custom: climbnets13.Tiny (smoke)" in out.stdout and "<" not in out.stdout.split("Stopped:")[1]
     results = folder / "my résultats"
     (ladder,) = (results / "ladders").glob("*.yaml")
     assert ladder.name.startswith("climb-climbnets13.Tiny-cpu-")
@@ -499,8 +499,8 @@ def test_a_climb_run_again_says_what_it_resumes_and_keeps_its_budget(tmp_path):
     again = harness_cli("climb", *CUSTOM, results_dir, cwd=folder)
     assert again.returncode == 0, again.stdout + again.stderr
     said = " ".join(again.stdout.split())  # the console wraps its lines
-    assert (f"resuming climb {climb_id} (stopped: pass 1 changed nothing): its 2 decided step(s) and 2 stored run(s) "
-            "are taken from the store" in said)
+    assert (f"resuming climb {climb_id} (stopped: pass 1 changed nothing): its 2 decided step(s) and the 0 run(s) "
+            "it measured are taken from the store" in said)  # both knobs were skipped at once: nothing measured
     assert "it used 29.0 of the 30 min budget, 1.0 min are left" in said
     took = re.search(r"Took (\d+\.\d) \(29\.0 of them before it resumed\) of 30 min\.", said)
     assert took and float(took.group(1)) >= 29.0, said

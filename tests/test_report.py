@@ -85,3 +85,18 @@ def test_an_out_path_that_cannot_be_written_is_one_line_naming_it_before_anythin
         "error: --out '/proc/x.html': cannot write there (No such file or directory, FileNotFoundError); choose a "
         "file in a folder you can write, such as results/report.html"]
     assert not drawn and out.out == ""
+
+
+def test_a_custom_model_is_named_by_its_target_in_the_report_and_in_compare(results, tmp_path):
+    import json
+
+    from harness.analysis import compare
+
+    custom = json.dumps({"batch_size": 4, "workload": {"name": "custom", "model": {"_target_": "mypkg.nets.MyNet"}}})
+    write_sweep(results, "phase2-a", workload="custom", config_json=custom)
+    out = tmp_path / "report.html"
+    assert make_report(results, out) == 0
+    assert "Sweep phase2-a: ladder phase2, custom: mypkg.nets.MyNet (smoke) on cpu" in out.read_text()
+    write_sweep(results, "phase2-b", workload="custom", config_json=custom, day=2)
+    text = compare.compare_sweeps(["phase2-a", "phase2-b"], str(results)).text
+    assert "custom: mypkg.nets.MyNet (smoke)" in text

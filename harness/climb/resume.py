@@ -53,8 +53,8 @@ def describe(state: ClimbState, runs: int, budget_s: float) -> str:
     """The line a resumed climb starts with."""
     left = budget_s - state.spent_s
     ended = f"stopped: {state.stopped}" if state.stopped else "interrupted"
-    text = (f"resuming climb {state.climb_ids[-1]} ({ended}): its {state.steps} decided step(s) and {runs} stored "
-            f"run(s) are taken from the store (the ok ones marked cached, none measured again); it used "
+    text = (f"resuming climb {state.climb_ids[-1]} ({ended}): its {state.steps} decided step(s) and the {runs} run(s) "
+            f"it measured are taken from the store (marked cached, none measured again); it used "
             f"{state.spent_s / 60:.1f} of the {budget_s / 60:g} min budget")
     if left <= 0:
         return text + ", nothing is left: raise climb.budget_min (the whole climb's) to go on"

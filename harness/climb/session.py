@@ -50,7 +50,7 @@ def run_climb(settings: dict, options: ClimbConfig, started: float, display: Dis
                 f"{start.device}, budget {options.budget_min:g} min, {options.repeats} run(s) per side, accept at >= "
                 f"{1 + options.min_effect:.2f}x beyond noise; {noise.describe()}")
     if earlier is not None:
-        display.say(resume.describe(earlier, _stored_runs(start.results_dir, earlier.climb_ids), budget.seconds))
+        display.say(resume.describe(earlier, _measured_runs(start.results_dir, earlier.climb_ids), budget.seconds))
     result = _ascend(start, options, facts, trials, noise, display, tracker)
     auto_compact(start.results_dir)
     output.report(result, settings, start, env, climb_id, tracker.spent(), budget.seconds, list(given or []),
@@ -78,10 +78,12 @@ def _ascend(start, options: ClimbConfig, facts: Facts, trials: Trials, noise, di
         tracker.save(stopped)
 
 
-def _stored_runs(results_dir: str, climb_ids: list[str]) -> int:
+def _measured_runs(results_dir: str, climb_ids: list[str]) -> int:
+    """Runs the earlier climbs measured (not copies of runs before them, not knobs skipped at once)."""
     from harness.store import load_runs
 
-    return len(load_runs(results_dir, columns=["run_id"], where={"sweep_id": climb_ids}))
+    frame = load_runs(results_dir, columns=["status", "cached_from"], where={"sweep_id": climb_ids})
+    return int(((frame["cached_from"].fillna("") == "") & (frame["status"] != "skipped")).sum())
 
 
 def _flat(cfg: config_mod.RunConfig) -> dict:
