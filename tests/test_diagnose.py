@@ -3,10 +3,12 @@ loader and model are (and on what else runs on it), so the default tier checks w
 and stores; the verdicts for clear-cut settings are in the slow tier. The verdict rule itself is tested
 on fixed rates in test_data.py::test_diagnosis_verdicts_from_rates."""
 
+import shlex
+
 import pytest
 
 from harness.store import load_runs
-from tests.conftest import harness_cli
+from tests.conftest import REPO, harness_cli
 
 TINY = ("measure.steps=8", "measure.warmup_steps=2")
 
@@ -48,7 +50,8 @@ def test_a_worker_takes_data_wait_off_a_data_bound_loop(results):
     waits = {}
     for workers in (0, 1):
         cfg = tiny_config(data__source="disk", data__cache="none", data__augment="heavy", model__width=0.5,
-                          data__num_workers=workers, measure__steps=8, measure__warmup_steps=2, results_dir=str(results))
+                          data__num_workers=workers, measure__steps=8, measure__warmup_steps=2,
+                          results_dir=str(results))
         runner.prepare_data(cfg, log=lambda *_: None)
         env, key = runner.environment(cfg.device)
         record = runner.run_and_store(cfg, env, key)
@@ -56,3 +59,89 @@ def test_a_worker_takes_data_wait_off_a_data_bound_loop(results):
         waits[workers] = record.data_wait_frac
     assert waits[0] > 0.3  # data-bound without workers
     assert waits[1] < waits[0] * 0.8
+
+
+# ------------------------------------------------------------------------------------------
+# what the diagnosis says besides its verdict
+
+
+def _rec(batches_per_s, wait=0.0):
+    return {"status": "ok", "samples_per_s": 2 * batches_per_s, "batch_size": 2, "data_wait_frac": wait}
+
+
+def test_a_full_step_faster_than_a_part_of_it_alone_is_said_to_be_impossible():
+    from harness.analysis.diagnosis import diagnose
+
+    again = "python -m harness diagnose measure.steps=40"
+    result = diagnose(_rec(30.0), _rec(1.87), _rec(4.90, 0.1), "cpu", 0, False, again=again)
+    (note,) = result.notes
+    assert note.startswith("the full step (4.90 batches/s) ran faster than the model alone (1.87), which bounds it "
+                           "from above: these runs disagree")
+    assert note.endswith(f"measure again with more steps: {again}")
+    assert diagnose(_rec(30.0), _rec(5.0), _rec(4.90, 0.1), "cpu", 0, False).notes == []  # within one run's noise
+
+
+@pytest.mark.parametrize("overrides, lighter, own", [
+    ({"data__augment": "heavy"}, ("data.augment=light", "data.rotate=false", "data.elastic=false"), False),
+    ({"data__augment": "light"}, (), False),  # flip and noise only: nothing heavy to turn off
+    ({"workload": "resnet50", "data__augment": "heavy"}, ("data.augment=light", "data.mixup=false"), False),
+])
+def test_only_augmentation_that_acts_on_the_measured_data_is_suggested(overrides, lighter, own):
+    from harness.commands.diagnose import data_knobs
+    from tests.conftest import tiny_config
+
+    knobs = data_knobs(tiny_config(**overrides))
+    assert knobs.lighter == lighter and knobs.own_dataset == own
+
+
+def test_a_workload_of_random_tensors_or_its_own_dataset_gets_no_augmentation_advice():
+    from harness.analysis.diagnosis import DataKnobs, diagnose
+    from harness.commands.diagnose import data_knobs
+    from tests.conftest import tiny_config
+
+    cfg = tiny_config(workload="custom", workload__model={"_target_": "examples.tiny_net.TinySegNet"},
+                      workload__input_shape=[1, 16, 16, 16], workload__target="segmentation", data__augment="none")
+    assert data_knobs(cfg) == DataKnobs()
+    cfg.workload.dataset = {"_target_": "mydata.Set", "_partial_": True}
+    assert data_knobs(cfg) == DataKnobs(own_dataset=True)
+    advice = diagnose(_rec(1.0), _rec(10.0), _rec(1.0, 0.9), "cpu", 0, False, DataKnobs(own_dataset=True)).advice
+    assert not any("data.augment" in a.split("(")[0] or "data.rotate" in a for a in advice)
+    assert any("your dataset (workload.dataset)" in a for a in advice)
+
+
+def test_the_next_commands_carry_every_word_given_and_compose(results):
+    from harness.commands import hydra_edge, sweep
+    from harness.commands.diagnose import NextCommands
+    from tests.conftest import tiny_config
+
+    given = ["--config-dir", str(REPO / "examples" / "conf"), "workload=tiny_net", "data.num_workers=1",
+             "precision=32", "measure.steps=5", f"results_dir={results}"]
+    commands = NextCommands(given, tiny_config(results_dir=str(results)))
+    workers = commands("sweep", "+ladder=workers")
+    assert workers == ("python -m harness sweep +ladder=workers --config-dir " + str(REPO / "examples" / "conf")
+                       + f" workload=tiny_net precision=32 measure.steps=5 results_dir={results}")  # workers: varied
+    for line in (workers, commands("sweep", "+ladder=precision")):
+        plan = sweep.plan_sweep(hydra_edge.with_config_dirs(shlex.split(line)[4:]))
+        assert plan.settings["workload"]["name"] == "tiny_net" and plan.settings["results_dir"] == str(results)
+    climb = shlex.split(commands("climb"))[4:]
+    assert hydra_edge.plain_settings(hydra_edge.compose_settings(hydra_edge.with_config_dirs(climb)))["data"][
+        "num_workers"] == 1
+    assert NextCommands(["measure.steps=5"], tiny_config())("sweep", "+ladder=workers").split()[5] == "workload=unet3d"
+
+
+@pytest.mark.slow  # diagnose (three processes), then the sweep it suggests: ~60 s on a quiet 2-core CPU
+def test_diagnose_of_a_custom_model_prints_next_sweeps_that_run_as_printed(tmp_path):
+    from tests.test_climb import CLIMB_NETS, _shell
+
+    (tmp_path / "conf" / "workload").mkdir(parents=True)
+    (tmp_path / "climbnets13.py").write_text(CLIMB_NETS)
+    out = harness_cli("diagnose", "--config-dir", "conf", "workload=custom", "workload.model._target_=climbnets13.Tiny",
+                      "+workload.model.width=8", "workload.input_shape=[1,8]", *TINY,
+                      f"results_dir='{tmp_path / 'my résultats'}'", cwd=tmp_path)
+    assert out.returncode == 0, out.stdout + out.stderr
+    hints = [line.split(": ", 1)[1] for line in out.stdout.splitlines() if line.startswith("  next: ")]
+    sweeps = [h[h.index("python -m harness sweep"):] for h in hints if "python -m harness sweep" in h]
+    assert sweeps and all("<" not in h for h in hints)
+    for line in sweeps + [out.stdout.split("stored as sweep ")[1].split(": ", 1)[1].splitlines()[0]]:
+        ran = _shell(line, tmp_path)
+        assert ran.returncode == 0, (line, ran.stdout, ran.stderr)

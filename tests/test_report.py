@@ -97,3 +97,31 @@ def test_the_table_shows_allocated_vram_beside_reserved_and_runs_without_cuda_gr
     assert table.rows[0].note == table.rows[2].note == ""
     text = render.to_markdown(table)
     assert "with the allocated peak (live tensors) beside it where they differ" in text
+
+
+def test_an_out_path_that_cannot_be_written_is_one_line_naming_it_before_anything_is_drawn(results, capsys,
+                                                                                          monkeypatch):
+    write_sweep(results, "phase2-a")
+    drawn = []
+    monkeypatch.setattr(report.report, "report_sweep", lambda *args: drawn.append(args))
+    assert make_report(results, "/proc/x.html") == 2  # /proc takes no new files
+    out = capsys.readouterr()
+    assert out.err.strip().splitlines() == [
+        "error: --out '/proc/x.html': cannot write there (No such file or directory, FileNotFoundError); choose a "
+        "file in a folder you can write, such as results/report.html"]
+    assert not drawn and out.out == ""
+
+
+def test_a_custom_model_is_named_by_its_target_in_the_report_and_in_compare(results, tmp_path):
+    import json
+
+    from harness.analysis import compare
+
+    custom = json.dumps({"batch_size": 4, "workload": {"name": "custom", "model": {"_target_": "mypkg.nets.MyNet"}}})
+    write_sweep(results, "phase2-a", workload="custom", config_json=custom)
+    out = tmp_path / "report.html"
+    assert make_report(results, out) == 0
+    assert "Sweep phase2-a: ladder phase2, custom: mypkg.nets.MyNet (smoke) on cpu" in out.read_text()
+    write_sweep(results, "phase2-b", workload="custom", config_json=custom, day=2)
+    text = compare.compare_sweeps(["phase2-a", "phase2-b"], str(results)).text
+    assert "custom: mypkg.nets.MyNet (smoke)" in text

@@ -105,6 +105,20 @@ def test_without_a_ladder_or_with_an_unknown_one_the_ladders_are_listed(results)
     assert out.returncode == 2 and "unknown ladder 'phase9'" in out.stderr
 
 
+def test_a_ladder_in_a_config_folder_is_found_and_an_unknown_one_says_where_it_looked(results, tmp_path):
+    mine = tmp_path / "conf"
+    (mine / "ladder").mkdir(parents=True)
+    (mine / "ladder" / "two.yaml").write_text("workload: resnet50\nrungs:\n  - set: {channels_last: true}\n")
+    # found: the sweep gets as far as checking the overrides against what the ladder varies
+    out, _ = _sweep(results, "--config-dir", str(mine), "+ladder=two", "channels_last=false")
+    assert out.returncode == 2 and "channels_last is what ladder 'two' varies" in out.stderr
+    out, _ = _sweep(results, "--config-dir", str(mine), "+ladder=too")
+    first = out.stderr.splitlines()[0]
+    assert out.returncode == 2 and first.startswith("error: unknown ladder 'too'. Did you mean 'two'?")
+    assert first.endswith(f"(looked in {REPO / 'conf' / 'ladder'}, {mine / 'ladder'}, {results / 'ladders'})")
+    assert not results.exists()
+
+
 def test_table_renders_from_the_store_without_torch(results):
     out, _ = _sweep(results, "+ladder=phase1")
     assert out.returncode == 0

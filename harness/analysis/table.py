@@ -107,7 +107,7 @@ def build_table(frame, sweep: str = "latest", results_dir: str = "results") -> S
     device = str(first["device"])
     hardware = (f"{first['gpu_name']} x{int(first['gpu_count'])}" if device == "cuda"
                 else f"{first['cpu_model']} ({int(first['cpu_count'])} CPUs)")
-    table = SweepTable(sweep_id=sweep_id, ladder=ladder_name, workload=str(first["workload"]), device=device,
+    table = SweepTable(sweep_id=sweep_id, ladder=ladder_name, workload=workload_name(first), device=device,
                        hardware=hardware, size=str(first["size"]), rows=rows,
                        noise=noise_model.noise_for(frame, records))
     _link(rows, table.noise)
@@ -116,6 +116,14 @@ def build_table(frame, sweep: str = "latest", results_dir: str = "results") -> S
     table.groups = [_group(g, rows, table.noise) for g in claims.groups]
     _notes(table, ladder, records, claims)
     return table
+
+
+def workload_name(record) -> str:
+    """A sweep's workload as its table, plots, comparisons and report name it: the name, or for the inline
+    ``custom`` workload the model it measured (``custom: pkg.module.Class``)."""
+    from harness.workload.workloads import display_name_of_record  # plain YAML and strings, no torch
+
+    return display_name_of_record(str(record["workload"]), record.get("config_json"))
 
 
 def _ladder_or_none(name: str, results_dir: str = "results"):

@@ -2,13 +2,24 @@
 
 from __future__ import annotations
 
+import sys
+
 from rich.console import Console
 from rich.table import Table
 
 from harness.store import RunRecord
+from harness.workload.workloads import display_name_of_record
 
 console = Console(stderr=False, highlight=False)
 BUSY_PCT = 10.0  # other processes' share of the CPUs above which a measurement is flagged
+
+
+def refuse(exc: BaseException | str) -> int:
+    """A user's mistake before anything ran: one line on stderr (the console would wrap it), exit code 2."""
+    from harness.commands.exit_codes import BAD_INPUT
+
+    print(f"error: {exc}", file=sys.stderr)
+    return BAD_INPUT
 
 
 def human_bytes(n: float | None) -> str:
@@ -34,9 +45,9 @@ def run_summary(record: RunRecord) -> Table:
     table.add_column("what", style="bold")
     table.add_column("value")
     table.add_row("status", f"[{status_style}]{record.status}[/]")
-    table.add_row("workload", f"{record.workload}  size={record.size}  device={record.device}"
-                  + (f" ({record.gpu_name})" if record.gpu_name
-                     else f" ({record.cpu_model}, {record.cpu_count} cores)"))
+    workload = display_name_of_record(record.workload, record.config_json)
+    where = f" ({record.gpu_name})" if record.gpu_name else f" ({record.cpu_model}, {record.cpu_count} cores)"
+    table.add_row("workload", f"{workload}  size={record.size}  device={record.device}{where}")
     if record.status == "ok":
         table.add_row("throughput", f"{fmt(record.samples_per_s, '.2f')} samples/s"
                       f"  ({fmt(record.units_per_s, '.3g')} {record.unit}/s)")

@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable
 
 import yaml
 
@@ -113,17 +113,19 @@ def format_value(value: Any) -> str:
     return str(value)
 
 
-def search_path(results_dir: str = "results") -> list[Path]:
-    """Where ``+ladder=NAME`` looks, in order: the shipped ladders, then the results folder's own."""
-    return [LADDER_DIR, Path(results_dir) / USER_LADDERS]
+def search_path(results_dir: str = "results", config_dirs: Iterable[str] = ()) -> list[Path]:
+    """Where ``+ladder=NAME`` looks, in order: the shipped ladders, ``ladder/`` of each config folder given
+    (``--config-dir DIR``, as Hydra's groups), then the results folder's own."""
+    return [LADDER_DIR, *(Path(d) / "ladder" for d in config_dirs), Path(results_dir) / USER_LADDERS]
 
 
-def find(name: str, results_dir: str = "results") -> Path | None:
-    return next((d / f"{name}.yaml" for d in search_path(results_dir) if (d / f"{name}.yaml").is_file()), None)
+def find(name: str, results_dir: str = "results", config_dirs: Iterable[str] = ()) -> Path | None:
+    return next((d / f"{name}.yaml" for d in search_path(results_dir, config_dirs) if (d / f"{name}.yaml").is_file()),
+                None)
 
 
-def available(results_dir: str = "results") -> list[str]:
-    return sorted({p.stem for d in search_path(results_dir) for p in d.glob("*.yaml")})
+def available(results_dir: str = "results", config_dirs: Iterable[str] = ()) -> list[str]:
+    return sorted({p.stem for d in search_path(results_dir, config_dirs) for p in d.glob("*.yaml")})
 
 
 def _sha(path: Path | None) -> str:
@@ -158,11 +160,15 @@ def claim_fields(ladder: Ladder, rung: int) -> dict[str, Any]:
     return fields
 
 
-def load(name: str, results_dir: str = "results") -> Ladder:
-    """Load and validate ``conf/ladder/NAME.yaml`` (else ``<results_dir>/ladders/NAME.yaml``)."""
-    path = find(name, results_dir)
+def load(name: str, results_dir: str = "results", config_dirs: Iterable[str] = ()) -> Ladder:
+    """Load and validate ``conf/ladder/NAME.yaml`` (else ``DIR/ladder/NAME.yaml`` of a config folder, else
+    ``<results_dir>/ladders/NAME.yaml``); an unknown name says which folders were searched."""
+    config_dirs = tuple(config_dirs)
+    path = find(name, results_dir, config_dirs)
     if path is None:
-        raise unknown_choice("ladder", name, available(results_dir))
+        folders = ", ".join(str(d) for d in search_path(results_dir, config_dirs))
+        raise ValueError(f"{unknown_choice('ladder', name, available(results_dir, config_dirs))} (looked in "
+                         f"{folders})")
     try:
         raw = yaml.safe_load(path.read_text())
     except yaml.YAMLError as exc:
@@ -254,8 +260,8 @@ def _check_one_change_each(ladder: Ladder) -> None:
             previous = before.get(r.key, _default(defaults, r.key))
             if format_value(previous) == format_value(r.value_for(size)):
                 raise ValueError(
-                    f"ladder {ladder.name!r} rung {r.index}: {r.key}={format_value(r.value_for(size))} is what the rung "
-                    f"before already had (size {size}), so the rung changes zero knobs"
+                    f"ladder {ladder.name!r} rung {r.index}: {r.key}={format_value(r.value_for(size))} is what the "
+                    f"rung before already had (size {size}), so the rung changes zero knobs"
                 )
 
 
