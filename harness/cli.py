@@ -27,7 +27,10 @@ COMMANDS = {
     "compare": ("compare two or more sweeps side by side", "harness.commands.compare"),
     "report": ("write one self-contained HTML report of a sweep", "harness.commands.report"),
     "baseline": ("save or list baselines for regression checks", "harness.commands.baseline"),
-    "check": ("check a sweep against a baseline (exit 1 on regression)", "harness.commands.check"),
+    "check": ("check a sweep against a baseline, or the working tree against a commit (--against REF); "
+              "exit 1 on regression", "harness.commands.check"),
+    "history": ("write one HTML page of every config's throughput over commits and dates, with each gate's verdict",
+                "harness.commands.history"),
     "store": ("compact, inspect, verify or import into the results store (compact | info | verify | import)",
               "harness.commands.store"),
 }
