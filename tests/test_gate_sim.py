@@ -84,7 +84,7 @@ def rate(check, trials: int = TRIALS) -> tuple[float, float]:
 def test_paired_check_holds_false_alarms_with_a_session_effect_and_a_shift_mid_check():
     rng = np.random.default_rng(11)
     for configs in (4, 13):
-        false_alarms, _ = rate(lambda: paired_check(rng, configs, rounds=5, cv=0.03) + [False])
+        false_alarms, _ = rate(lambda n=configs: paired_check(rng, n, rounds=5, cv=0.03) + [False])
         assert false_alarms <= 0.05, (configs, false_alarms)
     false_alarms, _ = rate(lambda: paired_check(rng, 4, rounds=3, cv=0.05) + [False])
     assert false_alarms <= 0.05
@@ -101,7 +101,7 @@ def test_paired_check_flags_a_15pct_slowdown():
 def test_stored_check_holds_false_alarms_with_the_default_session_term():
     rng = np.random.default_rng(13)
     for configs in (4, 13):
-        false_alarms, _ = rate(lambda: stored_check(rng, configs, runs=5, cv=0.03) + [False])
+        false_alarms, _ = rate(lambda n=configs: stored_check(rng, n, runs=5, cv=0.03) + [False])
         assert false_alarms <= 0.05, (configs, false_alarms)
 
 

@@ -110,7 +110,7 @@ def analyse(records: pd.DataFrame, thresholds: Thresholds) -> list[PairedRow]:
     decisions = gate.decide([effects[i] for i in family], [rows[i].threshold for i in family])
     for i, decision in zip(family, decisions):
         _apply(rows[i], decision, len(family))
-    for row, effect in zip(rows, effects):
+    for row in rows:
         if not row.status:  # fewer than two paired rounds: no spread to test with
             row.status = "inconclusive"
             row.notes.append(f"{row.rounds} round(s) ok on both sides; a paired test needs 2 or more (--rounds N)")
@@ -162,8 +162,9 @@ def _failures(row: PairedRow, group: pd.DataFrame, ok: dict[str, dict[int, float
         row.notes.append(f"skipped on both sides: {_first_error(group)}")
     elif len(failed[WORK]) and ok[REF]:
         row.status = "regressed"
-        row.notes.append(f"the working tree now gets {_statuses(failed[WORK])} in {len(failed[WORK])} of "
-                         f"{len(group[group['against_side'] == WORK])} rounds (REF ran ok): {_first_error(failed[WORK])}")
+        rounds = len(group[group["against_side"] == WORK])
+        row.notes.append(f"the working tree now gets {_statuses(failed[WORK])} in {len(failed[WORK])} of {rounds} "
+                         f"rounds (REF ran ok): {_first_error(failed[WORK])}")
     elif ok[WORK] and not ok[REF]:
         row.status = "improved"
         row.notes.append(f"REF got {_statuses(failed[REF])}; the working tree runs ok")
