@@ -54,7 +54,9 @@ class AgainstPlan:
     sweep_id: str = ""  # the sweep whose configs are measured again
 
     def cwd(self, side: str) -> Path:
-        return self.trees[side].root / self.subfolder
+        """Where the side's runs start: the same subfolder of its tree as the command's (the top if REF lacks it)."""
+        folder = self.trees[side].root / self.subfolder
+        return folder if folder.is_dir() else self.trees[side].root
 
 
 def plan_scratch(results_dir: Path, check_id: str) -> Path:
