@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -248,3 +249,30 @@ def test_holm_levels_never_show_an_untested_config_beyond_the_threshold():
     assert decisions[0].regressed and decisions[0].upper < 0.95 and not decisions[1].regressed
     for d in decisions:
         assert d.regressed == (d.upper < 0.95)
+
+
+# ------------------------------------------------------------------------------------------
+# end to end on CPU: real runs of both sides (minutes)
+
+
+@pytest.mark.slow
+def test_end_to_end_each_side_runs_its_own_harness(tmp_path):
+    """A clone of this repository, a noise sweep of one config, then ``check --against HEAD`` with real runs: both
+    sides measured, each run importing the harness of its own tree. The verdict itself is the machine's business
+    (an A/A check on a busy machine exits 2), so only its agreement with the records is asserted."""
+    clone = tmp_path / "clone"
+    subprocess.run(["git", "clone", "-q", str(Path(__file__).resolve().parent.parent), str(clone)], check=True)
+    env = {**os.environ, "PYTHONPATH": str(clone)}
+    small = ["workload=unet3d", "size=smoke", "measure.steps=3", "measure.warmup_steps=1"]
+    subprocess.run([sys.executable, "-m", "harness", "noise", "noise.runs=2", *small], cwd=clone, env=env, check=True,
+                   capture_output=True, timeout=900)
+    done = subprocess.run([sys.executable, "-m", "harness", "check", "--against", "HEAD", "--rounds", "2",
+                           "--format", "json"], cwd=clone, env=env, capture_output=True, text=True, timeout=1800)
+    document = json.loads(done.stdout)
+    assert done.returncode == document["exit_code"] and done.returncode in (0, 1, 2)
+    head = git(clone, "rev-parse", "HEAD")
+    stored = load_runs(clone / "results" / "checks")
+    assert len(stored) == 4 and set(stored["against_side"]) == {"ref", "work"}
+    assert set(stored["against_commit"]) == {head} and set(stored["git_commit"]) == {head}
+    assert (clone / "results" / ".against" / head / "harness" / "__init__.py").is_file()
+    assert document["rows"][0]["rounds"] == 2 or document["rows"][0]["status"] in ("busy", "failed")
