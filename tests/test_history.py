@@ -95,3 +95,12 @@ def test_history_never_imports_torch_or_hydra(store, tmp_path):
             f"assert history.main('history', ['--results', {str(store)!r}, '--out', {str(tmp_path / 'o')!r}]) == 0; "
             "bad = [m for m in ('torch', 'hydra') if m in sys.modules]; assert not bad, bad")
     subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, cwd=Path(__file__).parent.parent)
+
+
+def test_refs_runs_join_the_working_trees_config(store):
+    checks = verdicts.checks_dir(store)
+    record(checks, "r9", "against-2", 70.0, 4, config="ref-hash", against_side="ref", against_commit="c" * 40)
+    record(checks, "w9", "against-2", 70.0, 4, against_side="work", against_commit="d" * 40)
+    found = history.collect(str(store))
+    assert len(found.configs) == 1
+    assert ("against-2", "check REF") in [(p.session, p.source) for p in found.configs[0].points]
