@@ -128,7 +128,7 @@ def test_a_busy_machine_exits_2_and_names_the_configs(repo, capsys):
     assert run_check("HEAD~1", "--rounds", "2") == 2
     captured = capsys.readouterr()
     assert "machine busy" in captured.out and "phase2 rung 0" in captured.err
-    assert "35% of the CPUs" in captured.err
+    assert "35% of the CPUs" in captured.err and "machine busy in 2 of 4 runs" in captured.out
 
 
 def test_a_config_the_working_tree_now_fails_regresses(repo, capsys):

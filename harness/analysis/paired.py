@@ -136,7 +136,8 @@ def _config(rung: int, group: pd.DataFrame, thresholds: Thresholds) -> tuple[Pai
         row.ratio = float(math.exp(np.mean(pairs)))
     if row.busy:
         row.status = "busy"
-        row.notes.append("machine busy: no verdict (" + "; ".join(row.busy) + ")")
+        more = f"; {len(row.busy) - 1} more" if len(row.busy) > 1 else ""
+        row.notes.append(f"machine busy in {len(row.busy)} of {len(group)} runs, no verdict ({row.busy[0]}{more})")
         return row, None
     if _failures(row, group, ok):
         return row, None
@@ -201,8 +202,12 @@ def _statuses(frame: pd.DataFrame) -> str:
 
 
 def _first_error(frame: pd.DataFrame) -> str:
-    errors = [str(e) for e in frame["error"].fillna("") if str(e)]
-    return errors[0].splitlines()[0][:200] if errors else "no message"
+    """The first run's error, by its last line (a traceback ends with the exception)."""
+    for error in frame["error"].fillna(""):
+        lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+        if lines:
+            return lines[-1][:200]
+    return "no message"
 
 
 def _int(value) -> str:
