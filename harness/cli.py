@@ -32,7 +32,10 @@ COMMANDS = {
     "profile": ("why a rung is slow: its profile, or what changed between two (sweeps run with profile.enabled=true)",
                 "harness.commands.profile"),
     "baseline": ("save or list baselines for regression checks", "harness.commands.baseline"),
-    "check": ("check a sweep against a baseline (exit 1 on regression)", "harness.commands.check"),
+    "check": ("check a sweep against a baseline, or the working tree against a commit (--against REF); "
+              "exit 1 on regression", "harness.commands.check"),
+    "history": ("write one HTML page of every config's throughput over commits and dates, with each gate's verdict",
+                "harness.commands.history"),
     "store": ("compact, inspect, verify or import into the results store (compact | info | verify | import)",
               "harness.commands.store"),
 }

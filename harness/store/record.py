@@ -53,6 +53,12 @@ class RunRecord:
     change: str = ""
     round: int | None = None
     cached_from: str = ""
+    # `check --against REF` (empty otherwise): which side of the paired check the run measured ("ref": REF's code,
+    # "work": the working tree's), and that side's commit of the measured repository (40 hex; "-dirty" appended when
+    # the working tree had uncommitted changes). The measured repository is the user's, not the harness's own:
+    # git_commit stays the harness's.
+    against_side: str = ""
+    against_commit: str = ""
     # the guide's claims at sweep time (schema 2; empty for runs outside a ladder, and in older records)
     claim_low: float | None = None
     claim_high: float | None = None
