@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import ast
 import shutil
 import time
 from pathlib import Path
@@ -123,44 +122,6 @@ def test_a_fully_cached_sweep_starts_no_measuring_process(tiny_conf, results, ca
     monkeypatch.setattr(isolate, "_run_child", lambda *a, **k: pytest.fail("a cached rung started a child"))
     assert cli.main(["sweep", "+ladder=tiny_a", *TINY, f"results_dir={results}"]) == 0
     assert capsys.readouterr().out.count(": ok (cached)") == 2  # both rungs' outcome lines
-
-
-# ------------------------------------------------------------------------------------------
-# layout
-
-
-def _imports(path: Path, package: str) -> set[str]:
-    """Modules of ``package`` that a file imports, at any depth (lazy imports in functions included)."""
-    found = set()
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.Import):
-            found |= {a.name for a in node.names if a.name.startswith(package)}
-        elif isinstance(node, ast.ImportFrom) and node.module and node.module.startswith(package):
-            found.add(node.module)
-            found |= {f"{node.module}.{a.name}" for a in node.names}
-    return found
-
-
-def test_the_harness_package_has_no_import_cycle():
-    root = REPO / "harness"
-    modules = {".".join(p.relative_to(REPO).with_suffix("").parts).removesuffix(".__init__"): p
-               for p in root.rglob("*.py")}
-    graph = {m: {i for i in _imports(p, "harness") if i in modules and i != m} for m, p in modules.items()}
-    state: dict[str, int] = {}
-
-    def visit(m: str, path: list[str]) -> None:
-        state[m] = 1
-        for n in graph[m]:
-            if state.get(n) == 1:
-                pytest.fail("import cycle: " + " -> ".join(path[path.index(n):] + [m, n]) if n in path
-                            else f"import cycle through {m} -> {n}")
-            if n not in state:
-                visit(n, path + [m])
-        state[m] = 2
-
-    for m in sorted(graph):
-        if m not in state:
-            visit(m, [])
 
 
 @pytest.mark.slow
