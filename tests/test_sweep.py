@@ -23,6 +23,9 @@ def test_phase2_climbs_one_knob_per_rung_then_reruns_from_the_cache(measured_swe
     frame = load_runs(measured_sweep.results).sort_values("rung")
     assert list(frame["rung"]) == [0, 1, 2, 3] and set(frame["status"]) == {"ok"}
     assert list(frame["change"]) == ["", "precision=bf16-mixed", "batch_size=8", "data.num_workers=4"]
+    # the tiny model is a user's own, inline: it trained in each rung's process
+    assert set(frame["workload"]) == {"custom"} and set(frame["unit"]) == {"samples"}
+    assert (frame["loss_first"] > 0).all()
     configs = [_flat(json.loads(c)) for c in frame["config_json"]]
     for before, after, change in zip(configs, configs[1:], frame["change"].iloc[1:]):
         changed = {k for k in before if before[k] != after[k] and not k.startswith("sweep.")}
