@@ -47,6 +47,20 @@ def harness_cli(*args: str, cwd: Path | None = None, timeout: float = 600) -> su
                           text=True, timeout=timeout)
 
 
+# The slow and GPU tiers run for minutes a test (full sweeps, torch.compile): the per-test timeout of pyproject.toml is
+# the default tier's. A test's own timeout marker wins.
+LONG_TIMEOUT_S = 3600
+
+
+def pytest_collection_modifyitems(config, items):
+    if not config.pluginmanager.hasplugin("timeout"):  # pytest-timeout is in the `test` extra; without it, no limit
+        return
+    for item in items:
+        if (item.get_closest_marker("slow") or item.get_closest_marker("gpu")) and not item.get_closest_marker(
+                "timeout"):
+            item.add_marker(pytest.mark.timeout(LONG_TIMEOUT_S))
+
+
 @pytest.fixture
 def results(tmp_path) -> Path:
     return tmp_path / "results"
