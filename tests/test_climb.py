@@ -323,7 +323,9 @@ def test_bad_climb_settings_stop_with_one_line_and_exit_2(results, override, say
     assert not (results / "runs").exists() or not any((results / "runs").iterdir())
 
 
-TINY = ("workload=resnet50", "measure.steps=3", "measure.warmup_steps=1", "climb.repeats=1",
+# the example's own small 3D net (a workload file of the user's): channels_last acts on it, and its runs are short
+WORKLOAD = ("--config-dir", "examples/conf", "workload=tiny_net")
+TINY = (*WORKLOAD, "measure.steps=3", "measure.warmup_steps=1", "climb.repeats=1",
         "climb.knobs=[channels_last,pin_memory]")
 
 
@@ -350,7 +352,7 @@ def test_a_tiny_climb_writes_a_ladder_that_sweep_reruns_from_the_store(results):
     ran = second[second["status"] == "ok"]
     assert len(ran) == 2 and (ran["cached_from"] != "").all()  # nothing measured again
 
-    sweep = harness_cli("sweep", f"+ladder={name}", f"results_dir={results}")
+    sweep = harness_cli("sweep", *WORKLOAD, f"+ladder={name}", f"results_dir={results}")
     assert sweep.returncode == 0, sweep.stdout + sweep.stderr
     frame = load_runs(results)
     rerun = frame[frame["ladder"] == name]

@@ -46,14 +46,14 @@ def test_a_knob_that_cannot_apply_is_skipped_with_its_reason(results):
 
 @pytest.mark.parametrize("workload", [
     "unet3d", "basic_unet3d", "resnet50",
-    # slow: ~15 s a run; its builders, loss, FLOPs and optimizer are checked in test_workloads (test_builtins_build_
-    # what_they_built_before[mednext]) and the harness's run of a built-in here, on the others
+    # mednext in the slow tier (~15 s a run): test_workloads.py::test_builtins_build_what_they_built_before[mednext]
+    # checks its builder, loss, FLOPs and optimizer, and the harness's run of a built-in is checked on the others
     pytest.param("mednext", marks=pytest.mark.slow)])
-def test_every_workload_runs_at_smoke_size(results, workload, measured_run):
-    if workload == "unet3d":  # the default workload: the session's one measured run of it (as `run` stores it)
+def test_every_workload_runs_at_smoke_size(results, workload, request):
+    if workload == "unet3d":  # the default workload: the session's one measured `run` of it, as the store holds it
         from harness.store import records_from_frame
 
-        record = records_from_frame(load_runs(measured_run.results))[0]
+        record = records_from_frame(load_runs(request.getfixturevalue("measured_run").results))[0]
     else:
         cfg = tiny_config(workload=workload, results_dir=str(results))
         record = runner.run_and_store(cfg, *runner.environment(cfg.device))

@@ -81,8 +81,8 @@ def _third_party(module: str) -> set[str]:
 
 
 def _broken(rule) -> tuple[list[str], set[tuple[str, str]]]:
-    """``rule(module, layer imported) -> bool`` (True: allowed) over every import; what breaks it, exceptions apart,
-    plus exceptions no longer used."""
+    """``rule(module, layer imported) -> bool`` (True: allowed) over every import: the imports that break it, and the
+    exceptions that excused one (an exception that excused none is no longer needed)."""
     broken, used = [], set()
     for module in sorted(HARNESS):
         for target in sorted(_harness_imports(module)):
@@ -199,7 +199,7 @@ from harness.climb import ascent, output, space
 
 assert ascent.decide(ascent.Measured("ok", Runs([2.0]), Runs([1.0])), Noise(), 0.03).outcome == ascent.ACCEPTED
 assert [a.name for a in space.space("cpu")] and output.training_note("channels_last", False, True) == ""
-loaded = sorted({m.split(".")[0] for m in sys.modules} & {"torch", "torchvision", "monai", "hydra"})
+loaded = sorted({m.split(".")[0] for m in sys.modules} & {"torch", "torchvision", "monai", "hydra", "omegaconf"})
 print("LOADED", loaded)
 """
 

@@ -15,7 +15,7 @@ from tests.conftest import tiny_config, tiny_model_config
 
 
 def _measure(**overrides):
-    # the tiny model: what is tested here is the loop around the model, which a built-in's seconds a step only slow
+    # the tiny model: these tests are about the loop around the model; a built-in would only make its steps slower
     cfg = tiny_model_config(**overrides)
     m, extras = train_and_measure(cfg, cfg.workload, lambda *a, **k: None)
     return cfg, m, extras
@@ -100,8 +100,7 @@ def test_accumulation_steps_the_optimizer_once_per_n_micro_batches_with_their_gr
         return prep
 
     monkeypatch.setattr(measure_mod, "prepare", prepare)
-    _, m, _ = _measure(accumulate_grad_batches=accum, batch_size=2, measure__steps=2,
-                       measure__warmup_steps=1)
+    _, m, _ = _measure(accumulate_grad_batches=accum, batch_size=2, measure__steps=2, measure__warmup_steps=1)
     assert m.samples_per_step == 2 * accum and len(m.step_ms) == 2
     assert steps == [(accum, True)] * 3  # the warm-up's and the 2 measured: one optimizer step per 3 micro-batches
     assert len(inputs) == len(targets) == 3 * accum

@@ -34,7 +34,7 @@ def test_phase2_climbs_one_knob_per_rung_then_reruns_from_the_cache(measured_swe
         assert column in measured_sweep.stdout
 
     results = copy_store(measured_sweep.results, tmp_path / "results")
-    again = _sweep(results, "+ladder=phase2")
+    again = harness_cli(*measured_sweep.args, f"results_dir={results}")  # the same sweep again
     assert again.returncode == 0
     frame = load_runs(results)
     second = frame[frame["sweep_id"] != frame.loc[frame["cached_from"] == "", "sweep_id"].iloc[0]]
@@ -52,7 +52,7 @@ def test_an_interrupted_sweep_resumes_at_the_first_rung_not_measured(measured_sw
     frame = load_runs(results)
     for run_id in frame.loc[frame["rung"] == 3, "run_id"]:  # as if killed before the last rung finished
         (results / "runs" / f"{run_id}.parquet").unlink()
-    out = _sweep(results, "+ladder=phase2")
+    out = harness_cli(*measured_sweep.args, f"results_dir={results}")
     assert out.returncode == 0, out.stdout + out.stderr
     latest = load_runs(results)
     latest = latest[latest["sweep_id"] == latest.sort_values("timestamp")["sweep_id"].iloc[-1]].sort_values("rung")
