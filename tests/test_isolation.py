@@ -45,10 +45,10 @@ def test_a_knob_that_cannot_apply_is_skipped_with_its_reason(results):
 
 
 @pytest.mark.parametrize("workload", [
-    "unet3d", "basic_unet3d", "resnet50",
-    # mednext in the slow tier (~15 s a run): test_workloads.py::test_builtins_build_what_they_built_before[mednext]
-    # checks its builder, loss, FLOPs and optimizer, and the harness's run of a built-in is checked on the others
-    pytest.param("mednext", marks=pytest.mark.slow)])
+    "unet3d", "resnet50",  # a 3D one (voxels) and a 2D one (images)
+    # basic_unet3d and mednext in the slow tier (10-15 s a run): their builders, losses, FLOPs, checkpointed units and
+    # optimizers are checked in test_workloads (test_builtins_build_what_they_built_before), a 3D run here on the UNet
+    pytest.param("basic_unet3d", marks=pytest.mark.slow), pytest.param("mednext", marks=pytest.mark.slow)])
 def test_every_workload_runs_at_smoke_size(results, workload, request):
     if workload == "unet3d":  # the default workload: the session's one measured `run` of it, as the store holds it
         from harness.store import records_from_frame
