@@ -5,7 +5,7 @@ import subprocess
 import sys
 
 from harness.store import load_runs
-from tests.conftest import REPO, harness_cli
+from tests.conftest import REPO, TINY_MODEL_ARGS, harness_cli
 
 TINY = ("measure.steps=3", "measure.warmup_steps=1")
 
@@ -43,19 +43,18 @@ def test_contradiction_is_explained(results):
     assert out.returncode == 2 and "needs data.num_workers > 0" in out.stdout + out.stderr
 
 
-def test_a_run_prints_a_summary_and_stores_one_ok_record(results):
-    out = harness_cli("run", "workload=unet3d", "measure.steps=3", "measure.warmup_steps=1", f"results_dir={results}")
-    assert out.returncode == 0, out.stdout + out.stderr
-    assert "no CUDA GPU here: running the small CPU size" in out.stdout
+def test_a_run_prints_a_summary_and_stores_one_ok_record(measured_run):
+    # `python -m harness run workload=unet3d measure.steps=3 measure.warmup_steps=1`, measured once for the session
+    assert "no CUDA GPU here: running the small CPU size" in measured_run.stdout
     for line in ("throughput", "step time", "data wait", "host memory", "status"):
-        assert line in out.stdout
-    frame = load_runs(results)
+        assert line in measured_run.stdout
+    frame = load_runs(measured_run.results)
     assert list(frame["status"]) == ["ok"] and frame["samples_per_s"].iloc[0] > 0
 
 
 def test_a_failed_run_exits_non_zero_and_is_still_stored(results):
-    out = harness_cli("run", "debug.fault=oom", "debug.fault_step=0", "measure.steps=2", "measure.warmup_steps=1",
-                      f"results_dir={results}")
+    out = harness_cli("run", *TINY_MODEL_ARGS, "debug.fault=oom", "debug.fault_step=0", "measure.steps=2",
+                      "measure.warmup_steps=1", f"results_dir={results}")
     assert out.returncode == 1
     assert list(load_runs(results)["status"]) == ["oom"]
 

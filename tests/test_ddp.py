@@ -23,7 +23,7 @@ from harness.analysis import table as table_mod
 from harness.run import isolate, launch, monitor, ranks, runner
 from harness.store import RunRecord, load_runs, write_record
 from harness.workload import applicability
-from tests.conftest import tiny_config
+from tests.conftest import tiny_config, tiny_model_config
 from tests.test_faults import TINY_RUN, _gone, _measuring_processes, _start_parent
 
 # ------------------------------------------------------------------------------------------
@@ -231,8 +231,9 @@ class _Watch(threading.Thread):
 
 
 def _run(results, **overrides) -> tuple[RunRecord, list[psutil.Process], int]:
-    """The record of a real run, the processes seen under this test while it ran, and how many were ranks."""
-    cfg = tiny_config(results_dir=str(results), **overrides)
+    """The record of a real run (of the tiny model: the ranks' processes are tested, not a model), the processes seen
+    under this test while it ran, and how many were ranks."""
+    cfg = tiny_model_config(results_dir=str(results), **overrides)
     env, key = runner.environment(cfg.device)
     watch = _Watch()
     watch.start()
@@ -246,7 +247,7 @@ def _run(results, **overrides) -> tuple[RunRecord, list[psutil.Process], int]:
 
 @two_cpus
 def test_two_ranks_store_one_record_with_every_ranks_fields(results):
-    record, procs, seen_ranks = _run(results, workload="resnet50", devices=2, batch_size=2)
+    record, procs, seen_ranks = _run(results, devices=2, batch_size=2)
     assert record.status == "ok", record.error
     assert seen_ranks == 2
     stored = load_runs(results)

@@ -22,9 +22,9 @@ import pytest
 from harness import cli, config as config_mod, store
 from harness.run import env as env_mod, isolate
 from harness.store import RunRecord, load_runs, write_record
-from tests.conftest import REPO
+from tests.conftest import REPO, TINY_MODEL_ARGS
 
-TINY_RUN = ("measure.steps=3", "measure.warmup_steps=1")
+TINY_RUN = (*TINY_MODEL_ARGS, "measure.steps=3", "measure.warmup_steps=1")  # the process is tested, not the model
 
 
 def _record(run_id: str, **kw) -> RunRecord:

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from harness import config as config_mod
-from tests.conftest import harness_cli, tiny_config
+from tests.conftest import TINY_MODEL_ARGS, harness_cli, tiny_config, tiny_model_config
 
 NEW_KEYS = {"cudnn_deterministic": True, "model.depth": 4, "cpus": 1, "data.read_latency_ms": 5.0, "val.every_n_steps": 10,
             "float32_matmul_precision": "medium", "memory_cleanup_every_n_steps": 30, "visualize_every_n_steps": 100}
@@ -77,8 +77,9 @@ def test_periodic_work_is_nothing_unless_asked_and_acts_every_n_steps(monkeypatc
 
 
 def test_a_run_with_cleanup_and_visualisation_every_step_is_measured(results):
-    out = harness_cli("run", "memory_cleanup_every_n_steps=1", "visualize_every_n_steps=1",
-                      "float32_matmul_precision=high", "measure.steps=2", "measure.warmup_steps=1", f"results_dir={results}")
+    out = harness_cli("run", *TINY_MODEL_ARGS, "memory_cleanup_every_n_steps=1", "visualize_every_n_steps=1",
+                      "float32_matmul_precision=high", "measure.steps=2", "measure.warmup_steps=1",
+                      f"results_dir={results}")
     assert out.returncode == 0, out.stdout + out.stderr
     from harness.store import load_runs
 
@@ -164,7 +165,7 @@ def test_a_validation_pass_runs_eval_mode_under_inference_mode_and_returns_to_tr
     from harness.workload import knobs
     from harness.workload.data import build_dataset, build_loader
 
-    cfg = tiny_config(workload="resnet50", val__every_n_steps=1, val__steps=2, val__inference_mode=True)
+    cfg = tiny_model_config(val__every_n_steps=1, val__steps=2, val__inference_mode=True)  # the modes: any model
     prep = knobs.prepare(cfg, cfg.workload)
     seen = []
     prep.model.register_forward_hook(lambda m, i, o: seen.append((m.training, torch.is_inference_mode_enabled())))
@@ -173,7 +174,8 @@ def test_a_validation_pass_runs_eval_mode_under_inference_mode_and_returns_to_tr
 
 
 def test_a_run_with_a_validation_loop_is_measured(results):
-    out = harness_cli("run", "workload=resnet50", "val.every_n_steps=2", "val.steps=1", "val.inference_mode=true",
+    # the tiny model: the run's loop with a validation pass in it is tested here, the pass itself above
+    out = harness_cli("run", *TINY_MODEL_ARGS, "val.every_n_steps=2", "val.steps=1", "val.inference_mode=true",
                       "measure.steps=2", "measure.warmup_steps=1", f"results_dir={results}")
     assert out.returncode == 0, out.stdout + out.stderr
 

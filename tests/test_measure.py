@@ -11,11 +11,12 @@ from harness.run.outcome import NonFiniteLoss, classify
 from harness.run.stopping import MIN_BLOCKS, StoppingRule, drain_blocks, mean_is_known, rule_for, t975
 from harness.run.summary import Extras, per_sample, summarize
 from harness.workload.workloads import builtin
-from tests.conftest import tiny_config
+from tests.conftest import tiny_config, tiny_model_config
 
 
 def _measure(**overrides):
-    cfg = tiny_config(**overrides)
+    # the tiny model: these tests are about the loop around the model; a built-in would only make its steps slower
+    cfg = tiny_model_config(**overrides)
     m, extras = train_and_measure(cfg, cfg.workload, lambda *a, **k: None)
     return cfg, m, extras
 
@@ -34,7 +35,8 @@ def test_warmup_and_measured_steps_are_kept_apart_with_raw_samples():
     # closed before the measurement returned
     assert before < out.window_start_unix and out.window_start_unix + m.measured_s <= after + 1e-3
     assert out.window_start_unix - before >= sum(m.warmup_ms) / 1000.0 * 0.99
-    assert out.units_per_s == pytest.approx(out.samples_per_s * 32**3)
+    assert out.units_per_s == pytest.approx(out.samples_per_s)  # the custom workload's unit: a sample
+    assert per_sample(tiny_config(), None, "").units == 32**3  # the UNet's: the voxels of its patch, 32^3 on a CPU
     assert out.flops_per_sample == 1e9 and out.mfu is None  # no peak known for a CPU: never guessed
     # on a CPU there is no VRAM to report (None, not 0), and the backend flags applied are stored
     assert out.peak_vram_bytes is None and out.peak_vram_reserved_bytes is None
@@ -48,16 +50,61 @@ def test_slowdown_adds_its_delay_to_every_step():
     assert min(slow.step_ms + slow.warmup_ms) >= 300.0
 
 
-def test_slow_loader_shows_as_data_wait():
-    # 0 workers: the main process builds every batch, so data wait is the loading time itself.
-    _, m, _ = _measure(batch_size=2, data__num_volumes=2)
-    assert all(w > 0 for w in m.data_wait_ms)
-    assert sum(m.data_wait_ms) < sum(m.step_ms)
+def test_a_slow_loader_shows_as_data_wait():
+    # 0 workers: the main process reads every item of the batch, so each step waits out its items' read latency
+    def wait_share(**overrides):
+        cfg, m, extras = _measure(**overrides)
+        return m, summarize(m, extras, per_sample(cfg, None, ""), compiled=False).data_wait_frac
+
+    fast, fast_frac = wait_share(batch_size=2)
+    slow, slow_frac = wait_share(batch_size=2, data__read_latency_ms=50.0)
+    assert len(slow.data_wait_ms) == len(slow.step_ms) == 3
+    assert all(2 * 50.0 <= w <= s for w, s in zip(slow.data_wait_ms, slow.step_ms))  # sleeps never end early
+    # a step of the tiny model takes a few ms however busy the machine: waiting is most of the window, and a far
+    # larger share of it than with items read at once
+    assert slow_frac > 0.5 and slow_frac > fast_frac
 
 
-def test_accumulation_multiplies_samples_per_step():
-    cfg, m, _ = _measure(accumulate_grad_batches=2, batch_size=1)
-    assert m.samples_per_step == 2
+def test_accumulation_steps_the_optimizer_once_per_n_micro_batches_with_their_gradients_summed(monkeypatch):
+    import harness.run.measure as measure_mod
+
+    accum, real = 3, measure_mod.prepare
+    inputs, targets, steps, checking = [], [], [], []
+
+    def prepare(*args, **kwargs):
+        prep = real(*args, **kwargs)
+        model, loss_fn, step = prep.model, prep.loss_fn, prep.optimizer.step
+        model.register_forward_pre_hook(lambda module, args: None if checking else inputs.append(args[0].clone()))
+
+        def recording_loss(out, y):
+            if not checking:
+                targets.append(y.clone())
+            return loss_fn(out, y)
+
+        def checked_step(*a, **k):
+            # the loop's micro-batches since the last step, each loss divided by N: their gradients added up must be
+            # what the parameters hold when the optimizer steps
+            batches = list(zip(inputs, targets))[sum(n for n, _ in steps):]
+            params = [p for p in model.parameters() if p.requires_grad]
+            expected = [torch.zeros_like(p) for p in params]
+            checking.append(True)
+            for x, y in batches:
+                for total, grad in zip(expected, torch.autograd.grad(loss_fn(model(x), y) / accum, params)):
+                    total += grad
+            checking.clear()
+            steps.append((len(batches), all(torch.allclose(p.grad, e, rtol=1e-4, atol=1e-7)
+                                             for p, e in zip(params, expected))))
+            return step(*a, **k)
+
+        prep.loss_fn, prep.optimizer.step = recording_loss, checked_step
+        return prep
+
+    monkeypatch.setattr(measure_mod, "prepare", prepare)
+    _, m, _ = _measure(accumulate_grad_batches=accum, batch_size=2, measure__steps=2, measure__warmup_steps=1)
+    assert m.samples_per_step == 2 * accum and len(m.step_ms) == 2
+    assert steps == [(accum, True)] * 3  # the warm-up's and the 2 measured: one optimizer step per 3 micro-batches
+    assert len(inputs) == len(targets) == 3 * accum
+    assert not torch.equal(inputs[0], inputs[1])  # different micro-batches: their sum is not one batch's gradient
 
 
 def test_nan_fault_is_detected_as_nan():
@@ -194,7 +241,7 @@ def test_the_loop_lets_go_of_the_output_before_backward_unless_a_knob_reads_it(m
 
     monkeypatch.setattr(measure_mod, "prepare", prepare)
     monkeypatch.setattr(torch, "save", lambda obj, path: None)
-    cfg = tiny_config(measure__steps=2, measure__warmup_steps=1, visualize_every_n_steps=visualize)
+    cfg = tiny_model_config(measure__steps=2, measure__warmup_steps=1, visualize_every_n_steps=visualize)
     train_and_measure(cfg, cfg.workload, lambda *a, **k: None)
     assert watch.held == [held] * 3
 

@@ -185,9 +185,10 @@ def test_noise_runs_must_be_a_whole_number_of_two_or_more(capsys):
 
 
 def test_noise_command_end_to_end(results):
-    from tests.conftest import harness_cli
+    from tests.conftest import TINY_MODEL_ARGS, harness_cli
 
-    out = harness_cli("noise", "noise.runs=2", "measure.steps=3", "measure.warmup_steps=1", f"results_dir={results}")
+    out = harness_cli("noise", "noise.runs=2", *TINY_MODEL_ARGS, "measure.steps=3", "measure.warmup_steps=1",
+                      f"results_dir={results}")
     assert out.returncode == 0, out.stdout + out.stderr
     assert "process-to-process CV of samples/s" in out.stdout and "sweep.repeats=3" in out.stdout
     frame = load_runs(results)

@@ -268,7 +268,9 @@ def test_a_sweep_that_changes_a_workload_field_must_name_the_workload():
     assert "workload" in plan_sweep(["+ladder=detr_fast", "workload=resnet50", "workload.num_classes=10"]).user_keys
 
 
-@pytest.mark.parametrize("form", ["file", "inline"])
+# slow [inline]: every run and sweep of the tiny model in the default tier is an inline model of the user's
+# (tests.conftest.TINY_MODEL_ARGS; the shared measured_sweep of test_sweep checks its workload, unit and loss)
+@pytest.mark.parametrize("form", ["file", pytest.param("inline", marks=pytest.mark.slow)])
 def test_a_users_model_runs_and_sweeps_a_ladder(form, results):
     from harness.store import load_runs
     from tests.conftest import harness_cli
