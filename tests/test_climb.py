@@ -16,7 +16,7 @@ import yaml
 from harness.climb import ascent, output, space
 from harness.analysis.noise_model import Noise, Runs
 from harness.sweeps import ladder as ladder_mod
-from tests.conftest import harness_cli
+from tests.conftest import REPO, harness_cli
 
 CPU = space.Facts(device="cpu", usable_cpus=2)
 DEFAULT_NOISE = Noise()
