@@ -300,8 +300,8 @@ def _check_one_change_each(ladder: Ladder) -> None:
             previous = before.get(r.key, _default(defaults, r.key))
             if format_value(previous) == format_value(r.value_for(size)):
                 raise ValueError(
-                    f"ladder {ladder.name!r} rung {r.index}: {r.key}={format_value(r.value_for(size))} is what the rung "
-                    f"before already had (size {size}), so the rung changes zero knobs"
+                    f"ladder {ladder.name!r} rung {r.index}: {r.key}={format_value(r.value_for(size))} is what the "
+                    f"rung before already had (size {size}), so the rung changes zero knobs"
                 )
 
 
