@@ -21,12 +21,12 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Any
 
 from harness.analysis import noise_model, stats
 
-if TYPE_CHECKING:
-    from harness.analysis.table import GroupRow, RungRow, SweepTable
+# the table's rows (harness.analysis.table imports this module, so its classes are named here, not imported)
+RungRow = GroupRow = SweepTable = Any
 
 DATA_PACED_WAIT = 0.2  # a loop blocked on its loader at least this share of its step runs at the loader's pace
 DIFFERENT = 1.10  # compute and end-to-end ratios this far apart (and outside the band) get a reading line
