@@ -1,6 +1,7 @@
-"""``python -m harness diagnose [overrides]``: measure the loader alone, the model alone and the full
-step for the same settings, each in its own process, store the three records (as a sweep with
-ladder ``diagnose``, so they can be tabled and plotted), and print the verdict.
+"""``python -m harness diagnose [+ladder=NAME] [overrides]``: measure the loader alone, the model alone and the
+full step for the same settings, each in its own process, store the three records (as a sweep with
+ladder ``diagnose``, so they can be tabled and plotted), and print the verdict. With ``+ladder=NAME`` the settings
+are that ladder's baseline (rung 0, as a sweep of it would run it here), the overrides on top.
 """
 
 from __future__ import annotations
@@ -17,16 +18,33 @@ PARTS = (("loader", "loader alone (no model)"), ("model", "model alone (one batc
 
 
 def main(command: str, argv: list[str]) -> int:
-    return hydra_edge.hydra_app(argv, task)
+    from harness.commands.sweep import split_ladder
+
+    name, overrides = split_ladder(argv)
+    return hydra_edge.hydra_app(overrides, lambda cfg: task(cfg, name, overrides))
 
 
-def task(cfg) -> int:
+def ladder_baseline(name: str, settings: dict, overrides: list[str]) -> config_mod.RunConfig:
+    """The settings of ladder ``name``'s baseline on this machine, with the user's overrides winning (ValueError
+    for an unknown ladder)."""
+    from harness.sweeps import ladder as ladder_mod
+    from harness.sweeps.rungs import SweepContext, rung_config
+
+    lad = ladder_mod.load(name, settings.get("results_dir", "results"))
+    given = set(map(hydra_edge.given_key, overrides))
+    user_keys = {k for k in map(hydra_edge.override_key, overrides) if k} | ({"workload"} & given)
+    ctx = SweepContext(sweep_id="", ladder=lad, settings=settings, user_keys=frozenset(user_keys))
+    return rung_config(ctx, 0, runner.Machine.detect())
+
+
+def task(cfg, ladder: str | None = None, overrides: list[str] = ()) -> int:
     from harness.analysis.diagnosis import diagnose
     from harness.commands.console import console
     from harness.commands.progress import RunProgress
 
     try:
-        settings = config_mod.from_dict(hydra_edge.plain_settings(cfg))
+        plain = hydra_edge.plain_settings(cfg)
+        settings = ladder_baseline(ladder, plain, list(overrides)) if ladder else config_mod.from_dict(plain)
         if settings.measure.mode != "train":
             raise ValueError("measure.mode is set by diagnose itself (loader, model, train); remove it")
         base = runner.ready(settings, console.print)
