@@ -28,7 +28,7 @@ SYNTHETIC_KINDS = ("volumes", "images", "tensors")
 # Harness settings a workload may hand to its model, loss or dataset (``model_settings: {ARG: SETTING}``); ``width``
 # is model.width times the size's width; data.patch_size is the sample's spatial sides (the size's, unless set).
 SETTING_SOURCES = ("width", "model.width", "model.mednext_size", "model.kernel_size", "model.deep_supervision",
-                   "model.depth", "data.patch_size")
+                   "model.depth", "model.features", "data.patch_size")
 TARGET_NODES = ("model", "loss", "optimizer", "dataset")  # the _target_ nodes, free-form below their name
 OPEN_NODES = TARGET_NODES + ("model_settings", "loss_settings", "dataset_settings", "sizes")
 NOT_HASHED_FIELDS = ("description",)  # words only: two specs that differ only here measure the same thing
