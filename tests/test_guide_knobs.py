@@ -80,7 +80,8 @@ def test_periodic_work_is_nothing_unless_asked_and_acts_every_n_steps(monkeypatc
 
 def test_a_run_with_cleanup_and_visualisation_every_step_is_measured(results):
     out = harness_cli("run", "memory_cleanup_every_n_steps=1", "visualize_every_n_steps=1",
-                      "float32_matmul_precision=high", "measure.steps=2", "measure.warmup_steps=1", f"results_dir={results}")
+                      "float32_matmul_precision=high", "measure.steps=2", "measure.warmup_steps=1",
+                      f"results_dir={results}")
     assert out.returncode == 0, out.stdout + out.stderr
     from harness.store import load_runs
 
@@ -140,7 +141,8 @@ def test_storage_cost_waits_per_item_and_drops_the_items_files_from_the_page_cac
         (tmp_path / f"{i}.bin").write_bytes(b"x" * 4096)
         files.append([str(tmp_path / f"{i}.bin")])
     dropped = []
-    monkeypatch.setattr(os, "posix_fadvise", lambda fd, off, n, advice: dropped.append((os.readlink(f"/proc/self/fd/{fd}"), advice)))
+    monkeypatch.setattr(os, "posix_fadvise",
+                        lambda fd, off, n, advice: dropped.append((os.readlink(f"/proc/self/fd/{fd}"), advice)))
     cost = data.StorageCost(list(range(5)), 0.02, files)
     start = time.monotonic()
     assert [cost[i] for i in range(3)] == [0, 1, 2] and len(cost) == 5

@@ -58,8 +58,8 @@ def task(cfg, ladder: str | None = None, overrides: list[str] = ()) -> int:
         part = copy.deepcopy(base)
         part.measure.mode = mode
         with RunProgress(console, f"[{rung + 1}/3] {label}") as progress:
-            record = runner.run_and_store(part, env, key, progress.update, sweep_id=diag_id, ladder="diagnose", rung=rung,
-                                          change=f"measure.mode={mode}", round=0)
+            record = runner.run_and_store(part, env, key, progress.update, sweep_id=diag_id, ladder="diagnose",
+                                          rung=rung, change=f"measure.mode={mode}", round=0)
         console.print(f"[{rung + 1}/3] {label}: {record.status}"
                       + (f", {record.samples_per_s / part.batch_size:.2f} batches/s" if record.status == "ok" else
                          f" {(record.error or '').strip().splitlines()[-1:]}"))

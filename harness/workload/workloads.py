@@ -162,7 +162,9 @@ def builtin(name: str) -> WorkloadSpec:
 
 def is_builtin(spec: WorkloadSpec) -> bool:
     """Whether ``spec`` is a shipped workload exactly as shipped (its name alone then says what it measures)."""
-    return spec.name in available() and spec.hashed() == dataclasses.replace(_builtin(spec.name), source_sha=spec.source_sha).hashed()
+    if spec.name not in available():
+        return False
+    return spec.hashed() == dataclasses.replace(_builtin(spec.name), source_sha=spec.source_sha).hashed()
 
 
 def target_of(node: Any) -> str:
