@@ -48,7 +48,8 @@ def test_a_worker_takes_data_wait_off_a_data_bound_loop(results):
     waits = {}
     for workers in (0, 1):
         cfg = tiny_config(data__source="disk", data__cache="none", data__augment="heavy", model__width=0.5,
-                          data__num_workers=workers, measure__steps=8, measure__warmup_steps=2, results_dir=str(results))
+                          data__num_workers=workers, measure__steps=8, measure__warmup_steps=2,
+                          results_dir=str(results))
         runner.prepare_data(cfg, log=lambda *_: None)
         env, key = runner.environment(cfg.device)
         record = runner.run_and_store(cfg, env, key)
