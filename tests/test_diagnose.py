@@ -64,7 +64,7 @@ def test_a_worker_takes_data_wait_off_a_data_bound_loop(results):
 
 A100_LADDERS = ("a100_volume", "a100_option_a", "a100_option_b", "a100_option_c")
 SITUATION = ("batch_size", "data.num_workers", "data.prefetch_factor", "data.persistent_workers", "data.source",
-             "data.cache", "data.page_cache", "data.read_latency_ms", "data.patch_size")
+             "data.cache", "data.page_cache", "data.read_latency_ms", "data.patch_size", "cpus")
 
 
 def test_the_a100_ladders_start_from_one_situation_with_storage_far_slower_than_the_step():
@@ -77,7 +77,8 @@ def test_the_a100_ladders_start_from_one_situation_with_storage_far_slower_than_
         # the guide's start: batch 1, one worker prefetching one batch, every item read from storage
         assert (start["batch_size"], start["data.num_workers"], start["data.prefetch_factor"]) == (1, 1, 1)
         assert (start["data.source"], start["data.cache"], start["data.page_cache"]) == ("disk", "none", "drop")
-    assert ladder_mod.load("a100_volume").settings(0, "smoke")["data.read_latency_ms"] == 1000
+    smoke = ladder_mod.load("a100_volume").settings(0, "smoke")
+    assert smoke["data.read_latency_ms"] == 2000 and smoke["cpus"] == 1  # one compute thread: a short, steady step
 
 
 def test_diagnose_takes_a_ladders_baseline_with_the_users_overrides_on_top(tmp_path):
@@ -100,7 +101,7 @@ def test_diagnose_with_an_unknown_ladder_names_it_and_exits_2(results):
 @pytest.mark.slow
 @pytest.mark.parametrize("ladder", ["a100_volume", "a100_option_a"])
 def test_the_a100_ladders_baseline_is_data_bound_as_the_guides_was(ladder, results):
-    # the guide: an 18 s step of which 15-17 s wait for data; here the storage wait is ~10x the CPU's step
+    # the guide: an 18 s step of which 15-17 s wait for data; here the storage wait is ~10x the CPU's model step
     out = harness_cli("diagnose", f"+ladder={ladder}", f"results_dir={results}")
     assert out.returncode == 0, out.stdout + out.stderr
     assert "data-bound: the loader delivers" in out.stdout
