@@ -138,7 +138,7 @@ def test_the_table_shows_scaling_efficiency_on_rungs_that_change_devices(results
     table = table_mod.build_table(load_runs(results), "s")
     assert [r.scaling_efficiency for r in table.rows] == [None, pytest.approx(0.9), None]
     text = render.to_markdown(table)
-    assert "| x previous [95% band] | E(N) | step ms p50/p90 |" in text
+    assert "| x previous [95% band] | compute x previous | E(N) | step ms p50/p90 |" in text
     assert "| 1 | devices=2 | 18.00" in text and "| 90% |" in text
     assert "E(N) = X(N) / (N x X(1))" in text
     assert "E(N)" in render.to_csv(table).splitlines()[0]
@@ -148,7 +148,7 @@ def test_tables_without_device_rungs_keep_their_columns(results):
     _rung(results, 0, "", 10.0, 1)
     _rung(results, 1, "precision=bf16-mixed", 12.0, 1)
     text = render.to_markdown(table_mod.build_table(load_runs(results), "s"))
-    assert "| E(N) |" not in text and "| x previous [95% band] | step ms p50/p90 |" in text
+    assert "| E(N) |" not in text and "| x previous [95% band] | compute x previous | step ms p50/p90 |" in text
 
 
 def test_the_parent_samples_every_ranks_gpu(tmp_path, monkeypatch):

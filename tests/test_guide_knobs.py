@@ -9,8 +9,9 @@ import torch
 from harness import config as config_mod
 from tests.conftest import TINY_MODEL_ARGS, harness_cli, tiny_config, tiny_model_config
 
-NEW_KEYS = {"cudnn_deterministic": True, "model.depth": 4, "cpus": 1, "data.read_latency_ms": 5.0, "val.every_n_steps": 10,
-            "float32_matmul_precision": "medium", "memory_cleanup_every_n_steps": 30, "visualize_every_n_steps": 100}
+NEW_KEYS = {"cudnn_deterministic": True, "model.depth": 4, "cpus": 1, "data.read_latency_ms": 5.0,
+            "val.every_n_steps": 10, "float32_matmul_precision": "medium", "memory_cleanup_every_n_steps": 30,
+            "visualize_every_n_steps": 100, "model.features": [32, 64, 128, 256, 512, 32]}
 
 
 @pytest.mark.parametrize("key,value", NEW_KEYS.items())
@@ -27,7 +28,8 @@ def test_a_new_knob_at_its_default_keeps_every_hash_and_set_changes_it(key, valu
 
 
 @pytest.mark.parametrize("overrides,message", [
-    ({"float32_matmul_precision": "low"}, r"unknown float32_matmul_precision 'low'.*Valid choices: high, highest, medium"),
+    ({"float32_matmul_precision": "low"},
+     r"unknown float32_matmul_precision 'low'.*Valid choices: high, highest, medium"),
     ({"float32_matmul_precision": "high", "tf32": True},
      r"float32_matmul_precision=high and tf32=true both set the matmul precision: choose one"),
     ({"memory_cleanup_every_n_steps": -1}, r"memory_cleanup_every_n_steps=-1 must be 0 \(never\) or a positive"),
@@ -109,6 +111,25 @@ def test_unet_depth_removes_the_deepest_levels_and_other_models_skip_it():
         tiny_config(model__depth=7)
 
 
+def test_basic_unet_features_are_the_connectomics_filters_scaled_by_width_and_other_models_skip_them():
+    from harness.workload.build import build_model
+
+    def channels(net):
+        return [m.out_channels for m in net.modules() if isinstance(m, torch.nn.Conv3d)]
+
+    filters = [32, 64, 128, 256, 512, 32]
+    cfg = tiny_config(workload="basic_unet3d", model__features=filters, model__width=0.5)
+    assert config_mod.not_applicable(cfg) == "" and config_mod.measured_settings(cfg)["model.features"] == filters
+    width = cfg.model.width * cfg.workload.sizes[cfg.size].width  # the size preset's width times model.width
+    assert max(channels(build_model(cfg))) == max(4, int(round(512 * width / 4)) * 4)
+    assert max(channels(build_model(tiny_config(workload="basic_unet3d", model__width=0.5)))) == \
+        max(4, int(round(256 * width / 4)) * 4)  # MONAI's own features without the setting
+    assert config_mod.not_applicable(tiny_config(model__features=filters)).startswith(
+        "model.features=[32, 64, 128, 256, 512, 32] needs a model that takes features: workload 'unet3d'")
+    with pytest.raises(ValueError, match=r"model.features=\[32, 64\] is not valid: BasicUNet takes six positive"):
+        tiny_config(workload="basic_unet3d", model__features=[32, 64])
+
+
 def test_storage_cost_waits_per_item_and_drops_the_items_files_from_the_page_cache(tmp_path, monkeypatch):
     import os
     import time
@@ -120,7 +141,8 @@ def test_storage_cost_waits_per_item_and_drops_the_items_files_from_the_page_cac
         (tmp_path / f"{i}.bin").write_bytes(b"x" * 4096)
         files.append([str(tmp_path / f"{i}.bin")])
     dropped = []
-    monkeypatch.setattr(os, "posix_fadvise", lambda fd, off, n, advice: dropped.append((os.readlink(f"/proc/self/fd/{fd}"), advice)))
+    monkeypatch.setattr(os, "posix_fadvise",
+                        lambda fd, off, n, advice: dropped.append((os.readlink(f"/proc/self/fd/{fd}"), advice)))
     cost = data.StorageCost(list(range(5)), 0.02, files)
     start = time.monotonic()
     assert [cost[i] for i in range(3)] == [0, 1, 2] and len(cost) == 5

@@ -51,7 +51,8 @@ def test_channels_last_2d_for_resnet():
     assert prep.model.conv1.weight.is_contiguous(memory_format=torch.channels_last)
 
 
-@pytest.mark.parametrize("precision,dtype", [("32", torch.float32), ("bf16-mixed", torch.bfloat16), ("16-mixed", torch.float16)])
+@pytest.mark.parametrize("precision,dtype", [("32", torch.float32), ("bf16-mixed", torch.bfloat16),
+                                             ("16-mixed", torch.float16)])
 def test_precision_sets_the_autocast_dtype_of_convolutions(precision, dtype):
     _, prep = _prepare(precision=precision)
     conv = next(m for m in prep.model.modules() if isinstance(m, torch.nn.Conv3d))
@@ -215,7 +216,7 @@ def test_loader_knobs_reach_the_dataloader():
     it = iter(loader)
     x, y = next(it)
     assert type(it).__name__ == "_MultiProcessingDataLoaderIter" and len(it._workers) == 2
-    assert x.shape == (3, 1, 32, 32, 32) and y.dtype == torch.int64
+    assert x.shape == (3, 1, 32, 32, 32) and y.dtype == torch.uint8
     del it
 
 

@@ -82,10 +82,12 @@ def verdicts_html(table: table_mod.SweepTable) -> str:
         return "<p>This ladder makes no claims to check.</p>"
     body = ""
     for r in claimed:
-        measured = ("not measured (" + r.status + ")" if r.x_previous is None else
-                    f"{r.x_previous.value:.2f}x [{r.x_previous.low:.2f}-{r.x_previous.high:.2f}]")
+        shown = r.component_measured or r.x_previous  # a claim about one part is judged on that part's ratio
+        measured = ("not measured (" + r.status + ")" if shown is None else
+                    f"{shown.value:.2f}x [{shown.low:.2f}-{shown.high:.2f}]"
+                    + (f" ({r.claim_component})" if r.component_measured else ""))
         verdict = r.verdict or "no verdict"
-        body += (f"<tr><td class='num'>{r.rung}</td><td>{_esc(r.change)}</td><td>{_esc(r.claim)}</td>"
+        body += (f"<tr><td class='num'>{r.rung}</td><td>{_esc(r.change)}</td><td>{_esc(render.claim_text(r))}</td>"
                  f"<td>{_esc(measured)}</td><td class='{_verdict_class(r.verdict)}'>{_esc(verdict)}</td>"
                  f"<td>{_esc(r.claim_source)}</td></tr>")
     if table.total_claim:

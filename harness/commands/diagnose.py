@@ -1,7 +1,8 @@
-"""``python -m harness diagnose [overrides]``: measure the loader alone, the model alone and the full
-step for the same settings, each in its own process, store the three records (as a sweep with
+"""``python -m harness diagnose [+ladder=NAME] [overrides]``: measure the loader alone, the model alone and the
+full step for the same settings, each in its own process, store the three records (as a sweep with
 ladder ``diagnose``, so they can be tabled and plotted), and print the verdict, with the complete
-commands to try next (the same overrides and ``--config-dir`` as given).
+commands to try next (the same overrides and ``--config-dir`` as given). With ``+ladder=NAME`` the settings
+are that ladder's baseline (rung 0, as a sweep of it would run it here), the overrides on top.
 """
 
 from __future__ import annotations
@@ -21,10 +22,26 @@ PARTS = (("loader", "loader alone (no model)"), ("model", "model alone (one batc
 
 
 def main(command: str, argv: list[str]) -> int:
-    return hydra_edge.hydra_app(argv, lambda cfg: task(cfg, argv))
+    from harness.commands.sweep import split_ladder
+
+    name, overrides = split_ladder(argv)
+    return hydra_edge.hydra_app(overrides, lambda cfg: task(cfg, name, overrides))
 
 
-def task(cfg, argv: list[str] | None = None) -> int:
+def ladder_baseline(name: str, settings: dict, overrides: list[str]) -> config_mod.RunConfig:
+    """The settings of ladder ``name``'s baseline on this machine, with the user's overrides winning (ValueError
+    for an unknown ladder)."""
+    from harness.sweeps import ladder as ladder_mod
+    from harness.sweeps.rungs import SweepContext, rung_config
+
+    lad = ladder_mod.load(name, settings.get("results_dir", "results"))
+    given = set(map(hydra_edge.given_key, overrides))
+    user_keys = {k for k in map(hydra_edge.override_key, overrides) if k} | ({"workload"} & given)
+    ctx = SweepContext(sweep_id="", ladder=lad, settings=settings, user_keys=frozenset(user_keys))
+    return rung_config(ctx, 0, runner.Machine.detect())
+
+
+def task(cfg, ladder: str | None = None, overrides: list[str] = ()) -> int:
     from harness.analysis.diagnosis import diagnose
     from harness.commands.console import console, refuse
     from harness.commands.progress import RunProgress
@@ -32,7 +49,8 @@ def task(cfg, argv: list[str] | None = None) -> int:
     from harness.workload import targets
 
     try:
-        settings = config_mod.from_dict(hydra_edge.plain_settings(cfg))
+        plain = hydra_edge.plain_settings(cfg)
+        settings = ladder_baseline(ladder, plain, list(overrides)) if ladder else config_mod.from_dict(plain)
         if settings.measure.mode != "train":
             raise ValueError("measure.mode is set by diagnose itself (loader, model, train); remove it")
         check_writable(settings.results_dir, "`python -m harness diagnose`")
@@ -53,10 +71,11 @@ def task(cfg, argv: list[str] | None = None) -> int:
                       + (f", {record.samples_per_s / part.batch_size:.2f} batches/s" if record.status == "ok" else
                          f" {(record.error or '').strip().splitlines()[-1:]}"))
         records[mode] = {**record.__dict__, "batch_size": part.batch_size}
-    given = list(argv or [])
+    given = list(overrides)
     result = diagnose(records["loader"], records["model"], records["train"], base.device, base.data.num_workers,
                       _disk_uncached(base), data_knobs(base), NextCommands(given, base),
-                      again=shell.command("diagnose", *shell.without(given, ["measure.steps"]),
+                      again=shell.command("diagnose", *([f"+ladder={ladder}"] if ladder else []),
+                                          *shell.without(given, ["measure.steps"]),
                                           f"measure.steps={2 * base.measure.steps}"))
     for note in result.notes:
         console.print(f"[yellow]note:[/] {escape(note)}", soft_wrap=True)

@@ -39,6 +39,7 @@ class ModelConfig:
     mednext_size: str = "S"
     kernel_size: int = 3
     depth: Optional[int] = None  # UNet levels (None: the workload's own, 5 for unet3d); "4 levels instead of 5"
+    features: Optional[List[int]] = None  # BasicUNet's six feature counts before model.width (None: MONAI's own)
 
 
 @dataclass

@@ -131,6 +131,9 @@ def _validate_model(model: ModelConfig, workload: WorkloadSpec) -> None:
         raise ValueError(f"model.depth={model.depth} is not valid: a UNet of 2 to 5 levels (null: the workload's "
                          "own)")
     _positive(model, "model.", "width")
+    if model.features is not None and (len(model.features) != 6 or min(model.features) < 1):
+        raise ValueError(f"model.features={model.features} is not valid: BasicUNet takes six positive feature counts "
+                         "(five levels down, then the last level up), e.g. [32,64,128,256,512,32]")
     if model.deep_supervision and not workload.deep_supervision:
         supported = [n for n in workloads_mod.available() if workloads_mod.builtin(n).deep_supervision]
         raise ValueError(f"model.deep_supervision=true is not available for workload {workload.name!r}; it is for: "

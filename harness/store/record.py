@@ -64,11 +64,16 @@ class RunRecord:
     claim_high: float | None = None
     claim_label: str = ""
     claim_source: str = ""
+    # the part of the step the rung's claim is about: "" the whole step; data, compute or validation (a guide's
+    # "2-3x in data loading", "1.5x on matmul", "2x during validation"); "" in older records
+    claim_component: str = ""
     total_claim_low: float | None = None
     total_claim_high: float | None = None
     total_claim_label: str = ""
     total_claim_source: str = ""
-    group_claims_json: str = ""  # [{first, last, low, high, label, source}]: claims over several rungs together
+    # [{first, last, low, high, label, source[, component]}]: claims over several rungs together; a claim with no
+    # figure ("minor") has a label and null low/high, as claim_low/claim_high are empty beside claim_label
+    group_claims_json: str = ""
     ladder_sha: str = ""  # sha256 (16 hex) of conf/ladder/NAME.yaml's text when the sweep ran
     # units of throughput and model cost
     unit: str = ""  # what units_per_s counts: "voxels" or "images"

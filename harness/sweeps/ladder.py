@@ -24,18 +24,35 @@ USER_LADDERS = "ladders"  # <results_dir>/ladders/: ladders this machine wrote (
 SIZE_NAMES = ("full", "smoke")
 LADDER_FIELDS = {"description", "guide", "workload", "base", "rungs", "total_claim", "total_source", "group_claims",
                  "stop_on_oom", "cap_workers_at_cpus", "notes"}
-GROUP_FIELDS = {"rungs", "claim", "source"}
+GROUP_FIELDS = {"rungs", "claim", "source", "component"}
+RUNG_FIELDS = {"set", "claim", "source", "note", "component"}
+# What a claim may be about besides the whole step: a guide's "2-3x in data loading" is judged on the loader, its
+# "1.5x on matmul" on the device's (or, on a CPU, the host's) compute, its "2x during validation" on the validation
+# passes (harness.analysis.components measures each).
+COMPONENTS = ("data", "compute", "validation")
 
 
 @dataclass(frozen=True)
 class Claim:
-    """A guide's claimed speedup range for a change (x, relative to the rung before or the baseline)."""
+    """A guide's claimed speedup range for a change (x, relative to the rung before or the baseline).
 
-    low: float
-    high: float
+    ``low``/``high`` are None for a claim with no figure (the connectomics guide's "minor speedup"): its ``word``
+    is the label, and the table reports what was measured without a verdict. ``component`` ("" for the whole
+    step) names the part of the step the claim is about (:data:`COMPONENTS`)."""
+
+    low: float | None
+    high: float | None
     source: str
+    component: str = ""
+    word: str = ""
+
+    @property
+    def has_figure(self) -> bool:
+        return self.low is not None
 
     def label(self) -> str:
+        if not self.has_figure:
+            return self.word
         return f"{self.low:g}x" if self.low == self.high else f"{self.low:g}-{self.high:g}x"
 
 
@@ -146,17 +163,22 @@ def group_claims_json(groups: tuple[GroupClaim, ...]) -> str:
     if not groups:
         return ""
     return json.dumps([{"first": g.first, "last": g.last, "low": g.claim.low, "high": g.claim.high,
-                        "label": g.claim.label(), "source": g.claim.source} for g in groups])
+                        "label": g.claim.label(), "source": g.claim.source,
+                        **({"component": g.claim.component} if g.claim.component else {})} for g in groups])
 
 
 def claim_fields(ladder: Ladder, rung: int) -> dict[str, Any]:
-    """The RunRecord columns that carry a rung's claim and the ladder's total and group claims (store schema 2-4)."""
+    """The RunRecord columns that carry a rung's claim and the ladder's total and group claims (store schema 2-4);
+    a claim with no figure has a label and no low/high, and ``claim_component`` names a claim's part of the step."""
     fields: dict[str, Any] = {"ladder_sha": _sha(Path(ladder.path)) if ladder.path else file_sha(ladder.name),
                               "group_claims_json": group_claims_json(ladder.group_claims)}
     for prefix, claim in (("claim", ladder.rungs[rung].claim), ("total_claim", ladder.total_claim)):
         if claim is not None:
             fields.update({f"{prefix}_low": claim.low, f"{prefix}_high": claim.high,
                            f"{prefix}_label": claim.label(), f"{prefix}_source": claim.source})
+    claim = ladder.rungs[rung].claim
+    if claim is not None and claim.component:
+        fields["claim_component"] = claim.component
     return fields
 
 
@@ -207,12 +229,18 @@ def parse(name: str, raw: dict[str, Any]) -> Ladder:
         cap_workers_at_cpus=bool(raw.get("cap_workers_at_cpus", False)),
         notes=tuple(raw.get("notes", ()) or ()),
     )
+    if ladder.total_claim is not None and not ladder.total_claim.has_figure:
+        raise ValueError(f"ladder {name!r}: total_claim {ladder.total_claim.word!r} has no figure; a total is "
+                         "judged against [LOW, HIGH] (a claim with no figure belongs to a rung or a group)")
     _check_one_change_each(ladder)
     return ladder
 
 
 def _parse_rung(name: str, index: int, entry: Any) -> Rung:
     change = entry.get("set") if isinstance(entry, dict) else None
+    unknown = set(entry) - RUNG_FIELDS if isinstance(entry, dict) else set()
+    if unknown:
+        raise unknown_choice(f"field of rung {index} in ladder {name!r}:", sorted(unknown)[0], RUNG_FIELDS)
     if not isinstance(change, dict) or len(change) != 1:
         n = len(change) if isinstance(change, dict) else 0
         raise ValueError(
@@ -221,8 +249,8 @@ def _parse_rung(name: str, index: int, entry: Any) -> Rung:
         )
     (key, value), = change.items()
     config_mod.check_key(key)
-    return Rung(index=index, key=key, value=value, claim=_parse_claim(entry.get("claim"), entry.get("source", "")),
-                note=str(entry.get("note", "")))
+    claim = _parse_claim(entry.get("claim"), entry.get("source", ""), _component(name, entry))
+    return Rung(index=index, key=key, value=value, claim=claim, note=str(entry.get("note", "")))
 
 
 def _parse_group(name: str, n_rungs: int, entry: Any) -> GroupClaim:
@@ -240,14 +268,32 @@ def _parse_group(name: str, n_rungs: int, entry: Any) -> GroupClaim:
                          f"numbers with 1 <= FIRST < LAST <= {n_rungs} (the ladder's rungs)")
     if entry.get("claim") is None:
         raise ValueError(f"ladder {name!r}: group claim over rungs {span} has no claim: [LOW, HIGH]")
-    return GroupClaim(first=span[0], last=span[1], claim=_parse_claim(entry["claim"], entry.get("source", "")))
+    claim = _parse_claim(entry["claim"], entry.get("source", ""), _component(name, entry))
+    return GroupClaim(first=span[0], last=span[1], claim=claim)
 
 
-def _parse_claim(claim: Any, source: str) -> Claim | None:
+def _component(name: str, entry: dict) -> str:
+    """The part of the step a claim is about ("" for the whole step), one of :data:`COMPONENTS`."""
+    component = entry.get("component")
+    if component is None:
+        return ""
+    if component not in COMPONENTS:
+        raise unknown_choice(f"claim component in ladder {name!r}:", str(component), COMPONENTS)
+    if entry.get("claim") is None:
+        raise ValueError(f"ladder {name!r}: component {component!r} without a claim; give claim: [LOW, HIGH] too")
+    return str(component)
+
+
+def _parse_claim(claim: Any, source: str, component: str = "") -> Claim | None:
+    """``[LOW, HIGH]``, one number, or a word for a claim with no figure (``minor``)."""
     if claim is None:
         return None
+    if isinstance(claim, str):
+        if not claim.strip():
+            raise ValueError("a claim with no figure needs the guide's word for it (e.g. claim: minor), not ''")
+        return Claim(low=None, high=None, source=str(source), component=component, word=claim.strip())
     low, high = (claim, claim) if isinstance(claim, (int, float)) else (claim[0], claim[-1])
-    return Claim(low=float(low), high=float(high), source=str(source))
+    return Claim(low=float(low), high=float(high), source=str(source), component=component)
 
 
 def _check_one_change_each(ladder: Ladder) -> None:

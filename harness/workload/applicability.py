@@ -169,6 +169,9 @@ def _workload_conflicts(cfg: RunConfig) -> list[str]:
     if cfg.model.depth is not None and "model.depth" not in spec.model_settings.values():
         reasons.append(f"model.depth={cfg.model.depth} needs a model that takes a depth: workload {spec.name!r} "
                        "hands none to its model (model_settings: {ARG: model.depth} does; unet3d takes it)")
+    if cfg.model.features is not None and "model.features" not in spec.model_settings.values():
+        reasons.append(f"model.features={cfg.model.features} needs a model that takes features: workload "
+                       f"{spec.name!r} hands none to its model (basic_unet3d takes them)")
     if cfg.model.width != 1.0 and "width" not in spec.model_settings.values():
         reasons.append(f"model.width={cfg.model.width:g} needs a model that takes a width: workload {spec.name!r} "
                        "hands none to its model (model_settings: {ARG: width} does)")
