@@ -128,7 +128,7 @@ def build_table(frame, sweep: str = "latest", results_dir: str = "results") -> S
 def workload_name(record) -> str:
     """A sweep's workload as its table, plots, comparisons and report name it: the name, or for the inline
     ``custom`` workload the model it measured (``custom: pkg.module.Class``)."""
-    from harness.workload.workloads import display_name_of_record  # plain YAML and strings, no torch
+    from harness.names import display_name_of_record
 
     return display_name_of_record(str(record["workload"]), record.get("config_json"))
 

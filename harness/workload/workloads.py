@@ -19,6 +19,7 @@ from typing import Any, Dict, List, Optional
 import yaml
 
 from harness.registry import check_choice, unknown_choice
+from harness.names import CUSTOM, display_name, display_name_of_record, target_of  # noqa: F401  (found here too)
 
 WORKLOAD_DIR = Path(__file__).resolve().parent.parent.parent / "conf" / "workload"
 TARGET_KINDS = ("class", "segmentation", "regression")
@@ -166,31 +167,3 @@ def is_builtin(spec: WorkloadSpec) -> bool:
         return False
     return spec.hashed() == dataclasses.replace(_builtin(spec.name), source_sha=spec.source_sha).hashed()
 
-
-def target_of(node: Any) -> str:
-    """The ``_target_`` of a node ("" when it has none or it is still ``???``)."""
-    target = node.get("_target_") if isinstance(node, dict) else None
-    return "" if target in (None, "???") else str(target)
-
-
-CUSTOM = "custom"  # the inline workload: its name says nothing of what it measures
-
-
-def display_name(name: str, model: Any = None) -> str:
-    """A workload as people read it: its name, or for ``custom`` the model it measures
-    (``custom: monai.networks.nets.SegResNet``)."""
-    target = target_of(model)
-    return f"{name}: {target}" if name == CUSTOM and target else name
-
-
-def display_name_of_record(name: str, config_json: str | None) -> str:
-    """:func:`display_name` of a stored record (its ``workload`` and ``config_json`` columns)."""
-    import json
-
-    if name != CUSTOM or not config_json:
-        return name
-    try:
-        model = (json.loads(config_json).get("workload") or {}).get("model")
-    except (ValueError, AttributeError):  # a record whose settings do not read: its name still does
-        return name
-    return display_name(name, model)
