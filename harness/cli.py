@@ -2,10 +2,11 @@
 
 ``run``, ``sweep``, ``diagnose``, ``noise`` and ``climb`` take Hydra overrides (``key=value``, composed in
 ``harness.commands.hydra_edge``); the analysis commands (``table``, ``plot``, ``compare``, ``report``,
-``profile``, ``baseline``, ``check``) and ``store`` take ordinary flags (the shared ones in
+``profile``, ``baseline``, ``check``, ``history``) and ``store`` take ordinary flags (the shared ones in
 ``harness.commands.common_args``), read the store alone through plain functions of ``harness.analysis``, and
-never import torch or Hydra. Every command module is in ``harness.commands`` and has
-``main(command, argv) -> exit code``.
+never import torch or Hydra. ``check --against REF`` is the exception: it measures, each run a fresh
+``python -m harness run`` in REF's tree or the working tree (``harness.commands.against``).
+Every command module is in ``harness.commands`` and has ``main(command, argv) -> exit code``.
 """
 
 from __future__ import annotations

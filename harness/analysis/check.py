@@ -208,7 +208,7 @@ class Comparison:
     ratio: float | None = None  # throughput current/baseline; >1 is faster
     ci_low: float | None = None
     ci_high: float | None = None
-    p_value: float | None = None  # one-sided, "current is slower", before Holm
+    p_value: float | None = None  # one-sided, before Holm: "slower" (across sessions: "slower beyond the threshold")
     mem_ratio: float | None = None  # peak memory current/baseline; >1 is more
     threshold: float = 0.0
     mem_threshold: float = 0.0

@@ -152,7 +152,8 @@ def _one_config_a_pair(records: pd.DataFrame) -> pd.DataFrame:
 
 
 def _config(config: str, hw: str, group: pd.DataFrame, names: dict[str, list[str]]) -> ConfigHistory:
-    first = group.sort_values("timestamp").iloc[-1]
+    ok = group[group["status"] == "ok"]
+    first = (ok if len(ok) else group).sort_values("timestamp").iloc[-1]  # named as its newest ok run names it
     rung = first["rung"]
     history = ConfigHistory(config, hw, str(first["workload"]), str(first["ladder"]),
                             None if pd.isna(rung) else int(rung), str(first["change"]))

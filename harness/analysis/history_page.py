@@ -1,13 +1,15 @@
 """The history as one self-contained HTML page: an index, then per config a chart and a table (no torch).
 
 Charts are inline SVG drawn here (no plotting library, no script): sessions in time order along x, labelled
-with their date and commit; throughput with its 95% band up y; each gate's verdict marked above the session it
-judged (red: regressed, green: ok, orange: busy). Hovering a point or a mark shows its environment and numbers.
+with their date and commit; throughput with its 95% band up y, on a log scale; each gate's verdict marked above
+the session it judged (red: regressed, green: ok, orange: busy). Hovering a point or a mark shows its
+environment and numbers.
 """
 
 from __future__ import annotations
 
 import html
+import math
 import time
 
 from harness.analysis.history import ConfigHistory, History, Mark, Point
@@ -56,7 +58,7 @@ def page(history: History) -> str:
 
 def _legend() -> str:
     dots = "".join(f"<span><b style='color:{c}'>&#9679;</b> {_e(s)}</span>" for s, c in COLOURS.items())
-    marks = "".join(f"<span class='{d}'>&#9650; {d}</span>" for d in DECISION_COLOURS)
+    marks = "".join(f"<span class='{d}'>&#9660; {d}</span>" for d in DECISION_COLOURS)
     return f"<p class='legend meta'>{dots}{marks}<span>&#9711; saved as a baseline</span></p>"
 
 
@@ -79,12 +81,11 @@ def _index(history: History) -> str:
 
 
 def chart(config: ConfigHistory) -> str:
-    """One config's SVG: points with bands, sessions along x, verdict marks above the sessions they judged."""
+    """One config's SVG: points with bands on a log scale (ratios read as distances), sessions along x, verdict
+    marks above the sessions they judged. The scale follows the points; a band beyond it is cut at the edge."""
     points = config.points
-    values = [v for p in points for v in (p.low, p.high, p.samples_per_s) if v is not None] or [0.0, 1.0]
-    low, high = min(values), max(values)
-    pad = (high - low) * 0.1 or max(high * 0.05, 1e-9)
-    low, high = max(low - pad, 0.0), high + pad
+    values = [p.samples_per_s for p in points if p.samples_per_s] or [1.0]
+    low, high = math.log(min(values) / 1.25), math.log(max(values) * 1.25)
     plot_w, plot_h = WIDTH - LEFT - RIGHT, HEIGHT - TOP - BOTTOM
     step = plot_w / max(len(points), 1)
 
@@ -92,12 +93,12 @@ def chart(config: ConfigHistory) -> str:
         return LEFT + step * (i + 0.5)
 
     def y(v: float) -> float:
-        return TOP + plot_h * (1 - (v - low) / (high - low))
+        return TOP + plot_h * (1 - (min(max(math.log(v), low), high) - low) / (high - low))
 
     out = [f"<svg width='{WIDTH}' height='{HEIGHT}' viewBox='0 0 {WIDTH} {HEIGHT}' role='img'>",
-           f"<text x='{LEFT}' y='14'>samples/s</text>"]
+           f"<text x='{LEFT}' y='14'>samples/s (log scale)</text>"]
     for k in range(5):
-        v = low + (high - low) * k / 4
+        v = math.exp(low + (high - low) * k / 4)
         out.append(f"<line x1='{LEFT}' x2='{WIDTH - RIGHT}' y1='{y(v):.1f}' y2='{y(v):.1f}' stroke='#eee'/>"
                    f"<text x='{LEFT - 6}' y='{y(v) + 4:.1f}' text-anchor='end'>{v:.3g}</text>")
     out += [_point(p, x(i), y) for i, p in enumerate(points)]
