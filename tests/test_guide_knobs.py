@@ -188,7 +188,8 @@ def test_a_validation_pass_runs_eval_mode_under_inference_mode_and_returns_to_tr
 def test_a_run_with_a_validation_loop_is_measured(periodic_run):
     # the run's loop with a validation pass in it is tested here (in the shared run), the pass itself above
     val = json.loads(periodic_run["config_json"])["val"]
-    assert periodic_run["status"] == "ok" and (val["every_n_steps"], val["steps"], val["inference_mode"]) == (2, 1, True)
+    assert periodic_run["status"] == "ok"
+    assert (val["every_n_steps"], val["steps"], val["inference_mode"]) == (2, 1, True)
 
 
 def test_cpus_pins_the_process_to_its_first_n_cpus_and_more_than_there_are_is_skipped():
