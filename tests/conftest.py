@@ -7,6 +7,7 @@ import os
 import shutil
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -56,8 +57,8 @@ def pytest_collection_modifyitems(config, items):
     if not config.pluginmanager.hasplugin("timeout"):  # pytest-timeout is in the `test` extra; without it, no limit
         return
     for item in items:
-        if (item.get_closest_marker("slow") or item.get_closest_marker("gpu")) and not item.get_closest_marker(
-                "timeout"):
+        long = item.get_closest_marker("slow") or item.get_closest_marker("gpu")
+        if long and not item.get_closest_marker("timeout"):
             item.add_marker(pytest.mark.timeout(LONG_TIMEOUT_S))
 
 
@@ -72,11 +73,14 @@ def copy_store(source: Path, to: Path) -> Path:
     return to
 
 
+@dataclass(frozen=True)
 class Measured:
-    """A store measured once for the session, with what its command printed and the arguments it was given."""
+    """A store measured once for the session, what its command printed, and the command's arguments (results_dir
+    apart): a test that adds to the store runs them again on a copy."""
 
-    def __init__(self, results: Path, stdout: str, args: tuple[str, ...]):
-        self.results, self.stdout, self.args = results, stdout, args
+    results: Path
+    stdout: str
+    args: tuple[str, ...]
 
 
 def _measure_once(tmp_path_factory, name: str, *args: str) -> Measured:

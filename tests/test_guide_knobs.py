@@ -3,6 +3,8 @@ every N steps. Each validated with the bad value and the valid choices, hashed o
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 
@@ -78,15 +80,25 @@ def test_periodic_work_is_nothing_unless_asked_and_acts_every_n_steps(monkeypatc
     assert written == [("step000001.pt", (3, 4, 4)), ("step000003.pt", (3, 4, 4)), ("step000005.pt", (3, 4, 4))]
 
 
-def test_a_run_with_cleanup_and_visualisation_every_step_is_measured(results):
-    out = harness_cli("run", *TINY_MODEL_ARGS, "memory_cleanup_every_n_steps=1", "visualize_every_n_steps=1",
-                      "float32_matmul_precision=high", "measure.steps=2", "measure.warmup_steps=1",
-                      f"results_dir={results}")
-    assert out.returncode == 0, out.stdout + out.stderr
+@pytest.fixture(scope="module")
+def periodic_run(tmp_path_factory):
+    """ONE run of the tiny model with every periodic knob on (memory cleanup and a visualisation write every step, a
+    validation pass every 2), its output and its record: each knob's test reads it."""
     from harness.store import load_runs
 
-    record = load_runs(results).iloc[0]
+    results = tmp_path_factory.mktemp("periodic") / "results"
+    out = harness_cli("run", *TINY_MODEL_ARGS, "memory_cleanup_every_n_steps=1", "visualize_every_n_steps=1",
+                      "float32_matmul_precision=high", "val.every_n_steps=2", "val.steps=1", "val.inference_mode=true",
+                      "measure.steps=2", "measure.warmup_steps=1", f"results_dir={results}")
+    assert out.returncode == 0, out.stdout + out.stderr
+    return load_runs(results).iloc[0]
+
+
+def test_a_run_with_cleanup_and_visualisation_every_step_is_measured(periodic_run):
+    record = periodic_run
     assert record["status"] == "ok" and '"float32_matmul_precision": "high"' in record["backend_flags"]
+    settings = json.loads(record["config_json"])
+    assert (settings["memory_cleanup_every_n_steps"], settings["visualize_every_n_steps"]) == (1, 1)
 
 
 def test_a_bad_value_on_the_command_line_exits_2_without_a_traceback(results):
@@ -195,11 +207,11 @@ def test_a_validation_pass_runs_eval_mode_under_inference_mode_and_returns_to_tr
     assert seen == [(False, True), (False, True)] and prep.model.training
 
 
-def test_a_run_with_a_validation_loop_is_measured(results):
-    # the tiny model: the run's loop with a validation pass in it is tested here, the pass itself above
-    out = harness_cli("run", *TINY_MODEL_ARGS, "val.every_n_steps=2", "val.steps=1", "val.inference_mode=true",
-                      "measure.steps=2", "measure.warmup_steps=1", f"results_dir={results}")
-    assert out.returncode == 0, out.stdout + out.stderr
+def test_a_run_with_a_validation_loop_is_measured(periodic_run):
+    # the run's loop with a validation pass in it is tested here (in the shared run), the pass itself above
+    val = json.loads(periodic_run["config_json"])["val"]
+    assert periodic_run["status"] == "ok"
+    assert (val["every_n_steps"], val["steps"], val["inference_mode"]) == (2, 1, True)
 
 
 def test_cpus_pins_the_process_to_its_first_n_cpus_and_more_than_there_are_is_skipped():
