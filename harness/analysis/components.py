@@ -156,7 +156,7 @@ def _judge_row(row: RungRow, before: RungRow | None) -> None:
 
 
 def _judge_group(group: GroupRow, rows: list[RungRow]) -> None:
-    component = getattr(group, "component", "")
+    component = group.component
     if group.claim_range is None and group.measured is not None:
         group.verdict = measured_only(group.measured)
         return
