@@ -195,3 +195,20 @@ def test_a_bad_claim_is_refused_naming_it(entry, message):
 def test_a_total_claim_needs_a_figure():
     with pytest.raises(ValueError, match=r"total_claim 'minor' has no figure"):
         ladder_mod.parse("w", {"rungs": [{"set": {"batch_size": 4}}], "total_claim": "minor"})
+
+
+def test_records_written_before_claim_components_read_back_as_whole_step_claims(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from harness.store import load_runs, write_record
+
+    old = _record(1, samples_per_s=10, step_ms=100, change="batch_size=8", claim=(1.3, 1.5, "1.3-1.5x"))
+    frame = pd.DataFrame([{c: getattr(old, c) for c in COLUMNS if c != "claim_component"}])
+    (tmp_path / "runs").mkdir()
+    pq.write_table(pa.Table.from_pandas(frame, preserve_index=False), tmp_path / "runs" / "old.parquet")
+    new = _record(2, samples_per_s=20, step_ms=50, change="data.num_workers=4", claim=(2.0, 3.0, "2-3x"),
+                  component="data")
+    write_record(new, tmp_path)
+    got = load_runs(tmp_path).set_index("rung")["claim_component"].fillna("")
+    assert got[1] == "" and got[2] == "data"
