@@ -107,9 +107,9 @@ def test_a_ladder_in_a_config_folder_is_found_and_an_unknown_one_says_where_it_l
     (mine / "ladder").mkdir(parents=True)
     (mine / "ladder" / "two.yaml").write_text("workload: resnet50\nrungs:\n  - set: {channels_last: true}\n")
     # found: the sweep gets as far as checking the overrides against what the ladder varies
-    out, _ = _sweep(results, "--config-dir", str(mine), "+ladder=two", "channels_last=false")
+    out = _sweep(results, "--config-dir", str(mine), "+ladder=two", "channels_last=false")
     assert out.returncode == 2 and "channels_last is what ladder 'two' varies" in out.stderr
-    out, _ = _sweep(results, "--config-dir", str(mine), "+ladder=too")
+    out = _sweep(results, "--config-dir", str(mine), "+ladder=too")
     first = out.stderr.splitlines()[0]
     assert out.returncode == 2 and first.startswith("error: unknown ladder 'too'. Did you mean 'two'?")
     assert first.endswith(f"(looked in {REPO / 'conf' / 'ladder'}, {mine / 'ladder'}, {results / 'ladders'})")
