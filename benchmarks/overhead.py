@@ -394,7 +394,8 @@ def in_process(settings: list[str], rounds: int, harness_ms: list[float] | None 
             poller.wait()
 
 
-# A model so small (one 1x1 convolution, SGD) that a step is ~0.2 ms on a CPU: what the harness's loop adds per step stands out against it.
+# A model so small (one 1x1 convolution, SGD) that a step is ~0.2 ms on a CPU: what the harness's loop adds per
+# step stands out against it.
 TINY = [("workload", "custom"), ("workload.model._target_", "torch.nn.Conv1d"), ("workload.model.in_channels", 1),
         ("workload.model.out_channels", 2), ("workload.model.kernel_size", 1), ("workload.input_shape", [1, 8]),
         ("workload.target", "segmentation"), ("size", "smoke"), ("device", "cpu"), ("measure.mode", "model"),
@@ -488,7 +489,8 @@ def main(argv: list[str]) -> int:
                         help="rounds of the in-process comparison (0: none)")
     parser.add_argument("--inproc-steps", type=int, default=None,
                         help=f"measured steps a side of an in-process round (default: {BLOCK_STEPS}, 20 for others)")
-    parser.add_argument("--loop-rounds", type=int, default=20, help="rounds of the in-process loop-cost check (0: none)")
+    parser.add_argument("--loop-rounds", type=int, default=20,
+                        help="rounds of the in-process loop-cost check (0: none)")
     parser.add_argument("--loop-steps", type=int, default=2000, help="tiny-model steps per side of a loop-cost round")
     parser.add_argument("--as-users", action="store_true",
                         help="only the end-to-end comparison users make: `harness run` against a plain script of "

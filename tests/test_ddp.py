@@ -31,7 +31,7 @@ from tests.test_faults import TINY_RUN, _gone, _measuring_processes, _start_pare
 
 
 def test_single_device_config_hashes_are_what_they_were_before_devices_existed():
-    # computed by the code before issue 12 (commit 6698d18): stored caches and baselines stay valid
+    # computed by the code before DDP settings existed (commit 6698d18): stored caches and baselines stay valid
     assert config_mod.config_hash(tiny_config()) == "1c8d59cd6db787fc"
     assert config_mod.config_hash(tiny_config(workload="resnet50", precision="bf16-mixed")) == "b31edf66e6b2caae"
     assert config_mod.config_hash(tiny_config(data__num_workers=2, batch_size=4)) == "5d587d782f5e89a9"
