@@ -68,6 +68,16 @@ def is_config_dir(argument: tuple[str, ...]) -> bool:
     return argument[0].partition("=")[0] in CONFIG_DIR_FLAGS
 
 
+def config_dirs_of(argv: Iterable[str]) -> list[str]:
+    """The folders ``--config-dir DIR`` (``-cd DIR``, ``--config-dir=DIR``) name among the words of a command."""
+    out = []
+    for argument in arguments(argv):
+        if is_config_dir(argument):
+            folder = argument[1] if len(argument) > 1 else argument[0].partition("=")[2]
+            out += [folder] if folder else []
+    return out
+
+
 def select(argv: Iterable[str], keep: Callable[[str], bool], config_dirs: bool = True) -> list[str]:
     """The words of ``argv`` whose override key ``keep`` accepts, and the config folders (unless not wanted)."""
     out: list[str] = []

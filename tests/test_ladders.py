@@ -283,3 +283,9 @@ def test_the_a100_persistent_workers_rung_acts_in_the_gpu_runs_short_window_too(
 def test_the_scaling_ladders_ranks_load_their_batches_in_loader_workers():
     lad = ladder_mod.load("scaling")
     assert all(lad.settings(r.index, "full")["data.num_workers"] >= 4 for r in lad.rungs)
+
+
+def test_a_ladder_on_a_workload_of_a_users_config_folder_parses_without_that_folder():
+    # a climb writes such a ladder and checks it loads: the workload's own defaults matter only to workload.* rungs
+    lad = ladder_mod.parse("mine", {"workload": "tiny_net", "rungs": [{"set": {"channels_last": True}}]})
+    assert lad.workload == "tiny_net" and lad.rungs[1].key == "channels_last"

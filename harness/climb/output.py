@@ -157,8 +157,9 @@ def ladder_name(workload: WorkloadSpec, device: str, base: dict) -> str:
     return out
 
 
-def write_ladder(mapping: dict, name: str, results_dir: str) -> Path:
-    """Write ``<results_dir>/ladders/NAME.yaml`` atomically and check that it loads as a ladder."""
+def write_ladder(mapping: dict, name: str, results_dir: str, config_dirs: tuple[str, ...] = ()) -> Path:
+    """Write ``<results_dir>/ladders/NAME.yaml`` atomically and check that it loads as a ladder (its workload may
+    live in a config folder the climb was given: ``config_dirs``)."""
     import yaml
 
     folder = Path(results_dir) / ladder_mod.USER_LADDERS
@@ -166,7 +167,7 @@ def write_ladder(mapping: dict, name: str, results_dir: str) -> Path:
     path = folder / f"{name}.yaml"
     header = "# Written by `python -m harness climb`; a re-run of the climb rewrites it.\n"
     write_text_atomic(path, header + yaml.safe_dump(mapping, sort_keys=False, width=120), durable=True)
-    ladder_mod.load(name, results_dir)  # a ladder the climb writes must load: a bug here, not user input
+    ladder_mod.load(name, results_dir, config_dirs)  # a ladder the climb writes must load: a bug, not user input
     return path
 
 
@@ -187,7 +188,7 @@ def report(result: ClimbResult, settings: dict, start, env: dict, climb_id: str,
     own = not workloads_mod.is_builtin(start.workload)
     mapping = ladder_file(result, workload, base, climb_id, hardware, _workload_only(given) if own else None,
                           shown if shown != workload else "")
-    path = write_ladder(mapping, name, start.results_dir)
+    path = write_ladder(mapping, name, start.results_dir, tuple(shell.config_dirs_of(given or [])))
     print()
     print(f"#### climb {climb_id}: {shown} ({start.size}) on {hardware}")
     print()

@@ -302,7 +302,8 @@ def _check_one_change_each(ladder: Ladder) -> None:
         for r in ladder.rungs[1:]:
             before = ladder.settings(r.index - 1, size)
             defaults = config_mod.RunConfig()
-            config_mod.set_key(defaults, "workload", before["workload"])  # workload.* defaults are its own
+            if r.key.startswith("workload."):  # workload.* defaults are the workload's own
+                config_mod.set_key(defaults, "workload", before["workload"])
             previous = before.get(r.key, _default(defaults, r.key))
             if format_value(previous) == format_value(r.value_for(size)):
                 raise ValueError(
