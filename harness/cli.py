@@ -2,8 +2,10 @@
 
 ``run``, ``sweep``, ``diagnose``, ``noise`` and ``climb`` take Hydra overrides (``key=value``, composed in
 ``harness.commands.hydra_edge``); the analysis commands (``table``, ``plot``, ``compare``, ``report``,
-``baseline``, ``check``) and ``store`` take ordinary flags (the shared ones in ``harness.commands.common_args``),
-read the store alone through plain functions of ``harness.analysis``, and never import torch or Hydra.
+``profile``, ``baseline``, ``check``, ``history``) and ``store`` take ordinary flags (the shared ones in
+``harness.commands.common_args``), read the store alone through plain functions of ``harness.analysis``, and
+never import torch or Hydra. ``check --against REF`` is the exception: it measures, each run a fresh
+``python -m harness run`` in REF's tree or the working tree (``harness.commands.against``).
 Every command module is in ``harness.commands`` and has ``main(command, argv) -> exit code``.
 """
 
@@ -12,6 +14,8 @@ from __future__ import annotations
 import importlib
 import signal
 import sys
+
+from harness.commands import exit_codes
 
 COMMANDS = {
     "run": ("measure one short training run in its own process and store it", "harness.commands.run"),
@@ -26,8 +30,13 @@ COMMANDS = {
     "plot": ("draw a sweep's plots", "harness.commands.plot"),
     "compare": ("compare two or more sweeps side by side", "harness.commands.compare"),
     "report": ("write one self-contained HTML report of a sweep", "harness.commands.report"),
+    "profile": ("why a rung is slow: its profile, or what changed between two (sweeps run with profile.enabled=true)",
+                "harness.commands.profile"),
     "baseline": ("save or list baselines for regression checks", "harness.commands.baseline"),
-    "check": ("check a sweep against a baseline (exit 1 on regression)", "harness.commands.check"),
+    "check": ("check a sweep against a baseline, or the working tree against a commit (--against REF); "
+              "exit 1 on regression", "harness.commands.check"),
+    "history": ("write one HTML page of every config's throughput over commits and dates, with each gate's verdict",
+                "harness.commands.history"),
     "store": ("compact, inspect, verify or import into the results store (compact | info | verify | import)",
               "harness.commands.store"),
 }
@@ -36,13 +45,14 @@ MEASURING = ("run", "sweep", "diagnose", "noise", "climb")  # commands that star
 
 USAGE = "usage: python -m harness COMMAND [ARGS]\n\ncommands:\n" + "\n".join(
     f"  {name:<9} {text}" for name, (text, _) in COMMANDS.items()
-) + "\n\n`python -m harness run --help` shows the settings; analysis commands take --help too."
+) + "\n\n`python -m harness run --help` shows the settings; analysis commands take --help too.\n\n"
+HELP_FLAGS = ("-h", "--help")
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if not argv or argv[0] in ("-h", "--help", "help"):
-        print(USAGE)
+    if not argv or argv[0] in (*HELP_FLAGS, "help"):
+        print(USAGE + exit_codes.help_text())
         return 0
     command, rest = argv[0], argv[1:]
     if command not in COMMANDS:
@@ -78,10 +88,15 @@ def misplaced_climb_setting(command: str, argv: list[str]) -> str:
 def _measuring_command(module, command: str, rest: list[str]) -> int:
     """Commands that start measuring processes: an interruption kills them and says how to go on."""
     from harness.run import isolate
+    from harness.store import write
 
     previous = isolate.terminate_on_signals()
+    kept_before = len(write.KEPT_ELSEWHERE)  # main() may run several commands in one process (the tests do)
     try:
-        return module.main(command, rest)
+        code = module.main(command, rest)
+        if any(a in HELP_FLAGS for a in rest):
+            print("\n" + exit_codes.help_text())
+        return _kept_elsewhere(code, write.KEPT_ELSEWHERE[kept_before:])
     except (KeyboardInterrupt, isolate.Terminated) as exc:
         isolate.kill_live_children()
         signum = exc.signum if isinstance(exc, isolate.Terminated) else signal.SIGINT
@@ -89,9 +104,20 @@ def _measuring_command(module, command: str, rest: list[str]) -> int:
         print(f"\ninterrupted ({signal.Signals(signum).name}): the measuring process was stopped; every finished "
               f"measurement is stored. Run the same command to {'resume' if resumes else 'measure again'}.",
               file=sys.stderr)
-        return 128 + int(signum)
+        _kept_elsewhere(0, write.KEPT_ELSEWHERE[kept_before:])
+        return exit_codes.INTERRUPTED + int(signum)
     finally:
         isolate.restore_signals(previous)
+
+
+def _kept_elsewhere(code: int, kept: list[str]) -> int:
+    """``code``, or NOT_STORED when records of this command did not reach its results folder (``kept``: the commands
+    that put them back), said on stderr after everything else."""
+    if not kept:
+        return code
+    print(f"error: {len(kept)} record(s) did not reach the results folder (exit {exit_codes.NOT_STORED}); once there "
+          f"is room, put them back: {'; '.join(kept)}", file=sys.stderr)
+    return exit_codes.NOT_STORED
 
 
 def _quiet_store_warnings() -> None:

@@ -32,15 +32,17 @@ def unet3d(in_channels: int, out_channels: int, width: float = 1.0, num_res_unit
     )
 
 
-def basic_unet3d(in_channels: int, out_channels: int, width: float = 1.0) -> nn.Module:
-    """MONAI ``BasicUNet`` (two convolutions per level, no residual units)."""
+def basic_unet3d(in_channels: int, out_channels: int, width: float = 1.0,
+                 features: tuple[int, ...] | list[int] | None = None) -> nn.Module:
+    """MONAI ``BasicUNet`` (two convolutions per level, no residual units); ``features`` (six counts, None: MONAI's
+    default 32, 32, 64, 128, 256, 32) scaled by ``width``."""
     from monai.networks.nets import BasicUNet
 
     return BasicUNet(
         spatial_dims=3,
         in_channels=in_channels,
         out_channels=out_channels,
-        features=scaled(BASIC_UNET_FEATURES, width),
+        features=scaled(tuple(features) if features else BASIC_UNET_FEATURES, width),
     )
 
 

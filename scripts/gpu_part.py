@@ -1,16 +1,24 @@
-"""Helpers of scripts/gpu_measure.sh, so that every part fits one 10-minute command on a lent GPU.
+"""Helpers of scripts/gpu_measure.sh that run on the GPU machine, so that every part fits one 10-minute command.
 
+    python3 scripts/gpu_part.py ladder LADDER RUNGS ROUNDS SWEEP_ID [key=value ...]
+        Measure rungs RUNGS (``3`` or ``0-5``) of a ladder, for rounds ROUNDS (``0`` or ``1-2``), into the sweep
+        SWEEP_ID: the same settings, cache and failed-rung rules as `python -m harness sweep`, so rungs measured in
+        separate commands (each on a fresh machine) make one sweep once their records are in one results folder.
+        A rung this sweep already has for that round is kept (a part started again resumes), unless it ended
+        error or timeout. Exit 1 if a rung measured here ended otherwise than ok or skipped.
     python3 scripts/gpu_part.py rung LADDER RUNG SWEEP_ID [key=value ...]
-        Measure ONE rung of a ladder into the sweep SWEEP_ID: the same settings, cache and failed-rung rules
-        as `python -m harness sweep`, so rungs measured in separate commands (each on a fresh machine) make one
-        sweep once their records are put in one results folder. Exit 1 unless the rung ends ok or skipped.
+        The same for one rung, round 0.
     python3 scripts/gpu_part.py check RESULTS_DIR BEFORE_LIST
-        Exit 1 if a record written since BEFORE_LIST (file names present before the part) ended error,
-        timeout, nan or oom; print one line per record.
+        Exit 1 if a record written since BEFORE_LIST (the record files present before the part) ended error,
+        timeout, nan or oom, or was skipped because compile failed on the model (a harness or model problem, not a
+        knob that cannot act here); an injected fault, or the out-of-memory that ends a stop_on_oom ladder, is
+        what was asked for. One line per record; no record at all is not a failure.
 """
 
 from __future__ import annotations
 
+import json
+import re
 import sys
 from pathlib import Path
 
@@ -18,18 +26,56 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 FAILED = ("error", "timeout", "nan", "oom")
+RETRIED = ("error", "timeout")  # a rung that ended so is measured again when its part runs again
+COMPILE_FAILED = re.compile(r"compile=\S+ failed on this model")
 
 
-def rung(ladder_name: str, index: str, sweep_id: str, overrides: list[str]) -> int:
-    from harness import config as config_mod
-    from harness.sweeps import ladder as ladder_mod
+def span(text: str, what: str, limit: int | None = None) -> list[int]:
+    """``3`` or ``0-5`` as a list of whole numbers (ValueError naming the bad value and what is valid)."""
+    first, _, last = text.partition("-")
+    if not first.isdigit() or (last and not last.isdigit()) or int(last or first) < int(first):
+        raise ValueError(f"{what} {text!r} is not valid: give N or FIRST-LAST, e.g. 3 or 0-5")
+    values = list(range(int(first), int(last or first) + 1))
+    if limit is not None and values[-1] >= limit:
+        raise ValueError(f"{what} {text!r} is not valid: choose within 0..{limit - 1}")
+    return values
+
+
+def ladder(ladder_name: str, rungs_text: str, rounds_text: str, sweep_id: str, overrides: list[str]) -> int:
     from harness.run import runner
     from harness.sweeps import rungs as sweep_mod
 
+    ctx = _context(ladder_name, rungs_text, rounds_text, sweep_id, overrides)
+    rungs, rounds = span(rungs_text, "rungs", len(ctx.ladder.rungs)), span(rounds_text, "rounds")
+    machine = runner.Machine.detect()
+    for index in rungs:  # datasets before anything is timed
+        runner.prepare_data(sweep_mod.rung_config(ctx, index, machine))
+    code = 0
+    for round_ in rounds:
+        for index in rungs:
+            label = f"{ladder_name} rung {index}" + (f" round {round_}" if round_ else "")
+            if _kept(ctx, index, round_):
+                print(f"{label}: already measured in sweep {sweep_id}")
+                continue
+            outcome = sweep_mod.run_rung(ctx, index, round_, machine)
+            rec = outcome.record
+            if rec is None:
+                print(f"{label}: not run: {outcome.message}")
+                continue
+            tail = (rec.error or "").strip().splitlines()
+            speed = f" {rec.samples_per_s:.2f} samples/s" if rec.samples_per_s else ""
+            print(f"{label} ({rec.change or 'baseline'}): {rec.status} ({outcome.how}){speed}"
+                  + (f": {tail[-1][:200]}" if tail else ""), flush=True)
+            code |= rec.status not in ("ok", "skipped")
+    return code
+
+
+def _context(ladder_name: str, rungs_text: str, rounds_text: str, sweep_id: str, overrides: list[str]):
+    from harness import config as config_mod
+    from harness.sweeps import ladder as ladder_mod
+    from harness.sweeps import rungs as sweep_mod
+
     lad = ladder_mod.load(ladder_name)
-    rung_index = int(index)
-    if not 0 <= rung_index < len(lad.rungs):
-        raise ValueError(f"rung {rung_index} is not in ladder {ladder_name!r}: choose 0..{len(lad.rungs) - 1}")
     cfg = config_mod.RunConfig()
     keys = set()
     for item in overrides:
@@ -39,20 +85,21 @@ def rung(ladder_name: str, index: str, sweep_id: str, overrides: list[str]) -> i
     clash = sweep_mod.conflicts(lad, keys)
     if clash:
         raise ValueError(f"{clash} is what ladder {ladder_name!r} varies; remove the override")
-    ctx = sweep_mod.SweepContext(sweep_id=sweep_id, ladder=lad, settings=config_mod.to_dict(cfg),
-                                 user_keys=frozenset(keys))
-    machine = runner.Machine.detect()
-    runner.prepare_data(sweep_mod.rung_config(ctx, rung_index, machine))  # before anything is timed
-    outcome = sweep_mod.run_rung(ctx, rung_index, 0, machine)
-    rec = outcome.record
-    if rec is None:
-        print(f"{ladder_name} rung {rung_index}: not run: {outcome.message}")
-        return 0
-    tail = (rec.error or "").strip().splitlines()
-    speed = f" {rec.samples_per_s:.2f} samples/s" if rec.samples_per_s else ""
-    print(f"{ladder_name} rung {rung_index} ({rec.change or 'baseline'}): {rec.status} ({outcome.how}){speed}"
-          + (f": {tail[-1][:200]}" if tail else ""))
-    return 0 if rec.status in ("ok", "skipped") else 1
+    repeats = span(rounds_text, "rounds")[-1] + 1
+    return sweep_mod.SweepContext(sweep_id=sweep_id, ladder=lad, settings=config_mod.to_dict(cfg),
+                                  user_keys=frozenset(keys), repeats=repeats)
+
+
+def _kept(ctx, rung: int, round_: int) -> bool:
+    """Whether this sweep has a record of the rung in this round that is not to be measured again."""
+    from harness.store import load_runs
+
+    try:
+        mine = load_runs(ctx.results_dir, columns=["rung", "round", "status"], where={"sweep_id": ctx.sweep_id})
+    except ValueError:  # no results folder yet
+        return False
+    mine = mine[(mine["rung"] == rung) & (mine["round"].fillna(0) == round_)]
+    return bool((~mine["status"].isin(RETRIED)).any())
 
 
 def _parse(value: str):
@@ -68,22 +115,47 @@ def check(results_dir: str, before_list: str) -> int:
     before = set(Path(before_list).read_text().split()) if Path(before_list).exists() else set()
     new = sorted(str(p) for p in runs_dir(results_dir).glob("*.parquet") if p.name not in before)
     if not new:
-        print("no record was written")
-        return 1
-    frame = load_parquet_files(new)
+        print("no new record (nothing measured, or every rung was measured already)")
+        return 0
     bad = 0
-    for row in frame.itertuples():
+    for row in load_parquet_files(new).itertuples():
         tail = (row.error or "").strip().splitlines()
         what = f"{row.ladder} rung {row.rung}" if row.ladder else "run"
-        print(f"{what} {row.workload} {row.change or ''}: {row.status}" + (f": {tail[-1][:200]}" if tail else ""))
-        bad += row.status in FAILED
+        verdict = failure(row.status, row.error or "", row.ladder or "", row.config_json or "{}")
+        print(f"{what} {row.workload} {row.change or ''}: {row.status}" + (f": {tail[-1][:200]}" if tail else "")
+              + (f"  <- FAILS THE PART: {verdict}" if verdict else ""))
+        bad += bool(verdict)
     return 1 if bad else 0
+
+
+def failure(status: str, error: str, ladder_name: str, config_json: str) -> str:
+    """Why a record fails its part ("" when it does not)."""
+    if status == "skipped":
+        return "compile failed on the model" if COMPILE_FAILED.search(error) else ""
+    if status not in FAILED:
+        return ""
+    if json.loads(config_json).get("debug", {}).get("fault", "none") != "none":
+        return ""  # an injected fault ended as asked
+    if status == "oom" and ladder_name and _stops_on_oom(ladder_name):
+        return ""
+    return f"ended {status}"
+
+
+def _stops_on_oom(ladder_name: str) -> bool:
+    from harness.sweeps import ladder as ladder_mod
+
+    try:
+        return ladder_mod.load(ladder_name).stop_on_oom
+    except ValueError:
+        return False
 
 
 def main(argv: list[str]) -> int:
     try:
+        if len(argv) >= 5 and argv[0] == "ladder":
+            return ladder(argv[1], argv[2], argv[3], argv[4], argv[5:])
         if len(argv) >= 4 and argv[0] == "rung":
-            return rung(argv[1], argv[2], argv[3], argv[4:])
+            return ladder(argv[1], argv[2], "0", argv[3], argv[4:])
         if len(argv) == 3 and argv[0] == "check":
             return check(argv[1], argv[2])
     except ValueError as exc:

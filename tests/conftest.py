@@ -1,10 +1,13 @@
-"""Shared helpers: tiny resolved configs for in-process knob tests, and a results folder."""
+"""Shared helpers: tiny resolved configs for in-process knob tests, a results folder, and measured stores that several
+tests read (session-scoped: measured once per test run, copied by a test that adds to them)."""
 
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -13,6 +16,16 @@ from harness import config as config_mod
 
 REPO = Path(__file__).resolve().parent.parent
 TINY = {"measure.steps": 3, "measure.warmup_steps": 1}
+# A model so small (a 1x1 Conv1d over 8 values, AdamW) that a measured run costs its process's start and little else:
+# for tests of what the harness does around a run (records, cache, faults, processes, tables), not of a model.
+TINY_MODEL = {"workload": "custom", "workload.model._target_": "torch.nn.Conv1d", "workload.model.in_channels": 1,
+              "workload.model.out_channels": 2, "workload.model.kernel_size": 1, "workload.input_shape": [1, 8],
+              "workload.target": "segmentation"}
+# The same on the command line: Hydra wants a + before a constructor argument the workload's file does not name.
+TINY_MODEL_ARGS = ("workload=custom", "workload.model._target_=torch.nn.Conv1d", "+workload.model.in_channels=1",
+                   "+workload.model.out_channels=2", "+workload.model.kernel_size=1", "workload.input_shape=[1,8]",
+                   "workload.target=segmentation")
+TINY_STEPS_ARGS = ("measure.steps=2", "measure.warmup_steps=1")
 
 
 def tiny_config(**overrides) -> config_mod.RunConfig:
@@ -23,6 +36,11 @@ def tiny_config(**overrides) -> config_mod.RunConfig:
     return config_mod.resolve(cfg, cuda_available=False)
 
 
+def tiny_model_config(**overrides) -> config_mod.RunConfig:
+    """``tiny_config`` of the tiny model (``TINY_MODEL``); ``overrides`` on top."""
+    return tiny_config(**{k.replace(".", "__"): v for k, v in TINY_MODEL.items()}, **overrides)
+
+
 def harness_cli(*args: str, cwd: Path | None = None, timeout: float = 600) -> subprocess.CompletedProcess:
     """Run ``python -m harness ARGS`` as a user would, capturing its output."""
     env = dict(os.environ, PYTHONPATH=str(REPO), COLUMNS="200")
@@ -30,6 +48,59 @@ def harness_cli(*args: str, cwd: Path | None = None, timeout: float = 600) -> su
                           text=True, timeout=timeout)
 
 
+# The slow and GPU tiers run for minutes a test (full sweeps, torch.compile): the per-test timeout of pyproject.toml is
+# the default tier's. A test's own timeout marker wins.
+LONG_TIMEOUT_S = 3600
+
+
+def pytest_collection_modifyitems(config, items):
+    if not config.pluginmanager.hasplugin("timeout"):  # pytest-timeout is in the `test` extra; without it, no limit
+        return
+    for item in items:
+        long = item.get_closest_marker("slow") or item.get_closest_marker("gpu")
+        if long and not item.get_closest_marker("timeout"):
+            item.add_marker(pytest.mark.timeout(LONG_TIMEOUT_S))
+
+
 @pytest.fixture
 def results(tmp_path) -> Path:
     return tmp_path / "results"
+
+
+def copy_store(source: Path, to: Path) -> Path:
+    """A copy of a shared store that a test may add to (the shared one stays as measured)."""
+    shutil.copytree(source, to)
+    return to
+
+
+@dataclass(frozen=True)
+class Measured:
+    """A store measured once for the session, what its command printed, and the command's arguments (results_dir
+    apart): a test that adds to the store runs them again on a copy."""
+
+    results: Path
+    stdout: str
+    args: tuple[str, ...]
+
+
+def _measure_once(tmp_path_factory, name: str, *args: str) -> Measured:
+    results = tmp_path_factory.mktemp(name) / "results"
+    out = harness_cli(*args, f"results_dir={results}")
+    assert out.returncode == 0, out.stdout + out.stderr
+    return Measured(results, out.stdout, args)
+
+
+@pytest.fixture(scope="session")
+def measured_sweep(tmp_path_factory) -> Measured:
+    """ONE tiny measured sweep: ladder phase2 (4 rungs: baseline, bf16, batch 8, 4 loader workers) on the tiny model,
+    2 steps a rung. Tests read it; a test that adds to it works on ``copy_store(measured_sweep.results, ...)``."""
+    return _measure_once(tmp_path_factory, "measured-sweep", "sweep", "+ladder=phase2", *TINY_MODEL_ARGS,
+                         *TINY_STEPS_ARGS)
+
+
+@pytest.fixture(scope="session")
+def measured_run(tmp_path_factory) -> Measured:
+    """ONE measured `run` of the default workload (the README's first command, the 3D UNet at the CPU size, 3 steps):
+    its record and what it printed, read by the tests of a run's summary and of its record."""
+    return _measure_once(tmp_path_factory, "measured-run", "run", "workload=unet3d", "measure.steps=3",
+                         "measure.warmup_steps=1")

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-import ast
+import contextlib
+import io
 import shutil
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -13,9 +15,10 @@ from harness import cli
 from harness.commands import hydra_edge
 from harness.sweeps import ladder as ladder_mod
 from harness.store import load_runs
-from tests.conftest import REPO, harness_cli
+from tests.conftest import REPO, TINY_MODEL_ARGS, TINY_STEPS_ARGS, copy_store, harness_cli
 
 TINY = ("measure.steps=2", "measure.warmup_steps=1")
+TINY_RUNGS = (*TINY_MODEL_ARGS, *TINY_STEPS_ARGS)  # the tiny model: what a campaign does, not what a rung trains
 TINY_LADDERS = {
     "tiny_a": "description: tiny ladder A\nworkload: unet3d\nrungs:\n  - set: {log_every_n_steps: 1}\n",
     "tiny_b": "description: tiny ladder B\nworkload: unet3d\n"
@@ -23,44 +26,61 @@ TINY_LADDERS = {
 }
 
 
-@pytest.fixture
-def tiny_conf(tmp_path, monkeypatch) -> Path:
-    """The repository's conf/ plus two one-rung ladders, for campaigns that take seconds."""
-    conf = tmp_path / "conf"
+def _tiny_conf(root: Path, patch: pytest.MonkeyPatch) -> Path:
+    conf = root / "conf"
     shutil.copytree(REPO / "conf", conf)
     for name, text in TINY_LADDERS.items():
         (conf / "ladder" / f"{name}.yaml").write_text(text)
-    monkeypatch.setattr(hydra_edge, "CONF_DIR", conf)
-    monkeypatch.setattr(ladder_mod, "LADDER_DIR", conf / "ladder")
-    monkeypatch.chdir(tmp_path)  # Hydra's multirun folder goes here, not into the repository
+    patch.setattr(hydra_edge, "CONF_DIR", conf)
+    patch.setattr(ladder_mod, "LADDER_DIR", conf / "ladder")
+    patch.chdir(root)  # Hydra's multirun folder goes here, not into the repository
     return conf
 
 
-def test_a_campaign_stores_one_complete_sweep_per_combination_under_one_id(tiny_conf, results, capsys):
-    code = cli.main(["sweep", "-m", "+ladder=tiny_a,tiny_b", *TINY, f"results_dir={results}"])
-    out = capsys.readouterr().out
-    assert code == 0, out
-    frame = load_runs(results)
+@pytest.fixture
+def tiny_conf(tmp_path, monkeypatch) -> Path:
+    """The repository's conf/ plus two one-rung ladders, for campaigns that take seconds."""
+    return _tiny_conf(tmp_path, monkeypatch)
+
+
+@pytest.fixture(scope="module")
+def campaign(tmp_path_factory) -> SimpleNamespace:
+    """ONE measured campaign, tiny_a and tiny_b on the tiny model: its exit code, what it printed, its store. The
+    tests read it; a test that adds to the store works on a copy."""
+    root = tmp_path_factory.mktemp("campaign")
+    printed = io.StringIO()
+    with pytest.MonkeyPatch.context() as patch, contextlib.redirect_stdout(printed):
+        _tiny_conf(root, patch)
+        code = cli.main(["sweep", "-m", "+ladder=tiny_a,tiny_b", *TINY_RUNGS, f"results_dir={root / 'results'}"])
+    return SimpleNamespace(code=code, out=printed.getvalue(), results=root / "results")
+
+
+def test_a_campaign_stores_one_complete_sweep_per_combination_under_one_id(campaign, tiny_conf, capsys):
+    assert campaign.code == 0, campaign.out
+    frame = load_runs(campaign.results)
     assert frame["campaign_id"].nunique() == 1 and frame["campaign_id"].iloc[0].startswith("campaign-")
     per_sweep = frame.groupby("sweep_id")["rung"].apply(sorted)
     assert sorted(per_sweep.tolist()) == [[0, 1], [0, 1]] and set(frame["ladder"]) == {"tiny_a", "tiny_b"}
-    assert "### campaign campaign-" in out and "2 sweeps" in out
+    assert "### campaign campaign-" in campaign.out and "2 sweeps" in campaign.out
 
-    assert cli.main(["table", "--results", str(results), "--campaign", "latest"]) == 0
+    assert cli.main(["table", "--results", str(campaign.results), "--campaign", "latest"]) == 0
     table = capsys.readouterr().out
     assert table.count("### sweep ") == 2 and "log_every_n_steps=1" in table
     assert "optimizer.zero_grad_set_to_none=false" in table
 
 
-def test_a_campaign_climbs_a_ladder_the_results_folder_holds(tiny_conf, results, capsys):
+def test_a_campaign_climbs_a_ladder_the_results_folder_holds(campaign, tiny_conf, tmp_path, capsys):
     # climb writes its ladders to <results_dir>/ladders/, which is not a Hydra config group: the campaign must
-    # find them there as a single sweep does, beside a shipped ladder
+    # find them there as a single sweep does, beside a shipped ladder (its rungs were measured by the campaign above:
+    # cached here, as the same settings are)
+    results = copy_store(campaign.results, tmp_path / "results")
     (results / ladder_mod.USER_LADDERS).mkdir(parents=True)
     (results / ladder_mod.USER_LADDERS / "climbed.yaml").write_text(TINY_LADDERS["tiny_a"].replace("A", "climbed"))
-    code = cli.main(["sweep", "-m", "+ladder=climbed,tiny_b", *TINY, f"results_dir={results}"])
+    code = cli.main(["sweep", "-m", "+ladder=climbed,tiny_b", *TINY_RUNGS, f"results_dir={results}"])
     out = capsys.readouterr().out
     assert code == 0, out
     frame = load_runs(results)
+    frame = frame[~frame["campaign_id"].isin(load_runs(campaign.results)["campaign_id"])]  # this campaign's
     assert set(frame["ladder"]) == {"climbed", "tiny_b"} and frame["campaign_id"].nunique() == 1
     assert sorted(frame.groupby("sweep_id")["rung"].apply(sorted).tolist()) == [[0, 1], [0, 1]]
 
@@ -90,19 +110,22 @@ def test_a_campaign_checks_every_sweep_before_any_runs(tiny_conf, results, capsy
     assert not results.exists()
 
 
-def test_a_requeued_campaign_job_keeps_the_rungs_it_measured(tiny_conf, results, capsys):
+def test_a_requeued_campaign_job_keeps_the_rungs_it_measured(campaign, tiny_conf, tmp_path, capsys):
     """A requeued job gets the same sweep id (campaign id + job number) and measures only what is missing."""
     from harness.commands import sweep as sweep_cli
 
-    plan = sweep_cli.plan_sweep(["+ladder=tiny_a", *TINY, f"results_dir={results}"])
-    assert sweep_cli.run_sweep(plan, sweep_id="tiny_a-campaign-x-j0", campaign_id="campaign-x") == 0
+    results = copy_store(campaign.results, tmp_path / "results")
     first = load_runs(results)
-    (results / "runs" / f"{first.loc[first['rung'] == 1, 'run_id'].iloc[0]}.parquet").unlink()  # killed there
-    capsys.readouterr()
-    assert sweep_cli.run_sweep(plan, sweep_id="tiny_a-campaign-x-j0", campaign_id="campaign-x") == 0
+    first = first[first["ladder"] == "tiny_a"]
+    job, campaign_id = first["sweep_id"].iloc[0], first["campaign_id"].iloc[0]
+    killed = first.loc[first["rung"] == 1, "run_id"].iloc[0]
+    (results / "runs" / f"{killed}.parquet").unlink()  # the job was killed there
+    plan = sweep_cli.plan_sweep(["+ladder=tiny_a", *TINY_RUNGS, f"results_dir={results}"])
+    assert sweep_cli.run_sweep(plan, sweep_id=job, campaign_id=campaign_id) == 0
     assert "already measured in this sweep" in capsys.readouterr().out
     again = load_runs(results)
-    assert sorted(again["rung"]) == [0, 1] and set(again["sweep_id"]) == {"tiny_a-campaign-x-j0"}
+    again = again[again["sweep_id"] == job]
+    assert sorted(again["rung"]) == [0, 1] and killed not in set(again["run_id"])
     assert again.loc[again["rung"] == 0, "run_id"].iloc[0] == first.loc[first["rung"] == 0, "run_id"].iloc[0]
 
 
@@ -115,52 +138,13 @@ def test_a_parallel_launcher_on_one_machine_is_called_out():
     assert "whole nodes" in launcher_warning(f"{submitit}.SlurmLauncher")
 
 
-def test_a_fully_cached_sweep_starts_no_measuring_process(tiny_conf, results, capsys, monkeypatch):
-    assert cli.main(["sweep", "+ladder=tiny_a", *TINY, f"results_dir={results}"]) == 0
-    capsys.readouterr()
+def test_a_fully_cached_sweep_starts_no_measuring_process(campaign, tiny_conf, tmp_path, capsys, monkeypatch):
     from harness.run import isolate
 
+    results = copy_store(campaign.results, tmp_path / "results")  # tiny_a's rungs measured by the campaign
     monkeypatch.setattr(isolate, "_run_child", lambda *a, **k: pytest.fail("a cached rung started a child"))
-    assert cli.main(["sweep", "+ladder=tiny_a", *TINY, f"results_dir={results}"]) == 0
+    assert cli.main(["sweep", "+ladder=tiny_a", *TINY_RUNGS, f"results_dir={results}"]) == 0
     assert capsys.readouterr().out.count(": ok (cached)") == 2  # both rungs' outcome lines
-
-
-# ------------------------------------------------------------------------------------------
-# layout
-
-
-def _imports(path: Path, package: str) -> set[str]:
-    """Modules of ``package`` that a file imports, at any depth (lazy imports in functions included)."""
-    found = set()
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.Import):
-            found |= {a.name for a in node.names if a.name.startswith(package)}
-        elif isinstance(node, ast.ImportFrom) and node.module and node.module.startswith(package):
-            found.add(node.module)
-            found |= {f"{node.module}.{a.name}" for a in node.names}
-    return found
-
-
-def test_the_harness_package_has_no_import_cycle():
-    root = REPO / "harness"
-    modules = {".".join(p.relative_to(REPO).with_suffix("").parts).removesuffix(".__init__"): p
-               for p in root.rglob("*.py")}
-    graph = {m: {i for i in _imports(p, "harness") if i in modules and i != m} for m, p in modules.items()}
-    state: dict[str, int] = {}
-
-    def visit(m: str, path: list[str]) -> None:
-        state[m] = 1
-        for n in graph[m]:
-            if state.get(n) == 1:
-                pytest.fail("import cycle: " + " -> ".join(path[path.index(n):] + [m, n]) if n in path
-                            else f"import cycle through {m} -> {n}")
-            if n not in state:
-                visit(n, path + [m])
-        state[m] = 2
-
-    for m in sorted(graph):
-        if m not in state:
-            visit(m, [])
 
 
 @pytest.mark.slow

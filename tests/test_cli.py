@@ -1,9 +1,13 @@
 """The command line as a user meets it: help, bad input, one run, exit codes."""
 
 import os
+import subprocess
+import sys
 
 from harness.store import load_runs
-from tests.conftest import harness_cli
+from tests.conftest import REPO, TINY_MODEL_ARGS, harness_cli
+
+TINY = ("measure.steps=3", "measure.warmup_steps=1")
 
 
 def test_help_lists_the_subcommands():
@@ -39,19 +43,18 @@ def test_contradiction_is_explained(results):
     assert out.returncode == 2 and "needs data.num_workers > 0" in out.stdout + out.stderr
 
 
-def test_a_run_prints_a_summary_and_stores_one_ok_record(results):
-    out = harness_cli("run", "workload=unet3d", "measure.steps=3", "measure.warmup_steps=1", f"results_dir={results}")
-    assert out.returncode == 0, out.stdout + out.stderr
-    assert "no CUDA GPU here: running the small CPU size" in out.stdout
+def test_a_run_prints_a_summary_and_stores_one_ok_record(measured_run):
+    # `python -m harness run workload=unet3d measure.steps=3 measure.warmup_steps=1`, measured once for the session
+    assert "no CUDA GPU here: running the small CPU size" in measured_run.stdout
     for line in ("throughput", "step time", "data wait", "host memory", "status"):
-        assert line in out.stdout
-    frame = load_runs(results)
+        assert line in measured_run.stdout
+    frame = load_runs(measured_run.results)
     assert list(frame["status"]) == ["ok"] and frame["samples_per_s"].iloc[0] > 0
 
 
 def test_a_failed_run_exits_non_zero_and_is_still_stored(results):
-    out = harness_cli("run", "debug.fault=oom", "debug.fault_step=0", "measure.steps=2", "measure.warmup_steps=1",
-                      f"results_dir={results}")
+    out = harness_cli("run", *TINY_MODEL_ARGS, "debug.fault=oom", "debug.fault_step=0", "measure.steps=2",
+                      "measure.warmup_steps=1", f"results_dir={results}")
     assert out.returncode == 1
     assert list(load_runs(results)["status"]) == ["oom"]
 
@@ -71,7 +74,53 @@ def test_loader_workers_above_the_cpus_are_one_warning_line(tmp_path):
     not_a_folder = tmp_path / "file"
     not_a_folder.write_text("")  # the run stops at the results folder, after the settings were resolved
     out = harness_cli("run", f"data.num_workers={cpus + 1}", f"results_dir={not_a_folder}")
-    assert out.returncode == 2 and "cannot take records" in out.stdout
-    assert out.stderr.strip().splitlines() == [
-        f"warning: data.num_workers={cpus + 1} is more than the {cpus} CPUs this process may use: the loader workers "
-        "will take turns on them"]
+    assert out.returncode == 2
+    warning, error = out.stderr.strip().splitlines()  # the warning, then the refusal: one line each
+    assert warning == (f"warning: data.num_workers={cpus + 1} is more than the {cpus} CPUs this process may use: the "
+                       "loader workers will take turns on them")
+    assert error.startswith(f"error: results folder {str(not_a_folder)!r} cannot take records: Not a directory")
+
+
+# ------------------------------------------------------------------------------------------
+# exit codes, and what a refusal says
+
+
+def test_every_exit_code_is_said_in_help():
+    for out in (harness_cli("--help"), harness_cli("run", "--help")):
+        assert out.returncode == 0
+        text = out.stdout[out.stdout.index("exit codes:"):]
+        for code in ("0 ", "1 ", "2 ", "3 ", "4 ", "128+N "):
+            assert f"\n  {code}" in text, code
+        assert "not in results_dir" in text and "skipped" in text
+
+
+def test_a_skipped_run_exits_4_not_1_and_is_stored(results):
+    out = harness_cli("run", "tf32=true", *TINY, f"results_dir={results}")  # TF32 cannot act on a CPU
+    assert out.returncode == 4, out.stdout + out.stderr
+    assert list(load_runs(results)["status"]) == ["skipped"] and "tf32=true needs a CUDA GPU" in out.stdout
+
+
+def test_the_free_space_refusal_names_the_command_that_was_run(results):
+    code = ("import shutil, sys, collections; Usage = collections.namedtuple('Usage', 'total used free'); "
+            "shutil.disk_usage = lambda path: Usage(2**40, 2**40 - 2**20, 2**20); "
+            "from harness.cli import main; sys.exit(main(sys.argv[1:]))")
+    for command in ("run", "diagnose", "climb"):
+        out = subprocess.run([sys.executable, "-c", code, command, f"results_dir={results}"], cwd=REPO,
+                             capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=str(REPO)))
+        assert out.returncode == 2, out.stdout + out.stderr
+        assert out.stderr.strip().splitlines() == [
+            f"error: results folder {str(results)!r} has 1 MiB free; `python -m harness {command}` needs at least "
+            "64 MiB. Free some space or choose results_dir=PATH"]
+
+
+def test_a_value_hydra_cannot_read_says_the_quoting_that_works_and_that_quoting_runs(tmp_path):
+    folder = tmp_path / "my résultats"
+    out = harness_cli("run", f"results_dir={folder}", "tf32=true")
+    assert out.returncode == 2 and not folder.exists()
+    (line,) = out.stderr.strip().splitlines()
+    assert line.startswith(f"error: 'results_dir={folder}': Hydra cannot read the value {str(folder)!r}")
+    suggested = line.split("quote it for Hydra inside the shell's quotes: ")[1]
+    assert suggested == f'"results_dir=\'{folder}\'"'
+    again = harness_cli("run", suggested[1:-1], "tf32=true")  # the shell's quotes taken off, as a shell would
+    assert again.returncode == 4, again.stdout + again.stderr  # skipped on a CPU: stored, in that folder
+    assert list(load_runs(folder)["status"]) == ["skipped"]

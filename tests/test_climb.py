@@ -1,7 +1,11 @@
 """``climb``: the acceptance rule and the ascent on simulated measurements (no torch), the budget, the
 ladder it writes, and one tiny climb end to end on the CPU."""
 
+import json
 import math
+import os
+import re
+import shlex
 import subprocess
 import sys
 
@@ -254,6 +258,35 @@ def test_the_ladder_file_has_one_rung_per_accepted_change_with_the_measured_band
     assert any("multiply to" in n for n in lad.notes)
 
 
+def test_two_models_climbed_in_one_results_folder_get_two_ladders_named_by_their_models():
+    from harness.workload import workloads
+
+    def custom(target, **fields):
+        spec = workloads.builtin("custom")
+        spec.model = {"_target_": target, **fields}
+        return spec
+
+    base = {"measure.steps": 5}
+    names = {output.ladder_name(custom(t, **f), "cpu", base) for t, f in (
+        ("monai.networks.nets.SegResNet", {"spatial_dims": 3}), ("monai.networks.nets.SegResNet", {"spatial_dims": 2}),
+        ("monai.networks.nets.UNETR", {}))}
+    assert len(names) == 3 and all(n.startswith(("climb-monai.networks.nets.SegResNet-cpu-",
+                                                 "climb-monai.networks.nets.UNETR-cpu-")) for n in names)
+    assert output.ladder_name(workloads.builtin("resnet50"), "cpu", {}) == "climb-resnet50-cpu"  # as before
+
+
+def test_the_printed_commands_carry_every_word_the_climb_was_given_quoted_for_the_shell():
+    result = _ascend(SimulatedMachine(noise_cv=0.01))
+    given = ["--config-dir", "my conf", "workload=custom", "workload.model._target_=pkg.Net",
+             "+workload.model.width=8", "batch_size=4", "results_dir='my résultats'"]
+    (*_, best) = output.best_lines(result, {}, given)
+    words = shlex.split(best.removeprefix("Best command: "))
+    changes = {k: v for s in result.accepted for k, v in s.changes}
+    assert words[:3] == ["python", "-m", "harness"] and words[3] == "run"
+    assert words[4:10] == [w for w in given if not w.startswith("batch_size=")]  # the batch is a change now
+    assert words[10:] == [f"{k}={ladder_mod.format_value(v)}" for k, v in changes.items()]
+
+
 def test_training_notes_name_what_an_accepted_change_alters():
     assert "lr x 4" in output.training_note("batch_size", 4, 16)
     assert "accuracy" in output.training_note("precision", "32", "bf16-mixed")
@@ -271,20 +304,6 @@ def test_user_ladders_are_found_in_the_results_folder_after_the_shipped_ones(tmp
     assert len(ladder_mod.file_sha("mine", str(tmp_path))) == 16 and ladder_mod.file_sha("mine") == ""
     with pytest.raises(ValueError, match="unknown ladder 'mine'"):
         ladder_mod.load("mine")
-
-
-def test_the_decision_logic_imports_neither_torch_nor_hydra():
-    code = "\n".join([
-        "import sys",
-        "from harness.climb import ascent, output, space",
-        "from harness.analysis.noise_model import Noise, Runs",
-        "m = ascent.Measured('ok', Runs([2.0]), Runs([1.0]))",
-        "assert ascent.decide(m, Noise(), 0.03).outcome == ascent.ACCEPTED",
-        "bad = [m for m in ('torch', 'hydra') if m in sys.modules]",
-        "assert not bad, bad",
-    ])
-    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True)
-    assert out.returncode == 0, out.stderr
 
 
 # ------------------------------------------------------------------------------------------
@@ -339,7 +358,9 @@ def test_bad_climb_settings_stop_with_one_line_and_exit_2(results, override, say
     assert not (results / "runs").exists() or not any((results / "runs").iterdir())
 
 
-TINY = ("workload=resnet50", "measure.steps=3", "measure.warmup_steps=1", "climb.repeats=1",
+# the example's own small 3D net (a workload file of the user's): channels_last acts on it, and its runs are short
+WORKLOAD = ("--config-dir", "examples/conf", "workload=tiny_net")
+TINY = (*WORKLOAD, "measure.steps=3", "measure.warmup_steps=1", "climb.repeats=1",
         "climb.knobs=[channels_last,pin_memory]")
 
 
@@ -366,8 +387,110 @@ def test_a_tiny_climb_writes_a_ladder_that_sweep_reruns_from_the_store(results):
     ran = second[second["status"] == "ok"]
     assert len(ran) == 2 and (ran["cached_from"] != "").all()  # nothing measured again
 
-    sweep = harness_cli("sweep", f"+ladder={name}", f"results_dir={results}")
+    sweep = harness_cli("sweep", *WORKLOAD, f"+ladder={name}", f"results_dir={results}")
     assert sweep.returncode == 0, sweep.stdout + sweep.stderr
     frame = load_runs(results)
     rerun = frame[frame["ladder"] == name]
     assert len(rerun) >= 1 and (rerun["cached_from"] != "").all()
+
+
+# a user's own model, inline, in a folder of theirs: every command the climb prints runs as printed
+
+CLIMB_NETS = """
+from torch import nn
+
+
+class Tiny(nn.Module):
+    def __init__(self, width: int = 4, num_classes: int = 2):
+        super().__init__()
+        self.net = nn.Sequential(nn.Flatten(), nn.Linear(8, width), nn.ReLU(), nn.Linear(width, num_classes))
+
+    def forward(self, x):
+        return self.net(x)
+"""
+# channels_last cannot act on 1D samples, pin_memory not on a CPU: both are skipped at once, no process starts
+CUSTOM = ("--config-dir", "conf", "workload=custom", "workload.model._target_=climbnets13.Tiny",
+          "+workload.model.width=8", "workload.input_shape=[1,8]", "measure.warmup_steps=1", "measure.steps=3",
+          "climb.repeats=1", "climb.knobs=[channels_last,pin_memory]")
+
+
+def _user_folder(tmp_path):
+    (tmp_path / "conf" / "workload").mkdir(parents=True)
+    (tmp_path / "climbnets13.py").write_text(CLIMB_NETS)
+    return tmp_path, f"results_dir='{tmp_path / 'my résultats'}'"  # quoted for Hydra: an accent, a space
+
+
+def _shell(line: str, cwd) -> subprocess.CompletedProcess:
+    """A printed command line, run by a shell as a user would paste it (this interpreter as ``python``)."""
+    env = dict(os.environ, PYTHONPATH=str(REPO), COLUMNS="200",
+               PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"])
+    return subprocess.run(["bash", "-c", line], cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
+
+
+def _printed(text: str, prefix: str) -> str:
+    line = next(x for x in text.splitlines() if prefix in x)
+    return line.split(prefix, 1)[1]
+
+
+@pytest.mark.slow  # a climb, a run and three sweeps, each a fresh interpreter: ~40 s on a quiet 2-core CPU
+def test_every_command_a_climb_of_a_custom_model_prints_runs_as_printed(tmp_path):
+    folder, results_dir = _user_folder(tmp_path)
+    out = harness_cli("climb", *CUSTOM, results_dir, cwd=folder)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "custom: climbnets13.Tiny (smoke)" in out.stdout and "<" not in out.stdout.split("Stopped:")[1]
+    results = folder / "my résultats"
+    (ladder,) = (results / "ladders").glob("*.yaml")
+    assert ladder.name.startswith("climb-climbnets13.Tiny-cpu-")
+    assert "workload=custom workload.model._target_=climbnets13.Tiny" in yaml.safe_load(ladder.read_text())["notes"][0]
+    commands = {what: _printed(out.stdout, prefix) for what, prefix in (
+        ("best", "Best command: "), ("rerun", "re-run it (from the store, in seconds): "),
+        ("ci", "Gate CI on it: "), ("every", "Every run: "))}
+    for what, line in commands.items():
+        ran = _shell(line, folder)
+        assert ran.returncode == 0, (what, line, ran.stdout, ran.stderr)
+    from harness.store import load_runs
+
+    frame = load_runs(results)
+    assert set(frame["workload"]) == {"custom"} and (results / "baselines" / f"{ladder.stem}.parquet").exists()
+    assert len(frame[frame["ladder"] == ladder.stem]) == 2  # the re-run measured its baseline, the CI line copied it
+
+
+def test_the_commands_a_climb_of_a_custom_model_prints_compose_and_its_table_runs(tmp_path, monkeypatch):
+    from harness.commands import hydra_edge, sweep
+
+    folder, results_dir = _user_folder(tmp_path)
+    out = harness_cli("climb", *CUSTOM, results_dir, cwd=folder)
+    assert out.returncode == 0, out.stdout + out.stderr
+    table = _shell(_printed(out.stdout, "Every run: "), folder)  # the store alone: no torch, a second
+    assert table.returncode == 0 and "workload custom: climbnets13.Tiny (smoke)" in table.stdout
+    monkeypatch.chdir(folder)  # the printed lines are run from where the climb was
+    monkeypatch.syspath_prepend(str(folder))
+    best = shlex.split(_printed(out.stdout, "Best command: "))[4:]
+    composed = hydra_edge.plain_settings(hydra_edge.compose_settings(hydra_edge.with_config_dirs(best)))
+    assert composed["workload"]["model"] == {"_target_": "climbnets13.Tiny", "width": 8}
+    assert composed["results_dir"] == str(folder / "my résultats")
+    rerun = shlex.split(_printed(out.stdout, "re-run it (from the store, in seconds): "))[4:]
+    plan = sweep.plan_sweep(hydra_edge.with_config_dirs(rerun))
+    assert plan.settings["workload"] == composed["workload"] and plan.ladder.name.startswith("climb-climbnets13.Tiny-")
+    sys.modules.pop("climbnets13", None)
+
+
+def test_a_climb_run_again_says_what_it_resumes_and_keeps_its_budget(tmp_path):
+    folder, results_dir = _user_folder(tmp_path)
+    first = harness_cli("climb", *CUSTOM, results_dir, cwd=folder)
+    assert first.returncode == 0, first.stdout + first.stderr
+    climb_id = _printed(first.stdout, "#### climb ").split(":")[0]
+    (state,) = (folder / "my résultats" / "climbs").glob("*.json")
+    saved = json.loads(state.read_text())
+    assert saved["climb_ids"] == [climb_id] and saved["steps"] == 2 and saved["spent_s"] > 0
+    state.write_text(json.dumps({**saved, "spent_s": 29 * 60.0}))  # as if it had spent 29 of its 30 minutes
+    again = harness_cli("climb", *CUSTOM, results_dir, cwd=folder)
+    assert again.returncode == 0, again.stdout + again.stderr
+    said = " ".join(again.stdout.split())  # the console wraps its lines
+    assert (f"resuming climb {climb_id} (stopped: pass 1 changed nothing): its 2 decided step(s) and the 0 run(s) "
+            "it measured are taken from the store" in said)  # both knobs were skipped at once: nothing measured
+    assert "it used 29.0 of the 30 min budget, 1.0 min are left" in said
+    took = re.search(r"Took (\d+\.\d) \(29\.0 of them before it resumed\) of 30 min\.", said)
+    assert took and float(took.group(1)) >= 29.0, said
+    resumed = json.loads(state.read_text())
+    assert resumed["climb_ids"][0] == climb_id and len(resumed["climb_ids"]) == 2 and resumed["spent_s"] >= 29 * 60

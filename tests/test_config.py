@@ -207,3 +207,34 @@ def test_the_childs_skip_reasons_come_from_the_same_module():
     failure = type("BackendCompilerFailed", (RuntimeError,), {"__module__": "torch._dynamo.exc"})("no graph here")
     assert applicability.compile_failure_reason("default", failure) == outcome.skip_reason(failure, "default") == (
         "compile=default failed on this model (BackendCompilerFailed): no graph here")
+
+
+def test_batches_in_flight_beyond_shared_memory_are_skipped_with_the_reason(monkeypatch, tmp_path):
+    from collections import namedtuple
+
+    from harness.run.isolate import execute
+
+    usage = namedtuple("usage", "total used free")
+    shm = {"free": 2 * 10**9}
+    monkeypatch.setattr(applicability.shutil, "disk_usage", lambda path: usage(64 * 10**9, 0, shm["free"]))
+    # the ImageNet guide's batch: 384 float32 images of 3x224x224 (231 MB), 2 workers x 8 prefetched = 3.7 GB
+    cfg = tiny_config(workload="resnet50", batch_size=384, data__patch_size=[224, 224], data__num_workers=2,
+                      data__prefetch_factor=8, results_dir=str(tmp_path))
+    assert applicability.loader_batch_bytes(cfg) == 384 * (3 * 224 * 224 * 4 + 8)
+    why = applicability.skip_reason(cfg)
+    assert why == ("data.num_workers=2 x data.prefetch_factor=8 batches in flight, 231 MB each (batch 384 of float32 "
+                   "[3, 224, 224]), need 3.7 GB of shared memory; /dev/shm has 2.0 GB free: use fewer workers or a "
+                   "lower prefetch_factor, or a larger /dev/shm (e.g. docker run --shm-size)")
+    record = execute(cfg, {}, "key")  # refused before anything starts
+    assert record.status == "skipped" and record.error == why
+    shm["free"] = 4 * 10**9
+    assert applicability.skip_reason(cfg) == ""
+    # PyTorch's default prefetch (2) when none is given; each rank of a multi-device run has its own loader
+    two = tiny_config(workload="resnet50", batch_size=384, data__patch_size=[224, 224], data__num_workers=2,
+                      devices=2)
+    assert "x PyTorch's default prefetch_factor 2 batches in flight on each of devices=2 ranks" in (
+        applicability.shared_memory_short(two, free_bytes=1e9))
+    assert applicability.shared_memory_short(tiny_config(), free_bytes=0) == ""  # no workers: nothing in shm
+    # a segmentation batch: float32 volumes and an int64 class per voxel
+    vol = tiny_config(workload="unet3d", batch_size=2, data__patch_size=[32, 32, 32])
+    assert applicability.loader_batch_bytes(vol) == 2 * 32**3 * (4 + 8)

@@ -23,7 +23,7 @@ from harness.analysis import table as table_mod
 from harness.run import isolate, launch, monitor, processes, ranks, runner
 from harness.store import RunRecord, load_runs, write_record
 from harness.workload import applicability
-from tests.conftest import tiny_config
+from tests.conftest import tiny_config, tiny_model_config
 from tests.test_faults import TINY_RUN, _gone, _measuring_processes, _start_parent
 
 # ------------------------------------------------------------------------------------------
@@ -31,7 +31,7 @@ from tests.test_faults import TINY_RUN, _gone, _measuring_processes, _start_pare
 
 
 def test_single_device_config_hashes_are_what_they_were_before_devices_existed():
-    # computed by the code before issue 12 (commit 6698d18): stored caches and baselines stay valid
+    # computed by the code before DDP settings existed (commit 6698d18): stored caches and baselines stay valid
     assert config_mod.config_hash(tiny_config()) == "1c8d59cd6db787fc"
     assert config_mod.config_hash(tiny_config(workload="resnet50", precision="bf16-mixed")) == "b31edf66e6b2caae"
     assert config_mod.config_hash(tiny_config(data__num_workers=2, batch_size=4)) == "5d587d782f5e89a9"
@@ -138,7 +138,7 @@ def test_the_table_shows_scaling_efficiency_on_rungs_that_change_devices(results
     table = table_mod.build_table(load_runs(results), "s")
     assert [r.scaling_efficiency for r in table.rows] == [None, pytest.approx(0.9), None]
     text = render.to_markdown(table)
-    assert "| x previous [95% band] | E(N) | step ms p50/p90 |" in text
+    assert "| x previous [95% band] | compute x previous | E(N) | step ms p50/p90 |" in text
     assert "| 1 | devices=2 | 18.00" in text and "| 90% |" in text
     assert "E(N) = X(N) / (N x X(1))" in text
     assert "E(N)" in render.to_csv(table).splitlines()[0]
@@ -148,7 +148,7 @@ def test_tables_without_device_rungs_keep_their_columns(results):
     _rung(results, 0, "", 10.0, 1)
     _rung(results, 1, "precision=bf16-mixed", 12.0, 1)
     text = render.to_markdown(table_mod.build_table(load_runs(results), "s"))
-    assert "| E(N) |" not in text and "| x previous [95% band] | step ms p50/p90 |" in text
+    assert "| E(N) |" not in text and "| x previous [95% band] | compute x previous | step ms p50/p90 |" in text
 
 
 def test_the_parent_samples_every_ranks_gpu(tmp_path, monkeypatch):
@@ -231,8 +231,9 @@ class _Watch(threading.Thread):
 
 
 def _run(results, **overrides) -> tuple[RunRecord, list[psutil.Process], int]:
-    """The record of a real run, the processes seen under this test while it ran, and how many were ranks."""
-    cfg = tiny_config(results_dir=str(results), **overrides)
+    """The record of a real run (of the tiny model: the ranks' processes are tested, not a model), the processes seen
+    under this test while it ran, and how many were ranks."""
+    cfg = tiny_model_config(results_dir=str(results), **overrides)
     env, key = runner.environment(cfg.device)
     watch = _Watch()
     watch.start()
@@ -246,7 +247,7 @@ def _run(results, **overrides) -> tuple[RunRecord, list[psutil.Process], int]:
 
 @two_cpus
 def test_two_ranks_store_one_record_with_every_ranks_fields(results):
-    record, procs, seen_ranks = _run(results, workload="resnet50", devices=2, batch_size=2)
+    record, procs, seen_ranks = _run(results, devices=2, batch_size=2)
     assert record.status == "ok", record.error
     assert seen_ranks == 2
     stored = load_runs(results)
@@ -295,3 +296,79 @@ def test_a_parent_killed_outright_leaves_no_rank_behind(results):
     finally:
         if parent.poll() is None:
             os.killpg(parent.pid, signal.SIGKILL)
+
+
+# ------------------------------------------------------------------------------------------
+# gradient accumulation under DDP: one all-reduce a step
+
+
+def _count_allreduces(rank: int, init_file: str, out_dir: str, accum: int, skip_sync: bool) -> None:
+    """One of 2 gloo ranks: the measured loop's steps on a small DDP model whose comm hook counts the
+    all-reduces; the count goes to ``out_dir/rank<R>.txt``."""
+    import contextlib
+
+    import torch
+    import torch.distributed as dist
+    from torch import nn
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+    from torch.nn.parallel import DistributedDataParallel
+
+    from harness.config import DebugConfig
+    from harness.run import faults, measure
+    from harness.run.stopping import StoppingRule
+    from harness.run.summary import Measurement
+    from harness.workload.knobs import Prepared
+
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=2)
+    torch.manual_seed(0)
+    model = DistributedDataParallel(nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 2)))
+    calls = []
+
+    def counting(state, bucket):
+        calls.append(bucket.index())
+        return default_hooks.allreduce_hook(state, bucket)
+
+    model.register_comm_hook(None, counting)
+    cpu = torch.device("cpu")
+    prep = Prepared(model=model, loss_fn=nn.CrossEntropyLoss(), optimizer=torch.optim.SGD(model.parameters(), lr=0.1),
+                    autocast=contextlib.nullcontext, scaler=None, device=cpu, memory_format=torch.contiguous_format,
+                    checkpointed_units=0, backend_flags={})
+    batch = (torch.randn(4, 8), torch.randint(0, 2, (4,)))
+    me = ranks.Rank(rank=rank, world_size=2, backend="gloo")
+    loop = measure.Loop(device=cpu, rank=me, prep=prep, loader=None, batches=iter(lambda: batch, None),
+                        memory_format=torch.contiguous_format, move=True, non_blocking=False, accum=accum,
+                        set_to_none=True, log_every=50, warmup=0, rule=StoppingRule(steps=3),
+                        faults=faults.plan(DebugConfig(), rank), after_step=None, mark_step=None,
+                        m=Measurement(samples_per_step=4 * accum),
+                        no_sync=measure.grad_sync_skipper(model, me, accum) if skip_sync else None)
+    measure._steps(loop, measured=True)
+    with open(os.path.join(out_dir, f"rank{rank}.txt"), "w") as f:
+        f.write(json.dumps({"calls": len(calls), "steps": len(loop.m.step_ms)}))
+    dist.destroy_process_group()
+
+
+@two_cpus
+def test_accumulating_ranks_all_reduce_once_a_step_not_once_a_micro_batch(tmp_path):
+    import torch.multiprocessing as mp
+
+    counts = {}
+    for skip_sync in (True, False):
+        out = tmp_path / str(skip_sync)
+        out.mkdir()
+        mp.spawn(_count_allreduces, args=(str(tmp_path / f"init-{skip_sync}"), str(out), 4, skip_sync), nprocs=2)
+        counts[skip_sync] = [json.loads((out / f"rank{r}.txt").read_text()) for r in range(2)]
+    # 3 steps of 4 micro-batches, one gradient bucket: the loop's no_sync leaves one all-reduce a step
+    assert counts[True] == [{"calls": 3, "steps": 3}] * 2
+    assert counts[False] == [{"calls": 12, "steps": 3}] * 2  # without it, one a micro-batch
+
+
+def test_no_sync_is_asked_for_only_on_several_ranks_with_accumulation():
+    from torch import nn
+
+    from harness.run.measure import grad_sync_skipper
+
+    model = nn.Linear(2, 2)
+    model.no_sync = lambda: None  # as DistributedDataParallel has it
+    assert grad_sync_skipper(model, ranks.Rank(rank=0, world_size=2), 4) is model.no_sync
+    assert grad_sync_skipper(model, ranks.Rank(), 4) is None  # one rank: nothing to all-reduce
+    assert grad_sync_skipper(model, ranks.Rank(rank=0, world_size=2), 1) is None  # every micro-batch is a step

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -21,9 +22,9 @@ import pytest
 from harness import cli, config as config_mod, store
 from harness.run import env as env_mod, isolate, launcher
 from harness.store import RunRecord, load_runs, write_record
-from tests.conftest import REPO
+from tests.conftest import REPO, TINY_MODEL_ARGS
 
-TINY_RUN = ("measure.steps=3", "measure.warmup_steps=1")
+TINY_RUN = (*TINY_MODEL_ARGS, "measure.steps=3", "measure.warmup_steps=1")  # the process is tested, not the model
 
 
 def _record(run_id: str, **kw) -> RunRecord:
@@ -261,12 +262,24 @@ def test_a_write_that_fails_after_measuring_keeps_the_record_elsewhere(results, 
         return real(record, results_dir)
 
     monkeypatch.setattr(store.write, "write_record", disk_full)  # what store_record calls
-    assert cli.main(["run", f"results_dir={results}", *TINY_RUN]) == 0
+    assert cli.main(["run", f"results_dir={results}", *TINY_RUN]) == 3  # a record not in results_dir: exit 3
     out = capsys.readouterr()
     text = " ".join((out.out + out.err).split())
     saved = load_runs(fallback)
     assert list(saved["status"]) == ["ok"] and saved["samples_per_s"].iloc[0] > 0
     assert "No space left on device" in text and str(fallback) in text
+    last = out.err.strip().splitlines()[-1]  # the last word of the command: what to do, exactly
+    assert last.startswith("error: 1 record(s) did not reach the results folder (exit 3)")
+    put_back = last.split("put them back: ")[1]
+    assert put_back == f"python -m harness store import {saved_file(fallback)} --results {results}"
+    monkeypatch.setattr(store.write, "write_record", real)
+    assert cli.main(shlex.split(put_back)[3:]) == 0  # as printed, less `python -m harness`
+    assert list(load_runs(results)["run_id"]) == list(saved["run_id"])
+
+
+def saved_file(folder: Path) -> str:
+    (only,) = (folder / "runs").glob("*.parquet")
+    return str(only)
 
 
 def test_when_no_folder_takes_the_record_it_is_printed_whole(monkeypatch, capsys):

@@ -138,6 +138,25 @@ def test_cuda_graph_compile_runs_with_the_step_marker(tmp_path):
     record = _run(tmp_path, workload="resnet50", size="smoke", compile="reduce-overhead", timeout_s=500)
     assert record.status == "ok", record.error
     assert record.loss_last is not None and record.loss_last == record.loss_last  # finite, not NaN
+    # Inductor's count of CUDA graphs it did not capture is read (0 when every graph was captured); a count
+    # above 0 is said in the table as "no CUDA graphs"
+    assert isinstance(record.cudagraph_skips, int) and record.cudagraph_skips >= 0
+
+
+def test_a_profiled_cuda_run_breaks_the_device_time_down_after_the_window(tmp_path):
+    from harness.profiles import summary_from_json
+
+    record = _run(tmp_path, workload="resnet50", size="smoke", profile__enabled=True, profile__steps=3)
+    assert record.status == "ok", record.error
+    summary = summary_from_json(record.profile_json)
+    assert summary.error == "" and summary.device == "cuda" and summary.steps == 3
+    # the device's view: kernel time by the phase that launched it, and the time no kernel ran
+    assert set(summary.device_ms) == {"forward", "backward", "optimizer", "other", "idle"}
+    assert summary.device_ms["forward"] > 0 and summary.device_ms["backward"] > 0 and summary.top_device
+    assert record.profile_trace and (tmp_path / record.profile_trace).is_file()
+    # the measurement itself kept its GPU samples, from inside its window only
+    assert record.gpu_mem_used_bytes is not None or "no GPU sample inside" in record.gpu_sample_note
+    assert record.cudagraph_skips is None  # no CUDA-graph mode asked for
 
 
 def test_fp16_with_a_fused_optimizer_runs(tmp_path):

@@ -1,36 +1,42 @@
-"""scripts/gpu_measure.sh: valid bash, every part fits a 10-minute command, output packed under $OUT (no GPU)."""
+"""The GPU campaign (scripts/gpu_measure.sh and its Python): every ladder is in parts that each fit one 10-minute
+command, nothing but small tarballs goes under $OUT, `next` follows the plan, `record` updates it (no GPU)."""
 
+import json
 import os
 import re
 import subprocess
 import sys
 import tarfile
+from pathlib import Path
 
 import pytest
 
-from harness.sweeps import ladder as ladder_mod
-from harness.store import load_runs
+from harness.store import RunRecord, load_runs, write_record
+from scripts import gpu_campaign, gpu_part, gpu_parts, gpu_plan
 from tests.conftest import REPO
 
 SCRIPT = REPO / "scripts" / "gpu_measure.sh"
 COMMAND_LIMIT_S = 600  # a lent GPU machine's limit per command
-RUNG_PARTS = {"resnet50": "resnet50_aggressive", "detr": "detr_fast", "a100": "a100_volume"}
+ENV_KEYS = ("OUT", "DRY_RUN", "PYTHON", "DRIVER_PYTHON", "RESULTS_FROM", "SCRATCH", "GPU", "PLAN_DIR", "IN", "KEEP",
+            "TIMEOUT_S")
 
 
 def script(*args, **env):
-    full_env = {k: v for k, v in os.environ.items() if k not in ("OUT", "DRY_RUN", "PYTHON", "RESULTS_FROM")}
-    full_env.update(env)
+    full_env = {k: v for k, v in os.environ.items() if k not in ENV_KEYS}
+    full_env.update({"PYTHON": sys.executable, "PYTHONPATH": str(REPO), **env})
     return subprocess.run(["bash", str(SCRIPT), *args], capture_output=True, text=True, env=full_env, timeout=300)
 
 
-def all_parts() -> list[str]:
-    parts = []
-    for word in script("list").stdout.split():
-        if m := re.fullmatch(r"(\w+)-(\d+)\.\.(\d+)", word):
-            parts += [f"{m[1]}-{i}" for i in range(int(m[2]), int(m[3]) + 1)]
-        else:
-            parts.append(word)
-    return parts
+def sections(text: str) -> dict[str, list[str]]:
+    """A dry run's lines by part (each part's block starts with '# PART: ...')."""
+    out, name = {}, None
+    for line in text.splitlines():
+        if m := re.match(r"# ([\w.+-]+): ", line):
+            name = m[1]
+            out[name] = []
+        elif name:
+            out[name].append(line)
+    return out
 
 
 def test_script_is_valid_bash():
@@ -38,74 +44,322 @@ def test_script_is_valid_bash():
     assert result.returncode == 0, result.stderr
 
 
-def test_rung_parts_cover_every_rung_of_their_ladder_and_no_more():
-    parts = all_parts()
-    for prefix, name in RUNG_PARTS.items():
-        rungs = len(ladder_mod.load(name).rungs)
-        assert [p for p in parts if p.startswith(prefix + "-") and p[len(prefix) + 1:].isdigit()] == \
-            [f"{prefix}-{i}" for i in range(rungs)]
-        assert script(f"{prefix}-{rungs}", "/tmp/unused", DRY_RUN="1").returncode == 2
+@pytest.mark.parametrize("ladder", gpu_parts.ladder_names())
+def test_every_ladder_is_in_parts_that_measure_each_rung_once_a_round(ladder):
+    lad = gpu_parts._ladder(ladder)
+    rounds = [0] + (list(gpu_parts.REPEAT_ROUNDS) if lad.total_claim is not None else [])
+    for round_ in rounds:
+        parts = [p for p in gpu_parts.catalogue() if p.ladder == ladder and p.rounds == (round_,)]
+        assert [r for p in parts for r in p.rungs] == list(range(len(lad.rungs))), (ladder, round_)
+        assert all(p.kind == "ladder" and p.runs == len(p.rungs) for p in parts)
 
 
-@pytest.mark.parametrize("part", ["env", "runs-unet3d", "runs-basic_unet3d", "runs-mednext", "runs-resnet50", "phase2",
-                                  "scaling", "resnet50-3", "detr-7", "a100-diagnose", "a100-0", "tests",
-                                  "tests-slow"])
-def test_dry_run_prints_commands_that_fit_one_command_under_out(part, tmp_path):
-    out = tmp_path / "out"
-    result = script(part, DRY_RUN="1", OUT=str(out))
+def test_every_part_fits_one_command_by_a_pessimistic_estimate():
+    for part in gpu_parts.catalogue():
+        budget = gpu_parts.PART_BUDGET_S if part.runs > 1 and part.kind == "ladder" else gpu_parts.BATCH_BUDGET_S
+        assert 0 < part.estimate_s <= budget, (part.name, part.estimate_s)
+        assert part.timeout_s + gpu_parts.PART_OVERHEAD_S < COMMAND_LIMIT_S - 30, part.name
+        if part.kind == "ladder":  # each run's limit leaves it room over its estimate
+            worst = max(gpu_parts.rung_estimates(part.ladder)[r] for r in part.rungs)
+            assert part.timeout_s >= min(1.5 * worst, gpu_parts.RUN_TIMEOUT_CAP_S), part.name
+    # pessimistic against what the H100 took: phase2 ~150 s, five noise runs ~150 s, the test tier 155 s
+    assert gpu_parts.find("phase2").estimate_s >= 1.3 * 150 and gpu_parts.find("noise").estimate_s >= 1.3 * 150
+    assert gpu_parts.find("tests").estimate_s >= 1.3 * 155
+
+
+def test_a_rung_asking_for_more_gpus_than_the_machine_has_costs_nothing_and_is_not_built_on():
+    phase4 = gpu_parts.rung_estimates("phase4")  # devices 2 and 4 are skipped: compile builds on one device
+    assert phase4[1] == phase4[2] == gpu_parts.SKIP_S and phase4[3] > gpu_parts.COMPILE_S["reduce-overhead"]
+    disk = gpu_parts.rung_estimates("a100_option_b")  # batch 4 with one worker, 0.4 s a read: > 96 s of waiting
+    assert disk[1] > 60 * 4 * 0.4 > disk[2]
+
+
+def test_parts_come_in_priority_order():
+    parts = list(gpu_parts.catalogue())
+    names = [p.name for p in parts]
+    assert names[:3] == ["phase2", "noise", "tests"]
+    tiers = [p.tier for p in parts]
+    assert tiers == sorted(tiers)
+    total = [i for i, p in enumerate(parts) if p.kind == "ladder" and p.rounds == (0,)
+             and gpu_parts._ladder(p.ladder).total_claim is not None]
+    knobs = [i for i, p in enumerate(parts) if p.kind == "ladder" and gpu_parts._ladder(p.ladder).total_claim is None]
+    assert max(total) < min(knobs)  # every guide-total ladder before the single knobs
+    for ladder in {p.ladder for p in parts if p.ladder}:  # a ladder's parts in rung order, round after round
+        mine = [(p.rounds, p.rungs) for p in parts if p.ladder == ladder]
+        assert mine == sorted(mine), ladder
+
+
+def test_dry_run_of_every_part_prints_its_commands_and_keeps_data_out_of_out(tmp_path):
+    out, scratch = tmp_path / "out", tmp_path / "scratch"
+    result = script("dry-run", "all", OUT=str(out), SCRATCH=str(scratch), GPU="h100")
     assert result.returncode == 0, result.stderr
-    commands = [line[2:] for line in result.stdout.splitlines() if line.startswith("+ ")]
-    assert commands[-1] == f"tar -czf {out}/{part}.tar.gz -C {out}/{part} ."
-    assert not out.exists()  # a dry run writes nothing
-    harness_cmds = [c for c in commands if c.startswith("python3 ")]
-    assert harness_cmds, "the default interpreter is python3"
-    for c in harness_cmds:
-        if "results_dir=" in c:
-            assert f"results_dir={out}/{part}/results" in c
-    # every run's timeout, times the runs the part makes, stays under the command limit
-    runs = {"phase2": len(ladder_mod.load("phase2").rungs), "scaling": len(ladder_mod.load("scaling").rungs),
-            "a100-diagnose": 3}
-    limits = [float(t) for c in harness_cmds for t in re.findall(r"timeout_s=(\d+)", c)]
-    if not part.startswith(("env", "tests")):
-        assert limits and sum(limits) * (runs.get(part, 1)) < COMMAND_LIMIT_S - 60, (part, limits)
+    printed = sections(result.stdout)
+    assert list(printed) == [p.name for p in gpu_parts.catalogue()]
+    assert not out.exists() and not scratch.exists()  # a dry run writes nothing
+    for part in gpu_parts.catalogue():
+        commands = [line[2:] for line in printed[part.name] if line.startswith("+ ")]
+        assert len(commands) >= 2, part.name
+        assert commands[-1] == f"tar -czf {out}/{part.name}.tar.gz -C {scratch}/pack/{part.name} ."
+        for command in commands[:-1]:
+            # nothing is written under $OUT but the tarball: no results folder, no dataset cache, no test report
+            assert str(out) not in command, (part.name, command)
+            for where in re.findall(r"(?:results_dir=|cache_dir=|--results |--junitxml=)(\S+)", command):
+                assert where.startswith(str(scratch)), (part.name, command)
+        if part.kind == "ladder":
+            assert commands[0].startswith(f"{sys.executable} scripts/gpu_part.py ladder {part.ladder} ")
+            assert f" {part.ladder}-h100-{gpu_parts.path_fingerprint(part)[:8]} " in commands[0]
+            assert f"timeout_s={part.timeout_s}" in commands[0]
 
 
-def test_python_override_and_usage_errors(tmp_path):
-    result = script("runs-unet3d", str(tmp_path / "o"), DRY_RUN="1", PYTHON="/opt/venv/bin/python")
-    assert result.returncode == 0 and "+ /opt/venv/bin/python -m harness run workload=unet3d" in result.stdout
-    assert script("runs-unet3d", DRY_RUN="1").returncode == 2  # no OUT_DIR and no $OUT
-    bad = script("resnet", str(tmp_path), DRY_RUN="1")
-    assert bad.returncode == 2 and "unknown part 'resnet'" in bad.stderr
-    assert script().returncode == 2
+def test_a_dry_run_without_out_prints_commands_that_fill_it_in():
+    result = script("dry-run", "phase2", GPU="h100")
+    assert result.returncode == 0, result.stderr
+    assert '+ tar -czf "$OUT"/phase2.tar.gz -C /tmp/harness-gpu/pack/phase2 .' in result.stdout
+
+
+def test_a_scratch_folder_inside_out_is_refused(tmp_path):
+    result = script("phase2", str(tmp_path / "out"), SCRATCH=str(tmp_path / "out" / "scratch"))
+    assert result.returncode == 2 and "is inside OUT=" in result.stderr
+    assert "choose a SCRATCH outside OUT" in result.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_usage_errors_name_the_bad_value_and_the_choices(tmp_path):
+    bad = script("resnet", str(tmp_path))
+    assert bad.returncode == 2 and "unknown part 'resnet'" in bad.stderr and " phase2 noise tests " in bad.stderr
+    assert "Traceback" not in bad.stderr
+    none = script("phase2")  # no OUT_DIR and no $OUT
+    assert none.returncode == 2 and "no output folder" in none.stderr
+    assert script().returncode == 2 and script("batch").returncode == 2
 
 
 def test_a_failing_part_exits_non_zero_and_still_packs_its_log(tmp_path):
     out = tmp_path / "out"
-    result = script("runs-unet3d", str(out), PYTHON="false")
+    result = script("runs-unet3d", str(out), PYTHON="false", DRIVER_PYTHON=sys.executable,
+                    SCRATCH=str(tmp_path / "scratch"))
     assert result.returncode == 1, result.stdout + result.stderr
     assert sorted(p.name for p in out.iterdir()) == ["runs-unet3d.tar.gz"]
     with tarfile.open(out / "runs-unet3d.tar.gz") as tar:
         log = tar.extractfile("./runs-unet3d.log").read().decode()
+        stamp = json.load(tar.extractfile("./stamp.json"))
     assert "exit 1: false -m harness run workload=unet3d precision=32" in log
+    assert stamp["status"] == "failed" and stamp["part"] == "runs-unet3d" and stamp["path_fingerprint"]
+    journal = (tmp_path / "scratch" / gpu_campaign.JOURNAL).read_text().splitlines()
+    assert [json.loads(line)["status"] for line in journal] == ["failed"]  # what this machine ran, for `next`
+
+
+# ------------------------------------------------------------------------------------------
+# the tarball's size
+
+
+def _context(tmp_path) -> gpu_campaign.Context:
+    return gpu_campaign.Context(py=sys.executable, out=tmp_path / "out", scratch=tmp_path / "scratch", gpu="h100")
+
+
+def test_a_tarball_over_16_mib_is_refused_naming_its_biggest_files(tmp_path):
+    part, ctx = gpu_parts.find("phase2"), _context(tmp_path)
+    folder = ctx.pack(part)
+    (folder / "results" / "runs").mkdir(parents=True)
+    (folder / "results" / "runs" / "big.parquet").write_bytes(os.urandom(17 * 2**20))  # random: gzip cannot shrink it
+    (folder / "phase2.log").write_text("small\n")
+    assert not gpu_campaign.pack_part(part, ctx)
+    tarball = ctx.out / "phase2.tar.gz"
+    problem = gpu_campaign.size_problem(tarball, folder)
+    assert tarball.stat().st_size > 16 * 2**20 and "over the 16 MiB a slot returns" in problem
+    assert "results/runs/big.parquet (17.0 MiB)" in problem and f"tar -czf {tarball} -C {folder} ." in problem
+
+
+def test_a_log_that_makes_the_tarball_too_big_keeps_its_end_and_the_part_packs(tmp_path, monkeypatch):
+    part, ctx = gpu_parts.find("phase2"), _context(tmp_path)
+    folder = ctx.pack(part)
+    (folder / "results" / "runs").mkdir(parents=True)
+    (folder / "results" / "runs" / "r.parquet").write_bytes(b"record")
+    (folder / "phase2.log").write_bytes(os.urandom(3 * 2**20) + b"the end\n")
+    monkeypatch.setattr(gpu_campaign, "LOG_TAIL_BYTES", 2**20)
+    assert gpu_campaign.pack_part(part, ctx, limit=2 * 2**20)
+    with tarfile.open(ctx.out / "phase2.tar.gz") as tar:
+        log = tar.extractfile("./phase2.log").read()
+        assert tar.extractfile("./results/runs/r.parquet").read() == b"record"
+    assert log.startswith(b"[... cut to its last MiB") and log.endswith(b"the end\n")
+
+
+# ------------------------------------------------------------------------------------------
+# the plan: next, record
+
+
+def _entry(part, status="ok", fingerprint=None, attempts=1):
+    return {"status": status, "measured": "2026-11-23T10:00:00Z", "commit": "", "code_fingerprint": "c0de",
+            "path_fingerprint": fingerprint or gpu_parts.path_fingerprint(gpu_parts.find(part)), "attempts": attempts,
+            "records": 1, "sweeps": [], "failures": ["exit 1: boom"] if status != "ok" else []}
+
+
+def test_next_takes_pending_parts_in_order_within_one_command(tmp_path, monkeypatch):
+    monkeypatch.setenv("PLAN_DIR", str(tmp_path))
+    plan = {"gpu": "h100", "parts": {
+        "phase2": _entry("phase2"),  # done
+        "noise": _entry("noise", fingerprint="0" * 16),  # stale: its measured path changed
+        "tests": _entry("tests", "failed"),  # failed once: retried
+        "phase3": _entry("phase3", "failed", attempts=2),  # failed twice on this path: blocked
+        "connectomics_quick": _entry("connectomics_quick", "cut"),  # stopped at the limit once: retried
+    }}
+    (tmp_path / "plan.json").write_text(json.dumps(plan))
+    loaded = gpu_plan.load("h100")
+    states = {p.name: gpu_plan.state(p, loaded["parts"].get(p.name)) for p in gpu_parts.catalogue()}
+    assert [states[n] for n in ("phase2", "noise", "tests", "phase3", "connectomics_quick", "detr_fast")] == \
+        ["done", "stale", "retry", "blocked", "retry", "to do"]
+    pending = gpu_plan.pending(loaded)
+    # the stale and the retried first, then the cheapest ladder with a guide total (A100's option A, since its
+    # start reads from storage at the guide's pace)
+    assert [p.name for p in pending[:3]] == ["noise", "tests", "a100_option_a"]
+    chosen = gpu_plan.pick(pending)
+    assert chosen[0] == pending[0] and sum(p.estimate_s for p in chosen) <= gpu_parts.BATCH_BUDGET_S
+    assert pending[1] not in chosen and pending[2] not in chosen  # 277 + 300 s, 277 + 346 s: too long for one command
+    for part in chosen[1:]:  # smaller later parts fill the command, never ahead of an earlier part of their ladder
+        assert pending.index(part) > 2
+        assert all(p in chosen[:chosen.index(part)] for p in pending[:pending.index(part)] if p.ladder == part.ladder
+                   and part.ladder)
+    progressive = [p for p in pending if p.ladder == "connectomics_progressive"][:2]  # 303 s, then 254 s
+    assert gpu_plan.pick([pending[0], *progressive]) == [pending[0]]  # rung 6 waits for rungs 0-5
+    big = [gpu_parts.find("resnet50_aggressive-r5")]
+    assert gpu_plan.pick(big + pending) == big  # the first pending part always runs, however big
+    result = script("dry-run", "next", GPU="h100", PLAN_DIR=str(tmp_path), SCRATCH=str(tmp_path / "scratch"))
+    assert result.returncode == 0, result.stderr
+    assert f"GPU h100: next {' '.join(p.name for p in chosen)} (~" in result.stdout
+    assert list(sections(result.stdout)) == [p.name for p in chosen]
+    # a second command on the same machine, before `record` here: what the first one measured is not taken again
+    (tmp_path / "scratch").mkdir()
+    stamp = {"part": "noise", "gpu": "h100", "status": "ok", "ended": "2026-11-23T11:00:00Z", "records": ["a", "b"],
+             "commit": "abc", "code_fingerprint": "c0de", "path_fingerprint": _entry("noise")["path_fingerprint"]}
+    (tmp_path / "scratch" / gpu_campaign.JOURNAL).write_text(json.dumps(stamp) + "\n")
+    again = script("dry-run", "next", GPU="h100", PLAN_DIR=str(tmp_path), SCRATCH=str(tmp_path / "scratch"))
+    assert again.returncode == 0 and list(sections(again.stdout))[0] == "tests"
+
+
+def test_the_command_s_age_counts_what_ran_before_the_driver_in_its_shell():
+    code = "import sys; sys.path.insert(0, '.'); from scripts.gpu_campaign import command_age_s; print(command_age_s())"
+    out = subprocess.run(["bash", "-c", f"sleep 2; {sys.executable} -c \"{code}\"; true"], cwd=REPO,
+                         capture_output=True, text=True, timeout=60)
+    assert 1.5 <= float(out.stdout) < 60, out.stdout + out.stderr  # the shell began ~2 s before the driver
+
+
+def test_a_batch_starts_no_part_that_would_not_fit_the_command(tmp_path, monkeypatch, capsys):
+    clock = [0.0]
+    ran = []
+    monkeypatch.setattr(gpu_campaign.time, "monotonic", lambda: clock[0])
+
+    def fake_run(part, ctx):
+        ran.append(part.name)
+        clock[0] += part.estimate_s
+        return 0
+
+    monkeypatch.setattr(gpu_campaign, "run_part", fake_run)
+    parts = [gpu_parts.find(n) for n in ("noise", "tests", "phase1")]  # 277 + 300 > 540: tests waits
+    assert gpu_campaign.run_parts(parts, _context(tmp_path)) == 0
+    assert ran == ["noise"] and "bash scripts/gpu_measure.sh batch tests phase1" in capsys.readouterr().out
+
+
+def _record(results, run_id, status="ok", error="", ladder="phase2", rung=0, config=None):
+    write_record(RunRecord(run_id=run_id, status=status, timestamp="2026-11-23T10:00:00Z", error=error,
+                           workload="unet3d", ladder=ladder, rung=rung, sweep_id="phase2-h100-x",
+                           config_json=json.dumps(config or {})), results)
+
+
+def _tarball(tmp_path, part, status, records=1) -> Path:
+    folder = tmp_path / f"pack-{part}-{status}"
+    for i in range(records):
+        _record(folder / "results", f"20261123-10000{i}-{status[:4]}{part[:4]}")
+    stamp = {"part": part, "gpu": "h100", "status": status, "started": "2026-11-23T10:00:00Z",
+             "ended": "2026-11-23T10:04:00Z", "elapsed_s": 240.0, "estimate_s": 213, "commit": "abc123",
+             "code_fingerprint": "c0de", "path_fingerprint": gpu_parts.path_fingerprint(gpu_parts.find(part)),
+             "sweeps": ["phase2-h100-x"], "failures": [] if status == "ok" else ["exit 1: boom"]}
+    (folder / "stamp.json").write_text(json.dumps(stamp))
+    (folder / f"{part}.log").write_text("the log\n")
+    (folder / "table.md").write_text("| rung |\n")
+    tarball = tmp_path / "back" / f"{part}.tar.gz"
+    tarball.parent.mkdir(exist_ok=True)
+    with tarfile.open(tarball, "w:gz") as tar:
+        tar.add(folder, arcname=".")
+    return tarball
+
+
+def test_record_puts_records_and_logs_under_the_gpu_and_marks_the_plan(tmp_path):
+    plan_dir = tmp_path / "plan"
+    _tarball(tmp_path, "phase2", "ok", records=2)
+    result = script("record", str(tmp_path / "back"), PLAN_DIR=str(plan_dir))
+    assert result.returncode == 0, result.stderr
+    assert "phase2 (h100): ok, 2 records, commit abc123" in result.stdout
+    entry = json.loads((plan_dir / "plan.json").read_text())["parts"]["phase2"]
+    assert entry["status"] == "ok" and entry["commit"] == "abc123" and entry["code_fingerprint"] == "c0de"
+    assert len(load_runs(plan_dir)) == 2
+    assert (plan_dir / "logs" / "phase2.log").read_text() == "the log\n"
+    assert (plan_dir / "logs" / "phase2.table.md").read_text() == "| rung |\n"
+    row = next(line for line in (plan_dir / "PLAN.md").read_text().splitlines() if line.startswith("| 1 | `phase2`"))
+    assert "**done**" in row and "abc123" in row and "c0de" in row
+    # by name, from the folder the files came back in
+    assert script("record", "phase2", PLAN_DIR=str(plan_dir), IN=str(tmp_path / "back")).returncode == 0
+    assert script("record", "nosuchpart", PLAN_DIR=str(plan_dir)).returncode == 2
+
+
+def test_a_part_that_fails_twice_on_one_path_is_blocked(tmp_path, monkeypatch):
+    monkeypatch.setenv("PLAN_DIR", str(tmp_path / "plan"))
+    for _ in range(2):
+        gpu_plan.record(_tarball(tmp_path, "noise", "failed"))
+    entry = gpu_plan.load("h100")["parts"]["noise"]
+    assert entry["attempts"] == 2 and gpu_plan.state(gpu_parts.find("noise"), entry) == "blocked"
+    assert "noise" not in [p.name for p in gpu_plan.pending(gpu_plan.load("h100"))]
+    gpu_plan.record(_tarball(tmp_path, "noise", "ok"))
+    assert gpu_plan.state(gpu_parts.find("noise"), gpu_plan.load("h100")["parts"]["noise"]) == "done"
+
+
+# ------------------------------------------------------------------------------------------
+# the part's check
+
+
+@pytest.mark.parametrize("status, error, config, fails", [
+    ("ok", "", {}, False),
+    ("skipped", "tf32=true needs a CUDA GPU (TF32 is a tensor-core format)", {}, False),
+    ("skipped", "compile=max-autotune failed on this model (BackendCompilerFailed): boom", {}, True),
+    ("error", "Traceback ...", {}, True),
+    ("oom", "CUDA out of memory", {"debug": {"fault": "oom"}}, False),  # an injected fault, as asked
+])
+def test_check_fails_a_part_on_failures_and_on_a_compile_error_skip(tmp_path, capsys, status, error, config, fails):
+    results = tmp_path / "results"
+    _record(results, "20261123-100000-before")
+    before = tmp_path / "before.txt"
+    before.write_text("20261123-100000-before.parquet\n")
+    _record(results, "20261123-100001-new", status, error, config=config)
+    assert gpu_part.check(str(results), str(before)) == int(fails)
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 1 and ("FAILS THE PART" in lines[0]) == fails
+
+
+def test_an_out_of_memory_ends_a_stop_on_oom_ladder_without_failing_it():
+    assert gpu_part.failure("oom", "CUDA out of memory", "batch", "{}") == ""
+    assert gpu_part.failure("oom", "CUDA out of memory", "phase2", "{}") == "ended oom"
+
+
+def test_rung_and_round_spans_are_checked():
+    assert gpu_part.span("0-3", "rungs", 4) == [0, 1, 2, 3] and gpu_part.span("2", "rounds") == [2]
+    for bad in ("3-1", "x", "0-4"):
+        with pytest.raises(ValueError, match=rf"rungs '{bad}' is not valid"):
+            gpu_part.span(bad, "rungs", 4)
 
 
 @pytest.mark.slow  # two real commands with a measured run: ~2 minutes on 2 busy cores
-def test_one_rung_per_command_makes_one_sweep_across_commands(tmp_path):
-    """Rung 0 of resnet50_aggressive for real (smoke size on this CPU), then the TF32 rung in a second command
-    seeded with the first one's records: both land in the sweep resnet50_aggressive-gpu."""
-    py = sys.executable
-    first = script("resnet50-0", str(tmp_path / "a"), PYTHON=py)
+def test_parts_of_one_ladder_measured_in_separate_commands_make_one_sweep(tmp_path):
+    """Rung 4 of resnet50_aggressive for real (smoke size on this CPU), then the TF32 rung in a second command on a
+    fresh scratch folder seeded with the first one's tarball: both land in one sweep."""
+    first = script("resnet50_aggressive-r4", str(tmp_path / "a"), SCRATCH=str(tmp_path / "s1"), TIMEOUT_S="600")
     assert first.returncode == 0, first.stdout + first.stderr
-    packed = tmp_path / "a" / "resnet50-0.tar.gz"
-    assert sorted(p.name for p in (tmp_path / "a").iterdir()) == ["resnet50-0.tar.gz"]
-    second = script("resnet50-5", str(tmp_path / "b"), PYTHON=py, RESULTS_FROM=str(packed))
+    packed = tmp_path / "a" / "resnet50_aggressive-r4.tar.gz"
+    second = script("resnet50_aggressive-r7", str(tmp_path / "b"), SCRATCH=str(tmp_path / "s2"),
+                    RESULTS_FROM=str(packed))
     assert second.returncode == 0, second.stdout + second.stderr  # skipped (TF32 needs a GPU) is not a failure
     merged = tmp_path / "merged"
-    with tarfile.open(tmp_path / "b" / "resnet50-5.tar.gz") as tar:
-        names = tar.getnames()
-        tar.extractall(merged, filter="data")
-    assert "./table.md" in names and "./resnet50-5.log" in names
+    for tarball in (packed, tmp_path / "b" / "resnet50_aggressive-r7.tar.gz"):
+        with tarfile.open(tarball) as tar:
+            tar.extractall(merged, filter="data")
     runs = load_runs(merged / "results").sort_values("rung")
-    assert list(runs["sweep_id"]) == ["resnet50_aggressive-gpu"] * 2
-    assert list(runs["rung"]) == [0, 5] and list(runs["status"]) == ["ok", "skipped"]
+    assert len(set(runs["sweep_id"])) == 1 and runs["sweep_id"].iloc[0].startswith("resnet50_aggressive-cpu-")
+    assert list(runs["rung"]) == [4, 7] and list(runs["status"]) == ["ok", "skipped"]
     assert "tf32=true needs a CUDA GPU" in runs["error"].iloc[1]

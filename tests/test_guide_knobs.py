@@ -3,14 +3,17 @@ every N steps. Each validated with the bad value and the valid choices, hashed o
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 
 from harness import config as config_mod
-from tests.conftest import harness_cli, tiny_config
+from tests.conftest import TINY_MODEL_ARGS, harness_cli, tiny_config, tiny_model_config
 
-NEW_KEYS = {"cudnn_deterministic": True, "model.depth": 4, "cpus": 1, "data.read_latency_ms": 5.0, "val.every_n_steps": 10,
-            "float32_matmul_precision": "medium", "memory_cleanup_every_n_steps": 30, "visualize_every_n_steps": 100}
+NEW_KEYS = {"cudnn_deterministic": True, "model.depth": 4, "cpus": 1, "data.read_latency_ms": 5.0,
+            "val.every_n_steps": 10, "float32_matmul_precision": "medium", "memory_cleanup_every_n_steps": 30,
+            "visualize_every_n_steps": 100, "model.features": [32, 64, 128, 256, 512, 32]}
 
 
 @pytest.mark.parametrize("key,value", NEW_KEYS.items())
@@ -27,7 +30,8 @@ def test_a_new_knob_at_its_default_keeps_every_hash_and_set_changes_it(key, valu
 
 
 @pytest.mark.parametrize("overrides,message", [
-    ({"float32_matmul_precision": "low"}, r"unknown float32_matmul_precision 'low'.*Valid choices: high, highest, medium"),
+    ({"float32_matmul_precision": "low"},
+     r"unknown float32_matmul_precision 'low'.*Valid choices: high, highest, medium"),
     ({"float32_matmul_precision": "high", "tf32": True},
      r"float32_matmul_precision=high and tf32=true both set the matmul precision: choose one"),
     ({"memory_cleanup_every_n_steps": -1}, r"memory_cleanup_every_n_steps=-1 must be 0 \(never\) or a positive"),
@@ -76,14 +80,25 @@ def test_periodic_work_is_nothing_unless_asked_and_acts_every_n_steps(monkeypatc
     assert written == [("step000001.pt", (3, 4, 4)), ("step000003.pt", (3, 4, 4)), ("step000005.pt", (3, 4, 4))]
 
 
-def test_a_run_with_cleanup_and_visualisation_every_step_is_measured(results):
-    out = harness_cli("run", "memory_cleanup_every_n_steps=1", "visualize_every_n_steps=1",
-                      "float32_matmul_precision=high", "measure.steps=2", "measure.warmup_steps=1", f"results_dir={results}")
-    assert out.returncode == 0, out.stdout + out.stderr
+@pytest.fixture(scope="module")
+def periodic_run(tmp_path_factory):
+    """ONE run of the tiny model with every periodic knob on (memory cleanup and a visualisation write every step, a
+    validation pass every 2), its output and its record: each knob's test reads it."""
     from harness.store import load_runs
 
-    record = load_runs(results).iloc[0]
+    results = tmp_path_factory.mktemp("periodic") / "results"
+    out = harness_cli("run", *TINY_MODEL_ARGS, "memory_cleanup_every_n_steps=1", "visualize_every_n_steps=1",
+                      "float32_matmul_precision=high", "val.every_n_steps=2", "val.steps=1", "val.inference_mode=true",
+                      "measure.steps=2", "measure.warmup_steps=1", f"results_dir={results}")
+    assert out.returncode == 0, out.stdout + out.stderr
+    return load_runs(results).iloc[0]
+
+
+def test_a_run_with_cleanup_and_visualisation_every_step_is_measured(periodic_run):
+    record = periodic_run
     assert record["status"] == "ok" and '"float32_matmul_precision": "high"' in record["backend_flags"]
+    settings = json.loads(record["config_json"])
+    assert (settings["memory_cleanup_every_n_steps"], settings["visualize_every_n_steps"]) == (1, 1)
 
 
 def test_a_bad_value_on_the_command_line_exits_2_without_a_traceback(results):
@@ -108,6 +123,25 @@ def test_unet_depth_removes_the_deepest_levels_and_other_models_skip_it():
         tiny_config(model__depth=7)
 
 
+def test_basic_unet_features_are_the_connectomics_filters_scaled_by_width_and_other_models_skip_them():
+    from harness.workload.build import build_model
+
+    def channels(net):
+        return [m.out_channels for m in net.modules() if isinstance(m, torch.nn.Conv3d)]
+
+    filters = [32, 64, 128, 256, 512, 32]
+    cfg = tiny_config(workload="basic_unet3d", model__features=filters, model__width=0.5)
+    assert config_mod.not_applicable(cfg) == "" and config_mod.measured_settings(cfg)["model.features"] == filters
+    width = cfg.model.width * cfg.workload.sizes[cfg.size].width  # the size preset's width times model.width
+    assert max(channels(build_model(cfg))) == max(4, int(round(512 * width / 4)) * 4)
+    assert max(channels(build_model(tiny_config(workload="basic_unet3d", model__width=0.5)))) == \
+        max(4, int(round(256 * width / 4)) * 4)  # MONAI's own features without the setting
+    assert config_mod.not_applicable(tiny_config(model__features=filters)).startswith(
+        "model.features=[32, 64, 128, 256, 512, 32] needs a model that takes features: workload 'unet3d'")
+    with pytest.raises(ValueError, match=r"model.features=\[32, 64\] is not valid: BasicUNet takes six positive"):
+        tiny_config(workload="basic_unet3d", model__features=[32, 64])
+
+
 def test_storage_cost_waits_per_item_and_drops_the_items_files_from_the_page_cache(tmp_path, monkeypatch):
     import os
     import time
@@ -119,7 +153,8 @@ def test_storage_cost_waits_per_item_and_drops_the_items_files_from_the_page_cac
         (tmp_path / f"{i}.bin").write_bytes(b"x" * 4096)
         files.append([str(tmp_path / f"{i}.bin")])
     dropped = []
-    monkeypatch.setattr(os, "posix_fadvise", lambda fd, off, n, advice: dropped.append((os.readlink(f"/proc/self/fd/{fd}"), advice)))
+    monkeypatch.setattr(os, "posix_fadvise",
+                        lambda fd, off, n, advice: dropped.append((os.readlink(f"/proc/self/fd/{fd}"), advice)))
     cost = data.StorageCost(list(range(5)), 0.02, files)
     start = time.monotonic()
     assert [cost[i] for i in range(3)] == [0, 1, 2] and len(cost) == 5
@@ -164,7 +199,7 @@ def test_a_validation_pass_runs_eval_mode_under_inference_mode_and_returns_to_tr
     from harness.workload import knobs
     from harness.workload.data import build_dataset, build_loader
 
-    cfg = tiny_config(workload="resnet50", val__every_n_steps=1, val__steps=2, val__inference_mode=True)
+    cfg = tiny_model_config(val__every_n_steps=1, val__steps=2, val__inference_mode=True)  # the modes: any model
     prep = knobs.prepare(cfg, cfg.workload)
     seen = []
     prep.model.register_forward_hook(lambda m, i, o: seen.append((m.training, torch.is_inference_mode_enabled())))
@@ -172,10 +207,11 @@ def test_a_validation_pass_runs_eval_mode_under_inference_mode_and_returns_to_tr
     assert seen == [(False, True), (False, True)] and prep.model.training
 
 
-def test_a_run_with_a_validation_loop_is_measured(results):
-    out = harness_cli("run", "workload=resnet50", "val.every_n_steps=2", "val.steps=1", "val.inference_mode=true",
-                      "measure.steps=2", "measure.warmup_steps=1", f"results_dir={results}")
-    assert out.returncode == 0, out.stdout + out.stderr
+def test_a_run_with_a_validation_loop_is_measured(periodic_run):
+    # the run's loop with a validation pass in it is tested here (in the shared run), the pass itself above
+    val = json.loads(periodic_run["config_json"])["val"]
+    assert periodic_run["status"] == "ok"
+    assert (val["every_n_steps"], val["steps"], val["inference_mode"]) == (2, 1, True)
 
 
 def test_cpus_pins_the_process_to_its_first_n_cpus_and_more_than_there_are_is_skipped():

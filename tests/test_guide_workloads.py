@@ -59,6 +59,55 @@ def test_hungarian_matching_finds_the_queries_that_predict_each_box():
     assert perfect < 0.1 < float(loss(out, targets))
 
 
+def _match_per_image(loss, logits, boxes, targets):
+    """The matcher as it was before the batched one: costs per image, each image's costs copied to the host alone."""
+    from scipy.optimize import linear_sum_assignment
+    from torchvision.ops import generalized_box_iou
+
+    from models.detr import box_xyxy
+
+    prob = logits.float().softmax(-1)
+    found = []
+    for i in range(len(targets)):
+        valid = torch.nonzero(targets[i, :, 0] >= 0).flatten()
+        if valid.numel() == 0:
+            continue
+        classes, tboxes = targets[i, valid, 0].long(), targets[i, valid, 1:].float()
+        cost = (-loss.cost_class * prob[i][:, classes] + loss.cost_bbox * torch.cdist(boxes[i].float(), tboxes, p=1)
+                - loss.cost_giou * generalized_box_iou(box_xyxy(boxes[i].float()), box_xyxy(tboxes)))
+        q, t = linear_sum_assignment(cost.cpu().numpy())
+        found += [(i, int(a), int(valid[b])) for a, b in zip(q, t)]
+    return found
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_batched_hungarian_matching_assigns_as_matching_image_by_image_did(seed, monkeypatch):
+    """Random outputs and targets (some images with no box at all): the same assignments as the per-image matcher,
+    with ONE copy to the host for the whole batch (the per-image one made two an image)."""
+    from models.detr import HungarianLoss
+
+    gen = torch.Generator().manual_seed(seed)
+    batch, queries, slots = 6, 30, 8
+    logits = torch.randn(batch, queries, 3, generator=gen) * 3
+    boxes = torch.rand(batch, queries, 4, generator=gen) * torch.tensor([1.0, 1.0, 0.2, 0.2]) + \
+        torch.tensor([0.0, 0.0, 0.01, 0.01])
+    targets = torch.full((batch, slots, 5), -1.0)
+    for i, count in enumerate(torch.randint(0, slots + 1, (batch,), generator=gen).tolist()):
+        where = torch.randperm(slots, generator=gen)[:count]  # boxes in any slots, padding between them
+        targets[i, where, 0] = torch.randint(0, 2, (count,), generator=gen).float()
+        targets[i, where, 1:3] = torch.rand(count, 2, generator=gen) * 0.8 + 0.1
+        targets[i, where, 3:] = torch.rand(count, 2, generator=gen) * 0.05 + 0.01
+    targets[seed % batch] = -1.0  # an image without boxes
+    loss = HungarianLoss(num_classes=2)
+    expected = _match_per_image(loss, logits, boxes, targets)
+    copies = []
+    to_host = torch.Tensor.cpu
+    monkeypatch.setattr(torch.Tensor, "cpu", lambda self, *a, **k: copies.append(self.shape) or to_host(self, *a, **k))
+    image, query, row = loss.match(logits, boxes, targets)
+    assert list(zip(image.tolist(), query.tolist(), row.tolist())) == expected and len(expected) >= 5
+    assert copies == [torch.Size([batch, queries + 1, slots])]
+
+
 def test_clahe_spreads_a_low_contrast_image_and_motion_blur_keeps_brightness():
     from models.detr import clahe, motion_blur
 
@@ -122,7 +171,8 @@ def test_dataset_settings_hand_the_patch_size_and_leave_old_hashes_alone():
 def test_the_guide_workloads_climb_their_ladders_at_the_cpu_size(ladder, results):
     from harness.store import load_runs
 
-    out = harness_cli("sweep", f"+ladder={ladder}", "measure.steps=3", "measure.warmup_steps=1", f"results_dir={results}")
+    out = harness_cli("sweep", f"+ladder={ladder}", "measure.steps=3", "measure.warmup_steps=1",
+                      f"results_dir={results}")
     assert out.returncode == 0, out.stdout + out.stderr
     frame = load_runs(results)
     assert set(frame["status"]) <= {"ok", "skipped"} and (frame["status"] == "ok").sum() >= 5

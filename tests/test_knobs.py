@@ -6,10 +6,13 @@ import pytest
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
+from harness import config as config_mod
 from harness.workload import knobs
 from harness.workload.data import build_dataset, build_loader
 from harness.workload.workloads import builtin
-from tests.conftest import tiny_config
+from tests.conftest import TINY_MODEL, tiny_config
+
+TINY_MODEL_KEYS = {k.replace(".", "__"): v for k, v in TINY_MODEL.items()}
 
 
 def _prepare(**overrides):
@@ -48,7 +51,8 @@ def test_channels_last_2d_for_resnet():
     assert prep.model.conv1.weight.is_contiguous(memory_format=torch.channels_last)
 
 
-@pytest.mark.parametrize("precision,dtype", [("32", torch.float32), ("bf16-mixed", torch.bfloat16), ("16-mixed", torch.float16)])
+@pytest.mark.parametrize("precision,dtype", [("32", torch.float32), ("bf16-mixed", torch.bfloat16),
+                                             ("16-mixed", torch.float16)])
 def test_precision_sets_the_autocast_dtype_of_convolutions(precision, dtype):
     _, prep = _prepare(precision=precision)
     conv = next(m for m in prep.model.modules() if isinstance(m, torch.nn.Conv3d))
@@ -68,7 +72,7 @@ def _fake_backends(new_api: bool):
 
 
 @pytest.mark.parametrize("tf32, expected", [(True, "tf32"), (False, "ieee")])
-def test_tf32_uses_the_new_api_alone_where_it_exists(tf32, expected):
+def test_tf32_uses_the_new_api_where_only_it_exists(tf32, expected):
     backends = _fake_backends(new_api=True)
     flags = knobs.apply_tf32(tf32, backends)
     assert backends.cuda.matmul.fp32_precision == expected
@@ -97,21 +101,83 @@ def test_tf32_null_leaves_pytorch_defaults_and_records_them():
 
 def test_backend_flags_are_set_on_this_torch():
     new_api = hasattr(torch.backends.cuda.matmul, "fp32_precision")
+    old = [(torch.backends.cuda.matmul, "allow_tf32"), (torch.backends.cudnn, "allow_tf32")]
     names = [(torch.backends.cuda.matmul, "fp32_precision"), (torch.backends.cudnn, "fp32_precision"),
              (torch.backends.cudnn.conv, "fp32_precision"), (torch.backends.cudnn.rnn, "fp32_precision")] \
-        if new_api else [(torch.backends.cuda.matmul, "allow_tf32"), (torch.backends.cudnn, "allow_tf32")]
-    before = [getattr(o, n) for o, n in names] + [torch.backends.cudnn.benchmark]
+        if new_api else old
+    before_old, before = [getattr(o, n) for o, n in old], [getattr(o, n) for o, n in names]
+    benchmark = torch.backends.cudnn.benchmark
     try:
         flags = knobs.apply_backend_flags(tiny_config(tf32=True, cudnn_benchmark=True))
         assert flags["cudnn.benchmark"] is True and torch.backends.cudnn.benchmark
         assert all(getattr(o, n) in ("tf32", True) for o, n in names)
+        assert [getattr(o, n) for o, n in old] == [True, True]  # they read, and agree: torch's compiler reads them
         flags = knobs.apply_backend_flags(tiny_config(tf32=False))
         assert all(getattr(o, n) in ("ieee", False) for o, n in names) and not torch.backends.cudnn.benchmark
+        assert [getattr(o, n) for o, n in old] == [False, False]
         assert flags["tf32_api"] == ("fp32_precision" if new_api else "allow_tf32")
-    finally:
-        for (o, n), v in zip(names, before):
+    finally:  # in the same order: old flags, then new ones, so no later test reads a mix
+        for (o, n), v in [*zip(old, before_old), *zip(names, before)]:
             setattr(o, n, v)
-        torch.backends.cudnn.benchmark = before[-1]
+        torch.backends.cudnn.benchmark = benchmark
+
+
+class _Torch29Flag:
+    """One backend's TF32 flags as torch 2.9-2.11 keep them: ``allow_tf32`` (old) writes the old state AND the new
+    ``fp32_precision``; ``fp32_precision`` (new) writes only its own; reading ``allow_tf32`` raises when the two
+    disagree, as torch's own compiler then finds when it reads the old flag."""
+
+    def __init__(self, old: bool, new: str, children=()):
+        self.__dict__.update(_old=old, _new=new, _children=children)
+
+    def __getattr__(self, name):
+        if name != "allow_tf32":
+            raise AttributeError(name)
+        values = {v for v in [self._new, *(c.fp32_precision for c in self._children)] if v != "none"}
+        if values - {"tf32" if self._old else "ieee"}:
+            raise RuntimeError("you have used mix of the legacy and new APIs to set the TF32 flags")
+        return self._old
+
+    def __setattr__(self, name, value):
+        if name == "allow_tf32":
+            self.__dict__.update(_old=value, _new="tf32" if value else "ieee")
+            for child in self._children:
+                child.fp32_precision = "none"  # the old setter leaves the children to inherit it
+        else:
+            self.__dict__["_new" if name == "fp32_precision" else name] = value
+
+    @property
+    def fp32_precision(self):
+        return self._new
+
+
+def _torch29_backends():
+    ns = SimpleNamespace
+    conv, rnn = ns(fp32_precision="tf32"), ns(fp32_precision="tf32")
+    cudnn = _Torch29Flag(True, "none", (conv, rnn))
+    cudnn.__dict__.update(conv=conv, rnn=rnn)
+    return ns(cuda=ns(matmul=_Torch29Flag(False, "none")), cudnn=cudnn)
+
+
+@pytest.mark.parametrize("tf32, expected", [(True, "tf32"), (False, "ieee")])
+def test_tf32_writes_old_flags_then_new_ones_so_both_read_alike_on_torch_2_9(tf32, expected):
+    backends = _torch29_backends()
+    flags = knobs.apply_tf32(tf32, backends)
+    assert backends.cuda.matmul.allow_tf32 is tf32 and backends.cudnn.allow_tf32 is tf32  # no "mix of ... APIs"
+    assert [backends.cuda.matmul.fp32_precision, backends.cudnn.fp32_precision, backends.cudnn.conv.fp32_precision,
+            backends.cudnn.rnn.fp32_precision] == [expected] * 4
+    assert flags == {"tf32": tf32, "tf32_api": "fp32_precision", "cuda.matmul.fp32_precision": expected,
+                     "cudnn.fp32_precision": expected, "cudnn.conv.fp32_precision": expected,
+                     "cudnn.rnn.fp32_precision": expected}
+
+
+def test_the_torch_2_9_stand_in_raises_on_new_flags_written_alone():
+    """The stand-in above behaves as torch does: the new setters alone leave the old flags unreadable."""
+    backends = _torch29_backends()
+    for path in (backends.cuda.matmul, backends.cudnn, backends.cudnn.conv, backends.cudnn.rnn):
+        path.fp32_precision = "tf32"
+    with pytest.raises(RuntimeError, match="mix of the legacy and new APIs"):
+        assert backends.cuda.matmul.allow_tf32 is not None  # reading it raises
 
 
 def test_width_scales_the_channels():
@@ -136,8 +202,8 @@ def test_optimizer_implementation_flags_reach_the_optimizer(flag):
 
 def test_zero_grad_set_to_none():
     for set_to_none, expected_none in ((True, True), (False, False)):
-        _, prep = _prepare()
-        prep.model(torch.randn(1, 1, 32, 32, 32)).sum().backward()
+        _, prep = _prepare(**TINY_MODEL_KEYS)  # what the optimizer does with gradients: any model shows it
+        prep.model(torch.randn(1, 1, 8)).sum().backward()
         prep.optimizer.zero_grad(set_to_none=set_to_none)
         grad = next(prep.model.parameters()).grad
         assert (grad is None) == expected_none
@@ -150,7 +216,7 @@ def test_loader_knobs_reach_the_dataloader():
     it = iter(loader)
     x, y = next(it)
     assert type(it).__name__ == "_MultiProcessingDataLoaderIter" and len(it._workers) == 2
-    assert x.shape == (3, 1, 32, 32, 32) and y.dtype == torch.int64
+    assert x.shape == (3, 1, 32, 32, 32) and y.dtype == torch.uint8
     del it
 
 
@@ -193,3 +259,15 @@ def test_cpu_bf16_guard_gives_a_depth_2_conv3d_a_right_weight_gradient():
     error = (model[0].conv.weight.grad - reference).norm() / reference.norm()
     assert error < 0.02
     assert guard_cpu_bf16_conv3d(torch.nn.Sequential(torch.nn.Conv3d(1, 1, 3)), tiny_config()) == 0  # fp32: untouched
+
+
+@pytest.mark.parametrize("mode", ["reduce-overhead", "max-autotune"])
+def test_cuda_graph_compile_on_two_devices_is_refused_before_anything_is_built(mode):
+    cfg = config_mod.RunConfig(device="cuda", compile=mode, devices=2)
+    reason = knobs.cudagraph_multi_device_conflict(cfg)
+    assert reason.startswith(f"compile={mode} captures CUDA graphs") and "devices=2" in reason
+    with pytest.raises(knobs.KnobNotApplicable, match=f"compile={mode} captures CUDA graphs"):
+        knobs.prepare(cfg, cfg.workload, device=torch.device("cpu"))  # refused before a model or a flag is touched
+    for fine in (dict(devices=1), dict(compile="default"), dict(device="cpu")):
+        assert knobs.cudagraph_multi_device_conflict(config_mod.RunConfig(**{**dict(device="cuda", compile=mode,
+                                                                                     devices=2), **fine})) == ""

@@ -39,11 +39,10 @@ def test_every_ladder_loads_and_each_rung_changes_exactly_one_knob(name):
     ("phase4", "devices=2", (1.8, 1.8)),
     ("phase4", "devices=4", (1.94, 1.94)),
     ("a100_volume", "batch_size=2", (2, 2)),
-    ("a100_volume", "data.prefetch_factor=2", (1.1, 1.2)),
+    ("a100_volume", "data.num_workers=4", (2, 3)),
     ("detr_fast", "channels_last=true", (1.1, 1.15)),
     ("resnet50_aggressive", "compile=max-autotune", (1.2, 1.2)),
     ("resnet50_aggressive", "tf32=true", (1.1, 1.1)),
-    ("seresnet", "data.num_workers=4", (4, 8)),
     ("seresnet", "cudnn_benchmark=true", (1.1, 1.3)),
 ])
 def test_guide_claims_are_transcribed(name, change, claim):
@@ -54,6 +53,95 @@ def test_guide_claims_are_transcribed(name, change, claim):
 
 def test_phase2_total_claim():
     assert ladder_mod.load("phase2").total_claim.label() == "3-4x"
+
+
+# Every claim a shipped ladder carries: (ladder, span, label, component). Each is a figure the guide itself gives for
+# that change in that situation (docs/guides.md quotes it row by row): a claim added to a ladder must be added here,
+# after checking it against the guide. A span is a rung, FIRST-LAST for a group, or "total" (last rung over rung 0).
+GUIDE_CLAIMS = {
+    ("a100_option_a", "1", "2x", ""), ("a100_option_a", "2", "2-3x", "data"), ("a100_option_a", "total", "2x", ""),
+    ("a100_option_b", "1", "4x", ""), ("a100_option_b", "2", "2-3x", "data"), ("a100_option_b", "total", "3-4x", ""),
+    ("a100_option_c", "1", "4x", ""), ("a100_option_c", "total", "5-6x", ""),
+    ("a100_volume", "1", "2x", ""), ("a100_volume", "2", "2-3x", "data"), ("a100_volume", "3-4", "1.1-1.2x", ""),
+    ("a100_volume", "total", "3-4x", ""),
+    ("connectomics_architecture", "1", "2-3x", ""),
+    ("connectomics_cpus", "1", "minor", ""),
+    ("connectomics_fastest", "1-2", "2-3x", ""), ("connectomics_fastest", "3", "2-4x", ""),
+    ("connectomics_fastest", "4", "1.5-2x", ""), ("connectomics_fastest", "5", "1.3-1.5x", ""),
+    ("connectomics_fastest", "6", "1.5-2x", ""), ("connectomics_fastest", "7", "2-3x", ""),
+    ("connectomics_fastest", "8", "minor", ""), ("connectomics_fastest", "total", "5-8x", ""),
+    ("connectomics_level1", "1", "2-3x", ""), ("connectomics_level1", "2", "1.5-2x", ""),
+    ("connectomics_level1", "3", "1.3-1.5x", ""), ("connectomics_level1", "4", "1.5-2x", ""),
+    ("connectomics_level1", "5", "minor", ""),
+    ("connectomics_progressive", "1", "2-3x", ""), ("connectomics_progressive", "2", "1.3-1.5x", ""),
+    ("connectomics_progressive", "3", "1.5-2x", ""), ("connectomics_progressive", "4", "2-4x", ""),
+    ("connectomics_progressive", "5", "1.5-2x", ""), ("connectomics_progressive", "6", "1.5-2x", ""),
+    ("connectomics_progressive", "1-3", "3-4x", ""), ("connectomics_progressive", "4-5", "2x", ""),
+    ("connectomics_progressive", "total", "8-10x", ""),
+    ("connectomics_quick", "1", "2-3x", ""), ("connectomics_quick", "4", "2x", ""),
+    ("connectomics_quick", "2-3", "1.5-2x", ""), ("connectomics_quick", "total", "4-6x", ""),
+    ("connectomics_shallow", "1", "2-4x", ""),
+    ("detr_fast", "1", "2x", ""), ("detr_fast", "2", "1.1-1.15x", ""), ("detr_fast", "3", "1.5x", "compute"),
+    ("detr_fast", "4", "2-3x", ""), ("detr_fast", "5-7", "1.2-1.4x", ""),
+    ("detr_guide", "1", "2-3x", ""), ("detr_guide", "7", "2x", "validation"), ("detr_guide", "9", "1.02-1.05x", ""),
+    ("detr_guide", "2-4", "1.2-1.4x", ""), ("detr_guide", "5-6", "1.1-1.2x", ""), ("detr_guide", "total", "2-2.5x", ""),
+    ("mednext_deep_supervision", "1", "1.1-1.2x", ""),
+    ("phase2", "1", "2-3x", ""), ("phase2", "2", "1.3-1.5x", ""), ("phase2", "3", "1.5-2x", ""),
+    ("phase2", "total", "3-4x", ""),
+    ("phase3", "1", "2-4x", ""), ("phase3", "2", "1.5-2x", ""), ("phase3", "3", "0.7-0.8x", ""),
+    ("phase3", "1-2", "2x", ""),
+    ("phase4", "1", "1.8x", ""), ("phase4", "2", "1.94x", ""), ("phase4", "3", "1.5-2x", ""),
+    ("precision", "1", "2-3x", ""),
+    ("resnet50_aggressive", "1", "1.5x", ""), ("resnet50_aggressive", "2", "1.5x", ""),
+    ("resnet50_aggressive", "4", "1.1x", ""), ("resnet50_aggressive", "5", "1.2x", ""),
+    ("resnet50_aggressive", "6", "1.15x", ""), ("resnet50_aggressive", "7", "1.1x", ""),
+    ("resnet50_aggressive", "total", "3.5x", ""),
+    ("resnet50_matmul", "1", "1.1x", ""),
+    ("seresnet", "3", "1.15-1.2x", ""), ("seresnet", "4", "2-3x", ""), ("seresnet", "5", "1.1-1.3x", ""),
+    ("seresnet", "6", "1.2-1.3x", ""), ("seresnet", "7", "1.05-1.1x", "validation"), ("seresnet", "1-2", "4-8x", ""),
+    ("seresnet", "total", "5-10x", ""),
+    ("seresnet_cudnn", "2", "1.1-1.3x", ""),
+}
+
+
+def _claims(lad: ladder_mod.Ladder) -> list[tuple[str, str, ladder_mod.Claim]]:
+    """(ladder, span, claim) of every claim the ladder carries; a total's span is its rungs, FIRST-LAST."""
+    out = [(lad.name, str(r.index), r.claim) for r in lad.rungs if r.claim is not None]
+    out += [(lad.name, f"{g.first}-{g.last}", g.claim) for g in lad.group_claims]
+    if lad.total_claim is not None:
+        out.append((lad.name, "total", lad.total_claim))
+    return out
+
+
+def test_no_ladder_carries_a_claim_the_guides_do_not_make():
+    shipped = {(name, span, c.label(), c.component) for name in SHIPPED for name, span, c in _claims(
+        ladder_mod.load(name))}
+    assert shipped - GUIDE_CLAIMS == set(), "claims not checked against the guides (add them to GUIDE_CLAIMS)"
+    assert GUIDE_CLAIMS - shipped == set(), "claims GUIDE_CLAIMS expects that no ladder carries any more"
+    guides = (ladder_mod.LADDER_DIR.parent.parent / "docs" / "guides.md").read_text()
+    for name in {name for name, *_ in GUIDE_CLAIMS}:
+        assert f"`{name}`" in guides, f"docs/guides.md does not map any recommendation to {name}"
+    for name, span, claim in (c for n in SHIPPED for c in _claims(ladder_mod.load(n))):
+        assert claim.source, f"{name} {span}: a claim names the guide's words it comes from"
+
+
+@pytest.mark.parametrize("name", SHIPPED)
+def test_no_two_claims_of_a_ladder_judge_the_same_span(name):
+    # two claims on one span (a rung's and a group's, or a group over every rung and the total) cannot both hold
+    # when they differ, and repeat each other when they do not
+    lad = ladder_mod.load(name)
+    spans = [(r.index, r.index) for r in lad.rungs if r.claim is not None]
+    spans += [(g.first, g.last) for g in lad.group_claims]
+    spans += [(1, len(lad.rungs) - 1)] if lad.total_claim is not None else []
+    assert len(spans) == len(set(spans)), f"{name}: claims on the same span {sorted(spans)}"
+
+
+def test_a_claim_with_no_figure_and_a_component_claim_load_from_the_shipped_ladders():
+    level1 = ladder_mod.load("connectomics_level1")
+    logging = next(r for r in level1.rungs if r.key == "log_every_n_steps")
+    assert logging.claim.word == "minor" and not logging.claim.has_figure and logging.claim.label() == "minor"
+    workers = next(r for r in ladder_mod.load("a100_volume").rungs if r.key == "data.num_workers")
+    assert workers.claim.component == "data"
 
 
 def test_a_rung_changing_two_knobs_is_rejected_naming_it():
@@ -152,3 +240,52 @@ def test_a_rung_that_cannot_act_here_is_stored_as_skipped_asked_once_and_never_s
     assert outcome.message == "data.num_workers=4 is more than the 2 CPUs this process may use"
     stored = load_runs(tmp_path)
     assert list(stored["status"]) == ["skipped"] and list(stored["rung"]) == [rung]
+
+
+def _persistent_worker_rungs():
+    """(ladder, rung) of every shipped rung that turns persistent workers on."""
+    for name in SHIPPED:
+        for r in ladder_mod.load(name).rungs[1:]:
+            if r.key == "data.persistent_workers" and r.value is True:
+                yield name, r.index
+
+
+def _epoch_boundaries(settings: dict, overrides: dict | None = None) -> int:
+    """Epoch boundaries among the measured steps of a rung's settings at its size: a step ``s`` with
+    ``s % epoch_steps == 0`` starts a new epoch (and, without persistent workers, new workers). ``steps=auto``
+    counts its shortest window, up to the rule's first check."""
+    from harness.config.resolution import _fill_from_size
+    from harness.run.stopping import AUTO_FIRST_CHECK
+
+    cfg = config_mod.from_dict({**settings, **(overrides or {})})
+    _fill_from_size(cfg)  # the size's presets (resolve would refuse the full size's GPU here)
+    steps = AUTO_FIRST_CHECK if cfg.measure.steps == "auto" else cfg.measure.steps
+    first = cfg.measure.warmup_steps
+    return sum(1 for s in range(first, first + steps) if s % cfg.data.epoch_steps == 0)
+
+
+@pytest.mark.parametrize("name,rung", list(_persistent_worker_rungs()))
+@pytest.mark.parametrize("size", ["full", "smoke"])
+def test_every_persistent_workers_rung_measures_at_least_two_epoch_boundaries(name, rung, size):
+    lad = ladder_mod.load(name)
+    settings = {**lad.settings(rung, size), "size": size}
+    assert _epoch_boundaries(settings) >= 2, f"{name} rung {rung} ({size}): persistent workers cannot act"
+
+
+def test_the_a100_persistent_workers_rung_acts_in_the_gpu_runs_short_window_too():
+    # its GPU runs read every item from disk, seconds a step, so they measure 2 warm-up + 15 steps
+    lad = ladder_mod.load("a100_volume")
+    (name, rung), = [(n, r) for n, r in _persistent_worker_rungs() if n == "a100_volume"]
+    short = {"measure.warmup_steps": 2, "measure.steps": 15}
+    assert _epoch_boundaries({**lad.settings(rung, "full"), "size": "full"}, short) == 2
+
+
+def test_the_scaling_ladders_ranks_load_their_batches_in_loader_workers():
+    lad = ladder_mod.load("scaling")
+    assert all(lad.settings(r.index, "full")["data.num_workers"] >= 4 for r in lad.rungs)
+
+
+def test_a_ladder_on_a_workload_of_a_users_config_folder_parses_without_that_folder():
+    # a climb writes such a ladder and checks it loads: the workload's own defaults matter only to workload.* rungs
+    lad = ladder_mod.parse("mine", {"workload": "tiny_net", "rungs": [{"set": {"channels_last": True}}]})
+    assert lad.workload == "tiny_net" and lad.rungs[1].key == "channels_last"

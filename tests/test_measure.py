@@ -8,14 +8,16 @@ import torch
 
 from harness.run.measure import model_flops_per_sample, train_and_measure
 from harness.run.outcome import NonFiniteLoss, classify
-from harness.run.stopping import WarmupRule, is_steady, mean_is_known, t975
+from harness.run.stopping import (MIN_BLOCKS, StoppingRule, WarmupRule, drain_blocks, is_steady, mean_is_known,
+                                    rule_for, t975)
 from harness.run.summary import Extras, per_sample, summarize
 from harness.workload.workloads import builtin
-from tests.conftest import tiny_config
+from tests.conftest import tiny_config, tiny_model_config
 
 
 def _measure(**overrides):
-    cfg = tiny_config(**overrides)
+    # the tiny model: these tests are about the loop around the model; a built-in would only make its steps slower
+    cfg = tiny_model_config(**overrides)
     m, extras = train_and_measure(cfg, cfg.workload, lambda *a, **k: None)
     return cfg, m, extras
 
@@ -34,7 +36,8 @@ def test_warmup_and_measured_steps_are_kept_apart_with_raw_samples():
     # closed before the measurement returned
     assert before < out.window_start_unix and out.window_start_unix + m.measured_s <= after + 1e-3
     assert out.window_start_unix - before >= sum(m.warmup_ms) / 1000.0 * 0.99
-    assert out.units_per_s == pytest.approx(out.samples_per_s * 32**3)
+    assert out.units_per_s == pytest.approx(out.samples_per_s)  # the custom workload's unit: a sample
+    assert per_sample(tiny_config(), None, "").units == 32**3  # the UNet's: the voxels of its patch, 32^3 on a CPU
     assert out.flops_per_sample == 1e9 and out.mfu is None  # no peak known for a CPU: never guessed
     # on a CPU there is no VRAM to report (None, not 0), and the backend flags applied are stored
     assert out.peak_vram_bytes is None and out.peak_vram_reserved_bytes is None
@@ -48,16 +51,61 @@ def test_slowdown_adds_its_delay_to_every_step():
     assert min(slow.step_ms + slow.warmup_ms) >= 300.0
 
 
-def test_slow_loader_shows_as_data_wait():
-    # 0 workers: the main process builds every batch, so data wait is the loading time itself.
-    _, m, _ = _measure(batch_size=2, data__num_volumes=2)
-    assert all(w > 0 for w in m.data_wait_ms)
-    assert sum(m.data_wait_ms) < sum(m.step_ms)
+def test_a_slow_loader_shows_as_data_wait():
+    # 0 workers: the main process reads every item of the batch, so each step waits out its items' read latency
+    def wait_share(**overrides):
+        cfg, m, extras = _measure(**overrides)
+        return m, summarize(m, extras, per_sample(cfg, None, ""), compiled=False).data_wait_frac
+
+    fast, fast_frac = wait_share(batch_size=2)
+    slow, slow_frac = wait_share(batch_size=2, data__read_latency_ms=50.0)
+    assert len(slow.data_wait_ms) == len(slow.step_ms) == 3
+    assert all(2 * 50.0 <= w <= s for w, s in zip(slow.data_wait_ms, slow.step_ms))  # sleeps never end early
+    # a step of the tiny model takes a few ms however busy the machine: waiting is most of the window, and a far
+    # larger share of it than with items read at once
+    assert slow_frac > 0.5 and slow_frac > fast_frac
 
 
-def test_accumulation_multiplies_samples_per_step():
-    cfg, m, _ = _measure(accumulate_grad_batches=2, batch_size=1)
-    assert m.samples_per_step == 2
+def test_accumulation_steps_the_optimizer_once_per_n_micro_batches_with_their_gradients_summed(monkeypatch):
+    import harness.run.measure as measure_mod
+
+    accum, real = 3, measure_mod.prepare
+    inputs, targets, steps, checking = [], [], [], []
+
+    def prepare(*args, **kwargs):
+        prep = real(*args, **kwargs)
+        model, loss_fn, step = prep.model, prep.loss_fn, prep.optimizer.step
+        model.register_forward_pre_hook(lambda module, args: None if checking else inputs.append(args[0].clone()))
+
+        def recording_loss(out, y):
+            if not checking:
+                targets.append(y.clone())
+            return loss_fn(out, y)
+
+        def checked_step(*a, **k):
+            # the loop's micro-batches since the last step, each loss divided by N: their gradients added up must be
+            # what the parameters hold when the optimizer steps
+            batches = list(zip(inputs, targets))[sum(n for n, _ in steps):]
+            params = [p for p in model.parameters() if p.requires_grad]
+            expected = [torch.zeros_like(p) for p in params]
+            checking.append(True)
+            for x, y in batches:
+                for total, grad in zip(expected, torch.autograd.grad(loss_fn(model(x), y) / accum, params)):
+                    total += grad
+            checking.clear()
+            steps.append((len(batches), all(torch.allclose(p.grad, e, rtol=1e-4, atol=1e-7)
+                                             for p, e in zip(params, expected))))
+            return step(*a, **k)
+
+        prep.loss_fn, prep.optimizer.step = recording_loss, checked_step
+        return prep
+
+    monkeypatch.setattr(measure_mod, "prepare", prepare)
+    _, m, _ = _measure(accumulate_grad_batches=accum, batch_size=2, measure__steps=2, measure__warmup_steps=1)
+    assert m.samples_per_step == 2 * accum and len(m.step_ms) == 2
+    assert steps == [(accum, True)] * 3  # the warm-up's and the 2 measured: one optimizer step per 3 micro-batches
+    assert len(inputs) == len(targets) == 3 * accum
+    assert not torch.equal(inputs[0], inputs[1])  # different micro-batches: their sum is not one batch's gradient
 
 
 def test_nan_fault_is_detected_as_nan():
@@ -117,6 +165,39 @@ def test_the_auto_stopping_rule_wants_the_mean_within_one_percent():
     assert t975(9) == pytest.approx(2.2622, abs=0.005) and t975(1000) == pytest.approx(1.9623, abs=1e-4)
 
 
+def _bimodal(steps: int, first_step: int, every: int, rng) -> list[float]:
+    """Host step times of a CUDA loop: 2 ms to enqueue a step, and the whole queue's device time (here 100 ms a
+    step since the last drain) at the step that reads the loss, every ``every`` steps; 1% noise on the device."""
+    times, queued = [], 0.0
+    for step in range(first_step, first_step + steps):
+        queued += 100.0 * (1 + 0.01 * rng.standard_normal())
+        drain = (step + 1) % every == 0
+        times.append(2.0 + (queued if drain else 0.0))
+        queued = 0.0 if drain else queued - 2.0
+    return times
+
+
+def test_steps_auto_on_cuda_judges_the_blocks_that_end_in_a_drain():
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    times = _bimodal(1000, first_step=10, every=50, rng=rng)
+    # single steps: enqueue-only ones, then a drain; their mean is never known to 1%, however many
+    assert not mean_is_known(times, 0.01)
+    blocks = drain_blocks(times, first_step=10, block=50)
+    assert len(blocks) == 19  # the 40 steps before the first drain (step 49) are in no block
+    assert all(b == pytest.approx(100.0, rel=0.01) for b in blocks)  # each block: the device's pace, in full
+    assert drain_blocks(times[:40], 10, 50) == [] and len(drain_blocks(times[:140], 10, 50)) == 2
+    rule = rule_for(tiny_config(measure__steps="auto", measure__warmup_steps=10).measure, "cuda", log_every=50)
+    assert (rule.block, rule.first_step, rule.first_check) == (50, 10, 40 + MIN_BLOCKS * 50)
+    assert not rule.satisfied(times[:40 + 4 * 50])  # 4 blocks: too few to tell
+    assert rule.satisfied(times[:rule.first_check])
+    # on a CPU, and on CUDA reading the loss every step, the steps themselves are judged
+    assert rule_for(tiny_config(measure__steps="auto").measure, "cpu", log_every=50).block == 1
+    assert rule_for(tiny_config(measure__steps="auto").measure, "cuda", log_every=1).block == 1
+    assert StoppingRule(steps=10).satisfied([100.0, 101.0] * 5)
+
+
 def test_steps_is_a_whole_number_or_auto():
     from harness import config as config_mod
 
@@ -149,13 +230,13 @@ def test_warmup_steps_is_a_whole_number_or_auto_and_a_number_still_hashes_as_bef
 def test_the_warmup_rule_waits_for_two_steady_blocks_after_the_first_step():
     rule = WarmupRule(block=3, tolerance=0.05, max_steps=50, max_s=60.0)
     settling = [900.0, 300.0, 200.0, 150.0, 120.0, 110.0, 104.0, 101.0, 100.0, 100.0, 99.0, 100.0]
-    done_at = next(n for n in range(1, len(settling) + 1) if rule.done(settling[:n], 1.0))
+    done_at = next(n for n in range(1, len(settling) + 1) if rule.done(settling[:n]))
     # done at the first step count whose last two blocks of 3 have medians within 5%, and not before
     assert done_at >= rule.min_steps == 7 and is_steady(settling[:done_at], 3, 0.05)
     assert not is_steady(settling[:done_at - 1], 3, 0.05)
-    assert rule.done([100.0] * 7, 1.0) and not rule.done([100.0] * 6, 1.0)  # never fewer than 2 blocks + the first
-    assert rule.done([100.0, 200.0] * 4, 61.0)  # not steady, but past its time cap
-    assert rule.done([100.0, 300.0] * 25, 1.0)  # or its step cap
+    assert rule.done([100.0] * 7) and not rule.done([100.0] * 6)  # never fewer than 2 blocks + the first
+    assert rule.done([100.0, 20000.0] * 4) and not rule.done([100.0, 200.0] * 4)  # not steady, but past its 60 s
+    assert rule.done([100.0, 300.0] * 25)  # or its step cap
     assert is_steady([100.0, 95.0, 104.0, 100.0] * 2, 4, 0.05)  # medians, not single steps
 
 
@@ -202,6 +283,23 @@ def test_the_loop_lets_go_of_the_output_before_backward_unless_a_knob_reads_it(m
 
     monkeypatch.setattr(measure_mod, "prepare", prepare)
     monkeypatch.setattr(torch, "save", lambda obj, path: None)
-    cfg = tiny_config(measure__steps=2, measure__warmup_steps=1, visualize_every_n_steps=visualize)
+    cfg = tiny_model_config(measure__steps=2, measure__warmup_steps=1, visualize_every_n_steps=visualize)
     train_and_measure(cfg, cfg.workload, lambda *a, **k: None)
     assert watch.held == [held] * 3
+
+
+def test_cudagraph_skips_are_read_from_inductors_counter_in_modes_that_capture_graphs():
+    from torch._dynamo.utils import counters
+
+    from harness.run.measure import _cudagraph_skips
+
+    cuda, cpu = torch.device("cuda"), torch.device("cpu")  # a device object needs no GPU
+    before = counters["inductor"]["cudagraph_skips"]
+    counters["inductor"]["cudagraph_skips"] = 2  # as Inductor counts a graph it would not capture
+    try:
+        assert _cudagraph_skips("reduce-overhead", cuda) == 2 and _cudagraph_skips("max-autotune", cuda) == 2
+        assert _cudagraph_skips("default", cuda) is None and _cudagraph_skips("reduce-overhead", cpu) is None
+    finally:
+        counters["inductor"]["cudagraph_skips"] = before
+    _, _, extras = _measure()
+    assert extras.cudagraph_skips is None and extras.gpu_sm_active_pct is None and extras.gpu_sample_note == ""

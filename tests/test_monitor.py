@@ -1,5 +1,6 @@
-"""The parent-side sampler: sees a child tree's memory from outside, keeps going when NVML fails, and finds
-the GPU it should (fake NVML, no GPU)."""
+"""The parent-side sampler: sees a child tree's memory from outside (compile workers apart from loader workers,
+shared pages once), keeps going when NVML fails, keeps only the GPU samples inside the window the child recorded,
+and finds the GPU it should; the child's own GPM reading at the window's edges (fake NVML, no GPU)."""
 
 import os
 import signal
@@ -125,6 +126,10 @@ def test_a_failing_metric_becomes_none_and_the_others_and_host_memory_go_on():
             host_reads.append(len(nvml.calls))
             return real.memory_info()
 
+        def memory_full_info(self):
+            host_reads.append(len(nvml.calls))
+            return real.memory_full_info()
+
         def children(self, recursive=False):
             return real.children(recursive=recursive)
 
@@ -197,6 +202,43 @@ def test_the_parent_sees_the_child_and_its_worker_memory_from_outside():
     assert len(out["worker_rss_bytes"]) == 1 and 150 * mb < out["peak_worker_rss_bytes"] < 300 * mb
     assert out["peak_host_rss_bytes"] >= out["peak_main_rss_bytes"] + 150 * mb
     assert out["gpu_util_pct"] is None and out["gpu_sample_note"] == ""
+    # the worker's own pages (its bytearray), and the tree with each shared page once: below the RSS sum
+    assert len(out["worker_uss_bytes"]) == 1 and 150 * mb < out["worker_uss_bytes"][0] < out["peak_worker_rss_bytes"]
+    assert 450 * mb < out["peak_host_pss_bytes"] < out["peak_host_rss_bytes"]
+    assert out["peak_compile_worker_bytes"] is None
+
+
+# A fake measuring child with one loader worker and Inductor's compile worker (its command line names
+# torch/_inductor/compile_worker), which has a pool worker of its own with a plain command line.
+_HOLDER = "import subprocess, sys, time\nw = bytearray({mb} * 2**20)\n{then}print('up', flush=True)\ntime.sleep(600)\n"
+_START = "p{n} = subprocess.Popen([sys.executable, '-c', {code!r}{extra}], stdout=subprocess.PIPE, text=True)\n" \
+         "p{n}.stdout.readline()\n"
+
+
+def _compiling_tree(loader_mb: int, compile_mb: int, pool_mb: int) -> str:
+    pool = _START.format(n=9, code=_HOLDER.format(mb=pool_mb, then=""), extra="")
+    compiler = _HOLDER.format(mb=compile_mb, then=pool)
+    return ("import subprocess, sys, time\n" + _START.format(n=1, code=_HOLDER.format(mb=loader_mb, then=""), extra="")
+            + _START.format(n=2, code=compiler, extra=", 'torch/_inductor/compile_worker/__main__.py'")
+            + "print('ready', flush=True)\ntime.sleep(600)\n")
+
+
+def test_compile_workers_are_counted_apart_from_the_loader_workers():
+    code = _compiling_tree(loader_mb=150, compile_mb=100, pool_mb=80)
+    child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        assert child.stdout.readline().strip() == "ready"
+        s = monitor.Sampler(child.pid)
+        s.sample_once()
+        out = monitor.metrics(s.samples, {})
+    finally:
+        os.killpg(child.pid, signal.SIGKILL)
+        child.wait()
+    mb = 2**20
+    assert len(out["worker_rss_bytes"]) == 1 and 150 * mb < out["peak_worker_rss_bytes"] < 250 * mb
+    # the compile worker and its pool worker (known by its parent) together; neither is a loader worker
+    assert 180 * mb < out["peak_compile_worker_bytes"] < 400 * mb
+    assert out["peak_host_rss_bytes"] < out["peak_main_rss_bytes"] + 300 * mb
 
 
 def test_the_childs_own_kernel_peak_is_kept_when_the_parent_sampled_less():
@@ -268,43 +310,61 @@ def test_clocks_and_clock_event_reasons_are_sampled_and_named():
     assert monitor.clock_reason_names([0x1, 0x0]) == "" and monitor.clock_reason_names([0x800]) == "other (0x800)"
 
 
-def test_gpm_sm_activity_spans_the_window_the_parent_saw():
-    nvml = FakeNvml()
-    s = monitor.Sampler(os.getpid(), "gpu0", nvml=nvml)
+IDENTITY = {"index": 0, "uuid": "abc", "pci_bus": "x", "visible": None}
+
+
+def test_gpm_sm_activity_is_read_by_the_child_at_the_windows_two_edges():
+    nvml = FakeNvml(uuids={"GPU-abc": "gpu0"})
+    gpm = monitor.WindowGpm.for_identity(IDENTITY, nvml=nvml)
+    assert gpm.note == "" and "free" not in nvml.calls
     nvml.sm_busy = 10.0
-    s.window_opened()
-    assert s.measuring
+    gpm.open()
     nvml.sm_busy = 72.5  # what the fake's counter says the window added
-    s.window_closed()
-    assert not s.measuring and s.samples.gpu_sm_active_pct == 62.5
-    assert nvml.calls.count("free") == 2 and s.samples.notes == []
-    assert monitor.metrics(s.samples, {}, gpu_named=True)["gpu_sm_active_pct"] == 62.5
+    assert gpm.close() == 62.5 and nvml.calls.count("free") == 2 and gpm.note == ""
 
 
-def test_gpm_sm_activity_of_a_multi_device_run_is_every_gpus_mean():
-    nvml = FakeNvml()
-    s = monitor.Sampler(os.getpid(), "gpu0", nvml=nvml)
-    s.attach_gpu(monitor.GpuHandle("gpu1", how="uuid"))  # another rank's GPU
-    nvml.sm_busy_by = {"gpu0": 0.0, "gpu1": 5.0}
-    s.window_opened()
-    nvml.sm_busy_by = {"gpu0": 60.0, "gpu1": 45.0}  # the window added 60 on one GPU, 40 on the other
-    s.window_closed()
-    assert s.samples.gpu_sm_active_pct == 50.0 and nvml.calls.count("free") == 4
-
-
-def test_gpm_unsupported_or_window_close_unseen_leaves_it_empty_with_a_note():
-    nvml = FakeNvml()
+def test_gpm_unsupported_or_unreadable_leaves_it_empty_with_a_note():
+    nvml = FakeNvml(uuids={"GPU-abc": "gpu0"})
     nvml.gpm = False  # before Hopper
-    s = monitor.Sampler(os.getpid(), "gpu0", nvml=nvml)
-    s.window_opened()
-    s.sample_once()
-    s.window_closed()
-    assert s.samples.gpu_sm_active_pct is None and s.samples.gpu_util_pct == [87.0]
-    assert any("GPM is not supported" in n for n in s.samples.notes)
-    s2 = monitor.Sampler(os.getpid(), "gpu0", nvml=FakeNvml())
-    s2.window_opened()
-    s2.window_lost()  # the child ended before the parent saw "measured": the teardown would be counted
-    assert s2.samples.gpu_sm_active_pct is None and any("close was not seen" in n for n in s2.samples.notes)
+    gpm = monitor.WindowGpm.for_identity(IDENTITY, nvml=nvml)
+    gpm.open()
+    assert gpm.close() is None and "GPM is not supported" in gpm.note
+    mig = monitor.WindowGpm.for_identity(IDENTITY, nvml=FakeNvml(uuids={"MIG-abc": "mig-1"}))
+    assert mig.close() is None and "MIG instance" in mig.note
+    broken = FakeNvml(uuids={"GPU-abc": "gpu0"})
+    gpm = monitor.WindowGpm.for_identity(IDENTITY, nvml=broken)
+    gpm.open()
+    broken.nvmlGpmMetricsGet = lambda query: (_ for _ in ()).throw(NVMLError("Unknown Error"))
+    assert gpm.close() is None and "unreadable (NVMLError: Unknown Error)" in gpm.note
+    assert broken.calls.count("free") == 2  # both samples freed all the same
+
+
+def test_the_childs_gpm_reading_and_note_reach_the_record():
+    samples = monitor.Samples()
+    child = {"gpu_sm_active_pct": 61.0, "gpu_sample_note": "SM activity (GPM) not read on a MIG instance"}
+    out = monitor.metrics(samples, child, gpu_named=True)
+    assert "gpu_sm_active_pct" not in out  # the child's value stands
+    assert out["gpu_sample_note"].startswith("SM activity (GPM) not read on a MIG instance")
+
+
+def test_only_gpu_samples_inside_the_recorded_window_count():
+    s = monitor.Sampler(os.getpid(), "gpu0", nvml=FakeNvml())
+    s.measuring = True
+    for _ in range(3):
+        s.sample_once()
+    times = s.samples.gpu_sample_times["gpu_util_pct"]
+    assert len(times) == 3 and times == sorted(times)
+    # as if the first and last samples were taken before the window opened and after it closed (the parent sees
+    # its edges late): the device was idle then
+    s.samples.gpu_util_pct[:] = [5.0, 90.0, 0.0]
+    s.samples.gpu_power_w[:] = [60.0, 300.0, 55.0]
+    window = {"window_start_unix": (times[0] + times[1]) / 2, "measured_s": (times[2] - times[0]) / 2}
+    out = monitor.metrics(s.samples, window, gpu_named=True)
+    assert out["gpu_util_pct"] == 90.0 and out["gpu_power_w"] == 300.0
+    assert monitor.metrics(s.samples, {}, gpu_named=True)["gpu_util_pct"] == 95.0 / 3  # no window: every sample
+    missed = {"window_start_unix": times[2] + 10.0, "measured_s": 1.0}  # no sample inside it
+    out = monitor.metrics(s.samples, missed, gpu_named=True)
+    assert out["gpu_util_pct"] is None and "no GPU sample inside the measured window" in out["gpu_sample_note"]
 
 
 def test_the_parents_own_cpu_is_measured_over_the_window_it_saw():
@@ -327,4 +387,4 @@ def test_the_parents_own_cpu_is_measured_over_the_window_it_saw():
     lost = monitor.Sampler(os.getpid())
     lost.window_opened()
     lost.window_lost()  # the close was not seen: no figure rather than one over the wrong span
-    assert lost.samples.parent_cpu_pct is None
+    assert lost.samples.parent_cpu_pct is None and not lost.measuring

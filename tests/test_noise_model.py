@@ -160,8 +160,12 @@ def test_calibration_numbers_and_warnings():
     cal = noise_model.calibrate([100.0, 102.0, 98.0, 101.0, 99.0])
     cv = float(np.std(np.log([100.0, 102.0, 98.0, 101.0, 99.0]), ddof=1))
     assert cal.cv == pytest.approx(cv) and not cal.warnings
-    # repeats=1: t with 4 df; repeats=3: 8 df and sqrt(2/3)
-    assert cal.detectable[1] == pytest.approx(math.exp(2.776445 * cv * math.sqrt(2)), rel=1e-5)
+    # repeats=1: the speedup whose band (t, 4 df) excludes 1x in 80% of sweeps: noncentral t with 4 df
+    from scipy import optimize
+    from scipy import stats as sps
+
+    nc = optimize.brentq(lambda d: sps.nct.sf(sps.t.isf(0.025, 4), 4, d) - 0.80, 0.0, 20.0)
+    assert cal.detectable[1] == pytest.approx(math.exp(nc * cv * math.sqrt(2)), rel=1e-5)
     assert cal.detectable[1] > cal.detectable[3] > cal.detectable[5] > 1
     noisy = noise_model.calibrate([100.0, 130.0, 80.0, 110.0], other_cpu_pct=[0.0, 35.0, 0.0, 0.0])
     assert any("too noisy" in w for w in noisy.warnings) and any("other processes" in w for w in noisy.warnings)
@@ -181,9 +185,10 @@ def test_noise_runs_must_be_a_whole_number_of_two_or_more(capsys):
 
 
 def test_noise_command_end_to_end(results):
-    from tests.conftest import harness_cli
+    from tests.conftest import TINY_MODEL_ARGS, harness_cli
 
-    out = harness_cli("noise", "noise.runs=2", "measure.steps=3", "measure.warmup_steps=1", f"results_dir={results}")
+    out = harness_cli("noise", "noise.runs=2", *TINY_MODEL_ARGS, "measure.steps=3", "measure.warmup_steps=1",
+                      f"results_dir={results}")
     assert out.returncode == 0, out.stdout + out.stderr
     assert "process-to-process CV of samples/s" in out.stdout and "sweep.repeats=3" in out.stdout
     frame = load_runs(results)

@@ -364,3 +364,196 @@ def test_compiled_model_reports_graphs_and_no_recompile_while_profiling(tmp_path
     assert summary.compile.unique_graphs >= 1 and summary.compile.frames_compiled >= 1
     assert summary.compile.recompiles_while_profiling == 0
     assert "torch.compile: " in render_profile(summary)
+
+
+# ------------------------------------------------------------------------------------------
+# wired into the measured path: settings, the child's order, the record, the cache, report and table
+
+
+def test_profile_settings_are_checked_and_never_change_the_settings_hash():
+    from harness import config as config_mod
+    from tests.conftest import tiny_config
+
+    base = tiny_config()
+    assert base.profile.enabled is False and base.profile.steps == 5 and base.profile.trace_limit_mb == 16.0
+    profiled = tiny_config(profile__enabled=True, profile__steps=2, profile__trace_limit_mb=4)
+    assert config_mod.config_hash(profiled) == config_mod.config_hash(base)  # a cached run serves either
+    for overrides, message in ((dict(profile__enabled=True, profile__steps=0), "profile.steps=0 must be at least 1"),
+                               (dict(profile__enabled=True, profile__trace_limit_mb=0),
+                                "profile.trace_limit_mb=0 must be a positive size"),
+                               (dict(profile__steps=3), "profile.steps=3 sets up a profile that is never taken: add "
+                                                        "profile.enabled=true")):
+        with pytest.raises(ValueError, match=message):
+            tiny_config(**overrides)
+
+
+def test_the_window_holds_no_profiler_work_and_the_profile_follows_it(tmp_path, monkeypatch):
+    """The profiler is created and started only after the window's closing marker, and is off at both markers
+    and in every measured step."""
+    from harness.run import measure
+    from tests.conftest import tiny_config
+
+    events = []
+    real_steps, real_start = measure._steps, torch.profiler.profile.start
+
+    def steps(loop, measured):
+        events.append(("steps" if measured else "warm-up", torch.autograd._profiler_enabled()))
+        out = real_steps(loop, measured)
+        events.append(("steps end" if measured else "warm-up end", torch.autograd._profiler_enabled()))
+        return out
+
+    def start(self):
+        events.append(("profiler start", torch.autograd._profiler_enabled()))
+        return real_start(self)
+
+    monkeypatch.setattr(measure, "_steps", steps)
+    monkeypatch.setattr(torch.profiler.profile, "start", start)
+    cfg = tiny_config(profile__enabled=True, profile__steps=2)
+    progress = lambda phase, **info: events.append((phase, torch.autograd._profiler_enabled()))  # noqa: E731
+    with measure.measured_run(cfg, cfg.workload, progress) as run:
+        summary = run.profile(tmp_path)
+    names = [name for name, _ in events]
+    assert names == ["warmup", "warm-up", "warm-up end", "measure", "steps", "steps end", "measured",
+                     "profiler start"]
+    assert not any(on for name, on in events if name != "profiler start")
+    assert summary.error == "" and summary.steps == 2 and summary.trace.status == "written"
+    assert len(run.m.step_ms) == 3  # the measurement is the measured steps alone
+    assert run.loop.batches is None  # the loader let go when the block ended
+
+
+def test_a_loader_only_run_records_why_it_has_no_profile(tmp_path):
+    from harness.run import measure
+    from tests.conftest import tiny_config
+
+    cfg = tiny_config(profile__enabled=True, measure__mode="loader")
+    with measure.measured_run(cfg, cfg.workload, lambda *a, **k: None) as run:
+        summary = run.profile(tmp_path)
+    assert summary.error == "not profiled: measure.mode=loader runs no training step"
+
+
+def _cached_record(results, run_id, stamp, profile=None):
+    record = store.RunRecord(run_id=run_id, status="ok", timestamp=stamp, sweep_id="s", config_hash="h", env_key="e",
+                             config_json="{}", samples_per_s=10.0,
+                             profile_json=profile.to_json() if profile is not None else "")
+    store.write_record(record, results)
+
+
+def test_a_sweep_that_profiles_takes_only_profiled_runs_from_the_cache(results):
+    from harness.sweeps.rungs import lookup_cached
+
+    _cached_record(results, "profiled", "2026-01-01T00:00:00Z", FP32)
+    _cached_record(results, "failed", "2026-01-02T00:00:00Z", ProfileSummary("cpu", 2, 0.0, {}, error="failed"))
+    _cached_record(results, "plain", "2026-01-03T00:00:00Z")
+    assert lookup_cached(str(results), "h", "e", set()).run_id == "plain"  # the newest, profiled or not
+    assert lookup_cached(str(results), "h", "e", set(), profiled=True).run_id == "profiled"
+    assert lookup_cached(str(results), "h", "e", {"profiled"}, profiled=True) is None
+
+
+def _profiled_sweep(results, profiles: dict, device="cpu"):
+    from test_plots import record
+
+    for rung, (change, summary) in enumerate(profiles.items()):
+        trace = f"profiles/s-{rung}.trace.json.gz" if summary is not None else ""
+        store.write_record(record("s", rung, 0, 50.0 + 10 * rung, change=change, device=device,
+                                  profile_json=summary.to_json() if summary is not None else "",
+                                  profile_trace=trace), results)
+
+
+def test_the_table_says_what_bounds_each_profiled_rung(results):
+    from harness.analysis import render
+    from harness.analysis import table as table_mod
+
+    _profiled_sweep(results, {"": FP32, "precision=bf16-mixed": BF16, "batch_size=8": None})
+    table = table_mod.build_table(store.load_runs(results), "s")
+    assert [r.bound for r in table.rows] == ["compute-bound", "data-bound", ""]
+    text = render.to_markdown(table)
+    assert "| 30% (compute-bound) |" in text and "| 30% (data-bound) |" in text and "| 30% |" in text
+    assert "what the rung's profile says bounds a step" in text
+
+
+def test_the_report_shows_each_profiled_rungs_breakdown_and_links_its_trace(results, tmp_path):
+    from harness.analysis import report
+
+    _profiled_sweep(results, {"": FP32, "precision=bf16-mixed": BF16, "batch_size=8": None})
+    out = tmp_path / "pages" / "report.html"
+    report.report_sweep(str(results), "s", out)
+    page = out.read_text()
+    assert page.count('class="profiles"') == 1
+    assert "rung 0: (baseline)" in page and "rung 1: precision=bf16-mixed" in page
+    assert "rung 2: batch_size=8" not in page  # not profiled
+    assert 'href="../results/profiles/s-0.trace.json.gz"' in page  # from the page's folder to the trace
+    assert "aten::convolution_backward" in page and "data-bound" in page
+    assert "<script" not in page
+
+
+def test_diagnosis_calls_a_step_that_idles_the_device_launch_bound():
+    from harness.analysis.diagnosis import diagnose
+
+    idle = {"forward": 10.0, "backward": 15.0, "optimizer": 5.0, "other": 0.0, "idle": 70.0}
+    launch = synthetic(100.0, {"data_wait": 5.0, "forward": 40.0}, {"aten::add_": 1.0}, device_ms=idle)
+
+    def rec(sps, **kw):
+        return {"status": "ok", "samples_per_s": sps, "batch_size": 2, "data_wait_frac": 0.05, **kw}
+
+    found = diagnose(rec(100.0), rec(10.0), rec(9.0, profile_json=launch.to_json()), "cuda", 4, False)
+    assert found.verdict == "launch-bound" and found.text.startswith("launch-bound: the loader delivers")
+    assert "The full step's profile: launch-bound (data wait 5% of the step, the device idle 70% of the span)" in (
+        found.text)
+    assert "compile=reduce-overhead" in found.advice[0]
+    plain = diagnose(rec(100.0), rec(10.0), rec(9.0), "cuda", 4, False)  # no profile: the rates alone
+    assert plain.verdict == "compute-bound" and plain.profile == ""
+
+
+# ------------------------------------------------------------------------------------------
+# end to end on the CPU
+
+
+@pytest.mark.slow  # four rungs, each measured and profiled in its own process: minutes on 2 busy cores
+def test_a_profiled_sweep_keeps_a_profile_and_trace_for_every_rung_and_diffs_two(results, tmp_path):
+    from tests.conftest import harness_cli
+
+    out = harness_cli("sweep", "+ladder=phase2", "profile.enabled=true", "profile.steps=2", "measure.steps=3",
+                      "measure.warmup_steps=1", f"results_dir={results}")
+    assert out.returncode == 0, out.stdout + out.stderr
+    frame = store.load_runs(results).sort_values("rung")
+    assert list(frame["rung"]) == [0, 1, 2, 3] and set(frame["status"]) == {"ok"}
+    for row in frame.itertuples():
+        summary = summary_from_json(row.profile_json)
+        assert summary.error == "" and summary.steps == 2 and summary.run_id == row.run_id
+        assert row.profile_trace == f"profiles/{row.run_id}.trace.json.gz" == summary.trace.path
+        trace = json.loads(gzip.decompress((results / row.profile_trace).read_bytes()))
+        assert trace["traceEvents"] and set(MARKERS.values()) <= {e.get("name") for e in trace["traceEvents"]}
+    assert not list(results.glob("profiles/.*"))  # no partial file left
+    diff = harness_cli("profile", "--results", str(results), "--sweep", "latest", "--rung", "0", "--rung", "1")
+    assert diff.returncode == 0, diff.stderr
+    assert diff.stdout.startswith("precision=bf16-mixed: step ") and "bound: " in diff.stdout
+    assert "operators whose self CPU time changed most" in diff.stdout
+    page = harness_cli("report", "--results", str(results), "--out", str(results / "report.html"))
+    assert page.returncode == 0, page.stderr
+    html = (results / "report.html").read_text()
+    assert html.count('href="profiles/') == 4 and "Profiles: where each rung" in html
+    again = harness_cli("sweep", "+ladder=phase2", "profile.enabled=true", "profile.steps=2", "measure.steps=3",
+                        "measure.warmup_steps=1", f"results_dir={results}")
+    assert again.returncode == 0 and "(cached)" in again.stdout  # profiled runs serve a sweep that profiles
+
+
+@pytest.mark.slow  # four runs in fresh processes
+def test_a_profiled_run_measures_what_an_unprofiled_one_does(results):
+    """The profile runs after the window: the same settings' samples/s with and without it agree within the
+    noise model's band (runs interleaved, so that the machine's load falls on both alike)."""
+    from harness.analysis import noise_model
+    from harness.run import runner
+    from tests.conftest import tiny_config
+
+    rates: dict[bool, list[float]] = {True: [], False: []}
+    for _ in range(2):
+        for profiled in (False, True):
+            profile = dict(profile__enabled=True, profile__steps=2) if profiled else {}
+            cfg = tiny_config(results_dir=str(results), measure__steps=10, measure__warmup_steps=2, **profile)
+            env, key = runner.environment(cfg.device)
+            record = runner.run_and_store(cfg, env, key)
+            assert record.status == "ok", record.error
+            assert bool(record.profile_json) == profiled
+            rates[profiled].append(record.samples_per_s)
+    ratio = noise_model.ratio(noise_model.Runs(rates[True]), noise_model.Runs(rates[False]))
+    assert ratio.low <= 1.0 <= ratio.high, (rates, ratio)

@@ -72,3 +72,56 @@ def test_report_bad_sweep_and_folder_out(results, tmp_path, capsys):
     assert "'phase2-zz'" in capsys.readouterr().err
     assert make_report(results, tmp_path) == 2
     assert "is a folder" in capsys.readouterr().err
+
+
+def test_the_table_shows_allocated_vram_beside_reserved_and_runs_without_cuda_graphs(results):
+    from test_plots import record
+
+    from harness.analysis import render
+    from harness.analysis import table as table_mod
+    from harness.store import load_runs
+
+    gib = 2**30
+    rungs = [("", dict(peak_vram_reserved_bytes=6 * gib, peak_vram_bytes=4 * gib)),
+             ("compile=reduce-overhead", dict(peak_vram_reserved_bytes=5 * gib, peak_vram_bytes=5 * gib,
+                                               cudagraph_skips=3)),
+             ("channels_last=true", dict(peak_vram_reserved_bytes=5 * gib, peak_vram_bytes=4.5 * gib,
+                                         cudagraph_skips=0))]
+    for rung, (change, fields) in enumerate(rungs):
+        write_record(record("g", rung, 0, 50.0, change=change, device="cuda", gpu_name="H100", gpu_count=1,
+                            **fields), results)
+    table = table_mod.build_table(load_runs(results), "g")
+    cells = [render.row_cells(r)[render.HEADER.index("peak mem")] for r in table.rows]
+    assert cells == ["6.00 GiB (4.00 allocated)", "5.00 GiB", "5.00 GiB (4.50 allocated)"]
+    assert table.rows[1].note == "no CUDA graphs: Inductor skipped capturing them (3 times)"
+    assert table.rows[0].note == table.rows[2].note == ""
+    text = render.to_markdown(table)
+    assert "with the allocated peak (live tensors) beside it where they differ" in text
+
+
+def test_an_out_path_that_cannot_be_written_is_one_line_naming_it_before_anything_is_drawn(results, capsys,
+                                                                                          monkeypatch):
+    write_sweep(results, "phase2-a")
+    drawn = []
+    monkeypatch.setattr(report.report, "report_sweep", lambda *args: drawn.append(args))
+    assert make_report(results, "/proc/x.html") == 2  # /proc takes no new files
+    out = capsys.readouterr()
+    assert out.err.strip().splitlines() == [
+        "error: --out '/proc/x.html': cannot write there (No such file or directory, FileNotFoundError); choose a "
+        "file in a folder you can write, such as results/report.html"]
+    assert not drawn and out.out == ""
+
+
+def test_a_custom_model_is_named_by_its_target_in_the_report_and_in_compare(results, tmp_path):
+    import json
+
+    from harness.analysis import compare
+
+    custom = json.dumps({"batch_size": 4, "workload": {"name": "custom", "model": {"_target_": "mypkg.nets.MyNet"}}})
+    write_sweep(results, "phase2-a", workload="custom", config_json=custom)
+    out = tmp_path / "report.html"
+    assert make_report(results, out) == 0
+    assert "Sweep phase2-a: ladder phase2, custom: mypkg.nets.MyNet (smoke) on cpu" in out.read_text()
+    write_sweep(results, "phase2-b", workload="custom", config_json=custom, day=2)
+    text = compare.compare_sweeps(["phase2-a", "phase2-b"], str(results)).text
+    assert "custom: mypkg.nets.MyNet (smoke)" in text

@@ -4,18 +4,15 @@ import json
 import os
 import subprocess
 import sys
-import time
 
 from harness.store import load_runs
-from tests.conftest import REPO, harness_cli
+from tests.conftest import REPO, TINY_MODEL_ARGS, TINY_STEPS_ARGS, copy_store, harness_cli
 
-TINY = ("measure.steps=3", "measure.warmup_steps=1")
+TINY = (*TINY_MODEL_ARGS, *TINY_STEPS_ARGS)  # what each rung trains is not what these tests are about
 
 
 def _sweep(results, *args):
-    start = time.monotonic()
-    out = harness_cli("sweep", *args, *TINY, f"results_dir={results}")
-    return out, time.monotonic() - start
+    return harness_cli("sweep", *args, *TINY, f"results_dir={results}")
 
 
 def _flat(d, prefix=""):
@@ -25,28 +22,31 @@ def _flat(d, prefix=""):
     return out
 
 
-def test_phase2_climbs_one_knob_per_rung_then_reruns_from_the_cache(results):
-    out, first_s = _sweep(results, "+ladder=phase2")
-    assert out.returncode == 0, out.stdout + out.stderr
-    frame = load_runs(results).sort_values("rung")
+def test_phase2_climbs_one_knob_per_rung_then_reruns_from_the_cache(measured_sweep, tmp_path):
+    frame = load_runs(measured_sweep.results).sort_values("rung")
     assert list(frame["rung"]) == [0, 1, 2, 3] and set(frame["status"]) == {"ok"}
     assert list(frame["change"]) == ["", "precision=bf16-mixed", "batch_size=8", "data.num_workers=4"]
+    # the tiny model is a user's own, inline: it trained in each rung's process
+    assert set(frame["workload"]) == {"custom"} and set(frame["unit"]) == {"samples"}
+    assert (frame["loss_first"] > 0).all()
     configs = [_flat(json.loads(c)) for c in frame["config_json"]]
     for before, after, change in zip(configs, configs[1:], frame["change"].iloc[1:]):
         changed = {k for k in before if before[k] != after[k] and not k.startswith("sweep.")}
         assert changed == {change.split("=")[0]}
     for column in ("samples/s", "x baseline", "x previous", "guide claims", "verdict", "2-3x", "Total: measured"):
-        assert column in out.stdout
+        assert column in measured_sweep.stdout
     # forked from one warm launcher, each run's wall time split into its phases, and the duty cycle said
     assert set(frame["launched_by"]) == {"fork"} and frame["phase_launch_s"].notna().all()
     assert frame["phase_gap_s"].notna().all() and (frame["phase_wall_s"] > frame["measured_s"]).all()
-    assert "duty cycle " in out.stdout and "4 runs measured" in out.stdout
+    assert "duty cycle " in measured_sweep.stdout and "4 runs measured" in measured_sweep.stdout
 
+    results = copy_store(measured_sweep.results, tmp_path / "results")
     # the same sweep again comes from the store whole, and needs no torch for it
     code = ("import sys; from harness import cli; rc = cli.main(sys.argv[1:]); "
             "print('torch imported' if 'torch' in sys.modules else 'no torch'); sys.exit(rc)")
-    again = subprocess.run([sys.executable, "-c", code, "sweep", "+ladder=phase2", *TINY, f"results_dir={results}"],
-                           cwd=REPO, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(REPO)})
+    env = {**os.environ, "PYTHONPATH": str(REPO), "COLUMNS": "200"}
+    again = subprocess.run([sys.executable, "-c", code, *measured_sweep.args, f"results_dir={results}"], cwd=REPO,
+                           capture_output=True, text=True, env=env)
     assert again.returncode == 0, again.stderr
     assert again.stdout.splitlines()[-1] == "no torch" and "duty cycle" not in again.stdout
     frame = load_runs(results)
@@ -60,20 +60,20 @@ def test_phase2_climbs_one_knob_per_rung_then_reruns_from_the_cache(results):
     assert "(cached)" in again.stdout  # how much faster it was depends on the machine: not asserted here
 
 
-def test_an_interrupted_sweep_resumes_at_the_first_rung_not_measured(results):
-    out, _ = _sweep(results, "+ladder=precision")
-    assert out.returncode == 0
+def test_an_interrupted_sweep_resumes_at_the_first_rung_not_measured(measured_sweep, tmp_path):
+    results = copy_store(measured_sweep.results, tmp_path / "results")
     frame = load_runs(results)
-    for run_id in frame.loc[frame["rung"] == 2, "run_id"]:  # as if killed before rung 2 finished
+    for run_id in frame.loc[frame["rung"] == 3, "run_id"]:  # as if killed before the last rung finished
         (results / "runs" / f"{run_id}.parquet").unlink()
-    out, _ = _sweep(results, "+ladder=precision")
+    out = harness_cli(*measured_sweep.args, f"results_dir={results}")
+    assert out.returncode == 0, out.stdout + out.stderr
     latest = load_runs(results)
     latest = latest[latest["sweep_id"] == latest.sort_values("timestamp")["sweep_id"].iloc[-1]].sort_values("rung")
-    assert list(latest["cached_from"] != "") == [True, True, False]
+    assert list(latest["cached_from"] != "") == [True, True, True, False]
 
 
 def test_a_faulted_rung_is_recorded_and_later_rungs_build_on_the_last_ok_one(results):
-    out, _ = _sweep(results, "+ladder=selftest")
+    out = _sweep(results, "+ladder=selftest")
     assert out.returncode == 0, out.stdout + out.stderr
     frame = load_runs(results).sort_values("rung")
     assert list(frame["status"]) == ["ok", "ok", "oom", "ok"]
@@ -83,11 +83,11 @@ def test_a_faulted_rung_is_recorded_and_later_rungs_build_on_the_last_ok_one(res
 
 
 def test_repeats_interleave_rounds(results):
-    out, _ = _sweep(results, "+ladder=precision", "sweep.repeats=2")
-    assert out.returncode == 0
+    out = _sweep(results, "+ladder=bf16", "sweep.repeats=2")
+    assert out.returncode == 0, out.stdout + out.stderr
     frame = load_runs(results).sort_values("timestamp", kind="stable")
     order = [(int(r), int(k)) for r, k in zip(frame["round"], frame["rung"])]
-    assert sorted(order) == order == [(0, 0), (0, 1), (0, 2), (1, 0), (1, 1), (1, 2)]
+    assert sorted(order) == order == [(0, 0), (0, 1), (1, 0), (1, 1)]
     assert " x2" in out.stdout  # the table reports both repeats per rung
 
 
@@ -102,28 +102,42 @@ def test_the_loop_runs_rounds_outermost_and_labels_each_turn():
 
 
 def test_override_of_what_the_ladder_varies_is_refused(results):
-    out, _ = _sweep(results, "+ladder=phase2", "precision=bf16-mixed")
+    out = _sweep(results, "+ladder=phase2", "precision=bf16-mixed")
     assert out.returncode == 2
     assert "precision is what ladder 'phase2' varies" in out.stderr
     assert not results.exists()
 
 
 def test_without_a_ladder_or_with_an_unknown_one_the_ladders_are_listed(results):
-    out, _ = _sweep(results)
+    out = _sweep(results)
     assert out.returncode == 2 and "phase2" in out.stderr and "+ladder=NAME" in out.stderr
-    out, _ = _sweep(results, "+ladder=phase9")
+    out = _sweep(results, "+ladder=phase9")
     assert out.returncode == 2 and "unknown ladder 'phase9'" in out.stderr
 
 
-def test_table_renders_from_the_store_without_torch(results):
-    out, _ = _sweep(results, "+ladder=phase1")
-    assert out.returncode == 0
-    code = ("import sys; from harness.commands import table; "
-            f"rc = table.main('table', ['--results', {str(results)!r}, '--format', 'csv']); "
-            "assert 'torch' not in sys.modules and 'hydra' not in sys.modules; sys.exit(rc)")
-    res = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True)
-    assert res.returncode == 0, res.stderr
-    assert res.stdout.splitlines()[0].startswith("sweep_id,rung,change,samples/s")
+def test_a_ladder_in_a_config_folder_is_found_and_an_unknown_one_says_where_it_looked(results, tmp_path):
+    mine = tmp_path / "conf"
+    (mine / "ladder").mkdir(parents=True)
+    (mine / "ladder" / "two.yaml").write_text("workload: resnet50\nrungs:\n  - set: {channels_last: true}\n")
+    # found: the sweep gets as far as checking the overrides against what the ladder varies
+    out = _sweep(results, "--config-dir", str(mine), "+ladder=two", "channels_last=false")
+    assert out.returncode == 2 and "channels_last is what ladder 'two' varies" in out.stderr
+    out = _sweep(results, "--config-dir", str(mine), "+ladder=too")
+    first = out.stderr.splitlines()[0]
+    assert out.returncode == 2 and first.startswith("error: unknown ladder 'too'. Did you mean 'two'?")
+    assert first.endswith(f"(looked in {REPO / 'conf' / 'ladder'}, {mine / 'ladder'}, {results / 'ladders'})")
+    assert not results.exists()
+
+
+def test_table_renders_a_measured_sweep_as_csv(measured_sweep, capsys):
+    # that the table loads neither torch nor Hydra: test_layers, which runs every analysis command in a fresh process
+    from harness.commands import table
+
+    assert table.main("table", ["--results", str(measured_sweep.results), "--format", "csv"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("sweep_id,rung,change,samples/s") and len(lines) == 1 + 4
+    assert [line.split(",")[2] for line in lines[1:]] == ["(baseline)", "precision=bf16-mixed", "batch_size=8",
+                                                                    "data.num_workers=4"]
 
 
 def test_batch_ladder_stops_cleanly_at_the_first_oom_and_the_table_says_where(tmp_path):
@@ -151,6 +165,6 @@ def test_batch_ladder_stops_cleanly_at_the_first_oom_and_the_table_says_where(tm
 
 
 def test_several_values_for_one_setting_are_refused(results):
-    out, _ = _sweep(results, "+ladder=phase2", "model.width=0.5,1.0")
+    out = _sweep(results, "+ladder=phase2", "model.width=0.5,1.0")
     assert out.returncode == 2 and "'model.width=0.5,1.0' gives several values" in out.stderr
     assert not results.exists()

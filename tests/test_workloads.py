@@ -87,7 +87,8 @@ def test_builtins_build_what_they_built_before(name):
 
 
 def test_the_workload_group_lists_the_builtins_and_custom():
-    assert workloads.available() == ["basic_unet3d", "custom", "detr", "mednext", "resnet50", "seresnet_speech", "unet3d"]
+    assert workloads.available() == ["basic_unet3d", "custom", "detr", "mednext", "resnet50", "seresnet_speech",
+                                     "unet3d"]
     assert all(workloads.is_builtin(workloads.builtin(n)) for n in BUILTINS)
 
 
@@ -125,10 +126,11 @@ def test_a_file_of_the_users_joins_the_group_with_config_dir():
      r"'examples.tiny_net.TinySegNet'"),
     (("workload.model._target_=examples.tiny_nett.TinySegNet",), r"Did you mean 'examples.tiny_net'\?"),
     (("workload.model._target_=nopkg13.nets.Net",), r"no module 'nopkg13' can be imported here"),
-    (("+workload.loss._target_=torch.nn.CrossEntropyLos",), r"Did you mean 'torch.nn.CrossEntropyLoss'.*\('torch.nn' has "
-                                                            r"\d{3} public names"),
-    (("workload.loss._target_=torch.nn.MSELoss",), r"Key '_target_' is not in struct \(to add a key the config does not "
-                                                   r"have, write \+workload.loss._target_=VALUE\)"),
+    (("+workload.loss._target_=torch.nn.CrossEntropyLos",),
+     r"Did you mean 'torch.nn.CrossEntropyLoss'.*\('torch.nn' has \d{3} public names"),
+    (("workload.loss._target_=torch.nn.MSELoss",),
+     r"Key '_target_' is not in struct \(to add a key the config does not have, write "
+     r"\+workload.loss._target_=VALUE\)"),
     (("workload.input_shape=null",), r"workload 'custom' has no input shape: set workload.input_shape=\[C, \.\.\.\]"),
     (("workload.target=mask",), r"unknown workload.target 'mask'.*Valid choices: class, regression, segmentation"),
     (("data.source=disk",), r"data.source=disk writes volumes or images for the built-in pipelines; workload "
@@ -149,7 +151,8 @@ def test_editing_the_users_model_file_changes_the_cache_key(tmp_path, monkeypatc
     package.mkdir()
     (package / "__init__.py").write_text("")
     source = package / "nets.py"
-    source.write_text("from torch import nn\n\nclass Net(nn.Linear):\n    def __init__(self):\n        super().__init__(8, 2)\n")
+    source.write_text("from torch import nn\n\nclass Net(nn.Linear):\n    def __init__(self):\n"
+                      "        super().__init__(8, 2)\n")
     monkeypatch.syspath_prepend(str(tmp_path))
 
     def resolved():
@@ -173,7 +176,8 @@ def test_channels_last_on_a_1d_model_and_checkpointing_without_units_are_skipped
     cfg = _inline("workload.input_shape=[4,64]", "channels_last=true", "activation_checkpointing=true",
                   "workload.checkpoint_units=[]")
     reason = config_mod.not_applicable(cfg)
-    assert "channels_last=true needs 2D or 3D samples (4D/5D tensors); workload 'custom' has 1D samples [4, 64]" in reason
+    assert ("channels_last=true needs 2D or 3D samples (4D/5D tensors); workload 'custom' has 1D samples [4, 64]"
+            in reason)
     assert "activation_checkpointing=true: workload 'custom' names no checkpoint_units" in reason
     assert config_mod.not_applicable(_inline("channels_last=true")) == ""
 
@@ -215,8 +219,8 @@ def test_a_forward_that_fails_on_the_batch_says_the_shapes():
                                            r"target \[2, 16, 16, 16\] int64 \(batch first\): RuntimeError"):
         train_and_measure(cfg, cfg.workload, lambda *a, **k: None)
     cfg = _inline("workload.target=class", "measure.steps=1", "measure.warmup_steps=1")
-    with pytest.raises(BatchRefused, match=r"^the loss \(the model's output: \[2, 3, 16, 16, 16\] float32\) failed on a "
-                                           r"batch of input \[2, 1, 16, 16, 16\] float32 and target \[2\] int64"):
+    with pytest.raises(BatchRefused, match=r"^the loss \(the model's output: \[2, 3, 16, 16, 16\] float32\) failed on "
+                                           r"a batch of input \[2, 1, 16, 16, 16\] float32 and target \[2\] int64"):
         train_and_measure(cfg, cfg.workload, lambda *a, **k: None)
 
 
@@ -237,7 +241,8 @@ def test_a_users_dataset_is_built_from_its_partial_target_and_repeated_to_the_ep
         import torch
 
         def volumes(n=3):
-            return [(torch.full((1, 16, 16, 16), float(i)), torch.zeros(16, 16, 16, dtype=torch.long)) for i in range(n)]
+            return [(torch.full((1, 16, 16, 16), float(i)), torch.zeros(16, 16, 16, dtype=torch.long))
+                    for i in range(n)]
     """))
     monkeypatch.syspath_prepend(str(tmp_path))
     cfg = _inline("+workload.dataset._target_=mydata13.volumes", "+workload.dataset._partial_=true")
@@ -263,7 +268,9 @@ def test_a_sweep_that_changes_a_workload_field_must_name_the_workload():
     assert "workload" in plan_sweep(["+ladder=detr_fast", "workload=resnet50", "workload.num_classes=10"]).user_keys
 
 
-@pytest.mark.parametrize("form", ["file", "inline"])
+# slow [inline]: every run and sweep of the tiny model in the default tier is an inline model of the user's
+# (tests.conftest.TINY_MODEL_ARGS; the shared measured_sweep of test_sweep checks its workload, unit and loss)
+@pytest.mark.parametrize("form", ["file", pytest.param("inline", marks=pytest.mark.slow)])
 def test_a_users_model_runs_and_sweeps_a_ladder(form, results):
     from harness.store import load_runs
     from tests.conftest import harness_cli
@@ -276,7 +283,108 @@ def test_a_users_model_runs_and_sweeps_a_ladder(form, results):
     frame = load_runs(results).sort_values("timestamp")
     name = "tiny_net" if form == "file" else "custom"
     assert list(frame["workload"]) == [name] * 3 and list(frame["status"]) == ["ok"] * 3
+    shown = "tiny_net" if form == "file" else f"custom: {TINY_NET}"  # an inline model is named by its target
+    assert f"{shown}  size=smoke" in run.stdout and f"ladder bf16, workload {shown} (smoke)" in sweep.stdout
     swept = frame[frame["ladder"] == "bf16"].sort_values("rung")
     assert list(swept["change"]) == ["", "precision=bf16-mixed"]
     assert set(frame["unit"]) == {"voxels" if form == "file" else "samples"}
     assert (frame["loss_first"] > 0).all()
+
+
+# --------------------------------------------------------------------------------------------
+# a model built on the meta device in the parent, before any child starts
+
+META_MODELS = """
+import torch
+from torch import nn
+
+
+class NeedsPackage(nn.Module):  # a package imported as the model is built
+    def __init__(self):
+        super().__init__()
+        import einops13_not_here.layers  # noqa: F401
+
+
+class NeedsPackageToRun(nn.Linear):  # ... or on the first call, as MONAI's SwinUNETR imports einops
+    def __init__(self):
+        super().__init__(8, 2)
+
+    def forward(self, x):
+        import einops13_not_here  # noqa: F401
+
+
+class ReadsATensor(nn.Module):  # what SwinUNETR's constructor does: cannot run on the meta device as it is
+    def __init__(self):
+        super().__init__()
+        self.rates = [x.item() for x in torch.linspace(0, 0.1, 3)]
+        self.fc = nn.Linear(8, 2)
+
+    def forward(self, x):
+        return self.fc(x.flatten(1))
+
+
+class Refuses(nn.Module):
+    def __init__(self, width: int = 3):
+        super().__init__()
+        if width % 2:
+            raise ValueError(f"width must be even, got {width}")
+"""
+
+
+@pytest.fixture
+def meta_models(tmp_path, monkeypatch):
+    (tmp_path / "metanets13.py").write_text(META_MODELS)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    yield tmp_path
+    sys.modules.pop("metanets13", None)
+
+
+def _custom(target: str, *extra: str) -> config_mod.RunConfig:
+    cfg = config_mod.from_dict({"workload": "custom"})
+    for key, value in (("workload.model._target_", f"metanets13.{target}"), ("workload.input_shape", [1, 8])):
+        config_mod.set_key(cfg, key, value)
+    return config_mod.resolve(cfg, cuda_available=False)
+
+
+@pytest.mark.parametrize("target,message", [
+    ("NeedsPackage", "workload.model._target_='metanets13.NeedsPackage' needs the package 'einops13_not_here', which "
+                     "is not installed here: pip install einops13_not_here (or the package that provides it)"),
+    ("NeedsPackageToRun", "workload.model._target_='metanets13.NeedsPackageToRun' needs the package "
+                          "'einops13_not_here', which is not installed here"),
+    ("Refuses", "workload.model._target_='metanets13.Refuses' cannot be built: ValueError: width must be even, got 3"),
+])
+def test_a_model_that_cannot_be_built_or_lacks_a_package_is_one_line_before_anything_runs(meta_models, target,
+                                                                                          message):
+    from harness.workload import targets
+
+    with pytest.raises(ValueError) as caught:
+        targets.check_model_builds(_custom(target))
+    assert str(caught.value).startswith(message) and "\n" not in str(caught.value)
+
+
+def test_a_constructor_that_reads_its_own_tensors_still_passes_the_meta_build(meta_models):
+    from harness.workload import targets
+
+    targets.check_model_builds(_custom("ReadsATensor"))  # tensor.item() has no value on the meta device
+
+
+def test_a_missing_package_stops_the_run_in_the_parent_with_exit_2(meta_models, results):
+    from tests.conftest import harness_cli
+
+    out = harness_cli("run", "workload=custom", "workload.model._target_=metanets13.NeedsPackage",
+                      "workload.input_shape=[1,8]", *TINY, f"results_dir={results}", cwd=meta_models)
+    assert out.returncode == 2
+    assert out.stderr.strip().splitlines() == [
+        "error: workload.model._target_='metanets13.NeedsPackage' needs the package 'einops13_not_here', which is not "
+        "installed here: pip install einops13_not_here (or the package that provides it)"]
+    assert not list((results / "runs").glob("*.parquet"))  # no child ran, nothing was recorded
+
+
+def test_an_inline_model_is_named_by_its_target_where_people_read_it():
+    from harness.analysis.table import workload_name
+
+    assert workloads.display_name("custom", {"_target_": "monai.networks.nets.SegResNet"}) == \
+        "custom: monai.networks.nets.SegResNet"
+    assert workloads.display_name("unet3d", {"_target_": "models.segmentation3d.unet3d"}) == "unet3d"
+    record = {"workload": "custom", "config_json": json.dumps({"workload": {"model": {"_target_": "a.B"}}})}
+    assert workload_name(record) == "custom: a.B" and workload_name({"workload": "resnet50"}) == "resnet50"

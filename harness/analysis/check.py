@@ -8,16 +8,13 @@ memory, or a config that now fails), 2 bad input or nothing at all comparable. R
 
 Which statistic decides, and why (also in docs/regression.md and docs/statistics.md)
 -------------------------------------------------------------------------------------
-The run-level noise model of ``harness.analysis.noise_model``, the same one the table, compare,
-plots and report use: the unit of replication is the run (one process), the ratio current/baseline is
-the ratio of geometric mean throughputs, its 95% interval a t-interval on log throughput (Welch with
-repeats; this machine's calibrated CV, or a default 5%, with one run per side), widened (never
-narrowed) by the within-run step bootstrap.
-
-A config regresses when the ratio is below ``1 - threshold`` AND the one-sided test "current is
-slower" is significant after Holm's step-down procedure over every config of the check, so the
-family-wise error of one ``check`` call is at most 5% however many configs it compares. A drop past
-the threshold that the test cannot separate from noise is a *warning* that asks for more repeats.
+The run-level noise model of ``harness.analysis.noise_model`` (the unit of replication is the run: a
+t-interval on log throughput; this machine's calibrated CV, or a default 5%, with one run a side; widened,
+never narrowed, by the step bootstrap), plus the term between sessions (``harness.analysis.sessions``): the
+baseline was measured on another day. The rule is the gate's (``harness.analysis.gate``): a config regresses
+when its band's upper end, one-sided at the level Holm's step-down tests it at over every config of the
+check, lies below ``1 - threshold``; so the family-wise error of one ``check`` is at most 5%. A drop past the
+threshold that the band cannot separate from it is a *warning* that asks for more repeats.
 """
 
 from __future__ import annotations
@@ -28,7 +25,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from harness.analysis import noise_model, table
+from harness.analysis import noise_model, sessions, table
 from harness.store import load_runs
 
 STATUSES = ("regressed", "warned", "improved", "unchanged", "missing", "new", "not comparable")
@@ -211,7 +208,7 @@ class Comparison:
     ratio: float | None = None  # throughput current/baseline; >1 is faster
     ci_low: float | None = None
     ci_high: float | None = None
-    p_value: float | None = None  # one-sided, "current is slower", before Holm
+    p_value: float | None = None  # one-sided, before Holm: "slower" (across sessions: "slower beyond the threshold")
     mem_ratio: float | None = None  # peak memory current/baseline; >1 is more
     threshold: float = 0.0
     mem_threshold: float = 0.0
@@ -231,10 +228,11 @@ class Comparison:
 
 
 def compare(baseline: pd.DataFrame, current: pd.DataFrame, thresholds: Thresholds, mem_thresholds: Thresholds,
-            noise: noise_model.Noise = noise_model.DEFAULT) -> list[Comparison]:
+            noise: noise_model.Noise = noise_model.DEFAULT, session=None) -> list[Comparison]:
     """Compare every config of ``current`` with ``baseline``; one row per config and hardware.
 
-    Throughput decisions are made together, with Holm's procedure over every config compared.
+    Throughput decisions are made together, with Holm's procedure over every config compared (with ``session``:
+    the gate's rule across sessions, ``harness.analysis.sessions``).
     """
     baseline, current = with_hardware(baseline), with_hardware(current)
     pending: list[_Pending] = []
@@ -260,7 +258,7 @@ def compare(baseline: pd.DataFrame, current: pd.DataFrame, thresholds: Threshold
             row.status, row.baseline_records, row.current_records = "missing", len(base), 0
             row.notes.append("in the baseline, not in this sweep")
             rows.append(row)
-    _decide_all(pending)
+    _decide_all(pending, noise, session)
     return sorted(rows, key=lambda r: (r.ladder, -1 if r.rung is None else r.rung, r.workload, r.config_hash))
 
 
@@ -287,6 +285,7 @@ class _Pending:
     failed: pd.DataFrame
     base_ok: pd.DataFrame
     cur_ok: pd.DataFrame
+    runs: tuple[noise_model.Runs, noise_model.Runs] | None = None  # (baseline, current)
 
 
 def _judge(row: Comparison, base: pd.DataFrame, cur: pd.DataFrame, noise: noise_model.Noise) -> list[_Pending]:
@@ -306,12 +305,12 @@ def _judge(row: Comparison, base: pd.DataFrame, cur: pd.DataFrame, noise: noise_
         return []
     row.baseline_samples_per_s = float(base_ok["samples_per_s"].mean())
     row.current_samples_per_s = float(cur_ok["samples_per_s"].mean())
-    est = estimate(noise_model.runs_of(base_ok), noise_model.runs_of(cur_ok), noise)
+    est = estimate(*(runs := (noise_model.runs_of(base_ok), noise_model.runs_of(cur_ok))), noise)
     row.ratio, row.p_value = est.ratio, est.p_slower
     row.ci_low, row.ci_high = (est.low, est.high) if est.has_interval else (None, None)
     if min(len(base_ok), len(cur_ok)) < 2:
         row.notes.append(f"one run on a side: {noise.describe().removeprefix('noise: ')}; sweep.repeats=3 narrows it")
-    return [_Pending(row, est, cur[~cur.index.isin(cur_ok.index)], base_ok, cur_ok)]
+    return [_Pending(row, est, cur[~cur.index.isin(cur_ok.index)], base_ok, cur_ok, runs)]
 
 
 def throughput_statuses(estimates: list[RatioEstimate], thresholds: list[float]) -> list[str]:
@@ -320,9 +319,12 @@ def throughput_statuses(estimates: list[RatioEstimate], thresholds: list[float])
     return [classify(e, t, sig) for e, t, sig in zip(estimates, thresholds, significant)]
 
 
-def _decide_all(pending: list[_Pending]) -> None:
+def _decide_all(pending: list[_Pending], noise=noise_model.DEFAULT, session=None) -> None:
     """Holm over every config compared on throughput, then each config's status."""
-    statuses = throughput_statuses([p.estimate for p in pending], [p.row.threshold for p in pending])
+    if session is None:
+        statuses = throughput_statuses([p.estimate for p in pending], [p.row.threshold for p in pending])
+    else:  # across sessions, the gate's rule: sessions.judge sets each row's band and p-value
+        statuses = sessions.judge([p.row for p in pending], [p.runs for p in pending], noise, session)
     for p, status in zip(pending, statuses):
         _decide(p, status, len(pending))
 
@@ -334,8 +336,8 @@ def _decide(p: _Pending, status: str, family: int) -> None:
         row.notes.append(f"throughput {_pct(row.ratio)} (threshold -{row.threshold:.0%}, p={row.p_value:.2g}, "
                          f"significant after Holm over {family})")
     elif row.status == "warned":
-        row.notes.append(f"throughput {_pct(row.ratio)} but not significant after Holm over {family} configs "
-                         f"(p={row.p_value:.2g}): add repeats (sweep.repeats=N)")
+        row.notes.append(f"throughput {_pct(row.ratio)} but not clearly past the threshold after Holm over {family} "
+                         f"(p={row.p_value:.2g}): add repeats (sweep.repeats=N), or measure both now: check --against")
     if not p.failed.empty:  # a config that sometimes fails now is not healthy, whatever its speed
         row.status = "regressed"
         row.notes.append(f"{_statuses(p.failed)} in {len(p.failed)} of {row.current_records} rounds")
@@ -402,6 +404,7 @@ class CheckResult:
     current_hardware: list[str]
     baseline_hardware: list[str]
     warnings: list[str] = field(default_factory=list)
+    sessions: str = ""  # the between-session term, as the output says it ("" when there was none)
 
     @property
     def family(self) -> int:
@@ -436,10 +439,12 @@ def check_sweep(baseline: pd.DataFrame, baseline_path: Path, results_dir: str, s
     if set(current["run_id"]) <= set(baseline["run_id"]):
         warnings.append(f"sweep {sweep_id!r} is the baseline's own sweep; re-run it to check anything")
     noise = noise_model.noise_for(store, current)
-    rows = compare(baseline, current, thresholds, mem_thresholds, noise)
+    session = sessions.history_for(results_dir, baseline, current)  # today against another day: see sessions.py
+    rows = compare(baseline, current, thresholds, mem_thresholds, noise, session)
     return CheckResult(
         rows=rows, sweep_id=sweep_id, current_records=len(current), baseline_path=Path(baseline_path),
         baseline_sweeps=",".join(dict.fromkeys(baseline["sweep_id"].fillna(""))), baseline_records=len(baseline),
         thresholds=thresholds, mem_thresholds=mem_thresholds, noise=noise,
         current_hardware=sorted(set(with_hardware(current)["_hw"])),
-        baseline_hardware=sorted(set(with_hardware(baseline)["_hw"])), warnings=warnings)
+        baseline_hardware=sorted(set(with_hardware(baseline)["_hw"])), warnings=warnings,
+        sessions=session.describe())

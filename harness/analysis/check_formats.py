@@ -18,7 +18,7 @@ def _num(value: float | None, spec: str) -> str:
 
 def format_text(rows: list[Comparison], header: list[str]) -> str:
     """A plain-text table (no colours or wrapping, so CI logs stay readable), then a summary."""
-    table = [("status", "ladder", "rung", "change", "workload", "config", "throughput", "95% interval",
+    table = [("status", "ladder", "rung", "change", "workload", "config", "throughput", "band",
               "memory", "software / notes")]
     for r in rows:
         interval = f"[{_num(r.ci_low, '.3f')}, {_num(r.ci_high, '.3f')}]" if r.ci_low is not None else "-"
@@ -79,13 +79,17 @@ def render_check(result: CheckResult, fmt: str = "text") -> str:
     if fmt == "json":
         return format_json(result.rows, {
             "baseline": str(result.baseline_path), "baseline_sweep": result.baseline_sweeps,
-            "sweep": result.sweep_id, "noise": result.noise.describe(), "family_wise_error": ALPHA,
-            "family": result.family})
+            "sweep": result.sweep_id, "noise": result.noise.describe(), "sessions": result.sessions,
+            "family_wise_error": ALPHA, "family": result.family})
     if fmt != "text":
         raise ValueError(f"unknown check format {fmt!r}; valid choices: {', '.join(FORMATS)}")
+    interval = (f"interval: {CONFIDENCE:.0%} run-level t" if not result.sessions else
+                "interval: one-sided bounds at the level each config is tested at; regressed only when the upper "
+                "end lies below 1 - threshold")
     return format_text(result.rows, [
         f"check: sweep {result.sweep_id} ({result.current_records} records) against baseline "
         f"{base} (sweep {result.baseline_sweeps}, {result.baseline_records} records)",
         f"thresholds: throughput {result.thresholds.describe('-')}, peak memory "
-        f"{result.mem_thresholds.describe('+')}; interval: {CONFIDENCE:.0%} run-level t",
-        f"{result.noise.describe()}; family-wise error <= {ALPHA:.0%} over {result.family} configs (Holm)"])
+        f"{result.mem_thresholds.describe('+')}; {interval}",
+        f"{result.noise.describe()}; family-wise error <= {ALPHA:.0%} over {result.family} configs (Holm)"]
+        + ([result.sessions] if result.sessions else []))

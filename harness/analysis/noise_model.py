@@ -1,4 +1,10 @@
-"""The one noise model behind every speedup band, verdict and regression check (no torch, no Hydra).
+"""The run-level noise model of two groups of runs, calibrations and what they let a sweep detect (no torch).
+
+A sweep's rungs are judged together by the rung x round model of ``harness.analysis.blocks`` (rounds as
+blocks, one pooled variance, no verdict from an assumed CV); ``sequential`` and ``checkstats`` build on it
+and ``calibration`` chooses the calibration (docs/statistics.md). This module keeps the two-group model
+that ``compare`` and older callers use, the calibration numbers of the ``noise`` command and
+``detectable_speedup``.
 
 Unit of replication: the run (one fresh process). Throughput varies more between processes than
 between the steps of one process: four fresh ResNet-50 processes with the same settings gave 40.1 to
@@ -15,8 +21,9 @@ differed by 6% on a rung. So a speedup's interval is built from run-level throug
 * **A calibration on this machine** (``python -m harness noise``: the same settings N times, A/A)
   gives a process-to-process CV with N-1 degrees of freedom. It is pooled with the runs' own
   variance (Student's t with the degrees of freedom of both), or used alone when a side has one run.
-* **One run on a side, no calibration**: a documented default CV of 5% taken as known (normal
-  quantile); a larger spread among the other side's runs widens it.
+* **One run on a side, no calibration**: a default CV of 5% taken as known (normal quantile); a
+  larger spread among the other side's runs widens it. Kept for older callers only: at a true CV of
+  10% that band holds the truth 67% of the time, so the rung x round model gives no band there.
 * **Within-run step bootstrap** (the 95% band of one run's mean step time) may widen a side's
   standard error, never narrow it.
 
@@ -26,13 +33,15 @@ and ``holm`` controls the family-wise error over all configs of one check.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field
 
 import numpy as np
-from scipy import special  # the t and normal quantiles (scipy.stats gives the same numbers, in 1 s of imports)
+from scipy import stats as sps
 
-from harness.analysis.stats import BUSY_PCT, Ratio, repeats_to_decide  # noqa: F401 (part of this API)
+from harness.analysis.stats import BUSY_PCT, POWER, Ratio, repeats_to_decide  # noqa: F401 (part of this API)
+from harness.analysis.stats import power as _power
 
 CONFIDENCE = 0.95
 DEFAULT_CV = 0.05  # process-to-process CV assumed where this machine has no calibration
@@ -40,7 +49,7 @@ ALPHA = 0.05  # family-wise error rate of a check
 MIN_CV = 0.005  # a few identical runs cannot prove noise below this; a calibrated CV is never taken lower
 UNFIT_CV = 0.10  # a calibration at or above this CV: the machine is too noisy to measure speedups
 NOISE_LADDER = "noise"
-_Z = special.ndtri(0.5 + CONFIDENCE / 2)
+_Z = sps.norm.ppf(0.5 + CONFIDENCE / 2)
 
 
 @dataclass(frozen=True)
@@ -103,19 +112,19 @@ class Difference:
 
     def quantile(self, confidence: float = CONFIDENCE) -> float:
         q = 0.5 + confidence / 2
-        return float(special.ndtri(q) if math.isinf(self.df) else special.stdtrit(self.df, q))
+        return float(sps.norm.ppf(q) if math.isinf(self.df) else sps.t.ppf(q, self.df))
 
     def ratio(self, runs: int) -> Ratio:
         half = self.quantile() * self.se
         return Ratio(math.exp(self.diff), math.exp(self.diff - half), math.exp(self.diff + half), runs=runs,
-                     method=self.method)
+                     method=self.method, se=self.se, df=self.df)
 
     def p_slower(self) -> float:
         """One-sided p-value of 'new is slower than old' (small when the drop is clear)."""
         if self.se == 0:
             return 0.0 if self.diff < 0 else 1.0
         t = self.diff / self.se
-        return float(special.ndtr(t) if math.isinf(self.df) else special.stdtr(self.df, t))
+        return float(sps.norm.cdf(t) if math.isinf(self.df) else sps.t.cdf(t, self.df))
 
 
 def difference(new: Runs, old: Runs, noise: Noise = DEFAULT) -> Difference:
@@ -165,9 +174,9 @@ def band(runs: Runs, noise: Noise = DEFAULT) -> float:
     var = runs.var()
     if noise.calibrated:
         ss, df = noise.df * noise.cv ** 2 + (var or 0.0) * (runs.n - 1), noise.df + runs.n - 1
-        var, q = ss / df, special.stdtrit(df, 0.5 + CONFIDENCE / 2)
+        var, q = ss / df, sps.t.ppf(0.5 + CONFIDENCE / 2, df)
     elif var is not None:
-        q = special.stdtrit(runs.n - 1, 0.5 + CONFIDENCE / 2)
+        q = sps.t.ppf(0.5 + CONFIDENCE / 2, runs.n - 1)
     else:
         var, q = noise.cv ** 2, _Z
     se = max(math.sqrt(var / runs.n), math.sqrt(runs.within_var_of_mean()))
@@ -196,14 +205,18 @@ class Calibration:
     runs: int
     cv: float  # sd of log samples_per_s between processes (~ CV)
     within: float  # median within-run 95% half-width of the mean step time
-    detectable: dict[int, float]  # repeats per side -> smallest speedup (x) distinguishable at 95%
+    detectable: dict[int, float]  # repeats per side -> smallest speedup (x) told from no change in 80% of sweeps
     mean_samples_per_s: float
     warnings: list[str] = field(default_factory=list)
 
 
 def calibrate(samples_per_s: list[float], within: list[float] | None = None,
-              other_cpu_pct: list[float] | None = None, repeats=(1, 3, 5)) -> Calibration:
-    """Process-to-process CV and what it lets a sweep detect; warnings when the machine is unfit."""
+              other_cpu_pct: list[float] | None = None, repeats=(1, 3, 5),
+              busy: list[str | None] | None = None) -> Calibration:
+    """Process-to-process CV and what it lets a sweep detect; warnings when the machine is unfit.
+
+    ``busy``: each run's ``busy.busy_reason`` (GPU clocks and memory as well as the CPUs); ``other_cpu_pct``
+    is the older, CPU-only form of the same warning."""
     values = [v for v in samples_per_s if v is not None and math.isfinite(v) and v > 0]
     if len(values) < 2:
         raise ValueError(f"a calibration needs at least 2 ok runs, got {len(values)}")
@@ -213,14 +226,43 @@ def calibrate(samples_per_s: list[float], within: list[float] | None = None,
     cal = Calibration(runs=len(values), cv=cv, within=float(np.median(within)) if within else math.nan,
                       detectable=detectable, mean_samples_per_s=float(np.exp(logs.mean())))
     cal.warnings = _warnings(values, cv, other_cpu_pct or [], detectable_speedup(cv, len(values) - 1, 1))
+    reasons = [(i, b) for i, b in enumerate(busy or []) if b]
+    if reasons:
+        cal.warnings.append(f"machine busy during {len(reasons)} run(s) (run {reasons[0][0]}: {reasons[0][1]}): "
+                            "measure on an idle machine")
     return cal
 
 
-def detectable_speedup(cv: float, df: float, repeats: int) -> float:
-    """The smallest speedup whose 95% band excludes 1 with ``repeats`` runs per side, at this CV."""
-    df_total = df + 2 * (repeats - 1)
-    q = special.stdtrit(df_total, 0.5 + CONFIDENCE / 2) if math.isfinite(df_total) else _Z
-    return math.exp(q * cv * math.sqrt(2 / repeats))
+def detectable_speedup(cv: float, df: float, repeats: int, power: float = POWER, rungs: int = 2) -> float:
+    """The smallest speedup a sweep with ``repeats`` runs per rung tells from no change (its 95% band excludes
+    1x) in ``power`` (80%) of sweeps, at process CV ``cv`` known with ``df`` degrees of freedom (a
+    calibration's runs - 1), with the quantiles that sweep really uses: the rung x round model of
+    ``harness.analysis.blocks``, run on seeded simulated sweeps (``planned_power``: every branch included).
+    ``df`` inf: a CV taken as known (normal quantile). inf when no band is possible."""
+    return math.exp(cv * _detectable_in_cvs(repeats, rungs, df, power))
+
+
+@functools.lru_cache(maxsize=64)
+def _detectable_in_cvs(repeats: int, rungs: int, df: float, power: float) -> float:
+    """The log speedup, in units of the CV, detected in ``power`` of sweeps (the model is scale-free)."""
+    from harness.analysis import blocks
+
+    if math.isinf(df):
+        def chance(d: float) -> float:
+            return _power(d, math.sqrt(2 / repeats), math.inf)
+    else:
+        def chance(d: float) -> float:
+            return blocks.planned_power(d, 1.0, repeats, rungs, df)
+    hi = 1.0
+    while chance(hi) < power:
+        hi *= 2
+        if hi > 1e4:
+            return math.inf
+    lo = 0.0
+    for _ in range(40):  # bisection
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if chance(mid) < power else (lo, mid)
+    return hi
 
 
 def _warnings(values: list[float], cv: float, other_cpu_pct: list[float], single: float) -> list[str]:
@@ -303,7 +345,8 @@ def with_calibrations(results_dir, frame):
     envs = set(frame["env_key"].dropna()) if "env_key" in frame else set()
     newest = newest_ok_sweeps(results_dir, NOISE_LADDER) or {}
     if envs and envs <= set(newest):
-        calibrations = load_runs(results_dir, where={"ladder": NOISE_LADDER, "sweep_id": sorted({newest[e] for e in envs})})
+        chosen = sorted({newest[e] for e in envs})
+        calibrations = load_runs(results_dir, where={"ladder": NOISE_LADDER, "sweep_id": chosen})
     else:
         calibrations = load_runs(results_dir, where={"ladder": NOISE_LADDER})
     if not len(calibrations):
@@ -326,7 +369,7 @@ def format_calibration(cal: Calibration, sweep_id: str, attempted: int) -> str:
              f"  process-to-process CV of samples/s: {cal.cv:.1%}",
              "  within-run spread (95% step bootstrap of one run's mean, median): "
              + ("-" if math.isnan(cal.within) else f"±{cal.within:.1%}"),
-             "  smallest speedup detectable at 95% (band excludes 1x):"]
+             f"  smallest speedup told from no change in {POWER:.0%} of sweeps (95% band excludes 1x):"]
     lines += [f"    sweep.repeats={r}: {x:.3f}x ({x - 1:.1%})" for r, x in cal.detectable.items()]
     if cal.warnings:
         lines += ["  NOT FIT TO MEASURE:"] + [f"    - {w}" for w in cal.warnings]

@@ -1,5 +1,6 @@
 """Reading profiles: one rung's (:func:`render_profile`), what changed between two (:func:`diff_profiles`,
-:func:`render_diff`), what bounds a step (:func:`bound_by`), and the report's HTML fragment (:func:`profile_html`).
+:func:`render_diff`), what bounds a step (:func:`bound_by`), each rung's newest profile in a sweep's records
+(:func:`rung_profiles`), and the report's HTML fragment (:func:`profile_html`).
 
 Reads the summaries the records keep (``profile_json``, see ``harness.profiles``): no torch, no Hydra. Times are
 milliseconds per profiled step.
@@ -244,6 +245,40 @@ def _ms(value: float | None) -> str:
 
 def _pct(share: float) -> str:
     return f"{100 * share:.0f}%"
+
+
+@dataclass
+class RungProfile:
+    """The profile a rung of a sweep kept: its newest ok run's that was taken, else its newest failed one."""
+
+    rung: int
+    label: str  # "rung K: change"
+    run_id: str
+    summary: ProfileSummary
+    trace: str  # the record's profile_trace: relative to the results folder ("" without one)
+
+
+def rung_profiles(records) -> list[RungProfile]:
+    """Per rung of a sweep's records (a frame with ``rung``, ``change``, ``status``, ``timestamp``, ``run_id``,
+    ``profile_json``, ``profile_trace``), in rung order, the profile it kept; rungs without one are left out."""
+    if "profile_json" not in records:
+        return []
+    best: dict[int, tuple[tuple, RungProfile]] = {}
+    for row in records.itertuples(index=False):
+        text = row.profile_json if isinstance(row.profile_json, str) else ""
+        if row.status != "ok" or not text or row.rung is None or row.rung != row.rung:
+            continue
+        try:
+            summary = summary_from_json(text)
+        except ValueError:
+            continue
+        rung = int(row.rung)
+        label = f"rung {rung}: {row.change or '(baseline)'}"
+        trace = row.profile_trace if isinstance(row.profile_trace, str) else ""
+        key = (not summary.error, str(row.timestamp or ""), str(row.run_id))
+        if rung not in best or key > best[rung][0]:
+            best[rung] = (key, RungProfile(rung, label, str(row.run_id), summary, trace))
+    return [best[rung][1] for rung in sorted(best)]
 
 
 def profile_html(summaries_by_rung: Mapping[object, object], trace_links: Mapping[object, str] | None = None,

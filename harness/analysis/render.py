@@ -15,8 +15,9 @@ from typing import Callable
 from harness.analysis import stats
 from harness.analysis.table import MEMORY_NOTE, CampaignSummary, GroupRow, RungRow, SweepTable
 
-HEADER = ("rung", "change", "samples/s", "x baseline", "x previous [95% band]", "step ms p50/p90", "data wait",
-          "peak mem", "GPU util", "guide claims", "verdict", "status")
+COMPUTE_HEADER = "compute x previous"  # what the change did to the compute part alone (harness.analysis.components)
+HEADER = ("rung", "change", "samples/s", "x baseline", "x previous [95% band]", COMPUTE_HEADER, "step ms p50/p90",
+          "data wait", "peak mem", "GPU util", "guide claims", "verdict", "status")
 CAMPAIGN_HEADER = ("sweep", "workload", "ladder", "device", "total measured", "guide claims", "verdict",
                    "rungs not ok")
 
@@ -39,6 +40,21 @@ def _mem(v) -> str:
     return f"{v / 2**30:.2f} GiB"
 
 
+def mem_text(row: RungRow) -> str:
+    """The peak memory cell: on CUDA the reserved peak, and the allocated one beside it where they differ."""
+    text = _mem(row.peak_mem_bytes)
+    allocated = row.peak_mem_allocated_bytes
+    if allocated is not None and row.peak_mem_bytes is not None and _mem(allocated) != text:
+        text += f" ({allocated / 2**30:.2f} allocated)"
+    return text
+
+
+def wait_text(row: RungRow) -> str:
+    """The data wait cell: the share of the window, and what the rung's profile says bounds a step."""
+    text = _num(None if row.data_wait_frac is None else 100 * row.data_wait_frac, ".0f", "%")
+    return f"{text} ({row.bound})" if row.bound and row.bound != "unknown" else text
+
+
 def has_scaling(table: SweepTable) -> bool:
     """Whether any rung changes ``devices`` (the table then has an E(N) column)."""
     return any(r.scaling_efficiency is not None for r in table.rows)
@@ -48,7 +64,7 @@ def headers(table: SweepTable) -> tuple[str, ...]:
     """The columns; E(N) only in a sweep with rungs that change ``devices``."""
     if not has_scaling(table):
         return HEADER
-    at = HEADER.index("x previous [95% band]") + 1
+    at = HEADER.index(COMPUTE_HEADER) + 1
     return HEADER[:at] + ("E(N)",) + HEADER[at:]
 
 
@@ -61,11 +77,25 @@ def row_cells(row: RungRow, scaling: bool = False) -> list[str]:
     if row.note:
         status += f": {row.note}"
     efficiency = [_num(None if row.scaling_efficiency is None else 100 * row.scaling_efficiency, ".0f", "%")]
-    wait = None if row.data_wait_frac is None else 100 * row.data_wait_frac
     return [str(row.rung), row.change, thr, ratio_text(row.x_baseline), ratio_text(row.x_previous, band=True),
-            *(efficiency if scaling else []), f"{_num(row.step_ms_p50)} / {_num(row.step_ms_p90)}",
-            _num(wait, ".0f", "%"), _mem(row.peak_mem_bytes),
-            _num(row.gpu_util_pct, ".0f", "%"), row.claim or "-", row.verdict or "-", status]
+            compute_text(row), *(efficiency if scaling else []), f"{_num(row.step_ms_p50)} / {_num(row.step_ms_p90)}",
+            wait_text(row), mem_text(row),
+            _num(row.gpu_util_pct, ".0f", "%"), claim_text(row), row.verdict or "-", status]
+
+
+def compute_text(row: RungRow) -> str:
+    """The compute column: the compute part's speedup per sample over the rung this one was built on."""
+    parts = row.parts
+    if parts is None or parts.x_compute is None:
+        return "-"
+    return f"{parts.x_compute.value:.2f}x" + (" (within noise)" if parts.x_compute.within_noise else "")
+
+
+def claim_text(row: RungRow) -> str:
+    """The guide's claim, with the part of the step it is about when it is not the whole step."""
+    if not row.claim:
+        return "-"
+    return f"{row.claim} ({row.claim_component})" if row.claim_component else row.claim
 
 
 def status_text(row: RungRow) -> str:
@@ -95,8 +125,9 @@ def _strong(text: str) -> str:
 def group_line(group: GroupRow, strong: Callable[[str], str] = _strong) -> str:
     """One sentence: a group claim, what was measured and its verdict."""
     note = f" ({group.note})" if group.note else ""
+    claim = f"{group.claim} in {group.component}" if group.component else group.claim
     return (f"Rungs {group.first}-{group.last} together ({group.changes}): measured "
-            f"{ratio_text(group.measured, band=True)}{note}; the guide claims {group.claim} ({group.claim_source}): "
+            f"{ratio_text(group.measured, band=True)}{note}; the guide claims {claim} ({group.claim_source}): "
             f"{strong(group.verdict or 'not measured')}.")
 
 
@@ -113,12 +144,28 @@ def footer_lines(table: SweepTable, strong: Callable[[str], str] = _strong) -> l
     lines = [total_line(table, strong)] if table.total_claim else []
     lines += [group_line(g, strong) for g in table.groups]
     mem = MEMORY_NOTE.get(table.device, "peak memory")
+    if table.device == "cuda":
+        mem += " (what the allocator holds), with the allocated peak (live tensors) beside it where they differ"
     lines.append(f"Peak mem is {mem}. Verdicts compare x previous, with its 95% band, to the guide's claim, on this "
                  "device: confirms only when the band excludes 1 (no change); inconclusive when it holds both.")
+    if any(r.bound for r in table.rows):
+        lines.append("Beside the data wait: what the rung's profile says bounds a step (data-bound: the host waits "
+                     "for batches >= 30% of the step; launch-bound: the device runs no kernel >= 60% of it).")
+    lines.append(compute_line(table))
+    lines += table.readings
     if has_scaling(table):
         lines.append("E(N) = X(N) / (N x X(1)): the rung's global samples/s over N times the last single-device "
                      "rung's (100% is perfect scaling; samples/s is global, the slowest rank's pace).")
     return lines
+
+
+def compute_line(table: SweepTable) -> str:
+    """How to read the compute column, and the claims judged on one part of the step."""
+    source = ("the device's own step time (CUDA events)" if table.device == "cuda"
+              else "the step time minus the time waiting on the loader")
+    return (f"Compute x previous: the change's effect on the compute part alone, per sample: {source}. A claim marked "
+            "(data), (compute) or (validation) is judged on that part: the loader's pace, the compute part, the "
+            "validation passes' time per training sample.")
 
 
 def _markdown_grid(head: tuple[str, ...], rows: list[list[str]]) -> list[str]:
@@ -158,6 +205,8 @@ def to_html(table: SweepTable) -> str:
         extra += f"<p>{bold}</p>"
     for g in table.groups:
         extra += "<p>" + html.escape(group_line(g, str)) + "</p>"
+    for line in [compute_line(table)] + table.readings:
+        extra += "<p>" + html.escape(line) + "</p>"
     if table.notes:
         extra += "<ul>" + "".join(f"<li>{html.escape(n)}</li>" for n in table.notes) + "</ul>"
     return (f"<table class='sweep'><caption>{html.escape(title(table))}</caption><thead><tr>{head}</tr></thead>"

@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import base64
 import html
+import os
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
 from harness.analysis import noise_model, plots, render
 from harness.analysis import table as table_mod
+from harness.analysis.profile import profile_html, rung_profiles
 from harness.store import load_runs
 
 # (column, heading) of the per-run environment table
@@ -80,10 +82,12 @@ def verdicts_html(table: table_mod.SweepTable) -> str:
         return "<p>This ladder makes no claims to check.</p>"
     body = ""
     for r in claimed:
-        measured = ("not measured (" + r.status + ")" if r.x_previous is None else
-                    f"{r.x_previous.value:.2f}x [{r.x_previous.low:.2f}-{r.x_previous.high:.2f}]")
+        shown = r.component_measured or r.x_previous  # a claim about one part is judged on that part's ratio
+        measured = ("not measured (" + r.status + ")" if shown is None else
+                    f"{shown.value:.2f}x [{shown.low:.2f}-{shown.high:.2f}]"
+                    + (f" ({r.claim_component})" if r.component_measured else ""))
         verdict = r.verdict or "no verdict"
-        body += (f"<tr><td class='num'>{r.rung}</td><td>{_esc(r.change)}</td><td>{_esc(r.claim)}</td>"
+        body += (f"<tr><td class='num'>{r.rung}</td><td>{_esc(r.change)}</td><td>{_esc(render.claim_text(r))}</td>"
                  f"<td>{_esc(measured)}</td><td class='{_verdict_class(r.verdict)}'>{_esc(verdict)}</td>"
                  f"<td>{_esc(r.claim_source)}</td></tr>")
     if table.total_claim:
@@ -137,8 +141,26 @@ def environment_html(records) -> str:
             f"<tbody>{rows}</tbody></table></div>")
 
 
-def build_report(data: plots.SweepData, images: list[Image]) -> str:
-    """The whole HTML page as one string."""
+def profiles_html(records, results_dir: str | Path | None = None, page_dir: str | Path | None = None) -> str:
+    """Each profiled rung's step breakdown, top operators and a link to its trace ("" when no rung was profiled).
+    A trace's link is relative to ``page_dir`` (the report's folder), the trace being in ``results_dir``."""
+    found = rung_profiles(records)
+    if not found:
+        return ""
+    links = {}
+    for p in found:
+        if p.trace and results_dir is not None:
+            target = Path(results_dir) / p.trace
+            links[p.label] = os.path.relpath(target, page_dir) if page_dir is not None else str(target)
+    fragment = profile_html({p.label: p.summary for p in found}, links)
+    how = ("<p class='meta'>Each profile is of a few training steps run after the measured window had closed "
+           "(profile.enabled=true), so it never slows what the table measures. Compare two rungs with "
+           "<code>python -m harness profile --rung K --rung K2</code>; open a trace in ui.perfetto.dev.</p>")
+    return fragment.replace("</h2>", "</h2>" + how, 1)
+
+
+def build_report(data: plots.SweepData, images: list[Image], profiles: str = "") -> str:
+    """The whole HTML page as one string (``profiles``: :func:`profiles_html`'s section, if any)."""
     t = data.table
     heading = f"Sweep {t.sweep_id}: ladder {t.ladder}, {t.workload} ({t.size}) on {t.device}"
     made = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
@@ -152,22 +174,25 @@ def build_report(data: plots.SweepData, images: list[Image]) -> str:
         f"<code>python -m harness report</code></p>"
         f"<h2>Speedup table</h2><div class='scroll'>{render.to_html(t)}</div>"
         f"<h2>The guides' claims</h2>{verdicts_html(t)}"
-        f"<h2>Plots</h2>{figures}"
+        f"<h2>Plots</h2>{figures}{profiles}"
         f"<h2>Environment</h2>{environment_html(data.records)}"
         "</body></html>\n"
     )
 
 
-def write_report(frame, sweep: str, out: str | Path) -> Path:
-    """Build the plots and the page for one sweep and write it to ``out``."""
+def write_report(frame, sweep: str, out: str | Path, results_dir: str | Path | None = None) -> Path:
+    """Build the plots and the page for one sweep and write it to ``out`` (``results_dir``: where the profiles'
+    traces are, linked from the page)."""
     data = plots.sweep_data(frame, sweep)
     images = [embed(p) for p in plots.build_plots(data)]
     path = Path(out)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(build_report(data, images), encoding="utf-8")
+    profiles = profiles_html(data.records, results_dir, path.parent)
+    path.write_text(build_report(data, images, profiles), encoding="utf-8")
     return path
 
 
 def report_sweep(results_dir: str, sweep: str, out: str | Path) -> Path:
     """:func:`write_report` of ``sweep`` of the store in ``results_dir``, with the store's noise calibration."""
-    return write_report(noise_model.with_calibrations(results_dir, load_runs(results_dir, sweep=sweep)), sweep, out)
+    frame = noise_model.with_calibrations(results_dir, load_runs(results_dir, sweep=sweep))
+    return write_report(frame, sweep, out, results_dir)

@@ -1,7 +1,9 @@
 """Small statistics for speedups: medians, spreads, a speedup with its band, and verdicts on claims.
 
-The band itself comes from the run-level noise model in ``harness.analysis.noise_model``; this module
-holds what every caller shares (``Ratio``, ``verdict``) and the within-run step bootstrap.
+The band itself comes from the run-level noise model (``harness.analysis.blocks`` for a sweep's rung x round
+table, ``harness.analysis.noise_model`` for two groups of runs); this module holds what every caller shares
+(``Ratio``, ``verdict``, the power arithmetic behind "repeats that would decide") and the within-run step
+bootstrap. ``verdict_codes`` is the verdict rule on arrays, so simulations judge with the same rule as tables.
 """
 
 from __future__ import annotations
@@ -9,10 +11,14 @@ from __future__ import annotations
 import math
 import statistics
 from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
+from scipy import stats as sps
 
 BUSY_PCT = 10.0  # other processes' share of the CPUs above which a measurement is not trusted
+TOO_WIDE = 10.0  # a band whose high / low exceeds this says nothing: "too wide to say"
+POWER = 0.80  # "repeats that would decide" and "detectable speedup": decided in this share of sweeps
 
 
 def median(values) -> float | None:
@@ -46,7 +52,9 @@ class Ratio:
     """A speedup with its 95% band: ``value`` x, plausibly anywhere in [low, high].
 
     ``runs`` is the number of runs on the smaller side (it scales the band in ``repeats_to_decide``);
-    ``method`` says which part of the noise model made the band.
+    ``method`` says which part of the noise model made the band; ``se`` and ``df`` are the standard error
+    of log(value) and its degrees of freedom (NaN / inf when the maker did not say: the normal quantile
+    is then assumed). A band with NaN bounds means no variance was known (no verdict possible).
     """
 
     value: float
@@ -54,45 +62,157 @@ class Ratio:
     high: float
     runs: int = 1
     method: str = ""
+    se: float = math.nan
+    df: float = math.inf
 
     @property
     def within_noise(self) -> bool:
         return self.low <= 1.0 <= self.high
 
+    @property
+    def too_wide(self) -> bool:
+        return self.high > TOO_WIDE * self.low
 
-def verdict(measured: Ratio, claim_low: float, claim_high: float) -> str:
+
+def band_text(r: Ratio | None) -> str:
+    """'1.07x [0.83-1.37]'; '0.85x [too wide to say]' when the band spans more than TOO_WIDE; '-' for None."""
+    if r is None:
+        return "-"
+    if math.isnan(r.low) or math.isnan(r.high):
+        return f"{r.value:.2f}x [no band: no variance known]"
+    if r.too_wide:
+        return f"{r.value:.2f}x [too wide to say]"
+    return f"{r.value:.2f}x [{r.low:.2f}-{r.high:.2f}]"
+
+
+# ------------------------------------------------------------------------------------------
+# verdicts
+
+CONFIRMS, INCONCLUSIVE, SHORT_NO_CHANGE, SHORT, EXCEEDS, REVERSES, TOO_WIDE_CODE, NO_BAND = range(8)
+DECIDED_CODES = (CONFIRMS, SHORT_NO_CHANGE, SHORT, EXCEEDS, REVERSES)
+NO_BAND_TEXT = "inconclusive (one run a rung and no calibration: add sweep.repeats=2 or run python -m harness noise)"
+_TEXT = {CONFIRMS: "confirms", SHORT_NO_CHANGE: "falls short (no measurable change)", SHORT: "falls short",
+         EXCEEDS: "exceeds", REVERSES: "reverses (slower)", TOO_WIDE_CODE: "too wide to say", NO_BAND: NO_BAND_TEXT}
+
+
+def verdict_codes(low, high, claim_low: float, claim_high: float) -> np.ndarray:
+    """The verdict rule on arrays of bands (one code per band; see ``verdict`` for the words).
+
+    A claim that holds 1x (e.g. 1.0-1.05x, "no slower") is confirmed only when the band lies inside it;
+    any other claim when the band overlaps it and excludes 1x. A band with NaN bounds is NO_BAND, one
+    spanning more than TOO_WIDE is TOO_WIDE_CODE, whatever it overlaps."""
+    low, high = np.broadcast_arrays(np.asarray(low, dtype=float), np.asarray(high, dtype=float))
+    holds_one = claim_low <= 1.0 <= claim_high
+    within = (low <= 1.0) & (high >= 1.0)
+    below, above = high < claim_low, low > claim_high
+    short = np.where(within & (claim_low > 1.0), SHORT_NO_CHANGE, SHORT)
+    short = np.where((claim_low >= 1.0) & (high < 1.0), REVERSES, short)
+    if holds_one:
+        inside = (low >= claim_low) & (high <= claim_high)
+        middle = np.where(inside, CONFIRMS, INCONCLUSIVE)
+    else:
+        middle = np.where(within, INCONCLUSIVE, CONFIRMS)
+    codes = np.where(below, short, np.where(above, EXCEEDS, middle))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        codes = np.where(high > TOO_WIDE * low, TOO_WIDE_CODE, codes)
+    return np.where(np.isnan(low) | np.isnan(high), NO_BAND, codes).astype(int)
+
+
+def verdict(measured: Ratio, claim_low: float, claim_high: float, busy: str | None = None) -> str:
     """Confirms, inconclusive, falls short, exceeds or reverses: the band against the claimed range.
 
-    A claim is confirmed only when the band overlaps it AND excludes no change (1.0), unless the claim
-    itself includes 1. A band holding both 1 and part of the claim cannot tell them apart: inconclusive,
-    with the repeats that would likely decide.
+    A claim is confirmed only when the band overlaps it AND excludes no change (1.0); a claim that itself
+    includes 1 only when the band lies inside it. A band holding both 1 and part of the claim cannot tell
+    them apart: inconclusive, with the repeats that would decide in POWER of sweeps. ``busy`` (a reason
+    from ``harness.analysis.busy.busy_reason``): no verdict at all.
     """
-    if measured.high < claim_low:
-        if claim_low >= 1.0 and measured.high < 1.0:
-            return "reverses (slower)"
-        if claim_low > 1.0 and measured.within_noise:
-            return "falls short (no measurable change)"
-        return "falls short"
-    if measured.low > claim_high:
-        return "exceeds"
-    if measured.within_noise and not claim_low <= 1.0 <= claim_high:
-        runs = repeats_to_decide(measured, claim_low, claim_high)
-        return "inconclusive (" + (f"~{runs} repeats would decide)" if runs else "more than 50 repeats to decide)")
-    return "confirms"
+    if busy:
+        return f"no verdict: machine busy ({busy}): not trustworthy"
+    code = int(verdict_codes(measured.low, measured.high, claim_low, claim_high))
+    if code != INCONCLUSIVE:
+        return _TEXT[code]
+    runs = repeats_to_decide(measured, claim_low, claim_high)
+    return "inconclusive (" + (f"~{runs} repeats would decide)" if runs else "more than 50 repeats to decide)")
 
 
-def repeats_to_decide(measured: Ratio, claim_low: float, claim_high: float, limit: int = 50) -> int | None:
-    """Runs per side that would likely turn an inconclusive band into a verdict, if the ratio held.
+def span_status(ran, first: int, last: int) -> str | None:
+    """A claim over rungs ``first..last`` (a total or a group) can be judged only when every one of them ran
+    ok: otherwise 'not measured (rungs [..] did not run ok)'. ``ran``: the rungs with at least one ok run."""
+    missing = [r for r in range(first, last + 1) if r not in set(ran)]
+    return f"not measured (rungs {missing} did not run ok)" if missing else None
 
-    The band shrinks like 1/sqrt(runs); it decides once it excludes 1 (confirms) or the claim (falls
-    short / exceeds), whichever needs less. None when even ``limit`` runs would not.
-    """
-    half = (math.log(measured.high) - math.log(measured.low)) / 2
+
+# ------------------------------------------------------------------------------------------
+# power: how many runs decide, what a sweep can detect
+
+
+def power(distance: float, se: float, df: float, alpha: float = 0.05) -> float:
+    """Probability that a two-sided band at level ``alpha`` (t quantile on ``df``) excludes a point
+    ``distance`` (log scale) away from the truth, when the estimate's standard error is ``se``: the
+    noncentral t (the normal with df inf). The far side's tiny share is left out."""
+    if se <= 0 or not math.isfinite(se):
+        return 0.0 if not math.isfinite(se) else 1.0
+    nc = abs(distance) / se
+    if math.isinf(df):
+        return float(sps.norm.sf(sps.norm.isf(alpha / 2) - nc))
+    if df <= 0:
+        return 0.0
+    return float(sps.nct.sf(sps.t.isf(alpha / 2, df), df, nc))
+
+
+def _inconclusive_centres(half: float, claim_low: float, claim_high: float) -> list[tuple[float, float]]:
+    """Where the centre of a band of half-width ``half`` (log scale) leaves ``verdict_codes`` inconclusive."""
+    lo, hi = math.log(claim_low), math.log(claim_high)
+    if claim_low <= 1.0 <= claim_high:  # straddling either edge of the claim
+        return [(lo - half, lo + half), (hi - half, hi + half)]
+    if lo > 0:  # holding 1x and reaching the claim
+        return [(lo - half, half)] if lo - half <= half else []
+    return [(-half, hi + half)] if -half <= hi + half else []
+
+
+def decide_probability(value: float, claim_low: float, claim_high: float, se: float, df: float,
+                       alpha: float = 0.05) -> float:
+    """Probability that a band (level ``alpha``, t quantile on ``df``) reaches a verdict other than inconclusive
+    when the true log ratio is ``value`` and its estimate has standard error ``se``: the estimate is normal,
+    the variance estimate independent of it (scaled chi-square on ``df``), averaged over 256 quantiles of it."""
+    if not (se > 0 and math.isfinite(se)) or df <= 0:
+        return 0.0
+    q = sps.norm.isf(alpha / 2) if math.isinf(df) else sps.t.isf(alpha / 2, df)
+    scales = [1.0] if math.isinf(df) else np.sqrt(sps.chi2.ppf((np.arange(256) + 0.5) / 256, df) / df)
+    undecided = 0.0
+    for s in scales:
+        for a, b in _inconclusive_centres(q * se * s, claim_low, claim_high):
+            if b > a:
+                undecided += sps.norm.cdf((b - value) / se) - sps.norm.cdf((a - value) / se)
+    return float(1.0 - undecided / len(scales))
+
+
+def repeats_to_decide(measured: Ratio, claim_low: float, claim_high: float, limit: int = 50,
+                      df_at: Callable[[int], float] | None = None) -> int | None:
+    """Runs per side that would turn an inconclusive band into a verdict in POWER (80%) of sweeps, if the
+    ratio held: the band's own standard error scaled to n runs, with the t quantile that n runs will use
+    (``decide_probability``).
+
+    ``df_at(n)``: the degrees of freedom at n runs per side; by default they grow in proportion to n - 1
+    (a band from one run: a calibration's df plus one per extra run). None when even ``limit`` runs do not."""
     value = math.log(measured.value)
-    to_one = abs(value)
-    to_claim = max(math.log(claim_low) - value, value - math.log(claim_high), 0.0)
-    needed = max(to_one, to_claim) if to_claim > 0 else to_one
-    if needed <= 0:
-        return None
-    runs = math.ceil(max(measured.runs, 1) * (half / needed) ** 2)
-    return runs if runs <= limit else None
+    runs = max(measured.runs, 1)
+    se = measured.se
+    if not math.isfinite(se):  # a band from elsewhere: read its standard error off its width
+        half = (math.log(measured.high) - math.log(measured.low)) / 2
+        q = sps.norm.isf(0.025) if math.isinf(measured.df) else sps.t.isf(0.025, measured.df)
+        se = half / q
+    if df_at is None:
+        df_at = _default_df(measured.df, runs)
+    for n in range(1, limit + 1):
+        if decide_probability(value, claim_low, claim_high, se * math.sqrt(runs / n), df_at(n)) >= POWER:
+            return n
+    return None
+
+
+def _default_df(df: float, runs: int) -> Callable[[int], float]:
+    if math.isinf(df) or math.isnan(df):
+        return lambda n: math.inf
+    if runs < 2:  # a calibration's df, plus one per extra round of a pair
+        return lambda n: df + n - 1
+    return lambda n: df * (n - 1) / (runs - 1)

@@ -9,7 +9,9 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
-from harness.analysis import noise_model, stats
+from harness.analysis import components, noise_model, stats
+from harness.analysis.profile import bound_by
+from harness.profiles import summary_from_json
 from harness.store import load_runs, resolve_id, resolve_sweep_id
 
 MEMORY_NOTE = {"cuda": "peak VRAM reserved", "cpu": "peak host RSS"}  # what a rung's peak_mem_bytes is
@@ -33,6 +35,7 @@ class RungRow:
     step_ms_p90: float | None = None
     data_wait_frac: float | None = None
     peak_mem_bytes: float | None = None
+    peak_mem_allocated_bytes: float | None = None  # CUDA: the allocated peak (live tensors), beside the reserved
     gpu_util_pct: float | None = None
     claim: str = ""
     claim_range: tuple[float, float] | None = None
@@ -43,6 +46,10 @@ class RungRow:
     runs: noise_model.Runs | None = None  # the ok runs as the noise model sees them
     world_size: int = 1  # devices (ranks) of the rung's runs
     scaling_efficiency: float | None = None  # E(N) = X(N) / (N x X(1)), on rungs that change devices
+    bound: str = ""  # what its newest profile says bounds a step (profile.enabled): data-, launch-, compute-bound
+    parts: components.Parts | None = None  # the compute, data and validation parts of its step
+    claim_component: str = ""  # the part of the step its claim is about ("" for the whole step)
+    component_measured: stats.Ratio | None = None  # that part's ratio, which the verdict judged
 
 
 @dataclass
@@ -53,11 +60,13 @@ class GroupRow:
     last: int
     claim: str
     claim_source: str
-    claim_range: tuple[float, float]
+    claim_range: tuple[float, float] | None  # None for a claim with no figure
     changes: str = ""
     measured: stats.Ratio | None = None
     verdict: str = ""
     note: str = ""
+    component: str = ""  # the part of the step the claim is about ("" for the whole step)
+    component_measured: stats.Ratio | None = None
 
 
 @dataclass
@@ -76,6 +85,7 @@ class SweepTable:
     noise: noise_model.Noise = noise_model.DEFAULT
     notes: list[str] = field(default_factory=list)
     groups: list[GroupRow] = field(default_factory=list)
+    readings: list[str] = field(default_factory=list)  # where a change's compute and end-to-end effects differ
 
 
 def select_sweep(frame, sweep: str):
@@ -103,15 +113,24 @@ def build_table(frame, sweep: str = "latest", results_dir: str = "results") -> S
     device = str(first["device"])
     hardware = (f"{first['gpu_name']} x{int(first['gpu_count'])}" if device == "cuda"
                 else f"{first['cpu_model']} ({int(first['cpu_count'])} CPUs)")
-    table = SweepTable(sweep_id=sweep_id, ladder=ladder_name, workload=str(first["workload"]), device=device,
+    table = SweepTable(sweep_id=sweep_id, ladder=ladder_name, workload=workload_name(first), device=device,
                        hardware=hardware, size=str(first["size"]), rows=rows,
                        noise=noise_model.noise_for(frame, records))
     _link(rows, table.noise)
     _scaling(rows)
     _total(table, claims)
     table.groups = [_group(g, rows, table.noise) for g in claims.groups]
+    components.judge(table, records)
     _notes(table, ladder, records, claims)
     return table
+
+
+def workload_name(record) -> str:
+    """A sweep's workload as its table, plots, comparisons and report name it: the name, or for the inline
+    ``custom`` workload the model it measured (``custom: pkg.module.Class``)."""
+    from harness.names import display_name_of_record
+
+    return display_name_of_record(str(record["workload"]), record.get("config_json"))
 
 
 def _ladder_or_none(name: str, results_dir: str = "results"):
@@ -127,10 +146,11 @@ def _ladder_or_none(name: str, results_dir: str = "results"):
 class Claims:
     """The claims a sweep is judged against: stored with its records, or (older records) the ladder file's."""
 
-    by_rung: dict[int, tuple[float, float, str, str]]  # rung -> (low, high, label, source)
+    by_rung: dict[int, tuple[float | None, float | None, str, str]]  # rung -> (low, high, label, source)
     total: tuple[float, float, str, str] | None
     note: str = ""
-    groups: list[dict] = field(default_factory=list)  # {first, last, low, high, label, source}
+    groups: list[dict] = field(default_factory=list)  # {first, last, low, high, label, source[, component]}
+    components: dict[int, str] = field(default_factory=dict)  # rung -> the part of the step its claim is about
 
     @staticmethod
     def of(records, ladder, results_dir: str = "results") -> "Claims":
@@ -141,10 +161,12 @@ class Claims:
 
     @staticmethod
     def _stored(records, ladder, results_dir: str = "results") -> "Claims":
-        by_rung = {}
-        for _, r in records[records["claim_low"].notna()].iterrows():
-            by_rung[int(r["rung"])] = (float(r["claim_low"]), float(r["claim_high"]), r["claim_label"],
+        by_rung, parts = {}, {}
+        for _, r in records[records["claim_label"].fillna("") != ""].iterrows():  # a claim with no figure: no low
+            by_rung[int(r["rung"])] = (_number(r["claim_low"]), _number(r["claim_high"]), r["claim_label"],
                                        r["claim_source"])
+            if isinstance(r.get("claim_component"), str) and r["claim_component"]:
+                parts[int(r["rung"])] = r["claim_component"]
         with_total = records[records["total_claim_low"].notna()]
         total = None
         if len(with_total):
@@ -157,7 +179,7 @@ class Claims:
         note = ("" if sha == now else f"the ladder file changed since this sweep (sha {sha} then, "
                 f"{now or 'no file'} now): verdicts use the claims stored with the records")
         groups = next((json.loads(g) for g in records["group_claims_json"].fillna("") if g), [])
-        return Claims(by_rung, total, note, groups)
+        return Claims(by_rung, total, note, groups, parts)
 
     @staticmethod
     def _from_ladder(ladder, name: str) -> "Claims":
@@ -165,6 +187,7 @@ class Claims:
             return Claims({}, None)
         by_rung = {r.index: (r.claim.low, r.claim.high, r.claim.label(), r.claim.source)
                    for r in ladder.rungs if r.claim is not None}
+        parts = {r.index: r.claim.component for r in ladder.rungs if r.claim is not None and r.claim.component}
         t = ladder.total_claim
         total = None if t is None else (t.low, t.high, t.label(), t.source)
         note = (f"these records predate stored claims: claims read from conf/ladder/{name}.yaml as it is now"
@@ -172,7 +195,12 @@ class Claims:
         from harness.sweeps import ladder as ladder_mod
 
         groups = json.loads(ladder_mod.group_claims_json(ladder.group_claims) or "[]")
-        return Claims(by_rung, total, note, groups)
+        return Claims(by_rung, total, note, groups, parts)
+
+
+def _number(value) -> float | None:
+    """A stored claim bound (None for a claim with no figure, which pandas reads as NaN)."""
+    return None if value is None or value != value else float(value)
 
 
 def _row(rung: int, runs, claims: Claims) -> RungRow:
@@ -185,7 +213,8 @@ def _row(rung: int, runs, claims: Claims) -> RungRow:
                   repeats=len(runs), statuses=statuses)
     if rung in claims.by_rung:
         low, high, row.claim, row.claim_source = claims.by_rung[rung]
-        row.claim_range = (low, high)
+        row.claim_range = (low, high) if low is not None else None
+        row.claim_component = claims.components.get(rung, "")
     if len(ok):
         throughputs = [float(v) for v in ok["samples_per_s"]]
         row.samples_per_s_runs = throughputs
@@ -195,17 +224,47 @@ def _row(rung: int, runs, claims: Claims) -> RungRow:
         row.step_ms_p50 = stats.median(ok["step_ms_p50"])
         row.step_ms_p90 = stats.median(ok["step_ms_p90"])
         row.data_wait_frac = stats.median(ok["data_wait_frac"])
-        # GPU: the allocator's reserved peak is what must fit in the device (records older than it: allocated)
-        mem = ok["peak_vram_reserved_bytes"].fillna(ok["peak_vram_bytes"]) if (ok["device"] == "cuda").all() \
-            else ok["peak_host_rss_bytes"]
+        # GPU: the allocator's reserved peak is what must fit in the device (records older than it: allocated);
+        # the allocated peak beside it, the live tensors a claim about memory is about
+        cuda = (ok["device"] == "cuda").all()
+        mem = ok["peak_vram_reserved_bytes"].fillna(ok["peak_vram_bytes"]) if cuda else ok["peak_host_rss_bytes"]
         row.peak_mem_bytes = stats.median(mem)
+        row.peak_mem_allocated_bytes = stats.median(ok["peak_vram_bytes"]) if cuda else None
         row.gpu_util_pct = stats.median(ok["gpu_util_pct"])
         row.world_size = int(ok["world_size"].fillna(1).max()) if "world_size" in ok else 1
+        row.bound = _profile_bound(ok)
+        row.parts = components.parts_of(ok)
     if len(ok) < len(runs):
         failed = runs[~runs.index.isin(ok.index)]
         error = str(failed["error"].iloc[-1] or "").strip().splitlines()
         row.note = error[-1][:160] if error else ""
+    skips = _cudagraph_skips(ok)
+    if skips:
+        note = f"no CUDA graphs: Inductor skipped capturing them ({skips} times)"
+        row.note = f"{row.note}; {note}" if row.note else note
     return row
+
+
+def _cudagraph_skips(ok) -> int:
+    """The most CUDA-graph captures Inductor skipped in a run of the rung (0 where none, or not counted)."""
+    if "cudagraph_skips" not in ok:
+        return 0
+    counts = ok["cudagraph_skips"].dropna()
+    return int(counts.max()) if len(counts) else 0
+
+
+def _profile_bound(ok) -> str:
+    """What the newest profile among the rung's ok runs says bounds a step ("" where none was profiled)."""
+    if "profile_json" not in ok:
+        return ""
+    for text in ok.sort_values("timestamp", ascending=False)["profile_json"]:
+        try:
+            summary = summary_from_json(text if isinstance(text, str) else "")
+        except ValueError:
+            continue
+        if summary is not None and not summary.error:
+            return bound_by(summary)
+    return ""
 
 
 def _link(rows: list[RungRow], noise: noise_model.Noise) -> None:
@@ -259,16 +318,19 @@ def _total(table: SweepTable, claims: Claims) -> None:
 def _group(claim: dict, rows: list[RungRow], noise: noise_model.Noise) -> GroupRow:
     """A group claim's verdict, like the total's: the last ok rung of the group over the last ok rung before it."""
     first, last = int(claim["first"]), int(claim["last"])
+    figure = claim.get("low") is not None
     group = GroupRow(first=first, last=last, claim=claim["label"], claim_source=claim["source"],
-                     claim_range=(float(claim["low"]), float(claim["high"])),
-                     changes=", ".join(r.change for r in rows if first <= r.rung <= last))
+                     claim_range=(float(claim["low"]), float(claim["high"])) if figure else None,
+                     changes=", ".join(r.change for r in rows if first <= r.rung <= last),
+                     component=claim.get("component", ""))
     before = next((r for r in reversed(rows) if r.rung < first and r.runs is not None), None)
     end = next((r for r in reversed(rows) if first <= r.rung <= last and r.runs is not None), None)
     if before is None or end is None:
         group.note = "no ok rung " + ("before the group" if before is None else "in the group")
         return group
     group.measured = noise_model.ratio(end.runs, before.runs, noise)
-    group.verdict = stats.verdict(group.measured, *group.claim_range)
+    if group.claim_range is not None:
+        group.verdict = stats.verdict(group.measured, *group.claim_range)
     missing = [r for r in range(first, last + 1) if r not in {row.rung for row in rows if row.runs is not None}]
     if before.rung != first - 1 or missing:
         group.note = f"rung {end.rung} over rung {before.rung}" + (

@@ -6,16 +6,20 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import re
+import shlex
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rich.markup import escape
 
 from harness import config as config_mod
+from harness import shell
 from harness.climb.ascent import ACCEPTED, ClimbResult, Step
 from harness.fileio import write_text_atomic
 from harness.sweeps import ladder as ladder_mod
 from harness.workload import workloads as workloads_mod
+from harness.workload.workloads import WorkloadSpec
 
 if TYPE_CHECKING:
     from harness.analysis.stats import Ratio
@@ -75,9 +79,12 @@ def total(result: ClimbResult) -> tuple[float, float, float] | None:
     return prod[0], prod[1], prod[2]
 
 
-def ladder_file(result: ClimbResult, workload: str, base: dict, climb_id: str, hardware: str) -> dict:
+def ladder_file(result: ClimbResult, workload: str, base: dict, climb_id: str, hardware: str,
+                workload_words: list[str] | None = None, shown_as: str = "") -> dict:
     """The best settings as a ladder (baseline = the start, one rung per accepted change, claims = what
-    was measured), as the mapping ``harness.sweeps.ladder.parse`` reads."""
+    was measured), as the mapping ``harness.sweeps.ladder.parse`` reads. A workload that is not a built-in is
+    only named by the ladder: ``workload_words`` (the overrides and config folders that make it) go in its notes,
+    ``shown_as`` (its model, for ``custom``) in its description."""
     rungs = []
     for s in result.accepted:
         ratios = s.parts if len(s.parts) == len(s.changes) else (None,) * len(s.enabling) + (s.ratio,)
@@ -92,13 +99,17 @@ def ladder_file(result: ClimbResult, workload: str, base: dict, climb_id: str, h
                 rung["note"] = f"only to fit {s.key}={format_value(s.value)}, which ran out of memory without it"
             rungs.append(rung)
     out: dict[str, Any] = {
-        "description": f"Fastest settings `climb` found on {hardware}: {len(rungs)} accepted change(s)",
+        "description": f"Fastest settings `climb` found{f' for {shown_as}' if shown_as else ''} on {hardware}: "
+                       f"{len(rungs)} accepted change(s)",
         "guide": f"measured by python -m harness climb (sweep {climb_id})",
         "workload": workload,
         "base": dict(base),
         "rungs": rungs,
     }
     notes = [n for n in (training_note(s.key, s.before, s.value) for s in result.accepted) if n]
+    if workload_words:  # the ladder names the workload; what it is lives in these words, given to every re-run
+        notes.append(f"workload {workload} as measured: {' '.join(shlex.quote(w) for w in workload_words)} "
+                     "(give these to `python -m harness sweep +ladder=...`)")
     t = total(result)
     if t is not None:  # not a total claim: the start and the end were never measured side by side
         notes.append(f"the accepted steps multiply to {t[0]:.2f}x (bands {t[1]:.2f}-{t[2]:.2f}x); this sweep's "
@@ -106,18 +117,6 @@ def ladder_file(result: ClimbResult, workload: str, base: dict, climb_id: str, h
     if notes:
         out["notes"] = notes
     return out
-
-
-def command_line(workload: str, settings: dict) -> str:
-    """``python -m harness run ...`` with ``settings`` (flat key -> value) as overrides."""
-    parts = [f"workload={workload}"] + [f"{k}={_override_value(v)}" for k, v in settings.items()]
-    return "python -m harness run " + " ".join(parts)
-
-
-def _override_value(value: Any) -> str:
-    if isinstance(value, (list, tuple)):
-        return "[" + ",".join(str(v) for v in value) + "]"
-    return format_value(value)
 
 
 def step_line(s: Step) -> str:
@@ -141,16 +140,26 @@ def ladder_base(settings: dict) -> dict:
             and not k.startswith(NOT_IN_LADDER_PREFIXES)}
 
 
-def ladder_name(workload: str, device: str, base: dict) -> str:
-    """``climb-WORKLOAD-DEVICE``, plus a short hash of the start settings when they are not the defaults."""
-    name = f"climb-{workload}-{device}"
-    if base:
-        name += "-" + hashlib.sha256(json.dumps(base, sort_keys=True, default=str).encode()).hexdigest()[:6]
-    return name
+def ladder_name(workload: WorkloadSpec, device: str, base: dict) -> str:
+    """``climb-WORKLOAD-DEVICE``, plus a short hash of the start settings when they are not the defaults. A workload
+    that is not a built-in as shipped is named by its model's target for ``custom`` (two models climbed in one
+    results folder must not write one file), and the hash covers its fields too."""
+    if workloads_mod.is_builtin(workload):
+        name, hashed = workload.name, base
+    else:
+        shown = workloads_mod.target_of(workload.model) if workload.name == workloads_mod.CUSTOM else ""
+        name = re.sub(r"[^A-Za-z0-9._-]", "_", shown or workload.name)
+        fields = {k: v for k, v in workload.hashed().items() if k != "source_sha"}  # an edit of the file: same climb
+        hashed = {"base": base, "workload": fields}
+    out = f"climb-{name}-{device}"
+    if hashed:
+        out += "-" + hashlib.sha256(json.dumps(hashed, sort_keys=True, default=str).encode()).hexdigest()[:6]
+    return out
 
 
-def write_ladder(mapping: dict, name: str, results_dir: str) -> Path:
-    """Write ``<results_dir>/ladders/NAME.yaml`` atomically and check that it loads as a ladder."""
+def write_ladder(mapping: dict, name: str, results_dir: str, config_dirs: tuple[str, ...] = ()) -> Path:
+    """Write ``<results_dir>/ladders/NAME.yaml`` atomically and check that it loads as a ladder (its workload may
+    live in a config folder the climb was given: ``config_dirs``)."""
     import yaml
 
     folder = Path(results_dir) / ladder_mod.USER_LADDERS
@@ -158,7 +167,7 @@ def write_ladder(mapping: dict, name: str, results_dir: str) -> Path:
     path = folder / f"{name}.yaml"
     header = "# Written by `python -m harness climb`; a re-run of the climb rewrites it.\n"
     write_text_atomic(path, header + yaml.safe_dump(mapping, sort_keys=False, width=120), durable=True)
-    ladder_mod.load(name, results_dir)  # a ladder the climb writes must load: a bug here, not user input
+    ladder_mod.load(name, results_dir, config_dirs)  # a ladder the climb writes must load: a bug, not user input
     return path
 
 
@@ -167,30 +176,36 @@ def write_ladder(mapping: dict, name: str, results_dir: str) -> Path:
 
 
 def report(result: ClimbResult, settings: dict, start, env: dict, climb_id: str, used_s: float,
-           budget_s: float) -> None:
+           budget_s: float, given: list[str], earlier_s: float = 0.0) -> None:
     """Write the ladder of the best settings and print the trajectory, the best settings and the commands that
-    re-run them (``start``: the resolved start settings, a RunConfig)."""
+    re-run them (``start``: the resolved start settings, a RunConfig; ``given``: the words the climb was given,
+    less its ``climb.*`` settings; ``earlier_s`` of ``used_s`` were spent by earlier runs of this climb)."""
     base = ladder_base(settings)
     workload = start.workload.name
-    name = ladder_name(workload, start.device, base)
+    shown = workloads_mod.display_name(workload, start.workload.model)
+    name = ladder_name(start.workload, start.device, base)
     hardware = f"{start.device} {env.get('gpu_name') or env.get('cpu_model')} ({env.get('cpu_count')} CPUs)"
-    mapping = ladder_file(result, workload, base, climb_id, hardware)
-    path = write_ladder(mapping, name, start.results_dir)
+    own = not workloads_mod.is_builtin(start.workload)
+    mapping = ladder_file(result, workload, base, climb_id, hardware, _workload_only(given) if own else None,
+                          shown if shown != workload else "")
+    path = write_ladder(mapping, name, start.results_dir, tuple(shell.config_dirs_of(given or [])))
     print()
-    print(f"#### climb {climb_id}: {workload} ({start.size}) on {hardware}")
+    print(f"#### climb {climb_id}: {shown} ({start.size}) on {hardware}")
     print()
     print(trajectory_table(result))
     print()
-    print(f"Stopped: {result.stopped}. Took {used_s / 60:.1f} of {budget_s / 60:g} min.")
-    for line in best_lines(result, mapping, workload, base):
+    earlier = f" ({earlier_s / 60:.1f} of them before it resumed)" if earlier_s else ""
+    print(f"Stopped: {result.stopped}. Took {used_s / 60:.1f}{earlier} of {budget_s / 60:g} min.")
+    for line in best_lines(result, mapping, given):
         print(line)
-    for line in rerun_lines(name, path, start, climb_id):
+    for line in rerun_lines(name, path, start, climb_id, given):
         print(line)
     print()
 
 
-def best_lines(result: ClimbResult, mapping: dict, workload: str, base: dict) -> list[str]:
-    """The best settings found, what they change in the training, and the command that runs them."""
+def best_lines(result: ClimbResult, mapping: dict, given: list[str]) -> list[str]:
+    """The best settings found, what they change in the training, and the command that runs them: the words the
+    climb was given, with the accepted changes in place of what they change."""
     product = total(result)
     changes = {k: v for s in result.accepted for k, v in s.changes}
     if product is None:
@@ -199,18 +214,29 @@ def best_lines(result: ClimbResult, mapping: dict, workload: str, base: dict) ->
         lines = [f"Best: {product[0]:.2f}x over the start (product of the accepted steps; their bands multiply to "
                  f"{product[1]:.2f}-{product[2]:.2f}x): "
                  + ", ".join(f"{k}={format_value(v)}" for k, v in changes.items())]
-    lines += [f"- changes the training: {note}" for note in mapping.get("notes", [])]
-    return lines + [f"Best command: {command_line(workload, {**base, **changes})}"]
+    notes = [note for note in mapping.get("notes", []) if not note.startswith("workload ")]
+    lines += [f"- changes the training: {note}" for note in notes]
+    best = shell.command("run", *shell.without(given, changes), *(shell.override(k, v) for k, v in changes.items()))
+    return lines + [f"Best command: {best}"]
 
 
-def rerun_lines(name: str, path: Path, start, climb_id: str) -> list[str]:
-    """Where the ladder is, and the commands that re-run it, gate CI on it and show every run."""
-    rerun = f"python -m harness sweep +ladder={name}"
-    results = "" if start.results_dir == "results" else f" --results {start.results_dir}"
-    if results:
-        rerun += f" results_dir={start.results_dir}"
-    if not workloads_mod.is_builtin(start.workload):  # the ladder names it; its fields are the user's
-        rerun += f" workload={start.workload.name} <the workload options and --config-dir the climb was given>"
+def workload_words(given: list[str]) -> list[str]:
+    """The words of ``given`` that the written ladder does not hold: the workload and its fields, the config
+    folders, where the results go, the timeout, debug and Hydra's own settings."""
+    return shell.select(given, lambda key: key in NOT_IN_LADDER or key.startswith(("workload.", "debug.", "hydra")))
+
+
+def _workload_only(given: list[str]) -> list[str]:
+    """The words of ``given`` that make its workload: ``workload=NAME``, its fields, the config folders."""
+    return shell.select(given, lambda key: key == "workload" or key.startswith(("workload.", "hydra.searchpath")))
+
+
+def rerun_lines(name: str, path: Path, start, climb_id: str, given: list[str]) -> list[str]:
+    """Where the ladder is, and the commands that re-run it, gate CI on it and show every run: complete, with the
+    workload's overrides and config folders the climb was given."""
+    rerun = shell.command("sweep", f"+ladder={name}", *workload_words(given))
+    results = [] if start.results_dir == "results" else ["--results", start.results_dir]
+    save = shell.command("baseline", "save", name, "--sweep", "latest", *results)
     return [f"Ladder written to {path}; re-run it (from the store, in seconds): {rerun}",
-            f"Gate CI on it: {rerun} then python -m harness baseline save {name} --sweep latest{results}",
-            f"Every run: python -m harness table --results {start.results_dir} --sweep {climb_id}"]
+            f"Gate CI on it: {rerun} && {save}",
+            f"Every run: {shell.command('table', '--results', start.results_dir, '--sweep', climb_id)}"]

@@ -2,51 +2,88 @@
 
 from __future__ import annotations
 
-import time
+import sys
 
 from harness import config as config_mod
-from harness.climb import output
-from harness.climb.ascent import Budget, ascend
+from harness.climb import output, resume
+from harness.climb.ascent import NOT_RUN, Budget, ClimbResult, ascend
 from harness.climb.space import ClimbConfig, Facts, check, space
 from harness.climb.trials import Display, Trials, trial_ladder
 from harness.run import runner
 from harness.run.launch import usable_cpus
-from harness.store import new_id
+from harness.store import check_writable, new_id
 from harness.sweeps import rungs as sweep_mod
 from harness.sweeps.loop import auto_compact
+from harness.workload import targets
+from harness.workload.workloads import display_name
 
 
-def run_climb(settings: dict, options: ClimbConfig, started: float, display: Display) -> int:
+def run_climb(settings: dict, options: ClimbConfig, started: float, display: Display,
+              given: list[str] | None = None) -> int:
     """Climb from ``settings`` (the composed run settings) under ``options``; the budget counts from ``started``
-    (``time.monotonic()``). Exit code: 0, or 2 for settings that cannot start (nothing measured then)."""
+    (``time.monotonic()``), less what earlier runs of the same climb spent (``harness.climb.resume``). ``given``:
+    the words the climb was given, less its ``climb.*`` settings (the commands it prints are made of them).
+    Exit code: 0, or 2 for settings that cannot start (nothing measured then)."""
     try:
         check(options)
+        check_writable(settings.get("results_dir", "results"), "`python -m harness climb`")
         start = runner.ready(config_mod.from_dict(settings), display.say)
+        targets.check_model_builds(start)
         machine = runner.Machine.detect()
     except (ValueError, OSError) as exc:
-        display.say(f"[red]error:[/] {exc}")
+        print(f"error: {exc}", file=sys.stderr)
         return 2
     env, env_key = runner.environment(start.device)
     climb_id = new_id("climb-")
     noise = _noise(start.results_dir, env, env_key, start.device)
-    budget = Budget(seconds=60 * options.budget_min, start=started)
+    key = resume.climb_key(config_mod.config_hash(start), env_key, options.repeats, options.min_effect, options.knobs)
+    earlier = resume.load(start.results_dir, key)
+    budget = Budget(seconds=60 * options.budget_min, start=started - (earlier.spent_s if earlier else 0.0))
+    tracker = resume.Tracker(start.results_dir, key, earlier, climb_id, started)
     # the workload is the start's own (the composed node): the in-memory ladders of the trials only name it
     ctx = sweep_mod.SweepContext(sweep_id=climb_id, ladder=trial_ladder(start.workload.name, []), settings=settings,
                                  user_keys=frozenset({"workload"}), repeats=options.repeats)
     trials = Trials(ctx, machine, env, env_key, budget, options.repeats, display)
     # loader workers share the CPUs with the ranks: with devices=N each rank's loader gets its part
     facts = Facts(device=start.device, usable_cpus=max(1, usable_cpus() // start.devices))
-    display.say(f"climb {climb_id}: {start.workload.name} ({start.size}) on {start.device}, budget "
-                f"{options.budget_min:g} min, {options.repeats} run(s) per side, accept at >= "
+    display.say(f"climb {climb_id}: {display_name(start.workload.name, start.workload.model)} ({start.size}) on "
+                f"{start.device}, budget {options.budget_min:g} min, {options.repeats} run(s) per side, accept at >= "
                 f"{1 + options.min_effect:.2f}x beyond noise; {noise.describe()}")
-    result = ascend(_flat(start), space(facts.device, options.knobs), facts, trials.compare, noise,
-                    options.min_effect, on_step=lambda s: display.say(output.step_line(s)))
+    if earlier is not None:
+        display.say(resume.describe(earlier, _measured_runs(start.results_dir, earlier.climb_ids), budget.seconds))
+    result = _ascend(start, options, facts, trials, noise, display, tracker)
     auto_compact(start.results_dir)
-    output.report(result, settings, start, env, climb_id, time.monotonic() - started, budget.seconds)
+    output.report(result, settings, start, env, climb_id, tracker.spent(), budget.seconds, list(given or []),
+                  tracker.earlier_s)
     if trials.busy:
         print(f"- {len(trials.busy)} run(s) ran while other processes used up to {max(trials.busy):.0f}% of the "
               "CPUs: their numbers are not trustworthy, and bands that wide decide nothing; climb on an idle machine")
     return 0
+
+
+def _ascend(start, options: ClimbConfig, facts: Facts, trials: Trials, noise, display: Display,
+            tracker: resume.Tracker) -> ClimbResult:
+    """The ascent, with the climb's spent time saved after every step and however it ends (Ctrl-C included)."""
+    def on_step(step) -> None:
+        display.say(output.step_line(step))
+        tracker.step(decided=step.outcome != NOT_RUN)
+
+    stopped = ""
+    try:
+        result = ascend(_flat(start), space(facts.device, options.knobs), facts, trials.compare, noise,
+                        options.min_effect, on_step=on_step)
+        stopped = result.stopped
+        return result
+    finally:
+        tracker.save(stopped)
+
+
+def _measured_runs(results_dir: str, climb_ids: list[str]) -> int:
+    """Runs the earlier climbs measured (not copies of runs before them, not knobs skipped at once)."""
+    from harness.store import load_runs
+
+    frame = load_runs(results_dir, columns=["status", "cached_from"], where={"sweep_id": climb_ids})
+    return int(((frame["cached_from"].fillna("") == "") & (frame["status"] != "skipped")).sum())
 
 
 def _flat(cfg: config_mod.RunConfig) -> dict:

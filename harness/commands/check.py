@@ -4,6 +4,8 @@
                             [--threshold 0.05] [--threshold WORKLOAD=0.07] [--threshold ladder:NAME=0.1]
                             [--mem-threshold 0.10] [--format text|junit|json]
 
+``check --against REF`` measures the working tree against a commit instead (``harness.commands.against``).
+
 Exit codes: 0 nothing regressed, 1 something regressed (throughput, memory, or a config that now
 fails), 2 bad input or nothing at all comparable. The decision is ``harness.analysis.check``'s; the
 baseline files are ``harness.analysis.baseline``'s. No torch, no Hydra.
@@ -12,18 +14,25 @@ baseline files are ``harness.analysis.baseline``'s. No torch, no Hydra.
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 
-from harness.analysis import baseline, check
+from harness.analysis import baseline, check, verdicts
 from harness.analysis.check_formats import FORMATS, render_check
 from harness.commands import common_args
+from harness.store import new_id
 
 THRESHOLD_FORM = "[WORKLOAD=|ladder:NAME=]FRACTION"
 
 
 def main(command: str, argv: list[str]) -> int:
+    if any(arg == "--against" or arg.startswith("--against=") for arg in argv):
+        from harness.commands import against
+
+        return against.main(command, argv)
     parser = common_args.parser(command, "check a sweep against a baseline: exit 0 ok, 1 regression, "
-                                         "2 bad input or nothing comparable")
+                                         "2 bad input or nothing comparable (or measure the working tree against "
+                                         "a commit: check --against REF --help)")
     parser.add_argument("--baseline", required=True,
                         help="baseline name (in results/baselines) or path to a .parquet")
     common_args.add_sweep(parser)
@@ -48,4 +57,14 @@ def run_check(args: argparse.Namespace) -> int:
     print(render_check(result, args.format))
     if result.error():
         print(f"error: {result.error()}", file=sys.stderr)
+    _keep_verdict(args.results, result)
     return result.exit_code
+
+
+def _keep_verdict(results_dir: str, result: check.CheckResult) -> None:
+    """The decision, for the history page; a results folder that refuses it costs a warning, not the gate."""
+    document = json.loads(render_check(result, "json")) | {"kind": "baseline", "checked_sweep": result.sweep_id}
+    try:
+        verdicts.save_verdict(results_dir, new_id(f"baseline-{result.baseline_path.stem}-"), document)
+    except OSError as exc:
+        print(f"warning: the verdict was not kept for the history page ({exc})", file=sys.stderr)

@@ -12,13 +12,17 @@ for the same settings and environment are copied instead of measured (the oldest
 replays the climb and continues where it stopped). No run starts that the budget could not pay for.
 
 At the end: the trajectory, the best settings as a ladder file under ``<results_dir>/ladders/`` (found
-by ``sweep +ladder=NAME``), the best command line, and what an accepted change does to the training.
+by ``sweep +ladder=NAME``), the best command line, and what an accepted change does to the training; every
+command it prints carries the overrides and ``--config-dir`` it was given. Run again, a climb resumes: it says
+what it takes from the store, and its budget is what is left of ``climb.budget_min`` (the time it spent is kept
+in ``<results_dir>/climbs/``).
 """
 
 from __future__ import annotations
 
 import time
 
+from harness import shell
 from harness.climb.space import space
 from harness.commands import hydra_edge
 
@@ -29,20 +33,20 @@ def main(command: str, argv: list[str]) -> int:
         print(__doc__.strip() + "\n\naxes (climb.knobs), in the order tried on a CPU:\n"
               + "\n".join(f"  {a.name:<19} {a.key}" for a in space("cpu")))
         return 0
-    return hydra_edge.hydra_app(argv, lambda cfg: task(cfg, started))
+    return hydra_edge.hydra_app(argv, lambda cfg: task(cfg, started, argv))
 
 
-def task(cfg, started: float) -> int:
+def task(cfg, started: float, argv: list[str] | None = None) -> int:
     """One Hydra job: the composed config as plain settings, climbed with the console's display."""
     from harness.climb.session import run_climb
     from harness.climb.trials import Display
-    from harness.commands.console import console
+    from harness.commands.console import console, refuse
     from harness.commands.progress import RunProgress
 
     display = Display(say=console.print, progress=lambda label: RunProgress(console, label))
     try:
         options, settings = hydra_edge.climb_settings(cfg), hydra_edge.plain_settings(cfg)
     except ValueError as exc:
-        console.print(f"[red]error:[/] {exc}")
-        return 2
-    return run_climb(settings, options, started, display)
+        return refuse(exc)
+    given = shell.without(argv or [], ["climb", "climb."])  # the words its printed commands are made of
+    return run_climb(settings, options, started, display, given)

@@ -2,13 +2,24 @@
 
 from __future__ import annotations
 
+import sys
+
 from rich.console import Console
 from rich.table import Table
 
 from harness.store import RunRecord
+from harness.workload.workloads import display_name_of_record
 
 console = Console(stderr=False, highlight=False)
 BUSY_PCT = 10.0  # other processes' share of the CPUs above which a measurement is flagged
+
+
+def refuse(exc: BaseException | str) -> int:
+    """A user's mistake before anything ran: one line on stderr (the console would wrap it), exit code 2."""
+    from harness.commands.exit_codes import BAD_INPUT
+
+    print(f"error: {exc}", file=sys.stderr)
+    return BAD_INPUT
 
 
 def human_bytes(n: float | None) -> str:
@@ -34,8 +45,9 @@ def run_summary(record: RunRecord) -> Table:
     table.add_column("what", style="bold")
     table.add_column("value")
     table.add_row("status", f"[{status_style}]{record.status}[/]")
-    table.add_row("workload", f"{record.workload}  size={record.size}  device={record.device}"
-                  + (f" ({record.gpu_name})" if record.gpu_name else f" ({record.cpu_model}, {record.cpu_count} cores)"))
+    workload = display_name_of_record(record.workload, record.config_json)
+    where = f" ({record.gpu_name})" if record.gpu_name else f" ({record.cpu_model}, {record.cpu_count} cores)"
+    table.add_row("workload", f"{workload}  size={record.size}  device={record.device}{where}")
     if record.status == "ok":
         table.add_row("throughput", f"{fmt(record.samples_per_s, '.2f')} samples/s"
                       f"  ({fmt(record.units_per_s, '.3g')} {record.unit}/s)")
@@ -46,7 +58,8 @@ def run_summary(record: RunRecord) -> Table:
                           f"{record.omp_num_threads}): {fmt(record.samples_per_s_per_device, '.2f')} samples/s per "
                           f"device, the slowest (rank {record.slowest_rank}); step p50 per rank "
                           + " / ".join(fmt(v) for v in record.rank_step_ms_p50) + " ms")
-        table.add_row("data wait", f"{fmt(100 * record.data_wait_frac if record.data_wait_frac is not None else None)} % of the measured time")
+        wait = 100 * record.data_wait_frac if record.data_wait_frac is not None else None
+        table.add_row("data wait", f"{fmt(wait)} % of the measured time")
         if record.device == "cuda":
             table.add_row("peak VRAM", f"{human_bytes(record.peak_vram_bytes)} allocated, "
                           f"{human_bytes(record.peak_vram_reserved_bytes)} reserved (measured steps); warm-up "
@@ -57,22 +70,53 @@ def run_summary(record: RunRecord) -> Table:
             table.add_row("device time", f"p50 {fmt(record.device_step_ms_p50)} ms a step (CUDA events); the steps "
                           f"fill {fmt(share, '.0f')} % of the measured time")
             table.add_row("GPU util", f"{fmt(record.gpu_util_pct)} % kernel-active (NVML)   SM active "
-                          f"{fmt(record.gpu_sm_active_pct)} % (GPM)   SM clock {fmt(record.gpu_sm_clock_mhz, '.0f')} MHz"
+                          f"{fmt(record.gpu_sm_active_pct)} % (GPM)   "
+                          f"SM clock {fmt(record.gpu_sm_clock_mhz, '.0f')} MHz"
                           f"   power {fmt(record.gpu_power_w)} W"
                           + (f"   [yellow]clocks held back: {record.gpu_throttle_reasons}[/]"
                              if record.gpu_throttle_reasons else "")
                           + (f"   [yellow]{record.gpu_sample_note}[/]" if record.gpu_sample_note else ""))
             table.add_row("MFU", fmt(100 * record.mfu if record.mfu else None, ".1f", " %"))
-        table.add_row("host memory", f"peak RSS {human_bytes(record.peak_host_rss_bytes)} (main + workers)"
-                      + (f", largest worker {human_bytes(record.peak_worker_rss_bytes)}" if record.peak_worker_rss_bytes else ""))
+        table.add_row("host memory", host_memory_text(record))
         busy = record.other_cpu_pct is not None and record.other_cpu_pct > BUSY_PCT
-        table.add_row("CPU util", fmt(record.cpu_util_pct, ".0f", " %") + f"   other processes {fmt(record.other_cpu_pct, '.0f', ' %')}"
+        table.add_row("CPU util", fmt(record.cpu_util_pct, ".0f", " %")
+                      + f"   other processes {fmt(record.other_cpu_pct, '.0f', ' %')}"
                       + f"   harness parent {fmt(record.parent_cpu_pct, '.2f', ' % of one CPU')}"
                       + ("  [red]the machine was busy: this measurement is not trustworthy[/]" if busy else ""))
         table.add_row("first step", fmt(record.first_step_s, ".2f", " s")
-                      + (f"   compile ~{fmt(record.compile_s, '.1f')} s" if record.compile_s is not None else ""))
+                      + (f"   compile ~{fmt(record.compile_s, '.1f')} s" if record.compile_s is not None else "")
+                      + (f"   [yellow]no CUDA graphs: Inductor skipped capturing them ({record.cudagraph_skips} "
+                         "times)[/]" if record.cudagraph_skips else ""))
         table.add_row("loss", f"{fmt(record.loss_first, '.4f')} -> {fmt(record.loss_last, '.4f')}")
+        if record.profile_json:
+            table.add_row("profile", profile_text(record))
     else:
         table.add_row("why", (record.error or "").strip().splitlines()[-1][:300] if record.error else "-")
     table.add_row("config", record.config_hash)
     return table
+
+
+def host_memory_text(record: RunRecord) -> str:
+    """Peak RSS of the measuring processes and their loader workers; with each shared page once (PSS), what the
+    largest worker holds alone (USS), and Inductor's compile workers apart."""
+    text = f"peak RSS {human_bytes(record.peak_host_rss_bytes)} (main + loader workers)"
+    if record.peak_host_pss_bytes:
+        text += f", {human_bytes(record.peak_host_pss_bytes)} with shared pages once (PSS)"
+    if record.peak_worker_rss_bytes:
+        own = f", {human_bytes(record.worker_uss_bytes[0])} its own (USS)" if record.worker_uss_bytes else ""
+        text += f"; largest worker {human_bytes(record.peak_worker_rss_bytes)}{own}"
+    if record.peak_compile_worker_bytes:
+        text += f"; compile workers {human_bytes(record.peak_compile_worker_bytes)}"
+    return text
+
+
+def profile_text(record: RunRecord) -> str:
+    """What the run's profile says bounds a step, and where its trace is."""
+    from harness.analysis.profile import bound_reason
+
+    try:
+        reading = bound_reason(record.profile_json)
+    except ValueError as exc:
+        return f"unreadable ({exc})"
+    trace = f"; trace {record.profile_trace}" if record.profile_trace else ""
+    return f"{reading}{trace}"

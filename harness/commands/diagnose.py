@@ -1,14 +1,19 @@
-"""``python -m harness diagnose [overrides]``: measure the loader alone, the model alone and the full
-step for the same settings, each in its own process, store the three records (as a sweep with
-ladder ``diagnose``, so they can be tabled and plotted), and print the verdict.
+"""``python -m harness diagnose [+ladder=NAME] [overrides]``: measure the loader alone, the model alone and the
+full step for the same settings, each in its own process, store the three records (as a sweep with
+ladder ``diagnose``, so they can be tabled and plotted), and print the verdict, with the complete
+commands to try next (the same overrides and ``--config-dir`` as given). With ``+ladder=NAME`` the settings
+are that ladder's baseline (rung 0, as a sweep of it would run it here), the overrides on top.
 """
 
 from __future__ import annotations
 
 import copy
 
-from harness.commands import hydra_edge
+from rich.markup import escape
+
 from harness import config as config_mod
+from harness import shell
+from harness.commands import hydra_edge
 from harness.run import runner
 from harness.store import new_id
 
@@ -17,22 +22,42 @@ PARTS = (("loader", "loader alone (no model)"), ("model", "model alone (one batc
 
 
 def main(command: str, argv: list[str]) -> int:
-    return hydra_edge.hydra_app(argv, task)
+    from harness.commands.sweep import split_ladder
+
+    name, overrides = split_ladder(argv)
+    return hydra_edge.hydra_app(overrides, lambda cfg: task(cfg, name, overrides))
 
 
-def task(cfg) -> int:
+def ladder_baseline(name: str, settings: dict, overrides: list[str]) -> config_mod.RunConfig:
+    """The settings of ladder ``name``'s baseline on this machine, with the user's overrides winning (ValueError
+    for an unknown ladder)."""
+    from harness.sweeps import ladder as ladder_mod
+    from harness.sweeps.rungs import SweepContext, rung_config
+
+    lad = ladder_mod.load(name, settings.get("results_dir", "results"))
+    given = set(map(hydra_edge.given_key, overrides))
+    user_keys = {k for k in map(hydra_edge.override_key, overrides) if k} | ({"workload"} & given)
+    ctx = SweepContext(sweep_id="", ladder=lad, settings=settings, user_keys=frozenset(user_keys))
+    return rung_config(ctx, 0, runner.Machine.detect())
+
+
+def task(cfg, ladder: str | None = None, overrides: list[str] = ()) -> int:
     from harness.analysis.diagnosis import diagnose
-    from harness.commands.console import console
+    from harness.commands.console import console, refuse
     from harness.commands.progress import RunProgress
+    from harness.store import check_writable
+    from harness.workload import targets
 
     try:
-        settings = config_mod.from_dict(hydra_edge.plain_settings(cfg))
+        plain = hydra_edge.plain_settings(cfg)
+        settings = ladder_baseline(ladder, plain, list(overrides)) if ladder else config_mod.from_dict(plain)
         if settings.measure.mode != "train":
             raise ValueError("measure.mode is set by diagnose itself (loader, model, train); remove it")
+        check_writable(settings.results_dir, "`python -m harness diagnose`")
         base = runner.ready(settings, console.print)
+        targets.check_model_builds(base)
     except (ValueError, OSError) as exc:
-        console.print(f"[red]error:[/] {exc}")
-        return 2
+        return refuse(exc)
     env, key = runner.environment(base.device)
     diag_id = new_id("diagnose-")
     records = {}
@@ -40,16 +65,67 @@ def task(cfg) -> int:
         part = copy.deepcopy(base)
         part.measure.mode = mode
         with RunProgress(console, f"[{rung + 1}/3] {label}") as progress:
-            record = runner.run_and_store(part, env, key, progress.update, sweep_id=diag_id, ladder="diagnose", rung=rung,
-                                          change=f"measure.mode={mode}", round=0)
+            record = runner.run_and_store(part, env, key, progress.update, sweep_id=diag_id, ladder="diagnose",
+                                          rung=rung, change=f"measure.mode={mode}", round=0)
         console.print(f"[{rung + 1}/3] {label}: {record.status}"
                       + (f", {record.samples_per_s / part.batch_size:.2f} batches/s" if record.status == "ok" else
                          f" {(record.error or '').strip().splitlines()[-1:]}"))
         records[mode] = {**record.__dict__, "batch_size": part.batch_size}
+    given = list(overrides)
     result = diagnose(records["loader"], records["model"], records["train"], base.device, base.data.num_workers,
-                      base.data.source == "disk" and base.data.cache == "none")
+                      _disk_uncached(base), data_knobs(base), NextCommands(given, base),
+                      again=shell.command("diagnose", *([f"+ladder={ladder}"] if ladder else []),
+                                          *shell.without(given, ["measure.steps"]),
+                                          f"measure.steps={2 * base.measure.steps}"))
+    for note in result.notes:
+        console.print(f"[yellow]note:[/] {escape(note)}", soft_wrap=True)
     console.print(f"\n[bold]{result.text}[/]")
     for line in result.advice:
-        console.print(f"  next: {line}")
-    console.print(f"stored as sweep {diag_id}: python -m harness table --results {base.results_dir} --sweep {diag_id}")
+        console.print(f"  next: {line}", soft_wrap=True, markup=False)
+    console.print("stored as sweep " + diag_id + ": " + shell.command("table", "--results", base.results_dir,
+                                                                       "--sweep", diag_id),
+                  soft_wrap=True, markup=False)
     return 0 if result.verdict != "unknown" else 1
+
+
+class NextCommands:
+    """The complete command lines ``diagnose`` suggests: the words it was given (config folders included), with
+    the workload named (a ladder's own must not replace it) and without what the suggested ladder varies."""
+
+    def __init__(self, given: list[str], base: config_mod.RunConfig):
+        self.given = shell.without(given, ["measure.mode"])
+        if not any(shell.given_key(w) == "workload" for w in self.given):
+            self.given = [f"workload={base.workload.name}"] + self.given
+        self.results_dir = base.results_dir
+        self.config_dirs = hydra_edge.config_dirs(hydra_edge.with_config_dirs(self.given))
+
+    def __call__(self, command: str, *words: str) -> str:
+        ladder = next((w.split("=", 1)[1] for w in words if w.startswith("+ladder=")), None)
+        varied: set[str] = set()
+        if ladder is not None:
+            from harness.sweeps import ladder as ladder_mod
+
+            varied = ladder_mod.load(ladder, self.results_dir, self.config_dirs).varied_keys()
+        return shell.command(command, *words, *shell.without(self.given, varied))
+
+
+def data_knobs(cfg: config_mod.RunConfig):
+    """The augmentation switches that are on and act on the data these settings load (none on a workload's own
+    dataset or on random tensors), as the overrides that turn them down."""
+    from harness.analysis.diagnosis import DataKnobs
+
+    spec = cfg.workload
+    if spec.dataset is not None or spec.synthetic == "tensors":
+        return DataKnobs(own_dataset=spec.dataset is not None)
+    from harness.workload.data import augment_switches
+
+    switches = augment_switches(cfg)
+    lighter = ["data.augment=light"] if cfg.data.augment == "heavy" else []
+    lighter += [f"data.{name}=false" for name, dims in (("rotate", 3), ("elastic", 3), ("mixup", 2))
+                if switches[name] and spec.spatial_dims == dims]
+    return DataKnobs(lighter=tuple(lighter))
+
+
+def _disk_uncached(cfg: config_mod.RunConfig) -> bool:
+    """Files decoded again for every item: data.cache=ram would decode them once (built-in pipelines only)."""
+    return cfg.workload.dataset is None and cfg.data.source == "disk" and cfg.data.cache == "none"

@@ -14,12 +14,13 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from harness import config as config_mod
+from harness import shell
 from harness.climb.space import ClimbConfig
 from harness.workload.workloads import WorkloadSpec
 
 CONF_DIR = Path(__file__).resolve().parent.parent.parent / "conf"
 CONFIG_GROUPS = ("ladder", "data", "workload")  # Hydra groups: `data=disk` picks conf/data/disk.yaml
-CONFIG_DIR_FLAGS = ("--config-dir", "-cd")
+CONFIG_DIR_FLAGS = shell.CONFIG_DIR_FLAGS
 HELP_FLAGS = ("--help", "-h", "--hydra-help", "--cfg", "-c", "--info")
 
 
@@ -48,9 +49,7 @@ def register_schema() -> None:
         _registered = True
 
 
-def given_key(override: str) -> str:
-    """The key an override writes, as given (``+a.b=1`` -> ``a.b``); "" for a flag or a word without ``=``."""
-    return override.split("=", 1)[0].lstrip("+~") if "=" in override and not override.startswith("-") else ""
+given_key = shell.given_key
 
 
 def override_key(override: str) -> str | None:
@@ -82,6 +81,19 @@ def with_config_dirs(argv: list[str]) -> list[str]:
         if any(a.lstrip("+").startswith("hydra.searchpath=") for a in out):
             raise ValueError("give your config folders with --config-dir or with hydra.searchpath, not both")
         out.append(f"hydra.searchpath=[{','.join(dirs)}]")
+    return out
+
+
+def config_dirs(overrides: list[str]) -> list[str]:
+    """The folders of the config search path the overrides give (``hydra.searchpath=[file:///DIR,...]``, which
+    ``--config-dir DIR`` becomes): where a user's ``ladder/NAME.yaml`` is found too."""
+    from urllib.parse import unquote, urlparse
+
+    out = []
+    for override in overrides:
+        if override.lstrip("+").startswith("hydra.searchpath="):
+            listed = override.partition("=")[2].strip().removeprefix("[").removesuffix("]")
+            out += [unquote(urlparse(u.strip()).path) for u in listed.split(",") if u.strip().startswith("file://")]
     return out
 
 
@@ -149,7 +161,35 @@ def compose_settings(overrides: list[str], return_hydra_config: bool = False):
         with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
             return compose(config_name="config", overrides=overrides, return_hydra_config=return_hydra_config)
     except (HydraException, OmegaConfBaseException) as exc:
-        raise ValueError(hydra_error_text(exc)) from None
+        raise ValueError(unreadable_override(overrides) or hydra_error_text(exc)) from None
+
+
+def unreadable_override(overrides: list[str]) -> str:
+    """The one line for the first override Hydra's grammar cannot read, with the quoting that reads ("" if they
+    all parse): a value with an accent or a quote needs Hydra's own quotes, inside the shell's."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+
+    parser = OverridesParser.create()
+    for override in overrides:
+        try:
+            parser.parse_override(override)
+        except HydraException as exc:
+            reason = str(exc).strip().splitlines()[0]
+            key, _, value = override.partition("=")
+            if not value or value.lstrip()[:1] in ("[", "{", "(", "'", '"'):  # a list or a quoted value: no guess
+                return f"{override!r}: Hydra cannot read it ({reason})"
+            quoted = f"{key}={shell.hydra_value(value)}"
+            return (f"{override!r}: Hydra cannot read the value {value!r} ({reason}); quote it for Hydra inside "
+                    f"the shell's quotes: {_shell_word(quoted)}")
+    return ""
+
+
+def _shell_word(word: str) -> str:
+    """``word`` for a shell, in double quotes when they keep it as it is (easier to read than shlex's)."""
+    import shlex
+
+    return f'"{word}"' if not any(c in word for c in '"$`\\!') else shlex.quote(word)
 
 
 def sweep_alternatives(overrides: list[str]) -> list[tuple[str, list[str]]]:
@@ -162,7 +202,7 @@ def sweep_alternatives(overrides: list[str]) -> list[tuple[str, list[str]]]:
     try:
         parsed = OverridesParser.create().parse_overrides(overrides)
     except HydraException as exc:
-        raise ValueError(hydra_error_text(exc)) from None
+        raise ValueError(unreadable_override(overrides) or hydra_error_text(exc)) from None
     alternatives = []
     for override in parsed:
         key = override.get_key_element()

@@ -12,6 +12,7 @@ import sys
 
 from harness.commands import hydra_edge
 from harness import config as config_mod
+from harness import shell
 from harness.run import runner
 from harness.store import new_id
 
@@ -44,15 +45,18 @@ def main(command: str, argv: list[str]) -> int:
 
 
 def task(cfg, runs: int) -> int:
-    from harness.commands.console import console
+    from harness.commands.console import console, refuse
     from harness.commands.progress import RunProgress
+    from harness.store import check_writable
+    from harness.workload import targets
 
     try:
         settings = config_mod.from_dict(hydra_edge.plain_settings(cfg))
+        check_writable(settings.results_dir, "`python -m harness noise`")
         base = runner.ready(settings, console.print)
+        targets.check_model_builds(base)
     except (ValueError, OSError) as exc:
-        console.print(f"[red]error:[/] {exc}")
-        return 2
+        return refuse(exc)
     env, key = runner.environment(base.device)
     sweep_id = new_id("noise-")  # noise-<UTC time>-<random>
     records = []
@@ -82,5 +86,6 @@ def report(records, sweep_id: str, results_dir: str) -> int:
         return 1
     console.print("\n" + noise_model.format_calibration(cal, sweep_id, len(records)))
     console.print(f"stored as sweep {sweep_id}: later tables and checks in this environment use this CV "
-                  f"(python -m harness table --results {results_dir} --sweep {sweep_id})")
+                  f"({shell.command('table', '--results', results_dir, '--sweep', sweep_id)})", soft_wrap=True,
+                  markup=False)
     return 0

@@ -71,4 +71,8 @@ def describe(info: dict, elapsed_s: float) -> str:
         return f"measuring {info.get('steps')} steps, ~{left:.0f} s left"
     if phase == "measured":
         return "measured; writing the result"
+    if phase == "result":
+        return "measured; ending the run"
+    if phase == "profile":  # profile.enabled: after the window, the measurement already written
+        return f"measured; profiling {info.get('steps')} more steps"
     return str(phase)

@@ -8,6 +8,8 @@ The page is built by ``harness.analysis.report``. No torch, no Hydra.
 from __future__ import annotations
 
 import argparse
+import os
+import tempfile
 from pathlib import Path
 
 from harness.analysis import report
@@ -30,5 +32,26 @@ def write(args: argparse.Namespace) -> int:
     if not out.parent.is_dir():
         raise ValueError(f"--out {args.out!r}: folder {str(out.parent)!r} does not exist; create it or choose "
                          "another path")
-    print(report.report_sweep(args.results, args.sweep, out))
+    _check_writable(out)  # before the plots are drawn: a page that cannot be written is refused at once
+    try:
+        print(report.report_sweep(args.results, args.sweep, out))
+    except OSError as exc:  # the folder changed meanwhile
+        raise ValueError(_cannot_write(out, exc)) from None
     return 0
+
+
+def _check_writable(out: Path) -> None:
+    """ValueError naming ``out`` when no file can be written there (a system folder such as /proc, no rights)."""
+    try:
+        fd, probe = tempfile.mkstemp(dir=out.parent, prefix=".report-probe-")
+        os.close(fd)
+        os.unlink(probe)
+        if out.exists() and not os.access(out, os.W_OK):
+            raise PermissionError(13, "Permission denied")
+    except OSError as exc:
+        raise ValueError(_cannot_write(out, exc)) from None
+
+
+def _cannot_write(out: Path, exc: OSError) -> str:
+    return (f"--out {str(out)!r}: cannot write there ({exc.strerror or exc}, {type(exc).__name__}); choose a file in "
+            "a folder you can write, such as results/report.html")

@@ -1,11 +1,15 @@
-"""``python -m harness run [key=value ...]``: one isolated run, a summary, one stored record."""
+"""``python -m harness run [key=value ...]``: one isolated run, a summary, one stored record.
+
+Exit code (``harness.commands.exit_codes``): 0 ok, 1 the run failed, 2 bad input, 3 the record is not in
+results_dir, 4 skipped (the setting cannot act here: nothing was measured).
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from harness import config as config_mod
-from harness.commands import hydra_edge
+from harness.commands import exit_codes, hydra_edge
 
 
 def main(command: str, argv: list[str]) -> int:
@@ -14,30 +18,31 @@ def main(command: str, argv: list[str]) -> int:
 
 def task(cfg) -> int:
     from harness.run import runner
-    from harness.commands.console import console, run_summary
+    from harness.commands.console import console, refuse, run_summary
     from harness.commands.progress import RunProgress
     from harness.store import check_writable
+    from harness.workload import targets
+    from harness.workload.workloads import display_name
 
     try:
         settings = config_mod.from_dict(hydra_edge.plain_settings(cfg))
         resolved = runner.resolve(settings, runner.Machine.detect())
-        check_writable(resolved.results_dir)
+        check_writable(resolved.results_dir, "`python -m harness run`")
+        targets.check_model_builds(resolved)
     except (OSError, ValueError) as exc:
-        console.print(f"[red]error:[/] {exc}")
-        return 2
+        return refuse(exc)
     if settings.size == "auto" or settings.device == "auto":
         console.print(f"device: {resolved.device}, size: {resolved.size}"
                       + ("  (no CUDA GPU here: running the small CPU size)" if resolved.device == "cpu" else ""))
     try:
         runner.prepare_data(resolved, console.print)
     except (OSError, ValueError) as exc:
-        console.print(f"[red]error:[/] {exc}")
-        return 2
+        return refuse(exc)
     env, key = runner.environment(resolved.device)
-    with RunProgress(console, resolved.workload.name) as progress:
+    with RunProgress(console, display_name(resolved.workload.name, resolved.workload.model)) as progress:
         record = runner.run_and_store(resolved, env, key, progress.update)
     console.print(run_summary(record))
     path = Path(resolved.results_dir) / "runs" / f"{record.run_id}.parquet"
     if path.exists():
         console.print(f"stored in {path}")
-    return 0 if record.status == "ok" else 1
+    return {"ok": exit_codes.OK, "skipped": exit_codes.SKIPPED}.get(record.status, exit_codes.FAILED)

@@ -20,7 +20,7 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-from harness import store
+from harness import shell, store
 from harness.store.verify import verify
 
 ACTIONS = ("compact", "info", "verify", "import")
@@ -117,6 +117,6 @@ def info(results_dir: str) -> str:
              f"  oldest, newest:  {stamps[0] if stamps else '-'}, {stamps[-1] if stamps else '-'}",
              f"  schema versions: {', '.join(f'{v} ({n} runs)' for v, n in sorted(versions.items())) or '-'}"]
     if len(loose) >= store.AUTO_COMPACT_LOOSE:
-        lines.append(f"  {len(loose)} loose files: `python -m harness store compact --results {results_dir}` "
+        lines.append(f"  {len(loose)} loose files: `{shell.command('store', 'compact', '--results', results_dir)}` "
                      "makes reading faster")
     return "\n".join(lines)

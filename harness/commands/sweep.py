@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from rich.markup import escape
 
 from harness import config as config_mod
+from harness import shell
 from harness.commands import hydra_edge
 from harness.store import check_writable, new_id
 from harness.sweeps import campaign as campaign_mod
@@ -91,13 +92,16 @@ class SweepPlan:
     rerun: bool
 
 
-def plan_sweep(argv: list[str], campaign: bool = False, settings: dict | None = None) -> SweepPlan:
+def plan_sweep(argv: list[str], campaign: bool = False, settings: dict | None = None,
+               config_dirs: list[str] | None = None) -> SweepPlan:
     """Check a sweep's arguments and compose its settings (ValueError naming what is wrong); inside a
-    Hydra job, ``settings`` are the job's own (Hydra is already initialised there)."""
+    Hydra job, ``settings`` are the job's own (Hydra is already initialised there). ``config_dirs``: the
+    user's config folders (default: those of ``hydra.searchpath`` in ``argv``), whose ``ladder/`` holds ladders."""
     name, overrides = split_ladder(argv)
     if name is None:
         raise ValueError("no ladder given: add +ladder=NAME\n" + ladder_list())
-    lad = ladder_mod.load(name, settings["results_dir"] if settings else _results_dir(overrides))
+    dirs = hydra_edge.config_dirs(overrides) if config_dirs is None else config_dirs
+    lad = ladder_mod.load(name, settings["results_dir"] if settings else _results_dir(overrides), dirs)
     hydra_edge.check_overrides(overrides)
     user_keys = {k for k in map(hydra_edge.override_key, overrides) if k}
     given = set(map(hydra_edge.given_key, overrides))
@@ -131,8 +135,16 @@ def plan_sweep(argv: list[str], campaign: bool = False, settings: dict | None = 
 def _results_dir(overrides: list[str]) -> str:
     """The results folder the overrides name, before anything is composed: its ``ladders/`` holds the ladders
     this machine wrote itself (``climb``), which ``+ladder=NAME`` finds after ``conf/ladder/``."""
-    given = [o.split("=", 1)[1] for o in overrides if hydra_edge.given_key(o) == "results_dir"]
-    return given[-1] if given else config_mod.RunConfig().results_dir
+    given = [o for o in overrides if hydra_edge.given_key(o) == "results_dir"]
+    if not given:
+        return config_mod.RunConfig().results_dir
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+
+    try:  # the value as Hydra reads it: results_dir='my results' is the folder my results
+        return str(OverridesParser.create().parse_override(given[-1]).value())
+    except HydraException:
+        return given[-1].split("=", 1)[1]  # composing the settings next says what is wrong with it
 
 
 def _refuse(exc: Exception) -> int:
@@ -153,11 +165,14 @@ def run_sweep(plan: SweepPlan, sweep_id: str, campaign_id: str = "") -> int:
     from harness.commands.console import console
     from harness.run.runner import Machine
 
+    from harness.workload import targets
+
     ctx = _context(plan, sweep_id, campaign_id)
     try:
         machine = Machine.detect()
-        check_writable(ctx.results_dir)
-        sweep_mod.preflight(ctx, machine)
+        check_writable(ctx.results_dir, "`python -m harness sweep`")
+        for cfg in sweep_mod.preflight(ctx, machine):
+            targets.check_model_builds(cfg)
     except (ValueError, OSError) as exc:
         return _refuse(exc)
     code = loop.run_ladder(ctx, machine, RungLines(console))
@@ -217,7 +232,7 @@ def _print_table(ctx: sweep_mod.SweepContext) -> None:
         return
     print()
     terminal.print_sweep_table(table)
-    print(f"Again from the store: python -m harness table --results {ctx.results_dir} --sweep {ctx.sweep_id}")
+    print(f"Again from the store: {shell.command('table', '--results', ctx.results_dir, '--sweep', ctx.sweep_id)}")
 
 
 # ------------------------------------------------------------------------------------------
@@ -267,7 +282,8 @@ def campaign_job(cfg) -> int:
     hc = HydraConfig.get()
     overrides = [o for o in hc.overrides.task if not o.split("=", 1)[0].lstrip("+") == "campaign"]
     try:
-        plan = plan_sweep(overrides, campaign=True, settings=hydra_edge.plain_settings(cfg))
+        plan = plan_sweep(overrides, campaign=True, settings=hydra_edge.plain_settings(cfg),
+                          config_dirs=hydra_edge.config_dirs(list(hc.overrides.hydra)))
     except ValueError as exc:
         return _refuse(exc)
     sweep_id = campaign_mod.job_sweep_id(plan.ladder.name, str(cfg.campaign), hc.job.num)
@@ -285,5 +301,5 @@ def _print_campaign(campaign_id: str, results_dir: str, expected: int) -> int:
         return 1
     print()
     terminal.print_campaign(summary, tables=False)
-    print(f"Again from the store: python -m harness table --results {results_dir} --campaign {campaign_id}")
+    print(f"Again from the store: {shell.command('table', '--results', results_dir, '--campaign', campaign_id)}")
     return 0 if len(summary.rows) == expected else 1

@@ -27,7 +27,8 @@ from harness.config.resolution import per_device_batch, resolve
 from harness.config.schema import (
     AUGMENT_PRESETS, AUTO_BOOL, COMM_HOOKS, COMPILE_MODES, CUDAGRAPH_COMPILE_MODES, DATA_CACHES, DATA_SOURCES,
     DEVICES, FAULTS, MATMUL_PRECISIONS, MEASURE_MODES, PAGE_CACHE, PRECISIONS, SCALINGS, SIZES, DataConfig,
-    DdpConfig, DebugConfig, MeasureConfig, ModelConfig, OptimizerConfig, RunConfig, SweepConfig, ValConfig,
+    DdpConfig, DebugConfig, MeasureConfig, ModelConfig, OptimizerConfig, ProfileConfig, RunConfig, SweepConfig,
+    ValConfig,
 )
 from harness.config.validate import validate, validate_workload
 
@@ -36,8 +37,8 @@ __all__ = [
     "DATA_CACHES", "DATA_SOURCES", "DEVICES", "FAULTS", "HARDWARE_FIELDS", "HASHED_KEYS_V2", "KNOWN_KEYS",
     "MATMUL_PRECISIONS", "MEASURE_MODES", "NOT_ACTING", "NOT_HASHED", "PAGE_CACHE", "PRECISIONS", "SCALINGS", "SIZES",
     "SOFTWARE_FIELDS", "WORKERS_PER_CPU", "WORKER_KEYS", "DataConfig", "DdpConfig", "DebugConfig", "MeasureConfig",
-    "ModelConfig", "OptimizerConfig", "RunConfig", "SettingWarning", "SweepConfig", "ValConfig", "check_key",
-    "config_hash", "env_key", "flatten", "from_dict", "get_key", "known_keys", "measured_settings",
+    "ModelConfig", "OptimizerConfig", "ProfileConfig", "RunConfig", "SettingWarning", "SweepConfig", "ValConfig",
+    "check_key", "config_hash", "env_key", "flatten", "from_dict", "get_key", "known_keys", "measured_settings",
     "not_applicable", "per_device_batch", "record_dict", "resolve", "set_key", "to_dict", "typed", "usable_cpus",
     "validate", "validate_workload", "workers_over_bound", "workers_over_cpus",
 ]

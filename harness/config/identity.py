@@ -18,7 +18,9 @@ from harness.config.schema import RunConfig
 from harness.workload import workloads as workloads_mod
 
 # Settings that do not change what is measured: left out of config_hash.
-NOT_HASHED = ("debug", "sweep", "results_dir", "timeout_s", "measure.sample_interval_s")
+# profile: the profiled steps run after the measured window has closed, so a profiled run measures what an
+# unprofiled one does (the cache serves either; a sweep that profiles asks for a profiled one, see sweeps.rungs).
+NOT_HASHED = ("debug", "sweep", "results_dir", "timeout_s", "measure.sample_interval_s", "profile")
 
 # config_hash, history (bump CONFIG_HASH_VERSION when the same settings must hash apart):
 #   1 - every schema field, values as given (1 and 1.0 apart; any new setting changed every hash).

@@ -39,6 +39,7 @@ class ModelConfig:
     mednext_size: str = "S"
     kernel_size: int = 3
     depth: Optional[int] = None  # UNet levels (None: the workload's own, 5 for unet3d); "4 levels instead of 5"
+    features: Optional[List[int]] = None  # BasicUNet's six feature counts before model.width (None: MONAI's own)
 
 
 @dataclass
@@ -116,6 +117,15 @@ class DdpConfig:
 
 
 @dataclass
+class ProfileConfig:
+    """A profile of a few more training steps, taken after the measured window has closed (never inside it)."""
+
+    enabled: bool = False  # profile.enabled=true: each run keeps a profile (profile_json) and its trace
+    steps: int = 5  # profiled steps (after one the profiler starts up in, which is not recorded)
+    trace_limit_mb: float = 16.0  # the gzipped Chrome/Perfetto trace's cap: cut to its earliest events beyond
+
+
+@dataclass
 class SweepConfig:
     id: str = ""
     rung: Optional[int] = None
@@ -157,6 +167,7 @@ class RunConfig:
     val: ValConfig = field(default_factory=ValConfig)
     debug: DebugConfig = field(default_factory=DebugConfig)
     ddp: DdpConfig = field(default_factory=DdpConfig)
+    profile: ProfileConfig = field(default_factory=ProfileConfig)
     sweep: SweepConfig = field(default_factory=SweepConfig)
 
     @property

@@ -10,7 +10,7 @@ from typing import Any
 from harness.config.schema import (
     AUGMENT_PRESETS, AUTO_BOOL, COMM_HOOKS, COMPILE_MODES, DATA_CACHES, DATA_SOURCES, DEVICES, FAULTS,
     MATMUL_PRECISIONS, MEASURE_MODES, PAGE_CACHE, PRECISIONS, SCALINGS, SIZES, DataConfig, DebugConfig,
-    MeasureConfig, ModelConfig, OptimizerConfig, RunConfig, ValConfig,
+    MeasureConfig, ModelConfig, OptimizerConfig, ProfileConfig, RunConfig, ValConfig,
 )
 from harness.registry import check_choice
 from harness.workload import workloads as workloads_mod
@@ -29,6 +29,7 @@ def validate(cfg: RunConfig) -> None:
     _validate_model(cfg.model, cfg.workload)
     _validate_val(cfg.val)
     _validate_optimizer(cfg.optimizer)
+    _validate_profile(cfg.profile)
 
 
 def _validate_run(cfg: RunConfig) -> None:
@@ -130,6 +131,9 @@ def _validate_model(model: ModelConfig, workload: WorkloadSpec) -> None:
         raise ValueError(f"model.depth={model.depth} is not valid: a UNet of 2 to 5 levels (null: the workload's "
                          "own)")
     _positive(model, "model.", "width")
+    if model.features is not None and (len(model.features) != 6 or min(model.features) < 1):
+        raise ValueError(f"model.features={model.features} is not valid: BasicUNet takes six positive feature counts "
+                         "(five levels down, then the last level up), e.g. [32,64,128,256,512,32]")
     if model.deep_supervision and not workload.deep_supervision:
         supported = [n for n in workloads_mod.available() if workloads_mod.builtin(n).deep_supervision]
         raise ValueError(f"model.deep_supervision=true is not available for workload {workload.name!r}; it is for: "
@@ -154,6 +158,20 @@ def _validate_val(val: ValConfig) -> None:
 def _validate_optimizer(optimizer: OptimizerConfig) -> None:
     if optimizer.fused and optimizer.foreach:
         raise ValueError("optimizer.fused=true and optimizer.foreach=true exclude each other: choose one")
+
+
+def _validate_profile(profile: ProfileConfig) -> None:
+    """The profile taken after the measured window: its step count and its trace's cap."""
+    if profile.steps < 1:
+        raise ValueError(f"profile.steps={profile.steps} must be at least 1 (the profiled steps, after the window)")
+    if profile.trace_limit_mb <= 0:
+        raise ValueError(f"profile.trace_limit_mb={profile.trace_limit_mb:g} must be a positive size in MiB (the "
+                         "gzipped trace's cap)")
+    if not profile.enabled:
+        changed = [f"profile.{k}={v:g}" for k, v in dataclasses.asdict(profile).items()
+                   if k != "enabled" and v != getattr(ProfileConfig(), k)]
+        if changed:
+            raise ValueError(f"{changed[0]} sets up a profile that is never taken: add profile.enabled=true")
 
 
 def _auto_bool(key: str, value: Any) -> None:

@@ -61,7 +61,7 @@ def main(job_dir: str) -> int:
     progress("build")
     try:
         rank = ranks.join(cfg.device)
-        result = {"status": OK, "error": "", **_measure(cfg, rank, gpu_name, progress).to_dict()}
+        result = {"status": OK, "error": "", **_measure(cfg, rank, gpu_name, progress, job).to_dict()}
     except BaseException as exc:  # every outcome becomes a record
         failed = of_exception(exc, cfg.compile)
         result = {"status": failed.status, "error": failed.error}
@@ -71,26 +71,49 @@ def main(job_dir: str) -> int:
     if rank.rank == 0:
         marks["result"] = time.time()
         measure.write_json(job / "result.json", {**result, "phase_marks": marks})
+        if progress_channel is not None:  # the final result: the parent gives the teardown its grace from here
+            channel.tell(progress_channel, {"phase": "result", "time": time.time()}, wait=False)
     ranks.leave(rank)
     return 0
 
 
-def _measure(cfg: RunConfig, rank: Rank, gpu_name: str, progress) -> Summary:
+def _measure(cfg: RunConfig, rank: Rank, gpu_name: str, progress, job: Path) -> Summary:
     """This rank's measurement, summarised; under DDP, every rank's combined into rank 0's record."""
     from harness import config as config_mod
-    from harness.run import ranks
-    from harness.run.measure import model_flops_per_sample, train_and_measure
+    from harness.run import monitor, ranks
+    from harness.run.measure import measured_run, model_flops_per_sample
     from harness.run.summary import Summary, per_sample, summarize
 
     cfg.batch_size = config_mod.per_device_batch(cfg)  # this rank's batch (strong scaling: its share)
     flops = model_flops_per_sample(cfg, cfg.workload)
-    m, extras = train_and_measure(cfg, cfg.workload, progress, rank)
-    summary = summarize(m, extras, per_sample(cfg, flops, gpu_name), compiled=cfg.compile != "off")
-    if rank.distributed:
-        summaries = rank.gather(summary.to_dict())
-        omp = int(os.environ.get("OMP_NUM_THREADS", "0")) or None
-        summary = Summary.from_dict(ranks.combine(summaries, rank.backend, omp))
+    with measured_run(cfg, cfg.workload, progress, rank) as run:
+        run.extras.worker_hwm_bytes = monitor.worker_peaks()  # the loader's workers are alive until the block ends
+        summary = summarize(run.m, run.extras, per_sample(cfg, flops, gpu_name), compiled=cfg.compile != "off")
+        if rank.distributed:
+            summaries = rank.gather(summary.to_dict())
+            omp = int(os.environ.get("OMP_NUM_THREADS", "0")) or None
+            summary = Summary.from_dict(ranks.combine(summaries, rank.backend, omp))
+        if cfg.profile.enabled:
+            _profile(run, cfg, rank, summary, job, progress)
     return summary
+
+
+def _profile(run, cfg: RunConfig, rank: Rank, summary: Summary, job: Path, progress) -> None:
+    """``profile.enabled``: a profile of a few more steps, after the measurement, into ``summary.profile_json``
+    (its trace into the job folder). The measurement is written first, marked as waiting for its profile, so that
+    a profile that hangs or crashes never loses it (the parent keeps the first result, with the note below)."""
+    from harness.profiles import failed_summary
+    from harness.run.measure import write_json
+
+    summary.profile_json = failed_summary(cfg.device, cfg.profile.steps, PROFILE_UNFINISHED).to_json()
+    if rank.rank == 0:
+        write_json(job / "result.json", {"status": OK, "error": "", **summary.to_dict(), PROFILING: True})
+    progress("profile", steps=cfg.profile.steps)
+    summary.profile_json = run.profile(job if rank.rank == 0 else None).to_json()
+
+
+PROFILING = "profiling"  # in a result written before its profile: the child is still profiling
+PROFILE_UNFINISHED = "the profile did not finish: the run ended (its timeout_s, a crash or a kill) while profiling"
 
 
 def exit_now(code: int) -> None:

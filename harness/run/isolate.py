@@ -50,6 +50,7 @@ from harness.workload import applicability
 REPO_ROOT = launcher.REPO_ROOT
 POLL_S = 0.5  # the longest wait between looks where nothing can wake the parent (no pidfd, no progress channel)
 JOB_PREFIX = launcher.JOB_PREFIX
+RESULT_GRACE_S = 10.0  # how long a child that wrote its result may take to exit (NCCL, loader teardown)
 
 ProgressFn = Callable[[dict, float], None]  # (progress info, seconds since start)
 
@@ -59,12 +60,12 @@ def new_run_id() -> str:
 
 
 def base_record(cfg: config_mod.RunConfig, env: dict, env_key: str, status: str, error: str = "",
-                summary: Summary | None = None, **labels) -> RunRecord:
+                summary: Summary | None = None, run_id: str = "", **labels) -> RunRecord:
     """The record of ``cfg``: environment and identity, the metrics of ``summary`` (empty without one), and
     ``labels`` (a sweep's fields). Constructed in one call: a field name the record lacks raises TypeError."""
     env_fields = {f.name for f in fields(RunRecord)}
     return RunRecord(
-        run_id=new_run_id(),
+        run_id=run_id or new_run_id(),
         status=status,
         error=error,
         timestamp=utc_timestamp(),
@@ -99,7 +100,18 @@ def execute(cfg: config_mod.RunConfig, env: dict, env_key: str, on_progress: Pro
         (job / "env.json").write_text(json.dumps(env, default=str))
         outcome, summary, timing = _run_child(job, cfg.timeout_s, on_progress, cfg.measure.sample_interval_s,
                                               launch.command(job) if cfg.devices > 1 else None)
-    return base_record(cfg, env, env_key, outcome.status, outcome.error, summary, **timing, **labels)
+        run_id = _keep_profile(summary, job, cfg.results_dir)
+    return base_record(cfg, env, env_key, outcome.status, outcome.error, summary, run_id, **timing, **labels)
+
+
+def _keep_profile(summary: Summary | None, job: Path, results_dir: str) -> str:
+    """The run's id; a profile's trace moved from the job folder into the results folder under that id."""
+    from harness.profiles import store_trace
+
+    run_id = new_run_id()
+    if summary is not None and summary.profile_json:
+        summary.profile_json, summary.profile_trace = store_trace(summary.profile_json, job, results_dir, run_id)
+    return run_id
 
 
 def _run_child(job: Path, timeout_s: float, on_progress: ProgressFn | None, sample_interval_s: float = 0.5,
@@ -139,6 +151,7 @@ def _run_child(job: Path, timeout_s: float, on_progress: ProgressFn | None, samp
     timing = phases.record_fields(marks, spawned, gone, gap, getattr(proc, "how", "exec"))
     if result is not None:  # a child that wrote its result and then hung on exit still measured
         status, error = result.pop("status"), result.pop("error", "")
+        result.pop("profiling", None)  # written before its profile, which did not finish: the measurement stands
         if status == OK and "peak_main_rss_bytes" in result:  # a measurement: add what the parent sampled
             result.update(monitor.metrics(watch.sampler.samples, result, gpu_named=watch.gpu_named))
         return Outcome(status, error), Summary.from_dict(result) if result else None, timing
@@ -157,6 +170,7 @@ class _Watch:
         self.gpu_named = False
         self.info: dict | None = None
         self.window_wakeups = 0  # times the parent woke while a window was open (not counting its closing marker)
+        self.result_at: float | None = None  # when the child's "result" marker came (monotonic): its final result
         self._stamp = None
 
     @property
@@ -260,6 +274,8 @@ def _wait(proc, job: Path, start: float, timeout_s: float, on_progress: Progress
                     _take(watch, info, markers, on_progress, now - start)
             else:
                 watch.read_progress(progress_path)
+            if _teardown_hangs(watch, job, markers is not None, now):  # a result written: its teardown gets a grace
+                return False
             if slept_in_window and watch.sampler.measuring:
                 watch.window_wakeups += 1
             if watch.quiet and markers is not None:  # (without a channel nothing would wake it at the close)
@@ -269,6 +285,8 @@ def _wait(proc, job: Path, start: float, timeout_s: float, on_progress: Progress
                 if on_progress and watch.info is not None:
                     on_progress(watch.info, now - start)
                 timeout = min(deadline - now, watch.sleep_s(time.monotonic()))
+            if watch.result_at is not None:
+                timeout = min(timeout, watch.result_at + RESULT_GRACE_S - now)
             slept_in_window = watch.sampler.measuring
             _block([markers.fd if markers else None, getattr(proc, "exit_fd", None)], timeout)
     return False
@@ -278,11 +296,22 @@ def _take(watch: _Watch, info: dict, markers: channel.Markers, on_progress: Prog
     """One marker from the channel. At the window's opening of a CPU run the display says it pauses, and only then
     is the child told that the parent has taken the marker: the parent's work for it is done before the window."""
     watch._follow(info)
+    if info.get("phase") == "result":  # the final result is written: what is left is the process's teardown
+        watch.result_at = time.monotonic()
     if info.get("phase") != "measure":
         return
     if watch.quiet and on_progress is not None:
         on_progress(dict(info, paused=True), elapsed)
     markers.ack()
+
+
+def _teardown_hangs(watch: _Watch, job: Path, by_marker: bool, now: float) -> bool:
+    """Whether the child wrote its final result more than ``RESULT_GRACE_S`` ago and is still running (then it hangs
+    in teardown: an NCCL process group, loader workers): told by its "result" marker, or, without a channel, by the
+    result file itself."""
+    if by_marker:
+        return watch.result_at is not None and now - watch.result_at > RESULT_GRACE_S
+    return result_grace_over(job / "result.json")
 
 
 def _block(fds: list[int | None], timeout_s: float) -> None:
@@ -295,6 +324,21 @@ def _block(fds: list[int | None], timeout_s: float) -> None:
         select.select(waitable, [], [], timeout_s)
     else:
         time.sleep(timeout_s)
+
+
+def result_grace_over(path: Path, grace_s: float | None = None, now: float | None = None) -> bool:
+    """Whether the child wrote its final result more than ``grace_s`` ago and is still running: then it hangs in
+    teardown (an NCCL process group, loader workers), and is killed rather than waited for until ``timeout_s``.
+    A result written before its profile (``profiling``) is not final: the profile has its own time. One ``stat``
+    a poll until a result is that old."""
+    try:
+        written = path.stat().st_mtime
+    except OSError:
+        return False
+    if (time.time() if now is None else now) - written <= (RESULT_GRACE_S if grace_s is None else grace_s):
+        return False
+    result = _read_result(path)
+    return result is not None and not result.get("profiling")
 
 
 def _read_result(path: Path) -> dict | None:

@@ -9,13 +9,19 @@ steps' device work, and (b) ``loss.item()`` every ``log_every_n_steps`` steps, w
 of logging that the knob exists to measure.
 
 Nothing else runs in this process while it measures: no sampling thread (the parent samples memory and GPU
-from outside, see ``harness.run.monitor``), no per-step write. Per step the loop only reads the clock and
-appends to lists; progress markers are written at phase changes only. The warm-up and the measured steps run
-the same loop (``_steps``), as nanoGPT's bench.py runs its burn-in and its benchmark.
+from outside, see ``harness.run.monitor``), no per-step write, no profiler. Per step the loop only reads the clock
+and appends to lists; progress markers are written at phase changes only. The warm-up and the measured steps run
+the same loop (``_steps``), as nanoGPT's bench.py runs its burn-in and its benchmark. What is read at the window's
+edges (CPU clocks, GPM's SM activity) is read right after its two syncs, outside it.
+
+:func:`measured_run` keeps the training objects after the window has closed, for what runs after the measurement
+(``profile.enabled``: a profile of a few more steps, ``harness.run.profiling``); :func:`train_and_measure` is the
+measurement alone.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -32,7 +38,7 @@ from harness.run import faults, monitor
 from harness.run.faults import FaultPlan
 from harness.run.outcome import NonFiniteLoss, shapes_error
 from harness.run.ranks import Rank
-from harness.run.stopping import StoppingRule, WarmupRule, mean_is_known, rule_for, warmup_rule_for
+from harness.run.stopping import StoppingRule, WarmupRule, rule_for, starting_at, warmup_rule_for
 from harness.run.summary import Extras, Measurement
 from harness.workload.data import build_dataset, build_loader, endless
 from harness.workload.flops import count_train_flops
@@ -41,6 +47,7 @@ from harness.workload.workloads import WorkloadSpec
 
 if TYPE_CHECKING:
     from harness.config import RunConfig
+    from harness.profiles import ProfileSummary
 
 Progress = Callable[..., None]  # progress(phase, **info): the child's marker writer (rank 0 writes)
 
@@ -66,9 +73,11 @@ class Loop:
     after_step: Callable[[int, torch.Tensor, Any], None] | None
     mark_step: Callable[[], None] | None
     m: Measurement
+    # DDP with accumulation: ``model.no_sync``, entered for every micro-batch but the last (one all-reduce a step)
+    no_sync: Callable[[], Any] | None = None
     events: list[tuple] = field(default_factory=list)
     warmup_rule: WarmupRule | None = None  # warmup_steps=auto: warm up until steady (``warmup`` grows as it goes)
-    warmup_done: int = 0  # warm-up steps run so far
+    gpm: monitor.WindowGpm | None = None  # CUDA: GPM's SM activity, read at the window's two syncs
 
     def release(self) -> None:
         """Let go of the loader (its workers end here, not whenever the caller lets go of the loop)."""
@@ -86,20 +95,49 @@ class Window:
     start_s: float = 0.0  # perf_counter at the first measured step's start
     cpu_pct: float | None = None
     clock_end: monitor.CpuClock | None = None
+    sm_active_pct: float | None = None
+
+
+@dataclass
+class MeasuredRun:
+    """A measurement taken, and the training objects it was taken with (alive until :func:`measured_run` ends)."""
+
+    m: Measurement
+    extras: Extras
+    loop: Loop
+    cfg: RunConfig
+
+    def profile(self, out_dir: str | os.PathLike | None) -> ProfileSummary:
+        """``profile.steps`` more training steps under the profiler, after the window (``harness.run.profiling``);
+        the trace goes to ``out_dir`` (None: no trace, e.g. on ranks other than 0). Never raises."""
+        from harness.run.profiling import profile_after_window
+
+        return profile_after_window(self.loop, self.cfg, out_dir)
 
 
 def train_and_measure(cfg: RunConfig, workload: WorkloadSpec, progress: Progress,
                       rank: Rank | None = None) -> tuple[Measurement, Extras]:
     """Run warm-up + measured steps; return the raw measurement and what the child read of itself. Under DDP each
     rank runs this on its own device and share of the data (``cfg.batch_size`` is then this rank's batch)."""
+    with measured_run(cfg, workload, progress, rank) as run:
+        return run.m, run.extras
+
+
+@contextlib.contextmanager
+def measured_run(cfg: RunConfig, workload: WorkloadSpec, progress: Progress,
+                 rank: Rank | None = None) -> Iterator[MeasuredRun]:
+    """:func:`train_and_measure`, with the model, optimizer and loader kept until the ``with`` block ends (the
+    loader's workers end there): what runs in the block runs after the window has closed and its fields are read."""
     loop = _set_up(cfg, workload, rank or Rank(), progress)
-    _warm_up(loop, progress)
-    window = _open_window(loop, progress)
-    loss, window.start_s = _steps(loop, measured=True)
-    _close_window(loop, window, loss, progress)
-    extras = _collect_extras(loop, window, compiled=cfg.compile != "off")
-    loop.release()
-    return loop.m, extras
+    try:
+        _warm_up(loop, progress)
+        window = _open_window(loop, progress)
+        loss, window.start_s = _steps(loop, measured=True)
+        _close_window(loop, window, loss, progress)
+        extras = _collect_extras(loop, window, cfg.compile)
+        yield MeasuredRun(loop.m, extras, loop, cfg)
+    finally:
+        loop.release()
 
 
 def _set_up(cfg: RunConfig, workload: WorkloadSpec, rank: Rank, progress: Progress) -> Loop:
@@ -118,18 +156,30 @@ def _set_up(cfg: RunConfig, workload: WorkloadSpec, rank: Rank, progress: Progre
         fixed = (x0.to(device, memory_format=fmt), y0.to(device))
         batches = iter(lambda: fixed, None)
     after_step = periodic_work(cfg, device, _validation(cfg, workload, prep)) if prep is not None else None
+    accum = cfg.accumulate_grad_batches
     return Loop(
         device=device, rank=rank, prep=prep, loader=loader, batches=batches, memory_format=fmt,
-        move=mode != "model", non_blocking=bool(cfg.data.non_blocking), accum=cfg.accumulate_grad_batches,
+        move=mode != "model", non_blocking=bool(cfg.data.non_blocking), accum=accum,
         set_to_none=cfg.optimizer.zero_grad_set_to_none, log_every=cfg.log_every_n_steps,
         warmup=0 if cfg.measure.warmup_steps == "auto" else cfg.measure.warmup_steps,
-        warmup_rule=warmup_rule_for(cfg.measure), rule=rule_for(cfg.measure), faults=faults.plan(cfg.debug, rank.rank),
-        after_step=after_step,
+        warmup_rule=warmup_rule_for(cfg.measure), faults=faults.plan(cfg.debug, rank.rank), after_step=after_step,
+        rule=rule_for(cfg.measure, device.type, cfg.log_every_n_steps if prep is not None else 1),
         # CUDA-graph compile modes: tell the graph trees where an iteration starts, so that outputs of the previous
         # replay may be reused (no sync; without it, a replay can find last step's outputs still "live").
         mark_step=_cudagraph_step_marker(cfg.compile, mode, device),
         m=Measurement(samples_per_step=cfg.batch_size * cfg.accumulate_grad_batches),
+        no_sync=grad_sync_skipper(prep.model if prep else None, rank, accum),
     )
+
+
+def grad_sync_skipper(model, rank: Rank, accum: int) -> Callable[[], Any] | None:
+    """DDP's ``no_sync`` when gradients accumulate over micro-batches on several ranks: entered for every micro-batch
+    but the last, so that a step all-reduces its gradients once, as Lightning and PyTorch's DDP notes do; without it
+    every micro-batch's backward all-reduces. None on one rank, without accumulation, or without a DDP model. (A
+    compiled DDP model passes ``no_sync`` on to the module it wraps.)"""
+    if not rank.distributed or accum <= 1 or model is None:
+        return None
+    return getattr(model, "no_sync", None)
 
 
 def _warm_up(loop: Loop, progress: Progress) -> None:
@@ -139,6 +189,7 @@ def _warm_up(loop: Loop, progress: Progress) -> None:
     # names the device (UUID, PCI bus) once, in the warm-up marker.
     gpu = monitor.gpu_identity(device.index or 0) if device.type == "cuda" else None
     gpus = {"gpus": rank.gather(gpu)} if gpu and rank.distributed else {}  # every rank's, before the warm-up
+    loop.gpm = monitor.WindowGpm.for_identity(gpu) if gpu else None  # NVML's start-up here, not in the window
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
     progress("warmup", steps="auto" if loop.warmup_rule else loop.warmup, **({"gpu": gpu} if gpu else {}), **gpus)
@@ -146,13 +197,11 @@ def _warm_up(loop: Loop, progress: Progress) -> None:
     # only after the window's closing sync (no sync inside the window). Made here, before the loop, so that the
     # loop allocates nothing; recording one costs a launch-queue entry, as a profiler's step marker does.
     loop.events = _step_events(device, loop.rule.steps if loop.prep is not None else 0)
-    if loop.warmup_rule is None:
+    while loop.warmup_rule is not None and not loop.warmup_rule.done(loop.m.warmup_ms):
+        loop.warmup += 1  # warmup_steps=auto: one step at a time, until the step time is steady
         _steps(loop, measured=False)
-        return
-    started = time.perf_counter()
-    while not loop.warmup_rule.done(loop.m.warmup_ms, time.perf_counter() - started):  # one step at a time
-        loop.warmup_done, loop.warmup = loop.warmup, loop.warmup + 1
-        _steps(loop, measured=False)
+    _steps(loop, measured=False)  # the warm-up of a fixed count (after auto's, none is left: an empty range)
+    loop.rule = starting_at(loop.rule, loop.warmup)  # where the measured steps begin (with auto: known only now)
 
 
 def _open_window(loop: Loop, progress: Progress) -> Window:
@@ -172,7 +221,10 @@ def _open_window(loop: Loop, progress: Progress) -> Window:
     # CPU accounting is read here and at the close (two readings, none per step): exact at the window's
     # edges, which the parent's polls would only see up to one poll late.
     monitor.cpu_percent_since_last_call()
-    return Window(threads=threads, clock_start=monitor.CpuClock.read(), **peaks)
+    window = Window(threads=threads, clock_start=monitor.CpuClock.read(), **peaks)
+    if loop.gpm is not None:  # last: the device idles from the sync to the first step
+        loop.gpm.open()
+    return window
 
 
 def _steps(loop: Loop, measured: bool) -> tuple[Any, float]:
@@ -182,11 +234,12 @@ def _steps(loop: Loop, measured: bool) -> tuple[Any, float]:
     screen: a body split into functions would cost a call in every step.)"""
     prep, batches, device, accum, m, rule = loop.prep, loop.batches, loop.device, loop.accum, loop.m, loop.rule
     move, nb, fmt, set_to_none = loop.move, loop.non_blocking, loop.memory_format, loop.set_to_none
-    log_every, mark_step, after_step, rel = loop.log_every, loop.mark_step, loop.after_step, rule.rel_half_width
+    log_every, mark_step, after_step, satisfied = loop.log_every, loop.mark_step, loop.after_step, rule.satisfied
+    no_sync, last_micro, synced = loop.no_sync, accum - 1, contextlib.nullcontext()
     drop_out = after_step is None  # no knob reads the output after the step
     fault, nan_step, fault_step, slowdown_s = (loop.faults.kind, loop.faults.nan_step, loop.faults.fault_step,
                                                loop.faults.slowdown_s)
-    first, stop = (loop.warmup, loop.warmup + rule.steps) if measured else (loop.warmup_done, loop.warmup)
+    first, stop = (loop.warmup, loop.warmup + rule.steps) if measured else (len(m.warmup_ms), loop.warmup)
     times, waits = (m.step_ms, m.data_wait_ms) if measured else (m.warmup_ms, [])
     events, max_s, next_check = (loop.events, rule.max_s, rule.first_check) if measured else ([], math.inf, math.inf)
     if prep is not None:
@@ -213,19 +266,20 @@ def _steps(loop: Loop, measured: bool) -> tuple[Any, float]:
                 x = x.to(device, non_blocking=nb, memory_format=fmt)
                 y = y.to(device, non_blocking=nb)
             out = None
-            try:
-                with autocast():
-                    out = model(x)
-                    loss = loss_fn(out, y)
-                    if accum > 1:
-                        loss = loss / accum
-            except Exception as exc:  # the model or loss refuses this batch: say what the batch was
-                raise shapes_error(exc, x, y, out) from exc
-            if drop_out:  # as `loss_fn(model(x), y)` leaves it: backward may free the output as it goes
-                out = None
-            if step == nan_step:
-                loss = loss * float("nan")
-            (prep.scaler.scale(loss) if prep.scaler else loss).backward()
+            with no_sync() if no_sync is not None and micro < last_micro else synced:  # forward and backward
+                try:
+                    with autocast():
+                        out = model(x)
+                        loss = loss_fn(out, y)
+                        if accum > 1:
+                            loss = loss / accum
+                except Exception as exc:  # the model or loss refuses this batch: say what the batch was
+                    raise shapes_error(exc, x, y, out) from exc
+                if drop_out:  # as `loss_fn(model(x), y)` leaves it: backward may free the output as it goes
+                    out = None
+                if step == nan_step:
+                    loss = loss * float("nan")
+                (prep.scaler.scale(loss) if prep.scaler else loss).backward()
         if prep and prep.scaler:
             prep.scaler.step(prep.optimizer)
             prep.scaler.update()
@@ -252,7 +306,7 @@ def _steps(loop: Loop, measured: bool) -> tuple[Any, float]:
         if t - start >= max_s:
             break
         if len(times) >= next_check:
-            if mean_is_known(times, rel):
+            if satisfied(times):  # on CUDA: the blocks between drains (stopping.py)
                 break
             next_check *= 2
             t_prev = time.perf_counter()  # the check's own time (well under a millisecond) is in no step
@@ -264,6 +318,8 @@ def _close_window(loop: Loop, window: Window, loss, progress: Progress) -> None:
     m = loop.m
     _sync(loop.device)
     m.measured_s = time.perf_counter() - window.start_s
+    if loop.gpm is not None:  # first: the device is idle from the sync on
+        window.sm_active_pct = loop.gpm.close()
     m.window_start_unix = time.time() - m.measured_s
     m.device_step_ms = [a.elapsed_time(b) for a, b in loop.events[: len(m.step_ms)]]
     window.cpu_pct = monitor.cpu_percent_since_last_call()
@@ -275,9 +331,10 @@ def _close_window(loop: Loop, window: Window, loss, progress: Progress) -> None:
             raise NonFiniteLoss(loop.warmup + len(m.step_ms) - 1, m.loss_last, loop.log_every)
 
 
-def _collect_extras(loop: Loop, window: Window, compiled: bool) -> Extras:
+def _collect_extras(loop: Loop, window: Window, compile_mode: str) -> Extras:
     """What the child reads of itself once the window has closed: its peaks, CPU shares, compile time, flags."""
     device, prep, start, end = loop.device, loop.prep, window.clock_start, window.clock_end
+    compiled = compile_mode != "off"
     own_peak = monitor.own_peak_rss_bytes()
     cuda = device.type == "cuda"
     return Extras(
@@ -294,8 +351,25 @@ def _collect_extras(loop: Loop, window: Window, compiled: bool) -> Extras:
         cpu_window=_cpu_window(start, end) if loop.rank.distributed else None,
         backend_flags=json.dumps(prep.backend_flags, sort_keys=True) if prep is not None else "",
         checkpointed_units=prep.checkpointed_units if prep else 0,
-        worker_hwm_bytes=monitor.worker_peaks(),  # the loader's workers are still alive here
+        cudagraph_skips=_cudagraph_skips(compile_mode, device) if prep is not None else None,
+        gpu_sm_active_pct=window.sm_active_pct,
+        gpu_sample_note=loop.gpm.note if loop.gpm is not None else "",
     )
+
+
+def _cudagraph_skips(compile_mode: str, device: torch.device) -> int | None:
+    """How often Inductor skipped capturing a CUDA graph in this process (a mutated input, a CPU tensor, dynamic
+    shapes...), in a compile mode that captures them on CUDA; None elsewhere. Non-zero: the run did not run (all)
+    its graphs as CUDA graphs, whatever its label says."""
+    from harness.config import CUDAGRAPH_COMPILE_MODES
+
+    if device.type != "cuda" or compile_mode not in CUDAGRAPH_COMPILE_MODES:
+        return None
+    try:
+        from torch._dynamo.utils import counters
+    except Exception:
+        return None
+    return int(counters["inductor"]["cudagraph_skips"])
 
 
 def _cpu_window(start: monitor.CpuClock, end: monitor.CpuClock) -> dict[str, float]:

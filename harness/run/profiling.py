@@ -8,6 +8,11 @@ the profiler's own start-up, then ``steps`` recorded ones), and returns a :class
 the top operators by self device and self CPU time, the step's breakdown by phase, on CUDA the share of the span
 with no kernel running, torch.compile's graph breaks and recompiles, and a gzipped Chrome/Perfetto trace capped in
 size. A profile that fails says why in its summary; it never fails the run, whose measurement is already taken.
+
+Where it runs (``profile.enabled=true``): the child (``harness.run.child``) measures inside
+``harness.run.measure.measured_run``, writes its result, then calls :func:`profile_after_window` with the measured
+loop, and writes its result again with the profile's summary (``profile_json``); the parent moves the trace into
+the results folder (``harness.profiles.store_trace``) and the record keeps its path (``profile_trace``).
 """
 
 from __future__ import annotations
@@ -58,11 +63,13 @@ class StepParts:
     mark_step: Callable[[], None] | None = None  # CUDA graphs: where an iteration starts
     after_step: Callable[[int, Any, Any], None] | None = None  # the knobs' periodic work, as measured
     log_every: int = 0  # the logging sync (loss.item()) every N steps, as measured; 0: never
+    no_sync: Callable[[], Any] | None = None  # DDP with accumulation: all but the last micro-batch skip the all-reduce
 
 
 def marked_step(parts: StepParts, markers: Mapping[str, str] = MARKERS) -> Callable[[int], None]:
     """The measured loop's training step with a ``record_function`` marker around each phase."""
     p = parts
+    synced = contextlib.nullcontext()
 
     def step(index: int) -> None:
         if p.mark_step is not None:
@@ -70,22 +77,24 @@ def marked_step(parts: StepParts, markers: Mapping[str, str] = MARKERS) -> Calla
         with record_function(markers["optimizer"]):
             p.optimizer.zero_grad(set_to_none=p.set_to_none)
         loss = x = out = None
-        for _micro in range(p.accumulate):
+        for micro in range(p.accumulate):
             with record_function(markers["data_wait"]):
                 x, y = next(p.batches)
             if p.move:
                 with record_function(markers["copy"]):
                     x = x.to(p.device, non_blocking=p.non_blocking, memory_format=p.memory_format)
                     y = y.to(p.device, non_blocking=p.non_blocking)
-            with record_function(markers["forward"]), p.autocast():
-                out = p.model(x)
-                loss = p.loss_fn(out, y)
-                if p.accumulate > 1:
-                    loss = loss / p.accumulate
-            if p.drop_output:
-                out = None
-            with record_function(markers["backward"]):
-                (p.scaler.scale(loss) if p.scaler else loss).backward()
+            skip_sync = p.no_sync is not None and micro < p.accumulate - 1
+            with p.no_sync() if skip_sync else synced:
+                with record_function(markers["forward"]), p.autocast():
+                    out = p.model(x)
+                    loss = p.loss_fn(out, y)
+                    if p.accumulate > 1:
+                        loss = loss / p.accumulate
+                if p.drop_output:
+                    out = None
+                with record_function(markers["backward"]):
+                    (p.scaler.scale(loss) if p.scaler else loss).backward()
         with record_function(markers["optimizer"]):
             if p.scaler:
                 p.scaler.step(p.optimizer)
@@ -98,6 +107,23 @@ def marked_step(parts: StepParts, markers: Mapping[str, str] = MARKERS) -> Calla
             loss.item()
 
     return step
+
+
+def profile_after_window(loop, cfg, out_dir: str | os.PathLike | None) -> ProfileSummary:
+    """``cfg.profile.steps`` steps of the measured loop (``harness.run.measure.Loop``: its model, optimizer, batches
+    and knobs), numbered on from the measured ones, under the profiler. Never raises."""
+    steps, device = cfg.profile.steps, loop.device
+    if loop.prep is None:
+        return failed_summary(device.type, steps, "not profiled: measure.mode=loader runs no training step")
+    prep = loop.prep
+    parts = StepParts(model=prep.model, loss_fn=prep.loss_fn, optimizer=prep.optimizer, batches=loop.batches,
+                      device=device, autocast=prep.autocast, scaler=prep.scaler, accumulate=loop.accum,
+                      memory_format=loop.memory_format, non_blocking=loop.non_blocking, move=loop.move,
+                      set_to_none=loop.set_to_none, drop_output=loop.after_step is None, mark_step=loop.mark_step,
+                      after_step=loop.after_step, log_every=loop.log_every, no_sync=loop.no_sync)
+    return profile_steps(marked_step(parts), steps, device, out_dir, run_id="profile",
+                         trace_limit_bytes=int(cfg.profile.trace_limit_mb * 2**20),
+                         first_step=loop.warmup + len(loop.m.step_ms), compiled=cfg.compile != "off")
 
 
 def profile_steps(step: Callable[[int], None], steps: int, device: torch.device, out_dir: str | os.PathLike | None,

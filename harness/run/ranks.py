@@ -100,6 +100,12 @@ def combine(summaries: list[dict], backend: str, omp_threads: int | None) -> dic
                 "warmup_peak_vram_reserved_bytes"):
         values = [s[key] for s in summaries if s.get(key) is not None]
         out[key] = max(values) if values else None
+    # GPM's SM activity: each rank read its own GPU's over its own window; the run's is their mean, as the
+    # parent pools the other GPU metrics
+    active = [s["gpu_sm_active_pct"] for s in summaries if s.get("gpu_sm_active_pct") is not None]
+    out["gpu_sm_active_pct"] = sum(active) / len(active) if active else None
+    out["gpu_sample_note"] = "; ".join(dict.fromkeys(s["gpu_sample_note"] for s in summaries
+                                                     if s.get("gpu_sample_note")))
     out.pop("cpu_window", None)
     return out
 

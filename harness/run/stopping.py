@@ -4,13 +4,18 @@ steps, or with ``warmup_steps=auto`` once the step time is steady (``WarmupRule`
 
 The rule is asked after 10, 20, 40, ... measured steps (a handful of checks in all); in between, the loop's only
 cost of it is one comparison of the step count and one of a clock it has already read.
+
+On CUDA the host's step times are bimodal: a step only enqueues its work and returns at once, until the step that
+reads the loss (every ``log_every_n_steps``) waits for the device to drain everything queued. Single steps say
+little there; a block of steps that ends in such a drain is timed in full. So on CUDA the rule judges the mean
+step time of the blocks between drains (at least ``MIN_BLOCKS`` of them), on a CPU the steps themselves.
 """
 
 from __future__ import annotations
 
 import math
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -18,6 +23,10 @@ if TYPE_CHECKING:
 
 AUTO_FIRST_CHECK = 10  # measured steps before steps=auto first asks whether the mean is known
 AUTO_REL_HALF_WIDTH = 0.01  # steps=auto stops once the mean step time's 95% interval is within +-1%
+MIN_BLOCKS = 5  # blocks between drains that the rule wants before it judges them (CUDA)
+# Student's t 97.5% quantiles for the few degrees of freedom of a handful of blocks (the expansion below is
+# within 0.2% only from 9 on)
+_T975_SMALL = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306}
 WARMUP_BLOCK = 5  # warmup_steps=auto compares the median of the last 5 steps with that of the 5 before
 WARMUP_TOLERANCE = 0.05  # ... and stops once they are within 5% of each other
 WARMUP_MAX_STEPS = 200  # ... or at this many warm-up steps
@@ -33,10 +42,15 @@ class StoppingRule:
     max_s: float = math.inf
     first_check: float = math.inf
     rel_half_width: float = AUTO_REL_HALF_WIDTH
+    block: int = 1  # > 1: judge blocks of this many steps, each ending in a drain (the loss read)
+    first_step: int = 0  # the first measured step's index (the warm-up's steps): where the blocks start
 
     def satisfied(self, step_ms: list[float]) -> bool:
         """Whether the mean step time is known well enough to close the window now."""
-        return mean_is_known(step_ms, self.rel_half_width)
+        if self.block <= 1:
+            return mean_is_known(step_ms, self.rel_half_width)
+        blocks = drain_blocks(step_ms, self.first_step, self.block)
+        return mean_is_known(blocks, self.rel_half_width, least=MIN_BLOCKS)
 
 
 @dataclass(frozen=True)
@@ -55,14 +69,14 @@ class WarmupRule:
     def min_steps(self) -> int:
         return 2 * self.block + 1
 
-    def done(self, warmup_ms: list[float], elapsed_s: float) -> bool:
-        """Whether the warm-up may end after these steps (``elapsed_s``: since it began)."""
+    def done(self, warmup_ms: list[float]) -> bool:
+        """Whether the warm-up may end after these steps (one after the other: their sum is its time so far)."""
         n = len(warmup_ms)
         if n >= self.max_steps:
             return True
         if n < self.min_steps:
             return False
-        return elapsed_s >= self.max_s or is_steady(warmup_ms, self.block, self.tolerance)
+        return sum(warmup_ms) >= 1000.0 * self.max_s or is_steady(warmup_ms, self.block, self.tolerance)
 
 
 def is_steady(step_ms: list[float], block: int, tolerance: float) -> bool:
@@ -78,21 +92,46 @@ def warmup_rule_for(measure: MeasureConfig) -> WarmupRule | None:
     return WarmupRule() if measure.warmup_steps == "auto" else None
 
 
-def rule_for(measure: MeasureConfig) -> StoppingRule:
-    """The rule ``measure.*`` asks for."""
+def rule_for(measure: MeasureConfig, device_type: str = "cpu", log_every: int = 1) -> StoppingRule:
+    """The rule ``measure.*`` asks for, on a device of ``device_type`` whose loop reads the loss every
+    ``log_every`` steps (its drains on CUDA)."""
     if measure.steps != "auto":
         return StoppingRule(steps=measure.steps)
-    return StoppingRule(steps=measure.max_steps, auto=True, max_s=measure.max_s, first_check=AUTO_FIRST_CHECK)
+    block = log_every if device_type == "cuda" and log_every > 1 else 1
+    if block == 1:
+        return StoppingRule(steps=measure.max_steps, auto=True, max_s=measure.max_s, first_check=AUTO_FIRST_CHECK)
+    first_step = measure.warmup_steps if isinstance(measure.warmup_steps, int) else 0  # auto: once known
+    # the first check once MIN_BLOCKS whole blocks can be there (the steps before the first drain are no block)
+    first_check = (-first_step) % block + MIN_BLOCKS * block
+    return StoppingRule(steps=measure.max_steps, auto=True, max_s=measure.max_s, first_check=first_check,
+                        block=block, first_step=first_step)
 
 
-def mean_is_known(step_ms: list[float], rel: float) -> bool:
+def starting_at(rule: StoppingRule, first_step: int) -> StoppingRule:
+    """``rule`` with the measured steps starting at step ``first_step``: where a warm-up of ``warmup_steps=auto``
+    ended, known only then (the blocks between drains are counted from there)."""
+    if rule.block <= 1:
+        return rule
+    return replace(rule, first_step=first_step,
+                               first_check=(-first_step) % rule.block + MIN_BLOCKS * rule.block)
+
+
+def drain_blocks(step_ms: list[float], first_step: int, block: int) -> list[float]:
+    """The mean step time of each whole block of ``block`` measured steps that ends in a drain: step ``s`` drains
+    when ``(s + 1) % block == 0``, and ``step_ms[i]`` is step ``first_step + i``. Steps before the first drain
+    and after the last are in no block."""
+    start = (-first_step) % block
+    return [sum(step_ms[i:i + block]) / block for i in range(start, len(step_ms) - block + 1, block)]
+
+
+def mean_is_known(step_ms: list[float], rel: float, least: int = AUTO_FIRST_CHECK) -> bool:
     """Whether the 95% t-interval of the mean step time is within +-rel of the mean (pyperf's calibration idea).
 
     Steps are not independent (a slow stretch of the machine spans several), so this is a stopping rule, not a
     claim about the run: the noise that matters between runs is handled by repeats (docs/statistics.md).
     """
     n = len(step_ms)
-    if n < AUTO_FIRST_CHECK:  # too few to tell (and t975 is exact enough from 9 degrees of freedom on)
+    if n < max(2, least):  # too few to tell
         return False
     mean = statistics.fmean(step_ms)
     half = t975(n - 1) * statistics.stdev(step_ms, mean) / math.sqrt(n)
@@ -100,7 +139,9 @@ def mean_is_known(step_ms: list[float], rel: float) -> bool:
 
 
 def t975(df: int) -> float:
-    """Student's t 97.5% quantile (Cornish-Fisher expansion around the normal's: within 0.2% from df=9 on), so
-    that the child needs no scipy."""
+    """Student's t 97.5% quantile (a table below 9 degrees of freedom, then a Cornish-Fisher expansion around the
+    normal's, within 0.2% from df=9 on), so that the child needs no scipy."""
+    if df in _T975_SMALL:
+        return _T975_SMALL[df]
     z = 1.959963984540054
     return z + (z**3 + z) / (4 * df) + (5 * z**5 + 16 * z**3 + 3 * z) / (96 * df**2)

@@ -53,6 +53,11 @@ class Extras:
     cpu_window: dict[str, float] | None = None  # multi-device: this rank's CPU seconds over its window
     backend_flags: str = ""  # JSON: the TF32 / cuDNN settings applied, and through which API
     checkpointed_units: int = 0
+    cudagraph_skips: int | None = None  # Inductor's count of CUDA graphs it did not capture (CUDA-graph modes only)
+    # GPM's SM activity over the window, from two samples the child takes at the window's two syncs (Hopper and
+    # newer), and why it is empty where it is (the parent adds its own notes to it)
+    gpu_sm_active_pct: float | None = None
+    gpu_sample_note: str = ""
     # the kernel's high-water mark of every live loader worker at the window's close, by PID (the parent merges
     # them with its samples: monitor.metrics)
     worker_hwm_bytes: dict[str, float] | None = None
@@ -123,6 +128,12 @@ class Summary:
     rank_measured_s: list[float] = field(default_factory=list)
     rank_peak_vram_bytes: list[float] = field(default_factory=list)
     omp_num_threads: int | None = None
+    cudagraph_skips: int | None = None
+    peak_host_pss_bytes: float | None = None
+    worker_uss_bytes: list[float] = field(default_factory=list)
+    peak_compile_worker_bytes: float | None = None
+    profile_json: str = ""
+    profile_trace: str = ""
     # not stored: a check of the measured process (the tests read it), and what rank 0 needs to count the
     # ranks' CPU time together (``ranks.combine`` uses it up), and the workers' peaks the parent merges
     python_threads_in_window: int | None = None

@@ -53,16 +53,27 @@ class RunRecord:
     change: str = ""
     round: int | None = None
     cached_from: str = ""
+    # `check --against REF` (empty otherwise): which side of the paired check the run measured ("ref": REF's code,
+    # "work": the working tree's), and that side's commit of the measured repository (40 hex; "-dirty" appended when
+    # the working tree had uncommitted changes). The measured repository is the user's, not the harness's own:
+    # git_commit stays the harness's.
+    against_side: str = ""
+    against_commit: str = ""
     # the guide's claims at sweep time (schema 2; empty for runs outside a ladder, and in older records)
     claim_low: float | None = None
     claim_high: float | None = None
     claim_label: str = ""
     claim_source: str = ""
+    # the part of the step the rung's claim is about: "" the whole step; data, compute or validation (a guide's
+    # "2-3x in data loading", "1.5x on matmul", "2x during validation"); "" in older records
+    claim_component: str = ""
     total_claim_low: float | None = None
     total_claim_high: float | None = None
     total_claim_label: str = ""
     total_claim_source: str = ""
-    group_claims_json: str = ""  # [{first, last, low, high, label, source}]: claims over several rungs together
+    # [{first, last, low, high, label, source[, component]}]: claims over several rungs together; a claim with no
+    # figure ("minor") has a label and null low/high, as claim_low/claim_high are empty beside claim_label
+    group_claims_json: str = ""
     ladder_sha: str = ""  # sha256 (16 hex) of conf/ladder/NAME.yaml's text when the sweep ran
     # units of throughput and model cost
     unit: str = ""  # what units_per_s counts: "voxels" or "images"
@@ -152,6 +163,21 @@ class RunRecord:
     rank_measured_s: list[float] = field(default_factory=list)
     rank_peak_vram_bytes: list[float] = field(default_factory=list)
     omp_num_threads: int | None = None  # what the launcher gave each rank (torchrun would force 1)
+    # compile modes that capture CUDA graphs (reduce-overhead, max-autotune on CUDA): how often Inductor skipped
+    # capturing one (its counter "cudagraph_skips", read after the window); > 0: the run ran (partly) without
+    # CUDA graphs under its compile mode's label. Empty where no CUDA graph is asked for, and in older records.
+    cudagraph_skips: int | None = None
+    # host memory with each shared page counted once (psutil's memory_full_info, sampled by the parent): the
+    # tree's PSS (main + loader workers; PSS divides a shared page among the processes mapping it), each loader
+    # worker's USS (the pages it alone holds: what it adds), and Inductor's compile / autotune workers, counted
+    # apart from the loader workers (their PSS together). Empty where the system does not report them.
+    peak_host_pss_bytes: float | None = None
+    worker_uss_bytes: list[float] = field(default_factory=list)
+    peak_compile_worker_bytes: float | None = None
+    # profile.enabled=true: the profile of a few steps run after the window (harness.profiles' JSON summary),
+    # and its Chrome/Perfetto trace's path relative to the results folder ("" without one)
+    profile_json: str = ""
+    profile_trace: str = ""
     # where the run's wall time went, in seconds (harness.run.phases; empty in older records, and where the run
     # did not reach a phase): the parent's start of the child to its first marker (a fresh interpreter's start and
     # imports, or the fork), the model and optimizer built (FLOPs count included), the data set up and the loader

@@ -8,6 +8,7 @@ compaction, temp files of killed writers, key index files an older version wrote
 from __future__ import annotations
 
 import os
+import shlex
 from collections import Counter
 
 import pyarrow as pa
@@ -29,8 +30,7 @@ def verify(results_dir: str | os.PathLike) -> tuple[str, list[str]]:
     notes = []
     if benign:
         notes.append(f"{benign} run(s) stored twice with identical values (left by an interrupted compaction; "
-                     f"readers count them once; `python -m harness store compact --results {results_dir}` removes "
-                     "the loose copies)")
+                     f"readers count them once; `{_compact_command(results_dir)}` removes the loose copies)")
     notes += _leftovers(results_dir)
     listed = sorted(versions.items(), key=lambda kv: (kv[0] is None, kv[0] or 0))
     head = [f"verified {len(files)} files ({len(rows)} runs) in {results_dir}",
@@ -88,6 +88,9 @@ def _leftovers(results_dir) -> list[str]:
     if part_temps or old_files:
         what = [f"{len(part_temps)} temp file(s) of an interrupted compaction"] if part_temps else []
         what += [f"{len(old_files)} key index file(s) of an older version in {old}"] if old_files else []
-        notes.append(f"{' and '.join(what)} (never read; `python -m harness store compact --results {results_dir}` "
-                     "removes them)")
+        notes.append(f"{' and '.join(what)} (never read; `{_compact_command(results_dir)}` removes them)")
     return notes
+
+
+def _compact_command(results_dir) -> str:
+    return f"python -m harness store compact --results {shlex.quote(str(results_dir))}"

@@ -30,6 +30,7 @@ from harness.fileio import fsync_dir, umask
 from harness.store.record import COLUMNS, SCHEMA, STATUSES, RunRecord
 
 MIN_FREE_BYTES = 64 * 2**20  # a record is ~10-200 KB; refuse to start a measurement on a nearly full disk
+KEPT_ELSEWHERE: list[str] = []  # how to put back each record this process could not write to its results folder
 
 
 def new_id(prefix: str = "") -> str:
@@ -106,8 +107,9 @@ def write_table(table: pa.Table, path: str | os.PathLike, before_rename=None, **
     return path
 
 
-def check_writable(results_dir: str | os.PathLike) -> None:
-    """Before anything is measured: the results folder can take records (ValueError naming why not)."""
+def check_writable(results_dir: str | os.PathLike, command: str = "a measurement") -> None:
+    """Before anything is measured: the results folder can take records (ValueError naming why not);
+    ``command``: what is about to run, as the refusal names it."""
     folder = runs_dir(results_dir)
     try:
         folder.mkdir(parents=True, exist_ok=True)
@@ -123,7 +125,7 @@ def check_writable(results_dir: str | os.PathLike) -> None:
         raise ValueError(f"results folder {str(results_dir)!r} cannot take records: {exc.strerror or exc} "
                          f"({type(exc).__name__}); choose another with results_dir=PATH") from None
     if free < MIN_FREE_BYTES:
-        raise ValueError(f"results folder {str(results_dir)!r} has {free / 2**20:.0f} MiB free; a sweep needs at "
+        raise ValueError(f"results folder {str(results_dir)!r} has {free / 2**20:.0f} MiB free; {command} needs at "
                          f"least {MIN_FREE_BYTES / 2**20:.0f} MiB. Free some space or choose results_dir=PATH")
 
 
@@ -153,8 +155,10 @@ def store_record(record: RunRecord, results_dir: str | os.PathLike, log=None) ->
         log(f"warning: could not write to results folder {str(results_dir)!r}: {reason}. The record of run "
             f"{record.run_id} is saved in {path}; read it with --results {shlex.quote(str(folder))}, or once there "
             f"is room put it back with `{put_back.format(shlex.quote(str(path)))}`.")
+        KEPT_ELSEWHERE.append(put_back.format(shlex.quote(str(path))))
         return path
     whole = json.dumps(asdict(record), default=str)
     log(f"warning: could not write record {record.run_id} anywhere ({reason}); here it is in full, as the command "
         f"that puts it back once there is room:\n{put_back.format(shlex.quote(whole))}")
+    KEPT_ELSEWHERE.append(f"the `store import` of record {record.run_id} printed above")
     return None

@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable
 
 import yaml
 
@@ -24,18 +24,35 @@ USER_LADDERS = "ladders"  # <results_dir>/ladders/: ladders this machine wrote (
 SIZE_NAMES = ("full", "smoke")
 LADDER_FIELDS = {"description", "guide", "workload", "base", "rungs", "total_claim", "total_source", "group_claims",
                  "stop_on_oom", "cap_workers_at_cpus", "notes"}
-GROUP_FIELDS = {"rungs", "claim", "source"}
+GROUP_FIELDS = {"rungs", "claim", "source", "component"}
+RUNG_FIELDS = {"set", "claim", "source", "note", "component"}
+# What a claim may be about besides the whole step: a guide's "2-3x in data loading" is judged on the loader, its
+# "1.5x on matmul" on the device's (or, on a CPU, the host's) compute, its "2x during validation" on the validation
+# passes (harness.analysis.components measures each).
+COMPONENTS = ("data", "compute", "validation")
 
 
 @dataclass(frozen=True)
 class Claim:
-    """A guide's claimed speedup range for a change (x, relative to the rung before or the baseline)."""
+    """A guide's claimed speedup range for a change (x, relative to the rung before or the baseline).
 
-    low: float
-    high: float
+    ``low``/``high`` are None for a claim with no figure (the connectomics guide's "minor speedup"): its ``word``
+    is the label, and the table reports what was measured without a verdict. ``component`` ("" for the whole
+    step) names the part of the step the claim is about (:data:`COMPONENTS`)."""
+
+    low: float | None
+    high: float | None
     source: str
+    component: str = ""
+    word: str = ""
+
+    @property
+    def has_figure(self) -> bool:
+        return self.low is not None
 
     def label(self) -> str:
+        if not self.has_figure:
+            return self.word
         return f"{self.low:g}x" if self.low == self.high else f"{self.low:g}-{self.high:g}x"
 
 
@@ -113,17 +130,19 @@ def format_value(value: Any) -> str:
     return str(value)
 
 
-def search_path(results_dir: str = "results") -> list[Path]:
-    """Where ``+ladder=NAME`` looks, in order: the shipped ladders, then the results folder's own."""
-    return [LADDER_DIR, Path(results_dir) / USER_LADDERS]
+def search_path(results_dir: str = "results", config_dirs: Iterable[str] = ()) -> list[Path]:
+    """Where ``+ladder=NAME`` looks, in order: the shipped ladders, ``ladder/`` of each config folder given
+    (``--config-dir DIR``, as Hydra's groups), then the results folder's own."""
+    return [LADDER_DIR, *(Path(d) / "ladder" for d in config_dirs), Path(results_dir) / USER_LADDERS]
 
 
-def find(name: str, results_dir: str = "results") -> Path | None:
-    return next((d / f"{name}.yaml" for d in search_path(results_dir) if (d / f"{name}.yaml").is_file()), None)
+def find(name: str, results_dir: str = "results", config_dirs: Iterable[str] = ()) -> Path | None:
+    return next((d / f"{name}.yaml" for d in search_path(results_dir, config_dirs) if (d / f"{name}.yaml").is_file()),
+                None)
 
 
-def available(results_dir: str = "results") -> list[str]:
-    return sorted({p.stem for d in search_path(results_dir) for p in d.glob("*.yaml")})
+def available(results_dir: str = "results", config_dirs: Iterable[str] = ()) -> list[str]:
+    return sorted({p.stem for d in search_path(results_dir, config_dirs) for p in d.glob("*.yaml")})
 
 
 def _sha(path: Path | None) -> str:
@@ -144,25 +163,34 @@ def group_claims_json(groups: tuple[GroupClaim, ...]) -> str:
     if not groups:
         return ""
     return json.dumps([{"first": g.first, "last": g.last, "low": g.claim.low, "high": g.claim.high,
-                        "label": g.claim.label(), "source": g.claim.source} for g in groups])
+                        "label": g.claim.label(), "source": g.claim.source,
+                        **({"component": g.claim.component} if g.claim.component else {})} for g in groups])
 
 
 def claim_fields(ladder: Ladder, rung: int) -> dict[str, Any]:
-    """The RunRecord columns that carry a rung's claim and the ladder's total and group claims (store schema 2-4)."""
+    """The RunRecord columns that carry a rung's claim and the ladder's total and group claims (store schema 2-4);
+    a claim with no figure has a label and no low/high, and ``claim_component`` names a claim's part of the step."""
     fields: dict[str, Any] = {"ladder_sha": _sha(Path(ladder.path)) if ladder.path else file_sha(ladder.name),
                               "group_claims_json": group_claims_json(ladder.group_claims)}
     for prefix, claim in (("claim", ladder.rungs[rung].claim), ("total_claim", ladder.total_claim)):
         if claim is not None:
             fields.update({f"{prefix}_low": claim.low, f"{prefix}_high": claim.high,
                            f"{prefix}_label": claim.label(), f"{prefix}_source": claim.source})
+    claim = ladder.rungs[rung].claim
+    if claim is not None and claim.component:
+        fields["claim_component"] = claim.component
     return fields
 
 
-def load(name: str, results_dir: str = "results") -> Ladder:
-    """Load and validate ``conf/ladder/NAME.yaml`` (else ``<results_dir>/ladders/NAME.yaml``)."""
-    path = find(name, results_dir)
+def load(name: str, results_dir: str = "results", config_dirs: Iterable[str] = ()) -> Ladder:
+    """Load and validate ``conf/ladder/NAME.yaml`` (else ``DIR/ladder/NAME.yaml`` of a config folder, else
+    ``<results_dir>/ladders/NAME.yaml``); an unknown name says which folders were searched."""
+    config_dirs = tuple(config_dirs)
+    path = find(name, results_dir, config_dirs)
     if path is None:
-        raise unknown_choice("ladder", name, available(results_dir))
+        folders = ", ".join(str(d) for d in search_path(results_dir, config_dirs))
+        raise ValueError(f"{unknown_choice('ladder', name, available(results_dir, config_dirs))} (looked in "
+                         f"{folders})")
     try:
         raw = yaml.safe_load(path.read_text())
     except yaml.YAMLError as exc:
@@ -201,12 +229,18 @@ def parse(name: str, raw: dict[str, Any]) -> Ladder:
         cap_workers_at_cpus=bool(raw.get("cap_workers_at_cpus", False)),
         notes=tuple(raw.get("notes", ()) or ()),
     )
+    if ladder.total_claim is not None and not ladder.total_claim.has_figure:
+        raise ValueError(f"ladder {name!r}: total_claim {ladder.total_claim.word!r} has no figure; a total is "
+                         "judged against [LOW, HIGH] (a claim with no figure belongs to a rung or a group)")
     _check_one_change_each(ladder)
     return ladder
 
 
 def _parse_rung(name: str, index: int, entry: Any) -> Rung:
     change = entry.get("set") if isinstance(entry, dict) else None
+    unknown = set(entry) - RUNG_FIELDS if isinstance(entry, dict) else set()
+    if unknown:
+        raise unknown_choice(f"field of rung {index} in ladder {name!r}:", sorted(unknown)[0], RUNG_FIELDS)
     if not isinstance(change, dict) or len(change) != 1:
         n = len(change) if isinstance(change, dict) else 0
         raise ValueError(
@@ -215,8 +249,8 @@ def _parse_rung(name: str, index: int, entry: Any) -> Rung:
         )
     (key, value), = change.items()
     config_mod.check_key(key)
-    return Rung(index=index, key=key, value=value, claim=_parse_claim(entry.get("claim"), entry.get("source", "")),
-                note=str(entry.get("note", "")))
+    claim = _parse_claim(entry.get("claim"), entry.get("source", ""), _component(name, entry))
+    return Rung(index=index, key=key, value=value, claim=claim, note=str(entry.get("note", "")))
 
 
 def _parse_group(name: str, n_rungs: int, entry: Any) -> GroupClaim:
@@ -234,14 +268,32 @@ def _parse_group(name: str, n_rungs: int, entry: Any) -> GroupClaim:
                          f"numbers with 1 <= FIRST < LAST <= {n_rungs} (the ladder's rungs)")
     if entry.get("claim") is None:
         raise ValueError(f"ladder {name!r}: group claim over rungs {span} has no claim: [LOW, HIGH]")
-    return GroupClaim(first=span[0], last=span[1], claim=_parse_claim(entry["claim"], entry.get("source", "")))
+    claim = _parse_claim(entry["claim"], entry.get("source", ""), _component(name, entry))
+    return GroupClaim(first=span[0], last=span[1], claim=claim)
 
 
-def _parse_claim(claim: Any, source: str) -> Claim | None:
+def _component(name: str, entry: dict) -> str:
+    """The part of the step a claim is about ("" for the whole step), one of :data:`COMPONENTS`."""
+    component = entry.get("component")
+    if component is None:
+        return ""
+    if component not in COMPONENTS:
+        raise unknown_choice(f"claim component in ladder {name!r}:", str(component), COMPONENTS)
+    if entry.get("claim") is None:
+        raise ValueError(f"ladder {name!r}: component {component!r} without a claim; give claim: [LOW, HIGH] too")
+    return str(component)
+
+
+def _parse_claim(claim: Any, source: str, component: str = "") -> Claim | None:
+    """``[LOW, HIGH]``, one number, or a word for a claim with no figure (``minor``)."""
     if claim is None:
         return None
+    if isinstance(claim, str):
+        if not claim.strip():
+            raise ValueError("a claim with no figure needs the guide's word for it (e.g. claim: minor), not ''")
+        return Claim(low=None, high=None, source=str(source), component=component, word=claim.strip())
     low, high = (claim, claim) if isinstance(claim, (int, float)) else (claim[0], claim[-1])
-    return Claim(low=float(low), high=float(high), source=str(source))
+    return Claim(low=float(low), high=float(high), source=str(source), component=component)
 
 
 def _check_one_change_each(ladder: Ladder) -> None:
@@ -250,12 +302,13 @@ def _check_one_change_each(ladder: Ladder) -> None:
         for r in ladder.rungs[1:]:
             before = ladder.settings(r.index - 1, size)
             defaults = config_mod.RunConfig()
-            config_mod.set_key(defaults, "workload", before["workload"])  # workload.* defaults are its own
+            if r.key.startswith("workload."):  # workload.* defaults are the workload's own
+                config_mod.set_key(defaults, "workload", before["workload"])
             previous = before.get(r.key, _default(defaults, r.key))
             if format_value(previous) == format_value(r.value_for(size)):
                 raise ValueError(
-                    f"ladder {ladder.name!r} rung {r.index}: {r.key}={format_value(r.value_for(size))} is what the rung "
-                    f"before already had (size {size}), so the rung changes zero knobs"
+                    f"ladder {ladder.name!r} rung {r.index}: {r.key}={format_value(r.value_for(size))} is what the "
+                    f"rung before already had (size {size}), so the rung changes zero knobs"
                 )
 
 

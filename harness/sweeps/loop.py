@@ -13,6 +13,7 @@ but for the duty cycle and the store's compaction at the end.
 from __future__ import annotations
 
 import functools
+import shlex
 import sys
 import time
 from dataclasses import dataclass
@@ -99,7 +100,7 @@ def auto_compact(results_dir: str) -> None:
         done = store.maybe_compact(results_dir)
     except (OSError, ValueError) as exc:
         print(f"warning: the store was not compacted ({exc}); the runs are safe as they are. "
-              f"Try `python -m harness store compact --results {results_dir}`", file=sys.stderr)
+              f"Try `python -m harness store compact --results {shlex.quote(str(results_dir))}`", file=sys.stderr)
         return
     if done is not None and not done.busy:
         print(f"store: {done.summary()}")

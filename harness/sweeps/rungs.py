@@ -138,20 +138,32 @@ CACHE_COLUMNS = ("run_id", "sweep_id", "timestamp", "config_hash", "env_key", "s
 
 
 def lookup_cached(results_dir: str, config_hash: str, env_key: str, used: set[str],
-                  oldest: bool = False) -> RunRecord | None:
+                  oldest: bool = False, profiled: bool = False) -> RunRecord | None:
     """:func:`find_cached` on the store, reading only what it matches on: the few short columns above of the rows
     with these settings (filtered inside pyarrow), then the candidates' records, newest first, until one is not a
     debug run (nearly always the first). ``oldest``: oldest first instead, so that a process replaying a sequence
-    of measurements (``climb``) meets them in the order they were made."""
+    of measurements (``climb``) meets them in the order they were made. ``profiled``: only a record that kept a
+    profile (a sweep with ``profile.enabled``; the profile is not part of config_hash)."""
     keys = load_runs(results_dir, columns=CACHE_COLUMNS,
                      where={"config_hash": config_hash, "env_key": env_key, "status": "ok"})
     originals = _originals(keys, config_hash, env_key, used, oldest)
     for sweep_id, run_id in zip(*(originals[c] for c in ("sweep_id", "run_id"))):
         # by sweep_id too: compacted parts are sorted by sweep, so only its row groups are read, not every one
         found = load_records(results_dir, where={"sweep_id": str(sweep_id), "run_id": str(run_id)})
-        if found and not _debug_in_json(found[0].config_json):
+        if found and not _debug_in_json(found[0].config_json) and (not profiled or _has_profile(found[0])):
             return found[0]
     return None
+
+
+def _has_profile(record: RunRecord) -> bool:
+    """A profile that was taken (not one that failed, nor a record from before profiles)."""
+    from harness.profiles import summary_from_json
+
+    try:
+        summary = summary_from_json(getattr(record, "profile_json", ""))
+    except ValueError:
+        return False
+    return summary is not None and not summary.error
 
 
 def copy_cached(original: RunRecord, **sweep_fields) -> RunRecord:
@@ -198,7 +210,7 @@ def run_rung(ctx: SweepContext, rung: int, round_: int, machine: runner.Machine,
     reason = applicability.skip_reason(cfg, cap_workers_at_cpus=ladder.cap_workers_at_cpus)  # once per run
     if not reason and not ctx.rerun and not debug_active(cfg):
         used = set(mine["cached_from"].fillna("")) | set(mine["run_id"])
-        cached = lookup_cached(ctx.results_dir, config_mod.config_hash(cfg), key, used)
+        cached = lookup_cached(ctx.results_dir, config_mod.config_hash(cfg), key, used, profiled=cfg.profile.enabled)
         if cached is not None:
             record = copy_cached(cached, **fields)
             store_record(record, cfg.results_dir)

@@ -13,10 +13,16 @@ Torch-free, for the parent: torch is imported only to count CUDA devices.
 from __future__ import annotations
 
 import json
+import math
+import shutil
 
 import harness.config.machine as machine
 from harness.config.keys import flatten, get_key, to_dict
+from harness.config.resolution import per_device_batch
 from harness.config.schema import CUDAGRAPH_COMPILE_MODES, RunConfig
+
+SHM_PATH = "/dev/shm"  # where loader workers put the batches they hand to the main process (Linux)
+DEFAULT_PREFETCH = 2  # PyTorch's prefetch_factor when there are workers and none is given
 
 
 class KnobNotApplicable(RuntimeError):
@@ -27,7 +33,8 @@ def skip_reason(cfg: RunConfig, cap_workers_at_cpus: bool = False, have_devices:
     """Every reason the resolved ``cfg`` cannot run as labelled on this machine, joined ("" when it can).
     ``cap_workers_at_cpus``: a ladder's rungs with more loader workers than CPUs are skipped (its own choice);
     ``have_devices``: the devices of ``cfg.device`` here (counted when None)."""
-    reasons = (not_applicable(cfg), too_many_devices(cfg, have_devices), too_many_workers(cfg, cap_workers_at_cpus))
+    reasons = (not_applicable(cfg), too_many_devices(cfg, have_devices), too_many_workers(cfg, cap_workers_at_cpus),
+               shared_memory_short(cfg))
     return "; ".join(r for r in reasons if r)
 
 
@@ -66,6 +73,59 @@ def too_many_workers(cfg: RunConfig, cap_at_cpus: bool = False) -> str:
     if cap_at_cpus and cfg.data.num_workers > cpus:
         return f"data.num_workers={cfg.data.num_workers} is more than the {cpus} CPUs this process may use"
     return machine.workers_over_bound(cfg, cpus=cpus)
+
+
+def shared_memory_short(cfg: RunConfig, free_bytes: float | None = None) -> str:
+    """Why the loader's batches in flight do not fit in shared memory ("" when they do, or without workers).
+
+    Each worker hands its batches to the main process through ``/dev/shm``, and the loader keeps up to
+    ``num_workers x prefetch_factor`` of them in flight (each rank its own). Beyond its free space a worker dies
+    with a bus error or "No space left on device" in the middle of the window, which measures nothing; refused
+    before anything starts. ``free_bytes``: the free space (read from ``/dev/shm`` when None)."""
+    workers = cfg.data.num_workers
+    if workers == 0:
+        return ""
+    if free_bytes is None:
+        try:
+            free_bytes = shutil.disk_usage(SHM_PATH).free
+        except OSError:  # no /dev/shm here: nothing to compare with
+            return ""
+    prefetch = cfg.data.prefetch_factor or DEFAULT_PREFETCH
+    batch = loader_batch_bytes(cfg)
+    need = workers * prefetch * batch * cfg.devices
+    if need <= free_bytes:
+        return ""
+    prefetch_text = (f"data.prefetch_factor={prefetch}" if cfg.data.prefetch_factor
+                     else f"PyTorch's default prefetch_factor {prefetch}")
+    ranks = f" on each of devices={cfg.devices} ranks" if cfg.devices > 1 else ""
+    return (f"data.num_workers={workers} x {prefetch_text} batches in flight{ranks}, "
+            f"{_gb(batch)} each (batch {per_device_batch(cfg)} of {_sample_text(cfg)}), need {_gb(need)} of shared "
+            f"memory; {SHM_PATH} has {_gb(free_bytes)} free: use fewer workers or a lower prefetch_factor, or a "
+            f"larger {SHM_PATH} (e.g. docker run --shm-size)")
+
+
+def loader_batch_bytes(cfg: RunConfig) -> int:
+    """The bytes of one batch as a loader worker hands it over: float32 inputs, and int64 class indices
+    (segmentation: one per position) or float32 regression targets. An estimate for a workload's own dataset."""
+    spec = cfg.workload
+    samples = per_device_batch(cfg)
+    spatial = math.prod(cfg.data.patch_size)
+    inputs = samples * spec.in_channels * spatial * 4
+    if spec.target == "segmentation":
+        targets = samples * spatial * 8
+    elif spec.target == "class":
+        targets = samples * 8
+    else:
+        targets = samples * math.prod(spec.target_shape or [spec.num_classes]) * 4
+    return inputs + targets
+
+
+def _sample_text(cfg: RunConfig) -> str:
+    return f"float32 {[cfg.workload.in_channels, *cfg.data.patch_size]}"
+
+
+def _gb(n: float) -> str:
+    return f"{n / 1e9:.1f} GB" if n >= 1e9 else f"{n / 1e6:.0f} MB"
 
 
 def no_units_to_checkpoint(unit_names: list[str]) -> str:
@@ -109,6 +169,9 @@ def _workload_conflicts(cfg: RunConfig) -> list[str]:
     if cfg.model.depth is not None and "model.depth" not in spec.model_settings.values():
         reasons.append(f"model.depth={cfg.model.depth} needs a model that takes a depth: workload {spec.name!r} "
                        "hands none to its model (model_settings: {ARG: model.depth} does; unet3d takes it)")
+    if cfg.model.features is not None and "model.features" not in spec.model_settings.values():
+        reasons.append(f"model.features={cfg.model.features} needs a model that takes features: workload "
+                       f"{spec.name!r} hands none to its model (basic_unet3d takes them)")
     if cfg.model.width != 1.0 and "width" not in spec.model_settings.values():
         reasons.append(f"model.width={cfg.model.width:g} needs a model that takes a width: workload {spec.name!r} "
                        "hands none to its model (model_settings: {ARG: width} does)")

@@ -3,25 +3,11 @@ unit types and the user's dataset, each from its ``_target_`` node plus the harn
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 from torch import nn
 
-from harness.workload.targets import instantiate, locate
+from harness.workload.targets import instantiate, locate, setting_args
 from harness.workload.workloads import WorkloadSpec
-
-
-def setting_args(mapping: dict[str, str], cfg) -> dict[str, Any]:
-    """Arguments taken from harness settings (``{ARG: SETTING}``); ``width`` is model.width x the size's width."""
-    return {arg: cfg.effective_width if source == "width" else _get(cfg, source)
-            for arg, source in mapping.items()}
-
-
-def _get(cfg, dotted: str) -> Any:
-    for part in dotted.split("."):
-        cfg = getattr(cfg, part)
-    return list(cfg) if isinstance(cfg, tuple) else cfg
 
 
 def build_all(cfg) -> tuple[nn.Module, nn.Module, tuple[type, ...]]:

@@ -71,18 +71,23 @@ def volume_augmentation(switches: dict[str, bool]):
     return T.Compose(steps) if steps else None
 
 
+LABEL_DTYPE = torch.uint8  # label maps cross the loader as segmentation loaders keep them; the loss widens on device
+
+
 class ToPair:
-    """{"image", "label"} (MetaTensors or arrays) -> (float32 image, int64 label) plain tensors."""
+    """{"image", "label"} (MetaTensors or arrays) -> (float32 image, uint8 label) plain tensors."""
 
     def __call__(self, item):
         image, label = item["image"], item["label"]
         image = image.as_tensor() if hasattr(image, "as_tensor") else torch.as_tensor(image)
         label = label.as_tensor() if hasattr(label, "as_tensor") else torch.as_tensor(label)
-        return image.float().contiguous(), label.round().long().contiguous()
+        return image.float().contiguous(), label.round().to(LABEL_DTYPE).contiguous()
 
 
 class RandomCropVolumes(Dataset):
-    """Random patches (image [1, D, H, W], label [1, D, H, W]) cropped from in-RAM volumes."""
+    """Random patches (image [1, D, H, W] float32, label [1, D, H, W] uint8) cropped from in-RAM volumes: the
+    connectomics guide's preloaded cache, which holds label maps in uint8 (not int64, 8x the bytes to collate, pin
+    and copy to the device per batch)."""
 
     def __init__(self, patch_size, length: int, num_volumes: int = 4, seed: int = 0, augment=None):
         self.patch_size = tuple(patch_size)
@@ -92,7 +97,7 @@ class RandomCropVolumes(Dataset):
         pairs = shared_data.once("crop-volumes", {"shape": volume_shape, "volumes": num_volumes, "seed": seed},
                                  lambda: [make_volume(volume_shape, rng) for _ in range(num_volumes)])
         self.images = [torch.from_numpy(img)[None] for img, _ in pairs]
-        self.labels = [torch.from_numpy(lbl)[None] for _, lbl in pairs]
+        self.labels = [torch.from_numpy(lbl.astype(np.uint8))[None] for _, lbl in pairs]
         self.seed = seed
         self.augment = augment
 
@@ -153,7 +158,8 @@ def image_augmentation(image_size, switches: dict[str, bool], random_resized: bo
     """torchvision v2 transforms from a uint8 [3, H, W] image to a normalised float tensor."""
     from torchvision.transforms import v2
 
-    steps = [v2.RandomResizedCrop(list(image_size), antialias=True) if random_resized else v2.RandomCrop(list(image_size))]
+    steps = [v2.RandomResizedCrop(list(image_size), antialias=True) if random_resized
+             else v2.RandomCrop(list(image_size))]
     if switches["flip"]:
         steps.append(v2.RandomHorizontalFlip())
     if switches["noise"]:  # the 2D counterpart of intensity noise: colour jitter
@@ -313,8 +319,9 @@ def _dataset(cfg, workload, replicas: int = 1) -> Dataset:
         return Repeat(build_user_dataset(workload, cfg), length)
     if workload.synthetic == "tensors":
         shape = [workload.in_channels, *cfg.data.patch_size]
-        return RandomTensors(shape, workload.target, workload.num_classes, workload.target_shape or [workload.num_classes],
-                             length, 4 * cfg.data.num_volumes, cfg.seed)
+        target_shape = workload.target_shape or [workload.num_classes]
+        return RandomTensors(shape, workload.target, workload.num_classes, target_shape, length,
+                             4 * cfg.data.num_volumes, cfg.seed)
     switches = augment_switches(cfg)
     if cfg.data.source == "disk":
         from harness.workload import datasets
@@ -325,9 +332,11 @@ def _dataset(cfg, workload, replicas: int = 1) -> Dataset:
         transform = image_augmentation(cfg.data.patch_size, switches, random_resized=cfg.data.augment != "none")
         return JpegImages(items, length, transform, cache=cfg.data.cache == "ram")
     if workload.spatial_dims == 3:
-        return RandomCropVolumes(cfg.data.patch_size, length, cfg.data.num_volumes, cfg.seed, volume_augmentation(switches))
+        return RandomCropVolumes(cfg.data.patch_size, length, cfg.data.num_volumes, cfg.seed,
+                                 volume_augmentation(switches))
     transform = image_augmentation(cfg.data.patch_size, switches, random_resized=cfg.data.augment != "none")
-    return RandomCropImages(cfg.data.patch_size, length, 16 * cfg.data.num_volumes, workload.num_classes, cfg.seed, transform)
+    return RandomCropImages(cfg.data.patch_size, length, 16 * cfg.data.num_volumes, workload.num_classes, cfg.seed,
+                            transform)
 
 
 def build_loader(cfg, dataset: Dataset, workload=None, rank=None) -> DataLoader:

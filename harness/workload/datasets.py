@@ -96,8 +96,8 @@ def _check_space(spec: DiskSpec, root: Path) -> None:
     free = shutil.disk_usage(probe).free
     need = spec.bytes_needed()
     if free < need:
-        raise OSError(f"data cache {root} has {free / 2**30:.2f} GiB free; the dataset needs up to {need / 2**30:.2f} GiB. "
-                      "Free space or set data.cache_dir to another disk")
+        raise OSError(f"data cache {root} has {free / 2**30:.2f} GiB free; the dataset needs up to "
+                      f"{need / 2**30:.2f} GiB. Free space or set data.cache_dir to another disk")
 
 
 def _repair(spec: DiskSpec, folder: Path, files: dict[str, str], log) -> list[str]:
@@ -155,7 +155,8 @@ def locate(spec: DiskSpec, root: Path) -> list[dict]:
     """The items of an existing dataset (built by :func:`ensure` in the parent)."""
     folder = root / f"{spec.kind}-{spec.key()}"
     if not (folder / "manifest.json").exists():
-        raise FileNotFoundError(f"dataset {folder} is missing or incomplete: it is built by harness.workload.datasets.ensure")
+        raise FileNotFoundError(f"dataset {folder} is missing or incomplete: "
+                                "it is built by harness.workload.datasets.ensure")
     return _items(spec, folder)
 
 

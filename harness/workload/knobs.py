@@ -89,26 +89,39 @@ _OLD_TF32_FLAGS = (("cuda.matmul", "allow_tf32"), ("cudnn", "allow_tf32"))
 
 
 def apply_tf32(tf32: bool | None, backends=None) -> dict[str, Any]:
-    """TF32 for matmuls AND cuDNN convolutions, through ONE API; returns the flags as read back.
+    """TF32 for matmuls AND cuDNN convolutions; returns the flags as read back.
 
     ``None`` leaves PyTorch's defaults: matmuls in full FP32, but cuDNN convolutions already in TF32, so
     ``tf32=true`` alone only moves matmuls and the TF32 rung of a convolutional ladder measures TF32 on vs off
     only against an explicit ``tf32=false``, which turns cuDNN's TF32 off too.
 
-    torch >= 2.9 has ``fp32_precision`` per backend; there its old ``allow_tf32`` setters are deprecated, and
-    reading an old flag after the new API set it differently raises. So the new API is used alone where it
-    exists, the old one alone where it does not, and the flags are read back through the same API.
+    torch >= 2.9 has ``fp32_precision`` per backend beside the old ``allow_tf32`` flags, and reading an old flag
+    that disagrees with the new ones raises ("mix of the legacy and new APIs"). torch 2.9-2.11's own Dynamo and
+    Inductor still read the old flags, so both are written, the old setters first (they also write the new values,
+    coarsely) and then the new ones (per backend, cuDNN's RNNs included): every flag then reads the same value.
+    The flags are read back through the new API where it exists, the old one where it does not.
     """
     backends = backends if backends is not None else torch.backends
     new_api = all(hasattr(_attr(backends, path), name) for path, name in _NEW_TF32_FLAGS)
-    flags, value = (_NEW_TF32_FLAGS, None if tf32 is None else ("tf32" if tf32 else "ieee")) if new_api else \
-        (_OLD_TF32_FLAGS, tf32)
-    if value is not None:
-        for path, name in flags:
-            setattr(_attr(backends, path), name, value)
+    old_flags = tuple((path, name) for path, name in _OLD_TF32_FLAGS if _has_flag(_attr(backends, path), name))
+    if tf32 is not None:
+        for path, name in old_flags:
+            setattr(_attr(backends, path), name, tf32)
+        for path, name in _NEW_TF32_FLAGS if new_api else ():
+            setattr(_attr(backends, path), name, "tf32" if tf32 else "ieee")
+    flags = _NEW_TF32_FLAGS if new_api else old_flags
     out: dict[str, Any] = {"tf32": tf32, "tf32_api": "fp32_precision" if new_api else "allow_tf32"}
     out.update({f"{path}.{name}": getattr(_attr(backends, path), name) for path, name in flags})
     return out
+
+
+def _has_flag(obj, name: str) -> bool:
+    """Whether ``obj`` has the flag ``name``; torch reads a flag to answer, and an old flag that already disagrees
+    with the new API raises there: it exists."""
+    try:
+        return hasattr(obj, name)
+    except RuntimeError:
+        return True
 
 
 def _attr(obj, dotted: str):
@@ -177,6 +190,24 @@ def guard_cpu_bf16_conv3d(model: nn.Module, cfg) -> int:
     for parent, name in targets:
         setattr(parent, name, _Fp32WhenShallow(getattr(parent, name)))
     return len(targets)
+
+
+def cudagraph_multi_device_conflict(cfg) -> str:
+    """Why a CUDA-graph compile mode cannot be measured with ``devices`` >= 2 ("" when it can).
+
+    Under DDP each replay of a captured graph would have to hold the gradient all-reduce (NCCL inside the graph,
+    buckets in the graph's static memory), and no two-GPU run of the harness has shown that to train correctly
+    yet: until one passes, such a rung is recorded as `skipped` with this reason rather than measured on trust.
+    Decided here, in each rank before anything is built, because the settings' own applicability check lives in
+    code being reshaped; that check is where it belongs.
+    """
+    from harness.config import CUDAGRAPH_COMPILE_MODES
+
+    if cfg.compile not in CUDAGRAPH_COMPILE_MODES or cfg.devices < 2 or cfg.device != "cuda" \
+            or cfg.measure.mode == "loader":
+        return ""
+    return (f"compile={cfg.compile} captures CUDA graphs, which no two-GPU run has yet shown to train correctly with "
+            f"devices={cfg.devices} (DDP's all-reduce inside a graph replay); use compile=default, or devices=1")
 
 
 def apply_compile(model: nn.Module, mode: str) -> nn.Module:
@@ -303,6 +334,8 @@ def prepare(cfg, workload, device: torch.device | None = None, rank=None) -> Pre
     """Build the workload's model and training objects with every knob applied, in order. Under DDP ``device`` is
     this rank's and ``rank`` (``harness.run.ranks.Rank``) says how many there are."""
     device = device or torch.device(cfg.device)
+    if reason := cudagraph_multi_device_conflict(cfg):
+        raise KnobNotApplicable(reason)
     backend_flags = apply_backend_flags(cfg)
     model, loss_fn, unit_types = build_all(cfg)
     units = apply_activation_checkpointing(model, unit_types) if cfg.activation_checkpointing else 0

@@ -19,6 +19,7 @@ from typing import Any, Dict, List, Optional
 import yaml
 
 from harness.registry import check_choice, unknown_choice
+from harness.names import CUSTOM, display_name, display_name_of_record, target_of  # noqa: F401  (found here too)
 
 WORKLOAD_DIR = Path(__file__).resolve().parent.parent.parent / "conf" / "workload"
 TARGET_KINDS = ("class", "segmentation", "regression")
@@ -28,7 +29,7 @@ SYNTHETIC_KINDS = ("volumes", "images", "tensors")
 # Harness settings a workload may hand to its model, loss or dataset (``model_settings: {ARG: SETTING}``); ``width``
 # is model.width times the size's width; data.patch_size is the sample's spatial sides (the size's, unless set).
 SETTING_SOURCES = ("width", "model.width", "model.mednext_size", "model.kernel_size", "model.deep_supervision",
-                   "model.depth", "data.patch_size")
+                   "model.depth", "model.features", "data.patch_size")
 TARGET_NODES = ("model", "loss", "optimizer", "dataset")  # the _target_ nodes, free-form below their name
 OPEN_NODES = TARGET_NODES + ("model_settings", "loss_settings", "dataset_settings", "sizes")
 NOT_HASHED_FIELDS = ("description",)  # words only: two specs that differ only here measure the same thing
@@ -162,10 +163,7 @@ def builtin(name: str) -> WorkloadSpec:
 
 def is_builtin(spec: WorkloadSpec) -> bool:
     """Whether ``spec`` is a shipped workload exactly as shipped (its name alone then says what it measures)."""
-    return spec.name in available() and spec.hashed() == dataclasses.replace(_builtin(spec.name), source_sha=spec.source_sha).hashed()
+    if spec.name not in available():
+        return False
+    return spec.hashed() == dataclasses.replace(_builtin(spec.name), source_sha=spec.source_sha).hashed()
 
-
-def target_of(node: Any) -> str:
-    """The ``_target_`` of a node ("" when it has none or it is still ``???``)."""
-    target = node.get("_target_") if isinstance(node, dict) else None
-    return "" if target in (None, "???") else str(target)

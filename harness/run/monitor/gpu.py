@@ -1,5 +1,5 @@
-"""The GPU as the parent sees it through NVML (which creates no CUDA context): which device the child measures on,
-the metrics read in the measured window, and GPM's SM activity over it."""
+"""The GPU through NVML (which creates no CUDA context): which device the child measures on, the metrics the parent
+samples in the measured window, and GPM's SM activity over it (read by the child at the window's syncs)."""
 
 from __future__ import annotations
 
@@ -54,39 +54,104 @@ def clock_reason_names(masks: list[float]) -> str:
 
 
 class Gpm:
-    """NVML GPU Performance Monitoring (Hopper and newer): SM activity between two samples of the device's
-    counters, taken when the parent sees the measured window open and close. None where GPM is not supported."""
+    """NVML GPU Performance Monitoring (Hopper and newer): SM activity between two samples of the device's counters.
+    RuntimeError where GPM is not supported."""
 
     def __init__(self, nv, handle):
         support = nv.nvmlGpmQueryDeviceSupport(handle)
         if not support.isSupportedDevice:
             raise RuntimeError("GPM is not supported on this GPU (Hopper and newer)")
         self.nv, self.handle = nv, handle
-        self.first = nv.nvmlGpmSampleGet(handle, nv.nvmlGpmSampleAlloc())
+        self.first = None
+
+    def start(self) -> None:
+        """The first sample (at the window's opening sync)."""
+        self.discard()
+        self.first = self.nv.nvmlGpmSampleGet(self.handle, self.nv.nvmlGpmSampleAlloc())
 
     def discard(self) -> None:
-        """Free the first sample without reading the window (its close was not seen, or another GPU failed)."""
-        try:
-            self.nv.nvmlGpmSampleFree(self.first)
-        except Exception:
-            pass
+        """Free the first sample without reading the window."""
+        if self.first is not None:
+            try:
+                self.nv.nvmlGpmSampleFree(self.first)
+            except Exception:
+                pass
+            self.first = None
 
     def sm_active_pct(self) -> float:
-        nv = self.nv
+        """The second sample, and the SM activity (%) between the two."""
+        nv, first = self.nv, self.first
+        if first is None:
+            raise RuntimeError("GPM: no first sample")
         second = nv.nvmlGpmSampleGet(self.handle, nv.nvmlGpmSampleAlloc())
+        self.first = None
         try:
             query = nv.c_nvmlGpmMetricsGet_t()
             query.version = nv.NVML_GPM_METRICS_GET_VERSION
             query.numMetrics = 1
-            query.sample1, query.sample2 = self.first, second
+            query.sample1, query.sample2 = first, second
             query.metrics[0].metricId = nv.NVML_GPM_METRIC_SM_UTIL
             nv.nvmlGpmMetricsGet(query)
             if query.metrics[0].nvmlReturn != 0:
                 raise RuntimeError(f"NVML return {query.metrics[0].nvmlReturn}")
             return float(query.metrics[0].value)
         finally:
-            for sample in (self.first, second):
+            for sample in (first, second):
                 nv.nvmlGpmSampleFree(sample)
+
+
+class WindowGpm:
+    """GPM's SM activity over the measured window, read by the measuring child itself at the window's two syncs:
+    the parent sees the window's edges only when it next polls (up to half a second late), which in a window of
+    two seconds took in enough idle device time to read 10-20% low. Set up in the warm-up (NVML's start-up is
+    not in the window); two NVML calls at the edges, none inside. Never raises: what it cannot read is a note."""
+
+    def __init__(self, gpm: Gpm | None = None, note: str = ""):
+        self.gpm, self.note = gpm, note
+
+    @classmethod
+    def for_identity(cls, identity: dict, nvml=None) -> "WindowGpm":
+        """The reader for the device the child measures on (``gpu_identity``); one with a note where GPM is not
+        available (no NVML, a MIG instance, a GPU before Hopper)."""
+        try:
+            if nvml is None:
+                import pynvml as nvml
+        except ImportError:
+            return cls(note="SM activity (GPM) not read: pynvml is not installed")
+        gpu = nvml_handle_for(identity, nvml)
+        if gpu is None or gpu.handle is None:
+            return cls(note=(gpu.note if gpu is not None else "") or "SM activity (GPM) not read: NVML unusable")
+        if gpu.mig:
+            return cls(note="SM activity (GPM) not read on a MIG instance")
+        try:
+            return cls(Gpm(nvml, gpu.handle))
+        except Exception as exc:
+            return cls(note=f"gpu_sm_active_pct: SM activity (GPM) unreadable ({type(exc).__name__}: {exc})")
+
+    def open(self) -> None:
+        """At the window's opening sync."""
+        if self.gpm is None:
+            return
+        try:
+            self.gpm.start()
+        except Exception as exc:
+            self._fail(exc)
+
+    def close(self) -> float | None:
+        """At the window's closing sync: the SM activity (%) over the window, None (with the note) if unread."""
+        if self.gpm is None:
+            return None
+        try:
+            return self.gpm.sm_active_pct()
+        except Exception as exc:
+            self._fail(exc)
+            return None
+
+    def _fail(self, exc: Exception) -> None:
+        if self.gpm is not None:
+            self.gpm.discard()
+        self.gpm = None
+        self.note = f"gpu_sm_active_pct: SM activity (GPM) unreadable ({type(exc).__name__}: {exc})"
 
 
 def gpu_identity(torch_device_index: int) -> dict:

@@ -1,5 +1,11 @@
-"""The parent's sampler of a measuring child: host memory always, GPU metrics in the measured window only, and
-the record's memory and GPU fields from what it sampled (``metrics``)."""
+"""The parent's sampler of a measuring child: host memory always, GPU metrics while the window is open as the
+parent sees it, and the record's memory and GPU fields from what it sampled (``metrics``).
+
+The parent sees the window's edges only when it next polls, up to half a second late: each GPU sample carries
+its time, and ``metrics`` keeps only those inside the window the child recorded (``window_start_unix``,
+``measured_s``), so that a sample of the idle device after the window's close is not averaged in. GPM's SM
+activity, which needs the edges themselves, is read by the child (``gpu.WindowGpm``).
+"""
 
 from __future__ import annotations
 
@@ -9,8 +15,10 @@ from typing import Any
 
 import psutil
 
-from harness.run.monitor.gpu import GPU_METRICS, Gpm, GpuHandle, clock_reason_names
+from harness.run.monitor.gpu import GPU_METRICS, GpuHandle, clock_reason_names
 from harness.run.monitor.host import tree_rss
+
+FULL_MEMORY_EVERY = 4  # every this many host samples, USS and PSS too (smaps_rollup: a few times RSS's cost)
 
 
 @dataclass
@@ -23,7 +31,10 @@ class Samples:
     gpu_power_w: list[float] = field(default_factory=list)
     gpu_sm_clock_mhz: list[float] = field(default_factory=list)
     gpu_clock_reasons: list[float] = field(default_factory=list)  # NVML clock-event bitmasks, one per sample
-    gpu_sm_active_pct: float | None = None  # GPM, over the whole window (two samples, not a mean of polls)
+    gpu_sample_times: dict[str, list[float]] = field(default_factory=dict)  # per metric, each value's UNIX time
+    peak_host_pss_bytes: float | None = None  # main + loader workers, each shared page counted once
+    peak_worker_uss_bytes: dict[int, float] = field(default_factory=dict)
+    peak_compile_worker_bytes: float | None = None  # Inductor's compile workers together (PSS; RSS where no PSS)
     # The harness's own cost: CPU time of this (parent) process, every thread, over the window as the parent saw
     # it open and close, in % of one CPU. Empty when the parent did not see both edges.
     parent_cpu_pct: float | None = None
@@ -47,7 +58,7 @@ class Sampler:
         self.other_gpus: list[GpuHandle] = []  # the other ranks' GPUs of a multi-device run, sampled alike
         self._nvml = nvml  # the pynvml module (injectable for tests); imported on first use
         self._dead: set[str] = set()
-        self._gpm: list[Gpm] = []  # one per GPU of the run (every rank's), between the window's edges
+        self._host_samples = 0
         self._parent_clock: tuple[float, float] | None = None  # (CPU s, wall s) of this process at the window's open
         try:
             self._proc = psutil.Process(pid)
@@ -71,24 +82,13 @@ class Sampler:
                 self._give_up(name, "not reported by NVML for a MIG instance")
 
     def window_opened(self) -> None:
-        """The measured window has opened (as the parent sees it): GPU samples from now on, GPM's first sample."""
+        """The measured window has opened (as the parent sees it): GPU samples from now on."""
         self.measuring = True
         self._parent_clock = (time.process_time(), time.monotonic())
-        if self.gpu is None or "gpu_sm_active_pct" in self._dead or not self._load_nvml():
-            return
-        self._gpm = []
-        try:
-            for gpu in [self.gpu, *self.other_gpus]:
-                self._gpm.append(Gpm(self._nvml, gpu.handle))
-        except Exception as exc:
-            for gpm in self._gpm:
-                gpm.discard()
-            self._gpm = []
-            self._give_up("gpu_sm_active_pct", f"SM activity (GPM) unreadable ({type(exc).__name__}: {exc})")
 
     def window_closed(self) -> None:
-        """The measured window has closed: no more GPU samples; GPM's SM activity over the window (with several
-        GPUs, their mean, as the other GPU metrics pool)."""
+        """The measured window has closed (as the parent sees it): no more GPU samples; the parent's own CPU
+        share over the window as it saw it."""
         self.measuring = False
         if self._parent_clock is not None:
             cpu0, wall0 = self._parent_clock
@@ -96,24 +96,11 @@ class Sampler:
             if wall > 0:
                 self.samples.parent_cpu_pct = 100.0 * (time.process_time() - cpu0) / wall
             self._parent_clock = None
-        gpms, self._gpm = self._gpm, []
-        if not gpms:
-            return
-        try:
-            self.samples.gpu_sm_active_pct = sum(g.sm_active_pct() for g in gpms) / len(gpms)
-        except Exception as exc:
-            self._give_up("gpu_sm_active_pct", f"SM activity (GPM) unreadable ({type(exc).__name__}: {exc})")
 
     def window_lost(self) -> None:
-        """The child ended before the parent saw the window close: GPM's second sample would take in the child's
-        teardown, so SM activity is left empty, with a note."""
+        """The child ended before the parent saw the window close: no figure of the parent's CPU over it."""
         self.measuring = False
         self._parent_clock = None
-        if self._gpm:
-            for gpm in self._gpm:
-                gpm.discard()
-            self._gpm = []
-            self._give_up("gpu_sm_active_pct", "SM activity (GPM) not read: the window's close was not seen in time")
 
     def _load_nvml(self) -> bool:
         if self._nvml is None:
@@ -139,14 +126,21 @@ class Sampler:
                 self._note(f"sampler: {type(exc).__name__}: {exc}")
 
     def _sample_host(self) -> None:
-        rss = tree_rss(self._proc, self.ranks) if self._proc is not None else None
+        full = self._host_samples % FULL_MEMORY_EVERY == 0
+        rss = tree_rss(self._proc, self.ranks, full=full) if self._proc is not None else None
         if rss is None:
             return
-        self.samples.peak_main_rss_bytes = max(self.samples.peak_main_rss_bytes, rss.main)
-        peaks = self.samples.peak_worker_rss_bytes
-        for pid, worker in rss.workers.items():
-            peaks[pid] = max(peaks.get(pid, 0.0), worker)
-        self.samples.peak_host_rss_bytes = max(self.samples.peak_host_rss_bytes, rss.total)
+        self._host_samples += 1
+        s = self.samples
+        s.peak_main_rss_bytes = max(s.peak_main_rss_bytes, rss.main)
+        _peaks(s.peak_worker_rss_bytes, rss.workers)
+        s.peak_host_rss_bytes = max(s.peak_host_rss_bytes, rss.total)
+        _peaks(s.peak_worker_uss_bytes, rss.worker_uss)
+        s.peak_host_pss_bytes = _max(s.peak_host_pss_bytes, rss.pss)
+        compiled = rss.compile_pss if full else None
+        if full and compiled is None and rss.compile_rss:  # no PSS here: RSS, which counts shared pages each time
+            compiled = rss.compile_rss
+        s.peak_compile_worker_bytes = _max(s.peak_compile_worker_bytes, compiled or None)
 
     def _sample_gpu(self) -> None:
         if not self._load_nvml():
@@ -156,9 +150,12 @@ class Sampler:
                 if name in self._dead:
                     break
                 try:
-                    getattr(self.samples, name).append(read(self._nvml, gpu.handle))
+                    value = read(self._nvml, gpu.handle)
                 except Exception as exc:  # NVMLError_NotSupported, _GpuIsLost, ...: this metric only
                     self._give_up(name, f"{what} unreadable ({type(exc).__name__}: {exc})")
+                    continue
+                getattr(self.samples, name).append(value)
+                self.samples.gpu_sample_times.setdefault(name, []).append(time.time())
 
     def _give_up(self, name: str, why: str) -> None:
         self._dead.add(name)
@@ -171,10 +168,11 @@ class Sampler:
 
 def metrics(samples: Samples, child: dict, gpu_named: bool = False) -> dict:
     """The record's memory and GPU fields from the parent's samples, merged with what the child measured of
-    itself from the kernel (its own exact peak RSS, and its live loader workers' high-water marks at the window's
-    close): a peak is the larger of the two, never lower than either. The host peak is at least the main
-    process's peak plus its workers' (the sum of peaks bounds the peak of the sum; on a CPU, where the parent
-    takes no sample inside the window, it is the host peak)."""
+    itself from the kernel (its own exact peak RSS, its live loader workers' high-water marks at the window's
+    close; its notes on the GPU): a peak is the larger of the two, never lower than either. The host peak is at
+    least the main process's peak plus its workers' (the sum of peaks bounds the peak of the sum; on a CPU, where
+    the parent takes no sample inside the window, it is the host peak). GPU samples count only inside the window
+    the child recorded (``window_start_unix`` and ``measured_s``; all of them where it recorded none)."""
     main = max(samples.peak_main_rss_bytes, float(child.get("peak_main_rss_bytes") or 0.0))
     peaks = dict(samples.peak_worker_rss_bytes)
     kernel = {int(pid): float(peak) for pid, peak in (child.get("worker_hwm_bytes") or {}).items()}
@@ -183,28 +181,53 @@ def metrics(samples: Samples, child: dict, gpu_named: bool = False) -> dict:
     tree = main + sum(kernel.values()) if kernel else 0.0
     host = max(samples.peak_host_rss_bytes, float(child.get("peak_host_rss_bytes") or 0.0), main, tree)
     workers = sorted(peaks.values(), reverse=True)
-    notes = list(samples.notes)
-    gpu = samples.gpu_util_pct or samples.gpu_mem_used_bytes or samples.gpu_power_w or samples.gpu_sm_clock_mhz
-    if gpu_named and not gpu and not notes:
-        notes.append("no GPU sample: the measured window was shorter than measure.sample_interval_s")
+    inside = _window_filter(samples, child.get("window_start_unix"), child.get("measured_s"))
+    gpu = {name: inside(name) for name in ("gpu_util_pct", "gpu_mem_used_bytes", "gpu_power_w", "gpu_sm_clock_mhz",
+                                           "gpu_clock_reasons")}
+    notes = [n for n in str(child.get("gpu_sample_note") or "").split("; ") if n] + list(samples.notes)
+    sampled = any(gpu[name] for name in ("gpu_util_pct", "gpu_mem_used_bytes", "gpu_power_w", "gpu_sm_clock_mhz"))
+    if gpu_named and not sampled and not samples.notes:
+        notes.append("no GPU sample inside the measured window: it was shorter than measure.sample_interval_s")
     return {
         "peak_host_rss_bytes": host or None,
         "peak_main_rss_bytes": main or None,
         "peak_worker_rss_bytes": workers[0] if workers else None,
         "worker_rss_bytes": workers,
-        "gpu_util_pct": _mean(samples.gpu_util_pct),
+        "peak_host_pss_bytes": samples.peak_host_pss_bytes,
+        "worker_uss_bytes": sorted(samples.peak_worker_uss_bytes.values(), reverse=True),
+        "peak_compile_worker_bytes": samples.peak_compile_worker_bytes,
+        "gpu_util_pct": _mean(gpu["gpu_util_pct"]),
         # NVML's "used" is device-wide: every process's memory and the CUDA contexts, not only this run's tensors.
-        "gpu_mem_used_bytes": max(samples.gpu_mem_used_bytes, default=None),
-        "gpu_power_w": _mean(samples.gpu_power_w),
-        "gpu_sm_clock_mhz": _mean(samples.gpu_sm_clock_mhz),
-        "gpu_throttle_reasons": clock_reason_names(samples.gpu_clock_reasons),
-        "gpu_sm_active_pct": samples.gpu_sm_active_pct,
+        "gpu_mem_used_bytes": max(gpu["gpu_mem_used_bytes"], default=None),
+        "gpu_power_w": _mean(gpu["gpu_power_w"]),
+        "gpu_sm_clock_mhz": _mean(gpu["gpu_sm_clock_mhz"]),
+        "gpu_throttle_reasons": clock_reason_names(gpu["gpu_clock_reasons"]),
         "parent_cpu_pct": samples.parent_cpu_pct,
-        "gpu_sample_note": "; ".join(notes),
+        "gpu_sample_note": "; ".join(dict.fromkeys(notes)),
     }
+
+
+def _window_filter(samples: Samples, start: float | None, length: float | None):
+    """``inside(name)``: the metric's values sampled inside [start, start + length] (all without a window)."""
+
+    def inside(name: str) -> list[float]:
+        values = getattr(samples, name)
+        times = samples.gpu_sample_times.get(name)
+        if start is None or length is None or times is None or len(times) != len(values):
+            return list(values)
+        return [v for v, t in zip(values, times) if start <= t <= start + length]
+
+    return inside
+
+
+def _peaks(peaks: dict[int, float], now: dict[int, float]) -> None:
+    for pid, value in now.items():
+        peaks[pid] = max(peaks.get(pid, 0.0), value)
+
+
+def _max(a: float | None, b: float | None) -> float | None:
+    return b if a is None else (a if b is None else max(a, b))
 
 
 def _mean(values: list[float]) -> float | None:
     return sum(values) / len(values) if values else None
-
-

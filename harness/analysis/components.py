@@ -1,0 +1,266 @@
+"""What a change did to each part of the step, beside what it did end to end.
+
+A rung's ``x previous`` is the whole loop's; when the loop waits on its loader, a change that makes the model
+faster cannot show there. This module reads, from the records alone:
+
+* the **compute** part of a step: on a GPU the device's own step time (CUDA events, ``device_step_ms``), on a CPU
+  the host's step time minus the time blocked on the loader (``step_ms`` - ``data_wait_ms``, per step), as samples
+  per second of compute, so that a larger batch compares fairly;
+* the **data** part: the loader's throughput, which is the loop's own while the loop waits on it (a rung whose
+  loop waits on data at least :data:`DATA_PACED_WAIT` of its step) and only a lower bound once it no longer does;
+* the **validation** passes: their time per training sample (the pass's extra time over an ordinary step, spread
+  over the steps between passes).
+
+A guide's claim about one part (``component:`` in a ladder, ``claim_component`` in a record) is judged on that
+part; a claim with no figure ("minor") gets the measured effect and no verdict; a knob that cannot act in the
+situation measured gets a note instead of a verdict. Plain Python: no torch, no Hydra.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from harness.analysis import noise_model, stats
+
+# the table's rows (harness.analysis.table imports this module, so its classes are named here, not imported)
+RungRow = GroupRow = SweepTable = Any
+
+DATA_PACED_WAIT = 0.2  # a loop blocked on its loader at least this share of its step runs at the loader's pace
+DIFFERENT = 1.10  # compute and end-to-end ratios this far apart (and outside the band) get a reading line
+NOT_JUDGED = "not judged here (see note)"
+
+
+@dataclass
+class Parts:
+    """What one rung's ok runs say about the parts of their step."""
+
+    compute_ms: float | None = None  # median over runs of a step's compute part
+    compute_source: str = ""  # "device" (CUDA events) or "host" (step time minus data wait)
+    compute: noise_model.Runs | None = None  # per run: samples per second of compute
+    validation: noise_model.Runs | None = None  # per run: training samples per second of validation
+    device_step_frac: float | None = None
+    x_compute: stats.Ratio | None = None  # over the rung this one was built on
+    inert: str = ""  # why the rung's knob cannot act in this situation ("" when it can)
+
+
+def parts_of(ok) -> Parts:
+    """The parts of one rung's ok runs (a pandas frame of records)."""
+    parts = Parts(device_step_frac=_median_column(ok, "device_step_frac"))
+    values, bands, sources, ms = [], [], set(), []
+    validation = []
+    for _, run in ok.iterrows():
+        steps, source = _compute_steps(run)
+        per_step = _samples_per_step(run)
+        if steps and per_step:
+            middle = stats.median(steps)
+            if middle and middle > 0:
+                ms.append(middle)
+                values.append(1000.0 * per_step / middle)
+                sources.add(source)
+                band = stats.within_run_uncertainty(steps)
+                if band is not None:
+                    bands.append(band)
+        rate = _validation_rate(run, per_step)
+        if rate is not None:
+            validation.append(rate)
+    if values and len(sources) == 1:
+        parts.compute_ms, parts.compute_source = stats.median(ms), sources.pop()
+        parts.compute = noise_model.Runs(values, bands)
+    if validation:
+        parts.validation = noise_model.Runs(validation)
+    return parts
+
+
+def _median_column(frame, column: str) -> float | None:
+    return stats.median(frame[column]) if column in frame else None
+
+
+def _samples_per_step(run) -> float | None:
+    value = run.get("samples_per_step")
+    return None if value is None or (isinstance(value, float) and math.isnan(value)) else float(value)
+
+
+def _compute_steps(run) -> tuple[list[float], str]:
+    """A run's per-step compute times: the device's own on CUDA, else the host's step minus its data wait."""
+    device = _floats(run.get("device_step_ms"))
+    if run.get("device") == "cuda" and device:
+        return device, "device"
+    steps, waits = _floats(run.get("step_ms")), _floats(run.get("data_wait_ms"))
+    if steps and len(steps) == len(waits):
+        return [max(s - w, 0.0) for s, w in zip(steps, waits)], "host"
+    return [], ""
+
+
+def _floats(values) -> list[float]:
+    if values is None or (isinstance(values, float) and math.isnan(values)):
+        return []
+    return [float(v) for v in values]
+
+
+def _validation_rate(run, per_step: float | None) -> float | None:
+    """Training samples per millisecond of validation: the passes inside the measured window (steps after which
+    ``val.every_n_steps`` runs one) cost their extra time over an ordinary step, once every N steps."""
+    try:
+        every = int((json.loads(run.get("config_json") or "{}").get("val") or {}).get("every_n_steps") or 0)
+    except (TypeError, ValueError):
+        return None
+    steps, warmup = _floats(run.get("step_ms")), run.get("warmup_steps")
+    if not every or not steps or not per_step or warmup is None or math.isnan(float(warmup)):
+        return None
+    first = int(warmup)
+    passes = [t for i, t in enumerate(steps) if (first + i + 1) % every == 0]
+    others = [t for i, t in enumerate(steps) if (first + i + 1) % every != 0]
+    if not passes or not others:
+        return None
+    extra_ms = stats.median(passes) - stats.median(others)
+    return per_step * every / extra_ms if extra_ms > 0 else None
+
+
+# ------------------------------------------------------------------------------------------
+# the table's side: ratios, verdicts on component and word claims, notes, readings
+
+
+def judge(table: SweepTable, records) -> None:
+    """Fill the compute ratios, re-judge the claims that are about one part or carry no figure, note the knobs that
+    cannot act here, and add the reading lines (``table.readings``). Runs after the table's own verdicts."""
+    rows = {r.rung: r for r in table.rows}
+    for row in table.rows:
+        before = rows.get(row.built_on) if row.built_on is not None else None
+        parts, old = row.parts, before.parts if before is not None else None
+        if parts is not None and old is not None and parts.compute and old.compute:
+            # the end-to-end calibration is of host-side noise; the compute part's band is its runs' own
+            parts.x_compute = noise_model.ratio(parts.compute, old.compute)
+        if parts is not None:
+            parts.inert = inert_reason(row.change, records[records["rung"] == row.rung])
+        _judge_row(row, before)
+    for group in table.groups:
+        _judge_group(group, table.rows)
+    table.readings = [line for line in (reading(r, rows.get(r.built_on)) for r in table.rows) if line]
+
+
+def _judge_row(row: RungRow, before: RungRow | None) -> None:
+    if row.parts is not None and row.parts.inert:
+        row.note = (row.note + "; " if row.note else "") + row.parts.inert
+        if row.claim:  # a note, not a verdict: the claim was made where the knob acts
+            row.verdict = NOT_JUDGED
+        return
+    if row.claim and row.claim_range is None and row.x_previous is not None:
+        row.verdict = measured_only(row.x_previous)
+        return
+    if not row.claim_component or row.claim_range is None:
+        return
+    row.component_measured, row.verdict = component_verdict(row.claim_component, row, before, *row.claim_range)
+
+
+def _judge_group(group: GroupRow, rows: list[RungRow]) -> None:
+    component = group.component
+    if group.claim_range is None and group.measured is not None:
+        group.verdict = measured_only(group.measured)
+        return
+    if not component or group.claim_range is None:
+        return
+    before = next((r for r in reversed(rows) if r.rung < group.first and r.runs is not None), None)
+    end = next((r for r in reversed(rows) if group.first <= r.rung <= group.last and r.runs is not None), None)
+    if before is None or end is None:
+        return
+    group.component_measured, group.verdict = component_verdict(component, end, before, *group.claim_range,
+                                                                end_to_end=group.measured)
+
+
+def measured_only(measured: stats.Ratio) -> str:
+    """The verdict cell of a claim with no figure: what was measured, and no verdict."""
+    effect = "within noise" if measured.within_noise else ("faster" if measured.value > 1 else "slower")
+    return f"no figure claimed: {measured.value:.2f}x, {effect}"
+
+
+def component_verdict(component: str, new: RungRow, old: RungRow | None, low: float, high: float,
+                      end_to_end: stats.Ratio | None = None) -> tuple[stats.Ratio | None, str]:
+    """(the part's ratio new/old, the verdict on it) for a claim about ``component``."""
+    if old is None or new.parts is None or old.parts is None:
+        return None, ""
+    if component == "compute":
+        measured = noise_model.ratio(new.parts.compute, old.parts.compute) if new.parts.compute and old.parts.compute \
+            else None
+        if measured is None:
+            return None, "not measured: no compute time in these records"
+        return measured, f"{stats.verdict(measured, low, high)} (compute {measured.value:.2f}x)"
+    if component == "validation":
+        if not new.parts.validation or not old.parts.validation:
+            return None, "not measured: no validation pass inside both measured windows"
+        measured = noise_model.ratio(new.parts.validation, old.parts.validation)
+        return measured, f"{stats.verdict(measured, low, high)} (validation {measured.value:.2f}x)"
+    return _data_verdict(new, old, low, high, end_to_end or new.x_previous)
+
+
+def _data_verdict(new: RungRow, old: RungRow, low: float, high: float,
+                  measured: stats.Ratio | None) -> tuple[stats.Ratio | None, str]:
+    """The loader's speedup: the loop's own while the loop waits on the loader before and after; a lower bound once
+    the loader outruns the model; not visible at all when the loop did not wait on it before."""
+    wait_old, wait_new = old.data_wait_frac, new.data_wait_frac
+    if measured is None or wait_old is None or wait_new is None:
+        return None, ""
+    if wait_old < DATA_PACED_WAIT:
+        return None, (f"not measurable here: the loop waited on data {wait_old:.0%} of its step before the change, "
+                      "so the loader did not set its pace")
+    verdict = stats.verdict(measured, low, high)
+    if wait_new >= DATA_PACED_WAIT:
+        return measured, f"{verdict} (data: loader {measured.value:.2f}x)"
+    if measured.low >= low:  # at least the claim, whatever the loader's own speed is now
+        return measured, f"{verdict} (data: loader at least {measured.value:.2f}x)"
+    return measured, (f"inconclusive (data: loader at least {measured.value:.2f}x; the loop now waits {wait_new:.0%}, "
+                      "the model sets the pace)")
+
+
+def inert_reason(change: str, runs) -> str:
+    """Why the rung's knob cannot act in the situation its runs measured ("" when it can)."""
+    key = change.split("=", 1)[0]
+    if not len(runs) or key not in ("log_every_n_steps", "data.non_blocking"):
+        return ""
+    first = runs.iloc[0]
+    config = json.loads(first.get("config_json") or "{}")
+    if key == "log_every_n_steps":
+        if first.get("device") != "cuda":
+            return ("log_every_n_steps cannot act on a CPU: reading the loss waits for no device queue, so less "
+                    "frequent logging saves no sync")
+        if first.get("workload") == "detr":
+            return ("log_every_n_steps cannot act on detr: its Hungarian matcher copies predictions to the host every "
+                    "step, a sync of its own, so fewer logging syncs save nothing")
+        return ""
+    if first.get("device") != "cuda":
+        return "data.non_blocking cannot act on a CPU: a batch is not copied to a device"
+    if not (config.get("data") or {}).get("pin_memory"):
+        return ("data.non_blocking cannot act without pinned memory (data.pin_memory is off): a copy from pageable "
+                "memory waits for the host as before")
+    return ""
+
+
+def reading(row: RungRow, before: RungRow | None) -> str:
+    """One line when what the change did to the compute part and what it did end to end differ ("" otherwise)."""
+    parts = row.parts
+    if parts is None or parts.x_compute is None or row.x_previous is None or parts.inert:
+        return ""
+    xc, xp = parts.x_compute.value, row.x_previous.value
+    # on the point values: the end-to-end band holds the host's noise, which the compute part does not share
+    if abs(math.log(xc / xp)) < math.log(DIFFERENT) or (parts.x_compute.within_noise and row.x_previous.within_noise):
+        return ""
+    what = "the device's step" if parts.compute_source == "device" else "the compute part (step minus data wait)"
+    if parts.x_compute.within_noise:
+        moved = f"unchanged ({xc:.2f}x)"
+    else:
+        moved = f"{xc:.2f}x faster" if xc > 1 else f"{1 / xc:.2f}x slower"
+    return f"{row.change}: {what} {moved} per sample, end to end {xp:.2f}x; {_why(row, before, parts)}."
+
+
+def _why(row: RungRow, before: RungRow | None, parts: Parts) -> str:
+    waits = [w for w in (before.data_wait_frac if before else None, row.data_wait_frac) if w is not None]
+    if waits and max(waits) >= DATA_PACED_WAIT:
+        span = f"{waits[0]:.0%}" if len(waits) == 1 else f"{waits[0]:.0%} -> {waits[-1]:.0%}"
+        if parts.x_compute.value > row.x_previous.value:
+            return f"the loop is data-bound: {span} waiting"
+        return f"the change acted on the loader: {span} waiting"
+    if parts.compute_source == "device" and parts.device_step_frac is not None and parts.device_step_frac < 0.7:
+        return f"the device is busy {parts.device_step_frac:.0%} of the window: the host sets the pace"
+    return "the rest of the step (host work, logging, validation) sets the pace"

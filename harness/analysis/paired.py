@@ -1,0 +1,214 @@
+"""The paired check of ``check --against REF``: REF's code and the working tree's, measured in the same session.
+
+Each round measures every config once with each side, back to back (ABBA / serpentine order: see
+``harness.sweeps.against``), so the two runs of a round share the machine's state of that moment: what
+the machine does between days, or for a few minutes, moves both sides alike and cancels in their ratio.
+The unit is therefore the round: one log ratio work/REF per round, their mean and standard error, Student's
+t on rounds - 1 degrees of freedom. ``harness.analysis.gate`` turns those into the verdict (one-sided
+against the threshold, Holm over the configs, the band shown at the level tested).
+
+A config with a busy run on either side (``harness.analysis.busy``) gets no verdict: the check exits 2 and
+names it. A config the working tree now fails on (where REF ran ok) regressed, whatever its speed.
+No torch, no Hydra.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from harness.analysis import gate
+from harness.analysis.busy import busy_reason
+from harness.analysis.check import Thresholds
+
+REF, WORK = "ref", "work"
+SIDES = (REF, WORK)
+STATUSES = ("regressed", "warned", "improved", "unchanged", "inconclusive", "busy", "failed", "skipped")
+COMPARED = ("regressed", "warned", "improved", "unchanged")
+
+
+@dataclass
+class PairedRow:
+    """One config of a paired check."""
+
+    status: str
+    rung: int
+    workload: str = ""
+    ladder: str = ""
+    change: str = ""
+    config_hash: str = ""  # the working tree's
+    rounds: int = 0  # rounds with an ok run on both sides
+    ratio: float | None = None  # throughput work / REF (geometric mean of the rounds' ratios); > 1 is faster
+    lower: float | None = None  # one-sided bounds at `level`
+    upper: float | None = None
+    level: float | None = None  # the confidence Holm tested this config at
+    p_value: float | None = None  # one-sided: slower by more than the threshold
+    threshold: float = 0.0
+    ref_samples_per_s: float | None = None
+    work_samples_per_s: float | None = None
+    busy: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def name(self) -> str:
+        where = f"{self.ladder} rung {self.rung}" if self.ladder else f"config {self.rung}"
+        change = f" {self.change}" if self.change else ""
+        return f"{where}{change} [{self.workload} {self.config_hash[:10]}]"
+
+
+@dataclass
+class PairedResult:
+    """A paired check: its rows and what the output says about how it was made."""
+
+    rows: list[PairedRow]
+    check_id: str
+    sweep_id: str
+    ref: str  # as the user gave it
+    ref_commit: str
+    work_commit: str  # "-dirty" appended when the working tree had uncommitted changes
+    rounds: int
+    thresholds: Thresholds
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def family(self) -> int:
+        return sum(r.level is not None for r in self.rows)
+
+    @property
+    def busy_rows(self) -> list[PairedRow]:
+        return [r for r in self.rows if r.status == "busy"]
+
+    @property
+    def exit_code(self) -> int:
+        """2 when a config was measured on a busy machine or nothing was comparable, else 1 on a regression."""
+        if self.busy_rows or not any(r.status in COMPARED for r in self.rows):
+            return 2
+        return 1 if any(r.status == "regressed" for r in self.rows) else 0
+
+    def error(self) -> str:
+        """Why the check cannot say (exit 2), or ""."""
+        if self.busy_rows:
+            named = "; ".join(f"{r.name}: {r.busy[0]}" for r in self.busy_rows)
+            return (f"the machine was busy during {len(self.busy_rows)} config(s), so the check cannot say: "
+                    f"{named}. Stop the other work and run the same command again")
+        if self.exit_code == 2:
+            return f"nothing comparable: no config ran ok on both sides in 2 or more rounds (sweep {self.sweep_id})"
+        return ""
+
+
+def analyse(records: pd.DataFrame, thresholds: Thresholds) -> list[PairedRow]:
+    """Every config of one paired check's records (columns of the store, ``against_side`` set), decided together."""
+    rows, effects = [], []
+    for rung, group in records.groupby("rung", sort=True):
+        row, effect = _config(int(rung), group, thresholds)
+        rows.append(row)
+        effects.append(effect)
+    family = [i for i, (r, e) in enumerate(zip(rows, effects)) if e is not None and not r.status]
+    decisions = gate.decide([effects[i] for i in family], [rows[i].threshold for i in family])
+    for i, decision in zip(family, decisions):
+        _apply(rows[i], decision, len(family))
+    for row in rows:
+        if not row.status:  # fewer than two paired rounds: no spread to test with
+            row.status = "inconclusive"
+            row.notes.append(f"{row.rounds} round(s) ok on both sides; a paired test needs 2 or more (--rounds N)")
+    return rows
+
+
+def _config(rung: int, group: pd.DataFrame, thresholds: Thresholds) -> tuple[PairedRow, gate.Effect | None]:
+    """A config's row before Holm: its runs, failures and busy runs; the effect to test (None: nothing to test)."""
+    work = group[group["against_side"] == WORK]
+    first = (work if len(work) else group).iloc[0]
+    row = PairedRow(status="", rung=rung, workload=str(first["workload"] or ""), ladder=str(first["ladder"] or ""),
+                    change=str(first["change"] or ""), config_hash=str(first["config_hash"] or ""))
+    row.threshold = thresholds.get(row.workload, row.ladder)
+    row.busy = [f"{side} round {_int(r['round'])}: {reason}" for side in SIDES
+                for _, r in group[group["against_side"] == side].iterrows() if (reason := busy_reason(r))]
+    ok = {side: _ok_by_round(group[group["against_side"] == side]) for side in SIDES}
+    for side, key in ((REF, "ref_samples_per_s"), (WORK, "work_samples_per_s")):
+        if ok[side]:
+            setattr(row, key, float(np.exp(np.mean(np.log(list(ok[side].values()))))))
+    pairs = [math.log(ok[WORK][k] / ok[REF][k]) for k in sorted(set(ok[REF]) & set(ok[WORK]))]
+    row.rounds = len(pairs)
+    if pairs:
+        row.ratio = float(math.exp(np.mean(pairs)))
+    if row.busy:
+        row.status = "busy"
+        more = f"; {len(row.busy) - 1} more" if len(row.busy) > 1 else ""
+        row.notes.append(f"machine busy in {len(row.busy)} of {len(group)} runs, no verdict ({row.busy[0]}{more})")
+        return row, None
+    if _failures(row, group, ok):
+        return row, None
+    return row, round_effect(pairs)
+
+
+def round_effect(log_ratios: list[float]) -> gate.Effect | None:
+    """The effect of one config from its rounds' log ratios work/REF: their mean, its standard error, rounds - 1
+    degrees of freedom (None with fewer than two rounds: no spread to test with)."""
+    if len(log_ratios) < 2:
+        return None
+    sd = float(np.std(log_ratios, ddof=1))
+    return gate.Effect(float(np.mean(log_ratios)), sd / math.sqrt(len(log_ratios)), len(log_ratios) - 1)
+
+
+def _failures(row: PairedRow, group: pd.DataFrame, ok: dict[str, dict[int, float]]) -> bool:
+    """Set the status of a config that failed on a side; True when it did (no throughput verdict then)."""
+    failed = {side: group[(group["against_side"] == side) & (group["status"] != "ok")] for side in SIDES}
+    if not len(failed[REF]) and not len(failed[WORK]):
+        return False
+    if set(group["status"]) == {"skipped"}:
+        row.status = "skipped"
+        row.notes.append(f"skipped on both sides: {_first_error(group)}")
+    elif len(failed[WORK]) and ok[REF]:
+        row.status = "regressed"
+        rounds = len(group[group["against_side"] == WORK])
+        row.notes.append(f"the working tree now gets {_statuses(failed[WORK])} in {len(failed[WORK])} of {rounds} "
+                         f"rounds (REF ran ok): {_first_error(failed[WORK])}")
+    elif ok[WORK] and not ok[REF]:
+        row.status = "improved"
+        row.notes.append(f"REF got {_statuses(failed[REF])}; the working tree runs ok")
+    elif not ok[WORK] and not ok[REF]:
+        row.status = "failed"
+        row.notes.append(f"failed on both sides ({_statuses(group)}): {_first_error(group)}")
+    else:  # REF failed in some rounds, the working tree never: the ok rounds still pair
+        row.notes.append(f"REF got {_statuses(failed[REF])} in {len(failed[REF])} round(s)")
+        return False
+    return True
+
+
+def _apply(row: PairedRow, decision: gate.Decision, family: int) -> None:
+    row.ratio, row.p_value, row.level = decision.ratio, decision.p_value, decision.level
+    if decision.has_band:
+        row.lower, row.upper = decision.lower, decision.upper
+    row.status = gate.status(decision, row.threshold)
+    if row.status == "regressed":
+        row.notes.append(f"throughput {decision.ratio - 1:+.1%}, at most {decision.upper - 1:+.1%} at "
+                         f"{decision.level:.1%} one-sided: beyond the -{row.threshold:.0%} threshold "
+                         f"(Holm over {family})")
+    elif row.status == "warned":
+        row.notes.append(f"throughput {decision.ratio - 1:+.1%}, but the band reaches {decision.upper:.3f}: "
+                         "not clearly beyond the threshold; more rounds (--rounds N) narrow it")
+
+
+def _ok_by_round(side: pd.DataFrame) -> dict[int, float]:
+    ok = side[(side["status"] == "ok") & (side["samples_per_s"].fillna(0) > 0)]
+    return {int(r): float(v) for r, v in zip(ok["round"].fillna(0), ok["samples_per_s"])}
+
+
+def _statuses(frame: pd.DataFrame) -> str:
+    return ", ".join(dict.fromkeys(str(s) for s in frame["status"] if s != "ok"))
+
+
+def _first_error(frame: pd.DataFrame) -> str:
+    """The first run's error, by its last line (a traceback ends with the exception)."""
+    for error in frame["error"].fillna(""):
+        lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+        if lines:
+            return lines[-1][:200]
+    return "no message"
+
+
+def _int(value) -> str:
+    return "?" if value is None or pd.isna(value) else str(int(value))

@@ -1,0 +1,211 @@
+"""Measuring ``check --against REF``: every config with REF's code and the working tree's, interleaved.
+
+Order: rounds outermost; within a round the configs in serpentine order (forward, then backward the next
+round) and the two sides of a config back to back, REF first or the working tree first by turns (ABBA), so a
+drift of the machine falls on both sides alike and neither side always runs second. Each run is a fresh
+``python -m harness run <the config's overrides> results_dir=<side folder>`` with the same interpreter and
+environment, its current folder and ``PYTHONPATH`` in that side's tree, so the child imports the measured
+code (the user's model, or this repository's harness and models) from its own side. The child's record
+is copied into the check's store (``<results>/checks``) with the sweep's labels and ``against_side`` /
+``against_commit``; the side folders under ``<results>/.against/runs/<check id>`` keep the originals and
+each run's log.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import signal
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from harness.store import RunRecord, load_records, load_runs, store_record
+from harness.sweeps.replay import Replay, hydra_value
+from harness.sweeps.worktree import Tree, against_dir
+
+REF, WORK = "ref", "work"
+STOP_WAIT_S = 60  # how long an interrupted run gets to stop its measuring process and store nothing half-done
+
+
+@dataclass(frozen=True)
+class Turn:
+    """One run of the check: a config, a round, a side."""
+
+    replay: Replay
+    round_: int
+    side: str
+
+
+@dataclass
+class AgainstPlan:
+    """Everything one check measures, decided before the first run."""
+
+    check_id: str
+    trees: dict[str, Tree]  # REF and WORK
+    subfolder: Path  # where the command ran, relative to the repository's top: each side's run starts there
+    replays: list[Replay]
+    rounds: int
+    checks_store: Path  # <results>/checks
+    scratch: Path  # <results>/.against/runs/<check id>
+    extra_search: list[str] = field(default_factory=list)  # file:// URIs of config folders the check wrote
+    sweep_id: str = ""  # the sweep whose configs are measured again
+
+    def cwd(self, side: str) -> Path:
+        """Where the side's runs start: the same subfolder of its tree as the command's (the top if REF lacks it)."""
+        folder = self.trees[side].root / self.subfolder
+        return folder if folder.is_dir() else self.trees[side].root
+
+
+def plan_scratch(results_dir: Path, check_id: str) -> Path:
+    return against_dir(results_dir) / "runs" / check_id
+
+
+def turns(replays: list[Replay], rounds: int) -> list[Turn]:
+    """Every run of the check in the order it runs (the module docstring says why)."""
+    out = []
+    for round_ in range(rounds):
+        configs = replays if round_ % 2 == 0 else list(reversed(replays))
+        for i, replay in enumerate(configs):
+            sides = (REF, WORK) if (round_ + i) % 2 == 0 else (WORK, REF)
+            out += [Turn(replay, round_, side) for side in sides]
+    return out
+
+
+def write_workload_files(plan: AgainstPlan) -> None:
+    """The workloads that are not shipped, as files of a config folder of the check's own (see ``replay``)."""
+    folder = plan.scratch / "conf" / "workload"
+    for replay in plan.replays:
+        if replay.workload_file:
+            folder.mkdir(parents=True, exist_ok=True)
+            (folder / f"{replay.workload_file}.yaml").write_text(replay.workload_yaml)
+    if folder.is_dir():
+        plan.extra_search = [folder.parent.resolve().as_uri()]
+
+
+def command(plan: AgainstPlan, turn: Turn) -> list[str]:
+    """The child's command line: ``python -m harness run`` with the config's overrides and the side's folder."""
+    overrides = with_search_path(list(turn.replay.overrides), plan.extra_search)
+    folder = (plan.scratch / turn.side).resolve()
+    return [sys.executable, "-m", "harness", "run", *overrides, f"results_dir={hydra_value(str(folder))}"]
+
+
+def with_search_path(overrides: list[str], uris: list[str]) -> list[str]:
+    """``overrides`` with ``uris`` added to Hydra's config search path (after any the user gave)."""
+    if not uris:
+        return overrides
+    for i, override in enumerate(overrides):
+        if override.lstrip("+").startswith("hydra.searchpath="):
+            head, _, listed = override.partition("=")
+            inner = listed.strip().removeprefix("[").removesuffix("]").strip()
+            return overrides[:i] + [f"{head}=[{','.join(([inner] if inner else []) + uris)}]"] + overrides[i + 1:]
+    return overrides + [f"hydra.searchpath=[{','.join(uris)}]"]
+
+
+def child_env(plan: AgainstPlan, side: str) -> dict[str, str]:
+    """This process's environment, with ``PYTHONPATH`` leading to the side's tree; entries inside the other side's
+    tree are dropped so that one side never imports the other's code."""
+    env = dict(os.environ)
+    other = plan.trees[WORK if side == REF else REF].root.resolve()
+    mine = plan.trees[side].root.resolve()
+    kept = [p for p in env.get("PYTHONPATH", "").split(os.pathsep)
+            if p and not (_inside(Path(p), other) and not _inside(Path(p), mine))]
+    env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys([str(plan.cwd(side)), str(mine)] + kept))
+    return env
+
+
+def _inside(path: Path, root: Path) -> bool:
+    try:
+        path.resolve().relative_to(root)
+        return True
+    except ValueError:
+        return False
+
+
+class RunFailed(RuntimeError):
+    """A child that ended without storing a record (bad settings for that side's code, a crash of the harness)."""
+
+
+def run_turn(plan: AgainstPlan, turn: Turn, live: list) -> RunRecord:
+    """Measure one turn in a fresh process; its record, labelled and stored in the check's store."""
+    folder = plan.scratch / turn.side
+    logs = folder / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    log_path = logs / f"round{turn.round_}-rung{turn.replay.rung}.log"
+    before = _run_ids(folder)
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(command(plan, turn), cwd=plan.cwd(turn.side), env=child_env(plan, turn.side),
+                                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                start_new_session=True)
+        live.append(proc)
+        try:
+            code = proc.wait()
+        finally:
+            live.remove(proc)
+    new = [r for r in load_records(folder) if r.run_id not in before]
+    if not new:
+        tail = log_path.read_text(errors="replace").strip().splitlines()[-3:]
+        raise RunFailed(f"the {side_name(turn.side)} run of rung {turn.replay.rung} exited {code} without a record: "
+                        + " / ".join(line.strip() for line in tail) + f" (log: {log_path})")
+    record = label(new[0], plan, turn)
+    store_record(record, plan.checks_store)
+    tree = plan.trees[turn.side]
+    if (tree.root / "harness" / "__init__.py").is_file() and record.git_commit not in ("", tree.commit):
+        raise RunFailed(f"the {side_name(turn.side)} run imported the harness of commit {record.git_commit[:12]}, "
+                        f"not its own tree's ({tree.commit[:12]} in {tree.root}): an installed copy shadows it; "
+                        "run from the repository's top folder")
+    return record
+
+
+def label(record: RunRecord, plan: AgainstPlan, turn: Turn) -> RunRecord:
+    """The child's record with the check's labels: the sweep's place of the config, the round, the side, its commit."""
+    return dataclasses.replace(record, sweep_id=plan.check_id, campaign_id="", ladder=turn.replay.ladder,
+                               rung=turn.replay.rung, change=turn.replay.change, round=turn.round_,
+                               against_side=turn.side, against_commit=plan.trees[turn.side].label)
+
+
+def _run_ids(folder: Path) -> set[str]:
+    if not folder.is_dir():
+        return set()
+    return set(load_runs(folder, columns=["run_id"])["run_id"])
+
+
+def side_name(side: str) -> str:
+    return "REF" if side == REF else "working tree"
+
+
+def measure(plan: AgainstPlan, show: Callable[[int, int, Turn, RunRecord | None], None]) -> None:
+    """Run every turn in order; ``show(i, n, turn, record)`` before (record None) and after each run. An interrupt
+    stops the running child (it stores nothing half-measured) and propagates."""
+    write_workload_files(plan)
+    order = turns(plan.replays, plan.rounds)
+    live: list[subprocess.Popen] = []
+    previous = signal.signal(signal.SIGTERM, _raise_interrupt)
+    try:
+        for i, turn in enumerate(order, 1):
+            show(i, len(order), turn, None)
+            show(i, len(order), turn, run_turn(plan, turn, live))
+    except BaseException:
+        for proc in list(live):
+            _stop(proc)
+        raise
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _raise_interrupt(signum, frame):
+    raise KeyboardInterrupt
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    """Ask a running ``harness run`` to stop (it stops its measuring process itself), then make sure it did."""
+    try:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=STOP_WAIT_S)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    except ProcessLookupError:
+        pass

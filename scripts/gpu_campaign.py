@@ -1,0 +1,450 @@
+"""The GPU campaign's driver behind scripts/gpu_measure.sh (read its header for the commands).
+
+On the GPU machine a part's runs write to a scratch folder outside $OUT (records, and the datasets the runs
+read: a NIfTI dataset alone is ~130 MB, and a slot returns files of at most 16 MiB); the part's new records, its
+log, table and stamp (what was measured, when, at which code fingerprint and commit) are packed into
+$OUT/PART.tar.gz, which is checked against the 16 MiB before the part ends. Every part's store is seeded with the
+records already committed under results/<gpu>/runs/, so a ladder split over parts (or slots) builds each rung on
+the last one that ran ok and reuses what is measured, as one sweep would. A command stops its part at
+STOP_AFTER_S (550 s) whatever happens, so that what was measured is packed within the machine's 10 minutes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tarfile
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from scripts import gpu_parts, gpu_plan  # noqa: E402
+
+RETURN_LIMIT_BYTES = 16 * 2**20  # the largest file a slot brings back
+STOP_AFTER_S = 550  # after the command began (its wheel install included)
+LOG_TAIL_BYTES = 2**20  # what is kept of a log that makes the tarball too big
+SCRATCH = "/tmp/harness-gpu"
+JOURNAL = "journal.jsonl"  # in SCRATCH: the stamps of the parts this machine ran, for `next` before `record`
+
+
+@dataclass
+class Context:
+    """Where a command's parts run and write."""
+
+    py: str
+    out: Path
+    scratch: Path
+    gpu: str
+    dry: bool = False
+    results_from: str = ""
+    started: float = 0.0
+    timeout_s: int = 0  # each run's limit instead of the part's (a slower machine than the GPU's)
+
+    @property
+    def results(self) -> Path:  # one store for every part of the command (and of the slot, while the machine lives)
+        return self.scratch / "results"
+
+    def pack(self, part: gpu_parts.Part) -> Path:
+        return self.scratch / "pack" / part.name
+
+
+def command_age_s(cap_s: float = 120.0) -> float:
+    """How long ago the GPU machine's command began, so that its wheel install counts against its 10 minutes: the
+    age of this process (a shell that exec'd it keeps its start) or of its parent shell, whichever is older, each
+    ignored above ``cap_s`` (an interactive shell, or the machine's own agent); 0 when /proc cannot tell."""
+    try:
+        uptime = float(Path("/proc/uptime").read_text().split()[0])
+        ages = []
+        for pid in (os.getpid(), os.getppid()):
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            ages.append(uptime - int(fields[19]) / os.sysconf("SC_CLK_TCK"))  # field 22: start, in ticks after boot
+    except (OSError, ValueError, IndexError):
+        return 0.0
+    return max([a for a in ages if 0 <= a <= cap_s] or [0.0])
+
+
+def gpu_key() -> tuple[str, str]:
+    """("h100", "NVIDIA H100 80GB HBM3"): $GPU, or the first GPU nvidia-smi names ("cpu" when there is none)."""
+    name = ""
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
+                             text=True, timeout=30)
+        name = out.stdout.strip().splitlines()[0] if out.returncode == 0 and out.stdout.strip() else ""
+    except (OSError, subprocess.SubprocessError):
+        pass
+    if os.environ.get("GPU"):
+        return os.environ["GPU"], name
+    for kind in ("H100", "H200", "A100", "L40S", "A10G", "B200"):
+        if kind in name.upper():
+            return kind.lower(), name
+    return ("".join(c for c in name.lower() if c.isalnum()) or "cpu"), name
+
+
+def commands(part: gpu_parts.Part, ctx: Context) -> list[list[str]]:
+    """The measuring commands of ``part``, as they run (from the repository root)."""
+    py, results, timeout = ctx.py, f"results_dir={ctx.results}", f"timeout_s={ctx.timeout_s or part.timeout_s}"
+    if part.kind == "ladder":
+        rungs = f"{part.rungs[0]}-{part.rungs[-1]}" if len(part.rungs) > 1 else str(part.rungs[0])
+        return [[py, "scripts/gpu_part.py", "ladder", part.ladder, rungs, str(part.rounds[0]),
+                 gpu_parts.sweep_id(part, ctx.gpu), results, timeout, *part.args]]
+    if part.kind in ("noise", "diagnose"):
+        return [[py, "-m", "harness", part.kind, *part.args, timeout, results]]
+    if part.kind == "run":
+        return [[py, "-m", "harness", "run", *part.args, f"precision={p}", "size=full", timeout, results]
+                for p in ("32", "bf16-mixed")]
+    if part.kind == "tests":
+        return [[py, "-m", "pytest", *part.args, "-q", "-p", "no:cacheprovider",
+                 f"--junitxml={ctx.pack(part)}/{part.name}.xml", "tests/test_gpu.py"]]
+    return [[py, "-c", "import torch, sys; print(sys.version); print(torch.__version__, torch.version.cuda, "
+             "torch.cuda.is_available() and torch.cuda.get_device_name(0))"], ["nvidia-smi"]]
+
+
+def after(part: gpu_parts.Part, ctx: Context) -> list[list[str]]:
+    """The check and the table of a part that writes records."""
+    if part.kind in ("tests", "env"):
+        return []
+    check = [ctx.py, "scripts/gpu_part.py", "check", str(ctx.results), f"{ctx.pack(part)}/before.txt"]
+    if part.kind == "run":
+        return [check]
+    sweep = gpu_parts.sweep_id(part, ctx.gpu) if part.kind == "ladder" else "latest"
+    return [check, [ctx.py, "-m", "harness", "table", "--results", str(ctx.results), "--sweep", sweep]]
+
+
+def tar_command(part: gpu_parts.Part, ctx: Context) -> list[str]:
+    return ["tar", "-czf", f"{ctx.out}/{part.name}.tar.gz", "-C", str(ctx.pack(part)), "."]
+
+
+def show(argv: list[str], to: str = "") -> str:
+    """A command as a shell would take it ($OUT, in a dry run without it, left for the shell to fill in)."""
+    import shlex
+
+    def quote(arg: str) -> str:
+        return f'"$OUT"{shlex.quote(arg[4:])}' if arg.startswith("$OUT/") else shlex.quote(arg)
+
+    return "+ " + " ".join(quote(a) for a in argv) + (f" > {quote(to)}" if to else "")
+
+
+def dry_run(part: gpu_parts.Part, ctx: Context) -> list[str]:
+    """What running ``part`` does, one line a step; the measuring and packing steps as commands that run as shown."""
+    seed = REPO / "results" / ctx.gpu / "runs"
+    steps = after(part, ctx)
+    lines = [f"# {part.name}: {part.what} (estimate {part.estimate_s} s, {part.runs} run(s)"
+             + (f", each stopped at {part.timeout_s} s)" if part.timeout_s else ")")]
+    lines += [f"# seed {ctx.results}/runs/ with the records under {seed.relative_to(REPO)}/"
+              + (f" and {ctx.results_from}" if ctx.results_from else "")] if steps else []
+    lines += [show(c) for c in commands(part, ctx)]
+    lines += [show(c, f"{ctx.pack(part)}/table.md" if c[2:4] == ["harness", "table"] else "") for c in steps]
+    lines += [f"# new records -> {ctx.pack(part)}/results/runs/, stamp -> {ctx.pack(part)}/stamp.json" if steps
+              else f"# stamp -> {ctx.pack(part)}/stamp.json", show(tar_command(part, ctx)),
+              f"# ({part.name}.tar.gz is checked against the {RETURN_LIMIT_BYTES // 2**20} MiB a slot returns)"]
+    return lines
+
+
+# ------------------------------------------------------------------------------------------
+# running parts
+
+
+def run_parts(parts: list[gpu_parts.Part], ctx: Context) -> int:
+    """Run the parts in order while each still fits the command by estimate (the first always runs); 0 when every
+    part that ran ended ok."""
+    status, left = 0, []
+    for part in parts:
+        elapsed = time.monotonic() - ctx.started
+        if left or (part is not parts[0] and elapsed + part.estimate_s > gpu_parts.BATCH_BUDGET_S):
+            left.append(part.name)
+            continue
+        if elapsed >= STOP_AFTER_S:
+            left.append(part.name)
+            continue
+        status |= run_part(part, ctx)
+    if left:
+        print(f"not started, to fit this command: {' '.join(left)} (run them in the next: "
+              f"bash scripts/gpu_measure.sh batch {' '.join(left)})")
+    return status
+
+
+def run_part(part: gpu_parts.Part, ctx: Context) -> int:
+    """Run one part, check it, pack it into OUT/PART.tar.gz; 0 when it ended ok."""
+    from harness.run.env import code_fingerprint, git_state
+
+    pack = ctx.pack(part)
+    shutil.rmtree(pack, ignore_errors=True)
+    (pack / "results" / "runs").mkdir(parents=True)
+    (ctx.results / "runs").mkdir(parents=True, exist_ok=True)
+    try:
+        seeded = seed(ctx) if after(part, ctx) else 0
+    except (OSError, tarfile.TarError) as exc:
+        print(f"could not seed the store from {ctx.results_from or 'results/' + ctx.gpu}: {exc}", file=sys.stderr)
+        seeded = -1
+    before = {p.name for p in (ctx.results / "runs").glob("*.parquet")}
+    (pack / "before.txt").write_text("\n".join(sorted(before)) + "\n")
+    commit, dirty = git_state(REPO)
+    stamp = {"part": part.name, "gpu": ctx.gpu, "gpu_name": gpu_key()[1], "started": gpu_plan.now(),
+             "code_fingerprint": code_fingerprint(), "path_fingerprint": gpu_parts.path_fingerprint(part),
+             "commit": os.environ.get("GIT_COMMIT") or commit, "dirty": dirty, "estimate_s": part.estimate_s,
+             "commands": [show(c)[2:] for c in commands(part, ctx)], "seeded_records": seeded}
+    t0 = time.monotonic()
+    with open(pack / f"{part.name}.log", "ab") as log:
+        _say(log, f"# {part.name}: {part.what} (estimate {part.estimate_s} s)\n")
+        codes = [_execute(c, log, ctx.started + STOP_AFTER_S) for c in commands(part, ctx)]
+        cut = None in codes
+        for c in [] if cut else after(part, ctx):  # the check counts; the table (c[2:4]) only shows
+            table = c[2:4] == ["harness", "table"]
+            code = _execute(c, log, ctx.started + STOP_AFTER_S + 30, pack / "table.md" if table else None)
+            codes += [] if table else [1 if code is None else code]
+    new = sorted(p for p in (ctx.results / "runs").glob("*.parquet") if p.name not in before)
+    for path in new:
+        shutil.copy2(path, pack / "results" / "runs" / path.name)
+    failed = [c for c in codes if c not in (0, None)]
+    stamp.update(ended=gpu_plan.now(), elapsed_s=round(time.monotonic() - t0, 1), records=[p.name for p in new],
+                 status="cut" if cut else ("failed" if failed else "ok"), sweeps=_sweeps(new),
+                 failures=_failures(pack / f"{part.name}.log"))
+    (pack / "before.txt").unlink()
+    (pack / "stamp.json").write_text(json.dumps(stamp, indent=1) + "\n")
+    with open(ctx.scratch / JOURNAL, "a") as journal:  # the next command on this machine knows it is done
+        journal.write(json.dumps(stamp) + "\n")
+    packed = pack_part(part, ctx)
+    print(f"{part.name}: {stamp['status']}, {len(new)} new records, {stamp['elapsed_s']:.0f} s "
+          f"(estimate {part.estimate_s} s)" + ("" if packed else "; NOT PACKED"), flush=True)
+    return 0 if stamp["status"] == "ok" and packed else 1
+
+
+def seed(ctx: Context) -> int:
+    """Copy the records this GPU kind already has (results/<gpu>/runs/, and RESULTS_FROM) into the scratch store."""
+    sources = [REPO / "results" / ctx.gpu / "runs"]
+    if ctx.results_from:
+        src = Path(ctx.results_from)
+        if src.is_file():
+            unpacked = ctx.scratch / "from"
+            shutil.rmtree(unpacked, ignore_errors=True)
+            with tarfile.open(src) as tar:
+                tar.extractall(unpacked, filter="data")
+            src = unpacked / "results"
+        sources.append(src / "runs")
+    copied = 0
+    for folder in sources:
+        for path in folder.glob("*.parquet"):
+            target = ctx.results / "runs" / path.name
+            if not target.exists():
+                shutil.copy2(path, target)
+                copied += 1
+    return copied
+
+
+def _execute(argv: list[str], log, deadline: float, stdout_to: Path | None = None) -> int | None:
+    """Run a command from the repository root, its output into the log and this terminal (or ``stdout_to``);
+    its exit code, or None when it was stopped at ``deadline`` (SIGTERM to its process group, SIGKILL 20 s later)."""
+    _say(log, show(argv, str(stdout_to or "")) + "\n")
+    sink = open(stdout_to, "wb") if stdout_to else None
+    try:
+        proc = subprocess.Popen(argv, cwd=REPO, stdout=sink or subprocess.PIPE, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+    except OSError as exc:
+        _say(log, f"exit 127: could not start {argv[0]}: {exc}\n")
+        return 127
+    pump = threading.Thread(target=_pump, args=(proc.stdout, log), daemon=True) if proc.stdout else None
+    if pump:
+        pump.start()
+    try:
+        code = proc.wait(timeout=max(1.0, deadline - time.monotonic()))
+    except subprocess.TimeoutExpired:
+        _say(log, f"stopped at the command's limit ({STOP_AFTER_S} s after it began): {argv[0]} ...\n")
+        _stop(proc)
+        code = None
+    if pump:
+        pump.join(timeout=10)
+    if sink:
+        sink.close()
+    if code:
+        _say(log, f"exit {code}: {' '.join(argv)}\n")
+    return code
+
+
+def _pump(stream, log) -> None:
+    for line in iter(stream.readline, b""):
+        _say(log, line)
+
+
+def _say(log, text) -> None:
+    data = text if isinstance(text, bytes) else text.encode()
+    sys.stdout.buffer.write(data)
+    sys.stdout.flush()
+    log.write(data)
+    log.flush()
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    for sig, wait in ((signal.SIGTERM, 20), (signal.SIGKILL, 10)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(timeout=wait)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def _sweeps(paths: list[Path]) -> list[str]:
+    if not paths:
+        return []
+    from harness.store import load_parquet_files
+
+    return sorted({s for s in load_parquet_files([str(p) for p in paths])["sweep_id"].fillna("") if s})
+
+
+def _failures(log: Path) -> list[str]:
+    """The lines of the log that say what failed (for the plan)."""
+    lines = log.read_text(errors="replace").splitlines()
+    return [ln.strip()[:240] for ln in lines if "FAILS THE PART" in ln or ln.startswith(("exit ", "stopped at",
+                                                                                          "FAILED ", "ERROR "))][:10]
+
+
+# ------------------------------------------------------------------------------------------
+# the tarball
+
+
+def pack_part(part: gpu_parts.Part, ctx: Context, limit: int | None = None) -> bool:
+    """OUT/PART.tar.gz from the part's folder, checked against what a slot returns: a log that makes it too big
+    keeps only its end; if it is still too big, say which files to drop. True when it is packed and fits."""
+    limit = limit or RETURN_LIMIT_BYTES
+    folder, tarball = ctx.pack(part), ctx.out / f"{part.name}.tar.gz"
+    ctx.out.mkdir(parents=True, exist_ok=True)
+    for attempt in range(2):
+        if subprocess.run(tar_command(part, ctx)).returncode != 0:
+            print(f"could not write {tarball}", file=sys.stderr)
+            return False
+        problem = size_problem(tarball, folder, limit)
+        if not problem:
+            break
+        print(problem, file=sys.stderr)
+        if attempt or not shrink(folder):
+            return False
+    if os.environ.get("KEEP") != "1":
+        shutil.rmtree(folder, ignore_errors=True)
+    print(f"wrote {tarball} ({tarball.stat().st_size / 2**20:.2f} MiB)")
+    return True
+
+
+def size_problem(tarball: Path, folder: Path, limit: int = RETURN_LIMIT_BYTES) -> str:
+    """"" when ``tarball`` fits what a slot returns; else which files of ``folder`` make it big."""
+    size = tarball.stat().st_size
+    if size <= limit:
+        return ""
+    files = sorted((p for p in folder.rglob("*") if p.is_file()), key=lambda p: p.stat().st_size, reverse=True)
+    biggest = ", ".join(f"{p.relative_to(folder)} ({p.stat().st_size / 2**20:.1f} MiB)" for p in files[:5])
+    return (f"{tarball.name} is {size / 2**20:.1f} MiB, over the {limit / 2**20:.0f} MiB a slot returns, so it would "
+            f"not come back. Its largest files: {biggest}. Drop the biggest that are not records "
+            f"(results/runs/) from {folder} and pack again: tar -czf {tarball} -C {folder} .")
+
+
+def shrink(folder: Path) -> list[str]:
+    """Cut logs to their last MiB and drop test reports; what was cut or dropped."""
+    done = []
+    for path in sorted(folder.glob("*.log")):
+        if path.stat().st_size > LOG_TAIL_BYTES:
+            with open(path, "rb") as f:
+                f.seek(-LOG_TAIL_BYTES, os.SEEK_END)
+                tail = f.read()
+            path.write_bytes(b"[... cut to its last MiB to fit the returned tarball ...]\n" + tail)
+            done.append(f"{path.name} (cut to its last MiB)")
+    for path in sorted(folder.glob("*.xml")):
+        path.unlink()
+        done.append(f"{path.name} (dropped)")
+    if done:
+        print(f"to fit: {', '.join(done)}", file=sys.stderr)
+    return done
+
+
+# ------------------------------------------------------------------------------------------
+# the command line
+
+
+def context(dry: bool) -> Context:
+    """The command's settings from the environment; ValueError for an OUT that would take the datasets."""
+    out, scratch = os.environ.get("OUT", ""), Path(os.environ.get("SCRATCH") or SCRATCH).resolve()
+    if not out and not dry:
+        raise ValueError("no output folder: give OUT_DIR or set $OUT (what a GPU machine brings back)")
+    out_path = Path(out).resolve() if out else Path("$OUT")  # a dry run without OUT prints it as it will run
+    if out and (scratch == out_path or out_path in scratch.parents):
+        raise ValueError(f"SCRATCH={scratch} is inside OUT={out_path}: the runs' datasets and stores would be sent "
+                         "back; choose a SCRATCH outside OUT")
+    gpu = gpu_key()[0]
+    limit = os.environ.get("TIMEOUT_S", "")
+    if limit and not limit.isdigit():
+        raise ValueError(f"TIMEOUT_S={limit!r} is not valid: give whole seconds, e.g. TIMEOUT_S=600")
+    return Context(py=os.environ.get("PYTHON") or "python3", out=out_path, scratch=scratch, gpu=gpu, dry=dry,
+                   results_from=str(Path(os.environ["RESULTS_FROM"]).resolve()) if os.environ.get("RESULTS_FROM")
+                   else "", started=time.monotonic() - command_age_s(), timeout_s=int(limit or 0))
+
+
+def selected(names: list[str], ctx: Context) -> list[gpu_parts.Part]:
+    """Parts by name; ``all``: every part; ``next``: what `next` would run now on this GPU kind."""
+    if names in ([], ["all"]):
+        return list(gpu_parts.catalogue())
+    if names == ["next"]:
+        return gpu_plan.pick(gpu_plan.pending(with_journal(gpu_plan.load(ctx.gpu), ctx)))
+    return [gpu_parts.find(n) for n in names]
+
+
+def with_journal(plan: dict, ctx: Context) -> dict:
+    """The plan as it will be once what this machine already ran (a command before, same slot) is recorded."""
+    path = ctx.scratch / JOURNAL
+    for line in path.read_text().splitlines() if path.exists() else []:
+        stamp = json.loads(line)
+        if stamp.get("gpu") == plan["gpu"]:
+            plan["parts"][stamp["part"]] = gpu_plan.entry(stamp, plan["parts"].get(stamp["part"]),
+                                                          len(stamp.get("records", [])))
+    return plan
+
+
+def main(argv: list[str]) -> int:
+    what, rest = (argv[0], argv[1:]) if argv else ("", [])
+    try:
+        if what == "list":
+            for p in gpu_parts.catalogue():
+                print(f"{p.name:<40} {gpu_parts.TIER_NAMES[p.tier]:<16} {p.estimate_s:>4} s  {p.what}")
+            return 0
+        if what == "plan":
+            for gpu in rest or ["h100", "h200"]:
+                print(f"wrote {gpu_plan.save(gpu_plan.load(gpu))}/PLAN.md")
+            return 0
+        if what == "record":
+            for tarball in gpu_plan.tarballs(rest, os.environ.get("IN", ".")):
+                try:
+                    print(gpu_plan.record(tarball))
+                except (OSError, KeyError, json.JSONDecodeError, tarfile.TarError) as exc:
+                    raise ValueError(f"cannot record {tarball}: {type(exc).__name__}: {exc}") from None
+            print("now commit them: git add results/ && git commit -m 'GPU parts measured'")
+            return 0
+        if what not in ("dry-run", "run", "next") or (what == "run" and not rest):
+            raise ValueError(f"unknown command {' '.join(argv)!r}: choose list, dry-run [PART ...|all|next], "
+                             "run PART ..., next, record FOLDER|PART.tar.gz|PART ... or plan [GPU ...]")
+        dry = what == "dry-run" or os.environ.get("DRY_RUN") == "1"
+        ctx = context(dry)
+        parts = selected(rest if what in ("dry-run", "run") else ["next"], ctx)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    if what == "next" or rest == ["next"]:
+        names = " ".join(p.name for p in parts)
+        print(f"GPU {ctx.gpu}: next " + (f"{names} (~{sum(p.estimate_s for p in parts)} s by estimate)" if parts
+                                         else f"nothing pending (see results/{ctx.gpu}/PLAN.md)"), flush=True)
+    if dry:
+        for part in parts:
+            print("\n".join(dry_run(part, ctx)))
+        return 0
+    return run_parts(parts, ctx) if parts else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,334 @@
+"""The GPU campaign's parts: what each one measures, in which order, how long it should take, and its commands.
+
+A part is what one command of a lent GPU machine runs: at most 10 minutes, and only files of at most 16 MiB come
+back. Every ladder in conf/ladder/ is in parts of its own (its rungs, in order, grouped so that each group's
+estimate fits ``PART_BUDGET_S``), beside the noise calibration, the GPU test tier and a few single runs.
+
+Priority (``Part.tier``, then the order below): phase2, the noise calibration and the GPU test tier first; then
+every ladder with a guide's total claim; then the ladders of single knobs a guide claims; then two more rounds of
+phase2 and of the guide-total ladders (three runs a rung: the H100 measured a 17% run-to-run CV); then the
+harness's own ladders; then the slow GPU tests and single runs.
+
+Estimates are seconds on one H100 or H200 at full size, from a deliberately pessimistic model (``estimate_run_s``):
+a fresh process's start-up, compile, and warm-up + measured steps, each step as long as the slower of the GPU's
+work and the loader's (their sum with no loader workers), plus validation and loader restarts. The phase2 ladder
+took ~150 s on the H100; the model says ~215 s.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass, field
+from functools import lru_cache
+from math import ceil, prod
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+LADDER_DIR = REPO / "conf" / "ladder"
+
+DEVICE_GPUS = 1  # the lent machines have one GPU: rungs asking for more are recorded `skipped` at once
+DEVICE_CPUS = 16
+PART_BUDGET_S = 480  # a part of several runs; one run alone may take up to BATCH_BUDGET_S
+BATCH_BUDGET_S = 540  # what one command packs by estimate (its limit is 600 s: room for start-up and packing)
+PART_OVERHEAD_S = 30  # a part's own start, check, table and tarball
+RUN_TIMEOUT_MIN_S, RUN_TIMEOUT_CAP_S = 120, 500
+SKIP_S = 5  # a rung recorded `skipped` before any process starts
+
+TIER_FIRST, TIER_GUIDE_TOTAL, TIER_GUIDE_KNOBS, TIER_REPEATS, TIER_HARNESS, TIER_EXTRA = range(6)
+TIER_NAMES = ("first", "guide totals", "guide knobs", "more rounds", "harness ladders", "extra")
+FIRST = ("phase2", "noise", "tests")
+REPEAT_ROUNDS = (1, 2)  # with round 0: three runs a rung, each round its own parts
+
+# Settings a ladder's parts add. The A100 volume ladder's own data are synthetic in RAM; on the GPU it is measured
+# in the guide's situation (NIfTI from disk, heavy 3D augmentation, one worker) with fewer steps, as each step
+# waits seconds for data there.
+LADDER_OVERRIDES = {
+    "a100_volume": ("data.source=disk", "data.cache=none", "data.augment=heavy", "data.num_items=8",
+                    "measure.warmup_steps=2", "measure.steps=15"),
+}
+
+
+@dataclass(frozen=True)
+class Cost:
+    """A workload at its full size on one H100/H200, pessimistic: GPU seconds a sample (fp32) and loader seconds a
+    sample (one worker making it: generated, or read and decoded)."""
+
+    compute_s: float
+    item_s: float
+
+
+WORKLOAD_COST = {
+    "unet3d": Cost(0.03, 0.03),  # measured: 31-36 s a run, step 68 ms at batch 4 with one worker
+    "basic_unet3d": Cost(0.05, 0.03),
+    "mednext": Cost(0.15, 0.04),
+    "resnet50": Cost(0.002, 0.006),
+    "detr": Cost(0.025, 0.1),  # CLAHE and motion blur per item
+    "seresnet_speech": Cost(0.004, 0.01),  # a spectrogram per item
+}
+STARTUP_S = 35
+COMPILE_S = {"off": 0, "default": 120, "reduce-overhead": 180, "max-autotune": 400}
+AUGMENT_3D_S = {"flip": 0.01, "noise": 0.05, "rotate": 0.4, "elastic": 1.2}  # a sample, at full size
+DISK_READ_S = 0.15  # a NIfTI volume read and decompressed (page cache dropped)
+DATASET_ITEM_S = 1.5  # writing one NIfTI volume of a disk dataset, once per machine
+
+
+@dataclass(frozen=True)
+class Part:
+    """One command's worth of measuring. ``kind``: ladder, noise, tests, run, diagnose or env."""
+
+    name: str
+    kind: str
+    tier: int
+    what: str
+    estimate_s: int
+    runs: int = 1
+    timeout_s: int = 0  # each run's limit (0: the command's own)
+    ladder: str = ""
+    rungs: tuple[int, ...] = ()
+    rounds: tuple[int, ...] = (0,)
+    args: tuple[str, ...] = ()  # extra settings, or the pytest / harness arguments of other kinds
+    paths: tuple[str, ...] = field(default=(), compare=False)  # files whose content the measurement depends on
+
+
+# ------------------------------------------------------------------------------------------
+# time estimates
+
+
+def estimate_run_s(settings: dict, cap_workers: bool = False) -> float:
+    """Pessimistic seconds for one run of ``settings`` (flat keys, as a ladder rung's at full size) on one GPU."""
+    from harness.workload.workloads import builtin
+
+    name = settings.get("workload", "unet3d")
+    preset, cost = builtin(name).sizes["full"], WORKLOAD_COST[name]
+    workers = int(settings.get("data.num_workers") or 0)
+    if int(settings.get("devices") or 1) > DEVICE_GPUS or (cap_workers and workers > DEVICE_CPUS):
+        return SKIP_S
+    batch = int(settings.get("batch_size") or preset.batch_size)
+    steps = int(settings.get("measure.warmup_steps") or preset.warmup_steps) + \
+        int(settings.get("measure.steps") or preset.steps)
+    patch = settings.get("data.patch_size")
+    scale = prod(patch) / prod(preset.input_shape[1:]) if patch else 1.0
+    compute = cost.compute_s * batch * scale * (0.7 if str(settings.get("precision", "32")) != "32" else 1.0)
+    item = cost.item_s * scale + _augment_s(settings) + float(settings.get("data.read_latency_ms") or 0) / 1000
+    item += DISK_READ_S if settings.get("data.source") == "disk" else 0.0
+    lanes = min(workers, int(settings["cpus"])) if settings.get("cpus") else workers
+    data = item * batch / max(1, lanes)
+    step = compute + data if workers == 0 else max(compute, data)
+    every = int(settings.get("val.every_n_steps") or 0)
+    val_items = (steps // every + 1) * int(settings.get("val.steps") or 2) * batch if every else 0
+    val = val_items * (item / max(1, int(settings.get("val.num_workers") or 0)) + compute / batch / 3)
+    epoch = int(settings.get("data.epoch_steps") or preset.epoch_steps)
+    restarts = steps // epoch if workers and not settings.get("data.persistent_workers") else 0
+    return (STARTUP_S + 0.5 * workers + COMPILE_S[str(settings.get("compile", "off"))] + steps * step + val
+            + restarts * (2 + 0.3 * workers))
+
+
+def _augment_s(settings: dict) -> float:
+    """Loader seconds a sample for the 3D augmentations switched on (2D ones cost next to nothing)."""
+    preset = settings.get("data.augment", "none")
+    on = {"flip": preset in ("light", "heavy"), "noise": preset in ("light", "heavy"),
+          "rotate": preset == "heavy", "elastic": preset == "heavy"}
+    for key in on:
+        if settings.get(f"data.{key}") is not None:
+            on[key] = bool(settings[f"data.{key}"])
+    from harness.workload.workloads import builtin
+
+    if builtin(settings.get("workload", "unet3d")).spatial_dims != 3:
+        return 0.002 * any(on.values())
+    return sum(AUGMENT_3D_S[k] for k, v in on.items() if v)
+
+
+def overrides_dict(args: tuple[str, ...]) -> dict:
+    """``key=value`` settings as flat keys with YAML values, as the harness reads them."""
+    import yaml
+
+    return {k: yaml.safe_load(v) for k, _, v in (a.partition("=") for a in args)}
+
+
+def rung_estimates(ladder_name: str) -> list[float]:
+    """Each rung's estimate, with the ladder's part settings; a rung skipped here (more GPUs or workers than the
+    machine has) is not built on, as a sweep does not build on it."""
+    lad = _ladder(ladder_name)
+    extra = overrides_dict(LADDER_OVERRIDES.get(ladder_name, ()))
+    out, dropped = [], set()
+    for rung in lad.rungs:
+        est = estimate_run_s({**lad.settings(rung.index, "full", frozenset(dropped)), **extra}, lad.cap_workers_at_cpus)
+        if est == SKIP_S:
+            dropped.add(rung.index)
+        out.append(est)
+    return out
+
+
+def _dataset_s(ladder_name: str) -> float:
+    """Writing the disk dataset a ladder reads (once per machine; counted in each of its parts)."""
+    lad = _ladder(ladder_name)
+    settings = {**lad.settings(len(lad.rungs) - 1, "full"), **overrides_dict(LADDER_OVERRIDES.get(ladder_name, ()))}
+    return DATASET_ITEM_S * int(settings.get("data.num_items") or 16) if settings.get("data.source") == "disk" else 0
+
+
+@lru_cache(maxsize=None)
+def _ladder(name: str):
+    from harness.sweeps import ladder as ladder_mod
+
+    return ladder_mod.load(name)
+
+
+def ladder_names() -> list[str]:
+    """Every ladder shipped in conf/ladder/."""
+    return sorted(p.stem for p in LADDER_DIR.glob("*.yaml"))
+
+
+# ------------------------------------------------------------------------------------------
+# the parts
+
+
+def ladder_parts(name: str, round_: int = 0, tier: int | None = None) -> list[Part]:
+    """One round of a ladder's rungs in order, in as few consecutive groups as fit ``PART_BUDGET_S`` each."""
+    lad = _ladder(name)
+    estimates = rung_estimates(name)
+    overhead = PART_OVERHEAD_S + _dataset_s(name)
+    groups, total = [[]], overhead
+    for index, est in enumerate(estimates):
+        if groups[-1] and total + est > PART_BUDGET_S:
+            groups.append([])
+            total = overhead
+        groups[-1].append(index)
+        total += est
+    base = name if round_ == 0 else f"{name}-round{round_ + 1}"  # counted from 1, as people count runs
+    parts = []
+    for rungs in groups:
+        suffix = "" if len(groups) == 1 else f"-r{rungs[0]}" + (f"-{rungs[-1]}" if len(rungs) > 1 else "")
+        span = "every rung" if len(groups) == 1 else (f"rung {rungs[0]}" if len(rungs) == 1 else
+                                                      f"rungs {rungs[0]}-{rungs[-1]}") + f" of {len(lad.rungs)}"
+        worst = max(estimates[r] for r in rungs)
+        parts.append(Part(
+            name=base + suffix, kind="ladder", tier=_tier(lad) if tier is None else tier,
+            what=span + (f", round {round_ + 1}" if round_ else "") + f": {lad.description}",
+            estimate_s=ceil(overhead + sum(estimates[r] for r in rungs)), runs=len(rungs),
+            timeout_s=_timeout(worst), ladder=name, rungs=tuple(rungs), rounds=(round_,),
+            args=LADDER_OVERRIDES.get(name, ()), paths=ladder_paths(name)))
+    return parts
+
+
+def _timeout(estimate: float) -> int:
+    """A run's limit: well above its estimate, within what one command holds."""
+    return min(RUN_TIMEOUT_CAP_S, max(RUN_TIMEOUT_MIN_S, ceil(1.6 * estimate)))
+
+
+def _tier(lad) -> int:
+    if lad.name in FIRST:
+        return TIER_FIRST
+    if lad.total_claim is not None:
+        return TIER_GUIDE_TOTAL
+    return TIER_GUIDE_KNOBS if lad.guide else TIER_HARNESS
+
+
+def other_parts() -> list[Part]:
+    """The parts that are not a ladder's: noise calibration, the GPU tests, single runs, the environment."""
+    unet = estimate_run_s({"workload": "unet3d"})
+    code = tuple(measuring_files(models=True))
+    tests = code + ("tests/test_gpu.py", "tests/conftest.py")
+    parts = [
+        Part("noise", "noise", TIER_FIRST, "noise calibration: 5 identical runs of the default workload (unet3d)",
+             ceil(PART_OVERHEAD_S + 5 * unet), 5, _timeout(unet), args=("noise.runs=5",), paths=code),
+        Part("tests", "tests", TIER_FIRST, "the GPU test tier without its slow checks (12 tests, ~155 s on the H100)",
+             300, args=("-m", "gpu and not slow"), paths=tests),
+        Part("tests-slow-compile", "tests", TIER_EXTRA, "slow GPU tests: CUDA-graph compile with the step marker",
+             360, args=("-m", "gpu and slow", "-k", "not hang"), paths=tests),
+        Part("tests-slow-hang", "tests", TIER_EXTRA, "slow GPU tests: two hangs, each killed at its 60 s timeout",
+             300, args=("-m", "gpu and slow", "-k", "hang"), paths=tests),
+    ]
+    for workload in ("unet3d", "basic_unet3d", "mednext", "resnet50"):
+        runs = [estimate_run_s({"workload": workload, "precision": p}) for p in ("32", "bf16-mixed")]
+        parts.append(Part(f"runs-{workload}", "run", TIER_EXTRA, f"one {workload} run in 32 and one in bf16-mixed",
+                          ceil(PART_OVERHEAD_S + sum(runs)), 2, 240, args=(f"workload={workload}",),
+                          paths=workload_paths((workload,))))
+    diagnose = ("workload=basic_unet3d", "data=disk", "data.augment=heavy", "batch_size=1", "data.num_workers=1",
+                "data.prefetch_factor=1", "data.patch_size=[72,136,136]", "data.num_items=8",
+                "measure.warmup_steps=2", "measure.steps=12")
+    run = estimate_run_s({"workload": "basic_unet3d", **overrides_dict(diagnose[2:]), "data.source": "disk"})
+    parts.append(Part("a100-diagnose", "diagnose", TIER_EXTRA,
+                      "diagnose in the A100 guide's situation: NIfTI from disk, heavy 3D augmentation, one worker",
+                      ceil(PART_OVERHEAD_S + 8 * DATASET_ITEM_S + 3 * run), 3, 160, args=diagnose,
+                      paths=workload_paths(("basic_unet3d",)) + ("harness/commands/diagnose.py",)))
+    parts.append(Part("env", "env", TIER_EXTRA, "python, torch, CUDA and nvidia-smi", 20))
+    return parts
+
+
+@lru_cache(maxsize=None)
+def catalogue() -> tuple[Part, ...]:
+    """Every part, in priority order: by tier; in a tier the cheaper ladder first (more verdicts a slot), each
+    ladder's parts in rung order; phase2, noise and tests before anything else."""
+    parts = [p for name in ladder_names() for p in ladder_parts(name)] + other_parts()
+    parts += [p for name in ladder_names() if _ladder(name).total_claim is not None
+              for round_ in REPEAT_ROUNDS for p in ladder_parts(name, round_, TIER_REPEATS)]
+    first = {name: i for i, name in enumerate(FIRST)}
+    cost: dict[str, int] = {}
+    for p in parts:
+        cost[p.ladder or p.name] = cost.get(p.ladder or p.name, 0) + p.estimate_s
+    return tuple(sorted(parts, key=lambda p: (p.tier, first.get(p.ladder or p.name, len(first)),
+                                              cost[p.ladder or p.name], p.ladder or p.name, p.rounds, p.rungs)))
+
+
+def find(name: str) -> Part:
+    """The part ``name``; ValueError naming the parts there are."""
+    for part in catalogue():
+        if part.name == name:
+            return part
+    raise ValueError(f"unknown part {name!r}; the parts are: {' '.join(p.name for p in catalogue())}")
+
+
+# ------------------------------------------------------------------------------------------
+# what a measurement depends on
+
+
+def measuring_files(models: bool) -> list[str]:
+    """The sources the harness's code fingerprint covers (harness/run/env.py), without models/ unless asked."""
+    from harness.run import env
+
+    out = []
+    for folder in env.MEASURING_CODE:
+        if folder == "models" and not models:
+            continue
+        for path in sorted((REPO / folder).rglob("*.py")):
+            rel = path.relative_to(REPO).as_posix()
+            if not rel.startswith(env.NOT_MEASURING) or rel in env.MEASURING_ANYWAY:
+                out.append(rel)
+    return out
+
+
+def workload_paths(workloads: tuple[str, ...]) -> tuple[str, ...]:
+    """The measuring code without models/, then each workload's config and the model files it names."""
+    paths = measuring_files(models=False) + ["models/__init__.py", "conf/config.yaml"]
+    paths += sorted(f"conf/data/{p.name}" for p in (REPO / "conf" / "data").glob("*.yaml"))
+    for name in workloads:
+        text = (REPO / "conf" / "workload" / f"{name}.yaml").read_text()
+        models = {f"models/{m}.py" for m in re.findall(r"models\.(\w+)\.", text)}
+        paths += [f"conf/workload/{name}.yaml", *sorted(models)]
+    return tuple(dict.fromkeys(paths))
+
+
+def ladder_paths(name: str) -> tuple[str, ...]:
+    lad = _ladder(name)
+    workloads = [lad.workload] + [r.value_for("full") for r in lad.rungs if r.key == "workload"]
+    return workload_paths(tuple(dict.fromkeys(workloads))) + (f"conf/ladder/{name}.yaml", "scripts/gpu_part.py")
+
+
+def fingerprint(paths: tuple[str, ...], extra: str = "") -> str:
+    """A hash of the files' contents (a missing file counts as missing), and of ``extra``."""
+    digest = hashlib.sha256(extra.encode() + b"\0")
+    for rel in paths:
+        path = REPO / rel
+        digest.update(rel.encode() + b"\0" + (path.read_bytes() if path.is_file() else b"<missing>") + b"\0")
+    return digest.hexdigest()[:16]
+
+
+def path_fingerprint(part: Part) -> str:
+    """What the part's measurement depends on: its files and its extra settings. A ladder's parts share it."""
+    return fingerprint(part.paths, " ".join(part.args) if part.kind == "ladder" else "")
+
+
+def sweep_id(part: Part, gpu: str) -> str:
+    """The sweep a ladder part's records join: one per ladder, GPU and measured path, whichever part measures."""
+    return f"{part.ladder}-{gpu}-{path_fingerprint(part)[:8]}"

@@ -1,0 +1,146 @@
+"""Seeded simulations of both gates: the paired ``check --against`` and the stored-baseline ``check`` with its
+between-session term. No torch, no runs: the statistics the commands use, on simulated throughputs (seconds).
+
+What is simulated (log throughput of one run):
+    config level + session effect (sd 3%, per config and session) + machine state + run noise (CV)
+* **Run noise**: the process-to-process CV inside one session: 3% (5 rounds / runs a side), and 5% with
+  7 rounds for the paired check.
+* **Session effect**: 3% sd per config and session. The paired check measures both sides in one session,
+  so it shares it; the stored check compares two sessions, so it carries two.
+* **Machine-wide shift**: the machine 4% slower. Stored check: today against the baseline's day. Paired check:
+  from a random run of the check onward (the worst place: it falls inside some rounds).
+* **A true slowdown**: one config of four 15% slower in the working tree / today's code.
+Threshold 5%, family-wise alpha 5% (Holm), 4 configs (and 13 for the false alarms).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+
+from harness.analysis import gate, noise_model, paired, sessions
+
+THRESHOLD = 0.05
+SESSION_SD = 0.03
+SHIFT = math.log(0.96)
+SLOWDOWN = math.log(0.85)
+TRIALS = 1000
+
+
+def paired_check(rng, configs: int, rounds: int, cv: float, slow: float = 0.0) -> list[bool]:
+    """One ``check --against`` in the ABBA / serpentine order: which configs it calls regressed."""
+    level = rng.normal(0, 1, configs)
+    session = rng.normal(0, SESSION_SD, configs)  # one session: both sides share it
+    runs = 2 * configs * rounds
+    shift_from = rng.integers(0, runs)  # the machine turns 4% slower at a random run of the check
+    logs = {}
+    i = 0
+    for round_ in range(rounds):
+        order = range(configs) if round_ % 2 == 0 else reversed(range(configs))
+        for k, config in enumerate(order):
+            sides = ("ref", "work") if (round_ + k) % 2 == 0 else ("work", "ref")
+            for side in sides:
+                code = slow if (side == "work" and config == 0) else 0.0
+                machine = SHIFT if i >= shift_from else 0.0
+                logs[(config, round_, side)] = level[config] + session[config] + machine + code + rng.normal(0, cv)
+                i += 1
+    effects = [paired.round_effect([logs[(c, r, "work")] - logs[(c, r, "ref")] for r in range(rounds)])
+               for c in range(configs)]
+    return [d.regressed for d in gate.decide(effects, [THRESHOLD] * configs)]
+
+
+def stored_check(rng, configs: int, runs: int, cv: float, slow: float = 0.0, session=sessions.DEFAULT) -> list[bool]:
+    """One ``check --baseline``: the baseline's day against today's, today 4% slower machine-wide."""
+    level = rng.normal(0, 1, configs)
+    pairs = []
+    for config in range(configs):
+        base = level[config] + rng.normal(0, SESSION_SD) + rng.normal(0, cv, runs)
+        code = slow if config == 0 else 0.0
+        today = level[config] + rng.normal(0, SESSION_SD) + SHIFT + code + rng.normal(0, cv, runs)
+        pairs.append((noise_model.Runs(list(np.exp(base))), noise_model.Runs(list(np.exp(today)))))
+    decisions = sessions.decide(pairs, [THRESHOLD] * configs, noise_model.DEFAULT, session)
+    return [d.regressed for d in decisions]
+
+
+def history(rng, configs: int, sessions_each: int, runs: int, cv: float) -> pd.DataFrame:
+    """Earlier sweeps of the same code: what ``sessions.estimate`` reads from the store."""
+    rows = []
+    for config in range(configs):
+        for s in range(sessions_each):
+            level = 4.0 + config + rng.normal(0, SESSION_SD)
+            rows += [{"config_hash": f"c{config}", "env_key": "e", "sweep_id": f"s{s}", "status": "ok",
+                      "samples_per_s": float(np.exp(level + rng.normal(0, cv)))} for _ in range(runs)]
+    return pd.DataFrame(rows)
+
+
+def rate(check, trials: int = TRIALS) -> tuple[float, float]:
+    """(family-wise false alarms: any unslowed config flagged, power: config 0 flagged) over ``trials``."""
+    results = [check() for _ in range(trials)]
+    return (float(np.mean([any(r[1:]) for r in results])), float(np.mean([r[0] for r in results])))
+
+
+def test_paired_check_holds_false_alarms_with_a_session_effect_and_a_shift_mid_check():
+    rng = np.random.default_rng(11)
+    for configs in (4, 13):
+        false_alarms, _ = rate(lambda n=configs: paired_check(rng, n, rounds=5, cv=0.03) + [False])
+        assert false_alarms <= 0.05, (configs, false_alarms)
+    false_alarms, _ = rate(lambda: paired_check(rng, 4, rounds=3, cv=0.05) + [False])
+    assert false_alarms <= 0.05
+
+
+def test_paired_check_flags_a_15pct_slowdown():
+    rng = np.random.default_rng(12)
+    false_alarms, power = rate(lambda: paired_check(rng, 4, rounds=5, cv=0.03, slow=SLOWDOWN))
+    assert power >= 0.80 and false_alarms <= 0.05, (power, false_alarms)
+    _, power = rate(lambda: paired_check(rng, 4, rounds=7, cv=0.05, slow=SLOWDOWN))
+    assert power >= 0.80, power
+
+
+def test_stored_check_holds_false_alarms_with_the_default_session_term():
+    rng = np.random.default_rng(13)
+    for configs in (4, 13):
+        false_alarms, _ = rate(lambda n=configs: stored_check(rng, n, runs=5, cv=0.03) + [False])
+        assert false_alarms <= 0.05, (configs, false_alarms)
+
+
+def test_stored_check_holds_false_alarms_with_a_session_term_estimated_from_history():
+    rng = np.random.default_rng(14)
+
+    def check():
+        estimated = sessions.estimate(history(rng, configs=4, sessions_each=4, runs=3, cv=0.03))
+        assert estimated.estimated and estimated.df == 12
+        return stored_check(rng, 4, runs=5, cv=0.03, session=estimated) + [False]
+
+    false_alarms, _ = rate(check, trials=400)
+    assert false_alarms <= 0.05, false_alarms
+
+
+def test_stored_check_flags_a_15pct_slowdown_on_a_4pct_slower_day():
+    rng = np.random.default_rng(15)
+    false_alarms, power = rate(lambda: stored_check(rng, 4, runs=5, cv=0.03, slow=SLOWDOWN))
+    assert power >= 0.80 and false_alarms <= 0.05, (power, false_alarms)
+
+
+def test_stored_check_cannot_promise_it_when_the_day_does_not_help():
+    """Without the shift's help the two sessions' 4.2% sd leaves a 15% slowdown only ~2.6 sd past the 5%
+    threshold: about half the checks see it, whatever the runs. This is why ``check --against`` comes first."""
+    rng = np.random.default_rng(16)
+
+    def check():
+        level = rng.normal(0, 1, 4)
+        pairs = [(noise_model.Runs(list(np.exp(level[c] + rng.normal(0, SESSION_SD) + rng.normal(0, 0.03, 5)))),
+                  noise_model.Runs(list(np.exp(level[c] + rng.normal(0, SESSION_SD) + (SLOWDOWN if c == 0 else 0)
+                                               + rng.normal(0, 0.03, 5))))) for c in range(4)]
+        return [d.regressed for d in sessions.decide(pairs, [THRESHOLD] * 4, noise_model.DEFAULT, sessions.DEFAULT)]
+
+    _, power = rate(check)
+    assert 0.35 <= power <= 0.75, power
+
+
+def test_the_estimate_finds_the_session_sd():
+    rng = np.random.default_rng(17)
+    estimated = sessions.estimate(history(rng, configs=6, sessions_each=8, runs=3, cv=0.03))
+    assert estimated.df == 6 * 7 and estimated.sessions == 48 and estimated.configs == 6
+    assert 0.02 <= estimated.sd <= 0.04, estimated

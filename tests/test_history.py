@@ -1,0 +1,106 @@
+"""``history``: every config's sessions over commits and dates, with the checks' verdicts (a synthetic store)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from harness.analysis import history, history_page, verdicts
+from harness.commands import history as history_cmd
+from harness.store import RunRecord, write_record
+
+CPU = "Test CPU @ 3.0GHz"
+
+
+def record(results, run_id, sweep_id, sps, day, config="cfg-a", rung=0, **fields):
+    write_record(RunRecord(run_id=run_id, status=fields.pop("status", "ok"),
+                           timestamp=f"2024-06-{day:02d}T10:00:00+00:00", workload="unet3d", device="cpu",
+                           config_hash=config, sweep_id=sweep_id, ladder="phase2",
+                           rung=rung, change="precision=bf16-mixed" if rung else "", samples_per_s=sps,
+                           cpu_model=CPU, cpu_count=2, torch_version="2.4.0", git_commit=str(day) * 40,
+                           other_cpu_pct=fields.pop("other_cpu_pct", 1.0), **fields), results)
+
+
+@pytest.fixture
+def store(tmp_path):
+    """Two sweeps (days 1 and 2), a copy the cache made (day 2), one paired check (day 3) and two verdicts."""
+    for i, sps in enumerate((100.0, 102.0, 98.0)):
+        record(tmp_path, f"a{i}", "s1", sps, 1)
+        record(tmp_path, f"b{i}", "s2", sps * 0.8, 2)
+    record(tmp_path, "copy", "s2", 500.0, 2, config="cfg-b", cached_from="a0")
+    checks = verdicts.checks_dir(tmp_path)
+    for i in range(3):
+        record(checks, f"r{i}", "against-1", 80.0, 3, against_side="ref", against_commit="a" * 40)
+        record(checks, f"w{i}", "against-1", 60.0, 3, against_side="work", against_commit="b" * 40 + "-dirty",
+               other_cpu_pct=40.0 if i == 0 else 1.0)
+    verdicts.save_verdict(tmp_path, "baseline-x", {"kind": "baseline", "baseline": "results/baselines/main.parquet",
+                                                   "checked_sweep": "s2", "rows": [
+                                                       {"config_hash": "cfg-a", "hardware": f"cpu {CPU} (2 cores)",
+                                                        "status": "regressed", "ratio": 0.8, "ci_low": 0.75,
+                                                        "ci_high": 0.85}]})
+    verdicts.save_verdict(tmp_path, "against-1", {"kind": "against", "check_id": "against-1", "ref": "HEAD~1",
+                                                  "rows": [{"config_hash": "cfg-a", "status": "busy", "ratio": 0.75}]})
+    return tmp_path
+
+
+def test_points_are_sessions_with_sides_commits_and_busy_runs(store):
+    found = history.collect(str(store))
+    assert len(found.configs) == 1  # the cached copy is no measurement: cfg-b has no session
+    config = found.configs[0]
+    assert config.hardware == f"cpu {CPU} (2 cores)"
+    assert [(p.session, p.source) for p in config.points] == [("s1", "sweep"), ("s2", "sweep"),
+                                                                ("against-1", "check REF"), ("against-1", "check work")]
+    first = config.points[0]
+    assert first.samples_per_s == pytest.approx((100 * 102 * 98) ** (1 / 3)) and first.low < 100 < first.high
+    assert first.commit == "1" * 12 and first.runs == first.ok == 3
+    work = config.points[-1]
+    assert work.commit == "b" * 12 + "-dirty" and "40% of the CPUs" in work.busy
+    assert "torch 2.4.0" in work.environment and config.points[2].busy == ""
+
+
+def test_verdicts_land_on_the_sessions_they_judged(store):
+    config = history.collect(str(store)).configs[0]
+    by = {m.kind: m for m in config.marks}
+    assert by["baseline"].decision == "regressed" and by["baseline"].session == "s2"
+    assert by["baseline"].against == "main" and by["baseline"].low == 0.75
+    assert by["against"].decision == "busy" and by["against"].session == "against-1"
+    assert by["against"].against == "HEAD~1"
+
+
+def test_page_has_an_index_a_chart_per_config_and_the_verdicts(store):
+    page = history_page.page(history.collect(str(store)))
+    config = history.collect(str(store)).configs[0]
+    assert f"href='#{config.anchor}'" in page and f"id='{config.anchor}'" in page
+    assert page.count("<svg") == 1 and page.count("<circle") >= 4
+    assert "class='regressed'>regressed" in page and "class='busy'>busy" in page
+    assert "<script" not in page and "http" not in page.replace("http://www.w3.org", "")  # self-contained
+
+
+def test_command_writes_one_page_and_refuses_bad_input(store, tmp_path, capsys):
+    out = tmp_path / "site"
+    assert history_cmd.main("history", ["--results", str(store), "--out", str(out)]) == 0
+    assert (out / "index.html").is_file() and "1 config(s)" in capsys.readouterr().out
+    assert history_cmd.main("history", ["--results", str(store), "--out", str(out), "--ladder", "phase9"]) == 2
+    err = capsys.readouterr().err
+    assert "'phase9'" in err and "valid choices: phase2" in err
+    assert history_cmd.main("history", ["--results", str(tmp_path / "none"), "--out", str(out)]) == 2
+    assert history_cmd.main("history", ["--results", str(store)]) == 2  # --out is required
+
+
+def test_history_never_imports_torch_or_hydra(store, tmp_path):
+    code = ("import sys; from harness.commands import history; "
+            f"assert history.main('history', ['--results', {str(store)!r}, '--out', {str(tmp_path / 'o')!r}]) == 0; "
+            "bad = [m for m in ('torch', 'hydra') if m in sys.modules]; assert not bad, bad")
+    subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, cwd=Path(__file__).parent.parent)
+
+
+def test_refs_runs_join_the_working_trees_config(store):
+    checks = verdicts.checks_dir(store)
+    record(checks, "r9", "against-2", 70.0, 4, config="ref-hash", against_side="ref", against_commit="c" * 40)
+    record(checks, "w9", "against-2", 70.0, 4, against_side="work", against_commit="d" * 40)
+    found = history.collect(str(store))
+    assert len(found.configs) == 1
+    assert ("against-2", "check REF") in [(p.session, p.source) for p in found.configs[0].points]

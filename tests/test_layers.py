@@ -1,0 +1,219 @@
+"""The layout the README and docs/contributing.md claim, checked on the code: commands -> (climb) -> sweeps -> run ->
+workload -> config/store, each layer importing only those below it; analysis reads the store alone and never loads
+torch or Hydra; Hydra stays in commands/; models/ never import harness; no import cycle.
+
+The rules are read from every module's imports (ast, lazy imports inside functions included), so a new import that
+breaks one fails here, whichever test file covers the module. ONE subprocess runs the analysis commands and the
+climb's decisions in a fresh interpreter: imports are lazy, so only running them shows what they load.
+"""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO
+
+# The flow, edge first: a module may import its own level and those after it, never one before it.
+FLOW = [{"commands"}, {"climb"}, {"sweeps"}, {"run"}, {"workload"}, {"config", "store"}]
+LEVEL = {layer: i for i, level in enumerate(FLOW) for layer in level}
+EDGE = {"harness", "harness.__main__", "harness.cli"}  # the dispatch, above every layer
+# harness/*.py beneath every layer: they import none of the harness
+HELPERS = {"fileio", "registry", "profiles", "lifeline", "shell", "names"}
+
+# Imports that go against a rule today, each with why: (the importing package or module, the layer it imports).
+# Any other breaks the rule; an entry no longer needed is an error too (remove it), so the list only shrinks.
+EXCEPTIONS = {
+    ("harness.config", "workload"): "the settings hold the workload's spec: config resolves workload=NAME and its "
+                                    "_target_s (workloads.py, targets.py; no torch) and hashes them",
+    ("harness.analysis.table", "sweeps"): "the table reads a ladder's YAML (claims of old records, notes) with the "
+                                          "sweeps' parser; plain YAML, no torch",
+}
+
+
+def _modules(root: Path) -> dict[str, Path]:
+    """Every module of the package at ``root``, by dotted name."""
+    out = {}
+    for path in root.rglob("*.py"):
+        rel = path.relative_to(root.parent).with_suffix("")
+        out[".".join(rel.parts[:-1] if rel.name == "__init__" else rel.parts)] = path
+    return out
+
+
+def _imported(path: Path) -> set[str]:
+    """The dotted names a file imports, at any depth (``from a.b import c`` gives a.b and a.b.c)."""
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            assert node.level == 0, f"{path}: a relative import (the layout rules read absolute ones)"
+            names |= {node.module} | {f"{node.module}.{a.name}" for a in node.names}
+    return names
+
+
+HARNESS = _modules(REPO / "harness")
+
+
+def _harness_imports(module: str) -> set[str]:
+    """The harness modules ``module`` imports: each name taken to the longest module it names, its own package and
+    ancestors left out (``from harness.config import machine`` in harness.config.resolution imports
+    harness.config.machine, not harness.config)."""
+    found = set()
+    for name in _imported(HARNESS[module]):
+        while name and name not in HARNESS:
+            name = name.rpartition(".")[0]
+        if name and name != module and not module.startswith(name + "."):
+            found.add(name)
+    return found - {"harness"}
+
+
+def _layer(module: str) -> str:
+    return "edge" if module in EDGE else module.split(".")[1]
+
+
+def _third_party(module: str) -> set[str]:
+    return {name.split(".")[0] for name in _imported(HARNESS[module])} - {"harness"}
+
+
+def _broken(rule) -> tuple[list[str], set[tuple[str, str]]]:
+    """``rule(module, layer imported) -> bool`` (True: allowed) over every import: the imports that break it, and the
+    exceptions that excused one (an exception that excused none is no longer needed)."""
+    broken, used = [], set()
+    for module in sorted(HARNESS):
+        for target in sorted(_harness_imports(module)):
+            if rule(module, _layer(target)):
+                continue
+            excused = [k for k in EXCEPTIONS if k[1] == _layer(target) and (module + ".").startswith(k[0] + ".")]
+            if excused:
+                used.add(excused[0])
+            else:
+                broken.append(f"{module} imports {target}")
+    return broken, used
+
+
+def test_each_layer_of_the_flow_imports_only_the_layers_below_it():
+    def allowed(module: str, target: str) -> bool:
+        layer = _layer(module)
+        if layer in LEVEL and target in LEVEL:
+            return LEVEL[target] >= LEVEL[layer]
+        if layer in HELPERS:
+            return target in HELPERS
+        return True
+
+    broken, used = _broken(allowed)
+    assert not broken, "against the flow commands -> climb -> sweeps -> run -> workload -> config/store:\n" + \
+        "\n".join(broken)
+    expected = {k for k in EXCEPTIONS if _layer(k[0]) in LEVEL}
+    assert used == expected, f"exceptions no longer needed: {sorted(expected - used)}"
+
+
+def test_store_and_config_import_neither_run_nor_sweeps_nor_commands():
+    # the flow test holds this too; stated apart because it is what keeps the store readable without torch
+    for module in sorted(m for m in HARNESS if _layer(m) in ("store", "config")):
+        bad = {_layer(t) for t in _harness_imports(module)} & {"run", "sweeps", "climb", "commands", "analysis"}
+        assert not bad, f"{module} imports {sorted(bad)}"
+
+
+def test_analysis_reads_the_store_alone_and_imports_neither_torch_nor_hydra():
+    def allowed(module: str, target: str) -> bool:
+        return _layer(module) != "analysis" or target in {"analysis", "store"} | HELPERS
+
+    broken, used = _broken(allowed)
+    assert not broken, "analysis imports beyond the store:\n" + "\n".join(broken)
+    assert used == {k for k in EXCEPTIONS if _layer(k[0]) == "analysis"}, "an exception no longer needed"
+    for module in sorted(m for m in HARNESS if _layer(m) == "analysis"):
+        assert not _third_party(module) & {"torch", "torchvision", "monai", "hydra", "omegaconf"}, module
+
+
+def test_hydra_stays_at_the_edge_in_commands():
+    outside = sorted(m for m in HARNESS if "hydra" in _third_party(m) and _layer(m) != "commands")
+    assert outside == [], "Hydra imported outside harness/commands/"
+
+
+def test_models_never_import_harness():
+    for module, path in sorted(_modules(REPO / "models").items()):
+        assert not any(n == "harness" or n.startswith("harness.") for n in _imported(path)), module
+
+
+def test_the_harness_package_has_no_import_cycle():
+    graph = {m: _harness_imports(m) for m in HARNESS}
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+
+    def visit(module: str, path: list[str]) -> None:
+        state[module] = 1
+        for nxt in sorted(graph[module]):
+            if state.get(nxt) == 1:
+                pytest.fail("import cycle: " + " -> ".join(path[path.index(nxt):] + [module, nxt]))
+            if nxt not in state:
+                visit(nxt, path + [module])
+        state[module] = 2
+
+    for module in sorted(graph):
+        if module not in state:
+            visit(module, [])
+
+
+def test_the_rules_see_lazy_imports_inside_functions(tmp_path):
+    # the rules above are only as good as the parser: an import inside a function body counts
+    source = tmp_path / "lazy.py"
+    source.write_text("def f():\n    from harness.sweeps import ladder\n    import torch.nn\n")
+    assert _imported(source) == {"harness.sweeps", "harness.sweeps.ladder", "torch.nn"}
+
+
+# ------------------------------------------------------------------------------------------
+# what the analysis commands load when they run
+
+
+ANALYSIS_RUN = """
+import importlib, pkgutil, sys
+from pathlib import Path
+
+import harness.analysis
+from harness import cli
+
+results, out = Path(sys.argv[1]), Path(sys.argv[2])
+for info in pkgutil.iter_modules(harness.analysis.__path__):
+    importlib.import_module("harness.analysis." + info.name)
+r = str(results)
+for argv, code in [
+    (["table", "--results", r, "--sweep", "phase2-a"], 0),
+    (["table", "--results", r, "--sweep", "phase2-a", "--format", "csv"], 0),
+    (["plot", "--results", r, "--sweep", "phase2-a", "--out", str(out / "plots")], 0),
+    (["compare", "phase2-a", "phase2-b", "--results", r, "--out", str(out / "compare")], 0),
+    (["report", "--results", r, "--sweep", "phase2-a", "--out", str(out / "report.html")], 0),
+    (["baseline", "save", "base", "--results", r, "--sweep", "phase2-a"], 0),
+    (["baseline", "list", "--results", r], 0),
+    (["check", "--baseline", "base", "--results", r, "--sweep", "phase2-b"], 0),
+    (["store", "info", "--results", r], 0),
+    (["store", "verify", "--results", r], 0),
+]:
+    assert cli.main(argv) == code, argv
+
+from harness.analysis.noise_model import Noise, Runs  # the climb's decisions: no torch either
+from harness.climb import ascent, output, space
+
+assert ascent.decide(ascent.Measured("ok", Runs([2.0]), Runs([1.0])), Noise(), 0.03).outcome == ascent.ACCEPTED
+assert [a.name for a in space.space("cpu")] and output.training_note("channels_last", False, True) == ""
+loaded = sorted({m.split(".")[0] for m in sys.modules} & {"torch", "torchvision", "monai", "hydra", "omegaconf"})
+print("LOADED", loaded)
+"""
+
+
+def test_the_analysis_commands_and_the_climbs_decisions_run_without_torch_or_hydra(tmp_path):
+    from tests.test_plots import write_sweep
+
+    results = tmp_path / "results"
+    write_sweep(results, "phase2-a")
+    write_sweep(results, "phase2-b", day=2)
+    done = subprocess.run([sys.executable, "-c", textwrap.dedent(ANALYSIS_RUN), str(results), str(tmp_path)],
+                          cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    assert done.stdout.strip().splitlines()[-1] == "LOADED []"
+    assert (tmp_path / "report.html").stat().st_size > 0 and (tmp_path / "compare" / "compare.md").exists()
+    assert len(list((tmp_path / "plots").glob("*.png"))) == 4

@@ -1,0 +1,250 @@
+"""Error rates, coverage and power of the statistics on seeded simulated sweeps (no torch, seconds).
+
+Every sweep goes through the harness's own functions (``harness.analysis.statsim`` drives ``blocks``,
+``sequential``, ``checkstats`` and ``stats.verdict_codes``); only the throughputs are made up (log-normal
+process noise at the CV named, a 2% round effect).
+
+How the bounds are chosen. A branch that is exact by construction (the pooled t on a complete table,
+a calibration that holds) has a false-verdict rate of exactly 5%: its estimate from any number of trials
+lands above 5% in half of all seeds, so "<= 5%" cannot be asserted reliably. Those branches are held to
+``exact_bound(n)`` = 5% + 3 standard errors of a 5% rate over n trials (20,000 trials: 5.46%): a correct
+rule passes with probability 99.9% whatever the seed, and a rule at 6% (one too liberal by a fifth) fails
+with probability 99.7%. Branches that are conservative by design (a rung judged on its pair, a
+calibration dropped, the corrected looks of a sequential sweep, Holm) are held to plain <= 5%.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from harness.analysis import blocks, checkstats, noise_model, sequential, stats
+from harness.analysis import statsim as sim
+
+FALSE = (stats.CONFIRMS, stats.SHORT, stats.EXCEEDS, stats.REVERSES)  # a change asserted where there is none
+CLAIM = (1.1, 1.3)
+CVS = (0.02, 0.05, 0.10)
+
+
+def exact_bound(trials: int, rate: float = 0.05) -> float:
+    return rate + 3 * math.sqrt(rate * (1 - rate) / trials)
+
+
+def false_rates(codes: np.ndarray) -> np.ndarray:
+    return np.isin(codes, FALSE).mean(axis=0)
+
+
+# ------------------------------------------------------------------------------------------
+# the rung x round model, fixed rounds
+
+
+@pytest.mark.parametrize("cv", CVS)
+@pytest.mark.parametrize("rounds", [2, 3, 6])
+def test_aa_sweeps_assert_a_change_on_at_most_5_percent_of_rungs_and_the_bands_cover(cv, rounds):
+    trials = 20000
+    logs = sim.sweep_logs(np.random.default_rng([rounds, int(cv * 100)]), trials, np.zeros(4), rounds,
+                          sim.Machine(cv=cv))
+    rates = false_rates(sim.fixed_codes(logs, CLAIM))
+    assert rates.max() <= exact_bound(trials), rates
+    if rounds >= blocks.MIN_RUNS_CHECKED:  # the noisier-rung check only ever widens: conservative
+        assert rates.max() <= 0.05, rates
+    assert sim.total_covers(logs, 0.0).mean() >= 0.93
+    # the band of each rung over the previous one holds the truth (no verdict can assert a change if it does)
+    assert (1 - rates).min() >= 0.93
+
+
+def test_missing_cells_keep_the_error_rate():
+    trials = 20000
+    logs = sim.sweep_logs(np.random.default_rng(11), trials, np.zeros(4), 4, sim.Machine(cv=0.05))
+    logs[:, 1, 0] = logs[:, 3, 2] = logs[:, 2, 3] = np.nan  # runs that failed
+    rates = false_rates(sim.fixed_codes(logs, CLAIM))
+    assert rates.max() <= exact_bound(trials), rates
+    model = blocks.fit(logs)
+    assert model.residual_df == 13 - 7  # 13 cells, 4 rung + 3 round parameters
+
+
+@pytest.mark.parametrize("cv", CVS)
+def test_a_rung_taken_for_noisier_is_judged_on_its_pair_without_more_error(cv):
+    # every rung equally noisy: the check fires by chance (~19% of pairs); both branches stay <= 5%
+    trials = 20000
+    logs = sim.sweep_logs(np.random.default_rng(12), trials, np.zeros(6), 6, sim.Machine(cv=cv))
+    c = blocks.contrast(blocks.fit(logs), 2, 1)
+    low, high = c.bounds(0.05)
+    wrong = (low > 1) | (high < 1)
+    assert 0.10 <= c.own.mean() <= 0.30
+    assert wrong[c.own].mean() <= 0.05 and wrong[~c.own].mean() <= exact_bound(int((~c.own).sum()))
+    assert wrong.mean() <= 0.05
+
+
+def test_the_noisier_rung_check_cuts_the_errors_of_a_rung_three_times_as_noisy():
+    trials = 20000
+    logs = sim.sweep_logs(np.random.default_rng(13), trials, np.zeros(6), 6,
+                          sim.Machine(cv=0.05, noisy_rung=2, noisy_factor=3.0))
+    model = blocks.fit(logs)
+    rates = {}
+    for level in (1e-300, blocks.CHECK_LEVEL):  # 1e-300: the check never fires, the pooled variance alone
+        low, high = blocks.contrast(model, 2, 1, check_level=level).bounds(0.05)
+        rates[level] = ((low > 1) | (high < 1)).mean()
+    assert rates[1e-300] > 0.15 and rates[blocks.CHECK_LEVEL] < 0.065
+
+
+@pytest.mark.parametrize("cv", CVS)
+def test_a_calibration_that_holds_is_pooled_and_one_that_no_longer_holds_is_dropped(cv):
+    trials = 20000
+    rng = np.random.default_rng([14, int(cv * 100)])
+    calibrated = np.std(rng.normal(0, cv, (trials, 5)), axis=1, ddof=1)  # 5 runs, same noise as the sweep
+    for rounds in (1, 2):
+        logs = sim.sweep_logs(rng, trials, np.zeros(4), rounds, sim.Machine(cv=cv))
+        rates = false_rates(sim.fixed_codes(logs, CLAIM, calibrated, 4))
+        assert rates.max() <= exact_bound(trials), (rounds, rates)
+    # the machine got twice as noisy since: the F test drops the calibration in most sweeps, and where it does
+    # the runs alone decide (<= 5%); blind pooling would assert changes far more often (docs: the table)
+    logs = sim.sweep_logs(rng, trials, np.zeros(4), 3, sim.Machine(cv=2 * cv))
+    rates = {}
+    for level in (0.0, blocks.CALIBRATION_CHECK_LEVEL):
+        model = blocks.fit(logs, calibrated, 4, check_level=level)
+        low, high = blocks.contrast(model, 1, 0).bounds(0.05)
+        wrong = (low > 1) | (high < 1)
+        rates[level] = wrong.mean()
+    dropped = ~model.calibration_used
+    assert dropped.mean() > 0.7 and wrong[dropped].mean() <= 0.05
+    assert rates[blocks.CALIBRATION_CHECK_LEVEL] < 0.065 < 0.09 < rates[0.0]
+
+
+def test_one_run_a_rung_and_no_calibration_asserts_nothing():
+    logs = sim.sweep_logs(np.random.default_rng(15), 1000, [0.0, math.log(1.5), 0.0], 1, sim.Machine(cv=0.05))
+    codes = sim.fixed_codes(logs, CLAIM)
+    assert (codes == stats.NO_BAND).all()
+    look = sequential.fixed(logs[0], sequential.questions_for(3, {1: CLAIM}))
+    assert look.answers[0].verdict == stats.NO_BAND_TEXT and "sweep.repeats=2" in look.answers[0].verdict
+
+
+def test_serpentine_order_keeps_the_total_honest_under_drift():
+    trials = 8000
+    rng = np.random.default_rng(16)
+    machine = sim.Machine(cv=0.02, drift=-0.002)  # 0.2% slower every run
+    for rounds in (2, 4, 6):
+        logs = sim.sweep_logs(rng, trials, np.zeros(6), rounds, machine, order="serpentine")
+        assert sim.total_covers(logs, 0.0).mean() >= 0.93
+    same = sim.sweep_logs(rng, trials, np.zeros(6), 6, machine, order="same")
+    assert sim.total_covers(same, 0.0).mean() < 0.91  # the same order every round: drift piles up
+
+
+def test_a_claim_that_holds_1x_is_confirmed_only_by_a_band_inside_it():
+    logs = sim.sweep_logs(np.random.default_rng(17), 20000, [0.0, math.log(0.90)], 3, sim.Machine(cv=0.05))
+    low, high = blocks.contrast(blocks.fit(logs), 1, 0).bounds(0.05)
+    assert (stats.verdict_codes(low, high, 1.0, 1.05) == stats.CONFIRMS).mean() < 0.01
+    assert ((high >= 1.0) & (low <= 1.05)).mean() > 0.2  # the old rule (any overlap) confirmed these
+
+
+# ------------------------------------------------------------------------------------------
+# sweep.repeats=auto
+
+
+@pytest.mark.parametrize("cv", CVS)
+def test_looking_after_every_round_does_not_inflate_the_error(cv):
+    trials = 10000
+    logs = sim.sweep_logs(np.random.default_rng([18, int(cv * 100)]), trials, np.zeros(4), 6, sim.Machine(cv=cv))
+    questions = sequential.questions_for(4, {k: CLAIM for k in (1, 2, 3)})
+    result = sim.run_sequential(logs, questions, 6)
+    # ANY look's band excluding 1x, whatever the stopping rule: the repeated confidence intervals' guarantee
+    assert result.ever_excluded_one[:, :3].mean(axis=0).max() <= 0.05
+    assert false_rates(result.codes[:, :3]).max() <= 0.05
+    naive = sim.run_sequential(logs, questions, 6, spending="naive")
+    assert naive.ever_excluded_one[:, :3].mean() > 0.08  # what the corrected levels prevent
+
+
+def test_a_true_1_2x_at_5_percent_noise_is_confirmed_within_6_rounds():
+    trials = 4000
+    logs = sim.sweep_logs(np.random.default_rng(19), trials, [0.0, math.log(1.2), 0.0, 0.0], 6, sim.Machine(cv=0.05))
+    result = sim.run_sequential(logs, sequential.questions_for(4, {k: CLAIM for k in (1, 2, 3)}), 6)
+    assert (result.codes[:, 0] == stats.CONFIRMS).mean() >= 0.80
+    # a clear effect on a quiet machine stops before the budget
+    quiet = sim.sweep_logs(np.random.default_rng(20), trials, [0.0, math.log(1.2)], 6, sim.Machine(cv=0.02))
+    early = sim.run_sequential(quiet, sequential.questions_for(2, {1: CLAIM}), 6)
+    assert early.rounds.mean() < 4 and (early.codes[:, 0] == stats.CONFIRMS).mean() >= 0.99
+
+
+def test_the_look_levels_hold_a_brownian_motion_to_alpha():
+    fractions = (2 / 6, 3 / 6, 4 / 6, 5 / 6, 1.0)
+    from scipy import stats as sps
+
+    rng = np.random.default_rng(21)
+    for spending in sequential.SPENDING:
+        c = sps.norm.isf(np.array(sequential.nominal_levels(fractions, 0.05, spending)) / 2)
+        steps = rng.normal(size=(200000, len(fractions))) * np.sqrt(np.diff((0.0,) + fractions))
+        z = np.abs(np.cumsum(steps, axis=1) / np.sqrt(fractions))
+        assert (z >= c).any(axis=1).mean() == pytest.approx(0.05, abs=0.003)
+
+
+# ------------------------------------------------------------------------------------------
+# check: Holm over configs, paired rounds, sequential looks
+
+
+@pytest.mark.parametrize("paired", [True, False])
+@pytest.mark.parametrize("configs", [4, 13])
+def test_check_family_wise_error_stays_at_5_percent_with_looks_after_every_round(paired, configs):
+    trials = 3000
+    rng = np.random.default_rng([22, configs, int(paired)])
+    for looks in (False, True):
+        flagged = sim.check_family_error(rng, trials, configs, 6, sim.Machine(cv=0.05), paired, looks)
+        assert flagged.mean() <= exact_bound(trials), (looks, flagged.mean())
+
+
+def test_check_against_a_saved_baseline_with_one_run_a_side_needs_a_calibration():
+    trials = 20000
+    rng = np.random.default_rng(27)
+    base = sim.sweep_logs(rng, trials, np.zeros(4), 1, sim.Machine(cv=0.05))
+    cur = sim.sweep_logs(rng, trials, np.zeros(4), 1, sim.Machine(cv=0.05))
+    assert np.isnan(checkstats.compare(base, cur, paired=False).p_slower()).all()  # no variance: nothing flagged
+    # a calibration measures the run-to-run spread of fresh processes: process noise and round effects together
+    calibrated = np.std(rng.normal(0, math.hypot(0.05, 0.02), (trials, 5)), axis=1, ddof=1)
+    comparison = checkstats.compare(base, cur, paired=False, calibration_cv=calibrated, calibration_df=4)
+    assert checkstats.holm(comparison.p_slower()).any(axis=1).mean() <= 0.05
+    assert (comparison.p_slower() < 0.05).mean(axis=0).max() <= exact_bound(trials)
+
+
+def test_check_finds_a_10_percent_slowdown_in_paired_rounds():
+    flagged = sim.check_family_error(np.random.default_rng(23), 1000, 4, 6, sim.Machine(cv=0.03), True, True,
+                                     slowdown=math.log(1 / 0.9))
+    assert flagged.mean() >= 0.80
+
+
+def test_sequential_holm_with_one_look_is_plain_holm():
+    p = np.array([0.01, 0.04, 0.03, 0.005])
+    assert list(checkstats.holm(p)) == noise_model.holm(list(p))
+    looks = checkstats.holm(p, fractions=checkstats.check_fractions(3, 6))
+    assert looks.sum() <= checkstats.holm(p).sum()  # an early look spends less
+
+
+# ------------------------------------------------------------------------------------------
+# the power arithmetic: what it promises happens
+
+
+@pytest.mark.parametrize("repeats", [1, 2, 3])
+def test_detectable_speedup_is_detected_in_80_percent_of_sweeps(repeats):
+    trials = 6000
+    x = noise_model.detectable_speedup(0.05, 4, repeats)
+    rng = np.random.default_rng([24, repeats])
+    logs = sim.sweep_logs(rng, trials, [0.0, math.log(x)], repeats, sim.Machine(cv=0.05))
+    calibrated = np.std(rng.normal(0, 0.05, (trials, 5)), axis=1, ddof=1)
+    low, _ = blocks.contrast(blocks.fit(logs, calibrated, 4), 1, 0).bounds(0.05)
+    assert 0.76 <= (low > 1).mean() <= 0.84
+
+
+def test_repeats_to_decide_decides_at_least_80_percent_of_the_time():
+    # a band from 2 rounds of 2 rungs (the block model: 1 df): 1.04x, se 0.03 on the log scale; the runs it asks
+    # for, measured at the same ratio and noise (CV 0.03: se = CV sqrt(2 / runs)), decide in >= 80% of sweeps
+    se = 0.03
+    band = stats.Ratio(1.04, 1.04 * math.exp(-12.706 * se), 1.04 * math.exp(12.706 * se), runs=2, se=se, df=1)
+    n = stats.repeats_to_decide(band, *CLAIM)
+
+    def decided(runs: int) -> float:
+        logs = sim.sweep_logs(np.random.default_rng([25, runs]), 4000, [0.0, math.log(1.04)], runs,
+                              sim.Machine(cv=se))
+        low, high = blocks.contrast(blocks.fit(logs), 1, 0).bounds(0.05)
+        return float(np.isin(stats.verdict_codes(low, high, *CLAIM), stats.DECIDED_CODES).mean())
+
+    assert decided(n) >= 0.78 and decided(n - 1) < 0.80  # enough, and the fewest
