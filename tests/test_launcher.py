@@ -245,3 +245,32 @@ def test_code_edited_or_an_environment_changed_during_a_sweep_starts_a_new_zygot
         after_env = runner.run_and_store(cfg, env, key)
         assert session.zygote.proc.pid != before and after_env.launched_by == "fork"
     assert [r.launched_by for r in first] == ["fork", "fork"]
+
+
+def test_a_sweep_served_from_the_store_imports_no_torch(results):
+    """A sweep of a built-in workload whose every rung is in the store starts nothing and imports no torch (its
+    environment key, and whether this machine has CUDA, are known without it)."""
+    from harness.store import RunRecord, write_record
+    from harness.sweeps import ladder as ladder_mod
+    from harness.sweeps import rungs
+
+    args = ("+ladder=phase2", "measure.steps=2", "measure.warmup_steps=1", f"results_dir={results}")
+    settings = hydra_edge.plain_settings(hydra_edge.compose_settings(list(args[1:])))
+    ladder = ladder_mod.load("phase2")
+    ctx = rungs.SweepContext(sweep_id="earlier", ladder=ladder, settings=settings,
+                             user_keys=frozenset({"measure.steps", "measure.warmup_steps", "results_dir"}))
+    for rung in ladder.rungs:  # an earlier sweep's records of these very settings, here and now
+        cfg = rungs.rung_config(ctx, rung.index, runner.Machine(cuda_available=False))
+        env, key = runner.environment(cfg.device)
+        write_record(RunRecord(run_id=f"earlier-{rung.index}", status="ok", timestamp="2026-01-01T00:00:00+0000",
+                               sweep_id="earlier", ladder="phase2", rung=rung.index, workload="unet3d", device="cpu",
+                               config_hash=config_mod.config_hash(cfg), env_key=key, samples_per_s=10.0 + rung.index,
+                               step_ms=[100.0] * 5, step_ms_p50=100.0, data_wait_frac=0.0, measured_s=0.5, cpu_count=2,
+                               cpu_model="x"), results)
+    code = ("import sys; from harness import cli; rc = cli.main(sys.argv[1:]); "
+            "print('torch imported' if 'torch' in sys.modules else 'no torch'); sys.exit(rc)")
+    env = {**os.environ, "PYTHONPATH": str(REPO), "COLUMNS": "200"}
+    out = subprocess.run([sys.executable, "-c", code, "sweep", *args], cwd=REPO, capture_output=True, text=True,
+                         env=env, timeout=300)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert out.stdout.count(": ok (cached)") == 4 and out.stdout.splitlines()[-1] == "no torch"

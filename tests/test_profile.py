@@ -413,7 +413,7 @@ def test_the_window_holds_no_profiler_work_and_the_profile_follows_it(tmp_path, 
     with measure.measured_run(cfg, cfg.workload, progress) as run:
         summary = run.profile(tmp_path)
     names = [name for name, _ in events]
-    assert names == ["warmup", "warm-up", "warm-up end", "measure", "steps", "steps end", "measured",
+    assert names == ["data", "warmup", "warm-up", "warm-up end", "measure", "steps", "steps end", "measured",
                      "profiler start"]
     assert not any(on for name, on in events if name != "profiler start")
     assert summary.error == "" and summary.steps == 2 and summary.trace.status == "written"
