@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
-from harness.analysis import noise_model, plots, render
+from harness.analysis import calibration, plots, render, stats
 from harness.analysis import table as table_mod
 from harness.store import load_runs
 
@@ -80,21 +80,20 @@ def verdicts_html(table: table_mod.SweepTable) -> str:
         return "<p>This ladder makes no claims to check.</p>"
     body = ""
     for r in claimed:
-        measured = ("not measured (" + r.status + ")" if r.x_previous is None else
-                    f"{r.x_previous.value:.2f}x [{r.x_previous.low:.2f}-{r.x_previous.high:.2f}]")
+        measured = "not measured (" + r.status + ")" if r.x_previous is None else stats.band_text(r.x_previous)
         verdict = r.verdict or "no verdict"
         body += (f"<tr><td class='num'>{r.rung}</td><td>{_esc(r.change)}</td><td>{_esc(r.claim)}</td>"
                  f"<td>{_esc(measured)}</td><td class='{_verdict_class(r.verdict)}'>{_esc(verdict)}</td>"
                  f"<td>{_esc(r.claim_source)}</td></tr>")
     if table.total_claim:
         m = table.total_measured
-        measured = "not measured" if m is None else f"{m.value:.2f}x [{m.low:.2f}-{m.high:.2f}]"
+        measured = "not measured" if m is None else stats.band_text(m)
         body += (f"<tr><td></td><td><b>all rungs together</b> (x baseline)</td><td>{_esc(table.total_claim)}</td>"
                  f"<td>{_esc(measured)}</td><td class='{_verdict_class(table.total_verdict)}'>"
                  f"{_esc(table.total_verdict or 'no verdict')}</td><td></td></tr>")
     for g in table.groups:
         m = g.measured
-        measured = "not measured" if m is None else f"{m.value:.2f}x [{m.low:.2f}-{m.high:.2f}]"
+        measured = "not measured" if m is None else stats.band_text(m)
         body += (f"<tr><td class='num'>{g.first}-{g.last}</td><td><b>together</b> ({_esc(g.changes)})</td>"
                  f"<td>{_esc(g.claim)}</td><td>{_esc(measured)}</td><td class='{_verdict_class(g.verdict)}'>"
                  f"{_esc(g.verdict or 'no verdict')}</td><td>{_esc(g.claim_source)}</td></tr>")
@@ -103,7 +102,7 @@ def verdicts_html(table: table_mod.SweepTable) -> str:
     return (f"<div class='scroll'><table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>"
             f"<p class='meta'>A claim is confirmed when the measured ratio's 95% band overlaps the claimed range "
             f"and excludes 1 (no change); a band holding both is inconclusive. On this device "
-            f"({_esc(table.device)}: {_esc(table.hardware)}); {_esc(table.noise.describe())}.</p>")
+            f"({_esc(table.device)}: {_esc(table.hardware)}); {_esc(table.noise_note)}.</p>")
 
 
 def _env_value(column: str, value) -> str:
@@ -170,4 +169,4 @@ def write_report(frame, sweep: str, out: str | Path) -> Path:
 
 def report_sweep(results_dir: str, sweep: str, out: str | Path) -> Path:
     """:func:`write_report` of ``sweep`` of the store in ``results_dir``, with the store's noise calibration."""
-    return write_report(noise_model.with_calibrations(results_dir, load_runs(results_dir, sweep=sweep)), sweep, out)
+    return write_report(calibration.calibration_frame(results_dir, load_runs(results_dir, sweep=sweep)), sweep, out)
