@@ -122,19 +122,22 @@ def test_table_and_check_agree_on_every_rung():
     assert rows[1].status == "regressed" and rows[3].status == "improved"
 
 
-def test_a_calibration_in_the_store_replaces_the_default_and_the_table_says_so():
-    frame = pd.concat([records("s1", [[100.0], [104.0]]),
+def test_a_calibration_in_the_store_gives_one_run_a_rung_its_band_and_the_table_says_so():
+    frame = pd.concat([records("s1", [[100.0], [104.0]], day=2),
                        records("noise-20240601-000000-abcd", [[50.0, 51.0, 49.0, 50.5, 50.2]])
                        .assign(ladder="noise")], ignore_index=True)
     table = table_mod.build_table(frame, "s1")
     cv = float(np.std(np.log([50.0, 51.0, 49.0, 50.5, 50.2]), ddof=1))
     assert table.noise.calibrated and table.noise.cv == pytest.approx(cv)
+    half = stats.sps.t.isf(0.025, 4) * cv * math.sqrt(2)  # one run a side: the calibration's variance, its 4 df
+    assert table.rows[1].x_previous.high == pytest.approx(1.04 * math.exp(half))
     text = render.to_markdown(table)
     assert f"noise: calibrated CV {cv:.1%} from sweep noise-20240601-000000-abcd, 5 runs" in text
     moved = frame.ladder == "noise"
     frame.loc[moved, "env_key"], frame.loc[moved, "cpu_model"] = "elsewhere", "Other CPU"
-    other = table_mod.build_table(frame, "s1")
-    assert "noise: default CV 5%" in render.to_markdown(other)
+    other = render.to_markdown(table_mod.build_table(frame, "s1"))
+    assert "noise: no calibration here and one run a rung: no bands, no verdicts" in other
+    assert "1.04x [no band: no variance known]" in other
 
 
 def test_failed_repeats_are_shown_in_the_status():
@@ -145,8 +148,9 @@ def test_failed_repeats_are_shown_in_the_status():
 
 
 def test_stored_claims_win_over_an_edited_ladder_file():
-    frame = records("s1", [[100.0], [104.0]]).assign(ladder="phase2", ladder_sha="0123456789abcdef")
-    frame.loc[1, ["claim_low", "claim_high", "claim_label", "claim_source"]] = [5.0, 6.0, "5-6x", "a guide"]
+    frame = records("s1", [[100.0, 101.0], [104.0, 103.0]]).assign(ladder="phase2", ladder_sha="0123456789abcdef")
+    frame.loc[frame["rung"] == 1, ["claim_low", "claim_high", "claim_label", "claim_source"]] = [5.0, 6.0, "5-6x",
+                                                                                             "a guide"]
     table = table_mod.build_table(frame, "s1")
     assert table.rows[1].claim == "5-6x" and table.rows[1].verdict == "falls short (no measurable change)"
     assert any("the ladder file changed since this sweep" in n for n in table.notes)
