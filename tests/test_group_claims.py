@@ -17,9 +17,11 @@ RUNGS = [{"set": {"batch_size": 4}}, {"set": {"data.num_workers": 2}}, {"set": {
 
 
 def test_a_group_claim_is_parsed_with_its_span_and_source():
-    lad = ladder_mod.parse("g", {"rungs": RUNGS, "group_claims": [{"rungs": [2, 4], "claim": [1.2, 1.4], "source": "s"}]})
+    lad = ladder_mod.parse("g", {"rungs": RUNGS,
+                                 "group_claims": [{"rungs": [2, 4], "claim": [1.2, 1.4], "source": "s"}]})
     (group,) = lad.group_claims
-    assert (group.first, group.last, group.claim.low, group.claim.high, group.claim.label()) == (2, 4, 1.2, 1.4, "1.2-1.4x")
+    assert (group.first, group.last, group.claim.low, group.claim.high, group.claim.label()) == (
+        2, 4, 1.2, 1.4, "1.2-1.4x")
     stored = json.loads(ladder_mod.claim_fields(lad, 1)["group_claims_json"])
     assert stored == [{"first": 2, "last": 4, "low": 1.2, "high": 1.4, "label": "1.2-1.4x", "source": "s"}]
 
@@ -32,7 +34,8 @@ def test_a_group_over_a_bad_span_is_rejected_naming_it(span):
 
 
 def test_a_group_with_an_unknown_field_or_no_claim_is_rejected():
-    with pytest.raises(ValueError, match=r"unknown field of a group claim in ladder .g.: .claims.\. Did you mean .claim.\?"):
+    with pytest.raises(ValueError,
+                       match=r"unknown field of a group claim in ladder .g.: .claims.\. Did you mean .claim.\?"):
         ladder_mod.parse("g", {"rungs": RUNGS, "group_claims": [{"rungs": [1, 2], "claims": [2, 3]}]})
     with pytest.raises(ValueError, match=r"group claim over rungs \[1, 2\] has no claim"):
         ladder_mod.parse("g", {"rungs": RUNGS, "group_claims": [{"rungs": [1, 2]}]})
@@ -87,7 +90,8 @@ def test_records_written_before_group_claims_read_back_without_any(tmp_path):
     frame = pd.DataFrame([{c: getattr(record, c) for c in COLUMNS if c != "group_claims_json"}])
     (tmp_path / "runs").mkdir()
     pq.write_table(pa.Table.from_pandas(frame, preserve_index=False), tmp_path / "runs" / "old.parquet")
-    write_record(RunRecord(run_id="new", status="ok", timestamp="2026-01-02T00:00:00", group_claims_json=GROUPS), tmp_path)
+    write_record(RunRecord(run_id="new", status="ok", timestamp="2026-01-02T00:00:00", group_claims_json=GROUPS),
+                 tmp_path)
     got = load_runs(tmp_path).set_index("run_id")["group_claims_json"].fillna("")
     assert got["old"] == "" and got["new"] == GROUPS
 

@@ -8,16 +8,18 @@ memory, or a config that now fails), 2 bad input or nothing at all comparable. R
 
 Which statistic decides, and why (also in docs/regression.md and docs/statistics.md)
 -------------------------------------------------------------------------------------
-The run-level noise model of ``harness.analysis.noise_model``, the same one the table, compare,
-plots and report use: the unit of replication is the run (one process), the ratio current/baseline is
-the ratio of geometric mean throughputs, its 95% interval a t-interval on log throughput (Welch with
-repeats; this machine's calibrated CV, or a default 5%, with one run per side), widened (never
-narrowed) by the within-run step bootstrap.
+``harness.analysis.checkstats`` on the rung x round model: a saved baseline shares no rounds with the
+sweep checked, so each config's mean carries its round's effect too; its variance is the round-to-round
+variance of a config pooled over the side's configs, the two sides combined as in Welch, a fit calibration
+of this environment (``harness.analysis.calibration``) pooled with both. With one run a side and no
+calibration there is no variance: no band, nothing flagged, a warning that asks for repeats.
 
-A config regresses when the ratio is below ``1 - threshold`` AND the one-sided test "current is
-slower" is significant after Holm's step-down procedure over every config of the check, so the
-family-wise error of one ``check`` call is at most 5% however many configs it compares. A drop past
-the threshold that the test cannot separate from noise is a *warning* that asks for more repeats.
+The one-sided p-values of "current is slower" go through Holm's step-down procedure over every config
+of the check, so its family-wise error is at most 5% however many configs it compares. A config
+*regresses* only when Holm rejects it AND the upper end of its band, at the level it was tested at,
+lies below ``1 - threshold``: the drop is beyond the threshold, not only beyond 1. A drop past the
+threshold that the test cannot separate from noise is a *warning*. A run of a busy machine
+(``harness.analysis.busy``) decides nothing: the check names its configs and exits 2.
 """
 
 from __future__ import annotations
@@ -28,10 +30,12 @@ from pathlib import Path
 
 import pandas as pd
 
-from harness.analysis import noise_model, table
+from harness.analysis import calibration, noise_model, sweepstats, table
+from harness.analysis.busy import busy_reason
+from harness.analysis.check_throughput import RatioEstimate, classify, estimate, throughput  # noqa: F401 (API)
 from harness.store import load_runs
 
-STATUSES = ("regressed", "warned", "improved", "unchanged", "missing", "new", "not comparable")
+STATUSES = ("regressed", "warned", "improved", "unchanged", "busy", "missing", "new", "not comparable")
 COMPARED = ("regressed", "warned", "improved", "unchanged")
 SOFTWARE = {"torch_version": "torch", "cuda_version": "CUDA", "cudnn_version": "cuDNN",
             "gpu_driver": "driver", "monai_version": "MONAI"}
@@ -57,7 +61,7 @@ def load_sweep(results_dir: str, sweep: str) -> pd.DataFrame:
     """The records of ``sweep`` with the store's noise calibrations: only that sweep's records are read
     (the sweep is resolved from two columns)."""
     try:
-        return noise_model.with_calibrations(results_dir, load_runs(results_dir, sweep=sweep))
+        return calibration.calibration_frame(results_dir, load_runs(results_dir, sweep=sweep))
     except ValueError as exc:
         raise BadInput(str(exc)) from None
 
@@ -153,46 +157,6 @@ CONFIDENCE = noise_model.CONFIDENCE
 ALPHA = noise_model.ALPHA
 
 
-@dataclass(frozen=True)
-class RatioEstimate:
-    """Throughput ratio current/baseline (>1 is faster), its confidence interval, and the one-sided
-    p-value of "current is slower". ``low``/``high`` are NaN when there is no interval."""
-
-    ratio: float
-    low: float = math.nan
-    high: float = math.nan
-    p_slower: float = math.nan
-    method: str = ""
-
-    @property
-    def has_interval(self) -> bool:
-        return not (math.isnan(self.low) or math.isnan(self.high))
-
-
-def estimate(base: noise_model.Runs, current: noise_model.Runs, noise: noise_model.Noise) -> RatioEstimate:
-    """The noise model's ratio current/baseline with its interval and p-value."""
-    diff = noise_model.difference(current, base, noise)
-    band = diff.ratio(min(base.n, current.n))
-    return RatioEstimate(band.value, band.low, band.high, diff.p_slower(), diff.method)
-
-
-def classify(estimate: RatioEstimate, threshold: float, significant: bool | None = None) -> str:
-    """'regressed', 'warned', 'improved' or 'unchanged' for a throughput ratio.
-
-    Regressed: the ratio fell below ``1 - threshold`` AND the drop is significant (``significant``:
-    Holm's decision over the whole check; None: the interval lies below 1). Past the threshold but
-    inside the noise (or no interval): warned. Improved: above ``1 + threshold`` with the whole
-    interval above 1.
-    """
-    if significant is None:
-        significant = estimate.has_interval and estimate.high < 1
-    if estimate.ratio < 1 - threshold:
-        return "regressed" if significant else "warned"
-    if estimate.ratio > 1 + threshold and estimate.has_interval and estimate.low > 1:
-        return "improved"
-    return "unchanged"
-
-
 # ------------------------------------------------------------------------------------------
 # comparing
 
@@ -234,7 +198,8 @@ def compare(baseline: pd.DataFrame, current: pd.DataFrame, thresholds: Threshold
             noise: noise_model.Noise = noise_model.DEFAULT) -> list[Comparison]:
     """Compare every config of ``current`` with ``baseline``; one row per config and hardware.
 
-    Throughput decisions are made together, with Holm's procedure over every config compared.
+    Throughput decisions are made together, with Holm's procedure over every config compared; ``noise``: a
+    calibration (``noise.calibrated``) pooled with the runs' own variance, or none.
     """
     baseline, current = with_hardware(baseline), with_hardware(current)
     pending: list[_Pending] = []
@@ -245,7 +210,7 @@ def compare(baseline: pd.DataFrame, current: pd.DataFrame, thresholds: Threshold
     for (config, hw), cur in cur_groups.items():
         row = _row(cur, config, hw, thresholds, mem_thresholds)
         if (config, hw) in base_groups:
-            pending += _judge(row, base_groups[(config, hw)], cur, noise)
+            pending += _judge(row, base_groups[(config, hw)], cur)
         elif config in base_hw:
             row.status = "not comparable"
             row.notes.append(f"baseline measured on {'; '.join(base_hw[config])}")
@@ -260,7 +225,7 @@ def compare(baseline: pd.DataFrame, current: pd.DataFrame, thresholds: Threshold
             row.status, row.baseline_records, row.current_records = "missing", len(base), 0
             row.notes.append("in the baseline, not in this sweep")
             rows.append(row)
-    _decide_all(pending)
+    _decide_all(pending, noise)
     return sorted(rows, key=lambda r: (r.ladder, -1 if r.rung is None else r.rung, r.workload, r.config_hash))
 
 
@@ -283,14 +248,13 @@ class _Pending:
     """A config compared on throughput, waiting for Holm's decision over the whole check."""
 
     row: Comparison
-    estimate: RatioEstimate
     failed: pd.DataFrame
     base_ok: pd.DataFrame
     cur_ok: pd.DataFrame
 
 
-def _judge(row: Comparison, base: pd.DataFrame, cur: pd.DataFrame, noise: noise_model.Noise) -> list[_Pending]:
-    """Ratios and notes for a config present in both, on the same hardware; the status waits for Holm."""
+def _judge(row: Comparison, base: pd.DataFrame, cur: pd.DataFrame) -> list[_Pending]:
+    """Means and notes for a config present in both, on the same hardware; the status waits for Holm."""
     row.baseline_records, row.current_records = len(base), len(cur)
     row.software = software_changes(base, cur)
     base_ok = base[(base["status"] == "ok") & (base["samples_per_s"] > 0)]
@@ -306,36 +270,41 @@ def _judge(row: Comparison, base: pd.DataFrame, cur: pd.DataFrame, noise: noise_
         return []
     row.baseline_samples_per_s = float(base_ok["samples_per_s"].mean())
     row.current_samples_per_s = float(cur_ok["samples_per_s"].mean())
-    est = estimate(noise_model.runs_of(base_ok), noise_model.runs_of(cur_ok), noise)
-    row.ratio, row.p_value = est.ratio, est.p_slower
-    row.ci_low, row.ci_high = (est.low, est.high) if est.has_interval else (None, None)
-    if min(len(base_ok), len(cur_ok)) < 2:
-        row.notes.append(f"one run on a side: {noise.describe().removeprefix('noise: ')}; sweep.repeats=3 narrows it")
-    return [_Pending(row, est, cur[~cur.index.isin(cur_ok.index)], base_ok, cur_ok)]
+    busy = [(side, why) for side, ok in (("current", cur_ok), ("baseline", base_ok))
+            for why in (busy_reason(r) for r in ok.to_dict("records")) if why]
+    if busy:  # a busy machine's runs decide nothing, either way
+        row.status = "busy"
+        row.notes.append(f"machine busy during {len(busy)} run(s) ({busy[0][0]}: {busy[0][1]}): not trustworthy; "
+                         "measure again on an idle machine")
+        return []
+    return [_Pending(row, cur[~cur.index.isin(cur_ok.index)], base_ok, cur_ok)]
 
 
-def throughput_statuses(estimates: list[RatioEstimate], thresholds: list[float]) -> list[str]:
-    """The throughput status of every config of one check: Holm over all of them, then ``classify``."""
-    significant = noise_model.holm([e.p_slower for e in estimates], ALPHA)
-    return [classify(e, t, sig) for e, t, sig in zip(estimates, thresholds, significant)]
-
-
-def _decide_all(pending: list[_Pending]) -> None:
-    """Holm over every config compared on throughput, then each config's status."""
-    statuses = throughput_statuses([p.estimate for p in pending], [p.row.threshold for p in pending])
-    for p, status in zip(pending, statuses):
-        _decide(p, status, len(pending))
+def _decide_all(pending: list[_Pending], noise: noise_model.Noise) -> None:
+    """Holm over every config compared on throughput, then each config's status and band at its tested level."""
+    if not pending:
+        return
+    judged = throughput([p.base_ok for p in pending], [p.cur_ok for p in pending], noise)
+    for p, (est, sig) in zip(pending, judged):
+        row = p.row
+        row.ratio, row.p_value = est.ratio, (None if math.isnan(est.p_slower) else est.p_slower)
+        row.ci_low, row.ci_high = (est.low, est.high) if est.has_interval else (None, None)
+        if not est.has_interval:
+            row.notes.append("one run a side and no calibration: no variance, no band; add sweep.repeats=2 or run "
+                             "python -m harness noise")
+        _decide(p, classify(est, row.threshold, sig), len(pending))
 
 
 def _decide(p: _Pending, status: str, family: int) -> None:
     row = p.row
     row.status = status
+    p_text = "no p-value" if row.p_value is None else f"p={row.p_value:.2g}"
     if row.status == "regressed":
-        row.notes.append(f"throughput {_pct(row.ratio)} (threshold -{row.threshold:.0%}, p={row.p_value:.2g}, "
+        row.notes.append(f"throughput {_pct(row.ratio)}, band below -{row.threshold:.0%} ({p_text}, "
                          f"significant after Holm over {family})")
     elif row.status == "warned":
-        row.notes.append(f"throughput {_pct(row.ratio)} but not significant after Holm over {family} configs "
-                         f"(p={row.p_value:.2g}): add repeats (sweep.repeats=N)")
+        row.notes.append(f"throughput {_pct(row.ratio)} but not beyond -{row.threshold:.0%} after Holm over {family} "
+                         f"configs ({p_text}): add repeats (sweep.repeats=N)")
     if not p.failed.empty:  # a config that sometimes fails now is not healthy, whatever its speed
         row.status = "regressed"
         row.notes.append(f"{_statuses(p.failed)} in {len(p.failed)} of {row.current_records} rounds")
@@ -376,8 +345,9 @@ def _pct(ratio: float) -> str:
 
 
 def exit_code(rows: list[Comparison]) -> int:
-    """2 when nothing was comparable, else 1 when anything regressed, else 0."""
-    if not any(r.status in COMPARED for r in rows):
+    """2 when a config's runs were made on a busy machine or nothing was comparable, else 1 when anything
+    regressed, else 0."""
+    if any(r.status == "busy" for r in rows) or not any(r.status in COMPARED for r in rows):
         return 2
     return 1 if any(r.status == "regressed" for r in rows) else 0
 
@@ -405,17 +375,21 @@ class CheckResult:
 
     @property
     def family(self) -> int:
-        """How many configs Holm's procedure decided together."""
-        return sum(r.p_value is not None for r in self.rows)
+        """How many configs Holm's procedure decided together (those without a variance count too)."""
+        return sum(r.ratio is not None for r in self.rows)
 
     @property
     def exit_code(self) -> int:
         return exit_code(self.rows)
 
     def error(self) -> str:
-        """Why nothing was comparable ("" when something was)."""
+        """Why the check decided nothing: busy configs, or nothing comparable ("" when it decided)."""
         if self.exit_code != 2:
             return ""
+        busy = [r.name for r in self.rows if r.status == "busy"]
+        if busy:
+            return (f"machine busy during the runs of {len(busy)} config(s), which decide nothing: {'; '.join(busy)}; "
+                    "measure them again on an idle machine")
         return (f"nothing comparable between sweep {self.sweep_id!r} and baseline {self.baseline_path.stem!r}: "
                 f"current hardware {self.current_hardware}, baseline {self.baseline_hardware}")
 
@@ -423,7 +397,8 @@ class CheckResult:
 def check_sweep(baseline: pd.DataFrame, baseline_path: Path, results_dir: str, sweep: str,
                 thresholds: Thresholds, mem_thresholds: Thresholds) -> CheckResult:
     """Compare ``sweep`` of the store in ``results_dir`` with ``baseline`` (the records of ``baseline_path``),
-    under this environment's noise calibration (else the default); BadInput for anything it cannot use."""
+    under the noise calibration the sweep stored (else the one the store offers, if any); BadInput for anything it
+    cannot use."""
     store = load_sweep(results_dir, sweep)
     current = select_sweep(store, sweep)
     sweep_id = str(current["sweep_id"].iloc[0])
@@ -435,7 +410,9 @@ def check_sweep(baseline: pd.DataFrame, baseline_path: Path, results_dir: str, s
     warnings = []
     if set(current["run_id"]) <= set(baseline["run_id"]):
         warnings.append(f"sweep {sweep_id!r} is the baseline's own sweep; re-run it to check anything")
-    noise = noise_model.noise_for(store, current)
+    chosen = sweepstats.sweep_noise(store, current)
+    warnings += list(chosen.notes)
+    noise = chosen.noise
     rows = compare(baseline, current, thresholds, mem_thresholds, noise)
     return CheckResult(
         rows=rows, sweep_id=sweep_id, current_records=len(current), baseline_path=Path(baseline_path),
