@@ -206,3 +206,23 @@ def test_noise_command_end_to_end(results):
                               "ladder": "x", "rung": 0, "samples_per_s": 1.0}), results)
     table = table_mod.build_table(load_runs(results), "s")
     assert table.noise.calibrated and table.noise.sweep_id == frame["sweep_id"].iloc[0]
+
+
+def test_a_calibration_on_a_busy_machine_prints_not_fit_and_the_next_table_skips_it(tmp_path, capsys):
+    from harness.commands import noise as noise_cmd
+
+    calib = [RunRecord(run_id=f"n{i}", status="ok", timestamp=f"2024-06-01T10:00:0{i}", workload="unet3d",
+                       size="smoke", device="cpu", env_key="env-sim", sweep_id="noise-busy", ladder="noise", rung=0,
+                       round=i, samples_per_s=v, cpu_model=CPU, cpu_count=2, other_cpu_pct=45.0 if i == 2 else 1.0)
+             for i, v in enumerate([100.0, 101.0, 99.5, 100.4, 100.2])]
+    for record in calib:
+        write_record(record, tmp_path)
+    assert noise_cmd.report(calib, "noise-busy", str(tmp_path)) == 0
+    out = " ".join(capsys.readouterr().out.split())  # the console wraps long lines
+    assert "NOT FIT TO MEASURE" in out and "machine busy during 1 run(s) (run 2: other processes used 45% of" in out
+    assert "but not fit: later sweeps of this environment, workload and size skip it" in out
+    for frame_rows in records("s1", [[100.0, 101.0], [120.0, 119.0]], day=2).to_dict("records"):
+        write_record(RunRecord(**frame_rows), tmp_path)
+    table = table_mod.load_table(str(tmp_path), "s1")
+    assert not table.noise.calibrated
+    assert "skipped calibration noise-busy: busy (other processes used 45% of the CPUs)" in table.notes
