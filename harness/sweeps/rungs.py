@@ -36,9 +36,12 @@ class SweepContext:
     ladder: ladder_mod.Ladder
     settings: dict[str, Any]  # the composed settings (defaults + the user's overrides), nested
     user_keys: frozenset[str]  # settings the user overrode on the command line
-    repeats: int = 1
+    repeats: int | str = 1  # rounds, or "auto": rounds until decided (``harness.sweeps.rounds``)
     rerun: bool = False
     campaign_id: str = ""  # set when the sweep is one job of a campaign (``sweep -m``)
+    max_repeats: int = 6  # repeats=auto: the most rounds
+    budget_min: float = 10.0  # repeats=auto: no round starts that would end after these minutes
+    record_fields: tuple[tuple[str, Any], ...] = ()  # fields every record of the sweep carries (its calibration)
 
     @property
     def results_dir(self) -> str:
@@ -58,7 +61,7 @@ def rung_config(ctx: SweepContext, rung: int, machine: runner.Machine, dropped: 
     size = _size(ctx.settings, machine)
     ladder = {k: v for k, v in ctx.ladder.settings(rung, size, dropped).items() if k not in ctx.user_keys}
     sweep = {"sweep.id": ctx.sweep_id, "sweep.rung": rung, "sweep.round": round_, "sweep.repeats": ctx.repeats,
-             "sweep.rerun": ctx.rerun}
+             "sweep.rerun": ctx.rerun, "sweep.max_repeats": ctx.max_repeats, "sweep.budget_min": ctx.budget_min}
     cfg = config_mod.from_dict({**config_mod.flatten(ctx.settings), **ladder, **sweep})
     return config_mod.resolve(cfg, machine.cuda_available, ladder_keys=frozenset(ladder))
 
@@ -179,8 +182,9 @@ def measured_rungs(ctx: SweepContext) -> set[tuple[int, int]]:
 
 def run_rung(ctx: SweepContext, rung: int, round_: int, machine: runner.Machine,
              on_start: Callable[[config_mod.RunConfig, frozenset[int]], Any] | None = None,
-             on_progress=None) -> RungOutcome:
-    """Measure (or take from the cache) one rung of one round, and store its record."""
+             on_progress=None, fresh: bool = False) -> RungOutcome:
+    """Measure (or take from the cache) one rung of one round, and store its record; ``fresh``: measure it, never
+    from the cache (a run of a busy machine measured again)."""
     ladder = ctx.ladder
     # the store is read per rung, filtered inside pyarrow: four columns of this sweep's rows, then the cache's
     # few columns and the one record it copies. Each rung may run in another process (any Hydra launcher), so
@@ -191,12 +195,13 @@ def run_rung(ctx: SweepContext, rung: int, round_: int, machine: runner.Machine,
     dropped = dropped_rungs(mine, rung)
     cfg = rung_config(ctx, rung, machine, dropped, round_)
     fields = dict(sweep_id=ctx.sweep_id, campaign_id=ctx.campaign_id, ladder=ladder.name, rung=rung, round=round_,
-                  change=ladder.rungs[rung].change(cfg.size), **ladder_mod.claim_fields(ladder, rung))
+                  change=ladder.rungs[rung].change(cfg.size), **ladder_mod.claim_fields(ladder, rung),
+                  **dict(ctx.record_fields))
     if on_start:
         on_start(cfg, dropped)
     env, key = runner.environment(cfg.device)
     reason = applicability.skip_reason(cfg, cap_workers_at_cpus=ladder.cap_workers_at_cpus)  # once per run
-    if not reason and not ctx.rerun and not debug_active(cfg):
+    if not reason and not ctx.rerun and not fresh and not debug_active(cfg):
         used = set(mine["cached_from"].fillna("")) | set(mine["run_id"])
         cached = lookup_cached(ctx.results_dir, config_mod.config_hash(cfg), key, used)
         if cached is not None:
