@@ -39,17 +39,17 @@ class Display:
 
 class FakeRuns:
     """Stands in for ``rungs.run_rung``: stores a record of rung k at ``speeds[k]`` samples/s times process noise
-    of CV ``cv`` (seeded); ``busy`` cells are measured first on a busy machine."""
+    of CV ``cv`` (seeded); ``busy`` cells are measured first on a busy machine, then on a quiet one."""
 
     def __init__(self, speeds, cv=0.01, busy=(), seed=0):
         self.speeds, self.cv, self.busy = speeds, cv, set(busy)
         self.rng = np.random.default_rng(seed)
-        self.calls: list[tuple[int, int, bool]] = []
+        self.calls: list[tuple[int, int]] = []
 
-    def __call__(self, ctx, rung, round_, machine, on_start=None, on_progress=None, fresh=False):
-        self.calls.append((rung, round_, fresh))
+    def __call__(self, ctx, rung, round_, machine, on_start=None, on_progress=None):
+        busy = (rung, round_) in self.busy and (rung, round_) not in self.calls
+        self.calls.append((rung, round_))
         sps = self.speeds[rung] * float(np.exp(self.rng.normal(0.0, self.cv)))
-        busy = (rung, round_) in self.busy and not fresh
         record = RunRecord(run_id=f"{ctx.sweep_id}-{len(self.calls)}", status="ok",
                            timestamp=f"2026-11-24T10:{len(self.calls) // 60:02d}:{len(self.calls) % 60:02d}+0000",
                            workload="unet3d", size="smoke", device="cpu", env_key="env", cpu_model="cpu",
@@ -85,7 +85,7 @@ CLEAR = [10.0, 25.0, 35.0, 59.5]  # bf16 2.5x, batch 1.4x, workers 1.7x: every c
 def test_rounds_run_in_serpentine_order(tmp_path, fake):
     runs = fake(FakeRuns(CLEAR))
     assert loop.run_ladder(context(tmp_path, 3), None, Display()) == 0
-    assert [(r, k) for r, k, _ in runs.calls] == [(0, 0), (1, 0), (2, 0), (3, 0), (3, 1), (2, 1), (1, 1), (0, 1),
+    assert runs.calls == [(0, 0), (1, 0), (2, 0), (3, 0), (3, 1), (2, 1), (1, 1), (0, 1),
                                                   (0, 2), (1, 2), (2, 2), (3, 2)]
     turns = loop.turns(PHASE2, 2)
     assert [(t.round_, t.rung.index) for t in turns] == [(0, 0), (0, 1), (0, 2), (0, 3), (1, 3), (1, 2), (1, 1),
@@ -98,7 +98,7 @@ def test_auto_stops_once_every_verdict_is_decided(tmp_path, fake):
     runs = fake(FakeRuns(CLEAR))
     display = Display()
     assert loop.run_ladder(context(tmp_path, "auto"), None, display) == 0
-    rounds_run = 1 + max(k for _, k, _ in runs.calls)
+    rounds_run = 1 + max(k for _, k in runs.calls)
     assert 2 <= rounds_run < 6 and len(runs.calls) == 4 * rounds_run
     assert display.lines[0].startswith("sweep.repeats=auto: rounds until every verdict is decided, at most 6")
     assert display.lines[1] == "after round 1: 0 of 4 verdicts decided (no band yet (one round and no calibration)): " \
@@ -116,7 +116,7 @@ def test_auto_stops_when_its_round_budget_is_spent_and_the_table_names_what_is_o
     runs = fake(FakeRuns([10.0, 22.0, 31.0, 50.0], cv=0.25, seed=3))  # noisy: nothing decides in 3 rounds
     display = Display()
     loop.run_ladder(context(tmp_path, "auto", max_repeats=3), None, display)
-    assert max(k for _, k, _ in runs.calls) == 2 and display.lines[-1].split("): ")[1].startswith("stop: budget spent")
+    assert max(k for _, k in runs.calls) == 2 and display.lines[-1].split("): ")[1].startswith("stop: budget spent")
     table = table_mod.build_table(load_runs(tmp_path), "s", str(tmp_path))
     note = next(n for n in table.notes if n.startswith("sweep.repeats=auto"))
     assert note.startswith("sweep.repeats=auto: the round budget was spent after 3 round(s)")
@@ -127,7 +127,7 @@ def test_a_busy_run_is_measured_again_once_in_the_same_round(tmp_path, fake):
     runs = fake(FakeRuns(CLEAR, busy={(1, 0)}))
     display = Display()
     loop.run_ladder(context(tmp_path, 1), None, display)
-    assert runs.calls == [(0, 0, False), (1, 0, False), (1, 0, True), (2, 0, False), (3, 0, False)]
+    assert runs.calls == [(0, 0), (1, 0), (1, 0), (2, 0), (3, 0)]
     assert display.lines == ["[rung 2/4] machine busy (other processes used 50% of the CPUs): not trustworthy; "
                              "measuring it again"]
     table = table_mod.build_table(load_runs(tmp_path), "s", str(tmp_path))

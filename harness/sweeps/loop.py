@@ -101,29 +101,30 @@ def run_ladder(ctx: rungs_mod.SweepContext, machine, display: LoopDisplay) -> in
 
 
 def _turn(ctx: rungs_mod.SweepContext, machine, display: LoopDisplay, turn: Turn, plan: rounds_mod.RoundPlan) -> int:
-    """One rung of one round; a run of a busy machine measured again (once, fresh). 1 if it could not start."""
+    """One rung of one round; a run of a busy machine measured again, once (a run of the store this sweep has not
+    used yet may stand in, as for any rung: a sweep run again replays its store). 1 if it could not start."""
     from harness.analysis.busy import busy_reason
 
-    for fresh in (False, True):
+    for again in (False, True):
         outcomes: list[rungs_mod.RungOutcome] = []
         try:
-            display.measure(turn, functools.partial(_run, ctx, machine, turn, plan, fresh, outcomes))
+            display.measure(turn, functools.partial(_run, ctx, machine, turn, plan, outcomes))
         except Exception as exc:  # a rung the parent could not even start: say so, go on with the next
             display.could_not_run(turn, exc)
             return 1
         record = outcomes[-1].record if outcomes else None
         why = busy_reason(record) if record is not None and record.status == "ok" else None
-        if not why or fresh:
+        if not why or again:
             return 0
         display.say(f"{turn.label} machine busy ({why}): not trustworthy; measuring it again")
     return 0
 
 
-def _run(ctx: rungs_mod.SweepContext, machine, turn: Turn, plan: rounds_mod.RoundPlan, fresh: bool,
-         outcomes: list, on_start=None, on_progress=None) -> rungs_mod.RungOutcome:
+def _run(ctx: rungs_mod.SweepContext, machine, turn: Turn, plan: rounds_mod.RoundPlan, outcomes: list,
+         on_start=None, on_progress=None) -> rungs_mod.RungOutcome:
     """``rungs.run_rung`` for a display to wrap: the outcome kept in ``outcomes``, a measured run's time in the plan."""
     began = time.monotonic()
-    outcome = rungs_mod.run_rung(ctx, turn.rung.index, turn.round_, machine, on_start, on_progress, fresh=fresh)
+    outcome = rungs_mod.run_rung(ctx, turn.rung.index, turn.round_, machine, on_start, on_progress)
     if outcome.how == "measured":
         plan.measured(time.monotonic() - began)
     outcomes.append(outcome)

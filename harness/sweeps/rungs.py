@@ -182,9 +182,8 @@ def measured_rungs(ctx: SweepContext) -> set[tuple[int, int]]:
 
 def run_rung(ctx: SweepContext, rung: int, round_: int, machine: runner.Machine,
              on_start: Callable[[config_mod.RunConfig, frozenset[int]], Any] | None = None,
-             on_progress=None, fresh: bool = False) -> RungOutcome:
-    """Measure (or take from the cache) one rung of one round, and store its record; ``fresh``: measure it, never
-    from the cache (a run of a busy machine measured again)."""
+             on_progress=None) -> RungOutcome:
+    """Measure (or take from the cache) one rung of one round, and store its record."""
     ladder = ctx.ladder
     # the store is read per rung, filtered inside pyarrow: four columns of this sweep's rows, then the cache's
     # few columns and the one record it copies. Each rung may run in another process (any Hydra launcher), so
@@ -201,7 +200,7 @@ def run_rung(ctx: SweepContext, rung: int, round_: int, machine: runner.Machine,
         on_start(cfg, dropped)
     env, key = runner.environment(cfg.device)
     reason = applicability.skip_reason(cfg, cap_workers_at_cpus=ladder.cap_workers_at_cpus)  # once per run
-    if not reason and not ctx.rerun and not fresh and not debug_active(cfg):
+    if not reason and not ctx.rerun and not debug_active(cfg):
         used = set(mine["cached_from"].fillna("")) | set(mine["run_id"])
         cached = lookup_cached(ctx.results_dir, config_mod.config_hash(cfg), key, used)
         if cached is not None:
