@@ -156,7 +156,7 @@ def test_the_time_budget_refuses_a_round_that_would_end_past_it():
 
 
 @pytest.mark.parametrize("bad, message", [
-    ({"repeats": 0}, "sweep.repeats=0 is not valid"), ({"repeats": "many"}, "sweep.repeats='many' is not valid"),
+    ({"repeats": 0}, "sweep.repeats=0 must be at least 1"), ({"repeats": "many"}, "sweep.repeats=many must be at least"),
     ({"repeats": "auto", "budget_min": 0}, "sweep.budget_min=0 must be a positive number of minutes"),
     ({"repeats": "auto", "max_repeats": 1}, "sweep.max_repeats=1 must be a whole number of rounds >= 2")])
 def test_bad_sweep_settings_are_refused_by_name(bad, message):

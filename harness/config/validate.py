@@ -59,8 +59,8 @@ def validate_sweep(sweep: SweepConfig) -> None:
     repeats = sweep.repeats
     whole = isinstance(repeats, int) and not isinstance(repeats, bool)
     if not (repeats == "auto" or (whole and repeats >= 1)):
-        raise ValueError(f"sweep.repeats={repeats!r} is not valid: give a whole number of rounds >= 1 (each rung is "
-                         "measured that many times) or auto (rounds until every verdict is decided)")
+        raise ValueError(f"sweep.repeats={repeats} must be at least 1 (a whole number of rounds: each rung is measured "
+                         "that many times) or auto (rounds until every verdict is decided)")
     if not (isinstance(sweep.budget_min, (int, float)) and sweep.budget_min > 0):
         raise ValueError(f"sweep.budget_min={sweep.budget_min!r} must be a positive number of minutes")
     if not (isinstance(sweep.max_repeats, int) and sweep.max_repeats >= 2):
