@@ -15,7 +15,7 @@ from harness.sweeps import ladder as ladder_mod
 from harness.store import load_runs
 from tests.conftest import REPO, harness_cli
 
-TINY = ("measure.steps=2", "measure.warmup_steps=1")
+TINY = ("measure.steps=2", "measure.warmup_steps=1", "sweep.repeats=1", "sweep.remeasure_busy=false")
 TINY_LADDERS = {
     "tiny_a": "description: tiny ladder A\nworkload: unet3d\nrungs:\n  - set: {log_every_n_steps: 1}\n",
     "tiny_b": "description: tiny ladder B\nworkload: unet3d\n"

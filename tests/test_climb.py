@@ -351,10 +351,12 @@ def test_candidate_and_incumbent_runs_interleave_abba_and_a_two_change_candidate
 def test_a_busy_run_is_measured_again_and_a_step_still_busy_decides_nothing():
     from harness.climb.trials import Trials
     from harness.store import RunRecord
+    from harness.sweeps import rungs as rungs_mod
 
     class Busy(Trials):
         def __init__(self, busy_runs):
             self.repeats, self.calls, self.lines, self.busy_runs, self.busy = 2, [], [], busy_runs, []
+            self.ctx = rungs_mod.SweepContext(sweep_id="c", ladder=None, settings={}, user_keys=frozenset())
             self.display = type("D", (), {"say": lambda _, text: self.lines.append(text)})()
 
         def trial(self, changes, step, role, round_, change):
@@ -398,7 +400,7 @@ def test_bad_climb_settings_stop_with_one_line_and_exit_2(results, override, say
 
 
 TINY = ("workload=resnet50", "measure.steps=3", "measure.warmup_steps=1", "climb.repeats=1",
-        "climb.knobs=[channels_last,pin_memory]")
+        "sweep.remeasure_busy=false", "climb.knobs=[channels_last,pin_memory]")
 
 
 def test_a_tiny_climb_writes_a_ladder_that_sweep_reruns_from_the_store(results):
@@ -424,7 +426,8 @@ def test_a_tiny_climb_writes_a_ladder_that_sweep_reruns_from_the_store(results):
     ran = second[second["status"] == "ok"]
     assert len(ran) == 2 and (ran["cached_from"] != "").all()  # nothing measured again
 
-    sweep = harness_cli("sweep", f"+ladder={name}", f"results_dir={results}")
+    sweep = harness_cli("sweep", f"+ladder={name}", "sweep.repeats=1", "sweep.remeasure_busy=false",
+                        f"results_dir={results}")
     assert sweep.returncode == 0, sweep.stdout + sweep.stderr
     frame = load_runs(results)
     rerun = frame[frame["ladder"] == name]

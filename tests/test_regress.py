@@ -376,7 +376,8 @@ def _sweep_cli(results, *overrides):
     import subprocess
     import sys
 
-    cmd = [sys.executable, "-m", "harness", "sweep", "+ladder=phase1", f"results_dir={results}", *overrides]
+    cmd = [sys.executable, "-m", "harness", "sweep", "+ladder=phase1", "sweep.repeats=1", "sweep.remeasure_busy=false",
+           f"results_dir={results}", *overrides]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
 

@@ -131,7 +131,7 @@ def test_a_busy_run_is_measured_again_once_in_the_same_round(tmp_path, fake):
     assert display.lines == ["[rung 2/4] machine busy (other processes used 50% of the CPUs): not trustworthy; "
                              "measuring it again"]
     table = table_mod.build_table(load_runs(tmp_path), "s", str(tmp_path))
-    assert any("(1 measured again in the same round)" in n for n in table.notes)
+    assert any("(1 measured again on a quiet one in the same round)" in n for n in table.notes)
 
 
 def test_a_measured_sweep_run_again_adds_nothing(tmp_path, fake):
@@ -148,7 +148,8 @@ def test_the_time_budget_refuses_a_round_that_would_end_past_it():
     plan = rounds.RoundPlan(auto=True, max_rounds=6, budget_s=600.0, started=0.0)
     assert plan.refusal(4, now=100.0) == ""  # nothing measured yet: no estimate
     for _ in range(4):
-        plan.measured(30.0)  # a round of 4 rungs takes 2 minutes
+        plan.measured(20.0)  # a round of 4 rungs takes 2 minutes: every run was busy and measured again
+        plan.measured(10.0, again=True)
     assert plan.refusal(4, now=400.0) == ""
     assert plan.refusal(4, now=500.0) == ("stop: time budget spent (another round would take ~2.0 min after 8.3 of "
                                           "sweep.budget_min=10)")
@@ -156,7 +157,8 @@ def test_the_time_budget_refuses_a_round_that_would_end_past_it():
 
 
 @pytest.mark.parametrize("bad, message", [
-    ({"repeats": 0}, "sweep.repeats=0 must be at least 1"), ({"repeats": "many"}, "sweep.repeats=many must be at least"),
+    ({"repeats": 0}, "sweep.repeats=0 must be at least 1"),
+    ({"repeats": "many"}, "sweep.repeats=many must be at least"),
     ({"repeats": "auto", "budget_min": 0}, "sweep.budget_min=0 must be a positive number of minutes"),
     ({"repeats": "auto", "max_repeats": 1}, "sweep.max_repeats=1 must be a whole number of rounds >= 2")])
 def test_bad_sweep_settings_are_refused_by_name(bad, message):

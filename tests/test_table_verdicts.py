@@ -73,7 +73,9 @@ def test_a_busy_run_measured_again_in_its_round_counts_once():
     table = table_mod.build_table(pd.concat([records, again], ignore_index=True), "s")
     assert table.rows[1].x_previous.value == pytest.approx(math.exp(
         (math.log(150 * 151 * 149) - math.log(100 * 101 * 99)) / 3))
-    assert "(1 measured again in the same round)" in render.to_markdown(table)
+    text = render.to_markdown(table)
+    assert "1 run(s) of rungs [1] were measured on a busy machine" in text
+    assert "(1 measured again on a quiet one in the same round)" in text
 
 
 def test_one_run_a_rung_and_no_calibration_gives_no_band_and_no_verdict():
@@ -144,4 +146,13 @@ def test_an_auto_sweep_that_spent_its_budget_names_the_verdicts_still_open():
     assert table.rows[1].verdict.startswith("inconclusive (")
     note = next(n for n in table.notes if n.startswith("sweep.repeats=auto"))
     assert note.startswith("sweep.repeats=auto: the round budget was spent after 2 round(s)")
-    assert "verdicts still open: rung 1: inconclusive (" in note and "sweep.max_repeats" in note
+    assert "verdicts still open: rung 1: inconclusive (" in note and ". More rounds (a larger sweep.max_repeats" in note
+
+
+def test_an_auto_sweep_stopped_with_busy_rungs_says_they_need_an_idle_machine():
+    records = with_claims(frame("s", [[100.0], [150.0]], busy={(1, 0)}, auto_max_rounds=6), {1: (1.3, 1.7)})
+    table = table_mod.build_table(records, "s")
+    assert table.rows[1].verdict == BUSY
+    note = next(n for n in table.notes if n.startswith("sweep.repeats=auto"))
+    assert note.startswith("sweep.repeats=auto: stopped early (time budget spent, or interrupted) after 1 round(s)")
+    assert note.endswith("They need an idle machine; no look yet (one round and no calibration)")

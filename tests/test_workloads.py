@@ -87,7 +87,8 @@ def test_builtins_build_what_they_built_before(name):
 
 
 def test_the_workload_group_lists_the_builtins_and_custom():
-    assert workloads.available() == ["basic_unet3d", "custom", "detr", "mednext", "resnet50", "seresnet_speech", "unet3d"]
+    assert workloads.available() == ["basic_unet3d", "custom", "detr", "mednext", "resnet50", "seresnet_speech",
+                                     "unet3d"]
     assert all(workloads.is_builtin(workloads.builtin(n)) for n in BUILTINS)
 
 
@@ -125,10 +126,11 @@ def test_a_file_of_the_users_joins_the_group_with_config_dir():
      r"'examples.tiny_net.TinySegNet'"),
     (("workload.model._target_=examples.tiny_nett.TinySegNet",), r"Did you mean 'examples.tiny_net'\?"),
     (("workload.model._target_=nopkg13.nets.Net",), r"no module 'nopkg13' can be imported here"),
-    (("+workload.loss._target_=torch.nn.CrossEntropyLos",), r"Did you mean 'torch.nn.CrossEntropyLoss'.*\('torch.nn' has "
-                                                            r"\d{3} public names"),
-    (("workload.loss._target_=torch.nn.MSELoss",), r"Key '_target_' is not in struct \(to add a key the config does not "
-                                                   r"have, write \+workload.loss._target_=VALUE\)"),
+    (("+workload.loss._target_=torch.nn.CrossEntropyLos",),
+     r"Did you mean 'torch.nn.CrossEntropyLoss'.*\('torch.nn' has \d{3} public names"),
+    (("workload.loss._target_=torch.nn.MSELoss",),
+     r"Key '_target_' is not in struct \(to add a key the config does not have, "
+     r"write \+workload.loss._target_=VALUE\)"),
     (("workload.input_shape=null",), r"workload 'custom' has no input shape: set workload.input_shape=\[C, \.\.\.\]"),
     (("workload.target=mask",), r"unknown workload.target 'mask'.*Valid choices: class, regression, segmentation"),
     (("data.source=disk",), r"data.source=disk writes volumes or images for the built-in pipelines; workload "
@@ -149,7 +151,8 @@ def test_editing_the_users_model_file_changes_the_cache_key(tmp_path, monkeypatc
     package.mkdir()
     (package / "__init__.py").write_text("")
     source = package / "nets.py"
-    source.write_text("from torch import nn\n\nclass Net(nn.Linear):\n    def __init__(self):\n        super().__init__(8, 2)\n")
+    source.write_text("from torch import nn\n\nclass Net(nn.Linear):\n    def __init__(self):\n"
+                      "        super().__init__(8, 2)\n")
     monkeypatch.syspath_prepend(str(tmp_path))
 
     def resolved():
@@ -173,7 +176,8 @@ def test_channels_last_on_a_1d_model_and_checkpointing_without_units_are_skipped
     cfg = _inline("workload.input_shape=[4,64]", "channels_last=true", "activation_checkpointing=true",
                   "workload.checkpoint_units=[]")
     reason = config_mod.not_applicable(cfg)
-    assert "channels_last=true needs 2D or 3D samples (4D/5D tensors); workload 'custom' has 1D samples [4, 64]" in reason
+    assert ("channels_last=true needs 2D or 3D samples (4D/5D tensors); workload 'custom' has 1D samples [4, 64]"
+            in reason)
     assert "activation_checkpointing=true: workload 'custom' names no checkpoint_units" in reason
     assert config_mod.not_applicable(_inline("channels_last=true")) == ""
 
@@ -215,8 +219,9 @@ def test_a_forward_that_fails_on_the_batch_says_the_shapes():
                                            r"target \[2, 16, 16, 16\] int64 \(batch first\): RuntimeError"):
         train_and_measure(cfg, cfg.workload, lambda *a, **k: None)
     cfg = _inline("workload.target=class", "measure.steps=1", "measure.warmup_steps=1")
-    with pytest.raises(BatchRefused, match=r"^the loss \(the model's output: \[2, 3, 16, 16, 16\] float32\) failed on a "
-                                           r"batch of input \[2, 1, 16, 16, 16\] float32 and target \[2\] int64"):
+    with pytest.raises(BatchRefused,
+                       match=r"^the loss \(the model's output: \[2, 3, 16, 16, 16\] float32\) failed on a "
+                             r"batch of input \[2, 1, 16, 16, 16\] float32 and target \[2\] int64"):
         train_and_measure(cfg, cfg.workload, lambda *a, **k: None)
 
 
@@ -237,7 +242,8 @@ def test_a_users_dataset_is_built_from_its_partial_target_and_repeated_to_the_ep
         import torch
 
         def volumes(n=3):
-            return [(torch.full((1, 16, 16, 16), float(i)), torch.zeros(16, 16, 16, dtype=torch.long)) for i in range(n)]
+            return [(torch.full((1, 16, 16, 16), float(i)), torch.zeros(16, 16, 16, dtype=torch.long))
+                    for i in range(n)]
     """))
     monkeypatch.syspath_prepend(str(tmp_path))
     cfg = _inline("+workload.dataset._target_=mydata13.volumes", "+workload.dataset._partial_=true")
@@ -271,7 +277,8 @@ def test_a_users_model_runs_and_sweeps_a_ladder(form, results):
     args = ("--config-dir", "examples/conf", "workload=tiny_net") if form == "file" else INLINE
     run = harness_cli("run", *args, *TINY, f"results_dir={results}")
     assert run.returncode == 0, run.stdout + run.stderr
-    sweep = harness_cli("sweep", *args, "+ladder=bf16", *TINY, f"results_dir={results}")
+    sweep = harness_cli("sweep", *args, "+ladder=bf16", *TINY, "sweep.repeats=1", "sweep.remeasure_busy=false",
+                        f"results_dir={results}")
     assert sweep.returncode == 0, sweep.stdout + sweep.stderr
     frame = load_runs(results).sort_values("timestamp")
     name = "tiny_net" if form == "file" else "custom"

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from scipy import stats as sps
 
 from harness.analysis import blocks, calibration, noise_model, sequential, stats
+from harness.analysis.busy import busy_reason
 from harness.analysis.stats import Ratio
 
 STORED = "environment, workload and size; chosen when the sweep started"
@@ -89,6 +90,7 @@ class Judgement:
     rounds: int  # rounds the sweep ran (a round counts when any rung of it has a record)
     max_rounds: int | None  # the round budget of a sweep.repeats=auto sweep; None for fixed rounds
     answers: dict = field(default_factory=dict)  # question label -> sequential.Answer
+    busy_runs: int = 0  # runs of a busy machine (a (rung, round) may have two: one measured again)
 
     @property
     def level(self) -> float:
@@ -115,7 +117,7 @@ class Judgement:
         return float(math.expm1(sps.t.isf((self.level or 0.05) / 2, df) * math.sqrt(var / runs)))
 
     def left_out(self) -> dict:
-        """The busy runs whose (rung, round) has no other ok run (those measured again are not)."""
+        """The (rung, round)s whose runs were all busy (not those measured again on a quiet machine)."""
         observed = self.model.design.observed
         return {k: v for k, v in self.busy.items() if not (k[1] < observed.shape[1] and observed[k])}
 
@@ -154,7 +156,8 @@ def judge(records, rungs: int, claims: dict, total: tuple[float, float] | None, 
         look = sequential.fixed(logs, questions, noise.cv, noise.df, busy)
     model = blocks.fit(logs[:, :rounds], noise.cv, noise.df)
     answers = {a.question.label: _with_busy_predecessor(a, busy, rounds) for a in look.answers}
-    return Judgement(look, model, noise, busy, rounds, max_rounds, answers)
+    busy_runs = sum(1 for r in records.to_dict("records") if r.get("status") == "ok" and busy_reason(r))
+    return Judgement(look, model, noise, busy, rounds, max_rounds, answers, busy_runs)
 
 
 def _with_busy_predecessor(answer: sequential.Answer, busy: dict, rounds: int) -> sequential.Answer:

@@ -309,14 +309,13 @@ def _busy_notes(judgement: sweepstats.Judgement) -> list[str]:
     """Which runs a busy machine took out of the table, and which were measured again."""
     if not judgement.busy:
         return []
-    left = judgement.left_out()
-    again = len(judgement.busy) - len(left)
+    again = len(judgement.busy) - len(judgement.left_out())
     rungs = sorted({rung for rung, _ in judgement.busy})
     reason = judgement.busy[min(judgement.busy)]
-    text = (f"{len(judgement.busy)} run(s) of rungs {rungs} were measured on a busy machine ({reason}): "
+    text = (f"{judgement.busy_runs} run(s) of rungs {rungs} were measured on a busy machine ({reason}): "
             f"{BUSY_VERDICT}, so they are left out")
     if again:
-        text += f" ({again} measured again in the same round)"
+        text += f" ({again} measured again on a quiet one in the same round)"
     return [text + "; measure on an idle machine"]
 
 
@@ -344,14 +343,18 @@ def _stopping_note(table: SweepTable, judgement: sweepstats.Judgement) -> str:
     rounds, budget = judgement.rounds, judgement.max_rounds
     took = table.minutes
     when = f"{rounds} round(s)" + (f" ({took:.1f} minutes)" if took is not None else "")
-    level = f"bands at the {1 - judgement.level:.2%} level of look {rounds} of at most {budget}"
+    level = (f"bands at the {1 - judgement.level:.2%} level of look {rounds} of at most {budget}" if judgement.level
+             else "no look yet (one round and no calibration)")
     if judgement.look.all_decided:
         return f"sweep.repeats=auto: decided after {when}; {level} (95% together over every look)"
     why = "the round budget was spent" if rounds >= budget else "stopped early (time budget spent, or interrupted)"
-    opened = "; ".join(sweepstats.open_questions(judgement))
-    return (f"sweep.repeats=auto: {why} after {when} with verdicts still open: {opened}. More rounds would decide "
-            f"them (a larger sweep.max_repeats and sweep.budget_min), or a calibration (python -m harness noise); "
-            f"{level}")
+    opened = sweepstats.open_questions(judgement)
+    busy = sum("no verdict: machine busy (" in q for q in opened)
+    decide = ("more rounds (a larger sweep.max_repeats and sweep.budget_min) or a calibration (python -m harness "
+              "noise) would decide")
+    advice = ("They need an idle machine" if busy == len(opened) else
+              f"The busy ones need an idle machine; {decide} the others" if busy else f"M{decide[1:]} them")
+    return f"sweep.repeats=auto: {why} after {when} with verdicts still open: {'; '.join(opened)}. {advice}; {level}"
 
 
 # ------------------------------------------------------------------------------------------

@@ -35,7 +35,8 @@ def run_climb(settings: dict, options: ClimbConfig, started: float, display: Dis
     # the workload is the start's own (the composed node): the in-memory ladders of the trials only name it
     ctx = sweep_mod.SweepContext(sweep_id=climb_id, ladder=trial_ladder(start.workload.name, []), settings=settings,
                                  user_keys=frozenset({"workload"}), repeats=options.repeats,
-                                 record_fields=tuple(sweepstats.noise_fields(noise).items()))
+                                 record_fields=tuple(sweepstats.noise_fields(noise).items()),
+                                 remeasure_busy=start.sweep.remeasure_busy)
     trials = Trials(ctx, machine, env, env_key, budget, options.repeats, display)
     # loader workers share the CPUs with the ranks: with devices=N each rank's loader gets its part
     facts = Facts(device=start.device, usable_cpus=max(1, usable_cpus() // start.devices))

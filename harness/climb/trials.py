@@ -93,8 +93,8 @@ class Trials:
 
         record, how = self.trial(changes, step, role, round_, change)
         why = busy_reason(record) if record.status == "ok" else None
-        if not why:
-            return record, how, ""
+        if not why or not self.ctx.remeasure_busy:
+            return record, how, why or ""
         self.display.say(f"{_label(step, role, round_, self.repeats, change)}: machine busy ({escape(why)}): "
                          "not trustworthy; measuring it again")
         record, how = self.trial(changes, step, role, round_, change)

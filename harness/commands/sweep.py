@@ -60,8 +60,9 @@ def split_ladder(argv: list[str]) -> tuple[str | None, list[str]]:
 
 def main(command: str, argv: list[str]) -> int:
     if any(a in ("-h", "--help") for a in argv):
-        print(__doc__.strip() + "\n\nsettings: any `run` setting as key=value; sweep.repeats=N or auto (with "
-              "sweep.budget_min=10, sweep.max_repeats=6), sweep.rerun=true\n\n" + ladder_list())
+        print(__doc__.strip() + "\n\nsettings: any `run` setting as key=value; sweep.repeats=N or auto (the "
+              "default: rounds until decided, within sweep.budget_min=10, sweep.max_repeats=6), sweep.rerun=true, "
+              "sweep.remeasure_busy=false (a run of a busy machine is not measured again)\n\n" + ladder_list())
         return 0
     try:
         argv = hydra_edge.with_config_dirs(argv)
@@ -92,6 +93,7 @@ class SweepPlan:
     rerun: bool
     max_repeats: int = 6
     budget_min: float = 10.0
+    remeasure_busy: bool = True
 
 
 def plan_sweep(argv: list[str], campaign: bool = False, settings: dict | None = None) -> SweepPlan:
@@ -127,7 +129,7 @@ def plan_sweep(argv: list[str], campaign: bool = False, settings: dict | None = 
     config_mod.validate_sweep(parsed.sweep)
     return SweepPlan(ladder=lad, overrides=tuple(overrides), user_keys=frozenset(user_keys), settings=settings,
                      repeats=parsed.sweep.repeats, rerun=parsed.sweep.rerun, max_repeats=parsed.sweep.max_repeats,
-                     budget_min=parsed.sweep.budget_min)
+                     budget_min=parsed.sweep.budget_min, remeasure_busy=parsed.sweep.remeasure_busy)
 
 
 def _results_dir(overrides: list[str]) -> str:
@@ -147,7 +149,8 @@ def _refuse(exc: Exception) -> int:
 def _context(plan: SweepPlan, sweep_id: str, campaign_id: str = "") -> sweep_mod.SweepContext:
     return sweep_mod.SweepContext(sweep_id=sweep_id, ladder=plan.ladder, settings=plan.settings,
                                   user_keys=plan.user_keys, repeats=plan.repeats, rerun=plan.rerun,
-                                  campaign_id=campaign_id, max_repeats=plan.max_repeats, budget_min=plan.budget_min)
+                                  campaign_id=campaign_id, max_repeats=plan.max_repeats, budget_min=plan.budget_min,
+                                  remeasure_busy=plan.remeasure_busy)
 
 
 def run_sweep(plan: SweepPlan, sweep_id: str, campaign_id: str = "") -> int:

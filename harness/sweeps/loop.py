@@ -108,25 +108,25 @@ def _turn(ctx: rungs_mod.SweepContext, machine, display: LoopDisplay, turn: Turn
     for again in (False, True):
         outcomes: list[rungs_mod.RungOutcome] = []
         try:
-            display.measure(turn, functools.partial(_run, ctx, machine, turn, plan, outcomes))
+            display.measure(turn, functools.partial(_run, ctx, machine, turn, plan, again, outcomes))
         except Exception as exc:  # a rung the parent could not even start: say so, go on with the next
             display.could_not_run(turn, exc)
             return 1
         record = outcomes[-1].record if outcomes else None
         why = busy_reason(record) if record is not None and record.status == "ok" else None
-        if not why or again:
+        if not why or again or not ctx.remeasure_busy:
             return 0
         display.say(f"{turn.label} machine busy ({why}): not trustworthy; measuring it again")
     return 0
 
 
-def _run(ctx: rungs_mod.SweepContext, machine, turn: Turn, plan: rounds_mod.RoundPlan, outcomes: list,
+def _run(ctx: rungs_mod.SweepContext, machine, turn: Turn, plan: rounds_mod.RoundPlan, again: bool, outcomes: list,
          on_start=None, on_progress=None) -> rungs_mod.RungOutcome:
     """``rungs.run_rung`` for a display to wrap: the outcome kept in ``outcomes``, a measured run's time in the plan."""
     began = time.monotonic()
     outcome = rungs_mod.run_rung(ctx, turn.rung.index, turn.round_, machine, on_start, on_progress)
     if outcome.how == "measured":
-        plan.measured(time.monotonic() - began)
+        plan.measured(time.monotonic() - began, again)
     outcomes.append(outcome)
     return outcome
 

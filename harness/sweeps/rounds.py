@@ -33,8 +33,8 @@ class RoundPlan:
     max_rounds: int
     budget_s: float | None = None
     started: float = field(default_factory=time.monotonic)
-    fresh_s: float = 0.0  # seconds spent on runs measured (not copied from the store)
-    fresh_runs: int = 0
+    fresh_s: float = 0.0  # seconds spent on rungs measured (not copied from the store), busy runs again included
+    fresh_turns: int = 0  # rungs of a round that measured something
 
     @staticmethod
     def of(ctx: rungs_mod.SweepContext) -> "RoundPlan":
@@ -42,17 +42,18 @@ class RoundPlan:
             return RoundPlan(True, int(ctx.max_repeats), 60.0 * float(ctx.budget_min))
         return RoundPlan(False, int(ctx.repeats))
 
-    def measured(self, seconds: float) -> None:
-        """A run was measured (not copied): its time tells how long the next round will take."""
+    def measured(self, seconds: float, again: bool = False) -> None:
+        """A run was measured (not copied): its time tells how long the next round will take; ``again``: a busy
+        run's second measurement, part of the same rung's turn."""
         self.fresh_s += seconds
-        self.fresh_runs += 1
+        self.fresh_turns += not again
 
     def refusal(self, rungs: int, now: float | None = None) -> str:
         """Why the next round must not start ("" when it may): only a repeats=auto sweep has a clock."""
-        if not self.auto or self.budget_s is None or not self.fresh_runs:
+        if not self.auto or self.budget_s is None or not self.fresh_turns:
             return ""
         now = time.monotonic() if now is None else now
-        spent, next_round = now - self.started, rungs * self.fresh_s / self.fresh_runs
+        spent, next_round = now - self.started, rungs * self.fresh_s / self.fresh_turns
         if spent + next_round <= self.budget_s:
             return ""
         return (f"stop: time budget spent (another round would take ~{next_round / 60:.1f} min after "

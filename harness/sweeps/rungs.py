@@ -42,6 +42,7 @@ class SweepContext:
     max_repeats: int = 6  # repeats=auto: the most rounds
     budget_min: float = 10.0  # repeats=auto: no round starts that would end after these minutes
     record_fields: tuple[tuple[str, Any], ...] = ()  # fields every record of the sweep carries (its calibration)
+    remeasure_busy: bool = True  # a run of a busy machine is measured again, once (``sweep.remeasure_busy``)
 
     @property
     def results_dir(self) -> str:
@@ -61,7 +62,8 @@ def rung_config(ctx: SweepContext, rung: int, machine: runner.Machine, dropped: 
     size = _size(ctx.settings, machine)
     ladder = {k: v for k, v in ctx.ladder.settings(rung, size, dropped).items() if k not in ctx.user_keys}
     sweep = {"sweep.id": ctx.sweep_id, "sweep.rung": rung, "sweep.round": round_, "sweep.repeats": ctx.repeats,
-             "sweep.rerun": ctx.rerun, "sweep.max_repeats": ctx.max_repeats, "sweep.budget_min": ctx.budget_min}
+             "sweep.rerun": ctx.rerun, "sweep.max_repeats": ctx.max_repeats, "sweep.budget_min": ctx.budget_min,
+             "sweep.remeasure_busy": ctx.remeasure_busy}
     cfg = config_mod.from_dict({**config_mod.flatten(ctx.settings), **ladder, **sweep})
     return config_mod.resolve(cfg, machine.cuda_available, ladder_keys=frozenset(ladder))
 
