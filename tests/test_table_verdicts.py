@@ -156,3 +156,9 @@ def test_an_auto_sweep_stopped_with_busy_rungs_says_they_need_an_idle_machine():
     note = next(n for n in table.notes if n.startswith("sweep.repeats=auto"))
     assert note.startswith("sweep.repeats=auto: stopped early (time budget spent, or interrupted) after 1 round(s)")
     assert note.endswith("They need an idle machine; no look yet (one round and no calibration)")
+
+
+def test_a_rung_whose_baseline_was_all_busy_has_nothing_trustworthy_to_be_compared_with():
+    records = with_claims(frame("s", [[100.0, 101.0], [150.0, 151.0]], busy={(0, 0), (0, 1)}), {1: (1.3, 1.7)})
+    table = table_mod.build_table(records, "s")
+    assert table.rows[1].verdict == BUSY and table.rows[1].x_baseline is None

@@ -116,6 +116,18 @@ class Judgement:
             return None
         return float(math.expm1(sps.t.isf((self.level or 0.05) / 2, df) * math.sqrt(var / runs)))
 
+    @property
+    def all_decided(self) -> bool:
+        """Every question another round could still decide is decided (``sequential.Look.all_decided`` on the
+        answers as the table gives them: a rung whose predecessors were all busy waits for another round)."""
+        return all(a.decided for a in self.answers.values() if a.waiting)
+
+    def next_action(self) -> str:
+        """``sequential.next_action`` on these answers: "stop: decided", "stop: budget spent" or "another round"."""
+        if self.all_decided:
+            return "stop: decided"
+        return "stop: budget spent" if self.rounds >= (self.max_rounds or self.rounds) else "another round"
+
     def left_out(self) -> dict:
         """The (rung, round)s whose runs were all busy (not those measured again on a quiet machine)."""
         observed = self.model.design.observed

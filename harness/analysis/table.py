@@ -345,7 +345,7 @@ def _stopping_note(table: SweepTable, judgement: sweepstats.Judgement) -> str:
     when = f"{rounds} round(s)" + (f" ({took:.1f} minutes)" if took is not None else "")
     level = (f"bands at the {1 - judgement.level:.2%} level of look {rounds} of at most {budget}" if judgement.level
              else "no look yet (one round and no calibration)")
-    if judgement.look.all_decided:
+    if judgement.all_decided:
         return f"sweep.repeats=auto: decided after {when}; {level} (95% together over every look)"
     why = "the round budget was spent" if rounds >= budget else "stopped early (time budget spent, or interrupted)"
     opened = sweepstats.open_questions(judgement)

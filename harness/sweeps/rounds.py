@@ -109,7 +109,7 @@ def look(ctx: rungs_mod.SweepContext, noise: noise_model.Noise, rounds: int,
               for g in ladder.group_claims]
     judgement = sweepstats.judge(records, len(ladder.rungs), claims, total, groups, sweepstats.SweepNoise(noise),
                                  rounds=rounds, max_rounds=max_rounds)
-    return judgement, sequential.next_action(judgement.look)
+    return judgement, judgement.next_action()
 
 
 def look_line(judgement: sweepstats.Judgement, action: str) -> str:
