@@ -128,6 +128,16 @@ def test_busy_runs_exit_2_naming_their_configs(tmp_path, capsys):
     assert check(tmp_path) == 0
 
 
+def test_a_busy_run_measured_again_quietly_in_its_round_does_not_make_the_check_busy(tmp_path, capsys):
+    setup_check(tmp_path, {"cfg-a": 80.0})
+    write_record(RunRecord(run_id="s2-0-1-busy", status="ok", timestamp="2024-06-02T10:00:01+00:00", workload="unet",
+                           device="cpu", config_hash="cfg-a", sweep_id="s2", ladder="phase2", rung=0, round=1,
+                           samples_per_s=20.0, other_cpu_pct=70.0, cpu_model=CPU, cpu_count=8), tmp_path)
+    code, rows = row_status(capsys, tmp_path)
+    assert code == 1 and rows["cfg-a"]["status"] == "regressed"
+    assert rows["cfg-a"]["ratio"] == pytest.approx(0.8, rel=1e-6)  # the busy 20 samples/s is not in it
+
+
 def test_improvement_is_reported(tmp_path, capsys):
     setup_check(tmp_path, {"cfg-a": 130.0})
     code, rows = row_status(capsys, tmp_path)

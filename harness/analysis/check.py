@@ -270,14 +270,23 @@ def _judge(row: Comparison, base: pd.DataFrame, cur: pd.DataFrame) -> list[_Pend
         return []
     row.baseline_samples_per_s = float(base_ok["samples_per_s"].mean())
     row.current_samples_per_s = float(cur_ok["samples_per_s"].mean())
-    busy = [(side, why) for side, ok in (("current", cur_ok), ("baseline", base_ok))
-            for why in (busy_reason(r) for r in ok.to_dict("records")) if why]
+    (cur_ok, cur_busy), (base_ok, base_busy) = _quiet(cur_ok), _quiet(base_ok)
+    busy = [("current", why) for why in cur_busy] + [("baseline", why) for why in base_busy]
     if busy:  # a busy machine's runs decide nothing, either way
         row.status = "busy"
         row.notes.append(f"machine busy during {len(busy)} run(s) ({busy[0][0]}: {busy[0][1]}): not trustworthy; "
                          "measure again on an idle machine")
         return []
     return [_Pending(row, cur[~cur.index.isin(cur_ok.index)], base_ok, cur_ok)]
+
+
+def _quiet(ok: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
+    """A config's ok runs of a quiet machine, and why each busy run is not trustworthy, leaving out the busy runs
+    measured again quietly in the same round (a sweep does that: the quiet run stands for its round)."""
+    reasons = [busy_reason(r) or "" for r in ok.to_dict("records")]
+    quiet = ok[[not r for r in reasons]]
+    rounds = set(quiet["round"].fillna(0))
+    return quiet, [why for why, rnd in zip(reasons, ok["round"].fillna(0)) if why and rnd not in rounds]
 
 
 def _decide_all(pending: list[_Pending], noise: noise_model.Noise) -> None:
