@@ -162,3 +162,11 @@ def test_a_rung_whose_baseline_was_all_busy_has_nothing_trustworthy_to_be_compar
     records = with_claims(frame("s", [[100.0, 101.0], [150.0, 151.0]], busy={(0, 0), (0, 1)}), {1: (1.3, 1.7)})
     table = table_mod.build_table(records, "s")
     assert table.rows[1].verdict == BUSY and table.rows[1].x_baseline is None
+
+
+def test_a_rung_after_a_failed_one_says_what_it_was_built_on_and_over_what_it_was_compared():
+    failed = table_mod.build_table(frame("s", CLEAR + [[60.0, 61.0, 60.5]], failed={(2, r) for r in range(3)}), "s")
+    assert failed.rows[3].built_on == 1 and failed.rows[3].note == "built on rung 1 (rungs between did not run ok)"
+    busy = table_mod.build_table(frame("s", CLEAR, busy={(1, r) for r in range(3)}), "s")
+    assert busy.rows[2].built_on == 1
+    assert busy.rows[2].note == "x previous over rung 0 (the runs between were all on a busy machine)"

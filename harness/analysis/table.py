@@ -226,21 +226,29 @@ def _row(rung: int, runs, claims: Claims) -> RungRow:
 def _link(rows: list[RungRow], judgement: sweepstats.Judgement) -> None:
     """x baseline, and x previous with its verdict: the rung over the last earlier rung that ran ok (what it was
     built on), from the sweep's rung x round model; a rung whose runs were all busy gets no verdict."""
+    previous = None
     for row in rows:
         row.uncertainty = judgement.uncertainty(row.rung) if row.runs is not None else None
-        if row.rung > 0 and row.runs is not None:
+        if row.runs is None:
+            continue
+        if row.rung > 0:
             row.x_baseline = judgement.ratio(row.rung, 0)
+        row.built_on = previous
+        if previous is not None and previous != row.rung - 1:
+            _note(row, f"built on rung {previous} (rungs between did not run ok)")
+        previous = row.rung
         answer = judgement.answers.get(f"rung {row.rung}")
         if answer is None:
             continue
-        row.built_on = answer.built_on
         row.x_previous = judgement.measured(answer)
-        busy = answer.verdict.startswith("no verdict: machine busy")
-        if row.claim_range or busy:
+        if answer.built_on is not None and answer.built_on != row.built_on:
+            _note(row, f"x previous over rung {answer.built_on} (the runs between were all on a busy machine)")
+        if row.claim_range or answer.verdict.startswith("no verdict: machine busy"):
             row.verdict = sweepstats.verdict_text(answer)
-        if answer.built_on is not None and answer.built_on != row.rung - 1:
-            built_on = f"built on rung {answer.built_on} (rungs between did not run ok)"
-            row.note = (row.note + "; " if row.note else "") + built_on
+
+
+def _note(row: RungRow, text: str) -> None:
+    row.note = (row.note + "; " if row.note else "") + text
 
 
 def _scaling(rows: list[RungRow]) -> None:
