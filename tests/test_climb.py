@@ -57,9 +57,27 @@ def test_a_slower_candidate_is_rejected_as_slower():
     assert d.outcome == ascent.REJECTED and d.why == "slower beyond noise"
 
 
-def test_one_run_per_side_uses_the_default_cv_and_needs_about_15_percent():
-    assert ascent.decide(_measured([110], [100]), DEFAULT_NOISE, 0.03).outcome == ascent.REJECTED
-    assert ascent.decide(_measured([116], [100]), DEFAULT_NOISE, 0.03).outcome == ascent.ACCEPTED
+def test_one_run_per_side_needs_a_calibration():
+    no_band = ascent.decide(_measured([200], [100]), DEFAULT_NOISE, 0.03)  # nothing says how noisy the machine is
+    assert no_band.outcome == ascent.REJECTED and no_band.why.startswith("no band: one run a side and no calibration")
+    calibrated = Noise(cv=0.02, df=4, sweep_id="noise-x", runs=5, match="environment")
+    # the calibration's variance on its 4 df: t 2.78 x 2% x sqrt(2) = 7.9% on the log scale
+    assert ascent.decide(_measured([108], [100]), calibrated, 0.03).outcome == ascent.REJECTED
+    assert ascent.decide(_measured([109], [100]), calibrated, 0.03).outcome == ascent.ACCEPTED
+
+
+def test_a_paired_table_takes_out_what_slowed_both_sides_in_a_round():
+    # round 2 was 20% slower for both: the rounds cancel, the 10% gain is clear; unpaired it would be noise
+    d = ascent.decide(_measured([110, 88.2, 110.3], [100, 80, 100.2]), DEFAULT_NOISE, 0.03)
+    assert d.outcome == ascent.ACCEPTED and d.ratio.low > 1.09
+
+
+def test_a_busy_machine_decides_nothing():
+    busy = ascent.Measured("ok", Runs([120.0, 121.0]), Runs([100.0, 101.0]), busy="other processes used 40% of the "
+                                                                                  "CPUs")
+    d = ascent.decide(busy, DEFAULT_NOISE, 0.03)
+    assert d.outcome == ascent.BUSY and d.why == ("no verdict: machine busy (other processes used 40% of the CPUs): "
+                                                  "not trustworthy")
 
 
 def test_failures_are_decided_by_their_status_not_by_throughput():
@@ -83,17 +101,19 @@ def test_an_incumbent_that_stops_running_ends_the_climb_instead_of_failing_every
 
 def test_a_a_comparisons_are_rarely_accepted_and_a_true_10_percent_gain_usually_is():
     rng = np.random.default_rng(0)
+    calibrated = Noise(cv=0.03, df=4, sweep_id="noise-x", runs=5, match="environment")
 
-    def rate(gain, trials=400, cv=0.03, runs=3):
+    def rate(gain, noise, trials=400, cv=0.03, runs=3):
         wins = 0
         for _ in range(trials):
             old = 100 * np.exp(rng.normal(0, cv, runs))
             new = 100 * gain * np.exp(rng.normal(0, cv, runs))
-            wins += ascent.decide(_measured(new, old), DEFAULT_NOISE, 0.03).outcome == ascent.ACCEPTED
+            wins += ascent.decide(_measured(new, old), noise, 0.03).outcome == ascent.ACCEPTED
         return wins / trials
 
-    assert rate(1.0) <= 0.03  # faster beyond noise AND by 3%: a no-op change almost never gets in
-    assert rate(1.10) >= 0.5
+    assert rate(1.0, DEFAULT_NOISE) <= 0.03  # faster beyond noise AND by 3%: a no-op change almost never gets in
+    assert rate(1.0, calibrated) <= 0.03
+    assert rate(1.10, calibrated) >= 0.5  # 3 runs a side pair into 2 df of their own: a calibration adds 4
 
 
 # ------------------------------------------------------------------------------------------
@@ -139,8 +159,9 @@ class SimulatedMachine:
                               enabled=self.runs(enabled) if len(candidate) > 1 else None)
 
 
-def _ascend(machine, knobs=None, noise=DEFAULT_NOISE):
-    return ascent.ascend(dict(START), space.space("cpu", knobs), CPU, machine.measure, noise, 0.03)
+def _ascend(machine, knobs=None, noise=DEFAULT_NOISE, confirm=True):
+    return ascent.ascend(dict(START), space.space("cpu", knobs), CPU, machine.measure, noise, 0.03,
+                         confirm=machine.measure if confirm else None)
 
 
 def test_the_climb_keeps_the_wins_and_an_oom_on_the_batch_axis_ends_that_axis():
@@ -245,15 +266,23 @@ def test_the_budget_estimates_from_measured_runs_and_refuses_what_would_not_fini
 # what the climb writes
 
 
-def test_the_ladder_file_has_one_rung_per_accepted_change_with_the_measured_band_as_claim():
-    result = _ascend(SimulatedMachine(noise_cv=0.01))
+def test_the_ladder_claims_the_band_of_each_accepted_change_measured_once_more():
+    machine = SimulatedMachine(noise_cv=0.01)
+    result = _ascend(machine)
     mapping = output.ladder_file(result, "resnet50", {"measure.steps": 5}, "climb-x", "cpu AMD (2 CPUs)")
     lad = ladder_mod.parse("climb-resnet50-cpu", yaml.safe_load(yaml.safe_dump(mapping)))
     assert [(r.key, r.value) for r in lad.rungs[1:]] == [(s.key, s.value) for s in result.accepted]
     assert lad.base == {"measure.steps": 5} and lad.workload == "resnet50"
     for rung, step in zip(lad.rungs[1:], result.accepted):
-        assert rung.claim.low == pytest.approx(step.ratio.low, abs=1e-3) and rung.claim.low > 1
-        assert f"step {step.step}" in rung.claim.source
+        assert step.confirmed is not None and step.confirmed != step.ratio  # other runs than those that won
+        assert rung.claim.low == pytest.approx(step.confirmed.low, abs=1e-3)
+        assert f"step {step.step}: measured again after it was accepted" in rung.claim.source
+        assert "; measured again: " in step.why
+    accepted_then_again = [c for c in machine.calls]
+    assert len(accepted_then_again) == len(result.steps) + len(result.accepted)
+    unconfirmed = output.ladder_file(_ascend(SimulatedMachine(noise_cv=0.01), confirm=False), "resnet50", {},
+                                     "climb-x", "cpu")
+    assert all("claim" not in r and "not measured again" in r["note"] for r in unconfirmed["rungs"])
     assert any("scale the learning rate" in n for n in lad.notes)  # the batch grew
     assert any("multiply to" in n for n in lad.notes)
 
@@ -338,6 +367,37 @@ def test_candidate_and_incumbent_runs_interleave_abba_and_a_two_change_candidate
     assert (m.candidate.n, m.incumbent.n, m.enabled.n) == (2, 2, 2)
 
 
+def test_a_busy_run_is_measured_again_and_a_step_still_busy_decides_nothing():
+    from harness.climb.trials import Trials
+    from harness.store import RunRecord
+    from harness.sweeps import rungs as rungs_mod
+
+    class Busy(Trials):
+        def __init__(self, busy_runs):
+            self.repeats, self.calls, self.lines, self.busy_runs, self.busy = 2, [], [], busy_runs, []
+            self.ctx = rungs_mod.SweepContext(sweep_id="c", ladder=None, settings={}, user_keys=frozenset())
+            self.display = type("D", (), {"say": lambda _, text: self.lines.append(text)})()
+
+        def trial(self, changes, step, role, round_, change):
+            self.calls.append((role, round_))
+            busy = len(self.calls) <= self.busy_runs
+            return RunRecord(run_id=str(len(self.calls)), status="ok", timestamp="", samples_per_s=10.0,
+                             other_cpu_pct=60.0 if busy else 1.0), "measured"
+
+    once = Busy(busy_runs=1)
+    m = once.compare([], (("channels_last", True),), 1)
+    assert once.calls[:2] == [("candidate", 0), ("candidate", 0)] and len(once.calls) == 5
+    assert m.busy == "" and "machine busy (other processes used 60% of the CPUs): not trustworthy; measuring it " \
+                             "again" in once.lines[0]
+    twice = Busy(busy_runs=2)
+    m = twice.compare([], (("channels_last", True),), 1)
+    assert m.busy == "other processes used 60% of the CPUs"
+    assert ascent.decide(m, DEFAULT_NOISE, 0.03).outcome == ascent.BUSY
+    again = Busy(busy_runs=0)
+    again.compare([], (("channels_last", True),), 4, again=True)
+    assert [r for _, r in again.calls] == [2, 2, 3, 3]  # rounds after the first climb.repeats
+
+
 def test_a_step_cut_short_by_the_budget_says_how_many_of_its_runs_are_stored():
     with pytest.raises(ascent.BudgetSpent, match="; 3 of 4 runs of this step are stored"):
         fake_trials(repeats=2, budget_after=3).compare([], (("channels_last", True),), 1)
@@ -360,7 +420,7 @@ def test_bad_climb_settings_stop_with_one_line_and_exit_2(results, override, say
 
 # the example's own small 3D net (a workload file of the user's): channels_last acts on it, and its runs are short
 WORKLOAD = ("--config-dir", "examples/conf", "workload=tiny_net")
-TINY = (*WORKLOAD, "measure.steps=3", "measure.warmup_steps=1", "climb.repeats=1",
+TINY = (*WORKLOAD, "measure.steps=3", "measure.warmup_steps=1", "climb.repeats=1", "sweep.remeasure_busy=false",
         "climb.knobs=[channels_last,pin_memory]")
 
 
@@ -387,7 +447,8 @@ def test_a_tiny_climb_writes_a_ladder_that_sweep_reruns_from_the_store(results):
     ran = second[second["status"] == "ok"]
     assert len(ran) == 2 and (ran["cached_from"] != "").all()  # nothing measured again
 
-    sweep = harness_cli("sweep", *WORKLOAD, f"+ladder={name}", f"results_dir={results}")
+    sweep = harness_cli("sweep", *WORKLOAD, f"+ladder={name}", "sweep.repeats=1", "sweep.remeasure_busy=false",
+                        f"results_dir={results}")
     assert sweep.returncode == 0, sweep.stdout + sweep.stderr
     frame = load_runs(results)
     rerun = frame[frame["ladder"] == name]

@@ -344,6 +344,7 @@ def _count_allreduces(rank: int, init_file: str, out_dir: str, accum: int, skip_
     measure._steps(loop, measured=True)
     with open(os.path.join(out_dir, f"rank{rank}.txt"), "w") as f:
         f.write(json.dumps({"calls": len(calls), "steps": len(loop.m.step_ms)}))
+    dist.barrier()  # neither rank tears gloo down while the other still talks to it (an abort at exit otherwise)
     dist.destroy_process_group()
 
 

@@ -60,26 +60,26 @@ def test_a_group_is_judged_as_its_last_rung_over_the_rung_before_it():
     table = table_mod.build_table(_sweep([10.0, 20.0, 22.0, 24.0, 26.0], GROUPS), "s")
     (group,) = table.groups
     assert group.measured.value == pytest.approx(26.0 / 20.0)
-    assert group.verdict == table_mod.stats.verdict(group.measured, 1.2, 1.4)
+    # one run a rung and no calibration: the estimate, no band, no verdict
+    assert group.verdict == table_mod.stats.NO_BAND_TEXT
     assert group.changes == "k2=v, k3=v, k4=v" and group.note == ""
     text = render.to_markdown(table)
-    assert "Rungs 2-4 together (k2=v, k3=v, k4=v): measured 1.30x" in text
-    assert "the guide claims 1.2-1.4x (DETR #2)" in text
+    assert ("Rungs 2-4 together (k2=v, k3=v, k4=v): measured 1.30x [no band: no variance known]" in text
+            and "the guide claims 1.2-1.4x (DETR #2)" in text)
     assert "Rungs 2-4 together" in render.to_html(table)
 
 
-def test_a_group_whose_last_rung_failed_ends_at_its_last_ok_rung_and_says_so():
+def test_a_group_over_a_rung_that_failed_is_not_measured():
     table = table_mod.build_table(_sweep([10.0, 20.0, 22.0, 30.0, 0.0], GROUPS, statuses={4: "oom"}), "s")
     (group,) = table.groups
-    assert group.measured.value == pytest.approx(30.0 / 20.0)
-    assert group.note == "rung 3 over rung 1; rungs [4] did not run ok"
+    assert group.measured is None and group.verdict == "not measured (rungs [4] did not run ok)"
 
 
 def test_a_group_with_no_ok_rung_before_it_is_not_measured():
     table = table_mod.build_table(_sweep([10.0, 0.0, 22.0, 30.0, 33.0], GROUPS, statuses={0: "oom", 1: "oom"}), "s")
     (group,) = table.groups
-    assert group.measured is None and group.note == "no ok rung before the group"
-    assert "**not measured**" in render.to_markdown(table)
+    assert group.measured is None and group.verdict == "not measured (rungs [1] did not run ok)"
+    assert "**not measured (rungs [1] did not run ok)**" in render.to_markdown(table)
 
 
 def test_records_written_before_group_claims_read_back_without_any(tmp_path):

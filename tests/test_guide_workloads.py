@@ -171,8 +171,8 @@ def test_dataset_settings_hand_the_patch_size_and_leave_old_hashes_alone():
 def test_the_guide_workloads_climb_their_ladders_at_the_cpu_size(ladder, results):
     from harness.store import load_runs
 
-    out = harness_cli("sweep", f"+ladder={ladder}", "measure.steps=3", "measure.warmup_steps=1",
-                      f"results_dir={results}")
+    out = harness_cli("sweep", f"+ladder={ladder}", "measure.steps=3", "measure.warmup_steps=1", "sweep.repeats=1",
+                      "sweep.remeasure_busy=false", f"results_dir={results}")
     assert out.returncode == 0, out.stdout + out.stderr
     frame = load_runs(results)
     assert set(frame["status"]) <= {"ok", "skipped"} and (frame["status"] == "ok").sum() >= 5

@@ -10,8 +10,9 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
+from scipy import stats as scipy_stats
 
-from harness.analysis import check, noise_model, render, stats
+from harness.analysis import check, check_throughput, noise_model, render, stats
 from harness.analysis import table as table_mod
 from harness.store import COLUMNS, RunRecord, load_runs, write_record
 
@@ -39,21 +40,21 @@ def check_flags(base: pd.DataFrame, cur: pd.DataFrame, noise: noise_model.Noise)
     return check.exit_code(rows) == 1
 
 
-def simulate(rng, runs: int, cv: float, slowdown: list[float]) -> list[tuple[noise_model.Runs, noise_model.Runs]]:
-    """Run-level throughputs of one A/B sweep pair: (baseline, current) per rung, log-normal process noise."""
-    return [(noise_model.Runs(list(100.0 * np.exp(rng.normal(0.0, cv, runs)))),
-             noise_model.Runs(list(100.0 * f * np.exp(rng.normal(0.0, cv, runs))))) for f in slowdown]
+def simulate(rng, runs: int, cv: float, slowdown: list[float]) -> tuple[np.ndarray, np.ndarray]:
+    """Log throughputs [config, run] of one A/B sweep pair (baseline, current), log-normal process noise."""
+    base = np.log(100.0) + rng.normal(0.0, cv, (len(slowdown), runs))
+    return base, np.log(100.0 * np.array(slowdown))[:, None] + rng.normal(0.0, cv, (len(slowdown), runs))
 
 
-def flags(pairs, noise) -> bool:
+def flags(pair, noise) -> bool:
     """check's throughput decision for one sweep (the function compare calls): anything regressed?"""
-    estimates = [check.estimate(base, cur, noise) for base, cur in pairs]
-    return "regressed" in check.throughput_statuses(estimates, [0.05] * len(pairs))
+    judged = check_throughput.throughput_logs(*pair, noise)
+    return any(check.classify(est, 0.05, sig) == "regressed" for est, sig in judged)
 
 
-def frames(pairs) -> tuple[pd.DataFrame, pd.DataFrame]:
-    return (records("base", [b.samples_per_s for b, _ in pairs]),
-            records("cur", [c.samples_per_s for _, c in pairs], day=2))
+def frames(pair) -> tuple[pd.DataFrame, pd.DataFrame]:
+    return (records("base", [list(np.exp(b)) for b in pair[0]]),
+            records("cur", [list(np.exp(c)) for c in pair[1]], day=2))
 
 
 def flag_rate(runs: int, cv: float, slowdown: list[float], noise, sims: int, seed: int) -> float:
@@ -61,34 +62,38 @@ def flag_rate(runs: int, cv: float, slowdown: list[float], noise, sims: int, see
     return sum(flags(simulate(rng, runs, cv, slowdown), noise) for _ in range(sims)) / sims
 
 
+CALIBRATED = noise_model.Noise(cv=0.03, df=4, sweep_id="noise-sim", runs=5, match="environment")
+
 # ------------------------------------------------------------------------------------------
 # error rates of check (family-wise over the 4 rungs of one call)
 
 
 def test_aa_sweeps_with_three_runs_per_side_flag_at_most_5_percent():
-    # 5% process noise, no calibration: Welch t on log throughput, Holm over 4 configs
+    # 5% process noise, no calibration: the runs' own spread, Holm over 4 configs
     assert flag_rate(3, 0.05, [1.0] * RUNGS, noise_model.DEFAULT, sims=1000, seed=18) <= 0.05
 
 
-def test_aa_sweeps_with_one_run_per_side_flag_at_most_5_percent():
-    # the default 5% CV is the true noise here: Holm's first step is Bonferroni, ~4.9% family-wise
-    assert flag_rate(1, 0.05, [1.0] * RUNGS, noise_model.DEFAULT, sims=1000, seed=19) <= 0.05
+def test_one_run_per_side_without_a_calibration_flags_nothing():
+    # no variance is known: no band, nothing flagged even at a true CV of 20% (the old default CV flagged 42%+)
+    assert flag_rate(1, 0.20, [1.0] * RUNGS, noise_model.DEFAULT, sims=200, seed=19) == 0.0
 
 
-def test_a_true_10_percent_slowdown_is_flagged_with_three_repeats_at_3_percent_noise():
-    # the machine was calibrated (python -m harness noise, 5 runs, CV 3%); one rung of four got 10% slower
-    calibrated = noise_model.Noise(cv=0.03, df=4, sweep_id="noise-sim", runs=5, match="environment")
-    assert flag_rate(3, 0.03, [0.9, 1.0, 1.0, 1.0], calibrated, sims=1000, seed=20) >= 0.80
+def test_aa_sweeps_with_one_run_per_side_and_a_calibration_flag_at_most_5_percent():
+    assert flag_rate(1, 0.03, [1.0] * RUNGS, CALIBRATED, sims=1000, seed=22) <= 0.05
+
+
+def test_a_true_15_percent_slowdown_is_flagged_with_three_repeats_at_3_percent_noise():
+    # calibrated (5 runs, CV 3%); one rung of four got 15% slower: its band must lie below 0.95 to regress
+    assert flag_rate(3, 0.03, [0.85, 1.0, 1.0, 1.0], CALIBRATED, sims=500, seed=20) >= 0.80
 
 
 def test_the_simulation_takes_the_same_decisions_as_the_whole_check():
     # the rates above call check's decision function directly (fast); compare() must agree with it
     rng = np.random.default_rng(21)
-    calibrated = noise_model.Noise(cv=0.03, df=4, sweep_id="noise-sim", runs=5, match="environment")
-    for runs, noise in ((1, noise_model.DEFAULT), (3, noise_model.DEFAULT), (3, calibrated)):
+    for runs, noise in ((1, noise_model.DEFAULT), (3, noise_model.DEFAULT), (3, CALIBRATED)):
         for _ in range(15):
-            pairs = simulate(rng, runs, 0.05, [0.88, 1.0, 0.95, 1.0])
-            assert check_flags(*frames(pairs), noise) == flags(pairs, noise)
+            pair = simulate(rng, runs, 0.05, [0.80, 1.0, 0.90, 1.0])
+            assert check_flags(*frames(pair), noise) == flags(pair, noise)
 
 
 def test_holm_steps_down():
@@ -106,7 +111,7 @@ def test_verdicts_of_the_issue():
     assert stats.verdict(stats.Ratio(2.4, 2.2, 2.6), 2.0, 3.0) == "confirms"
 
 
-def test_table_and_check_agree_on_every_rung():
+def test_check_compares_the_runs_the_table_shows():
     rng = np.random.default_rng(7)
     factors = [1.0, 0.85, 1.03, 1.25]
     base = records("s1", [list(100 * np.exp(rng.normal(0, 0.03, 3))) for _ in factors])
@@ -115,26 +120,29 @@ def test_table_and_check_agree_on_every_rung():
     rows = {r.rung: r for r in check.compare(base, cur, check.Thresholds(0.05), check.Thresholds(0.1))}
     tables = {s: table_mod.build_table(frame, s) for s in ("s1", "s2")}
     for rung in range(len(factors)):
-        mine = noise_model.ratio(tables["s2"].rows[rung].runs, tables["s1"].rows[rung].runs, tables["s2"].noise)
-        assert (mine.value, mine.low, mine.high) == pytest.approx((rows[rung].ratio, rows[rung].ci_low,
-                                                                    rows[rung].ci_high))
-        assert mine.within_noise == (rows[rung].ci_low <= 1 <= rows[rung].ci_high)
+        geometric = [np.exp(np.mean(np.log(tables[s].rows[rung].samples_per_s_runs))) for s in ("s1", "s2")]
+        assert rows[rung].ratio == pytest.approx(geometric[1] / geometric[0])
+        assert rows[rung].ci_low < rows[rung].ratio < rows[rung].ci_high
     assert rows[1].status == "regressed" and rows[3].status == "improved"
+    assert rows[0].status == rows[2].status == "unchanged"
 
 
-def test_a_calibration_in_the_store_replaces_the_default_and_the_table_says_so():
-    frame = pd.concat([records("s1", [[100.0], [104.0]]),
+def test_a_calibration_in_the_store_gives_one_run_a_rung_its_band_and_the_table_says_so():
+    frame = pd.concat([records("s1", [[100.0], [104.0]], day=2),
                        records("noise-20240601-000000-abcd", [[50.0, 51.0, 49.0, 50.5, 50.2]])
                        .assign(ladder="noise")], ignore_index=True)
     table = table_mod.build_table(frame, "s1")
     cv = float(np.std(np.log([50.0, 51.0, 49.0, 50.5, 50.2]), ddof=1))
     assert table.noise.calibrated and table.noise.cv == pytest.approx(cv)
+    half = scipy_stats.t.isf(0.025, 4) * cv * math.sqrt(2)  # one run a side: the calibration's variance, its 4 df
+    assert table.rows[1].x_previous.high == pytest.approx(1.04 * math.exp(half))
     text = render.to_markdown(table)
     assert f"noise: calibrated CV {cv:.1%} from sweep noise-20240601-000000-abcd, 5 runs" in text
     moved = frame.ladder == "noise"
     frame.loc[moved, "env_key"], frame.loc[moved, "cpu_model"] = "elsewhere", "Other CPU"
-    other = table_mod.build_table(frame, "s1")
-    assert "noise: default CV 5%" in render.to_markdown(other)
+    other = render.to_markdown(table_mod.build_table(frame, "s1"))
+    assert "noise: no calibration here and one run a rung: no bands, no verdicts" in other
+    assert "1.04x [no band: no variance known]" in other
 
 
 def test_failed_repeats_are_shown_in_the_status():
@@ -145,8 +153,9 @@ def test_failed_repeats_are_shown_in_the_status():
 
 
 def test_stored_claims_win_over_an_edited_ladder_file():
-    frame = records("s1", [[100.0], [104.0]]).assign(ladder="phase2", ladder_sha="0123456789abcdef")
-    frame.loc[1, ["claim_low", "claim_high", "claim_label", "claim_source"]] = [5.0, 6.0, "5-6x", "a guide"]
+    frame = records("s1", [[100.0, 101.0], [104.0, 103.0]]).assign(ladder="phase2", ladder_sha="0123456789abcdef")
+    frame.loc[frame["rung"] == 1, ["claim_low", "claim_high", "claim_label", "claim_source"]] = [5.0, 6.0, "5-6x",
+                                                                                             "a guide"]
     table = table_mod.build_table(frame, "s1")
     assert table.rows[1].claim == "5-6x" and table.rows[1].verdict == "falls short (no measurable change)"
     assert any("the ladder file changed since this sweep" in n for n in table.notes)
@@ -193,8 +202,32 @@ def test_noise_command_end_to_end(results):
     assert "process-to-process CV of samples/s" in out.stdout and "sweep.repeats=3" in out.stdout
     frame = load_runs(results)
     assert len(frame) == 2 and set(frame["ladder"]) == {"noise"} and frame["sweep_id"].iloc[0].startswith("noise-")
-    write_record(RunRecord(**{**frame.iloc[0][["env_key", "device", "cpu_model", "cpu_count"]].to_dict(),
-                              "run_id": "other", "status": "ok", "timestamp": "2099-01-01T00:00:00", "sweep_id": "s",
-                              "ladder": "x", "rung": 0, "samples_per_s": 1.0}), results)
+    same = ["env_key", "workload", "size", "device", "cpu_model", "cpu_count"]
+    write_record(RunRecord(**{**frame.iloc[0][same].to_dict(), "run_id": "other", "status": "ok",
+                              "timestamp": "2099-01-01T00:00:00", "sweep_id": "s", "ladder": "x", "rung": 0,
+                              "samples_per_s": 1.0}), results)
     table = table_mod.build_table(load_runs(results), "s")
-    assert table.noise.calibrated and table.noise.sweep_id == frame["sweep_id"].iloc[0]
+    calibration_id = frame["sweep_id"].iloc[0]
+    # a later sweep of this environment, workload and size uses it, or (a busy or noisy machine) names it skipped
+    skipped = [n for n in table.notes if n.startswith(f"skipped calibration {calibration_id}: ")]
+    assert (table.noise.calibrated and table.noise.sweep_id == calibration_id) != bool(skipped)
+
+
+def test_a_calibration_on_a_busy_machine_prints_not_fit_and_the_next_table_skips_it(tmp_path, capsys):
+    from harness.commands import noise as noise_cmd
+
+    calib = [RunRecord(run_id=f"n{i}", status="ok", timestamp=f"2024-06-01T10:00:0{i}", workload="unet3d",
+                       size="smoke", device="cpu", env_key="env-sim", sweep_id="noise-busy", ladder="noise", rung=0,
+                       round=i, samples_per_s=v, cpu_model=CPU, cpu_count=2, other_cpu_pct=45.0 if i == 2 else 1.0)
+             for i, v in enumerate([100.0, 101.0, 99.5, 100.4, 100.2])]
+    for record in calib:
+        write_record(record, tmp_path)
+    assert noise_cmd.report(calib, "noise-busy", str(tmp_path)) == 0
+    out = " ".join(capsys.readouterr().out.split())  # the console wraps long lines
+    assert "NOT FIT TO MEASURE" in out and "machine busy during 1 run(s) (run 2: other processes used 45% of" in out
+    assert "but not fit: later sweeps of this environment, workload and size skip it" in out
+    for frame_rows in records("s1", [[100.0, 101.0], [120.0, 119.0]], day=2).to_dict("records"):
+        write_record(RunRecord(**frame_rows), tmp_path)
+    table = table_mod.load_table(str(tmp_path), "s1")
+    assert not table.noise.calibrated
+    assert "skipped calibration noise-busy: busy (other processes used 45% of the CPUs)" in table.notes

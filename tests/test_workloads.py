@@ -278,7 +278,8 @@ def test_a_users_model_runs_and_sweeps_a_ladder(form, results):
     args = ("--config-dir", "examples/conf", "workload=tiny_net") if form == "file" else INLINE
     run = harness_cli("run", *args, *TINY, f"results_dir={results}")
     assert run.returncode == 0, run.stdout + run.stderr
-    sweep = harness_cli("sweep", *args, "+ladder=bf16", *TINY, f"results_dir={results}")
+    sweep = harness_cli("sweep", *args, "+ladder=bf16", *TINY, "sweep.repeats=1", "sweep.remeasure_busy=false",
+                        f"results_dir={results}")
     assert sweep.returncode == 0, sweep.stdout + sweep.stderr
     frame = load_runs(results).sort_values("timestamp")
     name = "tiny_net" if form == "file" else "custom"

@@ -8,13 +8,21 @@ memory, or a config that now fails), 2 bad input or nothing at all comparable. R
 
 Which statistic decides, and why (also in docs/regression.md and docs/statistics.md)
 -------------------------------------------------------------------------------------
-The run-level noise model of ``harness.analysis.noise_model`` (the unit of replication is the run: a
-t-interval on log throughput; this machine's calibrated CV, or a default 5%, with one run a side; widened,
-never narrowed, by the step bootstrap), plus the term between sessions (``harness.analysis.sessions``): the
-baseline was measured on another day. The rule is the gate's (``harness.analysis.gate``): a config regresses
-when its band's upper end, one-sided at the level Holm's step-down tests it at over every config of the
-check, lies below ``1 - threshold``; so the family-wise error of one ``check`` is at most 5%. A drop past the
-threshold that the band cannot separate from it is a *warning* that asks for more repeats.
+Two rules, by what the baseline is:
+
+* **A stored baseline** (``check --baseline``, ``check_sweep``): measured on another day, so the runs' own
+  variance (the run-level model of ``harness.analysis.noise_model``: the unit of replication is the run, a
+  fit calibration of this environment pooled in, ``harness.analysis.calibration``) gets the term between
+  sessions (``harness.analysis.sessions``). The rule is the gate's (``harness.analysis.gate``): a config
+  regresses when its band's upper end, one-sided at the level Holm's step-down tests it at over every config
+  of the check, lies below ``1 - threshold``; so the family-wise error of one ``check`` is at most 5%.
+* **Both sides of one session** (``compare`` without a session): ``harness.analysis.check_throughput`` on the
+  rung x round model, Holm over the configs, the band at the level each config is tested at.
+
+A drop past the threshold that the band cannot separate from it is a *warning* that asks for more repeats.
+With one run a side and no calibration there is no variance: no band, nothing flagged, a warning that asks
+for repeats. A run of a busy machine (``harness.analysis.busy``) decides nothing: the check names its configs
+and exits 2.
 """
 
 from __future__ import annotations
@@ -25,10 +33,12 @@ from pathlib import Path
 
 import pandas as pd
 
-from harness.analysis import noise_model, sessions, table
+from harness.analysis import calibration, noise_model, sessions, sweepstats, table
+from harness.analysis.busy import busy_reason
+from harness.analysis.check_throughput import RatioEstimate, classify, estimate, throughput  # noqa: F401 (API)
 from harness.store import load_runs
 
-STATUSES = ("regressed", "warned", "improved", "unchanged", "missing", "new", "not comparable")
+STATUSES = ("regressed", "warned", "improved", "unchanged", "busy", "missing", "new", "not comparable")
 COMPARED = ("regressed", "warned", "improved", "unchanged")
 SOFTWARE = {"torch_version": "torch", "cuda_version": "CUDA", "cudnn_version": "cuDNN",
             "gpu_driver": "driver", "monai_version": "MONAI"}
@@ -54,7 +64,7 @@ def load_sweep(results_dir: str, sweep: str) -> pd.DataFrame:
     """The records of ``sweep`` with the store's noise calibrations: only that sweep's records are read
     (the sweep is resolved from two columns)."""
     try:
-        return noise_model.with_calibrations(results_dir, load_runs(results_dir, sweep=sweep))
+        return calibration.calibration_frame(results_dir, load_runs(results_dir, sweep=sweep))
     except ValueError as exc:
         raise BadInput(str(exc)) from None
 
@@ -150,46 +160,6 @@ CONFIDENCE = noise_model.CONFIDENCE
 ALPHA = noise_model.ALPHA
 
 
-@dataclass(frozen=True)
-class RatioEstimate:
-    """Throughput ratio current/baseline (>1 is faster), its confidence interval, and the one-sided
-    p-value of "current is slower". ``low``/``high`` are NaN when there is no interval."""
-
-    ratio: float
-    low: float = math.nan
-    high: float = math.nan
-    p_slower: float = math.nan
-    method: str = ""
-
-    @property
-    def has_interval(self) -> bool:
-        return not (math.isnan(self.low) or math.isnan(self.high))
-
-
-def estimate(base: noise_model.Runs, current: noise_model.Runs, noise: noise_model.Noise) -> RatioEstimate:
-    """The noise model's ratio current/baseline with its interval and p-value."""
-    diff = noise_model.difference(current, base, noise)
-    band = diff.ratio(min(base.n, current.n))
-    return RatioEstimate(band.value, band.low, band.high, diff.p_slower(), diff.method)
-
-
-def classify(estimate: RatioEstimate, threshold: float, significant: bool | None = None) -> str:
-    """'regressed', 'warned', 'improved' or 'unchanged' for a throughput ratio.
-
-    Regressed: the ratio fell below ``1 - threshold`` AND the drop is significant (``significant``:
-    Holm's decision over the whole check; None: the interval lies below 1). Past the threshold but
-    inside the noise (or no interval): warned. Improved: above ``1 + threshold`` with the whole
-    interval above 1.
-    """
-    if significant is None:
-        significant = estimate.has_interval and estimate.high < 1
-    if estimate.ratio < 1 - threshold:
-        return "regressed" if significant else "warned"
-    if estimate.ratio > 1 + threshold and estimate.has_interval and estimate.low > 1:
-        return "improved"
-    return "unchanged"
-
-
 # ------------------------------------------------------------------------------------------
 # comparing
 
@@ -231,8 +201,9 @@ def compare(baseline: pd.DataFrame, current: pd.DataFrame, thresholds: Threshold
             noise: noise_model.Noise = noise_model.DEFAULT, session=None) -> list[Comparison]:
     """Compare every config of ``current`` with ``baseline``; one row per config and hardware.
 
-    Throughput decisions are made together, with Holm's procedure over every config compared (with ``session``:
-    the gate's rule across sessions, ``harness.analysis.sessions``).
+    Throughput decisions are made together, with Holm's procedure over every config compared; ``noise``: a
+    calibration (``noise.calibrated``) pooled with the runs' own variance, or none; with ``session`` (a stored
+    baseline of another day): the gate's rule across sessions, ``harness.analysis.sessions``.
     """
     baseline, current = with_hardware(baseline), with_hardware(current)
     pending: list[_Pending] = []
@@ -243,7 +214,7 @@ def compare(baseline: pd.DataFrame, current: pd.DataFrame, thresholds: Threshold
     for (config, hw), cur in cur_groups.items():
         row = _row(cur, config, hw, thresholds, mem_thresholds)
         if (config, hw) in base_groups:
-            pending += _judge(row, base_groups[(config, hw)], cur, noise)
+            pending += _judge(row, base_groups[(config, hw)], cur)
         elif config in base_hw:
             row.status = "not comparable"
             row.notes.append(f"baseline measured on {'; '.join(base_hw[config])}")
@@ -281,15 +252,13 @@ class _Pending:
     """A config compared on throughput, waiting for Holm's decision over the whole check."""
 
     row: Comparison
-    estimate: RatioEstimate
     failed: pd.DataFrame
     base_ok: pd.DataFrame
     cur_ok: pd.DataFrame
-    runs: tuple[noise_model.Runs, noise_model.Runs] | None = None  # (baseline, current)
 
 
-def _judge(row: Comparison, base: pd.DataFrame, cur: pd.DataFrame, noise: noise_model.Noise) -> list[_Pending]:
-    """Ratios and notes for a config present in both, on the same hardware; the status waits for Holm."""
+def _judge(row: Comparison, base: pd.DataFrame, cur: pd.DataFrame) -> list[_Pending]:
+    """Means and notes for a config present in both, on the same hardware; the status waits for Holm."""
     row.baseline_records, row.current_records = len(base), len(cur)
     row.software = software_changes(base, cur)
     base_ok = base[(base["status"] == "ok") & (base["samples_per_s"] > 0)]
@@ -305,39 +274,73 @@ def _judge(row: Comparison, base: pd.DataFrame, cur: pd.DataFrame, noise: noise_
         return []
     row.baseline_samples_per_s = float(base_ok["samples_per_s"].mean())
     row.current_samples_per_s = float(cur_ok["samples_per_s"].mean())
-    est = estimate(*(runs := (noise_model.runs_of(base_ok), noise_model.runs_of(cur_ok))), noise)
-    row.ratio, row.p_value = est.ratio, est.p_slower
-    row.ci_low, row.ci_high = (est.low, est.high) if est.has_interval else (None, None)
-    if min(len(base_ok), len(cur_ok)) < 2:
-        row.notes.append(f"one run on a side: {noise.describe().removeprefix('noise: ')}; sweep.repeats=3 narrows it")
-    return [_Pending(row, est, cur[~cur.index.isin(cur_ok.index)], base_ok, cur_ok, runs)]
+    (cur_ok, cur_busy), (base_ok, base_busy) = _quiet(cur_ok), _quiet(base_ok)
+    busy = [("current", why) for why in cur_busy] + [("baseline", why) for why in base_busy]
+    if busy:  # a busy machine's runs decide nothing, either way
+        row.status = "busy"
+        row.notes.append(f"machine busy during {len(busy)} run(s) ({busy[0][0]}: {busy[0][1]}): not trustworthy; "
+                         "measure again on an idle machine")
+        return []
+    return [_Pending(row, cur[~cur.index.isin(cur_ok.index)], base_ok, cur_ok)]
 
 
-def throughput_statuses(estimates: list[RatioEstimate], thresholds: list[float]) -> list[str]:
-    """The throughput status of every config of one check: Holm over all of them, then ``classify``."""
-    significant = noise_model.holm([e.p_slower for e in estimates], ALPHA)
-    return [classify(e, t, sig) for e, t, sig in zip(estimates, thresholds, significant)]
+def _quiet(ok: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
+    """A config's ok runs of a quiet machine, and why each busy run is not trustworthy, leaving out the busy runs
+    measured again quietly in the same round (a sweep does that: the quiet run stands for its round)."""
+    reasons = [busy_reason(r) or "" for r in ok.to_dict("records")]
+    quiet = ok[[not r for r in reasons]]
+    rounds = set(quiet["round"].fillna(0))
+    return quiet, [why for why, rnd in zip(reasons, ok["round"].fillna(0)) if why and rnd not in rounds]
 
 
-def _decide_all(pending: list[_Pending], noise=noise_model.DEFAULT, session=None) -> None:
-    """Holm over every config compared on throughput, then each config's status."""
-    if session is None:
-        statuses = throughput_statuses([p.estimate for p in pending], [p.row.threshold for p in pending])
-    else:  # across sessions, the gate's rule: sessions.judge sets each row's band and p-value
-        statuses = sessions.judge([p.row for p in pending], [p.runs for p in pending], noise, session)
-    for p, status in zip(pending, statuses):
-        _decide(p, status, len(pending))
+NO_VARIANCE = ("one run a side and no calibration: no variance, no band; add sweep.repeats=2 or run "
+               "python -m harness noise")
+
+
+def _decide_all(pending: list[_Pending], noise: noise_model.Noise = noise_model.DEFAULT, session=None) -> None:
+    """Holm over every config compared on throughput, then each config's status and band at its tested level."""
+    if not pending:
+        return
+    if session is not None:
+        _decide_across_sessions(pending, noise, session)
+        return
+    judged = throughput([p.base_ok for p in pending], [p.cur_ok for p in pending], noise)
+    for p, (est, sig) in zip(pending, judged):
+        row = p.row
+        row.ratio, row.p_value = est.ratio, (None if math.isnan(est.p_slower) else est.p_slower)
+        row.ci_low, row.ci_high = (est.low, est.high) if est.has_interval else (None, None)
+        if not est.has_interval:
+            row.notes.append(NO_VARIANCE)
+        _decide(p, classify(est, row.threshold, sig), len(pending))
+
+
+def _decide_across_sessions(pending: list[_Pending], noise: noise_model.Noise, session) -> None:
+    """The gate's rule with the session term (``sessions.judge`` sets each band and p-value), Holm over the configs
+    that have a variance; a config of one run a side without a calibration gets no band and no verdict."""
+    runs = [(noise_model.runs_of(p.base_ok), noise_model.runs_of(p.cur_ok)) for p in pending]
+    tested = [i for i, (b, c) in enumerate(runs) if noise.calibrated or min(b.n, c.n) >= 2]
+    statuses = dict(zip(tested, sessions.judge([pending[i].row for i in tested], [runs[i] for i in tested], noise,
+                                               session)))
+    for i, (p, (base, cur)) in enumerate(zip(pending, runs)):
+        p.row.ratio = float(math.exp(cur.logs().mean() - base.logs().mean()))
+        if i not in statuses:
+            p.row.ci_low = p.row.ci_high = p.row.p_value = None
+            p.row.notes.append(NO_VARIANCE)
+        _decide(p, statuses.get(i) or classify(RatioEstimate(p.row.ratio), p.row.threshold, False),
+                max(len(tested), 1))
 
 
 def _decide(p: _Pending, status: str, family: int) -> None:
     row = p.row
     row.status = status
+    p_text = "no p-value" if row.p_value is None else f"p={row.p_value:.2g}"
     if row.status == "regressed":
-        row.notes.append(f"throughput {_pct(row.ratio)} (threshold -{row.threshold:.0%}, p={row.p_value:.2g}, "
+        row.notes.append(f"throughput {_pct(row.ratio)}, band below -{row.threshold:.0%} ({p_text}, "
                          f"significant after Holm over {family})")
     elif row.status == "warned":
-        row.notes.append(f"throughput {_pct(row.ratio)} but not clearly past the threshold after Holm over {family} "
-                         f"(p={row.p_value:.2g}): add repeats (sweep.repeats=N), or measure both now: check --against")
+        row.notes.append(f"throughput {_pct(row.ratio)} but not clearly past -{row.threshold:.0%} after Holm over "
+                         f"{family} configs ({p_text}): add repeats (sweep.repeats=N), or measure both now: "
+                         "check --against")
     if not p.failed.empty:  # a config that sometimes fails now is not healthy, whatever its speed
         row.status = "regressed"
         row.notes.append(f"{_statuses(p.failed)} in {len(p.failed)} of {row.current_records} rounds")
@@ -378,8 +381,9 @@ def _pct(ratio: float) -> str:
 
 
 def exit_code(rows: list[Comparison]) -> int:
-    """2 when nothing was comparable, else 1 when anything regressed, else 0."""
-    if not any(r.status in COMPARED for r in rows):
+    """2 when a config's runs were made on a busy machine or nothing was comparable, else 1 when anything
+    regressed, else 0."""
+    if any(r.status == "busy" for r in rows) or not any(r.status in COMPARED for r in rows):
         return 2
     return 1 if any(r.status == "regressed" for r in rows) else 0
 
@@ -408,17 +412,21 @@ class CheckResult:
 
     @property
     def family(self) -> int:
-        """How many configs Holm's procedure decided together."""
-        return sum(r.p_value is not None for r in self.rows)
+        """How many configs Holm's procedure decided together (those without a variance count too)."""
+        return sum(r.ratio is not None for r in self.rows)
 
     @property
     def exit_code(self) -> int:
         return exit_code(self.rows)
 
     def error(self) -> str:
-        """Why nothing was comparable ("" when something was)."""
+        """Why the check decided nothing: busy configs, or nothing comparable ("" when it decided)."""
         if self.exit_code != 2:
             return ""
+        busy = [r.name for r in self.rows if r.status == "busy"]
+        if busy:
+            return (f"machine busy during the runs of {len(busy)} config(s), which decide nothing: {'; '.join(busy)}; "
+                    "measure them again on an idle machine")
         return (f"nothing comparable between sweep {self.sweep_id!r} and baseline {self.baseline_path.stem!r}: "
                 f"current hardware {self.current_hardware}, baseline {self.baseline_hardware}")
 
@@ -426,7 +434,8 @@ class CheckResult:
 def check_sweep(baseline: pd.DataFrame, baseline_path: Path, results_dir: str, sweep: str,
                 thresholds: Thresholds, mem_thresholds: Thresholds) -> CheckResult:
     """Compare ``sweep`` of the store in ``results_dir`` with ``baseline`` (the records of ``baseline_path``),
-    under this environment's noise calibration (else the default); BadInput for anything it cannot use."""
+    under the noise calibration the sweep stored (else the one the store offers, if any); BadInput for anything it
+    cannot use."""
     store = load_sweep(results_dir, sweep)
     current = select_sweep(store, sweep)
     sweep_id = str(current["sweep_id"].iloc[0])
@@ -438,7 +447,9 @@ def check_sweep(baseline: pd.DataFrame, baseline_path: Path, results_dir: str, s
     warnings = []
     if set(current["run_id"]) <= set(baseline["run_id"]):
         warnings.append(f"sweep {sweep_id!r} is the baseline's own sweep; re-run it to check anything")
-    noise = noise_model.noise_for(store, current)
+    chosen = sweepstats.sweep_noise(store, current)
+    warnings += list(chosen.notes)
+    noise = chosen.noise
     session = sessions.history_for(results_dir, baseline, current)  # today against another day: see sessions.py
     rows = compare(baseline, current, thresholds, mem_thresholds, noise, session)
     return CheckResult(

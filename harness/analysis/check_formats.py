@@ -7,7 +7,7 @@ import math
 import xml.etree.ElementTree as ET
 from dataclasses import asdict
 
-from harness.analysis.check import ALPHA, CONFIDENCE, STATUSES, CheckResult, Comparison, exit_code
+from harness.analysis.check import ALPHA, STATUSES, CheckResult, Comparison, exit_code
 
 FORMATS = ("text", "junit", "json")
 
@@ -18,7 +18,7 @@ def _num(value: float | None, spec: str) -> str:
 
 def format_text(rows: list[Comparison], header: list[str]) -> str:
     """A plain-text table (no colours or wrapping, so CI logs stay readable), then a summary."""
-    table = [("status", "ladder", "rung", "change", "workload", "config", "throughput", "band",
+    table = [("status", "ladder", "rung", "change", "workload", "config", "throughput", "band (tested level)",
               "memory", "software / notes")]
     for r in rows:
         interval = f"[{_num(r.ci_low, '.3f')}, {_num(r.ci_high, '.3f')}]" if r.ci_low is not None else "-"
@@ -32,8 +32,10 @@ def format_text(rows: list[Comparison], header: list[str]) -> str:
     counts = {s: sum(r.status == s for r in rows) for s in STATUSES}
     lines += ["", "summary: " + ", ".join(f"{n} {s}" for s, n in counts.items() if n)]
     regressed = [r.name for r in rows if r.status == "regressed"]
+    busy = [r.name for r in rows if r.status == "busy"]
     code = exit_code(rows)
-    verdict = {0: "OK", 1: "FAIL: regressed: " + "; ".join(regressed), 2: "ERROR: nothing comparable"}[code]
+    error = "ERROR: machine busy: " + "; ".join(busy) if busy else "ERROR: nothing comparable"
+    verdict = {0: "OK", 1: "FAIL: regressed: " + "; ".join(regressed), 2: error}[code]
     lines.append(f"result: {verdict} (exit {code})")
     return "\n".join(line.rstrip() for line in lines)
 
@@ -42,13 +44,16 @@ def format_junit(rows: list[Comparison], suite: str) -> str:
     """JUnit XML: one testcase per config; regressions are failures, missing/not comparable are skipped."""
     root = ET.Element("testsuites")
     node = ET.SubElement(root, "testsuite", name=suite, tests=str(len(rows)),
-                         failures=str(sum(r.status == "regressed" for r in rows)), errors="0",
+                         failures=str(sum(r.status == "regressed" for r in rows)),
+                         errors=str(sum(r.status == "busy" for r in rows)),
                          skipped=str(sum(r.status in ("missing", "not comparable") for r in rows)))
     for r in rows:
         case = ET.SubElement(node, "testcase", classname=f"harness.check.{r.ladder or r.workload}", name=r.name)
         detail = _detail(r)
         if r.status == "regressed":
             ET.SubElement(case, "failure", message="; ".join(r.notes) or "regressed", type="regressed").text = detail
+        elif r.status == "busy":  # no verdict either way: an error of the measurement, not a failure of the code
+            ET.SubElement(case, "error", message="; ".join(r.notes) or "busy", type="busy").text = detail
         elif r.status in ("missing", "not comparable"):
             ET.SubElement(case, "skipped", message=f"{r.status}: {'; '.join(r.notes)}".rstrip(": "))
         ET.SubElement(case, "system-out").text = detail
@@ -79,17 +84,23 @@ def render_check(result: CheckResult, fmt: str = "text") -> str:
     if fmt == "json":
         return format_json(result.rows, {
             "baseline": str(result.baseline_path), "baseline_sweep": result.baseline_sweeps,
-            "sweep": result.sweep_id, "noise": result.noise.describe(), "sessions": result.sessions,
+            "sweep": result.sweep_id, "noise": noise_text(result), "sessions": result.sessions,
             "family_wise_error": ALPHA, "family": result.family})
     if fmt != "text":
         raise ValueError(f"unknown check format {fmt!r}; valid choices: {', '.join(FORMATS)}")
-    interval = (f"interval: {CONFIDENCE:.0%} run-level t" if not result.sessions else
-                "interval: one-sided bounds at the level each config is tested at; regressed only when the upper "
-                "end lies below 1 - threshold")
     return format_text(result.rows, [
         f"check: sweep {result.sweep_id} ({result.current_records} records) against baseline "
         f"{base} (sweep {result.baseline_sweeps}, {result.baseline_records} records)",
         f"thresholds: throughput {result.thresholds.describe('-')}, peak memory "
-        f"{result.mem_thresholds.describe('+')}; {interval}",
-        f"{result.noise.describe()}; family-wise error <= {ALPHA:.0%} over {result.family} configs (Holm)"]
+        f"{result.mem_thresholds.describe('+')}; band: one-sided at the level Holm tests each config at (rung x "
+        "round model, run-level t; with the session term across days); regressed only when its upper end lies "
+        "below 1 - threshold",
+        f"{noise_text(result)}; family-wise error <= {ALPHA:.0%} over {result.family} configs (Holm)"]
         + ([result.sessions] if result.sessions else []))
+
+
+def noise_text(result: CheckResult) -> str:
+    """The calibration the check pooled, or that it had none."""
+    if result.noise.calibrated:
+        return result.noise.describe()
+    return "noise: no calibration here (python -m harness noise): the runs' own spread"

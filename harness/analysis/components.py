@@ -142,6 +142,8 @@ def judge(table: SweepTable, records) -> None:
 
 
 def _judge_row(row: RungRow, before: RungRow | None) -> None:
+    if row.verdict.startswith("no verdict: machine busy"):  # a busy machine's runs judge no part either
+        return
     if row.parts is not None and row.parts.inert:
         row.note = (row.note + "; " if row.note else "") + row.parts.inert
         if row.claim:  # a note, not a verdict: the claim was made where the knob acts

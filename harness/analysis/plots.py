@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import io
 import json
+import math
 import re
 import textwrap
 from dataclasses import dataclass
@@ -23,7 +24,7 @@ matplotlib.use("Agg")  # headless: plots are written to files, never shown
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
-from harness.analysis import noise_model, table as table_mod  # noqa: E402
+from harness.analysis import calibration, table as table_mod  # noqa: E402
 from harness.store import load_runs  # noqa: E402
 
 FORMATS = ("png", "svg")
@@ -159,8 +160,9 @@ def waterfall(data: SweepData) -> Plot | None:
         else:
             colour = UP if now >= cumulative else DOWN
             ax.bar(i, now - cumulative, bottom=cumulative, width=0.55, color=colour, alpha=0.85)
-            ax.errorbar(i, now, yerr=[[now - r.x_baseline.low], [r.x_baseline.high - now]], color="black",
-                        capsize=3, lw=1)
+            if _has_band(r.x_baseline):
+                ax.errorbar(i, now, yerr=[[now - r.x_baseline.low], [r.x_baseline.high - now]], color="black",
+                            capsize=3, lw=1)
             ax.plot([i - 1 + 0.275, i - 0.275], [cumulative, cumulative], color="black", lw=0.7, ls=":")
         if r.claim_range:
             low, high = r.claim_range
@@ -168,10 +170,11 @@ def waterfall(data: SweepData) -> Plot | None:
                    color=CLAIM, alpha=0.35, hatch="//", edgecolor=CLAIM)
         text = f"{now:.2f}x" if now >= 0.1 else f"{now:.3f}x"
         if now >= cumulative or r.x_baseline is None:  # label above the bar and its error bar
-            top = max(now, r.x_baseline.high if r.x_baseline else now)
+            top = max(now, r.x_baseline.high if _has_band(r.x_baseline) else now)
             ax.text(i, top * 1.01, text, ha="center", va="bottom", fontsize=8)
         else:  # a slower rung: label below where it ended
-            ax.text(i, min(now, r.x_baseline.low) * 0.98, text, ha="center", va="top", fontsize=8)
+            bottom = min(now, r.x_baseline.low if _has_band(r.x_baseline) else now)
+            ax.text(i, bottom * 0.98, text, ha="center", va="top", fontsize=8)
         cumulative = now
     ax.axhline(1.0, color="black", lw=0.8)
     mark_failed(ax, rows, 1.02)
@@ -180,9 +183,15 @@ def waterfall(data: SweepData) -> Plot | None:
     ax.set_ylabel("cumulative speedup over the baseline (x, samples/s ratio)")
     ax.set_title(title(data, "Cumulative speedup, rung by rung"), fontsize=10)
     ax.legend(handles=_waterfall_legend(), fontsize=8, loc="upper left")
-    _speedup_scale(ax, [r.x_baseline.low for r in rows if r.x_baseline] + [1.0])
+    _speedup_scale(ax, [r.x_baseline.low if _has_band(r.x_baseline) else r.x_baseline.value
+                        for r in rows if r.x_baseline] + [1.0])
     return Plot("waterfall", fig,
                 "Cumulative speedup rung by rung; hatched: the guide's claimed range for that change.")
+
+
+def _has_band(r) -> bool:
+    """A band worth drawing: one was computed (not one run a rung without a calibration) and it says something."""
+    return r is not None and math.isfinite(r.low) and math.isfinite(r.high) and not r.too_wide
 
 
 def _speedup_scale(ax, lows: list[float]) -> None:
@@ -237,7 +246,8 @@ def throughput(data: SweepData) -> Plot:
             ax.text(i + 0.32, v, f"{v:.1f}", ha="left", va="bottom", fontsize=7)
     mark_failed(ax, rows, 0.0)
     rung_axis(ax, rows)
-    bars = "error bars: 95% band, " + data.table.noise.describe().removeprefix("noise: ").split(" (")[0]
+    bars = "error bars: 95% band, " + (data.table.noise.describe().removeprefix("noise: ").split(" (")[0]
+                                       if data.table.noise.calibrated else "the runs' own spread")
     ax.set_ylabel("throughput (samples/s)")
     ax.set_title(title(data, f"Throughput per rung ({bars})"), fontsize=10)
     ax.set_ylim(0, top_of(values) * 1.2)
@@ -401,5 +411,5 @@ def write_plots(results_dir: str, sweep: str, out: str | Path, fmt: str = "png")
     """Draw every plot of ``sweep`` (from the store in ``results_dir``) into ``out``; the files written."""
     if fmt not in FORMATS:
         raise ValueError(f"unknown plot format {fmt!r}; valid choices: {', '.join(FORMATS)}")
-    data = sweep_data(noise_model.with_calibrations(results_dir, load_runs(results_dir, sweep=sweep)), sweep)
+    data = sweep_data(calibration.calibration_frame(results_dir, load_runs(results_dir, sweep=sweep)), sweep)
     return save(build_plots(data), out, fmt)

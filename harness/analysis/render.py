@@ -23,11 +23,12 @@ CAMPAIGN_HEADER = ("sweep", "workload", "ladder", "device", "total measured", "g
 
 
 def ratio_text(r: stats.Ratio | None, band: bool = False) -> str:
-    """``1.23x``, with ``[low-high]`` when ``band``, and ``(within noise)`` when the band holds 1."""
+    """``1.23x``, with its band when ``band`` (``stats.band_text``: ``[low-high]``, ``[too wide to say]`` or
+    ``[no band: ...]``), and ``(within noise)`` when a band that says something holds 1."""
     if r is None:
         return "-"
-    text = f"{r.value:.2f}x" + (f" [{r.low:.2f}-{r.high:.2f}]" if band else "")
-    return text + (" (within noise)" if r.within_noise else "")
+    text = stats.band_text(r) if band else f"{r.value:.2f}x"
+    return text + (" (within noise)" if r.within_noise and not r.too_wide else "")
 
 
 def _num(v, spec=".1f", suffix="") -> str:
@@ -146,8 +147,9 @@ def footer_lines(table: SweepTable, strong: Callable[[str], str] = _strong) -> l
     mem = MEMORY_NOTE.get(table.device, "peak memory")
     if table.device == "cuda":
         mem += " (what the allocator holds), with the allocated peak (live tensors) beside it where they differ"
-    lines.append(f"Peak mem is {mem}. Verdicts compare x previous, with its 95% band, to the guide's claim, on this "
-                 "device: confirms only when the band excludes 1 (no change); inconclusive when it holds both.")
+    lines.append(f"Peak mem is {mem}. Verdicts compare x previous, with its 95% band (the rung x round model), to the "
+                 "guide's claim, on this device: confirms only when the band excludes 1 (no change); inconclusive when "
+                 "it holds both; no verdict from a busy machine or without a band.")
     if any(r.bound for r in table.rows):
         lines.append("Beside the data wait: what the rung's profile says bounds a step (data-bound: the host waits "
                      "for batches >= 30% of the step; launch-bound: the device runs no kernel >= 60% of it).")

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
-from harness.analysis import noise_model, plots, render
+from harness.analysis import calibration, plots, render, stats
 from harness.analysis import table as table_mod
 from harness.analysis.profile import profile_html, rung_profiles
 from harness.store import load_runs
@@ -83,8 +83,7 @@ def verdicts_html(table: table_mod.SweepTable) -> str:
     body = ""
     for r in claimed:
         shown = r.component_measured or r.x_previous  # a claim about one part is judged on that part's ratio
-        measured = ("not measured (" + r.status + ")" if shown is None else
-                    f"{shown.value:.2f}x [{shown.low:.2f}-{shown.high:.2f}]"
+        measured = ("not measured (" + r.status + ")" if shown is None else stats.band_text(shown)
                     + (f" ({r.claim_component})" if r.component_measured else ""))
         verdict = r.verdict or "no verdict"
         body += (f"<tr><td class='num'>{r.rung}</td><td>{_esc(r.change)}</td><td>{_esc(render.claim_text(r))}</td>"
@@ -92,13 +91,13 @@ def verdicts_html(table: table_mod.SweepTable) -> str:
                  f"<td>{_esc(r.claim_source)}</td></tr>")
     if table.total_claim:
         m = table.total_measured
-        measured = "not measured" if m is None else f"{m.value:.2f}x [{m.low:.2f}-{m.high:.2f}]"
+        measured = "not measured" if m is None else stats.band_text(m)
         body += (f"<tr><td></td><td><b>all rungs together</b> (x baseline)</td><td>{_esc(table.total_claim)}</td>"
                  f"<td>{_esc(measured)}</td><td class='{_verdict_class(table.total_verdict)}'>"
                  f"{_esc(table.total_verdict or 'no verdict')}</td><td></td></tr>")
     for g in table.groups:
         m = g.measured
-        measured = "not measured" if m is None else f"{m.value:.2f}x [{m.low:.2f}-{m.high:.2f}]"
+        measured = "not measured" if m is None else stats.band_text(m)
         body += (f"<tr><td class='num'>{g.first}-{g.last}</td><td><b>together</b> ({_esc(g.changes)})</td>"
                  f"<td>{_esc(g.claim)}</td><td>{_esc(measured)}</td><td class='{_verdict_class(g.verdict)}'>"
                  f"{_esc(g.verdict or 'no verdict')}</td><td>{_esc(g.claim_source)}</td></tr>")
@@ -107,7 +106,7 @@ def verdicts_html(table: table_mod.SweepTable) -> str:
     return (f"<div class='scroll'><table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>"
             f"<p class='meta'>A claim is confirmed when the measured ratio's 95% band overlaps the claimed range "
             f"and excludes 1 (no change); a band holding both is inconclusive. On this device "
-            f"({_esc(table.device)}: {_esc(table.hardware)}); {_esc(table.noise.describe())}.</p>")
+            f"({_esc(table.device)}: {_esc(table.hardware)}); {_esc(table.noise_note)}.</p>")
 
 
 def _env_value(column: str, value) -> str:
@@ -194,5 +193,5 @@ def write_report(frame, sweep: str, out: str | Path, results_dir: str | Path | N
 
 def report_sweep(results_dir: str, sweep: str, out: str | Path) -> Path:
     """:func:`write_report` of ``sweep`` of the store in ``results_dir``, with the store's noise calibration."""
-    frame = noise_model.with_calibrations(results_dir, load_runs(results_dir, sweep=sweep))
+    frame = calibration.calibration_frame(results_dir, load_runs(results_dir, sweep=sweep))
     return write_report(frame, sweep, out, results_dir)

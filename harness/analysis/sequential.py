@@ -242,7 +242,7 @@ def questions_for(rungs: int, claims: dict, total: tuple[float, float] | None = 
     """The questions of a ladder of ``rungs`` rungs: every rung after the baseline over the rung it was built on
     (against its claim, ``claims[rung] = (low, high)``, if any), the total (last rung over rung 0, against
     ``total``; judged only when every rung ran) and each group claim (``{first, last, low, high}``: its last
-    rung over the rung before it, judged only when all of those ran)."""
+    rung over the rung before it, judged only when all of those ran; ``low`` None for a claim with no figure)."""
     out = [Question(f"rung {k}", k, None, claims.get(k)) for k in range(1, rungs)]
     if rungs > 1:
         out.append(Question("total", rungs - 1, 0, total, 0, rungs - 1))
@@ -250,8 +250,8 @@ def questions_for(rungs: int, claims: dict, total: tuple[float, float] | None = 
         first, last = int(g["first"]), int(g["last"])
         if not 1 <= first < last < rungs:
             raise ValueError(f"group claim over rungs {first}-{last}: need 1 <= first < last < {rungs} (the rungs)")
-        out.append(Question(f"rungs {first}-{last}", last, first - 1, (float(g["low"]), float(g["high"])),
-                            first - 1, last))
+        claim = (float(g["low"]), float(g["high"])) if g.get("low") is not None else None  # None: no figure
+        out.append(Question(f"rungs {first}-{last}", last, first - 1, claim, first - 1, last))
     return out
 
 

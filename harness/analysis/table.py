@@ -9,7 +9,8 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
-from harness.analysis import components, noise_model, stats
+from harness.analysis import calibration, components, noise_model, stats, sweepstats
+from harness.analysis.busy import BUSY_VERDICT
 from harness.analysis.profile import bound_by
 from harness.profiles import summary_from_json
 from harness.store import load_runs, resolve_id, resolve_sweep_id
@@ -86,6 +87,8 @@ class SweepTable:
     notes: list[str] = field(default_factory=list)
     groups: list[GroupRow] = field(default_factory=list)
     readings: list[str] = field(default_factory=list)  # where a change's compute and end-to-end effects differ
+    minutes: float | None = None  # from the sweep's first record to its last
+    noise_note: str = ""  # what the bands rest on: the calibration, the runs' own spread, or nothing
 
 
 def select_sweep(frame, sweep: str):
@@ -94,15 +97,16 @@ def select_sweep(frame, sweep: str):
 
 
 def load_table(results_dir: str, sweep: str = "latest") -> SweepTable:
-    """The table of one sweep of the store in ``results_dir``, with the store's noise calibration (ValueError
+    """The table of one sweep of the store in ``results_dir``, with the store's noise calibrations (ValueError
     for a missing folder or sweep)."""
-    frame = noise_model.with_calibrations(results_dir, load_runs(results_dir, sweep=sweep))
-    return build_table(frame, sweep, results_dir)
+    frame = load_runs(results_dir, sweep=sweep)
+    return build_table(calibration.calibration_frame(results_dir, frame), sweep, results_dir)
 
 
 def build_table(frame, sweep: str = "latest", results_dir: str = "results") -> SweepTable:
-    """The speedup table of one sweep from its records (and the store's calibration, if any); ``results_dir``
-    is where the ladders this machine wrote (``<results_dir>/ladders/``) are looked for."""
+    """The speedup table of one sweep from its records (and the store's calibrations in ``frame``, if any);
+    ``results_dir`` is where the ladders this machine wrote (``<results_dir>/ladders/``) are looked for. The
+    verdicts are those of ``sweepstats.judge``: the rung x round model at the sweep's last look."""
     records = select_sweep(frame, sweep)
     sweep_id = str(records["sweep_id"].iloc[0])
     ladder_name = str(records["ladder"].iloc[0])
@@ -113,15 +117,20 @@ def build_table(frame, sweep: str = "latest", results_dir: str = "results") -> S
     device = str(first["device"])
     hardware = (f"{first['gpu_name']} x{int(first['gpu_count'])}" if device == "cuda"
                 else f"{first['cpu_model']} ({int(first['cpu_count'])} CPUs)")
+    noise = sweepstats.sweep_noise(frame, records)
     table = SweepTable(sweep_id=sweep_id, ladder=ladder_name, workload=workload_name(first), device=device,
-                       hardware=hardware, size=str(first["size"]), rows=rows,
-                       noise=noise_model.noise_for(frame, records))
-    _link(rows, table.noise)
+                       hardware=hardware, size=str(first["size"]), rows=rows, noise=noise.noise,
+                       minutes=_minutes(records))
+    rungs = max([len(ladder.rungs) if ladder is not None else 1] + [r.rung + 1 for r in rows])
+    figures = {k: (c[0], c[1]) for k, c in claims.by_rung.items() if c[0] is not None}  # a minor claim: no figure
+    judgement = sweepstats.judge(records, rungs, figures, claims.total[:2] if claims.total else None, claims.groups,
+                                 noise)
+    _link(rows, judgement)
     _scaling(rows)
-    _total(table, claims)
-    table.groups = [_group(g, rows, table.noise) for g in claims.groups]
+    _total(table, claims, judgement)
+    table.groups = [_group(g, rows, judgement) for g in claims.groups]
     components.judge(table, records)
-    _notes(table, ladder, records, claims)
+    _notes(table, ladder, claims, judgement)
     return table
 
 
@@ -131,6 +140,13 @@ def workload_name(record) -> str:
     from harness.names import display_name_of_record
 
     return display_name_of_record(str(record["workload"]), record.get("config_json"))
+
+
+def _minutes(records) -> float | None:
+    import pandas as pd
+
+    stamps = pd.to_datetime(records["timestamp"], utc=True, errors="coerce", format="ISO8601").dropna()
+    return float((stamps.max() - stamps.min()).total_seconds() / 60) if len(stamps) else None
 
 
 def _ladder_or_none(name: str, results_dir: str = "results"):
@@ -267,27 +283,32 @@ def _profile_bound(ok) -> str:
     return ""
 
 
-def _link(rows: list[RungRow], noise: noise_model.Noise) -> None:
-    """x baseline and x previous (the last earlier ok rung: what this rung was built on)."""
-    for row in rows:
-        if row.runs is not None:
-            row.uncertainty = noise_model.band(row.runs, noise)
-    base = rows[0] if rows and rows[0].rung == 0 and rows[0].runs is not None else None
+def _link(rows: list[RungRow], judgement: sweepstats.Judgement) -> None:
+    """x baseline, and x previous with its verdict: the rung over the last earlier rung that ran ok (what it was
+    built on), from the sweep's rung x round model; a rung whose runs were all busy gets no verdict."""
     previous = None
     for row in rows:
+        row.uncertainty = judgement.uncertainty(row.rung) if row.runs is not None else None
         if row.runs is None:
             continue
-        if base is not None and row is not base:
-            row.x_baseline = noise_model.ratio(row.runs, base.runs, noise)
-        if previous is not None:
-            row.x_previous = noise_model.ratio(row.runs, previous.runs, noise)
-            row.built_on = previous.rung
-            if previous.rung != row.rung - 1:
-                built_on = f"built on rung {previous.rung} (rungs between did not run ok)"
-                row.note = (row.note + "; " if row.note else "") + built_on
-        if row.claim_range and row.x_previous is not None:
-            row.verdict = stats.verdict(row.x_previous, *row.claim_range)
-        previous = row
+        if row.rung > 0:
+            row.x_baseline = judgement.ratio(row.rung, 0)
+        row.built_on = previous
+        if previous is not None and previous != row.rung - 1:
+            _note(row, f"built on rung {previous} (rungs between did not run ok)")
+        previous = row.rung
+        answer = judgement.answers.get(f"rung {row.rung}")
+        if answer is None:
+            continue
+        row.x_previous = judgement.measured(answer)
+        if answer.built_on is not None and answer.built_on != row.built_on:
+            _note(row, f"x previous over rung {answer.built_on} (the runs between were all on a busy machine)")
+        if row.claim_range or answer.verdict.startswith("no verdict: machine busy"):
+            row.verdict = sweepstats.verdict_text(answer)
+
+
+def _note(row: RungRow, text: str) -> None:
+    row.note = (row.note + "; " if row.note else "") + text
 
 
 def _scaling(rows: list[RungRow]) -> None:
@@ -303,42 +324,38 @@ def _scaling(rows: list[RungRow]) -> None:
             single = row.samples_per_s
 
 
-def _total(table: SweepTable, claims: Claims) -> None:
+def _total(table: SweepTable, claims: Claims, judgement: sweepstats.Judgement) -> None:
     if claims.total is None:
         return
     low, high, label, source = claims.total
     table.total_claim = f"{label} ({source})"
     table.total_claim_range = (low, high)
-    last = next((r for r in reversed(table.rows) if r.x_baseline is not None), None)
-    if last is not None:
-        table.total_measured = last.x_baseline
-        table.total_verdict = stats.verdict(last.x_baseline, low, high)
+    answer = judgement.answers.get("total")
+    if answer is not None:
+        table.total_measured = judgement.measured(answer)
+        table.total_verdict = sweepstats.verdict_text(answer)
 
 
-def _group(claim: dict, rows: list[RungRow], noise: noise_model.Noise) -> GroupRow:
-    """A group claim's verdict, like the total's: the last ok rung of the group over the last ok rung before it."""
+def _group(claim: dict, rows: list[RungRow], judgement: sweepstats.Judgement) -> GroupRow:
+    """A group claim's verdict, like the total's: its last rung over the rung before its first, judged only when
+    every one of those ran ok."""
     first, last = int(claim["first"]), int(claim["last"])
     figure = claim.get("low") is not None
     group = GroupRow(first=first, last=last, claim=claim["label"], claim_source=claim["source"],
                      claim_range=(float(claim["low"]), float(claim["high"])) if figure else None,
                      changes=", ".join(r.change for r in rows if first <= r.rung <= last),
                      component=claim.get("component", ""))
-    before = next((r for r in reversed(rows) if r.rung < first and r.runs is not None), None)
-    end = next((r for r in reversed(rows) if first <= r.rung <= last and r.runs is not None), None)
-    if before is None or end is None:
-        group.note = "no ok rung " + ("before the group" if before is None else "in the group")
+    answer = judgement.answers.get(f"rungs {first}-{last}")
+    if answer is None:
+        group.verdict = f"not measured (rungs {first}-{last} are not all in this sweep)"
         return group
-    group.measured = noise_model.ratio(end.runs, before.runs, noise)
+    group.measured = judgement.measured(answer)
     if group.claim_range is not None:
-        group.verdict = stats.verdict(group.measured, *group.claim_range)
-    missing = [r for r in range(first, last + 1) if r not in {row.rung for row in rows if row.runs is not None}]
-    if before.rung != first - 1 or missing:
-        group.note = f"rung {end.rung} over rung {before.rung}" + (
-            f"; rungs {missing} did not run ok" if missing else "")
+        group.verdict = sweepstats.verdict_text(answer)
     return group
 
 
-def _notes(table: SweepTable, ladder, records, claims: Claims) -> None:
+def _notes(table: SweepTable, ladder, claims: Claims, judgement: sweepstats.Judgement) -> None:
     if ladder is not None:
         table.notes.extend(ladder.notes)
         if ladder.stop_on_oom:
@@ -351,25 +368,64 @@ def _notes(table: SweepTable, ladder, records, claims: Claims) -> None:
                                "(interrupted? run the sweep again to resume)")
     if claims.note:
         table.notes.append(claims.note)
-    busy = records[(records["status"] == "ok") & (records["other_cpu_pct"].fillna(0) > stats.BUSY_PCT)]
-    if len(busy):
-        worst = float(busy["other_cpu_pct"].max())
-        table.notes.append(f"rungs {sorted(set(int(r) for r in busy['rung']))} ran while other processes used up to "
-                           f"{worst:.0f}% of the CPUs: their numbers are not trustworthy; measure on an idle machine")
-    table.notes.append(_noise_note(table))
+    table.notes.extend(_busy_notes(judgement))
+    table.notes.extend(judgement.noise.notes)
+    table.noise_note = _noise_note(table, judgement)
+    table.notes.append(table.noise_note)
+    if judgement.max_rounds:
+        table.notes.append(_stopping_note(table, judgement))
 
 
-def _noise_note(table: SweepTable) -> str:
-    ok = [r for r in table.rows if r.runs is not None]
-    fewest = min((r.runs.n for r in ok), default=0)
-    text = table.noise.describe()
-    if fewest >= 2 and not table.noise.calibrated:
-        text += f"; rungs with {fewest}+ runs: Welch t on the runs' own spread"
-    if fewest == 1:
-        smallest = noise_model.detectable_speedup(table.noise.cv, table.noise.df, 1)
-        text += (f"; with one run per rung a speedup below ~{smallest:.2f}x cannot be told from noise: "
-                 "add sweep.repeats=3 for tighter bands")
-    return text
+def _busy_notes(judgement: sweepstats.Judgement) -> list[str]:
+    """Which runs a busy machine took out of the table, and which were measured again."""
+    if not judgement.busy:
+        return []
+    again = len(judgement.busy) - len(judgement.left_out())
+    rungs = sorted({rung for rung, _ in judgement.busy})
+    reason = judgement.busy[min(judgement.busy)]
+    text = (f"{judgement.busy_runs} run(s) of rungs {rungs} were measured on a busy machine ({reason}): "
+            f"{BUSY_VERDICT}, so they are left out")
+    if again:
+        text += f" ({again} measured again on a quiet one in the same round)"
+    return [text + "; measure on an idle machine"]
+
+
+def _noise_note(table: SweepTable, judgement: sweepstats.Judgement) -> str:
+    noise = judgement.noise
+    df = float(judgement.model.df[0])
+    if noise.noise.calibrated:
+        text = noise.noise.describe()
+        if judgement.rounds == 1:
+            smallest = noise_model.detectable_speedup(noise.noise.cv, noise.noise.df, 1, rungs=judgement.model.rungs)
+            text += (f"; with one run a rung a speedup below ~{smallest:.2f}x is told from no change in fewer than "
+                     f"{stats.POWER:.0%} of sweeps: add sweep.repeats=3 for tighter bands")
+        return text
+    if df > 0:
+        return (f"noise: no calibration here (python -m harness noise); bands from the runs' own spread: the rung x "
+                f"round model, {df:.0f} degrees of freedom")
+    if judgement.rounds > 1:
+        return "noise: no calibration here, and one rung leaves the rung x round model no degrees of freedom"
+    return ("noise: no calibration here and one run a rung: no bands, no verdicts; add sweep.repeats=2 or run "
+            "python -m harness noise")
+
+
+def _stopping_note(table: SweepTable, judgement: sweepstats.Judgement) -> str:
+    """How a sweep.repeats=auto sweep ended: decided after N rounds, or the verdicts still open and what decides."""
+    rounds, budget = judgement.rounds, judgement.max_rounds
+    took = table.minutes
+    when = f"{rounds} round(s)" + (f" ({took:.1f} minutes)" if took is not None else "")
+    level = (f"bands at the {1 - judgement.level:.2%} level of look {rounds} of at most {budget}" if judgement.level
+             else "no look yet (one round and no calibration)")
+    if judgement.all_decided:
+        return f"sweep.repeats=auto: decided after {when}; {level} (95% together over every look)"
+    why = "the round budget was spent" if rounds >= budget else "stopped early (time budget spent, or interrupted)"
+    opened = sweepstats.open_questions(judgement)
+    busy = sum("no verdict: machine busy (" in q for q in opened)
+    decide = ("more rounds (a larger sweep.max_repeats and sweep.budget_min) or a calibration (python -m harness "
+              "noise) would decide")
+    advice = ("They need an idle machine" if busy == len(opened) else
+              f"The busy ones need an idle machine; {decide} the others" if busy else f"M{decide[1:]} them")
+    return f"sweep.repeats=auto: {why} after {when} with verdicts still open: {'; '.join(opened)}. {advice}; {level}"
 
 
 # ------------------------------------------------------------------------------------------

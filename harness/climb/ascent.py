@@ -1,11 +1,19 @@
 """The climb's decisions and budget: accept a candidate only when faster beyond noise, walk every axis while
 it wins, stop when a pass changes nothing or the budget cannot pay for the next run. Measures nothing itself:
-``ascend`` is handed a function that measures (``harness.climb.trials``, or a simulation in tests)."""
+``ascend`` is handed a function that measures (``harness.climb.trials``, or a simulation in tests).
+
+A decision is the rung x round model of the sweep table (``harness.analysis.blocks``) on a paired table:
+incumbent and candidate measured in the same rounds (ABBA), the round effects cancel, the machine's fit
+calibration pooled with the runs' own variance. With one run a side and no calibration there is no band, and
+nothing is accepted. A run made while the machine was busy is measured again; if it still is, the step is not
+decided (``BUSY``). Every accepted change is measured once more with other runs before its band is written to
+the ladder as a claim: the runs that won a selection overstate it (the winner's curse)."""
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -16,6 +24,7 @@ if TYPE_CHECKING:  # the noise model pulls in scipy: imported where a decision i
     from harness.analysis.stats import Ratio
 
 ACCEPTED, REJECTED, SKIPPED, OOM, FAILED, NOT_RUN = "accepted", "rejected", "skipped", "oom", "failed", "not run"
+BUSY = "busy"  # a run still not trustworthy after it was measured again: the step decides nothing
 COMPILE_PRIOR = 3.0  # a first compiled run is assumed to take this many times the longest run so far
 MIN_TRIAL_S = 5.0  # never start a measurement with less budget left than this
 
@@ -31,6 +40,7 @@ class Measured:
     cached: int = 0  # runs taken from the store rather than measured
     enabled: noise_model.Runs | None = None  # a two-change candidate: the incumbent with the enabling change alone
     incumbent_status: str = "ok"  # the first status of an incumbent run that was not ok
+    busy: str = ""  # why a run was still not trustworthy after it was measured again (``busy.busy_reason``)
 
 
 @dataclass(frozen=True)
@@ -52,9 +62,12 @@ def decide(m: Measured, noise: noise_model.Noise, min_effect: float) -> Decision
         return Decision(FAILED, None, f"{m.candidate_status}: {m.reason}".strip(": "))
     if not m.incumbent.n:
         return Decision(FAILED, None, f"the incumbent did not run ok this time: {m.reason}".strip(": "))
-    from harness.analysis import noise_model
-
-    r = noise_model.ratio(m.candidate, m.incumbent, noise)
+    if m.busy:
+        return Decision(BUSY, None, f"no verdict: machine busy ({m.busy}): not trustworthy")
+    r = paired_ratios(m, noise)[-1]
+    if math.isnan(r.low):
+        return Decision(REJECTED, r, "no band: one run a side and no calibration (climb.repeats=2, or run python -m "
+                                     "harness noise)")
     if r.low > 1 and r.value >= 1 + min_effect:
         return Decision(ACCEPTED, r, f"faster beyond noise and by >= {min_effect:.0%}")
     if r.low > 1:
@@ -62,6 +75,25 @@ def decide(m: Measured, noise: noise_model.Noise, min_effect: float) -> Decision
     if r.high < 1:
         return Decision(REJECTED, r, "slower beyond noise")
     return Decision(REJECTED, r, "within noise")
+
+
+def paired_ratios(m: Measured, noise: noise_model.Noise) -> list[Ratio]:
+    """The candidate over the incumbent from the paired table (rows: incumbent, [enabled,] candidate; a side's
+    runs in round order); with an enabling change first the enabled over the incumbent and the candidate over
+    the enabled, then the candidate over the incumbent."""
+    import numpy as np
+
+    from harness.analysis import blocks
+
+    sides = [m.incumbent] + ([m.enabled] if m.enabled is not None and m.enabled.n else []) + [m.candidate]
+    logs = np.full((len(sides), max(s.n for s in sides)), np.nan)
+    for row, side in enumerate(sides):
+        logs[row, :side.n] = side.logs()
+    cv, df = (noise.cv, noise.df) if noise.calibrated else (None, 0.0)
+    model = blocks.fit(logs, cv, df)
+    last = len(sides) - 1
+    pairs = [(1, 0), (2, 1)] if len(sides) == 3 else []
+    return [blocks.contrast(model, new, old).ratio(0.05) for new, old in pairs + [(last, 0)]]
 
 
 # ------------------------------------------------------------------------------------------
@@ -127,6 +159,8 @@ class Step:
     cached: int = 0
     enabling: tuple[tuple[str, Any], ...] = ()  # e.g. activation_checkpointing=true to fit a larger batch
     parts: tuple[Ratio, ...] = ()  # accepted with enabling changes: each change's own ratio, in order
+    confirmed: Ratio | None = None  # accepted: the band of the runs measured once more after it (the ladder's claim)
+    confirmed_parts: tuple[Ratio, ...] = ()  # the same for each change of an accepted two-change candidate
 
     @property
     def changes(self) -> tuple[tuple[str, Any], ...]:
@@ -150,13 +184,16 @@ Measure = Callable[[list[Change], tuple[Change, ...], int], Measured]
 
 
 def ascend(start: dict, axes: list[Axis], facts: Facts, measure: Measure, noise: noise_model.Noise,
-           min_effect: float, on_step: Callable[[Step], Any] | None = None) -> ClimbResult:
+           min_effect: float, on_step: Callable[[Step], Any] | None = None,
+           confirm: Measure | None = None) -> ClimbResult:
     """Greedy coordinate ascent from ``start`` (flat resolved settings).
 
     ``measure(accepted_changes, candidate_changes, step)`` measures the candidate (the incumbent = start +
     accepted changes, plus the candidate's change: one, or an enabling change and then one) against the
     incumbent and returns a :class:`Measured`; it raises :class:`BudgetSpent` when the budget cannot pay
-    for it, which ends the climb. ``on_step`` hears of each step as it is decided."""
+    for it, which ends the climb. ``confirm`` (same form) measures an accepted candidate once more, with other
+    runs: its band is the one the ladder claims (None: no claim is written). ``on_step`` hears of each step as it
+    is decided."""
     best, steps, accepted = dict(start), [], []
     ended: set[str] = set()
     tried: set[str] = set()
@@ -174,28 +211,53 @@ def ascend(start: dict, axes: list[Axis], facts: Facts, measure: Measure, noise:
                 tried.add(_tried_key(best, axis.key, value))
                 step = Step(len(steps) + 1, pass_, axis.name, axis.key, value, best[axis.key], NOT_RUN,
                             enabling=enabling)
-                try:
-                    m = measure(list(accepted), step.changes, step.step)
-                except BudgetSpent as exc:
-                    steps.append(dataclasses.replace(step, why=str(exc)))
-                    _tell(on_step, steps[-1])
-                    return ClimbResult(start, best, steps, f"budget spent: {exc}")
-                d = decide(m, noise, min_effect)
-                steps.append(dataclasses.replace(step, outcome=d.outcome, ratio=d.ratio, why=d.why, cached=m.cached,
-                                                 runs=(m.candidate.n, m.incumbent.n), parts=_parts(d, m, noise)))
-                _tell(on_step, steps[-1])
-                if m.incumbent_status != "ok":  # it ran ok before: the machine or the settings broke, not the knob
-                    return ClimbResult(start, best, steps, f"the incumbent did not run ok at step {step.step}")
-                if d.outcome == ACCEPTED:
+                step, stop = _step(step, list(accepted), measure, confirm, noise, min_effect)
+                steps.append(step)
+                _tell(on_step, step)
+                if step.outcome == ACCEPTED:
                     best.update(step.changes)
                     accepted.extend(step.changes)
                     changed = True
-                elif d.outcome == OOM and axis.ends_on_oom and not enabling and _can_fit(axis, best):
+                if stop:
+                    return ClimbResult(start, best, steps, stop)
+                if step.outcome == ACCEPTED:
+                    continue
+                if step.outcome == OOM and axis.ends_on_oom and not enabling and _can_fit(axis, best):
                     refit[axis.name] = value
-                elif d.outcome == SKIPPED or (d.outcome == OOM and axis.ends_on_oom) or enabling:
+                elif step.outcome == SKIPPED or (step.outcome == OOM and axis.ends_on_oom) or enabling:
                     ended.add(axis.name)
         if not changed:
             return ClimbResult(start, best, steps, f"pass {pass_} changed nothing")
+
+
+def _step(step: Step, accepted: list, measure: Measure, confirm: Measure | None, noise: noise_model.Noise,
+          min_effect: float) -> tuple[Step, str]:
+    """One candidate measured, decided and (accepted) measured again; why the climb must stop ("": go on)."""
+    try:
+        m = measure(accepted, step.changes, step.step)
+    except BudgetSpent as exc:
+        return dataclasses.replace(step, why=str(exc)), f"budget spent: {exc}"
+    d = decide(m, noise, min_effect)
+    step = dataclasses.replace(step, outcome=d.outcome, ratio=d.ratio, why=d.why, cached=m.cached,
+                               runs=(m.candidate.n, m.incumbent.n), parts=_parts(d, m, noise))
+    if m.incumbent_status != "ok":  # it ran ok before: the machine or the settings broke, not the knob
+        return step, f"the incumbent did not run ok at step {step.step}"
+    if d.outcome != ACCEPTED or confirm is None:
+        return step, ""
+    try:
+        again = confirm(accepted, step.changes, step.step)
+    except BudgetSpent as exc:
+        return (dataclasses.replace(step, why=step.why + "; not measured again (budget spent): no claim in the "
+                                    "ladder"), f"budget spent: {exc}")
+    if again.candidate_status != "ok" or again.incumbent_status != "ok" or again.busy or not again.candidate.n:
+        why = again.busy and f"machine busy ({again.busy})" or again.reason or again.candidate_status
+        return dataclasses.replace(step, why=f"{step.why}; measured again: {why}: no claim in the ladder"), ""
+    from harness.analysis.stats import band_text
+
+    ratios = paired_ratios(again, noise)
+    confirmed = ratios[-1] if not math.isnan(ratios[-1].low) else None
+    return dataclasses.replace(step, confirmed=confirmed, confirmed_parts=tuple(ratios[:-1]) if confirmed else (),
+                               why=f"{step.why}; measured again: {band_text(ratios[-1])}"), ""
 
 
 _NONE = object()
@@ -207,12 +269,10 @@ def _can_fit(axis: Axis, settings: dict) -> bool:
 
 
 def _parts(d: Decision, m: Measured, noise: noise_model.Noise) -> tuple:
-    """An accepted two-change candidate: the enabling change's ratio, then the main change's (ladder claims)."""
+    """An accepted two-change candidate: the enabling change's ratio, then the main change's."""
     if d.outcome != ACCEPTED or m.enabled is None or not m.enabled.n:
         return ()
-    from harness.analysis import noise_model
-
-    return (noise_model.ratio(m.enabled, m.incumbent, noise), noise_model.ratio(m.candidate, m.enabled, noise))
+    return tuple(paired_ratios(m, noise)[:-1])
 
 
 def _tell(on_step, step: Step) -> None:

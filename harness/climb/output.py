@@ -69,32 +69,39 @@ def trajectory_table(result: ClimbResult) -> str:
 
 
 def total(result: ClimbResult) -> tuple[float, float, float] | None:
-    """The product of the accepted steps' ratios and band ends (None when nothing was accepted).
+    """The product of the accepted steps' ratios and band ends (None when nothing was accepted): each step's
+    band measured again after it was accepted where there is one (the accepting runs overstate a winner).
 
     The start and the best settings were never measured side by side, so this is what the steps say
     together; its range is wider than a direct comparison's band would be."""
     if not result.accepted:
         return None
-    prod = [math.prod(getattr(s.ratio, f) for s in result.accepted) for f in ("value", "low", "high")]
+    bands = [s.confirmed or s.ratio for s in result.accepted]
+    prod = [math.prod(getattr(r, f) for r in bands) for f in ("value", "low", "high")]
     return prod[0], prod[1], prod[2]
 
 
 def ladder_file(result: ClimbResult, workload: str, base: dict, climb_id: str, hardware: str,
                 workload_words: list[str] | None = None, shown_as: str = "") -> dict:
-    """The best settings as a ladder (baseline = the start, one rung per accepted change, claims = what
-    was measured), as the mapping ``harness.sweeps.ladder.parse`` reads. A workload that is not a built-in is
-    only named by the ladder: ``workload_words`` (the overrides and config folders that make it) go in its notes,
-    ``shown_as`` (its model, for ``custom``) in its description."""
+    """The best settings as a ladder (baseline = the start, one rung per accepted change), as the mapping
+    ``harness.sweeps.ladder.parse`` reads. A rung's claim is the band of the runs that measured the change once
+    more after it was accepted, never of those that accepted it (the winner's curse); no claim without them. A
+    workload that is not a built-in is only named by the ladder: ``workload_words`` (the overrides and config
+    folders that make it) go in its notes, ``shown_as`` (its model, for ``custom``) in its description."""
     rungs = []
     for s in result.accepted:
-        ratios = s.parts if len(s.parts) == len(s.changes) else (None,) * len(s.enabling) + (s.ratio,)
+        parts = s.confirmed_parts if s.confirmed is not None else ()
+        ratios = parts if len(parts) == len(s.changes) else (None,) * len(s.enabling) + (s.confirmed,)
         for (key, value), r, against in zip(s.changes, ratios, ("the incumbent",) * len(s.enabling) + (
                 "the rung before" if s.enabling else "the incumbent",)):
             rung: dict[str, Any] = {"set": {key: value}}
             if r is not None:
                 rung["claim"] = [round(r.low, 3), round(r.high, 3)]
-                rung["source"] = (f"climb {climb_id} step {s.step}: measured {r.value:.3f}x [{r.low:.3f}-{r.high:.3f}] "
-                                  f"against {against}, {s.runs[0]}+{s.runs[1]} runs")
+                rung["source"] = (f"climb {climb_id} step {s.step}: measured again after it was accepted, "
+                                  f"{r.value:.3f}x [{r.low:.3f}-{r.high:.3f}] against {against}, "
+                                  f"{s.runs[0]}+{s.runs[1]} runs")
+            elif key == s.key:
+                rung["note"] = "no claim: not measured again after it was accepted (the winning runs overstate it)"
             if (key, value) in s.enabling:
                 rung["note"] = f"only to fit {s.key}={format_value(s.value)}, which ran out of memory without it"
             rungs.append(rung)

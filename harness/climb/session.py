@@ -35,20 +35,25 @@ def run_climb(settings: dict, options: ClimbConfig, started: float, display: Dis
         return 2
     env, env_key = runner.environment(start.device)
     climb_id = new_id("climb-")
-    noise = _noise(start.results_dir, env, env_key, start.device)
+    from harness.analysis import sweepstats  # scipy: only once a climb starts
+
+    noise = _noise(start, env_key)
     key = resume.climb_key(config_mod.config_hash(start), env_key, options.repeats, options.min_effect, options.knobs)
     earlier = resume.load(start.results_dir, key)
     budget = Budget(seconds=60 * options.budget_min, start=started - (earlier.spent_s if earlier else 0.0))
     tracker = resume.Tracker(start.results_dir, key, earlier, climb_id, started)
     # the workload is the start's own (the composed node): the in-memory ladders of the trials only name it
     ctx = sweep_mod.SweepContext(sweep_id=climb_id, ladder=trial_ladder(start.workload.name, []), settings=settings,
-                                 user_keys=frozenset({"workload"}), repeats=options.repeats)
+                                 user_keys=frozenset({"workload"}), repeats=options.repeats,
+                                 record_fields=tuple(sweepstats.noise_fields(noise).items()),
+                                 remeasure_busy=start.sweep.remeasure_busy)
     trials = Trials(ctx, machine, env, env_key, budget, options.repeats, display)
     # loader workers share the CPUs with the ranks: with devices=N each rank's loader gets its part
     facts = Facts(device=start.device, usable_cpus=max(1, usable_cpus() // start.devices))
     display.say(f"climb {climb_id}: {display_name(start.workload.name, start.workload.model)} ({start.size}) on "
                 f"{start.device}, budget {options.budget_min:g} min, {options.repeats} run(s) per side, accept at >= "
-                f"{1 + options.min_effect:.2f}x beyond noise; {noise.describe()}")
+                f"{1 + options.min_effect:.2f}x beyond noise; "
+                + (noise.describe() if noise.calibrated else "no calibration: the runs' own spread"))
     if earlier is not None:
         display.say(resume.describe(earlier, _measured_runs(start.results_dir, earlier.climb_ids), budget.seconds))
     result = _ascend(start, options, facts, trials, noise, display, tracker)
@@ -56,8 +61,8 @@ def run_climb(settings: dict, options: ClimbConfig, started: float, display: Dis
     output.report(result, settings, start, env, climb_id, tracker.spent(), budget.seconds, list(given or []),
                   tracker.earlier_s)
     if trials.busy:
-        print(f"- {len(trials.busy)} run(s) ran while other processes used up to {max(trials.busy):.0f}% of the "
-              "CPUs: their numbers are not trustworthy, and bands that wide decide nothing; climb on an idle machine")
+        print(f"- {len(trials.busy)} run(s) ran on a busy machine ({trials.busy[0]}): not trustworthy, each measured "
+              "again, and a step still busy decided nothing; climb on an idle machine")
     return 0
 
 
@@ -71,7 +76,7 @@ def _ascend(start, options: ClimbConfig, facts: Facts, trials: Trials, noise, di
     stopped = ""
     try:
         result = ascend(_flat(start), space(facts.device, options.knobs), facts, trials.compare, noise,
-                        options.min_effect, on_step=on_step)
+                        options.min_effect, on_step=on_step, confirm=trials.again)
         stopped = result.stopped
         return result
     finally:
@@ -90,10 +95,12 @@ def _flat(cfg: config_mod.RunConfig) -> dict:
     return config_mod.flatten(config_mod.record_dict(cfg))
 
 
-def _noise(results_dir: str, env: dict, env_key: str, device: str):
-    """This machine's noise calibration in the store (``python -m harness noise``), else the default."""
-    from harness.analysis import noise_model
-    from harness.store import load_runs
+def _noise(start: config_mod.RunConfig, env_key: str):
+    """The fit calibration (``python -m harness noise``) of this environment, workload and size made before now,
+    else none (``calibration.choose_calibration``)."""
+    from harness.analysis import calibration, noise_model
+    from harness.store import load_runs, utc_timestamp
 
-    calibrations = load_runs(results_dir, where={"ladder": noise_model.NOISE_LADDER})
-    return noise_model.find_calibration(calibrations, env_key, noise_model.hardware_key({**env, "device": device}))
+    frame = load_runs(start.results_dir, where={"ladder": noise_model.NOISE_LADDER, "env_key": [env_key]})
+    candidates = calibration.candidates_from_frame(frame)
+    return calibration.choose_calibration(candidates, env_key, start.workload.name, start.size, utc_timestamp()).noise

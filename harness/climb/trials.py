@@ -1,5 +1,6 @@
 """The climb's measurements: a candidate against the incumbent, each run in a fresh process or copied from the
-store, every run stored as a record of the climb's sweep (ladder ``climb``)."""
+store, every run stored as a record of the climb's sweep (ladder ``climb``). A run made while the machine was busy
+(``harness.analysis.busy``) is measured again before anything is decided on it."""
 
 from __future__ import annotations
 
@@ -45,22 +46,25 @@ class Trials:
         self.ctx, self.machine, self.env, self.env_key = ctx, machine, env, env_key
         self.budget, self.repeats, self.display = budget, repeats, display
         self.used: set[str] = set()  # runs this climb has used: no run counts twice
-        self.busy: list[float] = []  # other processes' share of the CPUs during runs that saw others at work
+        self.busy: list[str] = []  # why runs were not trustworthy (``busy.busy_reason``), each measured again
 
-    def compare(self, accepted, candidate, step: int) -> Measured:
+    def compare(self, accepted, candidate, step: int, again: bool = False) -> Measured:
         """``climb.repeats`` rounds; the candidate first in round 0 (a candidate that cannot run costs one run),
         then the order alternates (ABBA), so that a slow drift of the machine favours neither side. A candidate
         of two changes (checkpointing to fit a larger batch) also measures the first change alone: the
-        ladder the climb writes has a rung for it, and re-running that ladder must find it in the store."""
+        ladder the climb writes has a rung for it, and re-running that ladder must find it in the store.
+        ``again``: an accepted candidate measured once more (rounds after the first ``climb.repeats``), with
+        runs other than those that accepted it: the band the ladder claims."""
         roles = ["candidate"] + (["enabled"] if len(candidate) > 1 else []) + ["incumbent"]
         changes = {"candidate": accepted + list(candidate), "enabled": accepted + list(candidate[:-1]),
                    "incumbent": accepted}
         records: dict[str, list[RunRecord]] = {role: [] for role in roles}
-        cached = 0
-        for round_ in range(self.repeats):
-            for role in (roles if round_ % 2 == 0 else roles[::-1]):
+        cached, busy, first = 0, "", self.repeats if again else 0
+        for round_ in range(first, first + self.repeats):
+            for role in (roles if (round_ - first) % 2 == 0 else roles[::-1]):
                 try:
-                    record, how = self.trial(changes[role], step, role, round_, _label_of(role, candidate))
+                    record, how, still = self._trustworthy(changes[role], step, role, round_,
+                                                           _label_of(role, candidate))
                 except ValueError as exc:  # settings that do not fit together: nothing ran
                     return _measured(records, cached, "skipped", str(exc))
                 except BudgetSpent as exc:
@@ -71,11 +75,30 @@ class Trials:
                                       "are stored, and a re-run takes them from the store") from None
                 records[role].append(record)
                 cached += how == "cached"
+                busy = busy or still
                 if record.status != "ok":
                     failed = {"incumbent" if role == "incumbent" else "candidate": record.status}
                     return _measured(records, cached, failed.get("candidate", "ok"), _last_line(record.error),
                                      failed.get("incumbent", "ok"))
-        return _measured(records, cached, "ok", "")
+        return _measured(records, cached, "ok", "", busy=busy)
+
+    def again(self, accepted, candidate, step: int) -> Measured:
+        """An accepted candidate measured once more (``compare(..., again=True)``)."""
+        return self.compare(accepted, candidate, step, again=True)
+
+    def _trustworthy(self, changes, step: int, role: str, round_: int, change: str) -> tuple[RunRecord, str, str]:
+        """``trial``; a run of a busy machine measured again, once (a run of the store this climb has not used may
+        stand in, so a climb run again replays): the record kept, how it was had, why it is still not trustworthy."""
+        from harness.analysis.busy import busy_reason
+
+        record, how = self.trial(changes, step, role, round_, change)
+        why = busy_reason(record) if record.status == "ok" else None
+        if not why or not self.ctx.remeasure_busy:
+            return record, how, why or ""
+        self.display.say(f"{_label(step, role, round_, self.repeats, change)}: machine busy ({escape(why)}): "
+                         "not trustworthy; measuring it again")
+        record, how = self.trial(changes, step, role, round_, change)
+        return record, how, (busy_reason(record) or "") if record.status == "ok" else ""
 
     def trial(self, changes, step: int, role: str, round_: int, change: str) -> tuple[RunRecord, str]:
         """One run of ``changes`` over the start: a cached copy if the store has an unused one, else measured.
@@ -84,7 +107,8 @@ class Trials:
         ctx = dataclasses.replace(self.ctx, ladder=trial_ladder(self.ctx.ladder.workload, changes))
         cfg = sweep_mod.rung_config(ctx, len(changes), self.machine, round_=round_)
         rung = {"incumbent": 2 * (step - 1), "candidate": 2 * step - 1}.get(role)
-        fields = dict(sweep_id=ctx.sweep_id, ladder=LADDER_NAME, rung=rung, round=round_, change=change)
+        fields = dict(sweep_id=ctx.sweep_id, ladder=LADDER_NAME, rung=rung, round=round_, change=change,
+                      **dict(ctx.record_fields))
         key = config_mod.config_hash(cfg)
         reason = applicability.skip_reason(cfg)  # once per run: a run that cannot act here is never taken cached
         if not sweep_mod.debug_active(cfg) and not reason:
@@ -117,10 +141,11 @@ class Trials:
         return record
 
     def _print(self, record: RunRecord, how: str, step: int, role: str, round_: int, change: str) -> None:
-        from harness.analysis.stats import BUSY_PCT
+        from harness.analysis.busy import busy_reason
 
-        if (record.other_cpu_pct or 0) > BUSY_PCT:
-            self.busy.append(float(record.other_cpu_pct))
+        why = busy_reason(record) if record.status == "ok" else None
+        if why:
+            self.busy.append(why)
         label = _label(step, role, round_, self.repeats, change)
         if record.status == "ok":
             self.display.say(f"{label}: ok ({how}) {record.samples_per_s:.2f} samples/s")
@@ -138,7 +163,8 @@ def _label_of(role: str, candidate) -> str:
     return ", ".join(text)
 
 
-def _measured(records: dict, cached: int, status: str, reason: str, incumbent_status: str = "ok") -> Measured:
+def _measured(records: dict, cached: int, status: str, reason: str, incumbent_status: str = "ok",
+              busy: str = "") -> Measured:
     from harness.analysis import noise_model, stats
 
     def runs(recs: list[RunRecord]) -> noise_model.Runs:  # as noise_model.runs_of reads them from the store
@@ -148,7 +174,7 @@ def _measured(records: dict, cached: int, status: str, reason: str, incumbent_st
 
     enabled = runs(records["enabled"]) if "enabled" in records else None
     return Measured(status, runs(records["candidate"]), runs(records["incumbent"]), reason, cached, enabled,
-                    incumbent_status)
+                    incumbent_status, busy)
 
 
 def _last_line(text: str | None) -> str:
@@ -157,5 +183,6 @@ def _last_line(text: str | None) -> str:
 
 
 def _label(step: int, role: str, round_: int, repeats: int, change: str) -> str:
-    return escape(f"[step {step}, {role} {round_ + 1}/{repeats}] {change}")
+    again = " again" if round_ >= repeats else ""  # an accepted candidate measured once more
+    return escape(f"[step {step}, {role}{again} {round_ % repeats + 1}/{repeats}] {change}")
 

@@ -5,13 +5,13 @@ from __future__ import annotations
 import sys
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from harness.store import RunRecord
 from harness.workload.workloads import display_name_of_record
 
 console = Console(stderr=False, highlight=False)
-BUSY_PCT = 10.0  # other processes' share of the CPUs above which a measurement is flagged
 
 
 def refuse(exc: BaseException | str) -> int:
@@ -78,11 +78,14 @@ def run_summary(record: RunRecord) -> Table:
                           + (f"   [yellow]{record.gpu_sample_note}[/]" if record.gpu_sample_note else ""))
             table.add_row("MFU", fmt(100 * record.mfu if record.mfu else None, ".1f", " %"))
         table.add_row("host memory", host_memory_text(record))
-        busy = record.other_cpu_pct is not None and record.other_cpu_pct > BUSY_PCT
+        from harness.analysis.busy import busy_reason  # scipy via stats: only once a run is summed up
+
+        busy = busy_reason(record)  # the CPUs, the GPU's clocks, another process on the GPU
         table.add_row("CPU util", fmt(record.cpu_util_pct, ".0f", " %")
                       + f"   other processes {fmt(record.other_cpu_pct, '.0f', ' %')}"
                       + f"   harness parent {fmt(record.parent_cpu_pct, '.2f', ' % of one CPU')}"
-                      + ("  [red]the machine was busy: this measurement is not trustworthy[/]" if busy else ""))
+                      + (f"  [red]machine busy ({escape(busy)}): this measurement is not trustworthy[/]" if busy
+                         else ""))
         table.add_row("first step", fmt(record.first_step_s, ".2f", " s")
                       + (f"   compile ~{fmt(record.compile_s, '.1f')} s" if record.compile_s is not None else "")
                       + (f"   [yellow]no CUDA graphs: Inductor skipped capturing them ({record.cudagraph_skips} "

@@ -72,20 +72,27 @@ def task(cfg, runs: int) -> int:
 
 
 def report(records, sweep_id: str, results_dir: str) -> int:
-    """Print the calibration; 0 when it could be made, 1 when too few runs were ok."""
+    """Print the calibration; 0 when it could be made, 1 when too few runs were ok. A calibration taken on a busy
+    machine (``busy_reason``: the CPUs, the GPU's clocks or its memory) prints NOT FIT, and later sweeps skip it."""
+
     from harness.analysis import noise_model, stats
+    from harness.analysis.busy import busy_reason
     from harness.commands.console import console
 
     ok = [r for r in records if r.status == "ok" and r.samples_per_s]
     try:
         cal = noise_model.calibrate([r.samples_per_s for r in ok],
                                     [u for u in (stats.within_run_uncertainty(r.step_ms) for r in ok) if u is not None],
-                                    [r.other_cpu_pct for r in ok])
+                                    busy=[busy_reason(r) for r in ok])
     except ValueError as exc:
         console.print(f"[red]no calibration:[/] {exc} (of {len(records)} runs)")
         return 1
-    console.print("\n" + noise_model.format_calibration(cal, sweep_id, len(records)))
-    console.print(f"stored as sweep {sweep_id}: later tables and checks in this environment use this CV "
-                  f"({shell.command('table', '--results', results_dir, '--sweep', sweep_id)})", soft_wrap=True,
-                  markup=False)
+    console.print("\n" + noise_model.format_calibration(cal, sweep_id, len(records)), markup=False)
+    again = f"({shell.command('table', '--results', results_dir, '--sweep', sweep_id)})"
+    if cal.warnings:
+        console.print(f"stored as sweep {sweep_id}, but not fit: later sweeps of this environment, workload and size "
+                      f"skip it and their tables say why {again}", soft_wrap=True, markup=False)
+    else:
+        console.print(f"stored as sweep {sweep_id}: later sweeps of this environment, workload and size use this CV "
+                      f"{again}", soft_wrap=True, markup=False)
     return 0

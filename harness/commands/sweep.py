@@ -4,7 +4,8 @@
     python -m harness sweep -m +ladder=A,B [workload=x,y ...] [hydra/launcher=submitit_slurm ...]
 
 A **sweep** climbs one ladder in this process: the loop of ``harness.sweeps.loop`` over rounds x rungs
-(rounds outermost, so repeats interleave: rung 0..K, then again). Rungs depend on earlier ones (a failed
+(rounds outermost, so repeats interleave, in serpentine order: rung 0..K, then K..0; sweep.repeats=auto looks after
+every round and stops when every verdict is decided). Rungs depend on earlier ones (a failed
 rung's change is not built on), so they never run in parallel; each is still measured in a fresh child
 process. Bad input stops before anything runs; the table is printed from the store at the end (rich in a
 terminal, markdown in a file or pipe).
@@ -60,8 +61,9 @@ def split_ladder(argv: list[str]) -> tuple[str | None, list[str]]:
 
 def main(command: str, argv: list[str]) -> int:
     if any(a in ("-h", "--help") for a in argv):
-        print(__doc__.strip() + "\n\nsettings: any `run` setting as key=value; sweep.repeats=N, sweep.rerun=true\n\n"
-              + ladder_list())
+        print(__doc__.strip() + "\n\nsettings: any `run` setting as key=value; sweep.repeats=N or auto (the "
+              "default: rounds until decided, within sweep.budget_min=10, sweep.max_repeats=6), sweep.rerun=true, "
+              "sweep.remeasure_busy=false (a run of a busy machine is not measured again)\n\n" + ladder_list())
         return 0
     try:
         argv = hydra_edge.with_config_dirs(argv)
@@ -88,8 +90,11 @@ class SweepPlan:
     overrides: tuple[str, ...]
     user_keys: frozenset[str]
     settings: dict
-    repeats: int
+    repeats: int | str  # rounds, or "auto"
     rerun: bool
+    max_repeats: int = 6
+    budget_min: float = 10.0
+    remeasure_busy: bool = True
 
 
 def plan_sweep(argv: list[str], campaign: bool = False, settings: dict | None = None,
@@ -125,11 +130,10 @@ def plan_sweep(argv: list[str], campaign: bool = False, settings: dict | None = 
     if settings is None:
         settings = hydra_edge.plain_settings(hydra_edge.compose_settings(overrides))
     parsed = config_mod.from_dict(settings)
-    if parsed.sweep.repeats < 1:
-        raise ValueError(f"sweep.repeats={parsed.sweep.repeats} must be at least 1 "
-                         "(each rung is measured that many times)")
+    config_mod.validate_sweep(parsed.sweep)
     return SweepPlan(ladder=lad, overrides=tuple(overrides), user_keys=frozenset(user_keys), settings=settings,
-                     repeats=parsed.sweep.repeats, rerun=parsed.sweep.rerun)
+                     repeats=parsed.sweep.repeats, rerun=parsed.sweep.rerun, max_repeats=parsed.sweep.max_repeats,
+                     budget_min=parsed.sweep.budget_min, remeasure_busy=parsed.sweep.remeasure_busy)
 
 
 def _results_dir(overrides: list[str]) -> str:
@@ -157,7 +161,8 @@ def _refuse(exc: Exception) -> int:
 def _context(plan: SweepPlan, sweep_id: str, campaign_id: str = "") -> sweep_mod.SweepContext:
     return sweep_mod.SweepContext(sweep_id=sweep_id, ladder=plan.ladder, settings=plan.settings,
                                   user_keys=plan.user_keys, repeats=plan.repeats, rerun=plan.rerun,
-                                  campaign_id=campaign_id)
+                                  campaign_id=campaign_id, max_repeats=plan.max_repeats, budget_min=plan.budget_min,
+                                  remeasure_busy=plan.remeasure_busy)
 
 
 def run_sweep(plan: SweepPlan, sweep_id: str, campaign_id: str = "") -> int:
@@ -194,6 +199,10 @@ class RungLines:
 
     def could_not_run(self, turn: loop.Turn, exc: Exception) -> None:
         self.console.print(f"[red]rung {turn.rung.index} could not run:[/] {escape(str(exc))}")
+
+    def say(self, text: str) -> None:
+        """A line of the loop's own (a busy run measured again, a look of sweep.repeats=auto), as plain text."""
+        self.console.print(escape(text))
 
     def measure(self, turn: loop.Turn, run: loop.RunRung) -> None:
         from harness.commands.progress import RunProgress

@@ -130,8 +130,13 @@ class SweepConfig:
     id: str = ""
     rung: Optional[int] = None
     round: int = 0
-    repeats: int = 1
+    # runs a rung: a number of rounds, or "auto" (the default): rounds until every verdict is decided (a look after
+    # each round, O'Brien-Fleming alpha spending over max_repeats rounds), no round started past budget_min minutes
+    repeats: Any = "auto"
     rerun: bool = False
+    budget_min: float = 10.0  # repeats=auto only: wall-clock minutes; no round starts that would end after them
+    max_repeats: int = 6  # repeats=auto only: the most rounds (the looks' information is rounds / max_repeats)
+    remeasure_busy: bool = True  # a run of a busy machine (harness.analysis.busy) is measured again, once (climb too)
 
 
 @dataclass

@@ -10,7 +10,7 @@ from typing import Any
 from harness.config.schema import (
     AUGMENT_PRESETS, AUTO_BOOL, COMM_HOOKS, COMPILE_MODES, DATA_CACHES, DATA_SOURCES, DEVICES, FAULTS,
     MATMUL_PRECISIONS, MEASURE_MODES, PAGE_CACHE, PRECISIONS, SCALINGS, SIZES, DataConfig, DebugConfig,
-    MeasureConfig, ModelConfig, OptimizerConfig, ProfileConfig, RunConfig, ValConfig,
+    MeasureConfig, ModelConfig, OptimizerConfig, ProfileConfig, RunConfig, SweepConfig, ValConfig,
 )
 from harness.registry import check_choice
 from harness.workload import workloads as workloads_mod
@@ -30,6 +30,7 @@ def validate(cfg: RunConfig) -> None:
     _validate_val(cfg.val)
     _validate_optimizer(cfg.optimizer)
     _validate_profile(cfg.profile)
+    validate_sweep(cfg.sweep)
 
 
 def _validate_run(cfg: RunConfig) -> None:
@@ -52,6 +53,20 @@ def _validate_run(cfg: RunConfig) -> None:
     _positive(cfg, "", "accumulate_grad_batches", "log_every_n_steps")
     if cfg.timeout_s <= 0:
         raise ValueError(f"timeout_s={cfg.timeout_s} must be positive")
+
+
+def validate_sweep(sweep: SweepConfig) -> None:
+    """``sweep.repeats``: a whole number >= 1 or auto; with auto, a positive budget and at least 2 rounds."""
+    repeats = sweep.repeats
+    whole = isinstance(repeats, int) and not isinstance(repeats, bool)
+    if not (repeats == "auto" or (whole and repeats >= 1)):
+        raise ValueError(f"sweep.repeats={repeats} must be at least 1 (a whole number of rounds: each rung is measured "
+                         "that many times) or auto (rounds until every verdict is decided)")
+    if not (isinstance(sweep.budget_min, (int, float)) and sweep.budget_min > 0):
+        raise ValueError(f"sweep.budget_min={sweep.budget_min!r} must be a positive number of minutes")
+    if not (isinstance(sweep.max_repeats, int) and sweep.max_repeats >= 2):
+        raise ValueError(f"sweep.max_repeats={sweep.max_repeats!r} must be a whole number of rounds >= 2 (a first "
+                         "verdict without a calibration needs two)")
 
 
 def _validate_debug(debug: DebugConfig) -> None:

@@ -16,6 +16,9 @@ Schema history (bump ``SCHEMA_VERSION`` when a column changes meaning or type):
   4 - multi-device runs (``devices`` >= 2, DDP): world_size, dist_backend, samples_per_s_per_device (the slowest
       rank's; samples_per_s is global), slowest_rank, per-rank rank_step_ms_p50/p90, rank_measured_s,
       rank_peak_vram_bytes (peak_vram_bytes is their maximum), omp_num_threads. New columns, empty in older files.
+      Also noise_calibration_id, noise_cv, noise_df: the noise calibration a sweep chose when it started (new
+      columns; noise_df is empty in older files, 0 where the sweep had none), so a later calibration never
+      rewrites an old verdict; auto_max_rounds, the round budget of a sweep.repeats=auto sweep.
 """
 
 from __future__ import annotations
@@ -75,6 +78,12 @@ class RunRecord:
     # figure ("minor") has a label and null low/high, as claim_low/claim_high are empty beside claim_label
     group_claims_json: str = ""
     ladder_sha: str = ""  # sha256 (16 hex) of conf/ladder/NAME.yaml's text when the sweep ran
+    # the noise calibration (``python -m harness noise``) the sweep chose when it started: its sweep id, its CV of
+    # samples/s and degrees of freedom (runs - 1); noise_df 0 when none fitted, None in records older than these
+    noise_calibration_id: str = ""
+    noise_cv: float | None = None
+    noise_df: float | None = None
+    auto_max_rounds: int | None = None  # sweep.repeats=auto: the round budget its looks spent alpha over; else None
     # units of throughput and model cost
     unit: str = ""  # what units_per_s counts: "voxels" or "images"
     samples_per_step: int | None = None

@@ -1,13 +1,15 @@
 """The sweep loop: every rung of a ladder, round after round, in this process; each rung measured in its own.
 
-Rounds are outermost, so repeats interleave (rung 0..K, then again) and a slow drift of the machine spreads
-over every rung instead of favouring the first. Rungs run in order, never in parallel: a rung builds on the
-earlier rungs that ran ok (``harness.sweeps.rungs``). A (rung, round) this sweep already has a record for
-(a requeued campaign job) is kept, not measured again. A rung the parent could not even start is reported,
-and the loop goes on with the next; with ``stop_on_oom`` the rungs after the first out-of-memory are not
-run (``rungs.run_rung`` says so). The rungs measured fork from one warm launcher (``harness.run.launcher``), and
-share their synthetic data, for the whole loop. What a person sees is the caller's ``display``: no printing here,
-but for the duty cycle and the store's compaction at the end.
+Rounds are outermost, so repeats interleave, in serpentine order (rung 0..K, then K..0, ...: a slow drift of
+the machine cancels in every pair of rounds instead of favouring the first rungs); ``sweep.repeats=auto`` looks
+after every round and stops when every verdict is decided (``harness.sweeps.rounds``). Rungs never run in
+parallel: a rung builds on the earlier rungs that ran ok (``harness.sweeps.rungs``). A run made while the
+machine was busy (``harness.analysis.busy``) is measured again, once, in the same round. A (rung, round) this
+sweep already has a record for (a requeued campaign job) is kept, not measured again. A rung the parent could
+not even start is reported, and the loop goes on with the next; with ``stop_on_oom`` the rungs after the first
+out-of-memory are not run (``rungs.run_rung`` says so). The rungs measured fork from one warm launcher
+(``harness.run.launcher``), and share their synthetic data, for the whole loop. What a person sees is the
+caller's ``display``: no printing here, but for the duty cycle and the store's compaction at the end.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from typing import Any, Callable, Protocol
 
 from harness.run import launcher, phases
 from harness.sweeps import ladder as ladder_mod
+from harness.sweeps import rounds as rounds_mod
 from harness.sweeps import rungs as rungs_mod
 
 # run(on_start, on_progress) measures (or copies) one rung: what a display wraps its status line around
@@ -34,11 +37,15 @@ class Turn:
     rung: ladder_mod.Rung
     round_: int
     rungs: int  # rungs in the ladder
-    rounds: int  # the sweep's repeats
+    rounds: int  # the sweep's repeats (repeats=auto: the most rounds)
+    auto: bool = False
 
     @property
     def label(self) -> str:
-        """``[rung 2/4]``, or ``[rung 2/4, round 1/3]`` with repeats (plain text)."""
+        """``[rung 2/4]``, ``[rung 2/4, round 1/3]`` with repeats, ``[rung 2/4, round 1 of up to 6]`` with
+        repeats=auto (plain text)."""
+        if self.auto:
+            return f"[rung {self.rung.index + 1}/{self.rungs}, round {self.round_ + 1} of up to {self.rounds}]"
         rounds = f", round {self.round_ + 1}/{self.rounds}" if self.rounds > 1 else ""
         return f"[rung {self.rung.index + 1}/{self.rungs}{rounds}]"
 
@@ -52,10 +59,18 @@ class LoopDisplay(Protocol):
 
     def could_not_run(self, turn: Turn, exc: Exception) -> None: ...
 
+    def say(self, text: str) -> None: ...
 
-def turns(ladder: ladder_mod.Ladder, repeats: int) -> list[Turn]:
-    """Every (rung, round) of a sweep in the order it runs: rounds outermost."""
-    return [Turn(rung, round_, len(ladder.rungs), repeats) for round_ in range(repeats) for rung in ladder.rungs]
+
+def turns(ladder: ladder_mod.Ladder, repeats: int, auto: bool = False) -> list[Turn]:
+    """Every (rung, round) of ``repeats`` rounds in the order they run: rounds outermost, serpentine."""
+    return [turn for round_ in range(repeats) for turn in round_turns(ladder, round_, repeats, auto)]
+
+
+def round_turns(ladder: ladder_mod.Ladder, round_: int, repeats: int, auto: bool = False) -> list[Turn]:
+    """The rungs of one round in the order they run: forward in even rounds, backward in odd ones."""
+    return [Turn(rung, round_, len(ladder.rungs), repeats, auto) for rung in rounds_mod.order(list(ladder.rungs),
+                                                                                             round_)]
 
 
 def run_ladder(ctx: rungs_mod.SweepContext, machine, display: LoopDisplay) -> int:
@@ -63,31 +78,69 @@ def run_ladder(ctx: rungs_mod.SweepContext, machine, display: LoopDisplay) -> in
     end, the duty cycle of the runs measured (their windows over the loop's wall time), when any was.
 
     Returns 1 if a rung could not even be started, else 0: failed runs are data, shown in the table."""
+    ctx, noise = rounds_mod.with_calibration(ctx, machine)
+    plan = rounds_mod.RoundPlan.of(ctx)
+    if plan.auto:
+        display.say(f"sweep.repeats=auto: rounds until every verdict is decided, at most {plan.max_rounds} within "
+                    f"sweep.budget_min={ctx.budget_min:g}; "
+                    + (noise.describe() if noise.calibrated else "no calibration"))
     done = rungs_mod.measured_rungs(ctx)
     code = 0
     measured: list = []
     started = time.monotonic()
     with launcher.warm():
-        for turn in turns(ctx.ladder, ctx.repeats):
-            if (turn.rung.index, turn.round_) in done:
-                display.already_measured(turn)
-                continue
-            run = functools.partial(rungs_mod.run_rung, ctx, turn.rung.index, turn.round_, machine)
-            try:
-                display.measure(turn, functools.partial(_kept, run, measured))
-            except Exception as exc:  # a rung the parent could not even start: say so, go on with the next
-                display.could_not_run(turn, exc)
-                code = 1
+        for round_ in range(plan.max_rounds):
+            refusal = plan.refusal(len(ctx.ladder.rungs)) if round_ else ""
+            if refusal:
+                display.say(refusal)
+                break
+            for turn in round_turns(ctx.ladder, round_, plan.max_rounds, plan.auto):
+                if (turn.rung.index, turn.round_) in done:
+                    display.already_measured(turn)
+                    continue
+                code = max(code, _turn(ctx, machine, display, turn, plan, measured))
+            if plan.auto:
+                judgement, action = rounds_mod.look(ctx, noise, round_ + 1, plan.max_rounds)
+                display.say(rounds_mod.look_line(judgement, action))
+                if action != "another round":
+                    break
     if measured:
         print(phases.duty_cycle(measured, time.monotonic() - started))
     return code
 
 
-def _kept(run: RunRung, measured: list, on_start=None, on_progress=None) -> rungs_mod.RungOutcome:
-    """``run``, keeping the record of a run it measured (for the duty cycle)."""
-    outcome = run(on_start, on_progress)
-    if outcome.how == "measured" and outcome.record is not None:
-        measured.append(outcome.record)
+def _turn(ctx: rungs_mod.SweepContext, machine, display: LoopDisplay, turn: Turn, plan: rounds_mod.RoundPlan,
+          measured: list) -> int:
+    """One rung of one round; a run of a busy machine measured again, once (a run of the store this sweep has not
+    used yet may stand in, as for any rung: a sweep run again replays its store). 1 if it could not start."""
+    from harness.analysis.busy import busy_reason
+
+    for again in (False, True):
+        outcomes: list[rungs_mod.RungOutcome] = []
+        try:
+            display.measure(turn, functools.partial(_run, ctx, machine, turn, plan, again, outcomes, measured))
+        except Exception as exc:  # a rung the parent could not even start: say so, go on with the next
+            display.could_not_run(turn, exc)
+            return 1
+        record = outcomes[-1].record if outcomes else None
+        why = busy_reason(record) if record is not None and record.status == "ok" else None
+        if not why or again or not ctx.remeasure_busy:
+            return 0
+        display.say(f"{turn.label} machine busy ({why}): not trustworthy; measuring it again")
+    return 0
+
+
+def _run(ctx: rungs_mod.SweepContext, machine, turn: Turn, plan: rounds_mod.RoundPlan, again: bool, outcomes: list,
+         measured: list, on_start=None, on_progress=None) -> rungs_mod.RungOutcome:
+    """``rungs.run_rung`` for a display to wrap: the outcome kept in ``outcomes``, a measured run's time in the plan
+    and its record in ``measured`` (for the duty cycle)."""
+    began = time.monotonic()
+    outcome = rungs_mod.run_rung(ctx, turn.rung.index, turn.round_, machine, on_start, on_progress)
+    if outcome.how == "measured":
+        plan.measured(time.monotonic() - began, again)
+        if outcome.record is not None:
+            measured.append(outcome.record)
+    outcomes.append(outcome)
     return outcome
 
 

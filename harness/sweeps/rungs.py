@@ -36,9 +36,13 @@ class SweepContext:
     ladder: ladder_mod.Ladder
     settings: dict[str, Any]  # the composed settings (defaults + the user's overrides), nested
     user_keys: frozenset[str]  # settings the user overrode on the command line
-    repeats: int = 1
+    repeats: int | str = 1  # rounds, or "auto": rounds until decided (``harness.sweeps.rounds``)
     rerun: bool = False
     campaign_id: str = ""  # set when the sweep is one job of a campaign (``sweep -m``)
+    max_repeats: int = 6  # repeats=auto: the most rounds
+    budget_min: float = 10.0  # repeats=auto: no round starts that would end after these minutes
+    record_fields: tuple[tuple[str, Any], ...] = ()  # fields every record of the sweep carries (its calibration)
+    remeasure_busy: bool = True  # a run of a busy machine is measured again, once (``sweep.remeasure_busy``)
 
     @property
     def results_dir(self) -> str:
@@ -58,7 +62,8 @@ def rung_config(ctx: SweepContext, rung: int, machine: runner.Machine, dropped: 
     size = _size(ctx.settings, machine)
     ladder = {k: v for k, v in ctx.ladder.settings(rung, size, dropped).items() if k not in ctx.user_keys}
     sweep = {"sweep.id": ctx.sweep_id, "sweep.rung": rung, "sweep.round": round_, "sweep.repeats": ctx.repeats,
-             "sweep.rerun": ctx.rerun}
+             "sweep.rerun": ctx.rerun, "sweep.max_repeats": ctx.max_repeats, "sweep.budget_min": ctx.budget_min,
+             "sweep.remeasure_busy": ctx.remeasure_busy}
     cfg = config_mod.from_dict({**config_mod.flatten(ctx.settings), **ladder, **sweep})
     return config_mod.resolve(cfg, machine.cuda_available, ladder_keys=frozenset(ladder))
 
@@ -203,7 +208,8 @@ def run_rung(ctx: SweepContext, rung: int, round_: int, machine: runner.Machine,
     dropped = dropped_rungs(mine, rung)
     cfg = rung_config(ctx, rung, machine, dropped, round_)
     fields = dict(sweep_id=ctx.sweep_id, campaign_id=ctx.campaign_id, ladder=ladder.name, rung=rung, round=round_,
-                  change=ladder.rungs[rung].change(cfg.size), **ladder_mod.claim_fields(ladder, rung))
+                  change=ladder.rungs[rung].change(cfg.size), **ladder_mod.claim_fields(ladder, rung),
+                  **dict(ctx.record_fields))
     if on_start:
         on_start(cfg, dropped)
     env, key = runner.environment(cfg.device)

@@ -1,0 +1,198 @@
+"""One sweep's verdicts from its records: the rung x round model at the sweep's last look (no torch).
+
+The table and the sweep loop (``sweep.repeats=auto``) judge a sweep with this one function, so what the loop
+stopped on is what the table prints:
+
+* the runs of a busy machine are left out (``blocks.from_records``), and a question left with no run because
+  of them says so;
+* the calibration is the one stored with the records when the sweep started (``noise_calibration_id``,
+  ``noise_cv``, ``noise_df``), so a later calibration never rewrites an old verdict; records older than those
+  columns take the one ``calibration.calibration_for`` chooses now, with the ones it skipped and why;
+* a sweep of fixed rounds has one look, a plain 95% band (``sequential.fixed``); a ``sweep.repeats=auto``
+  sweep (``auto_max_rounds`` set) is read at the level of the look after its last round (``sequential.look``),
+  the level its looks were taken at.
+
+docs/statistics.md says why each rule is what it is.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from scipy import stats as sps
+
+from harness.analysis import blocks, calibration, noise_model, sequential, stats
+from harness.analysis.busy import busy_reason
+from harness.analysis.stats import Ratio
+
+STORED = "environment, workload and size; chosen when the sweep started"
+
+
+@dataclass(frozen=True)
+class SweepNoise:
+    """The calibration a sweep is judged with, whether it was stored with the sweep, and the skipped ones."""
+
+    noise: noise_model.Noise
+    stored: bool = False
+    notes: tuple[str, ...] = ()
+
+    @property
+    def cv(self) -> float | None:
+        return self.noise.cv if self.noise.calibrated else None
+
+    @property
+    def df(self) -> float:
+        return float(self.noise.df) if self.noise.calibrated else 0.0
+
+
+def stored_noise(records) -> SweepNoise | None:
+    """The calibration stored with a sweep's records (None for records older than the ``noise_*`` columns)."""
+    if "noise_df" not in records or not records["noise_df"].notna().any():
+        return None
+    first = records[records["noise_df"].notna()].iloc[0]
+    df = float(first["noise_df"])
+    if df <= 0 or not first["noise_calibration_id"]:
+        return SweepNoise(noise_model.DEFAULT, stored=True)
+    noise = noise_model.Noise(cv=float(first["noise_cv"]), df=df, sweep_id=str(first["noise_calibration_id"]),
+                              runs=int(round(df)) + 1, match=STORED)
+    return SweepNoise(noise, stored=True)
+
+
+def sweep_noise(frame, records) -> SweepNoise:
+    """The stored calibration if the records have one, else the one the store offers now; with the notes of
+    every newer calibration skipped (busy, too noisy, made after the sweep started, ...)."""
+    choice = calibration.calibration_for(frame, records)
+    own = set(records["sweep_id"])  # a calibration's own table is not judged with itself
+    stored = stored_noise(records)
+    used = stored.noise.sweep_id if stored is not None else choice.noise.sweep_id
+    notes = tuple(s.note() for s in choice.skipped if s.sweep_id not in own | {used})
+    if stored is None:
+        return SweepNoise(choice.noise, False, notes)
+    return SweepNoise(stored.noise, True, notes)
+
+
+def noise_fields(noise: noise_model.Noise) -> dict:
+    """The record fields that store a sweep's calibration (``noise_df`` 0: none was fit to use)."""
+    if not noise.calibrated:
+        return {"noise_calibration_id": "", "noise_cv": None, "noise_df": 0.0}
+    return {"noise_calibration_id": noise.sweep_id, "noise_cv": float(noise.cv), "noise_df": float(noise.df)}
+
+
+@dataclass
+class Judgement:
+    """A sweep judged at its last look: every answer, the model behind them, what was left out."""
+
+    look: sequential.Look
+    model: blocks.BlockFit
+    noise: SweepNoise
+    busy: dict  # (rung, round) -> reason, for the busy runs left out
+    rounds: int  # rounds the sweep ran (a round counts when any rung of it has a record)
+    max_rounds: int | None  # the round budget of a sweep.repeats=auto sweep; None for fixed rounds
+    answers: dict = field(default_factory=dict)  # question label -> sequential.Answer
+    busy_runs: int = 0  # runs of a busy machine (a (rung, round) may have two: one measured again)
+
+    @property
+    def level(self) -> float:
+        """The two-sided nominal level of the bands (0.05 for fixed rounds; 0.0: no band yet)."""
+        return self.look.level
+
+    def ratio(self, new: int, old: int) -> Ratio | None:
+        """Rung ``new`` over rung ``old`` at the look's level (NaN bounds when there is no band)."""
+        c = blocks.contrast(self.model, new, old)
+        return None if c is None else c.ratio(self.level if self.level > 0 else 0.05)
+
+    def measured(self, answer: sequential.Answer) -> Ratio | None:
+        """An answer's band; before the first look (one round, no calibration) the estimate with no band."""
+        if answer.ratio is not None or answer.built_on is None:
+            return answer.ratio
+        return self.ratio(answer.question.new, answer.built_on)
+
+    def uncertainty(self, rung: int) -> float | None:
+        """Relative half-width of the band of one rung's mean throughput (None with no variance)."""
+        runs = int(self.model.design.observed[rung].sum()) if rung < self.model.rungs else 0
+        var, df = float(self.model.var[0]), float(self.model.df[0])
+        if not runs or not df > 0 or not math.isfinite(var):
+            return None
+        return float(math.expm1(sps.t.isf((self.level or 0.05) / 2, df) * math.sqrt(var / runs)))
+
+    @property
+    def all_decided(self) -> bool:
+        """Every question another round could still decide is decided (``sequential.Look.all_decided`` on the
+        answers as the table gives them: a rung whose predecessors were all busy waits for another round)."""
+        return all(a.decided for a in self.answers.values() if a.waiting)
+
+    def next_action(self) -> str:
+        """``sequential.next_action`` on these answers: "stop: decided", "stop: budget spent" or "another round"."""
+        if self.all_decided:
+            return "stop: decided"
+        return "stop: budget spent" if self.rounds >= (self.max_rounds or self.rounds) else "another round"
+
+    def left_out(self) -> dict:
+        """The (rung, round)s whose runs were all busy (not those measured again on a quiet machine)."""
+        observed = self.model.design.observed
+        return {k: v for k, v in self.busy.items() if not (k[1] < observed.shape[1] and observed[k])}
+
+
+def rounds_of(records) -> int:
+    """Rounds a sweep ran: the highest round with a record, plus one (a record without a round is round 0)."""
+    if not len(records) or "round" not in records:
+        return 1
+    return int(records["round"].fillna(0).max()) + 1
+
+
+def auto_max_rounds(records) -> int | None:
+    """The round budget a ``sweep.repeats=auto`` sweep looked against (None: fixed rounds, or older records)."""
+    if "auto_max_rounds" not in records:
+        return None
+    values = records["auto_max_rounds"].dropna()
+    return int(values.max()) if len(values) else None
+
+
+def judge(records, rungs: int, claims: dict, total: tuple[float, float] | None, groups, noise: SweepNoise,
+          rounds: int | None = None, max_rounds: int | None = None) -> Judgement:
+    """Every question of a sweep of ``rungs`` rungs (``sequential.questions_for``) at its last look.
+
+    ``records``: the sweep's records (a frame); ``claims``: ``{rung: (low, high)}``; ``groups``: the group
+    claims (``{first, last, low, high}``), those that do not fit ``rungs`` left out; ``rounds``: the rounds
+    so far (default: the records'); ``max_rounds``: the budget of a ``sweep.repeats=auto`` sweep (default:
+    the one stored with the records), None for fixed rounds."""
+    rounds = rounds or rounds_of(records)
+    max_rounds = max_rounds if max_rounds is not None else auto_max_rounds(records)
+    logs, busy = blocks.from_records(records.to_dict("records"), rungs=rungs, rounds=rounds)
+    fitting = [g for g in groups if 1 <= int(g["first"]) < int(g["last"]) < rungs]
+    questions = sequential.questions_for(rungs, claims, total, fitting)
+    if max_rounds:
+        look = sequential.look(logs, questions, rounds, max(max_rounds, rounds), noise.cv, noise.df, busy=busy)
+    else:
+        look = sequential.fixed(logs, questions, noise.cv, noise.df, busy)
+    model = blocks.fit(logs[:, :rounds], noise.cv, noise.df)
+    answers = {a.question.label: _with_busy_predecessor(a, busy, rounds) for a in look.answers}
+    busy_runs = sum(1 for r in records.to_dict("records") if r.get("status") == "ok" and busy_reason(r))
+    return Judgement(look, model, noise, busy, rounds, max_rounds, answers, busy_runs)
+
+
+def _with_busy_predecessor(answer: sequential.Answer, busy: dict, rounds: int) -> sequential.Answer:
+    """A rung that ran but has nothing to be compared with because every earlier rung's runs were busy gets the
+    busy verdict, not "not measured" (the question names no earlier rung: any of them could have been it)."""
+    q = answer.question
+    if answer.verdict != "not measured" or q.first is not None:
+        return answer
+    reason = next((why for (rung, r), why in sorted(busy.items()) if rung < q.new and r < rounds), None)
+    if reason is None:
+        return answer
+    return sequential.Answer(q, None, f"no verdict: machine busy ({reason}): not trustworthy", False, True, None)
+
+
+def verdict_text(answer: sequential.Answer) -> str:
+    """An answer's verdict as the table prints it: an inconclusive claim with the repeats that would decide it."""
+    q = answer.question
+    if answer.verdict == "inconclusive" and answer.ratio is not None and q.claim is not None:
+        return stats.verdict(answer.ratio, *q.claim)
+    return answer.verdict
+
+
+def open_questions(judgement: Judgement) -> list[str]:
+    """The questions another round could still decide, each with what it says now."""
+    return [f"{a.question.label}: {verdict_text(a)}" for a in judgement.answers.values()
+            if a.waiting and not a.decided]

@@ -1,0 +1,123 @@
+"""How many rounds a sweep runs, and in which order: ``sweep.repeats=N``, or ``auto``.
+
+* **Order.** Serpentine (``sequential.serpentine_order``): rungs forward in even rounds, backward in odd ones,
+  so a slow drift of the machine cancels in every pair of rounds instead of piling up along the ladder.
+* **auto.** After every round the sweep's records are read back and judged as the table will judge them
+  (``harness.analysis.sweepstats``: the rung x round model, its look's band from O'Brien-Fleming alpha
+  spending over ``sweep.max_repeats`` rounds); the sweep stops when every verdict another round could decide
+  is decided, after ``max_repeats`` rounds, or before a round that would end past ``sweep.budget_min``.
+  Rounds taken from the store count as rounds done: a sweep already measured in full adds nothing.
+* **The calibration** is chosen once, when the sweep starts (``calibration.choose_calibration``: the same
+  environment, workload and size, fit, made before now), and stored with every record, so a later
+  calibration never rewrites an old verdict; a resumed sweep keeps the one it stored.
+
+docs/statistics.md says why.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from dataclasses import dataclass, field
+
+from harness.analysis import calibration, noise_model, sequential, sweepstats
+from harness.store import load_runs, utc_timestamp
+from harness.sweeps import rungs as rungs_mod
+
+
+@dataclass
+class RoundPlan:
+    """The rounds of one sweep and the clock of a ``sweep.repeats=auto`` one."""
+
+    auto: bool
+    max_rounds: int
+    budget_s: float | None = None
+    started: float = field(default_factory=time.monotonic)
+    fresh_s: float = 0.0  # seconds spent on rungs measured (not copied from the store), busy runs again included
+    fresh_turns: int = 0  # rungs of a round that measured something
+
+    @staticmethod
+    def of(ctx: rungs_mod.SweepContext) -> "RoundPlan":
+        if ctx.repeats == "auto":
+            return RoundPlan(True, int(ctx.max_repeats), 60.0 * float(ctx.budget_min))
+        return RoundPlan(False, int(ctx.repeats))
+
+    def measured(self, seconds: float, again: bool = False) -> None:
+        """A run was measured (not copied): its time tells how long the next round will take; ``again``: a busy
+        run's second measurement, part of the same rung's turn."""
+        self.fresh_s += seconds
+        self.fresh_turns += not again
+
+    def refusal(self, rungs: int, now: float | None = None) -> str:
+        """Why the next round must not start ("" when it may): only a repeats=auto sweep has a clock."""
+        if not self.auto or self.budget_s is None or not self.fresh_turns:
+            return ""
+        now = time.monotonic() if now is None else now
+        spent, next_round = now - self.started, rungs * self.fresh_s / self.fresh_turns
+        if spent + next_round <= self.budget_s:
+            return ""
+        return (f"stop: time budget spent (another round would take ~{next_round / 60:.1f} min after "
+                f"{spent / 60:.1f} of sweep.budget_min={self.budget_s / 60:g})")
+
+
+def order(rungs: list, round_: int) -> list:
+    """The rungs in the order round ``round_`` measures them (serpentine)."""
+    return sequential.serpentine_order(rungs, round_)
+
+
+def with_calibration(ctx: rungs_mod.SweepContext, machine) -> tuple[rungs_mod.SweepContext, noise_model.Noise]:
+    """The context with the fields every record of the sweep stores: its calibration (kept from the sweep's own
+    records when it resumes) and, for repeats=auto, the round budget its looks spend alpha over."""
+    noise = _stored(ctx) or _chosen(ctx, machine)
+    fields = dict(sweepstats.noise_fields(noise))
+    fields["auto_max_rounds"] = int(ctx.max_repeats) if ctx.repeats == "auto" else None
+    return dataclasses.replace(ctx, record_fields=tuple(fields.items())), noise
+
+
+def _stored(ctx: rungs_mod.SweepContext) -> noise_model.Noise | None:
+    try:
+        mine = load_runs(ctx.results_dir, where={"sweep_id": ctx.sweep_id})
+    except ValueError:  # no results folder yet
+        return None
+    stored = sweepstats.stored_noise(mine) if len(mine) else None
+    return stored.noise if stored is not None else None
+
+
+def _chosen(ctx: rungs_mod.SweepContext, machine) -> noise_model.Noise:
+    from harness.run import runner
+
+    cfg = rungs_mod.rung_config(ctx, 0, machine)
+    _, key = runner.environment(cfg.device)
+    try:
+        frame = load_runs(ctx.results_dir, where={"ladder": noise_model.NOISE_LADDER, "env_key": [key]})
+    except ValueError:
+        return noise_model.DEFAULT
+    candidates = calibration.candidates_from_frame(frame)
+    return calibration.choose_calibration(candidates, key, cfg.workload.name, cfg.size, utc_timestamp()).noise
+
+
+def look(ctx: rungs_mod.SweepContext, noise: noise_model.Noise, rounds: int,
+         max_rounds: int) -> tuple[sweepstats.Judgement, str]:
+    """The sweep judged from its stored records after ``rounds`` rounds, and what to do next
+    (``sequential.next_action``: "another round", "stop: decided" or "stop: budget spent")."""
+    ladder = ctx.ladder
+    records = load_runs(ctx.results_dir, where={"sweep_id": ctx.sweep_id})
+    records = records[records["round"].fillna(0) < rounds]
+    claims = {r.index: (r.claim.low, r.claim.high) for r in ladder.rungs if r.claim is not None}
+    total = (ladder.total_claim.low, ladder.total_claim.high) if ladder.total_claim is not None else None
+    groups = [{"first": g.first, "last": g.last, "low": g.claim.low, "high": g.claim.high}
+              for g in ladder.group_claims]
+    judgement = sweepstats.judge(records, len(ladder.rungs), claims, total, groups, sweepstats.SweepNoise(noise),
+                                 rounds=rounds, max_rounds=max_rounds)
+    return judgement, judgement.next_action()
+
+
+def look_line(judgement: sweepstats.Judgement, action: str) -> str:
+    """One line after a look: how many verdicts are decided, at what level, and what comes next."""
+    waiting = [a for a in judgement.answers.values() if a.waiting]
+    decided = sum(a.decided for a in waiting)
+    level = (f"bands at {1 - judgement.level:.2%}" if judgement.level > 0
+             else "no band yet (one round and no calibration)")
+    line = f"after round {judgement.rounds}: {decided} of {len(waiting)} verdicts decided ({level}): {action}"
+    still = sweepstats.open_questions(judgement)
+    return line + (f"; open: {'; '.join(still)}" if still and action != "another round" else "")

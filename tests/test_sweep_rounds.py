@@ -1,0 +1,168 @@
+"""The sweep loop's rounds with a fake measurement (no torch, no child processes): serpentine order, a busy run
+measured again, sweep.repeats=auto stopping when decided or when its budget is spent, a resumed sweep."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from harness import config as config_mod
+from harness.analysis import noise_model
+from harness.analysis import table as table_mod
+from harness.store import RunRecord, load_runs, store_record
+from harness.sweeps import ladder as ladder_mod
+from harness.sweeps import loop, rounds
+from harness.sweeps import rungs as rungs_mod
+
+PHASE2 = ladder_mod.load("phase2")  # claims: bf16 2-3x, batch 1.3-1.5x, workers 1.5-2x, total 3-4x
+
+
+class Display:
+    """What the loop shows, as lists."""
+
+    def __init__(self):
+        self.lines: list[str] = []
+        self.cached: list[tuple[int, int]] = []
+
+    def already_measured(self, turn):
+        self.cached.append((turn.rung.index, turn.round_))
+
+    def measure(self, turn, run):
+        run(None, None)
+
+    def could_not_run(self, turn, exc):
+        raise AssertionError(f"could not run {turn}: {exc}")
+
+    def say(self, text):
+        self.lines.append(text)
+
+
+class FakeRuns:
+    """Stands in for ``rungs.run_rung``: stores a record of rung k at ``speeds[k]`` samples/s times process noise
+    of CV ``cv`` (seeded); ``busy`` cells are measured first on a busy machine, then on a quiet one."""
+
+    def __init__(self, speeds, cv=0.01, busy=(), seed=0):
+        self.speeds, self.cv, self.busy = speeds, cv, set(busy)
+        self.rng = np.random.default_rng(seed)
+        self.calls: list[tuple[int, int]] = []
+
+    def __call__(self, ctx, rung, round_, machine, on_start=None, on_progress=None):
+        busy = (rung, round_) in self.busy and (rung, round_) not in self.calls
+        self.calls.append((rung, round_))
+        sps = self.speeds[rung] * float(np.exp(self.rng.normal(0.0, self.cv)))
+        record = RunRecord(run_id=f"{ctx.sweep_id}-{len(self.calls)}", status="ok",
+                           timestamp=f"2026-11-24T10:{len(self.calls) // 60:02d}:{len(self.calls) % 60:02d}+0000",
+                           workload="unet3d", size="smoke", device="cpu", env_key="env", cpu_model="cpu",
+                           cpu_count=2, sweep_id=ctx.sweep_id, ladder=ctx.ladder.name, rung=rung, round=round_,
+                           change=ctx.ladder.rungs[rung].change("smoke"), samples_per_s=sps,
+                           other_cpu_pct=50.0 if busy else 1.0, **ladder_mod.claim_fields(ctx.ladder, rung),
+                           **dict(ctx.record_fields))
+        store_record(record, ctx.results_dir)
+        return rungs_mod.RungOutcome(record, "measured", frozenset())
+
+
+@pytest.fixture
+def fake(monkeypatch):
+    """Install a FakeRuns; no calibration is looked for (that needs the environment of a real run)."""
+    monkeypatch.setattr(rounds, "_chosen", lambda ctx, machine: noise_model.DEFAULT)
+
+    def install(runs: FakeRuns) -> FakeRuns:
+        monkeypatch.setattr(rungs_mod, "run_rung", runs)
+        return runs
+
+    return install
+
+
+def context(results, repeats, max_repeats=6, sweep_id="s", budget_min=10.0):
+    return rungs_mod.SweepContext(sweep_id=sweep_id, ladder=PHASE2, settings={"results_dir": str(results)},
+                                  user_keys=frozenset(), repeats=repeats, max_repeats=max_repeats,
+                                  budget_min=budget_min)
+
+
+CLEAR = [10.0, 25.0, 35.0, 59.5]  # bf16 2.5x, batch 1.4x, workers 1.7x: every claim confirmed, total 5.95x exceeds
+
+
+def test_rounds_run_in_serpentine_order(tmp_path, fake):
+    runs = fake(FakeRuns(CLEAR))
+    assert loop.run_ladder(context(tmp_path, 3), None, Display()) == 0
+    assert runs.calls == [(0, 0), (1, 0), (2, 0), (3, 0), (3, 1), (2, 1), (1, 1), (0, 1),
+                                                  (0, 2), (1, 2), (2, 2), (3, 2)]
+    turns = loop.turns(PHASE2, 2)
+    assert [(t.round_, t.rung.index) for t in turns] == [(0, 0), (0, 1), (0, 2), (0, 3), (1, 3), (1, 2), (1, 1),
+                                                         (1, 0)]
+    assert turns[5].label == "[rung 3/4, round 2/2]" and loop.turns(PHASE2, 1)[0].label == "[rung 1/4]"
+    assert loop.turns(PHASE2, 6, auto=True)[0].label == "[rung 1/4, round 1 of up to 6]"
+
+
+def test_auto_stops_once_every_verdict_is_decided(tmp_path, fake):
+    runs = fake(FakeRuns(CLEAR))
+    display = Display()
+    assert loop.run_ladder(context(tmp_path, "auto"), None, display) == 0
+    rounds_run = 1 + max(k for _, k in runs.calls)
+    assert 2 <= rounds_run < 6 and len(runs.calls) == 4 * rounds_run
+    assert display.lines[0].startswith("sweep.repeats=auto: rounds until every verdict is decided, at most 6")
+    assert display.lines[1] == "after round 1: 0 of 4 verdicts decided (no band yet (one round and no calibration)): " \
+                               "another round"
+    assert display.lines[-1].startswith(f"after round {rounds_run}: 4 of 4 verdicts decided (bands at ")
+    assert display.lines[-1].endswith("): stop: decided")
+    frame = load_runs(tmp_path)
+    assert set(frame["auto_max_rounds"]) == {6} and set(frame["noise_df"]) == {0.0}
+    table = table_mod.build_table(frame, "s", str(tmp_path))
+    assert [r.verdict for r in table.rows[1:]] == ["confirms"] * 3 and table.total_verdict == "exceeds"
+    assert any(n.startswith(f"sweep.repeats=auto: decided after {rounds_run} round(s)") for n in table.notes)
+
+
+def test_auto_stops_when_its_round_budget_is_spent_and_the_table_names_what_is_open(tmp_path, fake):
+    runs = fake(FakeRuns([10.0, 22.0, 31.0, 50.0], cv=0.25, seed=3))  # noisy: nothing decides in 3 rounds
+    display = Display()
+    loop.run_ladder(context(tmp_path, "auto", max_repeats=3), None, display)
+    assert max(k for _, k in runs.calls) == 2 and display.lines[-1].split("): ")[1].startswith("stop: budget spent")
+    table = table_mod.build_table(load_runs(tmp_path), "s", str(tmp_path))
+    note = next(n for n in table.notes if n.startswith("sweep.repeats=auto"))
+    assert note.startswith("sweep.repeats=auto: the round budget was spent after 3 round(s)")
+    assert "with verdicts still open: " in note and "sweep.max_repeats" in note
+
+
+def test_a_busy_run_is_measured_again_once_in_the_same_round(tmp_path, fake):
+    runs = fake(FakeRuns(CLEAR, busy={(1, 0)}))
+    display = Display()
+    loop.run_ladder(context(tmp_path, 1), None, display)
+    assert runs.calls == [(0, 0), (1, 0), (1, 0), (2, 0), (3, 0)]
+    assert display.lines == ["[rung 2/4] machine busy (other processes used 50% of the CPUs): not trustworthy; "
+                             "measuring it again"]
+    table = table_mod.build_table(load_runs(tmp_path), "s", str(tmp_path))
+    assert any("(1 measured again on a quiet one in the same round)" in n for n in table.notes)
+
+
+def test_a_measured_sweep_run_again_adds_nothing(tmp_path, fake):
+    runs = fake(FakeRuns(CLEAR))
+    loop.run_ladder(context(tmp_path, "auto"), None, Display())
+    measured = len(runs.calls)
+    display = Display()
+    loop.run_ladder(context(tmp_path, "auto"), None, display)  # the same sweep again: every round is there
+    assert len(runs.calls) == measured and len(display.cached) == measured
+    assert display.lines[-1].endswith("stop: decided")
+
+
+def test_the_time_budget_refuses_a_round_that_would_end_past_it():
+    plan = rounds.RoundPlan(auto=True, max_rounds=6, budget_s=600.0, started=0.0)
+    assert plan.refusal(4, now=100.0) == ""  # nothing measured yet: no estimate
+    for _ in range(4):
+        plan.measured(20.0)  # a round of 4 rungs takes 2 minutes: every run was busy and measured again
+        plan.measured(10.0, again=True)
+    assert plan.refusal(4, now=400.0) == ""
+    assert plan.refusal(4, now=500.0) == ("stop: time budget spent (another round would take ~2.0 min after 8.3 of "
+                                          "sweep.budget_min=10)")
+    assert rounds.RoundPlan(auto=False, max_rounds=3).refusal(4, now=1e9) == ""
+
+
+@pytest.mark.parametrize("bad, message", [
+    ({"repeats": 0}, "sweep.repeats=0 must be at least 1"),
+    ({"repeats": "many"}, "sweep.repeats=many must be at least"),
+    ({"repeats": "auto", "budget_min": 0}, "sweep.budget_min=0 must be a positive number of minutes"),
+    ({"repeats": "auto", "max_repeats": 1}, "sweep.max_repeats=1 must be a whole number of rounds >= 2")])
+def test_bad_sweep_settings_are_refused_by_name(bad, message):
+    with pytest.raises(ValueError, match=message.replace("(", r"\(")):
+        config_mod.validate_sweep(config_mod.SweepConfig(**bad))
+    config_mod.validate_sweep(config_mod.SweepConfig(repeats="auto"))
+    config_mod.validate_sweep(config_mod.SweepConfig(repeats=3))

@@ -1,0 +1,172 @@
+"""The table's verdicts on synthetic records (no torch, no runs): busy runs, one run a rung without a
+calibration, rungs that did not run, bands too wide to say anything, the calibration stored with a sweep or
+skipped, and how a sweep.repeats=auto sweep ended."""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+import pytest
+
+from harness.analysis import render, stats
+from harness.analysis import table as table_mod
+from harness.store import COLUMNS, RunRecord
+
+BUSY = "no verdict: machine busy (other processes used 50% of the CPUs): not trustworthy"
+
+
+def frame(sweep_id: str, throughputs: list[list[float | None]], day: int = 2, busy=(), failed=(), ladder="sim",
+          **fields) -> pd.DataFrame:
+    """A sweep's records as the store returns them: rung k's run of round r gave throughputs[k][r] samples/s;
+    ``busy`` and ``failed``: (rung, round) cells measured with other processes at 50% of the CPUs, or oom."""
+    rows = []
+    for rung, values in enumerate(throughputs):
+        for rnd, sps in enumerate(values):
+            oom = (rung, rnd) in failed
+            rows.append(RunRecord(
+                run_id=f"{sweep_id}-{rung}-{rnd}", status="oom" if oom else "ok",
+                timestamp=f"2024-06-{day:02d}T10:{rnd:02d}:{rung:02d}+0000", workload="unet3d", size="smoke",
+                device="cpu", config_hash=f"cfg-{rung}", env_key="env-sim", sweep_id=sweep_id, ladder=ladder,
+                rung=rung, change=f"knob{rung}=on" if rung else "", round=rnd, samples_per_step=2,
+                samples_per_s=None if oom else sps, cpu_model="Sim CPU", cpu_count=2,
+                other_cpu_pct=50.0 if (rung, rnd) in busy else 1.0, **fields))
+    return pd.DataFrame([{c: getattr(r, c) for c in COLUMNS} for r in rows])
+
+
+def with_claims(records: pd.DataFrame, claims: dict, total=None) -> pd.DataFrame:
+    """Claims stored with the records, as a sweep stores them (``{rung: (low, high)}``, total (low, high))."""
+    records = records.assign(ladder_sha="0123456789abcdef")
+    for rung, (low, high) in claims.items():
+        at = records["rung"] == rung
+        records.loc[at, ["claim_low", "claim_high", "claim_label", "claim_source"]] = [low, high, f"{low}-{high}x",
+                                                                                      "a guide"]
+    if total:
+        records[["total_claim_low", "total_claim_high", "total_claim_label", "total_claim_source"]] = [
+            total[0], total[1], f"{total[0]}-{total[1]}x", "a guide"]
+    return records
+
+
+def calibration_runs(sweep_id: str, values: list[float], day: int = 1, **fields) -> pd.DataFrame:
+    return frame(sweep_id, [values], day=day, **fields).assign(ladder="noise")
+
+
+QUIET = [100.0, 101.0, 99.5, 100.4, 100.2]
+CLEAR = [[100.0, 101.0, 99.0], [150.0, 152.0, 149.0], [151.0, 150.0, 150.5]]  # rung 1 1.5x, rung 2 no change
+
+
+def test_a_rung_whose_runs_were_all_busy_gets_no_verdict_and_the_table_says_why():
+    records = with_claims(frame("s", CLEAR, busy={(2, 0), (2, 1), (2, 2)}), {1: (1.3, 1.7), 2: (1.1, 1.3)},
+                          total=(1.3, 2.0))
+    table = table_mod.build_table(records, "s")
+    assert table.rows[1].verdict == "confirms"
+    assert table.rows[2].verdict == BUSY and table.total_verdict == BUSY
+    assert table.rows[2].x_previous is None
+    text = render.to_markdown(table)
+    assert "3 run(s) of rungs [2] were measured on a busy machine (other processes used 50% of the CPUs)" in text
+    assert "machine busy: not trustworthy, so they are left out" in text
+
+
+def test_a_busy_run_measured_again_in_its_round_counts_once():
+    records = frame("s", [[100.0, 101.0, 99.0], [150.0, 152.0, 149.0]], busy={(1, 1)})
+    again = frame("s", [[None, None], [None, 151.0]]).iloc[[3]].assign(run_id="s-1-1-again")
+    table = table_mod.build_table(pd.concat([records, again], ignore_index=True), "s")
+    assert table.rows[1].x_previous.value == pytest.approx(math.exp(
+        (math.log(150 * 151 * 149) - math.log(100 * 101 * 99)) / 3))
+    text = render.to_markdown(table)
+    assert "1 run(s) of rungs [1] were measured on a busy machine" in text
+    assert "(1 measured again on a quiet one in the same round)" in text
+
+
+def test_one_run_a_rung_and_no_calibration_gives_no_band_and_no_verdict():
+    table = table_mod.build_table(with_claims(frame("s", [[100.0], [150.0]]), {1: (1.3, 1.7)}), "s")
+    row = table.rows[1]
+    assert row.verdict == stats.NO_BAND_TEXT == ("inconclusive (one run a rung and no calibration: add "
+                                                 "sweep.repeats=2 or run python -m harness noise)")
+    assert row.x_previous.value == pytest.approx(1.5) and math.isnan(row.x_previous.low)
+    assert render.row_cells(row)[4] == "1.50x [no band: no variance known]"
+    assert table.noise_note.startswith("noise: no calibration here and one run a rung: no bands, no verdicts")
+
+
+def test_totals_and_groups_over_rungs_that_did_not_run_are_not_measured():
+    records = with_claims(frame("s", CLEAR, failed={(2, 0), (2, 1), (2, 2)}), {1: (1.3, 1.7)}, total=(1.3, 2.0))
+    table = table_mod.build_table(records, "s")
+    assert table.rows[1].verdict == "confirms"
+    assert table.total_measured is None and table.total_verdict == "not measured (rungs [2] did not run ok)"
+    assert "**not measured (rungs [2] did not run ok)**" in render.to_markdown(table)
+
+
+def test_a_band_wider_than_10x_is_too_wide_to_say():
+    table = table_mod.build_table(with_claims(frame("s", [[100.0, 100.0], [200.0, 50.0]]), {1: (1.1, 1.3)}), "s")
+    row = table.rows[1]
+    assert row.verdict == "too wide to say" and row.x_previous.too_wide
+    assert render.row_cells(row)[4] == "1.00x [too wide to say]"
+
+
+def test_the_calibration_stored_with_the_sweep_wins_over_a_later_one():
+    stored = dict(noise_calibration_id="noise-then", noise_cv=0.02, noise_df=4.0)
+    records = with_claims(frame("s", [[100.0], [150.0]], **stored), {1: (1.3, 1.7)})
+    later = calibration_runs("noise-now", [100.0, 104.0, 96.0, 102.0, 98.0], day=1)  # CV 3.2%, before the sweep
+    table = table_mod.build_table(pd.concat([records, later], ignore_index=True), "s")
+    assert table.noise.sweep_id == "noise-then" and table.noise.cv == 0.02
+    assert table.rows[1].verdict == "confirms"
+    assert "noise: calibrated CV 2.0% from sweep noise-then, 5 runs" in table.noise_note
+
+
+def test_a_sweep_that_stored_no_calibration_keeps_none_and_names_the_skipped_one():
+    records = frame("s", [[100.0], [150.0]], day=2, noise_df=0.0)
+    later = calibration_runs("noise-after", QUIET, day=3)
+    table = table_mod.build_table(pd.concat([records, later], ignore_index=True), "s")
+    assert not table.noise.calibrated
+    assert any(n.startswith("skipped calibration noise-after: made after this sweep started") for n in table.notes)
+
+
+def test_a_busy_calibration_is_skipped_by_name():
+    busy = calibration_runs("noise-busy", QUIET, day=1, busy={(0, r) for r in range(5)})
+    table = table_mod.build_table(pd.concat([frame("s", [[100.0], [150.0]]), busy], ignore_index=True), "s")
+    assert not table.noise.calibrated
+    assert ("skipped calibration noise-busy: busy (other processes used 50% of the CPUs; 5 runs busy)"
+            in table.notes)
+
+
+def test_an_auto_sweep_says_after_how_many_rounds_it_decided():
+    records = with_claims(frame("s", CLEAR, auto_max_rounds=6), {1: (1.3, 1.7), 2: (1.1, 1.3)}, total=(1.3, 2.0))
+    table = table_mod.build_table(records, "s")
+    assert table.rows[1].verdict == "confirms" and table.total_verdict == "confirms"
+    assert table.rows[2].verdict == "falls short (no measurable change)"
+    note = next(n for n in table.notes if n.startswith("sweep.repeats=auto"))
+    assert note.startswith("sweep.repeats=auto: decided after 3 round(s) (2.0 minutes);")
+    assert "look 3 of at most 6" in note
+
+
+def test_an_auto_sweep_that_spent_its_budget_names_the_verdicts_still_open():
+    wobbly = [[100.0, 103.0], [104.0, 101.0]]  # 1.01x: holds 1x and reaches the claim
+    records = with_claims(frame("s", wobbly, auto_max_rounds=2), {1: (1.02, 1.3)})
+    table = table_mod.build_table(records, "s")
+    assert table.rows[1].verdict.startswith("inconclusive (")
+    note = next(n for n in table.notes if n.startswith("sweep.repeats=auto"))
+    assert note.startswith("sweep.repeats=auto: the round budget was spent after 2 round(s)")
+    assert "verdicts still open: rung 1: inconclusive (" in note and ". More rounds (a larger sweep.max_repeats" in note
+
+
+def test_an_auto_sweep_stopped_with_busy_rungs_says_they_need_an_idle_machine():
+    records = with_claims(frame("s", [[100.0], [150.0]], busy={(1, 0)}, auto_max_rounds=6), {1: (1.3, 1.7)})
+    table = table_mod.build_table(records, "s")
+    assert table.rows[1].verdict == BUSY
+    note = next(n for n in table.notes if n.startswith("sweep.repeats=auto"))
+    assert note.startswith("sweep.repeats=auto: stopped early (time budget spent, or interrupted) after 1 round(s)")
+    assert note.endswith("They need an idle machine; no look yet (one round and no calibration)")
+
+
+def test_a_rung_whose_baseline_was_all_busy_has_nothing_trustworthy_to_be_compared_with():
+    records = with_claims(frame("s", [[100.0, 101.0], [150.0, 151.0]], busy={(0, 0), (0, 1)}), {1: (1.3, 1.7)})
+    table = table_mod.build_table(records, "s")
+    assert table.rows[1].verdict == BUSY and table.rows[1].x_baseline is None
+
+
+def test_a_rung_after_a_failed_one_says_what_it_was_built_on_and_over_what_it_was_compared():
+    failed = table_mod.build_table(frame("s", CLEAR + [[60.0, 61.0, 60.5]], failed={(2, r) for r in range(3)}), "s")
+    assert failed.rows[3].built_on == 1 and failed.rows[3].note == "built on rung 1 (rungs between did not run ok)"
+    busy = table_mod.build_table(frame("s", CLEAR, busy={(1, r) for r in range(3)}), "s")
+    assert busy.rows[2].built_on == 1
+    assert busy.rows[2].note == "x previous over rung 0 (the runs between were all on a busy machine)"
