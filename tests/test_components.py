@@ -23,7 +23,7 @@ def _record(rung: int, *, samples_per_s: float, step_ms: float, wait_ms: float =
     low, high, label = claim if claim is not None else (None, None, "")
     steps = step_list if step_list is not None else [step_ms + 0.01 * (i % 3) for i in range(STEPS)]
     return RunRecord(
-        run_id=f"r{rung}-{run}", status="ok", timestamp=f"2026-11-22T10:{rung:02d}:{run:02d}", workload=workload,
+        run_id=f"r{rung}-{run}", status="ok", timestamp=f"2026-11-22T10:{rung:02d}:{run:02d}", workload=workload, round=run,
         size="smoke", device=device, env_key="e", sweep_id="s", ladder="no-such-ladder", rung=rung,
         change=change if rung else "", samples_per_step=batch, samples_per_s=samples_per_s,
         step_ms=steps, data_wait_ms=[wait_ms] * len(steps), step_ms_p50=step_ms,
@@ -140,8 +140,8 @@ def test_a_claim_with_no_figure_reports_the_measured_effect_and_no_verdict():
             _record(1, samples_per_s=40.8, step_ms=98, device="cuda", device_ms=90, change="log_every_n_steps=50",
                     claim=(None, None, "minor"))]
     table = table_mod.build_table(_frame(rows), "s")
-    assert table.rows[1].verdict == "no figure claimed: 1.02x, within noise"
-    assert "| minor | no figure claimed: 1.02x, within noise |" in render.to_markdown(table)
+    assert table.rows[1].verdict == "no figure claimed: 1.02x, no band (no variance known)"  # one run a rung
+    assert "| minor | no figure claimed: 1.02x, no band (no variance known) |" in render.to_markdown(table)
 
 
 @pytest.mark.parametrize("device,workload,change,config,reason", [

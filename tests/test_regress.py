@@ -103,13 +103,14 @@ def test_drop_inside_wide_noise_warns_and_asks_for_repeats(tmp_path, capsys):
 
 
 def test_a_drop_is_a_regression_only_when_the_band_lies_below_the_threshold(tmp_path, capsys):
-    # 6% slower, clearly slower than 1x, but the band (3 runs a side, CV 1%) reaches above 0.95: not beyond -5%
+    # 6% slower (3 runs a side, CV 1%), but with the term between sessions the band reaches above 0.95: the drop is
+    # not shown to be beyond -5% (the p-value is that of "slower by more than the threshold")
     setup_check(tmp_path, {"cfg-a": 94.0})
     code, rows = row_status(capsys, tmp_path)
     row = rows["cfg-a"]
-    assert code == 0 and row["status"] == "warned" and row["p_value"] < 0.05
-    assert row["ci_high"] < 1.0 and row["ci_high"] > 0.95
-    assert any("not beyond -5%" in n for n in row["notes"])
+    assert code == 0 and row["status"] == "warned" and row["p_value"] > 0.05
+    assert row["ci_low"] < 0.94 < 0.95 < row["ci_high"]
+    assert any("not clearly past -5%" in n for n in row["notes"])
 
 
 def test_busy_runs_exit_2_naming_their_configs(tmp_path, capsys):

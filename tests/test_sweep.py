@@ -9,11 +9,9 @@ TINY = (*TINY_MODEL_ARGS, *TINY_STEPS_ARGS)  # what each rung trains is not what
 
 
 def _sweep(results, *args):
-    start = time.monotonic()
     # one round unless a test asks for more (the default, repeats=auto, measures until decided); one record a rung
     # and round however busy the machine (a busy run is measured again by default)
-    out = harness_cli("sweep", "sweep.repeats=1", *args, *TINY, "sweep.remeasure_busy=false", f"results_dir={results}")
-    return out, time.monotonic() - start
+    return harness_cli("sweep", "sweep.repeats=1", *args, *TINY, "sweep.remeasure_busy=false", f"results_dir={results}")
 
 
 def _flat(d, prefix=""):
@@ -78,7 +76,7 @@ def test_a_faulted_rung_is_recorded_and_later_rungs_build_on_the_last_ok_one(res
 
 
 def test_repeats_interleave_rounds_in_serpentine_order(results):
-    out, _ = _sweep(results, "+ladder=precision", "sweep.repeats=2")
+    out = _sweep(results, "+ladder=precision", "sweep.repeats=2")
     assert out.returncode == 0
     frame = load_runs(results).sort_values("timestamp", kind="stable")
     order = [(int(r), int(k)) for r, k in zip(frame["round"], frame["rung"]) if r == r]

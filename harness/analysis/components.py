@@ -174,6 +174,8 @@ def _judge_group(group: GroupRow, rows: list[RungRow]) -> None:
 
 def measured_only(measured: stats.Ratio) -> str:
     """The verdict cell of a claim with no figure: what was measured, and no verdict."""
+    if math.isnan(measured.low) or math.isnan(measured.high):
+        return f"no figure claimed: {measured.value:.2f}x, no band (no variance known)"
     effect = "within noise" if measured.within_noise else ("faster" if measured.value > 1 else "slower")
     return f"no figure claimed: {measured.value:.2f}x, {effect}"
 
