@@ -26,6 +26,9 @@ TINY_MODEL_ARGS = ("workload=custom", "workload.model._target_=torch.nn.Conv1d",
                    "+workload.model.out_channels=2", "+workload.model.kernel_size=1", "workload.input_shape=[1,8]",
                    "workload.target=segmentation")
 TINY_STEPS_ARGS = ("measure.steps=2", "measure.warmup_steps=1")
+# a sweep's one round and one record a rung however busy the machine (the default, sweep.repeats=auto, measures
+# until decided, and a busy run is measured again): record counts that do not hang on the machine's load
+ONE_ROUND = ("sweep.repeats=1", "sweep.remeasure_busy=false")
 
 
 def tiny_config(**overrides) -> config_mod.RunConfig:
@@ -95,7 +98,7 @@ def measured_sweep(tmp_path_factory) -> Measured:
     """ONE tiny measured sweep: ladder phase2 (4 rungs: baseline, bf16, batch 8, 4 loader workers) on the tiny model,
     2 steps a rung. Tests read it; a test that adds to it works on ``copy_store(measured_sweep.results, ...)``."""
     return _measure_once(tmp_path_factory, "measured-sweep", "sweep", "+ladder=phase2", *TINY_MODEL_ARGS,
-                         *TINY_STEPS_ARGS)
+                         *TINY_STEPS_ARGS, *ONE_ROUND)
 
 
 @pytest.fixture(scope="session")

@@ -15,10 +15,11 @@ from harness import cli
 from harness.commands import hydra_edge
 from harness.sweeps import ladder as ladder_mod
 from harness.store import load_runs
-from tests.conftest import REPO, TINY_MODEL_ARGS, TINY_STEPS_ARGS, copy_store, harness_cli
+from tests.conftest import ONE_ROUND, REPO, TINY_MODEL_ARGS, TINY_STEPS_ARGS, copy_store, harness_cli
 
 TINY = ("measure.steps=2", "measure.warmup_steps=1", "sweep.repeats=1", "sweep.remeasure_busy=false")
-TINY_RUNGS = (*TINY_MODEL_ARGS, *TINY_STEPS_ARGS)  # the tiny model: what a campaign does, not what a rung trains
+# the tiny model: what a campaign does, not what a rung trains
+TINY_RUNGS = (*TINY_MODEL_ARGS, *TINY_STEPS_ARGS, *ONE_ROUND)
 TINY_LADDERS = {
     "tiny_a": "description: tiny ladder A\nworkload: unet3d\nrungs:\n  - set: {log_every_n_steps: 1}\n",
     "tiny_b": "description: tiny ladder B\nworkload: unet3d\n"

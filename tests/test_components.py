@@ -23,8 +23,8 @@ def _record(rung: int, *, samples_per_s: float, step_ms: float, wait_ms: float =
     low, high, label = claim if claim is not None else (None, None, "")
     steps = step_list if step_list is not None else [step_ms + 0.01 * (i % 3) for i in range(STEPS)]
     return RunRecord(
-        run_id=f"r{rung}-{run}", status="ok", timestamp=f"2026-11-22T10:{rung:02d}:{run:02d}", workload=workload, round=run,
-        size="smoke", device=device, env_key="e", sweep_id="s", ladder="no-such-ladder", rung=rung,
+        run_id=f"r{rung}-{run}", status="ok", timestamp=f"2026-11-22T10:{rung:02d}:{run:02d}", workload=workload,
+        round=run, size="smoke", device=device, env_key="e", sweep_id="s", ladder="no-such-ladder", rung=rung,
         change=change if rung else "", samples_per_step=batch, samples_per_s=samples_per_s,
         step_ms=steps, data_wait_ms=[wait_ms] * len(steps), step_ms_p50=step_ms,
         data_wait_frac=wait_ms / step_ms, warmup_steps=3, measured_steps=len(steps),

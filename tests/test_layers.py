@@ -198,7 +198,8 @@ for argv, code in [
 from harness.analysis.noise_model import Noise, Runs  # the climb's decisions: no torch either
 from harness.climb import ascent, output, space
 
-assert ascent.decide(ascent.Measured("ok", Runs([2.0]), Runs([1.0])), Noise(), 0.03).outcome == ascent.ACCEPTED
+step = ascent.decide(ascent.Measured("ok", Runs([2.0, 2.02]), Runs([1.0, 1.01])), Noise(), 0.03)
+assert step.outcome == ascent.ACCEPTED
 assert [a.name for a in space.space("cpu")] and output.training_note("channels_last", False, True) == ""
 loaded = sorted({m.split(".")[0] for m in sys.modules} & {"torch", "torchvision", "monai", "hydra", "omegaconf"})
 print("LOADED", loaded)
