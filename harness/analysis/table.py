@@ -10,7 +10,7 @@ import json
 from dataclasses import dataclass, field
 
 from harness.analysis import calibration, components, noise_model, stats, sweepstats
-from harness.analysis.busy import BUSY_VERDICT
+from harness.analysis.busy import BUSY_VERDICT, busy_reason
 from harness.analysis.profile import bound_by
 from harness.profiles import summary_from_json
 from harness.store import load_runs, resolve_id, resolve_sweep_id
@@ -249,7 +249,8 @@ def _row(rung: int, runs, claims: Claims) -> RungRow:
         row.gpu_util_pct = stats.median(ok["gpu_util_pct"])
         row.world_size = int(ok["world_size"].fillna(1).max()) if "world_size" in ok else 1
         row.bound = _profile_bound(ok)
-        row.parts = components.parts_of(ok)
+        quiet = ok[[not busy_reason(r) for r in ok.to_dict("records")]]
+        row.parts = components.parts_of(quiet) if len(quiet) else None  # a busy machine's parts say nothing
     if len(ok) < len(runs):
         failed = runs[~runs.index.isin(ok.index)]
         error = str(failed["error"].iloc[-1] or "").strip().splitlines()
