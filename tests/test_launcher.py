@@ -274,3 +274,11 @@ def test_a_sweep_served_from_the_store_imports_no_torch(results):
                          env=env, timeout=300)
     assert out.returncode == 0, out.stdout + out.stderr
     assert out.stdout.count(": ok (cached)") == 4 and out.stdout.splitlines()[-1] == "no torch"
+
+
+def test_runs_started_under_fresh_are_fresh_interpreters_and_the_session_stays():
+    with launcher.warm() as session:
+        with launcher.fresh():
+            assert launcher.active() is None  # launcher.start makes a PlainChild here
+        assert launcher.active() is session
+    assert launcher.active() is None

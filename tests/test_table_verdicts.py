@@ -170,3 +170,14 @@ def test_a_rung_after_a_failed_one_says_what_it_was_built_on_and_over_what_it_wa
     busy = table_mod.build_table(frame("s", CLEAR, busy={(1, r) for r in range(3)}), "s")
     assert busy.rows[2].built_on == 1
     assert busy.rows[2].note == "x previous over rung 0 (the runs between were all on a busy machine)"
+
+
+def test_a_busy_rung_gets_no_compute_ratio_either():
+    steps = {"step_ms": [20.0] * 5, "data_wait_ms": [0.0] * 5, "step_ms_p50": 20.0, "measured_steps": 5,
+             "data_wait_frac": 0.0}
+    records = frame("s", CLEAR, busy={(2, 0), (2, 1), (2, 2)}, **steps)
+    table = table_mod.build_table(records, "s")
+    assert table.rows[1].parts.x_compute is not None  # quiet rungs: the compute part's ratio
+    assert table.rows[2].parts is None  # its runs were all busy: nothing of its step is told
+    row = next(line for line in render.to_markdown(table).splitlines() if line.startswith("| 2 | knob2=on"))
+    assert row.split(" | ")[5] == "-"  # the compute x previous cell

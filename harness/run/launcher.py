@@ -290,6 +290,18 @@ def warm():
         session.close()
 
 
+@contextlib.contextmanager
+def fresh():
+    """Runs started inside start as fresh interpreters, as outside a sweep; the session stays open for after
+    (``benchmarks/fork_vs_exec.py`` compares the two)."""
+    global _session
+    outer, _session = _session, None
+    try:
+        yield
+    finally:
+        _session = outer
+
+
 def active() -> Session | None:
     return _session
 
