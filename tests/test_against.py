@@ -16,7 +16,7 @@ import pytest
 
 from harness import config as config_mod
 from harness.analysis import gate, paired, verdicts
-from harness.analysis.check import parse_thresholds
+from harness.analysis.thresholds import parse_thresholds
 from harness.commands import check as check_cmd
 from harness.store import RunRecord, load_runs, write_record
 from harness.sweeps import against, replay, worktree

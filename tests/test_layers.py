@@ -31,8 +31,10 @@ HELPERS = {"fileio", "registry", "profiles", "lifeline", "shell", "names"}
 EXCEPTIONS = {
     ("harness.config", "workload"): "the settings hold the workload's spec: config resolves workload=NAME and its "
                                     "_target_s (workloads.py, targets.py; no torch) and hashes them",
-    ("harness.analysis.table", "sweeps"): "the table reads a ladder's YAML (claims of old records, notes) with the "
-                                          "sweeps' parser; plain YAML, no torch",
+    ("harness.analysis.table", "sweeps"): "the table reads a ladder's YAML (its notes) with the sweeps' parser; plain "
+                                          "YAML, no torch",
+    ("harness.analysis.claims", "sweeps"): "claims of old records come from the ladder's YAML, read with the sweeps' "
+                                           "parser; plain YAML, no torch",
 }
 
 

@@ -22,7 +22,7 @@ import pandas as pd
 
 from harness.analysis import gate
 from harness.analysis.busy import busy_reason
-from harness.analysis.check import Thresholds
+from harness.analysis.thresholds import Thresholds
 
 REF, WORK = "ref", "work"
 SIDES = (REF, WORK)

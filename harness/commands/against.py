@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 from harness.analysis import paired, verdicts
-from harness.analysis.check import parse_thresholds
+from harness.analysis.thresholds import parse_thresholds
 from harness.analysis.paired_formats import FORMATS, render, to_json
 from harness.commands import common_args, hydra_edge
 from harness.store import load_runs, new_id

@@ -1,0 +1,65 @@
+"""``check``'s thresholds: a default fraction plus overrides by workload or by ladder, parsed from repeated
+``--threshold`` / ``--mem-threshold`` values; and ``BadInput``, the one-line error of a check's input."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+
+class BadInput(ValueError):
+    """Input that ``check``/``baseline`` cannot use; the message is one line, and the exit code is 2."""
+
+
+
+@dataclass
+class Thresholds:
+    """A default fraction plus overrides by workload or by ladder (the ladder one wins: it is narrower)."""
+
+    default: float
+    by_workload: dict[str, float] = field(default_factory=dict)
+    by_ladder: dict[str, float] = field(default_factory=dict)
+
+    def get(self, workload: str, ladder: str) -> float:
+        if ladder in self.by_ladder:
+            return self.by_ladder[ladder]
+        return self.by_workload.get(workload, self.default)
+
+    def describe(self, sign: str) -> str:
+        extra = [f"{k} {sign}{v:.0%}" for k, v in self.by_workload.items()]
+        extra += [f"ladder:{k} {sign}{v:.0%}" for k, v in self.by_ladder.items()]
+        return f"{sign}{self.default:.0%}" + (f" ({', '.join(extra)})" if extra else "")
+
+    def check_names(self, flag: str, workloads: set[str], ladders: set[str]) -> None:
+        """A threshold naming a workload or ladder that is not in the data is a typo: say so."""
+        for kind, given, known in (("workload", self.by_workload, workloads), ("ladder", self.by_ladder, ladders)):
+            for name in given:
+                if name not in known:
+                    raise BadInput(f"{flag} names {kind} {name!r}, which is in neither sweep; "
+                                   f"valid choices: {', '.join(sorted(known)) or 'none'}")
+
+
+def parse_thresholds(values: list[str] | None, default: float, flag: str) -> Thresholds:
+    """Parse repeated ``--threshold`` values: ``0.05``, ``WORKLOAD=0.07`` or ``ladder:NAME=0.1``."""
+    result = Thresholds(default)
+    for value in values or []:
+        key, _, number = value.rpartition("=")
+        fraction = _fraction(number, value, flag)
+        if not key:
+            result.default = fraction
+        elif key.startswith("ladder:"):
+            result.by_ladder[key.removeprefix("ladder:")] = fraction
+        else:
+            result.by_workload[key] = fraction
+    return result
+
+
+def _fraction(text: str, value: str, flag: str) -> float:
+    try:
+        fraction = float(text)
+    except ValueError:
+        fraction = math.nan
+    if not 0 < fraction < 1:
+        raise BadInput(f"{flag} {value!r}: expected a fraction between 0 and 1 (0.05 means 5%), "
+                       f"as 0.05, WORKLOAD=0.07 or ladder:NAME=0.1")
+    return fraction
