@@ -254,7 +254,8 @@ def test_a_sweep_served_from_the_store_imports_no_torch(results):
     from harness.sweeps import ladder as ladder_mod
     from harness.sweeps import rungs
 
-    args = ("+ladder=phase2", "measure.steps=2", "measure.warmup_steps=1", f"results_dir={results}")
+    # one round, as the earlier sweep had (the default, repeats=auto, would measure more rounds to decide)
+    args = ("+ladder=phase2", "measure.steps=2", "measure.warmup_steps=1", "sweep.repeats=1", f"results_dir={results}")
     settings = hydra_edge.plain_settings(hydra_edge.compose_settings(list(args[1:])))
     ladder = ladder_mod.load("phase2")
     ctx = rungs.SweepContext(sweep_id="earlier", ladder=ladder, settings=settings,
