@@ -34,10 +34,11 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator
 import torch
 
 from harness.fileio import write_text_atomic
-from harness.run import faults, monitor
+from harness.run import compiled, faults, monitor
 from harness.run.faults import FaultPlan
-from harness.run.outcome import NonFiniteLoss, shapes_error
+from harness.run.outcome import NonFiniteLoss
 from harness.run.ranks import Rank
+from harness.run.step import forward_backward, optimizer_step, read_loss
 from harness.run.stopping import StoppingRule, WarmupRule, rule_for, starting_at, warmup_rule_for
 from harness.run.summary import Extras, Measurement
 from harness.workload.data import build_dataset, build_loader, endless
@@ -166,7 +167,7 @@ def _set_up(cfg: RunConfig, workload: WorkloadSpec, rank: Rank, progress: Progre
         rule=rule_for(cfg.measure, device.type, cfg.log_every_n_steps if prep is not None else 1),
         # CUDA-graph compile modes: tell the graph trees where an iteration starts, so that outputs of the previous
         # replay may be reused (no sync; without it, a replay can find last step's outputs still "live").
-        mark_step=_cudagraph_step_marker(cfg.compile, mode, device),
+        mark_step=compiled.cudagraph_step_marker(cfg.compile, mode, device),
         m=Measurement(samples_per_step=cfg.batch_size * cfg.accumulate_grad_batches),
         no_sync=grad_sync_skipper(prep.model if prep else None, rank, accum),
     )
@@ -228,23 +229,19 @@ def _open_window(loop: Loop, progress: Progress) -> Window:
 
 
 def _steps(loop: Loop, measured: bool) -> tuple[Any, float]:
-    """The warm-up's steps, or the measured ones; returns the last loss (None without a model) and the clock at the
-    first step's start. One loop for both, its body reading locals only: a clock read at each step's end and around
-    each ``next(batches)``, two appends, and a comparison for each knob or fault that may act. (Longer than a
-    screen: a body split into functions would cost a call in every step.)"""
+    """The warm-up's steps, or the measured ones: (the last loss, None without a model; the first step's start). Each
+    step: clocks around ``next(batches)`` and at its end, two appends, a test per knob or fault, and the calls a
+    training loop makes (a micro-batch's forward and backward, the optimizer's step: ``harness.run.step``)."""
     prep, batches, device, accum, m, rule = loop.prep, loop.batches, loop.device, loop.accum, loop.m, loop.rule
     move, nb, fmt, set_to_none = loop.move, loop.non_blocking, loop.memory_format, loop.set_to_none
     log_every, mark_step, after_step, satisfied = loop.log_every, loop.mark_step, loop.after_step, rule.satisfied
-    no_sync, last_micro, synced = loop.no_sync, accum - 1, contextlib.nullcontext()
-    drop_out = after_step is None  # no knob reads the output after the step
-    fault, nan_step, fault_step, slowdown_s = (loop.faults.kind, loop.faults.nan_step, loop.faults.fault_step,
-                                               loop.faults.slowdown_s)
+    no_sync, last_micro, synced, drop_out = loop.no_sync, accum - 1, contextlib.nullcontext(), after_step is None
+    nan_step, fault_step, slowdown_s = loop.faults.nan_step, loop.faults.fault_step, loop.faults.slowdown_s
     first, stop = (loop.warmup, loop.warmup + rule.steps) if measured else (len(m.warmup_ms), loop.warmup)
     times, waits = (m.step_ms, m.data_wait_ms) if measured else (m.warmup_ms, [])
     events, max_s, next_check = (loop.events, rule.max_s, rule.first_check) if measured else ([], math.inf, math.inf)
-    if prep is not None:
-        model, loss_fn, autocast = prep.model, prep.loss_fn, prep.autocast
-    loss = ev_start = ev_end = None
+    model, loss_fn, autocast = (prep.model, prep.loss_fn, prep.autocast) if prep is not None else (None,) * 3
+    loss = out = ev_start = ev_end = None
     t_prev = start = time.perf_counter()
     for step in range(first, stop):
         wait = 0.0
@@ -263,42 +260,22 @@ def _steps(loop: Loop, measured: bool) -> tuple[Any, float]:
             if ev_start is not None and micro == 0:  # the device's step starts once the first batch is in hand
                 ev_start.record()
             if move:
-                x = x.to(device, non_blocking=nb, memory_format=fmt)
-                y = y.to(device, non_blocking=nb)
-            out = None
-            with no_sync() if no_sync is not None and micro < last_micro else synced:  # forward and backward
-                try:
-                    with autocast():
-                        out = model(x)
-                        loss = loss_fn(out, y)
-                        if accum > 1:
-                            loss = loss / accum
-                except Exception as exc:  # the model or loss refuses this batch: say what the batch was
-                    raise shapes_error(exc, x, y, out) from exc
-                if drop_out:  # as `loss_fn(model(x), y)` leaves it: backward may free the output as it goes
-                    out = None
-                if step == nan_step:
-                    loss = loss * float("nan")
-                (prep.scaler.scale(loss) if prep.scaler else loss).backward()
-        if prep and prep.scaler:
-            prep.scaler.step(prep.optimizer)
-            prep.scaler.update()
-        elif prep:
-            prep.optimizer.step()
+                x, y = x.to(device, non_blocking=nb, memory_format=fmt), y.to(device, non_blocking=nb)
+            with no_sync() if no_sync is not None and micro < last_micro else synced:
+                loss, out = forward_backward(model, loss_fn, autocast, prep.scaler, x, y, accum, drop_out,
+                                             step == nan_step)
+        if prep:
+            optimizer_step(prep)
         if ev_end is not None:
             ev_end.record()
         if after_step is not None:
             after_step(step, x, out)
         if step == fault_step:
-            faults.inject(fault, device)
+            faults.inject(loop.faults.kind, device)
         if slowdown_s:
             time.sleep(slowdown_s)
         if loss is not None and (step == 0 or (step + 1) % log_every == 0):
-            value = loss.item() * accum  # (b) the logging sync
-            if step == 0:
-                m.loss_first = value
-            if not math.isfinite(value):
-                raise NonFiniteLoss(step, value, log_every)
+            read_loss(m, loss, accum, step, log_every)  # (b) the logging sync
         t = time.perf_counter()
         times.append((t - t_prev) * 1000.0)
         t_prev = t
@@ -334,7 +311,7 @@ def _close_window(loop: Loop, window: Window, loss, progress: Progress) -> None:
 def _collect_extras(loop: Loop, window: Window, compile_mode: str) -> Extras:
     """What the child reads of itself once the window has closed: its peaks, CPU shares, compile time, flags."""
     device, prep, start, end = loop.device, loop.prep, window.clock_start, window.clock_end
-    compiled = compile_mode != "off"
+    with_compile = compile_mode != "off"
     own_peak = monitor.own_peak_rss_bytes()
     cuda = device.type == "cuda"
     return Extras(
@@ -347,29 +324,14 @@ def _collect_extras(loop: Loop, window: Window, compile_mode: str) -> Extras:
         peak_vram_reserved_bytes=float(torch.cuda.max_memory_reserved(device)) if cuda else None,
         warmup_peak_vram_bytes=window.warmup_peak_vram_bytes,
         warmup_peak_vram_reserved_bytes=window.warmup_peak_vram_reserved_bytes,
-        compile_s=_compile_seconds() if compiled and prep is not None else None,
+        compile_s=compiled.compile_seconds() if with_compile and prep is not None else None,
         cpu_window=_cpu_window(start, end) if loop.rank.distributed else None,
         backend_flags=json.dumps(prep.backend_flags, sort_keys=True) if prep is not None else "",
         checkpointed_units=prep.checkpointed_units if prep else 0,
-        cudagraph_skips=_cudagraph_skips(compile_mode, device) if prep is not None else None,
+        cudagraph_skips=compiled.cudagraph_skips(compile_mode, device) if prep is not None else None,
         gpu_sm_active_pct=window.sm_active_pct,
         gpu_sample_note=loop.gpm.note if loop.gpm is not None else "",
     )
-
-
-def _cudagraph_skips(compile_mode: str, device: torch.device) -> int | None:
-    """How often Inductor skipped capturing a CUDA graph in this process (a mutated input, a CPU tensor, dynamic
-    shapes...), in a compile mode that captures them on CUDA; None elsewhere. Non-zero: the run did not run (all)
-    its graphs as CUDA graphs, whatever its label says."""
-    from harness.config import CUDAGRAPH_COMPILE_MODES
-
-    if device.type != "cuda" or compile_mode not in CUDAGRAPH_COMPILE_MODES:
-        return None
-    try:
-        from torch._dynamo.utils import counters
-    except Exception:
-        return None
-    return int(counters["inductor"]["cudagraph_skips"])
 
 
 def _cpu_window(start: monitor.CpuClock, end: monitor.CpuClock) -> dict[str, float]:
@@ -400,36 +362,11 @@ def _validation(cfg: RunConfig, workload: WorkloadSpec, prep: Prepared | None) -
     return validation_pass(cfg, prep, loader)
 
 
-def _compile_seconds() -> float | None:
-    """Seconds torch.compile spent compiling in this process (forward and backward graphs, recompiles included),
-    from Dynamo's own timers: compilation only, not cuDNN autotuning, loader start or the first steps' run time.
-    None where this torch does not keep them (then the record keeps the warm-up estimate)."""
-    try:
-        from torch._dynamo.utils import calculate_time_spent
-
-        spent = calculate_time_spent()
-    except Exception:
-        return None
-    total = spent.get("total_wall_time")
-    if total is None:
-        total = spent.get("entire_frame_compile", 0.0) + spent.get("entire_backward_compile", 0.0)
-    return float(total) if total else None
-
-
 def _step_events(device: torch.device, steps: int) -> list[tuple]:
     """A (start, end) pair of timing CUDA events for each measured step; none off CUDA."""
     if device.type != "cuda" or steps <= 0:
         return []
     return [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(steps)]
-
-
-def _cudagraph_step_marker(compile_mode: str, mode: str, device: torch.device) -> Callable[[], None] | None:
-    """``torch.compiler.cudagraph_mark_step_begin`` when this run captures CUDA graphs, else None."""
-    from harness.config import CUDAGRAPH_COMPILE_MODES
-
-    if device.type != "cuda" or compile_mode not in CUDAGRAPH_COMPILE_MODES or mode == "loader":
-        return None
-    return getattr(torch.compiler, "cudagraph_mark_step_begin", None)
 
 
 def model_flops_per_sample(cfg: RunConfig, workload: WorkloadSpec) -> float | None:
