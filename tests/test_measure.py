@@ -291,14 +291,14 @@ def test_the_loop_lets_go_of_the_output_before_backward_unless_a_knob_reads_it(m
 def test_cudagraph_skips_are_read_from_inductors_counter_in_modes_that_capture_graphs():
     from torch._dynamo.utils import counters
 
-    from harness.run.measure import _cudagraph_skips
+    from harness.run.compiled import cudagraph_skips
 
     cuda, cpu = torch.device("cuda"), torch.device("cpu")  # a device object needs no GPU
     before = counters["inductor"]["cudagraph_skips"]
     counters["inductor"]["cudagraph_skips"] = 2  # as Inductor counts a graph it would not capture
     try:
-        assert _cudagraph_skips("reduce-overhead", cuda) == 2 and _cudagraph_skips("max-autotune", cuda) == 2
-        assert _cudagraph_skips("default", cuda) is None and _cudagraph_skips("reduce-overhead", cpu) is None
+        assert cudagraph_skips("reduce-overhead", cuda) == 2 and cudagraph_skips("max-autotune", cuda) == 2
+        assert cudagraph_skips("default", cuda) is None and cudagraph_skips("reduce-overhead", cpu) is None
     finally:
         counters["inductor"]["cudagraph_skips"] = before
     _, _, extras = _measure()
