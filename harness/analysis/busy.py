@@ -18,9 +18,8 @@ change: its throughput gets no verdict ("machine busy: not trustworthy"). Three 
 
 from __future__ import annotations
 
-import math
 
-from harness.analysis.stats import BUSY_PCT
+from harness.analysis.stats import BUSY_PCT, finite_number
 
 GPU_SLOWDOWNS = ("hardware slowdown", "thermal (software)", "thermal (hardware)", "power brake (hardware)")
 GPU_OTHER_BYTES = 2.0 * 2**30  # device memory in use beyond the run's own reserved peak that means another process
@@ -35,14 +34,6 @@ def reader(record):
     return lambda name: getattr(record, name, None)
 
 
-def _number(value) -> float | None:
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        return None
-    return number if math.isfinite(number) else None
-
-
 def busy_reason(record) -> str | None:
     """Why this run's machine was too busy to trust its throughput, or None when nothing says so.
 
@@ -50,7 +41,7 @@ def busy_reason(record) -> str | None:
     unknown, never as busy)."""
     field = reader(record)
     reasons = []
-    other = _number(field("other_cpu_pct"))
+    other = finite_number(field("other_cpu_pct"))
     if other is not None and other > BUSY_PCT:
         reasons.append(f"other processes used {other:.0f}% of the CPUs")
     throttle = field("gpu_throttle_reasons")
@@ -65,9 +56,9 @@ def busy_reason(record) -> str | None:
 
 
 def _other_gpu_bytes(field) -> float | None:
-    if field("device") != "cuda" or (_number(field("world_size")) or 1) > 1:
+    if field("device") != "cuda" or (finite_number(field("world_size")) or 1) > 1:
         return None
-    used, own = _number(field("gpu_mem_used_bytes")), _number(field("peak_vram_reserved_bytes"))
+    used, own = finite_number(field("gpu_mem_used_bytes")), finite_number(field("peak_vram_reserved_bytes"))
     if used is None or own is None:
         return None
     return used - own

@@ -10,7 +10,6 @@ draws them; the command is ``python -m harness history``.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -20,6 +19,7 @@ import pandas as pd
 from harness.analysis import noise_model, verdicts
 from harness.analysis.baseline import baselines_dir
 from harness.analysis.busy import busy_reason
+from harness.analysis.stats import finite_number
 from harness.analysis.check import hardware
 from harness.store import load_parquet_files, load_runs
 
@@ -219,12 +219,7 @@ def _mark(configs: dict, document: dict, check_hw: dict[str, str]) -> None:
                                                                                        row.get("ci_high"))
         target.marks.append(Mark(when=str(document.get("timestamp", "")), kind=kind, check_id=check_id,
                                  decision=decision, status=str(row.get("status")), against=against, session=session,
-                                 ratio=_number(row.get("ratio")), low=_number(low), high=_number(high)))
+                                 ratio=finite_number(row.get("ratio")), low=finite_number(low),
+                                 high=finite_number(high)))
 
 
-def _number(value) -> float | None:
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        return None
-    return number if math.isfinite(number) else None

@@ -216,3 +216,12 @@ def _default_df(df: float, runs: int) -> Callable[[int], float]:
     if runs < 2:  # a calibration's df, plus one per extra round of a pair
         return lambda n: df + n - 1
     return lambda n: df * (n - 1) / (runs - 1)
+
+
+def finite_number(value) -> float | None:
+    """``value`` as a float, or None when it is missing, not a number, NaN or infinite (a store's cell)."""
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return None
+    return number if math.isfinite(number) else None
