@@ -62,7 +62,7 @@ GUIDE_CLAIMS = {
     ("a100_option_a", "1", "2x", ""), ("a100_option_a", "2", "2-3x", "data"), ("a100_option_a", "total", "2x", ""),
     ("a100_option_b", "1", "4x", ""), ("a100_option_b", "2", "2-3x", "data"), ("a100_option_b", "total", "3-4x", ""),
     ("a100_option_c", "1", "4x", ""), ("a100_option_c", "total", "5-6x", ""),
-    ("a100_volume", "1", "2x", ""), ("a100_volume", "2", "2-3x", "data"), ("a100_volume", "3-4", "1.1-1.2x", ""),
+    ("a100_volume", "1", "2x", ""), ("a100_volume", "2", "2-3x", "data"), ("a100_volume", "3-4", "1.1-1.2x", "epoch:4000"),
     ("a100_volume", "total", "3-4x", ""),
     ("connectomics_architecture", "1", "2-3x", ""),
     ("connectomics_cpus", "1", "minor", ""),

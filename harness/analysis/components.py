@@ -23,7 +23,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from harness.analysis import noise_model, stats
+from harness.analysis import epochs, noise_model, stats
 
 # the table's rows (harness.analysis.table imports this module, so its classes are named here, not imported)
 RungRow = GroupRow = SweepTable = Any
@@ -41,6 +41,7 @@ class Parts:
     compute_source: str = ""  # "device" (CUDA events) or "host" (step time minus data wait)
     compute: noise_model.Runs | None = None  # per run: samples per second of compute
     validation: noise_model.Runs | None = None  # per run: training samples per second of validation
+    epoch_costs: list[epochs.EpochCost] | None = None  # per run: its epoch boundaries' cost (harness.analysis.epochs)
     device_step_frac: float | None = None
     x_compute: stats.Ratio | None = None  # over the rung this one was built on
     inert: str = ""  # why the rung's knob cannot act in this situation ("" when it can)
@@ -50,8 +51,10 @@ def parts_of(ok) -> Parts:
     """The parts of one rung's ok runs (a pandas frame of records)."""
     parts = Parts(device_step_frac=_median_column(ok, "device_step_frac"))
     values, bands, sources, ms = [], [], set(), []
-    validation = []
+    validation, costs = [], []
     for _, run in ok.iterrows():
+        if (cost := epochs.cost_of(run)) is not None:
+            costs.append(cost)
         steps, source = _compute_steps(run)
         per_step = _samples_per_step(run)
         if steps and per_step:
@@ -71,6 +74,7 @@ def parts_of(ok) -> Parts:
         parts.compute = noise_model.Runs(values, bands)
     if validation:
         parts.validation = noise_model.Runs(validation)
+    parts.epoch_costs = costs or None
     return parts
 
 
@@ -191,6 +195,8 @@ def component_verdict(component: str, new: RungRow, old: RungRow | None, low: fl
         if measured is None:
             return None, "not measured: no compute time in these records"
         return measured, f"{stats.verdict(measured, low, high)} (compute {measured.value:.2f}x)"
+    if (samples := epochs.epoch_samples(component)) is not None:
+        return epochs.verdict(new.parts.epoch_costs or [], old.parts.epoch_costs or [], samples, low, high)
     if component == "validation":
         if not new.parts.validation or not old.parts.validation:
             return None, "not measured: no validation pass inside both measured windows"

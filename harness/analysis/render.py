@@ -12,7 +12,7 @@ import io
 import re
 from typing import Callable
 
-from harness.analysis import stats
+from harness.analysis import epochs, stats
 from harness.analysis.table import MEMORY_NOTE, CampaignSummary, GroupRow, RungRow, SweepTable
 
 COMPUTE_HEADER = "compute x previous"  # what the change did to the compute part alone (harness.analysis.components)
@@ -96,7 +96,7 @@ def claim_text(row: RungRow) -> str:
     """The guide's claim, with the part of the step it is about when it is not the whole step."""
     if not row.claim:
         return "-"
-    return f"{row.claim} ({row.claim_component})" if row.claim_component else row.claim
+    return f"{row.claim} ({epochs.label(row.claim_component)})" if row.claim_component else row.claim
 
 
 def status_text(row: RungRow) -> str:
@@ -126,10 +126,14 @@ def _strong(text: str) -> str:
 def group_line(group: GroupRow, strong: Callable[[str], str] = _strong) -> str:
     """One sentence: a group claim, what was measured and its verdict."""
     note = f" ({group.note})" if group.note else ""
-    claim = f"{group.claim} in {group.component}" if group.component else group.claim
+    claim = f"{group.claim} {_group_part(group.component)}" if group.component else group.claim
     return (f"Rungs {group.first}-{group.last} together ({group.changes}): measured "
             f"{ratio_text(group.measured, band=True)}{note}; the guide claims {claim} ({group.claim_source}): "
             f"{strong(group.verdict or 'not measured')}.")
+
+
+def _group_part(component: str) -> str:
+    return epochs.label(component) if epochs.epoch_samples(component) else f"in {component}"
 
 
 def total_line(table: SweepTable, strong: Callable[[str], str] = _strong) -> str:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
-from harness.analysis import calibration, plots, render, stats
+from harness.analysis import calibration, epochs, plots, render, stats
 from harness.analysis import table as table_mod
 from harness.analysis.profile import profile_html, rung_profiles
 from harness.store import load_runs
@@ -84,7 +84,7 @@ def verdicts_html(table: table_mod.SweepTable) -> str:
     for r in claimed:
         shown = r.component_measured or r.x_previous  # a claim about one part is judged on that part's ratio
         measured = ("not measured (" + r.status + ")" if shown is None else stats.band_text(shown)
-                    + (f" ({r.claim_component})" if r.component_measured else ""))
+                    + (f" ({epochs.label(r.claim_component)})" if r.component_measured else ""))
         verdict = r.verdict or "no verdict"
         body += (f"<tr><td class='num'>{r.rung}</td><td>{_esc(r.change)}</td><td>{_esc(render.claim_text(r))}</td>"
                  f"<td>{_esc(measured)}</td><td class='{_verdict_class(r.verdict)}'>{_esc(verdict)}</td>"

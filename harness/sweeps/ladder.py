@@ -24,12 +24,13 @@ USER_LADDERS = "ladders"  # <results_dir>/ladders/: ladders this machine wrote (
 SIZE_NAMES = ("full", "smoke")
 LADDER_FIELDS = {"description", "guide", "workload", "base", "rungs", "total_claim", "total_source", "group_claims",
                  "stop_on_oom", "cap_workers_at_cpus", "notes"}
-GROUP_FIELDS = {"rungs", "claim", "source", "component"}
-RUNG_FIELDS = {"set", "claim", "source", "note", "component"}
+GROUP_FIELDS = {"rungs", "claim", "source", "component", "epoch_samples"}
+RUNG_FIELDS = {"set", "claim", "source", "note", "component", "epoch_samples"}
 # What a claim may be about besides the whole step: a guide's "2-3x in data loading" is judged on the loader, its
 # "1.5x on matmul" on the device's (or, on a CPU, the host's) compute, its "2x during validation" on the validation
-# passes (harness.analysis.components measures each).
-COMPONENTS = ("data", "compute", "validation")
+# passes (harness.analysis.components measures each); an "epoch" claim (persistent workers' "15-20%") at an epoch of
+# the guide's length, ``epoch_samples`` (harness.analysis.epochs derives it from the epoch boundaries measured).
+COMPONENTS = ("data", "compute", "validation", "epoch")
 
 
 @dataclass(frozen=True)
@@ -273,15 +274,25 @@ def _parse_group(name: str, n_rungs: int, entry: Any) -> GroupClaim:
 
 
 def _component(name: str, entry: dict) -> str:
-    """The part of the step a claim is about ("" for the whole step), one of :data:`COMPONENTS`."""
-    component = entry.get("component")
+    """The part of the step a claim is about ("" for the whole step), one of :data:`COMPONENTS`; an epoch claim is
+    ``epoch:N`` with the guide's N samples an epoch (``epoch_samples``)."""
+    component, samples = entry.get("component"), entry.get("epoch_samples")
+    if (component == "epoch") != (samples is not None):
+        raise ValueError(f"ladder {name!r}: epoch_samples={samples!r} with component={component!r}: a claim at the "
+                         "guide's epoch length gives both component: epoch and epoch_samples: N (the guide's samples "
+                         "an epoch), and no other component takes epoch_samples")
     if component is None:
         return ""
     if component not in COMPONENTS:
         raise unknown_choice(f"claim component in ladder {name!r}:", str(component), COMPONENTS)
     if entry.get("claim") is None:
         raise ValueError(f"ladder {name!r}: component {component!r} without a claim; give claim: [LOW, HIGH] too")
-    return str(component)
+    if component != "epoch":
+        return str(component)
+    if isinstance(samples, bool) or not isinstance(samples, int) or samples <= 0:
+        raise ValueError(f"ladder {name!r}: epoch_samples={samples!r} is not valid: give the guide's samples an epoch "
+                         "as a whole number > 0")
+    return f"epoch:{samples}"
 
 
 def _parse_claim(claim: Any, source: str, component: str = "") -> Claim | None:
