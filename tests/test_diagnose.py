@@ -171,6 +171,16 @@ def test_the_a100_ladders_start_from_one_situation_with_storage_far_slower_than_
     assert smoke["data.read_latency_ms"] == 2000 and smoke["cpus"] == 1  # one compute thread: a short, steady step
 
 
+def test_the_imagenet_storage_start_is_calibrated_to_the_guides_0_19_it_s():
+    from harness.sweeps import ladder as ladder_mod
+
+    full = ladder_mod.load("resnet50_storage").settings(0, "full")
+    assert (full["data.source"], full["data.cache"], full["data.page_cache"]) == ("disk", "none", "drop")
+    # 0.19 it/s at batch 256 with 16 workers: each worker takes 16 / (0.19 x 256) s an image
+    per_image_ms = 1000 * full["data.num_workers"] / (0.19 * full["batch_size"])
+    assert full["data.read_latency_ms"] == pytest.approx(per_image_ms, rel=0.02)
+
+
 def test_diagnose_takes_a_ladders_baseline_with_the_users_overrides_on_top(tmp_path):
     from harness.commands import diagnose, hydra_edge
 
@@ -189,7 +199,7 @@ def test_diagnose_with_an_unknown_ladder_names_it_and_exits_2(results):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("ladder", ["a100_volume", "a100_option_a"])
+@pytest.mark.parametrize("ladder", ["a100_volume", "a100_option_a", "resnet50_storage"])
 def test_the_a100_ladders_baseline_is_data_bound_as_the_guides_was(ladder, results):
     # the guide: an 18 s step of which 15-17 s wait for data; here the storage wait is ~10x the CPU's model step
     out = harness_cli("diagnose", f"+ladder={ladder}", f"results_dir={results}")

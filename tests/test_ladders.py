@@ -95,7 +95,7 @@ GUIDE_CLAIMS = {
     ("resnet50_aggressive", "1", "1.5x", ""), ("resnet50_aggressive", "2", "1.5x", ""),
     ("resnet50_aggressive", "4", "1.1x", ""), ("resnet50_aggressive", "5", "1.2x", ""),
     ("resnet50_aggressive", "6", "1.15x", ""), ("resnet50_aggressive", "7", "1.1x", ""),
-    ("resnet50_aggressive", "total", "3.5x", ""),
+    ("resnet50_aggressive", "total", "3.5x", ""), ("resnet50_storage", "total", "10-15x", ""),
     ("resnet50_matmul", "1", "1.1x", ""),
     ("seresnet", "3", "1.15-1.2x", ""), ("seresnet", "4", "2-3x", ""), ("seresnet", "5", "1.1-1.3x", ""),
     ("seresnet", "6", "1.2-1.3x", ""), ("seresnet", "7", "1.05-1.1x", "validation"), ("seresnet", "1-2", "4-8x", ""),
@@ -289,3 +289,11 @@ def test_a_ladder_on_a_workload_of_a_users_config_folder_parses_without_that_fol
     # a climb writes such a ladder and checks it loads: the workload's own defaults matter only to workload.* rungs
     lad = ladder_mod.parse("mine", {"workload": "tiny_net", "rungs": [{"set": {"channels_last": True}}]})
     assert lad.workload == "tiny_net" and lad.rungs[1].key == "channels_last"
+
+
+def test_the_imagenet_storage_ladder_makes_the_same_changes_as_the_in_ram_one():
+    storage, in_ram = ladder_mod.load("resnet50_storage"), ladder_mod.load("resnet50_aggressive")
+    for size in ("full", "smoke"):
+        assert [r.change(size) for r in storage.rungs] == [r.change(size) for r in in_ram.rungs]
+        extra = {k: v for k, v in storage.settings(0, size).items() if k not in in_ram.settings(0, size)}
+        assert set(extra) == {"data.source", "data.cache", "data.page_cache", "data.read_latency_ms"}
