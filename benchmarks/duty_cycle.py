@@ -56,6 +56,9 @@ def report(records: list, wall_s: float, how: str) -> str:
 
 
 def main(argv: list[str]) -> int:
+    if {"-h", "--help"} & set(argv):
+        print(__doc__.strip())
+        return 0
     exec_only, cached = "--exec" in argv, "--cached" in argv
     args = [a for a in argv if a not in ("--exec", "--cached")]
     if not any(a.startswith(("+ladder=", "ladder=")) for a in args):
