@@ -209,6 +209,43 @@ def test_dataset_settings_hand_the_patch_size_and_leave_old_hashes_alone():
         config_mod.resolve(bad, cuda_available=False)
 
 
+def test_detr_validates_on_its_eval_transforms_while_training_keeps_its_augmentation():
+    from harness.run.measure import validation_loader
+    from harness.workload.data import build_dataset
+
+    cfg = tiny_config(workload="detr", val__every_n_steps=5, val__steps=1)
+    assert cfg.workload.val_dataset == {"clahe": False, "motion_blur": False}
+    train = build_dataset(cfg, cfg.workload).dataset  # Repeat(SyntheticDetection)
+    val = validation_loader(cfg, cfg.workload).dataset.dataset
+    assert (train.clahe, train.motion_blur) == (True, True) and (val.clahe, val.motion_blur) == (False, False)
+    assert cfg.workload.dataset["clahe"] is True  # the training spec is left as it was
+    assert (val.size, val.max_boxes, val.num_classes) == (train.size, train.max_boxes, train.num_classes) == \
+        ((64, 64), 20, 2)
+    off = tiny_config(workload="detr", workload__dataset__clahe=False)  # a rung's switch leaves validation as it is
+    assert build_dataset(off, off.workload).dataset.clahe is False
+    assert validation_loader(off, off.workload).dataset.dataset.motion_blur is False
+    assert workloads.builtin("resnet50").for_validation() == workloads.builtin("resnet50")  # nothing to change
+
+
+@pytest.mark.parametrize("workload,val_dataset,message", [
+    ("detr", {"clahee": False}, r"unknown workload\.val_dataset key \(an argument workload\.dataset sets\) 'clahee'\. "
+     r"Did you mean 'clahe'\? Valid choices: clahe, max_boxes, motion_blur, num_classes"),
+    ("resnet50", {"clahe": False}, r"workload\.val_dataset=\{'clahe': False\} changes the arguments of "
+     r"workload\.dataset, but workload 'resnet50' has none"),
+])
+def test_a_bad_val_dataset_is_refused_by_name_before_anything_runs(workload, val_dataset, message):
+    bad = config_mod.RunConfig()
+    config_mod.set_key(bad, "workload", workload)
+    config_mod.set_key(bad, "workload.val_dataset", val_dataset)
+    with pytest.raises(ValueError, match=message):
+        config_mod.resolve(bad, cuda_available=False)
+
+
+def test_val_dataset_leaves_old_hashes_alone():
+    assert "val_dataset" not in workloads.builtin("custom").hashed()
+    assert workloads.builtin("detr").hashed()["val_dataset"] == {"clahe": False, "motion_blur": False}
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("ladder", ["seresnet", "detr_guide"])
 def test_the_guide_workloads_climb_their_ladders_at_the_cpu_size(ladder, results):

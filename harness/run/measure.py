@@ -347,19 +347,26 @@ def _sync(device: torch.device) -> None:
 
 
 def _validation(cfg: RunConfig, workload: WorkloadSpec, prep: Prepared | None) -> Callable[[], None] | None:
-    """The validation pass ``val.*`` asks for (None without one): its own loader, workers and no shuffling need."""
+    """The validation pass ``val.*`` asks for (None without one), over :func:`validation_loader`."""
     if not cfg.val.every_n_steps:
         return None
-    import copy
-
     from harness.workload.knobs import validation_pass
+
+    return validation_pass(cfg, prep, validation_loader(cfg, workload))
+
+
+def validation_loader(cfg: RunConfig, workload: WorkloadSpec):
+    """The validation pass's own loader: ``val.num_workers`` workers, no prefetch setting, none persistent, an epoch
+    of ``val.steps`` batches, over the workload's validation data (``workload.val_dataset``: its eval transforms,
+    e.g. no training augmentation)."""
+    import copy
 
     val_cfg = copy.deepcopy(cfg)
     val_cfg.data.num_workers, val_cfg.data.prefetch_factor = cfg.val.num_workers, None
     val_cfg.data.persistent_workers = False
     val_cfg.data.epoch_steps = cfg.val.steps
-    loader = build_loader(val_cfg, build_dataset(val_cfg, workload), workload)
-    return validation_pass(cfg, prep, loader)
+    val_workload = workload.for_validation()
+    return build_loader(val_cfg, build_dataset(val_cfg, val_workload), val_workload)
 
 
 def _step_events(device: torch.device, steps: int) -> list[tuple]:
