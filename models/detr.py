@@ -4,7 +4,19 @@
 augmentations (CLAHE, motion blur) as switches, computed per item in the loader.
 
 No weights are downloaded (``weights=None``) and no images either: images are synthetic (textured backgrounds in
-RAM with small bright or dark objects pasted per item).
+RAM with small bright or dark objects pasted per item), one gray uint8 channel repeated to the model's three.
+
+The augmentations are the operators albumentations runs: OpenCV's CLAHE (``cv2.createCLAHE(clipLimit=2.0,
+tileGridSize=(8, 8)).apply``, on the gray channel, as albumentations applies it to a one-channel image; an RGB
+image would add its LAB round trip) and a motion blur of a normalised line kernel through ``cv2.filter2D``, both on
+the uint8 image before it becomes a normalised float tensor. They are training augmentations: the workload's
+validation dataset switches them off (``val_dataset`` in conf/workload/detr.yaml).
+
+Threads: the module sets ``cv2.setNumThreads(0)`` on import, so OpenCV runs each call on the calling thread, in the
+loader workers (which import or inherit this module) and in the main process. Parallelism comes from the
+DataLoader's workers; OpenCV's own pool in every worker would put num_workers x cores threads on the CPUs. This is
+what detection trainers do (YOLOv5 and Ultralytics at import, MMDetection's ``setup_multi_processes``, the
+albumentations advice for DataLoader workers), so the augmentations cost here what they cost there.
 
 The model returns ONE tensor per batch, [B, queries, num_classes + 1 + 4]: class logits (the last class is "no
 object") then boxes (cx, cy, w, h in 0..1). Targets are [B, max_boxes, 5] (class, cx, cy, w, h), padded with
@@ -13,6 +25,7 @@ class -1, so that batches collate and move to the device as plain tensors.
 
 from __future__ import annotations
 
+import cv2
 import numpy as np
 import torch
 import torch.nn.functional as F
@@ -21,6 +34,13 @@ from torch.utils.data import Dataset
 
 MEAN = (0.485, 0.456, 0.406)
 STD = (0.229, 0.224, 0.225)
+BLUR_SIZES = (3, 5, 7, 9)  # the motion blur's line length, drawn per item (odd, as albumentations' blur_limit)
+
+# OpenCV's own thread pool off (0: its functions run on the calling thread), in this process and in the loader
+# workers that import or inherit this module: each worker is already one of num_workers processes sharing the CPUs,
+# and a pool per worker would put num_workers x cores threads on them. Detection pipelines do the same (YOLOv5 and
+# Ultralytics at import, MMDetection's setup_multi_processes, albumentations' advice for DataLoader workers).
+cv2.setNumThreads(0)
 
 
 class MLP(nn.Module):
@@ -159,41 +179,30 @@ class HungarianLoss(nn.Module):
 
 
 def clahe(gray: np.ndarray, clip_limit: float = 2.0, tiles: int = 8) -> np.ndarray:
-    """Contrast-limited adaptive histogram equalisation of a uint8 image (OpenCV's algorithm: per-tile histograms
-    clipped at ``clip_limit`` x the mean bin and redistributed, tile mappings blended bilinearly)."""
-    h, w = gray.shape
-    th, tw = -(-h // tiles), -(-w // tiles)
-    padded = np.pad(gray, ((0, th * tiles - h), (0, tw * tiles - w)), mode="reflect")
-    blocks = padded.reshape(tiles, th, tiles, tw).transpose(0, 2, 1, 3).reshape(tiles, tiles, th * tw)
-    hist = np.stack([np.bincount(b, minlength=256) for b in blocks.reshape(-1, th * tw)]).reshape(tiles, tiles, 256)
-    limit = max(1.0, clip_limit * th * tw / 256)
-    excess = np.clip(hist - limit, 0, None).sum(-1, keepdims=True)
-    hist = np.minimum(hist, limit) + excess / 256
-    lut = np.cumsum(hist, -1) * (255.0 / (th * tw))  # [tiles, tiles, 256]
-    # each pixel blends the mappings of the four nearest tile centres
-    y = (np.arange(h) + 0.5) / th - 0.5
-    x = (np.arange(w) + 0.5) / tw - 0.5
-    y0, x0 = np.clip(np.floor(y).astype(int), 0, tiles - 1), np.clip(np.floor(x).astype(int), 0, tiles - 1)
-    y1, x1 = np.clip(y0 + 1, 0, tiles - 1), np.clip(x0 + 1, 0, tiles - 1)
-    fy, fx = np.clip(y - y0, 0, 1)[:, None], np.clip(x - x0, 0, 1)[None, :]
-    g = gray.astype(np.intp)
-    top = lut[y0[:, None], x0[None, :], g] * (1 - fx) + lut[y0[:, None], x1[None, :], g] * fx
-    bottom = lut[y1[:, None], x0[None, :], g] * (1 - fx) + lut[y1[:, None], x1[None, :], g] * fx
-    return np.clip(top * (1 - fy) + bottom * fy, 0, 255).astype(np.uint8)
+    """Contrast-limited adaptive histogram equalisation of a uint8 image: OpenCV's, as albumentations' ``CLAHE``
+    calls it on a one-channel image (``cv2.createCLAHE(clipLimit, tileGridSize).apply``)."""
+    return cv2.createCLAHE(clipLimit=clip_limit, tileGridSize=(tiles, tiles)).apply(gray)
 
 
-def motion_blur(image: torch.Tensor, size: int, angle: int) -> torch.Tensor:
-    """A [C, H, W] float image blurred along a line of ``size`` pixels at 0, 45, 90 or 135 degrees."""
-    kernel = torch.zeros(size, size)
-    mid = size // 2
-    if angle == 0:
-        kernel[mid, :] = 1
-    elif angle == 90:
-        kernel[:, mid] = 1
-    else:
-        kernel = torch.eye(size) if angle == 45 else torch.eye(size).flip(0)
-    kernel = (kernel / kernel.sum()).expand(image.shape[0], 1, size, size)
-    return F.conv2d(image[None], kernel, padding=mid, groups=image.shape[0])[0]
+def motion_kernel(size: int, angle: float) -> np.ndarray:
+    """A [size, size] float32 kernel: a line of length ``size - 1`` through the centre at ``angle`` degrees (0: along
+    a row, 90: along a column; ``size`` pixels there, fewer on a slant), its pixels weighted equally to sum to 1,
+    drawn as albumentations' ``MotionBlur`` draws its line (points along it, rounded to pixels)."""
+    if size < 3 or size % 2 == 0:
+        raise ValueError(f"motion blur size={size} is not valid: use an odd number of pixels, 3 or more")
+    kernel = np.zeros((size, size), dtype=np.float32)
+    t = np.linspace(-(size // 2), size // 2, 2 * size)
+    rad = np.deg2rad(angle)
+    cols = np.clip(np.round(size // 2 + np.cos(rad) * t), 0, size - 1).astype(int)
+    rows = np.clip(np.round(size // 2 + np.sin(rad) * t), 0, size - 1).astype(int)
+    kernel[rows, cols] = 1.0
+    return kernel / kernel.sum()
+
+
+def motion_blur(image: np.ndarray, size: int, angle: float) -> np.ndarray:
+    """A uint8 image blurred along a line of ``size`` pixels' length at ``angle`` degrees: ``cv2.filter2D`` with
+    :func:`motion_kernel`, as albumentations' ``MotionBlur`` applies it (same depth out, borders reflected)."""
+    return cv2.filter2D(image, -1, motion_kernel(size, angle))
 
 
 class SyntheticDetection(Dataset):
@@ -234,7 +243,7 @@ class SyntheticDetection(Dataset):
             target[k] = torch.tensor([cls, (x + bw / 2) / w, (y + bh / 2) / h, bw / w, bh / h])
         if self.clahe:
             gray = clahe(gray)
-        image = torch.from_numpy(gray).float().div(255).expand(3, h, w)
         if self.motion_blur:
-            image = motion_blur(image, int(rng.choice([3, 5, 7, 9])), int(rng.choice([0, 45, 90, 135])))
+            gray = motion_blur(gray, int(rng.choice(BLUR_SIZES)), float(rng.uniform(0, 180)))
+        image = torch.from_numpy(gray).float().div(255).expand(3, h, w)
         return ((image - self.mean) / self.std).contiguous(), target

@@ -108,18 +108,54 @@ def test_batched_hungarian_matching_assigns_as_matching_image_by_image_did(seed,
     assert copies == [torch.Size([batch, queries + 1, slots])]
 
 
-def test_clahe_spreads_a_low_contrast_image_and_motion_blur_keeps_brightness():
-    from models.detr import clahe, motion_blur
+def test_clahe_is_opencvs_and_spreads_a_low_contrast_image():
+    import cv2
+
+    from models.detr import clahe
 
     rng = np.random.default_rng(0)
     gray = rng.integers(100, 120, size=(64, 80)).astype(np.uint8)
     out = clahe(gray)
+    assert np.array_equal(out, cv2.createCLAHE(clipLimit=2.0, tileGridSize=(8, 8)).apply(gray))
     assert out.shape == gray.shape and out.dtype == np.uint8 and out.std() > 2 * gray.std()
-    image = torch.rand(3, 32, 32)
-    for angle in (0, 45, 90, 135):
-        blurred = motion_blur(image, 5, angle)
-        assert blurred.shape == image.shape
-        assert float(blurred[:, 8:-8, 8:-8].mean()) == pytest.approx(float(image[:, 8:-8, 8:-8].mean()), abs=0.02)
+    assert np.ptp(out) > 3 * np.ptp(gray)
+
+
+@pytest.mark.parametrize("angle,line", [(0, "row"), (90, "column"), (45, "diagonal"), (135, "antidiagonal")])
+def test_the_motion_blur_kernel_is_a_normalised_line_at_its_angle(angle, line):
+    from models.detr import motion_kernel
+
+    kernel = motion_kernel(5, angle)
+    assert kernel.shape == (5, 5) and kernel.dtype == np.float32 and float(kernel.sum()) == pytest.approx(1.0)
+    rows, cols = np.nonzero(kernel)
+    on_line = {"row": rows == 2, "column": cols == 2, "diagonal": rows == cols, "antidiagonal": rows + cols == 4}[line]
+    assert on_line.all() and kernel[2, 2] > 0  # through the centre, along its line only
+    assert len(rows) == (5 if line in ("row", "column") else 3)  # length 4 (size - 1): 3 pixels on a slant
+    assert np.allclose(kernel[rows, cols], 1 / len(rows))  # equal weights
+
+
+def test_motion_blur_spreads_a_bright_pixel_along_its_line_through_filter2d():
+    import cv2
+
+    from models.detr import motion_blur, motion_kernel
+
+    image = np.zeros((15, 15), dtype=np.uint8)
+    image[7, 7] = 250
+    flat = motion_blur(image, 5, 0)
+    assert flat.dtype == np.uint8 and np.array_equal(flat, cv2.filter2D(image, -1, motion_kernel(5, 0)))
+    assert flat[7, 5:10].tolist() == [50] * 5 and int(flat.sum()) == 250  # five pixels of the row, nothing else
+    tall = motion_blur(image, 5, 90)
+    assert tall[5:10, 7].tolist() == [50] * 5 and int(tall.sum()) == 250
+    with pytest.raises(ValueError, match=r"motion blur size=4 is not valid: use an odd number of pixels, 3 or more"):
+        motion_kernel(4, 0)
+
+
+def test_opencv_runs_on_the_calling_thread_in_the_loader():
+    import cv2
+
+    import models.detr  # noqa: F401  (sets OpenCV's threads on import)
+
+    assert cv2.getNumThreads() == 1  # setNumThreads(0): no pool of OpenCV's own beside the loader's workers
 
 
 def test_detr_items_hold_tiny_boxes_padded_with_class_minus_one_and_augmentations_switch_off():
@@ -130,8 +166,15 @@ def test_detr_items_hold_tiny_boxes_padded_with_class_minus_one_and_augmentation
     boxes = target[target[:, 0] >= 0]
     assert len(boxes) >= 1 and (target[len(boxes):, 0] == -1).all()
     assert ((boxes[:, 3:] > 0) & (boxes[:, 3:] <= 0.06)).all() and ((boxes[:, 1:3] > 0) & (boxes[:, 1:3] < 1)).all()
-    plain = SyntheticDetection(patch_size=[64, 96], max_boxes=5, clahe=False, motion_blur=False)[3]
-    assert torch.equal(plain[1], target) and not torch.equal(plain[0], item)
+    items = {(c, b): SyntheticDetection(patch_size=[64, 96], max_boxes=5, clahe=c, motion_blur=b)[3]
+             for c in (False, True) for b in (False, True)}
+    assert torch.equal(items[True, True][0], item)  # both on by default
+    for x, y in items.values():
+        assert list(x.shape) == [3, 64, 96] and x.dtype == torch.float32 and torch.equal(y, target)
+    pictures = [x for x, _ in items.values()]
+    assert all(not torch.equal(a, b) for i, a in enumerate(pictures) for b in pictures[i + 1:])  # each switch acts
+    plain, clahe_only = items[False, False][0], items[True, False][0]
+    assert float(clahe_only.std()) > float(plain.std())  # CLAHE raised the contrast
 
 
 @pytest.mark.parametrize("name,first_loss", [("seresnet_speech", 0.69), ("detr", 10.0)])
@@ -164,6 +207,43 @@ def test_dataset_settings_hand_the_patch_size_and_leave_old_hashes_alone():
     config_mod.set_key(bad, "workload.dataset_settings", {"patch_size": "data.patch"})
     with pytest.raises(ValueError, match=r"data\.patch"):
         config_mod.resolve(bad, cuda_available=False)
+
+
+def test_detr_validates_on_its_eval_transforms_while_training_keeps_its_augmentation():
+    from harness.run.measure import validation_loader
+    from harness.workload.data import build_dataset
+
+    cfg = tiny_config(workload="detr", val__every_n_steps=5, val__steps=1)
+    assert cfg.workload.val_dataset == {"clahe": False, "motion_blur": False}
+    train = build_dataset(cfg, cfg.workload).dataset  # Repeat(SyntheticDetection)
+    val = validation_loader(cfg, cfg.workload).dataset.dataset
+    assert (train.clahe, train.motion_blur) == (True, True) and (val.clahe, val.motion_blur) == (False, False)
+    assert cfg.workload.dataset["clahe"] is True  # the training spec is left as it was
+    assert (val.size, val.max_boxes, val.num_classes) == (train.size, train.max_boxes, train.num_classes) == \
+        ((64, 64), 20, 2)
+    off = tiny_config(workload="detr", workload__dataset__clahe=False)  # a rung's switch leaves validation as it is
+    assert build_dataset(off, off.workload).dataset.clahe is False
+    assert validation_loader(off, off.workload).dataset.dataset.motion_blur is False
+    assert workloads.builtin("resnet50").for_validation() == workloads.builtin("resnet50")  # nothing to change
+
+
+@pytest.mark.parametrize("workload,val_dataset,message", [
+    ("detr", {"clahee": False}, r"unknown workload\.val_dataset key \(an argument workload\.dataset sets\) 'clahee'\. "
+     r"Did you mean 'clahe'\? Valid choices: clahe, max_boxes, motion_blur, num_classes"),
+    ("resnet50", {"clahe": False}, r"workload\.val_dataset=\{'clahe': False\} changes the arguments of "
+     r"workload\.dataset, but workload 'resnet50' has none"),
+])
+def test_a_bad_val_dataset_is_refused_by_name_before_anything_runs(workload, val_dataset, message):
+    bad = config_mod.RunConfig()
+    config_mod.set_key(bad, "workload", workload)
+    config_mod.set_key(bad, "workload.val_dataset", val_dataset)
+    with pytest.raises(ValueError, match=message):
+        config_mod.resolve(bad, cuda_available=False)
+
+
+def test_val_dataset_leaves_old_hashes_alone():
+    assert "val_dataset" not in workloads.builtin("custom").hashed()
+    assert workloads.builtin("detr").hashed()["val_dataset"] == {"clahe": False, "motion_blur": False}
 
 
 @pytest.mark.slow

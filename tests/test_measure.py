@@ -1,6 +1,7 @@
 """The measured loop: raw samples kept, warm-up apart, data wait split from compute, faults."""
 
 import json
+import math
 import time
 
 import pytest
@@ -143,6 +144,25 @@ def test_log_every_n_steps_sets_how_often_the_loss_is_synced(monkeypatch):
         counts[every] = len(calls)
     # 5 steps: every=1 reads the loss after each of them; every=50 only after step 0 and at the end.
     assert counts[1] - counts[50] == 4
+
+
+def test_each_logging_step_writes_its_step_loss_and_learning_rate_as_a_line_of_a_metrics_log():
+    import re
+
+    from harness.run.measure import measured_run
+
+    cfg = tiny_model_config(measure__steps=4, measure__warmup_steps=1, log_every_n_steps=2)
+    with measured_run(cfg, cfg.workload, lambda *a, **k: None) as run:
+        path = run.loop.metrics.path
+        assert path.name == "metrics.log" and path.parent.name.startswith("harness-metrics-")
+    lines = path.read_text().splitlines()  # the handler is closed; the folder goes at exit
+    found = [re.fullmatch(r"\S+ \S+ INFO step=(\d+) loss=(\S+) lr=(\S+)", line) for line in lines]
+    assert all(found), lines
+    # 5 steps (1 warm-up + 4): step 0, then every second one (steps 1 and 3); nothing on the others
+    assert [int(f[1]) for f in found] == [0, 1, 3]
+    losses = [float(f[2]) for f in found]
+    assert all(math.isfinite(v) and v > 0 for v in losses) and losses[0] == pytest.approx(run.m.loss_first)
+    assert [float(f[3]) for f in found] == [1e-3] * 3  # the custom workload's AdamW lr
 
 
 def test_steps_auto_stops_at_its_step_cap():

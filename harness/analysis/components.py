@@ -44,7 +44,7 @@ class Parts:
     epoch_costs: list[epochs.EpochCost] | None = None  # per run: its epoch boundaries' cost (harness.analysis.epochs)
     device_step_frac: float | None = None
     x_compute: stats.Ratio | None = None  # over the rung this one was built on
-    inert: str = ""  # why the rung's knob cannot act in this situation ("" when it can)
+    inert: str = ""  # why the rung's knob cannot do what it is claimed for here ("" when it can)
 
 
 def parts_of(ok) -> Parts:
@@ -225,19 +225,22 @@ def _data_verdict(new: RungRow, old: RungRow, low: float, high: float,
 
 
 def inert_reason(change: str, runs) -> str:
-    """Why the rung's knob cannot act in the situation its runs measured ("" when it can)."""
+    """Why the rung's knob cannot do what it is claimed for in the situation its runs measured ("" when it can).
+    ``log_every_n_steps`` acts by sparing the logging step's device sync (the loss read); each logging step also
+    writes a metrics line, which acts everywhere, but that is a small cost, and the claims are about the sync."""
     key = change.split("=", 1)[0]
     if not len(runs) or key not in ("log_every_n_steps", "data.non_blocking"):
         return ""
     first = runs.iloc[0]
     config = json.loads(first.get("config_json") or "{}")
     if key == "log_every_n_steps":
+        only_write = "fewer logging steps save only their metrics lines, a small write each"
         if first.get("device") != "cuda":
-            return ("log_every_n_steps cannot act on a CPU: reading the loss waits for no device queue, so less "
-                    "frequent logging saves no sync")
+            return ("log_every_n_steps saves no device sync on a CPU: reading the loss waits for no device queue; "
+                    + only_write)
         if first.get("workload") == "detr":
-            return ("log_every_n_steps cannot act on detr: its Hungarian matcher copies predictions to the host every "
-                    "step, a sync of its own, so fewer logging syncs save nothing")
+            return ("log_every_n_steps saves no device sync on detr: its Hungarian matcher copies predictions to the "
+                    "host every step, a sync of its own; " + only_write)
         return ""
     if first.get("device") != "cuda":
         return "data.non_blocking cannot act on a CPU: a batch is not copied to a device"

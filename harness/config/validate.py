@@ -239,6 +239,22 @@ def _validate_workload_nodes(spec: WorkloadSpec) -> None:
     check_choice("workload.synthetic", spec.synthetic, workloads_mod.SYNTHETIC_KINDS)
     for arg, source in {**spec.model_settings, **spec.loss_settings, **spec.dataset_settings}.items():
         check_choice(f"harness setting for argument {arg!r}", source, workloads_mod.SETTING_SOURCES)
+    _validate_val_dataset(spec)
+
+
+def _validate_val_dataset(spec: WorkloadSpec) -> None:
+    """``val_dataset`` changes arguments the workload's dataset node sets, and only those (a misspelt one would
+    otherwise reach the dataset's constructor only when the first validation pass builds its loader)."""
+    if not spec.val_dataset:
+        return
+    if not isinstance(spec.dataset, dict):
+        raise ValueError(f"workload.val_dataset={spec.val_dataset} changes the arguments of workload.dataset, but "
+                         f"workload {spec.name!r} has none: give workload.dataset, or set workload.val_dataset={{}}")
+    from harness.workload.targets import SPECIAL_KEYS
+
+    arguments = [k for k in spec.dataset if k not in SPECIAL_KEYS]
+    for key in spec.val_dataset:
+        check_choice("workload.val_dataset key (an argument workload.dataset sets)", key, arguments)
 
 
 def _validate_workload_shapes(spec: WorkloadSpec) -> None:

@@ -6,7 +6,8 @@ device sync: CUDA work is asynchronous, so the host runs ahead until the launch 
 in steady state each step's host time equals the device's pace. The only syncs are (a) one before
 the measured window opens and one after it closes, so that the window holds exactly the measured
 steps' device work, and (b) ``loss.item()`` every ``log_every_n_steps`` steps, which is the cost
-of logging that the knob exists to measure.
+of logging that the knob exists to measure; that logging step also writes the step, loss and learning rate as a
+line of a metrics log (``harness.run.step.MetricsLog``), as a trainer's logger does. Other steps write nothing.
 
 Nothing else runs in this process while it measures: no sampling thread (the parent samples memory and GPU
 from outside, see ``harness.run.monitor``), no per-step write, no profiler. Per step the loop only reads the clock
@@ -38,7 +39,7 @@ from harness.run import compiled, faults, monitor
 from harness.run.faults import FaultPlan
 from harness.run.outcome import NonFiniteLoss
 from harness.run.ranks import Rank
-from harness.run.step import forward_backward, optimizer_step, read_loss
+from harness.run.step import MetricsLog, forward_backward, optimizer_step, read_loss
 from harness.run.stopping import StoppingRule, WarmupRule, rule_for, starting_at, warmup_rule_for
 from harness.run.summary import Extras, Measurement
 from harness.workload.data import build_dataset, build_loader, endless
@@ -79,10 +80,14 @@ class Loop:
     events: list[tuple] = field(default_factory=list)
     warmup_rule: WarmupRule | None = None  # warmup_steps=auto: warm up until steady (``warmup`` grows as it goes)
     gpm: monitor.WindowGpm | None = None  # CUDA: GPM's SM activity, read at the window's two syncs
+    metrics: MetricsLog | None = None  # the logging step's write (None in loader mode: no loss to log)
 
     def release(self) -> None:
-        """Let go of the loader (its workers end here, not whenever the caller lets go of the loop)."""
+        """Let go of the loader (its workers end here, not whenever the caller lets go of the loop) and of the
+        metrics log's file."""
         self.batches = self.loader = None
+        if self.metrics is not None:
+            self.metrics.close()
 
 
 @dataclass
@@ -170,6 +175,7 @@ def _set_up(cfg: RunConfig, workload: WorkloadSpec, rank: Rank, progress: Progre
         mark_step=compiled.cudagraph_step_marker(cfg.compile, mode, device),
         m=Measurement(samples_per_step=cfg.batch_size * cfg.accumulate_grad_batches),
         no_sync=grad_sync_skipper(prep.model if prep else None, rank, accum),
+        metrics=MetricsLog(prep.optimizer) if prep is not None and rank.rank == 0 else None,
     )
 
 
@@ -235,6 +241,7 @@ def _steps(loop: Loop, measured: bool) -> tuple[Any, float]:
     prep, batches, device, accum, m, rule = loop.prep, loop.batches, loop.device, loop.accum, loop.m, loop.rule
     move, nb, fmt, set_to_none = loop.move, loop.non_blocking, loop.memory_format, loop.set_to_none
     log_every, mark_step, after_step, satisfied = loop.log_every, loop.mark_step, loop.after_step, rule.satisfied
+    metrics = loop.metrics
     no_sync, last_micro, synced, drop_out = loop.no_sync, accum - 1, contextlib.nullcontext(), after_step is None
     nan_step, fault_step, slowdown_s = loop.faults.nan_step, loop.faults.fault_step, loop.faults.slowdown_s
     first, stop = (loop.warmup, loop.warmup + rule.steps) if measured else (len(m.warmup_ms), loop.warmup)
@@ -275,7 +282,7 @@ def _steps(loop: Loop, measured: bool) -> tuple[Any, float]:
         if slowdown_s:
             time.sleep(slowdown_s)
         if loss is not None and (step == 0 or (step + 1) % log_every == 0):
-            read_loss(m, loss, accum, step, log_every)  # (b) the logging sync
+            read_loss(m, loss, accum, step, log_every, metrics)  # (b) the logging sync, and its line written
         t = time.perf_counter()
         times.append((t - t_prev) * 1000.0)
         t_prev = t
@@ -347,19 +354,26 @@ def _sync(device: torch.device) -> None:
 
 
 def _validation(cfg: RunConfig, workload: WorkloadSpec, prep: Prepared | None) -> Callable[[], None] | None:
-    """The validation pass ``val.*`` asks for (None without one): its own loader, workers and no shuffling need."""
+    """The validation pass ``val.*`` asks for (None without one), over :func:`validation_loader`."""
     if not cfg.val.every_n_steps:
         return None
-    import copy
-
     from harness.workload.knobs import validation_pass
+
+    return validation_pass(cfg, prep, validation_loader(cfg, workload))
+
+
+def validation_loader(cfg: RunConfig, workload: WorkloadSpec):
+    """The validation pass's own loader: ``val.num_workers`` workers, no prefetch setting, none persistent, an epoch
+    of ``val.steps`` batches, over the workload's validation data (``workload.val_dataset``: its eval transforms,
+    e.g. no training augmentation)."""
+    import copy
 
     val_cfg = copy.deepcopy(cfg)
     val_cfg.data.num_workers, val_cfg.data.prefetch_factor = cfg.val.num_workers, None
     val_cfg.data.persistent_workers = False
     val_cfg.data.epoch_steps = cfg.val.steps
-    loader = build_loader(val_cfg, build_dataset(val_cfg, workload), workload)
-    return validation_pass(cfg, prep, loader)
+    val_workload = workload.for_validation()
+    return build_loader(val_cfg, build_dataset(val_cfg, val_workload), val_workload)
 
 
 def _step_events(device: torch.device, steps: int) -> list[tuple]:

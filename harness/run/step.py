@@ -1,9 +1,15 @@
 """The parts of one training step that the measured loop (``harness.run.measure._steps``) calls, as a training
-loop's ``train_step`` would be: a micro-batch's forward and backward, the optimizer's step, reading the loss."""
+loop's ``train_step`` would be: a micro-batch's forward and backward, the optimizer's step, and the logging step
+(every ``log_every_n_steps``): the loss read back and the scalars a trainer logs written through a logger."""
 
 from __future__ import annotations
 
+import atexit
+import logging
 import math
+import shutil
+import tempfile
+from pathlib import Path
 
 from harness.run.outcome import NonFiniteLoss, shapes_error
 from harness.run.summary import Measurement
@@ -38,11 +44,39 @@ def optimizer_step(prep) -> None:
         prep.optimizer.step()
 
 
-def read_loss(m: Measurement, loss, accum: int, step: int, log_every: int) -> None:
-    """Read the loss (the logging sync, every ``log_every_n_steps``): the first step's is kept, a non-finite one
-    ends the run (``NonFiniteLoss``)."""
+def read_loss(m: Measurement, loss, accum: int, step: int, log_every: int, log: MetricsLog | None = None) -> None:
+    """The logging step, every ``log_every_n_steps``: the loss read (the logging sync on a GPU) and, with ``log``,
+    written with the step and learning rate; the first step's is kept, a non-finite one ends the run
+    (``NonFiniteLoss``)."""
     value = loss.item() * accum
     if step == 0:
         m.loss_first = value
+    if log is not None:
+        log(step, value)
     if not math.isfinite(value):
         raise NonFiniteLoss(step, value, log_every)
+
+
+class MetricsLog:
+    """The scalars a trainer logs at a logging step (step, loss, learning rate), one line each through Python's
+    ``logging`` to ``metrics.log`` in a temporary folder (removed at exit), flushed after each line as a
+    ``FileHandler`` flushes: the write a trainer's console or metrics logger makes, and nothing on other steps."""
+
+    def __init__(self, optimizer):
+        self.optimizer = optimizer
+        self.folder = Path(tempfile.mkdtemp(prefix="harness-metrics-"))
+        self.path = self.folder / "metrics.log"
+        self.handler = logging.FileHandler(self.path)
+        self.handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+        self.logger = logging.Logger("harness.metrics", logging.INFO)  # its own: no global logger's handlers
+        self.logger.addHandler(self.handler)
+        atexit.register(shutil.rmtree, self.folder, True)
+
+    def __call__(self, step: int, loss: float) -> None:
+        lr = float(self.optimizer.param_groups[0]["lr"])
+        self.logger.info("step=%d loss=%.6g lr=%.6g", step, loss, lr)
+
+    def close(self) -> None:
+        """Let go of the file (it stays until the process exits)."""
+        self.logger.removeHandler(self.handler)
+        self.handler.close()

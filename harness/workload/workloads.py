@@ -31,7 +31,7 @@ SYNTHETIC_KINDS = ("volumes", "images", "tensors")
 SETTING_SOURCES = ("width", "model.width", "model.mednext_size", "model.kernel_size", "model.deep_supervision",
                    "model.depth", "model.features", "data.patch_size")
 TARGET_NODES = ("model", "loss", "optimizer", "dataset")  # the _target_ nodes, free-form below their name
-OPEN_NODES = TARGET_NODES + ("model_settings", "loss_settings", "dataset_settings", "sizes")
+OPEN_NODES = TARGET_NODES + ("model_settings", "loss_settings", "dataset_settings", "val_dataset", "sizes")
 NOT_HASHED_FIELDS = ("description",)  # words only: two specs that differ only here measure the same thing
 
 
@@ -60,6 +60,9 @@ class WorkloadSpec:
     optimizer: Any = None  # {_target_: torch.optim.X, _partial_: true, lr: ...}, called with the parameters
     dataset: Any = None  # {_target_: ..., _partial_: true}: the user's own data, called with no arguments
     dataset_settings: Dict[str, str] = field(default_factory=dict)  # dataset argument <- harness setting
+    # the validation loader's dataset: ``dataset`` with these of its arguments changed (eval transforms, e.g.
+    # {clahe: false}); empty: validation reads the training dataset's kind of items
+    val_dataset: Dict[str, Any] = field(default_factory=dict)
     synthetic: str = "tensors"  # the generated samples when no dataset is given (SYNTHETIC_KINDS)
     input_shape: Optional[List[int]] = None  # one sample, channels first; set here, it is every size's
     target: str = "class"  # TARGET_KINDS
@@ -107,9 +110,17 @@ class WorkloadSpec:
         values = dataclasses.asdict(self)
         for name in NOT_HASHED_FIELDS:
             values.pop(name)
-        if not values["dataset_settings"]:  # added later: absent, a spec hashes as it did before the field existed
-            values.pop("dataset_settings")
+        for name in ("dataset_settings", "val_dataset"):  # added later: absent, a spec hashes as it did before
+            if not values[name]:
+                values.pop(name)
         return values
+
+    def for_validation(self) -> WorkloadSpec:
+        """This workload as the validation loader builds its data: ``dataset`` with ``val_dataset``'s arguments
+        changed (a copy; the same spec when there is nothing to change)."""
+        if not self.val_dataset or self.dataset is None:
+            return self
+        return dataclasses.replace(self, dataset={**self.dataset, **copy.deepcopy(self.val_dataset)}, val_dataset={})
 
 
 def parse_spec(values: dict[str, Any]) -> WorkloadSpec:
@@ -128,6 +139,7 @@ def parse_spec(values: dict[str, Any]) -> WorkloadSpec:
     spec.model_settings = dict(spec.model_settings or {})
     spec.loss_settings = dict(spec.loss_settings or {})
     spec.dataset_settings = dict(spec.dataset_settings or {})
+    spec.val_dataset = dict(spec.val_dataset or {})
     spec.checkpoint_units = list(spec.checkpoint_units or [])
     return spec
 
