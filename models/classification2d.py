@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import torchvision.models  # noqa: F401 - the warm launcher imports this module once, before any run forks
 from torch import nn
 
 

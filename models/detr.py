@@ -27,8 +27,11 @@ from __future__ import annotations
 
 import cv2
 import numpy as np
+import scipy.optimize  # noqa: F401 - the warm launcher imports this module once, before any run forks
 import torch
 import torch.nn.functional as F
+import torchvision.models  # noqa: F401 - the warm launcher imports this module once, before any run forks
+import torchvision.ops  # noqa: F401 - the warm launcher imports this module once, before any run forks
 from torch import nn
 from torch.utils.data import Dataset
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import monai.losses  # noqa: F401 - the warm launcher imports this module once, before any run forks
+import monai.networks.nets  # noqa: F401 - the warm launcher imports this module once, before any run forks
 import torch
 from torch import nn
 
@@ -88,8 +90,8 @@ _MEDNEXT_VARIANTS = {
 def checkpoint_units_3d() -> tuple[type[nn.Module], ...]:
     """Module types whose activations are recomputed under activation checkpointing."""
     from monai.networks.blocks import ResidualUnit
-    from monai.networks.nets.basic_unet import Down, TwoConv, UpCat
     from monai.networks.blocks.mednext_block import MedNeXtBlock, MedNeXtDownBlock, MedNeXtUpBlock
+    from monai.networks.nets.basic_unet import Down, TwoConv, UpCat
 
     return (ResidualUnit, TwoConv, Down, UpCat, MedNeXtBlock, MedNeXtDownBlock, MedNeXtUpBlock)
 

@@ -17,6 +17,7 @@ import torch
 from harness import config as config_mod
 from harness.commands import hydra_edge
 from harness.run import launcher, phases, runner
+from harness.run import zygote as zygote_mod
 from harness.workload import shared_data
 from tests.conftest import REPO
 
@@ -100,11 +101,11 @@ def test_the_zygote_refuses_to_fork_with_a_thread_or_cuda_and_stops_the_blas_poo
 
 def test_a_zygote_that_cannot_fork_safely_hands_the_runs_to_fresh_interpreters_saying_so_once(
         results, tmp_path, monkeypatch, capsys):
-    monkeypatch.setenv("FORK_PROBE_THREAD", "1")  # the zygote, importing what the first run did, starts a thread
+    monkeypatch.setenv("FORK_PROBE_THREAD", "1")  # the zygote, importing the first run's model module, starts a thread
     monkeypatch.setattr(launcher, "_said", set())
     records, seen = _probe_runs(results, tmp_path, monkeypatch, runs=3)
     assert [r.status for r in records] == ["ok"] * 3
-    assert [r.launched_by for r in records] == ["fork", "exec", "exec"]
+    assert [r.launched_by for r in records] == ["exec", "exec", "exec"]  # refused before the first fork
     err = capsys.readouterr().err
     assert err.count("warm launcher off") == 1 and "threads in the launcher" in err
     assert [s["runs_seen"] for s in seen] == [0, 0, 0]
@@ -268,13 +269,29 @@ def test_a_sweep_served_from_the_store_imports_no_torch(results):
                                config_hash=config_mod.config_hash(cfg), env_key=key, samples_per_s=10.0 + rung.index,
                                step_ms=[100.0] * 5, step_ms_p50=100.0, data_wait_frac=0.0, measured_s=0.5, cpu_count=2,
                                cpu_model="x"), results)
-    code = ("import sys; from harness import cli; rc = cli.main(sys.argv[1:]); "
+    code = ("import sys; from harness import cli; from harness.run import launcher; "
+            "launcher.Zygote = None; "  # starting the warm launcher would fail here: a replayed sweep starts none
+            "rc = cli.main(sys.argv[1:]); "
             "print('torch imported' if 'torch' in sys.modules else 'no torch'); sys.exit(rc)")
     env = {**os.environ, "PYTHONPATH": str(REPO), "COLUMNS": "200"}
     out = subprocess.run([sys.executable, "-c", code, "sweep", *args], cwd=REPO, capture_output=True, text=True,
                          env=env, timeout=300)
     assert out.returncode == 0, out.stdout + out.stderr
     assert out.stdout.count(": ok (cached)") == 4 and out.stdout.splitlines()[-1] == "no torch"
+
+
+def test_the_launcher_imports_the_first_runs_model_module_and_builds_nothing(tmp_path, monkeypatch):
+    """Before its first fork the zygote imports the modules of the first run's model, loss and dataset targets, so
+    that no run pays its libraries' imports; it calls nothing, so no run's code leaves state every fork would see."""
+    out = tmp_path / "probe.jsonl"
+    monkeypatch.setenv("FORK_PROBE_OUT", str(out))
+    monkeypatch.delitem(sys.modules, "tests.fork_probe", raising=False)
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({"workload": {"model": {"_target_": "tests.fork_probe.probe_net"},
+                                               "loss": {"_target_": "no_such_package.Loss"}}}))
+    assert zygote_mod.warm_workload(config) == ["no_such_package"]  # the run reports its own import error
+    assert "tests.fork_probe" in sys.modules and sys.modules["tests.fork_probe"].RUNS_SEEN == 0
+    assert not out.exists()  # the builder was never called
 
 
 def test_runs_started_under_fresh_are_fresh_interpreters_and_the_session_stays():

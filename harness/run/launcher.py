@@ -19,6 +19,7 @@ new one.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import select
 import shutil
@@ -29,6 +30,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from harness.run import channel
 from harness.run import zygote as zygote_mod
@@ -126,7 +128,7 @@ class ForkedChild:
 class Zygote:
     """The parent's end of one zygote: its process, its socket, and the runs it forks."""
 
-    def __init__(self, folder: Path):
+    def __init__(self, folder: Path, first_config: Path | None = None):
         mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         env = _base_env()
         env.pop("HARNESS_TIMEOUT_S", None)  # no deadline of its own: it lives as long as the sweep
@@ -136,7 +138,9 @@ class Zygote:
         env.setdefault("JE_ARROW_MALLOC_CONF", "background_thread:false")
         self.log = folder / "launcher.log"
         with open(self.log, "wb") as log:
-            self.proc = subprocess.Popen([sys.executable, "-m", "harness.run.zygote", str(folder)], env=env,
+            argv = [sys.executable, "-m", "harness.run.zygote", str(folder)] + ([str(first_config)] if first_config
+                                                                                  else [])
+            self.proc = subprocess.Popen(argv, env=env,
                                          stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                          pass_fds=(theirs.fileno(),), start_new_session=True)
         theirs.close()
@@ -231,6 +235,19 @@ class Session:
         self.fork_off = _why_no_fork()
         self.last_end = time.time()  # the previous run's end (at first: the session's start)
 
+    def begin(self, first_config: dict[str, Any] | None) -> None:
+        """Start the zygote now, while the sweep does its own work before its first run (the cache, the data sets),
+        and have it build ``first_config``'s model on the meta device for its imports; a sweep that measures
+        nothing never calls this, and so never imports torch."""
+        if self.fork_off or self.zygote is not None or first_config is None:
+            return
+        path = self.folder / "first-config.json"
+        path.write_text(json.dumps(first_config))
+        try:
+            self.zygote = Zygote(self.folder, path)
+        except OSError as exc:
+            self.fork_off = f"the launcher did not start ({exc})"
+
     def run_ended(self, spawned: float, gone: float) -> float:
         """A run of the session started at ``spawned`` has ended at ``gone`` (UNIX times); returns the parent's gap
         before it, since the previous run ended (or the session began)."""
@@ -246,9 +263,9 @@ class Session:
         if self.zygote is not None and self.zygote.stale():
             self.zygote.close()
             self.zygote = None
-        if self.zygote is None:
+        if self.zygote is None or not self.zygote.ready:
             try:
-                self.zygote = Zygote(self.folder)
+                self.zygote = self.zygote or Zygote(self.folder, job / "config.json")
                 why = self.zygote.wait_ready()
             except OSError as exc:
                 why = f"the launcher did not start ({exc})"

@@ -11,10 +11,11 @@ start when imported and that are made to be stopped before a fork (OpenBLAS's, n
 the way their own fork handler stops them, and the fork is refused (the run then starts as a fresh interpreter)
 if another thread is left, CUDA is initialised, or a process started here is still alive.
 
-What the sweep's first run imported beyond the preloaded modules (its workload's libraries: MONAI, torchvision)
-is imported here once that run has ended, so that the later runs find it loaded, as the first run's own imports
-left it. Only the first run's: a later rung's extra imports (a compiler's) stay that rung's own, so that every
-run holds the same modules a fresh process of its settings would.
+Before the first fork, the modules of the sweep's first run's model, loss and dataset are imported (their
+libraries: MONAI, torchvision, OpenCV; nothing is built or called), so that no run pays those imports; what the
+sweep's first run imported beyond that is imported here once that run has ended, so that the later runs find it
+loaded, as the first run's own imports left it. Only the first run's: a later rung's extra imports (a compiler's)
+stay that rung's own, so that every run holds the same modules a fresh process of its settings would.
 
 The protocol (``SOCK_SEQPACKET``, one JSON object a message, file descriptors beside): this process sends
 ``{"ready": pid}``; the parent asks ``{"job", "log", "cwd", "env", "argv"}`` with the run's progress channel; this
@@ -73,13 +74,15 @@ def receive(sock: socket.socket, flags: int = 0) -> tuple[dict | None, list[int]
     return json.loads(data), list(fds)
 
 
-def main(sweep_dir: str) -> int:
+def main(sweep_dir: str, first_config: str = "") -> int:
     from harness.lifeline import guard_child
 
     guard_child()  # dies with the sweep's process; no deadline of its own (each run carries one)
     sock = socket.socket(fileno=int(os.environ.pop(SOCKET_ENV)))
     started = time.monotonic()
     failed = preload(PRELOAD)
+    if first_config:
+        warm_workload(Path(first_config))
     resident, sources = resident_file_pages(), source_stamps()
     send(sock, {"ready": os.getpid(), "import_s": time.monotonic() - started, "failed": failed})
     learnt = False
@@ -117,6 +120,22 @@ def preload(names) -> list[str]:
         except (Exception, SystemExit):  # a module made at run time (a compiled kernel's), or one that refuses
             failed.append(name)
     return failed
+
+
+def warm_workload(config_path: Path) -> list[str]:
+    """Import the modules of a run's model, loss and dataset ``_target_``s (its ``config.json``), for the libraries
+    they import; nothing is built or called, so no run's code leaves state here. Returns the ones that failed
+    (a run that cannot import its model says so itself, in its own record)."""
+    try:
+        values = json.loads(config_path.read_text()).get("workload") or {}
+    except (OSError, ValueError):
+        return [str(config_path)]
+    names = [node["_target_"].rsplit(".", 1)[0] for node in (values.get(k) for k in ("model", "loss", "dataset"))
+             if isinstance(node, dict) and isinstance(node.get("_target_"), str) and "." in node["_target_"]]
+    try:
+        return preload(names)
+    finally:
+        stop_blas_threads()
 
 
 def _learn(path: Path) -> bool:
@@ -315,4 +334,4 @@ def _report_imports(path: Path) -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1]))
+    sys.exit(main(*sys.argv[1:3]))

@@ -88,7 +88,8 @@ def run_ladder(ctx: rungs_mod.SweepContext, machine, display: LoopDisplay) -> in
     code = 0
     measured: list = []
     started = time.monotonic()
-    with launcher.warm():
+    with launcher.warm() as session:
+        session.begin(_first_to_measure(ctx, machine, plan, done))
         for round_ in range(plan.max_rounds):
             refusal = plan.refusal(len(ctx.ladder.rungs)) if round_ else ""
             if refusal:
@@ -107,6 +108,25 @@ def run_ladder(ctx: rungs_mod.SweepContext, machine, display: LoopDisplay) -> in
     if measured:
         print(phases.duty_cycle(measured, time.monotonic() - started))
     return code
+
+
+def _first_to_measure(ctx: rungs_mod.SweepContext, machine, plan: rounds_mod.RoundPlan,
+                      done: set[tuple[int, int]]) -> dict | None:
+    """The settings of the sweep's first run, for the warm launcher to start on while the sweep still reads its
+    store; None when that run is in this sweep or the cache already (a sweep replayed from the store imports no
+    torch; a later run that is measured starts the launcher itself) or is not forked (several devices)."""
+    from harness import config as config_mod
+
+    turn = round_turns(ctx.ladder, 0, plan.max_rounds, plan.auto)[0]
+    if (turn.rung.index, turn.round_) in done:
+        return None
+    try:
+        cfg = rungs_mod.rung_config(ctx, turn.rung.index, machine)
+    except ValueError:
+        return None  # the rung says so itself when it runs
+    if cfg.devices > 1 or (not ctx.rerun and rungs_mod.would_be_cached(ctx, cfg)):
+        return None
+    return config_mod.to_dict(cfg)
 
 
 def _turn(ctx: rungs_mod.SweepContext, machine, display: LoopDisplay, turn: Turn, plan: rounds_mod.RoundPlan,

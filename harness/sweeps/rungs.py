@@ -194,6 +194,18 @@ def measured_rungs(ctx: SweepContext) -> set[tuple[int, int]]:
     return {(int(r), int(k)) for r, k in zip(mine["rung"], mine["round"].fillna(0))}
 
 
+def would_be_cached(ctx: SweepContext, cfg: config_mod.RunConfig) -> bool:
+    """Whether the store holds a measurement of these settings here that a run of this sweep could copy."""
+    if debug_active(cfg) or applicability.skip_reason(cfg, cap_workers_at_cpus=ctx.ladder.cap_workers_at_cpus):
+        return False
+    _, key = runner.environment(cfg.device)
+    try:
+        return lookup_cached(ctx.results_dir, config_mod.config_hash(cfg), key, set(),
+                             profiled=cfg.profile.enabled) is not None
+    except ValueError:  # no results folder yet
+        return False
+
+
 def run_rung(ctx: SweepContext, rung: int, round_: int, machine: runner.Machine,
              on_start: Callable[[config_mod.RunConfig, frozenset[int]], Any] | None = None,
              on_progress=None) -> RungOutcome:
