@@ -155,7 +155,8 @@ def test_each_logging_step_writes_its_step_loss_and_learning_rate_as_a_line_of_a
     with measured_run(cfg, cfg.workload, lambda *a, **k: None) as run:
         path = run.loop.metrics.path
         assert path.name == "metrics.log" and path.parent.name.startswith("harness-metrics-")
-    lines = path.read_text().splitlines()  # the handler is closed; the folder goes at exit
+        lines = path.read_text().splitlines()
+    assert not path.parent.exists()  # removed with the loop: a forked run's exit runs no handler
     found = [re.fullmatch(r"\S+ \S+ INFO step=(\d+) loss=(\S+) lr=(\S+)", line) for line in lines]
     assert all(found), lines
     # 5 steps (1 warm-up + 4): step 0, then every second one (steps 1 and 3); nothing on the others

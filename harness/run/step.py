@@ -59,7 +59,7 @@ def read_loss(m: Measurement, loss, accum: int, step: int, log_every: int, log: 
 
 class MetricsLog:
     """The scalars a trainer logs at a logging step (step, loss, learning rate), one line each through Python's
-    ``logging`` to ``metrics.log`` in a temporary folder (removed at exit), flushed after each line as a
+    ``logging`` to ``metrics.log`` in a temporary folder (removed when the loop lets go of it), flushed after each line as a
     ``FileHandler`` flushes: the write a trainer's console or metrics logger makes, and nothing on other steps."""
 
     def __init__(self, optimizer):
@@ -77,6 +77,7 @@ class MetricsLog:
         self.logger.info("step=%d loss=%.6g lr=%.6g", step, loss, lr)
 
     def close(self) -> None:
-        """Let go of the file (it stays until the process exits)."""
+        """Let go of the file and remove its folder (a forked run ends with ``os._exit``: no exit handler runs)."""
         self.logger.removeHandler(self.handler)
         self.handler.close()
+        shutil.rmtree(self.folder, ignore_errors=True)
