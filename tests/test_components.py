@@ -154,6 +154,7 @@ def test_a_claim_with_no_figure_reports_the_measured_effect_and_no_verdict():
     ("cuda", "unet3d", "data.non_blocking=true", {"data": {"pin_memory": False}},
      "data.non_blocking cannot act without pinned memory"),
     ("cpu", "unet3d", "data.non_blocking=true", {}, "data.non_blocking cannot act on a CPU"),
+    ("cpu", "seresnet_speech", "cudnn_deterministic=false", {}, "cudnn_deterministic cannot act on a CPU"),
 ])
 def test_a_knob_that_cannot_act_here_gets_a_note_not_a_verdict(device, workload, change, config, reason):
     rows = [_record(0, samples_per_s=40, step_ms=100, device=device, device_ms=90 if device == "cuda" else None,

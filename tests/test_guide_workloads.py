@@ -4,6 +4,7 @@ in the loader) and DETR (Hungarian matching, L1 + GIoU + CE, CLAHE and motion bl
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -14,18 +15,46 @@ from harness.workload import workloads
 from tests.conftest import harness_cli, tiny_config
 
 
-def test_the_speech_dataset_computes_a_normalised_log_spectrogram_per_item():
+def test_the_speech_dataset_computes_a_normalised_log_spectrogram_per_item(tmp_path):
     from models.speech import SpeechSpectrograms, spectrogram_shape
 
-    data = SpeechSpectrograms(patch_size=[101], num_clips=4)
+    data = SpeechSpectrograms(patch_size=[101], num_clips=4, cache_dir=str(tmp_path))
     x, y = data[1]
     assert list(x.shape) == [257, 101] == spectrogram_shape(seconds=1.0) and x.dtype == torch.float32
     assert int(y) == 1 and torch.allclose(x.mean(dim=1), torch.zeros(257), atol=1e-4)
     assert torch.equal(data[1][0], x) and not torch.equal(data[2][0], x)  # seeded per item: reproducible, not constant
-    image = SpeechSpectrograms(patch_size=[257, 101], num_clips=2, spatial_dims=2)[0][0]
+    image = SpeechSpectrograms(patch_size=[257, 101], num_clips=2, spatial_dims=2, source="memory")[0][0]
     assert list(image.shape) == [1, 257, 101]
     with pytest.raises(ValueError, match=r"patch_size=\[128, 101\]: the frequency side must be n_fft // 2 \+ 1 = 257"):
         SpeechSpectrograms(patch_size=[128, 101], spatial_dims=2)
+
+
+def test_speech_items_are_decoded_from_flac_files_written_once_and_rewritten_when_torn(tmp_path):
+    import soundfile
+
+    from models.speech import SpeechSpectrograms
+
+    data = SpeechSpectrograms(patch_size=[101], num_clips=4, cache_dir=str(tmp_path))
+    assert len(data.files) == 4 and data.clips is None
+    info = soundfile.info(data.files[0])
+    assert (info.format, info.subtype, info.samplerate, info.channels) == ("FLAC", "PCM_16", 16000, 1)
+    assert info.frames == data.length == 100 * 160 + 8000  # a 1 s item's samples and half a second to crop from
+    first = [data[i][0] for i in range(4)]
+    # the same clips in RAM give the same items, to 16-bit quantisation
+    memory = SpeechSpectrograms(patch_size=[101], num_clips=4, source="memory")
+    assert all(torch.allclose(a, memory[i][0], atol=0.2) for i, a in enumerate(first))
+    # the two classes' chirps differ: their mean spectra over the items of each are far apart
+    by_class = [torch.stack([data[i][0] for i in range(4) if int(data[i][1]) == c]).mean(0) for c in (0, 1)]
+    assert (by_class[0] - by_class[1]).abs().mean() > 0.1
+    written = {f: Path(f).stat().st_mtime_ns for f in data.files}
+    Path(data.files[1]).write_bytes(Path(data.files[1]).read_bytes()[:1000])  # torn
+    Path(data.files[2]).unlink()  # missing
+    again = SpeechSpectrograms(patch_size=[101], num_clips=4, cache_dir=str(tmp_path))
+    assert again.files == data.files and soundfile.info(data.files[1]).frames == data.length
+    assert [Path(f).stat().st_mtime_ns == written[f] for f in (data.files[0], data.files[3])] == [True, True]
+    assert all(torch.equal(again[i][0], a) for i, a in enumerate(first))  # seeded: the same items again
+    with pytest.raises(ValueError, match=r"source='tape' is not valid for the speech data set: use one of"):
+        SpeechSpectrograms(patch_size=[101], source="tape")
 
 
 def test_the_speech_seresnet_is_monais_in_1d_and_2d():

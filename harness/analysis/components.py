@@ -229,9 +229,11 @@ def inert_reason(change: str, runs) -> str:
     ``log_every_n_steps`` acts by sparing the logging step's device sync (the loss read); each logging step also
     writes a metrics line, which acts everywhere, but that is a small cost, and the claims are about the sync."""
     key = change.split("=", 1)[0]
-    if not len(runs) or key not in ("log_every_n_steps", "data.non_blocking"):
+    if not len(runs) or key not in ("log_every_n_steps", "data.non_blocking", "cudnn_deterministic"):
         return ""
     first = runs.iloc[0]
+    if key == "cudnn_deterministic":
+        return "" if first.get("device") == "cuda" else "cudnn_deterministic cannot act on a CPU: there is no cuDNN"
     config = json.loads(first.get("config_json") or "{}")
     if key == "log_every_n_steps":
         only_write = "fewer logging steps save only their metrics lines, a small write each"

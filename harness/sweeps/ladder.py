@@ -308,19 +308,24 @@ def _parse_claim(claim: Any, source: str, component: str = "") -> Claim | None:
 
 
 def _check_one_change_each(ladder: Ladder) -> None:
-    """Each rung's value must differ from what the rung before had (else it changes nothing)."""
-    for size in SIZE_NAMES:
-        for r in ladder.rungs[1:]:
-            before = ladder.settings(r.index - 1, size)
-            defaults = config_mod.RunConfig()
-            if r.key.startswith("workload."):  # workload.* defaults are the workload's own
-                config_mod.set_key(defaults, "workload", before["workload"])
-            previous = before.get(r.key, _default(defaults, r.key))
-            if format_value(previous) == format_value(r.value_for(size)):
-                raise ValueError(
-                    f"ladder {ladder.name!r} rung {r.index}: {r.key}={format_value(r.value_for(size))} is what the "
-                    f"rung before already had (size {size}), so the rung changes zero knobs"
-                )
+    """Each rung's value must differ from what the rung before had at some size (else it changes nothing). A rung
+    may change nothing at one size where its knob has no effect there (the guide's cuDNN toggle on a CPU's size)."""
+    for r in ladder.rungs[1:]:
+        same = [size for size in SIZE_NAMES if _unchanged(ladder, r, size)]
+        if len(same) == len(SIZE_NAMES):
+            raise ValueError(
+                f"ladder {ladder.name!r} rung {r.index}: {r.key}={format_value(r.value_for(same[0]))} is what the "
+                f"rung before already had (every size), so the rung changes zero knobs"
+            )
+
+
+def _unchanged(ladder: Ladder, r: Rung, size: str) -> bool:
+    before = ladder.settings(r.index - 1, size)
+    defaults = config_mod.RunConfig()
+    if r.key.startswith("workload."):  # workload.* defaults are the workload's own
+        config_mod.set_key(defaults, "workload", before["workload"])
+    previous = before.get(r.key, _default(defaults, r.key))
+    return format_value(previous) == format_value(r.value_for(size))
 
 
 def _default(cfg: config_mod.RunConfig, key: str) -> Any:

@@ -27,9 +27,10 @@ TARGET_KINDS = ("class", "segmentation", "regression")
 # tensors: random inputs of the sample's shape with targets of the workload's kind (any model)
 SYNTHETIC_KINDS = ("volumes", "images", "tensors")
 # Harness settings a workload may hand to its model, loss or dataset (``model_settings: {ARG: SETTING}``); ``width``
-# is model.width times the size's width; data.patch_size is the sample's spatial sides (the size's, unless set).
+# is model.width times the size's width; data.patch_size is the sample's spatial sides (the size's, unless set);
+# data.cache_dir and results_dir say where a dataset that writes files keeps them (as data=disk does).
 SETTING_SOURCES = ("width", "model.width", "model.mednext_size", "model.kernel_size", "model.deep_supervision",
-                   "model.depth", "model.features", "data.patch_size")
+                   "model.depth", "model.features", "data.patch_size", "data.cache_dir", "results_dir")
 TARGET_NODES = ("model", "loss", "optimizer", "dataset")  # the _target_ nodes, free-form below their name
 OPEN_NODES = TARGET_NODES + ("model_settings", "loss_settings", "dataset_settings", "val_dataset", "sizes")
 NOT_HASHED_FIELDS = ("description",)  # words only: two specs that differ only here measure the same thing
