@@ -59,8 +59,9 @@ def read_loss(m: Measurement, loss, accum: int, step: int, log_every: int, log: 
 
 class MetricsLog:
     """The scalars a trainer logs at a logging step (step, loss, learning rate), one line each through Python's
-    ``logging`` to ``metrics.log`` in a temporary folder (removed when the loop lets go of it), flushed after each line as a
-    ``FileHandler`` flushes: the write a trainer's console or metrics logger makes, and nothing on other steps."""
+    ``logging`` to ``metrics.log`` in a temporary folder (gone when the loop lets go of it), flushed after each
+    line as a ``FileHandler`` flushes: the write a trainer's console or metrics logger makes, nothing on other
+    steps."""
 
     def __init__(self, optimizer):
         self.optimizer = optimizer
