@@ -118,7 +118,7 @@ def _first_to_measure(ctx: rungs_mod.SweepContext, machine, plan: rounds_mod.Rou
     from harness import config as config_mod
 
     turn = round_turns(ctx.ladder, 0, plan.max_rounds, plan.auto)[0]
-    if (turn.rung.index, turn.round_) in done:
+    if machine is None or (turn.rung.index, turn.round_) in done:  # no machine: runs a caller fakes
         return None
     try:
         cfg = rungs_mod.rung_config(ctx, turn.rung.index, machine)
