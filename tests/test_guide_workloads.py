@@ -286,3 +286,14 @@ def test_the_guide_workloads_climb_their_ladders_at_the_cpu_size(ladder, results
     frame = load_runs(results)
     assert set(frame["status"]) <= {"ok", "skipped"} and (frame["status"] == "ok").sum() >= 5
     assert "Total: measured" in out.stdout
+
+
+@pytest.mark.parametrize("persistent,val_workers,expected", [(True, 2, True), (True, 0, False), (False, 2, False)])
+def test_the_validation_loader_is_persistent_when_training_workers_are(persistent, val_workers, expected):
+    """The SEResNet speech guide makes "all DataLoader instantiations" persistent: the evaluation loader's workers
+    then live from one pass to the next (a loader with no workers has none to keep)."""
+    from harness.run.measure import validation_loader
+
+    cfg = tiny_config(val__every_n_steps=5, val__steps=1, val__num_workers=val_workers,
+                      data__num_workers=1, data__persistent_workers=persistent)
+    assert validation_loader(cfg, cfg.workload).persistent_workers is expected

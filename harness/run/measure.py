@@ -363,14 +363,16 @@ def _validation(cfg: RunConfig, workload: WorkloadSpec, prep: Prepared | None) -
 
 
 def validation_loader(cfg: RunConfig, workload: WorkloadSpec):
-    """The validation pass's own loader: ``val.num_workers`` workers, no prefetch setting, none persistent, an epoch
-    of ``val.steps`` batches, over the workload's validation data (``workload.val_dataset``: its eval transforms,
-    e.g. no training augmentation)."""
+    """The validation pass's own loader: ``val.num_workers`` workers, no prefetch setting, persistent when the
+    training loader's are (``data.persistent_workers``: the SEResNet speech guide makes "all DataLoader
+    instantiations" persistent, so its workers live from one pass to the next), an epoch of ``val.steps`` batches,
+    over the workload's validation data (``workload.val_dataset``: its eval transforms, e.g. no training
+    augmentation)."""
     import copy
 
     val_cfg = copy.deepcopy(cfg)
     val_cfg.data.num_workers, val_cfg.data.prefetch_factor = cfg.val.num_workers, None
-    val_cfg.data.persistent_workers = False
+    val_cfg.data.persistent_workers = bool(cfg.data.persistent_workers and cfg.val.num_workers > 0)
     val_cfg.data.epoch_steps = cfg.val.steps
     val_workload = workload.for_validation()
     return build_loader(val_cfg, build_dataset(val_cfg, val_workload), val_workload)
