@@ -75,6 +75,17 @@ def test_a_group_over_a_rung_that_failed_is_not_measured():
     assert group.measured is None and group.verdict == "not measured (rungs [4] did not run ok)"
 
 
+def test_a_group_over_a_rung_skipped_on_this_device_is_judged_without_it_and_says_so():
+    # a GPU-only knob inside the span (cudnn_benchmark on a CPU): every run of it skipped, the rungs after built
+    # without it, so the group is its last rung over the rung before it, with a note
+    table = table_mod.build_table(_sweep([10.0, 20.0, 22.0, 0.0, 26.0], GROUPS, statuses={3: "skipped"}), "s")
+    (group,) = table.groups
+    assert group.measured.value == pytest.approx(26.0 / 20.0)
+    assert group.note == "rungs [3] skipped here (their knob cannot act on this device): judged without them"
+    table = table_mod.build_table(_sweep([10.0, 20.0, 22.0, 0.0, 26.0], GROUPS, statuses={3: "error"}), "s")
+    assert table.groups[0].verdict == "not measured (rungs [3] did not run ok)"  # a failure still stops it
+
+
 def test_a_group_with_no_ok_rung_before_it_is_not_measured():
     table = table_mod.build_table(_sweep([10.0, 0.0, 22.0, 30.0, 33.0], GROUPS, statuses={0: "oom", 1: "oom"}), "s")
     (group,) = table.groups

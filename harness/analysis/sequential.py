@@ -191,10 +191,12 @@ def _codes(low: np.ndarray, high: np.ndarray, claim, min_effect: float) -> np.nd
 
 
 def judge(model: blocks.BlockFit, questions: Sequence[Question], level: float,
-          min_effect: float = MIN_EFFECT) -> tuple[np.ndarray, list[blocks.Contrast | None]]:
+          min_effect: float = MIN_EFFECT, skipped: frozenset[int] = frozenset()) -> tuple[np.ndarray,
+                                                                                    list[blocks.Contrast | None]]:
     """Codes (trials x questions) of every question at two-sided nominal ``level``, and the contrasts.
-    A question whose rungs did not all run ok, or with no band yet, gets NO_BAND (not decided)."""
-    ran = set(np.nonzero(model.design.observed.any(axis=1))[0].tolist())
+    A question whose rungs did not all run ok, or with no band yet, gets NO_BAND (not decided); a rung ``skipped``
+    (its knob cannot act on this device: every run of it skipped) does not stop a span's question."""
+    ran = set(np.nonzero(model.design.observed.any(axis=1))[0].tolist()) | set(skipped)
     codes = np.full((model.logs.shape[0], len(questions)), stats.NO_BAND)
     contrasts: list[blocks.Contrast | None] = []
     for i, q in enumerate(questions):
@@ -210,7 +212,7 @@ def judge(model: blocks.BlockFit, questions: Sequence[Question], level: float,
 
 def look(logs, questions: Sequence[Question], rounds: int, max_rounds: int, calibration_cv: float | None = None,
          calibration_df: float = 0.0, alpha: float = ALPHA, spending: str = DEFAULT_SPENDING,
-         min_effect: float = MIN_EFFECT, busy: dict | None = None) -> Look:
+         min_effect: float = MIN_EFFECT, busy: dict | None = None, skipped: frozenset[int] = frozenset()) -> Look:
     """Refit one sweep's ``logs[rung, round]`` after ``rounds`` rounds and answer every question at the look's
     corrected level (docs/statistics.md: why looking after every round keeps the error at ``alpha``).
 
@@ -218,8 +220,8 @@ def look(logs, questions: Sequence[Question], rounds: int, max_rounds: int, cali
     ``logs``; a question left with no run because of them says so instead of "not measured"."""
     model = blocks.fit(np.asarray(logs, dtype=float)[:, :rounds], calibration_cv, calibration_df)
     level = look_level(rounds, max_rounds, calibration_cv is not None and calibration_df > 0, alpha, spending)
-    codes, contrasts = judge(model, questions, level, min_effect)
-    ran = set(np.nonzero(model.design.observed.any(axis=1))[0].tolist())
+    codes, contrasts = judge(model, questions, level, min_effect, skipped)
+    ran = set(np.nonzero(model.design.observed.any(axis=1))[0].tolist()) | set(skipped)
     answers = []
     for q, code, c in zip(questions, codes[0], contrasts):
         ratio = c.ratio(level) if c is not None and level > 0 else None
@@ -232,10 +234,10 @@ def look(logs, questions: Sequence[Question], rounds: int, max_rounds: int, cali
 
 
 def fixed(logs, questions: Sequence[Question], calibration_cv: float | None = None, calibration_df: float = 0.0,
-          busy: dict | None = None) -> Look:
+          busy: dict | None = None, skipped: frozenset[int] = frozenset()) -> Look:
     """A sweep with a fixed number of rounds (``sweep.repeats=N``): one look, plain 95% bands."""
     rounds = np.asarray(logs).shape[-1]
-    return look(logs, questions, rounds, rounds, calibration_cv, calibration_df, busy=busy)
+    return look(logs, questions, rounds, rounds, calibration_cv, calibration_df, busy=busy, skipped=skipped)
 
 
 def questions_for(rungs: int, claims: dict, total: tuple[float, float] | None = None, groups=()) -> list[Question]:

@@ -162,14 +162,25 @@ def judge(records, rungs: int, claims: dict, total: tuple[float, float] | None, 
     logs, busy = blocks.from_records(records.to_dict("records"), rungs=rungs, rounds=rounds)
     fitting = [g for g in groups if 1 <= int(g["first"]) < int(g["last"]) < rungs]
     questions = sequential.questions_for(rungs, claims, total, fitting)
+    skipped = skipped_rungs(records)
     if max_rounds:
-        look = sequential.look(logs, questions, rounds, max(max_rounds, rounds), noise.cv, noise.df, busy=busy)
+        look = sequential.look(logs, questions, rounds, max(max_rounds, rounds), noise.cv, noise.df, busy=busy,
+                               skipped=skipped)
     else:
-        look = sequential.fixed(logs, questions, noise.cv, noise.df, busy)
+        look = sequential.fixed(logs, questions, noise.cv, noise.df, busy, skipped)
     model = blocks.fit(logs[:, :rounds], noise.cv, noise.df)
     answers = {a.question.label: _with_busy_predecessor(a, busy, rounds) for a in look.answers}
     busy_runs = sum(1 for r in records.to_dict("records") if r.get("status") == "ok" and busy_reason(r))
     return Judgement(look, model, noise, busy, rounds, max_rounds, answers, busy_runs)
+
+
+def skipped_rungs(records) -> frozenset[int]:
+    """Rungs every run of which was skipped (a knob that cannot act on this device): a group over them is judged
+    without them, as the rungs after them are built without them."""
+    if not len(records) or "status" not in records:
+        return frozenset()
+    statuses = records.groupby("rung")["status"].agg(set)
+    return frozenset(int(r) for r, s in statuses.items() if s == {"skipped"})
 
 
 def _with_busy_predecessor(answer: sequential.Answer, busy: dict, rounds: int) -> sequential.Answer:

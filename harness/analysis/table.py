@@ -292,6 +292,9 @@ def _group(claim: dict, rows: list[RungRow], judgement: sweepstats.Judgement) ->
     group.measured = judgement.measured(answer)
     if group.claim_range is not None:
         group.verdict = sweepstats.verdict_text(answer)
+    skipped = [r.rung for r in rows if first <= r.rung <= last and r.status == "skipped"]
+    if skipped:  # the device's: the guide's machine ran them
+        group.note = f"rungs {skipped} skipped here (their knob cannot act on this device): judged without them"
     return group
 
 
