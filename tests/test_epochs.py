@@ -66,9 +66,11 @@ def test_persistent_workers_confirm_on_short_epochs_but_fall_short_at_the_guides
     row = table.rows[1]
     assert row.x_previous.value == pytest.approx(900 / 524, rel=0.02)  # 1.72x on epochs of 5 steps
     assert row.component_measured.value == pytest.approx(1.0015, abs=0.01)  # at 2,500 steps an epoch
-    assert row.verdict.startswith("falls short") and "at the guide's epoch of 2,500 steps" in row.verdict
-    assert "an epoch start cost 400 -> 20 ms over a step, measured on epochs of 5 steps" in row.verdict
-    assert "1.15-1.2x (per epoch of 10,000 samples)" in render.to_markdown(table)
+    assert row.verdict == "falls short (no measurable change) (at the guide's epoch 1.00x)"
+    text = render.to_markdown(table)
+    assert "1.15-1.2x (per epoch of 10,000 samples)" in text
+    assert ("data.persistent_workers=true: at the guide's epoch (10,000 samples, 2,500 steps) 1.00x, derived from "
+            "an epoch start's cost over a step, 400 -> 20 ms, measured on epochs of 5 steps.") in text
 
 
 def test_a_group_claim_at_the_guides_epoch_is_named_so():
@@ -76,7 +78,9 @@ def test_a_group_claim_at_the_guides_epoch_is_named_so():
     frame["group_claims_json"] = ('[{"first": 1, "last": 1, "low": 1.1, "high": 1.2, "label": "1.1-1.2x", '
                                   '"source": "g", "component": "epoch:10000"}]')
     table = table_mod.build_table(frame, "s")
-    assert "1.1-1.2x per epoch of 10,000 samples" in render.to_markdown(table)
+    text = render.to_markdown(table)
+    assert "1.1-1.2x per epoch of 10,000 samples" in text
+    assert "rungs 1-1 together: at the guide's epoch (10,000 samples, 2,500 steps)" in text
 
 
 def test_equal_settings_get_a_verdict_at_the_guides_epoch_about_5_percent_of_the_time():

@@ -143,6 +143,26 @@ def judge(table: SweepTable, records) -> None:
     for group in table.groups:
         _judge_group(group, table.rows)
     table.readings = [line for line in (reading(r, rows.get(r.built_on)) for r in table.rows) if line]
+    table.readings += _epoch_readings(table, rows)
+
+
+def _epoch_readings(table: SweepTable, rows: dict) -> list[str]:
+    """How each claim judged at the guide's epoch was derived (its verdict cell gives the figure only)."""
+    lines = []
+    for row in table.rows:
+        samples = epochs.epoch_samples(row.claim_component)
+        before = rows.get(row.built_on) if row.built_on is not None else None
+        if samples and before is not None and row.parts is not None and before.parts is not None:
+            lines.append(epochs.reading(row.change, row.parts.epoch_costs or [], before.parts.epoch_costs or [],
+                                        samples, row.component_measured))
+    for group in table.groups:
+        samples = epochs.epoch_samples(group.component)
+        end = next((r for r in reversed(table.rows) if group.first <= r.rung <= group.last and r.parts), None)
+        start = next((r for r in reversed(table.rows) if r.rung < group.first and r.parts), None)
+        if samples and end is not None and start is not None:
+            lines.append(epochs.reading(f"rungs {group.first}-{group.last} together", end.parts.epoch_costs or [],
+                                        start.parts.epoch_costs or [], samples, group.component_measured))
+    return [line for line in lines if line]
 
 
 def _judge_row(row: RungRow, before: RungRow | None) -> None:
