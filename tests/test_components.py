@@ -217,3 +217,16 @@ def test_records_written_before_claim_components_read_back_as_whole_step_claims(
     write_record(new, tmp_path)
     got = load_runs(tmp_path).set_index("rung")["claim_component"].fillna("")
     assert got[1] == "" and got[2] == "data"
+
+
+def test_a_window_that_opened_on_batches_queued_in_the_warm_up_says_so():
+    # the first 10 steps served from the queue the workers filled while the model compiled, then 80 ms of each
+    # 100 ms step waiting on the loader: the note; an even wait throughout: none
+    queued = [_record(0, samples_per_s=40, step_ms=100, step_list=[20.0] * 10 + [100.0] * 10),
+              _record(1, samples_per_s=40, step_ms=100, step_list=[100.0] * 20, change="compile=default")]
+    queued[0].data_wait_ms = [0.0] * 10 + [80.0] * 10
+    queued[1].data_wait_ms = [80.0] * 20
+    table = table_mod.build_table(_frame(queued), "s")
+    assert table.rows[0].note.startswith("the window opened on batches made during the warm-up: waiting on data 0% "
+                                         "of its first third, 80% of its last")
+    assert "warm-up" not in (table.rows[1].note or "")

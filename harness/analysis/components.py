@@ -139,6 +139,8 @@ def judge(table: SweepTable, records) -> None:
             parts.x_compute = noise_model.ratio(parts.compute, old.compute)
         if parts is not None:
             parts.inert = inert_reason(row.change, records[records["rung"] == row.rung])
+            if note := queued_start_note(records[(records["rung"] == row.rung) & (records["status"] == "ok")]):
+                row.note = (row.note + "; " if row.note else "") + note
         _judge_row(row, before)
     for group in table.groups:
         _judge_group(group, table.rows)
@@ -242,6 +244,31 @@ def _data_verdict(new: RungRow, old: RungRow, low: float, high: float,
         return measured, f"{verdict} (data: loader at least {measured.value:.2f}x)"
     return measured, (f"inconclusive (data: loader at least {measured.value:.2f}x; the loop now waits {wait_new:.0%}, "
                       "the model sets the pace)")
+
+
+QUEUED_LATE_WAIT = 0.2  # the window's last third waits on the loader at least this share of its steps...
+QUEUED_EARLY_SHARE = 0.5  # ... and its first third less than this fraction of that
+
+
+def queued_start_note(runs) -> str:
+    """A note when the window opened on batches the loader's workers made during the warm-up (a long one: a
+    compile) and ran into the loader's own pace only later: the first third of the window waited on data far less
+    than the last (median over the runs), so the rung's throughput and data wait mix the two ("" otherwise)."""
+    early, late = [], []
+    for _, run in runs.iterrows():
+        steps, waits = _floats(run.get("step_ms")), _floats(run.get("data_wait_ms"))
+        third = len(steps) // 3
+        if third < 2 or len(waits) != len(steps):
+            continue
+        early.append(sum(waits[:third]) / max(sum(steps[:third]), 1e-9))
+        late.append(sum(waits[-third:]) / max(sum(steps[-third:]), 1e-9))
+    if not late:
+        return ""
+    first, last = stats.median(early), stats.median(late)
+    if last < QUEUED_LATE_WAIT or first >= QUEUED_EARLY_SHARE * last:
+        return ""
+    return (f"the window opened on batches made during the warm-up: waiting on data {first:.0%} of its first third, "
+            f"{last:.0%} of its last; a longer window (measure.steps) measures the loader's own pace")
 
 
 def inert_reason(change: str, runs) -> str:
