@@ -89,19 +89,15 @@ def _samples_per_step(run) -> float | None:
 
 def _compute_steps(run) -> tuple[list[float], str]:
     """A run's per-step compute times: the device's own on CUDA, else the host's step minus its data wait."""
-    device = _floats(run.get("device_step_ms"))
+    device = stats.floats(run.get("device_step_ms"))
     if run.get("device") == "cuda" and device:
         return device, "device"
-    steps, waits = _floats(run.get("step_ms")), _floats(run.get("data_wait_ms"))
+    steps, waits = stats.floats(run.get("step_ms")), stats.floats(run.get("data_wait_ms"))
     if steps and len(steps) == len(waits):
         return [max(s - w, 0.0) for s, w in zip(steps, waits)], "host"
     return [], ""
 
 
-def _floats(values) -> list[float]:
-    if values is None or (isinstance(values, float) and math.isnan(values)):
-        return []
-    return [float(v) for v in values]
 
 
 def _validation_rate(run, per_step: float | None) -> float | None:
@@ -111,7 +107,7 @@ def _validation_rate(run, per_step: float | None) -> float | None:
         every = int((json.loads(run.get("config_json") or "{}").get("val") or {}).get("every_n_steps") or 0)
     except (TypeError, ValueError):
         return None
-    steps, warmup = _floats(run.get("step_ms")), run.get("warmup_steps")
+    steps, warmup = stats.floats(run.get("step_ms")), run.get("warmup_steps")
     if not every or not steps or not per_step or warmup is None or math.isnan(float(warmup)):
         return None
     first = int(warmup)
@@ -159,9 +155,8 @@ def _epoch_readings(table: SweepTable, rows: dict) -> list[str]:
                                         samples, row.component_measured))
     for group in table.groups:
         samples = epochs.epoch_samples(group.component)
-        end = next((r for r in reversed(table.rows) if group.first <= r.rung <= group.last and r.parts), None)
-        start = next((r for r in reversed(table.rows) if r.rung < group.first and r.parts), None)
-        if samples and end is not None and start is not None:
+        start, end = _group_ends(group, table.rows)
+        if samples and end is not None and start is not None and end.parts and start.parts:
             lines.append(epochs.reading(f"rungs {group.first}-{group.last} together", end.parts.epoch_costs or [],
                                         start.parts.epoch_costs or [], samples, group.component_measured))
     return [line for line in lines if line]
@@ -190,12 +185,18 @@ def _judge_group(group: GroupRow, rows: list[RungRow]) -> None:
         return
     if not component or group.claim_range is None:
         return
-    before = next((r for r in reversed(rows) if r.rung < group.first and r.runs is not None), None)
-    end = next((r for r in reversed(rows) if group.first <= r.rung <= group.last and r.runs is not None), None)
+    before, end = _group_ends(group, rows)
     if before is None or end is None:
         return
     group.component_measured, group.verdict = component_verdict(component, end, before, *group.claim_range,
                                                                 end_to_end=group.measured)
+
+
+def _group_ends(group: GroupRow, rows: list[RungRow]) -> tuple[RungRow | None, RungRow | None]:
+    """(the last rung before the group that has runs, the group's last rung that has runs): what it is judged on."""
+    before = next((r for r in reversed(rows) if r.rung < group.first and r.runs is not None), None)
+    end = next((r for r in reversed(rows) if group.first <= r.rung <= group.last and r.runs is not None), None)
+    return before, end
 
 
 def measured_only(measured: stats.Ratio) -> str:
@@ -256,7 +257,7 @@ def queued_start_note(runs) -> str:
     than the last (median over the runs), so the rung's throughput and data wait mix the two ("" otherwise)."""
     early, late = [], []
     for _, run in runs.iterrows():
-        steps, waits = _floats(run.get("step_ms")), _floats(run.get("data_wait_ms"))
+        steps, waits = stats.floats(run.get("step_ms")), stats.floats(run.get("data_wait_ms"))
         third = len(steps) // 3
         if third < 2 or len(waits) != len(steps):
             continue

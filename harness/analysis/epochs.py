@@ -17,7 +17,6 @@ epoch`` and ``epoch_samples: N`` is judged on that derived throughput (a record'
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import dataclass
 
 from harness.analysis import noise_model, stats
@@ -72,7 +71,7 @@ def cost_of(run) -> EpochCost | None:
         first, per_step = int(run.get("warmup_steps")), float(run.get("samples_per_step"))
     except (TypeError, ValueError):
         return None
-    steps = _floats(run.get("step_ms"))
+    steps = stats.floats(run.get("step_ms"))
     if every <= 0 or not steps or not per_step > 0:
         return None
     starts, plain = [], []
@@ -117,7 +116,3 @@ def reading(what: str, new: list[EpochCost], old: list[EpochCost], epoch_samples
             f"{new[0].epoch_steps} steps.")
 
 
-def _floats(values) -> list[float]:
-    if values is None or (isinstance(values, float) and math.isnan(values)):
-        return []
-    return [float(v) for v in values]

@@ -218,6 +218,13 @@ def _default_df(df: float, runs: int) -> Callable[[int], float]:
     return lambda n: df * (n - 1) / (runs - 1)
 
 
+def floats(values) -> list[float]:
+    """A store's list cell (per-step times) as floats; [] when it is missing (None or NaN)."""
+    if values is None or (isinstance(values, float) and math.isnan(values)):
+        return []
+    return [float(v) for v in values]
+
+
 def finite_number(value) -> float | None:
     """``value`` as a float, or None when it is missing, not a number, NaN or infinite (a store's cell)."""
     try:

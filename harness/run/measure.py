@@ -241,13 +241,12 @@ def _steps(loop: Loop, measured: bool) -> tuple[Any, float]:
     prep, batches, device, accum, m, rule = loop.prep, loop.batches, loop.device, loop.accum, loop.m, loop.rule
     move, nb, fmt, set_to_none = loop.move, loop.non_blocking, loop.memory_format, loop.set_to_none
     log_every, mark_step, after_step, satisfied = loop.log_every, loop.mark_step, loop.after_step, rule.satisfied
-    metrics = loop.metrics
     no_sync, last_micro, synced, drop_out = loop.no_sync, accum - 1, contextlib.nullcontext(), after_step is None
     nan_step, fault_step, slowdown_s = loop.faults.nan_step, loop.faults.fault_step, loop.faults.slowdown_s
     first, stop = (loop.warmup, loop.warmup + rule.steps) if measured else (len(m.warmup_ms), loop.warmup)
     times, waits = (m.step_ms, m.data_wait_ms) if measured else (m.warmup_ms, [])
     events, max_s, next_check = (loop.events, rule.max_s, rule.first_check) if measured else ([], math.inf, math.inf)
-    model, loss_fn, autocast = (prep.model, prep.loss_fn, prep.autocast) if prep is not None else (None,) * 3
+    model, loss_fn, autocast, metrics = (prep.model, prep.loss_fn, prep.autocast, loop.metrics) if prep else (None,) * 4
     loss = out = ev_start = ev_end = None
     t_prev = start = time.perf_counter()
     for step in range(first, stop):

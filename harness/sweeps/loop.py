@@ -124,7 +124,7 @@ def _first_to_measure(ctx: rungs_mod.SweepContext, machine, plan: rounds_mod.Rou
         cfg = rungs_mod.rung_config(ctx, turn.rung.index, machine)
     except ValueError:
         return None  # the rung says so itself when it runs
-    if cfg.devices > 1 or (not ctx.rerun and rungs_mod.would_be_cached(ctx, cfg)):
+    if cfg.devices > 1 or rungs_mod.would_be_cached(ctx, cfg):
         return None
     return config_mod.to_dict(cfg)
 

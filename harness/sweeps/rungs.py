@@ -194,14 +194,20 @@ def measured_rungs(ctx: SweepContext) -> set[tuple[int, int]]:
     return {(int(r), int(k)) for r, k in zip(mine["rung"], mine["round"].fillna(0))}
 
 
+def cached_record(ctx: SweepContext, cfg: config_mod.RunConfig, key: str, used: set[str],
+                  skip_reason: str) -> RunRecord | None:
+    """The store's measurement of these settings here that a run of this sweep may copy instead of measuring
+    (None for a rung skipped here, a re-run, a debug run, or none stored)."""
+    if skip_reason or ctx.rerun or debug_active(cfg):
+        return None
+    return lookup_cached(ctx.results_dir, config_mod.config_hash(cfg), key, used, profiled=cfg.profile.enabled)
+
+
 def would_be_cached(ctx: SweepContext, cfg: config_mod.RunConfig) -> bool:
-    """Whether the store holds a measurement of these settings here that a run of this sweep could copy."""
-    if debug_active(cfg) or applicability.skip_reason(cfg, cap_workers_at_cpus=ctx.ladder.cap_workers_at_cpus):
-        return False
-    _, key = runner.environment(cfg.device)
+    """Whether :func:`run_rung` would copy these settings from the store (any sweep's measurement)."""
+    reason = applicability.skip_reason(cfg, cap_workers_at_cpus=ctx.ladder.cap_workers_at_cpus)
     try:
-        return lookup_cached(ctx.results_dir, config_mod.config_hash(cfg), key, set(),
-                             profiled=cfg.profile.enabled) is not None
+        return cached_record(ctx, cfg, runner.environment(cfg.device)[1], set(), reason) is not None
     except ValueError:  # no results folder yet
         return False
 
@@ -226,12 +232,10 @@ def run_rung(ctx: SweepContext, rung: int, round_: int, machine: runner.Machine,
         on_start(cfg, dropped)
     env, key = runner.environment(cfg.device)
     reason = applicability.skip_reason(cfg, cap_workers_at_cpus=ladder.cap_workers_at_cpus)  # once per run
-    if not reason and not ctx.rerun and not debug_active(cfg):
-        used = set(mine["cached_from"].fillna("")) | set(mine["run_id"])
-        cached = lookup_cached(ctx.results_dir, config_mod.config_hash(cfg), key, used, profiled=cfg.profile.enabled)
-        if cached is not None:
-            record = copy_cached(cached, **fields)
-            store_record(record, cfg.results_dir)
-            return RungOutcome(record, "cached", dropped)
+    cached = cached_record(ctx, cfg, key, set(mine["cached_from"].fillna("")) | set(mine["run_id"]), reason)
+    if cached is not None:
+        record = copy_cached(cached, **fields)
+        store_record(record, cfg.results_dir)
+        return RungOutcome(record, "cached", dropped)
     record = runner.run_and_store(cfg, env, key, on_progress, skip_reason=reason, **fields)
     return RungOutcome(record, "skipped" if reason else "measured", dropped, reason)
