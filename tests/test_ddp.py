@@ -346,6 +346,12 @@ def _count_allreduces(rank: int, init_file: str, out_dir: str, accum: int, skip_
         f.write(json.dumps({"calls": len(calls), "steps": len(loop.m.step_ms)}))
     dist.barrier()  # neither rank tears gloo down while the other still talks to it (an abort at exit otherwise)
     dist.destroy_process_group()
+    # end as the harness's own runs end (child.exit_now): gloo's worker threads can still be torn down during the
+    # interpreter's finalization, which aborts the process now and then (SIGABRT, "terminate called without an
+    # active exception") after its work is done and written
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 @two_cpus
