@@ -15,6 +15,7 @@ import hashlib
 import json
 import math
 import os
+import shutil
 from pathlib import Path
 
 import monai.networks.nets  # noqa: F401 - the warm launcher imports this module once, before any run forks
@@ -123,6 +124,7 @@ def write_clips(root: Path, synthesize, num_clips: int, length: int, sample_rate
         sizes = {}
     bad = [i for i, p in enumerate(paths) if not p.is_file() or p.stat().st_size != sizes.get(p.name)]
     if bad:
+        _check_space(root, len(bad) * length * 2)  # FLAC of 16-bit noise: at most about the raw PCM size
         folder.mkdir(parents=True, exist_ok=True)
         clips = synthesize(num_clips).numpy()
         for i in bad:
@@ -134,3 +136,14 @@ def write_clips(root: Path, synthesize, num_clips: int, length: int, sample_rate
         tmp.write_text(json.dumps(sizes))
         os.replace(tmp, manifest)
     return [str(p) for p in paths]
+
+
+def _check_space(root: Path, need: int) -> None:
+    """Refuse, naming the folder, its free space and the need, before writing clips that would not fit."""
+    probe = root
+    while not probe.exists():
+        probe = probe.parent
+    free = shutil.disk_usage(probe).free
+    if free < need:
+        raise OSError(f"data cache {root} has {free / 2**20:.1f} MiB free; the speech clips need up to "
+                      f"{need / 2**20:.1f} MiB. Free space or set data.cache_dir to another disk")

@@ -57,6 +57,22 @@ def test_speech_items_are_decoded_from_flac_files_written_once_and_rewritten_whe
         SpeechSpectrograms(patch_size=[101], source="tape")
 
 
+def test_speech_clips_that_would_not_fit_are_refused_before_any_file_is_written(tmp_path, monkeypatch):
+    import shutil
+
+    from models.speech import SpeechSpectrograms
+
+    class Usage:
+        free = 50_000  # bytes: 4 clips of 24,000 16-bit samples need up to 192,000
+
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: Usage)
+    cache = tmp_path / "cache"
+    with pytest.raises(OSError, match=r"data cache .*cache has 0\.0 MiB free; the speech clips need up to 0\.2 MiB\. "
+                                      r"Free space or set data.cache_dir"):
+        SpeechSpectrograms(patch_size=[101], num_clips=4, cache_dir=str(cache))
+    assert not cache.exists()
+
+
 def test_the_speech_seresnet_is_monais_in_1d_and_2d():
     from monai.networks.nets import SEResNet50
 
