@@ -274,6 +274,55 @@ def test_warmup_auto_warms_up_until_steady_and_records_how_many_it_took(monkeypa
     assert summarize(m, extras, per_sample(cfg, None, ""), compiled=False).warmup_steps == len(m.warmup_ms)
 
 
+def test_the_loaders_queue_counts_as_filled_until_its_batches_are_eaten_or_it_runs_dry():
+    from harness.run.stopping import QUEUE_MAX_STEPS, still_queued
+
+    slow_first = [900.0, 5.0, 5.0]  # a compile step, then two steps served from the queue
+    assert still_queued(4, 1, slow_first, [0.0] * 3)  # 2 of 4 queued batches eaten since the slowest step
+    assert not still_queued(4, 1, slow_first + [5.0, 5.0], [0.0] * 5)  # all 4
+    assert not still_queued(4, 2, slow_first, [0.0] * 3)  # 2 micro-batches a step: 2 steps eat 4
+    paced = [900.0, 5.0, 60.0]  # the second step waited for the loader: 55 ms of 60
+    assert not still_queued(4, 1, paced, [0.0, 1.0, 55.0])  # the queue ran dry
+    assert still_queued(4, 1, paced, [0.0, 1.0, 7.0])  # 12% of its step: the step's own work, not the queue
+    assert still_queued(4, 1, [900.0, 1.2, 4.0], [0.0, 0.8, 3.5])  # a tiny step's slow hand-over: not dry
+    assert still_queued(4, 1, [900.0, 20.0, 40.0], [0.0, 15.0, 30.0])  # a big batch's hand-over, twice as slow
+    assert still_queued(4, 1, slow_first, [800.0, 0.0, 0.0])  # the slowest step's own wait (the first batch): no
+    assert not still_queued(0, 1, slow_first, [0.0] * 3)  # no workers, no queue
+    assert not still_queued(4, 1, [], [])  # no warm-up asked for
+    assert not still_queued(10_000, 1, [900.0] + [5.0] * QUEUE_MAX_STEPS, [0.0] * (QUEUE_MAX_STEPS + 1))  # its cap
+    assert still_queued(4, 1, [5.0, 900.0, 5.0], [0.0] * 3)  # counted from the slowest step, not the first
+
+
+@pytest.mark.parametrize("eat_queue", [True, False])
+def test_a_window_after_a_slow_warmup_step_opens_at_the_loaders_pace_not_on_its_queue(monkeypatch, eat_queue):
+    from harness.run import measure
+
+    # a compile-like first step (1 s) while 2 workers, each 100 ms an item, queue 2 batches each; then a step of a
+    # few ms: data-bound. Sleeps, not work: the same on a busy machine.
+    real, calls = measure.forward_backward, []
+
+    def first_slow(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 1:
+            time.sleep(1.0)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(measure, "forward_backward", first_slow)
+    if not eat_queue:  # the window opened right after the asked-for warm-up, as it did before
+        monkeypatch.setattr(measure, "still_queued", lambda *args: False)
+    cfg = tiny_model_config(measure__steps=6, data__num_workers=2, data__prefetch_factor=2,
+                            data__read_latency_ms=100.0, batch_size=1)
+    m, _ = train_and_measure(cfg, cfg.workload, lambda phase, **info: None)
+    # at the loader's pace, 2 workers give a batch each every 100 ms: 4 steps wait ~200 ms; from the queue, a
+    # batch's hand-over each (a ms or so)
+    first_four_wait_ms = sum(m.data_wait_ms[:4])
+    if eat_queue:
+        assert 2 <= len(m.warmup_ms) <= 1 + 4  # the queued batches, or fewer once a step found the queue dry
+        assert first_four_wait_ms > 100.0
+    else:
+        assert len(m.warmup_ms) == 1 and first_four_wait_ms < 50.0
+
+
 class _WatchOutput(torch.nn.Module):
     """A loss that notes, during backward, whether anyone still holds the model's output."""
 

@@ -40,7 +40,7 @@ from harness.run.faults import FaultPlan
 from harness.run.outcome import NonFiniteLoss
 from harness.run.ranks import Rank
 from harness.run.step import MetricsLog, forward_backward, optimizer_step, read_loss
-from harness.run.stopping import StoppingRule, WarmupRule, rule_for, starting_at, warmup_rule_for
+from harness.run.stopping import StoppingRule, WarmupRule, rule_for, starting_at, still_queued, warmup_rule_for
 from harness.run.summary import Extras, Measurement
 from harness.workload.data import build_dataset, build_loader, endless
 from harness.workload.flops import count_train_flops
@@ -81,6 +81,8 @@ class Loop:
     warmup_rule: WarmupRule | None = None  # warmup_steps=auto: warm up until steady (``warmup`` grows as it goes)
     gpm: monitor.WindowGpm | None = None  # CUDA: GPM's SM activity, read at the window's two syncs
     metrics: MetricsLog | None = None  # the logging step's write (None in loader mode: no loss to log)
+    queued: int = 0  # batches the loader's workers hold ready at most (workers x prefetch_factor; 0: no workers)
+    warmup_wait_ms: list[float] = field(default_factory=list)  # the warm-up's data waits (its queue ran dry?)
 
     def release(self) -> None:
         """Let go of the loader (its workers end here, not whenever the caller lets go of the loop) and of the
@@ -176,7 +178,14 @@ def _set_up(cfg: RunConfig, workload: WorkloadSpec, rank: Rank, progress: Progre
         m=Measurement(samples_per_step=cfg.batch_size * cfg.accumulate_grad_batches),
         no_sync=grad_sync_skipper(prep.model if prep else None, rank, accum),
         metrics=MetricsLog(prep.optimizer) if prep is not None and rank.rank == 0 else None,
+        queued=queued_batches(loader) if mode != "model" else 0,
     )
+
+
+def queued_batches(loader) -> int:
+    """The most batches a DataLoader's workers hold ready (``num_workers x prefetch_factor``; 0 without workers)."""
+    workers = getattr(loader, "num_workers", 0) or 0
+    return workers * (getattr(loader, "prefetch_factor", None) or 2) if workers > 0 else 0
 
 
 def grad_sync_skipper(model, rank: Rank, accum: int) -> Callable[[], Any] | None:
@@ -208,6 +217,9 @@ def _warm_up(loop: Loop, progress: Progress) -> None:
         loop.warmup += 1  # warmup_steps=auto: one step at a time, until the step time is steady
         _steps(loop, measured=False)
     _steps(loop, measured=False)  # the warm-up of a fixed count (after auto's, none is left: an empty range)
+    while still_queued(loop.queued, loop.accum, loop.m.warmup_ms, loop.warmup_wait_ms):
+        loop.warmup += 1  # the batches queued during the slowest warm-up step: eaten before the window opens
+        _steps(loop, measured=False)
     loop.rule = starting_at(loop.rule, loop.warmup)  # where the measured steps begin (with auto: known only now)
 
 
@@ -244,7 +256,7 @@ def _steps(loop: Loop, measured: bool) -> tuple[Any, float]:
     no_sync, last_micro, synced, drop_out = loop.no_sync, accum - 1, contextlib.nullcontext(), after_step is None
     nan_step, fault_step, slowdown_s = loop.faults.nan_step, loop.faults.fault_step, loop.faults.slowdown_s
     first, stop = (loop.warmup, loop.warmup + rule.steps) if measured else (len(m.warmup_ms), loop.warmup)
-    times, waits = (m.step_ms, m.data_wait_ms) if measured else (m.warmup_ms, [])
+    times, waits = (m.step_ms, m.data_wait_ms) if measured else (m.warmup_ms, loop.warmup_wait_ms)
     events, max_s, next_check = (loop.events, rule.max_s, rule.first_check) if measured else ([], math.inf, math.inf)
     model, loss_fn, autocast, metrics = (prep.model, prep.loss_fn, prep.autocast, loop.metrics) if prep else (None,) * 4
     loss = out = ev_start = ev_end = None

@@ -1,6 +1,7 @@
 """When the measured window closes: after ``measure.steps`` steps, or with ``steps=auto`` once the mean step time is
 known to +-1% (or at its step or time cap). And, opt-in, when the warm-up ends: after ``measure.warmup_steps``
-steps, or with ``warmup_steps=auto`` once the step time is steady (``WarmupRule``).
+steps, or with ``warmup_steps=auto`` once the step time is steady (``WarmupRule``); either way, then, until the
+batches the loader queued during its slowest step are eaten (``still_queued``).
 
 The rule is asked after 10, 20, 40, ... measured steps (a handful of checks in all); in between, the loop's only
 cost of it is one comparison of the step count and one of a clock it has already read.
@@ -31,6 +32,10 @@ WARMUP_BLOCK = 5  # warmup_steps=auto compares the median of the last 5 steps wi
 WARMUP_TOLERANCE = 0.05  # ... and stops once they are within 5% of each other
 WARMUP_MAX_STEPS = 200  # ... or at this many warm-up steps
 WARMUP_MAX_S = 120.0  # ... or after this long warming up (once the least number of steps is done)
+QUEUE_MAX_STEPS = 64  # the most warm-up steps spent on the batches the loader queued during the slowest one
+QUEUE_DRY_SHARE = 0.2  # a warm-up step that waited this share of its time on data, and this many times the
+QUEUE_DRY_RATIO = 3.0  # ... shortest wait since the slowest step (a queued batch's hand-over) plus
+QUEUE_DRY_MIN_MS = 5.0  # ... this (a hand-over's jitter), found the loader's queue empty
 
 
 @dataclass(frozen=True)
@@ -85,6 +90,26 @@ def is_steady(step_ms: list[float], block: int, tolerance: float) -> bool:
         return False
     last, before = statistics.median(step_ms[-block:]), statistics.median(step_ms[-2 * block:-block])
     return before > 0 and abs(last - before) <= tolerance * before
+
+
+def still_queued(queued: int, accum: int, warmup_ms: list[float], warmup_wait_ms: list[float]) -> bool:
+    """Whether the loader may still hold batches its workers queued while the warm-up's slowest step ran (a compile,
+    the first batch, an autotune): up to ``queued`` (workers x prefetch_factor) of them. A data-bound loop eats them
+    at compute speed; a window opened on them measures neither its loader's pace nor its data wait. True until
+    ``ceil(queued / accum)`` steps have run since that step (at most ``QUEUE_MAX_STEPS``), or until one of them
+    waited on data ``QUEUE_DRY_SHARE`` of its time and clearly longer than the shortest wait since (a queued batch
+    costs its hand-over only; one waited for costs the loader's pace: the queue ran dry). Missing a dry queue costs
+    only a few more warm-up steps; a false one would open the window on the queue, so the test is strict. A
+    compute-bound loop's queue never runs dry: it pays the full count, a few fast steps."""
+    if queued <= 0 or not warmup_ms or len(warmup_ms) >= WARMUP_MAX_STEPS:
+        return False
+    slowest = max(range(len(warmup_ms)), key=warmup_ms.__getitem__)
+    if len(warmup_ms) - 1 - slowest >= min(math.ceil(queued / max(accum, 1)), QUEUE_MAX_STEPS):
+        return False
+    steps, waits = warmup_ms[slowest + 1:], warmup_wait_ms[slowest + 1:]
+    served = min(waits, default=0.0)  # a batch from the queue: its hand-over's cost only
+    dry = QUEUE_DRY_RATIO * served + QUEUE_DRY_MIN_MS
+    return not any(w >= QUEUE_DRY_SHARE * t and w >= dry for t, w in zip(steps, waits))
 
 
 def warmup_rule_for(measure: MeasureConfig) -> WarmupRule | None:
