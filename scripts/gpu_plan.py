@@ -204,6 +204,8 @@ def render(plan: dict) -> str:
             str(part.estimate_s), f"**{states[part.name]}**", (entry.get("measured") or "")[:16],
             (entry.get("commit") or "")[:8], entry.get("code_fingerprint", "")[:8],
             _note(part, entry, states[part.name]).replace("|", "/")]) + " |")
+    lines += ["", "Ladders no lent machine measures (a run needs more than one command's 10 minutes): "
+              + "; ".join(f"`{name}`: {why}" for name, why in sorted(gpu_parts.BEYOND_ONE_COMMAND.items())) + "."]
     retired = sorted(set(entries) - {p.name for p in parts})
     if retired:
         lines += ["", "Entries of parts that no longer exist (the ladders were regrouped or renamed): "

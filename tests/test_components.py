@@ -202,6 +202,23 @@ def test_a_total_claim_needs_a_figure():
         ladder_mod.parse("w", {"rungs": [{"set": {"batch_size": 4}}], "total_claim": "minor"})
 
 
+def test_a_data_bound_window_shorter_than_two_waves_of_its_workers_says_so():
+    # 16 workers, 5 measured steps, 90% waiting: a wave is 16 batches, the window a third of one; 40 steps: two
+    # and a half waves, no note; 5 steps of a compute-bound loop: no note either
+    def runs(steps: int, wait_ms: float, accum: int = 1):
+        config = {"data": {"num_workers": 16}, "accumulate_grad_batches": accum}
+        return [_record(0, samples_per_s=4, step_ms=100, wait_ms=wait_ms, run=r, config=config,
+                        step_list=[100.0] * steps) for r in range(3)]
+
+    note = table_mod.build_table(_frame(runs(5, 90.0)), "s").rows[0].note
+    assert note == ("its window of 5 steps waited on data and is shorter than two waves of the loader's 16 workers "
+                    "(they hand over 16 batches together, then none until the next): it cannot measure their pace; "
+                    "measure.steps=32 can")
+    assert not table_mod.build_table(_frame(runs(40, 90.0)), "s").rows[0].note
+    assert not table_mod.build_table(_frame(runs(5, 5.0)), "s").rows[0].note
+    assert not table_mod.build_table(_frame(runs(8, 90.0, accum=4)), "s").rows[0].note  # 32 micro-batches
+
+
 def test_records_written_before_claim_components_read_back_as_whole_step_claims(tmp_path):
     import pyarrow as pa
     import pyarrow.parquet as pq

@@ -289,7 +289,9 @@ def test_the_loaders_queue_counts_as_filled_until_its_batches_are_eaten_or_it_ru
     assert still_queued(4, 1, slow_first, [800.0, 0.0, 0.0])  # the slowest step's own wait (the first batch): no
     assert not still_queued(0, 1, slow_first, [0.0] * 3)  # no workers, no queue
     assert not still_queued(4, 1, [], [])  # no warm-up asked for
-    assert not still_queued(10_000, 1, [900.0] + [5.0] * QUEUE_MAX_STEPS, [0.0] * (QUEUE_MAX_STEPS + 1))  # its cap
+    assert still_queued(QUEUE_MAX_STEPS, 1, slow_first, [0.0] * 3)  # a queue of up to 32 steps is eaten
+    assert not still_queued(QUEUE_MAX_STEPS + 1, 1, slow_first, [0.0] * 3)  # a longer one is not: none of it
+    assert still_queued(2 * QUEUE_MAX_STEPS, 2, slow_first, [0.0] * 3)  # 32 steps of 2 micro-batches
     assert still_queued(4, 1, [5.0, 900.0, 5.0], [0.0] * 3)  # counted from the slowest step, not the first
 
 

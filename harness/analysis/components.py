@@ -135,8 +135,10 @@ def judge(table: SweepTable, records) -> None:
             parts.x_compute = noise_model.ratio(parts.compute, old.compute)
         if parts is not None:
             parts.inert = inert_reason(row.change, records[records["rung"] == row.rung])
-            if note := queued_start_note(records[(records["rung"] == row.rung) & (records["status"] == "ok")]):
-                row.note = (row.note + "; " if row.note else "") + note
+            ok = records[(records["rung"] == row.rung) & (records["status"] == "ok")]
+            for note in (queued_start_note(ok), short_of_waves_note(ok)):
+                if note:
+                    row.note = f"{row.note}; {note}" if row.note else note
         _judge_row(row, before)
     for group in table.groups:
         _judge_group(group, table.rows)
@@ -249,6 +251,7 @@ def _data_verdict(new: RungRow, old: RungRow, low: float, high: float,
 
 QUEUED_LATE_WAIT = 0.2  # the window's last third waits on the loader at least this share of its steps...
 QUEUED_EARLY_SHARE = 0.5  # ... and its first third less than this fraction of that
+WAVE_WAIT = 0.2  # a window that waited on data this share of its time, shorter than two waves of its workers
 
 
 def queued_start_note(runs) -> str:
@@ -270,6 +273,27 @@ def queued_start_note(runs) -> str:
         return ""
     return (f"the window opened on batches made during the warm-up: waiting on data {first:.0%} of its first third, "
             f"{last:.0%} of its last; a longer window (measure.steps) measures the loader's own pace")
+
+
+def short_of_waves_note(runs) -> str:
+    """A note when the loop waited on data and its window held fewer micro-batches than two of its loader's waves:
+    workers that start together and take alike a batch (a fixed storage latency) hand over ``num_workers`` batches
+    at once, then none until the next wave; a shorter window's pace depends on where in a wave it fell ("" when
+    under half of the runs are so)."""
+    short = []
+    for _, run in runs.iterrows():
+        steps, waits = stats.floats(run.get("step_ms")), stats.floats(run.get("data_wait_ms"))
+        config = json.loads(run.get("config_json") or "{}")
+        workers = int((config.get("data") or {}).get("num_workers") or 0)
+        accum = int(config.get("accumulate_grad_batches") or 1)
+        if workers > 1 and steps and sum(waits) >= WAVE_WAIT * sum(steps) and len(steps) * accum < 2 * workers:
+            short.append((len(steps), workers, accum))
+    if not short or 2 * len(short) < len(runs):
+        return ""
+    steps, workers, accum = short[0]
+    return (f"its window of {steps} steps waited on data and is shorter than two waves of the loader's {workers} "
+            f"workers (they hand over {workers} batches together, then none until the next): it cannot measure "
+            f"their pace; measure.steps={math.ceil(2 * workers / accum)} can")
 
 
 def inert_reason(change: str, runs) -> str:

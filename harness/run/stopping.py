@@ -32,7 +32,7 @@ WARMUP_BLOCK = 5  # warmup_steps=auto compares the median of the last 5 steps wi
 WARMUP_TOLERANCE = 0.05  # ... and stops once they are within 5% of each other
 WARMUP_MAX_STEPS = 200  # ... or at this many warm-up steps
 WARMUP_MAX_S = 120.0  # ... or after this long warming up (once the least number of steps is done)
-QUEUE_MAX_STEPS = 64  # the most warm-up steps spent on the batches the loader queued during the slowest one
+QUEUE_MAX_STEPS = 32  # the most steps of queued batches the warm-up eats (a longer queue: none, and the table's note)
 QUEUE_DRY_SHARE = 0.2  # a warm-up step that waited this share of its time on data, and this many times the
 QUEUE_DRY_RATIO = 3.0  # ... shortest wait since the slowest step (a queued batch's hand-over) plus
 QUEUE_DRY_MIN_MS = 5.0  # ... this (a hand-over's jitter), found the loader's queue empty
@@ -96,15 +96,20 @@ def still_queued(queued: int, accum: int, warmup_ms: list[float], warmup_wait_ms
     """Whether the loader may still hold batches its workers queued while the warm-up's slowest step ran (a compile,
     the first batch, an autotune): up to ``queued`` (workers x prefetch_factor) of them. A data-bound loop eats them
     at compute speed; a window opened on them measures neither its loader's pace nor its data wait. True until
-    ``ceil(queued / accum)`` steps have run since that step (at most ``QUEUE_MAX_STEPS``), or until one of them
+    ``ceil(queued / accum)`` steps have run since that step, or until one of them
     waited on data ``QUEUE_DRY_SHARE`` of its time and clearly longer than the shortest wait since (a queued batch
     costs its hand-over only; one waited for costs the loader's pace: the queue ran dry). Missing a dry queue costs
     only a few more warm-up steps; a false one would open the window on the queue, so the test is strict. A
-    compute-bound loop's queue never runs dry: it pays the full count, a few fast steps."""
+    compute-bound loop's queue never runs dry: it pays the full count, a few fast steps. A queue of more than
+    ``QUEUE_MAX_STEPS`` steps (32 workers x prefetch 8) is not eaten: that many steps would cost as much as a
+    window, and a part of them would not spare it; the table notes a window that opened on such a queue."""
     if queued <= 0 or not warmup_ms or len(warmup_ms) >= WARMUP_MAX_STEPS:
         return False
+    need = math.ceil(queued / max(accum, 1))
+    if need > QUEUE_MAX_STEPS:  # more than a window's worth: eating part of it would not spare the window
+        return False
     slowest = max(range(len(warmup_ms)), key=warmup_ms.__getitem__)
-    if len(warmup_ms) - 1 - slowest >= min(math.ceil(queued / max(accum, 1)), QUEUE_MAX_STEPS):
+    if len(warmup_ms) - 1 - slowest >= need:
         return False
     steps, waits = warmup_ms[slowest + 1:], warmup_wait_ms[slowest + 1:]
     served = min(waits, default=0.0)  # a batch from the queue: its hand-over's cost only
