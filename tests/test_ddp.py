@@ -369,6 +369,43 @@ def test_accumulating_ranks_all_reduce_once_a_step_not_once_a_micro_batch(tmp_pa
     assert counts[False] == [{"calls": 12, "steps": 3}] * 2  # without it, one a micro-batch
 
 
+def _agree(rank: int, init_file: str, out_dir: str) -> None:
+    """One of 2 gloo ranks asking ``any_rank`` until neither wants more: rank 0 wants 3 more steps, rank 1 one."""
+    import torch.distributed as dist
+
+    from harness.run.ranks import any_rank
+
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=2)
+    me, wants, steps = ranks.Rank(rank=rank, world_size=2, backend="gloo"), (3, 1)[rank], 0
+    while any_rank(me, steps < wants):
+        steps += 1
+    with open(os.path.join(out_dir, f"rank{rank}.txt"), "w") as f:
+        f.write(str(steps))
+    dist.barrier()
+    dist.destroy_process_group()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)  # as in _count_allreduces: no gloo teardown at the interpreter's exit
+
+
+@two_cpus
+def test_ranks_take_one_more_warmup_step_while_any_of_them_asks_so_their_steps_stay_paired(tmp_path):
+    import torch.multiprocessing as mp
+
+    from harness.run.ranks import any_rank
+
+    mp.spawn(_agree, args=(str(tmp_path / "init"), str(tmp_path)), nprocs=2)
+    assert [(tmp_path / f"rank{r}.txt").read_text() for r in range(2)] == ["3", "3"]  # both as many as the most
+    assert any_rank(ranks.Rank(), True) and not any_rank(ranks.Rank(), False)  # one rank: its own say
+
+
+def test_steps_auto_is_refused_on_several_devices_before_anything_runs():
+    with pytest.raises(ValueError, match=r"measure.steps=auto with devices=2 is not supported: each rank would close "
+                                         r"its window at its own step"):
+        tiny_config(devices=2, measure__steps="auto")
+    assert tiny_config(devices=2, measure__warmup_steps="auto").measure.warmup_steps == "auto"  # agreed per step
+
+
 def test_no_sync_is_asked_for_only_on_several_ranks_with_accumulation():
     from torch import nn
 

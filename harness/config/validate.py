@@ -135,6 +135,10 @@ def _validate_devices(cfg: RunConfig) -> None:
     if cfg.devices > 1 and cfg.measure.mode == "loader":
         raise ValueError(f"devices={cfg.devices} needs measure.mode=train or model: measure.mode=loader runs no "
                          "model to distribute")
+    if cfg.devices > 1 and cfg.measure.steps == "auto":
+        raise ValueError(f"measure.steps=auto with devices={cfg.devices} is not supported: each rank would close its "
+                         "window at its own step and their all-reduces would no longer pair up; use a whole number "
+                         "of steps (or leave measure.steps unset: the size's own)")
     if not 0 <= cfg.debug.fault_rank < cfg.devices:
         raise ValueError(f"debug.fault_rank={cfg.debug.fault_rank} is not a rank of devices={cfg.devices}: use 0 "
                          f"to {cfg.devices - 1}")

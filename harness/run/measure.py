@@ -38,7 +38,7 @@ from harness.fileio import write_text_atomic
 from harness.run import compiled, faults, monitor
 from harness.run.faults import FaultPlan
 from harness.run.outcome import NonFiniteLoss
-from harness.run.ranks import Rank
+from harness.run.ranks import Rank, any_rank
 from harness.run.step import MetricsLog, forward_backward, optimizer_step, read_loss
 from harness.run.stopping import StoppingRule, WarmupRule, rule_for, starting_at, still_queued, warmup_rule_for
 from harness.run.summary import Extras, Measurement
@@ -213,11 +213,12 @@ def _warm_up(loop: Loop, progress: Progress) -> None:
     # only after the window's closing sync (no sync inside the window). Made here, before the loop, so that the
     # loop allocates nothing; recording one costs a launch-queue entry, as a profiler's step marker does.
     loop.events = _step_events(device, loop.rule.steps if loop.prep is not None else 0)
-    while loop.warmup_rule is not None and not loop.warmup_rule.done(loop.m.warmup_ms):
-        loop.warmup += 1  # warmup_steps=auto: one step at a time, until the step time is steady
+    # one step at a time while any rank asks for one more (the ranks' steps stay paired under DDP)
+    while any_rank(rank, loop.warmup_rule is not None and not loop.warmup_rule.done(loop.m.warmup_ms)):
+        loop.warmup += 1  # warmup_steps=auto: until the step time is steady
         _steps(loop, measured=False)
     _steps(loop, measured=False)  # the warm-up of a fixed count (after auto's, none is left: an empty range)
-    while still_queued(loop.queued, loop.accum, loop.m.warmup_ms, loop.warmup_wait_ms):
+    while any_rank(rank, still_queued(loop.queued, loop.accum, loop.m.warmup_ms, loop.warmup_wait_ms)):
         loop.warmup += 1  # the batches queued during the slowest warm-up step: eaten before the window opens
         _steps(loop, measured=False)
     loop.rule = starting_at(loop.rule, loop.warmup)  # where the measured steps begin (with auto: known only now)

@@ -42,6 +42,12 @@ class Rank:
         return out
 
 
+def any_rank(rank: Rank, flag: bool) -> bool:
+    """Whether ``flag`` holds on any rank (every rank asks, at the same point; outside the measured window only):
+    how the ranks agree on one more warm-up step, so that their steps, and all-reduces, stay paired."""
+    return any(rank.gather(bool(flag))) if rank.distributed else bool(flag)
+
+
 def join(kind: str) -> Rank:
     """This process's rank, from the variables torch's launcher sets; joins the process group when there are
     several (NCCL on CUDA, gloo on the CPU). A process started without the launcher is the only rank."""
