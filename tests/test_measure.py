@@ -320,9 +320,10 @@ def test_a_window_after_a_slow_warmup_step_opens_at_the_loaders_pace_not_on_its_
     first_four_wait_ms = sum(m.data_wait_ms[:4])
     if eat_queue:
         assert 2 <= len(m.warmup_ms) <= 1 + 4  # the queued batches, or fewer once a step found the queue dry
+        assert m.queue_warmup_steps == len(m.warmup_ms) - 1
         assert first_four_wait_ms > 100.0
     else:
-        assert len(m.warmup_ms) == 1 and first_four_wait_ms < 50.0
+        assert len(m.warmup_ms) == 1 and first_four_wait_ms < 50.0 and m.queue_warmup_steps == 0
 
 
 class _WatchOutput(torch.nn.Module):

@@ -51,8 +51,9 @@ def run_summary(record: RunRecord) -> Table:
     if record.status == "ok":
         table.add_row("throughput", f"{fmt(record.samples_per_s, '.2f')} samples/s"
                       f"  ({fmt(record.units_per_s, '.3g')} {record.unit}/s)")
+        queue = f", {record.queue_warmup_steps} of them eating the loader's queue" if record.queue_warmup_steps else ""
         table.add_row("step time", f"p50 {fmt(record.step_ms_p50)} ms   p90 {fmt(record.step_ms_p90)} ms"
-                      f"   ({record.measured_steps} measured after {record.warmup_steps} warm-up)")
+                      f"   ({record.measured_steps} measured after {record.warmup_steps} warm-up{queue})")
         if (record.world_size or 1) > 1:
             table.add_row("devices", f"{record.world_size} ranks ({record.dist_backend}, OMP_NUM_THREADS="
                           f"{record.omp_num_threads}): {fmt(record.samples_per_s_per_device, '.2f')} samples/s per "

@@ -220,6 +220,7 @@ def _warm_up(loop: Loop, progress: Progress) -> None:
     _steps(loop, measured=False)  # the warm-up of a fixed count (after auto's, none is left: an empty range)
     while any_rank(rank, still_queued(loop.queued, loop.accum, loop.m.warmup_ms, loop.warmup_wait_ms)):
         loop.warmup += 1  # the batches queued during the slowest warm-up step: eaten before the window opens
+        loop.m.queue_warmup_steps += 1
         _steps(loop, measured=False)
     loop.rule = starting_at(loop.rule, loop.warmup)  # where the measured steps begin (with auto: known only now)
 

@@ -30,6 +30,7 @@ class Measurement:
     window_start_unix: float | None = None  # when the window opened, UNIX seconds (read at its close: no clock in it)
     loss_first: float | None = None
     loss_last: float | None = None
+    queue_warmup_steps: int = 0  # warm-up steps taken to eat the loader's queue (within warmup_ms)
 
 
 @dataclass
@@ -79,6 +80,7 @@ class Summary:
     samples_per_step: int | None = None
     flops_per_sample: float | None = None
     warmup_steps: int | None = None
+    queue_warmup_steps: int | None = None
     measured_steps: int | None = None
     samples_per_s: float | None = None
     units_per_s: float | None = None
@@ -189,6 +191,7 @@ def summarize(m: Measurement, extras: Extras, sample: PerSample, compiled: bool)
     return Summary(
         samples_per_step=m.samples_per_step,
         warmup_steps=len(m.warmup_ms),
+        queue_warmup_steps=m.queue_warmup_steps,
         measured_steps=steps,
         samples_per_s=samples_per_s,
         units_per_s=samples_per_s * sample.units if samples_per_s else None,

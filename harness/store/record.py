@@ -90,6 +90,7 @@ class RunRecord:
     flops_per_sample: float | None = None
     # measurement
     warmup_steps: int | None = None
+    queue_warmup_steps: int | None = None  # of them, taken to eat the batches the loader queued (harness.run.stopping)
     measured_steps: int | None = None
     samples_per_s: float | None = None
     units_per_s: float | None = None
