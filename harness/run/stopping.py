@@ -96,13 +96,13 @@ def still_queued(queued: int, accum: int, warmup_ms: list[float], warmup_wait_ms
     """Whether the loader may still hold batches its workers queued while the warm-up's slowest step ran (a compile,
     the first batch, an autotune): up to ``queued`` (workers x prefetch_factor) of them. A data-bound loop eats them
     at compute speed; a window opened on them measures neither its loader's pace nor its data wait. True until
-    ``ceil(queued / accum)`` steps have run since that step, or until one of them
-    waited on data ``QUEUE_DRY_SHARE`` of its time and clearly longer than the shortest wait since (a queued batch
-    costs its hand-over only; one waited for costs the loader's pace: the queue ran dry). Missing a dry queue costs
-    only a few more warm-up steps; a false one would open the window on the queue, so the test is strict. A
-    compute-bound loop's queue never runs dry: it pays the full count, a few fast steps. A queue of more than
-    ``QUEUE_MAX_STEPS`` steps (32 workers x prefetch 8) is not eaten: that many steps would cost as much as a
-    window, and a part of them would not spare it; the table notes a window that opened on such a queue."""
+    ``ceil(queued / accum)`` steps have run since that step, or until one of them waited on data
+    ``QUEUE_DRY_SHARE`` of its time and clearly longer than the shortest wait since (a queued batch costs its
+    hand-over only; one waited for costs the loader's pace: the queue ran dry). Missing a dry queue costs only a few
+    more warm-up steps; a false one would open the window on the queue, so the test is strict. A compute-bound
+    loop's queue never runs dry: it pays the full count, a few fast steps. A queue of more than ``QUEUE_MAX_STEPS``
+    steps (ResNet-50's 16-32 workers x prefetch 4-8) is not eaten: that many steps would cost as much as a window,
+    and a part of them would not spare it; the table notes a window that opened on such a queue."""
     if queued <= 0 or not warmup_ms or len(warmup_ms) >= WARMUP_MAX_STEPS:
         return False
     need = math.ceil(queued / max(accum, 1))
