@@ -217,6 +217,17 @@ def test_a_data_bound_window_shorter_than_two_waves_of_its_workers_says_so():
     assert not table_mod.build_table(_frame(runs(40, 90.0)), "s").rows[0].note
     assert not table_mod.build_table(_frame(runs(5, 5.0)), "s").rows[0].note
     assert not table_mod.build_table(_frame(runs(8, 90.0, accum=4)), "s").rows[0].note  # 32 micro-batches
+    # `harness run`'s card says it beside the data wait
+    import io
+
+    from rich.console import Console
+
+    from harness.commands.console import run_summary
+
+    out = io.StringIO()
+    Console(file=out, width=300).print(run_summary(runs(5, 90.0)[0]))
+    assert "90.0 % of the measured time  its window of 5 steps waited on data and is shorter than two waves" in \
+        out.getvalue()
 
 
 def test_records_written_before_claim_components_read_back_as_whole_step_claims(tmp_path):

@@ -275,25 +275,32 @@ def queued_start_note(runs) -> str:
             f"{last:.0%} of its last; a longer window (measure.steps) measures the loader's own pace")
 
 
-def short_of_waves_note(runs) -> str:
-    """A note when the loop waited on data and its window held fewer micro-batches than two of its loader's waves:
-    workers that start together and take alike a batch (a fixed storage latency) hand over ``num_workers`` batches
-    at once, then none until the next wave; a shorter window's pace depends on where in a wave it fell ("" when
-    under half of the runs are so)."""
-    short = []
-    for _, run in runs.iterrows():
-        steps, waits = stats.floats(run.get("step_ms")), stats.floats(run.get("data_wait_ms"))
-        config = json.loads(run.get("config_json") or "{}")
-        workers = int((config.get("data") or {}).get("num_workers") or 0)
-        accum = int(config.get("accumulate_grad_batches") or 1)
-        if workers > 1 and steps and sum(waits) >= WAVE_WAIT * sum(steps) and len(steps) * accum < 2 * workers:
-            short.append((len(steps), workers, accum))
-    if not short or 2 * len(short) < len(runs):
-        return ""
-    steps, workers, accum = short[0]
+def short_of_waves(run) -> tuple[int, int, int] | None:
+    """(measured steps, workers, micro-batches a step) when a run (a record's fields: a table row or a dict) waited on
+    data and its window held fewer micro-batches than two of its loader's waves: workers that start together and take
+    alike a batch (a fixed storage latency) hand over ``num_workers`` batches at once, then none until the next wave,
+    so a shorter window's pace depends on where in a wave it fell. None otherwise."""
+    steps, waits = stats.floats(run.get("step_ms")), stats.floats(run.get("data_wait_ms"))
+    config = json.loads(run.get("config_json") or "{}")
+    workers = int((config.get("data") or {}).get("num_workers") or 0)
+    accum = int(config.get("accumulate_grad_batches") or 1)
+    if workers > 1 and steps and sum(waits) >= WAVE_WAIT * sum(steps) and len(steps) * accum < 2 * workers:
+        return len(steps), workers, accum
+    return None
+
+
+def short_of_waves_text(steps: int, workers: int, accum: int) -> str:
     return (f"its window of {steps} steps waited on data and is shorter than two waves of the loader's {workers} "
             f"workers (they hand over {workers} batches together, then none until the next): it cannot measure "
             f"their pace; measure.steps={math.ceil(2 * workers / accum)} can")
+
+
+def short_of_waves_note(runs) -> str:
+    """``short_of_waves_text`` for a rung when at least half of its runs are so ("" otherwise)."""
+    short = [found for _, run in runs.iterrows() if (found := short_of_waves(run))]
+    if not short or 2 * len(short) < len(runs):
+        return ""
+    return short_of_waves_text(*short[0])
 
 
 def inert_reason(change: str, runs) -> str:

@@ -60,7 +60,7 @@ def run_summary(record: RunRecord) -> Table:
                           f"device, the slowest (rank {record.slowest_rank}); step p50 per rank "
                           + " / ".join(fmt(v) for v in record.rank_step_ms_p50) + " ms")
         wait = 100 * record.data_wait_frac if record.data_wait_frac is not None else None
-        table.add_row("data wait", f"{fmt(wait)} % of the measured time")
+        table.add_row("data wait", f"{fmt(wait)} % of the measured time" + _waves_text(record))
         if record.device == "cuda":
             table.add_row("peak VRAM", f"{human_bytes(record.peak_vram_bytes)} allocated, "
                           f"{human_bytes(record.peak_vram_reserved_bytes)} reserved (measured steps); warm-up "
@@ -98,6 +98,15 @@ def run_summary(record: RunRecord) -> Table:
         table.add_row("why", (record.error or "").strip().splitlines()[-1][:300] if record.error else "-")
     table.add_row("config", record.config_hash)
     return table
+
+
+def _waves_text(record: RunRecord) -> str:
+    """A warning when the window was shorter than two waves of a data-bound run's loader workers ("" otherwise)."""
+    from harness.analysis.components import short_of_waves, short_of_waves_text
+
+    found = short_of_waves({"step_ms": record.step_ms, "data_wait_ms": record.data_wait_ms,
+                            "config_json": record.config_json})
+    return f"  [yellow]{escape(short_of_waves_text(*found))}[/]" if found else ""
 
 
 def host_memory_text(record: RunRecord) -> str:
