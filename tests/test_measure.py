@@ -283,6 +283,11 @@ def test_the_loaders_queue_counts_as_filled_until_its_batches_are_eaten_or_it_ru
     assert not still_queued(4, 2, slow_first, [0.0] * 3)  # 2 micro-batches a step: 2 steps eat 4
     paced = [900.0, 5.0, 60.0]  # the second step waited for the loader: 55 ms of 60
     assert not still_queued(4, 1, paced, [0.0, 1.0, 55.0])  # the queue ran dry
+    # 3 workers in step: the dry step took a wave's first batch; its other 2 are eaten too, then the window opens
+    assert still_queued(6, 1, paced, [0.0, 1.0, 55.0], workers=3)
+    assert still_queued(6, 1, paced + [5.0], [0.0, 1.0, 55.0, 1.0], workers=3)
+    assert not still_queued(6, 1, paced + [5.0, 5.0], [0.0, 1.0, 55.0, 1.0, 1.0], workers=3)
+    assert not still_queued(6, 2, paced + [5.0], [0.0, 1.0, 55.0, 1.0], workers=3)  # 2 micro-batches a step
     assert still_queued(4, 1, paced, [0.0, 1.0, 7.0])  # 12% of its step: the step's own work, not the queue
     assert still_queued(4, 1, [900.0, 1.2, 4.0], [0.0, 0.8, 3.5])  # a tiny step's slow hand-over: not dry
     assert still_queued(4, 1, [900.0, 20.0, 40.0], [0.0, 15.0, 30.0])  # a big batch's hand-over, twice as slow

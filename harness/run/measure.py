@@ -82,6 +82,7 @@ class Loop:
     gpm: monitor.WindowGpm | None = None  # CUDA: GPM's SM activity, read at the window's two syncs
     metrics: MetricsLog | None = None  # the logging step's write (None in loader mode: no loss to log)
     queued: int = 0  # batches the loader's workers hold ready at most (workers x prefetch_factor; 0: no workers)
+    workers: int = 0  # the loader's workers (0: none, or model mode's one batch)
     warmup_wait_ms: list[float] = field(default_factory=list)  # the warm-up's data waits (its queue ran dry?)
 
     def release(self) -> None:
@@ -179,6 +180,7 @@ def _set_up(cfg: RunConfig, workload: WorkloadSpec, rank: Rank, progress: Progre
         no_sync=grad_sync_skipper(prep.model if prep else None, rank, accum),
         metrics=MetricsLog(prep.optimizer) if prep is not None and rank.rank == 0 else None,
         queued=queued_batches(loader) if mode != "model" else 0,
+        workers=(getattr(loader, "num_workers", 0) or 0) if mode != "model" else 0,
     )
 
 
@@ -218,7 +220,7 @@ def _warm_up(loop: Loop, progress: Progress) -> None:
         loop.warmup += 1  # warmup_steps=auto: until the step time is steady
         _steps(loop, measured=False)
     _steps(loop, measured=False)  # the warm-up of a fixed count (after auto's, none is left: an empty range)
-    while any_rank(rank, still_queued(loop.queued, loop.accum, loop.m.warmup_ms, loop.warmup_wait_ms)):
+    while any_rank(rank, still_queued(loop.queued, loop.accum, loop.m.warmup_ms, loop.warmup_wait_ms, loop.workers)):
         loop.warmup += 1  # the batches queued during the slowest warm-up step: eaten before the window opens
         loop.m.queue_warmup_steps += 1
         _steps(loop, measured=False)

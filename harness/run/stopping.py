@@ -92,29 +92,36 @@ def is_steady(step_ms: list[float], block: int, tolerance: float) -> bool:
     return before > 0 and abs(last - before) <= tolerance * before
 
 
-def still_queued(queued: int, accum: int, warmup_ms: list[float], warmup_wait_ms: list[float]) -> bool:
+def still_queued(queued: int, accum: int, warmup_ms: list[float], warmup_wait_ms: list[float],
+                 workers: int = 1) -> bool:
     """Whether the loader may still hold batches its workers queued while the warm-up's slowest step ran (a compile,
     the first batch, an autotune): up to ``queued`` (workers x prefetch_factor) of them. A data-bound loop eats them
-    at compute speed; a window opened on them measures neither its loader's pace nor its data wait. True until
-    ``ceil(queued / accum)`` steps have run since that step, or until one of them waited on data
+    at compute speed; a window opened on them measures neither its loader's pace nor its data wait.
+
+    True until ``ceil(queued / accum)`` steps have run since that step, or until one of them waited on data
     ``QUEUE_DRY_SHARE`` of its time and clearly longer than the shortest wait since (a queued batch costs its
     hand-over only; one waited for costs the loader's pace: the queue ran dry). Missing a dry queue costs only a few
-    more warm-up steps; a false one would open the window on the queue, so the test is strict. A compute-bound
-    loop's queue never runs dry: it pays the full count, a few fast steps. A queue of more than ``QUEUE_MAX_STEPS``
-    steps (ResNet-50's 16-32 workers x prefetch 4-8) is not eaten: that many steps would cost as much as a window,
-    and a part of them would not spare it; the table notes a window that opened on such a queue."""
+    more warm-up steps; a false one would open the window on the queue, so the test is strict. A dry step is the first
+    batch of a wave when the workers run in step (they start together and take alike a batch, then hand over their
+    batches together): the rest of that wave, ``workers - 1`` batches, is eaten too, so that the window opens at a
+    wave's edge (in a loader whose workers drifted apart that costs a few steps at its pace). A compute-bound loop's
+    queue never runs dry: it pays the full count, a few fast steps. A queue of more than ``QUEUE_MAX_STEPS`` steps
+    (ResNet-50's 16-32 workers x prefetch 4-8) is not eaten: that many steps would cost as much as a window, and a
+    part of them would not spare it; the table notes a window that opened on such a queue."""
     if queued <= 0 or not warmup_ms or len(warmup_ms) >= WARMUP_MAX_STEPS:
         return False
-    need = math.ceil(queued / max(accum, 1))
+    accum = max(accum, 1)
+    need = math.ceil(queued / accum)
     if need > QUEUE_MAX_STEPS:  # more than a window's worth: eating part of it would not spare the window
         return False
     slowest = max(range(len(warmup_ms)), key=warmup_ms.__getitem__)
-    if len(warmup_ms) - 1 - slowest >= need:
-        return False
     steps, waits = warmup_ms[slowest + 1:], warmup_wait_ms[slowest + 1:]
     served = min(waits, default=0.0)  # a batch from the queue: its hand-over's cost only
     dry = QUEUE_DRY_RATIO * served + QUEUE_DRY_MIN_MS
-    return not any(w >= QUEUE_DRY_SHARE * t and w >= dry for t, w in zip(steps, waits))
+    dry_at = next((i for i, (t, w) in enumerate(zip(steps, waits)) if w >= QUEUE_DRY_SHARE * t and w >= dry), None)
+    if dry_at is None:
+        return len(steps) < need
+    return len(steps) - 1 - dry_at < math.ceil((workers - 1) / accum)  # the rest of the dry step's wave
 
 
 def warmup_rule_for(measure: MeasureConfig) -> WarmupRule | None:
