@@ -132,11 +132,12 @@ def estimate_run_s(settings: dict, cap_workers: bool = False) -> float:
     epoch = int(settings.get("data.epoch_steps") or preset.epoch_steps)
     restarts = steps // epoch if workers and not settings.get("data.persistent_workers") else 0
     # the warm-up then eats what the workers queued during its slowest step (the first), at compute speed, beyond
-    # the warm-up steps after it (data-bound: until dry)
+    # the warm-up steps after it (data-bound: until dry, then the rest of that wave)
     warmup = int(settings.get("measure.warmup_steps") or preset.warmup_steps)
     queued = ceil(workers * int(settings.get("data.prefetch_factor") or 2)
                   / int(settings.get("accumulate_grad_batches") or 1))
     eat = max(0, queued - (warmup - 1)) * compute if queued <= QUEUE_MAX_STEPS else 0.0
+    eat += max(0, workers - 1) * step if 0 < queued <= QUEUE_MAX_STEPS else 0.0  # a dry step's wave, at its pace
     return (STARTUP_S + 0.5 * workers + COMPILE_S[str(settings.get("compile", "off"))] + steps * step + eat + val
             + restarts * (2 + 0.3 * workers))
 
