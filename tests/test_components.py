@@ -217,6 +217,28 @@ def test_a_data_bound_window_shorter_than_two_waves_of_its_workers_says_so():
     assert not table_mod.build_table(_frame(runs(40, 90.0)), "s").rows[0].note
     assert not table_mod.build_table(_frame(runs(5, 5.0)), "s").rows[0].note
     assert not table_mod.build_table(_frame(runs(8, 90.0, accum=4)), "s").rows[0].note  # 32 micro-batches
+    # 20 steps of 4 workers in step: five waves, each one long wait and three short ones: up to a fifth off; the same
+    # wait spread over every step (workers drifted apart), or 40 steps (ten waves): no note
+    def waves(steps: int, in_step: bool):
+        config = {"data": {"num_workers": 4}}
+        waits = [200.0, 1.0, 1.0, 1.0] * (steps // 4) if in_step else [50.75] * steps
+        out = []
+        for r in range(3):
+            rec = _record(0, samples_per_s=4, step_ms=100, run=r, config=config, step_list=[w + 5 for w in waits])
+            rec.data_wait_ms = waits
+            out.append(rec)
+        return out
+
+    assert table_mod.build_table(_frame(waves(20, True)), "s").rows[0].note == (
+        "its loader's 4 workers hand over their batches in waves (99% of the window's data wait fell on one step in "
+        "4): a window of 20 steps holds 5 waves and can be off their pace by up to 1/5; measure.steps=32 makes that "
+        "1/8")
+    assert not table_mod.build_table(_frame(waves(20, False)), "s").rows[0].note
+    assert not table_mod.build_table(_frame(waves(40, True)), "s").rows[0].note
+    epochs = waves(20, True)
+    for rec in epochs:  # an epoch of 4 steps: the waits' period is the epoch's (its workers start again)
+        rec.config_json = json.dumps({"data": {"num_workers": 4, "epoch_steps": 4}})
+    assert not table_mod.build_table(_frame(epochs), "s").rows[0].note
     # `harness run`'s card says it beside the data wait
     import io
 

@@ -298,6 +298,11 @@ def test_the_loaders_queue_counts_as_filled_until_its_batches_are_eaten_or_it_ru
     assert not still_queued(QUEUE_MAX_STEPS + 1, 1, slow_first, [0.0] * 3)  # a longer one is not: none of it
     assert still_queued(2 * QUEUE_MAX_STEPS, 2, slow_first, [0.0] * 3)  # 32 steps of 2 micro-batches
     assert still_queued(4, 1, [5.0, 900.0, 5.0], [0.0] * 3)  # counted from the slowest step, not the first
+    # ... of the steps the warm-up asked for: an epoch's start while the queue is eaten (slower still, as its workers
+    # start again) does not start the count again
+    eating = [900.0, 5.0, 5.0, 1500.0, 5.0]
+    assert not still_queued(4, 1, eating, [0.0, 0.0, 0.0, 0.0, 0.0], asked=1)
+    assert still_queued(4, 1, eating, [0.0] * 5)  # (counted from it, were it asked for)
 
 
 @pytest.mark.parametrize("eat_queue", [True, False])

@@ -30,7 +30,7 @@ def _window_over_steady(rng: random.Random, workers: int, prefetch: int, compute
         return wait, wait + compute_ms * rng.lognormvariate(0, 0.05) + (first_ms if k == 0 else 0.0)
 
     warm, waits, t, k = [], [], 0.0, 0
-    while k == 0 or (rule and still_queued(queued, 1, warm, waits, workers)):
+    while k == 0 or (rule and still_queued(queued, 1, warm, waits, workers, asked=1)):
         wait, took = step(k, t)
         warm.append(took)
         waits.append(wait)

@@ -252,6 +252,8 @@ def _data_verdict(new: RungRow, old: RungRow, low: float, high: float,
 QUEUED_LATE_WAIT = 0.2  # the window's last third waits on the loader at least this share of its steps...
 QUEUED_EARLY_SHARE = 0.5  # ... and its first third less than this fraction of that
 WAVE_WAIT = 0.2  # a window that waited on data this share of its time, shorter than two waves of its workers
+WAVES_ENOUGH = 8  # ... or than this many, when its waits show the waves: at most an eighth off their pace
+WAVE_SHARE = 0.7  # ... this share of its data wait on one step in num_workers
 
 
 def queued_start_note(runs) -> str:
@@ -275,24 +277,49 @@ def queued_start_note(runs) -> str:
             f"{last:.0%} of its last; a longer window (measure.steps) measures the loader's own pace")
 
 
-def short_of_waves(run) -> tuple[int, int, int] | None:
-    """(measured steps, workers, micro-batches a step) when a run (a record's fields: a table row or a dict) waited on
-    data and its window held fewer micro-batches than two of its loader's waves: workers that start together and take
-    alike a batch (a fixed storage latency) hand over ``num_workers`` batches at once, then none until the next wave,
-    so a shorter window's pace depends on where in a wave it fell. None otherwise."""
+@dataclass(frozen=True)
+class Waves:
+    """A data-bound window too short for its loader's waves: ``in_step`` is the share of its data wait that fell on
+    one step in ``workers`` (workers in step), or None when it held fewer than two waves (nothing to check)."""
+
+    steps: int
+    workers: int
+    accum: int
+    in_step: float | None = None
+
+
+def short_of_waves(run) -> Waves | None:
+    """A run (a record's fields: a table row or a dict) that waited on data over a window too short for its loader's
+    waves. Workers that start together and take alike a batch (a fixed storage latency) hand over ``num_workers``
+    batches at once, then none until the next wave, so a window's pace depends on where in a wave it opened and
+    closed: by up to one wave in the window's count of them. Fewer than two waves: always; fewer than
+    ``WAVES_ENOUGH``: when its waits show the waves (``WAVE_SHARE`` of the wait on one step in ``workers``; workers
+    whose batches vary drift apart, and their waits spread; not checked when epochs start inside the window). None
+    otherwise."""
     steps, waits = stats.floats(run.get("step_ms")), stats.floats(run.get("data_wait_ms"))
     config = json.loads(run.get("config_json") or "{}")
     workers = int((config.get("data") or {}).get("num_workers") or 0)
     accum = int(config.get("accumulate_grad_batches") or 1)
-    if workers > 1 and steps and sum(waits) >= WAVE_WAIT * sum(steps) and len(steps) * accum < 2 * workers:
-        return len(steps), workers, accum
-    return None
+    if workers < 2 or not steps or sum(waits) < WAVE_WAIT * sum(steps):
+        return None
+    if len(steps) * accum < 2 * workers:
+        return Waves(len(steps), workers, accum)
+    epoch = int((config.get("data") or {}).get("epoch_steps") or 0)
+    if accum > 1 or len(steps) >= WAVES_ENOUGH * workers or 0 < epoch < len(steps):
+        return None  # (epochs inside the window: its waits' period is the epoch's, the epoch rule's matter)
+    share = sum(sorted(waits, reverse=True)[:math.ceil(len(steps) / workers)]) / sum(waits)
+    return Waves(len(steps), workers, accum, share) if share >= WAVE_SHARE else None
 
 
-def short_of_waves_text(steps: int, workers: int, accum: int) -> str:
-    return (f"its window of {steps} steps waited on data and is shorter than two waves of the loader's {workers} "
-            f"workers (they hand over {workers} batches together, then none until the next): it cannot measure "
-            f"their pace; measure.steps={math.ceil(2 * workers / accum)} can")
+def short_of_waves_text(waves: Waves) -> str:
+    n, w = waves.steps, waves.workers
+    if waves.in_step is None:
+        return (f"its window of {n} steps waited on data and is shorter than two waves of the loader's {w} workers "
+                f"(they hand over {w} batches together, then none until the next): it cannot measure their pace; "
+                f"measure.steps={math.ceil(2 * w / waves.accum)} can")
+    return (f"its loader's {w} workers hand over their batches in waves ({waves.in_step:.0%} of the window's data "
+            f"wait fell on one step in {w}): a window of {n} steps holds {n // w} waves and can be off their pace by "
+            f"up to 1/{n // w}; measure.steps={WAVES_ENOUGH * w} makes that 1/{WAVES_ENOUGH}")
 
 
 def short_of_waves_note(runs) -> str:
@@ -300,7 +327,7 @@ def short_of_waves_note(runs) -> str:
     short = [found for _, run in runs.iterrows() if (found := short_of_waves(run))]
     if not short or 2 * len(short) < len(runs):
         return ""
-    return short_of_waves_text(*short[0])
+    return short_of_waves_text(short[0])
 
 
 def inert_reason(change: str, runs) -> str:

@@ -106,7 +106,7 @@ def _waves_text(record: RunRecord) -> str:
 
     found = short_of_waves({"step_ms": record.step_ms, "data_wait_ms": record.data_wait_ms,
                             "config_json": record.config_json})
-    return f"  [yellow]{escape(short_of_waves_text(*found))}[/]" if found else ""
+    return f"  [yellow]{escape(short_of_waves_text(found))}[/]" if found else ""
 
 
 def host_memory_text(record: RunRecord) -> str:

@@ -220,7 +220,9 @@ def _warm_up(loop: Loop, progress: Progress) -> None:
         loop.warmup += 1  # warmup_steps=auto: until the step time is steady
         _steps(loop, measured=False)
     _steps(loop, measured=False)  # the warm-up of a fixed count (after auto's, none is left: an empty range)
-    while any_rank(rank, still_queued(loop.queued, loop.accum, loop.m.warmup_ms, loop.warmup_wait_ms, loop.workers)):
+    asked = len(loop.m.warmup_ms)
+    while any_rank(rank, still_queued(loop.queued, loop.accum, loop.m.warmup_ms, loop.warmup_wait_ms, loop.workers,
+                                      asked)):
         loop.warmup += 1  # the batches queued during the slowest warm-up step: eaten before the window opens
         loop.m.queue_warmup_steps += 1
         _steps(loop, measured=False)

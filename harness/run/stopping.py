@@ -93,10 +93,12 @@ def is_steady(step_ms: list[float], block: int, tolerance: float) -> bool:
 
 
 def still_queued(queued: int, accum: int, warmup_ms: list[float], warmup_wait_ms: list[float],
-                 workers: int = 1) -> bool:
+                 workers: int = 1, asked: int | None = None) -> bool:
     """Whether the loader may still hold batches its workers queued while the warm-up's slowest step ran (a compile,
     the first batch, an autotune): up to ``queued`` (workers x prefetch_factor) of them. A data-bound loop eats them
-    at compute speed; a window opened on them measures neither its loader's pace nor its data wait.
+    at compute speed; a window opened on them measures neither its loader's pace nor its data wait. The slowest
+    step is one of the first ``asked`` (the warm-up asked for; all when None): a slow step while the queue is eaten
+    (an epoch's start, whose workers start again) does not start the count again.
 
     True until ``ceil(queued / accum)`` steps have run since that step, or until one of them waited on data
     ``QUEUE_DRY_SHARE`` of its time and clearly longer than the shortest wait since (a queued batch costs its
@@ -114,7 +116,7 @@ def still_queued(queued: int, accum: int, warmup_ms: list[float], warmup_wait_ms
     need = math.ceil(queued / accum)
     if need > QUEUE_MAX_STEPS:  # more than a window's worth: eating part of it would not spare the window
         return False
-    slowest = max(range(len(warmup_ms)), key=warmup_ms.__getitem__)
+    slowest = max(range(min(len(warmup_ms), asked or len(warmup_ms))), key=warmup_ms.__getitem__)
     steps, waits = warmup_ms[slowest + 1:], warmup_wait_ms[slowest + 1:]
     served = min(waits, default=0.0)  # a batch from the queue: its hand-over's cost only
     dry = QUEUE_DRY_RATIO * served + QUEUE_DRY_MIN_MS
