@@ -136,8 +136,8 @@ def estimate_run_s(settings: dict, cap_workers: bool = False) -> float:
     warmup = int(settings.get("measure.warmup_steps") or preset.warmup_steps)
     queued = ceil(workers * int(settings.get("data.prefetch_factor") or 2)
                   / int(settings.get("accumulate_grad_batches") or 1))
-    eat = max(0, queued - (warmup - 1)) * compute if queued <= QUEUE_MAX_STEPS else 0.0
-    eat += max(0, workers - 1) * step if 0 < queued <= QUEUE_MAX_STEPS else 0.0  # a dry step's wave, at its pace
+    # (a dry step's wave at its pace; a queue over QUEUE_MAX_STEPS is not eaten)
+    eat = max(0, queued - (warmup - 1)) * compute + max(0, workers - 1) * step if queued <= QUEUE_MAX_STEPS else 0.0
     return (STARTUP_S + 0.5 * workers + COMPILE_S[str(settings.get("compile", "off"))] + steps * step + eat + val
             + restarts * (2 + 0.3 * workers))
 

@@ -298,13 +298,13 @@ def short_of_waves(run) -> Waves | None:
     otherwise."""
     steps, waits = stats.floats(run.get("step_ms")), stats.floats(run.get("data_wait_ms"))
     config = json.loads(run.get("config_json") or "{}")
-    workers = int((config.get("data") or {}).get("num_workers") or 0)
+    data = config.get("data") or {}
+    workers, epoch = int(data.get("num_workers") or 0), int(data.get("epoch_steps") or 0)
     accum = int(config.get("accumulate_grad_batches") or 1)
     if workers < 2 or not steps or sum(waits) < WAVE_WAIT * sum(steps):
         return None
     if len(steps) * accum < 2 * workers:
         return Waves(len(steps), workers, accum)
-    epoch = int((config.get("data") or {}).get("epoch_steps") or 0)
     if accum > 1 or len(steps) >= WAVES_ENOUGH * workers or 0 < epoch < len(steps):
         return None  # (epochs inside the window: its waits' period is the epoch's, the epoch rule's matter)
     share = sum(sorted(waits, reverse=True)[:math.ceil(len(steps) / workers)]) / sum(waits)

@@ -81,8 +81,8 @@ class Loop:
     warmup_rule: WarmupRule | None = None  # warmup_steps=auto: warm up until steady (``warmup`` grows as it goes)
     gpm: monitor.WindowGpm | None = None  # CUDA: GPM's SM activity, read at the window's two syncs
     metrics: MetricsLog | None = None  # the logging step's write (None in loader mode: no loss to log)
-    queued: int = 0  # batches the loader's workers hold ready at most (workers x prefetch_factor; 0: no workers)
     workers: int = 0  # the loader's workers (0: none, or model mode's one batch)
+    prefetch: int = 0  # batches each of them holds ready at most (prefetch_factor)
     warmup_wait_ms: list[float] = field(default_factory=list)  # the warm-up's data waits (its queue ran dry?)
 
     def release(self) -> None:
@@ -179,15 +179,9 @@ def _set_up(cfg: RunConfig, workload: WorkloadSpec, rank: Rank, progress: Progre
         m=Measurement(samples_per_step=cfg.batch_size * cfg.accumulate_grad_batches),
         no_sync=grad_sync_skipper(prep.model if prep else None, rank, accum),
         metrics=MetricsLog(prep.optimizer) if prep is not None and rank.rank == 0 else None,
-        queued=queued_batches(loader) if mode != "model" else 0,
-        workers=(getattr(loader, "num_workers", 0) or 0) if mode != "model" else 0,
+        workers=(loader.num_workers or 0) if mode != "model" else 0,
+        prefetch=(loader.prefetch_factor or 0) if mode != "model" and loader.num_workers else 0,
     )
-
-
-def queued_batches(loader) -> int:
-    """The most batches a DataLoader's workers hold ready (``num_workers x prefetch_factor``; 0 without workers)."""
-    workers = getattr(loader, "num_workers", 0) or 0
-    return workers * (getattr(loader, "prefetch_factor", None) or 2) if workers > 0 else 0
 
 
 def grad_sync_skipper(model, rank: Rank, accum: int) -> Callable[[], Any] | None:
@@ -220,12 +214,12 @@ def _warm_up(loop: Loop, progress: Progress) -> None:
         loop.warmup += 1  # warmup_steps=auto: until the step time is steady
         _steps(loop, measured=False)
     _steps(loop, measured=False)  # the warm-up of a fixed count (after auto's, none is left: an empty range)
-    asked = len(loop.m.warmup_ms)
-    while any_rank(rank, still_queued(loop.queued, loop.accum, loop.m.warmup_ms, loop.warmup_wait_ms, loop.workers,
-                                      asked)):
+    asked, m = len(loop.m.warmup_ms), loop.m
+    while any_rank(rank, still_queued(loop.workers * loop.prefetch, loop.accum, m.warmup_ms, loop.warmup_wait_ms,
+                                      loop.workers, asked)):
         loop.warmup += 1  # the batches queued during the slowest warm-up step: eaten before the window opens
-        loop.m.queue_warmup_steps += 1
         _steps(loop, measured=False)
+    m.queue_warmup_steps = len(m.warmup_ms) - asked
     loop.rule = starting_at(loop.rule, loop.warmup)  # where the measured steps begin (with auto: known only now)
 
 
