@@ -166,3 +166,24 @@ def test_bad_sweep_settings_are_refused_by_name(bad, message):
         config_mod.validate_sweep(config_mod.SweepConfig(**bad))
     config_mod.validate_sweep(config_mod.SweepConfig(repeats="auto"))
     config_mod.validate_sweep(config_mod.SweepConfig(repeats=3))
+
+
+@pytest.mark.parametrize("name", ladder_mod.available())
+@pytest.mark.parametrize("repeats", [1, "auto"])
+def test_every_shipped_ladder_sweeps_to_its_table(tmp_path, fake, name, repeats):
+    """Every claim, group and total of every shipped ladder goes through the sequential looks and the table (a
+    claim with no figure, "minor", among them): a sweep ends in a table, never a traceback."""
+    ladder = ladder_mod.load(name)
+    speeds = [10.0 * 1.2 ** k for k in range(len(ladder.rungs))]
+    fake(FakeRuns(speeds, cv=0.05, seed=len(name)))
+    ctx = rungs_mod.SweepContext(sweep_id="s", ladder=ladder, settings={"results_dir": str(tmp_path)},
+                                 user_keys=frozenset(), repeats=repeats, max_repeats=3)
+    assert loop.run_ladder(ctx, None, Display()) == 0
+    frame = load_runs(tmp_path)
+    assert len(frame) == len(ladder.rungs) * (1 if repeats == 1 else int(frame["round"].max()) + 1)
+    table = table_mod.build_table(frame, "s", str(tmp_path))
+    assert [r.rung for r in table.rows] == list(range(len(ladder.rungs)))
+    for rung in ladder.rungs:
+        if rung.claim is not None and not rung.claim.has_figure:
+            verdict = table.rows[rung.index].verdict
+            assert not verdict.startswith(("confirms", "inconclusive", "falls short", "exceeds", "reverses")), verdict

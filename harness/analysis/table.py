@@ -122,7 +122,7 @@ def build_table(frame, sweep: str = "latest", results_dir: str = "results") -> S
                        hardware=hardware, size=str(first["size"]), rows=rows, noise=noise.noise,
                        minutes=_minutes(records))
     rungs = max([len(ladder.rungs) if ladder is not None else 1] + [r.rung + 1 for r in rows])
-    figures = {k: (c[0], c[1]) for k, c in claims.by_rung.items() if c[0] is not None}  # a minor claim: no figure
+    figures = {k: (c[0], c[1]) for k, c in claims.by_rung.items()}
     judgement = sweepstats.judge(records, rungs, figures, claims.total[:2] if claims.total else None, claims.groups,
                                  noise)
     _link(rows, judgement)
