@@ -21,6 +21,8 @@ import numpy as np
 import pandas as pd
 
 from harness.analysis import gate, noise_model, paired, sessions
+from harness.commands.against import DEFAULT_ROUNDS
+from harness.sweeps import against
 
 THRESHOLD = 0.05
 SESSION_SD = 0.03
@@ -29,26 +31,36 @@ SLOWDOWN = math.log(0.85)
 TRIALS = 1000
 
 
-def paired_check(rng, configs: int, rounds: int, cv: float, slow: float = 0.0) -> list[bool]:
-    """One ``check --against`` in the ABBA / serpentine order: which configs it calls regressed."""
+def paired_check(rng, configs: int, rounds: int, cv: float, slow: float = 0.0, second: float = 0.0,
+                 runs_in=None) -> list[bool]:
+    """One ``check --against`` in the order ``runs_in(configs, rounds)`` gives (default: the command's own,
+    ``against.order``): which configs it calls regressed. ``slow``: the working tree's change for config 0 (every
+    config when ``second`` is set: the order-effect trial puts them all at the gate's edge); ``second``: the
+    second run of a pair this much faster (a warm page cache)."""
     level = rng.normal(0, 1, configs)
     session = rng.normal(0, SESSION_SD, configs)  # one session: both sides share it
-    runs = 2 * configs * rounds
-    shift_from = rng.integers(0, runs)  # the machine turns 4% slower at a random run of the check
+    shift_from = rng.integers(0, 2 * configs * rounds)  # the machine turns 4% slower at a random run of the check
     logs = {}
-    i = 0
-    for round_ in range(rounds):
-        order = range(configs) if round_ % 2 == 0 else reversed(range(configs))
-        for k, config in enumerate(order):
-            sides = ("ref", "work") if (round_ + k) % 2 == 0 else ("work", "ref")
-            for side in sides:
-                code = slow if (side == "work" and config == 0) else 0.0
-                machine = SHIFT if i >= shift_from else 0.0
-                logs[(config, round_, side)] = level[config] + session[config] + machine + code + rng.normal(0, cv)
-                i += 1
-    effects = [paired.round_effect([logs[(c, r, "work")] - logs[(c, r, "ref")] for r in range(rounds)])
+    for i, (config, round_, side) in enumerate((runs_in or against.order)(configs, rounds)):
+        code = slow if side == against.WORK and (config == 0 or second) else 0.0
+        machine = SHIFT if i >= shift_from else 0.0
+        order = second if (config, round_) in {(c, r) for c, r, _ in logs} else 0.0
+        logs[(config, round_, side)] = (level[config] + session[config] + machine + code + order
+                                        + rng.normal(0, cv))
+    effects = [paired.round_effect([logs[(c, r, against.WORK)] - logs[(c, r, against.REF)] for r in range(rounds)])
                for c in range(configs)]
     return [d.regressed for d in gate.decide(effects, [THRESHOLD] * configs)]
+
+
+def parity_order(configs: int, rounds: int) -> list[tuple[int, int, str]]:
+    """The order before the sides followed each config's own rounds: the side taken from the position in the
+    round's serpentine list, so with an even number of configs each config ran the same side first every round."""
+    out = []
+    for round_ in range(rounds):
+        for k, config in enumerate(range(configs) if round_ % 2 == 0 else reversed(range(configs))):
+            sides = (against.REF, against.WORK) if (round_ + k) % 2 == 0 else (against.WORK, against.REF)
+            out += [(config, round_, side) for side in sides]
+    return out
 
 
 def stored_check(rng, configs: int, runs: int, cv: float, slow: float = 0.0, session=sessions.DEFAULT) -> list[bool]:
@@ -88,6 +100,31 @@ def test_paired_check_holds_false_alarms_with_a_session_effect_and_a_shift_mid_c
         assert false_alarms <= 0.05, (configs, false_alarms)
     false_alarms, _ = rate(lambda: paired_check(rng, 4, rounds=3, cv=0.05) + [False])
     assert false_alarms <= 0.05
+
+
+EDGE = math.log(1 - THRESHOLD)  # a slowdown of exactly the threshold: the gate's null hypothesis at its edge
+ORDER_EFFECT = math.log(1.03)  # the second run of a pair 3% faster
+
+
+def test_paired_check_at_the_edge_holds_false_alarms_with_an_order_effect():
+    """Every config exactly at the threshold, the second run of each pair 3% faster, CV 3%, 4 configs: the sides
+    balanced per config over the default (even) rounds keep the family-wise rate at the edge within 5%; the old
+    order, REF first in every round for half the configs, did not."""
+    rng = np.random.default_rng(14)
+    edge, _ = rate(lambda: [False] + paired_check(rng, 4, rounds=DEFAULT_ROUNDS, cv=0.03, slow=EDGE,
+                                                  second=ORDER_EFFECT))
+    old, _ = rate(lambda: [False] + paired_check(rng, 4, rounds=DEFAULT_ROUNDS, cv=0.03, slow=EDGE,
+                                                 second=ORDER_EFFECT, runs_in=parity_order))
+    assert edge <= 0.05 and old >= 0.15, (edge, old)
+
+
+def test_every_config_runs_each_side_first_equally_often():
+    for configs in range(1, 7):
+        runs = against.order(configs, DEFAULT_ROUNDS)
+        firsts = [(c, side) for i, (c, _, side) in enumerate(runs) if i % 2 == 0]
+        print(configs, " ".join("".join(s[0].upper() for c, s in firsts if c == k) for k in range(configs)))
+        for k in range(configs):
+            assert sorted(s for c, s in firsts if c == k) == sorted([against.REF, against.WORK] * (DEFAULT_ROUNDS // 2))
 
 
 def test_paired_check_flags_a_15pct_slowdown():

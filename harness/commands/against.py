@@ -1,6 +1,6 @@
 """``python -m harness check --against REF``: the working tree against a commit, measured now, side by side.
 
-    python -m harness check --against REF [--sweep ID|latest] [--rounds 5] [--results DIR]
+    python -m harness check --against REF [--sweep ID|latest] [--rounds 6] [--results DIR]
                             [--threshold 0.05] [--format text|junit|json] [key=value ...]
 
 Every config of the sweep is measured again with REF's code and with the working tree's, interleaved, in
@@ -22,7 +22,7 @@ from harness.commands import common_args, hydra_edge
 from harness.store import load_runs, new_id
 from harness.sweeps import against, replay, worktree
 
-DEFAULT_ROUNDS = 5
+DEFAULT_ROUNDS = 6  # even: each config runs REF first in half its rounds (``against.order``)
 
 
 def main(command: str, argv: list[str]) -> int:
@@ -45,7 +45,7 @@ def run_against(args: argparse.Namespace) -> int:
     """Check, measure, decide, print; the exit code."""
     thresholds = parse_thresholds(args.threshold, 0.05, "--threshold")
     if args.rounds < 2:
-        raise ValueError(f"--rounds {args.rounds}: a paired check needs 2 or more rounds (5 recommended)")
+        raise ValueError(f"--rounds {args.rounds}: a paired check needs 2 or more rounds (6 recommended: an even number balances each config's sides)")
     hydra_edge.check_overrides(args.overrides)
     plan, warnings = prepare(args)
     for warning in warnings:

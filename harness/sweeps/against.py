@@ -1,8 +1,9 @@
 """Measuring ``check --against REF``: every config with REF's code and the working tree's, interleaved.
 
 Order: rounds outermost; within a round the configs in serpentine order (forward, then backward the next
-round) and the two sides of a config back to back, REF first or the working tree first by turns (ABBA), so a
-drift of the machine falls on both sides alike and neither side always runs second. Each run is a fresh
+round) and the two sides of a config back to back, REF first or the working tree first by turns of the config's
+own rounds (ABBA, ``order``), so a drift of the machine or an order effect falls on both sides alike and neither
+side always runs second. Each run is a fresh
 ``python -m harness run <the config's overrides> results_dir=<side folder>`` with the same interpreter and
 environment, its current folder and ``PYTHONPATH`` in that side's tree, so the child imports the measured
 code (the user's model, or this repository's harness and models) from its own side. The child's record
@@ -63,15 +64,23 @@ def plan_scratch(results_dir: Path, check_id: str) -> Path:
     return against_dir(results_dir) / "runs" / check_id
 
 
-def turns(replays: list[Replay], rounds: int) -> list[Turn]:
-    """Every run of the check in the order it runs (the module docstring says why)."""
+def order(configs: int, rounds: int) -> list[tuple[int, int, str]]:
+    """(config index, round, side) of every run in the order they run: rounds outermost, the configs in
+    serpentine order, each config's two sides back to back with the side that runs first taken from the config's
+    own index and the round, so that every config runs REF first in every other round (ABBA per config: over an
+    even number of rounds an order effect falls on both sides alike, whatever the number of configs)."""
     out = []
     for round_ in range(rounds):
-        configs = replays if round_ % 2 == 0 else list(reversed(replays))
-        for i, replay in enumerate(configs):
-            sides = (REF, WORK) if (round_ + i) % 2 == 0 else (WORK, REF)
-            out += [Turn(replay, round_, side) for side in sides]
+        indices = range(configs) if round_ % 2 == 0 else reversed(range(configs))
+        for k in indices:
+            sides = (REF, WORK) if (round_ + k) % 2 == 0 else (WORK, REF)
+            out += [(k, round_, side) for side in sides]
     return out
+
+
+def turns(replays: list[Replay], rounds: int) -> list[Turn]:
+    """Every run of the check in the order it runs (``order``)."""
+    return [Turn(replays[k], round_, side) for k, round_, side in order(len(replays), rounds)]
 
 
 def write_workload_files(plan: AgainstPlan) -> None:
