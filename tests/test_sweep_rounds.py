@@ -3,6 +3,8 @@ measured again, sweep.repeats=auto stopping when decided or when its budget is s
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -187,3 +189,43 @@ def test_every_shipped_ladder_sweeps_to_its_table(tmp_path, fake, name, repeats)
         if rung.claim is not None and not rung.claim.has_figure:
             verdict = table.rows[rung.index].verdict
             assert not verdict.startswith(("confirms", "inconclusive", "falls short", "exceeds", "reverses")), verdict
+
+
+class FakeMeasure:
+    """Stands in for ``runner.run_and_store`` under the real ``run_rung`` (its cache included): a record of the
+    resolved settings at ``speeds[rung]`` samples/s; ``calls`` lists (sweep, rung, round) measured."""
+
+    def __init__(self, speeds):
+        self.speeds, self.calls = speeds, []
+
+    def __call__(self, cfg, env, env_key, on_progress=None, skip_reason=None, **fields):
+        self.calls.append((fields["sweep_id"], fields["rung"], fields["round"]))
+        record = RunRecord(run_id=f"{fields['sweep_id']}-{len(self.calls)}", status="ok",
+                           timestamp=f"2026-11-24T11:{len(self.calls) // 60:02d}:{len(self.calls) % 60:02d}+0000",
+                           workload="unet3d", size="smoke", device="cpu", env_key=env_key, cpu_model="cpu",
+                           cpu_count=2, config_hash=config_mod.config_hash(cfg), samples_per_s=self.speeds[
+                               fields["rung"]], other_cpu_pct=1.0, **fields)
+        store_record(record, cfg.results_dir)
+        return record
+
+
+def test_a_round_is_copied_whole_from_one_earlier_sweep_or_measured_whole(tmp_path, fake, monkeypatch):
+    """A run copied from another session never stands beside runs measured today in one round: a sweep of phase2
+    after one of its first two rungs measures its rounds whole; a sweep of phase2 after one of phase2 copies the
+    earlier sweep's round whole and measures the round it lacks."""
+    from harness.run import runner
+
+    measure = FakeMeasure(CLEAR)
+    monkeypatch.setattr(runner, "run_and_store", measure)
+    monkeypatch.setattr(runner, "environment", lambda device: ({}, "env"))
+    machine = runner.Machine(cuda_available=False)
+    short = dataclasses.replace(PHASE2, rungs=PHASE2.rungs[:2])
+    for sweep_id, ladder, repeats in (("first-two", short, 1), ("a", PHASE2, 1), ("b", PHASE2, 2)):
+        ctx = rungs_mod.SweepContext(sweep_id=sweep_id, ladder=ladder, settings={"results_dir": str(tmp_path)},
+                                     user_keys=frozenset(), repeats=repeats)
+        assert loop.run_ladder(ctx, machine, Display()) == 0
+    assert measure.calls == [("first-two", 0, 0), ("first-two", 1, 0)] + [("a", k, 0) for k in range(4)] + [
+        ("b", k, 1) for k in (3, 2, 1, 0)]
+    copies = load_runs(tmp_path, where={"sweep_id": "b"})
+    copied = copies[copies["round"] == 0]["cached_from"]
+    assert sorted(copied) == [f"a-{k}" for k in range(3, 7)]

@@ -14,6 +14,7 @@ caller's ``display``: no printing here, but for the duty cycle and the store's c
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import shlex
 import sys
@@ -89,17 +90,18 @@ def run_ladder(ctx: rungs_mod.SweepContext, machine, display: LoopDisplay) -> in
     measured: list = []
     started = time.monotonic()
     with launcher.warm() as session:
-        session.begin(_first_to_measure(ctx, machine, plan, done))
+        session.begin(_first_to_measure(_round_context(ctx, machine, 0), machine, plan, done))
         for round_ in range(plan.max_rounds):
             refusal = plan.refusal(len(ctx.ladder.rungs)) if round_ else ""
             if refusal:
                 display.say(refusal)
                 break
+            round_ctx = _round_context(ctx, machine, round_)
             for turn in round_turns(ctx.ladder, round_, plan.max_rounds, plan.auto):
                 if (turn.rung.index, turn.round_) in done:
                     display.already_measured(turn)
                     continue
-                code = max(code, _turn(ctx, machine, display, turn, plan, measured))
+                code = max(code, _turn(round_ctx, machine, display, turn, plan, measured))
             if plan.auto:
                 judgement, action = rounds_mod.look(ctx, noise, round_ + 1, plan.max_rounds)
                 display.say(rounds_mod.look_line(judgement, action))
@@ -108,6 +110,14 @@ def run_ladder(ctx: rungs_mod.SweepContext, machine, display: LoopDisplay) -> in
     if measured:
         print(phases.duty_cycle(measured, time.monotonic() - started))
     return code
+
+
+def _round_context(ctx: rungs_mod.SweepContext, machine, round_: int) -> rungs_mod.SweepContext:
+    """The sweep's context for one round: the one earlier sweep its runs may be copied from, if any
+    (``rungs.round_source``); no machine: runs a caller fakes, no cache."""
+    if machine is None:
+        return ctx
+    return dataclasses.replace(ctx, copy_from=rungs_mod.round_source(ctx, machine, round_))
 
 
 def _first_to_measure(ctx: rungs_mod.SweepContext, machine, plan: rounds_mod.RoundPlan,

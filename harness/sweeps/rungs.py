@@ -9,7 +9,10 @@ Rules:
     ladder's base (they may not touch what the ladder varies);
   * a rung whose resolved settings (``config_hash``) and environment (``env_key``) already have an
     ``ok`` measurement in the store, not yet used by this sweep, is copied instead of re-run
-    (``cached_from`` names the original), unless ``sweep.rerun=true``;
+    (``cached_from`` names the original), unless ``sweep.rerun=true``; a round copies whole from ONE earlier
+    sweep or is measured whole (``round_source``): a round is one session's block, and a run copied from
+    another session beside runs measured today would carry the between-session effect into the rung's ratio,
+    which the rung x round model has no term for;
   * with ``stop_on_oom`` the first out-of-memory ends the ladder: later rungs are not run.
 """
 
@@ -28,6 +31,9 @@ from harness.store import RunRecord, load_records, load_runs, records_from_frame
 from harness.workload import applicability
 
 
+ANY_SWEEP = "*"
+
+
 @dataclass(frozen=True)
 class SweepContext:
     """What every rung of one sweep shares."""
@@ -43,6 +49,7 @@ class SweepContext:
     budget_min: float = 10.0  # repeats=auto: no round starts that would end after these minutes
     record_fields: tuple[tuple[str, Any], ...] = ()  # fields every record of the sweep carries (its calibration)
     remeasure_busy: bool = True  # a run of a busy machine is measured again, once (``sweep.remeasure_busy``)
+    copy_from: str = ANY_SWEEP  # the earlier sweep this round's runs may be copied from ("": none; ``round_source``)
 
     @property
     def results_dir(self) -> str:
@@ -91,7 +98,7 @@ def preflight(ctx: SweepContext, machine: runner.Machine) -> list[config_mod.Run
     return configs
 
 
-SWEEP_COLUMNS = ("run_id", "rung", "status", "cached_from")  # what run_rung needs of the sweep's earlier rungs
+SWEEP_COLUMNS = ("run_id", "rung", "round", "status", "cached_from")  # what run_rung needs of the sweep's earlier rungs
 
 
 def dropped_rungs(mine, rung: int) -> frozenset[int]:
@@ -143,15 +150,18 @@ CACHE_COLUMNS = ("run_id", "sweep_id", "timestamp", "config_hash", "env_key", "s
 
 
 def lookup_cached(results_dir: str, config_hash: str, env_key: str, used: set[str],
-                  oldest: bool = False, profiled: bool = False) -> RunRecord | None:
+                  oldest: bool = False, profiled: bool = False, sweep: str = "") -> RunRecord | None:
     """:func:`find_cached` on the store, reading only what it matches on: the few short columns above of the rows
     with these settings (filtered inside pyarrow), then the candidates' records, newest first, until one is not a
     debug run (nearly always the first). ``oldest``: oldest first instead, so that a process replaying a sequence
     of measurements (``climb``) meets them in the order they were made. ``profiled``: only a record that kept a
-    profile (a sweep with ``profile.enabled``; the profile is not part of config_hash)."""
+    profile (a sweep with ``profile.enabled``; the profile is not part of config_hash). ``sweep``: only from that
+    sweep (a round copied whole from one)."""
     keys = load_runs(results_dir, columns=CACHE_COLUMNS,
                      where={"config_hash": config_hash, "env_key": env_key, "status": "ok"})
     originals = _originals(keys, config_hash, env_key, used, oldest)
+    if sweep:
+        originals = originals[originals["sweep_id"] == sweep]
     for sweep_id, run_id in zip(*(originals[c] for c in ("sweep_id", "run_id"))):
         # by sweep_id too: compacted parts are sorted by sweep, so only its row groups are read, not every one
         found = load_records(results_dir, where={"sweep_id": str(sweep_id), "run_id": str(run_id)})
@@ -198,9 +208,60 @@ def cached_record(ctx: SweepContext, cfg: config_mod.RunConfig, key: str, used: 
                   skip_reason: str) -> RunRecord | None:
     """The store's measurement of these settings here that a run of this sweep may copy instead of measuring
     (None for a rung skipped here, a re-run, a debug run, or none stored)."""
-    if skip_reason or ctx.rerun or debug_active(cfg):
+    if skip_reason or ctx.rerun or debug_active(cfg) or not ctx.copy_from:
         return None
-    return lookup_cached(ctx.results_dir, config_mod.config_hash(cfg), key, used, profiled=cfg.profile.enabled)
+    return lookup_cached(ctx.results_dir, config_mod.config_hash(cfg), key, used, profiled=cfg.profile.enabled,
+                         sweep="" if ctx.copy_from == ANY_SWEEP else ctx.copy_from)
+
+
+def round_source(ctx: SweepContext, machine: runner.Machine, round_: int) -> str:
+    """The one earlier sweep that every rung of this round still to measure can be copied from (the newest such),
+    or "" when there is none: then the whole round is measured. A round already begun keeps its kind (measured,
+    or copied from its sweep)."""
+    if ctx.rerun:
+        return ""
+    try:
+        mine = load_runs(ctx.results_dir, columns=SWEEP_COLUMNS, where={"sweep_id": ctx.sweep_id})
+    except ValueError:  # no results folder yet: nothing to copy
+        return ""
+    begun = mine[mine["round"].fillna(0) == round_]
+    if len(begun):
+        return _begun_source(ctx.results_dir, begun)
+    used = set(mine["cached_from"].fillna("")) | set(mine["run_id"])
+    key = runner.environment(str(rung_config(ctx, 0, machine).device))[1]
+    sources: dict[str, str] | None = None
+    for rung in range(len(ctx.ladder.rungs)):
+        try:
+            cfg = rung_config(ctx, rung, machine, dropped_rungs(mine, rung), round_)
+        except ValueError:
+            return ""  # the rung says why when it runs
+        if applicability.skip_reason(cfg, cap_workers_at_cpus=ctx.ladder.cap_workers_at_cpus):
+            continue  # a skipped rung is recorded as skipped, neither measured nor copied
+        if debug_active(cfg):
+            return ""
+        found = _source_sweeps(ctx.results_dir, config_mod.config_hash(cfg), key, used)
+        sources = found if sources is None else {k: v for k, v in sources.items() if k in found}
+        if not sources:
+            return ""
+    return max(sources, key=sources.get) if sources else ""
+
+
+def _begun_source(results_dir: str, begun) -> str:
+    """The source of a round begun already: "" if any run of it was measured, else its copies' earlier sweep."""
+    originals = set(begun["cached_from"].fillna(""))
+    if "" in originals:
+        return ""
+    rows = load_runs(results_dir, columns=["run_id", "sweep_id"], where={"run_id": sorted(originals)[0]})
+    return str(rows["sweep_id"].iloc[0]) if len(rows) else ""
+
+
+def _source_sweeps(results_dir: str, config_hash: str, env_key: str, used: set[str]) -> dict[str, str]:
+    """{sweep id: its newest timestamp} of the earlier sweeps holding an unused original ``ok`` run of these
+    settings (debug runs are never copied: ``lookup_cached`` skips them)."""
+    keys = load_runs(results_dir, columns=CACHE_COLUMNS,
+                     where={"config_hash": config_hash, "env_key": env_key, "status": "ok"})
+    hits = _originals(keys, config_hash, env_key, used)
+    return {str(k): str(v) for k, v in hits.groupby("sweep_id")["timestamp"].max().items()}
 
 
 def would_be_cached(ctx: SweepContext, cfg: config_mod.RunConfig) -> bool:
