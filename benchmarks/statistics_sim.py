@@ -2,8 +2,8 @@
 
     python benchmarks/statistics_sim.py [--trials 20000] [--seed 1] [--update docs/statistics.md]
 
-Seeded Monte Carlo on the harness's own functions (``harness.analysis.statsim`` drives ``blocks``,
-``sequential``, ``checkstats`` and ``stats.verdict_codes``); log-normal process noise, a round effect of
+Seeded Monte Carlo on the harness's own functions (``harness.analysis.stats.statsim`` drives ``blocks``,
+``sequential``, ``checkstats`` and ``speedup.verdict_codes``); log-normal process noise, a round effect of
 2% shared by the rungs of a round. Prints markdown tables; ``--update FILE`` replaces the part of FILE
 between the markers ``<!-- statistics_sim:begin -->`` and ``<!-- statistics_sim:end -->`` with them.
 No timing: it takes about a minute or two on one core at the default trial count, whatever the machine.
@@ -21,13 +21,13 @@ from scipy import stats as sps
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from harness.analysis import blocks, sequential, stats  # noqa: E402
-from harness.analysis import statsim as sim  # noqa: E402
-from harness.analysis.noise_model import detectable_speedup  # noqa: E402
+from harness.analysis.stats import blocks, sequential, speedup  # noqa: E402
+from harness.analysis.stats import statsim as sim  # noqa: E402
+from harness.analysis.stats.noise_model import detectable_speedup  # noqa: E402
 
 BEGIN, END = "<!-- statistics_sim:begin -->", "<!-- statistics_sim:end -->"
 CVS = (0.02, 0.05, 0.10)
-FALSE = (stats.CONFIRMS, stats.SHORT, stats.EXCEEDS, stats.REVERSES)  # a change asserted where there is none
+FALSE = (speedup.CONFIRMS, speedup.SHORT, speedup.EXCEEDS, speedup.REVERSES)  # a change asserted where there is none
 CLAIM = (1.1, 1.3)
 
 
@@ -81,15 +81,15 @@ def aa_fixed(rng, trials: int) -> str:
 
 def power_fixed(rng, trials: int) -> str:
     rows = []
-    for cv, speedup in ((0.02, 1.08), (0.05, 1.2), (0.10, 1.2)):
+    for cv, true_speedup in ((0.02, 1.08), (0.05, 1.2), (0.10, 1.2)):
         for rungs in (4, 8):
             for rounds in (1, 2, 3, 4):
                 steps = np.zeros(rungs)
-                steps[1] = math.log(speedup)
+                steps[1] = math.log(true_speedup)
                 logs = sim.sweep_logs(rng, trials, steps, rounds, sim.Machine(cv=cv))
-                new = sim.fixed_codes(logs, (1.05, 1.5))[:, 0] == stats.CONFIRMS if rounds > 1 else np.zeros(1)
+                new = sim.fixed_codes(logs, (1.05, 1.5))[:, 0] == speedup.CONFIRMS if rounds > 1 else np.zeros(1)
                 low, _ = old_rule(logs, 1, 0)
-                rows.append([f"{speedup}x", pct(cv), rungs, rounds, pct(new.mean()), pct((low > 1).mean())])
+                rows.append([f"{true_speedup}x", pct(cv), rungs, rounds, pct(new.mean()), pct((low > 1).mean())])
     return table(["true speedup", "CV", "rungs", "rounds", "confirmed (block model)", "band > 1x (old rule)"], rows)
 
 
@@ -140,14 +140,14 @@ def one_run(rng, trials: int) -> str:
     rows = []
     for cv in (0.02, 0.05, 0.10, 0.20):
         cells = []
-        for speedup in (1.0, 1.5, 2.0):
-            logs = sim.sweep_logs(rng, trials, [0.0, math.log(speedup)], 1, sim.Machine(cv=cv))
+        for true_speedup in (1.0, 1.5, 2.0):
+            logs = sim.sweep_logs(rng, trials, [0.0, math.log(true_speedup)], 1, sim.Machine(cv=cv))
             for prior_df in (math.inf, 1, 2):
                 if math.isinf(prior_df):
                     low, high = old_rule(logs, 1, 0)
                 else:
                     low, high = blocks.contrast(blocks.fit(logs, 0.05, prior_df), 1, 0).bounds(0.05)
-                hit = ((low > 1) | (high < 1)) if speedup == 1.0 else (low > 1)
+                hit = ((low > 1) | (high < 1)) if true_speedup == 1.0 else (low > 1)
                 cells.append(pct(hit.mean()))
             cells.append("0.0%")  # no band: "add repeats or calibrate"
         rows.append([pct(cv)] + cells)
@@ -176,7 +176,7 @@ def claims_holding_one(rng, trials: int) -> str:
             logs = sim.sweep_logs(rng, trials, [0.0, math.log(truth), 0.0], rounds, sim.Machine(cv=0.05))
             low, high = blocks.contrast(blocks.fit(logs), 1, 0).bounds(0.05)
             old = (high >= 1.0) & (low <= 1.05)
-            new = stats.verdict_codes(low, high, 1.0, 1.05) == stats.CONFIRMS
+            new = speedup.verdict_codes(low, high, 1.0, 1.05) == speedup.CONFIRMS
             rows.append([f"{truth}x", rounds, pct(old.mean()), pct(new.mean())])
     return table(["true ratio", "rounds", "confirmed, old rule (band overlaps)", "confirmed, band inside (new)"],
                  rows)
@@ -194,16 +194,16 @@ def questions(rungs: int) -> list[sequential.Question]:
 def sequential_table(rng, trials: int, budget: int = 6) -> str:
     rows = []
     for cv in CVS:
-        for speedup in (1.0, 1.2):
-            steps = [0.0, math.log(speedup), 0.0, 0.0]
+        for true_speedup in (1.0, 1.2):
+            steps = [0.0, math.log(true_speedup), 0.0, 0.0]
             logs = sim.sweep_logs(rng, trials, steps, budget, sim.Machine(cv=cv))
             fixed = sim.fixed_codes(logs, CLAIM)
-            cells = [pct(false_rate(fixed[:, 1:]).mean()), pct((fixed[:, 0] == stats.CONFIRMS).mean()), str(budget)]
+            cells = [pct(false_rate(fixed[:, 1:]).mean()), pct((fixed[:, 0] == speedup.CONFIRMS).mean()), str(budget)]
             for spending in ("naive", "pocock", "obrien-fleming"):
                 res = sim.run_sequential(logs, questions(4), budget, spending=spending)
-                cells += [pct(res.ever_excluded_one[:, 1:3].mean()), pct((res.codes[:, 0] == stats.CONFIRMS).mean()),
+                cells += [pct(res.ever_excluded_one[:, 1:3].mean()), pct((res.codes[:, 0] == speedup.CONFIRMS).mean()),
                           f"{res.rounds.mean():.2f}"]
-            rows.append([pct(cv), f"{speedup}x"] + cells)
+            rows.append([pct(cv), f"{true_speedup}x"] + cells)
     head = ["CV", "rung 1"]
     for what in (f"fixed {budget} rounds", "naive looks (95% each round)", "Pocock", "O'Brien-Fleming (chosen)"):
         head += [f"{what}: A/A rungs, change asserted", "rung 1 confirmed", "rounds"]
@@ -254,15 +254,15 @@ def _repeats_check(rng, trials: int) -> list[list]:
         decided, asked = [], 0
         for t in range(min(trials, 400)):
             r = c.ratio(0.05, trial=t)
-            if stats.verdict_codes(r.low, r.high, *CLAIM) != stats.INCONCLUSIVE:
+            if speedup.verdict_codes(r.low, r.high, *CLAIM) != speedup.INCONCLUSIVE:
                 continue
-            n = stats.repeats_to_decide(r, *CLAIM)
+            n = speedup.repeats_to_decide(r, *CLAIM)
             if n is None or n > 30:
                 continue
             asked += 1
             again = sim.sweep_logs(rng, 200, [0.0, math.log(r.value)], n, sim.Machine(cv=float(r.se)))
             low, high = blocks.contrast(blocks.fit(again), 1, 0).bounds(0.05)
-            decided.append(np.isin(stats.verdict_codes(low, high, *CLAIM), stats.DECIDED_CODES).mean())
+            decided.append(np.isin(speedup.verdict_codes(low, high, *CLAIM), speedup.DECIDED_CODES).mean())
         rows.append(["repeats_to_decide", pct(cv), f"its answer ({asked} bands)", "2 to 30",
                      pct(float(np.mean(decided)))])
     return rows

@@ -39,7 +39,9 @@ import pyarrow as pa  # noqa: E402
 import pyarrow.parquet as pq  # noqa: E402
 
 from harness import store  # noqa: E402
-from harness.analysis import baseline as baseline_mod, check, noise_model, table as table_mod  # noqa: E402
+from harness.analysis.gate import baseline as baseline_mod, check# noqa: E402
+from harness.analysis.stats import noise_model
+from harness.analysis.views import table as table_mod
 from harness.sweeps import rungs as sweep  # noqa: E402
 
 CACHED_SWEEP_RUNGS = 14

@@ -15,8 +15,8 @@ import pandas as pd
 import pytest
 
 from harness import config as config_mod
-from harness.analysis import gate, paired, verdicts
-from harness.analysis.thresholds import parse_thresholds
+from harness.analysis.gate import paired, rule, verdicts
+from harness.analysis.gate.thresholds import parse_thresholds
 from harness.commands import check as check_cmd
 from harness.store import RunRecord, load_runs, write_record
 from harness.sweeps import against, replay, worktree
@@ -243,9 +243,9 @@ def test_paired_rounds_decide_with_the_band_at_the_tested_level():
 
 
 def test_holm_levels_never_show_an_untested_config_beyond_the_threshold():
-    rejected, levels = gate.holm_levels([0.03, 0.04])  # 0.03 > 0.05/2: Holm stops at the first
+    rejected, levels = rule.holm_levels([0.03, 0.04])  # 0.03 > 0.05/2: Holm stops at the first
     assert rejected == [False, False] and levels == [0.025, 0.025]
-    decisions = gate.decide([gate.Effect(-0.2, 0.03, 4), gate.Effect(-0.01, 0.03, 4)], [0.05, 0.05])
+    decisions = rule.decide([rule.Effect(-0.2, 0.03, 4), rule.Effect(-0.01, 0.03, 4)], [0.05, 0.05])
     assert decisions[0].regressed and decisions[0].upper < 0.95 and not decisions[1].regressed
     for d in decisions:
         assert d.regressed == (d.upper < 0.95)

@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from harness.climb import ascent, output, space
-from harness.analysis.noise_model import Noise, Runs
+from harness.analysis.stats.noise_model import Noise, Runs
 from harness.sweeps import ladder as ladder_mod
 from tests.conftest import REPO, harness_cli
 

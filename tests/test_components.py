@@ -9,8 +9,8 @@ import json
 import pandas as pd
 import pytest
 
-from harness.analysis import components, render
-from harness.analysis import table as table_mod
+from harness.analysis.views import components, render
+from harness.analysis.views import table as table_mod
 from harness.store import COLUMNS, RunRecord
 from harness.sweeps import ladder as ladder_mod
 

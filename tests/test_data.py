@@ -144,7 +144,7 @@ def test_per_worker_memory_is_reported(results):
 
 
 def test_diagnosis_verdicts_from_rates():
-    from harness.analysis.diagnosis import diagnose
+    from harness.analysis.views.diagnosis import diagnose
 
     rec = lambda sps, wait=0.0: {"status": "ok", "samples_per_s": sps, "batch_size": 2, "data_wait_frac": wait}  # noqa: E731
     slow_loader = diagnose(rec(6.2), rec(22.8), rec(5.0, 0.72), "cuda", 0, True)

@@ -18,8 +18,8 @@ import psutil
 import pytest
 
 from harness import config as config_mod
-from harness.analysis import render
-from harness.analysis import table as table_mod
+from harness.analysis.views import render
+from harness.analysis.views import table as table_mod
 from harness.run import isolate, launch, monitor, processes, ranks, runner
 from harness.store import RunRecord, load_runs, write_record
 from harness.workload import applicability

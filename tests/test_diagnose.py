@@ -72,7 +72,7 @@ def _rec(batches_per_s, wait=0.0):
 
 
 def test_a_full_step_faster_than_a_part_of_it_alone_is_said_to_be_impossible():
-    from harness.analysis.diagnosis import diagnose
+    from harness.analysis.views.diagnosis import diagnose
 
     again = "python -m harness diagnose measure.steps=40"
     result = diagnose(_rec(30.0), _rec(1.87), _rec(4.90, 0.1), "cpu", 0, False, again=again)
@@ -97,7 +97,7 @@ def test_only_augmentation_that_acts_on_the_measured_data_is_suggested(overrides
 
 
 def test_a_workload_of_random_tensors_or_its_own_dataset_gets_no_augmentation_advice():
-    from harness.analysis.diagnosis import DataKnobs, diagnose
+    from harness.analysis.views.diagnosis import DataKnobs, diagnose
     from harness.commands.diagnose import data_knobs
     from tests.conftest import tiny_config
 

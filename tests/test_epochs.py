@@ -7,8 +7,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from harness.analysis import epochs, render
-from harness.analysis import table as table_mod
+from harness.analysis.views import epochs, render
+from harness.analysis.views import table as table_mod
 from harness.sweeps import ladder as ladder_mod
 from tests.test_components import _frame, _record
 

@@ -314,7 +314,7 @@ def test_records_get_the_mode_the_umask_allows(results, umask, mode):
 
 
 def _tree(root: Path) -> Path:
-    for rel in ("harness/measure.py", "harness/analysis/table.py", "harness/commands/climb.py",
+    for rel in ("harness/measure.py", "harness/analysis/views/table.py", "harness/commands/climb.py",
                 "harness/commands/progress.py", "models/nets.py"):
         (root / rel).parent.mkdir(parents=True, exist_ok=True)
         (root / rel).write_text(f"# {rel}\n")
@@ -324,7 +324,7 @@ def _tree(root: Path) -> Path:
 def test_editing_the_measuring_code_changes_the_fingerprint_editing_analysis_does_not(tmp_path):
     root = _tree(tmp_path)
     before = env_mod.code_fingerprint(root)
-    (root / "harness/analysis/table.py").write_text("# a new table layout\n")
+    (root / "harness/analysis/views/table.py").write_text("# a new table layout\n")
     (root / "harness/commands/climb.py").write_text("# a new climbing order\n")  # settings: config_hash's job
     assert env_mod.code_fingerprint(root) == before
     (root / "harness/commands/progress.py").write_text("# a status line that redraws faster\n")  # beside the child

@@ -20,7 +20,8 @@ import math
 import numpy as np
 import pandas as pd
 
-from harness.analysis import gate, noise_model, paired, sessions
+from harness.analysis.gate import paired, rule, sessions
+from harness.analysis.stats import noise_model
 from harness.commands.against import DEFAULT_ROUNDS
 from harness.sweeps import against
 
@@ -49,7 +50,7 @@ def paired_check(rng, configs: int, rounds: int, cv: float, slow: float = 0.0, s
                                         + rng.normal(0, cv))
     effects = [paired.round_effect([logs[(c, r, against.WORK)] - logs[(c, r, against.REF)] for r in range(rounds)])
                for c in range(configs)]
-    return [d.regressed for d in gate.decide(effects, [THRESHOLD] * configs)]
+    return [d.regressed for d in rule.decide(effects, [THRESHOLD] * configs)]
 
 
 def parity_order(configs: int, rounds: int) -> list[tuple[int, int, str]]:

@@ -7,8 +7,8 @@ import json
 import pandas as pd
 import pytest
 
-from harness.analysis import render
-from harness.analysis import table as table_mod
+from harness.analysis.views import render
+from harness.analysis.views import table as table_mod
 from harness.store import COLUMNS, RunRecord, load_runs, write_record
 from harness.sweeps import ladder as ladder_mod
 
@@ -123,7 +123,7 @@ def test_guide_group_claims_are_transcribed(name, span, claim):
 
 
 def test_the_report_lists_a_group_claim_with_its_verdict():
-    from harness.analysis import report
+    from harness.analysis.views import report
 
     table = table_mod.build_table(_sweep([10.0, 20.0, 22.0, 24.0, 26.0], GROUPS), "s")
     html = report.verdicts_html(table)

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.analysis import history, history_page, verdicts
+from harness.analysis.views import history, history_page
+from harness.analysis.gate import verdicts
 from harness.commands import history as history_cmd
 from harness.store import RunRecord, write_record
 

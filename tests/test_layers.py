@@ -31,9 +31,9 @@ HELPERS = {"fileio", "registry", "profiles", "lifeline", "shell", "names"}
 EXCEPTIONS = {
     ("harness.config", "workload"): "the settings hold the workload's spec: config resolves workload=NAME and its "
                                     "_target_s (workloads.py, targets.py; no torch) and hashes them",
-    ("harness.analysis.table", "sweeps"): "the table reads a ladder's YAML (its notes) with the sweeps' parser; plain "
+    ("harness.analysis.views.table", "sweeps"): "the table reads a ladder's YAML (its notes) with the sweeps' parser; plain "
                                           "YAML, no torch",
-    ("harness.analysis.claims", "sweeps"): "claims of old records come from the ladder's YAML, read with the sweeps' "
+    ("harness.analysis.views.claims", "sweeps"): "claims of old records come from the ladder's YAML, read with the sweeps' "
                                            "parser; plain YAML, no torch",
 }
 
@@ -180,8 +180,8 @@ import harness.analysis
 from harness import cli
 
 results, out = Path(sys.argv[1]), Path(sys.argv[2])
-for info in pkgutil.iter_modules(harness.analysis.__path__):
-    importlib.import_module("harness.analysis." + info.name)
+for info in pkgutil.walk_packages(harness.analysis.__path__, "harness.analysis."):
+    importlib.import_module(info.name)
 r = str(results)
 for argv, code in [
     (["table", "--results", r, "--sweep", "phase2-a"], 0),
@@ -197,7 +197,7 @@ for argv, code in [
 ]:
     assert cli.main(argv) == code, argv
 
-from harness.analysis.noise_model import Noise, Runs  # the climb's decisions: no torch either
+from harness.analysis.stats.noise_model import Noise, Runs  # the climb's decisions: no torch either
 from harness.climb import ascent, output, space
 
 step = ascent.decide(ascent.Measured("ok", Runs([2.0, 2.02]), Runs([1.0, 1.01])), Noise(), 0.03)

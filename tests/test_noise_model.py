@@ -12,8 +12,10 @@ import pandas as pd
 import pytest
 from scipy import stats as scipy_stats
 
-from harness.analysis import check, check_throughput, noise_model, render, stats
-from harness.analysis import table as table_mod
+from harness.analysis.gate import check, check_throughput
+from harness.analysis.stats import noise_model, speedup
+from harness.analysis.views import render
+from harness.analysis.views import table as table_mod
 from harness.store import COLUMNS, RunRecord, load_runs, write_record
 
 CPU = "Sim CPU"
@@ -107,8 +109,8 @@ def test_holm_steps_down():
 
 
 def test_verdicts_of_the_issue():
-    assert stats.verdict(stats.Ratio(1.04, 0.97, 1.11), 1.1, 1.15).startswith("inconclusive (~")
-    assert stats.verdict(stats.Ratio(2.4, 2.2, 2.6), 2.0, 3.0) == "confirms"
+    assert speedup.verdict(speedup.Ratio(1.04, 0.97, 1.11), 1.1, 1.15).startswith("inconclusive (~")
+    assert speedup.verdict(speedup.Ratio(2.4, 2.2, 2.6), 2.0, 3.0) == "confirms"
 
 
 def test_check_compares_the_runs_the_table_shows():

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.analysis import plots
+from harness.analysis.views import plots
 from harness.commands import plot as plot_cmd
 from harness.store import RunRecord, load_runs, write_record
 

@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from harness import store
-from harness.analysis.profile import bound_by, diff_profiles, profile_html, reading, render_diff, render_profile
+from harness.analysis.views.profile import bound_by, diff_profiles, profile_html, reading, render_diff, render_profile
 from harness.commands import profile as profile_command
 from harness.profiles import (CompileStats, OperatorTime, ProfileSummary, TraceInfo, store_trace, summary_from_json)
 from harness.run import profiling
@@ -460,8 +460,8 @@ def _profiled_sweep(results, profiles: dict, device="cpu"):
 
 
 def test_the_table_says_what_bounds_each_profiled_rung(results):
-    from harness.analysis import render
-    from harness.analysis import table as table_mod
+    from harness.analysis.views import render
+    from harness.analysis.views import table as table_mod
 
     _profiled_sweep(results, {"": FP32, "precision=bf16-mixed": BF16, "batch_size=8": None})
     table = table_mod.build_table(store.load_runs(results), "s")
@@ -472,7 +472,7 @@ def test_the_table_says_what_bounds_each_profiled_rung(results):
 
 
 def test_the_report_shows_each_profiled_rungs_breakdown_and_links_its_trace(results, tmp_path):
-    from harness.analysis import report
+    from harness.analysis.views import report
 
     _profiled_sweep(results, {"": FP32, "precision=bf16-mixed": BF16, "batch_size=8": None})
     out = tmp_path / "pages" / "report.html"
@@ -487,7 +487,7 @@ def test_the_report_shows_each_profiled_rungs_breakdown_and_links_its_trace(resu
 
 
 def test_diagnosis_calls_a_step_that_idles_the_device_launch_bound():
-    from harness.analysis.diagnosis import diagnose
+    from harness.analysis.views.diagnosis import diagnose
 
     idle = {"forward": 10.0, "backward": 15.0, "optimizer": 5.0, "other": 0.0, "idle": 70.0}
     launch = synthetic(100.0, {"data_wait": 5.0, "forward": 40.0}, {"aten::add_": 1.0}, device_ms=idle)
@@ -541,7 +541,7 @@ def test_a_profiled_sweep_keeps_a_profile_and_trace_for_every_rung_and_diffs_two
 def test_a_profiled_run_measures_what_an_unprofiled_one_does(results):
     """The profile runs after the window: the same settings' samples/s with and without it agree within the
     noise model's band (runs interleaved, so that the machine's load falls on both alike)."""
-    from harness.analysis import noise_model
+    from harness.analysis.stats import noise_model
     from harness.run import runner
     from tests.conftest import tiny_config
 

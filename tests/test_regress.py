@@ -8,8 +8,8 @@ import xml.etree.ElementTree as ET
 import numpy as np
 import pytest
 
-from harness.analysis import baseline as baseline_mod
-from harness.analysis import check as check_mod
+from harness.analysis.gate import baseline as baseline_mod
+from harness.analysis.gate import check as check_mod
 from harness.commands import baseline as baseline_cmd
 from harness.commands import check as check_cmd
 from harness.store import SCHEMA_VERSION, RunRecord, load_runs, write_record
@@ -339,7 +339,7 @@ def test_classify_needs_significance_and_the_band_below_the_threshold():
 def test_estimate_is_run_level_and_brackets_the_ratio():
     from scipy import stats as sps
 
-    from harness.analysis import noise_model
+    from harness.analysis.stats import noise_model
 
     base, cur = noise_model.Runs([100.0, 104.0, 98.0]), noise_model.Runs([80.0, 83.0, 79.0])
     first = check_mod.estimate(base, cur, noise_model.DEFAULT)

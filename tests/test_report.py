@@ -77,8 +77,8 @@ def test_report_bad_sweep_and_folder_out(results, tmp_path, capsys):
 def test_the_table_shows_allocated_vram_beside_reserved_and_runs_without_cuda_graphs(results):
     from test_plots import record
 
-    from harness.analysis import render
-    from harness.analysis import table as table_mod
+    from harness.analysis.views import render
+    from harness.analysis.views import table as table_mod
     from harness.store import load_runs
 
     gib = 2**30
@@ -115,7 +115,7 @@ def test_an_out_path_that_cannot_be_written_is_one_line_naming_it_before_anythin
 def test_a_custom_model_is_named_by_its_target_in_the_report_and_in_compare(results, tmp_path):
     import json
 
-    from harness.analysis import compare
+    from harness.analysis.views import compare
 
     custom = json.dumps({"batch_size": 4, "workload": {"name": "custom", "model": {"_target_": "mypkg.nets.MyNet"}}})
     write_sweep(results, "phase2-a", workload="custom", config_json=custom)

@@ -1,7 +1,7 @@
 """Error rates, coverage and power of the statistics on seeded simulated sweeps (no torch, seconds).
 
-Every sweep goes through the harness's own functions (``harness.analysis.statsim`` drives ``blocks``,
-``sequential``, ``checkstats`` and ``stats.verdict_codes``); only the throughputs are made up (log-normal
+Every sweep goes through the harness's own functions (``harness.analysis.stats.statsim`` drives ``blocks``,
+``sequential``, ``checkstats`` and ``speedup.verdict_codes``); only the throughputs are made up (log-normal
 process noise at the CV named, a 2% round effect).
 
 How the bounds are chosen. A branch that is exact by construction (the pooled t on a complete table,
@@ -20,10 +20,10 @@ import math
 import numpy as np
 import pytest
 
-from harness.analysis import blocks, checkstats, noise_model, sequential, stats
-from harness.analysis import statsim as sim
+from harness.analysis.stats import blocks, checkstats, noise_model, sequential, speedup
+from harness.analysis.stats import statsim as sim
 
-FALSE = (stats.CONFIRMS, stats.SHORT, stats.EXCEEDS, stats.REVERSES)  # a change asserted where there is none
+FALSE = (speedup.CONFIRMS, speedup.SHORT, speedup.EXCEEDS, speedup.REVERSES)  # a change asserted where there is none
 CLAIM = (1.1, 1.3)
 CVS = (0.02, 0.05, 0.10)
 
@@ -116,9 +116,9 @@ def test_a_calibration_that_holds_is_pooled_and_one_that_no_longer_holds_is_drop
 def test_one_run_a_rung_and_no_calibration_asserts_nothing():
     logs = sim.sweep_logs(np.random.default_rng(15), 1000, [0.0, math.log(1.5), 0.0], 1, sim.Machine(cv=0.05))
     codes = sim.fixed_codes(logs, CLAIM)
-    assert (codes == stats.NO_BAND).all()
+    assert (codes == speedup.NO_BAND).all()
     look = sequential.fixed(logs[0], sequential.questions_for(3, {1: CLAIM}))
-    assert look.answers[0].verdict == stats.NO_BAND_TEXT and "sweep.repeats=2" in look.answers[0].verdict
+    assert look.answers[0].verdict == speedup.NO_BAND_TEXT and "sweep.repeats=2" in look.answers[0].verdict
 
 
 def test_serpentine_order_keeps_the_total_honest_under_drift():
@@ -135,7 +135,7 @@ def test_serpentine_order_keeps_the_total_honest_under_drift():
 def test_a_claim_that_holds_1x_is_confirmed_only_by_a_band_inside_it():
     logs = sim.sweep_logs(np.random.default_rng(17), 20000, [0.0, math.log(0.90)], 3, sim.Machine(cv=0.05))
     low, high = blocks.contrast(blocks.fit(logs), 1, 0).bounds(0.05)
-    assert (stats.verdict_codes(low, high, 1.0, 1.05) == stats.CONFIRMS).mean() < 0.01
+    assert (speedup.verdict_codes(low, high, 1.0, 1.05) == speedup.CONFIRMS).mean() < 0.01
     assert ((high >= 1.0) & (low <= 1.05)).mean() > 0.2  # the old rule (any overlap) confirmed these
 
 
@@ -160,11 +160,11 @@ def test_a_true_1_2x_at_5_percent_noise_is_confirmed_within_6_rounds():
     trials = 4000
     logs = sim.sweep_logs(np.random.default_rng(19), trials, [0.0, math.log(1.2), 0.0, 0.0], 6, sim.Machine(cv=0.05))
     result = sim.run_sequential(logs, sequential.questions_for(4, {k: CLAIM for k in (1, 2, 3)}), 6)
-    assert (result.codes[:, 0] == stats.CONFIRMS).mean() >= 0.80
+    assert (result.codes[:, 0] == speedup.CONFIRMS).mean() >= 0.80
     # a clear effect on a quiet machine stops before the budget
     quiet = sim.sweep_logs(np.random.default_rng(20), trials, [0.0, math.log(1.2)], 6, sim.Machine(cv=0.02))
     early = sim.run_sequential(quiet, sequential.questions_for(2, {1: CLAIM}), 6)
-    assert early.rounds.mean() < 4 and (early.codes[:, 0] == stats.CONFIRMS).mean() >= 0.99
+    assert early.rounds.mean() < 4 and (early.codes[:, 0] == speedup.CONFIRMS).mean() >= 0.99
 
 
 def test_the_look_levels_hold_a_brownian_motion_to_alpha():
@@ -238,13 +238,13 @@ def test_repeats_to_decide_decides_at_least_80_percent_of_the_time():
     # a band from 2 rounds of 2 rungs (the block model: 1 df): 1.04x, se 0.03 on the log scale; the runs it asks
     # for, measured at the same ratio and noise (CV 0.03: se = CV sqrt(2 / runs)), decide in >= 80% of sweeps
     se = 0.03
-    band = stats.Ratio(1.04, 1.04 * math.exp(-12.706 * se), 1.04 * math.exp(12.706 * se), runs=2, se=se, df=1)
-    n = stats.repeats_to_decide(band, *CLAIM)
+    band = speedup.Ratio(1.04, 1.04 * math.exp(-12.706 * se), 1.04 * math.exp(12.706 * se), runs=2, se=se, df=1)
+    n = speedup.repeats_to_decide(band, *CLAIM)
 
     def decided(runs: int) -> float:
         logs = sim.sweep_logs(np.random.default_rng([25, runs]), 4000, [0.0, math.log(1.04)], runs,
                               sim.Machine(cv=se))
         low, high = blocks.contrast(blocks.fit(logs), 1, 0).bounds(0.05)
-        return float(np.isin(stats.verdict_codes(low, high, *CLAIM), stats.DECIDED_CODES).mean())
+        return float(np.isin(speedup.verdict_codes(low, high, *CLAIM), speedup.DECIDED_CODES).mean())
 
     assert decided(n) >= 0.78 and decided(n - 1) < 0.80  # enough, and the fewest

@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 from scipy import stats as sps
 
-from harness.analysis import blocks, busy, calibration, noise_model, sequential, stats
+from harness.analysis.stats import blocks, busy, calibration, noise_model, sequential, speedup
 from harness.store import COLUMNS, RunRecord
 
 # ------------------------------------------------------------------------------------------
@@ -80,25 +80,25 @@ def test_from_records_leaves_busy_and_failed_runs_out():
 
 
 def test_claims_that_hold_1x_need_the_band_inside():
-    assert stats.verdict(stats.Ratio(1.01, 1.002, 1.03), 1.0, 1.05) == "confirms"
-    assert stats.verdict(stats.Ratio(0.96, 0.90, 1.02), 1.0, 1.05).startswith("inconclusive")  # overlaps only
-    assert stats.verdict(stats.Ratio(0.90, 0.85, 0.95), 1.0, 1.05) == "reverses (slower)"
-    assert stats.verdict(stats.Ratio(0.97, 0.93, 0.99), 0.95, 1.05).startswith("inconclusive")
-    assert stats.verdict(stats.Ratio(1.10, 1.07, 1.13), 0.95, 1.05) == "exceeds"
+    assert speedup.verdict(speedup.Ratio(1.01, 1.002, 1.03), 1.0, 1.05) == "confirms"
+    assert speedup.verdict(speedup.Ratio(0.96, 0.90, 1.02), 1.0, 1.05).startswith("inconclusive")  # overlaps only
+    assert speedup.verdict(speedup.Ratio(0.90, 0.85, 0.95), 1.0, 1.05) == "reverses (slower)"
+    assert speedup.verdict(speedup.Ratio(0.97, 0.93, 0.99), 0.95, 1.05).startswith("inconclusive")
+    assert speedup.verdict(speedup.Ratio(1.10, 1.07, 1.13), 0.95, 1.05) == "exceeds"
 
 
 def test_bands_wider_than_10x_say_nothing():
-    wide = stats.Ratio(0.85, 0.00004, 17566.53)
-    assert stats.verdict(wide, 1.1, 1.3) == "too wide to say" and stats.band_text(wide) == "0.85x [too wide to say]"
-    assert stats.band_text(stats.Ratio(1.07, 0.83, 1.37)) == "1.07x [0.83-1.37]"
-    assert stats.verdict(stats.Ratio(1.2, math.nan, math.nan), 1.1, 1.3) == stats.NO_BAND_TEXT
-    assert stats.verdict(stats.Ratio(1.2, 1.1, 1.3), 1.1, 1.3, busy="GPU clocks held back: thermal (hardware)") == (
+    wide = speedup.Ratio(0.85, 0.00004, 17566.53)
+    assert speedup.verdict(wide, 1.1, 1.3) == "too wide to say" and speedup.band_text(wide) == "0.85x [too wide to say]"
+    assert speedup.band_text(speedup.Ratio(1.07, 0.83, 1.37)) == "1.07x [0.83-1.37]"
+    assert speedup.verdict(speedup.Ratio(1.2, math.nan, math.nan), 1.1, 1.3) == speedup.NO_BAND_TEXT
+    assert speedup.verdict(speedup.Ratio(1.2, 1.1, 1.3), 1.1, 1.3, busy="GPU clocks held back: thermal (hardware)") == (
         "no verdict: machine busy (GPU clocks held back: thermal (hardware)): not trustworthy")
 
 
 def test_totals_and_groups_over_rungs_that_did_not_run_are_not_measured():
-    assert stats.span_status({0, 1, 2}, 0, 4) == "not measured (rungs [3, 4] did not run ok)"
-    assert stats.span_status({0, 1, 2}, 1, 2) is None
+    assert speedup.span_status({0, 1, 2}, 0, 4) == "not measured (rungs [3, 4] did not run ok)"
+    assert speedup.span_status({0, 1, 2}, 1, 2) is None
     logs = np.log(np.array([[100.0, 101.0], [130.0, 128.0], [np.nan, np.nan]]))
     answers = {a.question.label: a for a in
                sequential.fixed(logs, sequential.questions_for(3, {1: (1.2, 1.4)}, (1.2, 2.0))).answers}
@@ -216,8 +216,8 @@ def test_next_action_stops_when_decided_or_spent():
     early = sequential.look(flat, qs, 2, 6)
     assert sequential.next_action(early) == "another round" and not early.answers[0].decided
     assert sequential.next_action(sequential.look(flat, qs, 6, 6)) in ("stop: decided", "stop: budget spent")
-    assert sequential.decided(stats.Ratio(1.5, 1.4, 1.6), (1.3, 1.7)) and not sequential.decided(None, None)
-    assert sequential.decided(stats.Ratio(1.0, 0.99, 1.02), None)  # no claim: no change beyond 3%
+    assert sequential.decided(speedup.Ratio(1.5, 1.4, 1.6), (1.3, 1.7)) and not sequential.decided(None, None)
+    assert sequential.decided(speedup.Ratio(1.0, 0.99, 1.02), None)  # no claim: no change beyond 3%
 
 
 def test_a_calibration_made_on_a_busy_gpu_says_so():

@@ -363,7 +363,7 @@ def test_latest_is_the_sweep_of_the_newest_record_ties_to_the_greatest_id(tmp_pa
 
 
 def test_a_table_reads_the_newest_calibration_of_its_environment(tmp_path):
-    from harness.analysis import noise_model
+    from harness.analysis.stats import noise_model
 
     def cal(i: int, env: str, status: str = "ok") -> RunRecord:
         return RunRecord(run_id=f"c{i:03d}", status=status, timestamp=f"2026-11-01T{i // 10:02d}:{i % 10:02d}:00+0000",

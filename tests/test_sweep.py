@@ -137,8 +137,8 @@ def test_table_renders_a_measured_sweep_as_csv(measured_sweep, capsys):
 def test_batch_ladder_stops_cleanly_at_the_first_oom_and_the_table_says_where(tmp_path):
     from harness.sweeps import ladder as ladder_mod
     from harness.sweeps import rungs as sweep_mod
-    from harness.analysis.render import render
-    from harness.analysis.table import build_table
+    from harness.analysis.views.render import render
+    from harness.analysis.views.table import build_table
     from harness.run.runner import Machine
     from harness.store import RunRecord, write_record
 

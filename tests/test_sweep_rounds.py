@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from harness import config as config_mod
-from harness.analysis import noise_model
-from harness.analysis import table as table_mod
+from harness.analysis.stats import noise_model
+from harness.analysis.views import table as table_mod
 from harness.store import RunRecord, load_runs, store_record
 from harness.sweeps import ladder as ladder_mod
 from harness.sweeps import loop, rounds

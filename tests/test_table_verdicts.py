@@ -9,8 +9,9 @@ import math
 import pandas as pd
 import pytest
 
-from harness.analysis import render, stats
-from harness.analysis import table as table_mod
+from harness.analysis.views import render
+from harness.analysis.stats import speedup
+from harness.analysis.views import table as table_mod
 from harness.store import COLUMNS, RunRecord
 
 BUSY = "no verdict: machine busy (other processes used 50% of the CPUs): not trustworthy"
@@ -81,7 +82,7 @@ def test_a_busy_run_measured_again_in_its_round_counts_once():
 def test_one_run_a_rung_and_no_calibration_gives_no_band_and_no_verdict():
     table = table_mod.build_table(with_claims(frame("s", [[100.0], [150.0]]), {1: (1.3, 1.7)}), "s")
     row = table.rows[1]
-    assert row.verdict == stats.NO_BAND_TEXT == ("inconclusive (one run a rung and no calibration: add "
+    assert row.verdict == speedup.NO_BAND_TEXT == ("inconclusive (one run a rung and no calibration: add "
                                                  "sweep.repeats=2 or run python -m harness noise)")
     assert row.x_previous.value == pytest.approx(1.5) and math.isnan(row.x_previous.low)
     assert render.row_cells(row)[4] == "1.50x [no band: no variance known]"

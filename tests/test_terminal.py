@@ -10,8 +10,8 @@ from rich.console import Console
 from test_plots import write_sweep
 
 from harness import cli
-from harness.analysis import render
-from harness.analysis.table import load_table
+from harness.analysis.views import render
+from harness.analysis.views.table import load_table
 from harness.commands import console as console_mod
 from harness.commands import terminal
 

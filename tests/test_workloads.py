@@ -382,7 +382,7 @@ def test_a_missing_package_stops_the_run_in_the_parent_with_exit_2(meta_models, 
 
 
 def test_an_inline_model_is_named_by_its_target_where_people_read_it():
-    from harness.analysis.table import workload_name
+    from harness.analysis.views.table import workload_name
 
     assert workloads.display_name("custom", {"_target_": "monai.networks.nets.SegResNet"}) == \
         "custom: monai.networks.nets.SegResNet"

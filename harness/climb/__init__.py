@@ -19,7 +19,7 @@ The climb, and why it is built this way:
     repository's measurements on a CPU), so a short budget is spent on the likely wins first.
   * **Accepted only when faster beyond noise AND by a minimum effect** (pyperf's rule: significant is not
     enough, 0.5% is not worth a setting): the 95% band of candidate / incumbent, from the one noise model
-    (``harness.analysis.noise_model``), must exclude 1x, and the ratio must reach ``1 + min_effect``.
+    (``harness.analysis.stats.noise_model``), must exclude 1x, and the ratio must reach ``1 + min_effect``.
   * **Ordinal axes walk while they win**: the batch doubles while each doubling is accepted; an
     out-of-memory ends the batch axis for the rest of the climb (a larger batch cannot fit either); the
     largest batch that ran and won is kept. Loader workers grow the same way, up to the usable CPUs.

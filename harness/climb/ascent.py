@@ -2,7 +2,7 @@
 it wins, stop when a pass changes nothing or the budget cannot pay for the next run. Measures nothing itself:
 ``ascend`` is handed a function that measures (``harness.climb.trials``, or a simulation in tests).
 
-A decision is the rung x round model of the sweep table (``harness.analysis.blocks``) on a paired table:
+A decision is the rung x round model of the sweep table (``harness.analysis.stats.blocks``) on a paired table:
 incumbent and candidate measured in the same rounds (ABBA), the round effects cancel, the machine's fit
 calibration pooled with the runs' own variance. With one run a side and no calibration there is no band, and
 nothing is accepted. A run made while the machine was busy is measured again; if it still is, the step is not
@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING, Any, Callable
 from harness.climb.space import Axis, Facts
 
 if TYPE_CHECKING:  # the noise model pulls in scipy: imported where a decision is made, not by every command
-    from harness.analysis import noise_model
-    from harness.analysis.stats import Ratio
+    from harness.analysis.stats import noise_model
+    from harness.analysis.stats.speedup import Ratio
 
 ACCEPTED, REJECTED, SKIPPED, OOM, FAILED, NOT_RUN = "accepted", "rejected", "skipped", "oom", "failed", "not run"
 BUSY = "busy"  # a run still not trustworthy after it was measured again: the step decides nothing
@@ -83,7 +83,7 @@ def paired_ratios(m: Measured, noise: noise_model.Noise) -> list[Ratio]:
     the enabled, then the candidate over the incumbent."""
     import numpy as np
 
-    from harness.analysis import blocks
+    from harness.analysis.stats import blocks
 
     sides = [m.incumbent] + ([m.enabled] if m.enabled is not None and m.enabled.n else []) + [m.candidate]
     logs = np.full((len(sides), max(s.n for s in sides)), np.nan)
@@ -252,7 +252,7 @@ def _step(step: Step, accepted: list, measure: Measure, confirm: Measure | None,
     if again.candidate_status != "ok" or again.incumbent_status != "ok" or again.busy or not again.candidate.n:
         why = again.busy and f"machine busy ({again.busy})" or again.reason or again.candidate_status
         return dataclasses.replace(step, why=f"{step.why}; measured again: {why}: no claim in the ladder"), ""
-    from harness.analysis.stats import band_text
+    from harness.analysis.stats.speedup import band_text
 
     ratios = paired_ratios(again, noise)
     confirmed = ratios[-1] if not math.isnan(ratios[-1].low) else None

@@ -22,7 +22,7 @@ from harness.workload import workloads as workloads_mod
 from harness.workload.workloads import WorkloadSpec
 
 if TYPE_CHECKING:
-    from harness.analysis.stats import Ratio
+    from harness.analysis.stats.speedup import Ratio
 
 NOT_IN_LADDER = ("results_dir", "timeout_s", "workload")  # start settings the written ladder leaves out
 NOT_IN_LADDER_PREFIXES = ("sweep.", "debug.", "workload.")  # (the ladder names its workload in its own field)

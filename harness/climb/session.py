@@ -35,7 +35,7 @@ def run_climb(settings: dict, options: ClimbConfig, started: float, display: Dis
         return 2
     env, env_key = runner.environment(start.device)
     climb_id = new_id("climb-")
-    from harness.analysis import sweepstats  # scipy: only once a climb starts
+    from harness.analysis.stats import sweepstats  # scipy: only once a climb starts
 
     noise = _noise(start, env_key)
     key = resume.climb_key(config_mod.config_hash(start), env_key, options.repeats, options.min_effect, options.knobs)
@@ -98,7 +98,7 @@ def _flat(cfg: config_mod.RunConfig) -> dict:
 def _noise(start: config_mod.RunConfig, env_key: str):
     """The fit calibration (``python -m harness noise``) of this environment, workload and size made before now,
     else none (``calibration.choose_calibration``)."""
-    from harness.analysis import calibration, noise_model
+    from harness.analysis.stats import calibration, noise_model
     from harness.store import load_runs, utc_timestamp
 
     frame = load_runs(start.results_dir, where={"ladder": noise_model.NOISE_LADDER, "env_key": [env_key]})

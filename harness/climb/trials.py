@@ -1,6 +1,6 @@
 """The climb's measurements: a candidate against the incumbent, each run in a fresh process or copied from the
 store, every run stored as a record of the climb's sweep (ladder ``climb``). A run made while the machine was busy
-(``harness.analysis.busy``) is measured again before anything is decided on it."""
+(``harness.analysis.stats.busy``) is measured again before anything is decided on it."""
 
 from __future__ import annotations
 
@@ -89,7 +89,7 @@ class Trials:
     def _trustworthy(self, changes, step: int, role: str, round_: int, change: str) -> tuple[RunRecord, str, str]:
         """``trial``; a run of a busy machine measured again, once (a run of the store this climb has not used may
         stand in, so a climb run again replays): the record kept, how it was had, why it is still not trustworthy."""
-        from harness.analysis.busy import busy_reason
+        from harness.analysis.stats.busy import busy_reason
 
         record, how = self.trial(changes, step, role, round_, change)
         why = busy_reason(record) if record.status == "ok" else None
@@ -141,7 +141,7 @@ class Trials:
         return record
 
     def _print(self, record: RunRecord, how: str, step: int, role: str, round_: int, change: str) -> None:
-        from harness.analysis.busy import busy_reason
+        from harness.analysis.stats.busy import busy_reason
 
         why = busy_reason(record) if record.status == "ok" else None
         if why:
@@ -165,11 +165,11 @@ def _label_of(role: str, candidate) -> str:
 
 def _measured(records: dict, cached: int, status: str, reason: str, incumbent_status: str = "ok",
               busy: str = "") -> Measured:
-    from harness.analysis import noise_model, stats
+    from harness.analysis.stats import noise_model, speedup
 
     def runs(recs: list[RunRecord]) -> noise_model.Runs:  # as noise_model.runs_of reads them from the store
         ok = [r for r in recs if r.status == "ok" and r.samples_per_s and r.samples_per_s > 0]
-        within = [u for u in (stats.within_run_uncertainty(r.step_ms) for r in ok if r.step_ms) if u is not None]
+        within = [u for u in (speedup.within_run_uncertainty(r.step_ms) for r in ok if r.step_ms) if u is not None]
         return noise_model.Runs([float(r.samples_per_s) for r in ok], within)
 
     enabled = runs(records["enabled"]) if "enabled" in records else None

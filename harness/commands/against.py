@@ -4,7 +4,7 @@
                             [--threshold 0.05] [--format text|junit|json] [key=value ...]
 
 Every config of the sweep is measured again with REF's code and with the working tree's, interleaved, in
-fresh processes (``harness.sweeps.against``), and judged round by round (``harness.analysis.paired``).
+fresh processes (``harness.sweeps.against``), and judged round by round (``harness.analysis.gate.paired``).
 Exit codes: 0 nothing regressed, 1 something regressed, 2 bad input (an unknown REF, sweep or setting),
 a run that could not start, or a machine too busy to trust (the busy configs are named).
 """
@@ -15,9 +15,9 @@ import argparse
 import sys
 from pathlib import Path
 
-from harness.analysis import paired, verdicts
-from harness.analysis.thresholds import parse_thresholds
-from harness.analysis.paired_formats import FORMATS, render, to_json
+from harness.analysis.gate import paired, verdicts
+from harness.analysis.gate.thresholds import parse_thresholds
+from harness.analysis.gate.paired_formats import FORMATS, render, to_json
 from harness.commands import common_args, hydra_edge
 from harness.store import load_runs, new_id
 from harness.sweeps import against, replay, worktree

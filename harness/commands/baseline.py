@@ -4,14 +4,14 @@
     python -m harness baseline list [--results DIR]
 
 A baseline is a copy of a sweep's records under ``<results>/baselines/NAME.parquet``
-(``harness.analysis.baseline``). Exit 2 on bad input. No torch, no Hydra.
+(``harness.analysis.gate.baseline``). Exit 2 on bad input. No torch, no Hydra.
 """
 
 from __future__ import annotations
 
 import argparse
 
-from harness.analysis import baseline
+from harness.analysis.gate import baseline
 from harness.commands import common_args
 
 

@@ -7,8 +7,8 @@
 ``check --against REF`` measures the working tree against a commit instead (``harness.commands.against``).
 
 Exit codes: 0 nothing regressed, 1 something regressed (throughput, memory, or a config that now
-fails), 2 bad input or nothing at all comparable. The decision is ``harness.analysis.check``'s; the
-baseline files are ``harness.analysis.baseline``'s. No torch, no Hydra.
+fails), 2 bad input or nothing at all comparable. The decision is ``harness.analysis.gate.check``'s; the
+baseline files are ``harness.analysis.gate.baseline``'s. No torch, no Hydra.
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ import argparse
 import json
 import sys
 
-from harness.analysis import baseline, check, verdicts
-from harness.analysis.check_formats import FORMATS, render_check
+from harness.analysis.gate import baseline, check, verdicts
+from harness.analysis.gate.check_formats import FORMATS, render_check
 from harness.commands import common_args
 from harness.store import new_id
 

@@ -3,7 +3,7 @@
     python -m harness compare SWEEP SWEEP [...] [--results DIR] [--out DIR]
 
 A SWEEP is a sweep id in ``--results``, a results folder (its latest sweep) or a parquet file. The table
-is printed and written to ``--out`` with its plot (``harness.analysis.compare``). No torch, no Hydra.
+is printed and written to ``--out`` with its plot (``harness.analysis.views.compare``). No torch, no Hydra.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from harness.analysis import compare
+from harness.analysis.views import compare
 from harness.commands import common_args
 
 

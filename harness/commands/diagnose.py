@@ -42,7 +42,7 @@ def ladder_baseline(name: str, settings: dict, overrides: list[str]) -> config_m
 
 
 def task(cfg, ladder: str | None = None, overrides: list[str] = ()) -> int:
-    from harness.analysis.diagnosis import diagnose
+    from harness.analysis.views.diagnosis import diagnose
     from harness.commands.console import console, refuse
     from harness.commands.progress import RunProgress
     from harness.store import check_writable
@@ -112,7 +112,7 @@ class NextCommands:
 def data_knobs(cfg: config_mod.RunConfig):
     """The augmentation switches that are on and act on the data these settings load (none on a workload's own
     dataset or on random tensors), as the overrides that turn them down."""
-    from harness.analysis.diagnosis import DataKnobs
+    from harness.analysis.views.diagnosis import DataKnobs
 
     spec = cfg.workload
     if spec.dataset is not None or spec.synthetic == "tensors":

@@ -3,7 +3,7 @@
     python -m harness history [--results DIR] [--ladder L] [--workload W] --out site/
 
 Reads the store, the saved baselines, the runs of ``check --against`` and every check's verdict
-(``harness.analysis.history``), and writes ``OUT/index.html``, self-contained (``harness.analysis.history_page``).
+(``harness.analysis.views.history``), and writes ``OUT/index.html``, self-contained (``harness.analysis.views.history_page``).
 Exit 2 on bad input. No torch, no Hydra.
 """
 
@@ -13,7 +13,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from harness.analysis import history, history_page
+from harness.analysis.views import history, history_page
 from harness.commands import common_args
 from harness.fileio import write_text_atomic
 

@@ -2,8 +2,8 @@
 
 The same settings run N times, each in a fresh process, and are stored as a sweep with ladder
 ``noise``; the process-to-process CV of samples_per_s then replaces the default CV in every later
-table, compare, report and check of this environment (``harness.analysis.noise_model``). The Hydra
-part stays here; the statistics live in ``harness.analysis.noise_model``.
+table, compare, report and check of this environment (``harness.analysis.stats.noise_model``). The Hydra
+part stays here; the statistics live in ``harness.analysis.stats.noise_model``.
 """
 
 from __future__ import annotations
@@ -75,14 +75,14 @@ def report(records, sweep_id: str, results_dir: str) -> int:
     """Print the calibration; 0 when it could be made, 1 when too few runs were ok. A calibration taken on a busy
     machine (``busy_reason``: the CPUs, the GPU's clocks or its memory) prints NOT FIT, and later sweeps skip it."""
 
-    from harness.analysis import noise_model, stats
-    from harness.analysis.busy import busy_reason
+    from harness.analysis.stats import noise_model, speedup
+    from harness.analysis.stats.busy import busy_reason
     from harness.commands.console import console
 
     ok = [r for r in records if r.status == "ok" and r.samples_per_s]
     try:
         cal = noise_model.calibrate([r.samples_per_s for r in ok],
-                                    [u for u in (stats.within_run_uncertainty(r.step_ms) for r in ok) if u is not None],
+                                    [u for u in (speedup.within_run_uncertainty(r.step_ms) for r in ok) if u is not None],
                                     busy=[busy_reason(r) for r in ok])
     except ValueError as exc:
         console.print(f"[red]no calibration:[/] {exc} (of {len(records)} runs)")

@@ -2,14 +2,14 @@
 
     python -m harness plot [--results DIR] [--sweep ID|latest] [--out DIR] [--format png|svg]
 
-No torch, no Hydra: the plots are drawn from the store (``harness.analysis.plots``).
+No torch, no Hydra: the plots are drawn from the store (``harness.analysis.views.plots``).
 """
 
 from __future__ import annotations
 
 import argparse
 
-from harness.analysis import plots
+from harness.analysis.views import plots
 from harness.commands import common_args
 
 

@@ -17,7 +17,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.analysis.profile import bound_by, diff_profiles, render_diff, render_profile
+from harness.analysis.views.profile import bound_by, diff_profiles, render_diff, render_profile
 from harness.profiles import ProfileSummary, summary_from_json
 from harness.store import load_runs
 

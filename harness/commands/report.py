@@ -2,7 +2,7 @@
 
     python -m harness report [--results DIR] [--sweep ID|latest] [--out results/report.html]
 
-The page is built by ``harness.analysis.report``. No torch, no Hydra.
+The page is built by ``harness.analysis.views.report``. No torch, no Hydra.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import os
 import tempfile
 from pathlib import Path
 
-from harness.analysis import report
+from harness.analysis.views import report
 from harness.commands import common_args
 
 

@@ -231,7 +231,7 @@ def _outcome_line(label: str, outcome: sweep_mod.RungOutcome) -> str:
 
 
 def _print_table(ctx: sweep_mod.SweepContext) -> None:
-    from harness.analysis import table as table_mod
+    from harness.analysis.views import table as table_mod
     from harness.commands import terminal
 
     try:
@@ -300,7 +300,7 @@ def campaign_job(cfg) -> int:
 
 
 def _print_campaign(campaign_id: str, results_dir: str, expected: int) -> int:
-    from harness.analysis import table as table_mod
+    from harness.analysis.views import table as table_mod
     from harness.commands import terminal
 
     try:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import argparse
 
-from harness.analysis import render, table
+from harness.analysis.views import render, table
 from harness.commands import common_args, terminal
 
 

@@ -1,7 +1,7 @@
 """Speedup tables as a person sees them: a rich table in a terminal, the asked format everywhere else.
 
 ``sweep`` and ``table`` print through here. Rich is used only when no ``--format`` was asked and stdout
-is a terminal; a file, a pipe or ``--format md`` gets the markdown of ``harness.analysis.render``
+is a terminal; a file, a pipe or ``--format md`` gets the markdown of ``harness.analysis.views.render``
 unchanged, so what scripts and CI logs read does not depend on where the command ran.
 """
 
@@ -13,8 +13,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from harness.analysis import render
-from harness.analysis.table import CampaignSummary, SweepTable
+from harness.analysis.views import render
+from harness.analysis.views.table import CampaignSummary, SweepTable
 
 # a verdict's first word -> its colour (stats.verdict's words)
 VERDICT_STYLES = {"confirms": "green", "exceeds": "cyan", "falls": "red", "reverses": "red", "inconclusive": "yellow"}

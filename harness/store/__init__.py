@@ -20,7 +20,7 @@ from harness.store.write import (MIN_FREE_BYTES, check_writable, compacted_dir, 
                                  record_files, runs_dir, store_record, utc_timestamp, write_record, write_records)
 from harness.store.read import (UnreadableRecord, Where, empty_frame, load_parquet_files, load_records, load_runs,
                                 newest_ok_sweeps, read_table, records_from_frame, resolve_id, resolve_sweep,
-                                resolve_sweep_id)
+                                resolve_sweep_id, select_sweep)
 from harness.store.compact import AUTO_COMPACT_LOOSE, LOCK_NAME, PART_ROWS, Compaction, compact, maybe_compact
 from harness.store.restore import Imported, import_record
 
@@ -29,6 +29,6 @@ __all__ = [
     "STATUSES", "Compaction", "Imported", "RunRecord", "UnreadableRecord", "Where", "check_writable", "compact",
     "compacted_dir", "empty_frame", "fallback_dir", "import_record", "load_parquet_files", "load_records",
     "load_runs", "maybe_compact", "new_id", "newest_ok_sweeps", "part_files", "read_table", "record_files",
-    "records_from_frame", "resolve_id", "resolve_sweep", "resolve_sweep_id", "runs_dir", "store_record",
-    "utc_timestamp", "write_record", "write_records",
+    "records_from_frame", "resolve_id", "resolve_sweep", "resolve_sweep_id", "runs_dir", "select_sweep",
+    "store_record", "utc_timestamp", "write_record", "write_records",
 ]

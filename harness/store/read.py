@@ -117,6 +117,11 @@ def resolve_sweep_id(frame, sweep: str) -> str:
     return resolve_id(frame, "sweep_id", sweep, "sweep", "python -m harness sweep +ladder=NAME")
 
 
+def select_sweep(frame, sweep: str):
+    """The records of one sweep (``latest`` or an id) in ``frame``; ValueError for a sweep it does not hold."""
+    return frame[frame["sweep_id"] == resolve_sweep_id(frame, sweep)]
+
+
 def resolve_sweep(results_dir, sweep: str) -> str:
     """The id of ``sweep`` ("latest" or an id); ValueError as ``table`` words it. An id is found from the rows
     that carry it (parts are sorted by sweep, so their statistics skip the rest); ``latest``, or an unknown id

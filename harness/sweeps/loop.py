@@ -4,7 +4,7 @@ Rounds are outermost, so repeats interleave, in serpentine order (rung 0..K, the
 the machine cancels in every pair of rounds instead of favouring the first rungs); ``sweep.repeats=auto`` looks
 after every round and stops when every verdict is decided (``harness.sweeps.rounds``). Rungs never run in
 parallel: a rung builds on the earlier rungs that ran ok (``harness.sweeps.rungs``). A run made while the
-machine was busy (``harness.analysis.busy``) is measured again, once, in the same round. A (rung, round) this
+machine was busy (``harness.analysis.stats.busy``) is measured again, once, in the same round. A (rung, round) this
 sweep already has a record for (a requeued campaign job) is kept, not measured again. A rung the parent could
 not even start is reported, and the loop goes on with the next; with ``stop_on_oom`` the rungs after the first
 out-of-memory are not run (``rungs.run_rung`` says so). The rungs measured fork from one warm launcher
@@ -143,7 +143,7 @@ def _turn(ctx: rungs_mod.SweepContext, machine, display: LoopDisplay, turn: Turn
           measured: list) -> int:
     """One rung of one round; a run of a busy machine measured again, once (a run of the store this sweep has not
     used yet may stand in, as for any rung: a sweep run again replays its store). 1 if it could not start."""
-    from harness.analysis.busy import busy_reason
+    from harness.analysis.stats.busy import busy_reason
 
     for again in (False, True):
         outcomes: list[rungs_mod.RungOutcome] = []

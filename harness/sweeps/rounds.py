@@ -3,7 +3,7 @@
 * **Order.** Serpentine (``sequential.serpentine_order``): rungs forward in even rounds, backward in odd ones,
   so a slow drift of the machine cancels in every pair of rounds instead of piling up along the ladder.
 * **auto.** After every round the sweep's records are read back and judged as the table will judge them
-  (``harness.analysis.sweepstats``: the rung x round model, its look's band from O'Brien-Fleming alpha
+  (``harness.analysis.stats.sweepstats``: the rung x round model, its look's band from O'Brien-Fleming alpha
   spending over ``sweep.max_repeats`` rounds); the sweep stops when every verdict another round could decide
   is decided, after ``max_repeats`` rounds, or before a round that would end past ``sweep.budget_min``.
   Rounds taken from the store count as rounds done: a sweep already measured in full adds nothing.
@@ -20,7 +20,7 @@ import dataclasses
 import time
 from dataclasses import dataclass, field
 
-from harness.analysis import calibration, noise_model, sequential, sweepstats
+from harness.analysis.stats import calibration, noise_model, sequential, sweepstats
 from harness.store import load_runs, utc_timestamp
 from harness.sweeps import rungs as rungs_mod
 

@@ -19,7 +19,7 @@ change: its throughput gets no verdict ("machine busy: not trustworthy"). Three 
 from __future__ import annotations
 
 
-from harness.analysis.stats import BUSY_PCT, finite_number
+from harness.analysis.stats.speedup import BUSY_PCT, finite_number
 
 GPU_SLOWDOWNS = ("hardware slowdown", "thermal (software)", "thermal (hardware)", "power brake (hardware)")
 GPU_OTHER_BYTES = 2.0 * 2**30  # device memory in use beyond the run's own reserved peak that means another process

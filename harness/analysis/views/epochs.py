@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from harness.analysis import noise_model, stats
+from harness.analysis.stats import noise_model, speedup
 
 PREFIX = "epoch:"
 
@@ -71,7 +71,7 @@ def cost_of(run) -> EpochCost | None:
         first, per_step = int(run.get("warmup_steps")), float(run.get("samples_per_step"))
     except (TypeError, ValueError):
         return None
-    steps = stats.floats(run.get("step_ms"))
+    steps = speedup.floats(run.get("step_ms"))
     if every <= 0 or not steps or not per_step > 0:
         return None
     starts, plain = [], []
@@ -94,23 +94,23 @@ def runs_at(costs: list[EpochCost], epoch_samples_: int) -> noise_model.Runs | N
 
 
 def verdict(new: list[EpochCost], old: list[EpochCost], epoch_samples_: int, low: float,
-            high: float) -> tuple[stats.Ratio | None, str]:
+            high: float) -> tuple[speedup.Ratio | None, str]:
     """(the speedup at the guide's epoch length, the verdict on it); :func:`reading` says how it was derived."""
     a, b = runs_at(new, epoch_samples_), runs_at(old, epoch_samples_)
     if a is None or b is None:
         return None, "not measured: no epoch boundary inside both measured windows"
     measured = noise_model.ratio(a, b)
-    return measured, f"{stats.verdict(measured, low, high)} (at the guide's epoch {measured.value:.2f}x)"
+    return measured, f"{speedup.verdict(measured, low, high)} (at the guide's epoch {measured.value:.2f}x)"
 
 
 def reading(what: str, new: list[EpochCost], old: list[EpochCost], epoch_samples_: int,
-            measured: stats.Ratio | None) -> str:
+            measured: speedup.Ratio | None) -> str:
     """One line under the table: how a claim's speedup at the guide's epoch was derived ("" without one)."""
     if measured is None or not new or not old:
         return ""
     steps = round(epoch_samples_ / new[0].samples_per_step)
-    ms_old = stats.median([c.boundary_ms for c in old])
-    ms_new = stats.median([c.boundary_ms for c in new])
+    ms_old = speedup.median([c.boundary_ms for c in old])
+    ms_new = speedup.median([c.boundary_ms for c in new])
     return (f"{what}: at the guide's epoch ({epoch_samples_:,} samples, {steps:,} steps) {measured.value:.2f}x, "
             f"derived from an epoch start's cost over a step, {ms_old:.0f} -> {ms_new:.0f} ms, measured on epochs of "
             f"{new[0].epoch_steps} steps.")

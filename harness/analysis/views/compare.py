@@ -15,8 +15,8 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness.analysis import noise_model, stats
-from harness.analysis import table as table_mod
+from harness.analysis.stats import noise_model, speedup
+from harness.analysis.views import table as table_mod
 from harness.store import load_parquet_files, load_runs
 
 # settings that say where or as what a run was stored, not how it trained
@@ -43,7 +43,7 @@ class CompareRow:
     rung: int
     change: str
     samples_per_s: list[float | None]
-    ratios: list[stats.Ratio | None] = field(default_factory=list)  # side i / side 0, for i >= 1
+    ratios: list[speedup.Ratio | None] = field(default_factory=list)  # side i / side 0, for i >= 1
     comparable: bool = True
     note: str = ""
 
@@ -193,7 +193,7 @@ def _settings_differ(sides: list[Side], rung: int, shown: int = 4) -> str:
 # Output
 
 
-def ratio_text(r: stats.Ratio | None) -> str:
+def ratio_text(r: speedup.Ratio | None) -> str:
     if r is None:
         return "-"
     return f"{r.value:.2f}x" + (" (within noise)" if r.within_noise else "")
@@ -224,7 +224,7 @@ def to_markdown(sides: list[Side], rows: list[CompareRow]) -> str:
 
 def grouped_plot(sides: list[Side], rows: list[CompareRow], path: Path) -> Path:
     """Grouped bars: samples/s per rung, one bar per side; rungs that cannot be paired are greyed."""
-    from harness.analysis import plots
+    from harness.analysis.views import plots
 
     plt = plots.plt
     fig, ax = plots.new_figure(len(rows) * max(1, len(sides) - 1), 6)

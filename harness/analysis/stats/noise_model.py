@@ -1,6 +1,6 @@
 """The run-level noise model of two groups of runs, calibrations and what they let a sweep detect (no torch).
 
-A sweep's rungs are judged together by the rung x round model of ``harness.analysis.blocks`` (rounds as
+A sweep's rungs are judged together by the rung x round model of ``harness.analysis.stats.blocks`` (rounds as
 blocks, one pooled variance, no verdict from an assumed CV); ``sequential`` and ``checkstats`` build on it
 and ``calibration`` chooses the calibration (docs/statistics.md). This module keeps the two-group model
 that ``compare`` and older callers use, the calibration numbers of the ``noise`` command and
@@ -40,8 +40,8 @@ from dataclasses import dataclass, field
 import numpy as np
 from scipy import stats as sps
 
-from harness.analysis.stats import BUSY_PCT, POWER, Ratio, repeats_to_decide  # noqa: F401 (part of this API)
-from harness.analysis.stats import power as _power
+from harness.analysis.stats.speedup import BUSY_PCT, POWER, Ratio, repeats_to_decide  # noqa: F401 (part of this API)
+from harness.analysis.stats.speedup import power as _power
 
 CONFIDENCE = 0.95
 DEFAULT_CV = 0.05  # process-to-process CV assumed where this machine has no calibration
@@ -237,7 +237,7 @@ def detectable_speedup(cv: float, df: float, repeats: int, power: float = POWER,
     """The smallest speedup a sweep with ``repeats`` runs per rung tells from no change (its 95% band excludes
     1x) in ``power`` (80%) of sweeps, at process CV ``cv`` known with ``df`` degrees of freedom (a
     calibration's runs - 1), with the quantiles that sweep really uses: the rung x round model of
-    ``harness.analysis.blocks``, run on seeded simulated sweeps (``planned_power``: every branch included).
+    ``harness.analysis.stats.blocks``, run on seeded simulated sweeps (``planned_power``: every branch included).
     ``df`` inf: a CV taken as known (normal quantile). inf when no band is possible."""
     return math.exp(cv * _detectable_in_cvs(repeats, rungs, df, power))
 
@@ -245,7 +245,7 @@ def detectable_speedup(cv: float, df: float, repeats: int, power: float = POWER,
 @functools.lru_cache(maxsize=64)
 def _detectable_in_cvs(repeats: int, rungs: int, df: float, power: float) -> float:
     """The log speedup, in units of the CV, detected in ``power`` of sweeps (the model is scale-free)."""
-    from harness.analysis import blocks
+    from harness.analysis.stats import blocks
 
     if math.isinf(df):
         def chance(d: float) -> float:
@@ -296,7 +296,7 @@ def outliers(values: list[float], k: float = 3.5, floor: float = 0.01) -> list[i
 
 def runs_of(records, within: bool = True) -> Runs:
     """A Runs from ok records (a pandas frame); NaN throughputs are left out (their status says why)."""
-    from harness.analysis.stats import within_run_uncertainty
+    from harness.analysis.stats.speedup import within_run_uncertainty
 
     ok = records[(records["status"] == "ok") & records["samples_per_s"].notna() & (records["samples_per_s"] > 0)]
     bands = []

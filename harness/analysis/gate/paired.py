@@ -4,10 +4,10 @@ Each round measures every config once with each side, back to back (ABBA / serpe
 ``harness.sweeps.against``), so the two runs of a round share the machine's state of that moment: what
 the machine does between days, or for a few minutes, moves both sides alike and cancels in their ratio.
 The unit is therefore the round: one log ratio work/REF per round, their mean and standard error, Student's
-t on rounds - 1 degrees of freedom. ``harness.analysis.gate`` turns those into the verdict (one-sided
+t on rounds - 1 degrees of freedom. ``harness.analysis.gate.rule`` turns those into the verdict (one-sided
 against the threshold, Holm over the configs, the band shown at the level tested).
 
-A config with a busy run on either side (``harness.analysis.busy``) gets no verdict: the check exits 2 and
+A config with a busy run on either side (``harness.analysis.stats.busy``) gets no verdict: the check exits 2 and
 names it. A config the working tree now fails on (where REF ran ok) regressed, whatever its speed.
 No torch, no Hydra.
 """
@@ -20,9 +20,9 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from harness.analysis import gate
-from harness.analysis.busy import busy_reason
-from harness.analysis.thresholds import Thresholds
+from harness.analysis.gate import rule
+from harness.analysis.stats.busy import busy_reason
+from harness.analysis.gate.thresholds import Thresholds
 
 REF, WORK = "ref", "work"
 SIDES = (REF, WORK)
@@ -107,7 +107,7 @@ def analyse(records: pd.DataFrame, thresholds: Thresholds) -> list[PairedRow]:
         rows.append(row)
         effects.append(effect)
     family = [i for i, (r, e) in enumerate(zip(rows, effects)) if e is not None and not r.status]
-    decisions = gate.decide([effects[i] for i in family], [rows[i].threshold for i in family])
+    decisions = rule.decide([effects[i] for i in family], [rows[i].threshold for i in family])
     for i, decision in zip(family, decisions):
         _apply(rows[i], decision, len(family))
     for row in rows:
@@ -117,7 +117,7 @@ def analyse(records: pd.DataFrame, thresholds: Thresholds) -> list[PairedRow]:
     return rows
 
 
-def _config(rung: int, group: pd.DataFrame, thresholds: Thresholds) -> tuple[PairedRow, gate.Effect | None]:
+def _config(rung: int, group: pd.DataFrame, thresholds: Thresholds) -> tuple[PairedRow, rule.Effect | None]:
     """A config's row before Holm: its runs, failures and busy runs; the effect to test (None: nothing to test)."""
     work = group[group["against_side"] == WORK]
     first = (work if len(work) else group).iloc[0]
@@ -144,13 +144,13 @@ def _config(rung: int, group: pd.DataFrame, thresholds: Thresholds) -> tuple[Pai
     return row, round_effect(pairs)
 
 
-def round_effect(log_ratios: list[float]) -> gate.Effect | None:
+def round_effect(log_ratios: list[float]) -> rule.Effect | None:
     """The effect of one config from its rounds' log ratios work/REF: their mean, its standard error, rounds - 1
     degrees of freedom (None with fewer than two rounds: no spread to test with)."""
     if len(log_ratios) < 2:
         return None
     sd = float(np.std(log_ratios, ddof=1))
-    return gate.Effect(float(np.mean(log_ratios)), sd / math.sqrt(len(log_ratios)), len(log_ratios) - 1)
+    return rule.Effect(float(np.mean(log_ratios)), sd / math.sqrt(len(log_ratios)), len(log_ratios) - 1)
 
 
 def _failures(row: PairedRow, group: pd.DataFrame, ok: dict[str, dict[int, float]]) -> bool:
@@ -178,11 +178,11 @@ def _failures(row: PairedRow, group: pd.DataFrame, ok: dict[str, dict[int, float
     return True
 
 
-def _apply(row: PairedRow, decision: gate.Decision, family: int) -> None:
+def _apply(row: PairedRow, decision: rule.Decision, family: int) -> None:
     row.ratio, row.p_value, row.level = decision.ratio, decision.p_value, decision.level
     if decision.has_band:
         row.lower, row.upper = decision.lower, decision.upper
-    row.status = gate.status(decision, row.threshold)
+    row.status = rule.status(decision, row.threshold)
     if row.status == "regressed":
         row.notes.append(f"throughput {decision.ratio - 1:+.1%}, at most {decision.upper - 1:+.1%} at "
                          f"{decision.level:.1%} one-sided: beyond the -{row.threshold:.0%} threshold "

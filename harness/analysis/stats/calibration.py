@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from harness.analysis import busy, noise_model
+from harness.analysis.stats import busy, noise_model
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from harness.analysis.check import BadInput, load_sweep, require_ok, select_sweep, with_hardware
+from harness.analysis.gate.check import BadInput, load_sweep, require_ok, select_sweep, with_hardware
 from harness.store import SCHEMA_VERSION, load_parquet_files, records_from_frame, write_records
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")

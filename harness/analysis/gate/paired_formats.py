@@ -7,8 +7,8 @@ import math
 import xml.etree.ElementTree as ET
 from dataclasses import asdict
 
-from harness.analysis.gate import ALPHA
-from harness.analysis.paired import STATUSES, PairedResult, PairedRow
+from harness.analysis.gate.rule import ALPHA
+from harness.analysis.gate.paired import STATUSES, PairedResult, PairedRow
 
 FORMATS = ("text", "junit", "json")
 
@@ -88,7 +88,7 @@ def format_junit(result: PairedResult) -> str:
 
 
 def to_json(result: PairedResult) -> dict:
-    """The check as a JSON-ready dict (also what ``harness.analysis.verdicts`` keeps for the history page)."""
+    """The check as a JSON-ready dict (also what ``harness.analysis.gate.verdicts`` keeps for the history page)."""
     def clean(value):
         return None if isinstance(value, float) and math.isnan(value) else value
 

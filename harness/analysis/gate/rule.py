@@ -8,8 +8,8 @@ is "regressed" exactly when its upper bound lies below 1 - threshold, and a band
 beside the word "regressed". A slowdown within the threshold (a machine 4% slower today, a 3% drift between
 sessions) is the null itself, so it cannot raise an alarm more often than ``alpha``.
 
-Used by the paired check (``harness.analysis.paired``: rounds of REF and the working tree, one log ratio a
-round) and by the stored-baseline check with its between-session term (``harness.analysis.sessions``).
+Used by the paired check (``harness.analysis.gate.paired``: rounds of REF and the working tree, one log ratio a
+round) and by the stored-baseline check with its between-session term (``harness.analysis.gate.sessions``).
 """
 
 from __future__ import annotations

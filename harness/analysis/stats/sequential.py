@@ -1,6 +1,6 @@
 """``sweep.repeats=auto``: rounds until every verdict is decided, without the looks inflating the error.
 
-After each round the rung x round model (``harness.analysis.blocks``) is refitted and every question of
+After each round the rung x round model (``harness.analysis.stats.blocks``) is refitted and every question of
 the sweep (each rung with a claim against the rung it was built on, rungs without a claim, the total,
 group claims) is asked again. Looking after every round at a plain 95% band would give a no-change rung
 up to R chances to look like a change; instead each look's band is a *repeated confidence interval*
@@ -31,7 +31,7 @@ import numpy as np
 from scipy import optimize
 from scipy import stats as sps
 
-from harness.analysis import blocks, stats
+from harness.analysis.stats import blocks, speedup
 
 ALPHA = 0.05
 SPENDING = ("obrien-fleming", "pocock")
@@ -142,7 +142,7 @@ class Question:
 @dataclass(frozen=True)
 class Answer:
     question: Question
-    ratio: stats.Ratio | None
+    ratio: speedup.Ratio | None
     verdict: str
     decided: bool
     waiting: bool = True  # another round could decide it (False: a rung it needs never ran ok, e.g. out of memory)
@@ -164,7 +164,7 @@ class Look:
         return all(a.decided for a in self.answers if a.waiting)
 
 
-def decided(ratio: stats.Ratio | None, claim: tuple[float, float] | None, min_effect: float = MIN_EFFECT) -> bool:
+def decided(ratio: speedup.Ratio | None, claim: tuple[float, float] | None, min_effect: float = MIN_EFFECT) -> bool:
     """Whether a band settles its question: a claim's verdict other than inconclusive (too wide and no band
     are not decided); without a claim, a band that excludes 1x or lies within +-``min_effect``."""
     if ratio is None:
@@ -174,20 +174,20 @@ def decided(ratio: stats.Ratio | None, claim: tuple[float, float] | None, min_ef
 
 
 FASTER, SLOWER, NO_CHANGE = 100, 101, 102  # the answers of a question without a claim
-DECIDED = set(stats.DECIDED_CODES) | {FASTER, SLOWER, NO_CHANGE}
-_NO_CLAIM_TEXT = {FASTER: "faster", SLOWER: "slower", stats.INCONCLUSIVE: "undecided",
-                  stats.TOO_WIDE_CODE: "too wide to say", stats.NO_BAND: "no band yet"}
+DECIDED = set(speedup.DECIDED_CODES) | {FASTER, SLOWER, NO_CHANGE}
+_NO_CLAIM_TEXT = {FASTER: "faster", SLOWER: "slower", speedup.INCONCLUSIVE: "undecided",
+                  speedup.TOO_WIDE_CODE: "too wide to say", speedup.NO_BAND: "no band yet"}
 
 
 def _codes(low: np.ndarray, high: np.ndarray, claim, min_effect: float) -> np.ndarray:
     if claim is not None:
-        return stats.verdict_codes(low, high, *claim)
-    codes = np.where(low > 1.0, FASTER, np.where(high < 1.0, SLOWER, stats.INCONCLUSIVE))
+        return speedup.verdict_codes(low, high, *claim)
+    codes = np.where(low > 1.0, FASTER, np.where(high < 1.0, SLOWER, speedup.INCONCLUSIVE))
     inside = (low >= 1 / (1 + min_effect)) & (high <= 1 + min_effect)
     codes = np.where(inside, NO_CHANGE, codes)
     with np.errstate(invalid="ignore", divide="ignore"):
-        codes = np.where(high > stats.TOO_WIDE * low, stats.TOO_WIDE_CODE, codes)
-    return np.where(np.isnan(low) | np.isnan(high), stats.NO_BAND, codes)
+        codes = np.where(high > speedup.TOO_WIDE * low, speedup.TOO_WIDE_CODE, codes)
+    return np.where(np.isnan(low) | np.isnan(high), speedup.NO_BAND, codes)
 
 
 def judge(model: blocks.BlockFit, questions: Sequence[Question], level: float,
@@ -197,11 +197,11 @@ def judge(model: blocks.BlockFit, questions: Sequence[Question], level: float,
     A question whose rungs did not all run ok, or with no band yet, gets NO_BAND (not decided); a rung ``skipped``
     (its knob cannot act on this device: every run of it skipped) does not stop a span's question."""
     ran = set(np.nonzero(model.design.observed.any(axis=1))[0].tolist()) | set(skipped)
-    codes = np.full((model.logs.shape[0], len(questions)), stats.NO_BAND)
+    codes = np.full((model.logs.shape[0], len(questions)), speedup.NO_BAND)
     contrasts: list[blocks.Contrast | None] = []
     for i, q in enumerate(questions):
         old = blocks.previous_ran(model, q.new) if q.old is None else q.old
-        span = q.first is not None and stats.span_status(ran, q.first, q.last) is not None
+        span = q.first is not None and speedup.span_status(ran, q.first, q.last) is not None
         c = None if old is None or span or q.new not in ran else blocks.contrast(model, q.new, old)
         contrasts.append(c)
         if c is not None and level > 0:
@@ -225,7 +225,7 @@ def look(logs, questions: Sequence[Question], rounds: int, max_rounds: int, cali
     answers = []
     for q, code, c in zip(questions, codes[0], contrasts):
         ratio = c.ratio(level) if c is not None and level > 0 else None
-        missing = stats.span_status(ran, q.first, q.last) if q.first is not None else None
+        missing = speedup.span_status(ran, q.first, q.last) if q.first is not None else None
         busy_now = _busy_reason(q, busy or {}, rounds)
         text = _text(q, int(code), ratio, c, busy_now, missing)
         answers.append(Answer(q, ratio, text, int(code) in DECIDED, c is not None or busy_now is not None,
@@ -264,7 +264,7 @@ def _busy_reason(q: Question, busy: dict, rounds: int) -> str | None:
     return next((reason for (rung, r), reason in sorted(busy.items()) if rung in rungs and r < rounds), None)
 
 
-def _text(q: Question, code: int, ratio: stats.Ratio | None, c: blocks.Contrast | None, busy: str | None,
+def _text(q: Question, code: int, ratio: speedup.Ratio | None, c: blocks.Contrast | None, busy: str | None,
           missing: str | None) -> str:
     if c is None:
         if busy:
@@ -272,9 +272,9 @@ def _text(q: Question, code: int, ratio: stats.Ratio | None, c: blocks.Contrast 
         return missing or "not measured"
     if q.claim is None:
         return f"no change beyond {MIN_EFFECT:.0%}" if code == NO_CHANGE else _NO_CLAIM_TEXT[code]
-    if code == stats.INCONCLUSIVE:
+    if code == speedup.INCONCLUSIVE:
         return "inconclusive"
-    return stats.verdict(ratio, *q.claim) if ratio is not None else stats.NO_BAND_TEXT
+    return speedup.verdict(ratio, *q.claim) if ratio is not None else speedup.NO_BAND_TEXT
 
 
 def next_action(current: Look) -> str:

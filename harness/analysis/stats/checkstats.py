@@ -6,7 +6,7 @@ Two designs:
 * **Paired rounds** (``paired=True``): baseline and current were measured in the same rounds, one after
   the other (``climb`` interleaves its candidate and incumbent this way). Both go in one rung x round
   table, rows 0..K-1 the baseline's configs and K..2K-1 the current's, and each config's ratio is a
-  contrast of the block model (``harness.analysis.blocks``): round effects cancel, the residual variance
+  contrast of the block model (``harness.analysis.stats.blocks``): round effects cancel, the residual variance
   is pooled over every config of both sides.
 * **Separate sweeps** (``paired=False``, a saved baseline): rounds of different sweeps share nothing, so
   a config's mean carries its round's effect too. Its variance is the round-to-round variance of a config
@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import stats as sps
 
-from harness.analysis import blocks, sequential
+from harness.analysis.stats import blocks, sequential
 
 ALPHA = 0.05
 

@@ -2,9 +2,9 @@
 
 The history reads everything a results folder keeps: the sweeps of the store, the saved baselines (their
 records, and their names), the runs of ``check --against`` (``<results>/checks``, both sides) and every check's
-verdict (``harness.analysis.verdicts``). A **point** is one session of a config: a sweep, or one side of a
+verdict (``harness.analysis.gate.verdicts``). A **point** is one session of a config: a sweep, or one side of a
 paired check; its throughput is the geometric mean of its ok runs with the noise model's 95% band. A
-**mark** is one check's decision on the config: regressed, ok or busy. ``harness.analysis.history_page``
+**mark** is one check's decision on the config: regressed, ok or busy. ``harness.analysis.views.history_page``
 draws them; the command is ``python -m harness history``.
 """
 
@@ -16,11 +16,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from harness.analysis import noise_model, verdicts
-from harness.analysis.baseline import baselines_dir
-from harness.analysis.busy import busy_reason
-from harness.analysis.stats import finite_number
-from harness.analysis.check import hardware
+from harness.analysis.stats import noise_model
+from harness.analysis.gate import verdicts
+from harness.analysis.gate.baseline import baselines_dir
+from harness.analysis.stats.busy import busy_reason
+from harness.analysis.stats.speedup import finite_number
+from harness.analysis.gate.check import hardware
 from harness.store import load_parquet_files, load_runs
 
 COLUMNS = ["run_id", "status", "timestamp", "workload", "ladder", "rung", "change", "config_hash", "env_key",

@@ -22,9 +22,9 @@ from dataclasses import dataclass, field
 
 from scipy import stats as sps
 
-from harness.analysis import blocks, calibration, noise_model, sequential, stats
-from harness.analysis.busy import busy_reason
-from harness.analysis.stats import Ratio
+from harness.analysis.stats import blocks, calibration, noise_model, sequential, speedup
+from harness.analysis.stats.busy import busy_reason
+from harness.analysis.stats.speedup import Ratio
 
 STORED = "environment, workload and size; chosen when the sweep started"
 
@@ -208,7 +208,7 @@ def verdict_text(answer: sequential.Answer) -> str:
     """An answer's verdict as the table prints it: an inconclusive claim with the repeats that would decide it."""
     q = answer.question
     if answer.verdict == "inconclusive" and answer.ratio is not None and q.claim is not None:
-        return stats.verdict(answer.ratio, *q.claim)
+        return speedup.verdict(answer.ratio, *q.claim)
     return answer.verdict
 
 

@@ -15,9 +15,10 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
-from harness.analysis import calibration, epochs, plots, render, stats
-from harness.analysis import table as table_mod
-from harness.analysis.profile import profile_html, rung_profiles
+from harness.analysis.stats import calibration, speedup
+from harness.analysis.views import epochs, plots, render
+from harness.analysis.views import table as table_mod
+from harness.analysis.views.profile import profile_html, rung_profiles
 from harness.store import load_runs
 
 # (column, heading) of the per-run environment table
@@ -83,7 +84,7 @@ def verdicts_html(table: table_mod.SweepTable) -> str:
     body = ""
     for r in claimed:
         shown = r.component_measured or r.x_previous  # a claim about one part is judged on that part's ratio
-        measured = ("not measured (" + r.status + ")" if shown is None else stats.band_text(shown)
+        measured = ("not measured (" + r.status + ")" if shown is None else speedup.band_text(shown)
                     + (f" ({epochs.label(r.claim_component)})" if r.component_measured else ""))
         verdict = r.verdict or "no verdict"
         body += (f"<tr><td class='num'>{r.rung}</td><td>{_esc(r.change)}</td><td>{_esc(render.claim_text(r))}</td>"
@@ -91,13 +92,13 @@ def verdicts_html(table: table_mod.SweepTable) -> str:
                  f"<td>{_esc(r.claim_source)}</td></tr>")
     if table.total_claim:
         m = table.total_measured
-        measured = "not measured" if m is None else stats.band_text(m)
+        measured = "not measured" if m is None else speedup.band_text(m)
         body += (f"<tr><td></td><td><b>all rungs together</b> (x baseline)</td><td>{_esc(table.total_claim)}</td>"
                  f"<td>{_esc(measured)}</td><td class='{_verdict_class(table.total_verdict)}'>"
                  f"{_esc(table.total_verdict or 'no verdict')}</td><td></td></tr>")
     for g in table.groups:
         m = g.measured
-        measured = "not measured" if m is None else stats.band_text(m)
+        measured = "not measured" if m is None else speedup.band_text(m)
         body += (f"<tr><td class='num'>{g.first}-{g.last}</td><td><b>together</b> ({_esc(g.changes)})</td>"
                  f"<td>{_esc(g.claim)}</td><td>{_esc(measured)}</td><td class='{_verdict_class(g.verdict)}'>"
                  f"{_esc(g.verdict or 'no verdict')}</td><td>{_esc(g.claim_source)}</td></tr>")

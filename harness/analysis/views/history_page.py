@@ -12,7 +12,7 @@ import html
 import math
 import time
 
-from harness.analysis.history import ConfigHistory, History, Mark, Point
+from harness.analysis.views.history import ConfigHistory, History, Mark, Point
 
 WIDTH, HEIGHT, LEFT, RIGHT, TOP, BOTTOM = 1100, 300, 70, 20, 34, 70
 COLOURS = {"sweep": "#1565c0", "check REF": "#757575", "check work": "#6a1b9a"}

@@ -2,7 +2,7 @@
 
 The command is ``python -m harness plot`` (``harness.commands.plot``).
 
-Every number drawn comes from :func:`harness.analysis.table.build_table`, so the plots and the
+Every number drawn comes from :func:`harness.analysis.views.table.build_table`, so the plots and the
 table can never disagree. Each plot is built as a :class:`Plot` (a name and a figure) so that the
 report can embed the same figures that ``plot`` writes.
 """
@@ -24,7 +24,8 @@ matplotlib.use("Agg")  # headless: plots are written to files, never shown
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
-from harness.analysis import calibration, table as table_mod  # noqa: E402
+from harness.analysis.stats import calibration  # noqa: E402
+from harness.analysis.views import table as table_mod
 from harness.store import load_runs  # noqa: E402
 
 FORMATS = ("png", "svg")

@@ -4,7 +4,7 @@ dummy-data benchmark trainer does) and the full training step. Plain Python, no 
 
 Where the full step was profiled (``profile.enabled=true``), its breakdown says more: a step the rates call
 compute-bound (or balanced) during which the device idles most of the time is launch-bound, the host's kernel
-launches setting the pace (``harness.analysis.profile.bound_by``).
+launches setting the pace (``harness.analysis.views.profile.bound_by``).
 The full step loads a batch and runs the model on it, so it cannot outpace either part measured alone: when it
 does, by more than one run's noise, the three runs disagree, and the diagnosis says so before its verdict.
 """
@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from harness import shell
-from harness.analysis.profile import bound_by, bound_reason
+from harness.analysis.views.profile import bound_by, bound_reason
 
 DATA_BOUND_BELOW = 0.8  # loader rate / model rate under which the loader is the bottleneck
 COMPUTE_BOUND_ABOVE = 1.25  # ... over which the model is

@@ -17,7 +17,7 @@ Where ``sd_session`` comes from, said in the output:
   config (2 degrees of freedom) are needed; fewer, and
 * **the default**: an sd of 3% between sessions (``DEFAULT_SD``), a documented assumption.
 
-The decision is the gate's (``harness.analysis.gate``): one-sided against the threshold, Holm over the
+The decision is the gate's (``harness.analysis.gate.rule``): one-sided against the threshold, Holm over the
 configs, the band at the level tested. No torch, no Hydra.
 """
 
@@ -29,7 +29,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from harness.analysis import gate, noise_model
+from harness.analysis.gate import rule
+from harness.analysis.stats import noise_model
 
 DEFAULT_SD = 0.03  # sd of log throughput between sessions where the history cannot say
 MIN_DF = 2  # three sessions of one config, or two each of two
@@ -117,20 +118,20 @@ def _debug_run(config_json) -> bool:
 
 
 def effect(base: noise_model.Runs, current: noise_model.Runs, noise: noise_model.Noise,
-           session: SessionNoise) -> gate.Effect:
+           session: SessionNoise) -> rule.Effect:
     """log(current / baseline) with the runs' standard error (the noise model's) and the two sessions' term;
     degrees of freedom by Welch-Satterthwaite."""
     diff = noise_model.difference(current, base, noise)
     runs_var, session_var = diff.se ** 2, 2 * session.sd ** 2
     total = runs_var + session_var
     parts = sum(v ** 2 / d for v, d in ((runs_var, diff.df), (session_var, session.df)) if math.isfinite(d) and d > 0)
-    return gate.Effect(diff.diff, math.sqrt(total), total ** 2 / parts if parts > 0 else math.inf)
+    return rule.Effect(diff.diff, math.sqrt(total), total ** 2 / parts if parts > 0 else math.inf)
 
 
 def decide(pairs: list[tuple[noise_model.Runs, noise_model.Runs]], thresholds: list[float],
-           noise: noise_model.Noise, session: SessionNoise) -> list[gate.Decision]:
+           noise: noise_model.Noise, session: SessionNoise) -> list[rule.Decision]:
     """The gate's decisions over every (baseline, current) pair of one check, with the between-session term."""
-    return gate.decide([effect(base, cur, noise, session) for base, cur in pairs], thresholds)
+    return rule.decide([effect(base, cur, noise, session) for base, cur in pairs], thresholds)
 
 
 def judge(rows: list, runs: list[tuple[noise_model.Runs, noise_model.Runs]], noise: noise_model.Noise,
@@ -142,4 +143,4 @@ def judge(rows: list, runs: list[tuple[noise_model.Runs, noise_model.Runs]], noi
     for row, d in zip(rows, decisions):
         row.ci_low, row.ci_high = (d.lower, d.upper) if d.has_band else (None, None)
         row.p_value = d.p_value
-    return [gate.status(d, row.threshold) for row, d in zip(rows, decisions)]
+    return [rule.status(d, row.threshold) for row, d in zip(rows, decisions)]

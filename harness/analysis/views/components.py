@@ -23,9 +23,10 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from harness.analysis import epochs, noise_model, stats
+from harness.analysis.views import epochs
+from harness.analysis.stats import noise_model, speedup
 
-# the table's rows (harness.analysis.table imports this module, so its classes are named here, not imported)
+# the table's rows (harness.analysis.views.table imports this module, so its classes are named here, not imported)
 RungRow = GroupRow = SweepTable = Any
 
 DATA_PACED_WAIT = 0.2  # a loop blocked on its loader at least this share of its step runs at the loader's pace
@@ -41,9 +42,9 @@ class Parts:
     compute_source: str = ""  # "device" (CUDA events) or "host" (step time minus data wait)
     compute: noise_model.Runs | None = None  # per run: samples per second of compute
     validation: noise_model.Runs | None = None  # per run: training samples per second of validation
-    epoch_costs: list[epochs.EpochCost] | None = None  # per run: its epoch boundaries' cost (harness.analysis.epochs)
+    epoch_costs: list[epochs.EpochCost] | None = None  # per run: its epoch boundaries' cost (harness.analysis.views.epochs)
     device_step_frac: float | None = None
-    x_compute: stats.Ratio | None = None  # over the rung this one was built on
+    x_compute: speedup.Ratio | None = None  # over the rung this one was built on
     inert: str = ""  # why the rung's knob cannot do what it is claimed for here ("" when it can)
 
 
@@ -58,19 +59,19 @@ def parts_of(ok) -> Parts:
         steps, source = _compute_steps(run)
         per_step = _samples_per_step(run)
         if steps and per_step:
-            middle = stats.median(steps)
+            middle = speedup.median(steps)
             if middle and middle > 0:
                 ms.append(middle)
                 values.append(1000.0 * per_step / middle)
                 sources.add(source)
-                band = stats.within_run_uncertainty(steps)
+                band = speedup.within_run_uncertainty(steps)
                 if band is not None:
                     bands.append(band)
         rate = _validation_rate(run, per_step)
         if rate is not None:
             validation.append(rate)
     if values and len(sources) == 1:
-        parts.compute_ms, parts.compute_source = stats.median(ms), sources.pop()
+        parts.compute_ms, parts.compute_source = speedup.median(ms), sources.pop()
         parts.compute = noise_model.Runs(values, bands)
     if validation:
         parts.validation = noise_model.Runs(validation)
@@ -79,7 +80,7 @@ def parts_of(ok) -> Parts:
 
 
 def _median_column(frame, column: str) -> float | None:
-    return stats.median(frame[column]) if column in frame else None
+    return speedup.median(frame[column]) if column in frame else None
 
 
 def _samples_per_step(run) -> float | None:
@@ -89,10 +90,10 @@ def _samples_per_step(run) -> float | None:
 
 def _compute_steps(run) -> tuple[list[float], str]:
     """A run's per-step compute times: the device's own on CUDA, else the host's step minus its data wait."""
-    device = stats.floats(run.get("device_step_ms"))
+    device = speedup.floats(run.get("device_step_ms"))
     if run.get("device") == "cuda" and device:
         return device, "device"
-    steps, waits = stats.floats(run.get("step_ms")), stats.floats(run.get("data_wait_ms"))
+    steps, waits = speedup.floats(run.get("step_ms")), speedup.floats(run.get("data_wait_ms"))
     if steps and len(steps) == len(waits):
         return [max(s - w, 0.0) for s, w in zip(steps, waits)], "host"
     return [], ""
@@ -107,7 +108,7 @@ def _validation_rate(run, per_step: float | None) -> float | None:
         every = int((json.loads(run.get("config_json") or "{}").get("val") or {}).get("every_n_steps") or 0)
     except (TypeError, ValueError):
         return None
-    steps, warmup = stats.floats(run.get("step_ms")), run.get("warmup_steps")
+    steps, warmup = speedup.floats(run.get("step_ms")), run.get("warmup_steps")
     if not every or not steps or not per_step or warmup is None or math.isnan(float(warmup)):
         return None
     first = int(warmup)
@@ -115,7 +116,7 @@ def _validation_rate(run, per_step: float | None) -> float | None:
     others = [t for i, t in enumerate(steps) if (first + i + 1) % every != 0]
     if not passes or not others:
         return None
-    extra_ms = stats.median(passes) - stats.median(others)
+    extra_ms = speedup.median(passes) - speedup.median(others)
     return per_step * every / extra_ms if extra_ms > 0 else None
 
 
@@ -201,7 +202,7 @@ def _group_ends(group: GroupRow, rows: list[RungRow]) -> tuple[RungRow | None, R
     return before, end
 
 
-def measured_only(measured: stats.Ratio) -> str:
+def measured_only(measured: speedup.Ratio) -> str:
     """The verdict cell of a claim with no figure: what was measured, and no verdict."""
     if math.isnan(measured.low) or math.isnan(measured.high):
         return f"no figure claimed: {measured.value:.2f}x, no band (no variance known)"
@@ -210,7 +211,7 @@ def measured_only(measured: stats.Ratio) -> str:
 
 
 def component_verdict(component: str, new: RungRow, old: RungRow | None, low: float, high: float,
-                      end_to_end: stats.Ratio | None = None) -> tuple[stats.Ratio | None, str]:
+                      end_to_end: speedup.Ratio | None = None) -> tuple[speedup.Ratio | None, str]:
     """(the part's ratio new/old, the verdict on it) for a claim about ``component``."""
     if old is None or new.parts is None or old.parts is None:
         return None, ""
@@ -219,19 +220,19 @@ def component_verdict(component: str, new: RungRow, old: RungRow | None, low: fl
             else None
         if measured is None:
             return None, "not measured: no compute time in these records"
-        return measured, f"{stats.verdict(measured, low, high)} (compute {measured.value:.2f}x)"
+        return measured, f"{speedup.verdict(measured, low, high)} (compute {measured.value:.2f}x)"
     if (samples := epochs.epoch_samples(component)) is not None:
         return epochs.verdict(new.parts.epoch_costs or [], old.parts.epoch_costs or [], samples, low, high)
     if component == "validation":
         if not new.parts.validation or not old.parts.validation:
             return None, "not measured: no validation pass inside both measured windows"
         measured = noise_model.ratio(new.parts.validation, old.parts.validation)
-        return measured, f"{stats.verdict(measured, low, high)} (validation {measured.value:.2f}x)"
+        return measured, f"{speedup.verdict(measured, low, high)} (validation {measured.value:.2f}x)"
     return _data_verdict(new, old, low, high, end_to_end or new.x_previous)
 
 
 def _data_verdict(new: RungRow, old: RungRow, low: float, high: float,
-                  measured: stats.Ratio | None) -> tuple[stats.Ratio | None, str]:
+                  measured: speedup.Ratio | None) -> tuple[speedup.Ratio | None, str]:
     """The loader's speedup: the loop's own while the loop waits on the loader before and after; a lower bound once
     the loader outruns the model; not visible at all when the loop did not wait on it before."""
     wait_old, wait_new = old.data_wait_frac, new.data_wait_frac
@@ -240,7 +241,7 @@ def _data_verdict(new: RungRow, old: RungRow, low: float, high: float,
     if wait_old < DATA_PACED_WAIT:
         return None, (f"not measurable here: the loop waited on data {wait_old:.0%} of its step before the change, "
                       "so the loader did not set its pace")
-    verdict = stats.verdict(measured, low, high)
+    verdict = speedup.verdict(measured, low, high)
     if wait_new >= DATA_PACED_WAIT:
         return measured, f"{verdict} (data: loader {measured.value:.2f}x)"
     if measured.low >= low:  # at least the claim, whatever the loader's own speed is now
@@ -262,7 +263,7 @@ def queued_start_note(runs) -> str:
     than the last (median over the runs), so the rung's throughput and data wait mix the two ("" otherwise)."""
     early, late = [], []
     for _, run in runs.iterrows():
-        steps, waits = stats.floats(run.get("step_ms")), stats.floats(run.get("data_wait_ms"))
+        steps, waits = speedup.floats(run.get("step_ms")), speedup.floats(run.get("data_wait_ms"))
         third = len(steps) // 3
         if third < 2 or len(waits) != len(steps):
             continue
@@ -270,7 +271,7 @@ def queued_start_note(runs) -> str:
         late.append(sum(waits[-third:]) / max(sum(steps[-third:]), 1e-9))
     if not late:
         return ""
-    first, last = stats.median(early), stats.median(late)
+    first, last = speedup.median(early), speedup.median(late)
     if last < QUEUED_LATE_WAIT or first >= QUEUED_EARLY_SHARE * last:
         return ""
     return (f"the window opened on batches made during the warm-up: waiting on data {first:.0%} of its first third, "
@@ -296,7 +297,7 @@ def short_of_waves(run) -> Waves | None:
     ``WAVES_ENOUGH``: when its waits show the waves (``WAVE_SHARE`` of the wait on one step in ``workers``; workers
     whose batches vary drift apart, and their waits spread; not checked when epochs start inside the window). None
     otherwise."""
-    steps, waits = stats.floats(run.get("step_ms")), stats.floats(run.get("data_wait_ms"))
+    steps, waits = speedup.floats(run.get("step_ms")), speedup.floats(run.get("data_wait_ms"))
     config = json.loads(run.get("config_json") or "{}")
     data = config.get("data") or {}
     workers, epoch = int(data.get("num_workers") or 0), int(data.get("epoch_steps") or 0)

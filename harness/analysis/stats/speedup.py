@@ -1,7 +1,7 @@
 """Small statistics for speedups: medians, spreads, a speedup with its band, and verdicts on claims.
 
-The band itself comes from the run-level noise model (``harness.analysis.blocks`` for a sweep's rung x round
-table, ``harness.analysis.noise_model`` for two groups of runs); this module holds what every caller shares
+The band itself comes from the run-level noise model (``harness.analysis.stats.blocks`` for a sweep's rung x round
+table, ``harness.analysis.stats.noise_model`` for two groups of runs); this module holds what every caller shares
 (``Ratio``, ``verdict``, the power arithmetic behind "repeats that would decide") and the within-run step
 bootstrap. ``verdict_codes`` is the verdict rule on arrays, so simulations judge with the same rule as tables.
 """
@@ -124,7 +124,7 @@ def verdict(measured: Ratio, claim_low: float, claim_high: float, busy: str | No
     A claim is confirmed only when the band overlaps it AND excludes no change (1.0); a claim that itself
     includes 1 only when the band lies inside it. A band holding both 1 and part of the claim cannot tell
     them apart: inconclusive, with the repeats that would decide in POWER of sweeps. ``busy`` (a reason
-    from ``harness.analysis.busy.busy_reason``): no verdict at all.
+    from ``harness.analysis.stats.busy.busy_reason``): no verdict at all.
     """
     if busy:
         return f"no verdict: machine busy ({busy}): not trustworthy"

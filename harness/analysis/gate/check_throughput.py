@@ -1,6 +1,6 @@
 """How ``check`` judges the throughput of its configs: current over baseline on the rung x round model
-(``harness.analysis.checkstats``, a saved baseline: no shared rounds), Holm over every config, each band shown at
-the level its config is tested at (no torch). ``harness.analysis.check`` picks the records and writes the rows."""
+(``harness.analysis.stats.checkstats``, a saved baseline: no shared rounds), Holm over every config, each band shown at
+the level its config is tested at (no torch). ``harness.analysis.gate.check`` picks the records and writes the rows."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from harness.analysis import checkstats, noise_model
+from harness.analysis.stats import checkstats, noise_model
 
 ALPHA = noise_model.ALPHA
 

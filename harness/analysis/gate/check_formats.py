@@ -7,7 +7,7 @@ import math
 import xml.etree.ElementTree as ET
 from dataclasses import asdict
 
-from harness.analysis.check import ALPHA, STATUSES, CheckResult, Comparison, exit_code
+from harness.analysis.gate.check import ALPHA, STATUSES, CheckResult, Comparison, exit_code
 
 FORMATS = ("text", "junit", "json")
 

@@ -1,6 +1,6 @@
 """The speedup table of a sweep (or of every sweep of a campaign), built from the store alone.
 
-``build_table`` turns a sweep's records into rows of numbers, ratios and verdicts; ``harness.analysis.render``
+``build_table`` turns a sweep's records into rows of numbers, ratios and verdicts; ``harness.analysis.views.render``
 writes them as markdown, CSV or HTML, and ``python -m harness table`` (``harness.commands.table``) prints them.
 """
 
@@ -8,12 +8,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from harness.analysis import calibration, components, noise_model, stats, sweepstats
-from harness.analysis.busy import BUSY_VERDICT, busy_reason
-from harness.analysis.claims import Claims
-from harness.analysis.profile import bound_by
+from harness.analysis.stats import calibration, noise_model, speedup, sweepstats
+from harness.analysis.views import components
+from harness.analysis.stats.busy import BUSY_VERDICT, busy_reason
+from harness.analysis.views.claims import Claims
+from harness.analysis.views.profile import bound_by
 from harness.profiles import summary_from_json
-from harness.store import load_runs, resolve_id, resolve_sweep_id
+from harness.store import load_runs, resolve_id, select_sweep
 
 MEMORY_NOTE = {"cuda": "peak VRAM reserved", "cpu": "peak host RSS"}  # what a rung's peak_mem_bytes is
 
@@ -29,8 +30,8 @@ class RungRow:
     samples_per_s: float | None = None
     spread: float | None = None  # relative (max-min)/median over repeats
     uncertainty: float | None = None
-    x_baseline: stats.Ratio | None = None
-    x_previous: stats.Ratio | None = None
+    x_baseline: speedup.Ratio | None = None
+    x_previous: speedup.Ratio | None = None
     built_on: int | None = None
     step_ms_p50: float | None = None
     step_ms_p90: float | None = None
@@ -50,7 +51,7 @@ class RungRow:
     bound: str = ""  # what its newest profile says bounds a step (profile.enabled): data-, launch-, compute-bound
     parts: components.Parts | None = None  # the compute, data and validation parts of its step
     claim_component: str = ""  # the part of the step its claim is about ("" for the whole step)
-    component_measured: stats.Ratio | None = None  # that part's ratio, which the verdict judged
+    component_measured: speedup.Ratio | None = None  # that part's ratio, which the verdict judged
 
 
 @dataclass
@@ -63,11 +64,11 @@ class GroupRow:
     claim_source: str
     claim_range: tuple[float, float] | None  # None for a claim with no figure
     changes: str = ""
-    measured: stats.Ratio | None = None
+    measured: speedup.Ratio | None = None
     verdict: str = ""
     note: str = ""
     component: str = ""  # the part of the step the claim is about ("" for the whole step)
-    component_measured: stats.Ratio | None = None
+    component_measured: speedup.Ratio | None = None
 
 
 @dataclass
@@ -81,7 +82,7 @@ class SweepTable:
     rows: list[RungRow]
     total_claim: str = ""
     total_verdict: str = ""
-    total_measured: stats.Ratio | None = None
+    total_measured: speedup.Ratio | None = None
     total_claim_range: tuple[float, float] | None = None
     noise: noise_model.Noise = noise_model.DEFAULT
     notes: list[str] = field(default_factory=list)
@@ -89,11 +90,6 @@ class SweepTable:
     readings: list[str] = field(default_factory=list)  # where a change's compute and end-to-end effects differ
     minutes: float | None = None  # from the sweep's first record to its last
     noise_note: str = ""  # what the bands rest on: the calibration, the runs' own spread, or nothing
-
-
-def select_sweep(frame, sweep: str):
-    """The records of one sweep (``latest`` or an id)."""
-    return frame[frame["sweep_id"] == resolve_sweep_id(frame, sweep)]
 
 
 def load_table(results_dir: str, sweep: str = "latest") -> SweepTable:
@@ -173,19 +169,19 @@ def _row(rung: int, runs, claims: Claims) -> RungRow:
     if len(ok):
         throughputs = [float(v) for v in ok["samples_per_s"]]
         row.samples_per_s_runs = throughputs
-        row.samples_per_s = stats.median(throughputs)
-        row.spread = stats.relative_spread(throughputs)
+        row.samples_per_s = speedup.median(throughputs)
+        row.spread = speedup.relative_spread(throughputs)
         row.runs = noise_model.runs_of(ok)
-        row.step_ms_p50 = stats.median(ok["step_ms_p50"])
-        row.step_ms_p90 = stats.median(ok["step_ms_p90"])
-        row.data_wait_frac = stats.median(ok["data_wait_frac"])
+        row.step_ms_p50 = speedup.median(ok["step_ms_p50"])
+        row.step_ms_p90 = speedup.median(ok["step_ms_p90"])
+        row.data_wait_frac = speedup.median(ok["data_wait_frac"])
         # GPU: the allocator's reserved peak is what must fit in the device (records older than it: allocated);
         # the allocated peak beside it, the live tensors a claim about memory is about
         cuda = (ok["device"] == "cuda").all()
         mem = ok["peak_vram_reserved_bytes"].fillna(ok["peak_vram_bytes"]) if cuda else ok["peak_host_rss_bytes"]
-        row.peak_mem_bytes = stats.median(mem)
-        row.peak_mem_allocated_bytes = stats.median(ok["peak_vram_bytes"]) if cuda else None
-        row.gpu_util_pct = stats.median(ok["gpu_util_pct"])
+        row.peak_mem_bytes = speedup.median(mem)
+        row.peak_mem_allocated_bytes = speedup.median(ok["peak_vram_bytes"]) if cuda else None
+        row.gpu_util_pct = speedup.median(ok["gpu_util_pct"])
         row.world_size = int(ok["world_size"].fillna(1).max()) if "world_size" in ok else 1
         row.bound = _profile_bound(ok)
         quiet = ok[[not busy_reason(r) for r in ok.to_dict("records")]]
@@ -341,7 +337,7 @@ def _noise_note(table: SweepTable, judgement: sweepstats.Judgement) -> str:
         if judgement.rounds == 1:
             smallest = noise_model.detectable_speedup(noise.noise.cv, noise.noise.df, 1, rungs=judgement.model.rungs)
             text += (f"; with one run a rung a speedup below ~{smallest:.2f}x is told from no change in fewer than "
-                     f"{stats.POWER:.0%} of sweeps: add sweep.repeats=3 for tighter bands")
+                     f"{speedup.POWER:.0%} of sweeps: add sweep.repeats=3 for tighter bands")
         return text
     if df > 0:
         return (f"noise: no calibration here (python -m harness noise); bands from the runs' own spread: the rung x "
@@ -381,7 +377,7 @@ class CampaignRow:
     workload: str
     ladder: str
     device: str
-    total_measured: stats.Ratio | None
+    total_measured: speedup.Ratio | None
     total_claim: str
     total_verdict: str
     failed_rungs: int

@@ -2,7 +2,7 @@
 
 Both kinds of check write one: ``check --against REF`` (whose runs are in the store ``<results>/checks``) and
 ``check --baseline NAME`` (whose runs are the checked sweep's, in ``<results>``). A file holds the check's
-JSON output plus when it ran; ``harness.analysis.history`` marks every config's verdict with it. A verdict
+JSON output plus when it ran; ``harness.analysis.views.history`` marks every config's verdict with it. A verdict
 that cannot be written (a read-only results folder in CI) is a warning, never a changed exit code.
 """
 

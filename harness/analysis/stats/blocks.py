@@ -38,8 +38,8 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import stats as sps
 
-from harness.analysis import stats
-from harness.analysis.stats import Ratio
+from harness.analysis.stats import speedup
+from harness.analysis.stats.speedup import Ratio
 
 CHECK_LEVEL = 0.10  # level of the F test of a rung against the others; docs/statistics.md: why
 CALIBRATION_CHECK_LEVEL = 0.25  # level of the F test of the runs against the calibration; docs/statistics.md: why
@@ -204,7 +204,7 @@ class Contrast:
             return sps.t.cdf(self.diff / self.se, np.where(self.df > 0, self.df, np.nan))
 
     def ratio(self, alpha: float = 0.05, trial: int = 0) -> Ratio:
-        """One trial's band as the stats.Ratio every table and verdict takes."""
+        """One trial's band as the speedup.Ratio every table and verdict takes."""
         low, high = self.bounds(alpha)
         method = ("paired t on this pair alone (noisier than the other rungs)" if self.own[trial]
                   else "rung x round model, pooled variance")
@@ -323,7 +323,7 @@ def planned_power(distance: float, cv: float, runs: int, rungs: int = 2, calibra
     branches = (calibration_df > 0 and df_res >= MIN_DF_CHECKED) or (
         runs >= MIN_RUNS_CHECKED and (rungs >= 3 or calibration_df > 0))
     if not branches:
-        return stats.power(distance, cv * math.sqrt(2 / runs), df_res + calibration_df, alpha)
+        return speedup.power(distance, cv * math.sqrt(2 / runs), df_res + calibration_df, alpha)
     rng = np.random.default_rng(seed)
     logs = cv * rng.standard_normal((trials, rungs, runs))
     logs[:, 1] += distance
@@ -340,7 +340,7 @@ def from_records(records, rungs: int | None = None, rounds: int | None = None) -
     ``status``, ``samples_per_s``), and ``{(rung, round): reason}`` for the ok runs left out because their
     machine was busy (``busy.busy_reason``): a busy run is no measurement. A rung measured twice in one round
     (a resumed sweep) keeps its last ok run."""
-    from harness.analysis.busy import busy_reason, reader
+    from harness.analysis.stats.busy import busy_reason, reader
 
     cells, busy = {}, {}
     for record in records:

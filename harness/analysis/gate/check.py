@@ -1,7 +1,7 @@
 """Regression checks that CI can gate on: which records are compared, and how each config is judged.
 
-``check_sweep`` compares a sweep with a baseline (``harness.analysis.baseline`` reads and writes those
-files; ``harness.analysis.check_formats`` writes the result as text, JUnit XML or JSON; the command is
+``check_sweep`` compares a sweep with a baseline (``harness.analysis.gate.baseline`` reads and writes those
+files; ``harness.analysis.gate.check_formats`` writes the result as text, JUnit XML or JSON; the command is
 ``python -m harness check``). Its exit code: 0 nothing regressed, 1 something regressed (throughput,
 memory, or a config that now fails), 2 bad input or nothing at all comparable. Records are matched by
 ``config_hash`` on the same hardware.
@@ -11,17 +11,17 @@ Which statistic decides, and why (also in docs/regression.md and docs/statistics
 Two rules, by what the baseline is:
 
 * **A stored baseline** (``check --baseline``, ``check_sweep``): measured on another day, so the runs' own
-  variance (the run-level model of ``harness.analysis.noise_model``: the unit of replication is the run, a
-  fit calibration of this environment pooled in, ``harness.analysis.calibration``) gets the term between
-  sessions (``harness.analysis.sessions``). The rule is the gate's (``harness.analysis.gate``): a config
+  variance (the run-level model of ``harness.analysis.stats.noise_model``: the unit of replication is the run, a
+  fit calibration of this environment pooled in, ``harness.analysis.stats.calibration``) gets the term between
+  sessions (``harness.analysis.gate.sessions``). The rule is the gate's (``harness.analysis.gate.rule``): a config
   regresses when its band's upper end, one-sided at the level Holm's step-down tests it at over every config
   of the check, lies below ``1 - threshold``; so the family-wise error of one ``check`` is at most 5%.
-* **Both sides of one session** (``compare`` without a session): ``harness.analysis.check_throughput`` on the
+* **Both sides of one session** (``compare`` without a session): ``harness.analysis.gate.check_throughput`` on the
   rung x round model, Holm over the configs, the band at the level each config is tested at.
 
 A drop past the threshold that the band cannot separate from it is a *warning* that asks for more repeats.
 With one run a side and no calibration there is no variance: no band, nothing flagged, a warning that asks
-for repeats. A run of a busy machine (``harness.analysis.busy``) decides nothing: the check names its configs
+for repeats. A run of a busy machine (``harness.analysis.stats.busy``) decides nothing: the check names its configs
 and exits 2.
 """
 
@@ -33,11 +33,12 @@ from pathlib import Path
 
 import pandas as pd
 
-from harness.analysis import calibration, noise_model, sessions, sweepstats, table
-from harness.analysis.busy import busy_reason
-from harness.analysis.check_throughput import RatioEstimate, classify, estimate, throughput  # noqa: F401 (API)
-from harness.analysis.thresholds import BadInput, Thresholds, parse_thresholds  # noqa: F401 (their home was here)
-from harness.store import load_runs
+from harness.analysis.stats import calibration, noise_model, sweepstats
+from harness.analysis.gate import sessions
+from harness.analysis.stats.busy import busy_reason
+from harness.analysis.gate.check_throughput import RatioEstimate, classify, estimate, throughput  # noqa: F401 (API)
+from harness.analysis.gate.thresholds import BadInput, Thresholds, parse_thresholds  # noqa: F401 (their home was here)
+from harness.store import load_runs, select_sweep as sweep_records
 
 STATUSES = ("regressed", "warned", "improved", "unchanged", "busy", "missing", "new", "not comparable")
 COMPARED = ("regressed", "warned", "improved", "unchanged")
@@ -52,7 +53,7 @@ SOFTWARE = {"torch_version": "torch", "cuda_version": "CUDA", "cudnn_version": "
 def select_sweep(frame: pd.DataFrame, sweep: str = "latest") -> pd.DataFrame:
     """The records of one sweep (``latest`` or a sweep_id); the table command's rule, as BadInput."""
     try:
-        return table.select_sweep(frame, sweep).reset_index(drop=True)
+        return sweep_records(frame, sweep).reset_index(drop=True)
     except ValueError as exc:
         raise BadInput(str(exc)) from None
 
@@ -143,7 +144,7 @@ def compare(baseline: pd.DataFrame, current: pd.DataFrame, thresholds: Threshold
 
     Throughput decisions are made together, with Holm's procedure over every config compared; ``noise``: a
     calibration (``noise.calibrated``) pooled with the runs' own variance, or none; with ``session`` (a stored
-    baseline of another day): the gate's rule across sessions, ``harness.analysis.sessions``.
+    baseline of another day): the gate's rule across sessions, ``harness.analysis.gate.sessions``.
     """
     baseline, current = with_hardware(baseline), with_hardware(current)
     pending: list[_Pending] = []

@@ -2,7 +2,7 @@
 ``benchmarks/statistics_sim.py`` tabulates for docs/statistics.md.
 
 Every simulated sweep goes through the very functions the harness uses (``blocks``, ``sequential``,
-``checkstats``, ``stats.verdict_codes``); only the throughputs are made up: log-normal process noise
+``checkstats``, ``speedup.verdict_codes``); only the throughputs are made up: log-normal process noise
 (sd = CV on the log scale), optionally a round effect shared by the rungs of a round, a drift of the
 machine along the run order, and one rung noisier than the rest.
 """
@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from harness.analysis import blocks, checkstats, sequential, stats
+from harness.analysis.stats import blocks, checkstats, sequential, speedup
 
 
 @dataclass(frozen=True)
@@ -85,7 +85,7 @@ def run_sequential(logs: np.ndarray, questions, max_rounds: int, calibration_cv:
     calibrated = calibration_cv is not None and calibration_df > 0
     stopped = np.zeros(trials, dtype=bool)
     rounds = np.full(trials, max_rounds)
-    final = np.full((trials, len(questions)), stats.NO_BAND)
+    final = np.full((trials, len(questions)), speedup.NO_BAND)
     ever = np.zeros((trials, len(questions)), dtype=bool)
     for r in range(1 if calibrated else 2, max_rounds + 1):
         model = blocks.fit(logs[:, :, :r], calibration_cv, calibration_df)
