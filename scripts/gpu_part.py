@@ -72,7 +72,7 @@ def ladder(ladder_name: str, rungs_text: str, rounds_text: str, sweep_id: str, o
 
 def _context(ladder_name: str, rungs_text: str, rounds_text: str, sweep_id: str, overrides: list[str]):
     from harness import config as config_mod
-    from harness.sweeps import ladder as ladder_mod
+    from harness.config import ladder as ladder_mod
     from harness.sweeps import rungs as sweep_mod
 
     lad = ladder_mod.load(ladder_name)
@@ -142,7 +142,7 @@ def failure(status: str, error: str, ladder_name: str, config_json: str) -> str:
 
 
 def _stops_on_oom(ladder_name: str) -> bool:
-    from harness.sweeps import ladder as ladder_mod
+    from harness.config import ladder as ladder_mod
 
     try:
         return ladder_mod.load(ladder_name).stop_on_oom

@@ -187,7 +187,7 @@ def _dataset_s(ladder_name: str) -> float:
 
 @lru_cache(maxsize=None)
 def _ladder(name: str):
-    from harness.sweeps import ladder as ladder_mod
+    from harness.config import ladder as ladder_mod
 
     return ladder_mod.load(name)
 

@@ -13,7 +13,7 @@ import pytest
 
 from harness import cli
 from harness.commands import hydra_edge
-from harness.sweeps import ladder as ladder_mod
+from harness.config import ladder as ladder_mod
 from harness.store import load_runs
 from tests.conftest import ONE_ROUND, REPO, TINY_MODEL_ARGS, TINY_STEPS_ARGS, copy_store, harness_cli
 

@@ -15,7 +15,7 @@ import yaml
 
 from harness.climb import ascent, output, space
 from harness.analysis.stats.noise_model import Noise, Runs
-from harness.sweeps import ladder as ladder_mod
+from harness.config import ladder as ladder_mod
 from tests.conftest import REPO, harness_cli
 
 CPU = space.Facts(device="cpu", usable_cpus=2)

@@ -12,7 +12,7 @@ import pytest
 from harness.analysis.views import components, render
 from harness.analysis.views import table as table_mod
 from harness.store import COLUMNS, RunRecord
-from harness.sweeps import ladder as ladder_mod
+from harness.config import ladder as ladder_mod
 
 STEPS = 20
 

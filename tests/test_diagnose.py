@@ -158,7 +158,7 @@ SITUATION = ("batch_size", "data.num_workers", "data.prefetch_factor", "data.per
 
 
 def test_the_a100_ladders_start_from_one_situation_with_storage_far_slower_than_the_step():
-    from harness.sweeps import ladder as ladder_mod
+    from harness.config import ladder as ladder_mod
 
     for size in ("full", "smoke"):
         starts = {name: {k: ladder_mod.load(name).settings(0, size)[k] for k in SITUATION} for name in A100_LADDERS}
@@ -172,7 +172,7 @@ def test_the_a100_ladders_start_from_one_situation_with_storage_far_slower_than_
 
 
 def test_the_imagenet_storage_start_is_calibrated_to_the_guides_0_19_it_s():
-    from harness.sweeps import ladder as ladder_mod
+    from harness.config import ladder as ladder_mod
 
     full = ladder_mod.load("resnet50_storage").settings(0, "full")
     assert (full["data.source"], full["data.cache"], full["data.page_cache"]) == ("disk", "none", "drop")

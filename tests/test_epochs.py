@@ -9,7 +9,7 @@ import pytest
 
 from harness.analysis.views import epochs, render
 from harness.analysis.views import table as table_mod
-from harness.sweeps import ladder as ladder_mod
+from harness.config import ladder as ladder_mod
 from tests.test_components import _frame, _record
 
 WARMUP, EPOCH, STEPS = 3, 5, 20

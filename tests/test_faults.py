@@ -385,7 +385,7 @@ def test_bad_input_is_one_line_and_exit_2(results, capsys, args, expected):
 
 
 def test_a_broken_ladder_file_is_named_and_the_others_still_list(tmp_path, monkeypatch, capsys):
-    from harness.sweeps import ladder as ladder_mod
+    from harness.config import ladder as ladder_mod
 
     for path in ladder_mod.LADDER_DIR.glob("*.yaml"):
         (tmp_path / path.name).write_text(path.read_text())

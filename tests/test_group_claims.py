@@ -10,7 +10,7 @@ import pytest
 from harness.analysis.views import render
 from harness.analysis.views import table as table_mod
 from harness.store import COLUMNS, RunRecord, load_runs, write_record
-from harness.sweeps import ladder as ladder_mod
+from harness.config import ladder as ladder_mod
 
 RUNGS = [{"set": {"batch_size": 4}}, {"set": {"data.num_workers": 2}}, {"set": {"data.prefetch_factor": 4}},
          {"set": {"data.persistent_workers": True}}]
@@ -61,7 +61,7 @@ def test_a_group_is_judged_as_its_last_rung_over_the_rung_before_it():
     (group,) = table.groups
     assert group.measured.value == pytest.approx(26.0 / 20.0)
     # one run a rung and no calibration: the estimate, no band, no verdict
-    assert group.verdict == table_mod.stats.NO_BAND_TEXT
+    assert group.verdict == table_mod.speedup.NO_BAND_TEXT
     assert group.changes == "k2=v, k3=v, k4=v" and group.note == ""
     text = render.to_markdown(table)
     assert ("Rungs 2-4 together (k2=v, k3=v, k4=v): measured 1.30x [no band: no variance known]" in text

@@ -4,7 +4,7 @@ import pytest
 
 from harness import config as config_mod
 from harness.config import machine
-from harness.sweeps import ladder as ladder_mod
+from harness.config import ladder as ladder_mod
 from harness.workload import applicability
 
 GUIDE_LADDERS = ["phase1", "phase2", "phase3", "phase4", "connectomics_level1", "a100_volume", "detr_fast",

@@ -252,7 +252,7 @@ def test_a_sweep_served_from_the_store_imports_no_torch(results):
     """A sweep of a built-in workload whose every rung is in the store starts nothing and imports no torch (its
     environment key, and whether this machine has CUDA, are known without it)."""
     from harness.store import RunRecord, write_record
-    from harness.sweeps import ladder as ladder_mod
+    from harness.config import ladder as ladder_mod
     from harness.sweeps import rungs
 
     # one round, as the earlier sweep had (the default, repeats=auto, would measure more rounds to decide)

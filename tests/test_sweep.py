@@ -86,7 +86,7 @@ def test_repeats_interleave_rounds_in_serpentine_order(results):
 
 
 def test_the_loop_runs_rounds_outermost_and_labels_each_turn():
-    from harness.sweeps import ladder as ladder_mod
+    from harness.config import ladder as ladder_mod
     from harness.sweeps import loop
 
     turns = loop.turns(ladder_mod.load("precision"), 2)
@@ -135,7 +135,7 @@ def test_table_renders_a_measured_sweep_as_csv(measured_sweep, capsys):
 
 
 def test_batch_ladder_stops_cleanly_at_the_first_oom_and_the_table_says_where(tmp_path):
-    from harness.sweeps import ladder as ladder_mod
+    from harness.config import ladder as ladder_mod
     from harness.sweeps import rungs as sweep_mod
     from harness.analysis.views.render import render
     from harness.analysis.views.table import build_table

@@ -12,7 +12,7 @@ from harness import config as config_mod
 from harness.analysis.stats import noise_model
 from harness.analysis.views import table as table_mod
 from harness.store import RunRecord, load_runs, store_record
-from harness.sweeps import ladder as ladder_mod
+from harness.config import ladder as ladder_mod
 from harness.sweeps import loop, rounds
 from harness.sweeps import rungs as rungs_mod
 

@@ -93,7 +93,7 @@ def test_a_bad_format_is_one_line_naming_the_choices(tmp_path, capsys):
 
 def test_the_sweep_prints_its_table_rich_in_a_terminal_and_markdown_otherwise(tmp_path, screen, capsys):
     from harness.commands import sweep as sweep_cmd
-    from harness.sweeps import ladder as ladder_mod
+    from harness.config import ladder as ladder_mod
     from harness.sweeps.rungs import SweepContext
 
     write_sweep(tmp_path, "phase2-a")

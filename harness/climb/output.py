@@ -17,7 +17,7 @@ from harness import config as config_mod
 from harness import shell
 from harness.climb.ascent import ACCEPTED, ClimbResult, Step
 from harness.fileio import write_text_atomic
-from harness.sweeps import ladder as ladder_mod
+from harness.config import ladder as ladder_mod
 from harness.workload import workloads as workloads_mod
 from harness.workload.workloads import WorkloadSpec
 
@@ -84,7 +84,7 @@ def total(result: ClimbResult) -> tuple[float, float, float] | None:
 def ladder_file(result: ClimbResult, workload: str, base: dict, climb_id: str, hardware: str,
                 workload_words: list[str] | None = None, shown_as: str = "") -> dict:
     """The best settings as a ladder (baseline = the start, one rung per accepted change), as the mapping
-    ``harness.sweeps.ladder.parse`` reads. A rung's claim is the band of the runs that measured the change once
+    ``harness.config.ladder.parse`` reads. A rung's claim is the band of the runs that measured the change once
     more after it was accepted, never of those that accepted it (the winner's curse); no claim without them. A
     workload that is not a built-in is only named by the ladder: ``workload_words`` (the overrides and config
     folders that make it) go in its notes, ``shown_as`` (its model, for ``custom``) in its description."""

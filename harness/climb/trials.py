@@ -15,7 +15,7 @@ from harness import config as config_mod
 from harness.climb.ascent import Budget, BudgetSpent, Measured
 from harness.run import runner
 from harness.store import RunRecord, store_record
-from harness.sweeps import ladder as ladder_mod
+from harness.config import ladder as ladder_mod
 from harness.sweeps import rungs as sweep_mod
 from harness.workload import applicability
 

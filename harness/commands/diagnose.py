@@ -31,7 +31,7 @@ def main(command: str, argv: list[str]) -> int:
 def ladder_baseline(name: str, settings: dict, overrides: list[str]) -> config_mod.RunConfig:
     """The settings of ladder ``name``'s baseline on this machine, with the user's overrides winning (ValueError
     for an unknown ladder)."""
-    from harness.sweeps import ladder as ladder_mod
+    from harness.config import ladder as ladder_mod
     from harness.sweeps.rungs import SweepContext, rung_config
 
     lad = ladder_mod.load(name, settings.get("results_dir", "results"))
@@ -103,7 +103,7 @@ class NextCommands:
         ladder = next((w.split("=", 1)[1] for w in words if w.startswith("+ladder=")), None)
         varied: set[str] = set()
         if ladder is not None:
-            from harness.sweeps import ladder as ladder_mod
+            from harness.config import ladder as ladder_mod
 
             varied = ladder_mod.load(ladder, self.results_dir, self.config_dirs).varied_keys()
         return shell.command(command, *words, *shell.without(self.given, varied))

@@ -30,7 +30,7 @@ from harness import shell
 from harness.commands import hydra_edge
 from harness.store import check_writable, new_id
 from harness.sweeps import campaign as campaign_mod
-from harness.sweeps import ladder as ladder_mod
+from harness.config import ladder as ladder_mod
 from harness.sweeps import loop
 from harness.sweeps import rungs as sweep_mod
 

@@ -9,6 +9,7 @@ values), and the device facts (``cuda_available``) are passed by the caller. One
   machine.py    what this machine allows: usable CPUs, the bound on loader workers
   resolution.py every "auto" and unset value made concrete for a device
   identity.py   config_hash, the settings as a record stores them, env_key
+  ladder.py     ladder files: rungs and the guide's claims (read by the sweeps and the analysis; not imported here)
 
 Why a run cannot act here (and is recorded as skipped) is ``harness.workload.applicability``.
 """

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Iterable
 
 from harness.fileio import write_text_atomic
-from harness.sweeps import ladder as ladder_mod
+from harness.config import ladder as ladder_mod
 
 # Hydra's default launcher (one job after another, in this process), as the _target_ its config composes to; it is
 # recognised by its class name alone, so nothing depends on the module Hydra keeps it in

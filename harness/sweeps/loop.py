@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Protocol
 
 from harness.run import launcher, phases
-from harness.sweeps import ladder as ladder_mod
+from harness.config import ladder as ladder_mod
 from harness.sweeps import rounds as rounds_mod
 from harness.sweeps import rungs as rungs_mod
 

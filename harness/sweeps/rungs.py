@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from harness import config as config_mod
-from harness.sweeps import ladder as ladder_mod
+from harness.config import ladder as ladder_mod
 from harness.run import runner
 from harness.run.isolate import new_run_id
 from harness.store import RunRecord, load_records, load_runs, records_from_frame, store_record, utc_timestamp

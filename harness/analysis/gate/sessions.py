@@ -31,6 +31,7 @@ import numpy as np
 
 from harness.analysis.gate import rule
 from harness.analysis.stats import noise_model
+from harness.store import load_runs
 
 DEFAULT_SD = 0.03  # sd of log throughput between sessions where the history cannot say
 MIN_DF = 2  # three sessions of one config, or two each of two
@@ -93,7 +94,6 @@ def history_for(results_dir, baseline, current) -> SessionNoise:
     ``results_dir`` and the baseline's own records (see the module docstring)."""
     import pandas as pd
 
-    from harness.store import load_runs
 
     configs = sorted(set(current["config_hash"].dropna()))
     stored = load_runs(results_dir, columns=HISTORY_COLUMNS, where={"config_hash": configs, "status": "ok"})

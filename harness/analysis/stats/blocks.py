@@ -39,6 +39,7 @@ import numpy as np
 from scipy import stats as sps
 
 from harness.analysis.stats import speedup
+from harness.analysis.stats.busy import busy_reason, reader
 from harness.analysis.stats.speedup import Ratio
 
 CHECK_LEVEL = 0.10  # level of the F test of a rung against the others; docs/statistics.md: why
@@ -340,8 +341,6 @@ def from_records(records, rungs: int | None = None, rounds: int | None = None) -
     ``status``, ``samples_per_s``), and ``{(rung, round): reason}`` for the ok runs left out because their
     machine was busy (``busy.busy_reason``): a busy run is no measurement. A rung measured twice in one round
     (a resumed sweep) keeps its last ok run."""
-    from harness.analysis.stats.busy import busy_reason, reader
-
     cells, busy = {}, {}
     for record in records:
         field = reader(record)

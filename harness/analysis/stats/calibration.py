@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from harness.analysis.stats import busy, noise_model
+from harness.store import load_runs
 
 
 @dataclass(frozen=True)
@@ -140,7 +141,6 @@ def calibration_frame(results_dir, frame):
     rule needs the skipped ones too (to say why), not only the newest."""
     import pandas as pd
 
-    from harness.store import load_runs
 
     envs = sorted(set(frame["env_key"].dropna())) if "env_key" in frame else []
     if not envs:

@@ -40,8 +40,11 @@ from dataclasses import dataclass, field
 import numpy as np
 from scipy import stats as sps
 
+from harness.analysis.stats import blocks
 from harness.analysis.stats.speedup import BUSY_PCT, POWER, Ratio, repeats_to_decide  # noqa: F401 (part of this API)
 from harness.analysis.stats.speedup import power as _power
+from harness.analysis.stats.speedup import within_run_uncertainty
+from harness.store import load_runs, newest_ok_sweeps
 
 CONFIDENCE = 0.95
 DEFAULT_CV = 0.05  # process-to-process CV assumed where this machine has no calibration
@@ -245,8 +248,6 @@ def detectable_speedup(cv: float, df: float, repeats: int, power: float = POWER,
 @functools.lru_cache(maxsize=64)
 def _detectable_in_cvs(repeats: int, rungs: int, df: float, power: float) -> float:
     """The log speedup, in units of the CV, detected in ``power`` of sweeps (the model is scale-free)."""
-    from harness.analysis.stats import blocks
-
     if math.isinf(df):
         def chance(d: float) -> float:
             return _power(d, math.sqrt(2 / repeats), math.inf)
@@ -296,7 +297,6 @@ def outliers(values: list[float], k: float = 3.5, floor: float = 0.01) -> list[i
 
 def runs_of(records, within: bool = True) -> Runs:
     """A Runs from ok records (a pandas frame); NaN throughputs are left out (their status says why)."""
-    from harness.analysis.stats.speedup import within_run_uncertainty
 
     ok = records[(records["status"] == "ok") & records["samples_per_s"].notna() & (records["samples_per_s"] > 0)]
     bands = []
@@ -340,7 +340,6 @@ def with_calibrations(results_dir, frame):
     calibration ever made; otherwise all of them (the match by hardware needs their other columns)."""
     import pandas as pd
 
-    from harness.store import load_runs, newest_ok_sweeps
 
     envs = set(frame["env_key"].dropna()) if "env_key" in frame else set()
     newest = newest_ok_sweeps(results_dir, NOISE_LADDER) or {}

@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
+from harness.config import ladder as ladder_mod
+
 
 @dataclass
 class Claims:
@@ -38,8 +40,6 @@ class Claims:
             t = with_total.iloc[0]
             total = (float(t["total_claim_low"]), float(t["total_claim_high"]), t["total_claim_label"],
                      t["total_claim_source"])
-        from harness.sweeps import ladder as ladder_mod
-
         sha, now = str(records["ladder_sha"].iloc[0]), ladder_mod.file_sha(str(records["ladder"].iloc[0]), results_dir)
         note = ("" if sha == now else f"the ladder file changed since this sweep (sha {sha} then, "
                 f"{now or 'no file'} now): verdicts use the claims stored with the records")
@@ -57,8 +57,6 @@ class Claims:
         total = None if t is None else (t.low, t.high, t.label(), t.source)
         note = (f"these records predate stored claims: claims read from conf/ladder/{name}.yaml as it is now"
                 if by_rung or total else "")
-        from harness.sweeps import ladder as ladder_mod
-
         groups = json.loads(ladder_mod.group_claims_json(ladder.group_claims) or "[]")
         return Claims(by_rung, total, note, groups, parts)
 

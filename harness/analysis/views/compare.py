@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.analysis.stats import noise_model, speedup
-from harness.analysis.views import table as table_mod
+from harness.analysis.views import plots, table as table_mod
+from harness.registry import unknown_choice
 from harness.store import load_parquet_files, load_runs
 
 # settings that say where or as what a run was stored, not how it trained
@@ -62,7 +63,6 @@ def load_side(source: str, results: str) -> Side:
     else:
         ids = set(load_runs(results, columns=["sweep_id"])["sweep_id"].dropna())
         if source not in ids:
-            from harness.registry import unknown_choice
 
             raise unknown_choice(f"sweep (not an id in {results}/, a results folder or a parquet file)", source,
                                  sorted(i for i in ids if i)[-20:])
@@ -224,7 +224,6 @@ def to_markdown(sides: list[Side], rows: list[CompareRow]) -> str:
 
 def grouped_plot(sides: list[Side], rows: list[CompareRow], path: Path) -> Path:
     """Grouped bars: samples/s per rung, one bar per side; rungs that cannot be paired are greyed."""
-    from harness.analysis.views import plots
 
     plt = plots.plt
     fig, ax = plots.new_figure(len(rows) * max(1, len(sides) - 1), 6)

@@ -13,6 +13,8 @@ from harness.analysis.views import components
 from harness.analysis.stats.busy import BUSY_VERDICT, busy_reason
 from harness.analysis.views.claims import Claims
 from harness.analysis.views.profile import bound_by
+from harness.config import ladder as ladder_mod
+from harness.names import display_name_of_record
 from harness.profiles import summary_from_json
 from harness.store import load_runs, resolve_id, select_sweep
 
@@ -133,7 +135,6 @@ def build_table(frame, sweep: str = "latest", results_dir: str = "results") -> S
 def workload_name(record) -> str:
     """A sweep's workload as its table, plots, comparisons and report name it: the name, or for the inline
     ``custom`` workload the model it measured (``custom: pkg.module.Class``)."""
-    from harness.names import display_name_of_record
 
     return display_name_of_record(str(record["workload"]), record.get("config_json"))
 
@@ -146,8 +147,6 @@ def _minutes(records) -> float | None:
 
 
 def _ladder_or_none(name: str, results_dir: str = "results"):
-    from harness.sweeps import ladder as ladder_mod  # plain YAML reading, no torch: notes, and claims of old records
-
     try:
         return ladder_mod.load(name, results_dir)
     except ValueError:

@@ -4,19 +4,23 @@ A ladder file (``conf/ladder/NAME.yaml``, or ``<results_dir>/ladders/NAME.yaml``
 machine wrote itself, e.g. by ``climb``) holds a default workload, the baseline settings, and
 the rungs with the claims the guide makes for them. Values that depend on the size (a batch or
 patch that fits a GPU but not a 2-core CPU) may be given per size: ``{full: 8, smoke: 4}``.
-Plain Python: no Hydra, no torch.
+Plain Python: no Hydra, no torch. Read by the sweeps (what to run) and by the analysis (a sweep's claims and notes),
+so it sits with the settings, below both.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
 import yaml
 
-from harness import config as config_mod
+from harness.config.keys import check_key, get_key, set_key
+from harness.config.schema import RunConfig
 from harness.registry import unknown_choice
 
 LADDER_DIR = Path(__file__).resolve().parent.parent.parent / "conf" / "ladder"
@@ -147,8 +151,6 @@ def available(results_dir: str = "results", config_dirs: Iterable[str] = ()) -> 
 
 
 def _sha(path: Path | None) -> str:
-    import hashlib
-
     return hashlib.sha256(path.read_bytes()).hexdigest()[:16] if path is not None and path.exists() else ""
 
 
@@ -159,8 +161,6 @@ def file_sha(name: str, results_dir: str = "results") -> str:
 
 def group_claims_json(groups: tuple[GroupClaim, ...]) -> str:
     """The ladder's group claims as stored with every record of a sweep ("" when it has none)."""
-    import json
-
     if not groups:
         return ""
     return json.dumps([{"first": g.first, "last": g.last, "low": g.claim.low, "high": g.claim.high,
@@ -213,7 +213,7 @@ def parse(name: str, raw: dict[str, Any]) -> Ladder:
         raise unknown_choice(f"field in ladder {name!r}:", sorted(unknown)[0], LADDER_FIELDS)
     base = dict(raw.get("base") or {})
     for key in base:
-        config_mod.check_key(key)
+        check_key(key)
     rungs = [Rung(index=0, key="", note="baseline")]
     for i, entry in enumerate(raw["rungs"], start=1):
         rungs.append(_parse_rung(name, i, entry))
@@ -249,7 +249,7 @@ def _parse_rung(name: str, index: int, entry: Any) -> Rung:
             "written as `set: {KEY: VALUE}`"
         )
     (key, value), = change.items()
-    config_mod.check_key(key)
+    check_key(key)
     claim = _parse_claim(entry.get("claim"), entry.get("source", ""), _component(name, entry))
     return Rung(index=index, key=key, value=value, claim=claim, note=str(entry.get("note", "")))
 
@@ -321,12 +321,12 @@ def _check_one_change_each(ladder: Ladder) -> None:
 
 def _unchanged(ladder: Ladder, r: Rung, size: str) -> bool:
     before = ladder.settings(r.index - 1, size)
-    defaults = config_mod.RunConfig()
+    defaults = RunConfig()
     if r.key.startswith("workload."):  # workload.* defaults are the workload's own
-        config_mod.set_key(defaults, "workload", before["workload"])
+        set_key(defaults, "workload", before["workload"])
     previous = before.get(r.key, _default(defaults, r.key))
     return format_value(previous) == format_value(r.value_for(size))
 
 
-def _default(cfg: config_mod.RunConfig, key: str) -> Any:
-    return config_mod.get_key(cfg, key)
+def _default(cfg: RunConfig, key: str) -> Any:
+    return get_key(cfg, key)
