@@ -108,7 +108,7 @@ class Part:
 
 def estimate_run_s(settings: dict, cap_workers: bool = False) -> float:
     """Pessimistic seconds for one run of ``settings`` (flat keys, as a ladder rung's at full size) on one GPU."""
-    from harness.workload.workloads import builtin
+    from harness.config.workload import builtin
 
     name = settings.get("workload", "unet3d")
     preset, cost = builtin(name).sizes["full"], WORKLOAD_COST[name]
@@ -150,7 +150,7 @@ def _augment_s(settings: dict) -> float:
     for key in on:
         if settings.get(f"data.{key}") is not None:
             on[key] = bool(settings[f"data.{key}"])
-    from harness.workload.workloads import builtin
+    from harness.config.workload import builtin
 
     if builtin(settings.get("workload", "unet3d")).spatial_dims != 3:
         return 0.002 * any(on.values())

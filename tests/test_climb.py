@@ -288,7 +288,7 @@ def test_the_ladder_claims_the_band_of_each_accepted_change_measured_once_more()
 
 
 def test_two_models_climbed_in_one_results_folder_get_two_ladders_named_by_their_models():
-    from harness.workload import workloads
+    from harness.config import workload as workloads
 
     def custom(target, **fields):
         spec = workloads.builtin("custom")

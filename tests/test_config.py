@@ -81,10 +81,10 @@ def test_config_hash_ignores_debug_settings_but_not_knobs():
 
 
 def test_knobs_that_need_a_gpu_are_not_applicable_on_cpu():
-    assert config_mod.not_applicable(tiny_config()) == ""
-    assert "tf32=true needs a CUDA GPU" in config_mod.not_applicable(tiny_config(tf32=True))
-    assert "pin_memory=true needs a CUDA GPU" in config_mod.not_applicable(tiny_config(data__pin_memory=True))
-    assert "CUDA graphs" in config_mod.not_applicable(tiny_config(compile="reduce-overhead"))
+    assert applicability.not_applicable(tiny_config()) == ""
+    assert "tf32=true needs a CUDA GPU" in applicability.not_applicable(tiny_config(tf32=True))
+    assert "pin_memory=true needs a CUDA GPU" in applicability.not_applicable(tiny_config(data__pin_memory=True))
+    assert "CUDA graphs" in applicability.not_applicable(tiny_config(compile="reduce-overhead"))
 
 
 def _on_cuda(**overrides) -> config_mod.RunConfig:
@@ -97,21 +97,21 @@ def _on_cuda(**overrides) -> config_mod.RunConfig:
 
 @pytest.mark.parametrize("mode", ["reduce-overhead", "max-autotune"])
 def test_cuda_graph_compile_with_gradients_kept_across_replays_is_skipped_with_the_reason(mode):
-    assert config_mod.not_applicable(_on_cuda(compile=mode)) == ""
-    why = config_mod.not_applicable(_on_cuda(compile=mode, accumulate_grad_batches=2))
+    assert applicability.not_applicable(_on_cuda(compile=mode)) == ""
+    why = applicability.not_applicable(_on_cuda(compile=mode, accumulate_grad_batches=2))
     assert f"compile={mode} captures CUDA graphs" in why and "accumulate_grad_batches=2" in why
-    why = config_mod.not_applicable(_on_cuda(compile=mode, optimizer__zero_grad_set_to_none=False))
+    why = applicability.not_applicable(_on_cuda(compile=mode, optimizer__zero_grad_set_to_none=False))
     assert "optimizer.zero_grad_set_to_none=false" in why
-    both = config_mod.not_applicable(_on_cuda(compile=mode, accumulate_grad_batches=4,
+    both = applicability.not_applicable(_on_cuda(compile=mode, accumulate_grad_batches=4,
                                               optimizer__zero_grad_set_to_none=False))
     assert "accumulate_grad_batches=4" in both and "zero_grad_set_to_none=false" in both
 
 
 def test_compile_without_cuda_graphs_may_accumulate():
-    assert config_mod.not_applicable(_on_cuda(compile="default", accumulate_grad_batches=2)) == ""
-    assert config_mod.not_applicable(_on_cuda(compile="off", optimizer__zero_grad_set_to_none=False)) == ""
+    assert applicability.not_applicable(_on_cuda(compile="default", accumulate_grad_batches=2)) == ""
+    assert applicability.not_applicable(_on_cuda(compile="off", optimizer__zero_grad_set_to_none=False)) == ""
     # on a CPU max-autotune captures no CUDA graph, so accumulation is fine there
-    assert config_mod.not_applicable(tiny_config(compile="max-autotune", accumulate_grad_batches=2)) == ""
+    assert applicability.not_applicable(tiny_config(compile="max-autotune", accumulate_grad_batches=2)) == ""
 
 
 def test_cuda_graph_conflict_becomes_a_skipped_record_without_starting_a_child(tmp_path):
@@ -196,7 +196,6 @@ def test_every_reason_to_skip_is_given_at_once():
     why = applicability.skip_reason(cfg, have_devices=2)
     assert why == ("tf32=true needs a CUDA GPU (TF32 is a tensor-core format); devices=4 needs 4 devices; this "
                    "machine has 2 usable CPU core(s) (on a CPU a device is a process)")
-    assert config_mod.not_applicable is applicability.not_applicable  # callers written before find it
 
 
 def test_the_childs_skip_reasons_come_from_the_same_module():

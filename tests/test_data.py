@@ -10,7 +10,7 @@ import torch
 from harness.workload import datasets
 from harness.workload.data import augment_switches, build_dataset, build_loader
 from harness.workload.volumes import make_volume
-from harness.workload.workloads import builtin
+from harness.config.workload import builtin
 from tests.conftest import tiny_config, tiny_model_config
 
 UNET, RESNET = builtin("unet3d"), builtin("resnet50")

@@ -53,16 +53,16 @@ def test_bad_device_settings_are_refused_naming_the_value_and_the_choices(key, v
 
 
 def test_ddp_knobs_on_one_device_are_skipped_with_the_reason():
-    reason = config_mod.not_applicable(tiny_config(ddp__static_graph=True, ddp__comm_hook="fp16"))
+    reason = applicability.not_applicable(tiny_config(ddp__static_graph=True, ddp__comm_hook="fp16"))
     assert reason == ("ddp.static_graph=true needs devices >= 2 (a setting of DistributedDataParallel); "
                       "ddp.comm_hook=fp16 needs devices >= 2 (a setting of DistributedDataParallel)")
-    assert config_mod.not_applicable(tiny_config(devices=2, ddp__static_graph=True)) == ""
+    assert applicability.not_applicable(tiny_config(devices=2, ddp__static_graph=True)) == ""
 
 
 def test_weak_scaling_keeps_the_batch_per_device_strong_scaling_splits_it():
     assert config_mod.per_device_batch(tiny_config(devices=2, batch_size=4)) == 4
     assert config_mod.per_device_batch(tiny_config(devices=2, batch_size=4, scaling="strong")) == 2
-    reason = config_mod.not_applicable(tiny_config(devices=4, batch_size=6, scaling="strong"))
+    reason = applicability.not_applicable(tiny_config(devices=4, batch_size=6, scaling="strong"))
     assert "scaling=strong splits batch_size=6 over devices=4, which does not divide it" in reason
 
 

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from harness import config as config_mod
+from harness.workload import applicability
 from tests.conftest import TINY_MODEL_ARGS, harness_cli, tiny_config, tiny_model_config
 
 NEW_KEYS = {"cudnn_deterministic": True, "model.depth": 4, "cpus": 1, "data.read_latency_ms": 5.0,
@@ -43,9 +44,9 @@ def test_bad_values_name_themselves_and_the_valid_choices(overrides, message):
 
 
 def test_cudnn_deterministic_on_a_cpu_is_skipped_with_the_reason():
-    assert config_mod.not_applicable(tiny_config(cudnn_deterministic=True)) == (
+    assert applicability.not_applicable(tiny_config(cudnn_deterministic=True)) == (
         "cudnn_deterministic=true needs a CUDA GPU (it picks cuDNN's deterministic kernels)")
-    assert config_mod.not_applicable(tiny_config()) == ""
+    assert applicability.not_applicable(tiny_config()) == ""
 
 
 def test_backend_flags_set_and_report_the_matmul_precision_and_determinism():
@@ -116,8 +117,8 @@ def test_unet_depth_removes_the_deepest_levels_and_other_models_skip_it():
 
     assert max(channels(unet3d(1, 2, depth=4))) == 256 and max(channels(unet3d(1, 2))) == 512
     cfg = tiny_config(model__depth=4)
-    assert config_mod.measured_settings(cfg)["model.depth"] == 4 and config_mod.not_applicable(cfg) == ""
-    assert config_mod.not_applicable(tiny_config(workload="resnet50", model__depth=4)).startswith(
+    assert config_mod.measured_settings(cfg)["model.depth"] == 4 and applicability.not_applicable(cfg) == ""
+    assert applicability.not_applicable(tiny_config(workload="resnet50", model__depth=4)).startswith(
         "model.depth=4 needs a model that takes a depth: workload 'resnet50'")
     with pytest.raises(ValueError, match=r"model.depth=7 is not valid: a UNet of 2 to 5 levels"):
         tiny_config(model__depth=7)
@@ -131,12 +132,12 @@ def test_basic_unet_features_are_the_connectomics_filters_scaled_by_width_and_ot
 
     filters = [32, 64, 128, 256, 512, 32]
     cfg = tiny_config(workload="basic_unet3d", model__features=filters, model__width=0.5)
-    assert config_mod.not_applicable(cfg) == "" and config_mod.measured_settings(cfg)["model.features"] == filters
+    assert applicability.not_applicable(cfg) == "" and config_mod.measured_settings(cfg)["model.features"] == filters
     width = cfg.model.width * cfg.workload.sizes[cfg.size].width  # the size preset's width times model.width
     assert max(channels(build_model(cfg))) == max(4, int(round(512 * width / 4)) * 4)
     assert max(channels(build_model(tiny_config(workload="basic_unet3d", model__width=0.5)))) == \
         max(4, int(round(256 * width / 4)) * 4)  # MONAI's own features without the setting
-    assert config_mod.not_applicable(tiny_config(model__features=filters)).startswith(
+    assert applicability.not_applicable(tiny_config(model__features=filters)).startswith(
         "model.features=[32, 64, 128, 256, 512, 32] needs a model that takes features: workload 'unet3d'")
     with pytest.raises(ValueError, match=r"model.features=\[32, 64\] is not valid: BasicUNet takes six positive"):
         tiny_config(workload="basic_unet3d", model__features=[32, 64])
@@ -228,9 +229,9 @@ def test_cpus_pins_the_process_to_its_first_n_cpus_and_more_than_there_are_is_sk
         os.sched_setaffinity(0, allowed)
         torch.set_num_threads(threads)
     too_many = len(allowed) + 1
-    assert config_mod.not_applicable(tiny_config(cpus=too_many)) == (
+    assert applicability.not_applicable(tiny_config(cpus=too_many)) == (
         f"cpus={too_many} is more than the {len(allowed)} CPUs this process may use")
-    assert config_mod.not_applicable(tiny_config(cpus=1)) == ""
+    assert applicability.not_applicable(tiny_config(cpus=1)) == ""
     with pytest.raises(ValueError, match=r"cpus=0 must be a positive number"):
         tiny_config(cpus=0)
 
@@ -252,6 +253,6 @@ def test_each_rank_of_a_multi_device_run_gets_cpus_of_its_own():
         os.sched_setaffinity(0, allowed)
         torch.set_num_threads(threads)
     n = len(allowed)
-    assert config_mod.not_applicable(tiny_config(cpus=n, devices=2)) == (
+    assert applicability.not_applicable(tiny_config(cpus=n, devices=2)) == (
         f"cpus={n} for each of devices=2 ranks ({2 * n} CPUs) is more than the {n} CPUs this process may use")
-    assert "cpus=" not in config_mod.not_applicable(tiny_config(cpus=n // 2, devices=2))
+    assert "cpus=" not in applicability.not_applicable(tiny_config(cpus=n // 2, devices=2))

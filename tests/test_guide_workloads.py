@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from harness import config as config_mod
-from harness.workload import workloads
+from harness.config import workload as workloads
 from tests.conftest import harness_cli, tiny_config
 
 

@@ -9,7 +9,7 @@ from torch.utils.flop_counter import FlopCounterMode
 from harness import config as config_mod
 from harness.workload import knobs
 from harness.workload.data import build_dataset, build_loader
-from harness.workload.workloads import builtin
+from harness.config.workload import builtin
 from tests.conftest import TINY_MODEL, tiny_config
 
 TINY_MODEL_KEYS = {k.replace(".", "__"): v for k, v in TINY_MODEL.items()}

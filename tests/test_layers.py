@@ -29,8 +29,6 @@ HELPERS = {"fileio", "registry", "profiles", "lifeline", "shell", "names"}
 # Imports that go against a rule today, each with why: (the importing package or module, the layer it imports).
 # Any other breaks the rule; an entry no longer needed is an error too (remove it), so the list only shrinks.
 EXCEPTIONS = {
-    ("harness.config", "workload"): "the settings hold the workload's spec: config resolves workload=NAME and its "
-                                    "_target_s (workloads.py, targets.py; no torch) and hashes them",
 }
 
 

@@ -12,7 +12,7 @@ from harness.run.outcome import NonFiniteLoss, classify
 from harness.run.stopping import (MIN_BLOCKS, StoppingRule, WarmupRule, drain_blocks, is_steady, mean_is_known,
                                     rule_for, t975)
 from harness.run.summary import Extras, per_sample, summarize
-from harness.workload.workloads import builtin
+from harness.config.workload import builtin
 from tests.conftest import tiny_config, tiny_model_config
 
 

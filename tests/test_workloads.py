@@ -9,7 +9,9 @@ import pytest
 
 from harness import config as config_mod
 from harness.commands import hydra_edge
-from harness.workload import workloads
+from harness.config import workload as workloads
+from harness.names import display_name
+from harness.workload import applicability
 from tests.conftest import REPO, tiny_config
 
 BUILTINS = ("unet3d", "basic_unet3d", "mednext", "resnet50")
@@ -175,11 +177,11 @@ def test_editing_the_users_model_file_changes_the_cache_key(tmp_path, monkeypatc
 def test_channels_last_on_a_1d_model_and_checkpointing_without_units_are_skipped_with_the_reason():
     cfg = _inline("workload.input_shape=[4,64]", "channels_last=true", "activation_checkpointing=true",
                   "workload.checkpoint_units=[]")
-    reason = config_mod.not_applicable(cfg)
+    reason = applicability.not_applicable(cfg)
     assert ("channels_last=true needs 2D or 3D samples (4D/5D tensors); workload 'custom' has 1D samples [4, 64]"
             in reason)
     assert "activation_checkpointing=true: workload 'custom' names no checkpoint_units" in reason
-    assert config_mod.not_applicable(_inline("channels_last=true")) == ""
+    assert applicability.not_applicable(_inline("channels_last=true")) == ""
 
 
 @pytest.mark.parametrize("extra,reason", [
@@ -188,7 +190,7 @@ def test_channels_last_on_a_1d_model_and_checkpointing_without_units_are_skipped
                            "synthetic: tensors"),
 ])
 def test_a_ladders_rung_the_model_cannot_take_is_skipped_not_refused(extra, reason):
-    assert reason in config_mod.not_applicable(_inline(extra))
+    assert reason in applicability.not_applicable(_inline(extra))
 
 
 def test_checkpointing_units_the_model_does_not_have_is_a_skip_from_the_child():
@@ -356,17 +358,17 @@ def _custom(target: str, *extra: str) -> config_mod.RunConfig:
 ])
 def test_a_model_that_cannot_be_built_or_lacks_a_package_is_one_line_before_anything_runs(meta_models, target,
                                                                                           message):
-    from harness.workload import targets
+    from harness.workload import preflight
 
     with pytest.raises(ValueError) as caught:
-        targets.check_model_builds(_custom(target))
+        preflight.check_model_builds(_custom(target))
     assert str(caught.value).startswith(message) and "\n" not in str(caught.value)
 
 
 def test_a_constructor_that_reads_its_own_tensors_still_passes_the_meta_build(meta_models):
-    from harness.workload import targets
+    from harness.workload import preflight
 
-    targets.check_model_builds(_custom("ReadsATensor"))  # tensor.item() has no value on the meta device
+    preflight.check_model_builds(_custom("ReadsATensor"))  # tensor.item() has no value on the meta device
 
 
 def test_a_missing_package_stops_the_run_in_the_parent_with_exit_2(meta_models, results):
@@ -384,8 +386,8 @@ def test_a_missing_package_stops_the_run_in_the_parent_with_exit_2(meta_models, 
 def test_an_inline_model_is_named_by_its_target_where_people_read_it():
     from harness.analysis.views.table import workload_name
 
-    assert workloads.display_name("custom", {"_target_": "monai.networks.nets.SegResNet"}) == \
+    assert display_name("custom", {"_target_": "monai.networks.nets.SegResNet"}) == \
         "custom: monai.networks.nets.SegResNet"
-    assert workloads.display_name("unet3d", {"_target_": "models.segmentation3d.unet3d"}) == "unet3d"
+    assert display_name("unet3d", {"_target_": "models.segmentation3d.unet3d"}) == "unet3d"
     record = {"workload": "custom", "config_json": json.dumps({"workload": {"model": {"_target_": "a.B"}}})}
     assert workload_name(record) == "custom: a.B" and workload_name({"workload": "resnet50"}) == "resnet50"

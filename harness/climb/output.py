@@ -18,8 +18,9 @@ from harness import shell
 from harness.climb.ascent import ACCEPTED, ClimbResult, Step
 from harness.fileio import write_text_atomic
 from harness.config import ladder as ladder_mod
-from harness.workload import workloads as workloads_mod
-from harness.workload.workloads import WorkloadSpec
+from harness.config import workload as workloads_mod
+from harness.config.workload import WorkloadSpec
+from harness.names import CUSTOM, display_name, target_of
 
 if TYPE_CHECKING:
     from harness.analysis.stats.speedup import Ratio
@@ -154,7 +155,7 @@ def ladder_name(workload: WorkloadSpec, device: str, base: dict) -> str:
     if workloads_mod.is_builtin(workload):
         name, hashed = workload.name, base
     else:
-        shown = workloads_mod.target_of(workload.model) if workload.name == workloads_mod.CUSTOM else ""
+        shown = target_of(workload.model) if workload.name == CUSTOM else ""
         name = re.sub(r"[^A-Za-z0-9._-]", "_", shown or workload.name)
         fields = {k: v for k, v in workload.hashed().items() if k != "source_sha"}  # an edit of the file: same climb
         hashed = {"base": base, "workload": fields}
@@ -189,7 +190,7 @@ def report(result: ClimbResult, settings: dict, start, env: dict, climb_id: str,
     less its ``climb.*`` settings; ``earlier_s`` of ``used_s`` were spent by earlier runs of this climb)."""
     base = ladder_base(settings)
     workload = start.workload.name
-    shown = workloads_mod.display_name(workload, start.workload.model)
+    shown = display_name(workload, start.workload.model)
     name = ladder_name(start.workload, start.device, base)
     hardware = f"{start.device} {env.get('gpu_name') or env.get('cpu_model')} ({env.get('cpu_count')} CPUs)"
     own = not workloads_mod.is_builtin(start.workload)

@@ -14,8 +14,8 @@ from harness.run.launch import usable_cpus
 from harness.store import check_writable, new_id
 from harness.sweeps import rungs as sweep_mod
 from harness.sweeps.loop import auto_compact
-from harness.workload import targets
-from harness.workload.workloads import display_name
+from harness.workload import preflight
+from harness.names import display_name
 
 
 def run_climb(settings: dict, options: ClimbConfig, started: float, display: Display,
@@ -28,7 +28,7 @@ def run_climb(settings: dict, options: ClimbConfig, started: float, display: Dis
         check(options)
         check_writable(settings.get("results_dir", "results"), "`python -m harness climb`")
         start = runner.ready(config_mod.from_dict(settings), display.say)
-        targets.check_model_builds(start)
+        preflight.check_model_builds(start)
         machine = runner.Machine.detect()
     except (ValueError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -9,7 +9,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from harness.store import RunRecord
-from harness.workload.workloads import display_name_of_record
+from harness.names import display_name_of_record
 
 console = Console(stderr=False, highlight=False)
 

@@ -46,7 +46,7 @@ def task(cfg, ladder: str | None = None, overrides: list[str] = ()) -> int:
     from harness.commands.console import console, refuse
     from harness.commands.progress import RunProgress
     from harness.store import check_writable
-    from harness.workload import targets
+    from harness.workload import preflight
 
     try:
         plain = hydra_edge.plain_settings(cfg)
@@ -55,7 +55,7 @@ def task(cfg, ladder: str | None = None, overrides: list[str] = ()) -> int:
             raise ValueError("measure.mode is set by diagnose itself (loader, model, train); remove it")
         check_writable(settings.results_dir, "`python -m harness diagnose`")
         base = runner.ready(settings, console.print)
-        targets.check_model_builds(base)
+        preflight.check_model_builds(base)
     except (ValueError, OSError) as exc:
         return refuse(exc)
     env, key = runner.environment(base.device)

@@ -16,7 +16,7 @@ from typing import Any, Callable, Optional
 from harness import config as config_mod
 from harness import shell
 from harness.climb.space import ClimbConfig
-from harness.workload.workloads import WorkloadSpec
+from harness.config.workload import WorkloadSpec
 
 CONF_DIR = Path(__file__).resolve().parent.parent.parent / "conf"
 CONFIG_GROUPS = ("ladder", "data", "workload")  # Hydra groups: `data=disk` picks conf/data/disk.yaml

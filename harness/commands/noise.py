@@ -48,13 +48,13 @@ def task(cfg, runs: int) -> int:
     from harness.commands.console import console, refuse
     from harness.commands.progress import RunProgress
     from harness.store import check_writable
-    from harness.workload import targets
+    from harness.workload import preflight
 
     try:
         settings = config_mod.from_dict(hydra_edge.plain_settings(cfg))
         check_writable(settings.results_dir, "`python -m harness noise`")
         base = runner.ready(settings, console.print)
-        targets.check_model_builds(base)
+        preflight.check_model_builds(base)
     except (ValueError, OSError) as exc:
         return refuse(exc)
     env, key = runner.environment(base.device)

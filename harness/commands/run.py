@@ -21,14 +21,14 @@ def task(cfg) -> int:
     from harness.commands.console import console, refuse, run_summary
     from harness.commands.progress import RunProgress
     from harness.store import check_writable
-    from harness.workload import targets
-    from harness.workload.workloads import display_name
+    from harness.workload import preflight
+    from harness.names import display_name
 
     try:
         settings = config_mod.from_dict(hydra_edge.plain_settings(cfg))
         resolved = runner.resolve(settings, runner.Machine.detect())
         check_writable(resolved.results_dir, "`python -m harness run`")
-        targets.check_model_builds(resolved)
+        preflight.check_model_builds(resolved)
     except (OSError, ValueError) as exc:
         return refuse(exc)
     if settings.size == "auto" or settings.device == "auto":

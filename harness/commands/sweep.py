@@ -170,14 +170,14 @@ def run_sweep(plan: SweepPlan, sweep_id: str, campaign_id: str = "") -> int:
     from harness.commands.console import console
     from harness.run.runner import Machine
 
-    from harness.workload import targets
+    from harness.workload import preflight
 
     ctx = _context(plan, sweep_id, campaign_id)
     try:
         machine = Machine.detect()
         check_writable(ctx.results_dir, "`python -m harness sweep`")
         for cfg in sweep_mod.preflight(ctx, machine):
-            targets.check_model_builds(cfg)
+            preflight.check_model_builds(cfg)
     except (ValueError, OSError) as exc:
         return _refuse(exc)
     code = loop.run_ladder(ctx, machine, RungLines(console))

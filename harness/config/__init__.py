@@ -1,6 +1,6 @@
 """Settings: the schema, dotted keys, validation, resolution for a machine, and what identifies a measurement.
 
-Nothing here imports Hydra or torch: the command line hands plain dicts in (OmegaConf's typing converts their
+Nothing here imports Hydra or torch, nor any other part of the harness but its helpers: the command line hands plain dicts in (OmegaConf's typing converts their
 values), and the device facts (``cuda_available``) are passed by the caller. One module per job:
 
   schema.py     the typed dataclasses of the settings and the choices their names take
@@ -10,6 +10,8 @@ values), and the device facts (``cuda_available``) are passed by the caller. One
   resolution.py every "auto" and unset value made concrete for a device
   identity.py   config_hash, the settings as a record stores them, env_key
   ladder.py     ladder files: rungs and the guide's claims (read by the sweeps and the analysis; not imported here)
+  workload.py   the workload spec: what to train as ``_target_`` nodes, its samples, unit and sizes; the built-ins
+  targets.py    ``_target_`` nodes: locate with did-you-mean, instantiate, check, the user's source fingerprint
 
 Why a run cannot act here (and is recorded as skipped) is ``harness.workload.applicability``.
 """
@@ -40,16 +42,6 @@ __all__ = [
     "SOFTWARE_FIELDS", "WORKERS_PER_CPU", "WORKER_KEYS", "DataConfig", "DdpConfig", "DebugConfig", "MeasureConfig",
     "ModelConfig", "OptimizerConfig", "ProfileConfig", "RunConfig", "SettingWarning", "SweepConfig", "ValConfig",
     "check_key", "config_hash", "env_key", "flatten", "from_dict", "get_key", "known_keys", "measured_settings",
-    "not_applicable", "per_device_batch", "record_dict", "resolve", "set_key", "to_dict", "typed", "usable_cpus",
+    "per_device_batch", "record_dict", "resolve", "set_key", "to_dict", "typed", "usable_cpus",
     "validate", "validate_sweep", "validate_workload", "workers_over_bound", "workers_over_cpus",
 ]
-
-
-def __getattr__(name: str):
-    """``not_applicable`` moved to ``harness.workload.applicability`` (every reason a run is skipped, in one place);
-    still found here for callers written before, imported when asked so that config never imports it itself."""
-    if name == "not_applicable":
-        from harness.workload.applicability import not_applicable
-
-        return not_applicable
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -15,7 +15,7 @@ from typing import Any
 
 from harness.config.keys import flatten, to_dict
 from harness.config.schema import RunConfig
-from harness.workload import workloads as workloads_mod
+from harness.config import workload as workloads_mod
 
 # Settings that do not change what is measured: left out of config_hash.
 # profile: the profiled steps run after the measured window has closed, so a profiled run measures what an

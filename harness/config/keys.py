@@ -20,8 +20,8 @@ from typing import Any
 
 from harness.config.schema import RunConfig
 from harness.registry import unknown_choice
-from harness.workload import workloads as workloads_mod
-from harness.workload.workloads import WorkloadSpec
+from harness.config import workload as workloads_mod
+from harness.config.workload import WorkloadSpec
 
 
 def known_keys(cls: type = RunConfig, prefix: str = "") -> list[str]:

@@ -10,10 +10,10 @@ import dataclasses
 import warnings
 from typing import Collection
 
-from harness.config import machine
+from harness.config import machine, targets
+from harness.config import workload as workloads_mod
 from harness.config.schema import RunConfig, SweepConfig
 from harness.config.validate import validate
-from harness.workload import workloads as workloads_mod
 
 
 def resolve(cfg: RunConfig, cuda_available: bool, ladder_keys: Collection[str] = ()) -> RunConfig:
@@ -32,8 +32,6 @@ def resolve(cfg: RunConfig, cuda_available: bool, ladder_keys: Collection[str] =
         out.size = "full" if out.device == "cuda" else "smoke"
     _fill_from_size(out)
     if not workloads_mod.is_builtin(out.workload):  # editing the user's model file measures it anew
-        from harness.workload import targets
-
         out.workload.source_sha = targets.source_sha(out.workload)
     on_cuda = out.device == "cuda"
     if out.data.pin_memory == "auto":

@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, List, Optional
 
-from harness.workload import workloads as workloads_mod
-from harness.workload.workloads import WorkloadSpec
+from harness.config import workload as workloads_mod
+from harness.config.workload import WorkloadSpec
 
 PRECISIONS = ("32", "bf16-mixed", "16-mixed")
 COMPILE_MODES = ("off", "default", "reduce-overhead", "max-autotune")

@@ -12,9 +12,11 @@ from harness.config.schema import (
     MATMUL_PRECISIONS, MEASURE_MODES, PAGE_CACHE, PRECISIONS, SCALINGS, SIZES, DataConfig, DebugConfig,
     MeasureConfig, ModelConfig, OptimizerConfig, ProfileConfig, RunConfig, SweepConfig, ValConfig,
 )
+from harness.config import targets
+from harness.config import workload as workloads_mod
+from harness.config.workload import WorkloadSpec
+from harness.names import target_of
 from harness.registry import check_choice
-from harness.workload import workloads as workloads_mod
-from harness.workload.workloads import WorkloadSpec
 
 
 def validate(cfg: RunConfig) -> None:
@@ -224,19 +226,17 @@ def validate_workload(spec: WorkloadSpec) -> None:
     _validate_workload_nodes(spec)
     _validate_workload_shapes(spec)
     if not workloads_mod.is_builtin(spec):
-        from harness.workload import targets
-
         targets.check_targets(spec)
 
 
 def _validate_workload_nodes(spec: WorkloadSpec) -> None:
     """What the workload builds (its ``_target_`` nodes) and which harness settings it hands them."""
-    if not workloads_mod.target_of(spec.model):
+    if not target_of(spec.model):
         raise ValueError(f"workload {spec.name!r} names no model: set workload.model._target_=pkg.module.Class "
                          "(a class or a function returning a torch.nn.Module)")
     for name in ("loss", "optimizer", "dataset"):
         node = getattr(spec, name)
-        if node is not None and not workloads_mod.target_of(node):
+        if node is not None and not target_of(node):
             raise ValueError(f"workload.{name} has no _target_: name a class or function, or set "
                              f"workload.{name}=null")
     check_choice("workload.target", spec.target, workloads_mod.TARGET_KINDS)
@@ -254,9 +254,7 @@ def _validate_val_dataset(spec: WorkloadSpec) -> None:
     if not isinstance(spec.dataset, dict):
         raise ValueError(f"workload.val_dataset={spec.val_dataset} changes the arguments of workload.dataset, but "
                          f"workload {spec.name!r} has none: give workload.dataset, or set workload.val_dataset={{}}")
-    from harness.workload.targets import SPECIAL_KEYS
-
-    arguments = [k for k in spec.dataset if k not in SPECIAL_KEYS]
+    arguments = [k for k in spec.dataset if k not in targets.SPECIAL_KEYS]
     for key in spec.val_dataset:
         check_choice("workload.val_dataset key (an argument workload.dataset sets)", key, arguments)
 

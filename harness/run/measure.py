@@ -45,7 +45,7 @@ from harness.run.summary import Extras, Measurement
 from harness.workload.data import build_dataset, build_loader, endless
 from harness.workload.flops import count_train_flops
 from harness.workload.knobs import Prepared, apply_cpu_affinity, periodic_work, prepare
-from harness.workload.workloads import WorkloadSpec
+from harness.config.workload import WorkloadSpec
 
 if TYPE_CHECKING:
     from harness.config import RunConfig

@@ -6,8 +6,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from harness.workload.targets import instantiate, locate, setting_args
-from harness.workload.workloads import WorkloadSpec
+from harness.config.targets import instantiate, locate, setting_args
+from harness.config.workload import WorkloadSpec
 
 
 def build_all(cfg) -> tuple[nn.Module, nn.Module, tuple[type, ...]]:

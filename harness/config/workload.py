@@ -19,7 +19,6 @@ from typing import Any, Dict, List, Optional
 import yaml
 
 from harness.registry import check_choice, unknown_choice
-from harness.names import CUSTOM, display_name, display_name_of_record, target_of  # noqa: F401  (found here too)
 
 WORKLOAD_DIR = Path(__file__).resolve().parent.parent.parent / "conf" / "workload"
 TARGET_KINDS = ("class", "segmentation", "regression")
