@@ -99,9 +99,9 @@ def test_the_simulation_takes_the_same_decisions_as_the_whole_check():
 
 
 def test_holm_steps_down():
-    assert noise_model.holm([0.01, 0.04, 0.03, 0.005]) == [True, False, False, True]
-    assert noise_model.holm([0.001, 0.02, 0.03]) == [True, True, True]  # 0.03 <= 0.05 / 1 at the last step
-    assert noise_model.holm([]) == []
+    assert speedup.holm([0.01, 0.04, 0.03, 0.005], 0.05)[0].tolist() == [True, False, False, True]
+    assert speedup.holm([0.001, 0.02, 0.03], 0.05)[0].tolist() == [True, True, True]  # 0.03 <= 0.05 / 1 at the last
+    assert speedup.holm([], 0.05)[0].tolist() == []
 
 
 # ------------------------------------------------------------------------------------------

@@ -202,7 +202,7 @@ def test_check_against_a_saved_baseline_with_one_run_a_side_needs_a_calibration(
     # a calibration measures the run-to-run spread of fresh processes: process noise and round effects together
     calibrated = np.std(rng.normal(0, math.hypot(0.05, 0.02), (trials, 5)), axis=1, ddof=1)
     comparison = checkstats.compare(base, cur, paired=False, calibration_cv=calibrated, calibration_df=4)
-    assert checkstats.holm(comparison.p_slower()).any(axis=1).mean() <= 0.05
+    assert speedup.holm(comparison.p_slower(), 0.05)[0].any(axis=1).mean() <= 0.05
     assert (comparison.p_slower() < 0.05).mean(axis=0).max() <= exact_bound(trials)
 
 
@@ -214,9 +214,11 @@ def test_check_finds_a_10_percent_slowdown_in_paired_rounds():
 
 def test_sequential_holm_with_one_look_is_plain_holm():
     p = np.array([0.01, 0.04, 0.03, 0.005])
-    assert list(checkstats.holm(p)) == noise_model.holm(list(p))
-    looks = checkstats.holm(p, fractions=checkstats.check_fractions(3, 6))
-    assert looks.sum() <= checkstats.holm(p).sum()  # an early look spends less
+    plain = speedup.holm(p, 0.05)[0]
+    assert plain.tolist() == [True, False, False, True]
+    assert speedup.holm(p, 0.05, checkstats.look_level(None))[0].tolist() == plain.tolist()
+    looks = speedup.holm(p, 0.05, checkstats.look_level(checkstats.check_fractions(3, 6)))[0]
+    assert looks.sum() <= plain.sum()  # an early look spends less
 
 
 # ------------------------------------------------------------------------------------------

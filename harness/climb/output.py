@@ -49,8 +49,10 @@ def format_value(value: Any) -> str:
     return "null" if value is None else str(value)
 
 
-def ratio_text(r: Ratio | None) -> str:
-    return "-" if r is None else f"{r.value:.2f}x [{r.low:.2f}-{r.high:.2f}]"
+def _band(r: Ratio | None) -> str:
+    from harness.analysis.stats.speedup import band_text  # scipy: loaded where a climb is written, not by every command
+
+    return band_text(r)
 
 
 TRAJECTORY_HEADER = ("step", "pass", "knob", "value", "vs incumbent [95% band]", "runs", "decision", "why")
@@ -64,7 +66,7 @@ def trajectory_table(result: ClimbResult) -> str:
         value = f"{format_value(s.before)} -> {format_value(s.value)}" + "".join(
             f" (with {k}={format_value(v)})" for k, v in s.enabling)
         cells = (str(s.step), str(s.pass_), s.key, value,
-                 ratio_text(s.ratio), runs, f"**{s.outcome}**" if s.outcome == ACCEPTED else s.outcome, s.why)
+                 _band(s.ratio), runs, f"**{s.outcome}**" if s.outcome == ACCEPTED else s.outcome, s.why)
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -133,7 +135,7 @@ def step_line(s: Step) -> str:
     outcome = f"[{colour}]{s.outcome}[/]" if colour else s.outcome
     change = ", ".join(f"{k}={format_value(v)}" for k, v in s.changes)
     return (f"step {s.step}: {escape(change)} vs incumbent "
-            f"{ratio_text(s.ratio)}: {outcome} ({escape(s.why)})")
+            f"{_band(s.ratio)}: {outcome} ({escape(s.why)})")
 
 
 # ------------------------------------------------------------------------------------------

@@ -3,7 +3,8 @@
     python -m harness history [--results DIR] [--ladder L] [--workload W] --out site/
 
 Reads the store, the saved baselines, the runs of ``check --against`` and every check's verdict
-(``harness.analysis.views.history``), and writes ``OUT/index.html``, self-contained (``harness.analysis.views.history_page``).
+(``harness.analysis.views.history``), and writes ``OUT/index.html``, self-contained
+(``harness.analysis.views.history_page``).
 Exit 2 on bad input. No torch, no Hydra.
 """
 

@@ -81,9 +81,8 @@ def report(records, sweep_id: str, results_dir: str) -> int:
 
     ok = [r for r in records if r.status == "ok" and r.samples_per_s]
     try:
-        cal = noise_model.calibrate([r.samples_per_s for r in ok],
-                                    [u for u in (speedup.within_run_uncertainty(r.step_ms) for r in ok) if u is not None],
-                                    busy=[busy_reason(r) for r in ok])
+        within = [u for u in (speedup.within_run_uncertainty(r.step_ms) for r in ok) if u is not None]
+        cal = noise_model.calibrate([r.samples_per_s for r in ok], within, busy=[busy_reason(r) for r in ok])
     except ValueError as exc:
         console.print(f"[red]no calibration:[/] {exc} (of {len(records)} runs)")
         return 1

@@ -32,8 +32,9 @@ GROUP_FIELDS = {"rungs", "claim", "source", "component", "epoch_samples"}
 RUNG_FIELDS = {"set", "claim", "source", "note", "component", "epoch_samples"}
 # What a claim may be about besides the whole step: a guide's "2-3x in data loading" is judged on the loader, its
 # "1.5x on matmul" on the device's (or, on a CPU, the host's) compute, its "2x during validation" on the validation
-# passes (harness.analysis.views.components measures each); an "epoch" claim (persistent workers' "15-20%") at an epoch of
-# the guide's length, ``epoch_samples`` (harness.analysis.views.epochs derives it from the epoch boundaries measured).
+# passes (harness.analysis.views.components measures each); an "epoch" claim (persistent workers' "15-20%") at an
+# epoch of the guide's length, ``epoch_samples`` (harness.analysis.views.epochs derives it from the epoch boundaries
+# measured).
 COMPONENTS = ("data", "compute", "validation", "epoch")
 
 

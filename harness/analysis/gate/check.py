@@ -67,24 +67,12 @@ def load_sweep(results_dir: str, sweep: str) -> pd.DataFrame:
         raise BadInput(str(exc)) from None
 
 
-def hardware(row) -> str:
-    """What must be equal for two records to be comparable: device type plus GPU or CPU model and count."""
-    if row["device"] == "cuda":
-        return f"cuda {_int(row['gpu_count'])}x {row['gpu_name']}"
-    if row["device"] == "cpu":
-        return f"cpu {row['cpu_model']} ({_int(row['cpu_count'])} cores)"
-    return str(row["device"])
-
-
-def _int(value) -> str:
-    return "?" if value is None or pd.isna(value) else str(int(value))
-
-
 def with_hardware(frame: pd.DataFrame) -> pd.DataFrame:
     """The frame plus a ``_hw`` column, with empty strings (not None) where text is missing."""
     text = ["config_hash", "workload", "ladder", "change", "cached_from"]
     frame = frame.assign(**{c: frame[c].fillna("") for c in text})
-    return frame.assign(_hw=frame.apply(hardware, axis=1) if len(frame) else pd.Series(dtype=object))
+    labels = frame.apply(noise_model.hardware_label, axis=1) if len(frame) else pd.Series(dtype=object)
+    return frame.assign(_hw=labels)
 
 
 def require_ok(frame: pd.DataFrame, what: str) -> None:

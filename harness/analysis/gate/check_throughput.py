@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from harness.analysis.stats import checkstats, noise_model
+from harness.analysis.stats import checkstats, noise_model, speedup
 
 ALPHA = noise_model.ALPHA
 
@@ -55,17 +55,6 @@ def classify(estimate: RatioEstimate, threshold: float, significant: bool | None
     return "unchanged"
 
 
-def tested_levels(p_values, alpha: float = ALPHA) -> list[float]:
-    """The one-sided level Holm's step-down tests each config at: alpha / (m - rank) by rank of its p-value
-    (configs without a p-value last)."""
-    p = np.asarray(p_values, dtype=float)
-    order = np.argsort(np.where(np.isnan(p), np.inf, p), kind="stable")
-    levels = [0.0] * len(p)
-    for rank, i in enumerate(order):
-        levels[int(i)] = checkstats.one_sided_level(alpha / (len(p) - rank))
-    return levels
-
-
 def _estimates(comp: checkstats.Comparison, levels: list[float], noise: noise_model.Noise) -> list[RatioEstimate]:
     method = ("rung x round model across sweeps, calibrated CV pooled" if noise.calibrated
               else "rung x round model across sweeps, the runs' own spread")
@@ -99,5 +88,5 @@ def throughput_logs(base, current, noise: noise_model.Noise) -> list[tuple[Ratio
     cv, df = (noise.cv, noise.df) if noise.calibrated else (None, 0.0)
     comp = checkstats.compare(base, current, paired=False, calibration_cv=cv, calibration_df=df)
     p_values = comp.p_slower()[0]
-    significant = checkstats.holm(p_values, ALPHA)
-    return [(e, bool(s)) for e, s in zip(_estimates(comp, tested_levels(p_values), noise), significant)]
+    significant, levels = speedup.holm(p_values, ALPHA)  # each config's band at the level its rank is tested at
+    return [(e, bool(s)) for e, s in zip(_estimates(comp, levels.tolist(), noise), significant)]

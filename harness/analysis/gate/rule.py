@@ -17,7 +17,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import numpy as np
 from scipy import stats as sps
+
+from harness.analysis.stats.speedup import holm
 
 ALPHA = 0.05  # family-wise error of one check
 
@@ -70,22 +73,13 @@ def p_beyond(effect: Effect, threshold: float) -> float:
 
 
 def holm_levels(p_values: list[float], alpha: float = ALPHA) -> tuple[list[bool], list[float]]:
-    """Holm's step-down procedure: which hypotheses are rejected, and the alpha each was tested at.
+    """Holm's step-down (``speedup.holm``): which hypotheses are rejected, and the alpha each was tested at.
 
     A config Holm never reached (it stopped at an earlier one) is shown at the level where it stopped: its
     p-value is at least that config's, so its band holds the threshold too and never reads as a regression."""
-    usable = [p if not math.isnan(p) else 1.0 for p in p_values]
-    order = sorted(range(len(usable)), key=lambda i: usable[i])
-    rejected, levels = [False] * len(usable), [alpha] * len(usable)
-    stopped = None
-    for rank, i in enumerate(order):
-        level = alpha / (len(usable) - (rank if stopped is None else stopped))
-        levels[i] = level
-        if stopped is None and usable[i] <= level:
-            rejected[i] = True
-        elif stopped is None:
-            stopped = rank
-    return rejected, levels
+    rejected, by_rank = holm(p_values, alpha)
+    stopped = by_rank[~rejected].min() if (~rejected).any() else math.inf
+    return rejected.tolist(), np.minimum(by_rank, stopped).tolist()
 
 
 def decide(effects: list[Effect], thresholds: list[float], alpha: float = ALPHA) -> list[Decision]:

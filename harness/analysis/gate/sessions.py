@@ -99,13 +99,13 @@ def history_for(results_dir, baseline, current) -> SessionNoise:
     stored = load_runs(results_dir, columns=HISTORY_COLUMNS, where={"config_hash": configs, "status": "ok"})
     frame = pd.concat([stored, baseline[[c for c in HISTORY_COLUMNS if c in baseline]]], ignore_index=True)
     frame = frame.drop_duplicates("run_id")
-    here = {noise_model.hardware_key(row) for _, row in current.head(1).iterrows()}
+    here = {noise_model.hardware_label(row) for _, row in current.head(1).iterrows()}
     keep = ((frame["cached_from"].fillna("") == "") & (~frame["sweep_id"].isin(set(current["sweep_id"])))
             & frame["config_hash"].isin(configs) & ~frame["config_json"].map(_debug_run).astype(bool))
     frame = frame[keep]
     if frame.empty:
         return DEFAULT
-    return estimate(frame[frame.apply(noise_model.hardware_key, axis=1).isin(here)])
+    return estimate(frame[frame.apply(noise_model.hardware_label, axis=1).isin(here)])
 
 
 def _debug_run(config_json) -> bool:

@@ -22,6 +22,7 @@ Bretz): the family-wise error over configs AND looks stays at alpha.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 from scipy import stats as sps
@@ -146,20 +147,11 @@ def one_sided_level(alpha: float, fractions: tuple[float, ...] | None = None,
     return sequential.nominal_levels(tuple(fractions), 2 * alpha, spending)[-1] / 2
 
 
-def holm(p_values, alpha: float = ALPHA, fractions: tuple[float, ...] | None = None,
-         spending: str = sequential.DEFAULT_SPENDING) -> np.ndarray:
-    """Holm's step-down over the last axis of ``p_values`` (trials x configs, or one row): which configs are
-    significantly slower with family-wise error <= ``alpha``, at the last look of ``fractions``. NaN
-    p-values (no variance) are never significant and still count in the family."""
-    p = np.atleast_2d(np.asarray(p_values, dtype=float))
-    m = p.shape[1]
-    levels = np.array([one_sided_level(alpha / (m - i), fractions, spending) for i in range(m)])
-    order = np.argsort(np.where(np.isnan(p), np.inf, p), axis=1)
-    ranked = np.take_along_axis(p, order, axis=1)
-    passes = np.cumprod(np.nan_to_num(ranked, nan=np.inf) <= levels[None, :], axis=1).astype(bool)
-    rejected = np.zeros_like(passes)
-    np.put_along_axis(rejected, order, passes, axis=1)
-    return rejected if np.ndim(p_values) > 1 else rejected[0]
+def look_level(fractions: tuple[float, ...] | None = None,
+               spending: str = sequential.DEFAULT_SPENDING) -> Callable[[float], float]:
+    """Holm's level alpha / j as tested at the last of the looks at ``fractions`` (``speedup.holm``'s ``at_level``):
+    which configs are significantly slower with family-wise error <= alpha, looking after every round."""
+    return lambda alpha: one_sided_level(alpha, fractions, spending)
 
 
 def check_fractions(current_rounds: int, max_rounds: int, baseline_rounds: int | None = None,

@@ -28,7 +28,7 @@ differed by 6% on a rung. So a speedup's interval is built from run-level throug
   standard error, never narrow it.
 
 A regression check turns the same numbers into a one-sided p-value (current slower than baseline),
-and ``holm`` controls the family-wise error over all configs of one check.
+and Holm's step-down (``speedup.holm``) controls the family-wise error over all configs of one check.
 """
 
 from __future__ import annotations
@@ -186,17 +186,6 @@ def band(runs: Runs, noise: Noise = DEFAULT) -> float:
     return float(math.expm1(q * se))
 
 
-def holm(p_values: list[float], alpha: float = ALPHA) -> list[bool]:
-    """Holm's step-down procedure: which hypotheses are rejected with family-wise error <= alpha."""
-    order = sorted(range(len(p_values)), key=lambda i: p_values[i])
-    rejected = [False] * len(p_values)
-    for rank, i in enumerate(order):
-        if p_values[i] > alpha / (len(p_values) - rank):
-            break
-        rejected[i] = True
-    return rejected
-
-
 # ------------------------------------------------------------------------------------------
 # calibration (A/A: the same settings in N fresh processes)
 
@@ -305,10 +294,27 @@ def runs_of(records, within: bool = True) -> Runs:
     return Runs([float(v) for v in ok["samples_per_s"]], bands)
 
 
-def hardware_key(row) -> str:
-    if row["device"] == "cuda":
-        return f"cuda {row['gpu_name']} x{row['gpu_count']}"
-    return f"{row['device']} {row['cpu_model']} ({row['cpu_count']})"
+def hardware_label(row, short: bool = False) -> str:
+    """What must be equal for two records to be comparable: the device type and the GPU or CPU model and count
+    (``cuda 2x A100``, ``cpu EPYC (16 cores)``); ``short`` for a line that names the device apart (``A100 x2``,
+    ``EPYC (16 CPUs)``)."""
+    gpu = row["device"] == "cuda"
+    if short:
+        return (f"{row['gpu_name']} x{_count(row['gpu_count'])}" if gpu
+                else f"{row['cpu_model']} ({_count(row['cpu_count'])} CPUs)")
+    if gpu:
+        return f"cuda {_count(row['gpu_count'])}x {row['gpu_name']}"
+    if row["device"] == "cpu":
+        return f"cpu {row['cpu_model']} ({_count(row['cpu_count'])} cores)"
+    return str(row["device"])
+
+
+def _count(value) -> str:
+    """A stored count as text; "?" where the record has none (None, NaN)."""
+    try:
+        return str(int(value))
+    except (TypeError, ValueError):
+        return "?"
 
 
 def find_calibration(frame, env_key: str, hardware: str) -> Noise:
@@ -321,7 +327,7 @@ def find_calibration(frame, env_key: str, hardware: str) -> Noise:
     same_env = cal[cal["env_key"] == env_key]
     match = "environment"
     if same_env.empty:
-        same_env = cal[cal.apply(hardware_key, axis=1) == hardware]
+        same_env = cal[cal.apply(hardware_label, axis=1) == hardware]
         match = "hardware"
     if same_env.empty:
         return DEFAULT
@@ -358,7 +364,7 @@ def noise_for(frame, records) -> Noise:
     if not len(records):
         return DEFAULT
     first = records.iloc[0]
-    return find_calibration(frame, str(first["env_key"]), hardware_key(first))
+    return find_calibration(frame, str(first["env_key"]), hardware_label(first))
 
 
 def format_calibration(cal: Calibration, sweep_id: str, attempted: int) -> str:

@@ -85,6 +85,33 @@ def band_text(r: Ratio | None) -> str:
     return f"{r.value:.2f}x [{r.low:.2f}-{r.high:.2f}]"
 
 
+def ratio_text(r: Ratio | None, band: bool = False) -> str:
+    """``1.23x``, with its band when ``band`` (:func:`band_text`: ``[low-high]``, ``[too wide to say]`` or
+    ``[no band: ...]``), and ``(within noise)`` when a band that says something holds 1."""
+    if r is None:
+        return "-"
+    text = band_text(r) if band else f"{r.value:.2f}x"
+    return text + (" (within noise)" if r.within_noise and not r.too_wide else "")
+
+
+def holm(p_values, alpha: float, at_level: Callable[[float], float] | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Holm's step-down over the last axis of ``p_values`` (configs; trials x configs in simulations): which
+    hypotheses are rejected with family-wise error <= ``alpha``, and the level each one's rank is tested at,
+    alpha / (m - rank), or ``at_level`` of it where a look's boundary replaces it (``checkstats.look_level``). NaN
+    p-values (nothing to test) are never rejected, rank last and still count in the family."""
+    p = np.atleast_2d(np.asarray(p_values, dtype=float))
+    m = p.shape[-1]
+    by_rank = np.array([alpha / (m - i) if at_level is None else at_level(alpha / (m - i)) for i in range(m)],
+                       dtype=float)
+    order = np.argsort(np.where(np.isnan(p), np.inf, p), axis=-1, kind="stable")
+    ranked = np.take_along_axis(p, order, axis=-1)
+    passes = np.cumprod(np.nan_to_num(ranked, nan=np.inf) <= by_rank, axis=-1).astype(bool)
+    rejected, levels = np.zeros_like(passes), np.zeros(p.shape)
+    np.put_along_axis(rejected, order, passes, axis=-1)
+    np.put_along_axis(levels, order, np.broadcast_to(by_rank, p.shape), axis=-1)
+    return (rejected, levels) if np.ndim(p_values) > 1 else (rejected[0], levels[0])
+
+
 # ------------------------------------------------------------------------------------------
 # verdicts
 

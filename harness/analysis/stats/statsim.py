@@ -121,5 +121,5 @@ def check_family_error(rng: np.random.Generator, trials: int, configs: int, max_
         fractions = (checkstats.check_fractions(r, cur_rounds, None if paired else base_rounds)
                      if sequential_looks else None)
         comp = checkstats.compare(base[:, :, :r] if paired else base, cur[:, :, :r], paired)
-        flagged |= checkstats.holm(comp.p_slower(), fractions=fractions).any(axis=1)
+        flagged |= speedup.holm(comp.p_slower(), checkstats.ALPHA, checkstats.look_level(fractions))[0].any(axis=1)
     return flagged

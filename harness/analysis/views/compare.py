@@ -193,12 +193,6 @@ def _settings_differ(sides: list[Side], rung: int, shown: int = 4) -> str:
 # Output
 
 
-def ratio_text(r: speedup.Ratio | None) -> str:
-    if r is None:
-        return "-"
-    return f"{r.value:.2f}x" + (" (within noise)" if r.within_noise else "")
-
-
 def to_markdown(sides: list[Side], rows: list[CompareRow]) -> str:
     """The side-by-side table: each side's samples/s, each later side's ratio to the first, notes."""
     letters = [chr(ord("A") + i) for i in range(len(sides))]
@@ -213,7 +207,7 @@ def to_markdown(sides: list[Side], rows: list[CompareRow]) -> str:
     for row in rows:
         cells = [str(row.rung), row.change]
         cells += ["-" if v is None else f"{v:.2f}" for v in row.samples_per_s]
-        cells += [ratio_text(r) if row.comparable else "not comparable" for r in row.ratios]
+        cells += [speedup.ratio_text(r) if row.comparable else "not comparable" for r in row.ratios]
         cells.append(row.note or "-")
         lines.append("| " + " | ".join(c.replace("|", "/") for c in cells) + " |")
     lines.append("")

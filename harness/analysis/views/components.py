@@ -42,7 +42,7 @@ class Parts:
     compute_source: str = ""  # "device" (CUDA events) or "host" (step time minus data wait)
     compute: noise_model.Runs | None = None  # per run: samples per second of compute
     validation: noise_model.Runs | None = None  # per run: training samples per second of validation
-    epoch_costs: list[epochs.EpochCost] | None = None  # per run: its epoch boundaries' cost (harness.analysis.views.epochs)
+    epoch_costs: list[epochs.EpochCost] | None = None  # per run: its epoch boundaries' cost (views.epochs)
     device_step_frac: float | None = None
     x_compute: speedup.Ratio | None = None  # over the rung this one was built on
     inert: str = ""  # why the rung's knob cannot do what it is claimed for here ("" when it can)

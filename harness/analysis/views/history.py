@@ -21,7 +21,6 @@ from harness.analysis.gate import verdicts
 from harness.analysis.gate.baseline import baselines_dir
 from harness.analysis.stats.busy import busy_reason
 from harness.analysis.stats.speedup import finite_number
-from harness.analysis.gate.check import hardware
 from harness.store import load_parquet_files, load_runs
 
 COLUMNS = ["run_id", "status", "timestamp", "workload", "ladder", "rung", "change", "config_hash", "env_key",
@@ -136,7 +135,7 @@ def _records(results_dir: str) -> tuple[pd.DataFrame, dict[str, list[str]]]:
             "git_commit", "sweep_id"]
     records = records.assign(**{c: records[c].fillna("").astype(str) for c in text})
     records = _one_config_a_pair(records[records["cached_from"] == ""])
-    return records.assign(_hw=records.apply(hardware, axis=1) if len(records) else []), names
+    return records.assign(_hw=records.apply(noise_model.hardware_label, axis=1) if len(records) else []), names
 
 
 def _one_config_a_pair(records: pd.DataFrame) -> pd.DataFrame:

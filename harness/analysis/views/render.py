@@ -14,22 +14,14 @@ from typing import Callable
 
 from harness.analysis.views import epochs
 from harness.analysis.stats import speedup
+from harness.analysis.stats.speedup import ratio_text
 from harness.analysis.views.table import MEMORY_NOTE, CampaignSummary, GroupRow, RungRow, SweepTable
 
-COMPUTE_HEADER = "compute x previous"  # what the change did to the compute part alone (harness.analysis.views.components)
+COMPUTE_HEADER = "compute x previous"  # what the change did to the compute part alone (views.components)
 HEADER = ("rung", "change", "samples/s", "x baseline", "x previous [95% band]", COMPUTE_HEADER, "step ms p50/p90",
           "data wait", "peak mem", "GPU util", "guide claims", "verdict", "status")
 CAMPAIGN_HEADER = ("sweep", "workload", "ladder", "device", "total measured", "guide claims", "verdict",
                    "rungs not ok")
-
-
-def ratio_text(r: speedup.Ratio | None, band: bool = False) -> str:
-    """``1.23x``, with its band when ``band`` (``speedup.band_text``: ``[low-high]``, ``[too wide to say]`` or
-    ``[no band: ...]``), and ``(within noise)`` when a band that says something holds 1."""
-    if r is None:
-        return "-"
-    text = speedup.band_text(r) if band else f"{r.value:.2f}x"
-    return text + (" (within noise)" if r.within_noise and not r.too_wide else "")
 
 
 def _num(v, spec=".1f", suffix="") -> str:

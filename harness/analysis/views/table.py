@@ -113,12 +113,10 @@ def build_table(frame, sweep: str = "latest", results_dir: str = "results") -> S
     rows = [_row(int(r), records[records["rung"] == r], claims) for r in sorted(records["rung"].dropna().unique())]
     first = records.iloc[0]
     device = str(first["device"])
-    hardware = (f"{first['gpu_name']} x{int(first['gpu_count'])}" if device == "cuda"
-                else f"{first['cpu_model']} ({int(first['cpu_count'])} CPUs)")
     noise = sweepstats.sweep_noise(frame, records)
     table = SweepTable(sweep_id=sweep_id, ladder=ladder_name, workload=workload_name(first), device=device,
-                       hardware=hardware, size=str(first["size"]), rows=rows, noise=noise.noise,
-                       minutes=_minutes(records))
+                       hardware=noise_model.hardware_label(first, short=True), size=str(first["size"]), rows=rows,
+                       noise=noise.noise, minutes=_minutes(records))
     rungs = max([len(ladder.rungs) if ladder is not None else 1] + [r.rung + 1 for r in rows])
     figures = {k: (c[0], c[1]) for k, c in claims.by_rung.items()}
     judgement = sweepstats.judge(records, rungs, figures, claims.total[:2] if claims.total else None, claims.groups,
