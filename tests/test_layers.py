@@ -128,6 +128,15 @@ def test_analysis_reads_the_store_and_ladders_alone_and_imports_neither_torch_no
         assert not _third_party(module) & {"torch", "torchvision", "monai", "hydra", "omegaconf"}, module
 
 
+def test_analysis_packages_import_only_those_before_them_stats_gate_views():
+    order = ["stats", "gate", "views"]
+    broken = [f"{module} imports {target}" for module in sorted(HARNESS) if module.startswith("harness.analysis.")
+              for target in sorted(_harness_imports(module)) if target.startswith("harness.analysis.")
+              and order.index(target.split(".")[2]) > order.index(module.split(".")[2])]
+    assert broken == []
+    assert [p.name for p in (REPO / "harness" / "analysis").glob("*.py")] == ["__init__.py"]
+
+
 def test_hydra_stays_at_the_edge_in_commands():
     outside = sorted(m for m in HARNESS if "hydra" in _third_party(m) and _layer(m) != "commands")
     assert outside == [], "Hydra imported outside harness/commands/"
