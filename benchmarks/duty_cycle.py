@@ -3,7 +3,7 @@
     python benchmarks/duty_cycle.py [--exec] [--cached] [+ladder=phase2] [key=value ...]
 
 Runs ``python -m harness sweep`` (phase2 unless a ladder is given) into a fresh temporary results folder, as a user
-would, times it from outside, and splits the wall time with the records' phase fields (``harness.run.phases``):
+would, times it from outside, and splits the wall time with the records' phase fields (``harness.run.parent.phases``):
 per run, the start (interpreter and imports, or the fork), the model's build, the data's set-up, the warm-up, the
 window and the teardown, the parent's gap between runs, and what is left of the command itself (its start, the
 preflight, the table). ``--exec`` starts every run as a fresh interpreter (``HARNESS_LAUNCH=exec``), to compare
@@ -23,7 +23,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from harness.run import phases  # noqa: E402
+from harness.run.parent import phases  # noqa: E402
 
 PARTS = (("start (interpreter + imports, or fork)", "phase_launch_s"), ("model and optimizer", "phase_model_s"),
          ("data and loader", "phase_data_s"), ("warm-up", "phase_warmup_s"), ("measured window", "measured_s"),

@@ -28,7 +28,7 @@ from overhead import median_band  # noqa: E402
 
 def _config(settings: list[str], results: Path):
     from harness import config as config_mod
-    from harness.run import runner
+    from harness.run.parent import runner
 
     cfg = config_mod.RunConfig()
     for item in [*settings, f"results_dir={results}"]:
@@ -39,7 +39,7 @@ def _config(settings: list[str], results: Path):
 
 def one_run(cfg, env: dict, env_key: str, forked: bool) -> tuple[float, str]:
     """(samples/s, how it started) of one run of ``cfg``; exits on a run that did not end ok."""
-    from harness.run import isolate
+    from harness.run.parent import isolate
 
     record = isolate.execute(cfg, env, env_key)
     if record.status != "ok" or not record.samples_per_s:
@@ -48,7 +48,7 @@ def one_run(cfg, env: dict, env_key: str, forked: bool) -> tuple[float, str]:
 
 
 def rounds_of(cfg, rounds: int) -> list[float]:
-    from harness.run import launcher, runner
+    from harness.run.parent import launcher, runner
 
     env, env_key = runner.environment(cfg.device)
     ratios = []

@@ -312,7 +312,9 @@ def poll(pid: int, job: str, channel_fd: int | None = None) -> None:
 
     from harness import config as config_mod
     from harness.commands.progress import RunProgress
-    from harness.run import channel, isolate, monitor
+    from harness.run.child import channel
+    from harness.run.parent import isolate
+    from harness.run import monitor
 
     try:  # Linux: end with the benchmark, never outlive it
         import ctypes
@@ -344,7 +346,7 @@ def in_process(settings: list[str], rounds: int, harness_ms: list[float] | None 
     mean step time of every round."""
     import torch
 
-    from harness.run import measure
+    from harness.run.child import measure
     from harness.workload.data import build_dataset, build_loader
 
     cfg = _config(settings)
@@ -368,7 +370,7 @@ def in_process(settings: list[str], rounds: int, harness_ms: list[float] | None 
             torch.cuda.synchronize(device)
         return (time.perf_counter() - start) / steps
 
-    from harness.run import channel
+    from harness.run.child import channel
 
     ours, theirs = socket.socketpair()  # the progress channel: the child's end here, the parent's in the poller
     with tempfile.TemporaryDirectory(prefix="harness-overhead-job-") as job:
@@ -426,7 +428,7 @@ def loop_cost(rounds: int, steps: int) -> list[float]:
     """Microseconds the harness's measuring loop (``train_and_measure``, as the child runs it) adds to a step over
     the plain loop, per round: both on the tiny model, alternating in this one process (the order flips every
     round), so that the machine's slow minutes and a process's own speed fall on both sides alike."""
-    from harness.run.measure import train_and_measure
+    from harness.run.child.measure import train_and_measure
 
     cfg = _config(TINY + [("measure.steps", steps)])
     quiet = lambda *args, **kwargs: None  # noqa: E731 - the progress markers: the child writes a file per phase

@@ -87,7 +87,7 @@ def misplaced_climb_setting(command: str, argv: list[str]) -> str:
 
 def _measuring_command(module, command: str, rest: list[str]) -> int:
     """Commands that start measuring processes: an interruption kills them and says how to go on."""
-    from harness.run import isolate
+    from harness.run.parent import isolate
     from harness.store import write
 
     previous = isolate.terminate_on_signals()

@@ -1,7 +1,7 @@
 """A rung's profile as the record keeps it: the summary's format (``profile_json``) and where its trace lives.
 
 The measuring child profiles a few training steps after the measured window has closed
-(``harness.run.profiling``) and writes a :class:`ProfileSummary`; analysis and commands read it back with
+(``harness.run.child.profiling``) and writes a :class:`ProfileSummary`; analysis and commands read it back with
 :func:`summary_from_json`. Pure Python (no torch), so that the store's readers can use it.
 
 Times are milliseconds per profiled step, so that profiles of different step counts compare; a share is

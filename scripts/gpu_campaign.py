@@ -173,7 +173,8 @@ def run_parts(parts: list[gpu_parts.Part], ctx: Context) -> int:
 
 def run_part(part: gpu_parts.Part, ctx: Context) -> int:
     """Run one part, check it, pack it into OUT/PART.tar.gz; 0 when it ended ok."""
-    from harness.run.env import code_fingerprint, git_state
+    from harness.run.parent.env import git_state
+    from harness.run.parent.fingerprint import code_fingerprint
 
     pack = ctx.pack(part)
     shutil.rmtree(pack, ignore_errors=True)

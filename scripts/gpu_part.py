@@ -42,7 +42,7 @@ def span(text: str, what: str, limit: int | None = None) -> list[int]:
 
 
 def ladder(ladder_name: str, rungs_text: str, rounds_text: str, sweep_id: str, overrides: list[str]) -> int:
-    from harness.run import runner
+    from harness.run.parent import runner
     from harness.sweeps import rungs as sweep_mod
 
     ctx = _context(ladder_name, rungs_text, rounds_text, sweep_id, overrides)

@@ -24,7 +24,7 @@ from functools import lru_cache
 from math import ceil, prod
 from pathlib import Path
 
-from harness.run.stopping import QUEUE_MAX_STEPS
+from harness.run.child.stopping import QUEUE_MAX_STEPS
 
 REPO = Path(__file__).resolve().parent.parent
 LADDER_DIR = REPO / "conf" / "ladder"
@@ -307,18 +307,11 @@ def find(name: str) -> Part:
 
 
 def measuring_files(models: bool) -> list[str]:
-    """The sources the harness's code fingerprint covers (harness/run/env.py), without models/ unless asked."""
-    from harness.run import env
+    """The sources the harness's code fingerprint covers (harness/run/parent/fingerprint.py), without models/ unless
+    asked."""
+    from harness.run.parent import fingerprint
 
-    out = []
-    for folder in env.MEASURING_CODE:
-        if folder == "models" and not models:
-            continue
-        for path in sorted((REPO / folder).rglob("*.py")):
-            rel = path.relative_to(REPO).as_posix()
-            if not rel.startswith(env.NOT_MEASURING) or rel in env.MEASURING_ANYWAY:
-                out.append(rel)
-    return out
+    return [rel for rel in fingerprint.measured_files(REPO) if models or not rel.startswith("models/")]
 
 
 def workload_paths(workloads: tuple[str, ...]) -> tuple[str, ...]:

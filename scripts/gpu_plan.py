@@ -2,7 +2,7 @@
 which must be measured (again).
 
 ``results/<gpu>/plan.json`` holds one entry per part that came back from a GPU machine (``record``): how it ended,
-when, the commit and the harness's code fingerprint (harness/run/env.py) it was measured at, and the fingerprint
+when, the commit and the harness's code fingerprint (harness/run/parent/env.py) it was measured at, and the fingerprint
 of the files its measurement depends on (``gpu_parts.path_fingerprint``). A part is
 
     done      measured ok, and its measured path is what it was then;
@@ -160,7 +160,7 @@ def _local_path_fingerprint(stamp: dict) -> str:
 
 
 def _head() -> str:
-    from harness.run.env import git_state
+    from harness.run.parent.env import git_state
 
     return git_state(REPO)[0]
 
@@ -171,7 +171,7 @@ def _head() -> str:
 
 def render(plan: dict) -> str:
     """The plan for people: every part in priority order, what is measured and what is left."""
-    from harness.run.env import code_fingerprint
+    from harness.run.parent.fingerprint import code_fingerprint
 
     gpu, entries = plan["gpu"], plan["parts"]
     parts = gpu_parts.catalogue()
@@ -187,7 +187,8 @@ def render(plan: dict) -> str:
         f"what came back under results/{gpu}/ and updates this file and plan.json. Regenerate it with "
         "`bash scripts/gpu_measure.sh plan`.", "",
         f"Rendered at commit {(_head() or 'unknown')[:12]}, code fingerprint {code_fingerprint()} "
-        "(harness/run/env.py). A part is stale when a file its measurement depends on changed since it was measured.",
+        "(harness/run/parent/fingerprint.py). A part is stale when a file its measurement depends on changed since it "
+        "was measured.",
         "", f"{len(parts)} parts: {counts}. Pending: {len(left)} parts, ~{sum(p.estimate_s for p in left)} s "
         f"by estimate.", "",
     ]

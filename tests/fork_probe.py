@@ -18,7 +18,8 @@ from torch import nn
 RUNS_SEEN = 0  # a module attribute each run increments: a run that saw another's would find it above 0
 
 if os.environ.get("FORK_PROBE_THREAD") and getattr(sys.modules.get("__main__"), "__spec__", None) is not None \
-        and sys.modules["__main__"].__spec__.name == "harness.run.zygote" and "harness.run.child" in sys.modules \
+        and sys.modules["__main__"].__spec__.name == "harness.run.parent.zygote" \
+        and "harness.run.child.main" in sys.modules \
         and not os.environ.get("HARNESS_TIMEOUT_S"):  # the zygote itself, not a run forked from it
     threading.Thread(target=time.sleep, args=(3600,), daemon=True).start()
 

@@ -140,7 +140,7 @@ def test_a_parallel_launcher_on_one_machine_is_called_out():
 
 
 def test_a_fully_cached_sweep_starts_no_measuring_process(campaign, tiny_conf, tmp_path, capsys, monkeypatch):
-    from harness.run import isolate
+    from harness.run.parent import isolate
 
     results = copy_store(campaign.results, tmp_path / "results")  # tiny_a's rungs measured by the campaign
     monkeypatch.setattr(isolate, "_run_child", lambda *a, **k: pytest.fail("a cached rung started a child"))

@@ -115,7 +115,7 @@ def test_compile_without_cuda_graphs_may_accumulate():
 
 
 def test_cuda_graph_conflict_becomes_a_skipped_record_without_starting_a_child(tmp_path):
-    from harness.run.isolate import execute
+    from harness.run.parent.isolate import execute
 
     cfg = _on_cuda(compile="reduce-overhead", accumulate_grad_batches=2, results_dir=str(tmp_path))
     record = execute(cfg, {}, "key")
@@ -199,7 +199,7 @@ def test_every_reason_to_skip_is_given_at_once():
 
 
 def test_the_childs_skip_reasons_come_from_the_same_module():
-    from harness.run import outcome
+    from harness.run.child import outcome
     from harness.workload import knobs
 
     assert knobs.KnobNotApplicable is applicability.KnobNotApplicable
@@ -211,7 +211,7 @@ def test_the_childs_skip_reasons_come_from_the_same_module():
 def test_batches_in_flight_beyond_shared_memory_are_skipped_with_the_reason(monkeypatch, tmp_path):
     from collections import namedtuple
 
-    from harness.run.isolate import execute
+    from harness.run.parent.isolate import execute
 
     usage = namedtuple("usage", "total used free")
     shm = {"free": 2 * 10**9}

@@ -101,7 +101,7 @@ def test_heavy_augmentation_changes_the_patch():
 
 
 def test_loader_mode_measures_batches_without_a_model():
-    from harness.run.measure import train_and_measure
+    from harness.run.child.measure import train_and_measure
 
     # items that take 50 ms to read: the step is the loader's wait and next to nothing else, on a busy machine too
     m, extras = train_and_measure(tiny_config(measure__mode="loader", data__read_latency_ms=50.0), UNET,
@@ -111,7 +111,7 @@ def test_loader_mode_measures_batches_without_a_model():
 
 
 def test_model_mode_never_waits_for_data(monkeypatch):
-    from harness.run import measure
+    from harness.run.child import measure
 
     asked, real = [], measure.endless
 
@@ -129,7 +129,7 @@ def test_model_mode_never_waits_for_data(monkeypatch):
 
 
 def test_per_worker_memory_is_reported(results):
-    from harness.run import runner
+    from harness.run.parent import runner
 
     # The parent samples from outside every sample_interval_s; the steps' sleep keeps the workers alive
     # for several periods, however fast or slow the machine is.

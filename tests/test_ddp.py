@@ -20,7 +20,9 @@ import pytest
 from harness import config as config_mod
 from harness.analysis.views import render
 from harness.analysis.views import table as table_mod
-from harness.run import isolate, launch, monitor, processes, ranks, runner
+from harness.run.parent import isolate, launch, processes, runner
+from harness.run import monitor
+from harness.run.child import ranks
 from harness.store import RunRecord, load_runs, write_record
 from harness.workload import applicability
 from tests.conftest import tiny_config, tiny_model_config
@@ -226,7 +228,7 @@ class _Watch(threading.Thread):
 
     def ranks(self) -> int:
         """Children of the launcher (a loader worker, forked by a rank, has the rank's command line too)."""
-        launchers = {pid for pid, (_p, cmd, _pp) in self.seen.items() if "harness.run.launch" in cmd}
+        launchers = {pid for pid, (_p, cmd, _pp) in self.seen.items() if "harness.run.parent.launch" in cmd}
         return sum("harness.run.child" in cmd and ppid in launchers for _p, cmd, ppid in self.seen.values())
 
 
@@ -314,9 +316,9 @@ def _count_allreduces(rank: int, init_file: str, out_dir: str, accum: int, skip_
     from torch.nn.parallel import DistributedDataParallel
 
     from harness.config import DebugConfig
-    from harness.run import faults, measure
-    from harness.run.stopping import StoppingRule
-    from harness.run.summary import Measurement
+    from harness.run.child import faults, measure
+    from harness.run.child.stopping import StoppingRule
+    from harness.run.child.summary import Measurement
     from harness.workload.knobs import Prepared
 
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=2)
@@ -373,7 +375,7 @@ def _agree(rank: int, init_file: str, out_dir: str) -> None:
     """One of 2 gloo ranks asking ``any_rank`` until neither wants more: rank 0 wants 3 more steps, rank 1 one."""
     import torch.distributed as dist
 
-    from harness.run.ranks import any_rank
+    from harness.run.child.ranks import any_rank
 
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=2)
     me, wants, steps = ranks.Rank(rank=rank, world_size=2, backend="gloo"), (3, 1)[rank], 0
@@ -392,7 +394,7 @@ def _agree(rank: int, init_file: str, out_dir: str) -> None:
 def test_ranks_take_one_more_warmup_step_while_any_of_them_asks_so_their_steps_stay_paired(tmp_path):
     import torch.multiprocessing as mp
 
-    from harness.run.ranks import any_rank
+    from harness.run.child.ranks import any_rank
 
     mp.spawn(_agree, args=(str(tmp_path / "init"), str(tmp_path)), nprocs=2)
     assert [(tmp_path / f"rank{r}.txt").read_text() for r in range(2)] == ["3", "3"]  # both as many as the most
@@ -409,7 +411,7 @@ def test_steps_auto_is_refused_on_several_devices_before_anything_runs():
 def test_no_sync_is_asked_for_only_on_several_ranks_with_accumulation():
     from torch import nn
 
-    from harness.run.measure import grad_sync_skipper
+    from harness.run.child.measure import grad_sync_skipper
 
     model = nn.Linear(2, 2)
     model.no_sync = lambda: None  # as DistributedDataParallel has it

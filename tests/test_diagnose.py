@@ -46,7 +46,7 @@ def test_a_large_model_on_in_memory_data_is_compute_bound(results):
 
 @pytest.mark.slow
 def test_a_worker_takes_data_wait_off_a_data_bound_loop(results):
-    from harness.run import runner
+    from harness.run.parent import runner
     from tests.conftest import tiny_config
 
     waits = {}

@@ -20,7 +20,7 @@ import psutil
 import pytest
 
 from harness import cli, config as config_mod, store
-from harness.run import env as env_mod, isolate, launcher
+from harness.run.parent import env as env_mod, isolate, launcher
 from harness.store import RunRecord, load_runs, write_record
 from tests.conftest import REPO, TINY_MODEL_ARGS
 
@@ -64,7 +64,7 @@ def _measuring_processes(parent_pid: int, want_workers: int, deadline_s: float =
     and the loader workers, once they are all up (waits as long as the machine needs): every process under the
     parent then."""
     end = time.monotonic() + deadline_s
-    command = "harness.run.zygote" if forked else "harness.run.child"
+    command = "harness.run.parent.zygote" if forked else "harness.run.child"
     while time.monotonic() < end:
         try:
             kids = psutil.Process(parent_pid).children(recursive=True)
@@ -150,7 +150,7 @@ def test_a_forked_run_that_hangs_times_out_and_the_sweep_goes_on(results):
     assert list(frame["status"]) == ["timeout"] * 3 and set(frame["launched_by"]) == {"fork"}
     assert frame["error"].str.contains("timeout_s=12").all()
     assert "warm launcher off" not in err
-    assert not [p for p in psutil.process_iter() if "harness.run.zygote" in " ".join(_cmdline(p))
+    assert not [p for p in psutil.process_iter() if "harness.run.parent.zygote" in " ".join(_cmdline(p))
                 and _environ(p).get("HARNESS_PARENT_PID") == str(parent.pid)]
 
 
@@ -310,28 +310,7 @@ def test_records_get_the_mode_the_umask_allows(results, umask, mode):
 
 
 # ------------------------------------------------------------------------------------------
-# 6. no stale cache: the code, the threads, and a config_hash that means the settings
-
-
-def _tree(root: Path) -> Path:
-    for rel in ("harness/measure.py", "harness/analysis/views/table.py", "harness/commands/climb.py",
-                "harness/commands/progress.py", "models/nets.py"):
-        (root / rel).parent.mkdir(parents=True, exist_ok=True)
-        (root / rel).write_text(f"# {rel}\n")
-    return root
-
-
-def test_editing_the_measuring_code_changes_the_fingerprint_editing_analysis_does_not(tmp_path):
-    root = _tree(tmp_path)
-    before = env_mod.code_fingerprint(root)
-    (root / "harness/analysis/views/table.py").write_text("# a new table layout\n")
-    (root / "harness/commands/climb.py").write_text("# a new climbing order\n")  # settings: config_hash's job
-    assert env_mod.code_fingerprint(root) == before
-    (root / "harness/commands/progress.py").write_text("# a status line that redraws faster\n")  # beside the child
-    assert env_mod.code_fingerprint(root) != before
-    before = env_mod.code_fingerprint(root)
-    (root / "harness/measure.py").write_text("# a new measured loop\n")
-    assert env_mod.code_fingerprint(root) != before
+# 6. no stale cache: the threads, and a config_hash that means the settings (the code: test_fingerprint.py)
 
 
 def test_thread_settings_are_part_of_the_environment_key(monkeypatch):

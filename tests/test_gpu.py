@@ -13,7 +13,7 @@ import time
 import pytest
 import torch
 
-from harness.run import runner
+from harness.run.parent import runner
 from harness.workload.flops import peak_flops, peak_row
 from harness.store import load_runs
 from tests.conftest import REPO, tiny_config

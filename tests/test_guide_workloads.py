@@ -224,7 +224,7 @@ def test_detr_items_hold_tiny_boxes_padded_with_class_minus_one_and_augmentation
 
 @pytest.mark.parametrize("name,first_loss", [("seresnet_speech", 0.69), ("detr", 10.0)])
 def test_the_guide_workloads_train_a_step_at_the_cpu_size(name, first_loss):
-    from harness.run.measure import model_flops_per_sample
+    from harness.run.child.measure import model_flops_per_sample
     from harness.workload.data import build_dataset, build_loader
     from harness.workload.knobs import prepare
 
@@ -255,7 +255,7 @@ def test_dataset_settings_hand_the_patch_size_and_leave_old_hashes_alone():
 
 
 def test_detr_validates_on_its_eval_transforms_while_training_keeps_its_augmentation():
-    from harness.run.measure import validation_loader
+    from harness.run.child.measure import validation_loader
     from harness.workload.data import build_dataset
 
     cfg = tiny_config(workload="detr", val__every_n_steps=5, val__steps=1)
@@ -308,7 +308,7 @@ def test_the_guide_workloads_climb_their_ladders_at_the_cpu_size(ladder, results
 def test_the_validation_loader_is_persistent_when_training_workers_are(persistent, val_workers, expected):
     """The SEResNet speech guide makes "all DataLoader instantiations" persistent: the evaluation loader's workers
     then live from one pass to the next (a loader with no workers has none to keep)."""
-    from harness.run.measure import validation_loader
+    from harness.run.child.measure import validation_loader
 
     cfg = tiny_config(val__every_n_steps=5, val__steps=1, val__num_workers=val_workers,
                       data__num_workers=1, data__persistent_workers=persistent)

@@ -8,7 +8,9 @@ import time
 import pytest
 
 from harness import config as config_mod
-from harness.run import channel, isolate, launcher, monitor, runner
+from harness.run.child import channel
+from harness.run.parent import isolate, launcher, runner
+from harness.run import monitor
 from harness.store import load_runs
 from tests.conftest import tiny_config, tiny_model_config
 

@@ -218,7 +218,7 @@ def _context(name: str, results, settings: dict | None = None, user_keys=frozens
 
 
 def test_a_rungs_config_is_the_settings_with_the_ladders_and_the_sweeps_on_top(tmp_path):
-    from harness.run.runner import Machine
+    from harness.run.parent.runner import Machine
     from harness.sweeps.rungs import rung_config
 
     ctx = _context("phase2", tmp_path, {"seed": 7, "batch_size": 16, "measure": {"steps": "4"}}, {"batch_size"})
@@ -229,7 +229,7 @@ def test_a_rungs_config_is_the_settings_with_the_ladders_and_the_sweeps_on_top(t
 
 
 def test_a_ladders_workers_beyond_this_machine_skip_the_rung_and_the_users_are_refused(tmp_path, monkeypatch):
-    from harness.run.runner import Machine
+    from harness.run.parent.runner import Machine
     from harness.sweeps.rungs import preflight, rung_config
 
     monkeypatch.setattr(machine, "usable_cpus", lambda: 2)
@@ -243,8 +243,8 @@ def test_a_ladders_workers_beyond_this_machine_skip_the_rung_and_the_users_are_r
 
 
 def test_a_rung_that_cannot_act_here_is_stored_as_skipped_asked_once_and_never_started(tmp_path, monkeypatch):
-    from harness.run import isolate
-    from harness.run.runner import Machine
+    from harness.run.parent import isolate
+    from harness.run.parent.runner import Machine
     from harness.store import load_runs
     from harness.sweeps import rungs
 
@@ -274,7 +274,7 @@ def _epoch_boundaries(settings: dict, overrides: dict | None = None) -> int:
     ``s % epoch_steps == 0`` starts a new epoch (and, without persistent workers, new workers). ``steps=auto``
     counts its shortest window, up to the rule's first check."""
     from harness.config.resolution import _fill_from_size
-    from harness.run.stopping import AUTO_FIRST_CHECK
+    from harness.run.child.stopping import AUTO_FIRST_CHECK
 
     cfg = config_mod.from_dict({**settings, **(overrides or {})})
     _fill_from_size(cfg)  # the size's presets (resolve would refuse the full size's GPU here)

@@ -16,8 +16,8 @@ import torch
 
 from harness import config as config_mod
 from harness.commands import hydra_edge
-from harness.run import launcher, phases, runner
-from harness.run import zygote as zygote_mod
+from harness.run.parent import launcher, phases, runner
+from harness.run.parent import zygote as zygote_mod
 from harness.workload import shared_data
 from tests.conftest import REPO
 
@@ -78,7 +78,7 @@ def test_forked_runs_are_fresh_processes_of_their_own_that_see_nothing_of_each_o
 def test_the_zygote_refuses_to_fork_with_a_thread_or_cuda_and_stops_the_blas_pools():
     code = textwrap.dedent("""
         import threading, time, torch, numpy
-        from harness.run import zygote
+        from harness.run.parent import zygote
         zygote.preload(zygote.PRELOAD)
         print(repr(zygote.unsafe_to_fork()))  # numpy's OpenBLAS pool stopped: one thread
         torch.cuda.is_initialized = lambda: True
@@ -115,7 +115,7 @@ def test_a_zygote_that_fails_to_start_hands_the_runs_to_fresh_interpreters(resul
     real = launcher.subprocess.Popen
 
     def broken(args, **kwargs):  # the zygote's command fails at once, as an import error would make it
-        if "harness.run.zygote" in args:
+        if "harness.run.parent.zygote" in args:
             args = [sys.executable, "-c", "import sys; print('ImportError: no module named torch'); sys.exit(1)"]
         return real(args, **kwargs)
 
@@ -269,7 +269,7 @@ def test_a_sweep_served_from_the_store_imports_no_torch(results):
                                config_hash=config_mod.config_hash(cfg), env_key=key, samples_per_s=10.0 + rung.index,
                                step_ms=[100.0] * 5, step_ms_p50=100.0, data_wait_frac=0.0, measured_s=0.5, cpu_count=2,
                                cpu_model="x"), results)
-    code = ("import sys; from harness import cli; from harness.run import launcher; "
+    code = ("import sys; from harness import cli; from harness.run.parent import launcher; "
             "launcher.Zygote = None; "  # starting the warm launcher would fail here: a replayed sweep starts none
             "rc = cli.main(sys.argv[1:]); "
             "print('torch imported' if 'torch' in sys.modules else 'no torch'); sys.exit(rc)")

@@ -137,6 +137,14 @@ def test_analysis_packages_import_only_those_before_them_stats_gate_views():
     assert [p.name for p in (REPO / "harness" / "analysis").glob("*.py")] == ["__init__.py"]
 
 
+def test_the_measured_process_imports_nothing_of_the_parents_side():
+    # run/child/ is what runs in the measured process (and what the code fingerprint covers); the parent reads the
+    # child's declarations, never the other way round
+    for module in sorted(m for m in HARNESS if m.startswith("harness.run.child")):
+        parent = sorted(t for t in _harness_imports(module) if t.startswith("harness.run.parent"))
+        assert not parent, f"{module} imports {parent}"
+
+
 def test_hydra_stays_at_the_edge_in_commands():
     outside = sorted(m for m in HARNESS if "hydra" in _third_party(m) and _layer(m) != "commands")
     assert outside == [], "Hydra imported outside harness/commands/"

@@ -7,11 +7,11 @@ import time
 import pytest
 import torch
 
-from harness.run.measure import model_flops_per_sample, train_and_measure
-from harness.run.outcome import NonFiniteLoss, classify
-from harness.run.stopping import (MIN_BLOCKS, StoppingRule, WarmupRule, drain_blocks, is_steady, mean_is_known,
+from harness.run.child.measure import model_flops_per_sample, train_and_measure
+from harness.run.child.outcome import NonFiniteLoss, classify
+from harness.run.child.stopping import (MIN_BLOCKS, StoppingRule, WarmupRule, drain_blocks, is_steady, mean_is_known,
                                     rule_for, t975)
-from harness.run.summary import Extras, per_sample, summarize
+from harness.run.child.summary import Extras, per_sample, summarize
 from harness.config.workload import builtin
 from tests.conftest import tiny_config, tiny_model_config
 
@@ -68,7 +68,7 @@ def test_a_slow_loader_shows_as_data_wait():
 
 
 def test_accumulation_steps_the_optimizer_once_per_n_micro_batches_with_their_gradients_summed(monkeypatch):
-    import harness.run.measure as measure_mod
+    import harness.run.child.measure as measure_mod
 
     accum, real = 3, measure_mod.prepare
     inputs, targets, steps, checking = [], [], [], []
@@ -149,7 +149,7 @@ def test_log_every_n_steps_sets_how_often_the_loss_is_synced(monkeypatch):
 def test_each_logging_step_writes_its_step_loss_and_learning_rate_as_a_line_of_a_metrics_log():
     import re
 
-    from harness.run.measure import measured_run
+    from harness.run.child.measure import measured_run
 
     cfg = tiny_model_config(measure__steps=4, measure__warmup_steps=1, log_every_n_steps=2)
     with measured_run(cfg, cfg.workload, lambda *a, **k: None) as run:
@@ -262,7 +262,7 @@ def test_the_warmup_rule_waits_for_two_steady_blocks_after_the_first_step():
 
 
 def test_warmup_auto_warms_up_until_steady_and_records_how_many_it_took(monkeypatch):
-    from harness.run import measure
+    from harness.run.child import measure
 
     # a steady sleep in every step, blocks of two: steady after 5 steps (however busy the machine), at most 8
     monkeypatch.setattr(measure, "warmup_rule_for", lambda m: WarmupRule(block=2, tolerance=0.5, max_steps=8))
@@ -275,7 +275,7 @@ def test_warmup_auto_warms_up_until_steady_and_records_how_many_it_took(monkeypa
 
 
 def test_the_loaders_queue_counts_as_filled_until_its_batches_are_eaten_or_it_runs_dry():
-    from harness.run.stopping import QUEUE_MAX_STEPS, still_queued
+    from harness.run.child.stopping import QUEUE_MAX_STEPS, still_queued
 
     slow_first = [900.0, 5.0, 5.0]  # a compile step, then two steps served from the queue
     assert still_queued(4, 1, slow_first, [0.0] * 3)  # 2 of 4 queued batches eaten since the slowest step
@@ -307,7 +307,7 @@ def test_the_loaders_queue_counts_as_filled_until_its_batches_are_eaten_or_it_ru
 
 @pytest.mark.parametrize("eat_queue", [True, False])
 def test_a_window_after_a_slow_warmup_step_opens_at_the_loaders_pace_not_on_its_queue(monkeypatch, eat_queue):
-    from harness.run import measure
+    from harness.run.child import measure
 
     # a compile-like first step (1 s) while 2 workers, each 100 ms an item, queue 2 batches each; then a step of a
     # few ms: data-bound. Sleeps, not work: the same on a busy machine.
@@ -355,7 +355,7 @@ class _WatchOutput(torch.nn.Module):
 def test_the_loop_lets_go_of_the_output_before_backward_unless_a_knob_reads_it(monkeypatch, visualize, held):
     # a hand-written loss_fn(model(x), y) holds no reference to the output in backward; neither does the loop,
     # unless visualize_every_n_steps (or another after-step knob) reads it after the step
-    import harness.run.measure as measure_mod
+    import harness.run.child.measure as measure_mod
 
     real, watch = measure_mod.prepare, _WatchOutput()
 
@@ -374,7 +374,7 @@ def test_the_loop_lets_go_of_the_output_before_backward_unless_a_knob_reads_it(m
 def test_cudagraph_skips_are_read_from_inductors_counter_in_modes_that_capture_graphs():
     from torch._dynamo.utils import counters
 
-    from harness.run.compiled import cudagraph_skips
+    from harness.run.child.compiled import cudagraph_skips
 
     cuda, cpu = torch.device("cuda"), torch.device("cpu")  # a device object needs no GPU
     before = counters["inductor"]["cudagraph_skips"]

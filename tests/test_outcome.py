@@ -5,8 +5,8 @@ import signal
 import pytest
 import torch
 
-from harness.run import outcome
-from harness.run.outcome import BatchRefused, NonFiniteLoss, classify
+from harness.run.child import outcome
+from harness.run.child.outcome import BatchRefused, NonFiniteLoss, classify
 from harness.workload.knobs import KnobNotApplicable
 
 

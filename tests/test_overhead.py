@@ -31,7 +31,7 @@ def test_the_verdict_follows_the_band_and_wants_five_rounds(low, high, rounds, s
 
 def test_the_loop_cost_times_the_harness_loop_against_the_plain_one_in_this_process(monkeypatch):
     # what the cost is depends on the machine and its load: checked here is how it is made, never its size
-    from harness.run import measure
+    from harness.run.child import measure
 
     calls, real_measure, real_plain = [], measure.train_and_measure, overhead.time_plain
 
@@ -75,7 +75,7 @@ def test_the_cpus_are_split_in_two_disjoint_halves(monkeypatch):
 
 def test_the_in_process_comparison_trains_one_model_on_both_sides_with_a_live_poller(monkeypatch):
     # the ratio's size depends on the machine and its load: checked here is what each round is made of
-    from harness.run import measure
+    from harness.run.child import measure
 
     real_prepare, real_measure, real_hand_step = measure.prepare, measure.train_and_measure, overhead.hand_step
     models, harness_s = {}, []

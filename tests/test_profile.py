@@ -18,8 +18,8 @@ from harness import store
 from harness.analysis.views.profile import bound_by, diff_profiles, profile_html, reading, render_diff, render_profile
 from harness.commands import profile as profile_command
 from harness.profiles import (CompileStats, OperatorTime, ProfileSummary, TraceInfo, store_trace, summary_from_json)
-from harness.run import profiling
-from harness.run.profiling import MARKERS, StepParts, busy_time, compile_stats, marked_step, profile_steps
+from harness.run.child import profiling
+from harness.run.child.profiling import MARKERS, StepParts, busy_time, compile_stats, marked_step, profile_steps
 
 CPU = torch.device("cpu")
 
@@ -390,7 +390,7 @@ def test_profile_settings_are_checked_and_never_change_the_settings_hash():
 def test_the_window_holds_no_profiler_work_and_the_profile_follows_it(tmp_path, monkeypatch):
     """The profiler is created and started only after the window's closing marker, and is off at both markers
     and in every measured step."""
-    from harness.run import measure
+    from harness.run.child import measure
     from tests.conftest import tiny_config
 
     events = []
@@ -422,7 +422,7 @@ def test_the_window_holds_no_profiler_work_and_the_profile_follows_it(tmp_path, 
 
 
 def test_a_loader_only_run_records_why_it_has_no_profile(tmp_path):
-    from harness.run import measure
+    from harness.run.child import measure
     from tests.conftest import tiny_config
 
     cfg = tiny_config(profile__enabled=True, measure__mode="loader")
@@ -542,7 +542,7 @@ def test_a_profiled_run_measures_what_an_unprofiled_one_does(results):
     """The profile runs after the window: the same settings' samples/s with and without it agree within the
     noise model's band (runs interleaved, so that the machine's load falls on both alike)."""
     from harness.analysis.stats import noise_model
-    from harness.run import runner
+    from harness.run.parent import runner
     from tests.conftest import tiny_config
 
     rates: dict[bool, list[float]] = {True: [], False: []}

@@ -1,4 +1,4 @@
-"""A seeded simulation of the warm-up's queue rule (``harness.run.stopping.still_queued``): a DataLoader's workers
+"""A seeded simulation of the warm-up's queue rule (``harness.run.child.stopping.still_queued``): a DataLoader's workers
 making batches in order (batch i by worker i % W, sent once batch i - queued is taken), a loop whose first step is
 slow (a compile) while the workers fill their queue, then a window. It measures how far the window's throughput is
 from the loop's steady pace, with the rule and without it."""
@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 import random
 
-from harness.run.stopping import still_queued
+from harness.run.child.stopping import still_queued
 
 
 def _window_over_steady(rng: random.Random, workers: int, prefetch: int, compute_ms: float, batch_ms: float,

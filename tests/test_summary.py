@@ -6,8 +6,9 @@ import math
 import pytest
 
 from harness.config import DebugConfig
-from harness.run import faults, isolate, stopping
-from harness.run.summary import NOT_STORED, Extras, Measurement, PerSample, Summary, summarize
+from harness.run.child import faults, stopping
+from harness.run.parent import isolate
+from harness.run.child.summary import NOT_STORED, Extras, Measurement, PerSample, Summary, summarize
 from harness.store import RunRecord
 from tests.conftest import tiny_config
 

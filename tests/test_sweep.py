@@ -139,7 +139,7 @@ def test_batch_ladder_stops_cleanly_at_the_first_oom_and_the_table_says_where(tm
     from harness.sweeps import rungs as sweep_mod
     from harness.analysis.views.render import render
     from harness.analysis.views.table import build_table
-    from harness.run.runner import Machine
+    from harness.run.parent.runner import Machine
     from harness.store import RunRecord, write_record
 
     lad = ladder_mod.load("batch")

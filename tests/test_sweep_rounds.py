@@ -213,7 +213,7 @@ def test_a_round_is_copied_whole_from_one_earlier_sweep_or_measured_whole(tmp_pa
     """A run copied from another session never stands beside runs measured today in one round: a sweep of phase2
     after one of its first two rungs measures its rounds whole; a sweep of phase2 after one of phase2 copies the
     earlier sweep's round whole and measures the round it lacks."""
-    from harness.run import runner
+    from harness.run.parent import runner
 
     measure = FakeMeasure(CLEAR)
     monkeypatch.setattr(runner, "run_and_store", measure)

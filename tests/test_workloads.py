@@ -66,7 +66,7 @@ BEFORE = {"unet3d": (1.490513801574707, 312705024.0, 9), "basic_unet3d": (1.1549
 def test_builtins_build_what_they_built_before(name):
     import torch
 
-    from harness.run.measure import model_flops_per_sample
+    from harness.run.child.measure import model_flops_per_sample
     from harness.workload.data import build_dataset, build_loader
     from harness.workload.knobs import prepare
 
@@ -202,7 +202,7 @@ def test_checkpointing_units_the_model_does_not_have_is_a_skip_from_the_child():
 
 
 def test_a_compile_failure_is_skipped_with_the_compile_mode_and_the_reason():
-    from harness.run import outcome
+    from harness.run.child import outcome
 
     failure = type("BackendCompilerFailed", (RuntimeError,), {"__module__": "torch._dynamo.exc"})
     exc = RuntimeError("wrapped")
@@ -213,8 +213,8 @@ def test_a_compile_failure_is_skipped_with_the_compile_mode_and_the_reason():
 
 
 def test_a_forward_that_fails_on_the_batch_says_the_shapes():
-    from harness.run.measure import train_and_measure
-    from harness.run.outcome import BatchRefused
+    from harness.run.child.measure import train_and_measure
+    from harness.run.child.outcome import BatchRefused
 
     cfg = _inline("workload.input_shape=[2,16,16,16]", "measure.steps=1", "measure.warmup_steps=1")
     with pytest.raises(BatchRefused, match=r"^the model failed on a batch of input \[2, 2, 16, 16, 16\] float32 and "

@@ -9,8 +9,8 @@ from harness.climb import output, resume
 from harness.climb.ascent import NOT_RUN, Budget, ClimbResult, ascend
 from harness.climb.space import ClimbConfig, Facts, check, space
 from harness.climb.trials import Display, Trials, trial_ladder
-from harness.run import runner
-from harness.run.launch import usable_cpus
+from harness.run.parent import runner
+from harness.run.parent.launch import usable_cpus
 from harness.store import check_writable, new_id
 from harness.sweeps import rungs as sweep_mod
 from harness.sweeps.loop import auto_compact

@@ -13,7 +13,7 @@ from rich.markup import escape
 
 from harness import config as config_mod
 from harness.climb.ascent import Budget, BudgetSpent, Measured
-from harness.run import runner
+from harness.run.parent import runner
 from harness.store import RunRecord, store_record
 from harness.config import ladder as ladder_mod
 from harness.sweeps import rungs as sweep_mod

@@ -14,7 +14,7 @@ from rich.markup import escape
 from harness import config as config_mod
 from harness import shell
 from harness.commands import hydra_edge
-from harness.run import runner
+from harness.run.parent import runner
 from harness.store import new_id
 
 PARTS = (("loader", "loader alone (no model)"), ("model", "model alone (one batch kept on the device)"),

@@ -13,7 +13,7 @@ import sys
 from harness.commands import hydra_edge
 from harness import config as config_mod
 from harness import shell
-from harness.run import runner
+from harness.run.parent import runner
 from harness.store import new_id
 
 DEFAULT_RUNS = 5

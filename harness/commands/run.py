@@ -17,7 +17,7 @@ def main(command: str, argv: list[str]) -> int:
 
 
 def task(cfg) -> int:
-    from harness.run import runner
+    from harness.run.parent import runner
     from harness.commands.console import console, refuse, run_summary
     from harness.commands.progress import RunProgress
     from harness.store import check_writable

@@ -168,7 +168,7 @@ def _context(plan: SweepPlan, sweep_id: str, campaign_id: str = "") -> sweep_mod
 def run_sweep(plan: SweepPlan, sweep_id: str, campaign_id: str = "") -> int:
     """Preflight, then every rung of every round in this process (``loop.run_ladder``); print the table."""
     from harness.commands.console import console
-    from harness.run.runner import Machine
+    from harness.run.parent.runner import Machine
 
     from harness.workload import preflight
 

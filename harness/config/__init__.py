@@ -1,7 +1,8 @@
 """Settings: the schema, dotted keys, validation, resolution for a machine, and what identifies a measurement.
 
-Nothing here imports Hydra or torch, nor any other part of the harness but its helpers: the command line hands plain dicts in (OmegaConf's typing converts their
-values), and the device facts (``cuda_available``) are passed by the caller. One module per job:
+Nothing here imports Hydra or torch, nor any other part of the harness but its helpers: the command line hands
+plain dicts in (OmegaConf's typing converts their values), and the device facts (``cuda_available``) are passed by
+the caller. One module per job:
 
   schema.py     the typed dataclasses of the settings and the choices their names take
   keys.py       dotted keys: known keys, get/set one, a RunConfig from a nested dict (OmegaConf's typing)

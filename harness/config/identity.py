@@ -4,7 +4,7 @@ together: what one leaves out, the other must cover.
 
 ``env_key`` hashes what makes two measurements comparable: the hardware, the software stack, the code that
 measures (a fingerprint of the harness and model sources) and the CPU threads a run may use. The fields are
-collected in the measuring environment (``harness.run.env.collect``); only their hash is here.
+collected in the measuring environment (``harness.run.parent.env.collect``); only their hash is here.
 """
 
 from __future__ import annotations
@@ -84,6 +84,6 @@ SOFTWARE_FIELDS = ("torch_version", "cuda_version", "cudnn_version", "monai_vers
 
 
 def env_key(env: dict, device: str) -> str:
-    """The key of an environment (``harness.run.env.collect``'s fields) for runs on ``device``."""
+    """The key of an environment (``harness.run.parent.env.collect``'s fields) for runs on ``device``."""
     fields = {"device": device, **{k: env.get(k) for k in HARDWARE_FIELDS + SOFTWARE_FIELDS if k != "device"}}
     return hashlib.sha256(json.dumps(fields, sort_keys=True, default=str).encode()).hexdigest()[:16]

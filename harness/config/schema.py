@@ -75,7 +75,7 @@ class OptimizerConfig:
 
 @dataclass
 class MeasureConfig:
-    # A number, or "auto": warm up until the step time is steady (harness.run.stopping.WarmupRule), opt-in
+    # A number, or "auto": warm up until the step time is steady (harness.run.child.stopping.WarmupRule), opt-in
     warmup_steps: Any = None
     # A number, or "auto": measure until the mean step time's 95% interval is within +-1% (checked after 10, 20,
     # 40, ... steps), stopping at max_steps or max_s whichever comes first; the record's measured_steps says how many.

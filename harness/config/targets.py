@@ -24,8 +24,8 @@ from harness.registry import unknown_choice
 
 SPECIAL_KEYS = ("_target_", "_partial_", "_args_", "_recursive_", "_convert_")
 REPO_ROOT = Path(__file__).resolve().parent.parent.parent
-# Code whose changes code_fingerprint (harness.run.parent.env) covers, and installed packages (whose versions
-# are part of the environment): no source hash for these.
+# The harness's own code and its models (code_fingerprint, harness.run.parent.fingerprint, covers what of it the
+# child runs), and installed packages (whose versions are part of the environment): no source hash for these.
 FINGERPRINTED = (REPO_ROOT / "harness", REPO_ROOT / "models")
 
 

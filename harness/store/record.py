@@ -90,7 +90,7 @@ class RunRecord:
     flops_per_sample: float | None = None
     # measurement
     warmup_steps: int | None = None
-    queue_warmup_steps: int | None = None  # of them, taken to eat the batches the loader queued (harness.run.stopping)
+    queue_warmup_steps: int | None = None  # of them, taken to eat the batches the loader queued (run/child/stopping.py)
     measured_steps: int | None = None
     samples_per_s: float | None = None
     units_per_s: float | None = None
@@ -139,7 +139,7 @@ class RunRecord:
     hostname: str = ""
     git_commit: str = ""
     git_dirty: bool | None = None
-    code_fingerprint: str = ""  # hash of the measuring code (harness + models sources), part of env_key
+    code_fingerprint: str = ""  # hash of the code the child runs (run/parent/fingerprint.py), part of env_key
     threads: str = ""  # thread-count variables and CPU affinity the run had, part of env_key
     # GPU memory apart: peak_vram_bytes is the measured window's allocated peak; the warm-up
     # (cuDNN benchmark trials, autotuning, graph capture) has its own peaks; reserved = the allocator's cache,
@@ -188,7 +188,7 @@ class RunRecord:
     # and its Chrome/Perfetto trace's path relative to the results folder ("" without one)
     profile_json: str = ""
     profile_trace: str = ""
-    # where the run's wall time went, in seconds (harness.run.phases; empty in older records, and where the run
+    # where the run's wall time went, in seconds (harness.run.parent.phases; empty in older records, and where the run
     # did not reach a phase): the parent's start of the child to its first marker (a fresh interpreter's start and
     # imports, or the fork), the model and optimizer built (FLOPs count included), the data set up and the loader
     # started, the warm-up (first_step_s and compile_s are within it); the window is measured_s; its teardown to

@@ -8,7 +8,7 @@ machine was busy (``harness.analysis.stats.busy``) is measured again, once, in t
 sweep already has a record for (a requeued campaign job) is kept, not measured again. A rung the parent could
 not even start is reported, and the loop goes on with the next; with ``stop_on_oom`` the rungs after the first
 out-of-memory are not run (``rungs.run_rung`` says so). The rungs measured fork from one warm launcher
-(``harness.run.launcher``), and share their synthetic data, for the whole loop. What a person sees is the
+(``harness.run.parent.launcher``), and share their synthetic data, for the whole loop. What a person sees is the
 caller's ``display``: no printing here, but for the duty cycle and the store's compaction at the end.
 """
 
@@ -22,7 +22,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Protocol
 
-from harness.run import launcher, phases
+from harness.run.parent import launcher, phases
 from harness.config import ladder as ladder_mod
 from harness.sweeps import rounds as rounds_mod
 from harness.sweeps import rungs as rungs_mod

@@ -84,7 +84,7 @@ def _stored(ctx: rungs_mod.SweepContext) -> noise_model.Noise | None:
 
 
 def _chosen(ctx: rungs_mod.SweepContext, machine) -> noise_model.Noise:
-    from harness.run import runner
+    from harness.run.parent import runner
 
     cfg = rungs_mod.rung_config(ctx, 0, machine)
     _, key = runner.environment(cfg.device)

@@ -1,7 +1,7 @@
 """Climbing a ladder: the settings of each rung, the cache of earlier measurements, failures.
 
 Plain Python called by the sweep loop (``harness.sweeps.loop``) for each rung: every rung still
-measures in its own child process through ``harness.run.runner``.
+measures in its own child process through ``harness.run.parent.runner``.
 
 Rules:
   * rung k = ladder base + the changes of rungs 1..k, except those of earlier rungs that did not
@@ -25,8 +25,8 @@ from typing import Any, Callable
 
 from harness import config as config_mod
 from harness.config import ladder as ladder_mod
-from harness.run import runner
-from harness.run.isolate import new_run_id
+from harness.run.parent import runner
+from harness.run.parent.isolate import new_run_id
 from harness.store import RunRecord, load_records, load_runs, records_from_frame, store_record, utc_timestamp
 from harness.workload import applicability
 

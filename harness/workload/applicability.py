@@ -1,7 +1,7 @@
 """Every reason a knob or setting cannot act here: such a run is recorded as `skipped` with the reason, never
 measured as the baseline under the knob's label, and a ladder climbing through it goes on and says why.
 
-The parent asks :func:`skip_reason` once per run, before it launches anything: ``harness.run.isolate.execute``
+The parent asks :func:`skip_reason` once per run, before it launches anything: ``harness.run.parent.isolate.execute``
 asks it, unless its caller asked already and hands the answer on (a sweep's rung and a climb's trial ask before
 they look in the cache, since a run that cannot act here is never taken from it). What only the child can find,
 applying a knob to the model it built, raises :class:`KnobNotApplicable` there with a message from here, as does

@@ -341,7 +341,7 @@ def _dataset(cfg, workload, replicas: int = 1) -> Dataset:
 
 def build_loader(cfg, dataset: Dataset, workload=None, rank=None) -> DataLoader:
     """The DataLoader with every loader knob applied as given (validated beforehand). Under DDP (``rank``: a
-    ``harness.run.ranks.Rank`` of several) a DistributedSampler gives each rank its own share of every epoch."""
+    ``harness.run.child.ranks.Rank`` of several) a DistributedSampler gives each rank its own share of every epoch."""
     sampler = None
     if rank is not None and rank.world_size > 1:
         from torch.utils.data.distributed import DistributedSampler

@@ -218,7 +218,7 @@ def apply_compile(model: nn.Module, mode: str) -> nn.Module:
 
 def apply_ddp(model: nn.Module, cfg, device: torch.device) -> nn.Module:
     """Wrap the prepared model in DistributedDataParallel with the ``ddp.*`` knobs (PyTorch's defaults when unset);
-    the process group is already joined (``harness.run.ranks.join``)."""
+    the process group is already joined (``harness.run.child.ranks.join``)."""
     from torch.nn.parallel import DistributedDataParallel
 
     kwargs: dict[str, Any] = dict(
@@ -332,7 +332,7 @@ class Prepared:
 
 def prepare(cfg, workload, device: torch.device | None = None, rank=None) -> Prepared:
     """Build the workload's model and training objects with every knob applied, in order. Under DDP ``device`` is
-    this rank's and ``rank`` (``harness.run.ranks.Rank``) says how many there are."""
+    this rank's and ``rank`` (``harness.run.child.ranks.Rank``) says how many there are."""
     device = device or torch.device(cfg.device)
     if reason := cudagraph_multi_device_conflict(cfg):
         raise KnobNotApplicable(reason)

@@ -2,7 +2,7 @@
 leaves it as ``.npy`` files in the sweep's temporary folder; later runs map those files (copy-on-write: a run may
 write to its arrays, never to the files) instead of generating them again.
 
-Only inside a sweep (the parent sets ``HARNESS_SHARED_DATA`` to the folder, ``harness.run.launcher``); elsewhere
+Only inside a sweep (the parent sets ``HARNESS_SHARED_DATA`` to the folder, ``harness.run.parent.launcher``); elsewhere
 every run makes its own, as before. The arrays are byte for byte what the run would have made itself: the key names
 everything they depend on, and a run that finds no complete set makes it. The pages are read once on load, so that
 a run's steps find them resident as they would find arrays it had made (no page fault inside the window).

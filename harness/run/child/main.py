@@ -1,5 +1,5 @@
 """Entry point of the isolated measuring process: ``python -m harness.run.child JOB_DIR``, or forked by the sweep's
-warm launcher (``harness.run.zygote``), which then calls :func:`main` itself.
+warm launcher (``harness.run.parent.zygote``), which then calls :func:`main` itself.
 
 Reads ``JOB_DIR/config.json`` (a resolved RunConfig), trains and measures, and writes
 ``JOB_DIR/result.json`` with a status. A crash that kills this process leaves no result: the
@@ -11,7 +11,7 @@ instead of polling. At the measured window's opening the child waits (a moment) 
 seen the marker, so that the parent's own work for it is done before the first measured step. Each marker's time is
 kept, and the result carries them (``phase_marks``): where the run's wall time went.
 
-Started by torch's launcher (``devices`` >= 2, ``harness.run.launch``) it is one rank: it joins the process
+Started by torch's launcher (``devices`` >= 2, ``harness.run.parent.launch``) it is one rank: it joins the process
 group, trains on its own device and share of the data, and gathers every rank's measurement to rank 0, which
 alone writes progress markers and ``result.json``. A rank that fails writes ``result.rank<R>.json`` and exits 1,
 so that the launcher stops its peers (they would wait in the next all-reduce for ever) and reports the cause.
@@ -26,13 +26,13 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from harness.run import channel
-from harness.run.outcome import OK, of_exception
+from harness.run.child import channel
+from harness.run.child.outcome import OK, of_exception
 
 if TYPE_CHECKING:
     from harness.config import RunConfig
-    from harness.run.ranks import Rank
-    from harness.run.summary import Summary
+    from harness.run.child.ranks import Rank
+    from harness.run.child.summary import Summary
 
 
 def main(job_dir: str) -> int:
@@ -42,7 +42,7 @@ def main(job_dir: str) -> int:
     guard_child()  # first: die with the parent even if the imports below are slow
     progress_channel = channel.child_end()
     from harness import config as config_mod
-    from harness.run import measure, ranks  # torch and the measuring modules: the start's, not the model's
+    from harness.run.child import measure, ranks  # torch and the measuring modules: the start's, not the model's
 
     job = Path(job_dir)
     cfg = config_mod.from_dict(json.loads((job / "config.json").read_text()))
@@ -80,9 +80,10 @@ def main(job_dir: str) -> int:
 def _measure(cfg: RunConfig, rank: Rank, gpu_name: str, progress, job: Path) -> Summary:
     """This rank's measurement, summarised; under DDP, every rank's combined into rank 0's record."""
     from harness import config as config_mod
-    from harness.run import monitor, ranks
-    from harness.run.measure import measured_run, model_flops_per_sample
-    from harness.run.summary import Summary, per_sample, summarize
+    from harness.run import monitor
+    from harness.run.child import ranks
+    from harness.run.child.measure import measured_run, model_flops_per_sample
+    from harness.run.child.summary import Summary, per_sample, summarize
 
     cfg.batch_size = config_mod.per_device_batch(cfg)  # this rank's batch (strong scaling: its share)
     flops = model_flops_per_sample(cfg, cfg.workload)
@@ -103,7 +104,7 @@ def _profile(run, cfg: RunConfig, rank: Rank, summary: Summary, job: Path, progr
     (its trace into the job folder). The measurement is written first, marked as waiting for its profile, so that
     a profile that hangs or crashes never loses it (the parent keeps the first result, with the note below)."""
     from harness.profiles import failed_summary
-    from harness.run.measure import write_json
+    from harness.run.child.measure import write_json
 
     summary.profile_json = failed_summary(cfg.device, cfg.profile.steps, PROFILE_UNFINISHED).to_json()
     if rank.rank == 0:
@@ -122,6 +123,3 @@ def exit_now(code: int) -> None:
     sys.stderr.flush()
     os._exit(code)
 
-
-if __name__ == "__main__":
-    exit_now(main(sys.argv[1]))

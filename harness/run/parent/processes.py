@@ -19,7 +19,7 @@ def kill_group(proc, wait_s: float = KILL_WAIT_S) -> None:
     """Kill the child's process group, and the groups of every process in its tree (torch's launcher starts
     each rank in a session of its own), and wait until they are all gone, not only the child: a loader worker
     or a rank still alive would hold memory (and GPU memory) into the next rung. ``proc``: a Popen, or a
-    handle of ``harness.run.launcher`` (a forked run is the warm launcher's child; its end comes from there)."""
+    handle of ``harness.run.parent.launcher`` (a forked run is the warm launcher's child; its end comes from there)."""
     members = _group_members(proc.pid)
     tree = _tree(proc.pid)
     groups = {proc.pid} | {g for g in (_pgid(p.pid) for p in tree) if g and g != os.getpgrp()}

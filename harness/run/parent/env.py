@@ -1,8 +1,8 @@
 """The environment a run was measured in: hardware, software versions, code version.
 
 ``env_key`` hashes what makes two measurements comparable: the hardware, the software stack, the
-code that measures (a fingerprint of the harness and model sources, so an edit to the measured loop
-re-measures instead of serving old numbers; the analysis code is left out, it changes no
+code that measures (``fingerprint.code_fingerprint``: the code the child runs, so an edit to the measured
+loop re-measures instead of serving old numbers; the parent's and the analysis code are left out, they change no
 measurement), and the CPU threads a run may use (thread-count variables and CPU affinity). A cached
 result is reused only under the same key. The fields are gathered here; the key itself is computed in
 ``harness.config.identity``, beside ``config_hash``, the other half of what a cached result must match.
@@ -10,7 +10,6 @@ result is reused only under the same key. The fields are gathered here; the key 
 
 from __future__ import annotations
 
-import hashlib
 import importlib.metadata
 import os
 import platform
@@ -19,29 +18,10 @@ import subprocess
 from pathlib import Path
 
 from harness.config.identity import env_key  # noqa: F401  (hashes what collect() gathers; found here too)
+from harness.run.parent.fingerprint import code_fingerprint
 
-REPO_ROOT = Path(__file__).resolve().parent.parent.parent
-MEASURING_CODE = ("harness", "models")  # source folders whose code can change a measurement
-# ... except these: analysis only reads the store, and the commands only decide settings (which config_hash covers)
-# and print; the parent's status line, which redraws beside a measuring child, stays in.
-# Code that never runs while a run measures (what a sweep does between runs, analysis, the auto-tuner's choices):
-# editing it must not make stored runs stale.
-NOT_MEASURING = ("harness/analysis/", "harness/commands/", "harness/climb/", "harness/sweeps/loop.py",
-                 "harness/sweeps/campaign.py", "harness/profiles.py")
-MEASURING_ANYWAY = ("harness/commands/progress.py",)
+REPO_ROOT = Path(__file__).resolve().parents[3]
 THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "TORCH_NUM_THREADS")
-
-
-def code_fingerprint(root: Path = REPO_ROOT) -> str:
-    """A hash of the measuring code's sources as they are on disk (committed or not)."""
-    digest = hashlib.sha256()
-    for folder in MEASURING_CODE:
-        for path in sorted((root / folder).rglob("*.py")):
-            rel = path.relative_to(root).as_posix()
-            if rel.startswith(NOT_MEASURING) and rel not in MEASURING_ANYWAY:
-                continue
-            digest.update(rel.encode() + b"\0" + path.read_bytes() + b"\0")
-    return digest.hexdigest()[:16]
 
 
 def thread_settings() -> str:
@@ -84,7 +64,7 @@ def cpu_model() -> str:
 
 
 def git_state(repo: Path | None = None) -> tuple[str, bool | None]:
-    repo = repo or Path(__file__).resolve().parent.parent.parent
+    repo = repo or REPO_ROOT
     try:
         commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True, timeout=5)
         if commit.returncode != 0:
@@ -99,7 +79,7 @@ def git_state(repo: Path | None = None) -> tuple[str, bool | None]:
 def collect(device: str) -> dict:
     """Environment fields of a RunRecord for runs on ``device`` ("cpu" or "cuda"). torch is imported for a GPU's
     own fields only (``torch_facts``: a sweep served from the store needs no torch)."""
-    from harness.run import torch_facts
+    from harness.run.parent import torch_facts
 
     env = {
         **torch_facts.versions(),

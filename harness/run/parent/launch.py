@@ -1,6 +1,6 @@
 """Multi-device runs (``devices`` >= 2): the ranks are started by torch's own launcher, never retried.
 
-``python -m harness.run.launch JOB_DIR`` is the process the parent starts in place of ``harness.run.child``.
+``python -m harness.run.parent.launch JOB_DIR`` is the process the parent starts in place of ``harness.run.child``.
 It is torchrun's agent (``torch.distributed.launcher.api.elastic_launch``, what ``torchrun --standalone
 --nproc-per-node N`` runs) inside a process tied to the parent like the child is, and it starts one
 ``harness.run.child`` per device:
@@ -25,7 +25,7 @@ import sys
 from pathlib import Path
 
 from harness import config as config_mod
-from harness.run.outcome import DIAGNOSED
+from harness.run.child.outcome import DIAGNOSED
 
 RANK_RESULT = "result.rank{rank}.json"
 
@@ -43,7 +43,7 @@ def omp_threads(devices: int, cpus: int | None = None) -> int:
 
 def command(job: Path) -> list[str]:
     """What the parent starts for a run of ``devices`` >= 2."""
-    return [sys.executable, "-m", "harness.run.launch", str(job)]
+    return [sys.executable, "-m", "harness.run.parent.launch", str(job)]
 
 
 def main(job_dir: str) -> int:

@@ -1,4 +1,4 @@
-"""The parts of one training step that the measured loop (``harness.run.measure._steps``) calls, as a training
+"""The parts of one training step that the measured loop (``harness.run.child.measure._steps``) calls, as a training
 loop's ``train_step`` would be: a micro-batch's forward and backward, the optimizer's step, and the logging step
 (every ``log_every_n_steps``): the loss read back and the scalars a trainer logs written through a logger."""
 
@@ -11,8 +11,8 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from harness.run.outcome import NonFiniteLoss, shapes_error
-from harness.run.summary import Measurement
+from harness.run.child.outcome import NonFiniteLoss, shapes_error
+from harness.run.child.summary import Measurement
 
 
 def forward_backward(model, loss_fn, autocast, scaler, x, y, accum: int, drop_out: bool, nan: bool):

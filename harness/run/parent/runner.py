@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from harness import config as config_mod
-from harness.run import env as env_mod
-from harness.run.isolate import ProgressFn, execute
+from harness.run.parent import env as env_mod
+from harness.run.parent.isolate import ProgressFn, execute
 from harness.store import RunRecord, store_record
 
 
@@ -18,7 +18,7 @@ class Machine:
 
     @staticmethod
     def detect() -> "Machine":
-        from harness.run import torch_facts
+        from harness.run.parent import torch_facts
 
         return Machine(cuda_available=torch_facts.cuda_available())
 

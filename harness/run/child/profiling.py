@@ -1,6 +1,6 @@
 """Why a rung is slow: a profile of a few more training steps, taken after the measured window has closed.
 
-The measured loop (``harness.run.measure``) never runs under the profiler and gains no operation for it: the
+The measured loop (``harness.run.child.measure``) never runs under the profiler and gains no operation for it: the
 profiled steps use their own step function, :func:`marked_step`, built from the same model, loss, optimizer and
 batch iterator, which wraps each phase of the step (data wait, host-to-device copy, forward, backward, optimizer)
 in a ``record_function`` marker. :func:`profile_steps` runs it under ``torch.profiler`` (one unrecorded step for
@@ -10,7 +10,7 @@ with no kernel running, torch.compile's graph breaks and recompiles, and a gzipp
 size. A profile that fails says why in its summary; it never fails the run, whose measurement is already taken.
 
 Where it runs (``profile.enabled=true``): the child (``harness.run.child``) measures inside
-``harness.run.measure.measured_run``, writes its result, then calls :func:`profile_after_window` with the measured
+``harness.run.child.measure.measured_run``, writes its result, then calls :func:`profile_after_window` with the measured
 loop, and writes its result again with the profile's summary (``profile_json``); the parent moves the trace into
 the results folder (``harness.profiles.store_trace``) and the record keeps its path (``profile_trace``).
 """
@@ -110,8 +110,8 @@ def marked_step(parts: StepParts, markers: Mapping[str, str] = MARKERS) -> Calla
 
 
 def profile_after_window(loop, cfg, out_dir: str | os.PathLike | None) -> ProfileSummary:
-    """``cfg.profile.steps`` steps of the measured loop (``harness.run.measure.Loop``: its model, optimizer, batches
-    and knobs), numbered on from the measured ones, under the profiler. Never raises."""
+    """``cfg.profile.steps`` steps of the measured loop (``harness.run.child.measure.Loop``: its model, optimizer,
+    batches and knobs), numbered on from the measured ones, under the profiler. Never raises."""
     steps, device = cfg.profile.steps, loop.device
     if loop.prep is None:
         return failed_summary(device.type, steps, "not profiled: measure.mode=loader runs no training step")

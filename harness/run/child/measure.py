@@ -7,7 +7,7 @@ in steady state each step's host time equals the device's pace. The only syncs a
 the measured window opens and one after it closes, so that the window holds exactly the measured
 steps' device work, and (b) ``loss.item()`` every ``log_every_n_steps`` steps, which is the cost
 of logging that the knob exists to measure; that logging step also writes the step, loss and learning rate as a
-line of a metrics log (``harness.run.step.MetricsLog``), as a trainer's logger does. Other steps write nothing.
+line of a metrics log (``harness.run.child.step.MetricsLog``), as a trainer's logger does. Other steps write nothing.
 
 Nothing else runs in this process while it measures: no sampling thread (the parent samples memory and GPU
 from outside, see ``harness.run.monitor``), no per-step write, no profiler. Per step the loop only reads the clock
@@ -16,7 +16,7 @@ the same loop (``_steps``), as nanoGPT's bench.py runs its burn-in and its bench
 edges (CPU clocks, GPM's SM activity) is read right after its two syncs, outside it.
 
 :func:`measured_run` keeps the training objects after the window has closed, for what runs after the measurement
-(``profile.enabled``: a profile of a few more steps, ``harness.run.profiling``); :func:`train_and_measure` is the
+(``profile.enabled``: a profile of a few more steps, ``harness.run.child.profiling``); :func:`train_and_measure` is the
 measurement alone.
 """
 
@@ -35,13 +35,14 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator
 import torch
 
 from harness.fileio import write_text_atomic
-from harness.run import compiled, faults, monitor
-from harness.run.faults import FaultPlan
-from harness.run.outcome import NonFiniteLoss
-from harness.run.ranks import Rank, any_rank
-from harness.run.step import MetricsLog, forward_backward, optimizer_step, read_loss
-from harness.run.stopping import StoppingRule, WarmupRule, rule_for, starting_at, still_queued, warmup_rule_for
-from harness.run.summary import Extras, Measurement
+from harness.run.child import compiled, faults
+from harness.run import monitor
+from harness.run.child.faults import FaultPlan
+from harness.run.child.outcome import NonFiniteLoss
+from harness.run.child.ranks import Rank, any_rank
+from harness.run.child.step import MetricsLog, forward_backward, optimizer_step, read_loss
+from harness.run.child.stopping import StoppingRule, WarmupRule, rule_for, starting_at, still_queued, warmup_rule_for
+from harness.run.child.summary import Extras, Measurement
 from harness.workload.data import build_dataset, build_loader, endless
 from harness.workload.flops import count_train_flops
 from harness.workload.knobs import Prepared, apply_cpu_affinity, periodic_work, prepare
@@ -117,9 +118,9 @@ class MeasuredRun:
     cfg: RunConfig
 
     def profile(self, out_dir: str | os.PathLike | None) -> ProfileSummary:
-        """``profile.steps`` more training steps under the profiler, after the window (``harness.run.profiling``);
+        """``profile.steps`` more training steps under the profiler, after the window (``harness.run.child.profiling``);
         the trace goes to ``out_dir`` (None: no trace, e.g. on ranks other than 0). Never raises."""
-        from harness.run.profiling import profile_after_window
+        from harness.run.child.profiling import profile_after_window
 
         return profile_after_window(self.loop, self.cfg, out_dir)
 
@@ -249,7 +250,7 @@ def _open_window(loop: Loop, progress: Progress) -> Window:
 def _steps(loop: Loop, measured: bool) -> tuple[Any, float]:
     """The warm-up's steps, or the measured ones: (the last loss, None without a model; the first step's start). Each
     step: clocks around ``next(batches)`` and at its end, two appends, a test per knob or fault, and the calls a
-    training loop makes (a micro-batch's forward and backward, the optimizer's step: ``harness.run.step``)."""
+    training loop makes (a micro-batch's forward and backward, the optimizer's step: ``harness.run.child.step``)."""
     prep, batches, device, accum, m, rule = loop.prep, loop.batches, loop.device, loop.accum, loop.m, loop.rule
     move, nb, fmt, set_to_none = loop.move, loop.non_blocking, loop.memory_format, loop.set_to_none
     log_every, mark_step, after_step, satisfied = loop.log_every, loop.mark_step, loop.after_step, rule.satisfied

@@ -1,6 +1,6 @@
 """Run one resolved config in a child process with a timeout; always return a record.
 
-The parent never trains: it starts the child (``harness.run.launcher``: forked from the sweep's warm launcher, or
+The parent never trains: it starts the child (``harness.run.parent.launcher``: forked from the sweep's warm launcher, or
 ``python -m harness.run.child``), follows its progress markers and the clock, and turns whatever happens (a
 result, a crash, a hang) into a RunRecord. It blocks until something happens: a marker on the child's progress
 channel, the child's end (a pidfd, or the launcher's word), the deadline, or its next sample. Outside the measured
@@ -16,7 +16,7 @@ No orphan survives the parent, however the parent ends:
   * the child runs in a process group of its own (its loader workers join it), and the parent kills
     the whole group when the child is done, times out, or the parent is interrupted (Ctrl-C,
     SIGTERM from a CI cancel or SLURM, SIGHUP from a dropped ssh: see ``terminate_on_signals``);
-    with ``devices`` >= 2 the child is torch's launcher (``harness.run.launch``), which starts each rank in
+    with ``devices`` >= 2 the child is torch's launcher (``harness.run.parent.launch``), which starts each rank in
     a session of its own, so the parent kills the process group of every process in the child's tree;
   * if the parent is killed outright (SIGKILL), the kernel kills the child (``PR_SET_PDEATHSIG``,
     set in the child; a forked run dies with the warm launcher, which dies with the parent), the child's
@@ -40,10 +40,12 @@ from pathlib import Path
 from typing import Callable
 
 from harness import config as config_mod
-from harness.run import channel, launch, launcher, monitor, phases, processes
-from harness.run import outcome as outcome_mod
-from harness.run.outcome import OK, SKIPPED, Outcome
-from harness.run.summary import Summary
+from harness.run.child import channel
+from harness.run.parent import launch, launcher, phases, processes
+from harness.run import monitor
+from harness.run.child import outcome as outcome_mod
+from harness.run.child.outcome import OK, SKIPPED, Outcome
+from harness.run.child.summary import Summary
 from harness.store import RunRecord, new_id, utc_timestamp
 from harness.workload import applicability
 
@@ -118,7 +120,7 @@ def _run_child(job: Path, timeout_s: float, on_progress: ProgressFn | None, samp
                argv: list[str] | None = None) -> tuple[Outcome, Summary | None, dict]:
     """Start the child, watch it to its end, and read what it left: its outcome, the summary of a run that measured
     with what the parent sampled added (None for a run that did not), and where its wall time went (record fields:
-    ``harness.run.phases``)."""
+    ``harness.run.parent.phases``)."""
     markers = channel.Markers.open() if argv is None else None  # torch's launcher does not hand a channel to the ranks
     log_path = job / "child.log"
     start, spawned = time.monotonic(), time.time()

@@ -1,5 +1,6 @@
 """The warm launcher's far end: one process per sweep that imports torch and the measuring modules once, and forks
-every run of the sweep from itself (``python -m harness.run.zygote SWEEP_DIR``, started by ``harness.run.launcher``).
+every run of the sweep from itself (``python -m harness.run.parent.zygote SWEEP_DIR``, started by
+``harness.run.parent.launcher``).
 
 Every run is still a fresh process: forked from this pristine process each time (nothing of one run is ever seen by
 the next: no run returns here), in a session and process group of its own, with its own CUDA context (this process
@@ -38,14 +39,14 @@ import time
 import traceback
 from pathlib import Path
 
-from harness.run import channel
+from harness.run.child import channel
 
 SOCKET_ENV = "HARNESS_ZYGOTE_FD"  # the zygote's end of its socket to the parent
 MAX_MESSAGE = 1 << 20
 # What every run imports: torch and the measuring modules (none of them starts a thread or touches CUDA).
-PRELOAD = ("torch", "harness.config", "harness.run.child", "harness.run.measure", "harness.run.summary",
-           "harness.run.ranks", "harness.workload.build", "harness.workload.data", "harness.workload.knobs",
-           "harness.workload.shared_data", "torch.utils.flop_counter")
+PRELOAD = ("torch", "harness.config", "harness.run.child.main", "harness.run.child.measure",
+           "harness.run.child.summary", "harness.run.child.ranks", "harness.workload.build", "harness.workload.data",
+           "harness.workload.knobs", "harness.workload.shared_data", "torch.utils.flop_counter")
 NOT_PRELOADED = ("__main__", "__mp_main__")
 MADV_POPULATE_READ = 22
 
@@ -316,7 +317,7 @@ def _become_run(request: dict, fds: list[int], sock: socket.socket, sweep_dir: s
     if fds:
         os.environ[channel.CHANNEL_ENV] = str(fds[0])
     sys.argv = list(request["argv"])
-    from harness.run import child
+    from harness.run.child import main as child
 
     code = child.main(request["job"])
     if report_imports:

@@ -1,5 +1,5 @@
-"""How the parent starts a measuring child: forked from a warm launcher (``harness.run.zygote``) inside a sweep, or
-as a fresh interpreter (``python -m harness.run.child``, and torch's launcher for ``devices`` >= 2).
+"""How the parent starts a measuring child: forked from a warm launcher (``harness.run.parent.zygote``) inside a
+sweep, or as a fresh interpreter (``python -m harness.run.child``, and torch's launcher for ``devices`` >= 2).
 
 A sweep opens a session (``warm``): a temporary folder of its own (the synthetic data its runs share, the launcher's
 log) and, at its first measured run, one zygote that imports torch and the measuring modules once and forks each
@@ -32,10 +32,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from harness.run import channel
-from harness.run import zygote as zygote_mod
+from harness.run.child import channel
+from harness.run.parent import zygote as zygote_mod
 
-REPO_ROOT = Path(__file__).resolve().parent.parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[3]
 JOB_PREFIX = "harness-job-"  # the parent's temporary folders (a run's job, a sweep's session): see clean_stale_jobs
 READY_TIMEOUT_S = 300.0  # the zygote's imports (a cold disk, a busy machine) before the sweep gives up on it
 SHARED_DATA_ENV = "HARNESS_SHARED_DATA"  # where a run finds the sweep's shared synthetic data (workload.shared_data)
@@ -138,8 +138,8 @@ class Zygote:
         env.setdefault("JE_ARROW_MALLOC_CONF", "background_thread:false")
         self.log = folder / "launcher.log"
         with open(self.log, "wb") as log:
-            argv = [sys.executable, "-m", "harness.run.zygote", str(folder)] + ([str(first_config)] if first_config
-                                                                                  else [])
+            argv = [sys.executable, "-m", "harness.run.parent.zygote", str(folder)]
+            argv += [str(first_config)] if first_config else []
             self.proc = subprocess.Popen(argv, env=env,
                                          stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                          pass_fds=(theirs.fileno(),), start_new_session=True)
@@ -274,7 +274,7 @@ class Session:
                 return _off(why)
         env = dict(env, HARNESS_PARENT_PID=str(self.zygote.proc.pid))  # the run's parent is the zygote
         request = {"job": str(job), "log": str(log_path), "cwd": os.getcwd(), "env": env,
-                   "argv": [str(REPO_ROOT / "harness" / "run" / "child.py"), str(job)]}
+                   "argv": [str(REPO_ROOT / "harness" / "run" / "child" / "__main__.py"), str(job)]}
         child, why = self.zygote.fork(request, [channel_fd] if channel_fd is not None else [])
         if child is None and why.startswith(zygote_mod.CODE_CHANGED) and not restarted:
             self.zygote.close()  # a new one imports the code as it is now
