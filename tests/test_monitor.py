@@ -350,21 +350,34 @@ def test_the_childs_gpm_reading_and_note_reach_the_record():
 def test_only_gpu_samples_inside_the_recorded_window_count():
     s = monitor.Sampler(os.getpid(), "gpu0", nvml=FakeNvml())
     s.measuring = True
-    for _ in range(3):
+    for _ in range(4):
         s.sample_once()
-    times = s.samples.gpu_sample_times["gpu_util_pct"]
-    assert len(times) == 3 and times == sorted(times)
-    # as if the first and last samples were taken before the window opened and after it closed (the parent sees
-    # its edges late): the device was idle then
-    s.samples.gpu_util_pct[:] = [5.0, 90.0, 0.0]
-    s.samples.gpu_power_w[:] = [60.0, 300.0, 55.0]
-    window = {"window_start_unix": (times[0] + times[1]) / 2, "measured_s": (times[2] - times[0]) / 2}
+    assert len(s.samples.gpu_sample_times["gpu_util_pct"]) == 4
+    # samples before the window opened (the parent sees its edges late), 0.7 s after it opened (NVML's utilisation
+    # and power average the second before it: the idle device before the window), 1.5 s after, and after it closed
+    times = [100.0, 101.2, 102.0, 103.0]
+    s.samples.gpu_sample_times = {name: list(times) for name in s.samples.gpu_sample_times}
+    s.samples.gpu_util_pct[:] = [5.0, 40.0, 90.0, 0.0]
+    s.samples.gpu_power_w[:] = [60.0, 200.0, 300.0, 55.0]
+    s.samples.gpu_mem_used_bytes[:] = [1e9, 2e9, 3e9, 4e9]
+    window = {"window_start_unix": 100.5, "measured_s": 2.0}
     out = monitor.metrics(s.samples, window, gpu_named=True)
     assert out["gpu_util_pct"] == 90.0 and out["gpu_power_w"] == 300.0
-    assert monitor.metrics(s.samples, {}, gpu_named=True)["gpu_util_pct"] == 95.0 / 3  # no window: every sample
-    missed = {"window_start_unix": times[2] + 10.0, "measured_s": 1.0}  # no sample inside it
+    assert out["gpu_mem_used_bytes"] == 3e9  # an instantaneous reading counts from the window's first instant
+    assert monitor.metrics(s.samples, {}, gpu_named=True)["gpu_util_pct"] == 135.0 / 4  # no window: every sample
+    missed = {"window_start_unix": 110.0, "measured_s": 1.0}  # no sample inside it
     out = monitor.metrics(s.samples, missed, gpu_named=True)
     assert out["gpu_util_pct"] is None and "no GPU sample inside the measured window" in out["gpu_sample_note"]
+
+
+def test_an_averaged_nvml_sample_counts_only_when_its_averaging_period_starts_inside_the_window():
+    from harness.run.monitor.sampler import AVERAGED_OVER_S, sampled_within
+
+    assert AVERAGED_OVER_S == {"gpu_util_pct": 1.0, "gpu_power_w": 1.0}
+    times = [10.2, 10.9, 11.0, 11.6, 12.4, 12.6]  # a 2.5 s window opened at 10.0
+    values = [1.0, 2.0, 3.0, 4.0, 5.0, 6.0]
+    assert sampled_within(values, times, 10.0, 12.5, 1.0) == [3.0, 4.0, 5.0]  # 10.2 and 10.9 average from before 10
+    assert sampled_within(values, times, 10.0, 12.5) == [1.0, 2.0, 3.0, 4.0, 5.0]  # instantaneous: the window alone
 
 
 def test_the_parents_own_cpu_is_measured_over_the_window_it_saw():

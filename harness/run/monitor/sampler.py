@@ -3,8 +3,11 @@ parent sees it, and the record's memory and GPU fields from what it sampled (``m
 
 The parent sees the window's edges only when it next polls, up to half a second late: each GPU sample carries
 its time, and ``metrics`` keeps only those inside the window the child recorded (``window_start_unix``,
-``measured_s``), so that a sample of the idle device after the window's close is not averaged in. GPM's SM
-activity, which needs the edges themselves, is read by the child (``gpu.WindowGpm``).
+``measured_s``), so that a sample of the idle device after the window's close is not averaged in. NVML's
+utilisation and power are averages over up to a second before the sample (``AVERAGED_OVER_S``): a sample taken
+less than that after the window opened averages the idle device before it in (GPU util and power ~10% low on a
+2.5 s window), so it does not count either. GPM's SM activity, which needs the edges themselves, is read by the
+child (``gpu.WindowGpm``).
 """
 
 from __future__ import annotations
@@ -18,6 +21,9 @@ import psutil
 from harness.run.monitor.gpu import GPU_METRICS, GpuHandle, clock_reason_names
 from harness.run.monitor.host import tree_rss
 
+# Metrics NVML reports as an average over a period before the sample: utilisation over its sample period (1/6 s to
+# 1 s, by product), power over one second (nvmlDeviceGetPowerUsage since Ampere). The others are instantaneous.
+AVERAGED_OVER_S = {"gpu_util_pct": 1.0, "gpu_power_w": 1.0}
 FULL_MEMORY_EVERY = 4  # every this many host samples, USS and PSS too (smaps_rollup: a few times RSS's cost)
 
 
@@ -208,16 +214,24 @@ def metrics(samples: Samples, child: dict, gpu_named: bool = False) -> dict:
 
 
 def _window_filter(samples: Samples, start: float | None, length: float | None):
-    """``inside(name)``: the metric's values sampled inside [start, start + length] (all without a window)."""
+    """``inside(name)``: the metric's values whose whole sampled period lies inside [start, start + length] (all
+    without a window)."""
 
     def inside(name: str) -> list[float]:
         values = getattr(samples, name)
         times = samples.gpu_sample_times.get(name)
         if start is None or length is None or times is None or len(times) != len(values):
             return list(values)
-        return [v for v, t in zip(values, times) if start <= t <= start + length]
+        return sampled_within(values, times, start, start + length, AVERAGED_OVER_S.get(name, 0.0))
 
     return inside
+
+
+def sampled_within(values: list[float], times: list[float], start: float, end: float,
+                   averaged_over_s: float = 0.0) -> list[float]:
+    """The values sampled in [start, end] whose averaging period (``averaged_over_s`` before the sample) starts
+    inside it too."""
+    return [v for v, t in zip(values, times) if start + averaged_over_s <= t <= end]
 
 
 def _peaks(peaks: dict[int, float], now: dict[int, float]) -> None:
