@@ -2,10 +2,12 @@
 
     python3 scripts/gpu_part.py ladder LADDER RUNGS ROUNDS SWEEP_ID [key=value ...]
         Measure rungs RUNGS (``3`` or ``0-5``) of a ladder, for rounds ROUNDS (``0`` or ``1-2``), into the sweep
-        SWEEP_ID: the same settings, cache and failed-rung rules as `python -m harness sweep`, so rungs measured in
-        separate commands (each on a fresh machine) make one sweep once their records are in one results folder.
-        A rung this sweep already has for that round is kept (a part started again resumes), unless it ended
-        error or timeout. Exit 1 if a rung measured here ended otherwise than ok or skipped.
+        SWEEP_ID: the same settings, cache, failed-rung rules and launch path (every run forked from one warm
+        launcher) as `python -m harness sweep`, so rungs measured in separate commands (each on a fresh machine)
+        make one sweep once their records are in one results folder. A rung this sweep already has for that round
+        is kept (a part started again resumes), unless it ended error or timeout. Exit 1 if a rung measured here
+        failed by ``failure``'s rule (an injected fault, or the out-of-memory that ends a stop_on_oom ladder, is
+        what was asked for).
     python3 scripts/gpu_part.py rung LADDER RUNG SWEEP_ID [key=value ...]
         The same for one rung, round 0.
     python3 scripts/gpu_part.py check RESULTS_DIR BEFORE_LIST
@@ -42,7 +44,7 @@ def span(text: str, what: str, limit: int | None = None) -> list[int]:
 
 
 def ladder(ladder_name: str, rungs_text: str, rounds_text: str, sweep_id: str, overrides: list[str]) -> int:
-    from harness.run.parent import runner
+    from harness.run.parent import launcher, runner
     from harness.sweeps import rungs as sweep_mod
 
     ctx = _context(ladder_name, rungs_text, rounds_text, sweep_id, overrides)
@@ -51,23 +53,33 @@ def ladder(ladder_name: str, rungs_text: str, rounds_text: str, sweep_id: str, o
     for index in rungs:  # datasets before anything is timed
         runner.prepare_data(sweep_mod.rung_config(ctx, index, machine))
     code = 0
-    for round_ in rounds:
-        for index in rungs:
-            label = f"{ladder_name} rung {index}" + (f" round {round_}" if round_ else "")
-            if _kept(ctx, index, round_):
-                print(f"{label}: already measured in sweep {sweep_id}")
-                continue
-            outcome = sweep_mod.run_rung(ctx, index, round_, machine)
-            rec = outcome.record
-            if rec is None:
-                print(f"{label}: not run: {outcome.message}")
-                continue
-            tail = (rec.error or "").strip().splitlines()
-            speed = f" {rec.samples_per_s:.2f} samples/s" if rec.samples_per_s else ""
-            print(f"{label} ({rec.change or 'baseline'}): {rec.status} ({outcome.how}){speed}"
-                  + (f": {tail[-1][:200]}" if tail else ""), flush=True)
-            code |= rec.status not in ("ok", "skipped")
+    with launcher.warm():  # the launch path `harness sweep` takes: each run forked from one warm process
+        for round_ in rounds:
+            for index in rungs:
+                code |= _measure(ctx, index, round_, machine)
     return code
+
+
+def _measure(ctx, index: int, round_: int, machine) -> int:
+    """One rung of one round (unless the sweep has it): 1 when it fails the part."""
+    from harness.sweeps import rungs as sweep_mod
+
+    label = f"{ctx.ladder.name} rung {index}" + (f" round {round_}" if round_ else "")
+    if _kept(ctx, index, round_):
+        print(f"{label}: already measured in sweep {ctx.sweep_id}")
+        return 0
+    outcome = sweep_mod.run_rung(ctx, index, round_, machine)
+    rec = outcome.record
+    if rec is None:
+        print(f"{label}: not run: {outcome.message}")
+        return 0
+    tail = (rec.error or "").strip().splitlines()
+    speed = f" {rec.samples_per_s:.2f} samples/s" if rec.samples_per_s else ""
+    verdict = failure(rec.status, rec.error or "", ctx.ladder.name, rec.config_json or "{}")
+    print(f"{label} ({rec.change or 'baseline'}): {rec.status} ({outcome.how}){speed}"
+          + (f": {tail[-1][:200]}" if tail else "") + (f"  <- FAILS THE PART: {verdict}" if verdict else ""),
+          flush=True)
+    return int(bool(verdict))
 
 
 def _context(ladder_name: str, rungs_text: str, rounds_text: str, sweep_id: str, overrides: list[str]):

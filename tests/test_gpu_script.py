@@ -381,3 +381,39 @@ def test_parts_of_one_ladder_measured_in_separate_commands_make_one_sweep(tmp_pa
     assert len(set(runs["sweep_id"])) == 1 and runs["sweep_id"].iloc[0].startswith("resnet50_aggressive-cpu-")
     assert list(runs["rung"]) == [4, 7] and list(runs["status"]) == ["ok", "skipped"]
     assert "tf32=true needs a CUDA GPU" in runs["error"].iloc[1]
+
+
+@pytest.mark.parametrize("ladder, status, fault, code", [
+    ("selftest", "oom", "oom", 0),  # its rung 1 injects an out-of-memory: what was asked for
+    ("batch", "oom", "none", 0),  # a stop_on_oom ladder ends at the out-of-memory by design
+    ("phase2", "oom", "none", 1),
+    ("phase2", "error", "none", 1),
+    ("phase2", "skipped", "none", 0),
+])
+def test_a_ladder_part_s_exit_code_follows_the_check_s_rule(tmp_path, monkeypatch, capsys, ladder, status, fault,
+                                                            code):
+    """A faked runner: rung 1 ends ``status`` (with ``fault`` injected), the others ok. The ladder's own exit code
+    counts in its part before the check runs, so it must excuse what the check excuses."""
+    import contextlib
+
+    from harness.run.parent import launcher, runner
+    from harness.sweeps import rungs as sweep_mod
+
+    forked = []
+    monkeypatch.setattr(runner.Machine, "detect", staticmethod(lambda: None))
+    monkeypatch.setattr(runner, "prepare_data", lambda cfg, log=print: None)
+    monkeypatch.setattr(sweep_mod, "rung_config", lambda ctx, index, machine, *a, **k: None)
+    monkeypatch.setattr(launcher, "warm", lambda: forked.append(True) or contextlib.nullcontext())
+
+    def fake_rung(ctx, index, round_, machine):
+        ended = status if index == 1 else "ok"
+        config = {"debug": {"fault": fault if index == 1 else "none"}}
+        rec = RunRecord(run_id=f"r{index}", status=ended, timestamp="", workload="unet3d", ladder=ladder, rung=index,
+                        error="CUDA out of memory" if ended == "oom" else "", config_json=json.dumps(config))
+        return sweep_mod.RungOutcome(rec, "measured", frozenset())
+
+    monkeypatch.setattr(sweep_mod, "run_rung", fake_rung)
+    assert gpu_part.ladder(ladder, "0-2", "0", f"{ladder}-h100-x", [f"results_dir={tmp_path}"]) == code
+    assert forked == [True]  # every rung under one warm launcher, as `harness sweep` runs them
+    out = capsys.readouterr().out
+    assert f"{ladder} rung 1 " in out and out.count("FAILS THE PART") == code
