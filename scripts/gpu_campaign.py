@@ -20,17 +20,16 @@ import sys
 import tarfile
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from scripts import gpu_parts, gpu_plan  # noqa: E402
+from scripts import gpu_headline, gpu_pack, gpu_parts, gpu_plan  # noqa: E402
+from scripts.gpu_pack import RETURN_LIMIT_BYTES, pack_part, tar_command  # noqa: E402
 
-RETURN_LIMIT_BYTES = 16 * 2**20  # the largest file a slot brings back
 STOP_AFTER_S = 550  # after the command began (its wheel install included)
-LOG_TAIL_BYTES = 2**20  # what is kept of a log that makes the tarball too big
 SCRATCH = "/tmp/harness-gpu"
 JOURNAL = "journal.jsonl"  # in SCRATCH: the stamps of the parts this machine ran, for `next` before `record`
 
@@ -47,6 +46,9 @@ class Context:
     results_from: str = ""
     started: float = 0.0
     timeout_s: int = 0  # each run's limit instead of the part's (a slower machine than the GPU's)
+    commit: str = ""  # the commit measured (the campaign's pinned one, for every part but the headline)
+    repo: Path = REPO  # where the measuring commands run: this copy, or a worktree at the pinned commit
+    factor: float = 1.0  # the plan's correction of the estimates (what recorded parts took over their estimates)
 
     @property
     def results(self) -> Path:  # one store for every part of the command (and of the slot, while the machine lives)
@@ -91,10 +93,15 @@ def gpu_key() -> tuple[str, str]:
 def commands(part: gpu_parts.Part, ctx: Context) -> list[list[str]]:
     """The measuring commands of ``part``, as they run (from the repository root)."""
     py, results, timeout = ctx.py, f"results_dir={ctx.results}", f"timeout_s={ctx.timeout_s or part.timeout_s}"
+    if part.kind == "headline":
+        return gpu_headline.commands(py, ctx.gpu, ctx.results, gpu_headline.estimate(ctx.gpu), ctx.commit)
     if part.kind == "ladder":
         rungs = f"{part.rungs[0]}-{part.rungs[-1]}" if len(part.rungs) > 1 else str(part.rungs[0])
         return [[py, "scripts/gpu_part.py", "ladder", part.ladder, rungs, str(part.rounds[0]),
-                 gpu_parts.sweep_id(part, ctx.gpu), results, timeout, *part.args]]
+                 gpu_parts.sweep_id(part, ctx.gpu, ctx.commit), results, timeout, *part.args]]
+    if part.kind == "total":
+        return [[py, "scripts/gpu_part.py", "total", part.ladder, f"0-{len(part.rounds) - 1}",
+                 gpu_parts.sweep_id(part, ctx.gpu, ctx.commit), results, timeout, *part.args]]
     if part.kind in ("noise", "diagnose"):
         return [[py, "-m", "harness", part.kind, *part.args, timeout, results]]
     if part.kind == "run":
@@ -114,12 +121,10 @@ def after(part: gpu_parts.Part, ctx: Context) -> list[list[str]]:
     check = [ctx.py, "scripts/gpu_part.py", "check", str(ctx.results), f"{ctx.pack(part)}/before.txt"]
     if part.kind == "run":
         return [check]
-    sweep = gpu_parts.sweep_id(part, ctx.gpu) if part.kind == "ladder" else "latest"
+    sweep = gpu_parts.sweep_id(part, ctx.gpu, ctx.commit) if part.kind in ("ladder", "total") else "latest"
+    if part.kind == "headline":  # every record ok; phase2's table
+        check, sweep = check + ["strict"], gpu_headline.sweep_id("phase2", ctx.gpu, ctx.commit)
     return [check, [ctx.py, "-m", "harness", "table", "--results", str(ctx.results), "--sweep", sweep]]
-
-
-def tar_command(part: gpu_parts.Part, ctx: Context) -> list[str]:
-    return ["tar", "-czf", f"{ctx.out}/{part.name}.tar.gz", "-C", str(ctx.pack(part)), "."]
 
 
 def show(argv: list[str], to: str = "") -> str:
@@ -135,9 +140,13 @@ def show(argv: list[str], to: str = "") -> str:
 def dry_run(part: gpu_parts.Part, ctx: Context) -> list[str]:
     """What running ``part`` does, one line a step; the measuring and packing steps as commands that run as shown."""
     seed = REPO / "results" / ctx.gpu / "runs"
+    pin = "" if part.kind == "headline" else gpu_plan.load(ctx.gpu).get("commit", "")
+    ctx = replace(ctx, commit=pin) if pin else ctx
     steps = after(part, ctx)
     lines = [f"# {part.name}: {part.what} (estimate {part.estimate_s} s, {part.runs} run(s)"
              + (f", each stopped at {part.timeout_s} s)" if part.timeout_s else ")")]
+    if pin:
+        lines.append(f"# at the campaign's pinned commit {pin[:12]} (a worktree of it where this copy is elsewhere)")
     lines += [f"# seed {ctx.results}/runs/ with the records under {seed.relative_to(REPO)}/"
               + (f" and {ctx.results_from}" if ctx.results_from else "")] if steps else []
     lines += [show(c) for c in commands(part, ctx)]
@@ -158,7 +167,8 @@ def run_parts(parts: list[gpu_parts.Part], ctx: Context) -> int:
     status, left = 0, []
     for part in parts:
         elapsed = time.monotonic() - ctx.started
-        if left or (part is not parts[0] and elapsed + part.estimate_s > gpu_parts.BATCH_BUDGET_S):
+        later = part is not parts[0]
+        if left or (later and elapsed + gpu_plan.corrected_s(part, ctx.factor) > gpu_parts.BATCH_BUDGET_S):
             left.append(part.name)
             continue
         if elapsed >= STOP_AFTER_S:
@@ -171,10 +181,25 @@ def run_parts(parts: list[gpu_parts.Part], ctx: Context) -> int:
     return status
 
 
+def at_pin(part: gpu_parts.Part, ctx: Context) -> Context:
+    """The context ``part`` runs in: the campaign's pinned commit (a worktree of it when this copy is elsewhere),
+    but for the headline, which measures this copy. ValueError when the pin cannot be checked out here."""
+    if part.kind == "headline":
+        return ctx
+    pinned = gpu_plan.checkout_pin(gpu_plan.load(ctx.gpu), ctx.commit, ctx.scratch)
+    return replace(ctx, repo=pinned[0], commit=pinned[1]) if pinned else ctx
+
+
 def run_part(part: gpu_parts.Part, ctx: Context) -> int:
     """Run one part, check it, pack it into OUT/PART.tar.gz; 0 when it ended ok."""
     from harness.run.parent.env import git_state
     from harness.run.parent.fingerprint import code_fingerprint
+
+    try:
+        ctx = at_pin(part, ctx)
+    except ValueError as exc:
+        print(f"{part.name}: not measured: {exc}", file=sys.stderr)
+        return 1
 
     pack = ctx.pack(part)
     shutil.rmtree(pack, ignore_errors=True)
@@ -190,16 +215,16 @@ def run_part(part: gpu_parts.Part, ctx: Context) -> int:
     commit, dirty = git_state(REPO)
     stamp = {"part": part.name, "gpu": ctx.gpu, "gpu_name": gpu_key()[1], "started": gpu_plan.now(),
              "code_fingerprint": code_fingerprint(), "path_fingerprint": gpu_parts.path_fingerprint(part),
-             "commit": os.environ.get("GIT_COMMIT") or commit, "dirty": dirty, "estimate_s": part.estimate_s,
+             "commit": ctx.commit or commit, "dirty": dirty and ctx.repo == REPO, "estimate_s": part.estimate_s,
              "commands": [show(c)[2:] for c in commands(part, ctx)], "seeded_records": seeded}
     t0 = time.monotonic()
     with open(pack / f"{part.name}.log", "ab") as log:
         _say(log, f"# {part.name}: {part.what} (estimate {part.estimate_s} s)\n")
-        codes = [_execute(c, log, ctx.started + STOP_AFTER_S) for c in commands(part, ctx)]
+        codes = [_execute(c, log, ctx.started + STOP_AFTER_S, cwd=ctx.repo) for c in commands(part, ctx)]
         cut = None in codes
         for c in [] if cut else after(part, ctx):  # the check counts; the table (c[2:4]) only shows
             table = c[2:4] == ["harness", "table"]
-            code = _execute(c, log, ctx.started + STOP_AFTER_S + 30, pack / "table.md" if table else None)
+            code = _execute(c, log, ctx.started + STOP_AFTER_S + 30, pack / "table.md" if table else None, ctx.repo)
             codes += [] if table else [1 if code is None else code]
     new = sorted(p for p in (ctx.results / "runs").glob("*.parquet") if p.name not in before)
     for path in new:
@@ -212,6 +237,9 @@ def run_part(part: gpu_parts.Part, ctx: Context) -> int:
     (pack / "stamp.json").write_text(json.dumps(stamp, indent=1) + "\n")
     with open(ctx.scratch / JOURNAL, "a") as journal:  # the next command on this machine knows it is done
         journal.write(json.dumps(stamp) + "\n")
+    if part.kind == "headline" and (pack / "table.md").exists():  # the table, readable without unpacking
+        ctx.out.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(pack / "table.md", ctx.out / "headline.md")
     packed = pack_part(part, ctx)
     print(f"{part.name}: {stamp['status']}, {len(new)} new records, {stamp['elapsed_s']:.0f} s "
           f"(estimate {part.estimate_s} s)" + ("" if packed else "; NOT PACKED"), flush=True)
@@ -240,13 +268,13 @@ def seed(ctx: Context) -> int:
     return copied
 
 
-def _execute(argv: list[str], log, deadline: float, stdout_to: Path | None = None) -> int | None:
+def _execute(argv: list[str], log, deadline: float, stdout_to: Path | None = None, cwd: Path = REPO) -> int | None:
     """Run a command from the repository root, its output into the log and this terminal (or ``stdout_to``);
     its exit code, or None when it was stopped at ``deadline`` (SIGTERM to its process group, SIGKILL 20 s later)."""
     _say(log, show(argv, str(stdout_to or "")) + "\n")
     sink = open(stdout_to, "wb") if stdout_to else None
     try:
-        proc = subprocess.Popen(argv, cwd=REPO, stdout=sink or subprocess.PIPE, stderr=subprocess.STDOUT,
+        proc = subprocess.Popen(argv, cwd=cwd, stdout=sink or subprocess.PIPE, stderr=subprocess.STDOUT,
                                 start_new_session=True)
     except OSError as exc:
         _say(log, f"exit 127: could not start {argv[0]}: {exc}\n")
@@ -311,62 +339,6 @@ def _failures(log: Path) -> list[str]:
 
 
 # ------------------------------------------------------------------------------------------
-# the tarball
-
-
-def pack_part(part: gpu_parts.Part, ctx: Context, limit: int | None = None) -> bool:
-    """OUT/PART.tar.gz from the part's folder, checked against what a slot returns: a log that makes it too big
-    keeps only its end; if it is still too big, say which files to drop. True when it is packed and fits."""
-    limit = limit or RETURN_LIMIT_BYTES
-    folder, tarball = ctx.pack(part), ctx.out / f"{part.name}.tar.gz"
-    ctx.out.mkdir(parents=True, exist_ok=True)
-    for attempt in range(2):
-        if subprocess.run(tar_command(part, ctx)).returncode != 0:
-            print(f"could not write {tarball}", file=sys.stderr)
-            return False
-        problem = size_problem(tarball, folder, limit)
-        if not problem:
-            break
-        print(problem, file=sys.stderr)
-        if attempt or not shrink(folder):
-            return False
-    if os.environ.get("KEEP") != "1":
-        shutil.rmtree(folder, ignore_errors=True)
-    print(f"wrote {tarball} ({tarball.stat().st_size / 2**20:.2f} MiB)")
-    return True
-
-
-def size_problem(tarball: Path, folder: Path, limit: int = RETURN_LIMIT_BYTES) -> str:
-    """"" when ``tarball`` fits what a slot returns; else which files of ``folder`` make it big."""
-    size = tarball.stat().st_size
-    if size <= limit:
-        return ""
-    files = sorted((p for p in folder.rglob("*") if p.is_file()), key=lambda p: p.stat().st_size, reverse=True)
-    biggest = ", ".join(f"{p.relative_to(folder)} ({p.stat().st_size / 2**20:.1f} MiB)" for p in files[:5])
-    return (f"{tarball.name} is {size / 2**20:.1f} MiB, over the {limit / 2**20:.0f} MiB a slot returns, so it would "
-            f"not come back. Its largest files: {biggest}. Drop the biggest that are not records "
-            f"(results/runs/) from {folder} and pack again: tar -czf {tarball} -C {folder} .")
-
-
-def shrink(folder: Path) -> list[str]:
-    """Cut logs to their last MiB and drop test reports; what was cut or dropped."""
-    done = []
-    for path in sorted(folder.glob("*.log")):
-        if path.stat().st_size > LOG_TAIL_BYTES:
-            with open(path, "rb") as f:
-                f.seek(-LOG_TAIL_BYTES, os.SEEK_END)
-                tail = f.read()
-            path.write_bytes(b"[... cut to its last MiB to fit the returned tarball ...]\n" + tail)
-            done.append(f"{path.name} (cut to its last MiB)")
-    for path in sorted(folder.glob("*.xml")):
-        path.unlink()
-        done.append(f"{path.name} (dropped)")
-    if done:
-        print(f"to fit: {', '.join(done)}", file=sys.stderr)
-    return done
-
-
-# ------------------------------------------------------------------------------------------
 # the command line
 
 
@@ -385,7 +357,8 @@ def context(dry: bool) -> Context:
         raise ValueError(f"TIMEOUT_S={limit!r} is not valid: give whole seconds, e.g. TIMEOUT_S=600")
     return Context(py=os.environ.get("PYTHON") or "python3", out=out_path, scratch=scratch, gpu=gpu, dry=dry,
                    results_from=str(Path(os.environ["RESULTS_FROM"]).resolve()) if os.environ.get("RESULTS_FROM")
-                   else "", started=time.monotonic() - command_age_s(), timeout_s=int(limit or 0))
+                   else "", started=time.monotonic() - command_age_s(), timeout_s=int(limit or 0),
+                   commit=gpu_parts.measured_commit(), factor=gpu_plan.correction(gpu_plan.load(gpu))[0])
 
 
 def selected(names: list[str], ctx: Context) -> list[gpu_parts.Part]:
@@ -393,7 +366,7 @@ def selected(names: list[str], ctx: Context) -> list[gpu_parts.Part]:
     if names in ([], ["all"]):
         return list(gpu_parts.catalogue())
     if names == ["next"]:
-        return gpu_plan.pick(gpu_plan.pending(with_journal(gpu_plan.load(ctx.gpu), ctx)))
+        return gpu_plan.pick(gpu_plan.pending(with_journal(gpu_plan.load(ctx.gpu), ctx)), factor=ctx.factor)
     return [gpu_parts.find(n) for n in names]
 
 
@@ -408,6 +381,21 @@ def with_journal(plan: dict, ctx: Context) -> dict:
     return plan
 
 
+def plans(what: str, rest: list[str]) -> int:
+    """``plan [GPU ...]``: render the plans again; ``pin [COMMIT]``: pin every plan's campaign at COMMIT (HEAD)."""
+    pin = ""
+    if what == "pin":
+        pin = gpu_plan.resolve(rest[0] if rest else "HEAD")
+        rest = []
+    for gpu in rest or ["h100", "h200"]:
+        plan = gpu_plan.load(gpu)
+        if pin:
+            plan["commit"] = pin
+        print("\n".join(gpu_plan.order(plan)))
+        print(f"wrote {gpu_plan.save(plan)}/PLAN.md" + (f" (pinned at {pin[:12]})" if pin else ""))
+    return 0
+
+
 def main(argv: list[str]) -> int:
     what, rest = (argv[0], argv[1:]) if argv else ("", [])
     try:
@@ -415,10 +403,8 @@ def main(argv: list[str]) -> int:
             for p in gpu_parts.catalogue():
                 print(f"{p.name:<40} {gpu_parts.TIER_NAMES[p.tier]:<16} {p.estimate_s:>4} s  {p.what}")
             return 0
-        if what == "plan":
-            for gpu in rest or ["h100", "h200"]:
-                print(f"wrote {gpu_plan.save(gpu_plan.load(gpu))}/PLAN.md")
-            return 0
+        if what in ("plan", "pin"):
+            return plans(what, rest)
         if what == "record":
             for tarball in gpu_plan.tarballs(rest, os.environ.get("IN", ".")):
                 try:
@@ -427,12 +413,14 @@ def main(argv: list[str]) -> int:
                     raise ValueError(f"cannot record {tarball}: {type(exc).__name__}: {exc}") from None
             print("now commit them: git add results/ && git commit -m 'GPU parts measured'")
             return 0
-        if what not in ("dry-run", "run", "next") or (what == "run" and not rest):
-            raise ValueError(f"unknown command {' '.join(argv)!r}: choose list, dry-run [PART ...|all|next], "
-                             "run PART ..., next, record FOLDER|PART.tar.gz|PART ... or plan [GPU ...]")
+        if what not in ("dry-run", "run", "next", "headline") or (what == "run" and not rest):
+            raise ValueError(f"unknown command {' '.join(argv)!r}: choose list, headline, dry-run [PART ...|all|next], "
+                             "run PART ..., next, record FOLDER|PART.tar.gz|PART ..., plan [GPU ...] or pin [COMMIT]")
         dry = what == "dry-run" or os.environ.get("DRY_RUN") == "1"
         ctx = context(dry)
-        parts = selected(rest if what in ("dry-run", "run") else ["next"], ctx)
+        parts = selected(["headline"] if what == "headline" else rest if what in ("dry-run", "run") else ["next"], ctx)
+        if dry and what == "headline":
+            print("\n".join(gpu_headline.summary(ctx.gpu)))
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

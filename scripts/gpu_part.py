@@ -8,10 +8,13 @@
         is kept (a part started again resumes), unless it ended error or timeout. Exit 1 if a rung measured here
         failed by ``failure``'s rule (an injected fault, or the out-of-memory that ends a stop_on_oom ladder, is
         what was asked for).
+    python3 scripts/gpu_part.py total LADDER ROUNDS SWEEP_ID [key=value ...]
+        A guide's total: rung 0 against the ladder's last rung, rounds ROUNDS in ABBA order, into SWEEP_ID.
     python3 scripts/gpu_part.py rung LADDER RUNG SWEEP_ID [key=value ...]
         The same for one rung, round 0.
-    python3 scripts/gpu_part.py check RESULTS_DIR BEFORE_LIST
-        Exit 1 if a record written since BEFORE_LIST (the record files present before the part) ended error,
+    python3 scripts/gpu_part.py check RESULTS_DIR BEFORE_LIST [strict]
+        With strict (the headline's): exit 1 if a record written since BEFORE_LIST ended otherwise than ok. Else
+        exit 1 if a record written since BEFORE_LIST (the record files present before the part) ended error,
         timeout, nan or oom, or was skipped because compile failed on the model (a harness or model problem, not a
         knob that cannot act here); an injected fault, or the out-of-memory that ends a stop_on_oom ladder, is
         what was asked for. One line per record; no record at all is not a failure.
@@ -44,19 +47,33 @@ def span(text: str, what: str, limit: int | None = None) -> list[int]:
 
 
 def ladder(ladder_name: str, rungs_text: str, rounds_text: str, sweep_id: str, overrides: list[str]) -> int:
+    """Rungs ``rungs_text`` of a ladder for rounds ``rounds_text``, each round in rung order."""
+    ctx = _context(ladder_name, rounds_text, sweep_id, overrides)
+    rungs, rounds = span(rungs_text, "rungs", len(ctx.ladder.rungs)), span(rounds_text, "rounds")
+    return _turns(ctx, [(index, round_) for round_ in rounds for index in rungs])
+
+
+def total(ladder_name: str, rounds_text: str, sweep_id: str, overrides: list[str]) -> int:
+    """A guide's total: the ladder's rung 0 against its last rung (every change of the guide), round after round
+    in ABBA order (0 then last, last then 0, ...), so that a drift of the machine over the part hits both alike."""
+    ctx = _context(ladder_name, rounds_text, sweep_id, overrides)
+    last = len(ctx.ladder.rungs) - 1
+    return _turns(ctx, [(index, round_) for round_ in span(rounds_text, "rounds")
+                        for index in ((0, last) if round_ % 2 == 0 else (last, 0))])
+
+
+def _turns(ctx, turns: list[tuple[int, int]]) -> int:
+    """Measure (rung, round) turns in order into the sweep; 1 when one of them fails the part."""
     from harness.run.parent import launcher, runner
     from harness.sweeps import rungs as sweep_mod
 
-    ctx = _context(ladder_name, rungs_text, rounds_text, sweep_id, overrides)
-    rungs, rounds = span(rungs_text, "rungs", len(ctx.ladder.rungs)), span(rounds_text, "rounds")
     machine = runner.Machine.detect()
-    for index in rungs:  # datasets before anything is timed
+    for index in dict.fromkeys(index for index, _ in turns):  # datasets before anything is timed
         runner.prepare_data(sweep_mod.rung_config(ctx, index, machine))
     code = 0
     with launcher.warm():  # the launch path `harness sweep` takes: each run forked from one warm process
-        for round_ in rounds:
-            for index in rungs:
-                code |= _measure(ctx, index, round_, machine)
+        for index, round_ in turns:
+            code |= _measure(ctx, index, round_, machine)
     return code
 
 
@@ -82,7 +99,7 @@ def _measure(ctx, index: int, round_: int, machine) -> int:
     return int(bool(verdict))
 
 
-def _context(ladder_name: str, rungs_text: str, rounds_text: str, sweep_id: str, overrides: list[str]):
+def _context(ladder_name: str, rounds_text: str, sweep_id: str, overrides: list[str]):
     from harness import config as config_mod
     from harness.config import ladder as ladder_mod
     from harness.sweeps import rungs as sweep_mod
@@ -121,7 +138,7 @@ def _parse(value: str):
     return yaml.safe_load(value) if value else value
 
 
-def check(results_dir: str, before_list: str) -> int:
+def check(results_dir: str, before_list: str, strict: bool = False) -> int:
     from harness.store import load_parquet_files, runs_dir
 
     before = set(Path(before_list).read_text().split()) if Path(before_list).exists() else set()
@@ -134,6 +151,7 @@ def check(results_dir: str, before_list: str) -> int:
         tail = (row.error or "").strip().splitlines()
         what = f"{row.ladder} rung {row.rung}" if row.ladder else "run"
         verdict = failure(row.status, row.error or "", row.ladder or "", row.config_json or "{}")
+        verdict = verdict or (f"ended {row.status}, not ok" if strict and row.status != "ok" else "")
         print(f"{what} {row.workload} {row.change or ''}: {row.status}" + (f": {tail[-1][:200]}" if tail else "")
               + (f"  <- FAILS THE PART: {verdict}" if verdict else ""))
         bad += bool(verdict)
@@ -166,10 +184,12 @@ def main(argv: list[str]) -> int:
     try:
         if len(argv) >= 5 and argv[0] == "ladder":
             return ladder(argv[1], argv[2], argv[3], argv[4], argv[5:])
+        if len(argv) >= 4 and argv[0] == "total":
+            return total(argv[1], argv[2], argv[3], argv[4:])
         if len(argv) >= 4 and argv[0] == "rung":
             return ladder(argv[1], argv[2], "0", argv[3], argv[4:])
-        if len(argv) == 3 and argv[0] == "check":
-            return check(argv[1], argv[2])
+        if len(argv) in (3, 4) and argv[0] == "check" and argv[3:] in ([], ["strict"]):
+            return check(argv[1], argv[2], strict=argv[3:] == ["strict"])
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -2,22 +2,28 @@
 
 A part is what one command of a lent GPU machine runs: at most 10 minutes, and only files of at most 16 MiB come
 back. Every ladder in conf/ladder/ is in parts of its own (its rungs, in order, grouped so that each group's
-estimate fits ``PART_BUDGET_S``), beside the noise calibration, the GPU test tier and a few single runs.
+estimate fits ``PART_BUDGET_S``), beside the headline, each guide total's own part, the noise calibration, the GPU
+test tier and a few single runs.
 
-Priority (``Part.tier``, then the order below): phase2, the noise calibration and the GPU test tier first; then
-every ladder with a guide's total claim; then the ladders of single knobs a guide claims; then two more rounds of
-phase2 and of the guide-total ladders (three runs a rung: the H100 measured a 17% run-to-run CV); then the
-harness's own ladders; then the slow GPU tests and single runs.
+Priority (``Part.tier``, then the order below), by what a slot's verdicts are worth: the headline
+(scripts/gpu_headline.py: phase2 as the README runs it, decided, in one command), then one part per guide total
+(the guide's baseline rung against its last rung, in ABBA rounds: every guide's headline claim gets a verdict
+before its per-rung ladder), the GPU test tier (before the first compile ladder), the noise calibration (before the
+ladders it calibrates), then the ladders with a guide's total claim, the ladders of single knobs a guide claims, two
+more rounds of the guide-total ladders (three runs a rung: the H100 measured a 17% run-to-run CV), the harness's own
+ladders, and the slow GPU tests and single runs.
 
 Estimates are seconds on one H100 or H200 at full size, from a deliberately pessimistic model (``estimate_run_s``):
 a fresh process's start-up, compile, and warm-up + measured steps, each step as long as the slower of the GPU's
 work and the loader's (their sum with no loader workers), plus validation and loader restarts. The phase2 ladder
-took ~150 s on the H100; the model says ~215 s.
+took ~140 s a round on the H100; the model says ~215 s. The plan corrects them by what recorded parts took
+(scripts/gpu_plan.py).
 """
 
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -37,9 +43,13 @@ PART_OVERHEAD_S = 30  # a part's own start, check, table and tarball
 RUN_TIMEOUT_MIN_S, RUN_TIMEOUT_CAP_S = 120, 500
 SKIP_S = 5  # a rung recorded `skipped` before any process starts
 
-TIER_FIRST, TIER_GUIDE_TOTAL, TIER_GUIDE_KNOBS, TIER_REPEATS, TIER_HARNESS, TIER_EXTRA = range(6)
-TIER_NAMES = ("first", "guide totals", "guide knobs", "more rounds", "harness ladders", "extra")
-FIRST = ("phase2", "noise", "tests")
+(TIER_HEADLINE, TIER_TOTALS, TIER_TESTS, TIER_NOISE, TIER_GUIDE_TOTAL, TIER_GUIDE_KNOBS, TIER_REPEATS, TIER_HARNESS,
+ TIER_EXTRA) = range(9)
+TIER_NAMES = ("headline", "guide totals", "tests", "noise", "guide-total ladders", "guide knobs", "more rounds",
+              "harness ladders", "extra")
+FIRST = ("phase2",)  # first of its tier: the headline's ladder, whose sweep its parts join at the same commit
+TOTAL_BUDGET_S = 270  # a guide total's part: two fit one command
+TOTAL_MAX_ROUNDS = 4
 REPEAT_ROUNDS = (1, 2)  # with round 0: three runs a rung, each round its own parts
 
 # Settings a ladder's parts add. The A100 volume ladder's own data are synthetic in RAM; on the GPU it is measured
@@ -240,22 +250,27 @@ def _timeout(estimate: float) -> int:
 
 
 def _tier(lad) -> int:
-    if lad.name in FIRST:
-        return TIER_FIRST
     if lad.total_claim is not None:
         return TIER_GUIDE_TOTAL
     return TIER_GUIDE_KNOBS if lad.guide else TIER_HARNESS
 
 
 def other_parts() -> list[Part]:
-    """The parts that are not a ladder's: noise calibration, the GPU tests, single runs, the environment."""
+    """The parts that are not a ladder's: the headline, noise calibration, the GPU tests, single runs, the
+    environment."""
+    from scripts import gpu_headline
+
     unet = estimate_run_s({"workload": "unet3d"})
-    code = tuple(measuring_files(models=True))
-    tests = code + ("tests/test_gpu.py", "tests/conftest.py")
+    tests = ("tests/test_gpu.py", "tests/conftest.py")
+    headline = gpu_headline.estimate(gpu_headline.RECORDED_ON)
     parts = [
-        Part("noise", "noise", TIER_FIRST, "noise calibration: 5 identical runs of the default workload (unet3d)",
-             ceil(PART_OVERHEAD_S + 5 * unet), 5, _timeout(unet), args=("noise.runs=5",), paths=code),
-        Part("tests", "tests", TIER_FIRST, "the GPU test tier without its slow checks (12 tests, ~155 s on the H100)",
+        Part("headline", "headline", TIER_HEADLINE, "phase2 as the README runs it (forked, repeats=auto, decided), "
+             "a compile + TF32 run, a two-rung forked sweep, env", headline.total_s,
+             timeout_s=gpu_headline.RUN_TIMEOUT_S, paths=ladder_paths("phase2")),
+        Part("noise", "noise", TIER_NOISE, "noise calibration: 5 identical runs of the default workload (unet3d)",
+             ceil(PART_OVERHEAD_S + 5 * unet), 5, _timeout(unet), args=("noise.runs=5",),
+             paths=workload_paths(("unet3d",))),
+        Part("tests", "tests", TIER_TESTS, "the GPU test tier without its slow checks (12 tests, ~155 s on the H100)",
              300, args=("-m", "gpu and not slow"), paths=tests),
         Part("tests-slow-compile", "tests", TIER_EXTRA, "slow GPU tests: CUDA-graph compile with the step marker",
              360, args=("-m", "gpu and slow", "-k", "not hang"), paths=tests),
@@ -274,16 +289,61 @@ def other_parts() -> list[Part]:
     parts.append(Part("a100-diagnose", "diagnose", TIER_EXTRA,
                       "diagnose in the A100 guide's situation: NIfTI from disk, heavy 3D augmentation, one worker",
                       ceil(PART_OVERHEAD_S + 8 * DATASET_ITEM_S + 3 * run), 3, 160, args=diagnose,
-                      paths=workload_paths(("basic_unet3d",)) + ("harness/commands/diagnose.py",)))
+                      paths=workload_paths(("basic_unet3d",))))
     parts.append(Part("env", "env", TIER_EXTRA, "python, torch, CUDA and nvidia-smi", 20))
     return parts
+
+
+def total_parts() -> list[Part]:
+    """One part per guide total but phase2's (the headline's): the ladder's baseline rung against its last rung (all
+    of the guide's changes), alternating A B | B A round after round, as many rounds as fit ``TOTAL_BUDGET_S`` (at
+    least two where one command holds them)."""
+    parts = []
+    for name in measured_ladders():
+        lad = _ladder(name)
+        if lad.total_claim is None or name in FIRST:
+            continue
+        estimates, last = rung_estimates(name), len(lad.rungs) - 1
+        pair, overhead = estimates[0] + estimates[last], PART_OVERHEAD_S + _dataset_s(name)
+        rounds = total_rounds(pair, overhead)
+        if not rounds:
+            continue
+        parts.append(Part(
+            f"total-{name}", "total", TIER_TOTALS, f"the guide's total: rung 0 against rung {last}, "
+            + (f"{rounds} rounds in ABBA order" if rounds > 1 else "one round") + f": {lad.description}",
+            ceil(overhead + rounds * pair), 2 * rounds,
+            _timeout(max(estimates[0], estimates[last])), ladder=name, rungs=(0, last), rounds=tuple(range(rounds)),
+            args=LADDER_OVERRIDES.get(name, ()), paths=ladder_paths(name)))
+    return parts
+
+
+def total_rounds(pair_s: float, overhead_s: float) -> int:
+    """Rounds of a guide total's two runs: those that fit ``TOTAL_BUDGET_S``, at least two (an A B B A) where they
+    fit a part (``PART_BUDGET_S``: by the plan's correction two such parts fit one command), one where only that
+    fits, none where not even one does."""
+    rounds = min(TOTAL_MAX_ROUNDS, max(2, int((TOTAL_BUDGET_S - overhead_s) // pair_s)))
+    while rounds and overhead_s + rounds * pair_s > PART_BUDGET_S:
+        rounds -= 1
+    return rounds
+
+
+def totals_beyond_one_command() -> dict[str, str]:
+    """The guide totals with no part of their own, and why (PLAN.md lists them)."""
+    have = {p.ladder for p in total_parts()}
+    out = {}
+    for name in measured_ladders():
+        if _ladder(name).total_claim is not None and name not in FIRST and name not in have:
+            pair = rung_estimates(name)[0] + rung_estimates(name)[-1]
+            out[name] = (f"its baseline and last rung take ~{pair:.0f} s by estimate, more than one command holds; "
+                         "its per-rung parts measure the total")
+    return out
 
 
 @lru_cache(maxsize=None)
 def catalogue() -> tuple[Part, ...]:
     """Every part, in priority order: by tier; in a tier the cheaper ladder first (more verdicts a slot), each
-    ladder's parts in rung order; phase2, noise and tests before anything else."""
-    parts = [p for name in measured_ladders() for p in ladder_parts(name)] + other_parts()
+    ladder's parts in rung order; phase2's ladder first of its tier."""
+    parts = [p for name in measured_ladders() for p in ladder_parts(name)] + other_parts() + total_parts()
     parts += [p for name in measured_ladders() if _ladder(name).total_claim is not None
               for round_ in REPEAT_ROUNDS for p in ladder_parts(name, round_, TIER_REPEATS)]
     first = {name: i for i, name in enumerate(FIRST)}
@@ -306,18 +366,10 @@ def find(name: str) -> Part:
 # what a measurement depends on
 
 
-def measuring_files(models: bool) -> list[str]:
-    """The sources the harness's code fingerprint covers (harness/run/parent/fingerprint.py), without models/ unless
-    asked."""
-    from harness.run.parent import fingerprint
-
-    return [rel for rel in fingerprint.measured_files(REPO) if models or not rel.startswith("models/")]
-
-
 def workload_paths(workloads: tuple[str, ...]) -> tuple[str, ...]:
-    """The measuring code without models/, then each workload's config and the model files it names."""
-    paths = measuring_files(models=False) + ["models/__init__.py", "conf/config.yaml"]
-    paths += sorted(f"conf/data/{p.name}" for p in (REPO / "conf" / "data").glob("*.yaml"))
+    """A workload's own files: its config and the model files it names (not the harness's code: a commit to the
+    measuring code does not make a part's measurement another one's)."""
+    paths = []
     for name in workloads:
         text = (REPO / "conf" / "workload" / f"{name}.yaml").read_text()
         models = {f"models/{m}.py" for m in re.findall(r"models\.(\w+)\.", text)}
@@ -326,9 +378,10 @@ def workload_paths(workloads: tuple[str, ...]) -> tuple[str, ...]:
 
 
 def ladder_paths(name: str) -> tuple[str, ...]:
+    """A ladder's own files: its file and its workloads'."""
     lad = _ladder(name)
     workloads = [lad.workload] + [r.value_for("full") for r in lad.rungs if r.key == "workload"]
-    return workload_paths(tuple(dict.fromkeys(workloads))) + (f"conf/ladder/{name}.yaml", "scripts/gpu_part.py")
+    return (f"conf/ladder/{name}.yaml",) + workload_paths(tuple(dict.fromkeys(workloads)))
 
 
 def fingerprint(paths: tuple[str, ...], extra: str = "") -> str:
@@ -341,10 +394,20 @@ def fingerprint(paths: tuple[str, ...], extra: str = "") -> str:
 
 
 def path_fingerprint(part: Part) -> str:
-    """What the part's measurement depends on: its files and its extra settings. A ladder's parts share it."""
-    return fingerprint(part.paths, " ".join(part.args) if part.kind == "ladder" else "")
+    """The part's own files and extra settings, as they are here (a ladder's parts share it): attempts on one path
+    count together."""
+    return fingerprint(part.paths, " ".join(part.args) if part.kind in ("ladder", "total") else "")
 
 
-def sweep_id(part: Part, gpu: str) -> str:
-    """The sweep a ladder part's records join: one per ladder, GPU and measured path, whichever part measures."""
-    return f"{part.ladder}-{gpu}-{path_fingerprint(part)[:8]}"
+def sweep_id(part: Part, gpu: str, commit: str) -> str:
+    """The sweep a ladder part's records join: one per ladder, GPU and commit measured, whichever part (command,
+    slot) measures its rounds; a guide total's part has its own."""
+    kind = "total-" if part.kind == "total" else ""
+    return f"{part.ladder}-{kind}{gpu}-{(commit or 'unknown')[:8]}"
+
+
+def measured_commit() -> str:
+    """The commit measured: $GIT_COMMIT (a GPU copy without git), else this checkout's HEAD ("" if unknown)."""
+    from harness.run.parent.env import git_state
+
+    return os.environ.get("GIT_COMMIT") or git_state(REPO)[0]

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from harness.store import RunRecord, load_runs, write_record
-from scripts import gpu_campaign, gpu_part, gpu_parts, gpu_plan
+from scripts import gpu_campaign, gpu_pack, gpu_part, gpu_parts, gpu_plan
 from tests.conftest import REPO
 
 SCRIPT = REPO / "scripts" / "gpu_measure.sh"
@@ -67,7 +67,8 @@ def test_every_ladder_is_in_parts_that_measure_each_rung_once_a_round(ladder):
     lad = gpu_parts._ladder(ladder)
     rounds = [0] + (list(gpu_parts.REPEAT_ROUNDS) if lad.total_claim is not None else [])
     for round_ in rounds:
-        parts = [p for p in gpu_parts.catalogue() if p.ladder == ladder and p.rounds == (round_,)]
+        parts = [p for p in gpu_parts.catalogue() if p.ladder == ladder and p.kind == "ladder"
+                 and p.rounds == (round_,)]
         assert [r for p in parts for r in p.rungs] == list(range(len(lad.rungs))), (ladder, round_)
         assert all(p.kind == "ladder" and p.runs == len(p.rungs) for p in parts)
 
@@ -93,18 +94,41 @@ def test_a_rung_asking_for_more_gpus_than_the_machine_has_costs_nothing_and_is_n
 
 
 def test_parts_come_in_priority_order():
+    """The headline, one part per guide total, the tests (before any compile ladder), the noise calibration (before
+    the ladders it calibrates), then the ladders: guide totals', single knobs', more rounds, the harness's own."""
     parts = list(gpu_parts.catalogue())
-    names = [p.name for p in parts]
-    assert names[:3] == ["phase2", "noise", "tests"]
-    tiers = [p.tier for p in parts]
-    assert tiers == sorted(tiers)
+    kinds = [p.kind for p in parts]
+    totals = [p for p in parts if p.kind == "total"]
+    assert kinds[:len(totals) + 3] == ["headline"] + ["total"] * len(totals) + ["tests", "noise"]
+    with_total = [n for n in gpu_parts.measured_ladders() if gpu_parts._ladder(n).total_claim is not None]
+    # every guide with a total has its part (phase2's is the headline), or a reason it has none
+    assert sorted(p.ladder for p in totals) + sorted(gpu_parts.totals_beyond_one_command()) + ["phase2"] == \
+        sorted(with_total, key=lambda n: (n not in {p.ladder for p in totals}, n == "phase2", n))
+    assert [p.tier for p in parts] == sorted(p.tier for p in parts)
+    first_compile = min(i for i, p in enumerate(parts) if p.kind == "ladder" and "compile" in p.what.lower())
+    assert kinds.index("tests") < first_compile and kinds.index("noise") < kinds.index("ladder")
     total = [i for i, p in enumerate(parts) if p.kind == "ladder" and p.rounds == (0,)
              and gpu_parts._ladder(p.ladder).total_claim is not None]
     knobs = [i for i, p in enumerate(parts) if p.kind == "ladder" and gpu_parts._ladder(p.ladder).total_claim is None]
     assert max(total) < min(knobs)  # every guide-total ladder before the single knobs
-    for ladder in {p.ladder for p in parts if p.ladder}:  # a ladder's parts in rung order, round after round
-        mine = [(p.rounds, p.rungs) for p in parts if p.ladder == ladder]
+    for ladder in {p.ladder for p in parts if p.kind == "ladder"}:  # a ladder's parts in rung order, round by round
+        mine = [(p.rounds, p.rungs) for p in parts if p.ladder == ladder and p.kind == "ladder"]
         assert mine == sorted(mine), ladder
+
+
+def test_a_guide_total_s_part_measures_its_ends_in_abba_rounds_and_two_fit_one_command():
+    factor = gpu_plan.correction(gpu_plan.load("h100"))[0]
+    for part in (p for p in gpu_parts.catalogue() if p.kind == "total"):
+        lad = gpu_parts._ladder(part.ladder)
+        assert part.rungs == (0, len(lad.rungs) - 1) and part.runs == 2 * len(part.rounds)
+        assert part.estimate_s <= gpu_parts.PART_BUDGET_S and 2 * factor * part.estimate_s <= gpu_parts.BATCH_BUDGET_S
+        est = gpu_parts.rung_estimates(part.ladder)
+        two = gpu_parts.PART_OVERHEAD_S + gpu_parts._dataset_s(part.ladder) + 2 * (est[0] + est[-1])
+        assert len(part.rounds) >= 2 or two > gpu_parts.PART_BUDGET_S, part.name  # one round where two won't fit
+    assert gpu_parts.total_rounds(100.0, 30.0) == 2 and gpu_parts.total_rounds(50.0, 30.0) == 4
+    assert gpu_parts.total_rounds(300.0, 30.0) == 1 and gpu_parts.total_rounds(500.0, 30.0) == 0
+    assert gpu_parts.sweep_id(gpu_parts.find("total-a100_option_a"), "h100", "abcdef123456") == \
+        "a100_option_a-total-h100-abcdef12"
 
 
 def test_dry_run_of_every_part_prints_its_commands_and_keeps_data_out_of_out(tmp_path):
@@ -125,7 +149,8 @@ def test_dry_run_of_every_part_prints_its_commands_and_keeps_data_out_of_out(tmp
                 assert where.startswith(str(scratch)), (part.name, command)
         if part.kind == "ladder":
             assert commands[0].startswith(f"{sys.executable} scripts/gpu_part.py ladder {part.ladder} ")
-            assert f" {part.ladder}-h100-{gpu_parts.path_fingerprint(part)[:8]} " in commands[0]
+            # one sweep per ladder, GPU and commit, whichever part, command or slot measures its rounds
+            assert f" {part.ladder}-h100-{gpu_parts.measured_commit()[:8]} " in commands[0]
             assert f"timeout_s={part.timeout_s}" in commands[0]
 
 
@@ -144,7 +169,8 @@ def test_a_scratch_folder_inside_out_is_refused(tmp_path):
 
 def test_usage_errors_name_the_bad_value_and_the_choices(tmp_path):
     bad = script("resnet", str(tmp_path))
-    assert bad.returncode == 2 and "unknown part 'resnet'" in bad.stderr and " phase2 noise tests " in bad.stderr
+    assert bad.returncode == 2 and "unknown part 'resnet'" in bad.stderr
+    assert "the parts are: headline total-a100_option_a " in bad.stderr
     assert "Traceback" not in bad.stderr
     none = script("phase2")  # no OUT_DIR and no $OUT
     assert none.returncode == 2 and "no output folder" in none.stderr
@@ -180,9 +206,9 @@ def test_a_tarball_over_16_mib_is_refused_naming_its_biggest_files(tmp_path):
     (folder / "results" / "runs").mkdir(parents=True)
     (folder / "results" / "runs" / "big.parquet").write_bytes(os.urandom(17 * 2**20))  # random: gzip cannot shrink it
     (folder / "phase2.log").write_text("small\n")
-    assert not gpu_campaign.pack_part(part, ctx)
+    assert not gpu_pack.pack_part(part, ctx)
     tarball = ctx.out / "phase2.tar.gz"
-    problem = gpu_campaign.size_problem(tarball, folder)
+    problem = gpu_pack.size_problem(tarball, folder)
     assert tarball.stat().st_size > 16 * 2**20 and "over the 16 MiB a slot returns" in problem
     assert "results/runs/big.parquet (17.0 MiB)" in problem and f"tar -czf {tarball} -C {folder} ." in problem
 
@@ -193,8 +219,8 @@ def test_a_log_that_makes_the_tarball_too_big_keeps_its_end_and_the_part_packs(t
     (folder / "results" / "runs").mkdir(parents=True)
     (folder / "results" / "runs" / "r.parquet").write_bytes(b"record")
     (folder / "phase2.log").write_bytes(os.urandom(3 * 2**20) + b"the end\n")
-    monkeypatch.setattr(gpu_campaign, "LOG_TAIL_BYTES", 2**20)
-    assert gpu_campaign.pack_part(part, ctx, limit=2 * 2**20)
+    monkeypatch.setattr(gpu_pack, "LOG_TAIL_BYTES", 2**20)
+    assert gpu_pack.pack_part(part, ctx, limit=2 * 2**20)
     with tarfile.open(ctx.out / "phase2.tar.gz") as tar:
         log = tar.extractfile("./phase2.log").read()
         assert tar.extractfile("./results/runs/r.parquet").read() == b"record"
@@ -214,8 +240,8 @@ def _entry(part, status="ok", fingerprint=None, attempts=1):
 def test_next_takes_pending_parts_in_order_within_one_command(tmp_path, monkeypatch):
     monkeypatch.setenv("PLAN_DIR", str(tmp_path))
     plan = {"gpu": "h100", "parts": {
-        "phase2": _entry("phase2"),  # done
-        "noise": _entry("noise", fingerprint="0" * 16),  # stale: its measured path changed
+        "headline": _entry("headline"),  # done
+        "noise": _entry("noise", fingerprint="0" * 16),  # its own files changed since (no commit: by fingerprint)
         "tests": _entry("tests", "failed"),  # failed once: retried
         "phase3": _entry("phase3", "failed", attempts=2),  # failed twice on this path: blocked
         "connectomics_quick": _entry("connectomics_quick", "cut"),  # stopped at the limit once: retried
@@ -223,20 +249,22 @@ def test_next_takes_pending_parts_in_order_within_one_command(tmp_path, monkeypa
     (tmp_path / "plan.json").write_text(json.dumps(plan))
     loaded = gpu_plan.load("h100")
     states = {p.name: gpu_plan.state(p, loaded["parts"].get(p.name)) for p in gpu_parts.catalogue()}
-    assert [states[n] for n in ("phase2", "noise", "tests", "phase3", "connectomics_quick", "detr_fast")] == \
-        ["done", "stale", "retry", "blocked", "retry", "to do"]
+    assert [states[n] for n in ("headline", "noise", "tests", "phase3", "connectomics_quick", "detr_fast")] == \
+        ["done", "changed", "retry", "blocked", "retry", "to do"]
     pending = gpu_plan.pending(loaded)
-    # the stale and the retried first, then the cheapest ladder with a guide total (A100's option A, since its
-    # start reads from storage at the guide's pace)
-    assert [p.name for p in pending[:3]] == ["noise", "tests", "a100_option_a"]
+    # the guide totals first (the cheapest ladder's first: A100's option A), then the retried tests, the noise
+    names = [p.name for p in pending]
+    assert names[:2] == ["total-a100_option_a", "total-connectomics_quick"]
+    assert names.index("tests") < names.index("noise") < names.index("connectomics_quick")
     chosen = gpu_plan.pick(pending)
     assert chosen[0] == pending[0] and sum(p.estimate_s for p in chosen) <= gpu_parts.BATCH_BUDGET_S
-    assert pending[1] not in chosen and pending[2] not in chosen  # 277 + 300 s, 277 + 346 s: too long for one command
+    assert pending[2] not in chosen  # 305 + 211 + 312 s: too long for one command
     for part in chosen[1:]:  # smaller later parts fill the command, never ahead of an earlier part of their ladder
-        assert pending.index(part) > 2
         assert all(p in chosen[:chosen.index(part)] for p in pending[:pending.index(part)] if p.ladder == part.ladder
                    and part.ladder)
-    progressive = [p for p in pending if p.ladder == "connectomics_progressive"][:2]  # 303 s, then 254 s
+    corrected = gpu_plan.pick(pending, factor=0.5)  # the plan's correction: more parts a command
+    assert len(corrected) > len(chosen) and 0.5 * sum(p.estimate_s for p in corrected) <= gpu_parts.BATCH_BUDGET_S
+    progressive = [p for p in pending if p.ladder == "connectomics_progressive" and p.kind == "ladder"][:2]
     assert gpu_plan.pick([pending[0], *progressive]) == [pending[0]]  # rung 6 waits for rungs 0-5
     big = [gpu_parts.find("resnet50_aggressive-r5")]
     assert gpu_plan.pick(big + pending) == big  # the first pending part always runs, however big
@@ -246,11 +274,12 @@ def test_next_takes_pending_parts_in_order_within_one_command(tmp_path, monkeypa
     assert list(sections(result.stdout)) == [p.name for p in chosen]
     # a second command on the same machine, before `record` here: what the first one measured is not taken again
     (tmp_path / "scratch").mkdir()
-    stamp = {"part": "noise", "gpu": "h100", "status": "ok", "ended": "2026-11-23T11:00:00Z", "records": ["a", "b"],
-             "commit": "abc", "code_fingerprint": "c0de", "path_fingerprint": _entry("noise")["path_fingerprint"]}
+    first = gpu_parts.find("total-a100_option_a")
+    stamp = {"part": first.name, "gpu": "h100", "status": "ok", "ended": "2026-11-23T11:00:00Z", "records": ["a"],
+             "commit": "", "code_fingerprint": "c0de", "path_fingerprint": gpu_parts.path_fingerprint(first)}
     (tmp_path / "scratch" / gpu_campaign.JOURNAL).write_text(json.dumps(stamp) + "\n")
     again = script("dry-run", "next", GPU="h100", PLAN_DIR=str(tmp_path), SCRATCH=str(tmp_path / "scratch"))
-    assert again.returncode == 0 and list(sections(again.stdout))[0] == "tests"
+    assert again.returncode == 0 and list(sections(again.stdout))[0] == "total-connectomics_quick"
 
 
 def test_the_command_s_age_counts_what_ran_before_the_driver_in_its_shell():
@@ -311,8 +340,8 @@ def test_record_puts_records_and_logs_under_the_gpu_and_marks_the_plan(tmp_path)
     assert len(load_runs(plan_dir)) == 2
     assert (plan_dir / "logs" / "phase2.log").read_text() == "the log\n"
     assert (plan_dir / "logs" / "phase2.table.md").read_text() == "| rung |\n"
-    row = next(line for line in (plan_dir / "PLAN.md").read_text().splitlines() if line.startswith("| 1 | `phase2`"))
-    assert "**done**" in row and "abc123" in row and "c0de" in row
+    row = next(line for line in (plan_dir / "PLAN.md").read_text().splitlines() if "| `phase2` |" in line)
+    assert "**done**" in row and "| abc123 |" in row
     # by name, from the folder the files came back in
     assert script("record", "phase2", PLAN_DIR=str(plan_dir), IN=str(tmp_path / "back")).returncode == 0
     assert script("record", "nosuchpart", PLAN_DIR=str(plan_dir)).returncode == 2

@@ -1,0 +1,112 @@
+"""The GPU campaign's plan converges: a part measured at a commit stays done for it unless its own files changed, the
+rounds of one ladder measured in different commands or slots at one commit make one sweep, parts measure the pinned
+commit, and the estimates are corrected by what recorded parts took (no GPU; git in a temporary repository)."""
+
+import dataclasses
+import json
+import subprocess
+
+import pytest
+
+from scripts import gpu_headline, gpu_parts, gpu_plan
+from tests.test_gpu_script import script
+
+
+def _git(repo, *args) -> str:
+    out = subprocess.run(["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@example.com", *args],
+                         check=True, capture_output=True, text=True)
+    return out.stdout.strip()
+
+
+def _commit(repo, files: dict[str, str]) -> str:
+    for rel, text in files.items():
+        (repo / rel).parent.mkdir(parents=True, exist_ok=True)
+        (repo / rel).write_text(text)
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-q", "-m", "change")
+    return _git(repo, "rev-parse", "HEAD")
+
+
+@pytest.fixture
+def repo(tmp_path, monkeypatch):
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    _git(repo, "init", "-q")
+    monkeypatch.setattr(gpu_plan, "REPO", repo)
+    return repo
+
+
+def test_a_commit_that_touches_none_of_a_ladder_s_files_leaves_its_part_done(repo):
+    part = dataclasses.replace(gpu_parts.find("phase2"), paths=("conf/ladder/phase2.yaml", "models/net.py"))
+    measured = _commit(repo, {"conf/ladder/phase2.yaml": "rungs: 4\n", "models/net.py": "a\n", "harness/run.py": "1\n"})
+    entry = {"status": "ok", "commit": measured, "path_fingerprint": "not these files"}
+    harness_only = _commit(repo, {"harness/run.py": "2\n"})  # the measuring code changed, the ladder's own files not
+    assert gpu_plan.state(part, entry) == "done" and gpu_plan.state(part, entry, harness_only) == "done"
+    ladder_too = _commit(repo, {"conf/ladder/phase2.yaml": "rungs: 5\n"})
+    assert gpu_plan.state(part, entry, ladder_too) == "changed"
+    assert gpu_plan.own_files_changed(part, entry, ladder_too) == ["conf/ladder/phase2.yaml"]
+    assert gpu_plan.state(part, entry, harness_only) == "done"  # still done for the pin it was measured against
+    assert gpu_plan.state(part, entry) == "changed"  # this checkout has the ladder's change
+    failed = {**entry, "status": "failed", "path_fingerprint": gpu_parts.path_fingerprint(part)}
+    assert gpu_plan.state(part, failed) == "retry"
+
+
+def test_a_commit_git_does_not_know_falls_back_on_the_files_fingerprint(repo):
+    part = gpu_parts.find("noise")
+    same = {"status": "ok", "commit": "0" * 40, "path_fingerprint": gpu_parts.path_fingerprint(part)}
+    assert gpu_plan.state(part, same) == "done"
+    assert gpu_plan.state(part, {**same, "path_fingerprint": "0" * 16}) == "changed"
+
+
+def test_parts_measure_the_pinned_commit_in_a_worktree_of_it(repo, tmp_path):
+    pinned = _commit(repo, {"conf/ladder/phase2.yaml": "rungs: 4\n"})
+    later = _commit(repo, {"conf/ladder/phase2.yaml": "rungs: 5\n"})
+    plan = {"gpu": "h100", "commit": pinned, "parts": {}}
+    assert gpu_plan.checkout_pin(plan, pinned, tmp_path / "s") is None  # this copy is at the pin
+    assert gpu_plan.checkout_pin({**plan, "commit": ""}, later, tmp_path / "s") is None  # nothing pinned
+    folder, commit = gpu_plan.checkout_pin(plan, later, tmp_path / "s")
+    assert commit == pinned and (folder / "conf/ladder/phase2.yaml").read_text() == "rungs: 4\n"
+    with pytest.raises(ValueError, match=r"the campaign is pinned at 1111111111.* GIT_COMMIT=1{40}"):
+        gpu_plan.checkout_pin({**plan, "commit": "1" * 40}, later, tmp_path / "s")
+
+
+def test_rounds_of_one_ladder_at_one_commit_join_one_sweep_whichever_command_measures_them():
+    rounds = [p for p in gpu_parts.catalogue() if p.ladder == "phase2" and p.kind == "ladder"]
+    assert [p.rounds for p in rounds] == [(0,), (1,), (2,)]
+    assert {gpu_parts.sweep_id(p, "h100", "abcdef1234") for p in rounds} == {"phase2-h100-abcdef12"}
+    assert gpu_headline.sweep_id("phase2", "h100", "abcdef1234") == "phase2-h100-abcdef12"  # the headline's too
+    assert gpu_parts.sweep_id(rounds[0], "h100", "fedcba9876") != gpu_parts.sweep_id(rounds[0], "h100", "abcdef1234")
+
+
+def test_the_dry_run_of_a_part_names_the_pinned_commit_and_its_sweep(tmp_path):
+    (tmp_path / "plan.json").write_text(json.dumps({"gpu": "h100", "commit": "f" * 40, "parts": {}}))
+    result = script("dry-run", "phase2-round2", GPU="h100", PLAN_DIR=str(tmp_path))
+    assert result.returncode == 0, result.stderr
+    assert "# at the campaign's pinned commit ffffffffffff" in result.stdout
+    assert " phase2-h100-ffffffff " in result.stdout
+
+
+def test_estimates_are_corrected_by_the_median_measured_over_estimated_time_of_recorded_parts():
+    plan = {"gpu": "h100", "parts": {"a": {"elapsed_s": 60, "estimate_s": 100},
+                                     "b": {"elapsed_s": 50, "estimate_s": 100},
+                                     "c": {"elapsed_s": 150, "estimate_s": 100}, "d": {"estimate_s": 100}}}
+    assert gpu_plan.correction(plan) == (0.6, 3)
+    assert gpu_plan.correction({"gpu": "h100", "parts": {}}) == (1.0, 0)
+    # the H100's records: phase2's three rounds 417 s of 639, noise 153 of 277, the test tier 155 of 300
+    factor, recorded = gpu_plan.correction(gpu_plan.load("h100"))
+    assert recorded == 3 and factor == pytest.approx(153 / 277)
+
+
+def test_plan_md_states_how_a_slot_is_used_and_the_campaign_s_corrected_estimate(tmp_path, monkeypatch):
+    monkeypatch.setenv("PLAN_DIR", str(tmp_path))
+    plan = gpu_plan.load("h100")
+    plan["parts"] = {"tests": {"status": "ok", "elapsed_s": 150, "estimate_s": 300, "commit": "",
+                               "path_fingerprint": gpu_parts.path_fingerprint(gpu_parts.find("tests"))}}
+    text = gpu_plan.render(plan)
+    left = [p for p in gpu_parts.catalogue() if p.name != "tests"]
+    raw, headline = sum(p.estimate_s for p in left), gpu_parts.find("headline").estimate_s
+    assert "starts with `bash scripts/gpu_measure.sh headline`" in text
+    assert f"~{raw} s by the model's estimate; corrected by 0.50, the median measured/estimated time of 1 recorded " \
+           f"parts: **~{0.5 * (raw - headline) + headline:.0f} s" in text  # the headline's: recorded times already
+    rows = [line.split(" | ")[1] for line in text.splitlines() if line.startswith("| ") and "`" in line]
+    assert rows[0] == "`headline`" and rows[1].startswith("`total-")
