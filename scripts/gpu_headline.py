@@ -1,6 +1,8 @@
 """The headline: the GPU truth worth most, in one command of at most 9 minutes on an H100 or H200, the install of the
 carried wheels included, so that any slot a GPU machine is lent for starts with it.
 
+    0. every module the harness imports, imported (scripts/gpu_wheels.py check: a wheel not carried is named at
+       once, not as a ladder's error);
     1. ``python -m harness sweep +ladder=phase2`` at full size, as the README's command runs it (every run forked
        from the warm launcher, ``sweep.repeats=auto``), within a ``sweep.budget_min`` that leaves room for the rest;
        its sweep id is the ladder's, the GPU's and the commit's, so that a second slot at the same commit resumes it
@@ -28,6 +30,7 @@ from scripts import gpu_parts
 LIMIT_S = 540  # the headline's command, install included (a command's limit is 600 s: room for start and return)
 INSTALL_S = 30  # allowance: pip installs the carried wheels from .whl/ (no index, no compile)
 ENV_S = 5  # allowance: python -c and nvidia-smi
+WHEELS_CHECK_S = 5  # allowance: importing every module the harness imports, once
 PACK_S = 15  # allowance: the check, the table and the tarball
 WHEELS = ".whl"
 INSTALL = (f"python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site {WHEELS}/*.whl && "
@@ -55,17 +58,18 @@ class Estimate:
     @property
     def budget_s(self) -> int:
         """What phase2's sweep may take: the command's limit less everything else, in whole tenths of a minute."""
-        rest = INSTALL_S + self.compile_run_s + self.forked_s + ENV_S + PACK_S
+        rest = INSTALL_S + WHEELS_CHECK_S + self.compile_run_s + self.forked_s + ENV_S + PACK_S
         return int(floor((LIMIT_S - rest) / 6) * 6)
 
     @property
     def total_s(self) -> int:
-        return round(INSTALL_S + self.budget_s + self.compile_run_s + self.forked_s + ENV_S + PACK_S)
+        return round(INSTALL_S + WHEELS_CHECK_S + self.budget_s + self.compile_run_s + self.forked_s + ENV_S + PACK_S)
 
     def lines(self) -> list[str]:
         rounds = int(self.budget_s // self.round_s)
         return [
-            f"  install the carried wheels ({WHEELS}/): {INSTALL_S} s (an allowance)",
+            f"  install the carried wheels ({WHEELS}/): {INSTALL_S} s, then import what the harness imports: "
+            f"{WHEELS_CHECK_S} s (allowances)",
             f"  phase2, sweep.repeats=auto within sweep.budget_min={self.budget_s / 60:g}: {self.budget_s} s at most; "
             f"a round took {self.round_s:.0f} s ({self.source}), so {rounds} rounds fit, another when forked "
             "rounds go quicker",
@@ -136,6 +140,7 @@ def commands(py: str, gpu: str, results: Path, est: Estimate, at: str) -> list[l
     """The headline's measuring commands, in order (``at``: the commit measured)."""
     common = [f"results_dir={results}", f"timeout_s={RUN_TIMEOUT_S}"]
     return [
+        [py, "scripts/gpu_wheels.py", "check"],
         [py, "-m", "harness", "sweep", *PHASE2, f"sweep.id={sweep_id('phase2', gpu, at)}",
          f"sweep.budget_min={est.budget_s / 60:g}", *common],
         [py, "-m", "harness", "run", *COMPILE_RUN, *common],

@@ -98,9 +98,10 @@ def test_the_headline_on_a_faked_device_returns_its_records_and_table_within_a_s
     assert "./table.md" in names and not any(n.endswith("before.txt") for n in names)
     runs = load_runs(tmp_path / "back" / "results")
     assert runs.groupby("sweep_id").size().to_dict() == {"phase2-h100-c0ffeec0": 4, "bf16-fake": 2, "-fake": 1}
-    # the steps in order: phase2 as the README runs it, within its budget; the compile + TF32 run; the forked
-    # two-rung sweep; env; then the strict check
+    # the steps in order: the wheels' imports; phase2 as the README runs it, within its budget; the compile + TF32
+    # run; the forked two-rung sweep; env; then the strict check
     steps = [line for line in log.splitlines() if line.startswith("+ ")]
+    assert steps.pop(0).endswith("scripts/gpu_wheels.py check") and "every module the harness imports is here" in log
     assert "-m harness sweep +ladder=phase2 sweep.id=phase2-h100-c0ffeec0 sweep.budget_min=6 " in steps[0]
     assert "-m harness run workload=resnet50 size=smoke compile=default tf32=true" in steps[1]
     assert "-m harness sweep +ladder=bf16 workload=resnet50 size=smoke tf32=true sweep.repeats=1" in steps[2]
@@ -134,7 +135,7 @@ def test_the_dry_run_prints_the_one_command_and_its_estimate_from_the_h100_s_rec
     command = next(line for line in lines if not line.startswith(("#", "+")))
     assert command == (f"{gpu_headline.INSTALL} && GIT_COMMIT=abc123 GPU=h100 bash scripts/gpu_measure.sh headline")
     assert "a round took 139 s (recorded on the H100), so 2 rounds fit" in result.stdout
-    assert "install the carried wheels (.whl/): 30 s (an allowance)" in result.stdout
+    assert "install the carried wheels (.whl/): 30 s, then import what the harness imports: 5 s" in result.stdout
 
 
 def test_the_estimate_is_made_of_the_h100_s_recorded_run_times():
@@ -152,3 +153,17 @@ def test_a_sweep_s_start_is_read_from_its_id():
     start = gpu_headline.sweep_start("phase2-20261122-091425948891-586da8f8")
     assert start.isoformat() == "2026-11-22T09:14:25.948891+00:00"
     assert gpu_headline.sweep_start("phase2-h100-c0ffeec0") is None
+
+
+def test_the_carried_wheels_cover_every_module_the_harness_and_the_models_import(monkeypatch):
+    from scripts import gpu_wheels
+
+    imported = gpu_wheels.imported_modules()
+    assert gpu_wheels.uncovered(imported) == []
+    assert imported["soundfile"] == ["models/speech.py"]  # the SEResNet stand-in: soundfile, with cffi and pycparser
+    assert {"cffi", "pycparser"} <= set(gpu_wheels.CARRIED)
+    assert {"scipy", "yaml"} <= set(gpu_wheels.CARRIED)  # the analysis' and the ladders' reader's, not the image's
+    assert set(gpu_wheels.IMAGE).isdisjoint(gpu_wheels.CARRIED)
+    assert gpu_wheels.uncovered(["soundfile", "librosa"]) == ["librosa"]  # what nobody carries is named
+    monkeypatch.delitem(gpu_wheels.CARRIED, "cffi")
+    assert gpu_wheels.uncovered(["soundfile"]) == ["cffi"]  # what a wheel imports itself: --no-deps installs none
