@@ -5,9 +5,9 @@ The parent sees the window's edges only when it next polls, up to half a second 
 its time, and ``metrics`` keeps only those inside the window the child recorded (``window_start_unix``,
 ``measured_s``), so that a sample of the idle device after the window's close is not averaged in. NVML's
 utilisation and power are averages over up to a second before the sample (``AVERAGED_OVER_S``): a sample taken
-less than that after the window opened averages the idle device before it in (GPU util and power ~10% low on a
-2.5 s window), so it does not count either. GPM's SM activity, which needs the edges themselves, is read by the
-child (``gpu.WindowGpm``).
+less than that after the window opened averages the device before the window in (idle, or still warming up), so
+it does not count either. GPM's SM activity, which needs the edges themselves, is read by the child
+(``gpu.WindowGpm``).
 """
 
 from __future__ import annotations
