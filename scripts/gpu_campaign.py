@@ -26,7 +26,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from scripts import gpu_headline, gpu_pack, gpu_parts, gpu_plan  # noqa: E402
+from scripts import gpu_headline, gpu_parts, gpu_plan  # noqa: E402
 from scripts.gpu_pack import RETURN_LIMIT_BYTES, pack_part, tar_command  # noqa: E402
 
 STOP_AFTER_S = 550  # after the command began (its wheel install included)
@@ -401,7 +401,7 @@ def main(argv: list[str]) -> int:
     try:
         if what == "list":
             for p in gpu_parts.catalogue():
-                print(f"{p.name:<40} {gpu_parts.TIER_NAMES[p.tier]:<16} {p.estimate_s:>4} s  {p.what}")
+                print(f"{p.name:<40} {gpu_parts.TIER_NAMES[p.tier]:<20} {p.estimate_s:>4} s  {p.what}")
             return 0
         if what in ("plan", "pin"):
             return plans(what, rest)
