@@ -94,7 +94,7 @@ def commands(part: gpu_parts.Part, ctx: Context) -> list[list[str]]:
     """The measuring commands of ``part``, as they run (from the repository root)."""
     py, results, timeout = ctx.py, f"results_dir={ctx.results}", f"timeout_s={ctx.timeout_s or part.timeout_s}"
     if part.kind == "headline":
-        return gpu_headline.commands(py, ctx.gpu, ctx.results, gpu_headline.estimate(ctx.gpu), ctx.commit)
+        return gpu_headline.commands(py, ctx.results, gpu_headline.estimate(ctx.gpu))
     if part.kind == "ladder":
         rungs = f"{part.rungs[0]}-{part.rungs[-1]}" if len(part.rungs) > 1 else str(part.rungs[0])
         return [[py, "scripts/gpu_part.py", "ladder", part.ladder, rungs, str(part.rounds[0]),
@@ -118,13 +118,19 @@ def after(part: gpu_parts.Part, ctx: Context) -> list[list[str]]:
     """The check and the table of a part that writes records."""
     if part.kind in ("tests", "env"):
         return []
-    check = [ctx.py, "scripts/gpu_part.py", "check", str(ctx.results), f"{ctx.pack(part)}/before.txt"]
+    before = f"{ctx.pack(part)}/before.txt"
+    check = [ctx.py, "scripts/gpu_part.py", "check", str(ctx.results), before]
     if part.kind == "run":
         return [check]
+    if part.kind == "headline":  # every record ok; the table of the phase2 sweep it measured
+        return [check + ["strict"], [ctx.py, "scripts/gpu_part.py", "table", str(ctx.results), before, "phase2"]]
     sweep = gpu_parts.sweep_id(part, ctx.gpu, ctx.commit) if part.kind in ("ladder", "total") else "latest"
-    if part.kind == "headline":  # every record ok; phase2's table
-        check, sweep = check + ["strict"], gpu_headline.sweep_id("phase2", ctx.gpu, ctx.commit)
     return [check, [ctx.py, "-m", "harness", "table", "--results", str(ctx.results), "--sweep", sweep]]
+
+
+def is_table(argv: list[str]) -> bool:
+    """Whether a step of ``after`` prints a table (its output is table.md; its exit code only shows)."""
+    return argv[2:4] == ["harness", "table"] or argv[1:3] == ["scripts/gpu_part.py", "table"]
 
 
 def show(argv: list[str], to: str = "") -> str:
@@ -150,7 +156,7 @@ def dry_run(part: gpu_parts.Part, ctx: Context) -> list[str]:
     lines += [f"# seed {ctx.results}/runs/ with the records under {seed.relative_to(REPO)}/"
               + (f" and {ctx.results_from}" if ctx.results_from else "")] if steps else []
     lines += [show(c) for c in commands(part, ctx)]
-    lines += [show(c, f"{ctx.pack(part)}/table.md" if c[2:4] == ["harness", "table"] else "") for c in steps]
+    lines += [show(c, f"{ctx.pack(part)}/table.md" if is_table(c) else "") for c in steps]
     lines += [f"# new records -> {ctx.pack(part)}/results/runs/, stamp -> {ctx.pack(part)}/stamp.json" if steps
               else f"# stamp -> {ctx.pack(part)}/stamp.json", show(tar_command(part, ctx)),
               f"# ({part.name}.tar.gz is checked against the {RETURN_LIMIT_BYTES // 2**20} MiB a slot returns)"]
@@ -222,8 +228,8 @@ def run_part(part: gpu_parts.Part, ctx: Context) -> int:
         _say(log, f"# {part.name}: {part.what} (estimate {part.estimate_s} s)\n")
         codes = [_execute(c, log, ctx.started + STOP_AFTER_S, cwd=ctx.repo) for c in commands(part, ctx)]
         cut = None in codes
-        for c in [] if cut else after(part, ctx):  # the check counts; the table (c[2:4]) only shows
-            table = c[2:4] == ["harness", "table"]
+        for c in [] if cut else after(part, ctx):  # the check counts; the table only shows
+            table = is_table(c)
             code = _execute(c, log, ctx.started + STOP_AFTER_S + 30, pack / "table.md" if table else None, ctx.repo)
             codes += [] if table else [1 if code is None else code]
     new = sorted(p for p in (ctx.results / "runs").glob("*.parquet") if p.name not in before)

@@ -4,9 +4,11 @@ carried wheels included, so that any slot a GPU machine is lent for starts with 
     0. every module the harness imports, imported (scripts/gpu_wheels.py check: a wheel not carried is named at
        once, not as a ladder's error);
     1. ``python -m harness sweep +ladder=phase2`` at full size, as the README's command runs it (every run forked
-       from the warm launcher, ``sweep.repeats=auto``), within a ``sweep.budget_min`` that leaves room for the rest;
-       its sweep id is the ladder's, the GPU's and the commit's, so that a second slot at the same commit resumes it
-       from the records committed under results/<gpu>/runs/ instead of starting again;
+       from the warm launcher, ``sweep.repeats=auto``), within a ``sweep.budget_min`` that leaves room for the rest
+       (its sweep id is the sweep's own: the command takes none). Its store is seeded with the records committed
+       under results/<gpu>/runs/, so that a second slot at the same commit on the same kind of machine takes the
+       rounds measured there (as `harness sweep` takes every round measured in its environment) and measures more
+       only while a verdict is undecided;
     2. a short ``compile=default tf32=true`` run (ResNet-50 at smoke size): it guards every costly compile and TF32
        part of the campaign;
     3. a two-rung sweep forked from the warm launcher (``+ladder=bf16`` on ResNet-50 at smoke size, TF32 on);
@@ -130,19 +132,12 @@ def compile_run(runs) -> tuple[float, float]:
     return 0.0, 0.0
 
 
-def sweep_id(ladder: str, gpu: str, commit: str) -> str:
-    """A sweep measured at one commit on one GPU kind: every slot's rounds of it join it (as a ladder part's do:
-    ``gpu_parts.sweep_id``)."""
-    return f"{ladder}-{gpu}-{(commit or 'unknown')[:8]}"
-
-
-def commands(py: str, gpu: str, results: Path, est: Estimate, at: str) -> list[list[str]]:
-    """The headline's measuring commands, in order (``at``: the commit measured)."""
+def commands(py: str, results: Path, est: Estimate) -> list[list[str]]:
+    """The headline's measuring commands, in order."""
     common = [f"results_dir={results}", f"timeout_s={RUN_TIMEOUT_S}"]
     return [
         [py, "scripts/gpu_wheels.py", "check"],
-        [py, "-m", "harness", "sweep", *PHASE2, f"sweep.id={sweep_id('phase2', gpu, at)}",
-         f"sweep.budget_min={est.budget_s / 60:g}", *common],
+        [py, "-m", "harness", "sweep", *PHASE2, f"sweep.budget_min={est.budget_s / 60:g}", *common],
         [py, "-m", "harness", "run", *COMPILE_RUN, *common],
         [py, "-m", "harness", "sweep", *FORKED, *common],  # a sweep of its own each time: it is measured again
         [py, "-c", "import torch, sys; print(sys.version); print(torch.__version__, torch.version.cuda, "

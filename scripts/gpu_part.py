@@ -12,6 +12,8 @@
         A guide's total: rung 0 against the ladder's last rung, rounds ROUNDS in ABBA order, into SWEEP_ID.
     python3 scripts/gpu_part.py rung LADDER RUNG SWEEP_ID [key=value ...]
         The same for one rung, round 0.
+    python3 scripts/gpu_part.py table RESULTS_DIR BEFORE_LIST LADDER
+        The table (`python -m harness table`) of each sweep of LADDER that a record written since BEFORE_LIST joined.
     python3 scripts/gpu_part.py check RESULTS_DIR BEFORE_LIST [strict]
         With strict (the headline's): exit 1 if a record written since BEFORE_LIST ended otherwise than ok. Else
         exit 1 if a record written since BEFORE_LIST (the record files present before the part) ended error,
@@ -138,11 +140,34 @@ def _parse(value: str):
     return yaml.safe_load(value) if value else value
 
 
-def check(results_dir: str, before_list: str, strict: bool = False) -> int:
-    from harness.store import load_parquet_files, runs_dir
+def _new_records(results_dir: str, before_list: str) -> list[str]:
+    """The record files under ``results_dir`` that BEFORE_LIST (the files present before the part) does not name."""
+    from harness.store import runs_dir
 
     before = set(Path(before_list).read_text().split()) if Path(before_list).exists() else set()
-    new = sorted(str(p) for p in runs_dir(results_dir).glob("*.parquet") if p.name not in before)
+    return sorted(str(p) for p in runs_dir(results_dir).glob("*.parquet") if p.name not in before)
+
+
+def table(results_dir: str, before_list: str, ladder_name: str) -> int:
+    """Print the table of each sweep of ``ladder_name`` that a new record joined (1 when there is none)."""
+    import subprocess
+
+    from harness.store import load_parquet_files
+
+    new = _new_records(results_dir, before_list)
+    rows = load_parquet_files(new) if new else None
+    sweeps = sorted({s for s in rows[rows["ladder"] == ladder_name]["sweep_id"].dropna()}) if new else []
+    if not sweeps:
+        print(f"no new record of ladder {ladder_name}: no table")
+        return 1
+    return max(subprocess.run([sys.executable, "-m", "harness", "table", "--results", results_dir, "--sweep", sweep],
+                              cwd=REPO).returncode for sweep in sweeps)
+
+
+def check(results_dir: str, before_list: str, strict: bool = False) -> int:
+    from harness.store import load_parquet_files
+
+    new = _new_records(results_dir, before_list)
     if not new:
         print("no new record (nothing measured, or every rung was measured already)")
         return 0
@@ -188,6 +213,8 @@ def main(argv: list[str]) -> int:
             return total(argv[1], argv[2], argv[3], argv[4:])
         if len(argv) >= 4 and argv[0] == "rung":
             return ladder(argv[1], argv[2], "0", argv[3], argv[4:])
+        if len(argv) == 4 and argv[0] == "table":
+            return table(argv[1], argv[2], argv[3])
         if len(argv) in (3, 4) and argv[0] == "check" and argv[3:] in ([], ["strict"]):
             return check(argv[1], argv[2], strict=argv[3:] == ["strict"])
     except ValueError as exc:

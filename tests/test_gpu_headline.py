@@ -39,7 +39,7 @@ if args[:2] == ["-m", "harness"] and args[2] in ("sweep", "run"):
         write_record(RunRecord(run_id=run_id, status=status, timestamp="2026-11-27T10:00:00Z", workload="unet3d",
                                ladder=ladder, rung=rung if ladder else None, round=0, size="full", device="cuda",
                                gpu_name="NVIDIA H100 80GB HBM3", gpu_count=1, cpu_model="faked", cpu_count=16,
-                               sweep_id=settings.get("sweep.id", ladder + "-fake"), samples_per_s=50.0 + rung,
+                               sweep_id=f"{{ladder}}-20261127-{{os.getpid()}}", samples_per_s=50.0 + rung,
                                error="" if status == "ok" else "tf32=true needs a CUDA GPU"),
                      settings["results_dir"])
     print(f"faked {{args[2]}} {{ladder}}: {{rungs}} record(s) {{status}}")
@@ -87,7 +87,7 @@ def test_the_headline_on_a_faked_device_returns_its_records_and_table_within_a_s
     assert "headline: ok, 7 new records" in result.stdout
     assert sorted(p.name for p in returned_files(out)) == ["headline.md", "headline.tar.gz"]
     table = (out / "headline.md").read_text()
-    assert "sweep phase2-h100-c0ffeec0" in table and "| 0 | (baseline)" in table
+    assert re.search(r"### sweep phase2-20261127-\d+: ladder phase2", table) and "| 0 | (baseline)" in table
     with tarfile.open(out / "headline.tar.gz") as tar:
         names = tar.getnames()
         stamp = json.load(tar.extractfile("./stamp.json"))
@@ -97,15 +97,16 @@ def test_the_headline_on_a_faked_device_returns_its_records_and_table_within_a_s
     assert stamp["commit"].startswith("c0ffee") and len(stamp["records"]) == 4 + 1 + 2
     assert "./table.md" in names and not any(n.endswith("before.txt") for n in names)
     runs = load_runs(tmp_path / "back" / "results")
-    assert runs.groupby("sweep_id").size().to_dict() == {"phase2-h100-c0ffeec0": 4, "bf16-fake": 2, "-fake": 1}
+    assert sorted(runs.groupby("ladder").size().items()) == [("", 1), ("bf16", 2), ("phase2", 4)]
     # the steps in order: the wheels' imports; phase2 as the README runs it, within its budget; the compile + TF32
     # run; the forked two-rung sweep; env; then the strict check
     steps = [line for line in log.splitlines() if line.startswith("+ ")]
     assert steps.pop(0).endswith("scripts/gpu_wheels.py check") and "every module the harness imports is here" in log
-    assert "-m harness sweep +ladder=phase2 sweep.id=phase2-h100-c0ffeec0 sweep.budget_min=6 " in steps[0]
+    assert "-m harness sweep +ladder=phase2 sweep.budget_min=6 results_dir=" in steps[0]
     assert "-m harness run workload=resnet50 size=smoke compile=default tf32=true" in steps[1]
     assert "-m harness sweep +ladder=bf16 workload=resnet50 size=smoke tf32=true sweep.repeats=1" in steps[2]
     assert steps[4] == "+ nvidia-smi" and steps[5].endswith("before.txt strict")
+    assert steps[6].endswith("before.txt phase2 > " + str(tmp_path / "scratch" / "pack" / "headline" / "table.md"))
     assert "NVIDIA H100 80GB HBM3 | faked" in log
 
 

@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 
-from scripts import gpu_headline, gpu_parts, gpu_plan
+from scripts import gpu_parts, gpu_plan
 from tests.test_gpu_script import script
 
 
@@ -74,7 +74,6 @@ def test_rounds_of_one_ladder_at_one_commit_join_one_sweep_whichever_command_mea
     rounds = [p for p in gpu_parts.catalogue() if p.ladder == "phase2" and p.kind == "ladder"]
     assert [p.rounds for p in rounds] == [(0,), (1,), (2,)]
     assert {gpu_parts.sweep_id(p, "h100", "abcdef1234") for p in rounds} == {"phase2-h100-abcdef12"}
-    assert gpu_headline.sweep_id("phase2", "h100", "abcdef1234") == "phase2-h100-abcdef12"  # the headline's too
     assert gpu_parts.sweep_id(rounds[0], "h100", "fedcba9876") != gpu_parts.sweep_id(rounds[0], "h100", "abcdef1234")
 
 
