@@ -109,3 +109,31 @@ def test_plan_md_states_how_a_slot_is_used_and_the_campaign_s_corrected_estimate
            f"parts: **~{0.5 * (raw - headline) + headline:.0f} s" in text  # the headline's: recorded times already
     rows = [line.split(" | ")[1] for line in text.splitlines() if line.startswith("| ") and "`" in line]
     assert rows[0] == "`headline`" and rows[1].startswith("`total-")
+
+
+def test_a_guide_total_part_alternates_its_two_ends_round_after_round(tmp_path, monkeypatch):
+    """ABBA: rung 0 then the last rung, then the last rung then rung 0; the last rung's settings are every change of
+    the guide's at once (no rung between was measured), all in one sweep, from one warm launcher (a faked runner)."""
+    import contextlib
+
+    from harness.run import launcher, runner
+    from harness.store import RunRecord
+    from harness.sweeps import rungs as sweep_mod
+    from scripts import gpu_part
+
+    turns, configs = [], {}
+    monkeypatch.setattr(runner, "prepare_data", lambda cfg, log=print: configs.setdefault("prepared", []).append(cfg))
+    monkeypatch.setattr(launcher, "warm", contextlib.nullcontext)
+
+    def fake_rung(ctx, index, round_, machine):
+        turns.append((index, round_, ctx.sweep_id))
+        return sweep_mod.RungOutcome(RunRecord(run_id=f"r{index}{round_}", status="ok", timestamp=""), "measured",
+                                     frozenset())
+
+    monkeypatch.setattr(sweep_mod, "run_rung", fake_rung)
+    part = gpu_parts.find("total-a100_option_a")
+    assert gpu_part.main(["total", part.ladder, "0-1", "a100_option_a-total-h100-abc", f"results_dir={tmp_path}"]) == 0
+    assert turns == [(0, 0, "a100_option_a-total-h100-abc"), (2, 0, "a100_option_a-total-h100-abc"),
+                     (2, 1, "a100_option_a-total-h100-abc"), (0, 1, "a100_option_a-total-h100-abc")]
+    first, last = configs["prepared"]  # Option A: batch 1 -> 2 and workers 1 -> 4, together
+    assert (first.batch_size, first.data.num_workers) == (1, 1) and (last.batch_size, last.data.num_workers) == (2, 4)
