@@ -60,8 +60,32 @@ def total(ladder_name: str, rounds_text: str, sweep_id: str, overrides: list[str
     in ABBA order (0 then last, last then 0, ...), so that a drift of the machine over the part hits both alike."""
     ctx = _context(ladder_name, rounds_text, sweep_id, overrides)
     last = len(ctx.ladder.rungs) - 1
-    return _turns(ctx, [(index, round_) for round_ in span(rounds_text, "rounds")
+    code = _turns(ctx, [(index, round_) for round_ in span(rounds_text, "rounds")
                         for index in ((0, last) if round_ % 2 == 0 else (last, 0))])
+    print(total_verdict(ctx.results_dir, sweep_id, ctx.ladder), flush=True)
+    return code
+
+
+def total_verdict(results_dir: str, sweep_id: str, lad) -> str:
+    """The guide total's verdict from a sweep of its two ends: the last rung over rung 0 as the sweep's table
+    measures it (its band from the rounds), against the ladder's total claim. (The table's own total line needs
+    every rung, so it says "not measured" for such a sweep.)"""
+    from harness.analysis.stats import speedup
+    from harness.analysis.views.table import load_table
+
+    last = len(lad.rungs) - 1
+    try:
+        rows = {row.rung: row for row in load_table(results_dir, sweep_id).rows}
+    except ValueError as exc:
+        return f"{lad.name} total: no table ({exc})"
+    row = rows.get(last)
+    measured = (row.x_previous if row.built_on == 0 else row.x_baseline) if row else None
+    claim = lad.total_claim
+    head = f"{lad.name} total, rung {last} over rung 0: {speedup.band_text(measured)}; the guide claims "
+    head += f"{claim.low:g}-{claim.high:g}x" if claim.low != claim.high else f"{claim.low:g}x"
+    if measured is None:
+        return head + ": not measured (rung 0 or the last rung did not run ok)"
+    return head + f": {speedup.verdict(measured, claim.low, claim.high)}"
 
 
 def _turns(ctx, turns: list[tuple[int, int]]) -> int:

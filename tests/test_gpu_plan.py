@@ -137,3 +137,20 @@ def test_a_guide_total_part_alternates_its_two_ends_round_after_round(tmp_path, 
                      (2, 1, "a100_option_a-total-h100-abc"), (0, 1, "a100_option_a-total-h100-abc")]
     first, last = configs["prepared"]  # Option A: batch 1 -> 2 and workers 1 -> 4, together
     assert (first.batch_size, first.data.num_workers) == (1, 1) and (last.batch_size, last.data.num_workers) == (2, 4)
+
+
+def test_a_guide_total_s_verdict_is_its_last_rung_over_rung_0_against_the_total_claim(tmp_path):
+    from harness.store import RunRecord, write_record
+    from scripts import gpu_part
+
+    lad = gpu_parts._ladder("a100_option_a")  # the guide claims 2x for batch 2 and four workers together
+    speeds = {(0, 0): 10.0, (2, 0): 20.5, (2, 1): 19.0, (0, 1): 9.8, (0, 2): 10.1, (2, 2): 20.2}
+    for i, ((rung, round_), speed) in enumerate(speeds.items()):
+        write_record(RunRecord(run_id=f"20261127-10000{i}-x", status="ok", timestamp=f"2026-11-27T10:00:0{i}Z",
+                               workload="basic_unet3d", ladder=lad.name, rung=rung, round=round_, size="full",
+                               device="cuda", gpu_name="NVIDIA H100 80GB HBM3", gpu_count=1, cpu_model="f",
+                               cpu_count=16, sweep_id="t", samples_per_s=speed), tmp_path)
+    line = gpu_part.total_verdict(str(tmp_path), "t", lad)
+    assert line.startswith("a100_option_a total, rung 2 over rung 0: 2.0") and "the guide claims 2x: " in line
+    assert line.endswith(": confirms"), line
+    assert gpu_part.total_verdict(str(tmp_path / "none"), "t", lad).startswith("a100_option_a total: no table")
