@@ -30,10 +30,12 @@ from functools import lru_cache
 from math import ceil, prod
 from pathlib import Path
 
+from harness.config import ladder as ladder_mod
 from harness.run.child.stopping import QUEUE_MAX_STEPS
 
 REPO = Path(__file__).resolve().parent.parent
-LADDER_DIR = REPO / "conf" / "ladder"
+LADDER_DIR = ladder_mod.LADDER_DIR  # conf/ladder/, wherever the harness keeps it
+CONF_DIR = LADDER_DIR.parent
 
 DEVICE_GPUS = 1  # the lent machines have one GPU: rungs asking for more are recorded `skipped` at once
 DEVICE_CPUS = 16
@@ -197,8 +199,6 @@ def _dataset_s(ladder_name: str) -> float:
 
 @lru_cache(maxsize=None)
 def _ladder(name: str):
-    from harness.config import ladder as ladder_mod
-
     return ladder_mod.load(name)
 
 
@@ -371,9 +371,9 @@ def workload_paths(workloads: tuple[str, ...]) -> tuple[str, ...]:
     measuring code does not make a part's measurement another one's)."""
     paths = []
     for name in workloads:
-        text = (REPO / "conf" / "workload" / f"{name}.yaml").read_text()
-        models = {f"models/{m}.py" for m in re.findall(r"models\.(\w+)\.", text)}
-        paths += [f"conf/workload/{name}.yaml", *sorted(models)]
+        config = CONF_DIR / "workload" / f"{name}.yaml"
+        models = {f"models/{m}.py" for m in re.findall(r"models\.(\w+)\.", config.read_text())}
+        paths += [config.relative_to(REPO).as_posix(), *sorted(models)]
     return tuple(dict.fromkeys(paths))
 
 
@@ -381,7 +381,8 @@ def ladder_paths(name: str) -> tuple[str, ...]:
     """A ladder's own files: its file and its workloads'."""
     lad = _ladder(name)
     workloads = [lad.workload] + [r.value_for("full") for r in lad.rungs if r.key == "workload"]
-    return (f"conf/ladder/{name}.yaml",) + workload_paths(tuple(dict.fromkeys(workloads)))
+    own = (LADDER_DIR / f"{name}.yaml").relative_to(REPO).as_posix()
+    return (own,) + workload_paths(tuple(dict.fromkeys(workloads)))
 
 
 def fingerprint(paths: tuple[str, ...], extra: str = "") -> str:
