@@ -123,15 +123,28 @@ def test_a_data_claim_is_not_measurable_where_the_loop_did_not_wait_on_data():
 
 def test_a_validation_claim_is_judged_on_the_passes_time_per_training_sample():
     # every 5 steps a pass adds 50 ms, then every 10 steps: validation's share halves, the step barely moves
-    def steps(every: int) -> list[float]:
-        return [100.0 + (50.0 if (3 + i + 1) % every == 0 else 0.0) for i in range(STEPS)]
+    def steps(every: int, extra: float) -> list[float]:
+        return [100.0 + (extra if (3 + i + 1) % every == 0 else 0.0) for i in range(STEPS)]
 
-    rows = [_record(0, samples_per_s=38, step_ms=100, step_list=steps(5), config={"val": {"every_n_steps": 5}}),
-            _record(1, samples_per_s=39, step_ms=100, step_list=steps(10), config={"val": {"every_n_steps": 10}},
-                    change="val.every_n_steps=10", claim=(2.0, 2.0, "2x"), component="validation")]
-    table = table_mod.build_table(_frame(rows), "s")
-    assert table.rows[1].component_measured.value == pytest.approx(2.0, rel=1e-6)
-    assert table.rows[1].verdict == "confirms (validation 2.00x)"
+    def sweep(rounds: int) -> table_mod.SweepTable:
+        rows = []
+        for run in range(rounds):  # the passes' cost 1% apart from round to round
+            extra = 50.0 * (1 + 0.01 * run)
+            rows.append(_record(0, samples_per_s=38, step_ms=100, step_list=steps(5, extra), run=run,
+                                config={"val": {"every_n_steps": 5}}))
+            rows.append(_record(1, samples_per_s=39, step_ms=100, step_list=steps(10, extra * (1 + 0.002 * run)),
+                                run=run, config={"val": {"every_n_steps": 10}}, change="val.every_n_steps=10",
+                                claim=(1.9, 2.1, "1.9-2.1x"), component="validation"))
+        return table_mod.build_table(_frame(rows), "s")
+
+    two = sweep(2).rows[1]
+    assert two.component_measured.value == pytest.approx(2.0 / 1.001, rel=1e-3)
+    assert two.component_measured.method == "rung x round model, pooled variance"
+    assert two.verdict == "confirms (validation 2.00x)"
+    # one run a rung: a part of the step has no calibration of its own, so no band and no verdict, said so
+    one = sweep(1).rows[1]
+    assert one.component_measured.value == pytest.approx(2.0, rel=1e-6)
+    assert one.verdict == components.NO_PART_BAND + " (validation 2.00x)"
 
 
 def test_a_claim_with_no_figure_reports_the_measured_effect_and_no_verdict():

@@ -11,33 +11,48 @@ import random
 from harness.run.child.stopping import still_queued
 
 
+class InOrderLoader:
+    """One DataLoader iterator's workers making batches in order: batch i by worker i % W, sent once batch
+    i - queued is taken (the first ``queued`` are sent when the iterator opens), each taking ``batch_ms`` (lognormal,
+    10%). A fresh iterator's workers start ``start_ms`` after it opens, one after another ``stagger_ms`` apart (a
+    restart; 0 and 0 for workers kept alive). Times are the loop's clock (ms)."""
+
+    def __init__(self, rng: random.Random, workers: int, prefetch: int, batch_ms: float, opened: float = 0.0,
+                 start_ms: float = 0.0, stagger_ms: float = 0.0):
+        self.rng, self.workers, self.batch_ms, self.opened = rng, workers, batch_ms, opened
+        self.queued = workers * prefetch
+        self.done: dict[int, float] = {}
+        self.sent: dict[int, float] = {}
+        self.free = [opened + start_ms + w * stagger_ms for w in range(workers)]  # when each worker can take work
+
+    def ready(self, i: int) -> float:
+        if i not in self.done:
+            w = i % self.workers
+            self.done[i] = max(self.sent.get(i, self.opened), self.free[w]) + self.batch_ms * self.rng.lognormvariate(
+                0, 0.1)
+            self.free[w] = self.done[i]
+        return self.done[i]
+
+    def step(self, k: int, t: float, compute_ms: float) -> tuple[float, float]:
+        """The loop takes batch ``k`` at ``t`` and computes on it: (its wait, the whole step's time)."""
+        wait = max(0.0, self.ready(k) - t) + self.rng.lognormvariate(math.log(0.5), 0.6)  # + a batch's hand-over
+        self.sent[k + self.queued] = t + wait  # taking batch k sends the loader's next index
+        return wait, wait + compute_ms * self.rng.lognormvariate(0, 0.05)
+
+
 def _window_over_steady(rng: random.Random, workers: int, prefetch: int, compute_ms: float, batch_ms: float,
                         first_ms: float, window: int, rule: bool) -> float:
-    queued = workers * prefetch
-    done: dict[int, float] = {}
-    sent: dict[int, float] = {}
-    free = [0.0] * workers  # when each worker has finished what it was given
-
-    def ready(i: int) -> float:
-        if i not in done:
-            done[i] = max(sent.get(i, 0.0), free[i % workers]) + batch_ms * rng.lognormvariate(0, 0.1)
-            free[i % workers] = done[i]
-        return done[i]
-
-    def step(k: int, t: float) -> tuple[float, float]:
-        wait = max(0.0, ready(k) - t) + rng.lognormvariate(math.log(0.5), 0.6)  # + a batch's hand-over
-        sent[k + queued] = t + wait  # taking batch k sends the loader's next index
-        return wait, wait + compute_ms * rng.lognormvariate(0, 0.05) + (first_ms if k == 0 else 0.0)
-
+    loader = InOrderLoader(rng, workers, prefetch, batch_ms)
     warm, waits, t, k = [], [], 0.0, 0
-    while k == 0 or (rule and still_queued(queued, 1, warm, waits, workers, asked=1)):
-        wait, took = step(k, t)
+    while k == 0 or (rule and still_queued(loader.queued, 1, warm, waits, workers, asked=1)):
+        wait, took = loader.step(k, t, compute_ms)
+        took += first_ms if k == 0 else 0.0  # a slow first step (a compile) while the workers fill their queue
         warm.append(took)
         waits.append(wait)
         t, k = t + took, k + 1
     opened = t
     for i in range(k, k + window):
-        t += step(i, t)[1]
+        t += loader.step(i, t, compute_ms)[1]
     return (window / (t - opened)) / min(workers / batch_ms, 1 / (compute_ms + 0.5))
 
 

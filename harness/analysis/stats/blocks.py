@@ -312,6 +312,18 @@ def log_table(samples_per_s, rungs: int | None = None, rounds: int | None = None
     return table
 
 
+def cells_ratio(cells, new: int, old: int, alpha: float = 0.05) -> Ratio | None:
+    """Rung ``new`` over rung ``old`` from ``{(rung, round): value}`` (a throughput or a part of one, per run), on
+    this model with no calibration: a part of the step (the compute part, the throughput at the guide's epoch)
+    is not the whole run the calibration measured, so only its runs' own spread gives its band (NaN bounds with
+    one round). None when either rung has no value or no round connects them."""
+    ran = {k for k, _ in cells}
+    if new not in ran or old not in ran:
+        return None
+    c = contrast(fit(log_table(cells, rungs=max(ran) + 1)), new, old)
+    return None if c is None else c.ratio(alpha)
+
+
 def planned_power(distance: float, cv: float, runs: int, rungs: int = 2, calibration_df: float = 0.0,
                   alpha: float = 0.05, trials: int = 4000, seed: int = 0) -> float:
     """Share of sweeps of ``rungs`` rungs x ``runs`` rounds, at process CV ``cv`` (and a calibration with

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from harness.analysis.views import epochs
-from harness.analysis.stats import noise_model, speedup
+from harness.analysis.stats import blocks, speedup
 
 # the table's rows (harness.analysis.views.table imports this module, so its classes are named here, not imported)
 RungRow = GroupRow = SweepTable = Any
@@ -32,6 +32,8 @@ RungRow = GroupRow = SweepTable = Any
 DATA_PACED_WAIT = 0.2  # a loop blocked on its loader at least this share of its step runs at the loader's pace
 DIFFERENT = 1.10  # compute and end-to-end ratios this far apart (and outside the band) get a reading line
 NOT_JUDGED = "not judged here (see note)"
+NO_PART_BAND = ("no verdict (one run a rung: a part of the step has no band, the calibration measured the whole "
+                "run; add sweep.repeats=2)")
 
 
 @dataclass
@@ -40,43 +42,45 @@ class Parts:
 
     compute_ms: float | None = None  # median over runs of a step's compute part
     compute_source: str = ""  # "device" (CUDA events) or "host" (step time minus data wait)
-    compute: noise_model.Runs | None = None  # per run: samples per second of compute
-    validation: noise_model.Runs | None = None  # per run: training samples per second of validation
-    epoch_costs: list[epochs.EpochCost] | None = None  # per run: its epoch boundaries' cost (views.epochs)
+    compute: dict[int, float] | None = None  # round -> its run's samples per second of compute
+    validation: dict[int, float] | None = None  # round -> its run's training samples per second of validation
+    epoch_costs: dict[int, epochs.EpochCost] | None = None  # round -> its run's epoch boundaries' cost
     device_step_frac: float | None = None
     x_compute: speedup.Ratio | None = None  # over the rung this one was built on
     inert: str = ""  # why the rung's knob cannot do what it is claimed for here ("" when it can)
 
 
 def parts_of(ok) -> Parts:
-    """The parts of one rung's ok runs (a pandas frame of records)."""
+    """The parts of one rung's ok runs (a pandas frame of records), each run's value under its round (a round run
+    twice, a resumed sweep, keeps its last run, as the rung x round model does)."""
     parts = Parts(device_step_frac=_median_column(ok, "device_step_frac"))
-    values, bands, sources, ms = [], [], set(), []
-    validation, costs = [], []
+    values, sources, ms, validation, costs = {}, set(), [], {}, {}
     for _, run in ok.iterrows():
+        round_ = _round_of(run)
         if (cost := epochs.cost_of(run)) is not None:
-            costs.append(cost)
+            costs[round_] = cost
         steps, source = _compute_steps(run)
         per_step = _samples_per_step(run)
         if steps and per_step:
             middle = speedup.median(steps)
             if middle and middle > 0:
                 ms.append(middle)
-                values.append(1000.0 * per_step / middle)
+                values[round_] = 1000.0 * per_step / middle
                 sources.add(source)
-                band = speedup.within_run_uncertainty(steps)
-                if band is not None:
-                    bands.append(band)
         rate = _validation_rate(run, per_step)
         if rate is not None:
-            validation.append(rate)
+            validation[round_] = rate
     if values and len(sources) == 1:
         parts.compute_ms, parts.compute_source = speedup.median(ms), sources.pop()
-        parts.compute = noise_model.Runs(values, bands)
-    if validation:
-        parts.validation = noise_model.Runs(validation)
+        parts.compute = values
+    parts.validation = validation or None
     parts.epoch_costs = costs or None
     return parts
+
+
+def _round_of(run) -> int:
+    value = run.get("round")
+    return int(value) if value is not None and value == value else 0
 
 
 def _median_column(frame, column: str) -> float | None:
@@ -124,27 +128,53 @@ def _validation_rate(run, per_step: float | None) -> float | None:
 # the table's side: ratios, verdicts on component and word claims, notes, readings
 
 
-def judge(table: SweepTable, records) -> None:
+def judge(table: SweepTable, records, level: float = 0.05) -> None:
     """Fill the compute ratios, re-judge the claims that are about one part or carry no figure, note the knobs that
-    cannot act here, and add the reading lines (``table.readings``). Runs after the table's own verdicts."""
+    cannot act here, and add the reading lines (``table.readings``). Runs after the table's own verdicts; ``level``
+    is the two-sided level of the table's bands (its last look's)."""
     rows = {r.rung: r for r in table.rows}
     for row in table.rows:
         before = rows.get(row.built_on) if row.built_on is not None else None
-        parts, old = row.parts, before.parts if before is not None else None
-        if parts is not None and old is not None and parts.compute and old.compute:
-            # the end-to-end calibration is of host-side noise; the compute part's band is its runs' own
-            parts.x_compute = noise_model.ratio(parts.compute, old.compute)
-        if parts is not None:
-            parts.inert = inert_reason(row.change, records[records["rung"] == row.rung])
+        if row.parts is not None and before is not None and before.parts is not None:
+            row.parts.x_compute = part_ratio(table.rows, "compute", row, before, level)
+        if row.parts is not None:
+            row.parts.inert = inert_reason(row.change, records[records["rung"] == row.rung])
             ok = records[(records["rung"] == row.rung) & (records["status"] == "ok")]
             for note in (queued_start_note(ok), short_of_waves_note(ok)):
                 if note:
                     row.note = f"{row.note}; {note}" if row.note else note
-        _judge_row(row, before)
+        _judge_row(row, before, table.rows, level)
     for group in table.groups:
-        _judge_group(group, table.rows)
+        _judge_group(group, table.rows, level)
     table.readings = [line for line in (reading(r, rows.get(r.built_on)) for r in table.rows) if line]
     table.readings += _epoch_readings(table, rows)
+
+
+def part_values(row: RungRow, component: str) -> dict[int, float]:
+    """``{round: value}`` of one part of a rung's runs: samples/s of compute, training samples/s of validation, or
+    the throughput at the guide's epoch (``epoch:N``); empty when its runs do not show it."""
+    parts = row.parts
+    if parts is None:
+        return {}
+    if component == "compute":
+        return parts.compute or {}
+    if component == "validation":
+        return parts.validation or {}
+    samples = epochs.epoch_samples(component)
+    return epochs.derived(parts.epoch_costs, samples) if samples and parts.epoch_costs else {}
+
+
+def part_ratio(rows: list[RungRow], component: str, new: RungRow, old: RungRow,
+               level: float = 0.05) -> speedup.Ratio | None:
+    """One part's ratio new/old on the rung x round model of that part's values over every rung of the sweep (one
+    variance pooled over them, rounds as blocks, no calibration: ``blocks.cells_ratio``)."""
+    cells = {(row.rung, r): v for row in rows for r, v in part_values(row, component).items()}
+    return blocks.cells_ratio(cells, new.rung, old.rung, level)
+
+
+def _part_verdict(measured: speedup.Ratio, low: float, high: float, what: str) -> str:
+    verdict = NO_PART_BAND if math.isnan(measured.low) else speedup.verdict(measured, low, high)
+    return f"{verdict} ({what} {measured.value:.2f}x)"
 
 
 def _epoch_readings(table: SweepTable, rows: dict) -> list[str]:
@@ -154,18 +184,21 @@ def _epoch_readings(table: SweepTable, rows: dict) -> list[str]:
         samples = epochs.epoch_samples(row.claim_component)
         before = rows.get(row.built_on) if row.built_on is not None else None
         if samples and before is not None and row.parts is not None and before.parts is not None:
-            lines.append(epochs.reading(row.change, row.parts.epoch_costs or [], before.parts.epoch_costs or [],
-                                        samples, row.component_measured))
+            lines.append(epochs.reading(row.change, _costs(row), _costs(before), samples, row.component_measured))
     for group in table.groups:
         samples = epochs.epoch_samples(group.component)
         start, end = _group_ends(group, table.rows)
         if samples and end is not None and start is not None and end.parts and start.parts:
-            lines.append(epochs.reading(f"rungs {group.first}-{group.last} together", end.parts.epoch_costs or [],
-                                        start.parts.epoch_costs or [], samples, group.component_measured))
+            lines.append(epochs.reading(f"rungs {group.first}-{group.last} together", _costs(end), _costs(start),
+                                        samples, group.component_measured))
     return [line for line in lines if line]
 
 
-def _judge_row(row: RungRow, before: RungRow | None) -> None:
+def _costs(row: RungRow) -> list[epochs.EpochCost]:
+    return list((row.parts.epoch_costs or {}).values())
+
+
+def _judge_row(row: RungRow, before: RungRow | None, rows: list[RungRow], level: float) -> None:
     if row.verdict.startswith("no verdict: machine busy"):  # a busy machine's runs judge no part either
         return
     if row.parts is not None and row.parts.inert:
@@ -178,10 +211,11 @@ def _judge_row(row: RungRow, before: RungRow | None) -> None:
         return
     if not row.claim_component or row.claim_range is None:
         return
-    row.component_measured, row.verdict = component_verdict(row.claim_component, row, before, *row.claim_range)
+    row.component_measured, row.verdict = component_verdict(row.claim_component, row, before, *row.claim_range,
+                                                            rows=rows, level=level)
 
 
-def _judge_group(group: GroupRow, rows: list[RungRow]) -> None:
+def _judge_group(group: GroupRow, rows: list[RungRow], level: float) -> None:
     component = group.component
     if group.claim_range is None and group.measured is not None:
         group.verdict = measured_only(group.measured)
@@ -192,7 +226,7 @@ def _judge_group(group: GroupRow, rows: list[RungRow]) -> None:
     if before is None or end is None:
         return
     group.component_measured, group.verdict = component_verdict(component, end, before, *group.claim_range,
-                                                                end_to_end=group.measured)
+                                                                end_to_end=group.measured, rows=rows, level=level)
 
 
 def _group_ends(group: GroupRow, rows: list[RungRow]) -> tuple[RungRow | None, RungRow | None]:
@@ -211,23 +245,21 @@ def measured_only(measured: speedup.Ratio) -> str:
 
 
 def component_verdict(component: str, new: RungRow, old: RungRow | None, low: float, high: float,
-                      end_to_end: speedup.Ratio | None = None) -> tuple[speedup.Ratio | None, str]:
-    """(the part's ratio new/old, the verdict on it) for a claim about ``component``."""
+                      end_to_end: speedup.Ratio | None = None, rows: list[RungRow] | None = None,
+                      level: float = 0.05) -> tuple[speedup.Ratio | None, str]:
+    """(the part's ratio new/old, the verdict on it) for a claim about ``component``; ``rows``: the sweep's rungs,
+    whose values of that part the model pools (default: the two compared)."""
     if old is None or new.parts is None or old.parts is None:
         return None, ""
-    if component == "compute":
-        measured = noise_model.ratio(new.parts.compute, old.parts.compute) if new.parts.compute and old.parts.compute \
-            else None
+    rows = rows if rows is not None else [old, new]
+    samples = epochs.epoch_samples(component)
+    if component in ("compute", "validation") or samples is not None:
+        measured = part_ratio(rows, component, new, old, level)
         if measured is None:
-            return None, "not measured: no compute time in these records"
-        return measured, f"{speedup.verdict(measured, low, high)} (compute {measured.value:.2f}x)"
-    if (samples := epochs.epoch_samples(component)) is not None:
-        return epochs.verdict(new.parts.epoch_costs or [], old.parts.epoch_costs or [], samples, low, high)
-    if component == "validation":
-        if not new.parts.validation or not old.parts.validation:
-            return None, "not measured: no validation pass inside both measured windows"
-        measured = noise_model.ratio(new.parts.validation, old.parts.validation)
-        return measured, f"{speedup.verdict(measured, low, high)} (validation {measured.value:.2f}x)"
+            return None, {"compute": "not measured: no compute time in these records",
+                          "validation": "not measured: no validation pass inside both measured windows"}.get(
+                component, "not measured: no epoch boundary inside both measured windows")
+        return measured, _part_verdict(measured, low, high, "at the guide's epoch" if samples else component)
     return _data_verdict(new, old, low, high, end_to_end or new.x_previous)
 
 
@@ -369,7 +401,9 @@ def reading(row: RungRow, before: RungRow | None) -> str:
     if abs(math.log(xc / xp)) < math.log(DIFFERENT) or (parts.x_compute.within_noise and row.x_previous.within_noise):
         return ""
     what = "the device's step" if parts.compute_source == "device" else "the compute part (step minus data wait)"
-    if parts.x_compute.within_noise:
+    if math.isnan(parts.x_compute.low):
+        moved = f"{xc:.2f}x (no band: one run a rung)"
+    elif parts.x_compute.within_noise:
         moved = f"unchanged ({xc:.2f}x)"
     else:
         moved = f"{xc:.2f}x faster" if xc > 1 else f"{1 / xc:.2f}x slower"

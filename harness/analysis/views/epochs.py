@@ -6,12 +6,17 @@ boundaries. The guides' epochs are far longer (the SEResNet speech guide's holds
 32; the A100 guide's 4,000 steps), so the boundary's cost weighs 15-200x more per step in the window than in
 the guide's training, and a speedup measured there overstates the guide's.
 
-This module reads from each run's per-step times (no new measurement): the mean step that starts no epoch and
-runs no validation pass, and an epoch boundary's extra time (the mean first step of an epoch over that, at
-least 0: the worker start and the first batch a new iterator waits for), then derives the run's throughput at an
-epoch of the guide's length: ``samples_a_step x L / (L x step + boundary)``. A claim with ``component:
-epoch`` and ``epoch_samples: N`` is judged on that derived throughput (a record's ``claim_component`` is
-``epoch:N``). Validation passes are left out of both sides: a claim about them is judged on its own. Plain Python.
+This module reads from each run's per-step times (no new measurement): the steady step (the mean step of the later
+half of its epochs, in whole waves of the loader's workers, none running a validation pass) and an epoch
+boundary's cost, the excess of a whole epoch over as many steady steps (at least 0), averaged over the whole
+epochs in the window. A
+worker restart costs more than the epoch's first step: the first batch waits for the workers to start, and the
+queue they refill spreads the wait over the next steps; counting only the first step charged the rest to every
+step of the guide's long epoch (docs/statistics.md: the simulation). It then derives the run's throughput at an
+epoch of the guide's length: ``samples_a_step x L / (L x step + boundary)``. A claim with ``component: epoch``
+and ``epoch_samples: N`` is judged on that derived throughput (a record's ``claim_component`` is ``epoch:N``) with
+the sweep's rung x round model (``harness.analysis.views.components``). Validation passes are left out of both
+sides: a claim about them is judged on its own. Plain Python.
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from harness.analysis.stats import noise_model, speedup
+from harness.analysis.stats import speedup
 
 PREFIX = "epoch:"
 
@@ -29,10 +34,10 @@ class EpochCost:
     """One run's steps split at its epoch boundaries."""
 
     samples_per_step: float
-    step_ms: float  # the mean step that starts no epoch and runs no validation pass
-    boundary_ms: float  # what a step that starts an epoch costs beyond that (>= 0)
+    step_ms: float  # the mean steady step: the later half of an epoch, no validation pass
+    boundary_ms: float  # what a whole epoch costs beyond as many steady steps (>= 0)
     epoch_steps: int  # the measured epoch's length in steps
-    boundaries: int  # how many epoch starts the window held
+    boundaries: int  # how many whole epochs the window held
 
     def samples_per_s(self, epoch_samples: float) -> float:
         """Throughput at an epoch of ``epoch_samples`` (one boundary's cost an epoch)."""
@@ -63,44 +68,57 @@ def label(component_name: str) -> str:
 
 
 def cost_of(run) -> EpochCost | None:
-    """A record's epoch boundaries and their cost (None without per-step times, an epoch length or a boundary)."""
+    """A record's epoch boundaries and their cost (None without per-step times, an epoch length or a whole epoch)."""
     try:
         config = json.loads(run.get("config_json") or "{}")
-        every = int((config.get("data") or {}).get("epoch_steps") or 0)
+        data = config.get("data") or {}
+        every, workers = int(data.get("epoch_steps") or 0), int(data.get("num_workers") or 0)
         val_every = int((config.get("val") or {}).get("every_n_steps") or 0)
         first, per_step = int(run.get("warmup_steps")), float(run.get("samples_per_step"))
     except (TypeError, ValueError):
         return None
     steps = speedup.floats(run.get("step_ms"))
-    if every <= 0 or not steps or not per_step > 0:
+    if every < 2 or not steps or not per_step > 0:
         return None
-    starts, plain = [], []
+    return cost_from_steps(steps, first, every, val_every, per_step, workers)
+
+
+def steady_positions(every: int, workers: int = 0) -> int:
+    """How many of an epoch's last steps are steady: its later half, cut to whole waves of the loader's workers
+    (in-order workers started together hand over a wave of ``workers`` batches, then wait: a count of steps that
+    is not a whole number of waves holds too many or too few of the waits)."""
+    half = every // 2
+    return workers * (half // workers) if workers >= 2 and half >= workers else half
+
+
+def cost_from_steps(steps: list[float], first: int, every: int, val_every: int, per_step: float,
+                    workers: int = 0) -> EpochCost | None:
+    """The rule of the module docstring on one run's window: ``steps[i]`` is step ``first + i`` (the loader's first
+    epoch begins with the first warm-up step), an epoch is ``every`` steps, a validation pass follows every
+    ``val_every``-th step (0: none; such a step counts as a steady one). None without a whole epoch in the
+    window."""
+    later = every - steady_positions(every, workers)  # positions later..every-1 are steady
+    epochs_seen: dict[int, list[float]] = {}
+    steady = []
     for i, ms in enumerate(steps):
-        step = first + i  # the loader's first epoch begins with the first warm-up step
+        step = first + i
         if val_every and (step + 1) % val_every == 0:
             continue  # a validation pass ran after this step
-        (starts if step % every == 0 else plain).append(ms)
-    if not starts or not plain:
+        epoch, position = divmod(step, every)
+        epochs_seen.setdefault(epoch, []).append(ms)
+        if position >= later:
+            steady.append(ms)
+    whole = [e for e in epochs_seen if e * every >= first and (e + 1) * every <= first + len(steps)]
+    if not whole or not steady:
         return None
-    base = sum(plain) / len(plain)
-    boundary = max(sum(starts) / len(starts) - base, 0.0)
-    return EpochCost(per_step, base, boundary, every, len(starts))
+    base = sum(steady) / len(steady)
+    excess = [sum(ms - base for ms in epochs_seen[e]) for e in whole]
+    return EpochCost(per_step, base, max(sum(excess) / len(excess), 0.0), every, len(excess))
 
 
-def runs_at(costs: list[EpochCost], epoch_samples_: int) -> noise_model.Runs | None:
-    """The runs' throughputs at the guide's epoch length, as one side of a comparison."""
-    values = [c.samples_per_s(epoch_samples_) for c in costs]
-    return noise_model.Runs(values) if values else None
-
-
-def verdict(new: list[EpochCost], old: list[EpochCost], epoch_samples_: int, low: float,
-            high: float) -> tuple[speedup.Ratio | None, str]:
-    """(the speedup at the guide's epoch length, the verdict on it); :func:`reading` says how it was derived."""
-    a, b = runs_at(new, epoch_samples_), runs_at(old, epoch_samples_)
-    if a is None or b is None:
-        return None, "not measured: no epoch boundary inside both measured windows"
-    measured = noise_model.ratio(a, b)
-    return measured, f"{speedup.verdict(measured, low, high)} (at the guide's epoch {measured.value:.2f}x)"
+def derived(costs: dict[int, EpochCost], epoch_samples_: int) -> dict[int, float]:
+    """``{round: samples/s at the guide's epoch}`` of one rung's runs (``costs``: round -> its run's cost)."""
+    return {r: c.samples_per_s(epoch_samples_) for r, c in costs.items()}
 
 
 def reading(what: str, new: list[EpochCost], old: list[EpochCost], epoch_samples_: int,
@@ -112,7 +130,7 @@ def reading(what: str, new: list[EpochCost], old: list[EpochCost], epoch_samples
     ms_old = speedup.median([c.boundary_ms for c in old])
     ms_new = speedup.median([c.boundary_ms for c in new])
     return (f"{what}: at the guide's epoch ({epoch_samples_:,} samples, {steps:,} steps) {measured.value:.2f}x, "
-            f"derived from an epoch start's cost over a step, {ms_old:.0f} -> {ms_new:.0f} ms, measured on epochs of "
-            f"{new[0].epoch_steps} steps.")
+            f"derived from an epoch's excess over its steady steps, {ms_old:.0f} -> {ms_new:.0f} ms, measured on "
+            f"epochs of {new[0].epoch_steps} steps.")
 
 

@@ -125,7 +125,7 @@ def build_table(frame, sweep: str = "latest", results_dir: str = "results") -> S
     _scaling(rows)
     _total(table, claims, judgement)
     table.groups = [_group(g, rows, judgement) for g in claims.groups]
-    components.judge(table, records)
+    components.judge(table, records, judgement.level or 0.05)
     _notes(table, ladder, claims, judgement)
     return table
 
