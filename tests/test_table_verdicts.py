@@ -182,3 +182,22 @@ def test_a_busy_rung_gets_no_compute_ratio_either():
     assert table.rows[2].parts is None  # its runs were all busy: nothing of its step is told
     row = next(line for line in render.to_markdown(table).splitlines() if line.startswith("| 2 | knob2=on"))
     assert row.split(" | ")[5] == "-"  # the compute x previous cell
+
+
+def test_the_table_says_which_rounds_were_copied_from_which_sweep(tmp_path):
+    # round 0 copied whole from sweep "old", round 1 from sweep "older", round 2 measured now; "older" is read from
+    # the store (the frame holds only this sweep and "old"), as `python -m harness table` reads one sweep
+    from harness.store import write_record
+
+    old, older = frame("old", [[100.0], [150.0]], day=1), frame("older", [[100.0], [150.0]], day=1)
+    for _, run in older.iterrows():
+        write_record(RunRecord(**{c: run[c] for c in COLUMNS if c in RunRecord.__dataclass_fields__}), tmp_path)
+    now = frame("s", [[100.0, 101.0, 99.0], [150.0, 152.0, 149.0]])
+    now["cached_from"] = ["old-0-0", "older-0-0", "", "old-1-0", "older-1-0", ""]
+    table = table_mod.build_table(pd.concat([now, old], ignore_index=True), "s", str(tmp_path))
+    note = ("copied from earlier sweeps (sweep.rerun=false): round 0 from sweep old; round 1 from sweep older. A round "
+            "is copied whole from one sweep or measured whole, so a session's shift is that round's effect and leaves "
+            "the ratios; sweep.rerun=true measures every round now")
+    assert note in table.notes and note in render.to_markdown(table)
+    assert table.rows[1].how == "partly cached"
+    assert not any(n.startswith("copied from") for n in table_mod.build_table(frame("t", CLEAR), "t").notes)

@@ -127,7 +127,35 @@ def build_table(frame, sweep: str = "latest", results_dir: str = "results") -> S
     table.groups = [_group(g, rows, judgement) for g in claims.groups]
     components.judge(table, records, judgement.level or 0.05)
     _notes(table, ladder, claims, judgement)
+    if copied := copied_rounds_note(records, frame, results_dir):
+        table.notes.append(copied)
     return table
+
+
+def copied_rounds_note(records, frame, results_dir: str = "results") -> str:
+    """Which rounds were copied from which earlier sweep (``sweep.rerun=false``), "" when none was: a round is
+    copied whole from one sweep or measured whole, so its session's shift is its round effect. The originals'
+    sweeps are read from ``frame`` or, where it lacks them, from the store in ``results_dir``."""
+    copied = records[records["cached_from"].fillna("") != ""]
+    if not len(copied):
+        return ""
+    origin = dict(zip(frame["run_id"], frame["sweep_id"]))
+    missing = sorted(set(copied["cached_from"]) - set(origin))
+    if missing:
+        try:
+            found = load_runs(results_dir, columns=["run_id", "sweep_id"], where={"run_id": missing})
+            origin.update(zip(found["run_id"], found["sweep_id"]))
+        except ValueError:  # no store here (a frame built in memory)
+            pass
+    by_sweep: dict[str, set[int]] = {}
+    for _, run in copied.iterrows():
+        round_ = int(run["round"]) if run["round"] == run["round"] else 0
+        by_sweep.setdefault(origin.get(run["cached_from"], "a sweep no longer in the store"), set()).add(round_)
+    parts = [f"round{'s' if len(rounds) > 1 else ''} {', '.join(map(str, sorted(rounds)))} from sweep {sweep}"
+             for sweep, rounds in sorted(by_sweep.items(), key=lambda item: min(item[1]))]
+    return ("copied from earlier sweeps (sweep.rerun=false): " + "; ".join(parts) + ". A round is copied whole from "
+            "one sweep or measured whole, so a session's shift is that round's effect and leaves the ratios; "
+            "sweep.rerun=true measures every round now")
 
 
 def workload_name(record) -> str:
