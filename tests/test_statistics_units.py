@@ -146,27 +146,32 @@ def cand(sweep_id, finished, values, workload="unet3d", size="smoke", env="env-a
 QUIET = [100.0, 101.0, 99.5, 100.4, 100.2]
 
 
-def test_the_newest_fit_calibration_of_this_environment_workload_and_size_made_before_the_sweep_wins():
+def test_the_newest_calibration_of_this_environment_workload_and_size_made_before_the_sweep_speaks_for_it():
     candidates = [cand("old-ok", "2026-01-01T00:00:00+0000", QUIET),
                   cand("noisy", "2026-01-02T00:00:00+0000", [100.0, 130.0, 80.0, 110.0, 95.0]),
                   cand("busy", "2026-01-03T00:00:00+0000", QUIET, busy_runs=["", "other processes used 50% of "
                                                                              "the CPUs", "", "", ""]),
                   cand("outlier", "2026-01-04T00:00:00+0000", [100.0, 100.1, 99.9, 100.05, 95.0]),
+                  cand("ok", "2026-01-04T12:00:00+0000", QUIET),
                   cand("other-size", "2026-01-05T00:00:00+0000", QUIET, size="full"),
                   cand("other-workload", "2026-01-05T00:00:00+0000", QUIET, workload="resnet50"),
                   cand("other-env", "2026-01-05T00:00:00+0000", QUIET, env="env-b"),
                   cand("after", "2026-01-09T00:00:00+0000", QUIET)]
     choice = calibration.choose_calibration(candidates, "env-a", "unet3d", "smoke", "2026-01-06T00:00:00+0000")
-    assert choice.noise.sweep_id == "old-ok" and choice.noise.df == 4
+    assert choice.noise.sweep_id == "ok" and choice.noise.df == 4
     assert choice.noise.cv == pytest.approx(float(np.std(np.log(QUIET), ddof=1)))
-    reasons = {s.sweep_id: s.reason for s in choice.skipped}
-    assert list(reasons) == ["after", "outlier", "busy", "noisy"]
-    assert reasons["after"].startswith("made after this sweep started")
-    assert reasons["noisy"].startswith("CV ") and ">= 10%" in reasons["noisy"]
-    assert reasons["busy"] == "busy (other processes used 50% of the CPUs)"
-    assert reasons["outlier"].startswith("run 4 is an outlier")
-    assert choice.notes()[0].startswith("skipped calibration after: made after")
+    assert [s.sweep_id for s in choice.skipped] == ["after"]
+    assert choice.notes()[0].startswith("skipped calibration after: made after this sweep started")
     assert "(same environment, workload and size)" in choice.noise.describe()
+    # the newest unfit: no calibration, and the older fit one it blocked is named
+    for newest, reason in (("outlier", "run 4 is an outlier"), ("busy", "busy (other processes used 50% of the "
+                                                                       "CPUs)"), ("noisy", "CV ")):
+        older = [c for c in candidates if c.finished <= dict((c.sweep_id, c.finished) for c in candidates)[newest]]
+        choice = calibration.choose_calibration(older, "env-a", "unet3d", "smoke", "2026-01-06T00:00:00+0000")
+        assert not choice.noise.calibrated
+        reasons = {s.sweep_id: s.reason for s in choice.skipped}
+        assert list(reasons) == [newest, "old-ok"] and reasons[newest].startswith(reason)
+        assert reasons["old-ok"] == f"older than {newest}, which was unfit: the machine's state since is that one's"
     none = calibration.choose_calibration(candidates, "env-a", "unet3d", "tiny", "2026-01-06T00:00:00+0000")
     assert not none.noise.calibrated and none.skipped == ()
 
@@ -181,8 +186,12 @@ def test_calibration_for_reads_a_store_frame():
     frame = pd.DataFrame(rows("noise-1", "noise", QUIET, 1) + rows("noise-2", "noise", QUIET, 3, other_cpu_pct=40.0)
                          + rows("s", "phase2", [50.0, 60.0], 4))
     choice = calibration.calibration_for(frame, frame[frame["sweep_id"] == "s"])
-    assert choice.noise.sweep_id == "noise-1"
-    assert choice.notes() == ["skipped calibration noise-2: busy (other processes used 40% of the CPUs; 5 runs busy)"]
+    assert not choice.noise.calibrated  # the newer calibration found the machine busy: the older one is blocked
+    assert choice.notes() == ["skipped calibration noise-2: busy (other processes used 40% of the CPUs; 5 runs busy)",
+                              "skipped calibration noise-1: older than noise-2, which was unfit: the machine's state "
+                              "since is that one's"]
+    quiet = frame[frame["sweep_id"] != "noise-2"]
+    assert calibration.calibration_for(quiet, quiet[quiet["sweep_id"] == "s"]).noise.sweep_id == "noise-1"
 
 
 # ------------------------------------------------------------------------------------------

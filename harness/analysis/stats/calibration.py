@@ -9,10 +9,14 @@ whose own report said NOT FIT TO MEASURE, even one made after the sweep. The rul
   workload and the same size. A 2-core CPU running a smoke-size ResNet is not a full-size UNet on it.
 * **Made before the sweep**: its last run finished before the sweep's first run started. A calibration
   made afterwards did not see the machine the sweep saw; it is skipped and said so.
+* **The newest** made before the sweep speaks for the machine's state, fit or not: an unfit one (busy, too
+  noisy) blocks the older ones, for the machine it measured is the one the sweep runs on. Taking the newest
+  *fit* one instead chose, near the 10% cut, whichever calibration happened to draw a low CV: the CV used was
+  40-74% of the true variance and a one-round sweep asserted a change on 7-8% of A/A rungs (docs/statistics.md).
 * **Fit**: at least 2 ok runs, CV below ``noise_model.UNFIT_CV`` (10%), no run on a busy machine
-  (``busy.busy_reason``), no outlier run (``noise_model.outliers``). Unfit ones are skipped with the reason.
-* **The newest** of those wins; every skipped one newer than it is reported, so a table can say
-  "skipped calibration noise-...: CV 17.1% >= 10%".
+  (``busy.busy_reason``), no outlier run (``noise_model.outliers``: Grubbs' test at 1%). An unfit newest one
+  leaves the sweep with no calibration, and says so, with the older fit one it blocked.
+* Every skipped one is reported, so a table can say "skipped calibration noise-...: CV 17.1% >= 10%".
 """
 
 from __future__ import annotations
@@ -83,17 +87,25 @@ def unfit_reason(candidate: Candidate) -> str | None:
 
 def choose_calibration(candidates, env_key: str, workload: str, size: str, sweep_started: str) -> Choice:
     """The calibration a sweep of ``workload`` at ``size`` in environment ``env_key``, whose first run started
-    at ``sweep_started`` ("" when unknown: no limit), may use: the newest fit one of the same environment,
-    workload and size made before it; plus every newer matching one that was skipped, with the reason."""
+    at ``sweep_started`` ("" when unknown: no limit), may use: the newest of the same environment, workload and
+    size made before it, if it is fit; plus every one skipped, with the reason (those made after the sweep, an
+    unfit newest one, and the older fit one it blocked)."""
     same = [c for c in candidates if c.env_key == env_key and c.workload == workload and c.size == size]
-    skipped = []
+    skipped, blocker = [], None
     for c in sorted(same, key=lambda c: (_time(c.finished), c.sweep_id), reverse=True):
         if sweep_started and _time(c.finished) >= _time(sweep_started):
             skipped.append(Skipped(c.sweep_id, f"made after this sweep started ({_time(c.finished)})"))
             continue
         reason = unfit_reason(c)
+        if blocker is not None:
+            if reason is None:  # the one the old rule would have taken
+                skipped.append(Skipped(c.sweep_id, f"older than {blocker}, which was unfit: the machine's state "
+                                                   "since is that one's"))
+                break
+            continue
         if reason:
             skipped.append(Skipped(c.sweep_id, reason))
+            blocker = c.sweep_id
             continue
         values = [v for v in c.samples_per_s if v is not None and math.isfinite(v) and v > 0]
         cv = max(float(np.std(np.log(values), ddof=1)), noise_model.MIN_CV)
