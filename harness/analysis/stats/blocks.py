@@ -312,6 +312,39 @@ def log_table(samples_per_s, rungs: int | None = None, rounds: int | None = None
     return table
 
 
+def level_variance(model: BlockFit) -> tuple[np.ndarray, np.ndarray]:
+    """(variance, degrees of freedom) per trial of one run about its rung's level, the round's effect included: what
+    the band of one rung's mean throughput (the table's "±") needs, for a rung's runs carry their rounds' effects
+    where a contrast cancels them. The two-way table's (SS_round + SS_residual) / (n - K), Satterthwaite's degrees
+    of freedom (for a complete table (MS_round + (K-1) MS_residual) / K); pooled with a calibration as ``fit``
+    pools it (a calibration measures fresh processes one after the other: this very spread)."""
+    observed = model.design.observed
+    rungs_ran = int(observed.any(axis=1).sum())
+    df_e = int(observed.sum()) - rungs_ran
+    trials = model.logs.shape[0]
+    if df_e <= 0:
+        return _with_calibration(np.zeros(trials), 0, model.calibration_cv, model.calibration_df, 0.0)[:2]
+    e = model.logs[:, observed] - np.broadcast_to(model.effects[:, :, None], model.logs.shape)[:, observed]
+    ss_e = np.sum((e - e.mean(axis=1, keepdims=True)) ** 2, axis=1)
+    df_res = model.residual_df
+    ss_res = np.nan_to_num(model.residual_var) * df_res
+    df_round = df_e - df_res
+    a = np.maximum(ss_e - ss_res, 0.0) / df_e  # the rounds' part and the residual's part of ss_e / df_e
+    b = ss_res / df_e
+    with np.errstate(invalid="ignore", divide="ignore"):
+        df = (a + b) ** 2 / ((a ** 2 / df_round if df_round > 0 else 0.0) + (b ** 2 / df_res if df_res > 0 else 0.0))
+    df = np.where(np.isfinite(df), df, float(df_e))
+    var = a + b
+    if model.calibration_cv is None or model.calibration_df <= 0:
+        return var, df
+    cal_var = np.maximum(np.asarray(model.calibration_cv, dtype=float), MIN_CV) ** 2
+    with np.errstate(invalid="ignore", divide="ignore"):
+        crit = sps.f.ppf(1 - CALIBRATION_CHECK_LEVEL, np.maximum(df, 1), model.calibration_df)
+    changed = (df >= MIN_DF_CHECKED) & (var / cal_var > crit)
+    pooled = (var * df + model.calibration_df * cal_var) / (df + model.calibration_df)
+    return np.where(changed, var, pooled), np.where(changed, df, df + model.calibration_df)
+
+
 def cells_ratio(cells, new: int, old: int, alpha: float = 0.05) -> Ratio | None:
     """Rung ``new`` over rung ``old`` from ``{(rung, round): value}`` (a throughput or a part of one, per run), on
     this model with no calibration: a part of the step (the compute part, the throughput at the guide's epoch)
