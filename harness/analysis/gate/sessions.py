@@ -58,7 +58,9 @@ class SessionNoise:
             return (f"between sessions: sd {self.sd:.1%} estimated from {self.sessions} earlier sessions of "
                     f"{self.configs} config(s) in the same environment ({self.df:.0f} df)")
         return (f"between sessions: default sd {self.sd:.0%} (fewer than 3 earlier sessions of these configs in "
-                "the same environment to estimate it from)")
+                "the same environment to estimate it from): an assumption the 5% false-alarm rate rests on; where "
+                "sessions differ by 5%, a quarter of 4-config checks at the threshold's edge raise a false alarm "
+                "(check --against measures both sides in one session)")
 
 
 DEFAULT = SessionNoise()
