@@ -1,1 +1,1 @@
-"""Examples of measuring your own model with the harness (README, "Your own model")."""
+"""Examples of measuring your own model with the harness (README, "Your own training")."""

@@ -29,7 +29,8 @@ def display_name_of_record(name: str, config_json: str | None) -> str:
     if name != CUSTOM or not config_json:
         return name
     try:
-        model = (json.loads(config_json).get("workload") or {}).get("model")
+        workload = json.loads(config_json).get("workload") or {}
+        model = workload.get("model") if target_of(workload.get("model")) else workload.get("lightning_module")
     except (ValueError, AttributeError):  # a record whose settings do not read: its name still does
         return name
     return display_name(name, model)

@@ -192,7 +192,7 @@ def report(result: ClimbResult, settings: dict, start, env: dict, climb_id: str,
     less its ``climb.*`` settings; ``earlier_s`` of ``used_s`` were spent by earlier runs of this climb)."""
     base = ladder_base(settings)
     workload = start.workload.name
-    shown = display_name(workload, start.workload.model)
+    shown = display_name(workload, start.workload.model_node)
     name = ladder_name(start.workload, start.device, base)
     hardware = f"{start.device} {env.get('gpu_name') or env.get('cpu_model')} ({env.get('cpu_count')} CPUs)"
     own = not workloads_mod.is_builtin(start.workload)

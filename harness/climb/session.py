@@ -50,7 +50,7 @@ def run_climb(settings: dict, options: ClimbConfig, started: float, display: Dis
     trials = Trials(ctx, machine, env, env_key, budget, options.repeats, display)
     # loader workers share the CPUs with the ranks: with devices=N each rank's loader gets its part
     facts = Facts(device=start.device, usable_cpus=max(1, usable_cpus() // start.devices))
-    display.say(f"climb {climb_id}: {display_name(start.workload.name, start.workload.model)} ({start.size}) on "
+    display.say(f"climb {climb_id}: {display_name(start.workload.name, start.workload.model_node)} ({start.size}) on "
                 f"{start.device}, budget {options.budget_min:g} min, {options.repeats} run(s) per side, accept at >= "
                 f"{1 + options.min_effect:.2f}x beyond noise; "
                 + (noise.describe() if noise.calibrated else "no calibration: the runs' own spread"))

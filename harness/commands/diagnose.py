@@ -115,7 +115,7 @@ def data_knobs(cfg: config_mod.RunConfig):
     from harness.analysis.views.diagnosis import DataKnobs
 
     spec = cfg.workload
-    if spec.dataset is not None or spec.synthetic == "tensors":
+    if spec.dataset is not None or spec.synthetic in ("tensors", "tokens"):
         return DataKnobs(own_dataset=spec.dataset is not None)
     from harness.workload.data import augment_switches
 

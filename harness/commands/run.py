@@ -39,7 +39,7 @@ def task(cfg) -> int:
     except (OSError, ValueError) as exc:
         return refuse(exc)
     env, key = runner.environment(resolved.device)
-    with RunProgress(console, display_name(resolved.workload.name, resolved.workload.model)) as progress:
+    with RunProgress(console, display_name(resolved.workload.name, resolved.workload.model_node)) as progress:
         record = runner.run_and_store(resolved, env, key, progress.update)
     console.print(run_summary(record))
     path = Path(resolved.results_dir) / "runs" / f"{record.run_id}.parquet"

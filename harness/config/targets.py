@@ -27,6 +27,8 @@ REPO_ROOT = Path(__file__).resolve().parent.parent.parent
 # The harness's own code and its models (code_fingerprint, harness.run.parent.fingerprint, covers what of it the
 # child runs), and installed packages (whose versions are part of the environment): no source hash for these.
 FINGERPRINTED = (REPO_ROOT / "harness", REPO_ROOT / "models")
+# packages a workload's own training needs, by the extra of pyproject.toml that installs them
+OPTIONAL_EXTRAS = {"lightning": "lightning", "pytorch_lightning": "lightning", "transformers": "hf"}
 
 
 def locate(path: str, what: str = "_target_") -> Any:
@@ -42,7 +44,9 @@ def locate(path: str, what: str = "_target_") -> Any:
             break
         except ModuleNotFoundError as exc:
             if exc.name and not module.startswith(exc.name):  # a module the user's module imports is missing
-                raise ValueError(f"{what}={path!r}: importing {module!r} failed: {exc}") from None
+                extra = OPTIONAL_EXTRAS.get(exc.name.split(".")[0], "")
+                hint = f" (the harness's optional extra: pip install -e '.[{extra}]')" if extra else ""
+                raise ValueError(f"{what}={path!r}: importing {module!r} failed: {exc}{hint}") from None
         except Exception as exc:  # the user's module itself fails to import
             raise ValueError(f"{what}={path!r}: importing {module!r} failed: {type(exc).__name__}: {exc}") from None
     if obj is None:

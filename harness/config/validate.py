@@ -90,8 +90,8 @@ def _validate_data(data: DataConfig, workload: WorkloadSpec) -> None:
         raise ValueError(f"data.read_latency_ms={data.read_latency_ms} must be 0 or more")
     if data.source == "synthetic" and data.cache == "none":
         raise ValueError("data.cache=none needs data.source=disk: synthetic data is generated in RAM")
-    if data.source == "disk" and (workload.synthetic == "tensors" or workload.dataset is not None):
-        own = "its own dataset" if workload.dataset is not None else "synthetic: tensors"
+    if data.source == "disk" and (workload.synthetic in ("tensors", "tokens") or workload.dataset is not None):
+        own = "its own dataset" if workload.dataset is not None else f"synthetic: {workload.synthetic}"
         raise ValueError(f"data.source=disk writes volumes or images for the built-in pipelines; workload "
                          f"{workload.name!r} has {own} (give your own data as workload.dataset)")
     for name, dims in {"rotate": 3, "elastic": 3, "mixup": 2}.items():
@@ -231,10 +231,11 @@ def validate_workload(spec: WorkloadSpec) -> None:
 
 def _validate_workload_nodes(spec: WorkloadSpec) -> None:
     """What the workload builds (its ``_target_`` nodes) and which harness settings it hands them."""
-    if not target_of(spec.model):
+    if not target_of(spec.model_node):
         raise ValueError(f"workload {spec.name!r} names no model: set workload.model._target_=pkg.module.Class "
-                         "(a class or a function returning a torch.nn.Module)")
-    for name in ("loss", "optimizer", "dataset"):
+                         "(a class or a function returning a torch.nn.Module), or "
+                         "workload.lightning_module._target_=pkg.module.MyLightningModule")
+    for name in ("loss", "optimizer", "dataset", *workloads_mod.OWN_TRAINING_NODES):
         node = getattr(spec, name)
         if node is not None and not target_of(node):
             raise ValueError(f"workload.{name} has no _target_: name a class or function, or set "

@@ -24,13 +24,16 @@ WORKLOAD_DIR = Path(__file__).resolve().parent.parent.parent / "conf" / "workloa
 TARGET_KINDS = ("class", "segmentation", "regression")
 # volumes: labelled 3D ellipsoids (1 channel, segmentation); images: ImageNet-like uint8 RGB images (class);
 # tensors: random inputs of the sample's shape with targets of the workload's kind (any model)
-SYNTHETIC_KINDS = ("volumes", "images", "tensors")
+# tokens: dicts of input_ids, attention_mask and labels (a causal language model's), ids below num_classes
+SYNTHETIC_KINDS = ("volumes", "images", "tensors", "tokens")
 # Harness settings a workload may hand to its model, loss or dataset (``model_settings: {ARG: SETTING}``); ``width``
 # is model.width times the size's width; data.patch_size is the sample's spatial sides (the size's, unless set);
 # data.cache_dir and results_dir say where a dataset that writes files keeps them (as data=disk does).
 SETTING_SOURCES = ("width", "model.width", "model.mednext_size", "model.kernel_size", "model.deep_supervision",
                    "model.depth", "model.features", "data.patch_size", "data.cache_dir", "results_dir")
-TARGET_NODES = ("model", "loss", "optimizer", "dataset")  # the _target_ nodes, free-form below their name
+# the _target_ nodes, free-form below their name; the last five are a workload's own training (harness.workload.steps)
+TARGET_NODES = ("model", "loss", "optimizer", "dataset", "step", "collate", "samples", "units", "lightning_module")
+OWN_TRAINING_NODES = TARGET_NODES[4:]  # absent (None), a spec hashes as it did before they existed
 OPEN_NODES = TARGET_NODES + ("model_settings", "loss_settings", "dataset_settings", "val_dataset", "sizes")
 NOT_HASHED_FIELDS = ("description",)  # words only: two specs that differ only here measure the same thing
 
@@ -75,10 +78,29 @@ class WorkloadSpec:
     min_side: int = 1  # smallest spatial side the network accepts
     sizes: Dict[str, SizePreset] = field(default_factory=dict)
     source_sha: str = ""  # filled when resolved: the user's source files the targets live in
+    # a workload's own training (harness.workload.steps), each a ``_target_`` node: ``step(model, batch) -> loss``
+    # (partial); the loader's collate_fn (partial); ``samples(batch)`` and ``units(batch)`` (partials) where batches
+    # vary; a LightningModule (its training_step, configure_optimizers and train_dataloader), instead of ``model``
+    step: Any = None
+    collate: Any = None
+    samples: Any = None
+    units: Any = None
+    lightning_module: Any = None
 
     def sample_shape(self, size: str = "full") -> list[int]:
         shape = self.input_shape or (self.sizes[size].input_shape if size in self.sizes else None)
         return list(shape or [])
+
+    @property
+    def own_training(self) -> bool:
+        """Whether the workload trains through its own step (a step, a LightningModule), not loss_fn(model(x), y);
+        a Hugging Face model is found only once built."""
+        return self.step is not None or self.lightning_module is not None
+
+    @property
+    def model_node(self) -> Any:
+        """The node the model is built from: the LightningModule's, or ``model``."""
+        return self.lightning_module if self.lightning_module is not None else self.model
 
     @property
     def in_channels(self) -> int:
@@ -110,8 +132,8 @@ class WorkloadSpec:
         values = dataclasses.asdict(self)
         for name in NOT_HASHED_FIELDS:
             values.pop(name)
-        for name in ("dataset_settings", "val_dataset"):  # added later: absent, a spec hashes as it did before
-            if not values[name]:
+        for name in ("dataset_settings", "val_dataset", *OWN_TRAINING_NODES):  # added later: absent, a spec
+            if not values[name]:  # hashes as it did before
                 values.pop(name)
         return values
 
@@ -130,6 +152,10 @@ def parse_spec(values: dict[str, Any]) -> WorkloadSpec:
     if unknown:
         raise unknown_choice("workload field", unknown[0], names)
     values = dict(values)
+    for name in OWN_TRAINING_NODES:  # custom.yaml's {_target_: null} placeholders: left out
+        node = values.get(name)
+        if isinstance(node, dict) and not target_of(node) and set(node) <= {"_target_", "_partial_"}:
+            values[name] = None
     sizes = values.pop("sizes", None) or {}
     spec = WorkloadSpec(**{k: copy.deepcopy(v) for k, v in values.items()})
     spec.sizes = {str(name): _size(name, preset) for name, preset in sizes.items()}

@@ -20,6 +20,7 @@ import harness.config.machine as machine
 from harness.config.keys import flatten, get_key, to_dict
 from harness.config.resolution import per_device_batch
 from harness.config.schema import CUDAGRAPH_COMPILE_MODES, RunConfig
+from harness.workload.step_knobs import own_step_name, own_step_reasons, token_channels_last
 
 SHM_PATH = "/dev/shm"  # where loader workers put the batches they hand to the main process (Linux)
 DEFAULT_PREFETCH = 2  # PyTorch's prefetch_factor when there are workers and none is given
@@ -163,7 +164,9 @@ def _workload_conflicts(cfg: RunConfig) -> list[str]:
         need = f"cpus={cfg.cpus}" + (f" for each of devices={cfg.devices} ranks ({cfg.cpus * cfg.devices} CPUs)"
                                      if cfg.devices > 1 else "")
         reasons.append(f"{need} is more than the {machine.usable_cpus()} CPUs this process may use")
-    if cfg.channels_last and spec.spatial_dims not in (2, 3):
+    if cfg.channels_last and (tokens := token_channels_last(spec)):
+        reasons.append(tokens)
+    elif cfg.channels_last and spec.spatial_dims not in (2, 3):
         reasons.append(f"channels_last=true needs 2D or 3D samples (4D/5D tensors); workload {spec.name!r} has "
                        f"{spec.spatial_dims}D samples {spec.sample_shape(cfg.size)}")
     if cfg.model.depth is not None and "model.depth" not in spec.model_settings.values():
@@ -175,12 +178,15 @@ def _workload_conflicts(cfg: RunConfig) -> list[str]:
     if cfg.model.width != 1.0 and "width" not in spec.model_settings.values():
         reasons.append(f"model.width={cfg.model.width:g} needs a model that takes a width: workload {spec.name!r} "
                        "hands none to its model (model_settings: {ARG: width} does)")
-    if spec.synthetic == "tensors" or spec.dataset is not None:
+    if spec.synthetic in ("tensors", "tokens") or spec.dataset is not None:
         switched = [f"data.{n}" for n in ("flip", "noise", "rotate", "elastic", "mixup") if getattr(cfg.data, n)]
         if cfg.data.augment != "none" or switched:
             what = (switched or [f"data.augment={cfg.data.augment}"])[0]
-            own = "its own dataset" if spec.dataset is not None else "synthetic: tensors"
+            own = "its own dataset" if spec.dataset is not None else f"synthetic: {spec.synthetic}"
             reasons.append(f"{what} applies to the volumes and images pipelines; workload {spec.name!r} has {own}")
+    if spec.own_training and cfg.measure.mode != "loader":
+        reasons += own_step_reasons(cfg, own_step_name(spec), own_optimizer=spec.lightning_module is not None,
+                                    lightning=spec.lightning_module is not None)
     if cfg.activation_checkpointing and not spec.checkpoint_units and cfg.measure.mode != "loader":
         reasons.append(f"activation_checkpointing=true: workload {spec.name!r} names no checkpoint_units (the "
                        "module classes to recompute), so nothing would be checkpointed; set "

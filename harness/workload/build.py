@@ -17,7 +17,7 @@ def build_all(cfg) -> tuple[nn.Module, nn.Module, tuple[type, ...]]:
 
 def build_model(cfg) -> nn.Module:
     spec: WorkloadSpec = cfg.workload
-    return instantiate(spec.model, **setting_args(spec.model_settings, cfg))
+    return instantiate(spec.model_node, **setting_args(spec.model_settings, cfg))
 
 
 def build_loss(cfg) -> nn.Module:

@@ -264,11 +264,12 @@ class RandomTensors(Dataset):
 # ------------------------------------------------------------------------------------------
 
 
-def build_dataset(cfg, workload, replicas: int = 1) -> Dataset:
+def build_dataset(cfg, workload, replicas: int = 1, own_data: Dataset | None = None) -> Dataset:
     """The dataset the settings describe (disk datasets must exist: ``harness.workload.datasets.ensure``), with the
     storage cost asked for (``data.read_latency_ms``, ``data.page_cache``). With ``replicas`` ranks sharing it,
-    it is that many times longer: an epoch is still ``epoch_steps`` on each."""
-    dataset = _dataset(cfg, workload, replicas)
+    it is that many times longer: an epoch is still ``epoch_steps`` on each. ``own_data``: a LightningModule's own
+    training data (its ``train_dataloader()``'s dataset), used when the workload names no dataset."""
+    dataset = _dataset(cfg, workload, replicas, own_data)
     if not cfg.data.read_latency_ms and cfg.data.page_cache == "keep":
         return dataset
     files = None
@@ -311,12 +312,18 @@ def drop_from_page_cache(path: str) -> None:
         os.close(fd)
 
 
-def _dataset(cfg, workload, replicas: int = 1) -> Dataset:
+def _dataset(cfg, workload, replicas: int = 1, own_data: Dataset | None = None) -> Dataset:
     length = cfg.batch_size * cfg.accumulate_grad_batches * cfg.data.epoch_steps * replicas
     if workload.dataset is not None:
         from harness.workload.build import build_user_dataset
 
         return Repeat(build_user_dataset(workload, cfg), length)
+    if own_data is not None:
+        return Repeat(own_data, length)
+    if workload.synthetic == "tokens":
+        from harness.workload.tokens import RandomTokens
+
+        return RandomTokens(cfg.data.patch_size[-1], workload.num_classes, length, 4 * cfg.data.num_volumes, cfg.seed)
     if workload.synthetic == "tensors":
         shape = [workload.in_channels, *cfg.data.patch_size]
         target_shape = workload.target_shape or [workload.num_classes]
@@ -339,9 +346,10 @@ def _dataset(cfg, workload, replicas: int = 1) -> Dataset:
                             transform)
 
 
-def build_loader(cfg, dataset: Dataset, workload=None, rank=None) -> DataLoader:
+def build_loader(cfg, dataset: Dataset, workload=None, rank=None, collate=None) -> DataLoader:
     """The DataLoader with every loader knob applied as given (validated beforehand). Under DDP (``rank``: a
-    ``harness.run.child.ranks.Rank`` of several) a DistributedSampler gives each rank its own share of every epoch."""
+    ``harness.run.child.ranks.Rank`` of several) a DistributedSampler gives each rank its own share of every epoch.
+    ``collate``: the workload's own collate function (``workload.collate``, a LightningModule's loader's)."""
     sampler = None
     if rank is not None and rank.world_size > 1:
         from torch.utils.data.distributed import DistributedSampler
@@ -363,6 +371,8 @@ def build_loader(cfg, dataset: Dataset, workload=None, rank=None) -> DataLoader:
         kwargs["prefetch_factor"] = cfg.data.prefetch_factor
     if workload is not None and workload.spatial_dims == 2 and augment_switches(cfg)["mixup"]:
         kwargs["collate_fn"] = MixupCollate(workload.num_classes)
+    if collate is not None:
+        kwargs["collate_fn"] = collate
     return DataLoader(dataset, **kwargs)
 
 

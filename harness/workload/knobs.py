@@ -45,6 +45,7 @@ from harness.config import RunConfig
 from harness.workload import build
 from harness.workload.applicability import KnobNotApplicable, no_units_to_checkpoint
 from harness.workload.build import build_all
+from harness.workload.steps import OwnStep, own_step, own_step_conflicts
 
 
 def apply_backend_flags(cfg) -> dict[str, Any]:
@@ -216,6 +217,14 @@ def apply_compile(model: nn.Module, mode: str) -> nn.Module:
     return torch.compile(model, mode=None if mode == "default" else mode)
 
 
+def compile_forward(module: nn.Module, mode: str) -> nn.Module:
+    """Compile of a LightningModule: its forward, in place (as Lightning's Trainer does with a compiled module), so
+    that its training_step, called as it is, runs the compiled forward; the step itself is not traced."""
+    if mode != "off":
+        module.forward = torch.compile(module.forward, mode=None if mode == "default" else mode)
+    return module
+
+
 def apply_ddp(model: nn.Module, cfg, device: torch.device) -> nn.Module:
     """Wrap the prepared model in DistributedDataParallel with the ``ddp.*`` knobs (PyTorch's defaults when unset);
     the process group is already joined (``harness.run.child.ranks.join``)."""
@@ -328,6 +337,7 @@ class Prepared:
     memory_format: torch.memory_format
     checkpointed_units: int
     backend_flags: dict[str, Any]
+    own: OwnStep | None = None  # the workload's own step (harness.workload.steps); None: loss_fn(model(x), y)
 
 
 def prepare(cfg, workload, device: torch.device | None = None, rank=None) -> Prepared:
@@ -338,6 +348,9 @@ def prepare(cfg, workload, device: torch.device | None = None, rank=None) -> Pre
         raise KnobNotApplicable(reason)
     backend_flags = apply_backend_flags(cfg)
     model, loss_fn, unit_types = build_all(cfg)
+    own = own_step(workload, model, loss_fn=loss_fn)  # decided on the model as built, before any wrapper
+    if own is not None and (reason := own_step_conflicts(cfg, own)):
+        raise KnobNotApplicable(reason)
     units = apply_activation_checkpointing(model, unit_types) if cfg.activation_checkpointing else 0
     fmt = memory_format(cfg, workload.spatial_dims)
     model = apply_device_and_format(model, device, fmt)
@@ -345,8 +358,10 @@ def prepare(cfg, workload, device: torch.device | None = None, rank=None) -> Pre
     model.train()
     if rank is not None and rank.world_size > 1:
         model = apply_ddp(model, cfg, device)
-    model = apply_compile(model, cfg.compile)
-    optimizer = build_optimizer(cfg, workload, model.parameters())
+    model = compile_forward(model, cfg.compile) if workload.lightning_module is not None \
+        else apply_compile(model, cfg.compile)
+    optimizer = own.optimizer() if own is not None and own.optimizer is not None \
+        else build_optimizer(cfg, workload, model.parameters())
     return Prepared(
         model=model,
         loss_fn=loss_fn.to(device),
@@ -357,4 +372,5 @@ def prepare(cfg, workload, device: torch.device | None = None, rank=None) -> Pre
         memory_format=fmt,
         checkpointed_units=units,
         backend_flags=backend_flags,
+        own=own,
     )

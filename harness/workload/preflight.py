@@ -7,32 +7,41 @@ from __future__ import annotations
 import contextlib
 import json
 import re
+import sys
 from typing import Any
 
 from harness.config.targets import instantiate, setting_args
 from harness.config.workload import is_builtin
-from harness.names import target_of
+from harness.names import display_name, target_of
 
 
 def check_model_builds(cfg) -> None:
     """The model and loss of a resolved config built on the meta device in the parent, before any child starts
-    (no memory, no arithmetic), and the model run once on a meta batch: ValueError with one line for a package the
-    model needs that is missing here, or a constructor that fails. Built-in workloads as shipped are not built
-    here (the parent needs no torch for them, and every test builds them)."""
+    (no memory, no arithmetic), the model run once on a meta batch, and the workload's step on it
+    (``harness.workload.meta_step``): ValueError with one line for a package the model needs that is missing here, a
+    constructor that fails, or a step that returns no usable loss; the step's notes printed. Built-in workloads as
+    shipped are not built here (the parent needs no torch for them, and every test builds them)."""
     spec = cfg.workload
     if is_builtin(spec):
         return
     model_args = setting_args(spec.model_settings, cfg)
     # the batch the child will make; a workload's own dataset decides its samples itself
     shape = [cfg.batch_size, spec.in_channels, *cfg.data.patch_size] if spec.dataset is None else []
-    seen = json.dumps([spec.model, model_args, spec.loss, setting_args(spec.loss_settings, cfg), shape], default=str)
+    seen = json.dumps([spec.model_node, model_args, spec.loss, setting_args(spec.loss_settings, cfg), shape,
+                       spec.step, spec.synthetic, spec.num_classes], default=str)
     if seen in _BUILT:  # the rungs of a sweep: one build each for what they change of the model
         return
-    model = _build_on_meta("workload.model", spec.model, model_args)
+    where = "workload.lightning_module" if spec.lightning_module is not None else "workload.model"
+    model = _build_on_meta(where, spec.model_node, model_args)
     if spec.loss is not None:
         _build_on_meta("workload.loss", spec.loss, setting_args(spec.loss_settings, cfg))
     if model is not None and shape:  # a package imported on the first call (MONAI's optional ones)
-        _forward_on_meta(model, shape, target_of(spec.model))
+        _forward_on_meta(model, shape, target_of(spec.model_node))
+    if model is not None:
+        from harness.workload.meta_step import check_step_on_meta
+
+        for note in check_step_on_meta(cfg, model):
+            print(f"note: {display_name(spec.name, spec.model_node)}: {note}", file=sys.stderr)
     _BUILT.add(seen)
 
 

@@ -46,6 +46,7 @@ from harness.run.child.summary import Extras, Measurement
 from harness.workload.data import build_dataset, build_loader, endless
 from harness.workload.flops import count_train_flops
 from harness.workload.knobs import Prepared, apply_cpu_affinity, periodic_work, prepare
+from harness.workload.steps import collate_of, own_loop, zero_grad_of
 from harness.config.workload import WorkloadSpec
 
 if TYPE_CHECKING:
@@ -85,6 +86,10 @@ class Loop:
     workers: int = 0  # the loader's workers (0: none, or model mode's one batch)
     prefetch: int = 0  # batches each of them holds ready at most (prefetch_factor)
     warmup_wait_ms: list[float] = field(default_factory=list)  # the warm-up's data waits (its queue ran dry?)
+    # a micro-batch's forward and backward: the default step's on the loader's (input, target) pair, or the
+    # workload's own step's (harness.workload.steps.own_loop: its batch of any shape, moved inside)
+    step_fn: Callable[..., tuple[Any, Any]] = forward_backward
+    zero_grad: Callable[[], None] | None = None  # the optimizer's zero_grad(set_to_none), or the module's own
 
     def release(self) -> None:
         """Let go of the loader (its workers end here, not whenever the caller lets go of the loop) and of the
@@ -158,10 +163,15 @@ def _set_up(cfg: RunConfig, workload: WorkloadSpec, rank: Rank, progress: Progre
     device = rank.device(cfg.device)
     prep = prepare(cfg, workload, device, rank) if mode != "loader" else None
     progress("data")  # the model is built: the data and the loader next (where a run's time goes)
-    loader = build_loader(cfg, build_dataset(cfg, workload, rank.world_size), workload, rank)
+    own = prep.own if prep is not None else None
+    loader = build_loader(cfg, build_dataset(cfg, workload, rank.world_size, own and own.dataset), workload, rank,
+                          collate_of(workload, own))
     batches = endless(loader)
     fmt = prep.memory_format if prep else torch.contiguous_format
-    if mode == "model":  # nnU-Net's dummy trainer: one batch kept on the device, the loader never asked again
+    step_fn = forward_backward
+    if own is not None:  # the workload's own step, on batches of any shape: (batch, None) pairs, moved inside it
+        batches, step_fn = own_loop(cfg, prep, batches, fixed=mode == "model")
+    elif mode == "model":  # nnU-Net's dummy trainer: one batch kept on the device, the loader never asked again
         x0, y0 = next(batches)
         fixed = (x0.to(device, memory_format=fmt), y0.to(device))
         batches = iter(lambda: fixed, None)
@@ -169,7 +179,7 @@ def _set_up(cfg: RunConfig, workload: WorkloadSpec, rank: Rank, progress: Progre
     accum = cfg.accumulate_grad_batches
     return Loop(
         device=device, rank=rank, prep=prep, loader=loader, batches=batches, memory_format=fmt,
-        move=mode != "model", non_blocking=bool(cfg.data.non_blocking), accum=accum,
+        move=mode != "model" and own is None, non_blocking=bool(cfg.data.non_blocking), accum=accum,
         set_to_none=cfg.optimizer.zero_grad_set_to_none, log_every=cfg.log_every_n_steps,
         warmup=0 if cfg.measure.warmup_steps == "auto" else cfg.measure.warmup_steps,
         warmup_rule=warmup_rule_for(cfg.measure), faults=faults.plan(cfg.debug, rank.rank), after_step=after_step,
@@ -182,6 +192,7 @@ def _set_up(cfg: RunConfig, workload: WorkloadSpec, rank: Rank, progress: Progre
         metrics=MetricsLog(prep.optimizer) if prep is not None and rank.rank == 0 else None,
         workers=(loader.num_workers or 0) if mode != "model" else 0,
         prefetch=(loader.prefetch_factor or 0) if mode != "model" and loader.num_workers else 0,
+        step_fn=step_fn, zero_grad=zero_grad_of(prep, cfg.optimizer.zero_grad_set_to_none) if prep else None,
     )
 
 
@@ -252,7 +263,7 @@ def _steps(loop: Loop, measured: bool) -> tuple[Any, float]:
     step: clocks around ``next(batches)`` and at its end, two appends, a test per knob or fault, and the calls a
     training loop makes (a micro-batch's forward and backward, the optimizer's step: ``harness.run.child.step``)."""
     prep, batches, device, accum, m, rule = loop.prep, loop.batches, loop.device, loop.accum, loop.m, loop.rule
-    move, nb, fmt, set_to_none = loop.move, loop.non_blocking, loop.memory_format, loop.set_to_none
+    move, nb, fmt, step_fn, zero_grad = loop.move, loop.non_blocking, loop.memory_format, loop.step_fn, loop.zero_grad
     log_every, mark_step, after_step, satisfied = loop.log_every, loop.mark_step, loop.after_step, rule.satisfied
     no_sync, last_micro, synced, drop_out = loop.no_sync, accum - 1, contextlib.nullcontext(), after_step is None
     nan_step, fault_step, slowdown_s = loop.faults.nan_step, loop.faults.fault_step, loop.faults.slowdown_s
@@ -269,7 +280,7 @@ def _steps(loop: Loop, measured: bool) -> tuple[Any, float]:
         if events:
             ev_start, ev_end = events[step - first]
         if prep:
-            prep.optimizer.zero_grad(set_to_none=set_to_none)
+            zero_grad()
         for micro in range(accum):
             t0 = time.perf_counter()
             x, y = next(batches)
@@ -281,8 +292,7 @@ def _steps(loop: Loop, measured: bool) -> tuple[Any, float]:
             if move:
                 x, y = x.to(device, non_blocking=nb, memory_format=fmt), y.to(device, non_blocking=nb)
             with no_sync() if no_sync is not None and micro < last_micro else synced:
-                loss, out = forward_backward(model, loss_fn, autocast, prep.scaler, x, y, accum, drop_out,
-                                             step == nan_step)
+                loss, out = step_fn(model, loss_fn, autocast, prep.scaler, x, y, accum, drop_out, step == nan_step)
         if prep:
             optimizer_step(prep)
         if ev_end is not None:
@@ -321,6 +331,8 @@ def _close_window(loop: Loop, window: Window, loss, progress: Progress) -> None:
     window.cpu_pct = monitor.cpu_percent_since_last_call()
     window.clock_end = monitor.CpuClock.read()
     progress("measured")  # the window has closed: the parent stops keeping GPU samples
+    if loop.prep is not None and loop.prep.own is not None and loop.prep.own.counts is not None:
+        m.samples_counted, m.units_counted = loop.prep.own.counts.window(len(m.step_ms) * loop.accum)
     if loss is not None:
         m.loss_last = loss.item() * loop.accum
         if not math.isfinite(m.loss_last):

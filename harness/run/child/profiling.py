@@ -116,6 +116,8 @@ def profile_after_window(loop, cfg, out_dir: str | os.PathLike | None) -> Profil
     if loop.prep is None:
         return failed_summary(device.type, steps, "not profiled: measure.mode=loader runs no training step")
     prep = loop.prep
+    if prep.own is not None:
+        return failed_summary(device.type, steps, f"not profiled: {prep.own.name} is not yet profiled phase by phase")
     parts = StepParts(model=prep.model, loss_fn=prep.loss_fn, optimizer=prep.optimizer, batches=loop.batches,
                       device=device, autocast=prep.autocast, scaler=prep.scaler, accumulate=loop.accum,
                       memory_format=loop.memory_format, non_blocking=loop.non_blocking, move=loop.move,

@@ -31,6 +31,9 @@ class Measurement:
     loss_first: float | None = None
     loss_last: float | None = None
     queue_warmup_steps: int = 0  # warm-up steps taken to eat the loader's queue (within warmup_ms)
+    # a workload's samples(batch) / units(batch) hooks, summed over the measured micro-batches (batches that vary)
+    samples_counted: float | None = None
+    units_counted: float | None = None
 
 
 @dataclass
@@ -180,8 +183,11 @@ _FROM_EXTRAS = tuple(f.name for f in fields(Extras) if f.name not in ("compile_s
 def summarize(m: Measurement, extras: Extras, sample: PerSample, compiled: bool) -> Summary:
     """The record's metric fields from a raw measurement. ``compiled``: the warm-up holds compilation, whose
     time is estimated from it unless compile's own timers said (``extras.compile_s``)."""
-    steps = len(m.step_ms)
-    samples_per_s = steps * m.samples_per_step / m.measured_s if m.measured_s > 0 else None
+    steps, counted = len(m.step_ms), m.samples_counted
+    samples_per_s = (counted if counted is not None else steps * m.samples_per_step) / m.measured_s \
+        if m.measured_s > 0 else None
+    units_per_s = m.units_counted / m.measured_s if m.units_counted is not None and m.measured_s > 0 \
+        else samples_per_s * sample.units if samples_per_s else None
     p50 = statistics.median(m.step_ms)
     wait_total = sum(m.data_wait_ms)
     compile_s = extras.compile_s
@@ -194,7 +200,7 @@ def summarize(m: Measurement, extras: Extras, sample: PerSample, compiled: bool)
         queue_warmup_steps=m.queue_warmup_steps,
         measured_steps=steps,
         samples_per_s=samples_per_s,
-        units_per_s=samples_per_s * sample.units if samples_per_s else None,
+        units_per_s=units_per_s,
         step_ms_p50=p50,
         step_ms_p90=_quantile(m.step_ms, 0.9),
         step_ms_mean=statistics.fmean(m.step_ms),

@@ -1,0 +1,104 @@
+"""A LightningModule measured as the Trainer would train it, without the Trainer: ``workload.lightning_module``
+names the module; its ``training_step(batch, batch_idx)`` is the step, the first optimizer its
+``configure_optimizers`` returns is the optimizer (a scheduler is not stepped, and the run says so), its
+``optimizer_zero_grad`` zeroes the gradients when it overrides it, and its ``train_dataloader()``'s dataset and
+collate function are the data when the workload names no dataset (the loader rebuilt with the ladder's loader knobs).
+
+Lightning itself is never imported here: the module's class is the user's, found by its methods, so both
+``lightning.pytorch`` and ``pytorch_lightning`` modules are measured. ``self.log`` without a Trainer returns at
+once in Lightning (with a warning, silenced here): what it would cost under a Trainer's loggers is not measured.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from harness.workload.step_knobs import StepError
+
+SCHEDULER_NOTE = ("its learning-rate scheduler is not stepped (the harness measures the optimizer's step; a "
+                  "scheduler's step is a few arithmetic operations, per step or per epoch)")
+
+
+def check_module(module, name: str) -> None:
+    """A module the adapter can train: a training_step and configure_optimizers, automatic optimization."""
+    for method in ("training_step", "configure_optimizers"):
+        if not callable(getattr(module, method, None)):
+            raise StepError(f"{name} is a {type(module).__name__}, which has no {method}(): name a LightningModule")
+    if getattr(module, "automatic_optimization", True) is False:
+        raise StepError(f"{name} sets automatic_optimization=False (it steps its optimizers itself in "
+                        "training_step); the harness measures automatic optimization only: give the model and a "
+                        "workload.step instead")
+
+
+def training_step_call(module):
+    """``(model, batch) -> training_step(batch, batch_idx)``, batch_idx counting on as the Trainer's does; the model
+    handed in (compiled or wrapped) is not used: training_step calls the module's forward, which compile compiled."""
+    step = module.training_step
+    index = iter(range(1 << 62))
+
+    def call(model, batch):
+        return step(batch, next(index))
+
+    return call
+
+
+def first_optimizer(configured: Any, name: str, notes: list[str]):
+    """The first optimizer of what configure_optimizers returned (every form Lightning takes), with a note for a
+    scheduler or more optimizers left out."""
+    if configured is None:
+        raise StepError(f"{name}: configure_optimizers() returned None; return an optimizer (the harness measures "
+                        "the optimizer's step)")
+    if isinstance(configured, Mapping):
+        if configured.get("lr_scheduler") is not None:
+            notes.append(SCHEDULER_NOTE)
+        return first_optimizer(configured["optimizer"], name, notes)
+    if isinstance(configured, Sequence) and not isinstance(configured, str):
+        if not configured:
+            raise StepError(f"{name}: configure_optimizers() returned an empty {type(configured).__name__}")
+        first = configured[0]
+        if len(configured) == 2 and isinstance(first, Sequence) and configured[1]:
+            notes.append(SCHEDULER_NOTE)
+        elif len(configured) > 1 and not isinstance(first, Sequence):
+            notes.append(f"only its first of {len(configured)} optimizers is stepped")
+        return first_optimizer(first, name, notes)
+    if not callable(getattr(configured, "step", None)) or not hasattr(configured, "param_groups"):
+        raise StepError(f"{name}: configure_optimizers() returned a {type(configured).__name__}, not an optimizer")
+    return configured
+
+
+def overrides(cls: type, method: str) -> bool:
+    """Whether ``cls`` defines ``method`` below Lightning's own classes."""
+    for klass in cls.__mro__:
+        if method in vars(klass):
+            return not klass.__module__.startswith(("lightning", "pytorch_lightning"))
+    return False
+
+
+def zeroes_grads_itself(cls: type) -> str:
+    """Why optimizer.zero_grad_set_to_none=false cannot act ("" when the harness zeroes the gradients)."""
+    if not overrides(cls, "optimizer_zero_grad"):
+        return ""
+    return (f"{cls.__name__} zeroes its gradients itself (optimizer_zero_grad), so "
+            "optimizer.zero_grad_set_to_none=false would change nothing")
+
+
+def module_data(module, name: str) -> tuple[Any, Any]:
+    """The dataset and collate function of the module's ``train_dataloader()`` (after its ``setup("fit")``)."""
+    if overrides(type(module), "setup"):
+        module.setup("fit")
+    loader = module.train_dataloader()
+    dataset = getattr(loader, "dataset", None)
+    if dataset is None:
+        raise StepError(f"{name}: train_dataloader() returned a {type(loader).__name__}, not a DataLoader with a "
+                        "dataset; name one with workload.dataset")
+    return dataset, getattr(loader, "collate_fn", None)
+
+
+def zero_grad_call(module, optimizer):
+    """The module's own ``optimizer_zero_grad``, as the loop's zeroing (``set_to_none`` is the module's choice)."""
+
+    def zero_grad() -> None:
+        module.optimizer_zero_grad(0, 0, optimizer)
+
+    return zero_grad

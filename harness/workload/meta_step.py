@@ -1,0 +1,99 @@
+"""The workload's step run once on the meta device in the parent (no memory, no arithmetic), before any child starts:
+a step that returns no loss or a non-scalar one, a LightningModule whose training_step returns None or whose
+configure_optimizers returns no optimizer, a model whose output the default loss cannot take (a tuple), a
+vocabulary smaller than the token ids: each one line, exit 2. Run where the parent knows the batch (synthetic data);
+a workload's own dataset is the child's to read, and what the meta device cannot compute is the child's to find."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from harness.workload import lightning
+from harness.workload.build import build_loss
+from harness.workload.step_knobs import StepError
+from harness.workload.steps import is_hugging_face, own_step, reader_for
+
+
+def check_step_on_meta(cfg, model) -> list[str]:
+    """Check the step of ``cfg``'s workload on ``model`` (built on the meta device); the notes a run should print
+    (a LightningModule's scheduler that is not stepped). ValueError with one line for what cannot be measured."""
+    spec, notes = cfg.workload, []
+    if is_hugging_face(model):
+        _check_vocabulary(spec, model)
+    own = own_step(spec, model, with_data=False, loss_fn=build_loss(cfg))
+    if own is not None and own.lightning:
+        try:
+            lightning.first_optimizer(model.configure_optimizers(), own.name.removesuffix(": training_step"), notes)
+        except StepError:
+            raise
+        except Exception:  # what the meta device or a missing Trainer stops: the child's to report
+            pass
+    batch = meta_batch(cfg)
+    if batch is None or (own is not None and own.dataset is None and lightning.overrides(type(model),
+                                                                                      "train_dataloader")):
+        return notes
+    result = _run(lambda: own.call(model, batch) if own is not None else model(batch[0]))
+    if result is UNKNOWN:
+        return notes
+    if own is not None:
+        reader_for(result, own.name)
+    elif not isinstance(result, torch.Tensor):
+        _check_default_loss(cfg, result, batch[1])
+    return notes
+
+
+def meta_batch(cfg) -> Any:
+    """The batch the child's synthetic data gives, on the meta device (None for a workload's own dataset)."""
+    spec, n, patch = cfg.workload, cfg.batch_size, list(cfg.data.patch_size)
+    if spec.dataset is not None:
+        return None
+    if spec.synthetic == "tokens":
+        ids = torch.empty([n, patch[-1]], dtype=torch.int64, device="meta")
+        return {"input_ids": ids, "attention_mask": ids, "labels": ids}
+    if spec.synthetic != "tensors":
+        return None
+    x = torch.empty([n, spec.in_channels, *patch], device="meta")
+    if spec.target == "class":
+        y = torch.empty([n], dtype=torch.int64, device="meta")
+    elif spec.target == "segmentation":
+        y = torch.empty([n, *patch], dtype=torch.int64, device="meta")
+    else:
+        y = torch.empty([n, *(spec.target_shape or [spec.num_classes])], device="meta")
+    return x, y
+
+
+UNKNOWN = object()  # what the meta device could not compute
+
+
+def _run(call) -> Any:
+    """``call()``'s result; UNKNOWN where the meta device cannot compute it (a value read, an operator it lacks)."""
+    try:
+        return call()
+    except (StepError, ImportError):
+        raise
+    except Exception:
+        return UNKNOWN
+
+
+def _check_default_loss(cfg, out: Any, y) -> None:
+    """A model output that is no tensor (a tuple, a dict) handed to the default step's loss: refused when the
+    loss cannot take it."""
+    spec = cfg.workload
+    try:
+        build_loss(cfg)(out, y)
+    except Exception as exc:
+        if "meta" in str(exc).lower() or isinstance(exc, NotImplementedError):
+            return
+        raise StepError(f"workload.model._target_={spec.model.get('_target_')!r} returns a {type(out).__name__}, "
+                        f"which the default step's loss cannot take ({type(exc).__name__}: {str(exc)[:120]}); name "
+                        "a step that computes the loss from it: workload.step._target_=mypkg.train.step "
+                        "(step(model, batch) -> loss)") from None
+
+
+def _check_vocabulary(spec, model) -> None:
+    vocab = getattr(getattr(model, "config", None), "vocab_size", None)
+    if spec.synthetic == "tokens" and spec.dataset is None and vocab is not None and spec.num_classes > vocab:
+        raise StepError(f"workload.num_classes={spec.num_classes} draws token ids the model's vocabulary does not "
+                        f"have (its config.vocab_size={vocab}): set workload.num_classes to at most {vocab}")

@@ -1,0 +1,58 @@
+"""What each knob does to a workload's own step (``harness.workload.steps``), and why one cannot act on it. Torch-free:
+the parent asks with what the settings say (``applicability``), the child again with what the built model says (a
+Hugging Face model is found only there, and a LightningModule's own zeroing and optimizer).
+
+Acting on a user's step, as on the default one: ``precision`` (autocast around the step, the fp16 gradient scaler),
+``accumulate_grad_batches`` (the loss divided, DDP's no_sync), ``compile`` (the model before the loop; a
+LightningModule's forward), ``channels_last`` (the model's 4-D/5-D weights and the batch's 4-D/5-D floating tensors;
+with neither the run is skipped in the child), ``activation_checkpointing`` (the model's checkpoint_units),
+``optimizer.*`` (the harness's optimizer), ``log_every_n_steps`` (the loss read), the loader's knobs (the workload's
+data through the harness's DataLoader), ``memory_cleanup_every_n_steps``, ``devices`` (DDP around the model).
+"""
+
+from __future__ import annotations
+
+from harness.names import target_of
+
+
+class StepError(ValueError):
+    """A workload's own step that cannot be measured as given: it returned no usable loss, or its module lacks what
+    a training step needs (an `error` record in the child; refused before anything runs when the parent finds it)."""
+
+
+def own_step_name(spec) -> str:
+    """How messages name a workload's own step, from its settings."""
+    if spec.lightning_module is not None:
+        return f"workload.lightning_module={target_of(spec.lightning_module)!r}: training_step"
+    return f"workload.step={target_of(spec.step)!r}"
+
+
+def own_step_reasons(cfg, own: str, own_optimizer: bool = False, zeroes_grads_itself: str = "",
+                     lightning: bool = False) -> list[str]:
+    """Why knobs of ``cfg`` cannot act on the workload's own step ``own`` (how messages name it)."""
+    reasons = []
+    if cfg.visualize_every_n_steps:
+        reasons.append(f"visualize_every_n_steps={cfg.visualize_every_n_steps} writes a sample's input and the "
+                       f"model's output; {own} returns only its loss")
+    if cfg.val.every_n_steps:
+        reasons.append(f"val.every_n_steps={cfg.val.every_n_steps} runs loss_fn(model(x), y) in eval mode; {own} "
+                       "has no validation step the harness calls yet")
+    if own_optimizer:
+        knobs = [f"optimizer.{k}={getattr(cfg.optimizer, k)}" for k in ("fused", "foreach")
+                 if getattr(cfg.optimizer, k) is not None]
+        reasons += [f"{knob} is passed to the harness's optimizer; {own} builds its own (configure_optimizers)"
+                    for knob in knobs]
+    if zeroes_grads_itself and not cfg.optimizer.zero_grad_set_to_none:
+        reasons.append(zeroes_grads_itself)
+    if lightning and cfg.devices > 1:
+        reasons.append(f"devices={cfg.devices}: DDP's gradient sync needs the forward called through its wrapper, "
+                       f"and {own} calls the module's own; measure a LightningModule on one device")
+    return reasons
+
+
+def token_channels_last(spec) -> str:
+    """channels_last on token batches ("" for other workloads)."""
+    if spec.synthetic != "tokens" or spec.dataset is not None:
+        return ""
+    return (f"channels_last=true lays out 4-D and 5-D floating tensors; workload {spec.name!r} has batches of "
+            "integer token ids [batch, length] (synthetic: tokens), so it would change nothing")
