@@ -18,6 +18,7 @@ from typing import Any, Dict, List, Optional
 
 import yaml
 
+from harness.names import target_of
 from harness.registry import check_choice, unknown_choice
 
 WORKLOAD_DIR = Path(__file__).resolve().parent.parent.parent / "conf" / "workload"
