@@ -226,3 +226,17 @@ def test_a_users_step_keeps_the_default_steps_config_hash_when_absent():
     plain = _cfg(**{"workload.model._target_": "torch.nn.Conv1d"})
     assert plain.workload.step is None and plain.workload.lightning_module is None
     assert "step" not in plain.workload.hashed() and "collate" not in plain.workload.hashed()
+
+
+def test_a_model_whose_output_the_default_loss_cannot_take_is_refused_in_the_parent_naming_a_step():
+    cfg = config_mod.from_dict({"workload": "custom"})
+    for key, value in {"workload.model._target_": "torch.nn.LSTM", "workload.model.input_size": 8,
+                       "workload.model.hidden_size": 4, "workload.model.batch_first": True,
+                       "workload.input_shape": [3, 8]}.items():
+        config_mod.set_key(cfg, key, value)
+    with pytest.raises(StepError) as caught:
+        preflight.check_model_builds(config_mod.resolve(cfg, cuda_available=False))
+    assert str(caught.value).startswith("workload.model._target_='torch.nn.LSTM' returns a tuple, which the default "
+                                        "step's loss cannot take (TypeError: ")
+    assert str(caught.value).endswith("name a step that computes the loss from it: workload.step._target_="
+                                      "mypkg.train.step (step(model, batch) -> loss)")

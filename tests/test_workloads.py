@@ -126,7 +126,7 @@ def test_a_file_of_the_users_joins_the_group_with_config_dir():
     ((f"workload.model._target_={TINY_NET}t",),
      r"unknown workload.model._target_ \(no 'TinySegNett' in 'examples.tiny_net'\).*Did you mean "
      r"'examples.tiny_net.TinySegNet'"),
-    (("workload.model._target_=examples.tiny_nett.TinySegNet",), r"Did you mean 'examples.tiny_net'\?"),
+    (("workload.model._target_=examples.tiny_nett.TinySegNet",), r"Did you mean 'examples.tiny_net'( or |\?)"),
     (("workload.model._target_=nopkg13.nets.Net",), r"no module 'nopkg13' can be imported here"),
     (("+workload.loss._target_=torch.nn.CrossEntropyLos",),
      r"Did you mean 'torch.nn.CrossEntropyLoss'.*\('torch.nn' has \d{3} public names"),
