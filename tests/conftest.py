@@ -107,3 +107,14 @@ def measured_run(tmp_path_factory) -> Measured:
     its record and what it printed, read by the tests of a run's summary and of its record."""
     return _measure_once(tmp_path_factory, "measured-run", "run", "workload=unet3d", "measure.steps=3",
                          "measure.warmup_steps=1")
+
+
+def user_module(tmp_path: Path, monkeypatch, name: str, source: str):
+    """A module of a user's, ``name`` with ``source``, importable for one test (gone from sys.modules after it);
+    yields the module."""
+    (tmp_path / f"{name}.py").write_text(source)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import importlib
+
+    yield importlib.import_module(name)
+    sys.modules.pop(name, None)

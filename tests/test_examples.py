@@ -9,7 +9,7 @@ import math
 
 import pytest
 
-from tests.conftest import ONE_ROUND, TINY_STEPS_ARGS, harness_cli
+from tests.conftest import ONE_ROUND, REPO, TINY_STEPS_ARGS, harness_cli
 
 
 def _needs(package: str, extra: str):
@@ -66,3 +66,27 @@ def test_the_language_model_sweeps_the_batch_ladder_in_tokens(results):
     ok = frame[frame["status"] == "ok"]
     assert list(ok["samples_per_step"])[:4] == [1, 2, 4, 8]
     assert all(math.isclose(t, s * 64, rel_tol=1e-9) for t, s in zip(ok["units_per_s"], ok["samples_per_s"]))
+
+
+@_needs("transformers", "hf")
+def test_token_ids_beyond_the_vocabulary_are_refused_and_channels_last_on_them_is_skipped():
+    from harness import config as config_mod
+    from harness.commands import hydra_edge
+    from harness.workload import preflight
+    from harness.workload.applicability import not_applicable
+    from harness.workload.step_knobs import StepError
+
+    def resolved(*extra: str) -> config_mod.RunConfig:
+        overrides = hydra_edge.with_config_dirs(["--config-dir", str(REPO / "examples" / "conf"), "workload=gpt2_lm",
+                                                 *extra])
+        settings = config_mod.from_dict(hydra_edge.plain_settings(hydra_edge.compose_settings(overrides)))
+        return config_mod.resolve(settings, cuda_available=False)
+
+    with pytest.raises(StepError, match=r"^workload.num_classes=5000 draws token ids the model's vocabulary does not "
+                                        r"have \(its config.vocab_size=1000\): set workload.num_classes to at most "
+                                        r"1000$"):
+        preflight.check_model_builds(resolved("workload.num_classes=5000"))
+    preflight.check_model_builds(resolved())  # its own vocabulary: nothing to say
+    assert not_applicable(resolved("channels_last=true")) == (
+        "channels_last=true lays out 4-D and 5-D floating tensors; workload 'gpt2_lm' has batches of integer token "
+        "ids [batch, length] (synthetic: tokens), so it would change nothing")

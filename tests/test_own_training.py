@@ -15,6 +15,7 @@ from harness.workload import preflight
 from harness.workload.applicability import not_applicable
 from harness.workload.batches import BatchLeafError
 from harness.workload.step_knobs import StepError
+from tests.conftest import user_module
 
 OWN = """
 import numpy as np
@@ -95,12 +96,7 @@ class FullModule(Module):  # ... zeroing its gradients itself, with its own data
 
 @pytest.fixture
 def own(tmp_path, monkeypatch):
-    (tmp_path / "owntrain13.py").write_text(OWN)
-    monkeypatch.syspath_prepend(str(tmp_path))
-    import owntrain13
-
-    yield owntrain13
-    sys.modules.pop("owntrain13", None)
+    yield from user_module(tmp_path, monkeypatch, "owntrain13", OWN)
 
 
 def _cfg(*, lightning: str = "", **overrides) -> config_mod.RunConfig:

@@ -12,7 +12,7 @@ from harness.commands import hydra_edge
 from harness.config import workload as workloads
 from harness.names import display_name
 from harness.workload import applicability
-from tests.conftest import REPO, tiny_config
+from tests.conftest import REPO, tiny_config, user_module
 
 BUILTINS = ("unet3d", "basic_unet3d", "mednext", "resnet50")
 TINY_NET = "examples.tiny_net.TinySegNet"
@@ -336,10 +336,8 @@ class Refuses(nn.Module):
 
 @pytest.fixture
 def meta_models(tmp_path, monkeypatch):
-    (tmp_path / "metanets13.py").write_text(META_MODELS)
-    monkeypatch.syspath_prepend(str(tmp_path))
-    yield tmp_path
-    sys.modules.pop("metanets13", None)
+    for _ in user_module(tmp_path, monkeypatch, "metanets13", META_MODELS):
+        yield tmp_path
 
 
 def _custom(target: str, *extra: str) -> config_mod.RunConfig:
