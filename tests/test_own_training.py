@@ -236,3 +236,14 @@ def test_a_model_whose_output_the_default_loss_cannot_take_is_refused_in_the_par
                                         "step's loss cannot take (TypeError: ")
     assert str(caught.value).endswith("name a step that computes the loss from it: workload.step._target_="
                                       "mypkg.train.step (step(model, batch) -> loss)")
+
+
+def test_compile_of_a_lightning_module_compiles_its_forward_in_place_and_leaves_its_step_as_written(own):
+    from harness.workload.knobs import compile_forward
+
+    module = own.Module()
+    assert compile_forward(module, "default") is module  # the module itself: its training_step is called as it is
+    assert module.forward._torchdynamo_orig_callable.__func__ is own.Module.forward  # lazy: nothing compiled yet
+    assert "training_step" not in vars(module)
+    untouched = own.Module()
+    assert compile_forward(untouched, "off") is untouched and "forward" not in vars(untouched)
