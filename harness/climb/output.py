@@ -157,7 +157,7 @@ def ladder_name(workload: WorkloadSpec, device: str, base: dict) -> str:
     if workloads_mod.is_builtin(workload):
         name, hashed = workload.name, base
     else:
-        shown = target_of(workload.model) if workload.name == CUSTOM else ""
+        shown = target_of(workload.model_node) if workload.name == CUSTOM else ""
         name = re.sub(r"[^A-Za-z0-9._-]", "_", shown or workload.name)
         fields = {k: v for k, v in workload.hashed().items() if k != "source_sha"}  # an edit of the file: same climb
         hashed = {"base": base, "workload": fields}
