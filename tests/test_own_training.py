@@ -247,3 +247,10 @@ def test_compile_of_a_lightning_module_compiles_its_forward_in_place_and_leaves_
     assert "training_step" not in vars(module)
     untouched = own.Module()
     assert compile_forward(untouched, "off") is untouched and "forward" not in vars(untouched)
+
+
+def test_the_loader_alone_of_a_lightning_module_reads_its_own_data(own, monkeypatch):
+    asked, train_dataloader = [], own.FullModule.train_dataloader
+    monkeypatch.setattr(own.FullModule, "train_dataloader", lambda self: asked.append(1) or train_dataloader(self))
+    m, _ = _measure(_cfg(lightning="FullModule", measure__mode="loader"))
+    assert asked == [1] and len(m.step_ms) == 3 and m.loss_first is None  # batches only, no step

@@ -272,6 +272,16 @@ def zero_grad_of(prep, set_to_none: bool) -> Callable[[], None]:
     return functools.partial(prep.optimizer.zero_grad, set_to_none=set_to_none)
 
 
+def data_of(cfg, spec, own: OwnStep | None) -> tuple[Any, Any]:
+    """The workload's own data for the loader: (a LightningModule's dataset or None, the collate function or None).
+    In ``measure.mode=loader`` no model is prepared: a LightningModule is built for its data alone."""
+    if own is None and spec.lightning_module is not None and cfg.measure.mode == "loader":
+        from harness.workload.build import build_model
+
+        own = lightning_step(spec, build_model(cfg))
+    return (own.dataset if own is not None else None), collate_of(spec, own)
+
+
 def collate_of(spec, own: OwnStep | None):
     """The loader's collate function: the workload's (``workload.collate``, a partial), a LightningModule's loader's,
     or None (PyTorch's default)."""

@@ -46,7 +46,7 @@ from harness.run.child.summary import Extras, Measurement
 from harness.workload.data import build_dataset, build_loader, endless
 from harness.workload.flops import count_train_flops
 from harness.workload.knobs import Prepared, apply_cpu_affinity, periodic_work, prepare
-from harness.workload.steps import collate_of, own_loop, zero_grad_of
+from harness.workload.steps import data_of, own_loop, zero_grad_of
 from harness.config.workload import WorkloadSpec
 
 if TYPE_CHECKING:
@@ -164,8 +164,8 @@ def _set_up(cfg: RunConfig, workload: WorkloadSpec, rank: Rank, progress: Progre
     prep = prepare(cfg, workload, device, rank) if mode != "loader" else None
     progress("data")  # the model is built: the data and the loader next (where a run's time goes)
     own = prep.own if prep is not None else None
-    loader = build_loader(cfg, build_dataset(cfg, workload, rank.world_size, own and own.dataset), workload, rank,
-                          collate_of(workload, own))
+    own_data, collate = data_of(cfg, workload, own)
+    loader = build_loader(cfg, build_dataset(cfg, workload, rank.world_size, own_data), workload, rank, collate)
     batches = endless(loader)
     fmt = prep.memory_format if prep else torch.contiguous_format
     step_fn = forward_backward
