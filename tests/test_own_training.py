@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from harness import config as config_mod
-from harness.run.measure import train_and_measure
+from harness.run.child.measure import train_and_measure
 from harness.workload import preflight
 from harness.workload.applicability import not_applicable
 from harness.workload.batches import BatchLeafError
@@ -127,7 +127,7 @@ def test_a_step_hook_is_called_once_a_micro_batch_and_its_losses_summed(own):
 
 
 def test_samples_and_units_hooks_count_the_measured_micro_batches_and_set_the_throughput(own):
-    from harness.run.summary import Extras, PerSample, summarize
+    from harness.run.child.summary import Extras, PerSample, summarize
 
     cfg = _cfg(**{"workload.samples._target_": "owntrain13.images", "workload.units._target_": "owntrain13.tokens",
                   "accumulate_grad_batches": 2})

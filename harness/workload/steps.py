@@ -1,8 +1,8 @@
 """A workload's own training step: ``workload.step`` (a function ``step(model, batch) -> loss``), a Hugging Face
 model (``model(**batch)`` and its ``loss``) or a LightningModule (its ``training_step``,
 ``harness.workload.lightning``), decided once before the loop. Without any of them the default step is
-``loss_fn(model(x), y)`` on the loader's ``(input, target)`` pair (``harness.run.step.forward_backward``), as every
-stored record measured it.
+``loss_fn(model(x), y)`` on the loader's ``(input, target)`` pair (``harness.run.child.step.forward_backward``), as
+every stored record measured it.
 
 The harness keeps what the ladder's knobs act on around the user's step: autocast around it, the gradient scaler,
 accumulation (the loss divided) and DDP's ``no_sync``, backward, the optimizer's step and ``zero_grad``, compile of
@@ -192,8 +192,8 @@ def _what(value: Any) -> str:
 
 def micro_step(own: OwnStep, move: Callable[[Any], Any]):
     """One micro-batch through the workload's own step, called as the loop calls the default step's
-    ``forward_backward`` (``harness.run.step``), with the batch in the input's place: the batch moved, the step under
-    autocast, the loss divided for accumulation, backward through the scaler; (the loss, no output)."""
+    ``forward_backward`` (``harness.run.child.step``), with the batch in the input's place: the batch moved, the step
+    under autocast, the loss divided for accumulation, backward through the scaler; (the loss, no output)."""
     call, read, count = own.call, loss_reader(own.name), own.counts
 
     def forward_backward(model, _loss_fn, autocast, scaler, batch, _target, accum: int, _drop_out, nan: bool):
