@@ -132,3 +132,13 @@ def test_the_first_optimizer_of_each_form_configure_optimizers_returns_and_a_not
         assert first_optimizer(configured, "m", said) is adam and said == notes
     with pytest.raises(StepError, match=r"^m: configure_optimizers\(\) returned None; return an optimizer"):
         first_optimizer(None, "m", [])
+
+
+def test_a_hugging_face_model_is_told_its_batch_must_be_named_tensors():
+    from harness.workload.steps import hf_batch_check
+
+    hf_batch_check({"input_ids": torch.zeros(2, 4)})
+    with pytest.raises(StepError, match=r"^a Hugging Face model takes a batch of named tensors \(model\(\*\*batch\)\): "
+                                        r"the loader gave a tuple \(batch\[0\] \[2, 4\] float32\); give a dataset of "
+                                        r"dicts"):
+        hf_batch_check((torch.zeros(2, 4), 1))

@@ -50,6 +50,7 @@ class OwnStep:
     lightning: bool = False
     notes: list[str] = field(default_factory=list)
     counts: Counts | None = None  # the workload's samples(batch) / units(batch) hooks, per micro-batch
+    check_batch: Callable[[Any], None] | None = None  # what the first batch must be (StepError when it is not)
 
 
 @dataclass
@@ -102,7 +103,8 @@ def _own_step(spec, model, with_data: bool) -> OwnStep | None:
     if spec.step is not None:
         return OwnStep(name=own_step_name(spec), call=function_of(spec.step))
     if is_hugging_face(model):
-        return OwnStep(name=f"the Hugging Face model {type(model).__name__} (model(**batch).loss)", call=hf_step)
+        return OwnStep(name=f"the Hugging Face model {type(model).__name__} (model(**batch).loss)", call=hf_step,
+                       check_batch=hf_batch_check)
     return None
 
 
@@ -120,11 +122,14 @@ def is_hugging_face(model) -> bool:
 
 def hf_step(model, batch):
     """A Hugging Face model's training step: its forward on the batch's named tensors; its output has the loss
-    when the batch has labels."""
+    when the batch has labels (the first batch is checked to be a mapping: :func:`hf_batch_check`)."""
+    return model(**batch)
+
+
+def hf_batch_check(batch) -> None:
     if not isinstance(batch, Mapping):
         raise StepError(f"a Hugging Face model takes a batch of named tensors (model(**batch)): the loader gave a "
                         f"{type(batch).__name__} ({describe(batch)}); give a dataset of dicts (input_ids, labels, ...)")
-    return model(**batch)
 
 
 def loss_reader(name: str) -> Callable[[Any], torch.Tensor]:
@@ -254,6 +259,8 @@ def own_loop(cfg, prep, batches: Iterator, fixed: bool) -> tuple[Iterator, Calla
     it is a skip; a leaf that cannot move, an error) and handed to the loop first. ``fixed`` (measure.mode=model):
     one batch moved once and kept on the device."""
     first = next(batches)
+    if prep.own.check_batch is not None:
+        prep.own.check_batch(first)
     channels_last = prep.memory_format != torch.contiguous_format
     if channels_last and (reason := channels_last_reason(prep.model, first)):
         raise KnobNotApplicable(reason)
