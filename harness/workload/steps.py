@@ -295,3 +295,15 @@ def collate_of(spec, own: OwnStep | None):
     if spec.collate is not None:
         return function_of(spec.collate)
     return own.collate if own is not None else None
+
+
+def loader_pairs(spec, batches: Iterator) -> Iterator:
+    """``measure.mode=loader``: batches for a loop that unpacks ``(input, target)``; a batch of another shape (a
+    dict, a detection batch's lists) is handed on as ``(batch, None)``. The built-ins' pairs pass as they are."""
+    if not (spec.own_training or spec.dataset is not None or spec.synthetic == "tokens"):
+        return batches
+    first = next(batches)
+    batches = itertools.chain([first], batches)
+    if isinstance(first, (tuple, list)) and len(first) == 2:
+        return batches
+    return ((batch, None) for batch in batches)

@@ -46,7 +46,7 @@ from harness.run.child.summary import Extras, Measurement
 from harness.workload.data import build_dataset, build_loader, endless
 from harness.workload.flops import count_train_flops
 from harness.workload.knobs import Prepared, apply_cpu_affinity, periodic_work, prepare
-from harness.workload.steps import data_of, own_loop, zero_grad_of
+from harness.workload.steps import data_of, loader_pairs, own_loop, zero_grad_of
 from harness.config.workload import WorkloadSpec
 
 if TYPE_CHECKING:
@@ -169,7 +169,9 @@ def _set_up(cfg: RunConfig, workload: WorkloadSpec, rank: Rank, progress: Progre
     batches = endless(loader)
     fmt = prep.memory_format if prep else torch.contiguous_format
     step_fn = forward_backward
-    if own is not None:  # the workload's own step, on batches of any shape: (batch, None) pairs, moved inside it
+    if prep is None:  # the loader alone: batches of any shape as (batch, None)
+        batches = loader_pairs(workload, batches)
+    elif own is not None:  # the workload's own step, on batches of any shape: (batch, None) pairs, moved inside it
         batches, step_fn = own_loop(cfg, prep, batches, fixed=mode == "model")
     elif mode == "model":  # nnU-Net's dummy trainer: one batch kept on the device, the loader never asked again
         x0, y0 = next(batches)
