@@ -145,6 +145,8 @@ def test_a_dict_batch_with_the_workloads_own_collate_reaches_the_step_and_a_leaf
     assert m.loss_first > 0
     m, _ = _measure(_cfg(**data, measure__mode="loader"))  # the loader alone, on the same dicts
     assert len(m.step_ms) == 3 and m.loss_first is None
+    m, _ = _measure(_cfg(**data, measure__mode="model"))  # the model alone, on one dict kept on the device
+    assert len(m.step_ms) == 3 and m.loss_first > 0
     with pytest.raises(BatchLeafError, match=r"^batch\['extra'\] is a numpy.ndarray of shape \[2, 3\], which cannot "
                                              r"move to the device"):
         _measure(_cfg(**data, **{"workload.collate._target_": "owntrain13.with_numpy",
