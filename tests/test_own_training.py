@@ -258,3 +258,21 @@ def test_the_loader_alone_of_a_lightning_module_reads_its_own_data(own, monkeypa
     monkeypatch.setattr(own.FullModule, "train_dataloader", lambda self: asked.append(1) or train_dataloader(self))
     m, _ = _measure(_cfg(lightning="FullModule", measure__mode="loader"))
     assert asked == [1] and len(m.step_ms) == 3 and m.loss_first is None  # batches only, no step
+
+
+def test_the_inline_forms_compose_on_the_command_line_without_a_plus(own):
+    from harness.commands import hydra_edge
+    from harness.names import display_name
+
+    def composed(*overrides: str) -> config_mod.RunConfig:
+        argv = hydra_edge.with_config_dirs(["workload=custom", "workload.input_shape=[1,8]", *overrides])
+        settings = config_mod.from_dict(hydra_edge.plain_settings(hydra_edge.compose_settings(argv)))
+        return config_mod.resolve(settings, cuda_available=False)
+
+    module = composed("workload.lightning_module._target_=owntrain13.FullModule").workload
+    assert module.lightning_module == {"_target_": "owntrain13.FullModule"} and module.step is None
+    assert display_name(module.name, module.model_node) == "custom: owntrain13.FullModule"
+    step = composed("workload.model._target_=torch.nn.Conv1d", "workload.step._target_=owntrain13.step",
+                    "workload.collate._target_=owntrain13.with_numpy").workload
+    assert step.step == {"_target_": "owntrain13.step", "_partial_": True} and step.lightning_module is None
+    assert step.collate == {"_target_": "owntrain13.with_numpy", "_partial_": True}
