@@ -23,16 +23,13 @@ def check_step_on_meta(cfg, model) -> list[str]:
     if is_hugging_face(model):
         _check_vocabulary(spec, model)
     own = own_step(spec, model, with_data=False, loss_fn=build_loss(cfg))
-    if own is not None and own.lightning:
-        try:
-            lightning.first_optimizer(model.configure_optimizers(), own.name.removesuffix(": training_step"), notes)
-        except StepError:
-            raise
-        except Exception:  # what the meta device or a missing Trainer stops: the child's to report
-            pass
+    if own is not None and own.lightning:  # what the meta device or a missing Trainer stops is the child's to report
+        name = own.name.removesuffix(": training_step")
+        _run(lambda: lightning.first_optimizer(model.configure_optimizers(), name, notes))
+        if lightning.overrides(type(model), "train_dataloader"):
+            return notes  # its batches come from its own data, which only the child builds
     batch = meta_batch(cfg)
-    if batch is None or (own is not None and own.dataset is None and lightning.overrides(type(model),
-                                                                                      "train_dataloader")):
+    if batch is None:
         return notes
     result = _run(lambda: own.call(model, batch) if own is not None else model(batch[0]))
     if result is UNKNOWN:
