@@ -4,3 +4,4 @@ Flow: config -> workload + knobs -> isolated run -> measurement -> store -> tabl
 """
 
 __version__ = "0.1.0"
+DISTRIBUTION = "training-harness"  # the name it installs under; `python -m harness` checks it (harness.__main__)

@@ -1,4 +1,40 @@
-from harness.cli import main
+"""``python -m harness`` and the ``harness`` console script: this tool's command line, once the ``harness`` package
+imported is known to be this tool's and not the unrelated distribution of that name on the package index."""
+
+import sys
+
+import harness
+
+DISTRIBUTION = "training-harness"
+
+
+def main() -> int:
+    wrong = wrong_package()
+    if wrong:
+        print(f"error: {wrong}", file=sys.stderr)
+        return 2
+    from harness.cli import main as cli_main
+
+    return cli_main()
+
+
+def wrong_package() -> str:
+    """One line when the ``harness`` package imported is not this tool's ("" when it is)."""
+    if getattr(harness, "DISTRIBUTION", None) == DISTRIBUTION and _cli_is_a_module():
+        return ""
+    where = next(iter(getattr(harness, "__path__", [])), "?")
+    return (f"the package 'harness' imported from {where} is not this tool's (distribution {DISTRIBUTION}): the "
+            f"distribution 'harness' installs another package of that name; remove it and reinstall this one: "
+            f"pip uninstall -y harness {DISTRIBUTION} && pip install {DISTRIBUTION}")
+
+
+def _cli_is_a_module() -> bool:
+    """The other distribution's files in the same folder leave a ``harness/cli/`` package, which wins over ours."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("harness.cli")
+    return bool(spec and spec.origin and spec.origin.endswith("cli.py"))
+
 
 if __name__ == "__main__":
     raise SystemExit(main())

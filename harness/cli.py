@@ -39,6 +39,8 @@ COMMANDS = {
                 "harness.commands.history"),
     "store": ("compact, inspect, verify or import into the results store (compact | info | verify | import)",
               "harness.commands.store"),
+    "init": ("start your repository's own configs: harness-conf/ with a workload and a ladder to edit",
+             "harness.commands.init"),
 }
 
 MEASURING = ("run", "sweep", "diagnose", "noise", "climb")  # commands that start measuring processes

@@ -372,7 +372,7 @@ def workload_paths(workloads: tuple[str, ...]) -> tuple[str, ...]:
     paths = []
     for name in workloads:
         config = CONF_DIR / "workload" / f"{name}.yaml"
-        models = {f"models/{m}.py" for m in re.findall(r"models\.(\w+)\.", config.read_text())}
+        models = {f"harness_models/{m}.py" for m in re.findall(r"harness_models\.(\w+)\.", config.read_text())}
         paths += [config.relative_to(REPO).as_posix(), *sorted(models)]
     return tuple(dict.fromkeys(paths))
 

@@ -29,7 +29,7 @@ TINY_LADDERS = {
 
 def _tiny_conf(root: Path, patch: pytest.MonkeyPatch) -> Path:
     conf = root / "conf"
-    shutil.copytree(REPO / "conf", conf)
+    shutil.copytree(REPO / "harness" / "conf", conf)
     for name, text in TINY_LADDERS.items():
         (conf / "ladder" / f"{name}.yaml").write_text(text)
     patch.setattr(hydra_edge, "CONF_DIR", conf)

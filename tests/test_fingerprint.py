@@ -24,8 +24,8 @@ TREE = {
     "harness/analysis/table.py": "COLUMNS = ('step_ms',)\n",
     "harness/workload/__init__.py": "",
     "harness/config/__init__.py": "",
-    "models/__init__.py": "",
-    "models/nets.py": "WIDTH = 8\n",
+    "harness_models/__init__.py": "",
+    "harness_models/nets.py": "WIDTH = 8\n",
 }
 
 
@@ -47,7 +47,8 @@ def test_the_fingerprint_covers_what_the_child_runs_and_what_it_imports_nothing_
     root = _tree(tmp_path)
     assert fingerprint.measured_files(root) == [
         "harness/__init__.py", "harness/fileio.py", "harness/run/__init__.py", "harness/run/child/__init__.py",
-        "harness/run/child/measure.py", "harness/run/child/steps.py", "models/__init__.py", "models/nets.py"]
+        "harness/run/child/measure.py", "harness/run/child/steps.py", "harness_models/__init__.py",
+        "harness_models/nets.py"]
     before = fingerprint.code_fingerprint(root)
     _edit(root, "harness/run/parent/isolate.py", "TIMEOUT_S = 10", "TIMEOUT_S = 20")  # the parent's
     _edit(root, "harness/analysis/table.py", "'step_ms',", "'step_ms', 'samples_per_s'")  # reads the store
@@ -59,7 +60,7 @@ def test_a_change_to_the_childs_code_or_to_a_helper_it_imports_changes_the_finge
     seen = {fingerprint.code_fingerprint(root)}
     for rel, old, new in [("harness/run/child/measure.py", "range(n)", "range(n + 1)"),
                           ("harness/fileio.py", "return path, text", "return text, path"),  # imported by the child
-                          ("models/nets.py", "WIDTH = 8", "WIDTH = 16")]:
+                          ("harness_models/nets.py", "WIDTH = 8", "WIDTH = 16")]:
         _edit(root, rel, old, new)
         seen.add(fingerprint.code_fingerprint(root))
     assert len(seen) == 4
@@ -85,7 +86,7 @@ def test_moving_a_file_to_another_package_or_rewording_its_comments_keeps_the_fi
 def test_the_repositorys_fingerprint_holds_the_child_side_and_leaves_the_parent_out():
     files = fingerprint.measured_files(REPO)
     for rel in ("harness/run/child/measure.py", "harness/run/monitor/cpu.py", "harness/workload/knobs.py",
-                "harness/config/schema.py", "harness/fileio.py", "models/segmentation3d.py"):
+                "harness/config/schema.py", "harness/fileio.py", "harness_models/segmentation3d.py"):
         assert rel in files, rel
     assert not [f for f in files if f.startswith(("harness/run/parent/", "harness/analysis/", "harness/commands/",
                                                   "harness/sweeps/", "harness/climb/", "harness/store/"))]

@@ -110,7 +110,7 @@ def test_a_bad_value_on_the_command_line_exits_2_without_a_traceback(results):
 
 
 def test_unet_depth_removes_the_deepest_levels_and_other_models_skip_it():
-    from models.segmentation3d import unet3d
+    from harness_models.segmentation3d import unet3d
 
     def channels(net):
         return [m.out_channels for m in net.modules() if isinstance(m, torch.nn.Conv3d)]

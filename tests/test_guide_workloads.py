@@ -16,7 +16,7 @@ from tests.conftest import harness_cli, tiny_config
 
 
 def test_the_speech_dataset_computes_a_normalised_log_spectrogram_per_item(tmp_path):
-    from models.speech import SpeechSpectrograms, spectrogram_shape
+    from harness_models.speech import SpeechSpectrograms, spectrogram_shape
 
     data = SpeechSpectrograms(patch_size=[101], num_clips=4, cache_dir=str(tmp_path))
     x, y = data[1]
@@ -32,7 +32,7 @@ def test_the_speech_dataset_computes_a_normalised_log_spectrogram_per_item(tmp_p
 def test_speech_items_are_decoded_from_flac_files_written_once_and_rewritten_when_torn(tmp_path):
     import soundfile
 
-    from models.speech import SpeechSpectrograms
+    from harness_models.speech import SpeechSpectrograms
 
     data = SpeechSpectrograms(patch_size=[101], num_clips=4, cache_dir=str(tmp_path))
     assert len(data.files) == 4 and data.clips is None
@@ -60,7 +60,7 @@ def test_speech_items_are_decoded_from_flac_files_written_once_and_rewritten_whe
 def test_speech_clips_that_would_not_fit_are_refused_before_any_file_is_written(tmp_path, monkeypatch):
     import shutil
 
-    from models.speech import SpeechSpectrograms
+    from harness_models.speech import SpeechSpectrograms
 
     class Usage:
         free = 50_000  # bytes: 4 clips of 24,000 16-bit samples need up to 192,000
@@ -76,7 +76,7 @@ def test_speech_clips_that_would_not_fit_are_refused_before_any_file_is_written(
 def test_the_speech_seresnet_is_monais_in_1d_and_2d():
     from monai.networks.nets import SEResNet50
 
-    from models.speech import seresnet
+    from harness_models.speech import seresnet
 
     one = seresnet(spatial_dims=1, in_channels=257)
     assert isinstance(one, SEResNet50) and one(torch.randn(2, 257, 40)).shape == (2, 2)
@@ -86,7 +86,7 @@ def test_the_speech_seresnet_is_monais_in_1d_and_2d():
 
 
 def test_hungarian_matching_finds_the_queries_that_predict_each_box():
-    from models.detr import HungarianLoss
+    from harness_models.detr import HungarianLoss
 
     loss = HungarianLoss(num_classes=2)
     targets = torch.full((1, 4, 5), -1.0)
@@ -109,7 +109,7 @@ def _match_per_image(loss, logits, boxes, targets):
     from scipy.optimize import linear_sum_assignment
     from torchvision.ops import generalized_box_iou
 
-    from models.detr import box_xyxy
+    from harness_models.detr import box_xyxy
 
     prob = logits.float().softmax(-1)
     found = []
@@ -129,7 +129,7 @@ def _match_per_image(loss, logits, boxes, targets):
 def test_batched_hungarian_matching_assigns_as_matching_image_by_image_did(seed, monkeypatch):
     """Random outputs and targets (some images with no box at all): the same assignments as the per-image matcher,
     with ONE copy to the host for the whole batch (the per-image one made two an image)."""
-    from models.detr import HungarianLoss
+    from harness_models.detr import HungarianLoss
 
     gen = torch.Generator().manual_seed(seed)
     batch, queries, slots = 6, 30, 8
@@ -156,7 +156,7 @@ def test_batched_hungarian_matching_assigns_as_matching_image_by_image_did(seed,
 def test_clahe_is_opencvs_and_spreads_a_low_contrast_image():
     import cv2
 
-    from models.detr import clahe
+    from harness_models.detr import clahe
 
     rng = np.random.default_rng(0)
     gray = rng.integers(100, 120, size=(64, 80)).astype(np.uint8)
@@ -168,7 +168,7 @@ def test_clahe_is_opencvs_and_spreads_a_low_contrast_image():
 
 @pytest.mark.parametrize("angle,line", [(0, "row"), (90, "column"), (45, "diagonal"), (135, "antidiagonal")])
 def test_the_motion_blur_kernel_is_a_normalised_line_at_its_angle(angle, line):
-    from models.detr import motion_kernel
+    from harness_models.detr import motion_kernel
 
     kernel = motion_kernel(5, angle)
     assert kernel.shape == (5, 5) and kernel.dtype == np.float32 and float(kernel.sum()) == pytest.approx(1.0)
@@ -182,7 +182,7 @@ def test_the_motion_blur_kernel_is_a_normalised_line_at_its_angle(angle, line):
 def test_motion_blur_spreads_a_bright_pixel_along_its_line_through_filter2d():
     import cv2
 
-    from models.detr import motion_blur, motion_kernel
+    from harness_models.detr import motion_blur, motion_kernel
 
     image = np.zeros((15, 15), dtype=np.uint8)
     image[7, 7] = 250
@@ -198,13 +198,13 @@ def test_motion_blur_spreads_a_bright_pixel_along_its_line_through_filter2d():
 def test_opencv_runs_on_the_calling_thread_in_the_loader():
     import cv2
 
-    import models.detr  # noqa: F401  (sets OpenCV's threads on import)
+    import harness_models.detr  # noqa: F401  (sets OpenCV's threads on import)
 
     assert cv2.getNumThreads() == 1  # setNumThreads(0): no pool of OpenCV's own beside the loader's workers
 
 
 def test_detr_items_hold_tiny_boxes_padded_with_class_minus_one_and_augmentations_switch_off():
-    from models.detr import SyntheticDetection
+    from harness_models.detr import SyntheticDetection
 
     item, target = SyntheticDetection(patch_size=[64, 96], max_boxes=5)[3]
     assert list(item.shape) == [3, 64, 96] and list(target.shape) == [5, 5]

@@ -15,10 +15,10 @@ from typing import Any, Callable, Optional
 
 from harness import config as config_mod
 from harness import shell
+from harness.conf import CONF_DIR, project_dir
 from harness.climb.space import ClimbConfig
 from harness.config.workload import WorkloadSpec
 
-CONF_DIR = Path(__file__).resolve().parent.parent.parent / "conf"
 CONFIG_GROUPS = ("ladder", "data", "workload")  # Hydra groups: `data=disk` picks conf/data/disk.yaml
 CONFIG_DIR_FLAGS = shell.CONFIG_DIR_FLAGS
 HELP_FLAGS = ("--help", "-h", "--hydra-help", "--cfg", "-c", "--info")
@@ -65,7 +65,8 @@ def override_key(override: str) -> str | None:
 def with_config_dirs(argv: list[str]) -> list[str]:
     """``--config-dir DIR`` (Hydra's flag, also ``-cd DIR`` and ``--config-dir=DIR``) as the override
     ``hydra.searchpath=[file://DIR]``, which the compose API honours too: the user's own config files
-    (``DIR/workload/NAME.yaml``) join the groups. ValueError for a folder that is not there."""
+    (``DIR/workload/NAME.yaml``) join the groups; then ``harness-conf/`` of the current folder, when there is one
+    (:func:`project_dir`). ValueError for a folder that is not there."""
     out, dirs, args = [], [], iter(argv)
     for arg in args:
         flag, _, value = arg.partition("=")
@@ -81,6 +82,9 @@ def with_config_dirs(argv: list[str]) -> list[str]:
         if any(a.lstrip("+").startswith("hydra.searchpath=") for a in out):
             raise ValueError("give your config folders with --config-dir or with hydra.searchpath, not both")
         out.append(f"hydra.searchpath=[{','.join(dirs)}]")
+    project = project_dir()
+    if project is not None and project not in [Path(d).resolve() for d in config_dirs(out)]:
+        out = add_search_dir(out, project)
     return out
 
 

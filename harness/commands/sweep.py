@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 
 from rich.markup import escape
 
@@ -31,6 +32,7 @@ from harness.commands import hydra_edge
 from harness.store import check_writable, new_id
 from harness.sweeps import campaign as campaign_mod
 from harness.config import ladder as ladder_mod
+from harness.config import workload as workloads_mod
 from harness.sweeps import loop
 from harness.sweeps import rungs as sweep_mod
 
@@ -38,11 +40,13 @@ INTERNAL_KEYS = {"sweep.id", "sweep.rung", "sweep.round"}
 MULTIRUN_FLAGS = ("-m", "--multirun")
 
 
-def ladder_list() -> str:
+def ladder_list(config_dirs: list[str] = ()) -> str:
+    """The ladders ``+ladder=NAME`` finds: shipped, in the config folders given and ``harness-conf/`` here, and
+    the results folder's."""
     lines = ["ladders (use +ladder=NAME):"]
-    for name in ladder_mod.available():
+    for name in ladder_mod.available(config_dirs=config_dirs):
         try:
-            lad = ladder_mod.load(name)
+            lad = ladder_mod.load(name, config_dirs=config_dirs)
             lines.append(f"  {name:<20} [{lad.workload}, {len(lad.rungs)} rungs] {lad.description}")
         except ValueError as exc:
             lines.append(f"  {name:<20} INVALID: {exc}")
@@ -103,9 +107,9 @@ def plan_sweep(argv: list[str], campaign: bool = False, settings: dict | None = 
     Hydra job, ``settings`` are the job's own (Hydra is already initialised there). ``config_dirs``: the
     user's config folders (default: those of ``hydra.searchpath`` in ``argv``), whose ``ladder/`` holds ladders."""
     name, overrides = split_ladder(argv)
-    if name is None:
-        raise ValueError("no ladder given: add +ladder=NAME\n" + ladder_list())
     dirs = hydra_edge.config_dirs(overrides) if config_dirs is None else config_dirs
+    if name is None:
+        raise ValueError("no ladder given: add +ladder=NAME\n" + ladder_list(dirs))
     lad = ladder_mod.load(name, settings["results_dir"] if settings else _results_dir(overrides), dirs)
     hydra_edge.check_overrides(overrides)
     user_keys = {k for k in map(hydra_edge.override_key, overrides) if k}
@@ -115,6 +119,9 @@ def plan_sweep(argv: list[str], campaign: bool = False, settings: dict | None = 
     elif any(k.startswith("workload.") for k in given):
         raise ValueError(f"{sorted(k for k in given if k.startswith('workload.'))[0]} changes a field of a workload "
                          f"without naming it: add workload=NAME (ladder {name!r} would use its own, {lad.workload!r})")
+    elif settings is None and _workload_file(lad.workload, dirs):
+        overrides = [f"workload={lad.workload}", *overrides]  # a ladder's own workload is a file of the user's
+        user_keys.add("workload")
     if user_keys & INTERNAL_KEYS:
         raise ValueError(f"{sorted(user_keys & INTERNAL_KEYS)} are set by the sweep itself; remove them")
     several = [o for o in overrides
@@ -134,6 +141,14 @@ def plan_sweep(argv: list[str], campaign: bool = False, settings: dict | None = 
     return SweepPlan(ladder=lad, overrides=tuple(overrides), user_keys=frozenset(user_keys), settings=settings,
                      repeats=parsed.sweep.repeats, rerun=parsed.sweep.rerun, max_repeats=parsed.sweep.max_repeats,
                      budget_min=parsed.sweep.budget_min, remeasure_busy=parsed.sweep.remeasure_busy)
+
+
+def _workload_file(name: str, config_dirs: list[str]) -> bool:
+    """Whether workload ``name`` is not shipped but a file of a config folder: composed from there (as
+    ``workload=NAME``), where a shipped one is set by its name."""
+    if name in workloads_mod.available():
+        return False
+    return any((Path(d) / "workload" / f"{name}.yaml").is_file() for d in config_dirs)
 
 
 def _results_dir(overrides: list[str]) -> str:

@@ -19,11 +19,12 @@ from typing import Any, Iterable
 
 import yaml
 
+from harness.conf import CONF_DIR, project_dir
 from harness.config.keys import check_key, get_key, set_key
 from harness.config.schema import RunConfig
 from harness.registry import unknown_choice
 
-LADDER_DIR = Path(__file__).resolve().parent.parent.parent / "conf" / "ladder"
+LADDER_DIR = CONF_DIR / "ladder"
 USER_LADDERS = "ladders"  # <results_dir>/ladders/: ladders this machine wrote (``climb``), found after LADDER_DIR
 SIZE_NAMES = ("full", "smoke")
 LADDER_FIELDS = {"description", "guide", "workload", "base", "rungs", "total_claim", "total_source", "group_claims",
@@ -138,8 +139,12 @@ def format_value(value: Any) -> str:
 
 def search_path(results_dir: str = "results", config_dirs: Iterable[str] = ()) -> list[Path]:
     """Where ``+ladder=NAME`` looks, in order: the shipped ladders, ``ladder/`` of each config folder given
-    (``--config-dir DIR``, as Hydra's groups), then the results folder's own."""
-    return [LADDER_DIR, *(Path(d) / "ladder" for d in config_dirs), Path(results_dir) / USER_LADDERS]
+    (``--config-dir DIR``, as Hydra's groups) and of ``harness-conf/`` here, then the results folder's own."""
+    folders = [Path(d) for d in config_dirs]
+    project = project_dir()
+    if project is not None and project not in [d.resolve() for d in folders]:
+        folders.append(project)
+    return [LADDER_DIR, *(d / "ladder" for d in folders), Path(results_dir) / USER_LADDERS]
 
 
 def find(name: str, results_dir: str = "results", config_dirs: Iterable[str] = ()) -> Path | None:

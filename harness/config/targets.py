@@ -26,7 +26,7 @@ SPECIAL_KEYS = ("_target_", "_partial_", "_args_", "_recursive_", "_convert_")
 REPO_ROOT = Path(__file__).resolve().parent.parent.parent
 # The harness's own code and its models (code_fingerprint, harness.run.parent.fingerprint, covers what of it the
 # child runs), and installed packages (whose versions are part of the environment): no source hash for these.
-FINGERPRINTED = (REPO_ROOT / "harness", REPO_ROOT / "models")
+FINGERPRINTED = (REPO_ROOT / "harness", REPO_ROOT / "harness_models")
 # packages a workload's own training needs, by the extra of pyproject.toml that installs them
 OPTIONAL_EXTRAS = {"lightning": "lightning", "pytorch_lightning": "lightning", "transformers": "hf"}
 
@@ -142,7 +142,7 @@ def check_targets(spec: WorkloadSpec) -> None:
 
 def source_sha(spec: WorkloadSpec) -> str:
     """sha256 (16 hex) of the source files of the user's modules the targets live in ("" when every one is in
-    the harness, its models/ or an installed package: code_fingerprint and the package versions cover those)."""
+    the harness, its harness_models/ or an installed package: code_fingerprint and the package versions cover those)."""
     files = sorted({f for _, path in all_targets(spec) if (f := _user_file(path)) is not None})
     if not files:
         return ""

@@ -18,10 +18,11 @@ from typing import Any, Dict, List, Optional
 
 import yaml
 
-from harness.names import target_of
+from harness.conf import CONF_DIR
+from harness.names import target_of, with_old_models_name
 from harness.registry import check_choice, unknown_choice
 
-WORKLOAD_DIR = Path(__file__).resolve().parent.parent.parent / "conf" / "workload"
+WORKLOAD_DIR = CONF_DIR / "workload"
 TARGET_KINDS = ("class", "segmentation", "regression")
 # volumes: labelled 3D ellipsoids (1 channel, segmentation); images: ImageNet-like uint8 RGB images (class);
 # tensors: random inputs of the sample's shape with targets of the workload's kind (any model)
@@ -129,8 +130,9 @@ class WorkloadSpec:
         return n
 
     def hashed(self) -> dict[str, Any]:
-        """What config_hash covers of a workload that is not a built-in as shipped."""
-        values = dataclasses.asdict(self)
+        """What config_hash covers of a workload that is not a built-in as shipped (the reference models named as
+        before they moved to their own package, so that a setting hashes as it did then)."""
+        values = with_old_models_name(dataclasses.asdict(self))
         for name in NOT_HASHED_FIELDS:
             values.pop(name)
         for name in ("dataset_settings", "val_dataset", *OWN_TRAINING_NODES):  # added later: absent, a spec

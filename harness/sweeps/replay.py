@@ -19,6 +19,7 @@ from typing import Any
 import yaml
 
 from harness import config as config_mod
+from harness.names import with_models_name
 
 LEFT_OUT = ("results_dir", "sweep")  # the sweep's bookkeeping, not what it measured
 
@@ -80,7 +81,7 @@ def workload_override(workload: Any, rung: int) -> tuple[str, str, str]:
     it, that file's name and its text (the whole workload as composed, so both sides build the same one)."""
     if isinstance(workload, str):
         return f"workload={workload}", "", ""
-    spec = dict(workload)
+    spec = with_models_name(dict(workload))  # a record stored before the reference models moved
     spec.pop("source_sha", None)  # filled when resolved, from the side's own source files
     name = f"against-{spec.get('name') or 'workload'}-{rung}"
     return f"workload={name}", name, yaml.safe_dump(spec, sort_keys=False)

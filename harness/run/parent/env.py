@@ -17,6 +17,7 @@ import socket
 import subprocess
 from pathlib import Path
 
+import harness
 from harness.config.identity import env_key  # noqa: F401  (hashes what collect() gathers; found here too)
 from harness.run.parent.fingerprint import code_fingerprint
 
@@ -86,7 +87,7 @@ def collect(device: str) -> dict:
         "monai_version": _version("monai"),
         "torchvision_version": _version("torchvision"),
         "python_version": platform.python_version(),
-        "harness_version": _version("harness"),
+        "harness_version": _version(harness.DISTRIBUTION),
         "gpu_name": "",
         "gpu_count": 0,
         "gpu_driver": "",

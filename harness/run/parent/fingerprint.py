@@ -9,8 +9,8 @@ launcher, the sweeps and the ladder reader, the climb, the commands, analysis, t
 left out: editing it makes no stored run stale.
 
 A module counts by its own name and its code, not by where its file sits: its code is its syntax tree without
-docstrings (comments are not in the tree), with every harness or models module it imports named by its own name
-alone. So a file moved to another package (its importers' import lines follow it), a comment or a docstring edited,
+docstrings (comments are not in the tree), with every harness or harness_models module it imports named by its own
+name alone. So a file moved to another package (its importers' import lines follow it), a comment or a docstring edited,
 keeps the fingerprint; a change to what any of that code does changes it. Syntax trees differ between Python
 versions, which ``env_key`` tells apart anyway (``python_version``).
 """
@@ -22,8 +22,10 @@ import hashlib
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
-TOP_PACKAGES = ("harness", "models")  # the source trees under the repository root whose modules may count
-CHILD_SIDE = ("harness.run.child", "models")  # what the measured process runs first; the rest is what they import
+TOP_PACKAGES = ("harness", "harness_models")  # the source trees under the repository root whose modules may count
+# what the measured process runs first; the rest is what they import. The reference models' modules count by their
+# own names (``segmentation3d``), so their move from models/ to harness_models/ kept the fingerprint.
+CHILD_SIDE = ("harness.run.child", "harness_models")
 
 # (file, its stat, the modules there are) -> (digest of its code, the modules it imports)
 _DIGESTS: dict[tuple, tuple[str, frozenset[str]]] = {}
@@ -104,8 +106,8 @@ def _without_docstrings(tree: ast.AST) -> ast.AST:
 
 
 class _Imports(ast.NodeTransformer):
-    """Each import of a harness or models module replaced by what it binds, the module named by its own name; the
-    modules imported are collected in ``found``."""
+    """Each import of a harness or harness_models module replaced by what it binds, the module named by its own name;
+    the modules imported are collected in ``found``."""
 
     def __init__(self, modules: dict[str, Path]):
         self.modules, self.found = modules, set()
