@@ -24,8 +24,8 @@ def wrong_package() -> str:
         return ""
     where = next(iter(getattr(harness, "__path__", [])), "?")
     return (f"the package 'harness' imported from {where} is not this tool's (distribution {DISTRIBUTION}): the "
-            f"distribution 'harness' installs another package of that name; remove it and reinstall this one: "
-            f"pip uninstall -y harness {DISTRIBUTION} && pip install {DISTRIBUTION}")
+            f"distribution 'harness' installs another package of that name; remove it with pip uninstall -y harness, "
+            f"then install {DISTRIBUTION} again (pip install --force-reinstall, from where you installed it)")
 
 
 def _cli_is_a_module() -> bool:

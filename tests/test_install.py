@@ -107,7 +107,7 @@ def test_the_wrong_harness_package_is_refused_in_one_line(tmp_path):
                           env=dict(os.environ, PYTHONPATH=str(tmp_path)), timeout=60)
     assert done.returncode == 2 and done.stdout == ""
     assert done.stderr.count("\n") == 1 and f"imported from {other} is not this tool's" in done.stderr
-    assert "pip uninstall -y harness training-harness && pip install training-harness" in done.stderr
+    assert "pip uninstall -y harness, then install training-harness again" in done.stderr
 
 
 # ------------------------------------------------------------------------------------------
@@ -174,11 +174,11 @@ def _venv_with_the_wheel(tmp_path: Path) -> Path:
     dependencies (torch, MONAI, Hydra, ...) are this interpreter's, made visible by one ``.pth`` line, instead of
     ~6 GB downloaded again. That line adds a folder to the path without running its ``.pth`` files, so an
     editable install of the checkout there is not seen: only the wheel's ``harness`` and ``harness_models`` are."""
-    source = tmp_path / "source"
-    for name in ("pyproject.toml", "README.md", "harness", "harness_models"):
-        copy = shutil.copytree if (REPO / name).is_dir() else shutil.copy
-        copy(REPO / name, source / name, **({"ignore": shutil.ignore_patterns("__pycache__")}
-                                           if (REPO / name).is_dir() else {}))
+    source = tmp_path / "source"  # what the wheel is built from, outside the checkout: the build leaves its files
+    for name in ("harness", "harness_models"):
+        shutil.copytree(REPO / name, source / name, ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(REPO / name, source / name)
     wheels = tmp_path / "wheels"
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(wheels),
                     str(source)], check=True, timeout=600)
