@@ -24,10 +24,10 @@ from harness.commands import hydra_edge
 from harness.commands import init as init_mod
 from harness.commands import sweep as sweep_cmd
 from harness.conf import CONF_DIR, PROJECT_DIR
+from harness.config import ladder as ladder_mod
+from harness.config import workload as workloads
 from harness.run import env as env_mod
-from harness.sweeps import ladder as ladder_mod
 from harness.sweeps import replay
-from harness.workload import workloads
 from tests.conftest import ONE_ROUND, REPO, TINY_STEPS_ARGS, harness_cli
 
 
@@ -82,7 +82,7 @@ def test_a_user_models_package_imports_beside_the_reference_models(tmp_path):
     (tmp_path / "models" / "nets.py").write_text("import torch\n\nNet = torch.nn.Linear\n")
     code = textwrap.dedent("""
         import models.nets, harness_models.classification2d
-        from harness.workload import targets, workloads
+        from harness.config import targets, workload as workloads
         targets.check_targets(workloads.builtin("resnet50"))  # the shipped workload's targets, its loss included
         spec = workloads.builtin("custom")
         spec.model = {"_target_": "models.nets.Net"}
