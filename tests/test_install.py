@@ -28,7 +28,7 @@ from harness.config import ladder as ladder_mod
 from harness.config import workload as workloads
 from harness.run import env as env_mod
 from harness.sweeps import replay
-from tests.conftest import ONE_ROUND, REPO, TINY_STEPS_ARGS, harness_cli
+from tests.conftest import ONE_ROUND, REPO, TINY_STEPS_ARGS
 
 
 @pytest.fixture
@@ -180,8 +180,8 @@ def _venv_with_the_wheel(tmp_path: Path) -> Path:
     for name in ("pyproject.toml", "README.md"):
         shutil.copy(REPO / name, source / name)
     wheels = tmp_path / "wheels"
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(wheels),
-                    str(source)], check=True, timeout=600)
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(wheels), str(source)],
+                   check=True, timeout=600)  # built as `pip install CHECKOUT` builds it: setuptools in isolation
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
     python = venv / "bin" / "python"

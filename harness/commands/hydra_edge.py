@@ -15,8 +15,8 @@ from typing import Any, Callable, Optional
 
 from harness import config as config_mod
 from harness import shell
-from harness.conf import CONF_DIR, project_dir
 from harness.climb.space import ClimbConfig
+from harness.conf import CONF_DIR, project_dir
 from harness.config.workload import WorkloadSpec
 
 CONFIG_GROUPS = ("ladder", "data", "workload")  # Hydra groups: `data=disk` picks conf/data/disk.yaml

@@ -13,7 +13,6 @@ import copy
 import dataclasses
 import functools
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 import yaml
