@@ -181,16 +181,20 @@ def _venv_with_the_wheel(tmp_path: Path) -> Path:
         shutil.copy(REPO / name, source / name)
     wheels = tmp_path / "wheels"
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(wheels), str(source)],
-                   check=True, timeout=600)  # built as `pip install CHECKOUT` builds it: setuptools in isolation
+                   env=_without_pythonpath(), check=True, timeout=600)  # as `pip install CHECKOUT`: isolated build
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
-    python = venv / "bin" / "python"
-    purelib = subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+    python, env = venv / "bin" / "python", _without_pythonpath()  # a checkout on the path would be "installed"
+    purelib = subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], env=env,
                              check=True, capture_output=True, text=True).stdout.strip()
     (Path(purelib) / "dependencies.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
-    subprocess.run([python, "-m", "pip", "install", "--no-deps", "-q", *map(str, wheels.glob("*.whl"))], check=True,
-                   timeout=600)
+    subprocess.run([python, "-m", "pip", "install", "--no-deps", "-q", *map(str, wheels.glob("*.whl"))], env=env,
+                   check=True, timeout=600)
     return venv
+
+
+def _without_pythonpath() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
 
 
 @pytest.mark.slow
@@ -198,8 +202,7 @@ def test_the_wheel_runs_from_an_empty_folder_init_a_sweep_of_its_ladder_table_an
     venv = _venv_with_the_wheel(tmp_path)
     folder = tmp_path / "user-repo"
     folder.mkdir()
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    env["COLUMNS"] = "200"
+    env = dict(_without_pythonpath(), COLUMNS="200")
 
     def harness(*args: str) -> subprocess.CompletedProcess:
         return subprocess.run([str(venv / "bin" / "harness"), *args], cwd=folder, env=env, capture_output=True,
@@ -207,8 +210,9 @@ def test_the_wheel_runs_from_an_empty_folder_init_a_sweep_of_its_ladder_table_an
 
     where = subprocess.run([venv / "bin" / "python", "-c", "import harness, harness_models; "
                             "print(harness.__file__, harness_models.__file__)"], cwd=folder, env=env,
-                           capture_output=True, text=True, check=True).stdout.split()
-    assert all(Path(p).is_relative_to(venv) for p in where), where
+                           capture_output=True, text=True)
+    assert where.returncode == 0, where.stderr
+    assert all(Path(p).is_relative_to(venv) for p in where.stdout.split()), where.stdout
     assert harness("init").returncode == 0 and (folder / PROJECT_DIR / "ladder" / "my_ladder.yaml").is_file()
     tiny = ("size=smoke", *TINY_STEPS_ARGS, *ONE_ROUND)
     for ladder in ("my_ladder", "phase2"):  # the user's own ladder, then a shipped one on the reference models
