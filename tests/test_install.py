@@ -26,7 +26,7 @@ from harness.commands import sweep as sweep_cmd
 from harness.conf import CONF_DIR, PROJECT_DIR
 from harness.config import ladder as ladder_mod
 from harness.config import workload as workloads
-from harness.run import env as env_mod
+from harness.run.parent import fingerprint
 from harness.sweeps import replay
 from tests.conftest import ONE_ROUND, REPO, TINY_STEPS_ARGS
 
@@ -149,13 +149,18 @@ def test_a_record_stored_before_the_move_is_measured_again_with_the_reference_mo
 
 
 def test_the_move_alone_keeps_the_code_fingerprint(tmp_path):
-    """The fingerprint the harness computed before the move, for a tree of models/nets.py, is what it computes now
-    for the same sources under harness_models/ (so records of unchanged code stay in the cache)."""
-    for rel, text in {"harness/run/step.py": "# the measured loop\n", "harness/analysis/table.py": "# a table\n",
-                      "harness_models/nets.py": "# a reference net\n", "harness_models/__init__.py": ""}.items():
+    """The fingerprint the harness computed before the move, for a tree whose reference models sat in models/, is
+    what it computes now for the same sources in harness_models/ (records of unchanged code stay in the cache)."""
+    tree = {"harness/__init__.py": "", "harness/run/__init__.py": "", "harness/run/child/__init__.py": "",
+            "harness/run/child/measure.py": "def loop(n):\n    return [n] * n\n",
+            "harness_models/__init__.py": '"""The reference models."""\n',
+            "harness_models/nets.py": "import torch\n\nWIDTH = 8\n\n\ndef net():\n"
+                                      "    return torch.nn.Linear(WIDTH, 2)\n"}
+    for rel, text in tree.items():
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / rel).write_text(text)
-    assert env_mod.code_fingerprint(tmp_path) == "0f4b1a8112038b67"
+    assert "harness_models/nets.py" in fingerprint.measured_files(tmp_path)
+    assert fingerprint.code_fingerprint(tmp_path) == "2776f48f590eb7a7"  # before the move, of models/nets.py
 
 
 def test_the_shipped_workloads_name_the_reference_models_by_their_package():
@@ -223,7 +228,7 @@ def test_the_wheel_runs_from_an_empty_folder_init_a_sweep_of_its_ladder_table_an
     runs = store.load_runs(folder / "results")
     assert sorted(runs["ladder"].value_counts().items()) == [("my_ladder", 4), ("phase2", 4)]
     assert set(runs["harness_version"]) == {"0.1.0"}
-    assert set(runs["code_fingerprint"]) == {env_mod.code_fingerprint()}  # the checkout's: same code, same key
+    assert set(runs["code_fingerprint"]) == {fingerprint.code_fingerprint()}  # the checkout's: same code, same key
     assert harness("baseline", "save", "first").returncode == 0
     checked = harness("check", "--baseline", "first")
     assert checked.returncode in (0, 2) and "result:" in checked.stdout, checked.stderr  # 2: a busy machine

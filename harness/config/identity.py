@@ -16,6 +16,7 @@ from typing import Any
 from harness.config.keys import flatten, to_dict
 from harness.config.schema import RunConfig
 from harness.config import workload as workloads_mod
+from harness.names import with_old_models_name
 
 # Settings that do not change what is measured: left out of config_hash.
 # profile: the profiled steps run after the measured window has closed, so a profiled run measures what an
@@ -52,7 +53,8 @@ def measured_settings(cfg: RunConfig) -> dict[str, Any]:
     # any other, or a shipped one changed, adds everything it is made of, its user source files' hash included.
     out = {"workload": cfg.workload.name}
     if not workloads_mod.is_builtin(cfg.workload):
-        out["workload.spec"] = cfg.workload.hashed()
+        # the reference models named as before they moved to harness_models: a setting hashes as it did then
+        out["workload.spec"] = with_old_models_name(cfg.workload.hashed())
     values.pop("workload")
     for key, value in sorted(values.items()):
         if any(key == n or key.startswith(n + ".") for n in NOT_HASHED) or key in idle:

@@ -18,7 +18,7 @@ from typing import Any, Dict, List, Optional
 import yaml
 
 from harness.conf import CONF_DIR
-from harness.names import target_of, with_old_models_name
+from harness.names import target_of
 from harness.registry import check_choice, unknown_choice
 
 WORKLOAD_DIR = CONF_DIR / "workload"
@@ -129,9 +129,8 @@ class WorkloadSpec:
         return n
 
     def hashed(self) -> dict[str, Any]:
-        """What config_hash covers of a workload that is not a built-in as shipped (the reference models named as
-        before they moved to their own package, so that a setting hashes as it did then)."""
-        values = with_old_models_name(dataclasses.asdict(self))
+        """What config_hash covers of a workload that is not a built-in as shipped."""
+        values = dataclasses.asdict(self)
         for name in NOT_HASHED_FIELDS:
             values.pop(name)
         for name in ("dataset_settings", "val_dataset", *OWN_TRAINING_NODES):  # added later: absent, a spec
