@@ -32,10 +32,10 @@ ON_ITS_OWN = {"cv2": "opencv-python-headless"}
 # What a carried package imports that --no-deps does not install (from each one's own requirements).
 REQUIRES = {"hydra": ("omegaconf", "antlr4"), "omegaconf": ("antlr4", "yaml"), "soundfile": ("cffi",),
             "cffi": ("pycparser",), "monai": ("numpy", "torch"), "nibabel": ("numpy",), "scipy": ("numpy",)}
-LOCAL = ("harness", "models", "scripts", "tests")
+LOCAL = ("harness", "harness_models", "scripts", "tests")
 
 
-def imported_modules(folders: tuple[str, ...] = ("harness", "models")) -> dict[str, list[str]]:
+def imported_modules(folders: tuple[str, ...] = ("harness", "harness_models")) -> dict[str, list[str]]:
     """The third-party top-level modules the sources under ``folders`` import (at the top or inside a function),
     each with the files that import it."""
     found: dict[str, set[str]] = {}
