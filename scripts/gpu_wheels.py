@@ -5,7 +5,7 @@ package needs at import must be carried too.
     python3 scripts/gpu_wheels.py            # the packages to carry, as pip requirements (one a line)
     python3 scripts/gpu_wheels.py check      # on the GPU machine: import each; exit 1 naming what is missing
 
-The test tier checks these lists against what harness/ and models/ import, so that a ladder never ends ``error``
+The test tier checks these lists against what harness/ and harness_models/ import, so that a ladder never ends ``error``
 on a slot for a module nobody carried (the SEResNet stand-in's soundfile needs cffi, which needs pycparser).
 """
 

@@ -1,5 +1,5 @@
 """The measured process: everything here runs inside the child (``python -m harness.run.child JOB_DIR``, or forked
-from the warm launcher); this code, with models/ and every harness module they import, is what the code
+from the warm launcher); this code, with harness_models/ and every harness module they import, is what the code
 fingerprint covers.
 
   main.py       the entry point: read the job, measure, write the result, the progress markers
