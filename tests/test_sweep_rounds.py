@@ -11,7 +11,7 @@ import pytest
 from harness import config as config_mod
 from harness.analysis.stats import noise_model
 from harness.analysis.views import table as table_mod
-from harness.store import RunRecord, load_runs, store_record
+from harness.store import RunRecord, load_runs, store_record, utc_timestamp
 from harness.config import ladder as ladder_mod
 from harness.sweeps import loop, rounds
 from harness.sweeps import rungs as rungs_mod
@@ -195,13 +195,14 @@ class FakeMeasure:
     """Stands in for ``runner.run_and_store`` under the real ``run_rung`` (its cache included): a record of the
     resolved settings at ``speeds[rung]`` samples/s; ``calls`` lists (sweep, rung, round) measured."""
 
-    def __init__(self, speeds):
-        self.speeds, self.calls = speeds, []
+    def __init__(self, speeds, now=False):
+        self.speeds, self.calls, self.now = speeds, [], now
 
     def __call__(self, cfg, env, env_key, on_progress=None, skip_reason=None, **fields):
         self.calls.append((fields["sweep_id"], fields["rung"], fields["round"]))
         record = RunRecord(run_id=f"{fields['sweep_id']}-{len(self.calls)}", status="ok",
-                           timestamp=f"2026-11-24T11:{len(self.calls) // 60:02d}:{len(self.calls) % 60:02d}+0000",
+                           timestamp=utc_timestamp() if self.now else
+                           f"2026-11-24T11:{len(self.calls) // 60:02d}:{len(self.calls) % 60:02d}+0000",
                            workload="unet3d", size="smoke", device="cpu", env_key=env_key, cpu_model="cpu",
                            cpu_count=2, config_hash=config_mod.config_hash(cfg), samples_per_s=self.speeds[
                                fields["rung"]], other_cpu_pct=1.0, **fields)
@@ -229,3 +230,19 @@ def test_a_round_is_copied_whole_from_one_earlier_sweep_or_measured_whole(tmp_pa
     copies = load_runs(tmp_path, where={"sweep_id": "b"})
     copied = copies[copies["round"] == 0]["cached_from"]
     assert sorted(copied) == [f"a-{k}" for k in range(3, 7)]
+
+
+def test_a_sweep_of_this_session_lends_its_runs_to_a_round_in_part(tmp_path, fake, monkeypatch):
+    """An interrupted sweep resumed (or a ladder after another) within the session: its runs stand beside fresh ones
+    in a round, as the README's resume promises; the rungs it lacks are measured."""
+    from harness.run.parent import runner
+
+    measure = FakeMeasure(CLEAR, now=True)
+    monkeypatch.setattr(runner, "run_and_store", measure)
+    monkeypatch.setattr(runner, "environment", lambda device: ({}, "env"))
+    short = dataclasses.replace(PHASE2, rungs=PHASE2.rungs[:2])
+    for sweep_id, ladder in (("first-two", short), ("a", PHASE2)):
+        ctx = rungs_mod.SweepContext(sweep_id=sweep_id, ladder=ladder, settings={"results_dir": str(tmp_path)},
+                                     user_keys=frozenset(), repeats=1)
+        assert loop.run_ladder(ctx, runner.Machine(cuda_available=False), Display()) == 0
+    assert measure.calls == [("first-two", 0, 0), ("first-two", 1, 0), ("a", 2, 0), ("a", 3, 0)]

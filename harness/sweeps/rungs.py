@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -32,6 +33,7 @@ from harness.workload import applicability
 
 
 ANY_SWEEP = "*"
+SESSION_S = 1800  # runs this close to now are of this session: copies of them may join a round of fresh runs
 
 
 @dataclass(frozen=True)
@@ -215,9 +217,10 @@ def cached_record(ctx: SweepContext, cfg: config_mod.RunConfig, key: str, used: 
 
 
 def round_source(ctx: SweepContext, machine: runner.Machine, round_: int) -> str:
-    """The one earlier sweep that every rung of this round still to measure can be copied from (the newest such),
-    or "" when there is none: then the whole round is measured. A round already begun keeps its kind (measured,
-    or copied from its sweep)."""
+    """The one earlier sweep that every rung of this round still to measure can be copied from (the newest such);
+    else an earlier sweep of this session (its last run less than ``SESSION_S`` ago: an interrupted sweep resumed,
+    a ladder after another), whose runs may stand beside fresh ones; else "": the whole round is measured. A round
+    already begun keeps its kind (measured, or copied from its sweep)."""
     if ctx.rerun:
         return ""
     try:
@@ -230,6 +233,8 @@ def round_source(ctx: SweepContext, machine: runner.Machine, round_: int) -> str
     used = set(mine["cached_from"].fillna("")) | set(mine["run_id"])
     key = runner.environment(str(rung_config(ctx, 0, machine).device))[1]
     sources: dict[str, str] | None = None
+    recent: dict[str, str] = {}
+    since = time.strftime("%Y-%m-%dT%H:%M:%S+0000", time.gmtime(time.time() - SESSION_S))
     for rung in range(len(ctx.ladder.rungs)):
         try:
             cfg = rung_config(ctx, rung, machine, dropped_rungs(mine, rung), round_)
@@ -240,10 +245,10 @@ def round_source(ctx: SweepContext, machine: runner.Machine, round_: int) -> str
         if debug_active(cfg):
             return ""
         found = _source_sweeps(ctx.results_dir, config_mod.config_hash(cfg), key, used)
+        recent.update({k: v for k, v in found.items() if v >= since})
         sources = found if sources is None else {k: v for k, v in sources.items() if k in found}
-        if not sources:
-            return ""
-    return max(sources, key=sources.get) if sources else ""
+    chosen = sources or recent  # else: a sweep of this session (resumed, or one ladder after another) in part
+    return max(chosen, key=chosen.get) if chosen else ""
 
 
 def _begun_source(results_dir: str, begun) -> str:
