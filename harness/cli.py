@@ -43,7 +43,7 @@ COMMANDS = {
              "harness.commands.init"),
 }
 
-MEASURING = ("run", "sweep", "diagnose", "noise", "climb")  # commands that start measuring processes
+MEASURING = ("run", "sweep", "diagnose", "noise", "climb")  # start measuring processes (and check --against)
 
 USAGE = "usage: python -m harness COMMAND [ARGS]\n\ncommands:\n" + "\n".join(
     f"  {name:<9} {text}" for name, (text, _) in COMMANDS.items()
@@ -68,9 +68,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {misplaced}", file=sys.stderr)
         return 2
     module = importlib.import_module(COMMANDS[command][1])
-    if command in MEASURING:
+    if command in MEASURING or (command == "check" and measures_against(rest)):
         return _measuring_command(module, command, rest)
     return module.main(command, rest)
+
+
+def measures_against(argv: list[str]) -> bool:
+    """Whether ``check``'s arguments ask for ``--against REF``: then it measures, as the measuring commands do."""
+    return any(arg == "--against" or arg.startswith("--against=") for arg in argv)
 
 
 def misplaced_climb_setting(command: str, argv: list[str]) -> str:
@@ -88,28 +93,31 @@ def misplaced_climb_setting(command: str, argv: list[str]) -> str:
 
 
 def _measuring_command(module, command: str, rest: list[str]) -> int:
-    """Commands that start measuring processes: an interruption kills them and says how to go on."""
-    from harness.run.parent import isolate
+    """Commands that start measuring processes: an interruption kills them and says how to go on
+    (``harness.run.parent.lifetime``: the rule every one of them follows)."""
+    from harness.run.parent import isolate, lifetime
     from harness.store import write
 
-    previous = isolate.terminate_on_signals()
+    previous = lifetime.terminate_on_signals()
     kept_before = len(write.KEPT_ELSEWHERE)  # main() may run several commands in one process (the tests do)
+    salvaged_before = len(isolate.KEPT_AT_INTERRUPT)
     try:
         code = module.main(command, rest)
         if any(a in HELP_FLAGS for a in rest):
             print("\n" + exit_codes.help_text())
         return _kept_elsewhere(code, write.KEPT_ELSEWHERE[kept_before:])
-    except (KeyboardInterrupt, isolate.Terminated) as exc:
-        isolate.kill_live_children()
-        signum = exc.signum if isinstance(exc, isolate.Terminated) else signal.SIGINT
-        resumes = command in ("sweep", "climb")
+    except (KeyboardInterrupt, lifetime.Terminated) as exc:
+        lifetime.kill_live_children()
+        signum = lifetime.signal_of(exc)
+        resumes = command in ("sweep", "climb", "check")
+        salvaged = "".join(f"; {line}" for line in isolate.KEPT_AT_INTERRUPT[salvaged_before:])
         print(f"\ninterrupted ({signal.Signals(signum).name}): the measuring process was stopped; every finished "
-              f"measurement is stored. Run the same command to {'resume' if resumes else 'measure again'}.",
+              f"measurement is stored{salvaged}. Run the same command to {'resume' if resumes else 'measure again'}.",
               file=sys.stderr)
         _kept_elsewhere(0, write.KEPT_ELSEWHERE[kept_before:])
         return exit_codes.INTERRUPTED + int(signum)
     finally:
-        isolate.restore_signals(previous)
+        lifetime.restore_signals(previous)
 
 
 def _kept_elsewhere(code: int, kept: list[str]) -> int:

@@ -11,8 +11,11 @@ import math
 import os
 import signal
 import sys
+import tempfile
 
 PR_SET_PDEATHSIG = 1
+METRICS_PREFIX = "harness-metrics-"  # a measuring process's temporary folder: removed at the next start once it is gone
+OWNER_FILE = "parent.pid"  # in a temporary folder of ours: the process it belongs to (see isolate.clean_stale_jobs)
 DEADLINE_GRACE_S = 30  # the parent's timeout fires first; the child's own alarm only if the parent cannot
 
 
@@ -31,6 +34,15 @@ def die_with_parent(expected_parent: int | None = None) -> bool:
     return ok
 
 
+def owned_temp_folder(prefix: str) -> str:
+    """A new temporary folder holding this process's id (``OWNER_FILE``), so that the next start removes it if this
+    process is killed before it could."""
+    folder = tempfile.mkdtemp(prefix=prefix)
+    with open(os.path.join(folder, OWNER_FILE), "w") as out:
+        out.write(str(os.getpid()))
+    return folder
+
+
 def worker_init(worker_id: int) -> None:
     """DataLoader ``worker_init_fn``: a loader worker dies with the measuring process."""
     die_with_parent(None)
@@ -45,3 +57,24 @@ def guard_child() -> None:
     if timeout_s > 0:
         signal.signal(signal.SIGALRM, signal.SIG_DFL)
         signal.alarm(int(math.ceil(timeout_s)) + DEADLINE_GRACE_S)
+
+
+def parent_death_preexec():
+    """A ``preexec_fn`` for ``subprocess.Popen``: the new process gets SIGKILL when this one dies (Linux), from its
+    first instruction on, before its interpreter has imported anything; if this process is gone by then, it exits.
+    libc is loaded here, before the fork: only the system call runs in the forked child. The kernel ties the signal
+    to the thread that forks, so start such a process from a thread that lives as long as the command (the main
+    one)."""
+    parent = os.getpid()
+    try:
+        libc = ctypes.CDLL(None, use_errno=True) if sys.platform.startswith("linux") else None
+    except OSError:
+        libc = None
+
+    def preexec() -> None:
+        if libc is not None:
+            libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        if os.getppid() != parent:
+            os._exit(1)
+
+    return preexec

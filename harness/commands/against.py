@@ -56,12 +56,8 @@ def run_against(args: argparse.Namespace) -> int:
     if work.dirty:
         print(f"note: the working tree has uncommitted changes to tracked files; they are measured as they are "
               f"(recorded as {work.commit[:12]}-dirty)", file=sys.stderr)
-    try:
+    try:  # an interrupt ends in harness.cli, as every measuring command's does
         against.measure(plan, _show)
-    except KeyboardInterrupt:
-        print(f"\ninterrupted: the running measurement was stopped; finished runs are stored in {plan.checks_store} "
-              f"(check {plan.check_id}). Run the same command to measure again.", file=sys.stderr)
-        return 130
     except against.RunFailed as exc:
         return common_args.refuse(exc)
     result = decide(plan, args, thresholds, warnings)

@@ -16,19 +16,18 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import signal
 import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from harness.run.parent import lifetime
 from harness.store import RunRecord, load_records, load_runs, store_record
 from harness.sweeps.replay import Replay, hydra_value
 from harness.sweeps.worktree import Tree, against_dir
 
 REF, WORK = "ref", "work"
-STOP_WAIT_S = 60  # how long an interrupted run gets to stop its measuring process and store nothing half-done
 
 
 @dataclass(frozen=True)
@@ -137,22 +136,18 @@ class RunFailed(RuntimeError):
     """A child that ended without storing a record (bad settings for that side's code, a crash of the harness)."""
 
 
-def run_turn(plan: AgainstPlan, turn: Turn, live: list) -> RunRecord:
+def run_turn(plan: AgainstPlan, turn: Turn) -> RunRecord:
     """Measure one turn in a fresh process; its record, labelled and stored in the check's store."""
     folder = plan.scratch / turn.side
     logs = folder / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     log_path = logs / f"round{turn.round_}-rung{turn.replay.rung}.log"
     before = _run_ids(folder)
-    with open(log_path, "wb") as log:
-        proc = subprocess.Popen(command(plan, turn), cwd=plan.cwd(turn.side), env=child_env(plan, turn.side),
-                                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                start_new_session=True)
-        live.append(proc)
-        try:
+    with open(log_path, "wb") as log:  # the run, its measuring child and their workers die with this process
+        proc = lifetime.start(command(plan, turn), cwd=plan.cwd(turn.side), env=child_env(plan, turn.side),
+                              stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        with lifetime.tracked(proc):
             code = proc.wait()
-        finally:
-            live.remove(proc)
     new = [r for r in load_records(folder) if r.run_id not in before]
     if not new:
         tail = log_path.read_text(errors="replace").strip().splitlines()[-3:]
@@ -187,34 +182,9 @@ def side_name(side: str) -> str:
 
 def measure(plan: AgainstPlan, show: Callable[[int, int, Turn, RunRecord | None], None]) -> None:
     """Run every turn in order; ``show(i, n, turn, record)`` before (record None) and after each run. An interrupt
-    stops the running child (it stores nothing half-measured) and propagates."""
+    kills the running run's whole tree (``harness.run.parent.lifetime``) and propagates."""
     write_workload_files(plan)
     order = turns(plan.replays, plan.rounds)
-    live: list[subprocess.Popen] = []
-    previous = signal.signal(signal.SIGTERM, _raise_interrupt)
-    try:
-        for i, turn in enumerate(order, 1):
-            show(i, len(order), turn, None)
-            show(i, len(order), turn, run_turn(plan, turn, live))
-    except BaseException:
-        for proc in list(live):
-            _stop(proc)
-        raise
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-
-
-def _raise_interrupt(signum, frame):
-    raise KeyboardInterrupt
-
-
-def _stop(proc: subprocess.Popen) -> None:
-    """Ask a running ``harness run`` to stop (it stops its measuring process itself), then make sure it did."""
-    try:
-        proc.send_signal(signal.SIGTERM)
-        proc.wait(timeout=STOP_WAIT_S)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
-    except ProcessLookupError:
-        pass
+    for i, turn in enumerate(order, 1):
+        show(i, len(order), turn, None)
+        show(i, len(order), turn, run_turn(plan, turn))

@@ -8,9 +8,9 @@ import atexit
 import logging
 import math
 import shutil
-import tempfile
 from pathlib import Path
 
+from harness import lifeline
 from harness.run.child.outcome import NonFiniteLoss, shapes_error
 from harness.run.child.summary import Measurement
 
@@ -65,7 +65,7 @@ class MetricsLog:
 
     def __init__(self, optimizer):
         self.optimizer = optimizer
-        self.folder = Path(tempfile.mkdtemp(prefix="harness-metrics-"))
+        self.folder = Path(lifeline.owned_temp_folder(lifeline.METRICS_PREFIX))
         self.path = self.folder / "metrics.log"
         self.handler = logging.FileHandler(self.path)
         self.handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))

@@ -15,7 +15,7 @@ running one.
 No orphan survives the parent, however the parent ends:
   * the child runs in a process group of its own (its loader workers join it), and the parent kills
     the whole group when the child is done, times out, or the parent is interrupted (Ctrl-C,
-    SIGTERM from a CI cancel or SLURM, SIGHUP from a dropped ssh: see ``terminate_on_signals``);
+    SIGTERM from a CI cancel or SLURM, SIGHUP from a dropped ssh: see ``harness.run.parent.lifetime``);
     with ``devices`` >= 2 the child is torch's launcher (``harness.run.parent.launch``), which starts each rank in
     a session of its own, so the parent kills the process group of every process in the child's tree;
   * if the parent is killed outright (SIGKILL), the kernel kills the child (``PR_SET_PDEATHSIG``,
@@ -31,7 +31,6 @@ import contextlib
 import json
 import os
 import select
-import signal
 import tempfile
 import shutil
 import time
@@ -40,8 +39,10 @@ from pathlib import Path
 from typing import Callable
 
 from harness import config as config_mod
+from harness import lifeline
 from harness.run.child import channel
 from harness.run.parent import launch, launcher, phases, processes
+from harness.run.parent.lifetime import LIVE, Held, Terminated
 from harness.run import monitor
 from harness.run.child import outcome as outcome_mod
 from harness.run.child.outcome import OK, SKIPPED, Outcome
@@ -86,24 +87,61 @@ def base_record(cfg: config_mod.RunConfig, env: dict, env_key: str, status: str,
 
 
 def execute(cfg: config_mod.RunConfig, env: dict, env_key: str, on_progress: ProgressFn | None = None,
-            skip_reason: str | None = None, **labels) -> RunRecord:
+            skip_reason: str | None = None, store: Callable[[RunRecord], object] | None = None,
+            **labels) -> RunRecord:
     """Measure ``cfg`` (resolved) in a child process; the record's status says how it ended. A run that cannot act
     here is recorded as skipped without starting anything: ``skip_reason`` is the caller's answer of
     ``applicability.skip_reason`` when it asked already (asked here when None, so that it is asked once a run).
-    ``labels``: fields of the record the run does not measure (a sweep's), set when the record is made."""
+    ``store``: called with the record before any interrupt can end the command (from the run's end on, SIGINT,
+    SIGTERM and SIGHUP wait until it returns); an interrupt while the child profiles or tears down, after it wrote
+    its measurement, stores that measurement and then ends the command. ``labels``: fields of the record the run
+    does not measure (a sweep's), set when the record is made."""
     reason = applicability.skip_reason(cfg) if skip_reason is None else skip_reason
     if reason:
-        return base_record(cfg, env, env_key, SKIPPED, reason, **labels)
+        record = base_record(cfg, env, env_key, SKIPPED, reason, **labels)
+        if store is not None:
+            store(record)
+        return record
     clean_stale_jobs()
+    held = Held()
+    try:
+        record, interrupted = _measure(cfg, env, env_key, on_progress, held, labels)
+        if store is not None:
+            store(record)
+    except BaseException:
+        held.release(act=False)  # an interrupt or an error is on its way already
+        raise
+    held.release()
+    if interrupted is not None:
+        during = ", during its profile (not taken)" if interrupted.profiling else ""
+        KEPT_AT_INTERRUPT.append(f"run {record.run_id} had written its measurement ({record.status}) when the "
+                                 f"interrupt came{during}: it is stored")
+        raise interrupted
+    return record
+
+
+KEPT_AT_INTERRUPT: list[str] = []  # what an interrupt found finished and stored (the command says it)
+
+
+def _measure(cfg: config_mod.RunConfig, env: dict, env_key: str, on_progress: ProgressFn | None, held: Held,
+             labels: dict) -> tuple[RunRecord, BaseException | None]:
+    """The run's record, and the interrupt that came after its child had written its result (None: none came)."""
+    interrupted = None
     with tempfile.TemporaryDirectory(prefix=JOB_PREFIX) as tmp:
         job = Path(tmp)
-        (job / "parent.pid").write_text(str(os.getpid()))
+        (job / lifeline.OWNER_FILE).write_text(str(os.getpid()))
         (job / "config.json").write_text(json.dumps(config_mod.to_dict(cfg)))
         (job / "env.json").write_text(json.dumps(env, default=str))
-        outcome, summary, timing = _run_child(job, cfg.timeout_s, on_progress, cfg.measure.sample_interval_s,
-                                              launch.command(job) if cfg.devices > 1 else None)
+        try:
+            outcome, summary, timing = _run_child(job, cfg.timeout_s, on_progress, cfg.measure.sample_interval_s,
+                                                  launch.command(job) if cfg.devices > 1 else None, held)
+        except (KeyboardInterrupt, Terminated) as exc:
+            if getattr(exc, "kept", None) is None:
+                raise
+            (outcome, summary, timing), interrupted = exc.kept, exc
         run_id = _keep_profile(summary, job, cfg.results_dir)
-    return base_record(cfg, env, env_key, outcome.status, outcome.error, summary, run_id, **timing, **labels)
+    record = base_record(cfg, env, env_key, outcome.status, outcome.error, summary, run_id, **timing, **labels)
+    return record, interrupted
 
 
 def _keep_profile(summary: Summary | None, job: Path, results_dir: str) -> str:
@@ -117,10 +155,12 @@ def _keep_profile(summary: Summary | None, job: Path, results_dir: str) -> str:
 
 
 def _run_child(job: Path, timeout_s: float, on_progress: ProgressFn | None, sample_interval_s: float = 0.5,
-               argv: list[str] | None = None) -> tuple[Outcome, Summary | None, dict]:
+               argv: list[str] | None = None, held: Held | None = None) -> tuple[Outcome, Summary | None, dict]:
     """Start the child, watch it to its end, and read what it left: its outcome, the summary of a run that measured
     with what the parent sampled added (None for a run that did not), and where its wall time went (record fields:
-    ``harness.run.parent.phases``)."""
+    ``harness.run.parent.phases``). ``held``: held from the child's end on (the caller releases it once the record
+    is stored). An interrupt while the child runs kills it and propagates; if the child had written its result
+    (then it was profiling or tearing down), the interrupt carries that outcome (``kept``, ``profiling``)."""
     markers = channel.Markers.open() if argv is None else None  # torch's launcher does not hand a channel to the ranks
     log_path = job / "child.log"
     start, spawned = time.monotonic(), time.time()
@@ -132,15 +172,20 @@ def _run_child(job: Path, timeout_s: float, on_progress: ProgressFn | None, samp
         if markers is not None:
             markers.close()
         raise
-    _LIVE.add(proc)
+    LIVE.add(proc)
     if markers is not None:
         markers.started()
     watch = _Watch(monitor.Sampler(proc.pid, ranks=argv is not None), sample_interval_s)
+    interrupted = None
     try:
         timed_out = _wait(proc, job, start, timeout_s, on_progress, watch, markers)
+    except (KeyboardInterrupt, Terminated) as exc:
+        interrupted, timed_out = exc, False
     finally:
+        if held is not None:
+            held.hold()
         processes.kill_group(proc)
-        _LIVE.discard(proc)
+        LIVE.discard(proc)
         if markers is not None:
             markers.close()
         proc.close()
@@ -149,14 +194,20 @@ def _run_child(job: Path, timeout_s: float, on_progress: ProgressFn | None, samp
     if watch.sampler.measuring:
         watch.sampler.window_lost()
     result = _read_result(job / "result.json")
+    if interrupted is not None and result is None:
+        raise interrupted
     marks = result.pop("phase_marks", {}) if result is not None else {}
     timing = phases.record_fields(marks, spawned, gone, gap, getattr(proc, "how", "exec"))
     if result is not None:  # a child that wrote its result and then hung on exit still measured
         status, error = result.pop("status"), result.pop("error", "")
-        result.pop("profiling", None)  # written before its profile, which did not finish: the measurement stands
+        profiling = bool(result.pop("profiling", None))  # written before its profile, which did not finish
         if status == OK and "peak_main_rss_bytes" in result:  # a measurement: add what the parent sampled
             result.update(monitor.metrics(watch.sampler.samples, result, gpu_named=watch.gpu_named))
-        return Outcome(status, error), Summary.from_dict(result) if result else None, timing
+        kept = Outcome(status, error), Summary.from_dict(result) if result else None, timing
+        if interrupted is not None:
+            interrupted.kept, interrupted.profiling = kept, profiling
+            raise interrupted
+        return kept
     if timed_out:
         return outcome_mod.timed_out(timeout_s, _tail(log_path)), None, timing
     return outcome_mod.died(proc.returncode, _tail(log_path)), None, timing
@@ -352,52 +403,16 @@ def _read_result(path: Path) -> dict | None:
 
 
 # ------------------------------------------------------------------------------------------
-# The parent's end: signals, and what earlier parents left behind
-
-_LIVE: set = set()  # the children running now (Popen or launcher handles): killed if the parent is interrupted
-
-
-class Terminated(BaseException):
-    """The parent got SIGTERM or SIGHUP. A BaseException, like KeyboardInterrupt, so that no
-    ``except Exception`` on the way (a sweep's per-rung handler, Hydra's job runner) swallows it."""
-
-    def __init__(self, signum: int):
-        super().__init__(signal.Signals(signum).name)
-        self.signum = signum
-
-
-def _raise_terminated(signum, frame) -> None:
-    raise Terminated(signum)
-
-
-def terminate_on_signals() -> dict:
-    """SIGTERM and SIGHUP end the parent the way Ctrl-C does: by an exception, so every ``finally``
-    on the way kills its child's group. Call from the main thread; returns the handlers it replaced
-    (give them to ``restore_signals``)."""
-    previous = {}
-    for sig in (signal.SIGTERM, getattr(signal, "SIGHUP", None)):
-        if sig is not None:
-            previous[sig] = signal.signal(sig, _raise_terminated)
-    return previous
-
-
-def restore_signals(previous: dict) -> None:
-    for sig, handler in previous.items():
-        signal.signal(sig, handler)
-
-
-def kill_live_children() -> None:
-    for proc in list(_LIVE):
-        processes.kill_group(proc)
-        _LIVE.discard(proc)
-
+# What earlier parents left behind
 
 def clean_stale_jobs(tmp_root: str | None = None) -> int:
-    """Remove job folders whose parent process is gone (a parent killed with SIGKILL leaves one)."""
+    """Remove job folders whose parent process is gone (a parent killed with SIGKILL leaves one), and the metrics
+    folders of measuring processes that are gone (a run killed before its end leaves one)."""
     removed = 0
-    for job in Path(tmp_root or tempfile.gettempdir()).glob(JOB_PREFIX + "*"):
+    root = Path(tmp_root or tempfile.gettempdir())
+    for job in [*root.glob(JOB_PREFIX + "*"), *root.glob(lifeline.METRICS_PREFIX + "*")]:
         try:
-            pid = int((job / "parent.pid").read_text())
+            pid = int((job / lifeline.OWNER_FILE).read_text())
         except (OSError, ValueError):
             continue  # not ours, or still being set up
         if pid != os.getpid() and not _pid_alive(pid):

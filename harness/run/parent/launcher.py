@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.run.child import channel
+from harness.run.parent import lifetime
 from harness.run.parent import zygote as zygote_mod
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
@@ -140,9 +141,8 @@ class Zygote:
         with open(self.log, "wb") as log:
             argv = [sys.executable, "-m", "harness.run.parent.zygote", str(folder)]
             argv += [str(first_config)] if first_config else []
-            self.proc = subprocess.Popen(argv, env=env,
-                                         stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                         pass_fds=(theirs.fileno(),), start_new_session=True)
+            self.proc = lifetime.start(argv, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                       pass_fds=(theirs.fileno(),))
         theirs.close()
         self.sock = mine
         self.gone = False
@@ -345,10 +345,10 @@ def start(job: Path, env: dict, log_path: Path, channel_fd: int | None = None, a
     if channel_fd is not None:
         env = dict(env, **{channel.CHANNEL_ENV: str(channel_fd)})
     with open(log_path, "wb") as log:
-        # A session of its own, so that a timeout can kill the child and its loader workers together.
-        proc = subprocess.Popen(argv or [sys.executable, "-m", "harness.run.child", str(job)], stdout=log,
-                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
-                                start_new_session=True, pass_fds=(channel_fd,) if channel_fd is not None else ())
+        # A session of its own (a timeout kills the child and its loader workers together), dying with us.
+        proc = lifetime.start(argv or [sys.executable, "-m", "harness.run.child", str(job)], stdout=log,
+                              stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
+                              pass_fds=(channel_fd,) if channel_fd is not None else ())
     return PlainChild(proc)
 
 

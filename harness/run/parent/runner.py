@@ -57,7 +57,7 @@ def run_and_store(resolved: config_mod.RunConfig, env: dict, env_key: str, on_pr
                   skip_reason: str | None = None, **sweep_fields) -> RunRecord:
     """Measure a resolved config and append its record to the store (whatever its status); ``skip_reason``: the
     caller's answer of ``applicability.skip_reason`` when it asked already (see ``isolate.execute``);
-    ``sweep_fields`` go into the record as it is made (a name the record lacks raises)."""
-    record = execute(resolved, env, env_key, on_progress, skip_reason, **sweep_fields)
-    store_record(record, resolved.results_dir)
-    return record
+    ``sweep_fields`` go into the record as it is made (a name the record lacks raises). The record is stored before
+    an interrupt can end the command, and a measurement the child wrote before an interrupt is stored too."""
+    return execute(resolved, env, env_key, on_progress, skip_reason,
+                   store=lambda record: store_record(record, resolved.results_dir), **sweep_fields)
