@@ -151,6 +151,50 @@ def test_bad_input_is_one_line_and_exit_2(repo, capsys, tmp_path):
     assert not (repo / "results" / "checks").exists()  # nothing measured
 
 
+def test_an_interrupted_check_resumes_from_its_stored_runs(repo, monkeypatch, capsys):
+    real, calls = against.run_turn, []
+
+    def interrupted_at_the_third(plan, turn):
+        calls.append((turn.round_, turn.replay.rung, turn.side))
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return real(plan, turn)
+
+    monkeypatch.setattr(against, "run_turn", interrupted_at_the_third)
+    with pytest.raises(KeyboardInterrupt):
+        run_check("HEAD", "--rounds", "2")
+    first = load_runs(repo / "results" / "checks")
+    assert len(first) == 2 and not verdicts.load_verdicts(repo / "results")[0]
+    monkeypatch.setattr(against, "run_turn", real)
+    assert run_check("HEAD", "--rounds", "2") == 0
+    assert "resuming check" in capsys.readouterr().err
+    stored = load_runs(repo / "results" / "checks")
+    assert stored["sweep_id"].nunique() == 1 and len(stored) == 2 * 2 * 2  # the two finished runs not measured again
+    assert set(first["run_id"]) <= set(stored["run_id"])
+    check_id = stored["sweep_id"].iloc[0]
+    assert [d["check_id"] for d in verdicts.load_verdicts(repo / "results")[0]] == [check_id]
+    assert against.unfinished_check(repo / "results", "any", lambda done: done == check_id) is None
+
+
+def test_another_command_does_not_resume_an_interrupted_check(repo, monkeypatch):
+    def interrupted(plan, turn):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(against, "run_turn", interrupted)
+    for rounds in ("2", "3", "3"):
+        with pytest.raises(KeyboardInterrupt):
+            run_check("HEAD", "--rounds", rounds)
+    kept = [json.loads(p.read_text()) for p in (repo / "results" / ".against" / "runs").glob("*/check.json")]
+    assert len(kept) == 2 and len({k["key"] for k in kept}) == 2  # --rounds 3 is another check, resumed once
+
+
+def test_a_bad_value_is_refused_before_any_tree_is_made_or_run(repo, monkeypatch, capsys):
+    monkeypatch.setattr(against, "run_turn", lambda plan, turn: pytest.fail("a run started"))
+    assert run_check("HEAD", "batch_size=0") == 2
+    assert "batch_size=0" in capsys.readouterr().err
+    assert not (repo / "results" / ".against" / git(repo, "rev-parse", "HEAD")).exists()
+
+
 def test_outside_a_repository(tmp_path, monkeypatch, capsys):
     write_sweep(tmp_path / "results")
     monkeypatch.chdir(tmp_path)

@@ -102,6 +102,16 @@ def test_refs_runs_join_the_working_trees_config(store):
     checks = verdicts.checks_dir(store)
     record(checks, "r9", "against-2", 70.0, 4, config="ref-hash", against_side="ref", against_commit="c" * 40)
     record(checks, "w9", "against-2", 70.0, 4, against_side="work", against_commit="d" * 40)
+    verdicts.save_verdict(store, "against-2", {"kind": "against", "check_id": "against-2", "ref": "HEAD~1", "rows": []})
     found = history.collect(str(store))
     assert len(found.configs) == 1
     assert ("against-2", "check REF") in [(p.session, p.source) for p in found.configs[0].points]
+
+
+def test_a_check_that_never_decided_is_not_drawn_as_sessions(store):
+    checks = verdicts.checks_dir(store)
+    for i in range(2):  # an interrupted check: runs of both sides, no verdict
+        record(checks, f"half-r{i}", "against-2", 10.0, 4, against_side="ref", against_commit="a" * 40)
+        record(checks, f"half-w{i}", "against-2", 10.0, 4, against_side="work", against_commit="c" * 40)
+    sessions = [p.session for c in history.collect(str(store)).configs for p in c.points]
+    assert sessions == ["s1", "s2", "against-1", "against-1"]

@@ -15,6 +15,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from harness import config as config_mod
 from harness.analysis.gate import paired, verdicts
 from harness.analysis.gate.thresholds import parse_thresholds
 from harness.analysis.gate.paired_formats import FORMATS, render, to_json
@@ -72,7 +73,8 @@ def run_against(args: argparse.Namespace) -> int:
 
 
 def prepare(args: argparse.Namespace) -> tuple[against.AgainstPlan, list[str]]:
-    """Everything checked before the first run: the repository, REF, the sweep, its configs; then REF's tree."""
+    """Everything checked before the first run: the repository, REF, the sweep, its configs and every setting of
+    them; then REF's tree. The check is the one the same command left unfinished, if there is one (it resumes)."""
     here = Path.cwd().resolve()
     root = worktree.repo_root(here)
     commit = worktree.resolve_commit(root, args.against)
@@ -81,17 +83,26 @@ def prepare(args: argparse.Namespace) -> tuple[against.AgainstPlan, list[str]]:
     if records.empty:
         raise ValueError(f"sweep {args.sweep!r} has no records in {results}")
     replays, warnings = replay.replay(records, list(args.overrides))
-    check_id = new_id("against-")
+    work = worktree.working_tree(root)
+    sweep_id = str(records["sweep_id"].iloc[0])
+    key = against.check_key(commit, work, worktree.git(["diff", "HEAD"], root) if work.dirty else "", sweep_id,
+                            args.rounds, here.relative_to(root), list(args.overrides))
+    finished = {str(d.get("check_id")) for d in verdicts.load_verdicts(results)[0]}
+    resumed = against.unfinished_check(results, key, finished.__contains__)
+    check_id = resumed or new_id("against-")
     plan = against.AgainstPlan(check_id=check_id, trees={}, subfolder=here.relative_to(root), replays=replays,
                                rounds=args.rounds, checks_store=verdicts.checks_dir(results),
-                               scratch=against.plan_scratch(results, check_id))
+                               scratch=against.plan_scratch(results, check_id), sweep_id=sweep_id)
     against.write_workload_files(plan)
     for item in replays:  # a bad setting stops here, in one line, before any tree is made or run
-        hydra_edge.compose_settings(against.with_search_path(list(item.overrides), plan.extra_search))
-    plan.trees = {against.WORK: worktree.working_tree(root),
-                  against.REF: worktree.ref_tree(root, commit, results)}
-    sweep_id = str(records["sweep_id"].iloc[0])
-    plan.sweep_id = sweep_id
+        composed = hydra_edge.compose_settings(against.with_search_path(list(item.overrides), plan.extra_search))
+        config_mod.validate(config_mod.from_dict(hydra_edge.plain_settings(composed)))
+    plan.trees = {against.WORK: work, against.REF: worktree.ref_tree(root, commit, results)}
+    against.keep_plan(plan, key)
+    if resumed:
+        stored = len(against.stored_turns(plan))
+        print(f"resuming check {check_id}: {stored} of {2 * args.rounds * len(replays)} runs are stored; "
+              "measuring the rest", file=sys.stderr)
     return plan, warnings
 
 

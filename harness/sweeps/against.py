@@ -15,6 +15,8 @@ each run's log.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import json
 import os
 import subprocess
 import sys
@@ -22,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from harness.fileio import write_text_atomic
 from harness.run.parent import lifetime
 from harness.store import RunRecord, load_records, load_runs, store_record
 from harness.sweeps.replay import Replay, hydra_value
@@ -181,10 +184,56 @@ def side_name(side: str) -> str:
 
 
 def measure(plan: AgainstPlan, show: Callable[[int, int, Turn, RunRecord | None], None]) -> None:
-    """Run every turn in order; ``show(i, n, turn, record)`` before (record None) and after each run. An interrupt
-    kills the running run's whole tree (``harness.run.parent.lifetime``) and propagates."""
+    """Run every turn in order that the check's store does not hold yet (a resumed check goes on where it
+    stopped); ``show(i, n, turn, record)`` before (record None) and after each run. An interrupt kills the running
+    run's whole tree (``harness.run.parent.lifetime``) and propagates."""
     write_workload_files(plan)
     order = turns(plan.replays, plan.rounds)
+    done = stored_turns(plan)
     for i, turn in enumerate(order, 1):
+        if (turn.round_, turn.replay.rung, turn.side) in done:
+            continue
         show(i, len(order), turn, None)
         show(i, len(order), turn, run_turn(plan, turn))
+
+
+def stored_turns(plan: AgainstPlan) -> set[tuple[int, int, str]]:
+    """(round, rung, side) of every run the check's store holds for this check."""
+    if not (plan.checks_store / "runs").is_dir() and not (plan.checks_store / "compacted").is_dir():
+        return set()
+    frame = load_runs(plan.checks_store, columns=["round", "rung", "against_side"],
+                      where={"sweep_id": plan.check_id})
+    return {(int(r), int(g), str(s)) for r, g, s in zip(frame["round"], frame["rung"], frame["against_side"])}
+
+
+# ------------------------------------------------------------------------------------------
+# resuming: the same command again goes on with the check it interrupted
+
+PLAN_FILE = "check.json"  # in a check's scratch folder: what it measures, to find it again
+
+
+def check_key(ref_commit: str, work: Tree, work_diff: str, sweep_id: str, rounds: int, subfolder: Path,
+              overrides: list[str]) -> str:
+    """What makes two checks the same measurement: both trees' code (uncommitted changes by their diff), the
+    sweep, the rounds, where it runs and the user's settings."""
+    text = json.dumps([ref_commit, work.label, work_diff, sweep_id, rounds, str(subfolder), overrides])
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def unfinished_check(results_dir: Path, key: str, finished: Callable[[str], bool]) -> str | None:
+    """The id of the latest check of ``key`` under ``results_dir`` that never finished (``finished(id)`` False)."""
+    found = []
+    for path in (against_dir(results_dir) / "runs").glob(f"*/{PLAN_FILE}"):
+        try:
+            kept = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        if isinstance(kept, dict) and kept.get("key") == key and not finished(str(kept.get("check_id"))):
+            found.append(str(kept["check_id"]))
+    return max(found) if found else None
+
+
+def keep_plan(plan: AgainstPlan, key: str) -> None:
+    """The check's key in its scratch folder, so that the same command finds it if it is interrupted."""
+    plan.scratch.mkdir(parents=True, exist_ok=True)
+    write_text_atomic(plan.scratch / PLAN_FILE, json.dumps({"key": key, "check_id": plan.check_id}))

@@ -96,6 +96,7 @@ def collect(results_dir: str, ladder: str | None = None, workload: str | None = 
     """The history of every config in ``results_dir`` (ValueError for a folder or filter that is not there)."""
     records, names = _records(results_dir)
     found, warnings = verdicts.load_verdicts(results_dir)
+    records = _finished_checks_only(records, found)
     for column, wanted, flag in (("ladder", ladder, "--ladder"), ("workload", workload, "--workload")):
         if wanted is not None:
             known = sorted(set(records[column]) - {""})
@@ -112,6 +113,14 @@ def collect(results_dir: str, ladder: str | None = None, workload: str | None = 
     ordered = sorted(configs.values(), key=lambda c: (c.workload, c.ladder, -1 if c.rung is None else c.rung,
                                                      c.change, c.hardware))
     return History(ordered, str(results_dir), warnings)
+
+
+def _finished_checks_only(records: pd.DataFrame, found: list[dict]) -> pd.DataFrame:
+    """``records`` without the runs of a ``check --against`` that never decided (interrupted, or a run that could
+    not start): half a check is no session; the same command resumes it."""
+    decided = {str(d.get("check_id")) for d in found if d.get("kind") == "against"}
+    unfinished = (records["against_side"] != "") & ~records["sweep_id"].isin(decided)
+    return records[~unfinished]
 
 
 def _records(results_dir: str) -> tuple[pd.DataFrame, dict[str, list[str]]]:
