@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -18,9 +19,11 @@ from pathlib import Path
 import psutil
 import pytest
 
-from harness import config as config_mod
+from harness import config as config_mod, lifeline
+from harness.run import isolate
 from harness.store import RunRecord, load_runs, write_record
-from tests.conftest import REPO, TINY_MODEL_ARGS, tiny_model_config
+from harness.sweeps import lock
+from tests.conftest import REPO, TINY_MODEL_ARGS, harness_cli, tiny_model_config
 from tests.test_faults import _default_signals, _measuring_processes
 
 HANG = ("debug.fault=hang", "debug.fault_step=1", "timeout_s=300", "data.num_workers=1")
@@ -150,3 +153,40 @@ def test_a_sweep_interrupted_in_a_profile_stores_the_rungs_measurement(tmp_path)
     assert list(stored["status"]) == ["ok"] and list(stored["rung"]) == [0]
     assert stored["samples_per_s"].iloc[0] > 0
     assert "during its profile (not taken): it is stored" in err and stored["run_id"].iloc[0] in err
+
+
+# ------------------------------------------------------------------------------------------
+# what killed runs and concurrent commands leave
+
+
+def test_a_second_sweep_on_the_same_folder_is_refused_in_one_line_naming_the_first(tmp_path):
+    results = tmp_path / "results"
+    results.mkdir()
+    first = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)", "harness", "sweep"])
+    try:
+        (results / lock.LOCK_FILE).write_text(f"{first.pid} {socket.gethostname()}\n")
+        out = harness_cli("sweep", "+ladder=precision", *TINY_MODEL_ARGS, "measure.steps=2", f"results_dir={results}")
+    finally:
+        first.kill()
+        first.wait()
+    assert out.returncode == 2, out.stderr
+    assert out.stderr.strip().splitlines() == [
+        f"error: another sweep (PID {first.pid}) is measuring into {results} now: two sweeps on one machine make "
+        "each other's runs busy; wait until it ends, or give this one another folder (results_dir=DIR)"]
+    assert load_runs(results).empty
+    held = lock.acquire(results)  # the first one gone: its lock is stale, and taken over
+    assert (results / lock.LOCK_FILE).read_text().split()[0] == str(os.getpid())
+    lock.release(held)
+    assert not (results / lock.LOCK_FILE).exists()
+
+
+def test_metrics_folders_of_runs_that_are_gone_are_removed_at_the_next_start(tmp_path):
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    stale, live = tmp_path / f"{lifeline.METRICS_PREFIX}stale", tmp_path / f"{lifeline.METRICS_PREFIX}live"
+    for folder, pid in ((stale, dead.pid), (live, os.getpid())):
+        folder.mkdir()
+        (folder / lifeline.OWNER_FILE).write_text(str(pid))
+        (folder / "metrics.log").write_text("step=1 loss=1 lr=0.1\n")
+    isolate.clean_stale_jobs(str(tmp_path))
+    assert not stale.exists() and live.exists()

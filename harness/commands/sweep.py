@@ -33,7 +33,7 @@ from harness.store import check_writable, new_id
 from harness.sweeps import campaign as campaign_mod
 from harness.config import ladder as ladder_mod
 from harness.config import workload as workloads_mod
-from harness.sweeps import loop
+from harness.sweeps import lock, loop
 from harness.sweeps import rungs as sweep_mod
 
 INTERNAL_KEYS = {"sweep.id", "sweep.rung", "sweep.round"}
@@ -193,9 +193,13 @@ def run_sweep(plan: SweepPlan, sweep_id: str, campaign_id: str = "") -> int:
         check_writable(ctx.results_dir, "`python -m harness sweep`")
         for cfg in sweep_mod.preflight(ctx, machine):
             preflight.check_model_builds(cfg)
+        held = lock.acquire(ctx.results_dir)
     except (ValueError, OSError) as exc:
         return _refuse(exc)
-    code = loop.run_ladder(ctx, machine, RungLines(console))
+    try:
+        code = loop.run_ladder(ctx, machine, RungLines(console))
+    finally:
+        lock.release(held)
     loop.auto_compact(ctx.results_dir)
     _print_table(ctx)
     return code
