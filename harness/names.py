@@ -24,11 +24,27 @@ def target_of(node: Any) -> str:
     return "" if target in (None, "???") else str(target)
 
 
+NAME_ARGS = ("model_name", "name", "pretrained_model_name_or_path", "arch", "model")  # a factory's model, by name
+
+
 def display_name(name: str, model: Any = None) -> str:
     """A workload as people read it: its name, or for ``custom`` the model it measures
-    (``custom: monai.networks.nets.SegResNet``)."""
+    (``custom: monai.networks.nets.SegResNet``); a factory's with the model it makes
+    (``custom: timm.create_model(resnet18)``)."""
     target = target_of(model)
-    return f"{name}: {target}" if name == CUSTOM and target else name
+    if name != CUSTOM or not target:
+        return name
+    made = made_by_factory(model)
+    return f"{name}: {target}({made})" if made else f"{name}: {target}"
+
+
+def made_by_factory(node: dict) -> str:
+    """The model a factory such as ``timm.create_model`` is asked for: its first positional argument or a
+    name argument, when it is a string ("" otherwise)."""
+    args = node.get("_args_")
+    if isinstance(args, (list, tuple)) and args and isinstance(args[0], str):
+        return args[0]
+    return next((node[key] for key in NAME_ARGS if isinstance(node.get(key), str)), "")
 
 
 def display_name_of_record(name: str, config_json: str | None) -> str:

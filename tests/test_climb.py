@@ -284,7 +284,7 @@ def test_the_ladder_claims_the_band_of_each_accepted_change_measured_once_more()
                                      "climb-x", "cpu")
     assert all("claim" not in r and "not measured again" in r["note"] for r in unconfirmed["rungs"])
     assert any("scale the learning rate" in n for n in lad.notes)  # the batch grew
-    assert any("multiply to" in n for n in lad.notes)
+    assert any("the accepted steps together" in n for n in lad.notes)
 
 
 def test_two_models_climbed_in_one_results_folder_get_two_ladders_named_by_their_models():
@@ -555,3 +555,17 @@ def test_a_climb_run_again_says_what_it_resumes_and_keeps_its_budget(tmp_path):
     assert took and float(took.group(1)) >= 29.0, said
     resumed = json.loads(state.read_text())
     assert resumed["climb_ids"][0] == climb_id and len(resumed["climb_ids"]) == 2 and resumed["spent_s"] >= 29 * 60
+
+
+def test_the_best_band_combines_the_steps_bands_instead_of_multiplying_their_ends():
+    from types import SimpleNamespace
+
+    steps = [SimpleNamespace(confirmed=None, ratio=SimpleNamespace(value=1.5, low=1.0, high=2.25)),
+             SimpleNamespace(confirmed=SimpleNamespace(value=1.2, low=0.8, high=1.8), ratio=None)]
+    value, low, high = output.total(SimpleNamespace(accepted=steps))
+    half = math.log(1.5) * math.sqrt(2)  # each step's band is x/÷ 1.5: two of them, x/÷ 1.5 ** sqrt(2)
+    assert value == pytest.approx(1.8) and low == pytest.approx(1.8 / math.exp(half))
+    assert high == pytest.approx(1.8 * math.exp(half)) and 0.8 < low and high < 4.05  # the ends' product: 0.8-4.05x
+    lines = output.best_lines(SimpleNamespace(accepted=[SimpleNamespace(**vars(s), changes=[("batch_size", 4)])
+                                                        for s in steps]), {}, [])
+    assert lines[0].startswith(f"Best: 1.80x over the start, band {low:.2f}-{high:.2f}x (the accepted steps together")

@@ -389,3 +389,12 @@ def test_an_inline_model_is_named_by_its_target_where_people_read_it():
     assert display_name("unet3d", {"_target_": "models.segmentation3d.unet3d"}) == "unet3d"
     record = {"workload": "custom", "config_json": json.dumps({"workload": {"model": {"_target_": "a.B"}}})}
     assert workload_name(record) == "custom: a.B" and workload_name({"workload": "resnet50"}) == "resnet50"
+
+
+def test_a_factory_is_named_with_the_model_it_makes():
+    assert workloads.display_name("custom", {"_target_": "timm.create_model", "model_name": "resnet18"}) == \
+        "custom: timm.create_model(resnet18)"
+    assert workloads.display_name("custom", {"_target_": "timm.create_model", "_args_": ["vit_tiny_patch16_224"]}) \
+        == "custom: timm.create_model(vit_tiny_patch16_224)"
+    assert workloads.display_name("custom", {"_target_": "torch.nn.Conv1d", "in_channels": 1}) == \
+        "custom: torch.nn.Conv1d"

@@ -72,16 +72,19 @@ def trajectory_table(result: ClimbResult) -> str:
 
 
 def total(result: ClimbResult) -> tuple[float, float, float] | None:
-    """The product of the accepted steps' ratios and band ends (None when nothing was accepted): each step's
-    band measured again after it was accepted where there is one (the accepting runs overstate a winner).
-
-    The start and the best settings were never measured side by side, so this is what the steps say
-    together; its range is wider than a direct comparison's band would be."""
+    """What the accepted steps say together (None when nothing was accepted): the product of their ratios, and
+    its band, each step's band measured again after it was accepted where there is one (the accepting runs
+    overstate a winner). The steps are measured apart, so their errors add on the log scale as independent
+    errors do, in quadrature, each side of the band on its own; multiplying the band ends would stack every
+    step's worst case at once, a range too wide to say anything. The start and the best settings were never
+    measured side by side: a direct comparison (the ladder's sweep) is the better figure."""
     if not result.accepted:
         return None
     bands = [s.confirmed or s.ratio for s in result.accepted]
-    prod = [math.prod(getattr(r, f) for r in bands) for f in ("value", "low", "high")]
-    return prod[0], prod[1], prod[2]
+    value = math.prod(r.value for r in bands)
+    down = math.sqrt(sum(math.log(r.value / r.low) ** 2 for r in bands if r.low > 0))
+    up = math.sqrt(sum(math.log(r.high / r.value) ** 2 for r in bands if r.value > 0))
+    return value, value * math.exp(-down), value * math.exp(up)
 
 
 def ladder_file(result: ClimbResult, workload: str, base: dict, climb_id: str, hardware: str,
@@ -122,7 +125,7 @@ def ladder_file(result: ClimbResult, workload: str, base: dict, climb_id: str, h
                      "(give these to `python -m harness sweep +ladder=...`)")
     t = total(result)
     if t is not None:  # not a total claim: the start and the end were never measured side by side
-        notes.append(f"the accepted steps multiply to {t[0]:.2f}x (bands {t[1]:.2f}-{t[2]:.2f}x); this sweep's "
+        notes.append(f"the accepted steps together: {t[0]:.2f}x (band {t[1]:.2f}-{t[2]:.2f}x); this sweep's "
                      "x baseline measures the whole climb directly")
     if notes:
         out["notes"] = notes
@@ -221,9 +224,9 @@ def best_lines(result: ClimbResult, mapping: dict, given: list[str]) -> list[str
     if product is None:
         lines = ["Nothing was faster beyond noise: the start settings stay the best found."]
     else:
-        lines = [f"Best: {product[0]:.2f}x over the start (product of the accepted steps; their bands multiply to "
-                 f"{product[1]:.2f}-{product[2]:.2f}x): "
-                 + ", ".join(f"{k}={format_value(v)}" for k, v in changes.items())]
+        lines = [f"Best: {product[0]:.2f}x over the start, band {product[1]:.2f}-{product[2]:.2f}x (the accepted "
+                 "steps together; the start and the best never ran side by side: the ladder's sweep below compares "
+                 "them): " + ", ".join(f"{k}={format_value(v)}" for k, v in changes.items())]
     notes = [note for note in mapping.get("notes", []) if not note.startswith("workload ")]
     lines += [f"- changes the training: {note}" for note in notes]
     best = shell.command("run", *shell.without(given, changes), *(shell.override(k, v) for k, v in changes.items()))

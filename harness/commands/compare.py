@@ -2,8 +2,8 @@
 
     python -m harness compare SWEEP SWEEP [...] [--results DIR] [--out DIR]
 
-A SWEEP is a sweep id in ``--results``, a results folder (its latest sweep) or a parquet file. The table
-is printed and written to ``--out`` with its plot (``harness.analysis.views.compare``). No torch, no Hydra.
+A SWEEP is a sweep id in ``--results`` (or ``latest``), a results folder (its latest sweep) or a parquet file. The
+table is printed and written to ``--out`` with its plot (``harness.analysis.views.compare``). No torch, no Hydra.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from harness.commands import common_args
 
 def main(command: str, argv: list[str]) -> int:
     parser = common_args.parser(command, "Compare two or more sweeps side by side.")
-    parser.add_argument("sweeps", nargs="+", help="sweep id (in --results), results folder, or parquet file")
+    parser.add_argument("sweeps", nargs="+", help="sweep id (in --results) or 'latest', results folder, or parquet file")
     common_args.add_results(parser, "results folder for sweep ids (default: results)")
     parser.add_argument("--out", default="results/compare",
                         help="folder for the table and plot (default: results/compare)")

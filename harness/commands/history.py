@@ -11,7 +11,9 @@ Exit 2 on bad input. No torch, no Hydra.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+import tempfile
 from pathlib import Path
 
 from harness.analysis.views import history, history_page
@@ -30,15 +32,35 @@ def main(command: str, argv: list[str]) -> int:
 
 
 def run_history(args: argparse.Namespace) -> int:
+    out = _writable_folder(args.out)
     found = history.collect(args.results, args.ladder, args.workload)
     for warning in found.warnings:
         print(f"warning: {warning}", file=sys.stderr)
     if not found.configs:
         raise ValueError(f"{args.results} holds no measured config to draw (run a sweep first)")
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    path = write_text_atomic(out / "index.html", history_page.page(found))
+    try:
+        path = write_text_atomic(out / "index.html", history_page.page(found))
+    except OSError as exc:  # the folder changed meanwhile
+        raise ValueError(_cannot_write(args.out, exc)) from None
     marks = sum(len(c.marks) for c in found.configs)
     print(f"wrote {path}: {len(found.configs)} config(s), {sum(len(c.points) for c in found.configs)} sessions, "
           f"{marks} verdicts")
     return 0
+
+
+def _writable_folder(out: str) -> Path:
+    """``--out``, made if missing, once a file can be written into it (ValueError naming the flag and the fix)."""
+    folder = Path(out)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(dir=folder, prefix=".history-probe-")
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        raise ValueError(_cannot_write(out, exc)) from None
+    return folder
+
+
+def _cannot_write(out: str, exc: OSError) -> str:
+    return (f"--out {out!r}: cannot write index.html there ({exc.strerror or exc}, {type(exc).__name__}); choose a "
+            "folder you can write, such as results/history")

@@ -113,11 +113,35 @@ def add_search_dir(overrides: list[str], folder: Path) -> list[str]:
 
 
 def check_overrides(overrides: list[str]) -> None:
-    """Unknown settings stop here, before Hydra or anything else runs, with did-you-mean."""
-    for override in overrides:
+    """Unknown settings stop here, before Hydra or anything else runs, with did-you-mean; so does a ``--flag``
+    given where settings are ``key=value`` (``--results DIR`` for ``results_dir=DIR``)."""
+    for i, override in enumerate(overrides):
+        flag_setting(override, overrides[i + 1] if i + 1 < len(overrides) else "")
         key = override_key(override)
         if key is not None:
             config_mod.check_key(key)
+
+
+FLAG_SETTINGS = {"--results": "results_dir", "--results-dir": "results_dir", "--results_dir": "results_dir"}
+HYDRA_FLAGS = ("--multirun", "--cfg", "--info", "--resolve", "--package", "--config-name", "--config-path", "--run",
+               "--shell-completion", "--hydra-help", "--version", "--experimental-rerun", *HELP_FLAGS)
+
+
+def flag_setting(arg: str, following: str = "") -> None:
+    """ValueError for a ``--flag`` (``following``: the argument after it, its value when it has no ``=``) that a
+    measuring command takes as a setting ``key=value``, naming the setting and the fix."""
+    flag, _, value = arg.partition("=")
+    if not flag.startswith("--") or flag in HYDRA_FLAGS:
+        return
+    key = FLAG_SETTINGS.get(flag, flag[2:].replace("-", "_"))
+    value = value or (following if following and "=" not in following and not following.startswith("-") else "")
+    head = f"{arg!r}: this command takes its settings as key=value, without dashes"
+    try:
+        config_mod.check_key(key)
+    except ValueError as exc:  # no setting of that name: the did-you-mean, without the whole list
+        raise ValueError(f"{head}; {str(exc).split(' Valid choices')[0].rstrip('.')} (every setting: python -m harness run "
+                         "--help)") from None
+    raise ValueError(f"{head}: write {key}={value or 'VALUE'} (every setting: python -m harness run --help)")
 
 
 def hydra_app(overrides: list[str], task: Callable[[Any], int], multirun: bool = False) -> int:

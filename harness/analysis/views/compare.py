@@ -18,7 +18,7 @@ from pathlib import Path
 from harness.analysis.stats import noise_model, speedup
 from harness.analysis.views import plots, table as table_mod
 from harness.registry import unknown_choice
-from harness.store import load_parquet_files, load_runs
+from harness.store import load_parquet_files, load_runs, resolve_sweep
 
 # settings that say where or as what a run was stored, not how it trained
 IGNORED_SETTINGS = ("results_dir", "sweep.")
@@ -54,7 +54,8 @@ class CompareRow:
 
 
 def load_side(source: str, results: str) -> Side:
-    """A sweep from an id in ``results``, a results folder or a parquet file (ValueError if none)."""
+    """A sweep from an id in ``results`` (or ``latest``, as ``table`` and ``check`` take it), a results folder or a
+    parquet file (ValueError if none)."""
     path = Path(source)
     if path.is_file() and path.suffix == ".parquet":
         frame = load_parquet_files([str(path)])
@@ -62,12 +63,12 @@ def load_side(source: str, results: str) -> Side:
         frame = _folder_frame(path)
     else:
         ids = set(load_runs(results, columns=["sweep_id"])["sweep_id"].dropna())
-        if source not in ids:
-
-            raise unknown_choice(f"sweep (not an id in {results}/, a results folder or a parquet file)", source,
-                                 sorted(i for i in ids if i)[-20:])
-        frame = load_runs(results, where={"sweep_id": source})
-        return _side(source, noise_model.with_calibrations(results, frame), source)
+        sweep = resolve_sweep(results, source) if source == "latest" and source not in ids else source
+        if sweep not in ids:
+            raise unknown_choice(f"sweep (not 'latest', an id in {results}/, a results folder or a parquet file)",
+                                 source, sorted(i for i in ids if i)[-20:])
+        frame = load_runs(results, where={"sweep_id": sweep})
+        return _side(source, noise_model.with_calibrations(results, frame), sweep)
     return _side(source, frame, "latest")
 
 
