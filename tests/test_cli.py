@@ -124,3 +124,16 @@ def test_a_value_hydra_cannot_read_says_the_quoting_that_works_and_that_quoting_
     again = harness_cli("run", suggested[1:-1], "tf32=true")  # the shell's quotes taken off, as a shell would
     assert again.returncode == 4, again.stdout + again.stderr  # skipped on a CPU: stored, in that folder
     assert list(load_runs(folder)["status"]) == ["skipped"]
+
+
+def test_a_flag_where_a_setting_belongs_names_the_setting(tmp_path, capsys):
+    from harness import cli
+
+    assert cli.main(["run", "--results", str(tmp_path)]) == 2
+    assert capsys.readouterr().err.strip() == (
+        f"error: '--results': this command takes its settings as key=value, without dashes: write "
+        f"results_dir={tmp_path} (every setting: python -m harness run --help)")
+    assert cli.main(["sweep", "+ladder=precision", "--steps=3"]) == 2
+    err = capsys.readouterr().err
+    assert "'--steps=3'" in err and "Did you mean" in err and "measure.steps" in err and "Valid choices" not in err
+    assert not (tmp_path / "runs").exists()

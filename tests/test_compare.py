@@ -88,3 +88,10 @@ def test_bad_input_exits_2_with_one_line(results, tmp_path, capsys):
     assert run_compare(results, tmp_path / "c", "phase2-a") == 2
     assert "two or more" in capsys.readouterr().err
     assert PHASE2[0] == ""
+
+
+def test_latest_names_the_newest_sweep_as_table_and_check_take_it(results, tmp_path, capsys):
+    write_sweep(results, "phase2-old", (50.0, 60.0, 70.0, 80.0))
+    write_sweep(results, "phase2-new", (100.0, 120.0, 140.0, 160.0), day=2)
+    assert run_compare(results, tmp_path / "c", "phase2-old", "latest") == 0
+    assert "| 0 | (baseline) | 50.50 | 101.00 | 2.00x | - |" in capsys.readouterr().out

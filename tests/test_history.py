@@ -115,3 +115,10 @@ def test_a_check_that_never_decided_is_not_drawn_as_sessions(store):
         record(checks, f"half-w{i}", "against-2", 10.0, 4, against_side="work", against_commit="c" * 40)
     sessions = [p.session for c in history.collect(str(store)).configs for p in c.points]
     assert sessions == ["s1", "s2", "against-1", "against-1"]
+
+
+def test_an_out_folder_that_cannot_be_written_names_the_flag_and_the_fix(store, capsys):
+    assert history_cmd.main("history", ["--results", str(store), "--out", "/proc/harness-history"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == ("error: --out '/proc/harness-history': cannot write index.html there (No such file or directory, "
+                   "FileNotFoundError); choose a folder you can write, such as results/history")
