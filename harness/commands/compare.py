@@ -17,7 +17,8 @@ from harness.commands import common_args
 
 def main(command: str, argv: list[str]) -> int:
     parser = common_args.parser(command, "Compare two or more sweeps side by side.")
-    parser.add_argument("sweeps", nargs="+", help="sweep id (in --results) or 'latest', results folder, or parquet file")
+    parser.add_argument("sweeps", nargs="+",
+                        help="sweep id (in --results) or 'latest', results folder, or parquet file")
     common_args.add_results(parser, "results folder for sweep ids (default: results)")
     parser.add_argument("--out", default="results/compare",
                         help="folder for the table and plot (default: results/compare)")

@@ -139,8 +139,8 @@ def flag_setting(arg: str, following: str = "") -> None:
     try:
         config_mod.check_key(key)
     except ValueError as exc:  # no setting of that name: the did-you-mean, without the whole list
-        raise ValueError(f"{head}; {str(exc).split(' Valid choices')[0].rstrip('.')} (every setting: python -m harness run "
-                         "--help)") from None
+        unknown = str(exc).split(" Valid choices")[0].rstrip(".")
+        raise ValueError(f"{head}; {unknown} (every setting: python -m harness run --help)") from None
     raise ValueError(f"{head}: write {key}={value or 'VALUE'} (every setting: python -m harness run --help)")
 
 
