@@ -392,9 +392,9 @@ def test_an_inline_model_is_named_by_its_target_where_people_read_it():
 
 
 def test_a_factory_is_named_with_the_model_it_makes():
-    assert workloads.display_name("custom", {"_target_": "timm.create_model", "model_name": "resnet18"}) == \
+    assert display_name("custom", {"_target_": "timm.create_model", "model_name": "resnet18"}) == \
         "custom: timm.create_model(resnet18)"
-    assert workloads.display_name("custom", {"_target_": "timm.create_model", "_args_": ["vit_tiny_patch16_224"]}) \
+    assert display_name("custom", {"_target_": "timm.create_model", "_args_": ["vit_tiny_patch16_224"]}) \
         == "custom: timm.create_model(vit_tiny_patch16_224)"
-    assert workloads.display_name("custom", {"_target_": "torch.nn.Conv1d", "in_channels": 1}) == \
+    assert display_name("custom", {"_target_": "torch.nn.Conv1d", "in_channels": 1}) == \
         "custom: torch.nn.Conv1d"
