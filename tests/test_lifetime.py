@@ -97,7 +97,9 @@ def scratch_repo(tmp: Path) -> Path:
 # every measuring command, killed mid-run
 
 
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGKILL])
+# SIGINT and SIGHUP take the path SIGTERM takes (harness.cli), tested on `run` in test_faults: slow tier here
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL, pytest.param(signal.SIGINT, marks=pytest.mark.slow),
+                                 pytest.param(signal.SIGHUP, marks=pytest.mark.slow)])
 def test_a_check_against_killed_mid_run_leaves_no_run_behind(tmp_path, sig):
     repo = scratch_repo(tmp_path)
     kill_mid_run(["check", "--against", "HEAD", "--rounds", "2", *HANG], repo, tmp_path, sig)
