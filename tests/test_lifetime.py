@@ -1,5 +1,5 @@
-"""The lifetime rule of every measuring command (``harness.run.lifetime``): killed by any signal, nothing it started
-survives it (checked by PID), it exits 128+N, and a measurement that finished before the interrupt is stored.
+"""The lifetime rule of every measuring command (``harness.run.parent.lifetime``): killed by any signal, nothing it
+started survives it (checked by PID), it exits 128+N, and a measurement that finished before the interrupt is stored.
 
 ``run`` and ``sweep`` are killed the same way in ``test_faults``; here: ``check --against``, ``noise``, ``climb``,
 and a profiled sweep interrupted in its profile. Each run hangs at its first step (``debug.fault=hang``) with one
@@ -20,7 +20,7 @@ import psutil
 import pytest
 
 from harness import config as config_mod, lifeline
-from harness.run import isolate
+from harness.run.parent import isolate
 from harness.store import RunRecord, load_runs, write_record
 from harness.sweeps import lock
 from tests.conftest import REPO, TINY_MODEL_ARGS, harness_cli, tiny_model_config
