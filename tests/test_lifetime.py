@@ -16,7 +16,6 @@ import sys
 import time
 from pathlib import Path
 
-import psutil
 import pytest
 
 from harness import config as config_mod, lifeline
@@ -24,7 +23,7 @@ from harness.run.parent import isolate
 from harness.store import RunRecord, load_runs, write_record
 from harness.sweeps import lock
 from tests.conftest import REPO, TINY_MODEL_ARGS, harness_cli, tiny_model_config
-from tests.test_faults import _default_signals, _measuring_processes
+from tests.test_faults import _default_signals, _gone, _measuring_processes
 
 HANG = ("debug.fault=hang", "debug.fault_step=1", "timeout_s=300", "data.num_workers=1")
 GONE_WITHIN_S = 5  # after the command has ended, every process of its tree is gone by then (the kernel's kill)
@@ -37,24 +36,6 @@ def start(args: list[str], cwd: Path, tmp: Path) -> subprocess.Popen:
                             stderr=subprocess.PIPE, text=True, start_new_session=True, preexec_fn=_default_signals)
 
 
-def alive(procs: list[psutil.Process], within_s: float = GONE_WITHIN_S) -> list[int]:
-    """The PIDs of ``procs`` still running (not zombies) after up to ``within_s``."""
-    end = time.monotonic() + within_s
-    left = procs
-    while True:
-        left = [p for p in left if _running(p)]
-        if not left or time.monotonic() > end:
-            return [p.pid for p in left]
-        time.sleep(0.1)
-
-
-def _running(p: psutil.Process) -> bool:
-    try:
-        return p.is_running() and p.status() != psutil.STATUS_ZOMBIE
-    except psutil.Error:
-        return False
-
-
 def kill_mid_run(args: list[str], cwd: Path, tmp: Path, sig: int) -> tuple[subprocess.Popen, str]:
     """Start the command, wait for its measuring child and loader worker, send ``sig``; assert that no process of
     its tree outlives it. The command (ended) and its stderr."""
@@ -63,7 +44,7 @@ def kill_mid_run(args: list[str], cwd: Path, tmp: Path, sig: int) -> tuple[subpr
         tree = _measuring_processes(command.pid, want_workers=1)
         os.kill(command.pid, sig)
         _, err = command.communicate(timeout=120)
-        assert alive(tree) == [], f"left running after {signal.Signals(sig).name}: {err[-2000:]}"
+        assert _gone(tree, within_s=GONE_WITHIN_S) == [], f"left running after {signal.Signals(sig).name}: {err[-2000:]}"
     finally:
         if command.poll() is None:
             os.killpg(command.pid, signal.SIGKILL)
