@@ -27,6 +27,7 @@ MEASURE_MODES = ("train", "loader", "model")
 COMM_HOOKS = ("none", "fp16", "bf16")
 SCALINGS = ("weak", "strong")
 AUTO_BOOL = ("auto", True, False)
+MEMORY_LIMIT_GB = (0.25, 1024.0)  # memory.limit_gb's valid range, GiB: a quarter of one to beyond any single card
 MATMUL_PRECISIONS = ("highest", "high", "medium")  # torch.set_float32_matmul_precision
 # Compile modes that capture CUDA graphs on a GPU ("max-autotune" turns on inductor's cudagraphs too).
 CUDAGRAPH_COMPILE_MODES = ("reduce-overhead", "max-autotune")
@@ -126,6 +127,16 @@ class ProfileConfig:
 
 
 @dataclass
+class MemoryConfig:
+    """The device memory a run may use: a smaller card's on a bigger one (a CUDA GPU only)."""
+
+    # GiB (2**30 bytes, as cards are sold: an A5000's 24 GB is 24 GiB) the CUDA caching allocator may hold; the
+    # child caps it (torch.cuda.set_per_process_memory_fraction) before the model is built, and a run over it ends
+    # `oom`. None: no cap. The CUDA context and other processes are outside the cap.
+    limit_gb: Optional[float] = None
+
+
+@dataclass
 class SweepConfig:
     id: str = ""
     rung: Optional[int] = None
@@ -173,6 +184,7 @@ class RunConfig:
     debug: DebugConfig = field(default_factory=DebugConfig)
     ddp: DdpConfig = field(default_factory=DdpConfig)
     profile: ProfileConfig = field(default_factory=ProfileConfig)
+    memory: MemoryConfig = field(default_factory=MemoryConfig)
     sweep: SweepConfig = field(default_factory=SweepConfig)
 
     @property

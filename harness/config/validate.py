@@ -9,8 +9,8 @@ from typing import Any
 
 from harness.config.schema import (
     AUGMENT_PRESETS, AUTO_BOOL, COMM_HOOKS, COMPILE_MODES, DATA_CACHES, DATA_SOURCES, DEVICES, FAULTS,
-    MATMUL_PRECISIONS, MEASURE_MODES, PAGE_CACHE, PRECISIONS, SCALINGS, SIZES, DataConfig, DebugConfig,
-    MeasureConfig, ModelConfig, OptimizerConfig, ProfileConfig, RunConfig, SweepConfig, ValConfig,
+    MATMUL_PRECISIONS, MEASURE_MODES, MEMORY_LIMIT_GB, PAGE_CACHE, PRECISIONS, SCALINGS, SIZES, DataConfig,
+    DebugConfig, MeasureConfig, MemoryConfig, ModelConfig, OptimizerConfig, ProfileConfig, RunConfig, SweepConfig, ValConfig,
 )
 from harness.config import targets
 from harness.config import workload as workloads_mod
@@ -32,6 +32,7 @@ def validate(cfg: RunConfig) -> None:
     _validate_val(cfg.val)
     _validate_optimizer(cfg.optimizer)
     _validate_profile(cfg.profile)
+    validate_memory(cfg.memory)
     validate_sweep(cfg.sweep)
 
 
@@ -193,6 +194,16 @@ def _validate_profile(profile: ProfileConfig) -> None:
                    if k != "enabled" and v != getattr(ProfileConfig(), k)]
         if changed:
             raise ValueError(f"{changed[0]} sets up a profile that is never taken: add profile.enabled=true")
+
+
+def validate_memory(memory: MemoryConfig) -> None:
+    """``memory.limit_gb``: unset, or a number of GiB within :data:`MEMORY_LIMIT_GB`."""
+    limit, (low, high) = memory.limit_gb, MEMORY_LIMIT_GB
+    if limit is None:
+        return
+    if isinstance(limit, bool) or not isinstance(limit, (int, float)) or not low <= limit <= high:
+        raise ValueError(f"memory.limit_gb={limit!r} is not valid: a number of GiB from {low:g} to {high:g} (the "
+                         "device memory the run may use, e.g. 24 for an A5000), or null for no limit")
 
 
 def _auto_bool(key: str, value: Any) -> None:

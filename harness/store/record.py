@@ -19,6 +19,7 @@ Schema history (bump ``SCHEMA_VERSION`` when a column changes meaning or type):
       Also noise_calibration_id, noise_cv, noise_df: the noise calibration a sweep chose when it started (new
       columns; noise_df is empty in older files, 0 where the sweep had none), so a later calibration never
       rewrites an old verdict; auto_max_rounds, the round budget of a sweep.repeats=auto sweep.
+      Later, new columns in version 4: memory_limit_gb (the run's memory.limit_gb; empty in older files).
 """
 
 from __future__ import annotations
@@ -48,6 +49,9 @@ class RunRecord:
     config_hash: str = ""
     config_json: str = "{}"
     env_key: str = ""
+    # memory.limit_gb: the device memory (GiB) the run's allocator was capped at, a smaller card's on a bigger one;
+    # None: no cap (and in records older than it)
+    memory_limit_gb: float | None = None
     # sweep membership (empty for a plain `run`)
     sweep_id: str = ""
     campaign_id: str = ""  # the campaign (``sweep -m``) the sweep belongs to, "" for a lone sweep

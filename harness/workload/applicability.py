@@ -154,6 +154,9 @@ def _gpu_only(cfg: RunConfig) -> list[str]:
         reasons.append("data.pin_memory=true needs a CUDA GPU (page-locked memory speeds host-to-GPU copies only)")
     if cfg.compile == "reduce-overhead":
         reasons.append("compile=reduce-overhead needs a CUDA GPU (it captures CUDA graphs)")
+    if cfg.memory.limit_gb is not None:
+        reasons.append(f"memory.limit_gb={cfg.memory.limit_gb:g} needs a CUDA GPU (it caps the device's caching "
+                       "allocator; a CPU run's host memory has no allocator to cap)")
     return reasons
 
 

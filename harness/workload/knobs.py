@@ -2,6 +2,8 @@
 order they are applied in. Runs in the measuring child only (imports torch).
 
 Order, and why:
+  0. the memory limit (``memory.limit_gb``) - caps the device's allocator before anything is allocated on it, so
+     that the model's parameters count against the limit as on the smaller card;
   1. backend flags (TF32 or float32_matmul_precision, cudnn.benchmark, cudnn.deterministic) - global, before any
      kernel is chosen;
   2. build the model (width, deep supervision are builder arguments);
@@ -45,6 +47,7 @@ from harness.config import RunConfig
 from harness.workload import build
 from harness.workload.applicability import KnobNotApplicable, no_units_to_checkpoint
 from harness.workload.build import build_all
+from harness.workload.memory_limit import apply_memory_limit
 from harness.workload.steps import OwnStep, own_step, own_step_conflicts
 
 
@@ -346,6 +349,7 @@ def prepare(cfg, workload, device: torch.device | None = None, rank=None) -> Pre
     device = device or torch.device(cfg.device)
     if reason := cudagraph_multi_device_conflict(cfg):
         raise KnobNotApplicable(reason)
+    apply_memory_limit(cfg.memory.limit_gb, device)
     backend_flags = apply_backend_flags(cfg)
     model, loss_fn, unit_types = build_all(cfg)
     own = own_step(workload, model, loss_fn=loss_fn)  # decided on the model as built, before any wrapper

@@ -74,7 +74,8 @@ def sweep_data(frame, sweep: str = "latest") -> SweepData:
 def title(data: SweepData, what: str) -> str:
     """Plot title: what it shows, then workload, device, date and harness version."""
     t = data.table
-    return (f"{what}\n{t.workload} ({t.size}) on {t.device}: {t.hardware}  |  "
+    limit = f" capped at {t.memory_limit_gb:g} GiB" if t.memory_limit_gb is not None else ""
+    return (f"{what}\n{t.workload} ({t.size}) on {t.device}: {t.hardware}{limit}  |  "
             f"ladder {t.ladder}  |  {data.date}  |  harness {data.harness_version}")
 
 

@@ -108,8 +108,10 @@ def status_text(row: RungRow) -> str:
 
 def title(table: SweepTable) -> str:
     """The table's caption: sweep, ladder, workload and where it ran."""
+    limit = (f", memory capped at {table.memory_limit_gb:g} GiB (memory.limit_gb)"
+             if table.memory_limit_gb is not None else "")
     return (f"sweep {table.sweep_id}: ladder {table.ladder}, workload {table.workload} ({table.size}), "
-            f"on {table.device} {table.hardware}")
+            f"on {table.device} {table.hardware}{limit}")
 
 
 def _strong(text: str) -> str:

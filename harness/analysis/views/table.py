@@ -92,6 +92,7 @@ class SweepTable:
     readings: list[str] = field(default_factory=list)  # where a change's compute and end-to-end effects differ
     minutes: float | None = None  # from the sweep's first record to its last
     noise_note: str = ""  # what the bands rest on: the calibration, the runs' own spread, or nothing
+    memory_limit_gb: float | None = None  # the device memory (memory.limit_gb) every run was capped at, if one
 
 
 def load_table(results_dir: str, sweep: str = "latest") -> SweepTable:
@@ -116,7 +117,7 @@ def build_table(frame, sweep: str = "latest", results_dir: str = "results") -> S
     noise = sweepstats.sweep_noise(frame, records)
     table = SweepTable(sweep_id=sweep_id, ladder=ladder_name, workload=workload_name(first), device=device,
                        hardware=noise_model.hardware_label(first, short=True), size=str(first["size"]), rows=rows,
-                       noise=noise.noise, minutes=_minutes(records))
+                       noise=noise.noise, minutes=_minutes(records), memory_limit_gb=memory_limit(records))
     rungs = max([len(ladder.rungs) if ladder is not None else 1] + [r.rung + 1 for r in rows])
     figures = {k: (c[0], c[1]) for k, c in claims.by_rung.items()}
     judgement = sweepstats.judge(records, rungs, figures, claims.total[:2] if claims.total else None, claims.groups,
@@ -163,6 +164,14 @@ def workload_name(record) -> str:
     ``custom`` workload the model it measured (``custom: pkg.module.Class``)."""
 
     return display_name_of_record(str(record["workload"]), record.get("config_json"))
+
+
+def memory_limit(records) -> float | None:
+    """The ``memory.limit_gb`` every record of a sweep ran under (None: none, or not one for all of them)."""
+    if "memory_limit_gb" not in records:  # a frame read from files older than the column
+        return None
+    limits = set(records["memory_limit_gb"].dropna().astype(float))
+    return limits.pop() if len(limits) == 1 and records["memory_limit_gb"].notna().all() else None
 
 
 def _minutes(records) -> float | None:
