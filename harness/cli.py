@@ -1,6 +1,6 @@
 """The command line: a dispatch table from command names to the modules that run them.
 
-``run``, ``sweep``, ``diagnose``, ``noise`` and ``climb`` take Hydra overrides (``key=value``, composed in
+``run``, ``sweep``, ``diagnose``, ``noise``, ``climb`` and ``fit`` take Hydra overrides (``key=value``, composed in
 ``harness.commands.hydra_edge``); the analysis commands (``table``, ``plot``, ``compare``, ``report``,
 ``profile``, ``baseline``, ``check``, ``history``) and ``store`` take ordinary flags (the shared ones in
 ``harness.commands.common_args``), read the store alone through plain functions of ``harness.analysis``, and
@@ -26,6 +26,8 @@ COMMANDS = {
               "harness.commands.noise"),
     "climb": ("find the fastest settings here: one knob at a time, kept only when faster beyond noise",
               "harness.commands.climb"),
+    "fit": ("the largest batch that fits (double, then bisect, each size a fresh process) and the speed at each size",
+            "harness.commands.fit"),
     "table": ("print a sweep's speedup table from the store", "harness.commands.table"),
     "plot": ("draw a sweep's plots", "harness.commands.plot"),
     "compare": ("compare two or more sweeps side by side", "harness.commands.compare"),
@@ -43,7 +45,7 @@ COMMANDS = {
              "harness.commands.init"),
 }
 
-MEASURING = ("run", "sweep", "diagnose", "noise", "climb")  # start measuring processes (and check --against)
+MEASURING = ("run", "sweep", "diagnose", "noise", "climb", "fit")  # start measuring processes (and check --against)
 
 USAGE = "usage: python -m harness COMMAND [ARGS]\n\ncommands:\n" + "\n".join(
     f"  {name:<9} {text}" for name, (text, _) in COMMANDS.items()
@@ -63,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {unknown_choice('command', command, COMMANDS)}", file=sys.stderr)
         return 2
     _quiet_store_warnings()
-    misplaced = misplaced_climb_setting(command, rest)
+    misplaced = misplaced_setting(command, rest)
     if misplaced:
         print(f"error: {misplaced}", file=sys.stderr)
         return 2
@@ -78,16 +80,19 @@ def measures_against(argv: list[str]) -> bool:
     return any(arg == "--against" or arg.startswith("--against=") for arg in argv)
 
 
-def misplaced_climb_setting(command: str, argv: list[str]) -> str:
-    """The error for a ``climb.*`` setting given to another command (it would be ignored without a word), or ""."""
-    if command == "climb":
-        return ""
+OWN_SETTINGS = ("climb", "fit")  # commands whose own settings (climb.*, fit.*) no other command takes
+
+
+def misplaced_setting(command: str, argv: list[str]) -> str:
+    """The error for a ``climb.*`` or ``fit.*`` setting given to another command (it would be ignored without a
+    word), or ""."""
     from harness.commands.hydra_edge import given_key
 
     for arg in argv:
         key = given_key(arg)
-        if key == "climb" or key.startswith("climb."):
-            return (f"{arg!r} is a setting of `python -m harness climb`; `{command}` does not take it "
+        owner = next((c for c in OWN_SETTINGS if key == c or key.startswith(c + ".")), command)
+        if owner != command:
+            return (f"{arg!r} is a setting of `python -m harness {owner}`; `{command}` does not take it "
                     "(settings of every measuring command: `python -m harness run --help`)")
     return ""
 
@@ -109,7 +114,7 @@ def _measuring_command(module, command: str, rest: list[str]) -> int:
     except (KeyboardInterrupt, lifetime.Terminated) as exc:
         lifetime.kill_live_children()
         signum = lifetime.signal_of(exc)
-        resumes = command in ("sweep", "climb", "check")
+        resumes = command in ("sweep", "climb", "fit", "check")
         salvaged = "".join(f"; {line}" for line in isolate.KEPT_AT_INTERRUPT[salvaged_before:])
         print(f"\ninterrupted ({signal.Signals(signum).name}): the measuring process was stopped; every finished "
               f"measurement is stored{salvaged}. Run the same command to {'resume' if resumes else 'measure again'}.",

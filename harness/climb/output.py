@@ -153,8 +153,8 @@ def ladder_base(settings: dict) -> dict:
             and not k.startswith(NOT_IN_LADDER_PREFIXES)}
 
 
-def ladder_name(workload: WorkloadSpec, device: str, base: dict) -> str:
-    """``climb-WORKLOAD-DEVICE``, plus a short hash of the start settings when they are not the defaults. A workload
+def ladder_name(workload: WorkloadSpec, device: str, base: dict, prefix: str = "climb") -> str:
+    """``climb-WORKLOAD-DEVICE`` (``prefix``: the command that writes it), plus a short hash of the start settings when they are not the defaults. A workload
     that is not a built-in as shipped is named by its model's target for ``custom`` (two models climbed in one
     results folder must not write one file), and the hash covers its fields too."""
     if workloads_mod.is_builtin(workload):
@@ -164,21 +164,22 @@ def ladder_name(workload: WorkloadSpec, device: str, base: dict) -> str:
         name = re.sub(r"[^A-Za-z0-9._-]", "_", shown or workload.name)
         fields = {k: v for k, v in workload.hashed().items() if k != "source_sha"}  # an edit of the file: same climb
         hashed = {"base": base, "workload": fields}
-    out = f"climb-{name}-{device}"
+    out = f"{prefix}-{name}-{device}"
     if hashed:
         out += "-" + hashlib.sha256(json.dumps(hashed, sort_keys=True, default=str).encode()).hexdigest()[:6]
     return out
 
 
-def write_ladder(mapping: dict, name: str, results_dir: str, config_dirs: tuple[str, ...] = ()) -> Path:
+def write_ladder(mapping: dict, name: str, results_dir: str, config_dirs: tuple[str, ...] = (),
+                 by: str = "climb") -> Path:
     """Write ``<results_dir>/ladders/NAME.yaml`` atomically and check that it loads as a ladder (its workload may
-    live in a config folder the climb was given: ``config_dirs``)."""
+    live in a config folder the command was given: ``config_dirs``; ``by``: the command that writes it)."""
     import yaml
 
     folder = Path(results_dir) / ladder_mod.USER_LADDERS
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{name}.yaml"
-    header = "# Written by `python -m harness climb`; a re-run of the climb rewrites it.\n"
+    header = f"# Written by `python -m harness {by}`; a re-run of the {by} rewrites it.\n"
     write_text_atomic(path, header + yaml.safe_dump(mapping, sort_keys=False, width=120), durable=True)
     ladder_mod.load(name, results_dir, config_dirs)  # a ladder the climb writes must load: a bug, not user input
     return path
@@ -199,7 +200,7 @@ def report(result: ClimbResult, settings: dict, start, env: dict, climb_id: str,
     name = ladder_name(start.workload, start.device, base)
     hardware = f"{start.device} {env.get('gpu_name') or env.get('cpu_model')} ({env.get('cpu_count')} CPUs)"
     own = not workloads_mod.is_builtin(start.workload)
-    mapping = ladder_file(result, workload, base, climb_id, hardware, _workload_only(given) if own else None,
+    mapping = ladder_file(result, workload, base, climb_id, hardware, workload_only(given) if own else None,
                           shown if shown != workload else "")
     path = write_ladder(mapping, name, start.results_dir, tuple(shell.config_dirs_of(given or [])))
     print()
@@ -239,7 +240,7 @@ def workload_words(given: list[str]) -> list[str]:
     return shell.select(given, lambda key: key in NOT_IN_LADDER or key.startswith(("workload.", "debug.", "hydra")))
 
 
-def _workload_only(given: list[str]) -> list[str]:
+def workload_only(given: list[str]) -> list[str]:
     """The words of ``given`` that make its workload: ``workload=NAME``, its fields, the config folders."""
     return shell.select(given, lambda key: key == "workload" or key.startswith(("workload.", "hydra.searchpath")))
 

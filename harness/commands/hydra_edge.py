@@ -16,6 +16,7 @@ from typing import Any, Callable, Optional
 from harness import config as config_mod
 from harness import shell
 from harness.climb.space import ClimbConfig
+from harness.fit.search import FitConfig
 from harness.conf import CONF_DIR, project_dir
 from harness.config.workload import WorkloadSpec
 
@@ -27,14 +28,15 @@ HELP_FLAGS = ("--help", "-h", "--hydra-help", "--cfg", "-c", "--info")
 @dataclass
 class HydraRoot(config_mod.RunConfig):
     """RunConfig plus the optional ladder node that ``+ladder=NAME`` adds, the campaign id that ``sweep -m``
-    gives every sweep it launches, and the ``climb.*`` settings of ``climb``. The workload node starts empty:
-    the ``workload`` group fills it (a default with fields would leave its model's arguments behind in another
-    workload's model node)."""
+    gives every sweep it launches, the ``climb.*`` settings of ``climb`` and the ``fit.*`` settings of ``fit``. The
+    workload node starts empty: the ``workload`` group fills it (a default with fields would leave its model's
+    arguments behind in another workload's model node)."""
 
     workload: WorkloadSpec = field(default_factory=WorkloadSpec)
     ladder: Optional[Any] = None
     campaign: str = ""
     climb: ClimbConfig = field(default_factory=ClimbConfig)
+    fit: FitConfig = field(default_factory=FitConfig)
 
 
 _registered = False
@@ -57,7 +59,7 @@ def override_key(override: str) -> str | None:
     if override.startswith("-") or "=" not in override:
         return None
     key = override.split("=", 1)[0].lstrip("+~")
-    if key.startswith(("hydra", "ladder.", "climb.")) or key in CONFIG_GROUPS or key == "campaign":
+    if key.startswith(("hydra", "ladder.", "climb.", "fit.")) or key in CONFIG_GROUPS or key == "campaign":
         return None
     return key
 
@@ -265,13 +267,20 @@ def hydra_error_text(exc: BaseException) -> str:
 
 
 def plain_settings(cfg) -> dict:
-    """The composed Hydra config as a plain dict of run settings (no ladder node, campaign id or climb node)."""
+    """The composed Hydra config as a plain dict of run settings (no ladder node, campaign id, climb or fit node)."""
     from omegaconf import OmegaConf
 
     values = OmegaConf.to_container(cfg, resolve=True)
-    for key in ("ladder", "campaign", "climb", "hydra"):
+    for key in ("ladder", "campaign", "climb", "fit", "hydra"):
         values.pop(key, None)
     return values
+
+
+def fit_settings(cfg) -> FitConfig:
+    """The composed ``fit.*`` settings as a plain FitConfig."""
+    from omegaconf import OmegaConf
+
+    return FitConfig(**OmegaConf.to_container(cfg.fit, resolve=True))
 
 
 def climb_settings(cfg) -> ClimbConfig:

@@ -1,0 +1,194 @@
+"""One fit from start to end: check the settings, search the largest size that fits (each size a fresh process),
+write the sizes that fit as a ladder, measure it with a sweep's rounds, print the curve.
+
+Every search run is a record of the fit's own sweep (ladder ``fit``, no rung, ``change`` naming its size), so
+``table --sweep <fit id>`` lists them; the sweep of the sizes that fit copies its first round from them (a round is
+copied whole from one earlier sweep: ``harness.sweeps.rungs.round_source``) and measures its other rounds.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+
+from rich.markup import escape
+
+from harness import config as config_mod
+from harness import shell
+from harness.climb import output
+from harness.climb.trials import Display
+from harness.config import ladder as ladder_mod
+from harness.fit import state as state_mod
+from harness.fit.search import AXIS, FitConfig, Search, bound, check, search
+from harness.names import display_name
+from harness.run.parent import runner
+from harness.store import check_writable, new_id
+from harness.sweeps import loop
+from harness.sweeps import rungs as sweep_mod
+from harness.workload import applicability, preflight
+
+LADDER_NAME = "fit"  # the `ladder` of the search's records
+
+
+@dataclasses.dataclass
+class Fit:
+    """One fit's start, where it runs and what it has done (``state``, saved after every size)."""
+
+    start: config_mod.RunConfig
+    settings: dict
+    machine: runner.Machine
+    env: dict
+    env_key: str
+    state: state_mod.FitState
+    display: Display
+    sweep_display: loop.LoopDisplay
+    low: int
+    high: int
+
+
+def run_fit(settings: dict, options: FitConfig, display: Display, sweep_display: loop.LoopDisplay,
+            given: list[str] | None = None) -> int:
+    """Fit from ``settings`` (the composed run settings) under ``options``. ``given``: the words the fit was given,
+    less its ``fit.*`` settings (the commands it prints are made of them). Exit code: 0; 1 when no size fits or a
+    run of the sweep could not start; 2 for settings that cannot start (nothing measured then)."""
+    try:
+        fit = _begin(settings, options, display, sweep_display)
+    except (ValueError, OSError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    low, high = fit.low, fit.high
+    display.say(escape(f"fit {fit.state.fit_id}: {_shown(fit.start)} ({fit.start.size}) on {fit.start.device}"
+                f"{_limit_text(fit.start)}: {AXIS} from {low}, doubling until out of memory or {high} (fit.max), "
+                "then bisecting; each size a fresh process"))
+    if fit.state.tried:
+        display.say(f"resuming fit {fit.state.fit_id}: {len(fit.state.tried)} size(s) already tried are taken from "
+                    "the store, none measured again")
+    found = search(lambda size: _try(fit, size), low, high)
+    display.say(escape(f"search: {found.stopped} ({len(found.tried)} run(s))"))
+    if not found.fits:
+        print(f"No {AXIS} fits: {found.stopped}. Every run: "
+              f"{shell.command('table', '--results', fit.start.results_dir, '--sweep', fit.state.fit_id)}")
+        return 1
+    return _measure_curve(fit, found, given or [])
+
+
+def _begin(settings: dict, options: FitConfig, display: Display, sweep_display: loop.LoopDisplay) -> Fit:
+    """Everything that may refuse the fit, before anything is measured (ValueError, OSError)."""
+    check(options)
+    check_writable(settings.get("results_dir", "results"), "`python -m harness fit`")
+    start = runner.ready(config_mod.from_dict({**config_mod.flatten(settings), AXIS: options.min}), display.say)
+    reason = applicability.skip_reason(start)
+    if reason:  # nothing of the search could run here: said once, before anything starts
+        raise ValueError(f"these settings cannot run here: {reason}")
+    preflight.check_model_builds(start)
+    env, env_key = runner.environment(start.device)
+    high = bound(options, start.device)
+    key = state_mod.fit_key(config_mod.config_hash(start), env_key, options.min, high)
+    fit_state = (state_mod.load(start.results_dir, key)
+                 or state_mod.FitState(key=key, fit_id=new_id(f"{LADDER_NAME}-")))
+    return Fit(start, settings, runner.Machine.detect(), env, env_key, fit_state, display, sweep_display,
+               options.min, high)
+
+
+def _search_context(fit: Fit, size: int) -> sweep_mod.SweepContext:
+    """The settings of one size as a one-rung ladder over the start (as the sweep of the sizes will build them)."""
+    rungs = (ladder_mod.Rung(0, ""), ladder_mod.Rung(1, AXIS, size))
+    ladder = ladder_mod.Ladder(name=LADDER_NAME, description="", guide="", workload=fit.start.workload.name,
+                               base={}, rungs=rungs)
+    return sweep_mod.SweepContext(sweep_id=fit.state.fit_id, ladder=ladder, settings=fit.settings,
+                                  user_keys=frozenset({"workload"}))
+
+
+def _try(fit: Fit, size: int) -> str:
+    """One size of the search: its status (from the fit's state when it was tried already), its record stored."""
+    known = fit.state.status(size)
+    if known is not None:
+        fit.display.say(escape(f"[{AXIS}={size}] {known} (tried already)"))
+        return known
+    cfg = sweep_mod.rung_config(_search_context(fit, size), 1, fit.machine)
+    label = escape(f"[{AXIS}={size}]")
+    with fit.display.progress(label) as progress:
+        # rung: the size's place in the search's order (as a climb's steps), so `table --sweep <fit id>` lists them
+        record = runner.run_and_store(cfg, fit.env, fit.env_key, progress.update, sweep_id=fit.state.fit_id,
+                                      ladder=LADDER_NAME, rung=len(fit.state.tried), round=0, change=f"{AXIS}={size}")
+    fit.state.tried[str(size)] = [record.status, record.run_id]
+    state_mod.save(fit.start.results_dir, fit.state)
+    fit.display.say(f"{label} {record.status}" + (f": {record.samples_per_s:.2f} samples/s" if record.status == "ok"
+                                                  else f": {escape(_last_line(record.error)[:160])}"))
+    return record.status
+
+
+def _measure_curve(fit: Fit, found: Search, given: list[str]) -> int:
+    """The sizes that fit as a ladder, measured as a sweep (resumed where an earlier run of the fit stopped);
+    then the curve and the commands that show it again."""
+    from harness.analysis.views import fit_curve
+
+    start = fit.start
+    name = _write_ladder(fit, found, given)
+    ladder = ladder_mod.load(name, start.results_dir, shell.config_dirs_of(given))
+    fit.state.sweep_id = fit.state.sweep_id if fit.state.ladder == name else new_id(f"{name}-")
+    fit.state.ladder = name
+    state_mod.save(start.results_dir, fit.state)
+    ctx = sweep_mod.SweepContext(sweep_id=fit.state.sweep_id, ladder=ladder, settings=fit.settings,
+                                 user_keys=frozenset({"workload"}), repeats=start.sweep.repeats,
+                                 max_repeats=start.sweep.max_repeats, budget_min=start.sweep.budget_min,
+                                 remeasure_busy=start.sweep.remeasure_busy)
+    fit.display.say(escape(f"measuring the {len(found.fits)} size(s) that fit: sweep {ctx.sweep_id} of ladder {name}"))
+    code = loop.run_ladder(ctx, fit.machine, fit.sweep_display)
+    loop.auto_compact(start.results_dir)
+    print()
+    for line in fit_curve.report_lines(start.results_dir, ctx.sweep_id, found.fits, found.stopped):
+        print(line)
+    rerun = shell.command("sweep", f"+ladder={name}", *output.workload_words(given))
+    print(f"Ladder written to {ladder.path}; re-run it (from the store): {rerun}")
+    print(f"Every run: {shell.command('table', '--results', start.results_dir, '--sweep', ctx.sweep_id)}; the search: "
+          f"{shell.command('table', '--results', start.results_dir, '--sweep', fit.state.fit_id)}; plots: "
+          f"{shell.command('plot', '--results', start.results_dir, '--sweep', ctx.sweep_id)}")
+    return code
+
+
+def _write_ladder(fit: Fit, found: Search, given: list[str]) -> str:
+    """``<results_dir>/ladders/fit-WORKLOAD-DEVICE-HASH.yaml``: the start's settings with the smallest size that fits
+    as its baseline, one rung per larger size that fits; its name."""
+    start = fit.start
+    base = {k: v for k, v in output.ladder_base(fit.settings).items() if k != AXIS}
+    sizes = found.fits
+    name = output.ladder_name(start.workload, start.device, {**base, "fit.min": fit.low, "fit.max": fit.high}, "fit")
+    hardware = f"{start.device} {fit.env.get('gpu_name') or fit.env.get('cpu_model')}{_limit_text(start)}"
+    notes = [f"the search ({fit.state.fit_id}): {found.stopped}; tried "
+             + ", ".join(f"{size} {status}" for size, status in found.tried)]
+    own = output.workload_only(given)
+    if own and not _builtin(start):
+        notes.append(f"workload {start.workload.name} as measured: {' '.join(own)} (give these to "
+                     "`python -m harness sweep +ladder=...`)")
+    mapping = {
+        "description": f"The {AXIS}s that fit {_shown(start)} on {hardware}: {', '.join(map(str, sizes))} "
+                       f"(the largest: {sizes[-1]})",
+        "guide": f"measured by python -m harness fit (search {fit.state.fit_id})",
+        "workload": start.workload.name,
+        "base": {**base, AXIS: sizes[0]},
+        "rungs": [{"set": {AXIS: size}} for size in sizes[1:]],
+        "notes": notes,
+    }
+    output.write_ladder(mapping, name, start.results_dir, tuple(shell.config_dirs_of(given)), by="fit")
+    return name
+
+
+def _builtin(start: config_mod.RunConfig) -> bool:
+    from harness.config import workload as workloads_mod
+
+    return workloads_mod.is_builtin(start.workload)
+
+
+def _shown(start: config_mod.RunConfig) -> str:
+    return display_name(start.workload.name, start.workload.model)
+
+
+def _limit_text(start: config_mod.RunConfig) -> str:
+    limit = start.memory.limit_gb
+    return f", memory capped at {limit:g} GiB (memory.limit_gb)" if limit is not None else ""
+
+
+def _last_line(text: str | None) -> str:
+    lines = (text or "").strip().splitlines()
+    return lines[-1] if lines else ""
