@@ -10,6 +10,7 @@ import math
 import pytest
 
 from harness import config as config_mod
+from harness.analysis.views import table as table_mod
 from harness.climb.trials import Display
 from harness.fit import search as search_mod
 from harness.fit import session
@@ -139,6 +140,9 @@ def test_fit_finds_the_boundary_in_few_fresh_runs_and_measures_the_sizes_that_fi
     assert speed == pytest.approx(480.0, rel=0.01) and row.endswith("| 2 | 0.33 |")  # 100 + 240 MiB
     assert "Largest that fits: batch_size=24 (batch_size=24 fits and batch_size=25 runs out of memory)." in out
     assert "Fastest: batch_size=16" in out
+    search_id = frame[frame["ladder"] == "fit"]["sweep_id"].iloc[0]
+    listed = table_mod.load_table(str(results), search_id)  # `table --sweep <fit id>` lists the search's runs
+    assert [(r.change, r.status) for r in listed.rows][-2:] == [("batch_size=26", "oom"), ("batch_size=25", "oom")]
 
 
 def test_a_fit_run_again_resumes_and_measures_nothing_twice(results, allocator, capsys):
