@@ -19,7 +19,8 @@ Schema history (bump ``SCHEMA_VERSION`` when a column changes meaning or type):
       Also noise_calibration_id, noise_cv, noise_df: the noise calibration a sweep chose when it started (new
       columns; noise_df is empty in older files, 0 where the sweep had none), so a later calibration never
       rewrites an old verdict; auto_max_rounds, the round budget of a sweep.repeats=auto sweep.
-      Later, new columns in version 4: memory_limit_gb (the run's memory.limit_gb; empty in older files).
+      Later, new columns in version 4: memory_limit_gb (the run's memory.limit_gb), cuda_alloc_retries and cuda_ooms
+      (the CUDA caching allocator's counters); empty in older files.
 """
 
 from __future__ import annotations
@@ -151,6 +152,11 @@ class RunRecord:
     peak_vram_reserved_bytes: float | None = None
     warmup_peak_vram_bytes: float | None = None
     warmup_peak_vram_reserved_bytes: float | None = None
+    # the caching allocator's counters over the run (torch.cuda.memory_stats, after the window): num_alloc_retries
+    # (a cudaMalloc failed, the cache was freed, the allocation tried again: memory pressure that slows a step) and
+    # num_ooms (out-of-memory errors raised and survived). Empty off CUDA and in older records.
+    cuda_alloc_retries: int | None = None
+    cuda_ooms: int | None = None
     gpu_sample_note: str = ""  # NVML metrics that could not be read (MIG, GPU gone), and why
     # CUDA events: per measured step, the device time from the first batch in hand to the optimizer
     # step's end, read after the window's closing sync; device_step_frac = their sum / the measured window

@@ -22,12 +22,13 @@ class Point:
     peak_mem_bytes: float | None  # GPU: the allocator's reserved peak; CPU: the host's RSS peak
     peak_allocated_bytes: float | None  # GPU only: live tensors
     runs: int
+    alloc_retries: int | None = None  # GPU only: the caching allocator's retries (memory pressure)
 
 
 def curve(table: table_mod.SweepTable, sizes: list[int]) -> list[Point]:
     """The fit sweep's rungs as points: rung k is ``sizes[k]``."""
     return [Point(sizes[r.rung], r.status, r.samples_per_s, r.uncertainty, r.peak_mem_bytes,
-                  r.peak_mem_allocated_bytes, r.statuses.get("ok", 0))
+                  r.peak_mem_allocated_bytes, r.statuses.get("ok", 0), r.alloc_retries)
             for r in table.rows if r.rung < len(sizes)]
 
 
@@ -44,14 +45,16 @@ def _gib(value: float | None) -> str:
 def curve_table(points: list[Point], device: str) -> list[str]:
     """The curve as markdown, memory labelled by what it is."""
     cuda = device == "cuda"
-    memory = ["peak reserved GiB (allocator)", "peak allocated GiB (tensors)"] if cuda else ["peak host RSS GiB"]
+    memory = (["peak reserved GiB (allocator)", "peak allocated GiB (tensors)", "alloc retries"] if cuda
+              else ["peak host RSS GiB"])
     header = [AXIS, "samples/s [95% band]", "runs", *memory]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for p in points:
         speed = "-" if p.samples_per_s is None else f"{p.samples_per_s:.2f}"
         if p.samples_per_s is not None and p.band is not None:
             speed += f" [{p.samples_per_s / (1 + p.band):.2f}-{p.samples_per_s * (1 + p.band):.2f}]"
-        mem = [_gib(p.peak_mem_bytes), _gib(p.peak_allocated_bytes)] if cuda else [_gib(p.peak_mem_bytes)]
+        retries = "-" if p.alloc_retries is None else str(p.alloc_retries)
+        mem = [_gib(p.peak_mem_bytes), _gib(p.peak_allocated_bytes), retries] if cuda else [_gib(p.peak_mem_bytes)]
         lines.append("| " + " | ".join([str(p.size), speed if p.status == "ok" else p.status, str(p.runs), *mem])
                      + " |")
     return lines

@@ -288,7 +288,7 @@ def memory(data: SweepData) -> Plot:
     for i, v in enumerate(values):
         if v:
             ax.text(i, v, f"{v:.2f}", ha="center", va="bottom", fontsize=7)
-    top = top_of(values)
+    top = max(top_of(values), _gpu_memory_layers(ax, data.table))
     if data.capacity_bytes:
         ax.axhline(data.capacity_bytes / GIB, color=DOWN, ls="--", label=f"device capacity "
                    f"({data.capacity_bytes / GIB:.1f} GiB)")
@@ -305,6 +305,28 @@ def memory(data: SweepData) -> Plot:
     ax.legend(fontsize=8, loc="upper left")
     ax.set_title(title(data, f"Peak memory per rung{note}"), fontsize=10)
     return Plot("memory", fig, f"{what[0].upper() + what[1:]} per rung{note}.")
+
+
+def _gpu_memory_layers(ax, table) -> float:
+    """On a GPU, beside the reserved peak's bars: the allocated peak (live tensors) as narrower bars, NVML's
+    device-wide figure (every process, the CUDA context too) as markers, and the memory.limit_gb cap as a line;
+    the highest value drawn (GiB)."""
+    if table.device != "cuda":
+        return 0.0
+    rows, drawn = table.rows, [0.0]
+    allocated = [(r.peak_mem_allocated_bytes or 0.0) / GIB for r in rows]
+    if any(allocated):
+        ax.bar(range(len(rows)), allocated, width=0.3, color=UP, label="peak allocated (live tensors)")
+    device = [(i, r.device_mem_bytes / GIB) for i, r in enumerate(rows) if r.device_mem_bytes]
+    if device:
+        ax.plot([i for i, _ in device], [v for _, v in device], "D", color=DOWN, ms=5,
+                label="device-wide in use (NVML: every process, CUDA context)")
+        drawn += [v for _, v in device]
+    if table.memory_limit_gb is not None:
+        ax.axhline(table.memory_limit_gb, color=DOWN, ls=":", label=f"memory.limit_gb cap ({table.memory_limit_gb:g} "
+                   "GiB)")
+        drawn.append(table.memory_limit_gb)
+    return max(drawn)
 
 
 def gpu_util(data: SweepData) -> Plot | None:

@@ -40,6 +40,8 @@ def mem_text(row: RungRow) -> str:
     allocated = row.peak_mem_allocated_bytes
     if allocated is not None and row.peak_mem_bytes is not None and _mem(allocated) != text:
         text += f" ({allocated / 2**30:.2f} allocated)"
+    if row.alloc_retries:
+        text += f", {row.alloc_retries} alloc retries"
     return text
 
 
@@ -145,7 +147,10 @@ def footer_lines(table: SweepTable, strong: Callable[[str], str] = _strong) -> l
     lines += [group_line(g, strong) for g in table.groups]
     mem = MEMORY_NOTE.get(table.device, "peak memory")
     if table.device == "cuda":
-        mem += " (what the allocator holds), with the allocated peak (live tensors) beside it where they differ"
+        mem += (" (what the allocator holds), with the allocated peak (live tensors) beside it where they differ and "
+                "the allocator's retries where there were any (cudaMalloc failed, the cache was freed: memory "
+                "pressure that slows steps); NVML's device-wide figure (every process, the CUDA context too) is in "
+                "the memory plot")
     lines.append(f"Peak mem is {mem}. Verdicts compare x previous, with its 95% band (the rung x round model), to the "
                  "guide's claim, on this device: confirms only when the band excludes 1 (no change); inconclusive when "
                  "it holds both; no verdict from a busy machine or without a band.")

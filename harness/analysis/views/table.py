@@ -40,6 +40,8 @@ class RungRow:
     data_wait_frac: float | None = None
     peak_mem_bytes: float | None = None
     peak_mem_allocated_bytes: float | None = None  # CUDA: the allocated peak (live tensors), beside the reserved
+    device_mem_bytes: float | None = None  # CUDA: NVML's device-wide memory in use (every process, CUDA context)
+    alloc_retries: int | None = None  # CUDA: the most allocator retries of a run (memory pressure slows steps)
     gpu_util_pct: float | None = None
     claim: str = ""
     claim_range: tuple[float, float] | None = None
@@ -215,6 +217,9 @@ def _row(rung: int, runs, claims: Claims) -> RungRow:
         mem = ok["peak_vram_reserved_bytes"].fillna(ok["peak_vram_bytes"]) if cuda else ok["peak_host_rss_bytes"]
         row.peak_mem_bytes = speedup.median(mem)
         row.peak_mem_allocated_bytes = speedup.median(ok["peak_vram_bytes"]) if cuda else None
+        row.device_mem_bytes = speedup.median(ok["gpu_mem_used_bytes"]) if cuda else None
+        retries = ok["cuda_alloc_retries"].dropna() if cuda and "cuda_alloc_retries" in ok else []
+        row.alloc_retries = int(max(retries)) if len(retries) else None
         row.gpu_util_pct = speedup.median(ok["gpu_util_pct"])
         row.world_size = int(ok["world_size"].fillna(1).max()) if "world_size" in ok else 1
         row.bound = _profile_bound(ok)

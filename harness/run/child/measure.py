@@ -364,7 +364,16 @@ def _collect_extras(loop: Loop, window: Window, compile_mode: str) -> Extras:
         cudagraph_skips=compiled.cudagraph_skips(compile_mode, device) if prep is not None else None,
         gpu_sm_active_pct=window.sm_active_pct,
         gpu_sample_note=loop.gpm.note if loop.gpm is not None else "",
+        **allocator_counts(device),
     )
+
+
+def allocator_counts(device: torch.device) -> dict[str, int]:
+    """The CUDA caching allocator's retries and survived out-of-memory errors over the run (empty off CUDA)."""
+    if device.type != "cuda":
+        return {}
+    stats = torch.cuda.memory_stats(device)
+    return {"cuda_alloc_retries": int(stats.get("num_alloc_retries", 0)), "cuda_ooms": int(stats.get("num_ooms", 0))}
 
 
 def _cpu_window(start: monitor.CpuClock, end: monitor.CpuClock) -> dict[str, float]:

@@ -106,6 +106,9 @@ def combine(summaries: list[dict], backend: str, omp_threads: int | None) -> dic
                 "warmup_peak_vram_reserved_bytes"):
         values = [s[key] for s in summaries if s.get(key) is not None]
         out[key] = max(values) if values else None
+    for key in ("cuda_alloc_retries", "cuda_ooms"):  # the allocator's counts: every rank's add up
+        counts = [s[key] for s in summaries if s.get(key) is not None]
+        out[key] = sum(counts) if counts else None
     # GPM's SM activity: each rank read its own GPU's over its own window; the run's is their mean, as the
     # parent pools the other GPU metrics
     active = [s["gpu_sm_active_pct"] for s in summaries if s.get("gpu_sm_active_pct") is not None]

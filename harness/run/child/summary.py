@@ -53,6 +53,11 @@ class Extras:
     peak_vram_reserved_bytes: float | None = None
     warmup_peak_vram_bytes: float | None = None
     warmup_peak_vram_reserved_bytes: float | None = None
+    # The caching allocator's counters over the whole run (torch.cuda.memory_stats, read once after the window):
+    # retries (a cudaMalloc failed, the cache was freed and the allocation tried again: memory pressure that slows
+    # a step) and out-of-memory errors raised and survived. CUDA only.
+    cuda_alloc_retries: int | None = None
+    cuda_ooms: int | None = None
     compile_s: float | None = None  # from compile's own timers; None: the warm-up's estimate stands
     cpu_window: dict[str, float] | None = None  # multi-device: this rank's CPU seconds over its window
     backend_flags: str = ""  # JSON: the TF32 / cuDNN settings applied, and through which API
@@ -115,6 +120,8 @@ class Summary:
     peak_vram_reserved_bytes: float | None = None
     warmup_peak_vram_bytes: float | None = None
     warmup_peak_vram_reserved_bytes: float | None = None
+    cuda_alloc_retries: int | None = None
+    cuda_ooms: int | None = None
     gpu_sample_note: str = ""
     device_step_ms: list[float] = field(default_factory=list)
     device_step_ms_p50: float | None = None
