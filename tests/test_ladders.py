@@ -68,6 +68,7 @@ GUIDE_CLAIMS = {
     ("a100_volume", "1", "2x", ""), ("a100_volume", "2", "2-3x", "data"),
     ("a100_volume", "3-4", "1.1-1.2x", "epoch:4000"), ("a100_volume", "total", "3-4x", ""),
     ("connectomics_architecture", "1", "2-3x", ""),
+    ("connectomics_checkpointing", "1", "0.7-0.8x", ""), ("connectomics_checkpointing", "1-2", "often faster", ""),
     ("connectomics_cpus", "1", "minor", ""),
     ("connectomics_fastest", "1-2", "2-3x", ""), ("connectomics_fastest", "3", "2-4x", ""),
     ("connectomics_fastest", "4", "1.5-2x", ""), ("connectomics_fastest", "5", "1.3-1.5x", ""),
