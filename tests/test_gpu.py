@@ -111,6 +111,22 @@ def test_memory_nests_allocated_reserved_device_used_capacity(bf16_record):
     # the warm-up (cuDNN benchmark trials) is kept apart from the measured window's peak
     assert record.warmup_peak_vram_bytes is not None and record.warmup_peak_vram_reserved_bytes is not None
     assert record.warmup_peak_vram_reserved_bytes <= record.gpu_mem_total_bytes
+    # the caching allocator's own counters, beside the peaks (a run that fits without pressure: no OOM survived)
+    assert record.cuda_alloc_retries is not None and record.cuda_ooms == 0
+
+
+def test_a_run_over_memory_limit_gb_ends_oom_with_its_record_stored(tmp_path):
+    # the full-size UNet at batch 8 in fp32 holds several GiB of activations: 1 GiB cannot hold it
+    record = _run(tmp_path, size="full", batch_size=8, memory__limit_gb=1.0)
+    assert record.status == "oom", (record.status, record.error[-500:])
+    stored = load_runs(tmp_path)
+    assert list(stored["status"]) == ["oom"] and list(stored["memory_limit_gb"]) == [1.0]
+
+
+def test_a_run_under_memory_limit_gb_holds_no_more_than_the_limit(tmp_path):
+    record = _run(tmp_path, memory__limit_gb=2.0)  # the smoke-size UNet needs far less
+    assert record.status == "ok", record.error
+    assert record.memory_limit_gb == 2.0 and 0 < record.peak_vram_reserved_bytes <= 2 * 2**30
 
 
 def test_peak_table_knows_this_gpu_by_its_real_nvml_name(bf16_record):
