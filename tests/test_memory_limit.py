@@ -130,5 +130,5 @@ def test_the_record_stores_the_limit_and_the_table_caption_shows_it(results):
 
 def test_a_sweep_without_one_limit_for_all_its_runs_shows_none():
     frame = pd.DataFrame([{c: getattr(r, c) for c in COLUMNS} for r in [_capped(0, "ok"), _capped(1, "ok", None)]])
-    assert table_mod.memory_limit(frame) is None
-    assert "capped" not in render.title(table_mod.build_table(frame, "s"))
+    table = table_mod.build_table(frame, "s")
+    assert table.memory_limit_gb is None and "capped" not in render.title(table)

@@ -10,7 +10,8 @@ from typing import Any
 from harness.config.schema import (
     AUGMENT_PRESETS, AUTO_BOOL, COMM_HOOKS, COMPILE_MODES, DATA_CACHES, DATA_SOURCES, DEVICES, FAULTS,
     MATMUL_PRECISIONS, MEASURE_MODES, MEMORY_LIMIT_GB, PAGE_CACHE, PRECISIONS, SCALINGS, SIZES, DataConfig,
-    DebugConfig, MeasureConfig, MemoryConfig, ModelConfig, OptimizerConfig, ProfileConfig, RunConfig, SweepConfig, ValConfig,
+    DebugConfig, MeasureConfig, MemoryConfig, ModelConfig, OptimizerConfig, ProfileConfig, RunConfig, SweepConfig,
+    ValConfig,
 )
 from harness.config import targets
 from harness.config import workload as workloads_mod

@@ -119,7 +119,7 @@ def build_table(frame, sweep: str = "latest", results_dir: str = "results") -> S
     noise = sweepstats.sweep_noise(frame, records)
     table = SweepTable(sweep_id=sweep_id, ladder=ladder_name, workload=workload_name(first), device=device,
                        hardware=noise_model.hardware_label(first, short=True), size=str(first["size"]), rows=rows,
-                       noise=noise.noise, minutes=_minutes(records), memory_limit_gb=memory_limit(records))
+                       noise=noise.noise, minutes=_minutes(records), memory_limit_gb=_memory_limit(records))
     rungs = max([len(ladder.rungs) if ladder is not None else 1] + [r.rung + 1 for r in rows])
     figures = {k: (c[0], c[1]) for k, c in claims.by_rung.items()}
     judgement = sweepstats.judge(records, rungs, figures, claims.total[:2] if claims.total else None, claims.groups,
@@ -168,12 +168,9 @@ def workload_name(record) -> str:
     return display_name_of_record(str(record["workload"]), record.get("config_json"))
 
 
-def memory_limit(records) -> float | None:
-    """The ``memory.limit_gb`` every record of a sweep ran under (None: none, or not one for all of them)."""
-    if "memory_limit_gb" not in records:  # a frame read from files older than the column
-        return None
-    limits = set(records["memory_limit_gb"].dropna().astype(float))
-    return limits.pop() if len(limits) == 1 and records["memory_limit_gb"].notna().all() else None
+def _memory_limit(records) -> float | None:  # the memory.limit_gb every run of the sweep had (None: none, or mixed)
+    limits = records["memory_limit_gb"]
+    return float(limits.iloc[0]) if limits.notna().all() and limits.nunique() == 1 else None
 
 
 def _minutes(records) -> float | None:
@@ -218,8 +215,8 @@ def _row(rung: int, runs, claims: Claims) -> RungRow:
         row.peak_mem_bytes = speedup.median(mem)
         row.peak_mem_allocated_bytes = speedup.median(ok["peak_vram_bytes"]) if cuda else None
         row.device_mem_bytes = speedup.median(ok["gpu_mem_used_bytes"]) if cuda else None
-        retries = ok["cuda_alloc_retries"].dropna() if cuda and "cuda_alloc_retries" in ok else []
-        row.alloc_retries = int(max(retries)) if len(retries) else None
+        retries = ok["cuda_alloc_retries"]
+        row.alloc_retries = int(retries.max()) if cuda and retries.notna().any() else None
         row.gpu_util_pct = speedup.median(ok["gpu_util_pct"])
         row.world_size = int(ok["world_size"].fillna(1).max()) if "world_size" in ok else 1
         row.bound = _profile_bound(ok)
