@@ -39,11 +39,10 @@ def main(command: str, argv: list[str]) -> int:
 def task(cfg, started: float, argv: list[str] | None = None) -> int:
     """One Hydra job: the composed config as plain settings, climbed with the console's display."""
     from harness.climb.session import run_climb
-    from harness.climb.trials import Display
-    from harness.commands.console import console, refuse
-    from harness.commands.progress import RunProgress
+    from harness.commands.console import refuse
+    from harness.commands.progress import run_by_run_display
 
-    display = Display(say=console.print, progress=lambda label: RunProgress(console, label))
+    display = run_by_run_display()
     try:
         options, settings = hydra_edge.climb_settings(cfg), hydra_edge.plain_settings(cfg)
     except ValueError as exc:

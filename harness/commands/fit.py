@@ -28,16 +28,14 @@ def main(command: str, argv: list[str]) -> int:
 
 def task(cfg, argv: list[str] | None = None) -> int:
     """One Hydra job: the composed config as plain settings, fitted with the console's display."""
-    from harness.climb.trials import Display
     from harness.commands.console import console, refuse
-    from harness.commands.progress import RunProgress
+    from harness.commands.progress import run_by_run_display
     from harness.commands.sweep import RungLines
     from harness.fit.session import run_fit
 
-    display = Display(say=console.print, progress=lambda label: RunProgress(console, label))
     try:
         options, settings = hydra_edge.fit_settings(cfg), hydra_edge.plain_settings(cfg)
     except ValueError as exc:
         return refuse(exc)
     given = shell.without(argv or [], ["fit", "fit."])  # the words its printed commands are made of
-    return run_fit(settings, options, display, RungLines(console), given)
+    return run_fit(settings, options, run_by_run_display(), RungLines(console), given)

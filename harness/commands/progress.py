@@ -76,3 +76,11 @@ def describe(info: dict, elapsed_s: float) -> str:
     if phase == "profile":  # profile.enabled: after the window, the measurement already written
         return f"measured; profiling {info.get('steps')} more steps"
     return str(phase)
+
+
+def run_by_run_display():
+    """What ``climb`` and ``fit`` show: a line of rich markup per event, and this status line around each run."""
+    from harness.climb.trials import Display
+    from harness.commands.console import console
+
+    return Display(say=console.print, progress=lambda label: RunProgress(console, label))
