@@ -161,3 +161,15 @@ def test_the_fit_command_refuses_bad_settings_before_anything_runs(results):
     assert "Traceback" not in out.stderr and not (results / "runs").exists()
     other = harness_cli("run", "fit.max=4", f"results_dir={results}")
     assert other.returncode == 2 and "'fit.max=4' is a setting of `python -m harness fit`" in other.stderr
+
+
+def test_on_a_cpu_a_fit_under_memory_limit_gb_is_refused_with_the_reason_before_anything_runs(results, allocator,
+                                                                                              capsys):
+    settings = config_mod.to_dict(config_mod.from_dict({**TINY_MODEL, "results_dir": str(results),
+                                                        "memory.limit_gb": 24.0}))
+    lines = Lines()
+    assert session.run_fit(settings, FitConfig(max=4), Display(say=lines.say, progress=_progress), lines, []) == 2
+    assert capsys.readouterr().err.strip() == (
+        "error: these settings cannot run here: memory.limit_gb=24 needs a CUDA GPU (it caps the device's caching "
+        "allocator; a CPU run's host memory has no allocator to cap)")
+    assert allocator.calls == [] and not list(results.glob("**/*.parquet"))
