@@ -77,4 +77,4 @@ def report_lines(results_dir: str, sweep_id: str, sizes: list[int], stopped: str
     if table.device != "cuda":
         lines.append("On a CPU nothing caps memory: the search runs to fit.max, and the memory is the host's peak RSS "
                      "(the measuring process and its loader workers).")
-    return lines
+    return lines + [f"- {note}" for note in table.notes]  # the search, a busy machine, what the bands rest on
