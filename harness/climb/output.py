@@ -154,9 +154,10 @@ def ladder_base(settings: dict) -> dict:
 
 
 def ladder_name(workload: WorkloadSpec, device: str, base: dict, prefix: str = "climb") -> str:
-    """``climb-WORKLOAD-DEVICE`` (``prefix``: the command that writes it), plus a short hash of the start settings when they are not the defaults. A workload
-    that is not a built-in as shipped is named by its model's target for ``custom`` (two models climbed in one
-    results folder must not write one file), and the hash covers its fields too."""
+    """``climb-WORKLOAD-DEVICE`` (``prefix``: the command that writes it), plus a short hash of the start settings
+    when they are not the defaults. A workload that is not a built-in as shipped is named by its model's target for
+    ``custom`` (two models climbed in one results folder must not write one file), and the hash covers its fields
+    too."""
     if workloads_mod.is_builtin(workload):
         name, hashed = workload.name, base
     else:
