@@ -308,6 +308,7 @@ def _count_allreduces(rank: int, init_file: str, out_dir: str, accum: int, skip_
     """One of 2 gloo ranks: the measured loop's steps on a small DDP model whose comm hook counts the
     all-reduces; the count goes to ``out_dir/rank<R>.txt``."""
     import contextlib
+    import functools
 
     import torch
     import torch.distributed as dist
@@ -342,7 +343,8 @@ def _count_allreduces(rank: int, init_file: str, out_dir: str, accum: int, skip_
                         set_to_none=True, log_every=50, warmup=0, rule=StoppingRule(steps=3),
                         faults=faults.plan(DebugConfig(), rank), after_step=None, mark_step=None,
                         m=Measurement(samples_per_step=4 * accum),
-                        no_sync=measure.grad_sync_skipper(model, me, accum) if skip_sync else None)
+                        no_sync=measure.grad_sync_skipper(model, me, accum) if skip_sync else None,
+                        zero_grad=functools.partial(prep.optimizer.zero_grad, set_to_none=True))
     measure._steps(loop, measured=True)
     with open(os.path.join(out_dir, f"rank{rank}.txt"), "w") as f:
         f.write(json.dumps({"calls": len(calls), "steps": len(loop.m.step_ms)}))
