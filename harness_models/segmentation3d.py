@@ -9,6 +9,11 @@ from torch import nn
 
 UNET_FILTERS = (32, 64, 128, 256, 512)
 BASIC_UNET_FEATURES = (32, 32, 64, 128, 256, 32)
+# How PyTorch Connectomics' ``monai_basic_unet3d`` builder pads its five ``filters`` to BasicUNet's six counts: the
+# October 2025 builder (the config schema the connectomics guide's keys belong to: flat ``system.num_cpus``,
+# ``data.use_preloaded_cache``, ``visualization.enabled``) appends the last filter doubled; from late November 2025 it
+# repeats it. BasicUNet's sixth count is its full-resolution decoder level.
+CONNECTOMICS_PADDING = ("double", "repeat")
 MEDNEXT_SIZES = ("S", "B", "M", "L")
 
 
@@ -46,6 +51,17 @@ def basic_unet3d(in_channels: int, out_channels: int, width: float = 1.0,
         out_channels=out_channels,
         features=scaled(tuple(features) if features else BASIC_UNET_FEATURES, width),
     )
+
+
+def connectomics_basic_unet_features(filters: tuple[int, ...] | list[int], padding: str = "double") -> tuple[int, ...]:
+    """BasicUNet's six counts as the connectomics framework's ``monai_basic_unet3d`` builds them from ``filters``:
+    padded to six from the last, doubled (``padding="double"``, the October 2025 builder) or repeated ("repeat")."""
+    if padding not in CONNECTOMICS_PADDING:
+        raise ValueError(f"padding={padding!r} is not one of {CONNECTOMICS_PADDING}")
+    counts = [int(c) for c in filters]
+    while len(counts) < 6:
+        counts.append(counts[-1] * 2 if padding == "double" else counts[-1])
+    return tuple(counts[:6])
 
 
 def mednext(

@@ -59,3 +59,33 @@ def test_a10g_is_matched_before_a10_and_cites_why_it_has_no_peak():
 def test_every_row_cites_a_source():
     for pattern, _peaks, source in PEAK_FLOPS:
         assert source and ("datasheet" in source), pattern
+
+
+def test_the_connectomics_frameworks_basic_unet_pads_its_filters_and_the_fastest_ladder_notes_the_flops():
+    """connectomics_fastest rung 2 is BasicUNet as the framework's monai_basic_unet3d (October 2025) builds it from
+    the guide's filters: the last doubled to a sixth count, BasicUNet's full-resolution decoder level. The ladder's
+    note gives that model's counted FLOPs over the other paddings and the baseline's UNet (ratios of conv FLOPs: the
+    same at any cubic patch that is a multiple of 16, so a 32^3 count checks the note's 112^3 figures)."""
+    from harness.config import ladder as ladder_mod
+    from harness.workload.flops import count_train_flops
+    from models.segmentation3d import basic_unet3d, connectomics_basic_unet_features, unet3d
+
+    filters = (32, 64, 128, 256, 512)
+    doubled = connectomics_basic_unet_features(filters)
+    assert doubled == (32, 64, 128, 256, 512, 1024)
+    assert connectomics_basic_unet_features(filters, "repeat") == (32, 64, 128, 256, 512, 512)
+    assert connectomics_basic_unet_features((16, 32, 64, 128, 256)) == (16, 32, 64, 128, 256, 512)
+    with pytest.raises(ValueError, match=r"padding='triple' is not one of \('double', 'repeat'\)"):
+        connectomics_basic_unet_features(filters, "triple")
+    lad = ladder_mod.load("connectomics_fastest")
+    assert lad.settings(2, "full")["model.features"] == list(doubled)
+    shape = (1, 1, 32, 32, 32)
+    flops = {name: count_train_flops(build, shape) for name, build in (
+        ("doubled", lambda: basic_unet3d(1, 2, features=doubled)),
+        ("repeated", lambda: basic_unet3d(1, 2, features=connectomics_basic_unet_features(filters, "repeat"))),
+        ("assumed", lambda: basic_unet3d(1, 2, features=(*filters, 32))),
+        ("unet", lambda: unet3d(1, 2)))}
+    ratios = {name: flops["doubled"] / flops[name] for name in ("assumed", "repeated", "unet")}
+    assert ratios == pytest.approx({"assumed": 121.43, "repeated": 3.638, "unet": 1407.8}, rel=1e-3)
+    note = " ".join(lad.notes)
+    assert "121x the 32-channel last level" in note and "3.6x the later builder's" in note and "1408x the" in note

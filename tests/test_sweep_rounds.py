@@ -191,6 +191,18 @@ def test_every_shipped_ladder_sweeps_to_its_table(tmp_path, fake, name, repeats)
             assert not verdict.startswith(("confirms", "inconclusive", "falls short", "exceeds", "reverses")), verdict
 
 
+def test_the_fastest_configs_table_shows_the_basic_unet_rungs_flop_ratio_in_its_notes(tmp_path, fake):
+    from harness.analysis.views import render
+
+    ladder = ladder_mod.load("connectomics_fastest")
+    fake(FakeRuns([10.0] * len(ladder.rungs), cv=0.05, seed=1))
+    ctx = rungs_mod.SweepContext(sweep_id="s", ladder=ladder, settings={"results_dir": str(tmp_path)},
+                                 user_keys=frozenset(), repeats=1)
+    assert loop.run_ladder(ctx, None, Display()) == 0
+    text = render.render(table_mod.build_table(load_runs(tmp_path), "s", str(tmp_path)))
+    assert "Counted FLOPs a training sample: 121x the 32-channel last level assumed before" in text
+
+
 class FakeMeasure:
     """Stands in for ``runner.run_and_store`` under the real ``run_rung`` (its cache included): a record of the
     resolved settings at ``speeds[rung]`` samples/s; ``calls`` lists (sweep, rung, round) measured."""
