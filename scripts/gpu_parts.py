@@ -54,12 +54,11 @@ TOTAL_BUDGET_S = 270  # a guide total's part: two fit one command
 TOTAL_MAX_ROUNDS = 4
 REPEAT_ROUNDS = (1, 2)  # with round 0: three runs a rung, each round its own parts
 
-# Settings a ladder's parts add. The A100 volume ladder's own data are synthetic in RAM; on the GPU it is measured
-# in the guide's situation (NIfTI from disk, heavy 3D augmentation, one worker) with fewer steps, as each step
-# waits seconds for data there.
+# Settings a ladder's parts add. The A100 volume ladder reads its NIfTI files from disk itself (its base: the guide's
+# situation, one worker, batch 1, no augmentation: the guide mentions none); on the GPU it is measured with fewer
+# files and steps, as each step waits for its data there.
 LADDER_OVERRIDES = {
-    "a100_volume": ("data.source=disk", "data.cache=none", "data.augment=heavy", "data.num_items=8",
-                    "measure.warmup_steps=2", "measure.steps=15"),
+    "a100_volume": ("data.num_items=8", "measure.warmup_steps=2", "measure.steps=15"),
 }
 
 # Ladders no lent machine measures, and why: one run needs more than one command's 10 minutes. PLAN.md lists them.
@@ -122,19 +121,14 @@ def estimate_run_s(settings: dict, cap_workers: bool = False) -> float:
     """Pessimistic seconds for one run of ``settings`` (flat keys, as a ladder rung's at full size) on one GPU."""
     from harness.config.workload import builtin
 
-    name = settings.get("workload", "unet3d")
-    preset, cost = builtin(name).sizes["full"], WORKLOAD_COST[name]
+    preset = builtin(settings.get("workload", "unet3d")).sizes["full"]
     workers = int(settings.get("data.num_workers") or 0)
     if int(settings.get("devices") or 1) > DEVICE_GPUS or (cap_workers and workers > DEVICE_CPUS):
         return SKIP_S
     batch = int(settings.get("batch_size") or preset.batch_size)
     steps = int(settings.get("measure.warmup_steps") or preset.warmup_steps) + \
         int(settings.get("measure.steps") or preset.steps)
-    patch = settings.get("data.patch_size")
-    scale = prod(patch) / prod(preset.input_shape[1:]) if patch else 1.0
-    compute = cost.compute_s * batch * scale * (0.7 if str(settings.get("precision", "32")) != "32" else 1.0)
-    item = cost.item_s * scale + _augment_s(settings) + float(settings.get("data.read_latency_ms") or 0) / 1000
-    item += DISK_READ_S if settings.get("data.source") == "disk" else 0.0
+    compute, item = step_costs(settings)
     lanes = min(workers, int(settings["cpus"])) if settings.get("cpus") else workers
     data = item * batch / max(1, lanes)
     step = compute + data if workers == 0 else max(compute, data)
@@ -152,6 +146,31 @@ def estimate_run_s(settings: dict, cap_workers: bool = False) -> float:
     eat = max(0, queued - (warmup - 1)) * compute + max(0, workers - 1) * step if queued <= QUEUE_MAX_STEPS else 0.0
     return (STARTUP_S + 0.5 * workers + COMPILE_S[str(settings.get("compile", "off"))] + steps * step + eat + val
             + restarts * (2 + 0.3 * workers))
+
+
+def step_costs(settings: dict) -> tuple[float, float]:
+    """Pessimistic GPU seconds of a step's compute and loader seconds of one item (its read, wait and augmentations),
+    for ``settings`` (flat keys, as a ladder rung's at full size)."""
+    from harness.config.workload import builtin
+
+    name = settings.get("workload", "unet3d")
+    preset, cost = builtin(name).sizes["full"], WORKLOAD_COST[name]
+    batch = int(settings.get("batch_size") or preset.batch_size)
+    patch = settings.get("data.patch_size")
+    scale = prod(patch) / prod(preset.input_shape[1:]) if patch else 1.0
+    compute = cost.compute_s * batch * scale * (0.7 if str(settings.get("precision", "32")) != "32" else 1.0)
+    item = cost.item_s * scale + _augment_s(settings) + float(settings.get("data.read_latency_ms") or 0) / 1000
+    return compute, item + (DISK_READ_S if settings.get("data.source") == "disk" else 0.0)
+
+
+def waiting_share(settings: dict) -> float:
+    """The share of a data-bound step the loop waits for its batch, from :func:`step_costs`: the loader's time for a
+    batch over its workers, less the compute it overlaps (0 where the model sets the pace)."""
+    compute, item = step_costs(settings)
+    workers = max(1, int(settings.get("data.num_workers") or 0))
+    lanes = min(workers, int(settings["cpus"])) if settings.get("cpus") else workers
+    data = item * int(settings.get("batch_size") or 1) / lanes
+    return max(0.0, 1.0 - compute / data)
 
 
 def _augment_s(settings: dict) -> float:
@@ -282,14 +301,13 @@ def other_parts() -> list[Part]:
         parts.append(Part(f"runs-{workload}", "run", TIER_EXTRA, f"one {workload} run in 32 and one in bf16-mixed",
                           ceil(PART_OVERHEAD_S + sum(runs)), 2, 240, args=(f"workload={workload}",),
                           paths=workload_paths((workload,))))
-    diagnose = ("workload=basic_unet3d", "data=disk", "data.augment=heavy", "batch_size=1", "data.num_workers=1",
-                "data.prefetch_factor=1", "data.patch_size=[72,136,136]", "data.num_items=8",
-                "measure.warmup_steps=2", "measure.steps=12")
-    run = estimate_run_s({"workload": "basic_unet3d", **overrides_dict(diagnose[2:]), "data.source": "disk"})
+    # the A100 ladder's own base at the full size: does it wait on its data 83-94% of its step, as the guide's did?
+    diagnose = ("+ladder=a100_volume", "data.num_items=8", "measure.warmup_steps=2", "measure.steps=12")
+    run = estimate_run_s({**_ladder("a100_volume").settings(0, "full"), **overrides_dict(diagnose[1:])})
     parts.append(Part("a100-diagnose", "diagnose", TIER_EXTRA,
-                      "diagnose in the A100 guide's situation: NIfTI from disk, heavy 3D augmentation, one worker",
+                      "diagnose the A100 ladder's base (NIfTI from disk, one worker, batch 1): waiting 83-94%?",
                       ceil(PART_OVERHEAD_S + 8 * DATASET_ITEM_S + 3 * run), 3, 160, args=diagnose,
-                      paths=workload_paths(("basic_unet3d",))))
+                      paths=workload_paths(("basic_unet3d",)) + ladder_paths("a100_volume")))
     parts.append(Part("env", "env", TIER_EXTRA, "python, torch, CUDA and nvidia-smi", 20))
     return parts
 

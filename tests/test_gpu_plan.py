@@ -154,3 +154,23 @@ def test_a_guide_total_s_verdict_is_its_last_rung_over_rung_0_against_the_total_
     assert line.startswith("a100_option_a total, rung 2 over rung 0: 2.0") and "the guide claims 2x: " in line
     assert line.endswith(": confirms"), line
     assert gpu_part.total_verdict(str(tmp_path / "none"), "t", lad).startswith("a100_option_a total: no table")
+
+
+def test_the_a100_ladders_full_size_waits_on_its_data_as_the_guides_baseline_did():
+    """The guide: an 18 s step, 15-17 s of it waiting for data (83-94%). The ladder's full-size read latency is
+    calibrated on the plan's own estimates (a BasicUNet step at 72x136x136, a NIfTI file read and decompressed) to
+    the middle of that, 16 of 18 s; the GPU plan diagnoses the same base at the full size, with none of the
+    augmentation the guide never mentions."""
+    lad = gpu_parts._ladder("a100_volume")
+    base = lad.settings(0, "full")
+    compute, item = gpu_parts.step_costs(base)
+    assert base["data.read_latency_ms"] == 250 and base["batch_size"] == 1 and base["data.num_workers"] == 1
+    assert compute == pytest.approx(0.05 * 72 * 136 * 136 / 112 ** 3)  # 47 ms
+    assert item == pytest.approx(0.25 + gpu_parts.DISK_READ_S + 0.03 * 72 * 136 * 136 / 112 ** 3)  # 0.43 s
+    assert gpu_parts.waiting_share(base) == pytest.approx(1 - compute / item) == pytest.approx(16 / 18, abs=0.005)
+    assert 15 / 18 < gpu_parts.waiting_share(base) < 17 / 18
+    for name in ("a100_option_a", "a100_option_b", "a100_option_c"):  # the same start
+        assert gpu_parts.waiting_share(gpu_parts._ladder(name).settings(0, "full")) == gpu_parts.waiting_share(base)
+    part = gpu_parts.find("a100-diagnose")
+    assert part.args[0] == "+ladder=a100_volume" and not any("augment" in a for a in part.args)
+    assert not any("augment" in a for a in gpu_parts.LADDER_OVERRIDES["a100_volume"])
