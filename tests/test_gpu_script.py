@@ -279,7 +279,7 @@ def test_next_takes_pending_parts_in_order_within_one_command(tmp_path, monkeypa
              "commit": "", "code_fingerprint": "c0de", "path_fingerprint": gpu_parts.path_fingerprint(first)}
     (tmp_path / "scratch" / gpu_campaign.JOURNAL).write_text(json.dumps(stamp) + "\n")
     again = script("dry-run", "next", GPU="h100", PLAN_DIR=str(tmp_path), SCRATCH=str(tmp_path / "scratch"))
-    assert again.returncode == 0 and list(sections(again.stdout))[0] == "total-connectomics_quick"
+    assert again.returncode == 0 and list(sections(again.stdout))[0] == "total-a100_option_c"
 
 
 def test_the_command_s_age_counts_what_ran_before_the_driver_in_its_shell():
