@@ -168,6 +168,12 @@ def test_the_seresnet_ladder_starts_from_the_guides_reproducibility_config_and_s
     full = lad.settings(0, "full")
     assert (full["cudnn_deterministic"], full["data.num_workers"], full.get("precision"), full.get("compile")) == (
         True, 0, None, None)
+    # the guide's loop: pinned memory (its non_blocking transfers act only from it), the loss read every step
+    for name in ("seresnet", "seresnet_cudnn"):
+        other = ladder_mod.load(name)
+        for rung in other.rungs:
+            assert (other.settings(rung.index, "full")["data.pin_memory"],
+                    other.settings(rung.index, "full")["log_every_n_steps"]) == ("auto", 1)
     changes = [r.change("full") for r in lad.rungs]
     # the guide's #4 is its two cuDNN toggles, the claim on the benchmark's (its own line)
     assert changes[5:7] == ["cudnn_deterministic=false", "cudnn_benchmark=true"] and lad.rungs[6].claim.low == 1.1
