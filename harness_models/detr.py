@@ -3,8 +3,9 @@
 (scipy) every step, L1 + GIoU box losses and class cross-entropy; data with small boxes and the guide's
 augmentations (CLAHE, motion blur) as switches, computed per item in the loader.
 
-No weights are downloaded (``weights=None``) and no images either: images are synthetic (textured backgrounds in
-RAM with small bright or dark objects pasted per item), one gray uint8 channel repeated to the model's three.
+No weights are downloaded (``weights=None``) and no images either: images are synthetic (textured backgrounds held in
+RAM as encoded JPEG files, decoded per item as a loader decodes the files it reads, with small bright or dark objects
+pasted per item), one gray uint8 channel repeated to the model's three.
 
 The augmentations are the operators albumentations runs: OpenCV's CLAHE (``cv2.createCLAHE(clipLimit=2.0,
 tileGridSize=(8, 8)).apply``, on the gray channel, as albumentations applies it to a one-channel image; an RGB
@@ -38,6 +39,7 @@ from torch.utils.data import Dataset
 MEAN = (0.485, 0.456, 0.406)
 STD = (0.229, 0.224, 0.225)
 BLUR_SIZES = (3, 5, 7, 9)  # the motion blur's line length, drawn per item (odd, as albumentations' blur_limit)
+JPEG_QUALITY = 95  # the backgrounds' encoding: a photo's JPEG, decoded per item
 
 # OpenCV's own thread pool off (0: its functions run on the calling thread), in this process and in the loader
 # workers that import or inherit this module: each worker is already one of num_workers processes sharing the CPUs,
@@ -211,7 +213,8 @@ def motion_blur(image: np.ndarray, size: int, angle: float) -> np.ndarray:
 class SyntheticDetection(Dataset):
     """Images with small objects and their boxes, CLAHE and motion blur applied per item when switched on.
 
-    ``patch_size`` ([H, W], handed by the harness: ``dataset_settings: {patch_size: data.patch_size}``) is the image
+    Each item decodes its background from a three-channel JPEG (``cv2.imdecode``, what ``cv2.imread`` does after the
+    read: the decode an RGB file costs a loader) and keeps its first channel (the backgrounds are gray). ``patch_size`` ([H, W], handed by the harness: ``dataset_settings: {patch_size: data.patch_size}``) is the image
     size. Objects are 1-6% of the side (the guide's tiny objects), ``min_boxes``..``max_boxes`` per image.
     """
 
@@ -225,8 +228,9 @@ class SyntheticDetection(Dataset):
         coarse = rng.integers(40, 160, size=(num_backgrounds, 1, h // 8 + 1, w // 8 + 1)).astype(np.float32)
         smooth = F.interpolate(torch.from_numpy(coarse), size=(h, w), mode="bilinear", align_corners=False)
         grain = torch.from_numpy(rng.normal(0, 6, (num_backgrounds, h, w)).astype(np.float32))
-        self.backgrounds = smooth[:, 0] + grain
-        self.backgrounds = self.backgrounds.clamp(0, 255).to(torch.uint8)
+        backgrounds = (smooth[:, 0] + grain).clamp(0, 255).to(torch.uint8).numpy()
+        self.encoded = [cv2.imencode(".jpg", np.repeat(b[:, :, None], 3, axis=2),
+                                     [cv2.IMWRITE_JPEG_QUALITY, JPEG_QUALITY])[1] for b in backgrounds]
         self.mean = torch.tensor(MEAN).view(3, 1, 1)
         self.std = torch.tensor(STD).view(3, 1, 1)
 
@@ -236,7 +240,8 @@ class SyntheticDetection(Dataset):
     def __getitem__(self, index: int):
         rng = np.random.default_rng(self.seed * 1_000_003 + index)
         h, w = self.size
-        gray = self.backgrounds[index % len(self.backgrounds)].numpy().copy()
+        decoded = cv2.imdecode(self.encoded[index % len(self.encoded)], cv2.IMREAD_COLOR)
+        gray = np.ascontiguousarray(decoded[:, :, 0])
         target = torch.full((self.max_boxes, 5), -1.0)
         for k in range(int(rng.integers(self.min_boxes, self.max_boxes + 1))):
             bh, bw = (max(2, int(s * rng.uniform(0.01, 0.06))) for s in (h, w))

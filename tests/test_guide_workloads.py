@@ -222,6 +222,21 @@ def test_detr_items_hold_tiny_boxes_padded_with_class_minus_one_and_augmentation
     assert float(clahe_only.std()) > float(plain.std())  # CLAHE raised the contrast
 
 
+def test_detr_items_decode_their_image_from_an_encoded_jpeg_each_time(monkeypatch):
+    import cv2
+
+    import models.detr as detr
+
+    data = detr.SyntheticDetection(patch_size=[64, 96], max_boxes=5, num_backgrounds=2)
+    assert len(data.encoded) == 2 and all(e.dtype == np.uint8 and e[:2].tolist() == [0xFF, 0xD8] for e in data.encoded)
+    calls = []
+    real = cv2.imdecode
+    monkeypatch.setattr(detr.cv2, "imdecode", lambda buf, flags: calls.append(flags) or real(buf, flags))
+    first, again = data[3], data[3]
+    assert calls == [cv2.IMREAD_COLOR, cv2.IMREAD_COLOR]  # a three-channel decode per item, never cached
+    assert torch.equal(first[0], again[0]) and list(first[0].shape) == [3, 64, 96]
+
+
 @pytest.mark.parametrize("name,first_loss", [("seresnet_speech", 0.69), ("detr", 10.0)])
 def test_the_guide_workloads_train_a_step_at_the_cpu_size(name, first_loss):
     from harness.run.child.measure import model_flops_per_sample

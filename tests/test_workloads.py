@@ -265,7 +265,7 @@ def test_a_sweep_that_changes_a_workload_field_must_name_the_workload():
     from harness.commands.sweep import plan_sweep
 
     with pytest.raises(ValueError, match=r"workload.num_classes changes a field of a workload without naming it: add "
-                                         r"workload=NAME \(ladder 'detr_fast' would use its own, 'resnet50'\)"):
+                                         r"workload=NAME \(ladder 'detr_fast' would use its own, 'detr'\)"):
         plan_sweep(["+ladder=detr_fast", "workload.num_classes=10"])
     assert "workload" in plan_sweep(["+ladder=detr_fast", "workload=resnet50", "workload.num_classes=10"]).user_keys
 
