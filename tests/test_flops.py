@@ -68,7 +68,7 @@ def test_the_connectomics_frameworks_basic_unet_pads_its_filters_and_the_fastest
     same at any cubic patch that is a multiple of 16, so a 32^3 count checks the note's 112^3 figures)."""
     from harness.config import ladder as ladder_mod
     from harness.workload.flops import count_train_flops
-    from models.segmentation3d import basic_unet3d, connectomics_basic_unet_features, unet3d
+    from harness_models.segmentation3d import basic_unet3d, connectomics_basic_unet_features, unet3d
 
     filters = (32, 64, 128, 256, 512)
     doubled = connectomics_basic_unet_features(filters)

@@ -225,7 +225,7 @@ def test_detr_items_hold_tiny_boxes_padded_with_class_minus_one_and_augmentation
 def test_detr_items_decode_their_image_from_an_encoded_jpeg_each_time(monkeypatch):
     import cv2
 
-    import models.detr as detr
+    import harness_models.detr as detr
 
     data = detr.SyntheticDetection(patch_size=[64, 96], max_boxes=5, num_backgrounds=2)
     assert len(data.encoded) == 2 and all(e.dtype == np.uint8 and e[:2].tolist() == [0xFF, 0xD8] for e in data.encoded)
