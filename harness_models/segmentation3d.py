@@ -1,11 +1,15 @@
-"""3D segmentation networks from MONAI, built from plain typed arguments."""
+"""3D segmentation networks from MONAI, built from plain typed arguments, and a stand-in of the connectomics
+framework's preloaded-cache loader (:class:`CachedVolumeCrops`)."""
 
 from __future__ import annotations
+
+import random
 
 import monai.losses  # noqa: F401 - the warm launcher imports this module once, before any run forks
 import monai.networks.nets  # noqa: F401 - the warm launcher imports this module once, before any run forks
 import torch
 from torch import nn
+from torch.utils.data import Dataset
 
 UNET_FILTERS = (32, 64, 128, 256, 512)
 BASIC_UNET_FEATURES = (32, 32, 64, 128, 256, 32)
@@ -137,3 +141,33 @@ class DeepSupervisionLoss(nn.Module):
             ).to(target.dtype)
             total = total + self.loss(out, y) * 0.5**i
         return total
+
+
+class CachedVolumeCrops(Dataset):
+    """A stand-in of the connectomics framework's preloaded cache (``use_preloaded_cache: true``: its
+    ``CachedVolumeDataset``, October 2025): volumes held in RAM as (C, Z, Y, X) numpy arrays, each item a random crop
+    by numpy slicing (a view, no copy), handed on as a dict ``{"image", "label"}`` with the label in the dtype the
+    volume keeps (uint8), for the DataLoader's default collate to stack; no transforms (the guide's augmentation is
+    off). The volumes are random (their values do not change a crop's cost), ``volume_scale`` times the patch a
+    side, as the harness's own in-RAM volumes."""
+
+    def __init__(self, patch_size=(112, 112, 112), length: int = 64, num_volumes: int = 4, volume_scale: float = 1.5,
+                 seed: int = 0):
+        import numpy as np
+
+        self.patch_size, self.length = tuple(int(s) for s in patch_size), int(length)
+        shape = tuple(int(s * volume_scale) for s in self.patch_size)
+        rng = np.random.default_rng(seed)
+        self.images = [rng.standard_normal((1, *shape), dtype=np.float32) for _ in range(num_volumes)]
+        self.labels = [rng.integers(0, 2, (1, *shape), dtype=np.uint8) for _ in range(num_volumes)]
+
+    def __len__(self) -> int:
+        return self.length
+
+    def __getitem__(self, index: int) -> dict:
+        # drawn from Python's random (which PyTorch seeds in each loader worker), not from the index: as it does
+        volume = random.randint(0, len(self.images) - 1)
+        image, label = self.images[volume], self.labels[volume]
+        start = [random.randint(0, full - patch) for full, patch in zip(image.shape[1:], self.patch_size)]
+        crop = (slice(None),) + tuple(slice(s, s + p) for s, p in zip(start, self.patch_size))
+        return {"image": image[crop], "label": label[crop]}

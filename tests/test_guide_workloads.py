@@ -328,3 +328,23 @@ def test_the_validation_loader_is_persistent_when_training_workers_are(persisten
     cfg = tiny_config(val__every_n_steps=5, val__steps=1, val__num_workers=val_workers,
                       data__num_workers=1, data__persistent_workers=persistent)
     assert validation_loader(cfg, cfg.workload).persistent_workers is expected
+
+
+def test_the_connectomics_cached_loaders_stand_in_crops_views_of_preloaded_volumes_and_keeps_uint8_labels():
+    """The framework's CachedVolumeDataset as a workload's own dataset: a unet3d run with
+    workload.dataset._target_=harness_models.segmentation3d.CachedVolumeCrops reads dict batches of float32 images
+    and uint8 labels (measure.mode=loader compares it with the harness's own in-RAM crops)."""
+    from harness.workload.build import build_user_dataset
+    from harness.workload.data import build_loader
+    from harness_models.segmentation3d import CachedVolumeCrops
+
+    data = CachedVolumeCrops(patch_size=(16, 24, 32), length=5, num_volumes=2)
+    item = data[0]
+    assert item["image"].shape == item["label"].shape == (1, 16, 24, 32) and item["label"].dtype == np.uint8
+    assert item["image"].base is not None  # a view of the preloaded volume, not a copy
+    assert data.images[0].shape == (1, 24, 36, 48) and len(data) == 5
+    cfg = tiny_config(workload="unet3d", workload__dataset={
+        "_target_": "harness_models.segmentation3d.CachedVolumeCrops", "_partial_": True, "patch_size": [16, 16, 16]})
+    batch = next(iter(build_loader(cfg, build_user_dataset(cfg.workload, cfg))))
+    assert batch["image"].dtype == torch.float32 and batch["label"].dtype == torch.uint8
+    assert list(batch["image"].shape) == [cfg.batch_size, 1, 16, 16, 16]
