@@ -214,7 +214,8 @@ class SyntheticDetection(Dataset):
     """Images with small objects and their boxes, CLAHE and motion blur applied per item when switched on.
 
     Each item decodes its background from a three-channel JPEG (``cv2.imdecode``, what ``cv2.imread`` does after the
-    read: the decode an RGB file costs a loader) and keeps its first channel (the backgrounds are gray). ``patch_size`` ([H, W], handed by the harness: ``dataset_settings: {patch_size: data.patch_size}``) is the image
+    read: the decode an RGB file costs a loader) and keeps its first channel (the backgrounds are gray).
+    ``patch_size`` ([H, W], handed by the harness: ``dataset_settings: {patch_size: data.patch_size}``) is the image
     size. Objects are 1-6% of the side (the guide's tiny objects), ``min_boxes``..``max_boxes`` per image.
     """
 

@@ -179,16 +179,44 @@ def test_a_restart_spread_over_the_epochs_first_steps_is_charged_to_the_boundary
 
 
 @pytest.mark.parametrize("entry,message", [
-    ({"set": {"batch_size": 2}, "claim": [1, 2], "epoch_samples": 10}, "gives both component: epoch and epoch_samples"),
-    ({"set": {"batch_size": 2}, "claim": [1, 2], "component": "epoch"}, "epoch_samples=None with component='epoch'"),
+    ({"set": {"batch_size": 2}, "claim": [1, 2], "epoch_samples": 10},
+     "gives component: epoch and one of epoch_samples"),
+    ({"set": {"batch_size": 2}, "claim": [1, 2], "component": "epoch"},
+     "epoch_samples=None, epoch_seconds=None with component='epoch'"),
+    ({"set": {"batch_size": 2}, "claim": [1, 2], "component": "epoch", "epoch_samples": 10, "epoch_seconds": 900},
+     "epoch_samples=10, epoch_seconds=900 with component='epoch'"),
     ({"set": {"batch_size": 2}, "claim": [1, 2], "component": "epoch", "epoch_samples": 1.5},
      "epoch_samples=1.5 is not valid"),
+    ({"set": {"batch_size": 2}, "claim": [1, 2], "component": "epoch", "epoch_seconds": 0},
+     "epoch_seconds=0 is not valid: give the guide's seconds an epoch"),
     ({"set": {"batch_size": 2}, "claim": [1, 2], "component": "data", "epoch_samples": 10},
-     "no other component takes epoch_samples"),
+     "no other component takes either"),
 ])
 def test_a_ladders_epoch_claim_needs_both_fields(entry, message):
     with pytest.raises(ValueError, match=message):
         ladder_mod.parse("x", {"rungs": [entry]})
+
+
+def test_a_guides_epoch_in_seconds_is_the_samples_its_baseline_makes_here_in_that_time():
+    """DETR gives its epoch in minutes ("~15 minutes per epoch"): a claim with epoch_seconds is judged at the samples
+    rung 0 makes in that time at its steady pace here (4 samples a 100 ms step: 40 a second, 900 s -> 36,000)."""
+    lad = ladder_mod.parse("x", {"rungs": [{"set": {"batch_size": 2}, "claim": [1, 2], "component": "epoch",
+                                            "epoch_seconds": 900}]})
+    assert lad.rungs[1].claim.component == "epoch_s:900" and epochs.epoch_seconds("epoch_s:900") == 900
+    assert epochs.label("epoch_s:900") == "per epoch of 900 s at the baseline's pace"
+    base = [epochs.EpochCost(4.0, 100.0, 400.0, 5, 3), epochs.EpochCost(4.0, 125.0, 400.0, 5, 3),
+            epochs.EpochCost(4.0, 80.0, 400.0, 5, 3)]
+    assert epochs.in_samples("epoch_s:900", base) == "epoch:36000"
+    assert epochs.in_samples("epoch_s:900", []) == "epoch_s:900" and epochs.in_samples("epoch:10", base) == "epoch:10"
+    frame = _persistent_pair()
+    frame["claim_component"] = ["epoch_s:900" if r else "" for r in frame["rung"]]
+    table = table_mod.build_table(frame, "s")
+    steady = 1000 * 4 / 100.0  # _steps: 100 ms steady steps of 4 samples
+    assert table.rows[1].claim_component == epochs.component(round(900 * steady)) == "epoch:36000"
+    text = render.to_markdown(table)
+    assert "The guide's epoch of 900 s is 36,000 samples at the baseline's steady pace here (rung 0)." in text
+    assert "at the guide's epoch (36,000 samples, 9,000 steps)" in text
+    assert ladder_mod.load("detr_guide").group_claims[0].claim.component == "epoch_s:900"
 
 
 def test_the_a100_plans_prefetch_and_persistent_claim_is_judged_at_the_guides_4000_step_epoch():

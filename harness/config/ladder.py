@@ -29,8 +29,8 @@ USER_LADDERS = "ladders"  # <results_dir>/ladders/: ladders this machine wrote (
 SIZE_NAMES = ("full", "smoke")
 LADDER_FIELDS = {"description", "guide", "workload", "base", "rungs", "total_claim", "total_source", "group_claims",
                  "stop_on_oom", "cap_workers_at_cpus", "notes"}
-GROUP_FIELDS = {"rungs", "claim", "source", "component", "epoch_samples"}
-RUNG_FIELDS = {"set", "claim", "source", "note", "component", "epoch_samples"}
+GROUP_FIELDS = {"rungs", "claim", "source", "component", "epoch_samples", "epoch_seconds"}
+RUNG_FIELDS = {"set", "claim", "source", "note", "component", "epoch_samples", "epoch_seconds"}
 # What a claim may be about besides the whole step: a guide's "2-3x in data loading" is judged on the loader, its
 # "1.5x on matmul" on the device's (or, on a CPU, the host's) compute, its "2x during validation" on the validation
 # passes (harness.analysis.views.components measures each); an "epoch" claim (persistent workers' "15-20%") at an
@@ -281,12 +281,14 @@ def _parse_group(name: str, n_rungs: int, entry: Any) -> GroupClaim:
 
 def _component(name: str, entry: dict) -> str:
     """The part of the step a claim is about ("" for the whole step), one of :data:`COMPONENTS`; an epoch claim is
-    ``epoch:N`` with the guide's N samples an epoch (``epoch_samples``)."""
-    component, samples = entry.get("component"), entry.get("epoch_samples")
-    if (component == "epoch") != (samples is not None):
-        raise ValueError(f"ladder {name!r}: epoch_samples={samples!r} with component={component!r}: a claim at the "
-                         "guide's epoch length gives both component: epoch and epoch_samples: N (the guide's samples "
-                         "an epoch), and no other component takes epoch_samples")
+    ``epoch:N`` with the guide's N samples an epoch (``epoch_samples``), or ``epoch_s:S`` where the guide gives its
+    epoch as S seconds of its baseline (``epoch_seconds``: the DETR guide's minutes)."""
+    component, samples, seconds = entry.get("component"), entry.get("epoch_samples"), entry.get("epoch_seconds")
+    if (component == "epoch") != ((samples is not None) != (seconds is not None)):
+        raise ValueError(f"ladder {name!r}: epoch_samples={samples!r}, epoch_seconds={seconds!r} with "
+                         f"component={component!r}: a claim at the guide's epoch length gives component: epoch and "
+                         "one of epoch_samples: N (the guide's samples an epoch) or epoch_seconds: S (its epoch's "
+                         "seconds at its baseline), and no other component takes either")
     if component is None:
         return ""
     if component not in COMPONENTS:
@@ -295,10 +297,11 @@ def _component(name: str, entry: dict) -> str:
         raise ValueError(f"ladder {name!r}: component {component!r} without a claim; give claim: [LOW, HIGH] too")
     if component != "epoch":
         return str(component)
-    if isinstance(samples, bool) or not isinstance(samples, int) or samples <= 0:
-        raise ValueError(f"ladder {name!r}: epoch_samples={samples!r} is not valid: give the guide's samples an epoch "
-                         "as a whole number > 0")
-    return f"epoch:{samples}"
+    field, value = ("epoch_samples", samples) if samples is not None else ("epoch_seconds", seconds)
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ValueError(f"ladder {name!r}: {field}={value!r} is not valid: give the guide's "
+                         f"{'samples' if field == 'epoch_samples' else 'seconds'} an epoch as a whole number > 0")
+    return f"epoch:{value}" if field == "epoch_samples" else f"epoch_s:{value}"
 
 
 def _parse_claim(claim: Any, source: str, component: str = "") -> Claim | None:

@@ -133,6 +133,7 @@ def judge(table: SweepTable, records, level: float = 0.05) -> None:
     cannot act here, and add the reading lines (``table.readings``). Runs after the table's own verdicts; ``level``
     is the two-sided level of the table's bands (its last look's)."""
     rows = {r.rung: r for r in table.rows}
+    in_samples = _epochs_in_samples(table, rows.get(0))
     for row in table.rows:
         before = rows.get(row.built_on) if row.built_on is not None else None
         if row.parts is not None and before is not None and before.parts is not None:
@@ -147,7 +148,21 @@ def judge(table: SweepTable, records, level: float = 0.05) -> None:
     for group in table.groups:
         _judge_group(group, table.rows, level)
     table.readings = [line for line in (reading(r, rows.get(r.built_on)) for r in table.rows) if line]
-    table.readings += _epoch_readings(table, rows)
+    table.readings += in_samples + _epoch_readings(table, rows)
+
+
+def _epochs_in_samples(table: SweepTable, baseline: RungRow | None) -> list[str]:
+    """A claim at a guide's epoch given in seconds (``epoch_s:S``) is judged at the samples the baseline makes here in
+    S seconds (``epochs.in_samples``); the reading lines that say how many."""
+    costs = _costs(baseline) if baseline is not None and baseline.parts is not None else []
+    lines = []
+    for item, name in [(r, "claim_component") for r in table.rows] + [(g, "component") for g in table.groups]:
+        seconds, resolved = epochs.epoch_seconds(getattr(item, name)), epochs.in_samples(getattr(item, name), costs)
+        if seconds is not None and resolved != getattr(item, name):
+            setattr(item, name, resolved)
+            lines.append(f"The guide's epoch of {seconds:,} s is {epochs.epoch_samples(resolved):,} samples at the "
+                         f"baseline's steady pace here (rung 0).")
+    return lines
 
 
 def part_values(row: RungRow, component: str) -> dict[int, float]:
@@ -253,6 +268,8 @@ def component_verdict(component: str, new: RungRow, old: RungRow | None, low: fl
         return None, ""
     rows = rows if rows is not None else [old, new]
     samples = epochs.epoch_samples(component)
+    if epochs.epoch_seconds(component) is not None:  # not resolved: the baseline's runs showed no epoch boundary
+        return None, "not measured: no epoch boundary inside the baseline's measured windows"
     if component in ("compute", "validation") or samples is not None:
         measured = part_ratio(rows, component, new, old, level)
         if measured is None:

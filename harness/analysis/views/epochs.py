@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from harness.analysis.stats import speedup
 
 PREFIX = "epoch:"
+SECONDS_PREFIX = "epoch_s:"  # a guide that gives its epoch in time (DETR's "~15 minutes per epoch"): S seconds
 
 
 @dataclass(frozen=True)
@@ -61,9 +62,30 @@ def epoch_samples(component_name: str) -> int | None:
     return value if value > 0 else None
 
 
+def epoch_seconds(component_name: str) -> int | None:
+    """The guide's epoch in seconds of its baseline of an ``epoch_s:S`` component (None for any other component)."""
+    if not isinstance(component_name, str) or not component_name.startswith(SECONDS_PREFIX):
+        return None
+    value = component_name[len(SECONDS_PREFIX):]
+    return int(value) if value.isdigit() and int(value) > 0 else None
+
+
+def in_samples(component_name: str, baseline: list[EpochCost]) -> str:
+    """``epoch_s:S`` as ``epoch:N``: N the samples the ladder's baseline makes in S seconds at its steady pace here
+    (the median of its runs'), so that an epoch lasts as long at the baseline here as the guide's did at its own and
+    a boundary weighs on it as much; any other component as it is, and ``epoch_s:S`` too without a baseline cost."""
+    seconds = epoch_seconds(component_name)
+    if seconds is None or not baseline:
+        return component_name
+    pace = speedup.median([1000.0 * c.samples_per_step / c.step_ms for c in baseline if c.step_ms > 0])
+    return component(max(1, round(seconds * pace)))
+
+
 def label(component_name: str) -> str:
     """How the table names the part a claim is about: ``epoch of 10,000 samples`` for ``epoch:10000``."""
-    n = epoch_samples(component_name)
+    n, seconds = epoch_samples(component_name), epoch_seconds(component_name)
+    if seconds is not None:
+        return f"per epoch of {seconds:,} s at the baseline's pace"
     return component_name if n is None else f"per epoch of {n:,} samples"
 
 
