@@ -4,6 +4,7 @@ commit, and the estimates are corrected by what recorded parts took (no GPU; git
 
 import dataclasses
 import json
+import re
 import subprocess
 
 import pytest
@@ -174,3 +175,35 @@ def test_the_a100_ladders_full_size_waits_on_its_data_as_the_guides_baseline_did
     part = gpu_parts.find("a100-diagnose")
     assert part.args[0] == "+ladder=a100_volume" and not any("augment" in a for a in part.args)
     assert not any("augment" in a for a in gpu_parts.LADDER_OVERRIDES["a100_volume"])
+
+
+def _guide_rows() -> list[list[str]]:
+    """The cells of every recommendation row of docs/guides.md (its five guides' tables)."""
+    rows, inside = [], False
+    for line in (gpu_parts.REPO / "docs" / "guides.md").read_text().splitlines():
+        if line.startswith("| # | recommendation"):
+            inside = True
+        elif inside and line.startswith("| ") and not line.startswith("|---"):
+            rows.append([cell.strip() for cell in line.strip("|").split(" | ")])
+        elif not line.startswith("|"):
+            inside = False
+    return rows
+
+
+def test_every_recommendation_says_how_far_it_is_measured_and_what_needs_a_gpu_is_in_the_plan():
+    rows = _guide_rows()
+    kinds = [row[-1].split(":")[0].split(";")[0] for row in rows]
+    assert set(kinds) == {"full", "partly", "none"} and all(len(row) == 5 for row in rows)
+    assert all(row[-1].startswith(("partly: ", "none: ")) for row in rows if not row[-1].startswith("full"))
+    counts = (len(rows), kinds.count("full"), kinds.count("partly"), kinds.count("none"),
+              sum("needs a GPU" in row[-1] for row in rows))
+    assert counts == (96, 66, 17, 13, 24)
+    assert "| now | 66 | 17 | 13 | 24 |" in (gpu_parts.REPO / "docs" / "guides.md").read_text()
+    planned = set(gpu_parts.measured_ladders()) | set(gpu_parts.BEYOND_ONE_COMMAND)
+    ladders = set(gpu_parts.ladder_names())
+    section = "seresnet"  # the SEResNet table names its rungs without its ladder; it is the last table
+    for row in rows:
+        if "needs a GPU" in row[-1]:
+            named = {name for name in re.findall(r"(?:`|\+ladder=)([a-z0-9_]+)", row[3]) if name in ladders}
+            named = named or ({section} if re.match(r"rung \d", row[3]) else set())
+            assert named and named <= planned, row[:2]
