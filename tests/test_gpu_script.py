@@ -249,7 +249,7 @@ def test_next_takes_pending_parts_in_order_within_one_command(tmp_path, monkeypa
     (tmp_path / "plan.json").write_text(json.dumps(plan))
     loaded = gpu_plan.load("h100")
     states = {p.name: gpu_plan.state(p, loaded["parts"].get(p.name)) for p in gpu_parts.catalogue()}
-    assert [states[n] for n in ("headline", "noise", "tests", "phase3", "connectomics_quick", "detr_fast")] == \
+    assert [states[n] for n in ("headline", "noise", "tests", "phase3", "connectomics_quick", "detr_fast-r0-4")] == \
         ["done", "changed", "retry", "blocked", "retry", "to do"]
     pending = gpu_plan.pending(loaded)
     # the guide totals first (the cheapest ladder's first: A100's option A), then the retried tests, the noise
