@@ -13,6 +13,8 @@ import statistics
 from dataclasses import asdict, dataclass, field, fields
 from typing import TYPE_CHECKING, Any
 
+from harness.metrics import Metrics
+
 if TYPE_CHECKING:
     from harness.config import RunConfig
 
@@ -82,70 +84,10 @@ class PerSample:
 
 
 @dataclass
-class Summary:
-    """The record's metric fields (each named and typed as in ``RunRecord``), and three that are not stored."""
+class Summary(Metrics):
+    """What the child measured: every metric (``Metrics``, the one declaration; each is the record's column of its
+    name), and three that are not stored."""
 
-    samples_per_step: int | None = None
-    flops_per_sample: float | None = None
-    warmup_steps: int | None = None
-    queue_warmup_steps: int | None = None
-    measured_steps: int | None = None
-    samples_per_s: float | None = None
-    units_per_s: float | None = None
-    step_ms_p50: float | None = None
-    step_ms_p90: float | None = None
-    step_ms_mean: float | None = None
-    data_wait_frac: float | None = None
-    data_wait_ms_p50: float | None = None
-    compile_s: float | None = None
-    first_step_s: float | None = None
-    measured_s: float | None = None
-    window_start_unix: float | None = None
-    peak_vram_bytes: float | None = None
-    peak_host_rss_bytes: float | None = None
-    peak_main_rss_bytes: float | None = None
-    peak_worker_rss_bytes: float | None = None
-    worker_rss_bytes: list[float] = field(default_factory=list)
-    gpu_util_pct: float | None = None
-    gpu_mem_used_bytes: float | None = None
-    gpu_power_w: float | None = None
-    cpu_util_pct: float | None = None
-    other_cpu_pct: float | None = None
-    mfu: float | None = None
-    peak_flops: float | None = None
-    loss_first: float | None = None
-    loss_last: float | None = None
-    step_ms: list[float] = field(default_factory=list)
-    data_wait_ms: list[float] = field(default_factory=list)
-    peak_vram_reserved_bytes: float | None = None
-    warmup_peak_vram_bytes: float | None = None
-    warmup_peak_vram_reserved_bytes: float | None = None
-    cuda_alloc_retries: int | None = None
-    cuda_ooms: int | None = None
-    gpu_sample_note: str = ""
-    device_step_ms: list[float] = field(default_factory=list)
-    device_step_ms_p50: float | None = None
-    device_step_frac: float | None = None
-    gpu_sm_clock_mhz: float | None = None
-    gpu_throttle_reasons: str = ""
-    gpu_sm_active_pct: float | None = None
-    parent_cpu_pct: float | None = None
-    backend_flags: str = ""
-    world_size: int | None = None
-    dist_backend: str = ""
-    samples_per_s_per_device: float | None = None
-    slowest_rank: int | None = None
-    rank_step_ms_p50: list[float] = field(default_factory=list)
-    rank_step_ms_p90: list[float] = field(default_factory=list)
-    rank_measured_s: list[float] = field(default_factory=list)
-    rank_peak_vram_bytes: list[float] = field(default_factory=list)
-    omp_num_threads: int | None = None
-    cudagraph_skips: int | None = None
-    peak_host_pss_bytes: float | None = None
-    worker_uss_bytes: list[float] = field(default_factory=list)
-    peak_compile_worker_bytes: float | None = None
-    profile_json: str = ""
-    profile_trace: str = ""
     # not stored: a check of the measured process (the tests read it), and what rank 0 needs to count the
     # ranks' CPU time together (``ranks.combine`` uses it up), and the workers' peaks the parent merges
     python_threads_in_window: int | None = None
@@ -167,12 +109,13 @@ class Summary:
         return asdict(self)
 
     def record_fields(self) -> dict[str, Any]:
-        """The fields the record stores, by name (``RunRecord(**...)``: a name it lacks raises)."""
-        return {f.name: getattr(self, f.name) for f in fields(self) if f.name not in NOT_STORED}
+        """The metrics, by name, as the record stores them (its columns of those names)."""
+        return {name: getattr(self, name) for name in STORED}
 
 
 SUMMARY_FIELDS = frozenset(f.name for f in fields(Summary))
-NOT_STORED = frozenset({"python_threads_in_window", "cpu_window", "worker_hwm_bytes"})
+STORED = tuple(f.name for f in fields(Metrics))
+NOT_STORED = SUMMARY_FIELDS - frozenset(STORED)
 
 
 def per_sample(cfg: RunConfig, flops: float | None, gpu_name: str) -> PerSample:
