@@ -31,13 +31,15 @@ class Metrics:
     step_ms_mean: float | None = None
     data_wait_frac: float | None = None
     data_wait_ms_p50: float | None = None
-    compile_s: float | None = None
+    compile_s: float | None = None  # from compile's own timers, else estimated from the warm-up (compile on only)
     first_step_s: float | None = None
     measured_s: float | None = None
     # when the measured window opened (UNIX seconds; it ran measured_s from there): to line a run up with what
     # else the machine did then (other jobs' logs, a monitor's series, a paired process)
     window_start_unix: float | None = None
     peak_vram_bytes: float | None = None
+    # host memory: the child's own exact peak (the kernel's high-water mark, read once after the window), with the
+    # loader workers' peaks the parent samples from outside added to the host's
     peak_host_rss_bytes: float | None = None
     peak_main_rss_bytes: float | None = None
     peak_worker_rss_bytes: float | None = None  # the largest loader worker

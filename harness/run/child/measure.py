@@ -340,7 +340,6 @@ def _collect_extras(loop: Loop, window: Window, compile_mode: str) -> Extras:
         compile_s=compiled.compile_seconds() if with_compile and prep is not None else None,
         cpu_window=_cpu_window(start, end) if loop.rank.distributed else None,
         backend_flags=json.dumps(prep.backend_flags, sort_keys=True) if prep is not None else "",
-        checkpointed_units=prep.checkpointed_units if prep else 0,
         cudagraph_skips=compiled.cudagraph_skips(compile_mode, device) if prep is not None else None,
         gpu_sm_active_pct=window.sm_active_pct,
         gpu_sample_note=loop.gpm.note if loop.gpm is not None else "",
