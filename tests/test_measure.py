@@ -7,8 +7,10 @@ import time
 import pytest
 import torch
 
+from harness.run.child import hooks, measure
 from harness.run.child.measure import model_flops_per_sample, train_and_measure
 from harness.run.child.outcome import NonFiniteLoss, classify
+from harness.run.child.ranks import Rank
 from harness.run.child.stopping import (MIN_BLOCKS, StoppingRule, WarmupRule, drain_blocks, is_steady, mean_is_known,
                                           rule_for, t975)
 from harness.run.child.summary import Extras, per_sample, summarize
@@ -110,9 +112,6 @@ def test_accumulation_steps_the_optimizer_once_per_n_micro_batches_with_their_gr
 
 
 def _hook_names(**overrides) -> tuple[list[str], str, list[str]]:
-    from harness.run.child import hooks, measure
-    from harness.run.child.ranks import Rank
-
     cfg = tiny_model_config(**overrides)
     loop = measure._set_up(cfg, cfg.workload, Rank(), lambda *a, **k: None)
     try:
@@ -284,8 +283,6 @@ def test_the_warmup_rule_waits_for_two_steady_blocks_after_the_first_step():
 
 
 def test_warmup_auto_warms_up_until_steady_and_records_how_many_it_took(monkeypatch):
-    from harness.run.child import measure
-
     # a steady sleep in every step, blocks of two: steady after 5 steps (however busy the machine), at most 8
     monkeypatch.setattr(measure, "warmup_rule_for", lambda m: WarmupRule(block=2, tolerance=0.5, max_steps=8))
     markers = []
@@ -329,8 +326,6 @@ def test_the_loaders_queue_counts_as_filled_until_its_batches_are_eaten_or_it_ru
 
 @pytest.mark.parametrize("eat_queue", [True, False])
 def test_a_window_after_a_slow_warmup_step_opens_at_the_loaders_pace_not_on_its_queue(monkeypatch, eat_queue):
-    from harness.run.child import measure
-
     # a compile-like first step (1 s) while 2 workers, each 100 ms an item, queue 2 batches each; then a step of a
     # few ms: data-bound. Sleeps, not work: the same on a busy machine.
     real, calls = measure.forward_backward, []
