@@ -7,10 +7,12 @@ import time
 import pytest
 import torch
 
+from harness.run.child import hooks, measure
 from harness.run.child.measure import model_flops_per_sample, train_and_measure
 from harness.run.child.outcome import NonFiniteLoss, classify
+from harness.run.child.ranks import Rank
 from harness.run.child.stopping import (MIN_BLOCKS, StoppingRule, WarmupRule, drain_blocks, is_steady, mean_is_known,
-                                    rule_for, t975)
+                                          rule_for, t975)
 from harness.run.child.summary import Extras, per_sample, summarize
 from harness.config.workload import builtin
 from tests.conftest import tiny_config, tiny_model_config
@@ -107,6 +109,25 @@ def test_accumulation_steps_the_optimizer_once_per_n_micro_batches_with_their_gr
     assert steps == [(accum, True)] * 3  # the warm-up's and the 2 measured: one optimizer step per 3 micro-batches
     assert len(inputs) == len(targets) == 3 * accum
     assert not torch.equal(inputs[0], inputs[1])  # different micro-batches: their sum is not one batch's gradient
+
+
+def _hook_names(**overrides) -> tuple[list[str], str, list[str]]:
+    cfg = tiny_model_config(**overrides)
+    loop = measure._set_up(cfg, cfg.workload, Rank(), lambda *a, **k: None)
+    try:
+        work = hooks.step_hooks(loop, [], 0)
+    finally:
+        loop.release()
+    name = lambda fn: fn.__qualname__.split(".")[0]  # noqa: E731
+    return [name(h) for h in work.before], name(work.micro), [name(h) for h in work.after]
+
+
+def test_per_step_work_is_one_hook_per_knob_that_acts_built_before_the_loop_in_one_order():
+    assert _hook_names() == (["_zero_grad"], "_train_micro", ["_optimizer_step", "_log_loss"])
+    assert _hook_names(memory_cleanup_every_n_steps=2, debug__fault="oom", debug__fault_step=50,
+                       debug__slowdown_ms=1.0) == (
+        ["_zero_grad"], "_train_micro", ["_optimizer_step", "_periodic", "_fault", "_sleep", "_log_loss"])
+    assert _hook_names(measure__mode="loader") == ([], "_draw_only", [])
 
 
 def test_nan_fault_is_detected_as_nan():
@@ -262,8 +283,6 @@ def test_the_warmup_rule_waits_for_two_steady_blocks_after_the_first_step():
 
 
 def test_warmup_auto_warms_up_until_steady_and_records_how_many_it_took(monkeypatch):
-    from harness.run.child import measure
-
     # a steady sleep in every step, blocks of two: steady after 5 steps (however busy the machine), at most 8
     monkeypatch.setattr(measure, "warmup_rule_for", lambda m: WarmupRule(block=2, tolerance=0.5, max_steps=8))
     markers = []
@@ -307,8 +326,6 @@ def test_the_loaders_queue_counts_as_filled_until_its_batches_are_eaten_or_it_ru
 
 @pytest.mark.parametrize("eat_queue", [True, False])
 def test_a_window_after_a_slow_warmup_step_opens_at_the_loaders_pace_not_on_its_queue(monkeypatch, eat_queue):
-    from harness.run.child import measure
-
     # a compile-like first step (1 s) while 2 workers, each 100 ms an item, queue 2 batches each; then a step of a
     # few ms: data-bound. Sleeps, not work: the same on a busy machine.
     real, calls = measure.forward_backward, []

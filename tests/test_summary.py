@@ -3,14 +3,16 @@
 import dataclasses
 import math
 
+import pyarrow.parquet as pq
 import pytest
 
 from harness.config import DebugConfig
 from harness.run.child import faults, stopping
 from harness.run.parent import isolate
 from harness.run.child.summary import NOT_STORED, Extras, Measurement, PerSample, Summary, summarize
-from harness.store import RunRecord
-from tests.conftest import tiny_config
+from harness.store import COLUMNS, RunRecord, load_runs
+from harness.metrics import Metrics
+from tests.conftest import REPO, tiny_config
 
 
 def _measurement() -> Measurement:
@@ -19,12 +21,27 @@ def _measurement() -> Measurement:
                        loss_first=2.0, loss_last=1.5)
 
 
-def test_every_stored_summary_field_is_a_record_field_of_the_same_type():
+def test_a_metric_is_declared_once_and_both_the_record_and_the_summary_take_it_from_there():
+    metrics = [f.name for f in dataclasses.fields(Metrics)]
     record = {f.name: f.type for f in dataclasses.fields(RunRecord)}
-    for f in dataclasses.fields(Summary):
-        if f.name not in NOT_STORED:
-            assert record.get(f.name) == f.type, f.name
-    assert not NOT_STORED & set(record)
+    assert all(record[f.name] == f.type for f in dataclasses.fields(Metrics))  # each a column of its name and type
+    assert list(Summary().record_fields()) == metrics
+    assert NOT_STORED == {"python_threads_in_window", "cpu_window", "worker_hwm_bytes"} and not NOT_STORED & set(record)
+    # neither declares a metric of its own: a new one is a field of Metrics alone
+    assert not set(RunRecord.__annotations__) & set(metrics) and not set(Summary.__annotations__) & set(metrics)
+    assert len(metrics) == 61 and metrics[:3] == ["samples_per_step", "flops_per_sample", "warmup_steps"]
+
+
+def test_the_records_kept_in_the_repository_read_with_every_column_they_were_written_with():
+    files = sorted(REPO.glob("results/*/runs/*.parquet"))
+    assert files
+    written = set().union(*(pq.read_schema(f).names for f in files))
+    assert written <= set(COLUMNS)
+    folder = files[0].parent.parent  # a results folder, read as a user reads it
+    frame = load_runs(folder)
+    assert len(frame) == len(list((folder / "runs").glob("*.parquet"))) and list(frame.columns)[:len(COLUMNS)] == \
+        list(COLUMNS)
+    assert frame["run_id"].str.len().gt(0).all()
 
 
 def test_a_misspelt_metric_in_the_childs_result_raises():

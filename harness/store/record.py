@@ -26,17 +26,21 @@ Schema history (bump ``SCHEMA_VERSION`` when a column changes meaning or type):
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, fields
 from typing import Any
 
 import pyarrow as pa
 
+from harness.metrics import Metrics
+
 SCHEMA_VERSION = 4
 STATUSES = ("ok", "oom", "nan", "timeout", "error", "skipped")
 
+
 @dataclass
-class RunRecord:
-    """One measured (or attempted) run. Metric names carry their units."""
+class RunIdentity:
+    """What was run, the sweep or paired check it belongs to, and the guide's claims at sweep time (a record's first
+    columns)."""
 
     run_id: str
     status: str
@@ -91,41 +95,14 @@ class RunRecord:
     auto_max_rounds: int | None = None  # sweep.repeats=auto: the round budget its looks spent alpha over; else None
     # units of throughput and model cost
     unit: str = ""  # what units_per_s counts: "voxels" or "images"
-    samples_per_step: int | None = None
-    flops_per_sample: float | None = None
-    # measurement
-    warmup_steps: int | None = None
-    queue_warmup_steps: int | None = None  # of them, taken to eat the batches the loader queued (run/child/stopping.py)
-    measured_steps: int | None = None
-    samples_per_s: float | None = None
-    units_per_s: float | None = None
-    step_ms_p50: float | None = None
-    step_ms_p90: float | None = None
-    step_ms_mean: float | None = None
-    data_wait_frac: float | None = None
-    data_wait_ms_p50: float | None = None
-    compile_s: float | None = None
-    first_step_s: float | None = None
-    measured_s: float | None = None
-    # when the measured window opened (UNIX seconds; it ran measured_s from there): to line a run up with what
-    # else the machine did then (other jobs' logs, a monitor's series, a paired process)
-    window_start_unix: float | None = None
-    peak_vram_bytes: float | None = None
-    peak_host_rss_bytes: float | None = None
-    peak_main_rss_bytes: float | None = None
-    peak_worker_rss_bytes: float | None = None  # the largest loader worker
-    worker_rss_bytes: list[float] = field(default_factory=list)  # peak RSS of every loader worker seen
-    gpu_util_pct: float | None = None
-    gpu_mem_used_bytes: float | None = None
-    gpu_power_w: float | None = None
-    cpu_util_pct: float | None = None
-    other_cpu_pct: float | None = None  # CPU used by other processes during the measured window
-    mfu: float | None = None
-    peak_flops: float | None = None
-    loss_first: float | None = None
-    loss_last: float | None = None
-    step_ms: list[float] = field(default_factory=list)
-    data_wait_ms: list[float] = field(default_factory=list)
+
+
+@dataclass
+class RunRecord(Metrics, RunIdentity):
+    """One measured (or attempted) run: what was run (``RunIdentity``), what it measured (``Metrics``, the one
+    declaration of every metric, which the child's summary shares), then how it ran, the environment and where its
+    wall time went. Columns in that order; metric names carry their units."""
+
     mode: str = "train"  # measure.mode: train, loader (no model) or model (no loader)
     # environment
     torch_version: str = ""
@@ -146,58 +123,6 @@ class RunRecord:
     git_dirty: bool | None = None
     code_fingerprint: str = ""  # hash of the code the child runs (run/parent/fingerprint.py), part of env_key
     threads: str = ""  # thread-count variables and CPU affinity the run had, part of env_key
-    # GPU memory apart: peak_vram_bytes is the measured window's allocated peak; the warm-up
-    # (cuDNN benchmark trials, autotuning, graph capture) has its own peaks; reserved = the allocator's cache,
-    # what must fit in the device. gpu_mem_used_bytes (NVML) is device-wide.
-    peak_vram_reserved_bytes: float | None = None
-    warmup_peak_vram_bytes: float | None = None
-    warmup_peak_vram_reserved_bytes: float | None = None
-    # the caching allocator's counters over the run (torch.cuda.memory_stats, after the window): num_alloc_retries
-    # (a cudaMalloc failed, the cache was freed, the allocation tried again: memory pressure that slows a step) and
-    # num_ooms (out-of-memory errors raised and survived). Empty off CUDA and in older records.
-    cuda_alloc_retries: int | None = None
-    cuda_ooms: int | None = None
-    gpu_sample_note: str = ""  # NVML metrics that could not be read (MIG, GPU gone), and why
-    # CUDA events: per measured step, the device time from the first batch in hand to the optimizer
-    # step's end, read after the window's closing sync; device_step_frac = their sum / the measured window
-    # (below 1: the stream idled between steps, the host was late).
-    device_step_ms: list[float] = field(default_factory=list)
-    device_step_ms_p50: float | None = None
-    device_step_frac: float | None = None
-    # NVML, sampled by the parent in the measured window: mean SM clock, the clock-event (throttle) reasons seen,
-    # and GPM's SM activity (Hopper and newer; the share of SM time with a warp resident, window mean).
-    gpu_sm_clock_mhz: float | None = None
-    gpu_throttle_reasons: str = ""
-    gpu_sm_active_pct: float | None = None
-    # what the harness itself spent: the parent process's CPU time (all its threads: polls, sampling,
-    # the progress display) over the measured window as it saw it, in % of one CPU; empty if it missed an edge
-    parent_cpu_pct: float | None = None
-    backend_flags: str = ""  # JSON: the TF32 / cuDNN settings the run applied, and through which API
-    # multi-device runs (schema 4): every rank timed its own window; the slowest sets samples_per_s (global)
-    world_size: int | None = None  # ranks (devices); 1 for a single-device run, empty in older records
-    dist_backend: str = ""  # nccl (CUDA) or gloo (CPU); "" for a single-device run
-    samples_per_s_per_device: float | None = None  # the slowest rank's samples/s
-    slowest_rank: int | None = None
-    rank_step_ms_p50: list[float] = field(default_factory=list)  # per rank, in rank order
-    rank_step_ms_p90: list[float] = field(default_factory=list)
-    rank_measured_s: list[float] = field(default_factory=list)
-    rank_peak_vram_bytes: list[float] = field(default_factory=list)
-    omp_num_threads: int | None = None  # what the launcher gave each rank (torchrun would force 1)
-    # compile modes that capture CUDA graphs (reduce-overhead, max-autotune on CUDA): how often Inductor skipped
-    # capturing one (its counter "cudagraph_skips", read after the window); > 0: the run ran (partly) without
-    # CUDA graphs under its compile mode's label. Empty where no CUDA graph is asked for, and in older records.
-    cudagraph_skips: int | None = None
-    # host memory with each shared page counted once (psutil's memory_full_info, sampled by the parent): the
-    # tree's PSS (main + loader workers; PSS divides a shared page among the processes mapping it), each loader
-    # worker's USS (the pages it alone holds: what it adds), and Inductor's compile / autotune workers, counted
-    # apart from the loader workers (their PSS together). Empty where the system does not report them.
-    peak_host_pss_bytes: float | None = None
-    worker_uss_bytes: list[float] = field(default_factory=list)
-    peak_compile_worker_bytes: float | None = None
-    # profile.enabled=true: the profile of a few steps run after the window (harness.profiles' JSON summary),
-    # and its Chrome/Perfetto trace's path relative to the results folder ("" without one)
-    profile_json: str = ""
-    profile_trace: str = ""
     # where the run's wall time went, in seconds (harness.run.parent.phases; empty in older records, and where the run
     # did not reach a phase): the parent's start of the child to its first marker (a fresh interpreter's start and
     # imports, or the fork), the model and optimizer built (FLOPs count included), the data set up and the loader

@@ -4,6 +4,7 @@ fingerprint covers.
 
   main.py       the entry point: read the job, measure, write the result, the progress markers
   measure.py    the measured run: set up, warm up, open the window, step, close it
+  hooks.py      per-step work built before the loop: the training step's calls and every knob's, in one order
   step.py       a step's forward and backward, the optimizer's step, the logging step
   stopping.py   when the warm-up ends and the measured window closes
   compiled.py   what torch.compile did: compile time, CUDA-graph skips, the step marker

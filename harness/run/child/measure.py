@@ -15,6 +15,9 @@ and appends to lists; progress markers are written at phase changes only. The wa
 the same loop (``_steps``), as nanoGPT's bench.py runs its burn-in and its benchmark. What is read at the window's
 edges (CPU clocks, GPM's SM activity) is read right after its two syncs, outside it.
 
+Per-step work (the training step's calls, every knob that acts each step, the faults) is a list of hooks built
+before the loop (``harness.run.child.hooks``): ``_steps`` is a fixed core with no test per knob.
+
 :func:`measured_run` keeps the training objects after the window has closed, for what runs after the measurement
 (``profile.enabled``: a profile of a few more steps, ``harness.run.child.profiling``); :func:`train_and_measure` is the
 measurement alone.
@@ -40,7 +43,8 @@ from harness.run import monitor
 from harness.run.child.faults import FaultPlan
 from harness.run.child.outcome import NonFiniteLoss
 from harness.run.child.ranks import Rank, any_rank
-from harness.run.child.step import MetricsLog, forward_backward, optimizer_step, read_loss
+from harness.run.child.hooks import step_hooks
+from harness.run.child.step import MetricsLog, forward_backward
 from harness.run.child.stopping import StoppingRule, WarmupRule, rule_for, starting_at, still_queued, warmup_rule_for
 from harness.run.child.summary import Extras, Measurement
 from harness.workload.data import build_dataset, build_loader, endless
@@ -58,7 +62,7 @@ Progress = Callable[..., None]  # progress(phase, **info): the child's marker wr
 
 @dataclass
 class Loop:
-    """Everything the measured loop reads, made once before it starts (``_steps`` copies it into locals)."""
+    """Everything the measured loop reads, made once before it starts (its per-step hooks are built from it)."""
 
     device: torch.device
     rank: Rank
@@ -261,52 +265,28 @@ def _open_window(loop: Loop, progress: Progress) -> Window:
 
 
 def _steps(loop: Loop, measured: bool) -> tuple[Any, float]:
-    """The warm-up's steps, or the measured ones: (the last loss, None without a model; the first step's start). Each
-    step: clocks around ``next(batches)`` and at its end, two appends, a test per knob or fault, and the calls a
-    training loop makes (a micro-batch's forward and backward, the optimizer's step: ``harness.run.child.step``)."""
-    prep, batches, device, accum, m, rule = loop.prep, loop.batches, loop.device, loop.accum, loop.m, loop.rule
-    move, nb, fmt, step_fn, zero_grad = loop.move, loop.non_blocking, loop.memory_format, loop.step_fn, loop.zero_grad
-    log_every, mark_step, after_step, satisfied = loop.log_every, loop.mark_step, loop.after_step, rule.satisfied
-    no_sync, last_micro, synced, drop_out = loop.no_sync, accum - 1, contextlib.nullcontext(), after_step is None
-    nan_step, fault_step, slowdown_s = loop.faults.nan_step, loop.faults.fault_step, loop.faults.slowdown_s
+    """The warm-up's steps, or the measured ones: (the last loss, None without a model; the first step's start). A
+    fixed core: per step, the hooks before it, each micro-batch drawn with the clock read around ``next(batches)``
+    and handed on, the hooks after it (``hooks.step_hooks``, built here before the first step: the training step's
+    calls and every knob's), the step's time and data wait appended, and the stopping rule's test."""
+    m, rule, batches, accum = loop.m, loop.rule, loop.batches, loop.accum
     first, stop = (loop.warmup, loop.warmup + rule.steps) if measured else (len(m.warmup_ms), loop.warmup)
     times, waits = (m.step_ms, m.data_wait_ms) if measured else (m.warmup_ms, loop.warmup_wait_ms)
-    events, max_s, next_check = (loop.events, rule.max_s, rule.first_check) if measured else ([], math.inf, math.inf)
-    model, loss_fn, autocast, metrics = (prep.model, prep.loss_fn, prep.autocast, loop.metrics) if prep else (None,) * 4
-    loss = out = ev_start = ev_end = None
+    max_s, next_check = (rule.max_s, rule.first_check) if measured else (math.inf, math.inf)
+    work = step_hooks(loop, loop.events if measured else [], first)
+    before, micro, after, satisfied = work.before, work.micro, work.after, rule.satisfied
     t_prev = start = time.perf_counter()
     for step in range(first, stop):
+        for hook in before:
+            hook(step)
         wait = 0.0
-        if mark_step:
-            mark_step()
-        if events:
-            ev_start, ev_end = events[step - first]
-        if prep:
-            zero_grad()
-        for micro in range(accum):
+        for index in range(accum):
             t0 = time.perf_counter()
-            x, y = next(batches)
+            batch = next(batches)
             wait += time.perf_counter() - t0
-            if prep is None:
-                continue
-            if ev_start is not None and micro == 0:  # the device's step starts once the first batch is in hand
-                ev_start.record()
-            if move:
-                x, y = x.to(device, non_blocking=nb, memory_format=fmt), y.to(device, non_blocking=nb)
-            with no_sync() if no_sync is not None and micro < last_micro else synced:
-                loss, out = step_fn(model, loss_fn, autocast, prep.scaler, x, y, accum, drop_out, step == nan_step)
-        if prep:
-            optimizer_step(prep)
-        if ev_end is not None:
-            ev_end.record()
-        if after_step is not None:
-            after_step(step, x, out)
-        if step == fault_step:
-            faults.inject(loop.faults.kind, device)
-        if slowdown_s:
-            time.sleep(slowdown_s)
-        if loss is not None and (step == 0 or (step + 1) % log_every == 0):
-            read_loss(m, loss, accum, step, log_every, metrics)  # (b) the logging sync, and its line written
+            micro(step, index, batch)
+        for hook in after:
+            hook(step)
         t = time.perf_counter()
         times.append((t - t_prev) * 1000.0)
         t_prev = t
@@ -318,7 +298,7 @@ def _steps(loop: Loop, measured: bool) -> tuple[Any, float]:
                 break
             next_check *= 2
             t_prev = time.perf_counter()  # the check's own time (well under a millisecond) is in no step
-    return loss, start
+    return work.state.loss, start
 
 
 def _close_window(loop: Loop, window: Window, loss, progress: Progress) -> None:
@@ -360,7 +340,6 @@ def _collect_extras(loop: Loop, window: Window, compile_mode: str) -> Extras:
         compile_s=compiled.compile_seconds() if with_compile and prep is not None else None,
         cpu_window=_cpu_window(start, end) if loop.rank.distributed else None,
         backend_flags=json.dumps(prep.backend_flags, sort_keys=True) if prep is not None else "",
-        checkpointed_units=prep.checkpointed_units if prep else 0,
         cudagraph_skips=compiled.cudagraph_skips(compile_mode, device) if prep is not None else None,
         gpu_sm_active_pct=window.sm_active_pct,
         gpu_sample_note=loop.gpm.note if loop.gpm is not None else "",

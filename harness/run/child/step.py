@@ -1,6 +1,6 @@
-"""The parts of one training step that the measured loop (``harness.run.child.measure._steps``) calls, as a training
-loop's ``train_step`` would be: a micro-batch's forward and backward, the optimizer's step, and the logging step
-(every ``log_every_n_steps``): the loss read back and the scalars a trainer logs written through a logger."""
+"""The parts of one training step that the measured loop's per-step work calls (``harness.run.child.hooks``), as a
+training loop's ``train_step`` would be: a micro-batch's forward and backward, the optimizer's step, and the logging
+step (every ``log_every_n_steps``): the loss read back and the scalars a trainer logs written through a logger."""
 
 from __future__ import annotations
 

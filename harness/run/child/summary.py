@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import difflib
 import statistics
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from typing import TYPE_CHECKING, Any
+
+from harness.metrics import Metrics
 
 if TYPE_CHECKING:
     from harness.config import RunConfig
@@ -36,42 +38,6 @@ class Measurement:
     units_counted: float | None = None
 
 
-@dataclass
-class Extras:
-    """What the child reads of itself after the window has closed (none of it inside the window)."""
-
-    # The child's own exact peak (the kernel's high-water mark, read once). The parent, which samples this
-    # process and its loader workers from outside, adds the workers' peaks and the GPU metrics.
-    peak_host_rss_bytes: float | None = None
-    peak_main_rss_bytes: float | None = None
-    cpu_util_pct: float | None = None
-    other_cpu_pct: float | None = None
-    python_threads_in_window: int | None = None  # the tests hold this at 1 without loader threads
-    # Peaks of the measured window (reset when it opens). Allocated: live tensors. Reserved: what the caching
-    # allocator holds from the device, which is what must fit in the GPU's memory. CUDA only.
-    peak_vram_bytes: float | None = None
-    peak_vram_reserved_bytes: float | None = None
-    warmup_peak_vram_bytes: float | None = None
-    warmup_peak_vram_reserved_bytes: float | None = None
-    # The caching allocator's counters over the whole run (torch.cuda.memory_stats, read once after the window):
-    # retries (a cudaMalloc failed, the cache was freed and the allocation tried again: memory pressure that slows
-    # a step) and out-of-memory errors raised and survived. CUDA only.
-    cuda_alloc_retries: int | None = None
-    cuda_ooms: int | None = None
-    compile_s: float | None = None  # from compile's own timers; None: the warm-up's estimate stands
-    cpu_window: dict[str, float] | None = None  # multi-device: this rank's CPU seconds over its window
-    backend_flags: str = ""  # JSON: the TF32 / cuDNN settings applied, and through which API
-    checkpointed_units: int = 0
-    cudagraph_skips: int | None = None  # Inductor's count of CUDA graphs it did not capture (CUDA-graph modes only)
-    # GPM's SM activity over the window, from two samples the child takes at the window's two syncs (Hopper and
-    # newer), and why it is empty where it is (the parent adds its own notes to it)
-    gpu_sm_active_pct: float | None = None
-    gpu_sample_note: str = ""
-    # the kernel's high-water mark of every live loader worker at the window's close, by PID (the parent merges
-    # them with its samples: monitor.metrics)
-    worker_hwm_bytes: dict[str, float] | None = None
-
-
 @dataclass(frozen=True)
 class PerSample:
     """What one sample is worth: units of throughput (voxels, images), training FLOPs, and the device's peak."""
@@ -82,70 +48,10 @@ class PerSample:
 
 
 @dataclass
-class Summary:
-    """The record's metric fields (each named and typed as in ``RunRecord``), and three that are not stored."""
+class Summary(Metrics):
+    """What the child measured: every metric (``Metrics``, the one declaration; each is the record's column of its
+    name), and three that are not stored."""
 
-    samples_per_step: int | None = None
-    flops_per_sample: float | None = None
-    warmup_steps: int | None = None
-    queue_warmup_steps: int | None = None
-    measured_steps: int | None = None
-    samples_per_s: float | None = None
-    units_per_s: float | None = None
-    step_ms_p50: float | None = None
-    step_ms_p90: float | None = None
-    step_ms_mean: float | None = None
-    data_wait_frac: float | None = None
-    data_wait_ms_p50: float | None = None
-    compile_s: float | None = None
-    first_step_s: float | None = None
-    measured_s: float | None = None
-    window_start_unix: float | None = None
-    peak_vram_bytes: float | None = None
-    peak_host_rss_bytes: float | None = None
-    peak_main_rss_bytes: float | None = None
-    peak_worker_rss_bytes: float | None = None
-    worker_rss_bytes: list[float] = field(default_factory=list)
-    gpu_util_pct: float | None = None
-    gpu_mem_used_bytes: float | None = None
-    gpu_power_w: float | None = None
-    cpu_util_pct: float | None = None
-    other_cpu_pct: float | None = None
-    mfu: float | None = None
-    peak_flops: float | None = None
-    loss_first: float | None = None
-    loss_last: float | None = None
-    step_ms: list[float] = field(default_factory=list)
-    data_wait_ms: list[float] = field(default_factory=list)
-    peak_vram_reserved_bytes: float | None = None
-    warmup_peak_vram_bytes: float | None = None
-    warmup_peak_vram_reserved_bytes: float | None = None
-    cuda_alloc_retries: int | None = None
-    cuda_ooms: int | None = None
-    gpu_sample_note: str = ""
-    device_step_ms: list[float] = field(default_factory=list)
-    device_step_ms_p50: float | None = None
-    device_step_frac: float | None = None
-    gpu_sm_clock_mhz: float | None = None
-    gpu_throttle_reasons: str = ""
-    gpu_sm_active_pct: float | None = None
-    parent_cpu_pct: float | None = None
-    backend_flags: str = ""
-    world_size: int | None = None
-    dist_backend: str = ""
-    samples_per_s_per_device: float | None = None
-    slowest_rank: int | None = None
-    rank_step_ms_p50: list[float] = field(default_factory=list)
-    rank_step_ms_p90: list[float] = field(default_factory=list)
-    rank_measured_s: list[float] = field(default_factory=list)
-    rank_peak_vram_bytes: list[float] = field(default_factory=list)
-    omp_num_threads: int | None = None
-    cudagraph_skips: int | None = None
-    peak_host_pss_bytes: float | None = None
-    worker_uss_bytes: list[float] = field(default_factory=list)
-    peak_compile_worker_bytes: float | None = None
-    profile_json: str = ""
-    profile_trace: str = ""
     # not stored: a check of the measured process (the tests read it), and what rank 0 needs to count the
     # ranks' CPU time together (``ranks.combine`` uses it up), and the workers' peaks the parent merges
     python_threads_in_window: int | None = None
@@ -167,12 +73,17 @@ class Summary:
         return asdict(self)
 
     def record_fields(self) -> dict[str, Any]:
-        """The fields the record stores, by name (``RunRecord(**...)``: a name it lacks raises)."""
-        return {f.name: getattr(self, f.name) for f in fields(self) if f.name not in NOT_STORED}
+        """The metrics, by name, as the record stores them (its columns of those names)."""
+        return {name: getattr(self, name) for name in STORED}
 
+
+# What the child reads of itself once the window has closed (none of it inside the window: its own peaks, CPU shares,
+# compile time, flags, GPM's SM activity): a summary with those fields filled, which ``summarize`` completes.
+Extras = Summary
 
 SUMMARY_FIELDS = frozenset(f.name for f in fields(Summary))
-NOT_STORED = frozenset({"python_threads_in_window", "cpu_window", "worker_hwm_bytes"})
+STORED = tuple(f.name for f in fields(Metrics))
+NOT_STORED = SUMMARY_FIELDS - frozenset(STORED)
 
 
 def per_sample(cfg: RunConfig, flops: float | None, gpu_name: str) -> PerSample:
@@ -183,13 +94,10 @@ def per_sample(cfg: RunConfig, flops: float | None, gpu_name: str) -> PerSample:
     return PerSample(units=cfg.workload.units_in(tuple(cfg.data.patch_size)), flops=flops, peak_flops=peak)
 
 
-# What the summary takes of the extras as they are (compile_s is merged in; checkpointed_units is not a metric).
-_FROM_EXTRAS = tuple(f.name for f in fields(Extras) if f.name not in ("compile_s", "checkpointed_units"))
-
-
 def summarize(m: Measurement, extras: Extras, sample: PerSample, compiled: bool) -> Summary:
-    """The record's metric fields from a raw measurement. ``compiled``: the warm-up holds compilation, whose
-    time is estimated from it unless compile's own timers said (``extras.compile_s``)."""
+    """The record's metrics: what the child read of itself (``extras``) completed from a raw measurement.
+    ``compiled``: the warm-up holds compilation, whose time is estimated from it unless compile's own timers said
+    (``extras.compile_s``)."""
     steps, counted = len(m.step_ms), m.samples_counted
     samples_per_s = (counted if counted is not None else steps * m.samples_per_step) / m.measured_s \
         if m.measured_s > 0 else None
@@ -201,7 +109,8 @@ def summarize(m: Measurement, extras: Extras, sample: PerSample, compiled: bool)
     if compiled and compile_s is None:
         compile_s = max(0.0, (sum(m.warmup_ms) - len(m.warmup_ms) * p50) / 1000.0)
     known = sample.flops and sample.peak_flops and samples_per_s
-    return Summary(
+    return replace(
+        extras,
         samples_per_step=m.samples_per_step,
         warmup_steps=len(m.warmup_ms),
         queue_warmup_steps=m.queue_warmup_steps,
@@ -232,7 +141,6 @@ def summarize(m: Measurement, extras: Extras, sample: PerSample, compiled: bool)
         step_ms=m.step_ms,
         data_wait_ms=m.data_wait_ms,
         world_size=1,  # a multi-device run's rank 0 replaces this summary with every rank's (ranks.combine)
-        **{name: getattr(extras, name) for name in _FROM_EXTRAS},
     )
 
 
