@@ -248,9 +248,10 @@ def test_code_edited_or_an_environment_changed_during_a_sweep_starts_a_new_zygot
     assert [r.launched_by for r in first] == ["fork", "fork"]
 
 
-def test_a_sweep_served_from_the_store_imports_no_torch(results):
+def test_a_sweep_served_from_the_store_imports_neither_torch_nor_scipy(results):
     """A sweep of a built-in workload whose every rung is in the store starts nothing and imports no torch (its
-    environment key, and whether this machine has CUDA, are known without it)."""
+    environment key, and whether this machine has CUDA, are known without it), and with one round and no
+    calibration it computes no band, so it loads no scipy either (the statistics load it at their first value)."""
     from harness.store import RunRecord, write_record
     from harness.config import ladder as ladder_mod
     from harness.sweeps import rungs
@@ -272,12 +273,13 @@ def test_a_sweep_served_from_the_store_imports_no_torch(results):
     code = ("import sys; from harness import cli; from harness.run.parent import launcher; "
             "launcher.Zygote = None; "  # starting the warm launcher would fail here: a replayed sweep starts none
             "rc = cli.main(sys.argv[1:]); "
-            "print('torch imported' if 'torch' in sys.modules else 'no torch'); sys.exit(rc)")
+            "print('loaded:', sorted({m.split('.')[0] for m in sys.modules} & {'torch', 'scipy'})); sys.exit(rc)")
     env = {**os.environ, "PYTHONPATH": str(REPO), "COLUMNS": "200"}
     out = subprocess.run([sys.executable, "-c", code, "sweep", *args], cwd=REPO, capture_output=True, text=True,
                          env=env, timeout=300)
     assert out.returncode == 0, out.stdout + out.stderr
-    assert out.stdout.count(": ok (cached)") == 4 and out.stdout.splitlines()[-1] == "no torch"
+    assert out.stdout.count(": ok (cached)") == 4 and out.stdout.splitlines()[-1] == "loaded: []"
+    assert "[no band: no variance known]" in out.stdout  # the table was drawn, without a band
 
 
 def test_the_launcher_imports_the_first_runs_model_module_and_builds_nothing(tmp_path, monkeypatch):

@@ -16,12 +16,11 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.dataset as ds
 
 from harness.store.record import COLUMNS, SCHEMA, RunRecord, record_from_row
 from harness.store.write import part_files, record_files
 
-Where = dict[str, Any] | ds.Expression | None
+Where = dict[str, Any] | pc.Expression | None  # pc.Expression is pyarrow.dataset's Expression
 
 
 class UnreadableRecord(UserWarning):
@@ -164,7 +163,7 @@ def _require_folder(results_dir) -> None:
 
 
 def _expression(where: Where):
-    if where is None or isinstance(where, ds.Expression):
+    if where is None or isinstance(where, pc.Expression):
         return where
     expr = None
     for name, value in where.items():
@@ -216,6 +215,10 @@ def scan(files: list[str], columns: list[str], expr) -> tuple[pa.Table, list[tup
     empty = SCHEMA.empty_table().select(columns)
     if not files:
         return empty, [], []
+    # here, not at the top: pyarrow.dataset loads pandas with it (~0.4 s), which a command that only writes a
+    # record (``harness run``'s parent) never needs
+    import pyarrow.dataset as ds
+
     try:
         return ds.dataset(files, schema=SCHEMA, format="parquet").to_table(columns=columns, filter=expr), [], []
     except (OSError, ValueError, pa.ArrowException):

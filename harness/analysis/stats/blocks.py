@@ -36,7 +36,7 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import stats as sps
+from harness.analysis.stats import distributions as sps  # scipy.stats's functions, scipy loaded at the first value
 
 from harness.analysis.stats import speedup
 from harness.analysis.stats.busy import busy_reason, reader

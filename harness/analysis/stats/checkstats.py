@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
-from scipy import stats as sps
+from harness.analysis.stats import distributions as sps  # scipy.stats's functions, scipy loaded at the first value
 
 from harness.analysis.stats import blocks, sequential
 

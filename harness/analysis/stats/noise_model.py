@@ -38,7 +38,7 @@ import math
 from dataclasses import dataclass, field
 
 import numpy as np
-from scipy import stats as sps
+from harness.analysis.stats import distributions as sps  # scipy.stats's functions, scipy loaded at the first value
 
 from harness.analysis.stats import blocks
 from harness.analysis.stats.speedup import BUSY_PCT, POWER, Ratio, repeats_to_decide  # noqa: F401 (part of this API)
@@ -52,7 +52,7 @@ ALPHA = 0.05  # family-wise error rate of a check
 MIN_CV = 0.005  # a few identical runs cannot prove noise below this; a calibrated CV is never taken lower
 UNFIT_CV = 0.10  # a calibration at or above this CV: the machine is too noisy to measure speedups
 NOISE_LADDER = "noise"
-_Z = sps.norm.ppf(0.5 + CONFIDENCE / 2)
+_Z = 1.959963984540054  # sps.norm.ppf(0.5 + CONFIDENCE / 2), written out so that importing this loads no scipy
 
 
 @dataclass(frozen=True)

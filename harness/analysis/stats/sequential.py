@@ -28,8 +28,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
-from scipy import optimize
-from scipy import stats as sps
+from harness.analysis.stats import distributions as sps  # scipy.stats's functions, scipy loaded at the first value
 
 from harness.analysis.stats import blocks, speedup
 
@@ -90,6 +89,8 @@ def _boundary(grid: np.ndarray, mass: np.ndarray, step: float, scale: float, tar
 
     if excess(0.0) <= 0:  # everything left would cross: nothing is left to spend here
         return 0.0
+    from scipy import optimize  # here, not at the top: scipy.optimize loads in ~0.2 s, and only a look's bands need it
+
     return float(optimize.brentq(excess, 0.0, 40.0, xtol=1e-10))
 
 

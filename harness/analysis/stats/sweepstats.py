@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from scipy import stats as sps
+from harness.analysis.stats import distributions as sps  # scipy.stats's functions, scipy loaded at the first value
 
 from harness.analysis.stats import blocks, calibration, noise_model, sequential, speedup
 from harness.analysis.stats.busy import busy_reason
