@@ -87,7 +87,7 @@ def _chosen(ctx: rungs_mod.SweepContext, machine) -> noise_model.Noise:
     from harness.run.parent import runner
 
     cfg = rungs_mod.rung_config(ctx, 0, machine)
-    _, key = runner.environment(cfg.device)
+    key = runner.environment_key(cfg.device)
     try:
         frame = load_runs(ctx.results_dir, where={"ladder": noise_model.NOISE_LADDER, "env_key": [key]})
     except ValueError:

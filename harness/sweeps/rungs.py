@@ -231,7 +231,7 @@ def round_source(ctx: SweepContext, machine: runner.Machine, round_: int) -> str
     if len(begun):
         return _begun_source(ctx.results_dir, begun)
     used = set(mine["cached_from"].fillna("")) | set(mine["run_id"])
-    key = runner.environment(str(rung_config(ctx, 0, machine).device))[1]
+    key = runner.environment_key(str(rung_config(ctx, 0, machine).device))
     sources: dict[str, str] | None = None
     recent: dict[str, str] = {}
     since = time.strftime("%Y-%m-%dT%H:%M:%S+0000", time.gmtime(time.time() - SESSION_S))
@@ -273,7 +273,7 @@ def would_be_cached(ctx: SweepContext, cfg: config_mod.RunConfig) -> bool:
     """Whether :func:`run_rung` would copy these settings from the store (any sweep's measurement)."""
     reason = applicability.skip_reason(cfg, cap_workers_at_cpus=ctx.ladder.cap_workers_at_cpus)
     try:
-        return cached_record(ctx, cfg, runner.environment(cfg.device)[1], set(), reason) is not None
+        return cached_record(ctx, cfg, runner.environment_key(cfg.device), set(), reason) is not None
     except ValueError:  # no results folder yet
         return False
 
@@ -296,12 +296,13 @@ def run_rung(ctx: SweepContext, rung: int, round_: int, machine: runner.Machine,
                   **dict(ctx.record_fields))
     if on_start:
         on_start(cfg, dropped)
-    env, key = runner.environment(cfg.device)
+    key = runner.environment_key(cfg.device)  # the git state (two git processes) only for a run measured
     reason = applicability.skip_reason(cfg, cap_workers_at_cpus=ladder.cap_workers_at_cpus)  # once per run
     cached = cached_record(ctx, cfg, key, set(mine["cached_from"].fillna("")) | set(mine["run_id"]), reason)
     if cached is not None:
         record = copy_cached(cached, **fields)
         store_record(record, cfg.results_dir)
         return RungOutcome(record, "cached", dropped)
+    env, key = runner.environment(cfg.device)
     record = runner.run_and_store(cfg, env, key, on_progress, skip_reason=reason, **fields)
     return RungOutcome(record, "skipped" if reason else "measured", dropped, reason)

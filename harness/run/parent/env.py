@@ -15,6 +15,7 @@ import os
 import platform
 import socket
 import subprocess
+import sys
 from pathlib import Path
 
 import harness
@@ -48,10 +49,33 @@ def _ranges(cpus: list[int]) -> str:
 
 
 def _version(package: str) -> str:
-    try:
-        return importlib.metadata.version(package)
-    except importlib.metadata.PackageNotFoundError:
-        return ""
+    """The installed version of ``package`` ("" when it is not installed). Each lookup scans every folder on the
+    import path, and a sweep asks for the environment at every rung: the answers are kept until a folder on the
+    path changes (installing or removing a package changes its folder's listing, and with it the folder's mtime)."""
+    state = _path_state()
+    if _VERSIONS["state"] != state:
+        _VERSIONS.update(state=state, found={})
+    found = _VERSIONS["found"]
+    if package not in found:
+        try:
+            found[package] = importlib.metadata.version(package)
+        except importlib.metadata.PackageNotFoundError:
+            found[package] = ""
+    return found[package]
+
+
+_VERSIONS: dict = {"state": None, "found": {}}  # the import path's state the versions were read in; the versions
+
+
+def _path_state() -> tuple:
+    """The import path's folders and when each last changed."""
+    state = []
+    for entry in sys.path:
+        try:
+            state.append((entry, os.stat(entry or ".").st_mtime_ns))
+        except OSError:
+            state.append((entry, None))
+    return tuple(state)
 
 
 def cpu_model() -> str:
@@ -77,9 +101,11 @@ def git_state(repo: Path | None = None) -> tuple[str, bool | None]:
         return "", None
 
 
-def collect(device: str) -> dict:
+def collect(device: str, git: bool = True) -> dict:
     """Environment fields of a RunRecord for runs on ``device`` ("cpu" or "cuda"). torch is imported for a GPU's
-    own fields only (``torch_facts``: a sweep served from the store needs no torch)."""
+    own fields only (``torch_facts``: a sweep served from the store needs no torch). ``git=False`` leaves out the
+    commit and whether the tree is dirty (two git processes), which ``env_key`` does not hash: a cache lookup
+    needs only the key."""
     from harness.run.parent import torch_facts
 
     env = {
@@ -111,5 +137,6 @@ def collect(device: str) -> dict:
             env["gpu_driver"] = str(pynvml.nvmlSystemGetDriverVersion())
         except Exception:
             env["gpu_driver"] = ""
-    env["git_commit"], env["git_dirty"] = git_state()
+    if git:
+        env["git_commit"], env["git_dirty"] = git_state()
     return env
