@@ -231,6 +231,7 @@ def test_a_round_is_copied_whole_from_one_earlier_sweep_or_measured_whole(tmp_pa
     measure = FakeMeasure(CLEAR)
     monkeypatch.setattr(runner, "run_and_store", measure)
     monkeypatch.setattr(runner, "environment", lambda device: ({}, "env"))
+    monkeypatch.setattr(runner, "environment_key", lambda device: "env")
     machine = runner.Machine(cuda_available=False)
     short = dataclasses.replace(PHASE2, rungs=PHASE2.rungs[:2])
     for sweep_id, ladder, repeats in (("first-two", short, 1), ("a", PHASE2, 1), ("b", PHASE2, 2)):
