@@ -517,12 +517,16 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--as-users", action="store_true",
                         help="only the end-to-end comparison users make: `harness run` against a plain script of "
                              "their own, fresh processes on all CPUs, ABBA order (benchmarks/end_to_end.py)")
+    # here, not at the top: end_to_end imports the user script's torch, which the poller process (this file
+    # with --poll, standing in for the harness's parent) must not load
+    import end_to_end
+
+    end_to_end.add_options(parser)
     args = parser.parse_args(argv)
     if args.as_users:
-        from end_to_end import as_users
-
-        as_users(args.workloads.split(","), args.rounds or 12, args.steps or 30,
-                 5 if args.warmup is None else args.warmup, _env(), _summary)
+        end_to_end.check_options(parser, args)
+        end_to_end.as_users(args.workloads.split(","), args.rounds or 12, args.steps or 30,
+                 5 if args.warmup is None else args.warmup, _env(), _summary, args.mode, args.data, args.flops)
         return 0
     args.rounds = 6 if args.rounds is None else args.rounds
     args.warmup = 3 if args.warmup is None else args.warmup

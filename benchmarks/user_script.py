@@ -1,12 +1,23 @@
 """A training script as a user writes it, for the end-to-end comparison in ``benchmarks/overhead.py --as-users``.
 
-    python benchmarks/user_script.py resnet50|unet3d [--steps 30] [--warmup 5]
+    python benchmarks/user_script.py resnet50|unet3d|unet3d-full [--steps 30] [--warmup 5]
+                                     [--data random|synthetic] [--mode model|train] [--flops]
 
-It imports torch and the model's own library (torchvision or MONAI) and nothing of the harness: the same model,
-batch, optimizer and loss that ``python -m harness run`` measures with the settings in ``HARNESS_SETTINGS``, one
-batch kept in memory, the loss read at step 0 and every 10 steps (the harness's default logging), and its
-throughput printed as the samples of the timed steps over the sum of their times (the window, as the harness
-reports it). The last line of stdout is JSON.
+It imports torch and the model's own library (torchvision or MONAI) and nothing of the harness but, with
+``--data synthetic``, the numpy function that draws the harness's synthetic volumes: the same model, batch,
+optimizer and loss that ``python -m harness run`` measures with the settings in ``HARNESS_SETTINGS``, the loss read
+at step 0 and every 10 steps (the harness's default logging), and its throughput printed as the samples of the timed
+steps over the sum of their times (the window, as the harness reports it). The last line of stdout is JSON.
+
+* ``--data random`` (the default): one batch of random numbers, int64 labels.
+* ``--data synthetic``: what the harness's workload trains on (``data=synthetic``): random crops of labelled
+  ellipsoid volumes with uint8 labels (3D), or random crops of uint8 images, scaled and normalised (2D), through a
+  ``DataLoader`` (no workers, shuffled, an epoch of the size preset's ``epoch_steps``).
+* ``--mode model`` (the default): one batch kept in memory (the harness's ``measure.mode=model``: with synthetic
+  data, the loader's first batch); ``--mode train``: a batch from the loader every step (``measure.mode=train``,
+  synthetic data only).
+* ``--flops``: first count the model's FLOPs on the meta device, as the harness's child does before it builds the
+  model (what that leaves in the process is then on both sides).
 """
 
 from __future__ import annotations
@@ -15,48 +26,160 @@ import argparse
 import json
 import time
 
+import numpy as np
 import torch
+from torch.utils.data import DataLoader, Dataset
 
 # What ``python -m harness run`` is given for the same training (its workload's settings at this size).
 HARNESS_SETTINGS = {
     "resnet50": ["workload=resnet50", "size=full", "batch_size=8", "data.patch_size=[64,64]", "precision=32"],
     "unet3d": ["workload=unet3d", "size=smoke", "precision=32"],
+    # the connectomics guide's full-width UNet at a CPU-sized batch and patch
+    "unet3d-full": ["workload=unet3d", "size=full", "batch_size=2", "data.patch_size=[32,32,32]", "precision=32"],
+}
+# What those settings resolve to: batch, sample shape (channels first), UNet width, epoch_steps, classes.
+SHAPES = {
+    "resnet50": dict(batch=8, shape=(3, 64, 64), width=None, epoch_steps=250, classes=1000),
+    "unet3d": dict(batch=2, shape=(1, 32, 32, 32), width=0.25, epoch_steps=10, classes=2),
+    "unet3d-full": dict(batch=2, shape=(1, 32, 32, 32), width=1.0, epoch_steps=250, classes=2),
 }
 LOG_EVERY = 10
+SEED = 0
+NUM_VOLUMES = 4  # data.num_volumes: volumes (or 16x as many images) held in RAM to crop from
+MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 
 
-def resnet50():
+def resnet50(width=None):
     from torchvision.models import resnet50 as tv_resnet50
 
     model = tv_resnet50(weights=None, num_classes=1000)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9, weight_decay=1e-4)
-    x, y = torch.randn(8, 3, 64, 64), torch.randint(0, 1000, (8,))
-    return model, torch.nn.CrossEntropyLoss(), optimizer, x, y
+    return model, torch.nn.CrossEntropyLoss(), optimizer
 
 
-def unet3d():
+def unet3d(width: float):
     from monai.losses import DiceCELoss
     from monai.networks.nets import UNet
 
-    model = UNet(spatial_dims=3, in_channels=1, out_channels=2, channels=(8, 16, 32, 64, 128), strides=(2, 2, 2, 2),
+    channels = tuple(max(4, int(round(c * width / 4)) * 4) for c in (32, 64, 128, 256, 512))
+    model = UNet(spatial_dims=3, in_channels=1, out_channels=2, channels=channels, strides=(2, 2, 2, 2),
                  num_res_units=2)
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-4)
-    x, y = torch.randn(2, 1, 32, 32, 32), torch.randint(0, 2, (2, 1, 32, 32, 32))
-    return model, DiceCELoss(to_onehot_y=True, softmax=True), optimizer, x, y
+    return model, DiceCELoss(to_onehot_y=True, softmax=True), optimizer
+
+
+def random_batch(name: str):
+    spec = SHAPES[name]
+    x = torch.randn(spec["batch"], *spec["shape"])
+    if len(spec["shape"]) == 4:
+        return x, torch.randint(0, spec["classes"], (spec["batch"], 1, *spec["shape"][1:]))
+    return x, torch.randint(0, spec["classes"], (spec["batch"],))
+
+
+class VolumeCrops(Dataset):
+    """Random crops (image float32, label uint8) of labelled ellipsoid volumes held in RAM, 1.5x the patch a side."""
+
+    def __init__(self, patch, length: int):
+        from harness.workload.volumes import make_volume  # numpy only: the harness's synthetic volumes, drawn alike
+
+        rng = np.random.default_rng(SEED)
+        side = tuple(int(s * 1.5) for s in patch)
+        pairs = [make_volume(side, rng) for _ in range(NUM_VOLUMES)]
+        self.images = [torch.from_numpy(img)[None] for img, _ in pairs]
+        self.labels = [torch.from_numpy(lbl.astype(np.uint8))[None] for _, lbl in pairs]
+        self.patch, self.length = tuple(patch), length
+
+    def __len__(self) -> int:
+        return self.length
+
+    def __getitem__(self, index: int):
+        g = torch.Generator().manual_seed(SEED * 1_000_003 + index)
+        v = int(torch.randint(len(self.images), (1,), generator=g))
+        crop = [slice(None)]
+        for full, side in zip(self.images[v].shape[1:], self.patch):
+            start = int(torch.randint(full - side + 1, (1,), generator=g))
+            crop.append(slice(start, start + side))
+        return self.images[v][tuple(crop)].contiguous(), self.labels[v][tuple(crop)].contiguous()
+
+
+class ImageCrops(Dataset):
+    """uint8 images in RAM (8/7 of the crop a side) with class labels, randomly cropped, scaled and normalised."""
+
+    def __init__(self, size, length: int, classes: int):
+        from torchvision.transforms import v2
+
+        g = torch.Generator().manual_seed(SEED)
+        stored = tuple(int(s * 8 / 7) for s in size)
+        self.images = torch.randint(0, 256, (16 * NUM_VOLUMES, 3, *stored), dtype=torch.uint8, generator=g)
+        self.labels = torch.randint(0, classes, (16 * NUM_VOLUMES,), generator=g)
+        self.transform = v2.Compose([v2.RandomCrop(list(size)), v2.ToDtype(torch.float32, scale=True),
+                                     v2.Normalize(MEAN, STD)])
+        self.length = length
+
+    def __len__(self) -> int:
+        return self.length
+
+    def __getitem__(self, index: int):
+        i = index % len(self.images)
+        return self.transform(self.images[i]), self.labels[i]
+
+
+def synthetic_batches(name: str):
+    """Batches forever from a DataLoader over the workload's synthetic data, a new epoch every ``epoch_steps``."""
+    spec = SHAPES[name]
+    length = spec["batch"] * spec["epoch_steps"]
+    if len(spec["shape"]) == 4:
+        dataset = VolumeCrops(spec["shape"][1:], length)
+    else:
+        dataset = ImageCrops(spec["shape"][1:], length, spec["classes"])
+    loader = DataLoader(dataset, batch_size=spec["batch"], shuffle=True, drop_last=True,
+                        generator=torch.Generator().manual_seed(SEED))
+    while True:
+        yield from loader
+
+
+def count_flops(build, name: str) -> float:
+    """The model's training FLOPs on one sample, on the meta device (nothing computed)."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    with torch.device("meta"):
+        model = build(SHAPES[name]["width"])[0]
+        x = torch.empty(1, *SHAPES[name]["shape"])
+    counter = FlopCounterMode(display=False)
+    with counter:
+        model(x).float().sum().backward()
+    return float(counter.get_total_flops())
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("model", choices=("resnet50", "unet3d"))
+    parser.add_argument("model", choices=tuple(HARNESS_SETTINGS))
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--warmup", type=int, default=5)
+    parser.add_argument("--data", choices=("random", "synthetic"), default="random")
+    parser.add_argument("--mode", choices=("model", "train"), default="model")
+    parser.add_argument("--flops", action="store_true", help="count the FLOPs on the meta device first")
     args = parser.parse_args()
-    torch.manual_seed(0)
-    model, loss_fn, optimizer, x, y = {"resnet50": resnet50, "unet3d": unet3d}[args.model]()
+    if args.mode == "train" and args.data != "synthetic":
+        parser.error("--mode train takes its batches from a loader: add --data synthetic")
+    torch.manual_seed(SEED)
+    build = resnet50 if args.model == "resnet50" else unet3d
+    if args.flops:
+        count_flops(build, args.model)
+    model, loss_fn, optimizer = build(SHAPES[args.model]["width"])
     model.train()
+    if args.data == "random":
+        batch = random_batch(args.model)
+        batches = iter(lambda: batch, None)
+    else:
+        batches = synthetic_batches(args.model)
+        if args.mode == "model":
+            batch = next(batches)
+            batches = iter(lambda: batch, None)
     step_s = []
     for i in range(args.warmup + args.steps):
         start = time.perf_counter()
+        x, y = next(batches)
         optimizer.zero_grad(set_to_none=True)
         loss = loss_fn(model(x), y)
         loss.backward()

@@ -101,3 +101,58 @@ def test_the_in_process_comparison_trains_one_model_on_both_sides_with_a_live_po
     # one harness side a round, its mean step time kept in milliseconds
     assert len(harness_s) == 2 and harness_ms == [pytest.approx(1000.0 * s) for s in harness_s]
     assert all(math.isfinite(ms) and ms > 0 for ms in harness_ms)
+
+
+def _benchmark_module(name: str):
+    spec = importlib.util.spec_from_file_location(f"{name}_benchmark", _PATH.parent / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+user_script = _benchmark_module("user_script")
+
+
+def _resolved(workload: str):
+    from harness import config as config_mod
+    from harness.commands import hydra_edge
+
+    settings = hydra_edge.plain_settings(hydra_edge.compose_settings(user_script.HARNESS_SETTINGS[workload]))
+    return config_mod.resolve(config_mod.from_dict(settings), cuda_available=False)
+
+
+@pytest.mark.parametrize("workload", sorted(user_script.HARNESS_SETTINGS))
+def test_the_user_scripts_shapes_are_what_the_harness_settings_resolve_to(workload):
+    cfg, spec = _resolved(workload), user_script.SHAPES[workload]
+    assert (cfg.batch_size, cfg.data.epoch_steps, cfg.workload.num_classes) == (spec["batch"], spec["epoch_steps"],
+                                                                                spec["classes"])
+    assert [cfg.workload.in_channels, *cfg.data.patch_size] == list(spec["shape"])
+    assert (cfg.effective_width if workload != "resnet50" else None) == spec["width"]
+    assert cfg.seed == user_script.SEED and cfg.data.num_volumes == user_script.NUM_VOLUMES
+
+
+@pytest.mark.parametrize("workload", ["unet3d", "resnet50"])
+def test_the_user_scripts_synthetic_batches_are_the_harness_loaders_batches(workload):
+    """--data synthetic trains on what the harness's workload does: the same crops, labels and dtypes (uint8 label
+    maps), in the same order."""
+    import torch
+
+    from harness.workload.data import build_dataset, build_loader, endless
+
+    cfg = _resolved(workload)
+    torch.manual_seed(0)  # the 2D crops draw from the global generator, on both sides alike
+    ours = endless(build_loader(cfg, build_dataset(cfg, cfg.workload), cfg.workload))
+    theirs_first = [next(ours) for _ in range(3)]
+    torch.manual_seed(0)
+    theirs = user_script.synthetic_batches(workload)
+    for (x, y), (x2, y2) in zip(theirs_first, [next(theirs) for _ in range(3)]):
+        assert x.dtype == x2.dtype and y.dtype == y2.dtype and torch.equal(x, x2) and torch.equal(y, y2)
+    assert theirs_first[0][1].dtype == (torch.uint8 if workload == "unet3d" else torch.int64)
+
+
+def test_as_users_refuses_a_loader_of_random_numbers():
+    end_to_end = _benchmark_module("end_to_end")
+    assert end_to_end.script_options("model", "synthetic", True) == ("--mode", "model", "--data", "synthetic",
+                                                                      "--flops")
+    with pytest.raises(ValueError, match="add --data synthetic"):
+        end_to_end.script_options("train", "random", False)
