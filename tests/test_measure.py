@@ -1,5 +1,6 @@
 """The measured loop: raw samples kept, warm-up apart, data wait split from compute, faults."""
 
+import gc
 import json
 import math
 import time
@@ -403,3 +404,22 @@ def test_cudagraph_skips_are_read_from_inductors_counter_in_modes_that_capture_g
         counters["inductor"]["cudagraph_skips"] = before
     _, _, extras = _measure()
     assert extras.cudagraph_skips is None and extras.gpu_sm_active_pct is None and extras.gpu_sample_note == ""
+
+
+def test_the_window_opens_on_a_collected_heap(monkeypatch):
+    """The set-up's debt to the cyclic collector is paid in the warm-up: a full collection after the asked-for
+    warm-up steps and before the window's marker (where a full collection falls otherwise depends on the process)."""
+    events: list[str] = []
+
+    def on_collect(phase, info):
+        if phase == "start" and info["generation"] == 2:
+            events.append("full collection")
+
+    cfg = tiny_model_config(measure__steps=3, measure__warmup_steps=2)
+    gc.callbacks.append(on_collect)
+    try:
+        train_and_measure(cfg, cfg.workload, lambda phase, **info: events.append(phase))
+    finally:
+        gc.callbacks.remove(on_collect)
+    window = events.index("measure")
+    assert events.index("warmup") < window and "full collection" in events[events.index("warmup"):window]
