@@ -240,9 +240,9 @@ def time_plain(cfg, window: list | None = None) -> float:
 
     step, device = plain_step(cfg)
     warmup, steps = cfg.measure.warmup_steps, cfg.measure.steps
+    gc.collect()  # as the harness's child does before its warm-up: the set-up's debt to the collector paid here
     for i in range(warmup):
         step(i)
-    gc.collect()  # as the harness's window opens: the set-up's debt to the cyclic collector paid before it
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     start = time.perf_counter()
