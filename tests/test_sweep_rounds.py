@@ -253,6 +253,7 @@ def test_a_sweep_of_this_session_lends_its_runs_to_a_round_in_part(tmp_path, fak
     measure = FakeMeasure(CLEAR, now=True)
     monkeypatch.setattr(runner, "run_and_store", measure)
     monkeypatch.setattr(runner, "environment", lambda device: ({}, "env"))
+    monkeypatch.setattr(runner, "environment_key", lambda device: "env")
     short = dataclasses.replace(PHASE2, rungs=PHASE2.rungs[:2])
     for sweep_id, ladder in (("first-two", short), ("a", PHASE2)):
         ctx = rungs_mod.SweepContext(sweep_id=sweep_id, ladder=ladder, settings={"results_dir": str(tmp_path)},
