@@ -86,12 +86,27 @@ def test_loader_workers_above_the_cpus_are_one_warning_line(tmp_path):
 
 
 def test_every_exit_code_is_said_in_help():
-    for out in (harness_cli("--help"), harness_cli("run", "--help")):
+    for out in (harness_cli("--help"), harness_cli("run", "--help"), harness_cli("check", "--help"),
+                harness_cli("check", "--against", "HEAD", "--help")):
         assert out.returncode == 0
         text = out.stdout[out.stdout.index("exit codes:"):]
-        for code in ("0 ", "1 ", "2 ", "3 ", "4 ", "128+N "):
+        for code in ("0 ", "1 ", "2 ", "3 ", "4 ", "5 ", "6 ", "128+N "):
             assert f"\n  {code}" in text, code
         assert "not in results_dir" in text and "skipped" in text
+        assert "check: busy" in text and "check: undecided" in text
+
+
+def test_the_readme_exit_code_table_is_the_code_s():
+    """README's table lists exactly the codes ``exit_codes`` defines, each with the words of its meaning."""
+    from harness.analysis.gate import answers
+    from harness.commands import exit_codes
+
+    readme = (REPO / "README.md").read_text()
+    table = readme[readme.index("| code | meaning |"):].split("\n\n")[0].splitlines()[2:]
+    documented = {line.split("|")[1].strip(): line.split("|")[2] for line in table}
+    assert set(documented) == {code for code, _ in exit_codes.MEANINGS}
+    assert (exit_codes.BUSY, exit_codes.UNDECIDED) == (answers.BUSY, answers.UNDECIDED) == (5, 6)
+    assert "busy" in documented["5"] and "undecided" in documented["6"] and "regression" in documented["1"]
 
 
 def test_a_skipped_run_exits_4_not_1_and_is_stored(results):

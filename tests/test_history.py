@@ -6,6 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from harness.analysis.views import history, history_page
@@ -106,6 +107,65 @@ def test_refs_runs_join_the_working_trees_config(store):
     found = history.collect(str(store))
     assert len(found.configs) == 1
     assert ("against-2", "check REF") in [(p.session, p.source) for p in found.configs[0].points]
+
+
+def test_a_one_run_session_is_a_point_without_a_band(tmp_path):
+    record(tmp_path, "one", "s1", 100.0, 1)
+    for i, sps in enumerate((100.0, 104.0)):
+        record(tmp_path, f"two{i}", "s2", sps, 2)
+    one, two = history.collect(str(tmp_path)).configs[0].points
+    assert one.runs == 1 and one.low is None and one.high is None  # no variance known, none assumed
+    assert two.low < two.samples_per_s < two.high
+    svg = history_page.chart(history.collect(str(tmp_path)).configs[0])
+    assert svg.count("stroke-width='2'/><circle") == 1  # one band line: the two-run session's
+
+
+def drop_store(results, before=100.0, after=80.0, days=8):
+    """``days`` sweeps of three runs, the level dropping after day ``days // 2`` (commits are the day's digit)."""
+    rng = np.random.default_rng(3)
+    for day in range(1, days + 1):
+        level = before if day <= days // 2 else after
+        for i in range(3):
+            record(results, f"d{day}-{i}", f"s{day}", level * float(np.exp(rng.normal(0, 0.01))), day)
+
+
+def test_change_points_are_marked_on_the_page_and_listed_with_their_commit_range(tmp_path, capsys):
+    drop_store(tmp_path)
+    (config,) = history.collect(str(tmp_path)).configs
+    (step,) = config.steps
+    assert (step.good, step.bad, step.bad_session) == ("4" * 12, "5" * 12, "s5")
+    assert step.ratio == pytest.approx(0.8, rel=0.02)
+    assert history_cmd.main("history", ["--results", str(tmp_path), "--out", str(tmp_path / "site")]) == 0
+    page = (tmp_path / "site" / "index.html").read_text()
+    assert "step -19.9%" in page and "class='step'" in page
+    bisect = f"python -m harness bisect {'4' * 12} {'5' * 12} --results {tmp_path} --sweep s5"
+    assert bisect in page
+    capsys.readouterr()
+    assert history_cmd.main("history", ["--results", str(tmp_path), "--regressions"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == ("1 regression(s) among the change points of 1 config(s) (a drop of more than 5% between two "
+                      "sweeps)")
+    assert out[1].startswith("unet3d: phase2 rung 0 [cfg-a] on cpu Test CPU @ 3.0GHz (2 cores): -19.9% between")
+    assert f"commits {'4' * 12}..{'5' * 12}" in out[1] and out[2] == f"  {bisect}"
+    assert history_cmd.main("history", ["--results", str(tmp_path), "--regressions", "--threshold", "0.3"]) == 0
+    assert capsys.readouterr().out.startswith("0 regression(s)")
+    assert history_cmd.main("history", ["--results", str(tmp_path)]) == 2
+    assert "give --out FOLDER" in capsys.readouterr().err
+
+
+def test_the_example_store_draws_a_one_run_session_without_a_band_and_marks_its_change_point(tmp_path, capsys):
+    """The committed example (examples/history: seeded, synthetic records, made by its make_store.py)."""
+    store = Path(__file__).resolve().parents[1] / "examples" / "history" / "results"
+    found = history.collect(str(store))
+    slowed = next(c for c in found.configs if c.rung == 1)
+    one_run = [p for p in slowed.points if p.runs == 1]
+    assert len(one_run) == 1 and one_run[0].low is None and one_run[0].high is None
+    (step,) = slowed.steps
+    assert (step.good, step.bad) == ("5" * 12, "6" * 12) and 0.78 < step.ratio < 0.83
+    assert not next(c for c in found.configs if c.rung == 0).steps
+    assert history_cmd.main("history", ["--results", str(store), "--out", str(tmp_path)]) == 0
+    page = (tmp_path / "index.html").read_text()
+    assert page.count("class='step'") == 1 and f"bisect {'5' * 12} {'6' * 12}" in page
 
 
 def test_a_check_that_never_decided_is_not_drawn_as_sessions(store):

@@ -204,7 +204,7 @@ for argv, code in [
     (["report", "--results", r, "--sweep", "phase2-a", "--out", str(out / "report.html")], 0),
     (["baseline", "save", "base", "--results", r, "--sweep", "phase2-a"], 0),
     (["baseline", "list", "--results", r], 0),
-    (["check", "--baseline", "base", "--results", r, "--sweep", "phase2-b"], 0),
+    (["check", "--baseline", "base", "--results", r, "--sweep", "phase2-b"], 6),  # undecided (default session sd)
     (["store", "info", "--results", r], 0),
     (["store", "verify", "--results", r], 0),
 ]:

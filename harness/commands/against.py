@@ -1,12 +1,15 @@
 """``python -m harness check --against REF``: the working tree against a commit, measured now, side by side.
 
-    python -m harness check --against REF [--sweep ID|latest] [--rounds 6] [--results DIR]
-                            [--threshold 0.05] [--format text|junit|json] [key=value ...]
+    python -m harness check --against REF [--sweep ID|latest] [--results DIR] [--rounds 4] [--max-rounds 12]
+                            [--budget-min 30] [--threshold 0.05] [--format text|junit|json|md]
+                            [--summary FILE] [--history-url URL] [key=value ...] [check.budget_min=M]
 
 Every config of the sweep is measured again with REF's code and with the working tree's, interleaved, in
-fresh processes (``harness.sweeps.against``), and judged round by round (``harness.analysis.gate.paired``).
-Exit codes: 0 nothing regressed, 1 something regressed, 2 bad input (an unknown REF, sweep or setting),
-a run that could not start, or a machine too busy to trust (the busy configs are named).
+fresh processes (``harness.sweeps.against``), and judged round by round (``harness.analysis.gate.paired``):
+``--rounds`` rounds, then a look every second round; rounds are added while a config is undecided, up to
+``--max-rounds`` and the ``--budget-min`` (``harness.commands.against_rounds``; the looks' error control:
+``harness.analysis.gate.looks``). Exit codes (``harness.analysis.gate.answers``): 0 decided, nothing regressed;
+1 regressed; 2 bad input, a run that could not start, nothing comparable; 5 busy; 6 undecided at the budget.
 """
 
 from __future__ import annotations
@@ -16,60 +19,190 @@ import sys
 from pathlib import Path
 
 from harness import config as config_mod
-from harness.analysis.gate import paired, verdicts
+from harness.analysis.gate import looks, paired, verdicts
 from harness.analysis.gate.thresholds import parse_thresholds
 from harness.analysis.gate.paired_formats import FORMATS, render, to_json
-from harness.commands import common_args, hydra_edge
+from harness.commands import against_rounds, common_args, hydra_edge
 from harness.store import load_runs, new_id
 from harness.sweeps import against, replay, worktree
 
-DEFAULT_ROUNDS = 6  # even: each config runs REF first in half its rounds (``against.order``)
+DEFAULT_ROUNDS = 4  # before the first look; even: each config runs REF first in half its rounds (``against.order``)
+DEFAULT_MAX_ROUNDS = 12
+DEFAULT_BUDGET_MIN = 30.0
+BUDGET_KEY = "check.budget_min"
 
 
 def main(command: str, argv: list[str]) -> int:
     parser = common_args.parser(command, "measure the working tree against commit REF now, config by config, "
-                                         "interleaved: exit 0 ok, 1 regression, 2 bad input or machine busy")
+                                         "interleaved, adding rounds while undecided: exit 0 decided and nothing "
+                                         "regressed, 1 regressed, 2 bad input, 5 machine busy, 6 undecided")
     parser.add_argument("--against", required=True, metavar="REF",
                         help="a commit, branch or tag of the repository of the current folder (e.g. HEAD~1, main)")
     common_args.add_sweep(parser)
     common_args.add_results(parser)
     parser.add_argument("--rounds", type=int, default=DEFAULT_ROUNDS,
-                        help=f"runs of each side per config (default {DEFAULT_ROUNDS}; at least 2)")
+                        help=f"rounds before the first look (default {DEFAULT_ROUNDS}; at least 2); then a look "
+                             "every second round")
+    parser.add_argument("--max-rounds", type=int, default=DEFAULT_MAX_ROUNDS,
+                        help=f"the most rounds, while a config is undecided (default {DEFAULT_MAX_ROUNDS}); equal to "
+                             "--rounds: a fixed number of rounds")
+    parser.add_argument("--budget-min", type=float, default=None,
+                        help=f"no round starts that would end after these minutes (default {DEFAULT_BUDGET_MIN:g}; "
+                             f"also {BUDGET_KEY}=M)")
     parser.add_argument("--threshold", action="append", metavar="[WORKLOAD=|ladder:NAME=]FRACTION",
                         help="throughput drop that counts (default 0.05); repeat for per-workload or per-ladder values")
-    common_args.add_format(parser, FORMATS, "text", "text (default), junit or json")
+    common_args.add_format(parser, FORMATS, "text", "text (default), junit, json or md")
+    common_args.add_summary(parser)
+    common_args.exit_codes_epilog(parser)
     parser.add_argument("overrides", nargs="*", metavar="key=value", help="settings for every run of both sides")
     return common_args.run(parser, argv, run_against)
 
 
-def run_against(args: argparse.Namespace) -> int:
-    """Check, measure, decide, print; the exit code."""
-    thresholds = parse_thresholds(args.threshold, 0.05, "--threshold")
+def budget_minutes(args: argparse.Namespace) -> float:
+    """``--budget-min`` or ``check.budget_min=M`` (taken out of the runs' settings); ValueError naming the value."""
+    given = [o for o in args.overrides if o.split("=", 1)[0] == BUDGET_KEY]
+    args.overrides = [o for o in args.overrides if o not in given]
+    text = given[-1].split("=", 1)[1] if given else args.budget_min
+    try:
+        minutes = DEFAULT_BUDGET_MIN if text is None else float(text)
+    except ValueError:
+        raise ValueError(f"{BUDGET_KEY}={text!r}: a number of minutes, such as 30") from None
+    if not minutes > 0:
+        raise ValueError(f"--budget-min {minutes:g}: a positive number of minutes, such as 30")
+    return minutes
+
+
+def check_rounds(args: argparse.Namespace) -> None:
     if args.rounds < 2:
-        raise ValueError(f"--rounds {args.rounds}: a paired check needs 2 or more rounds (6 recommended: an even number balances each config's sides)")
+        raise ValueError(f"--rounds {args.rounds}: a paired check needs 2 or more rounds (4 recommended: an even "
+                         "number balances each config's sides)")
+    if args.max_rounds < args.rounds:
+        raise ValueError(f"--max-rounds {args.max_rounds}: at least --rounds ({args.rounds}); equal to it for a "
+                         "fixed number of rounds")
+
+
+def run_against(args: argparse.Namespace) -> int:
+    """Check, measure round by round until decided, decide, print; the exit code."""
+    thresholds = parse_thresholds(args.threshold, 0.05, "--threshold")
+    check_rounds(args)
+    budget = budget_minutes(args)
     hydra_edge.check_overrides(args.overrides)
     plan, warnings = prepare(args)
-    for warning in warnings:
-        print(f"warning: {warning}", file=sys.stderr)
+    stored_s, gaps = against_rounds.estimate_run_s(_stored_runs(plan, args.results))
+    clock = against_rounds.Clock(len(plan.replays), args.rounds, args.max_rounds, 60 * budget, stored_s)
     work = plan.trees[against.WORK]
-    print(f"check --against {args.against}: {len(plan.replays)} config(s) x {args.rounds} rounds x 2 sides, "
-          f"REF {plan.trees[against.REF].commit[:12]} in {plan.trees[against.REF].root}", file=sys.stderr)
+    print(f"check --against {args.against}: REF {plan.trees[against.REF].commit[:12]} in "
+          f"{plan.trees[against.REF].root}", file=sys.stderr)
+    print(clock.plan_line(gaps), file=sys.stderr)
+    common_args.warn_if_unfit()
     if work.dirty:
         print(f"note: the working tree has uncommitted changes to tracked files; they are measured as they are "
               f"(recorded as {work.commit[:12]}-dirty)", file=sys.stderr)
+    lookout = Lookout(plan, args, thresholds, warnings, clock)
     try:  # an interrupt ends in harness.cli, as every measuring command's does
-        against.measure(plan, _show)
+        with against_rounds.Progress(clock) as progress:
+            lookout.progress = progress
+            rounds = against.measure(plan, lookout.show, lookout.go_on)
     except against.RunFailed as exc:
         return common_args.refuse(exc)
-    result = decide(plan, args, thresholds, warnings)
+    result = lookout.decide(rounds, lookout.stopped or ("decided" if rounds < args.max_rounds else ""))
+    return report(result, args, plan.check_id)
+
+
+def report(result: paired.PairedResult, args: argparse.Namespace, check_id: str) -> int:
+    """Print the result, write the summary, keep the verdict; the exit code."""
     print(render(result, args.format))
     if result.error():
         print(f"error: {result.error()}", file=sys.stderr)
+    common_args.write_summaries(render(result, "md"), args.summary)
     try:
-        verdicts.save_verdict(args.results, plan.check_id, to_json(result))
+        verdicts.save_verdict(args.results, check_id, to_json(result))
     except OSError as exc:
         print(f"warning: the verdict was not kept for the history page ({exc})", file=sys.stderr)
     return result.exit_code
+
+
+class Lookout:
+    """Shows each run, times it, and looks after the rounds the check looks at: another round, or stop."""
+
+    def __init__(self, plan, args, thresholds, warnings, clock: against_rounds.Clock):
+        self.plan, self.args, self.thresholds, self.warnings, self.clock = plan, args, thresholds, warnings, clock
+        self.stopped = ""
+        self.progress = None
+        self.planned = looks.look_rounds(args.rounds, args.max_rounds)
+
+    def show(self, i: int, n: int, turn: against.Turn, record) -> None:
+        where = (f"round {turn.round_ + 1}, rung {turn.replay.rung} ({turn.replay.change or 'baseline'}), "
+                 f"{against.side_name(turn.side)}")
+        if record is None:
+            self.clock.started_run()
+            self.progress.run(i - 1, where, None)
+            return
+        self.clock.ended_run()
+        speed = f"{record.samples_per_s:.2f} samples/s" if record.samples_per_s else "-"
+        busy = (f", other processes {record.other_cpu_pct:.0f}% of the CPUs"
+                if record.other_cpu_pct is not None else "")
+        self.progress.run(i, where, f"{record.status}, {speed}{busy}")
+
+    def go_on(self, done: int) -> bool:
+        """Before round ``done + 1``: look if ``done`` is a look's round; False to stop."""
+        if done in self.planned:
+            result = self.decide(done, "")
+            open_ = result.undecided_rows
+            self.progress.say(f"look after round {done}: {len(result.rows) - len(open_)} of {len(result.rows)} "
+                              f"config(s) decided" + (f"; undecided: {'; '.join(r.name for r in open_)}" if open_
+                                                      else "; stop"))
+            if not open_:
+                self.stopped = "decided"
+                return False
+            self.progress.more_rounds(next((r for r in self.planned if r > done), self.args.max_rounds))
+        refusal = self.clock.refusal(done)
+        if refusal:
+            self.stopped = refusal
+            self.progress.say(f"stop: {refusal}")
+        return not refusal
+
+    def decide(self, rounds: int, stopped: str) -> paired.PairedResult:
+        """The paired analysis of the check's first ``rounds`` rounds, as stored, at that look's level."""
+        frame = load_runs(self.plan.checks_store, where={"sweep_id": self.plan.check_id})
+        frame = frame[frame["round"].fillna(0) < rounds]
+        looked = looks.fractions(rounds, self.args.rounds, self.args.max_rounds)
+        plan, args = self.plan, self.args
+        rows = paired.analyse(frame, self.thresholds, looks.at_level(looked), looks.same_level(looked))
+        return paired.PairedResult(rows=rows, check_id=plan.check_id,
+                                   sweep_id=plan.sweep_id, ref=args.against,
+                                   ref_commit=plan.trees[against.REF].commit,
+                                   work_commit=plan.trees[against.WORK].label, rounds=rounds,
+                                   thresholds=self.thresholds, warnings=self.warnings, max_rounds=args.max_rounds,
+                                   stopped=stopped, commands=reproduce(plan, args, self.clock.budget_s / 60),
+                                   history=args.history_url or "")
+
+
+def reproduce(plan: against.AgainstPlan, args: argparse.Namespace, budget_min: float) -> list[list[str]]:
+    """The command lines that measure this check again (REF by its commit) and draw the history page."""
+    check = ["python", "-m", "harness", "check", "--against", plan.trees[against.REF].commit, "--sweep",
+             plan.sweep_id, "--results", args.results, "--rounds", str(args.rounds), "--max-rounds",
+             str(args.max_rounds), "--budget-min", f"{budget_min:g}"]
+    for value in args.threshold or []:
+        check += ["--threshold", value]
+    return [check + list(args.overrides),
+            ["python", "-m", "harness", "history", "--results", args.results, "--out",
+             str(Path(args.results) / "history")]]
+
+
+def _stored_runs(plan: against.AgainstPlan, results: str):
+    """The stored runs of this check's configs (the sweep's and earlier checks'), for the time estimate."""
+    hashes = sorted({r.config_hash for r in plan.replays if r.config_hash})
+    frames = []
+    for store in (Path(results), plan.checks_store):
+        try:
+            frames.append(load_runs(store, columns=["sweep_id", "timestamp", "config_hash"],
+                                    where={"config_hash": hashes} if hashes else None))
+        except (ValueError, OSError):
+            continue
+    import pandas as pd
+
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=["sweep_id", "timestamp"])
 
 
 def prepare(args: argparse.Namespace) -> tuple[against.AgainstPlan, list[str]]:
@@ -86,12 +219,12 @@ def prepare(args: argparse.Namespace) -> tuple[against.AgainstPlan, list[str]]:
     work = worktree.working_tree(root)
     sweep_id = str(records["sweep_id"].iloc[0])
     key = against.check_key(commit, work, worktree.git(["diff", "HEAD"], root) if work.dirty else "", sweep_id,
-                            args.rounds, here.relative_to(root), list(args.overrides))
+                            (args.rounds, args.max_rounds), here.relative_to(root), list(args.overrides))
     finished = {str(d.get("check_id")) for d in verdicts.load_verdicts(results)[0]}
     resumed = against.unfinished_check(results, key, finished.__contains__)
     check_id = resumed or new_id("against-")
     plan = against.AgainstPlan(check_id=check_id, trees={}, subfolder=here.relative_to(root), replays=replays,
-                               rounds=args.rounds, checks_store=verdicts.checks_dir(results),
+                               rounds=args.max_rounds, checks_store=verdicts.checks_dir(results),
                                scratch=against.plan_scratch(results, check_id), sweep_id=sweep_id)
     against.write_workload_files(plan)
     for item in replays:  # a bad setting stops here, in one line, before any tree is made or run
@@ -101,27 +234,6 @@ def prepare(args: argparse.Namespace) -> tuple[against.AgainstPlan, list[str]]:
     against.keep_plan(plan, key)
     if resumed:
         stored = len(against.stored_turns(plan))
-        print(f"resuming check {check_id}: {stored} of {2 * args.rounds * len(replays)} runs are stored; "
+        print(f"resuming check {check_id}: {stored} of at most {2 * args.max_rounds * len(replays)} runs are stored; "
               "measuring the rest", file=sys.stderr)
     return plan, warnings
-
-
-def decide(plan: against.AgainstPlan, args: argparse.Namespace, thresholds, warnings: list[str]) -> paired.PairedResult:
-    """The paired analysis of the check's records, as stored."""
-    frame = load_runs(plan.checks_store, where={"sweep_id": plan.check_id})
-    return paired.PairedResult(rows=paired.analyse(frame, thresholds), check_id=plan.check_id,
-                               sweep_id=plan.sweep_id, ref=args.against,
-                               ref_commit=plan.trees[against.REF].commit,
-                               work_commit=plan.trees[against.WORK].label, rounds=args.rounds, thresholds=thresholds,
-                               warnings=warnings)
-
-
-def _show(i: int, n: int, turn: against.Turn, record) -> None:
-    where = f"[{i}/{n}] round {turn.round_ + 1}, rung {turn.replay.rung} ({turn.replay.change or 'baseline'}), " \
-            f"{against.side_name(turn.side)}"
-    if record is None:
-        print(f"{where}: measuring", file=sys.stderr, flush=True)
-        return
-    speed = f"{record.samples_per_s:.2f} samples/s" if record.samples_per_s else "-"
-    busy = f", other processes {record.other_cpu_pct:.0f}% of the CPUs" if record.other_cpu_pct is not None else ""
-    print(f"{where}: {record.status}, {speed}{busy}", file=sys.stderr, flush=True)

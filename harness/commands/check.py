@@ -6,8 +6,9 @@
 
 ``check --against REF`` measures the working tree against a commit instead (``harness.commands.against``).
 
-Exit codes: 0 nothing regressed, 1 something regressed (throughput, memory, or a config that now
-fails), 2 bad input or nothing at all comparable. The decision is ``harness.analysis.gate.check``'s; the
+Exit codes (``harness.analysis.gate.answers``): 0 decided, nothing regressed; 1 something regressed
+(throughput, memory, or a config that now fails); 2 bad input or nothing at all comparable; 5 a config measured
+on a busy machine; 6 a config undecided. The decision is ``harness.analysis.gate.check``'s; the
 baseline files are ``harness.analysis.gate.baseline``'s. No torch, no Hydra.
 """
 
@@ -16,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 
 from harness.analysis.gate import baseline, check, verdicts
 from harness.analysis.gate.check_formats import FORMATS, render_check
@@ -30,9 +32,10 @@ def main(command: str, argv: list[str]) -> int:
         from harness.commands import against
 
         return against.main(command, argv)
-    parser = common_args.parser(command, "check a sweep against a baseline: exit 0 ok, 1 regression, "
-                                         "2 bad input or nothing comparable (or measure the working tree against "
-                                         "a commit: check --against REF --help)")
+    parser = common_args.parser(command, "check a sweep against a baseline: exit 0 decided and nothing regressed, "
+                                         "1 regression, 2 bad input or nothing comparable, 5 machine busy, "
+                                         "6 undecided (or measure the working tree against a commit, adding rounds "
+                                         "while undecided: check --against REF --help)")
     parser.add_argument("--baseline", required=True,
                         help="baseline name (in results/baselines) or path to a .parquet")
     common_args.add_sweep(parser)
@@ -41,7 +44,9 @@ def main(command: str, argv: list[str]) -> int:
                         help="throughput drop that counts (default 0.05); repeat for per-workload or per-ladder values")
     parser.add_argument("--mem-threshold", action="append", metavar=THRESHOLD_FORM,
                         help="peak memory growth that counts (default 0.10); same forms as --threshold")
-    common_args.add_format(parser, FORMATS, "text", "text (default), junit or json")
+    common_args.add_format(parser, FORMATS, "text", "text (default), junit, json or md")
+    common_args.add_summary(parser)
+    common_args.exit_codes_epilog(parser)
     return common_args.run(parser, argv, run_check)
 
 
@@ -54,11 +59,25 @@ def run_check(args: argparse.Namespace) -> int:
                                mem_thresholds)
     for warning in result.warnings:
         print(f"warning: {warning}", file=sys.stderr)
-    print(render_check(result, args.format))
+    commands = reproduce(args, result)
+    history = args.history_url or str(Path(args.results) / "history" / "index.html")
+    print(render_check(result, args.format, commands, history))
     if result.error():
         print(f"error: {result.error()}", file=sys.stderr)
+    common_args.write_summaries(render_check(result, "md", commands, history), args.summary)
     _keep_verdict(args.results, result)
     return result.exit_code
+
+
+def reproduce(args: argparse.Namespace, result: check.CheckResult) -> list[list[str]]:
+    """The command lines that check this sweep again and draw the history page."""
+    line = ["python", "-m", "harness", "check", "--baseline", args.baseline, "--sweep", result.sweep_id,
+            "--results", args.results]
+    for flag, values in (("--threshold", args.threshold), ("--mem-threshold", args.mem_threshold)):
+        for value in values or []:
+            line += [flag, value]
+    return [line, ["python", "-m", "harness", "history", "--results", args.results, "--out",
+                   str(Path(args.results) / "history")]]
 
 
 def _keep_verdict(results_dir: str, result: check.CheckResult) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 from typing import Callable, Iterable
 
 from harness.registry import unknown_choice
@@ -52,6 +53,43 @@ def add_format(parser: argparse.ArgumentParser, choices: Iterable[str], default:
         return value
 
     parser.add_argument("--format", default=default, type=one_of, metavar="{" + ",".join(choices) + "}", help=help)
+
+
+def add_summary(parser: argparse.ArgumentParser) -> None:
+    """``--summary FILE`` and ``--history-url``: a check's markdown summary for a pull request."""
+    parser.add_argument("--summary", metavar="FILE",
+                        help="also write the markdown summary here (and append it to $GITHUB_STEP_SUMMARY when set)")
+    parser.add_argument("--history-url", metavar="URL",
+                        help="where the summary links the history page (default: the page `history` writes)")
+
+
+def exit_codes_epilog(parser: argparse.ArgumentParser) -> None:
+    """``--help`` ends with the exit codes (``harness.commands.exit_codes``), laid out as written."""
+    from harness.commands import exit_codes
+
+    parser.epilog = exit_codes.help_text()
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+
+
+def warn_if_unfit() -> None:
+    """One line on stderr when this machine is not fit to measure (``harness.run.monitor.fitness``)."""
+    from harness.run.monitor import fitness
+
+    line = fitness.warning_line(fitness.survey(window_s=fitness.WARN_WINDOW_S))
+    if line:
+        print(line, file=sys.stderr)
+
+
+def write_summaries(markdown: str, path: str | None) -> None:
+    """``markdown`` to ``path`` (replaced), and appended to ``$GITHUB_STEP_SUMMARY`` when it is set."""
+    import os
+
+    if path:
+        Path(path).write_text(markdown)
+    step = os.environ.get("GITHUB_STEP_SUMMARY")
+    if step:
+        with open(step, "a") as out:
+            out.write(markdown)
 
 
 def run(parser: argparse.ArgumentParser, argv: list[str], body: Callable[[argparse.Namespace], int]) -> int:

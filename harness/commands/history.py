@@ -1,6 +1,7 @@
 """``python -m harness history``: one HTML page of every config's throughput over commits and dates.
 
     python -m harness history [--results DIR] [--ladder L] [--workload W] --out site/
+    python -m harness history --regressions [--threshold 0.05]      # the change points that dropped
 
 Reads the store, the saved baselines, the runs of ``check --against`` and every check's verdict
 (``harness.analysis.views.history``), and writes ``OUT/index.html``, self-contained
@@ -27,17 +28,31 @@ def main(command: str, argv: list[str]) -> int:
     common_args.add_results(parser)
     parser.add_argument("--ladder", help="only the configs of this ladder")
     parser.add_argument("--workload", help="only the configs of this workload")
-    parser.add_argument("--out", required=True, help="folder to write index.html into (made if missing)")
+    parser.add_argument("--out", help="folder to write index.html into (made if missing)")
+    parser.add_argument("--regressions", action="store_true",
+                        help="list every change point of a config's sweeps that dropped by more than --threshold, "
+                             "with its commit range and the bisect command")
+    parser.add_argument("--threshold", type=float, default=0.05, help="with --regressions: the drop that counts "
+                                                                      "(default 0.05)")
     return common_args.run(parser, argv, run_history)
 
 
 def run_history(args: argparse.Namespace) -> int:
-    out = _writable_folder(args.out)
+    if not args.out and not args.regressions:
+        raise ValueError("give --out FOLDER (the page, e.g. --out results/history) or --regressions (the list), "
+                         "or both")
+    if not 0 < args.threshold < 1:
+        raise ValueError(f"--threshold {args.threshold:g}: a fraction between 0 and 1, such as 0.05")
+    out = _writable_folder(args.out) if args.out else None
     found = history.collect(args.results, args.ladder, args.workload)
     for warning in found.warnings:
         print(f"warning: {warning}", file=sys.stderr)
     if not found.configs:
         raise ValueError(f"{args.results} holds no measured config to draw (run a sweep first)")
+    if args.regressions:
+        print_regressions(found, args.threshold)
+    if out is None:
+        return 0
     try:
         path = write_text_atomic(out / "index.html", history_page.page(found))
     except OSError as exc:  # the folder changed meanwhile
@@ -46,6 +61,19 @@ def run_history(args: argparse.Namespace) -> int:
     print(f"wrote {path}: {len(found.configs)} config(s), {sum(len(c.points) for c in found.configs)} sessions, "
           f"{marks} verdicts")
     return 0
+
+
+def print_regressions(found: history.History, threshold: float) -> None:
+    """One line per change point that dropped by more than ``threshold``, then the command that bisects it."""
+    drops = [(c, s) for c in found.configs for s in c.steps if s.ratio < 1 - threshold]
+    print(f"{len(drops)} regression(s) among the change points of {len(found.configs)} config(s) "
+          f"(a drop of more than {threshold:.0%} between two sweeps)")
+    for config, step in drops:
+        before, after = config.points[step.before], config.points[step.after]
+        print(f"{config.title} [{config.config_hash[:10]}] on {config.hardware}: {step.ratio - 1:+.1%} between "
+              f"{step.good or '?'} ({before.session}, {before.when[:10]}) and {step.bad or '?'} ({after.session}, "
+              f"{after.when[:10]}); commits {step.good or '?'}..{step.bad or '?'}")
+        print(f"  {history_page.bisect_command(step, found.results_dir)}")
 
 
 def _writable_folder(out: str) -> Path:

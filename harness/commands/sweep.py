@@ -28,7 +28,7 @@ from rich.markup import escape
 
 from harness import config as config_mod
 from harness import shell
-from harness.commands import hydra_edge
+from harness.commands import common_args, hydra_edge
 from harness.store import check_writable, new_id
 from harness.sweeps import campaign as campaign_mod
 from harness.config import ladder as ladder_mod
@@ -196,6 +196,7 @@ def run_sweep(plan: SweepPlan, sweep_id: str, campaign_id: str = "") -> int:
         held = lock.acquire(ctx.results_dir)
     except (ValueError, OSError) as exc:
         return _refuse(exc)
+    common_args.warn_if_unfit()  # after every refusal: a refusal is one line
     try:
         code = loop.run_ladder(ctx, machine, RungLines(console))
     finally:

@@ -183,18 +183,24 @@ def side_name(side: str) -> str:
     return "REF" if side == REF else "working tree"
 
 
-def measure(plan: AgainstPlan, show: Callable[[int, int, Turn, RunRecord | None], None]) -> None:
+def measure(plan: AgainstPlan, show: Callable[[int, int, Turn, RunRecord | None], None],
+            go_on: Callable[[int], bool] | None = None) -> int:
     """Run every turn in order that the check's store does not hold yet (a resumed check goes on where it
-    stopped); ``show(i, n, turn, record)`` before (record None) and after each run. An interrupt kills the running
-    run's whole tree (``harness.run.parent.lifetime``) and propagates."""
+    stopped); ``show(i, n, turn, record)`` before (record None) and after each run; before each round after the
+    first, ``go_on(rounds done)`` says whether to start it (None: all ``plan.rounds``). The rounds measured. An
+    interrupt kills the running run's whole tree (``harness.run.parent.lifetime``) and propagates."""
     write_workload_files(plan)
     order = turns(plan.replays, plan.rounds)
     done = stored_turns(plan)
     for i, turn in enumerate(order, 1):
+        starts_round = turn.round_ > 0 and order[i - 2].round_ != turn.round_
+        if starts_round and go_on is not None and not go_on(turn.round_):
+            return turn.round_
         if (turn.round_, turn.replay.rung, turn.side) in done:
             continue
         show(i, len(order), turn, None)
         show(i, len(order), turn, run_turn(plan, turn))
+    return plan.rounds
 
 
 def stored_turns(plan: AgainstPlan) -> set[tuple[int, int, str]]:
@@ -212,10 +218,11 @@ def stored_turns(plan: AgainstPlan) -> set[tuple[int, int, str]]:
 PLAN_FILE = "check.json"  # in a check's scratch folder: what it measures, to find it again
 
 
-def check_key(ref_commit: str, work: Tree, work_diff: str, sweep_id: str, rounds: int, subfolder: Path,
-              overrides: list[str]) -> str:
+def check_key(ref_commit: str, work: Tree, work_diff: str, sweep_id: str, rounds: tuple[int, int],
+              subfolder: Path, overrides: list[str]) -> str:
     """What makes two checks the same measurement: both trees' code (uncommitted changes by their diff), the
-    sweep, the rounds, where it runs and the user's settings."""
+    sweep, the rounds (before the first look, and the most: they set the looks' levels), where it runs and the
+    user's settings."""
     text = json.dumps([ref_commit, work.label, work_diff, sweep_id, rounds, str(subfolder), overrides])
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 

@@ -34,14 +34,15 @@ from pathlib import Path
 import pandas as pd
 
 from harness.analysis.stats import calibration, noise_model, sweepstats
-from harness.analysis.gate import sessions
+from harness.analysis.gate import answers, comparable, sessions
 from harness.analysis.stats.busy import busy_reason
 from harness.analysis.gate.check_throughput import RatioEstimate, classify, estimate, throughput  # noqa: F401 (API)
 from harness.analysis.gate.thresholds import BadInput, Thresholds, parse_thresholds  # noqa: F401 (their home was here)
 from harness.store import load_runs, select_sweep as sweep_records
 
-STATUSES = ("regressed", "warned", "improved", "unchanged", "busy", "missing", "new", "not comparable")
-COMPARED = ("regressed", "warned", "improved", "unchanged")
+# "warned": only ``compare``'s rule without a session term (``check_throughput.classify``); the check says undecided
+STATUSES = ("regressed", "undecided", "warned", "improved", "unchanged", "busy", "missing", "new", "not comparable")
+COMPARED = ("regressed", "undecided", "warned", "improved", "unchanged")
 SOFTWARE = {"torch_version": "torch", "cuda_version": "CUDA", "cudnn_version": "cuDNN",
             "gpu_driver": "driver", "monai_version": "MONAI"}
 
@@ -67,12 +68,19 @@ def load_sweep(results_dir: str, sweep: str) -> pd.DataFrame:
         raise BadInput(str(exc)) from None
 
 
-def with_hardware(frame: pd.DataFrame) -> pd.DataFrame:
-    """The frame plus a ``_hw`` column, with empty strings (not None) where text is missing."""
+def with_hardware(frame: pd.DataFrame, data_bound: frozenset[str] = frozenset()) -> pd.DataFrame:
+    """The frame plus a ``_hw`` column (the comparability key: ``comparable``; the host joins it for the configs in
+    ``data_bound``), with empty strings (not None) where text is missing."""
     text = ["config_hash", "workload", "ladder", "change", "cached_from"]
     frame = frame.assign(**{c: frame[c].fillna("") for c in text})
-    labels = frame.apply(noise_model.hardware_label, axis=1) if len(frame) else pd.Series(dtype=object)
-    return frame.assign(_hw=labels)
+    if not len(frame):
+        return frame.assign(_hw=pd.Series(dtype=object))
+
+    def key(row) -> str:
+        label = noise_model.hardware_label(row)
+        return label + comparable.host_label(row) if row["config_hash"] in data_bound else label
+
+    return frame.assign(_hw=frame.apply(key, axis=1))
 
 
 def require_ok(frame: pd.DataFrame, what: str) -> None:
@@ -134,7 +142,8 @@ def compare(baseline: pd.DataFrame, current: pd.DataFrame, thresholds: Threshold
     calibration (``noise.calibrated``) pooled with the runs' own variance, or none; with ``session`` (a stored
     baseline of another day): the gate's rule across sessions, ``harness.analysis.gate.sessions``.
     """
-    baseline, current = with_hardware(baseline), with_hardware(current)
+    bound = comparable.data_bound(baseline, current)
+    baseline, current = with_hardware(baseline, bound), with_hardware(current, bound)
     pending: list[_Pending] = []
     base_groups = dict(iter(baseline.groupby(["config_hash", "_hw"], sort=False)))
     cur_groups = dict(iter(current.groupby(["config_hash", "_hw"], sort=False)))
@@ -255,8 +264,7 @@ def _decide_across_sessions(pending: list[_Pending], noise: noise_model.Noise, s
         if i not in statuses:
             p.row.ci_low = p.row.ci_high = p.row.p_value = None
             p.row.notes.append(NO_VARIANCE)
-        _decide(p, statuses.get(i) or classify(RatioEstimate(p.row.ratio), p.row.threshold, False),
-                max(len(tested), 1))
+        _decide(p, statuses.get(i) or "undecided", max(len(tested), 1))
 
 
 def _decide(p: _Pending, status: str, family: int) -> None:
@@ -270,6 +278,10 @@ def _decide(p: _Pending, status: str, family: int) -> None:
         row.notes.append(f"throughput {_pct(row.ratio)} but not clearly past -{row.threshold:.0%} after Holm over "
                          f"{family} configs ({p_text}): add repeats (sweep.repeats=N), or measure both now: "
                          "check --against")
+    elif row.status == "undecided" and row.ci_low is not None:
+        row.notes.append(f"throughput {_pct(row.ratio)}, band [{row.ci_low:.3f}, {row.ci_high:.3f}] holds "
+                         f"{1 - row.threshold:.2f}: neither beyond nor within -{row.threshold:.0%}; more runs "
+                         "(sweep.repeats=auto with a larger sweep.budget_min), or measure both now: check --against")
     if not p.failed.empty:  # a config that sometimes fails now is not healthy, whatever its speed
         row.status = "regressed"
         row.notes.append(f"{_statuses(p.failed)} in {len(p.failed)} of {row.current_records} rounds")
@@ -310,11 +322,8 @@ def _pct(ratio: float) -> str:
 
 
 def exit_code(rows: list[Comparison]) -> int:
-    """2 when a config's runs were made on a busy machine or nothing was comparable, else 1 when anything
-    regressed, else 0."""
-    if any(r.status == "busy" for r in rows) or not any(r.status in COMPARED for r in rows):
-        return 2
-    return 1 if any(r.status == "regressed" for r in rows) else 0
+    """``answers.exit_code``: 1 regressed, 5 busy, 2 nothing comparable, 6 undecided, else 0 (decided)."""
+    return answers.exit_code(["undecided" if r.status == "warned" else r.status for r in rows])
 
 
 # ------------------------------------------------------------------------------------------
@@ -349,10 +358,14 @@ class CheckResult:
         return exit_code(self.rows)
 
     def error(self) -> str:
-        """Why the check decided nothing: busy configs, or nothing comparable ("" when it decided)."""
-        if self.exit_code != 2:
-            return ""
+        """Why the check decided nothing: busy configs, undecided ones, or nothing comparable ("" when it decided)."""
         busy = [r.name for r in self.rows if r.status == "busy"]
+        undecided = [r.name for r in self.rows if r.status in ("undecided", "warned")]
+        if self.exit_code == answers.UNDECIDED:
+            return (f"{len(undecided)} config(s) undecided: {'; '.join(undecided)}; measure more rounds of the sweep "
+                    "(sweep.repeats=auto), or both sides now: check --against REF")
+        if self.exit_code not in (answers.BUSY, answers.NOTHING_COMPARABLE):
+            return ""
         if busy:
             return (f"machine busy during the runs of {len(busy)} config(s), which decide nothing: {'; '.join(busy)}; "
                     "measure them again on an idle machine")

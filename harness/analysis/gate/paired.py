@@ -16,18 +16,21 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Callable
 
 import numpy as np
 import pandas as pd
 
 from harness.analysis.gate import rule
+from harness.analysis.gate import answers
 from harness.analysis.stats.busy import busy_reason
 from harness.analysis.gate.thresholds import Thresholds
 
 REF, WORK = "ref", "work"
 SIDES = (REF, WORK)
-STATUSES = ("regressed", "warned", "improved", "unchanged", "inconclusive", "busy", "failed", "skipped")
-COMPARED = ("regressed", "warned", "improved", "unchanged")
+STATUSES = ("regressed", "undecided", "improved", "unchanged", "busy", "failed", "skipped")
+COMPARED = ("regressed", "undecided", "improved", "unchanged")
+DECIDED = ("regressed", "improved", "unchanged")
 
 
 @dataclass
@@ -69,9 +72,13 @@ class PairedResult:
     ref: str  # as the user gave it
     ref_commit: str
     work_commit: str  # "-dirty" appended when the working tree had uncommitted changes
-    rounds: int
+    rounds: int  # rounds measured
     thresholds: Thresholds
     warnings: list[str] = field(default_factory=list)
+    max_rounds: int = 0  # the round budget its looks spent the error over (0: as many as measured)
+    stopped: str = ""  # why it measured no more rounds ("decided", "budget: ...")
+    commands: list[list[str]] = field(default_factory=list)  # the command lines that reproduce it (argv lists)
+    history: str = ""  # where the history page is (a URL or a path)
 
     @property
     def family(self) -> int:
@@ -82,38 +89,49 @@ class PairedResult:
         return [r for r in self.rows if r.status == "busy"]
 
     @property
+    def undecided_rows(self) -> list[PairedRow]:
+        return [r for r in self.rows if r.status == "undecided"]
+
+    @property
     def exit_code(self) -> int:
-        """2 when a config was measured on a busy machine or nothing was comparable, else 1 on a regression."""
-        if self.busy_rows or not any(r.status in COMPARED for r in self.rows):
-            return 2
-        return 1 if any(r.status == "regressed" for r in self.rows) else 0
+        """``answers.exit_code``: 1 regressed, 5 busy, 2 nothing comparable, 6 undecided, 0 decided."""
+        return answers.exit_code([r.status for r in self.rows])
 
     def error(self) -> str:
-        """Why the check cannot say (exit 2), or ""."""
-        if self.busy_rows:
+        """Why the check cannot say (exit 5, 6 or 2), or ""."""
+        code = self.exit_code
+        if code == answers.BUSY:
             named = "; ".join(f"{r.name}: {r.busy[0]}" for r in self.busy_rows)
             return (f"the machine was busy during {len(self.busy_rows)} config(s), so the check cannot say: "
                     f"{named}. Stop the other work and run the same command again")
-        if self.exit_code == 2:
+        if code == answers.UNDECIDED:
+            named = "; ".join(r.name for r in self.undecided_rows)
+            why = f" ({self.stopped})" if self.stopped else ""
+            return (f"{len(self.undecided_rows)} config(s) undecided after {self.rounds} rounds{why}: {named}. "
+                    "A larger --budget-min or --max-rounds decides them")
+        if code == answers.NOTHING_COMPARABLE:
             return f"nothing comparable: no config ran ok on both sides in 2 or more rounds (sweep {self.sweep_id})"
         return ""
 
 
-def analyse(records: pd.DataFrame, thresholds: Thresholds) -> list[PairedRow]:
-    """Every config of one paired check's records (columns of the store, ``against_side`` set), decided together."""
+def analyse(records: pd.DataFrame, thresholds: Thresholds, at_level: Callable[[float], float] | None = None,
+            same_at: Callable[[float], float] | None = None) -> list[PairedRow]:
+    """Every config of one paired check's records (columns of the store, ``against_side`` set), decided together;
+    ``at_level`` and ``same_at``: the levels this look of a check that adds rounds tests at (``looks``)."""
     rows, effects = [], []
     for rung, group in records.groupby("rung", sort=True):
         row, effect = _config(int(rung), group, thresholds)
         rows.append(row)
         effects.append(effect)
     family = [i for i, (r, e) in enumerate(zip(rows, effects)) if e is not None and not r.status]
-    decisions = rule.decide([effects[i] for i in family], [rows[i].threshold for i in family])
+    decisions = rule.decide([effects[i] for i in family], [rows[i].threshold for i in family], at_level=at_level,
+                            same_at=same_at)
     for i, decision in zip(family, decisions):
         _apply(rows[i], decision, len(family))
     for row in rows:
         if not row.status:  # fewer than two paired rounds: no spread to test with
-            row.status = "inconclusive"
-            row.notes.append(f"{row.rounds} round(s) ok on both sides; a paired test needs 2 or more (--rounds N)")
+            row.status = "undecided"
+            row.notes.append(f"{row.rounds} round(s) ok on both sides; a paired test needs 2 or more")
     return rows
 
 
@@ -187,9 +205,10 @@ def _apply(row: PairedRow, decision: rule.Decision, family: int) -> None:
         row.notes.append(f"throughput {decision.ratio - 1:+.1%}, at most {decision.upper - 1:+.1%} at "
                          f"{decision.level:.1%} one-sided: beyond the -{row.threshold:.0%} threshold "
                          f"(Holm over {family})")
-    elif row.status == "warned":
-        row.notes.append(f"throughput {decision.ratio - 1:+.1%}, but the band reaches {decision.upper:.3f}: "
-                         "not clearly beyond the threshold; more rounds (--rounds N) narrow it")
+    elif row.status == "undecided":
+        row.notes.append(f"throughput {decision.ratio - 1:+.1%}, band [{decision.lower:.3f}, {decision.upper:.3f}] "
+                         f"holds {1 - row.threshold:.2f}: neither beyond nor within the threshold yet; more rounds "
+                         "narrow it")
 
 
 def _ok_by_round(side: pd.DataFrame) -> dict[int, float]:

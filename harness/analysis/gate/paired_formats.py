@@ -7,10 +7,11 @@ import math
 import xml.etree.ElementTree as ET
 from dataclasses import asdict
 
+from harness.analysis.gate import answers, summary
 from harness.analysis.gate.rule import ALPHA
 from harness.analysis.gate.paired import STATUSES, PairedResult, PairedRow
 
-FORMATS = ("text", "junit", "json")
+FORMATS = ("text", "junit", "json", "md")
 
 
 def _num(value, spec: str) -> str:
@@ -32,9 +33,18 @@ def header(result: PairedResult) -> list[str]:
     return [f"check --against {result.ref}: the working tree ({work}) against REF {result.ref_commit[:12]}, "
             f"configs of sweep {result.sweep_id}, {result.rounds} rounds in ABBA order (check {result.check_id})",
             f"threshold: throughput {result.thresholds.describe('-')}; regressed only when the band's upper end "
-            f"lies below 1 - threshold",
+            f"(at the level shown, Holm's) lies below 1 - threshold, unchanged only when its lower end (each config "
+            f"at {ALPHA:.0%}) lies above it; undecided otherwise",
             f"paired: one log ratio a round, t on rounds - 1 df; bands one-sided at the level tested; family-wise "
-            f"error <= {ALPHA:.0%} over {result.family} configs (Holm)"]
+            f"error <= {ALPHA:.0%} over {result.family} configs (Holm){_looks(result)}"]
+
+
+def _looks(result: PairedResult) -> str:
+    if not result.max_rounds or result.max_rounds == result.rounds and result.stopped in ("", "decided"):
+        return ""
+    why = f", stopped: {result.stopped}" if result.stopped else ""
+    return (f" and over the looks of at most {result.max_rounds} rounds (O'Brien-Fleming spending); "
+            f"{result.rounds} rounds measured{why}")
 
 
 def format_text(result: PairedResult) -> str:
@@ -56,13 +66,18 @@ def format_text(result: PairedResult) -> str:
 
 
 def verdict(result: PairedResult) -> str:
-    code = result.exit_code
-    if code == 1:
-        return "FAIL: regressed: " + "; ".join(r.name for r in result.rows if r.status == "regressed")
-    if code == 2:
-        return "ERROR: " + ("machine busy: " + "; ".join(r.name for r in result.busy_rows) if result.busy_rows
-                            else "nothing comparable")
-    return "OK"
+    """The check's answer in words, led by its word for CI: OK, FAIL, BUSY, UNDECIDED or ERROR."""
+    return answers.verdict(result.exit_code, {s: [r.name for r in result.rows if r.status == s]
+                                              for s in ("regressed", "busy", "undecided")})
+
+
+def format_md(result: PairedResult) -> str:
+    """The summary for a pull request: the verdict first, the table, the commands that reproduce it."""
+    rows = [[r.status, r.name, str(r.rounds), _num(r.ref_samples_per_s, ".2f"), _num(r.work_samples_per_s, ".2f"),
+             _num(r.ratio, ".3f"), band_text(r), "; ".join(r.notes) or "-"] for r in result.rows]
+    columns = ["status", "config", "rounds", "REF /s", "work /s", "work/REF", "band (one-sided)", "notes"]
+    return summary.markdown(verdict(result), result.exit_code, header(result) + result.warnings, columns, rows,
+                            result.commands, result.history or "results/history/index.html")
 
 
 def format_junit(result: PairedResult) -> str:
@@ -72,7 +87,7 @@ def format_junit(result: PairedResult) -> str:
     node = ET.SubElement(root, "testsuite", name=f"harness.check --against {result.ref}", tests=str(len(rows)),
                          failures=str(sum(r.status == "regressed" for r in rows)),
                          errors=str(len(result.busy_rows)),
-                         skipped=str(sum(r.status in ("inconclusive", "failed", "skipped") for r in rows)))
+                         skipped=str(sum(r.status in ("undecided", "failed", "skipped") for r in rows)))
     for r in rows:
         case = ET.SubElement(node, "testcase", classname=f"harness.check.{r.ladder or r.workload}", name=r.name)
         detail = (f"status {r.status}; work/REF {_num(r.ratio, '.3f')} band {band_text(r)}; {r.rounds} rounds; "
@@ -81,7 +96,7 @@ def format_junit(result: PairedResult) -> str:
             ET.SubElement(case, "failure", message="; ".join(r.notes) or "regressed", type="regressed").text = detail
         elif r.status == "busy":
             ET.SubElement(case, "error", message="; ".join(r.busy), type="busy").text = detail
-        elif r.status in ("inconclusive", "failed", "skipped"):
+        elif r.status in ("undecided", "failed", "skipped"):
             ET.SubElement(case, "skipped", message=f"{r.status}: {'; '.join(r.notes)}")
         ET.SubElement(case, "system-out").text = detail
     return ET.tostring(root, encoding="unicode", xml_declaration=True)
@@ -95,6 +110,7 @@ def to_json(result: PairedResult) -> dict:
     rows = [{k: clean(v) for k, v in asdict(r).items()} | {"name": r.name} for r in result.rows]
     return {"kind": "against", "check_id": result.check_id, "sweep": result.sweep_id, "ref": result.ref,
             "ref_commit": result.ref_commit, "work_commit": result.work_commit, "rounds": result.rounds,
+            "max_rounds": result.max_rounds, "stopped": result.stopped,
             "family_wise_error": ALPHA, "family": result.family, "exit_code": result.exit_code,
             "error": result.error(), "warnings": result.warnings,
             "counts": {s: sum(r.status == s for r in result.rows) for s in STATUSES}, "rows": rows}
@@ -106,6 +122,8 @@ def render(result: PairedResult, fmt: str = "text") -> str:
         return format_junit(result)
     if fmt == "json":
         return json.dumps(to_json(result), indent=2)
+    if fmt == "md":
+        return format_md(result)
     if fmt != "text":
         raise ValueError(f"unknown check format {fmt!r}; valid choices: {', '.join(FORMATS)}")
     return format_text(result)

@@ -12,6 +12,7 @@ differs, is shown as "not comparable" and never paired.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -162,11 +163,21 @@ def _compare_rung(sides: list[Side], rung: int) -> CompareRow:
         if first.runs is None or row.runs is None:
             out.ratios.append(None)
         else:  # the later side's noise model, as `check` of that sweep against the first would use
-            out.ratios.append(noise_model.ratio(row.runs, first.runs, side.table.noise))
+            out.ratios.append(side_ratio(row.runs, first.runs, side.table.noise))
     failed = [f"{r.status} on {s.label}" for s, r in zip(sides, rows) if r.status != "ok"]
     differ = _settings_differ(sides, rung)
     out.note = "; ".join(failed + ([f"settings differ: {differ}"] if differ else []))
     return out
+
+
+def side_ratio(new: noise_model.Runs, old: noise_model.Runs, noise: noise_model.Noise) -> speedup.Ratio:
+    """new / old with the noise model's band, and no band where no variance is known (one run on a side and no
+    calibration): never one from an assumed CV."""
+    if noise.calibrated or min(new.n, old.n) >= 2:
+        return noise_model.ratio(new, old, noise)
+    value = math.exp(float(new.logs().mean() - old.logs().mean()))
+    return speedup.Ratio(value, math.nan, math.nan, runs=min(new.n, old.n),
+                         method="no band: one run on a side and no calibration")
 
 
 def _not_comparable(sides: list[Side], rows) -> str:

@@ -3,7 +3,8 @@
 The history reads everything a results folder keeps: the sweeps of the store, the saved baselines (their
 records, and their names), the runs of ``check --against`` (``<results>/checks``, both sides) and every check's
 verdict (``harness.analysis.gate.verdicts``). A **point** is one session of a config: a sweep, or one side of a
-paired check; its throughput is the geometric mean of its ok runs with the noise model's 95% band. A
+paired check; its throughput is the geometric mean of its ok runs with the noise model's 95% band (none for a
+one-run session: no variance is known, and none is assumed). A
 **mark** is one check's decision on the config: regressed, ok or busy. ``harness.analysis.views.history_page``
 draws them; the command is ``python -m harness history``.
 """
@@ -17,17 +18,20 @@ import numpy as np
 import pandas as pd
 
 from harness.analysis.stats import noise_model
-from harness.analysis.gate import verdicts
+from harness.analysis.views import changepoints
+from harness.analysis.gate import comparable, verdicts
+from harness.analysis.gate.check import with_hardware
 from harness.analysis.gate.baseline import baselines_dir
 from harness.analysis.stats.busy import busy_reason
 from harness.analysis.stats.speedup import finite_number
 from harness.store import load_parquet_files, load_runs
 
-COLUMNS = ["run_id", "status", "timestamp", "workload", "ladder", "rung", "change", "config_hash", "env_key",
-           "sweep_id", "samples_per_s", "cached_from", "other_cpu_pct", "device", "gpu_name", "gpu_count",
-           "cpu_model", "cpu_count", "torch_version", "cuda_version", "hostname", "git_commit", "git_dirty",
-           "against_side", "against_commit"]
-DECISIONS = {"regressed": "regressed", "busy": "busy", "unchanged": "ok", "improved": "ok", "warned": "ok"}
+COLUMNS = ["run_id", "status", "timestamp", "data_wait_frac", "threads", "workload", "ladder", "rung", "change",
+           "config_hash", "env_key", "sweep_id", "samples_per_s", "cached_from", "other_cpu_pct", "device",
+           "gpu_name", "gpu_count", "cpu_model", "cpu_count", "torch_version", "cuda_version", "hostname",
+           "git_commit", "git_dirty", "against_side", "against_commit"]
+DECISIONS = {"regressed": "regressed", "busy": "busy", "unchanged": "ok", "improved": "ok", "warned": "undecided",
+             "undecided": "undecided"}
 
 
 @dataclass
@@ -65,6 +69,19 @@ class Mark:
 
 
 @dataclass
+class ChangePoint:
+    """A step of a config's level between two of its sweeps (``changepoints``): the last session before it (GOOD)
+    and the first after (BAD), by their index in ``ConfigHistory.points``."""
+
+    before: int
+    after: int
+    ratio: float  # the level after / before
+    good: str  # the commit of the last session before the step ("" when unknown)
+    bad: str
+    bad_session: str  # the sweep after the step (its configs are the ones to bisect with)
+
+
+@dataclass
 class ConfigHistory:
     config_hash: str
     hardware: str
@@ -74,6 +91,7 @@ class ConfigHistory:
     change: str
     points: list[Point] = field(default_factory=list)
     marks: list[Mark] = field(default_factory=list)
+    steps: list[ChangePoint] = field(default_factory=list)
 
     @property
     def title(self) -> str:
@@ -144,7 +162,7 @@ def _records(results_dir: str) -> tuple[pd.DataFrame, dict[str, list[str]]]:
             "git_commit", "sweep_id"]
     records = records.assign(**{c: records[c].fillna("").astype(str) for c in text})
     records = _one_config_a_pair(records[records["cached_from"] == ""])
-    return records.assign(_hw=records.apply(noise_model.hardware_label, axis=1) if len(records) else []), names
+    return with_hardware(records, comparable.data_bound(records)), names
 
 
 def _one_config_a_pair(records: pd.DataFrame) -> pd.DataFrame:
@@ -169,7 +187,21 @@ def _config(config: str, hw: str, group: pd.DataFrame, names: dict[str, list[str
     for (session, side), runs in group.groupby(["sweep_id", "against_side"], sort=False):
         history.points.append(_point(session, side, runs, names))
     history.points.sort(key=lambda p: (p.when, p.source))
+    history.steps = change_points(history.points)
     return history
+
+
+def change_points(points: list[Point]) -> list[ChangePoint]:
+    """The steps of the level of a config's sweeps (paired checks' sides and busy sessions left out: a check
+    measures two commits at once, a busy session measures the neighbours)."""
+    series = [i for i, p in enumerate(points) if p.source == "sweep" and p.samples_per_s and not p.busy]
+    found = changepoints.detect([points[i].samples_per_s for i in series])
+    out = []
+    for step in found:
+        before, after = series[step.index - 1], series[step.index]
+        out.append(ChangePoint(before, after, step.ratio, points[before].commit, points[after].commit,
+                               points[after].session))
+    return out
 
 
 def _point(session: str, side: str, runs: pd.DataFrame, names: dict[str, list[str]]) -> Point:
@@ -179,8 +211,9 @@ def _point(session: str, side: str, runs: pd.DataFrame, names: dict[str, list[st
     if len(ok):
         spread = noise_model.Runs([float(v) for v in ok["samples_per_s"]])
         value = float(np.exp(spread.logs().mean()))
-        half = noise_model.band(spread)
-        low, high = value / (1 + half), value * (1 + half)
+        if spread.n >= 2:  # one run: a point without a band (no variance is known; none is assumed)
+            half = noise_model.band(spread)
+            low, high = value / (1 + half), value * (1 + half)
     first = runs.iloc[0]
     busy = "; ".join(dict.fromkeys(r for r in (busy_reason(row) for _, row in runs.iterrows()) if r))
     saved = sorted({n for run_id in runs["run_id"] for n in names.get(run_id, [])})

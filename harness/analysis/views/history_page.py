@@ -2,7 +2,8 @@
 
 Charts are inline SVG drawn here (no plotting library, no script): sessions in time order along x, labelled
 with their date and commit; throughput with its 95% band up y, on a log scale; each gate's verdict marked above
-the session it judged (red: regressed, green: ok, orange: busy). Hovering a point or a mark shows its
+the session it judged (red: regressed, green: ok, orange: busy, grey: undecided); each change point of the sweeps'
+level (``harness.analysis.views.changepoints``) a dashed line with its size. Hovering a point or a mark shows its
 environment and numbers.
 """
 
@@ -12,11 +13,11 @@ import html
 import math
 import time
 
-from harness.analysis.views.history import ConfigHistory, History, Mark, Point
+from harness.analysis.views.history import ChangePoint, ConfigHistory, History, Mark, Point
 
 WIDTH, HEIGHT, LEFT, RIGHT, TOP, BOTTOM = 1100, 300, 70, 20, 34, 70
 COLOURS = {"sweep": "#1565c0", "check REF": "#757575", "check work": "#6a1b9a"}
-DECISION_COLOURS = {"regressed": "#c62828", "ok": "#2e7d32", "busy": "#ef6c00"}
+DECISION_COLOURS = {"regressed": "#c62828", "ok": "#2e7d32", "busy": "#ef6c00", "undecided": "#9e9e9e"}
 STYLE = """
 body { font-family: -apple-system, 'Segoe UI', Helvetica, Arial, sans-serif; margin: 24px auto; max-width: 1200px;
        color: #222; padding: 0 16px; }
@@ -26,7 +27,8 @@ table { border-collapse: collapse; font-size: 12px; margin: 8px 0; }
 th, td { border: 1px solid #ddd; padding: 3px 7px; text-align: left; vertical-align: top; }
 th { background: #f4f4f4; } td.num { text-align: right; font-variant-numeric: tabular-nums; }
 .regressed { color: #c62828; font-weight: bold; } .ok { color: #2e7d32; font-weight: bold; }
-.busy { color: #ef6c00; font-weight: bold; } svg { border: 1px solid #eee; background: #fff; }
+.busy { color: #ef6c00; font-weight: bold; } .undecided { color: #757575; font-weight: bold; }
+svg { border: 1px solid #eee; background: #fff; }
 svg text { font-size: 11px; fill: #444; }
 """
 
@@ -46,12 +48,13 @@ def page(history: History) -> str:
              f"<style>{STYLE}</style></head><body>", "<h1>Throughput history and gate verdicts</h1>",
              f"<p class='meta'>{_e(history.results_dir)}: {len(history.configs)} config(s); generated {generated}. "
              "Each point is one session (a sweep, or one side of a <code>check --against</code>): the geometric mean "
-             "of its runs' samples/s with the 95% band. Marks above the points are the checks' verdicts.</p>",
+             "of its runs' samples/s with the 95% band (a one-run session is a point without one). Marks above "
+             "the points are the checks' verdicts; a dashed line is a change point of the sweeps' level.</p>",
              _legend(), _index(history)]
     for config in history.configs:
         parts += [f"<h2 id='{config.anchor}'>{_e(config.title)}</h2>",
                   f"<p class='meta'>config {_e(config.config_hash)} on {_e(config.hardware)}</p>",
-                  chart(config), _table(config)]
+                  chart(config), steps_text(config, history.results_dir), _table(config)]
     parts.append("</body></html>")
     return "\n".join(parts)
 
@@ -103,6 +106,7 @@ def chart(config: ConfigHistory) -> str:
                    f"<text x='{LEFT - 6}' y='{y(v) + 4:.1f}' text-anchor='end'>{v:.3g}</text>")
     out += [_point(p, x(i), y) for i, p in enumerate(points)]
     out += [_tick(p, x(i), HEIGHT - BOTTOM) for i, p in enumerate(points)]
+    out += [_step(c, (x(c.before) + x(c.after)) / 2) for c in config.steps]
     sessions = {p.session: i for i, p in enumerate(points) if p.source != "check REF"}
     for m in config.marks:
         if m.session in sessions:
@@ -131,6 +135,32 @@ def _point(p: Point, x: float, y) -> str:
     if p.baselines:
         parts.append(f"<circle cx='{x:.1f}' cy='{y(p.samples_per_s):.1f}' r='9' fill='none' stroke='#b8860b'/>")
     return "".join(parts) + "</g>"
+
+
+def _step(c: ChangePoint, x: float) -> str:
+    """A change point: a dashed line between the last session before it and the first after, with its size."""
+    colour = DECISION_COLOURS["regressed"] if c.ratio < 1 else DECISION_COLOURS["ok"]
+    tip = f"change point: {c.ratio - 1:+.1%} between {c.good or '?'} and {c.bad or '?'}"
+    return (f"<g class='step'><title>{_e(tip)}</title><line x1='{x:.1f}' x2='{x:.1f}' y1='{TOP}' "
+            f"y2='{HEIGHT - BOTTOM}' stroke='{colour}' stroke-dasharray='4,3'/><text x='{x + 4:.1f}' y='{TOP + 12}' "
+            f"fill='{colour}'>step {c.ratio - 1:+.1%}</text></g>")
+
+
+def steps_text(config: ConfigHistory, results_dir: str) -> str:
+    """The change points of a config, each with the command that bisects it."""
+    if not config.steps:
+        return ""
+    items = [f"<li>{c.ratio - 1:+.1%} between {_e(c.good or '?')} and {_e(c.bad or '?')}: "
+             f"<code>{_e(bisect_command(c, results_dir))}</code></li>" for c in config.steps]
+    return "<p class='meta'>Change points (sweeps only):</p><ul class='meta'>" + "".join(items) + "</ul>"
+
+
+def bisect_command(c: ChangePoint, results_dir: str) -> str:
+    """The command line that finds the commit of a change point (as printed, it runs from the repository's top)."""
+    import shlex
+
+    return shlex.join(["python", "-m", "harness", "bisect", c.good.removesuffix("-dirty"),
+                       c.bad.removesuffix("-dirty"), "--results", results_dir, "--sweep", c.bad_session])
 
 
 def _tick(p: Point, x: float, base: float) -> str:

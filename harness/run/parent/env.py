@@ -20,6 +20,7 @@ from pathlib import Path
 
 import harness
 from harness.config.identity import env_key  # noqa: F401  (hashes what collect() gathers; found here too)
+from harness.run.monitor.fitness import cpu_model
 from harness.run.parent.fingerprint import code_fingerprint
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
@@ -76,16 +77,6 @@ def _path_state() -> tuple:
         except OSError:
             state.append((entry, None))
     return tuple(state)
-
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def git_state(repo: Path | None = None) -> tuple[str, bool | None]:

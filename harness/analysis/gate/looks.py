@@ -1,0 +1,51 @@
+"""When a check that adds rounds while undecided looks, and at what level (no torch, no Hydra).
+
+``check --against`` measures ``first`` rounds, then looks after every second round (each config's sides are
+balanced over an even number of rounds, ``harness.sweeps.against.order``) up to ``max_rounds``; it stops at the
+first look where every config is decided (regressed, unchanged or improved), at ``max_rounds``, or before a
+round that would end past its time budget. Each look tests Holm's levels alpha / j at the nominal level of an
+O'Brien-Fleming type Lan-DeMets boundary spending alpha / j over the ``max_rounds`` budget
+(``harness.analysis.stats.checkstats.look_level``, the sweeps' ``sequential`` machinery), so whatever
+round it stops at, the family-wise error over configs and looks stays at 5%. Stopping before ``max_rounds``
+(decided, or the time budget) only leaves error unspent. The information fraction of a look is
+rounds / max_rounds: paired rounds are equally informative.
+
+"Unchanged" is a test of its own (is the slowdown within the threshold?), each config at 5% with Pocock type
+spending: it spends its error evenly over the looks, so the common case, a change that does nothing, is decided
+after a few rounds instead of running to the budget (O'Brien-Fleming's early bands are several times wider).
+Its error is a missed regression: a config slower than the threshold called unchanged in at most 5% of checks.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from harness.analysis.stats.checkstats import look_level
+
+REGRESSED_SPENDING = "obrien-fleming"  # strict early: a regression is called only on strong evidence
+UNCHANGED_SPENDING = "pocock"  # even: a change well within the threshold is called unchanged after a few rounds
+
+
+def look_rounds(first: int, max_rounds: int) -> list[int]:
+    """The rounds after which the check looks: ``first``, then every second round, and ``max_rounds``."""
+    if max_rounds <= first:
+        return [max_rounds]
+    return sorted(set(range(first, max_rounds + 1, 2)) | {max_rounds})
+
+
+def fractions(rounds: int, first: int, max_rounds: int) -> tuple[float, ...]:
+    """Information fractions of the looks made up to a look after ``rounds`` rounds: the planned looks before it,
+    and this one (a check stopped by its time budget between two planned looks looks there too)."""
+    return tuple(r / max_rounds for r in look_rounds(first, max_rounds) if r < rounds) + (rounds / max_rounds,)
+
+
+def at_level(looked: tuple[float, ...], spending: str = REGRESSED_SPENDING) -> Callable[[float], float] | None:
+    """A level alpha as tested at the last of the looks at ``looked`` (None: one look, plain alpha)."""
+    if len(looked) <= 1 and (not looked or looked[-1] >= 1.0):
+        return None
+    return look_level(looked, spending)
+
+
+def same_level(looked: tuple[float, ...]) -> Callable[[float], float] | None:
+    """The unchanged test's alpha at the last of the looks at ``looked`` (Pocock spending: see the docstring)."""
+    return at_level(looked, UNCHANGED_SPENDING)
