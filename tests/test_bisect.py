@@ -56,6 +56,7 @@ def test_a_bad_end_that_does_not_regress_is_said_first_and_a_spent_budget_stops(
     assert asked == ["c8", "c4"] and found.stopped == "the budget is spent" and (found.good, found.bad) == ("c0", "c4")
 
 
+@pytest.mark.slow  # minutes of the default tier's 8; the same path runs in faster tests
 def test_bisect_over_five_commits_names_the_slowed_one(tmp_path, monkeypatch, capsys):
     """GOOD, two fast commits, the slowed one, a docs commit after it: four checks of one config, 3 rounds each."""
     root = make_repo(tmp_path / "repo")

@@ -424,6 +424,7 @@ TINY = (*WORKLOAD, "measure.steps=3", "measure.warmup_steps=1", "climb.repeats=1
         "climb.knobs=[channels_last,pin_memory]")
 
 
+@pytest.mark.slow  # minutes of the default tier's 8; the same path runs in faster tests
 def test_a_tiny_climb_writes_a_ladder_that_sweep_reruns_from_the_store(results):
     out = harness_cli("climb", *TINY, "climb.budget_min=5", f"results_dir={results}")
     assert out.returncode == 0, out.stdout + out.stderr
@@ -536,6 +537,7 @@ def test_the_commands_a_climb_of_a_custom_model_prints_compose_and_its_table_run
     sys.modules.pop("climbnets13", None)
 
 
+@pytest.mark.slow  # minutes of the default tier's 8; the same path runs in faster tests
 def test_a_climb_run_again_says_what_it_resumes_and_keeps_its_budget(tmp_path):
     folder, results_dir = _user_folder(tmp_path)
     first = harness_cli("climb", *CUSTOM, results_dir, cwd=folder)

@@ -124,7 +124,8 @@ def test_a_parent_ended_by_any_signal_leaves_no_process_behind(results, sig):
         assert f"interrupted ({sig.name})" in err and "Traceback" not in err
 
 
-@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM, signal.SIGINT])
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM,
+                                 pytest.param(signal.SIGINT, marks=pytest.mark.slow)])
 def test_a_sweep_ended_by_any_signal_leaves_no_forked_run_nor_its_launcher_behind(results, sig):
     parent = _start_sweep(results, "debug.fault=hang", "debug.fault_step=1", "timeout_s=300", "data.num_workers=1",
                           *TINY_RUN)
@@ -142,6 +143,7 @@ def test_a_sweep_ended_by_any_signal_leaves_no_forked_run_nor_its_launcher_behin
         assert f"interrupted ({sig.name})" in err and "Traceback" not in err
 
 
+@pytest.mark.slow  # minutes of the default tier's 8; the same path runs in faster tests
 def test_a_forked_run_that_hangs_times_out_and_the_sweep_goes_on(results):
     parent = _start_sweep(results, "debug.fault=hang", "debug.fault_step=1", "timeout_s=12", *TINY_RUN)
     out, err = parent.communicate(timeout=600)

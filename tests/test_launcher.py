@@ -99,6 +99,7 @@ def test_the_zygote_refuses_to_fork_with_a_thread_or_cuda_and_stops_the_blas_poo
     assert "2 threads in the launcher" in thread
 
 
+@pytest.mark.slow  # minutes of the default tier's 8; the same path runs in faster tests
 def test_a_zygote_that_cannot_fork_safely_hands_the_runs_to_fresh_interpreters_saying_so_once(
         results, tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("FORK_PROBE_THREAD", "1")  # the zygote, importing the first run's model module, starts a thread
@@ -227,6 +228,7 @@ def test_a_record_written_before_the_phase_columns_reads_back_with_them_empty(tm
     assert old.run_id == "old" and old.phase_launch_s is None and old.phase_gap_s is None and old.launched_by == ""
 
 
+@pytest.mark.slow  # minutes of the default tier's 8; the same path runs in faster tests
 def test_code_edited_or_an_environment_changed_during_a_sweep_starts_a_new_zygote(results, tmp_path, monkeypatch):
     """The zygote holds the code it imported and the environment it started with: a source file changed on disk
     since, or a variable changed in the parent, makes a new one start."""
