@@ -232,22 +232,35 @@ def round_source(ctx: SweepContext, machine: runner.Machine, round_: int) -> str
         return _begun_source(ctx.results_dir, begun)
     used = set(mine["cached_from"].fillna("")) | set(mine["run_id"])
     key = runner.environment_key(str(rung_config(ctx, 0, machine).device))
-    sources: dict[str, str] | None = None
-    recent: dict[str, str] = {}
-    since = time.strftime("%Y-%m-%dT%H:%M:%S+0000", time.gmtime(time.time() - SESSION_S))
+    hashes = []
     for rung in range(len(ctx.ladder.rungs)):
         try:
             cfg = rung_config(ctx, rung, machine, dropped_rungs(mine, rung), round_)
         except ValueError:
             return ""  # the rung says why when it runs
-        if applicability.skip_reason(cfg, cap_workers_at_cpus=ctx.ladder.cap_workers_at_cpus):
-            continue  # a skipped rung is recorded as skipped, neither measured nor copied
         if debug_active(cfg):
             return ""
-        found = _source_sweeps(ctx.results_dir, config_mod.config_hash(cfg), key, used)
+        if not applicability.skip_reason(cfg, cap_workers_at_cpus=ctx.ladder.cap_workers_at_cpus):
+            hashes.append(config_mod.config_hash(cfg))  # a skipped rung is recorded as skipped, never copied
+    return _one_source(ctx.results_dir, hashes, key, used)
+
+
+def _one_source(results_dir: str, hashes: list[str], env_key: str, used: set[str]) -> str:
+    """The newest earlier sweep holding an unused original ``ok`` run of every one of ``hashes`` here; else the
+    newest sweep of this session holding any (one ladder after another, an interrupted sweep resumed); else ""."""
+    if not hashes:
+        return ""
+    keys = load_runs(results_dir, columns=CACHE_COLUMNS,
+                     where={"config_hash": sorted(set(hashes)), "env_key": env_key, "status": "ok"})
+    since = time.strftime("%Y-%m-%dT%H:%M:%S+0000", time.gmtime(time.time() - SESSION_S))
+    sources: dict[str, str] | None = None
+    recent: dict[str, str] = {}
+    for config_hash in hashes:
+        hits = _originals(keys, config_hash, env_key, used)
+        found = {str(k): str(v) for k, v in hits.groupby("sweep_id")["timestamp"].max().items()}
         recent.update({k: v for k, v in found.items() if v >= since})
         sources = found if sources is None else {k: v for k, v in sources.items() if k in found}
-    chosen = sources or recent  # else: a sweep of this session (resumed, or one ladder after another) in part
+    chosen = sources or recent
     return max(chosen, key=chosen.get) if chosen else ""
 
 
@@ -258,15 +271,6 @@ def _begun_source(results_dir: str, begun) -> str:
         return ""
     rows = load_runs(results_dir, columns=["run_id", "sweep_id"], where={"run_id": sorted(originals)[0]})
     return str(rows["sweep_id"].iloc[0]) if len(rows) else ""
-
-
-def _source_sweeps(results_dir: str, config_hash: str, env_key: str, used: set[str]) -> dict[str, str]:
-    """{sweep id: its newest timestamp} of the earlier sweeps holding an unused original ``ok`` run of these
-    settings (debug runs are never copied: ``lookup_cached`` skips them)."""
-    keys = load_runs(results_dir, columns=CACHE_COLUMNS,
-                     where={"config_hash": config_hash, "env_key": env_key, "status": "ok"})
-    hits = _originals(keys, config_hash, env_key, used)
-    return {str(k): str(v) for k, v in hits.groupby("sweep_id")["timestamp"].max().items()}
 
 
 def would_be_cached(ctx: SweepContext, cfg: config_mod.RunConfig) -> bool:
