@@ -231,5 +231,6 @@ def test_the_wheel_runs_from_an_empty_folder_init_a_sweep_of_its_ladder_table_an
     assert set(runs["code_fingerprint"]) == {fingerprint.code_fingerprint()}  # the checkout's: same code, same key
     assert harness("baseline", "save", "first").returncode == 0
     checked = harness("check", "--baseline", "first")
-    assert checked.returncode in (0, 2) and "result:" in checked.stdout, checked.stderr  # 2: a busy machine
+    # 0: decided unchanged; 5: a busy machine; 6: undecided (one run a side: nothing decides it)
+    assert checked.returncode in (0, 5, 6) and "result:" in checked.stdout, checked.stdout + checked.stderr
     assert not (folder / "outputs").exists() and sorted(p.name for p in folder.iterdir()) == [PROJECT_DIR, "results"]
