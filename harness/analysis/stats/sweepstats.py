@@ -109,14 +109,15 @@ class Judgement:
         return self.ratio(answer.question.new, answer.built_on)
 
     def uncertainty(self, rung: int) -> float | None:
-        """Relative half-width of the band of one rung's mean throughput (None with no variance): its runs'
+        """Relative half-width of the 95% band of one rung's mean throughput (None with no variance): its runs'
         spread about the rung's level, round effects included (``blocks.level_variance``); a contrast's band
         leaves them out, a rung's own level does not."""
         runs = int(self.model.design.observed[rung].sum()) if rung < self.model.rungs else 0
         var, df = (float(v[0]) for v in blocks.level_variance(self.model))
         if not runs or not df > 0 or not math.isfinite(var):
             return None
-        return float(math.expm1(sps.t.isf((self.level or 0.05) / 2, df) * math.sqrt(var / runs)))
+        # a 95% band of the level: it describes a rung, it decides nothing, so not at a look's (far wider) level
+        return float(math.expm1(sps.t.isf(0.025, df) * math.sqrt(var / runs)))
 
     @property
     def all_decided(self) -> bool:
