@@ -163,7 +163,10 @@ def test_a_slowdown_within_the_threshold_ends_undecided_at_the_budget_never_regr
     text = summary.read_text()
     assert text.startswith("### UNDECIDED") and "(exit 6)" in text.splitlines()[0]
     assert step.read_text() == text
-    assert "| undecided | phase2 rung 0 batch_size=2 [unet3d cfg] | 2 |" in text
+    rows = [line for line in text.splitlines() if line.startswith("| ") and "phase2 rung" in line]
+    # which config the fake child's noise leaves undecided varies from run to run; none is ever regressed
+    assert any(r.startswith("| undecided | phase2 rung ") for r in rows), rows
+    assert not any(r.startswith("| regressed") for r in rows), rows
     assert "History of every config: [results/history/index.html](results/history/index.html)" in text
     commands = text.split("```sh\n")[1].split("```")[0].strip().splitlines()
     head = git(repo, "rev-parse", "HEAD~1")
