@@ -173,3 +173,74 @@ def test_on_a_cpu_a_fit_under_memory_limit_gb_is_refused_with_the_reason_before_
         "error: these settings cannot run here: memory.limit_gb=24 needs a CUDA GPU (it caps the device's caching "
         "allocator; a CPU run's host memory has no allocator to cap)")
     assert allocator.calls == [] and not list(results.glob("**/*.parquet"))
+
+
+TINY_3D = {**TINY_MODEL, "workload.model._target_": "torch.nn.Conv3d", "workload.input_shape": [1, 32, 32, 32],
+           "workload.patch_multiple": 16, "workload.min_side": 16, "workload.unit": "voxels",
+           "workload.units_per_sample": "spatial"}
+
+
+class FakePatchAllocator(FakeAllocator):
+    """A run over ``fits`` voxels a sample ends ``oom``; samples/s falls with the voxels, slower than they grow."""
+
+    def __call__(self, cfg, env, env_key, on_progress=None, skip_reason=None, **fields):
+        voxels = math.prod(cfg.data.patch_size)
+        self.calls.append((list(cfg.data.patch_size), fields.get("ladder")))
+        status = "oom" if voxels > self.fits else "ok"
+        record = isolate.base_record(cfg, env, env_key, status, "CUDA out of memory" if status == "oom" else "",
+                                     **fields)
+        if status == "ok":
+            record.samples_per_s = 1e6 / voxels ** 0.9 * (1 + 0.002 * (len(self.calls) % 3))
+            record.step_ms = [1000.0 * cfg.batch_size / record.samples_per_s] * 10
+            record.peak_host_rss_bytes = (100 + voxels // 1000) * MIB
+            record.other_cpu_pct, record.cpu_count, record.cpu_model = 1.0, 2, "cpu"
+        store_record(record, cfg.results_dir)
+        return record
+
+
+def _fit_3d(results, lines: Lines, options: FitConfig, **over) -> int:
+    settings = config_mod.to_dict(config_mod.from_dict({**TINY_3D, "measure.steps": 2, "measure.warmup_steps": 1,
+                                                        "results_dir": str(results), "sweep.repeats": 2,
+                                                        "sweep.remeasure_busy": False, **over}))
+    return session.run_fit(settings, options, Display(say=lines.say, progress=_progress), lines, [])
+
+
+def test_the_patch_axis_searches_valid_patches_and_reports_voxels_per_s(results, allocator, monkeypatch, capsys):
+    fake = FakePatchAllocator(fits=100 ** 3)  # 96^3 fits, 112^3 does not
+    monkeypatch.setattr(runner, "run_and_store", fake)
+    lines = Lines()
+    assert _fit_3d(results, lines, FitConfig(axis="patch", max=256)) == 0
+    searched = [patch[0] for patch, ladder in fake.calls if ladder == "fit"]
+    assert searched == [16, 32, 64, 128, 96, 112]  # sides in steps of 16: doubling, then bisecting 64..128
+    assert all(patch == [patch[0]] * 3 for patch, _ in fake.calls)
+    out = capsys.readouterr().out
+    assert "| data.patch_size | samples/s [95% band] | voxels/s | runs | peak host RSS GiB |" in out
+    row = next(line for line in out.splitlines() if line.startswith("| [96,96,96] | "))
+    speed, voxels = float(row.split("|")[2].split()[0]), float(row.split("|")[3])
+    assert voxels == pytest.approx(speed * 96 ** 3, rel=0.01)
+    assert ("Largest that fits: data.patch_size=[96,96,96] (data.patch_size=[96,96,96] fits and "
+            "data.patch_size=[112,112,112] runs out of memory).") in out
+    assert "Fastest: data.patch_size=[96,96,96]" in out  # by voxels/s: samples/s is fastest at the smallest patch
+    said = next(line for line in lines.lines if "patch_size=" in line and "16,16,16]] ok" in line)
+    assert said.endswith(f"samples/s, {float(said.split()[-4]) * 16 ** 3:.3g} voxels/s")
+
+
+def test_the_patch_axis_keeps_the_start_aspect_in_valid_steps():
+    from harness.fit.axes import patch_axis, patch_steps
+
+    axis = patch_axis("w", [32, 64, 64], 3, 16)
+    assert axis.value(1) == [16, 32, 32] and axis.value(3) == [48, 96, 96] and axis.units(2) == 32 * 64 * 64
+    assert patch_steps(axis, 32, 32, 1, None, "cpu") == (2, 4)  # min_side 32 up; 2x the start's 32 down
+    assert patch_axis("w", [112, 112, 112], 3, 1).step == 8  # a model that takes any side: steps of 8
+    with pytest.raises(ValueError, match=r"fit.max=20 leaves no patch to try: .* give fit.max >= 32"):
+        patch_steps(axis, 32, 32, 1, 20, "cpu")
+
+
+def test_a_workload_without_a_patch_refuses_the_patch_axis_before_anything_runs(results, allocator, capsys):
+    assert _fit(results, Lines(), FitConfig(axis="patch")) == 2
+    assert capsys.readouterr().err.strip() == (
+        "error: fit.axis=patch needs a workload with a 3D patch (data.patch_size); workload 'custom' has none (1D "
+        "samples): valid fit.axis for it: batch")
+    assert allocator.calls == [] and not list(results.glob("**/*.parquet"))
+    with pytest.raises(ValueError, match="fit.axis"):
+        search_mod.check(FitConfig(axis="width"))

@@ -1,6 +1,7 @@
 """``python -m harness fit``: the largest batch that fits, and the speed at each size that does.
 
-    python -m harness fit [key=value ...] [fit.max=N] [fit.min=1] [memory.limit_gb=GIB] [sweep.repeats=N]
+    python -m harness fit [key=value ...] [fit.axis=batch|patch] [fit.max=N] [fit.min=1] [memory.limit_gb=GIB]
+                          [sweep.repeats=N]
 
 Doubles ``batch_size`` from ``fit.min`` until a run ends ``oom`` or passes ``fit.max``, then bisects between the
 largest size that ran and the smallest that did not: O(log n) runs, each in a fresh process (an in-process finder
@@ -11,6 +12,10 @@ rounds (``sweep.repeats``; the first round is the search's own runs). The output
 95% band and peak memory at each size, the largest that fits and the fastest. On a CPU no allocator can be capped:
 the search runs to ``fit.max`` (8 unless given) and the memory is the host's peak. Run again, a fit resumes: the
 sizes it tried and the rounds it measured are taken from the store (``<results_dir>/fits/``).
+
+``fit.axis=patch`` searches ``data.patch_size`` instead (a 3D workload's; the batch stays): sides in steps of the
+workload's ``patch_multiple`` (at least 8), the start's aspect kept; ``fit.min``/``fit.max`` are the patch's smallest
+side in voxels, and the curve gives voxels/s beside samples/s (docs/memory.md).
 """
 
 from __future__ import annotations

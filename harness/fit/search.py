@@ -10,6 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
+from harness.fit.axes import AXES
+from harness.registry import check_choice
+
 OK, OOM = "ok", "oom"
 AXIS = "batch_size"  # the setting the search varies
 DEFAULT_MAX = {"cpu": 8, "cuda": 1024}  # fit.max unset: a CPU runs to a small bound (no allocator to run out of)
@@ -21,16 +24,19 @@ class FitConfig:
 
     min: int = 1  # the first size tried
     max: Optional[int] = None  # the largest size tried (None: DEFAULT_MAX for the device)
+    axis: str = "batch"  # what the search varies: batch (batch_size) or patch (data.patch_size, harness.fit.axes)
 
 
 def check(options: FitConfig) -> None:
     """ValueError naming the bad ``fit.*`` value and what would be valid."""
+    check_choice("fit.axis", options.axis, AXES)
+    what = AXIS if options.axis == "batch" else "side of the patch in voxels"
     for name in ("min", "max"):
         value = getattr(options, name)
         if value is None and name == "max":
             continue
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"fit.{name}={value!r} must be a whole number >= 1 (a {AXIS})")
+            raise ValueError(f"fit.{name}={value!r} must be a whole number >= 1 (a {what})")
     if options.max is not None and options.max < options.min:
         raise ValueError(f"fit.max={options.max} is below fit.min={options.min}: the search runs from fit.min up to "
                          "fit.max")
@@ -62,11 +68,15 @@ class Search:
         return min((size for size, status in self.tried if status == OOM), default=None)
 
 
-def search(try_size: Callable[[int], str], low: int, high: int) -> Search:
+def search(try_size: Callable[[int], str], low: int, high: int, label: Callable[[int], str] | None = None,
+           top: str = "") -> Search:
     """The largest size in ``low..high`` that ``try_size`` runs ``ok``: doubling from ``low`` (then ``high`` itself
     if the doubling passed over it), then bisecting the gap below the first out-of-memory. A status other than
-    ok or oom (an error, a timeout, a skip) ends the search: it says nothing about memory."""
+    ok or oom (an error, a timeout, a skip) ends the search: it says nothing about memory. ``label(size)``: a
+    size in words (``batch_size=8``); ``top``: the bound in words (``fit.max=8``)."""
     found = Search()
+    label = label or (lambda size: f"{AXIS}={size}")
+    top = top or f"fit.max={high}"
 
     def attempt(size: int) -> str:
         status = try_size(size)
@@ -79,16 +89,16 @@ def search(try_size: Callable[[int], str], low: int, high: int) -> Search:
         if status == OK:
             fits = size
             if size == high:
-                found.stopped = f"every size up to fit.max={high} fits"
+                found.stopped = f"every size up to {top} fits"
                 return found
             size = min(2 * size, high)
         elif status == OOM:
             oom = size
         else:
-            found.stopped = f"{AXIS}={size} ended {status}: the search stops (it says nothing about memory)"
+            found.stopped = f"{label(size)} ended {status}: the search stops (it says nothing about memory)"
             return found
     if fits is None:
-        found.stopped = f"the smallest size, {AXIS}={low}, ran out of memory"
+        found.stopped = f"the smallest size, {label(low)}, ran out of memory"
         return found
     while oom - fits > 1:
         mid = (fits + oom) // 2
@@ -98,7 +108,7 @@ def search(try_size: Callable[[int], str], low: int, high: int) -> Search:
         elif status == OOM:
             oom = mid
         else:
-            found.stopped = f"{AXIS}={mid} ended {status}: the search stops (it says nothing about memory)"
+            found.stopped = f"{label(mid)} ended {status}: the search stops (it says nothing about memory)"
             return found
-    found.stopped = f"{AXIS}={fits} fits and {AXIS}={oom} runs out of memory"
+    found.stopped = f"{label(fits)} fits and {label(oom)} runs out of memory"
     return found

@@ -19,7 +19,8 @@ from harness.climb import output
 from harness.climb.trials import Display
 from harness.config import ladder as ladder_mod
 from harness.fit import state as state_mod
-from harness.fit.search import AXIS, FitConfig, Search, bound, check, search
+from harness.fit.axes import BATCH, Axis, patch_axis, patch_steps
+from harness.fit.search import FitConfig, Search, bound, check, search
 from harness.names import display_name
 from harness.run.parent import runner
 from harness.store import check_writable, new_id
@@ -44,6 +45,7 @@ class Fit:
     sweep_display: loop.LoopDisplay
     low: int
     high: int
+    axis: Axis = BATCH
 
 
 def run_fit(settings: dict, options: FitConfig, display: Display, sweep_display: loop.LoopDisplay,
@@ -56,17 +58,18 @@ def run_fit(settings: dict, options: FitConfig, display: Display, sweep_display:
     except (ValueError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    low, high = fit.low, fit.high
+    low, high, axis = fit.low, fit.high, fit.axis
     display.say(escape(f"fit {fit.state.fit_id}: {_shown(fit.start)} ({fit.start.size}) on {fit.start.device}"
-                f"{_limit_text(fit.start)}: {AXIS} from {low}, doubling until out of memory or {high} (fit.max), "
-                "then bisecting; each size a fresh process"))
+                f"{_limit_text(fit.start)}: {axis.label(low)}, doubling until out of memory or {axis.label(high)} "
+                f"(fit.max), then bisecting{_steps_text(axis)}; each size a fresh process"))
     if fit.state.tried:
         display.say(f"resuming fit {fit.state.fit_id}: {len(fit.state.tried)} size(s) already tried are taken from "
                     "the store, none measured again")
-    found = search(lambda size: _try(fit, size), low, high)
+    top = f"fit.max={high}" if axis is BATCH else f"fit.max ({axis.label(high)})"
+    found = search(lambda size: _try(fit, size), low, high, axis.label, top)
     display.say(escape(f"search: {found.stopped} ({len(found.tried)} run(s))"))
     if not found.fits:
-        print(f"No {AXIS} fits: {found.stopped}. Every run: "
+        print(f"No {axis.key} fits: {found.stopped}. Every run: "
               f"{shell.command('table', '--results', fit.start.results_dir, '--sweep', fit.state.fit_id)}")
         return 1
     return _measure_curve(fit, found, given or [])
@@ -76,23 +79,39 @@ def _begin(settings: dict, options: FitConfig, display: Display, sweep_display: 
     """Everything that may refuse the fit, before anything is measured (ValueError, OSError)."""
     check(options)
     check_writable(settings.get("results_dir", "results"), "`python -m harness fit`")
-    start = runner.ready(config_mod.from_dict({**config_mod.flatten(settings), AXIS: options.min}), display.say)
+    flat = config_mod.flatten(settings)
+    start = runner.ready(config_mod.from_dict(flat if options.axis == "patch" else {**flat, BATCH.key: options.min}),
+                         display.say)
+    axis, low, high = _axis_range(start, options)
     reason = applicability.skip_reason(start)
     if reason:  # nothing of the search could run here: said once, before anything starts
         raise ValueError(f"these settings cannot run here: {reason}")
     preflight.check_model_builds(start)
     env, env_key = runner.environment(start.device)
-    high = bound(options, start.device)
-    key = state_mod.fit_key(config_mod.config_hash(start), env_key, options.min, high)
+    key = state_mod.fit_key(config_mod.config_hash(start), env_key, low, high, options.axis)
     fit_state = (state_mod.load(start.results_dir, key)
                  or state_mod.FitState(key=key, fit_id=new_id(f"{LADDER_NAME}-")))
     return Fit(start, settings, runner.Machine.detect(), env, env_key, fit_state, display, sweep_display,
-               options.min, high)
+               low, high, axis)
+
+
+def _axis_range(start: config_mod.RunConfig, options: FitConfig) -> tuple[Axis, int, int]:
+    """The axis the fit varies and its first and last step (ValueError: a workload with no patch, a bound that
+    leaves no patch)."""
+    if options.axis == "batch":
+        return BATCH, options.min, bound(options, start.device)
+    spec, patch = start.workload, list(start.data.patch_size or [])
+    axis = patch_axis(spec.name, patch, spec.spatial_dims, spec.patch_multiple)
+    return (axis, *patch_steps(axis, min(patch), spec.min_side, options.min, options.max, start.device))
+
+
+def _steps_text(axis: Axis) -> str:
+    return "" if axis is BATCH else f" (sides in steps of {axis.step} voxels, the start's aspect)"
 
 
 def _search_context(fit: Fit, size: int) -> sweep_mod.SweepContext:
     """The settings of one size as a one-rung ladder over the start (as the sweep of the sizes will build them)."""
-    rungs = (ladder_mod.Rung(0, ""), ladder_mod.Rung(1, AXIS, size))
+    rungs = (ladder_mod.Rung(0, ""), ladder_mod.Rung(1, fit.axis.key, fit.axis.value(size)))
     ladder = ladder_mod.Ladder(name=LADDER_NAME, description="", guide="", workload=fit.start.workload.name,
                                base={}, rungs=rungs)
     return sweep_mod.SweepContext(sweep_id=fit.state.fit_id, ladder=ladder, settings=fit.settings,
@@ -103,17 +122,19 @@ def _try(fit: Fit, size: int) -> str:
     """One size of the search: its status (from the fit's state when it was tried already), its record stored."""
     known = fit.state.status(size)
     if known is not None:
-        fit.display.say(escape(f"[{AXIS}={size}] {known} (tried already)"))
+        fit.display.say(escape(f"[{fit.axis.label(size)}] {known} (tried already)"))
         return known
     cfg = sweep_mod.rung_config(_search_context(fit, size), 1, fit.machine)
-    label = escape(f"[{AXIS}={size}]")
+    label = escape(f"[{fit.axis.label(size)}]")
     with fit.display.progress(label) as progress:
         # rung: the size's place in the search's order (as a climb's steps), so `table --sweep <fit id>` lists them
         record = runner.run_and_store(cfg, fit.env, fit.env_key, progress.update, sweep_id=fit.state.fit_id,
-                                      ladder=LADDER_NAME, rung=len(fit.state.tried), round=0, change=f"{AXIS}={size}")
+                                      ladder=LADDER_NAME, rung=len(fit.state.tried), round=0,
+                                      change=fit.axis.label(size))
     fit.state.tried[str(size)] = [record.status, record.run_id]
     state_mod.save(fit.start.results_dir, fit.state)
-    fit.display.say(f"{label} {record.status}" + (f": {record.samples_per_s:.2f} samples/s" if record.status == "ok"
+    fit.display.say(f"{label} {record.status}" + (f": {_speed_text(fit.axis, size, record.samples_per_s)}"
+                                                  if record.status == "ok"
                                                   else f": {escape(_last_line(record.error)[:160])}"))
     return record.status
 
@@ -137,7 +158,10 @@ def _measure_curve(fit: Fit, found: Search, given: list[str]) -> int:
     code = loop.run_ladder(ctx, fit.machine, fit.sweep_display)
     loop.auto_compact(start.results_dir)
     print()
-    for line in fit_curve.report_lines(start.results_dir, ctx.sweep_id, found.fits, found.stopped):
+    axis = fit.axis
+    units = None if axis is BATCH else (axis.unit, [axis.units(k) for k in found.fits])
+    for line in fit_curve.report_lines(start.results_dir, ctx.sweep_id, [axis.value(k) for k in found.fits],
+                                       found.stopped, axis.key, units):
         print(line)
     rerun = shell.command("sweep", f"+ladder={name}", *output.workload_words(given))
     print(f"Ladder written to {ladder.path}; re-run it (from the store): {rerun}")
@@ -151,23 +175,26 @@ def _write_ladder(fit: Fit, found: Search, given: list[str]) -> str:
     """``<results_dir>/ladders/fit-WORKLOAD-DEVICE-HASH.yaml``: the start's settings with the smallest size that fits
     as its baseline, one rung per larger size that fits; its name."""
     start = fit.start
-    base = {k: v for k, v in output.ladder_base(fit.settings).items() if k != AXIS}
-    sizes = found.fits
-    name = output.ladder_name(start.workload, start.device, {**base, "fit.min": fit.low, "fit.max": fit.high}, "fit")
+    axis = fit.axis
+    base = {k: v for k, v in output.ladder_base(fit.settings).items() if k != axis.key}
+    sizes = [axis.value(k) for k in found.fits]
+    bounds = {"fit.min": fit.low, "fit.max": fit.high, **({} if axis is BATCH else {"fit.axis": axis.name})}
+    name = output.ladder_name(start.workload, start.device, {**base, **bounds}, "fit")
     hardware = f"{start.device} {fit.env.get('gpu_name') or fit.env.get('cpu_model')}{_limit_text(start)}"
     notes = [f"the search ({fit.state.fit_id}): {found.stopped}; tried "
-             + ", ".join(f"{size} {status}" for size, status in found.tried)]
+             + ", ".join(f"{ladder_mod.format_value(axis.value(k))} {status}" for k, status in found.tried)]
     own = output.workload_only(given)
     if own and not _builtin(start):
         notes.append(f"workload {start.workload.name} as measured: {' '.join(own)} (give these to "
                      "`python -m harness sweep +ladder=...`)")
     mapping = {
-        "description": f"The {AXIS}s that fit {_shown(start)} on {hardware}: {', '.join(map(str, sizes))} "
-                       f"(the largest: {sizes[-1]})",
+        "description": f"The {axis.key}s that fit {_shown(start)} on {hardware}: "
+                       f"{', '.join(map(ladder_mod.format_value, sizes))} (the largest: "
+                       f"{ladder_mod.format_value(sizes[-1])})",
         "guide": f"measured by python -m harness fit (search {fit.state.fit_id})",
         "workload": start.workload.name,
-        "base": {**base, AXIS: sizes[0]},
-        "rungs": [{"set": {AXIS: size}} for size in sizes[1:]],
+        "base": {**base, axis.key: sizes[0]},
+        "rungs": [{"set": {axis.key: size}} for size in sizes[1:]],
         "notes": notes,
     }
     output.write_ladder(mapping, name, start.results_dir, tuple(shell.config_dirs_of(given)), by="fit")
@@ -187,6 +214,12 @@ def _shown(start: config_mod.RunConfig) -> str:
 def _limit_text(start: config_mod.RunConfig) -> str:
     limit = start.memory.limit_gb
     return f", memory capped at {limit:g} GiB (memory.limit_gb)" if limit is not None else ""
+
+
+def _speed_text(axis: Axis, k: int, samples_per_s: float) -> str:
+    """samples/s, and on the patch axis the units a second too (samples/s of two patch sizes do not compare)."""
+    text = f"{samples_per_s:.2f} samples/s"
+    return text if axis is BATCH else f"{text}, {samples_per_s * axis.units(k):.3g} {axis.unit}/s"
 
 
 def _last_line(text: str | None) -> str:

@@ -31,9 +31,10 @@ class FitState:
         return entry[0] if entry else None
 
 
-def fit_key(config_hash: str, env_key: str, low: int, high: int) -> str:
-    """The fit's identity: the same start, environment and bounds."""
-    return hashlib.sha256(json.dumps([config_hash, env_key, low, high]).encode()).hexdigest()[:16]
+def fit_key(config_hash: str, env_key: str, low: int, high: int, axis: str = "batch") -> str:
+    """The fit's identity: the same start, environment, bounds and axis (a batch fit's key as before axes)."""
+    parts = [config_hash, env_key, low, high] + ([axis] if axis != "batch" else [])
+    return hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:16]
 
 
 def _path(results_dir: str, key: str) -> Path:

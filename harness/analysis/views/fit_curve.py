@@ -4,6 +4,7 @@ the largest that fits, and the fastest, from the store alone (the fit's sweep, r
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from harness.analysis.views import table as table_mod
 
@@ -15,7 +16,7 @@ AXIS = "batch_size"
 class Point:
     """One size of the curve: its rung's throughput, band and memory peaks as the sweep's table reads them."""
 
-    size: int
+    size: Any  # the batch, or a patch's sides
     status: str
     samples_per_s: float | None
     band: float | None  # relative 95% half-width of samples/s
@@ -23,31 +24,43 @@ class Point:
     peak_allocated_bytes: float | None  # GPU only: live tensors
     runs: int
     alloc_retries: int | None = None  # GPU only: the caching allocator's retries (memory pressure)
+    units_per_sample: int | None = None  # the patch axis: a sample's voxels (samples/s of two patches differ)
 
 
-def curve(table: table_mod.SweepTable, sizes: list[int]) -> list[Point]:
-    """The fit sweep's rungs as points: rung k is ``sizes[k]``."""
+def curve(table: table_mod.SweepTable, sizes: list, units: list[int] | None = None) -> list[Point]:
+    """The fit sweep's rungs as points: rung k is ``sizes[k]`` (with ``units[k]`` units in one of its samples)."""
     return [Point(sizes[r.rung], r.status, r.samples_per_s, r.uncertainty, r.peak_mem_bytes,
-                  r.peak_mem_allocated_bytes, r.statuses.get("ok", 0), r.alloc_retries)
+                  r.peak_mem_allocated_bytes, r.statuses.get("ok", 0), r.alloc_retries,
+                  units[r.rung] if units else None)
             for r in table.rows if r.rung < len(sizes)]
 
 
+def shown(size: Any) -> str:
+    """A size as the command line writes it: 24, or [64,64,64]."""
+    return "[" + ",".join(map(str, size)) + "]" if isinstance(size, (list, tuple)) else str(size)
+
+
+def _units_text(p: Point) -> str:
+    return "-" if p.samples_per_s is None or p.units_per_sample is None else \
+        f"{p.samples_per_s * p.units_per_sample:.3g}"
+
+
 def fastest(points: list[Point]) -> Point | None:
-    """The size of the highest samples/s (None when none measured)."""
+    """The size of the highest samples/s, or units/s where a sample's units vary (None when none measured)."""
     measured = [p for p in points if p.samples_per_s is not None]
-    return max(measured, key=lambda p: p.samples_per_s, default=None)
+    return max(measured, key=lambda p: p.samples_per_s * (p.units_per_sample or 1), default=None)
 
 
 def _gib(value: float | None) -> str:
     return "-" if value is None else f"{value / GIB:.2f}"
 
 
-def curve_table(points: list[Point], device: str) -> list[str]:
-    """The curve as markdown, memory labelled by what it is."""
+def curve_table(points: list[Point], device: str, axis: str = AXIS, unit: str = "") -> list[str]:
+    """The curve as markdown, memory labelled by what it is; with ``unit`` (the patch axis) a column of units/s."""
     cuda = device == "cuda"
     memory = (["peak reserved GiB (allocator)", "peak allocated GiB (tensors)", "alloc retries"] if cuda
               else ["peak host RSS GiB"])
-    header = [AXIS, "samples/s [95% band]", "runs", *memory]
+    header = [axis, "samples/s [95% band]", *([f"{unit}/s"] if unit else []), "runs", *memory]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for p in points:
         speed = "-" if p.samples_per_s is None else f"{p.samples_per_s:.2f}"
@@ -55,25 +68,32 @@ def curve_table(points: list[Point], device: str) -> list[str]:
             speed += f" [{p.samples_per_s / (1 + p.band):.2f}-{p.samples_per_s * (1 + p.band):.2f}]"
         retries = "-" if p.alloc_retries is None else str(p.alloc_retries)
         mem = [_gib(p.peak_mem_bytes), _gib(p.peak_allocated_bytes), retries] if cuda else [_gib(p.peak_mem_bytes)]
-        lines.append("| " + " | ".join([str(p.size), speed if p.status == "ok" else p.status, str(p.runs), *mem])
-                     + " |")
+        units = [_units_text(p)] if unit else []
+        lines.append("| " + " | ".join([shown(p.size), speed if p.status == "ok" else p.status, *units, str(p.runs),
+                                        *mem]) + " |")
     return lines
 
 
-def report_lines(results_dir: str, sweep_id: str, sizes: list[int], stopped: str) -> list[str]:
-    """The curve of a fit's sweep, then the largest size that fits and the fastest."""
+def report_lines(results_dir: str, sweep_id: str, sizes: list, stopped: str, axis: str = AXIS,
+                 units: tuple[str, list[int]] | None = None) -> list[str]:
+    """The curve of a fit's sweep, then the largest size that fits and the fastest. ``units``: the patch axis's
+    unit and a sample's units at each size; the fastest is then the most units/s (samples/s do not compare)."""
     table = table_mod.load_table(results_dir, sweep_id)
-    points = curve(table, sizes)
+    unit, per_sample = units or ("", None)
+    points = curve(table, sizes, per_sample)
     limit = f", memory capped at {table.memory_limit_gb:g} GiB" if table.memory_limit_gb is not None else ""
     lines = [f"#### fit: {table.workload} ({table.size}) on {table.device} {table.hardware}{limit}", ""]
-    lines += curve_table(points, table.device) + [""]
-    lines.append(f"Largest that fits: {AXIS}={sizes[-1]} ({stopped}).")
+    lines += curve_table(points, table.device, axis, unit) + [""]
+    lines.append(f"Largest that fits: {axis}={shown(sizes[-1])} ({stopped}).")
     best = fastest(points)
     if best is not None:
-        within = [p.size for p in points if p is not best and p.samples_per_s is not None and best.band is not None
-                  and p.samples_per_s * (1 + (p.band or 0)) >= best.samples_per_s / (1 + best.band)]
-        tie = (f"; within its band: {AXIS}={', '.join(map(str, within))}" if within else "")
-        lines.append(f"Fastest: {AXIS}={best.size}, {best.samples_per_s:.2f} samples/s{tie}.")
+        scale = (lambda p: p.units_per_sample or 1) if unit else (lambda p: 1)
+        within = [shown(p.size) for p in points if p is not best and p.samples_per_s is not None
+                  and best.band is not None and p.samples_per_s * scale(p) * (1 + (p.band or 0))
+                  >= best.samples_per_s * scale(best) / (1 + best.band)]
+        tie = (f"; within its band: {axis}={', '.join(within)}" if within else "")
+        rate = f"{best.samples_per_s:.2f} samples/s" + (f", {_units_text(best)} {unit}/s" if unit else "")
+        lines.append(f"Fastest: {axis}={shown(best.size)}, {rate}{tie}.")
     if table.device != "cuda":
         lines.append("On a CPU nothing caps memory: the search runs to fit.max, and the memory is the host's peak RSS "
                      "(the measuring process and its loader workers).")
