@@ -205,7 +205,10 @@ def ascend(start: dict, axes: list[Axis], facts: Facts, measure: Measure, noise:
         for axis in axes:
             while axis.name not in ended:
                 enabling = (axis.fits_with,) if axis.name in refit else ()
-                value = refit.pop(axis.name) if enabling else _untried(axis, best, facts, tried)
+                try:  # the batch's values may need a search for the largest that fits (Facts.largest_batch)
+                    value = refit.pop(axis.name) if enabling else _untried(axis, best, facts, tried)
+                except BudgetSpent as exc:
+                    return ClimbResult(start, best, steps, f"budget spent: {exc}")
                 if value is _NONE:
                     break
                 tried.add(_tried_key(best, axis.key, value))

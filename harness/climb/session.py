@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sys
 
 from harness import config as config_mod
@@ -9,6 +10,7 @@ from harness.climb import output, resume
 from harness.climb.ascent import NOT_RUN, Budget, ClimbResult, ascend
 from harness.climb.space import ClimbConfig, Facts, check, space
 from harness.climb.trials import Display, Trials, trial_ladder
+from harness.fit.search import DEFAULT_MAX, search
 from harness.run.parent import runner
 from harness.run.parent.launch import usable_cpus
 from harness.store import check_writable, new_id
@@ -49,7 +51,8 @@ def run_climb(settings: dict, options: ClimbConfig, started: float, display: Dis
                                  remeasure_busy=start.sweep.remeasure_busy)
     trials = Trials(ctx, machine, env, env_key, budget, options.repeats, display)
     # loader workers share the CPUs with the ranks: with devices=N each rank's loader gets its part
-    facts = Facts(device=start.device, usable_cpus=max(1, usable_cpus() // start.devices))
+    facts = Facts(device=start.device, usable_cpus=max(1, usable_cpus() // start.devices),
+                  largest_batch=_batch_bound(_flat(start), trials, display, options))
     display.say(f"climb {climb_id}: {display_name(start.workload.name, start.workload.model_node)} ({start.size}) on "
                 f"{start.device}, budget {options.budget_min:g} min, {options.repeats} run(s) per side, accept at >= "
                 f"{1 + options.min_effect:.2f}x beyond noise; "
@@ -81,6 +84,34 @@ def _ascend(start, options: ClimbConfig, facts: Facts, trials: Trials, noise, di
         return result
     finally:
         tracker.save(stopped)
+
+
+def _batch_bound(start: dict, trials: Trials, display: Display, options: ClimbConfig):
+    """``Facts.largest_batch`` on a GPU: fit's search for the largest batch_size that fits the incumbent, from its
+    batch (known to fit) up to fit.max's GPU default, each size a fresh process, once per incumbent (the batch
+    aside). None on a CPU (said once): no allocator runs out there, the search would only find fit.max."""
+    if "batch" not in [a.name for a in space(start["device"], options.knobs)]:
+        return None
+    if start["device"] != "cuda":
+        display.say("batch: on a CPU nothing runs out of memory below fit.max, so no search for the largest batch "
+                    "that fits: the batch doubles while it wins")
+        return None
+    found: dict[str, int | None] = {}
+
+    def largest(settings: dict) -> int | None:
+        key = json.dumps({k: v for k, v in settings.items() if k != "batch_size"}, sort_keys=True, default=str)
+        if key not in found:
+            now = int(settings["batch_size"])
+            changes = [(k, v) for k, v in settings.items() if k != "batch_size" and start.get(k) != v]
+            result = search(lambda size: "ok" if size == now else trials.search_run(changes, size), now,
+                            max(now, DEFAULT_MAX["cuda"]))
+            decided = result.smallest_oom is not None or result.stopped.startswith("every size")
+            found[key] = result.largest if decided else None  # an error or a timeout says nothing about memory
+            display.say(f"batch: the largest batch_size that fits from {now}: {found[key] or 'not found'} "
+                        f"({result.stopped}; {len(result.tried) - 1} run(s)); the batch tries x2, x4, ... up to it")
+        return found[key]
+
+    return largest
 
 
 def _measured_runs(results_dir: str, climb_ids: list[str]) -> int:

@@ -37,6 +37,9 @@ class Facts:
 
     device: str  # "cpu" or "cuda"
     usable_cpus: int
+    # the largest batch_size that fits the incumbent's settings (fit's search, fresh processes; it may raise
+    # BudgetSpent), or None: no search (a CPU, where nothing runs out of memory below fit.max), the batch doubles
+    largest_batch: Optional[Callable[[dict], Optional[int]]] = None
 
 
 @dataclass(frozen=True)
@@ -60,8 +63,19 @@ def _precision(s: dict, f: Facts) -> list:
     return [p for p in order if p != s["precision"]]
 
 
-def _double_batch(s: dict, f: Facts) -> list:
-    return [2 * int(s["batch_size"])]
+def _batch(s: dict, f: Facts) -> list:
+    """x2; with a search for the largest batch that fits (a GPU): x2, x4, ... up to it, the largest itself, then
+    the first doubling past it (it runs out of memory, and activation checkpointing may make it fit), unless
+    checkpointing is on already."""
+    now = int(s["batch_size"])
+    largest = f.largest_batch(s) if f.largest_batch is not None else None
+    if largest is None:
+        return [2 * now]
+    values, size = [], 2 * now
+    while size <= largest:
+        values, size = values + [size], 2 * size
+    values += [largest] if largest > now and largest not in values else []
+    return values + ([size] if s.get("activation_checkpointing") is not True else [])
 
 
 def _compile(s: dict, f: Facts) -> list:
@@ -98,7 +112,7 @@ def _fused(s: dict, f: Facts) -> list:
 
 AXES = (
     Axis("precision", "precision", 1.10, 2.0, _precision),
-    Axis("batch", "batch_size", 1.05, 1.3, _double_batch, ends_on_oom=True,
+    Axis("batch", "batch_size", 1.05, 1.3, _batch, ends_on_oom=True,
          fits_with=("activation_checkpointing", True)),  # checkpointing: only to fit a larger batch
     Axis("compile", "compile", 1.05, 1.3, _compile),  # on a CPU a first compile also costs a minute or more
     Axis("channels_last", "channels_last", 1.15, 1.2, _switch_on("channels_last")),

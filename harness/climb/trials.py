@@ -20,6 +20,7 @@ from harness.sweeps import rungs as sweep_mod
 from harness.workload import applicability
 
 LADDER_NAME = "climb"  # the `ladder` of every record a climb stores
+SEARCH = "fit search"  # the role of a run of the search for the largest batch that fits
 KILL_MARGIN_S = 5.0  # a run's timeout ends this long before the budget does (killing it takes a moment)
 
 
@@ -85,6 +86,13 @@ class Trials:
     def again(self, accepted, candidate, step: int) -> Measured:
         """An accepted candidate measured once more (``compare(..., again=True)``)."""
         return self.compare(accepted, candidate, step, again=True)
+
+    def search_run(self, changes, size: int) -> str:
+        """One size of the search for the largest batch that fits (``harness.fit.search``): ``changes`` over the
+        start with ``batch_size=size``, a fresh process (or a stored run a re-run replays); its status. Its record is
+        no rung of the climb's table, and no comparison uses it (their rounds interleave candidate and incumbent)."""
+        record, _ = self.trial(list(changes) + [("batch_size", size)], 0, SEARCH, 0, f"batch_size={size} (fit search)")
+        return record.status
 
     def _trustworthy(self, changes, step: int, role: str, round_: int, change: str) -> tuple[RunRecord, str, str]:
         """``trial``; a run of a busy machine measured again, once (a run of the store this climb has not used may
@@ -183,6 +191,8 @@ def _last_line(text: str | None) -> str:
 
 
 def _label(step: int, role: str, round_: int, repeats: int, change: str) -> str:
+    if role == SEARCH:
+        return escape(f"[{SEARCH}] {change}")
     again = " again" if round_ >= repeats else ""  # an accepted candidate measured once more
     return escape(f"[step {step}, {role}{again} {round_ % repeats + 1}/{repeats}] {change}")
 

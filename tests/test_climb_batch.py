@@ -1,0 +1,81 @@
+"""``climb``'s batch knob on a GPU: fit's search for the largest batch that fits the incumbent, then the batch x2,
+x4, ... up to it, each judged as any knob; on a CPU no search (the batch doubles). Simulated: no process runs."""
+
+import dataclasses
+
+from harness.climb import ascent, session, space
+from tests.test_climb import DEFAULT_NOISE, START, SimulatedMachine
+
+CUDA = space.Facts(device="cuda", usable_cpus=2)
+CHECKPOINTING = (("activation_checkpointing", True),)
+
+
+def test_the_batch_tries_doublings_up_to_the_largest_that_fits_then_one_past_it():
+    values = space.AXES_BY_NAME["batch"].values
+    assert values(START, dataclasses.replace(CUDA, largest_batch=lambda s: 40)) == [8, 16, 32, 40, 64]
+    assert values({**START, "activation_checkpointing": True},
+                  dataclasses.replace(CUDA, largest_batch=lambda s: 32)) == [8, 16, 32]  # nothing could fit 64
+    assert values(START, dataclasses.replace(CUDA, largest_batch=lambda s: 4)) == [8]  # past it: checkpointing
+    assert values(START, CUDA) == [8]  # no search (a CPU): x2 while it wins
+
+
+def test_on_a_gpu_the_climb_searches_once_per_incumbent_and_judges_each_batch_up_to_the_bound():
+    machine = SimulatedMachine(noise_cv=0.005)  # +10% a doubling up to 16; 32 runs out of memory
+    searched = []
+
+    def largest(settings):
+        searched.append(settings["batch_size"])
+        return machine.oom_at - 1
+
+    facts = dataclasses.replace(CUDA, largest_batch=largest)
+    result = ascent.ascend(dict(START), space.space("cuda", ["batch"]), facts, machine.measure, DEFAULT_NOISE, 0.03,
+                           confirm=machine.measure)
+    batch = [(s.value, s.enabling, s.outcome) for s in result.steps]
+    assert batch == [(8, (), ascent.ACCEPTED), (16, (), ascent.ACCEPTED), (31, (), ascent.REJECTED),
+                     (32, (), ascent.OOM), (32, CHECKPOINTING, ascent.OOM)]
+    assert result.best["batch_size"] == 16 and searched == [4, 8, 16, 16]  # asked of each incumbent (the session caches it)
+
+
+def test_a_search_cut_by_the_budget_ends_the_climb_and_says_why():
+    def spent(settings):
+        raise ascent.BudgetSpent("the next run (~60 s) would not finish in the 10 s of budget left")
+
+    result = ascent.ascend(dict(START), space.space("cuda", ["batch"]), dataclasses.replace(CUDA, largest_batch=spent),
+                           SimulatedMachine().measure, DEFAULT_NOISE, 0.03)
+    assert result.steps == [] and result.stopped == ("budget spent: the next run (~60 s) would not finish in the 10 s "
+                                                     "of budget left")
+
+
+class FakeTrials:
+    """``Trials.search_run``: out of memory above ``fits`` samples a step."""
+
+    def __init__(self, fits):
+        self.fits, self.runs = fits, []
+
+    def search_run(self, changes, size):
+        self.runs.append((tuple(changes), size))
+        return "ok" if size <= self.fits else "oom"
+
+
+def test_the_search_runs_fresh_sizes_from_the_incumbent_batch_and_only_once_per_incumbent():
+    trials, said = FakeTrials(fits=40), []
+    start = {**START, "device": "cuda"}
+    largest = session._batch_bound(start, trials, session.Display(said.append, None), space.ClimbConfig())
+    assert largest(start) == 40 and largest({**start, "batch_size": 8}) == 40  # the batch aside: searched once
+    assert [size for _, size in trials.runs] == [8, 16, 32, 64, 48, 40, 44, 42, 41]  # 4 fits: not run again
+    assert said == ["batch: the largest batch_size that fits from 4: 40 (batch_size=40 fits and batch_size=41 runs "
+                    "out of memory; 9 run(s)); the batch tries x2, x4, ... up to it"]
+    largest({**start, "precision": "bf16-mixed"})  # another incumbent: searched again, with its change
+    assert trials.runs[-1][0] == (("precision", "bf16-mixed"),)
+
+
+def test_on_a_cpu_the_climb_skips_the_search_and_says_so():
+    said = []
+    options = space.ClimbConfig()
+    assert session._batch_bound({**START, "device": "cpu"}, FakeTrials(8), session.Display(said.append, None),
+                                options) is None
+    assert said == ["batch: on a CPU nothing runs out of memory below fit.max, so no search for the largest batch "
+                    "that fits: the batch doubles while it wins"]
+    knobs = dataclasses.replace(options, knobs=["precision"])  # no batch knob: nothing to say
+    assert session._batch_bound({**START, "device": "cpu"}, FakeTrials(8), session.Display(said.append, None),
+                                knobs) is None and len(said) == 1
