@@ -59,6 +59,9 @@ REPEAT_ROUNDS = (1, 2)  # with round 0: three runs a rung, each round its own pa
 # files and steps, as each step waits for its data there.
 LADDER_OVERRIDES = {
     "a100_volume": ("data.num_items=8", "measure.warmup_steps=2", "measure.steps=15"),
+    # its rungs 3-9 are BasicUNet at 55x its own compute (width_scale): 10+ s a step of 4 in FP32, so 60 steps a run
+    # would not fit a command; 20 steps do (a window of 20 s or more of 10 s steps on those rungs)
+    "connectomics_fastest": ("measure.warmup_steps=5", "measure.steps=15"),
 }
 
 # Ladders no lent machine measures, and why: one run needs more than one command's 10 minutes. PLAN.md lists them.
@@ -93,6 +96,8 @@ COMPILE_S = {"off": 0, "default": 120, "reduce-overhead": 180, "max-autotune": 4
 AUGMENT_3D_S = {"flip": 0.01, "noise": 0.05, "rotate": 0.4, "elastic": 1.2}  # a sample, at full size
 DISK_READ_S = 0.15  # a NIfTI volume read and decompressed (page cache dropped)
 DATASET_ITEM_S = 1.5  # writing one NIfTI volume of a disk dataset, once per machine
+CARD_GIB = 80  # the lent card's memory (an H100's; an H200 has more): a rung's activations over it end `oom`
+BASIC_UNET_FEATURES = (32, 32, 64, 128, 256, 32)  # MONAI's own (harness_models/segmentation3d.py: torch not loaded)
 
 
 @dataclass(frozen=True)
@@ -129,6 +134,8 @@ def estimate_run_s(settings: dict, cap_workers: bool = False) -> float:
     steps = int(settings.get("measure.warmup_steps") or preset.warmup_steps) + \
         int(settings.get("measure.steps") or preset.steps)
     compute, item = step_costs(settings)
+    if over_card(settings):  # it ends `oom` in its first step
+        return STARTUP_S + compute + item * batch
     lanes = min(workers, int(settings["cpus"])) if settings.get("cpus") else workers
     data = item * batch / max(1, lanes)
     step = compute + data if workers == 0 else max(compute, data)
@@ -148,6 +155,55 @@ def estimate_run_s(settings: dict, cap_workers: bool = False) -> float:
             + restarts * (2 + 0.3 * workers))
 
 
+def width_scale(settings: dict) -> float:
+    """A rung's compute over its workload's own (model.width 1, its own features), from a stated model: a conv's FLOPs
+    are c_in x c_out a voxel, and a level k stride-2 levels down has 8^-k of the voxels. With ``model.features``
+    (BasicUNet's six counts) each convolution is counted (:func:`basic_unet_macs`: 220x MONAI's own for the
+    October 2025 builder's 32..1024, where the FLOP counter says 218x); otherwise every channel count scales with
+    ``model.width``, so the compute with its square."""
+    width = float(settings.get("model.width") or 1.0)
+    features = settings.get("model.features")
+    if not features:
+        return width ** 2
+    return basic_unet_macs([c * width for c in features]) / basic_unet_macs(BASIC_UNET_FEATURES)
+
+
+def basic_unet_macs(f: list[float] | tuple[float, ...]) -> float:
+    """Multiply-adds a full-resolution voxel of BasicUNet with features f0..f5 (f5: the full-resolution decoder's):
+    each level's two convolutions (c_in x c_out + c x c), 8^-k of the voxels at level k."""
+    down = sum((([1] + list(f))[k] * f[k] + f[k] ** 2) / 8 ** k for k in range(5))
+    up = sum(3 * f[k] ** 2 / 8 ** k for k in (1, 2, 3))  # concatenated skip (2c -> c), then c -> c
+    return down + up + (f[1] + f[0]) * f[5] + f[5] ** 2
+
+
+def activation_gib(settings: dict) -> float:
+    """A lower bound on a BasicUNet rung's activations, in GiB: the full-resolution decoder's (``model.features``'
+    last count) alone, about six tensors of its channels kept for the backward pass, 4 bytes a value in FP32 and 2
+    under mixed precision (0 without features)."""
+    features = settings.get("model.features")
+    if not features:
+        return 0.0
+    preset = _full_preset(settings.get("workload", "unet3d"))
+    voxels = prod(settings.get("data.patch_size") or preset.input_shape[1:])
+    batch = int(settings.get("batch_size") or preset.batch_size)
+    size = 4 if str(settings.get("precision", "32")) == "32" else 2
+    return 6 * features[-1] * float(settings.get("model.width") or 1.0) * voxels * batch * size / 2 ** 30
+
+
+def over_card(settings: dict) -> str:
+    """Why a rung likely runs out of memory on the card (``memory.limit_gb``, else the lent one's), or ""."""
+    card = float(settings.get("memory.limit_gb") or CARD_GIB)
+    need = activation_gib(settings)
+    return f"likely over the {card:g} GiB card (>= {need:.0f} GiB of full-resolution activations)" if need > card \
+        else ""
+
+
+def _full_preset(name: str):
+    from harness.config.workload import builtin
+
+    return builtin(name).sizes["full"]
+
+
 def step_costs(settings: dict) -> tuple[float, float]:
     """Pessimistic GPU seconds of a step's compute and loader seconds of one item (its read, wait and augmentations),
     for ``settings`` (flat keys, as a ladder rung's at full size)."""
@@ -158,7 +214,8 @@ def step_costs(settings: dict) -> tuple[float, float]:
     batch = int(settings.get("batch_size") or preset.batch_size)
     patch = settings.get("data.patch_size")
     scale = prod(patch) / prod(preset.input_shape[1:]) if patch else 1.0
-    compute = cost.compute_s * batch * scale * (0.7 if str(settings.get("precision", "32")) != "32" else 1.0)
+    compute = cost.compute_s * batch * scale * width_scale(settings) * \
+        (0.7 if str(settings.get("precision", "32")) != "32" else 1.0)
     item = cost.item_s * scale + _augment_s(settings) + float(settings.get("data.read_latency_ms") or 0) / 1000
     return compute, item + (DISK_READ_S if settings.get("data.source") == "disk" else 0.0)
 
@@ -256,11 +313,18 @@ def ladder_parts(name: str, round_: int = 0, tier: int | None = None) -> list[Pa
         worst = max(estimates[r] for r in rungs)
         parts.append(Part(
             name=base + suffix, kind="ladder", tier=_tier(lad) if tier is None else tier,
-            what=span + (f", round {round_ + 1}" if round_ else "") + f": {lad.description}",
+            what=span + (f", round {round_ + 1}" if round_ else "") + f": {lad.description}" + _over_card_text(name, rungs),
             estimate_s=ceil(overhead + sum(estimates[r] for r in rungs)), runs=len(rungs),
             timeout_s=_timeout(worst), ladder=name, rungs=tuple(rungs), rounds=(round_,),
             args=LADDER_OVERRIDES.get(name, ()), paths=ladder_paths(name)))
     return parts
+
+
+def _over_card_text(name: str, rungs: list[int]) -> str:
+    """The rungs of a part likely over the card (estimated as a run that ends `oom` at once), in words."""
+    lad, extra = _ladder(name), overrides_dict(LADDER_OVERRIDES.get(name, ()))
+    flags = [f"rung {r} {why}" for r in rungs if (why := over_card({**lad.settings(r, "full"), **extra}))]
+    return f" ({'; '.join(flags)})" if flags else ""
 
 
 def _timeout(estimate: float) -> int:

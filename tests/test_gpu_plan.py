@@ -207,3 +207,32 @@ def test_every_recommendation_says_how_far_it_is_measured_and_what_needs_a_gpu_i
             named = {name for name in re.findall(r"(?:`|\+ladder=)([a-z0-9_]+)", row[3]) if name in ladders}
             named = named or ({section} if re.match(r"rung \d", row[3]) else set())
             assert named and named <= planned, row[:2]
+
+
+def test_the_estimate_scales_with_the_model_s_width_and_flags_rungs_over_the_card():
+    fastest = gpu_parts._ladder("connectomics_fastest")
+    rung = [fastest.settings(r, "full") for r in range(4)]
+    assert gpu_parts.width_scale(rung[1]) == 1.0  # BasicUNet's own features
+    assert gpu_parts.width_scale(rung[2]) == pytest.approx(220.5, rel=0.01)  # the FLOP counter: 218x
+    assert gpu_parts.width_scale(rung[3]) == pytest.approx(55.1, rel=0.01)  # half the channels: about a quarter
+    assert gpu_parts.width_scale({"model.width": 0.5}) == 0.25
+    assert gpu_parts.over_card(rung[2]) == ("likely over the 80 GiB card (>= 129 GiB of full-resolution "
+                                            "activations)")
+    assert gpu_parts.over_card(rung[3]) == "" and gpu_parts.over_card({**rung[3], "memory.limit_gb": 24}) != ""
+    est = gpu_parts.rung_estimates("connectomics_fastest")
+    assert est[2] < est[1] + 60 and est[3] > 5 * est[1]  # over the card: ends `oom` at once; rung 3: 55x compute
+    part = next(p for p in gpu_parts.ladder_parts("connectomics_fastest") if 2 in p.rungs)
+    assert "rung 2 likely over the 80 GiB card" in part.what
+
+
+@pytest.mark.parametrize("ladder", ["connectomics_checkpointing", "connectomics_accumulate", "detr_test_batch"])
+def test_the_memory_ladders_are_in_parts_that_carry_their_card_and_fit_the_part_budget(ladder):
+    parts = [p for p in gpu_parts.catalogue() if p.ladder == ladder and p.kind == "ladder" and p.rounds == (0,)]
+    lad = gpu_parts._ladder(ladder)
+    assert [r for p in parts for r in p.rungs] == list(range(len(lad.rungs)))
+    assert all(p.estimate_s <= (gpu_parts.PART_BUDGET_S if p.runs > 1 else gpu_parts.BATCH_BUDGET_S) for p in parts)
+    limit = lad.settings(0, "full").get("memory.limit_gb")
+    assert limit is not None and all(lad.settings(r, "full").get("memory.limit_gb") == limit
+                                     for r in range(len(lad.rungs)))  # every run is capped at the guide's card
+    plan = gpu_plan.render({"gpu": "h100", "parts": {}})
+    assert all(p.name in plan for p in parts)

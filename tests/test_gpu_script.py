@@ -254,7 +254,7 @@ def test_next_takes_pending_parts_in_order_within_one_command(tmp_path, monkeypa
     pending = gpu_plan.pending(loaded)
     # the guide totals first (the cheapest ladder's first: A100's option A), then the retried tests, the noise
     names = [p.name for p in pending]
-    assert names[:2] == ["total-a100_option_a", "total-a100_option_c"]
+    assert names[:2] == ["total-a100_option_a", "total-connectomics_quick"]  # its half-width end: a quarter compute
     assert names.index("tests") < names.index("noise") < names.index("connectomics_quick")
     chosen = gpu_plan.pick(pending)
     assert chosen[0] == pending[0] and sum(p.estimate_s for p in chosen) <= gpu_parts.BATCH_BUDGET_S
@@ -279,7 +279,7 @@ def test_next_takes_pending_parts_in_order_within_one_command(tmp_path, monkeypa
              "commit": "", "code_fingerprint": "c0de", "path_fingerprint": gpu_parts.path_fingerprint(first)}
     (tmp_path / "scratch" / gpu_campaign.JOURNAL).write_text(json.dumps(stamp) + "\n")
     again = script("dry-run", "next", GPU="h100", PLAN_DIR=str(tmp_path), SCRATCH=str(tmp_path / "scratch"))
-    assert again.returncode == 0 and list(sections(again.stdout))[0] == "total-a100_option_c"
+    assert again.returncode == 0 and list(sections(again.stdout))[0] == "total-connectomics_quick"
 
 
 def test_the_command_s_age_counts_what_ran_before_the_driver_in_its_shell():
