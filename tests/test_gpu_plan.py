@@ -9,7 +9,7 @@ import subprocess
 
 import pytest
 
-from scripts import gpu_parts, gpu_plan
+from scripts import gpu_parts, gpu_plan, gpu_width
 from tests.test_gpu_script import script
 
 
@@ -212,13 +212,13 @@ def test_every_recommendation_says_how_far_it_is_measured_and_what_needs_a_gpu_i
 def test_the_estimate_scales_with_the_model_s_width_and_flags_rungs_over_the_card():
     fastest = gpu_parts._ladder("connectomics_fastest")
     rung = [fastest.settings(r, "full") for r in range(4)]
-    assert gpu_parts.width_scale(rung[1]) == 1.0  # BasicUNet's own features
-    assert gpu_parts.width_scale(rung[2]) == pytest.approx(220.5, rel=0.01)  # the FLOP counter: 218x
-    assert gpu_parts.width_scale(rung[3]) == pytest.approx(55.1, rel=0.01)  # half the channels: about a quarter
-    assert gpu_parts.width_scale({"model.width": 0.5}) == 0.25
-    assert gpu_parts.over_card(rung[2]) == ("likely over the 80 GiB card (>= 129 GiB of full-resolution "
+    assert gpu_width.width_scale(rung[1]) == 1.0  # BasicUNet's own features
+    assert gpu_width.width_scale(rung[2]) == pytest.approx(220.5, rel=0.01)  # the FLOP counter: 218x
+    assert gpu_width.width_scale(rung[3]) == pytest.approx(55.1, rel=0.01)  # half the channels: about a quarter
+    assert gpu_width.width_scale({"model.width": 0.5}) == 0.25
+    assert gpu_width.over_card(rung[2]) == ("likely over the 80 GiB card (>= 129 GiB of full-resolution "
                                             "activations)")
-    assert gpu_parts.over_card(rung[3]) == "" and gpu_parts.over_card({**rung[3], "memory.limit_gb": 24}) != ""
+    assert gpu_width.over_card(rung[3]) == "" and gpu_width.over_card({**rung[3], "memory.limit_gb": 24}) != ""
     est = gpu_parts.rung_estimates("connectomics_fastest")
     assert est[2] < est[1] + 60 and est[3] > 5 * est[1]  # over the card: ends `oom` at once; rung 3: 55x compute
     part = next(p for p in gpu_parts.ladder_parts("connectomics_fastest") if 2 in p.rungs)
