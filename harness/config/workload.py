@@ -32,8 +32,9 @@ SYNTHETIC_KINDS = ("volumes", "images", "tensors", "tokens")
 # data.cache_dir and results_dir say where a dataset that writes files keeps them (as data=disk does).
 SETTING_SOURCES = ("width", "model.width", "model.mednext_size", "model.kernel_size", "model.deep_supervision",
                    "model.depth", "model.features", "data.patch_size", "data.cache_dir", "results_dir")
-# the _target_ nodes, free-form below their name; the last five are a workload's own training (harness.workload.steps)
-TARGET_NODES = ("model", "loss", "optimizer", "dataset", "step", "collate", "samples", "units", "lightning_module")
+# the _target_ nodes, free-form below their name; the last six are a workload's own training (harness.workload.steps)
+TARGET_NODES = ("model", "loss", "optimizer", "dataset", "step", "collate", "samples", "units", "lightning_module",
+                "val_step")
 OWN_TRAINING_NODES = TARGET_NODES[4:]  # absent (None), a spec hashes as it did before they existed
 OPEN_NODES = TARGET_NODES + ("model_settings", "loss_settings", "dataset_settings", "val_dataset", "sizes")
 NOT_HASHED_FIELDS = ("description",)  # words only: two specs that differ only here measure the same thing
@@ -81,12 +82,14 @@ class WorkloadSpec:
     source_sha: str = ""  # filled when resolved: the user's source files the targets live in
     # a workload's own training (harness.workload.steps), each a ``_target_`` node: ``step(model, batch) -> loss``
     # (partial); the loader's collate_fn (partial); ``samples(batch)`` and ``units(batch)`` (partials) where batches
-    # vary; a LightningModule (its training_step, configure_optimizers and train_dataloader), instead of ``model``
+    # vary; a LightningModule (its training_step, configure_optimizers and train_dataloader), instead of ``model``;
+    # ``val_step(model, batch) -> loss`` (partial), the validation pass's step (``harness.workload.val_steps``)
     step: Any = None
     collate: Any = None
     samples: Any = None
     units: Any = None
     lightning_module: Any = None
+    val_step: Any = None
 
     def sample_shape(self, size: str = "full") -> list[int]:
         shape = self.input_shape or (self.sizes[size].input_shape if size in self.sizes else None)

@@ -189,6 +189,8 @@ def _workload_conflicts(cfg: RunConfig) -> list[str]:
             reasons.append(f"{what} applies to the volumes and images pipelines; workload {spec.name!r} has {own}")
     if spec.own_training and cfg.measure.mode != "loader":
         reasons += own_step_reasons(cfg, own_step_name(spec), own_optimizer=spec.lightning_module is not None,
+                                    validates=True if spec.val_step is not None else
+                                    None if spec.lightning_module is not None else False,
                                     lightning=spec.lightning_module is not None)
     if cfg.activation_checkpointing and not spec.checkpoint_units and cfg.measure.mode != "loader":
         reasons.append(f"activation_checkpointing=true: workload {spec.name!r} names no checkpoint_units (the "

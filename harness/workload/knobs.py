@@ -49,6 +49,7 @@ from harness.workload.applicability import KnobNotApplicable, no_units_to_checkp
 from harness.workload.build import build_all
 from harness.workload.memory_limit import apply_memory_limit
 from harness.workload.steps import OwnStep, own_step, own_step_conflicts
+from harness.workload.val_steps import ValStep, through_ddp, val_step_of
 
 
 def apply_backend_flags(cfg) -> dict[str, Any]:
@@ -341,6 +342,7 @@ class Prepared:
     checkpointed_units: int
     backend_flags: dict[str, Any]
     own: OwnStep | None = None  # the workload's own step (harness.workload.steps); None: loss_fn(model(x), y)
+    val: ValStep | None = None  # its validation step (harness.workload.val_steps); None: the default step's pass
 
 
 def prepare(cfg, workload, device: torch.device | None = None, rank=None) -> Prepared:
@@ -353,17 +355,20 @@ def prepare(cfg, workload, device: torch.device | None = None, rank=None) -> Pre
     backend_flags = apply_backend_flags(cfg)
     model, loss_fn, unit_types = build_all(cfg)
     own = own_step(workload, model, loss_fn=loss_fn)  # decided on the model as built, before any wrapper
-    if own is not None and (reason := own_step_conflicts(cfg, own)):
+    val = val_step_of(workload, model, own) if cfg.val.every_n_steps else None
+    if own is not None and (reason := own_step_conflicts(cfg, own, validates=val is not None)):
         raise KnobNotApplicable(reason)
     units = apply_activation_checkpointing(model, unit_types) if cfg.activation_checkpointing else 0
     fmt = memory_format(cfg, workload.spatial_dims)
     model = apply_device_and_format(model, device, fmt)
     guard_cpu_bf16_conv3d(model, cfg)
     model.train()
+    if workload.lightning_module is not None:  # its forward, in place: its steps call it, under DDP too
+        compile_forward(model, cfg.compile)
     if rank is not None and rank.world_size > 1:
-        model = apply_ddp(model, cfg, device)
-    model = compile_forward(model, cfg.compile) if workload.lightning_module is not None \
-        else apply_compile(model, cfg.compile)
+        model = through_ddp(model, own, val, functools.partial(apply_ddp, cfg=cfg, device=device))
+    if workload.lightning_module is None:
+        model = apply_compile(model, cfg.compile)
     optimizer = own.optimizer() if own is not None and own.optimizer is not None \
         else build_optimizer(cfg, workload, model.parameters())
     return Prepared(
@@ -377,4 +382,5 @@ def prepare(cfg, workload, device: torch.device | None = None, rank=None) -> Pre
         checkpointed_units=units,
         backend_flags=backend_flags,
         own=own,
+        val=val,
     )

@@ -7,12 +7,20 @@ collate function are the data when the workload names no dataset (the loader reb
 Lightning itself is never imported here: the module's class is the user's, found by its methods, so both
 ``lightning.pytorch`` and ``pytorch_lightning`` modules are measured. ``self.log`` without a Trainer returns at
 once in Lightning (with a warning, silenced here): what it would cost under a Trainer's loggers is not measured.
+
+Its ``validation_step(batch, batch_idx)``, where it defines one, is the validation pass's step
+(``harness.workload.val_steps``), over its ``val_dataloader()``'s data when the workload names no dataset. Under DDP
+(``devices`` >= 2) both steps are called through a :class:`StepModule` that DDP wraps, as Lightning's strategies
+redirect them through the wrapper's forward, so that DDP's hooks see a forward and sync the gradients.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Callable
+
+from torch import nn
 
 from harness.workload.step_knobs import StepError
 
@@ -31,16 +39,37 @@ def check_module(module, name: str) -> None:
                         "workload.step instead")
 
 
-def training_step_call(module):
-    """``(model, batch) -> training_step(batch, batch_idx)``, batch_idx counting on as the Trainer's does; the model
-    handed in (compiled or wrapped) is not used: training_step calls the module's forward, which compile compiled."""
-    step = module.training_step
+def step_call(module, method: str, through: nn.Module | None = None) -> Callable[[Any, Any], Any]:
+    """``(model, batch) -> module.<method>(batch, batch_idx)``, batch_idx counting on as the Trainer's does; the model
+    handed in (compiled or wrapped) is not used: the step calls the module's forward, which compile compiled.
+    ``through``: DDP around the module's :class:`StepModule`, called instead, so that DDP's hooks see the forward."""
+    step = getattr(module, method) if through is None else functools.partial(through, method)
     index = iter(range(1 << 62))
 
     def call(model, batch):
         return step(batch, next(index))
 
     return call
+
+
+def validation_step_call(module, through: nn.Module | None = None) -> Callable[[Any, Any, int], Any]:
+    """``(model, batch, batch_idx) -> module.validation_step(batch, batch_idx)`` (batch_idx from 0 each pass, as the
+    Trainer's); ``through`` as for :func:`step_call`."""
+    step = module.validation_step if through is None else functools.partial(through, "validation_step")
+    return lambda _model, batch, batch_idx: step(batch, batch_idx)
+
+
+class StepModule(nn.Module):
+    """What DDP wraps for a LightningModule: its forward calls one of the module's steps (as Lightning's
+    ``_LightningModuleWrapperBase`` did; Lightning 2 patches the module's forward for the call instead), so that
+    DDP's forward runs around the step. Its parameters are the module's."""
+
+    def __init__(self, module: nn.Module):
+        super().__init__()
+        self.module = module
+
+    def forward(self, method: str, batch: Any, batch_idx: int) -> Any:
+        return getattr(self.module, method)(batch, batch_idx)
 
 
 def first_optimizer(configured: Any, name: str, notes: list[str]):
@@ -83,15 +112,22 @@ def zeroes_grads_itself(cls: type) -> str:
             "optimizer.zero_grad_set_to_none=false would change nothing")
 
 
-def module_data(module, name: str) -> tuple[Any, Any]:
-    """The dataset and collate function of the module's ``train_dataloader()`` (after its ``setup("fit")``)."""
+def set_up(module) -> None:
+    """The module's ``setup("fit")``, where it defines one, before its loaders are asked (once, as the Trainer does)."""
     if overrides(type(module), "setup"):
         module.setup("fit")
-    loader = module.train_dataloader()
+
+
+def module_data(module, name: str, method: str = "train_dataloader") -> tuple[Any, Any]:
+    """The dataset and collate function of the module's ``train_dataloader()`` (or ``val_dataloader()``: the first
+    of several loaders)."""
+    loader = getattr(module, method)()
+    if isinstance(loader, Sequence) and loader and not isinstance(loader, str):
+        loader = loader[0]
     dataset = getattr(loader, "dataset", None)
     if dataset is None:
-        raise StepError(f"{name}: train_dataloader() returned a {type(loader).__name__}, not a DataLoader with a "
-                        "dataset; name one with workload.dataset")
+        raise StepError(f"{name}: {method}() returned a {type(loader).__name__}, not a DataLoader with a dataset; "
+                        "name one with workload.dataset")
     return dataset, getattr(loader, "collate_fn", None)
 
 

@@ -1,6 +1,6 @@
 """The workload's step run once on the meta device in the parent (no memory, no arithmetic), before any child starts:
-a step that returns no loss or a non-scalar one, a LightningModule whose training_step returns None or whose
-configure_optimizers returns no optimizer, a model whose output the default loss cannot take (a tuple), a
+a step that returns no loss or a non-scalar one (and, with ``val.every_n_steps``, a validation step: eval mode, no
+grad), a LightningModule whose training_step returns None or whose configure_optimizers returns no optimizer, a model whose output the default loss cannot take (a tuple), a
 vocabulary smaller than the token ids: each one line, exit 2. Run where the parent knows the batch (synthetic data);
 a workload's own dataset is the child's to read, and what the meta device cannot compute is the child's to find."""
 
@@ -14,6 +14,7 @@ from harness.workload import lightning
 from harness.workload.build import build_loss
 from harness.workload.step_knobs import StepError
 from harness.workload.steps import is_hugging_face, own_step, reader_for
+from harness.workload.val_steps import val_step_of
 
 
 def check_step_on_meta(cfg, model) -> list[str]:
@@ -32,13 +33,27 @@ def check_step_on_meta(cfg, model) -> list[str]:
     if batch is None:
         return notes
     result = _run(lambda: own.call(model, batch) if own is not None else model(batch[0]))
-    if result is UNKNOWN:
-        return notes
-    if own is not None:
+    if result is not UNKNOWN and own is not None:
         reader_for(result, own.name)
-    elif not isinstance(result, torch.Tensor):
+    elif result is not UNKNOWN and not isinstance(result, torch.Tensor):
         _check_default_loss(cfg, result, batch[1])
+    if cfg.val.every_n_steps:
+        _check_validation(spec, model, own, batch)
     return notes
+
+
+def _check_validation(spec, model, own, batch) -> None:
+    """The workload's own validation step on the meta batch, as the pass calls it (eval mode, no grad); a
+    LightningModule's over its own val_dataloader() is the child's to run."""
+    val = val_step_of(spec, model, own, with_data=False)
+    if val is None or (val.may_return_none and lightning.overrides(type(model), "val_dataloader")):
+        return
+    model.eval()
+    with torch.no_grad():
+        result = _run(lambda: val.call(model, batch, 0))
+    model.train()
+    if result is not UNKNOWN and not (result is None and val.may_return_none):
+        reader_for(result, val.name, grad=False)
 
 
 def meta_batch(cfg) -> Any:

@@ -28,7 +28,8 @@ def check_model_builds(cfg) -> None:
     # the batch the child will make; a workload's own dataset decides its samples itself
     shape = [cfg.batch_size, spec.in_channels, *cfg.data.patch_size] if spec.dataset is None else []
     seen = json.dumps([spec.model_node, model_args, spec.loss, setting_args(spec.loss_settings, cfg), shape,
-                       spec.step, spec.synthetic, spec.num_classes], default=str)
+                       spec.step, spec.synthetic, spec.num_classes, spec.val_step, bool(cfg.val.every_n_steps)],
+                      default=str)
     if seen in _BUILT:  # the rungs of a sweep: one build each for what they change of the model
         return
     where = "workload.lightning_module" if spec.lightning_module is not None else "workload.model"

@@ -7,7 +7,9 @@ Acting on a user's step, as on the default one: ``precision`` (autocast around t
 LightningModule's forward), ``channels_last`` (the model's 4-D/5-D weights and the batch's 4-D/5-D floating tensors;
 with neither the run is skipped in the child), ``activation_checkpointing`` (the model's checkpoint_units),
 ``optimizer.*`` (the harness's optimizer), ``log_every_n_steps`` (the loss read), the loader's knobs (the workload's
-data through the harness's DataLoader), ``memory_cleanup_every_n_steps``, ``devices`` (DDP around the model).
+data through the harness's DataLoader), ``memory_cleanup_every_n_steps``, ``devices`` (DDP around the model; a
+LightningModule's steps called through it), ``val.*`` (the pass over the workload's validation step,
+``harness.workload.val_steps``, where it has one).
 """
 
 from __future__ import annotations
@@ -28,15 +30,18 @@ def own_step_name(spec) -> str:
 
 
 def own_step_reasons(cfg, own: str, own_optimizer: bool = False, zeroes_grads_itself: str = "",
-                     lightning: bool = False) -> list[str]:
-    """Why knobs of ``cfg`` cannot act on the workload's own step ``own`` (how messages name it)."""
+                     validates: bool | None = False, lightning: bool = False) -> list[str]:
+    """Why knobs of ``cfg`` cannot act on the workload's own step ``own`` (how messages name it). ``validates``:
+    whether the workload has a validation step (None: only the built model says, a LightningModule's)."""
     reasons = []
     if cfg.visualize_every_n_steps:
         reasons.append(f"visualize_every_n_steps={cfg.visualize_every_n_steps} writes a sample's input and the "
                        f"model's output; {own} returns only its loss")
-    if cfg.val.every_n_steps:
-        reasons.append(f"val.every_n_steps={cfg.val.every_n_steps} runs loss_fn(model(x), y) in eval mode; {own} "
-                       "has no validation step the harness calls yet")
+    if cfg.val.every_n_steps and validates is False:
+        how = "define validation_step(batch, batch_idx) in the module, or " if lightning else ""
+        reasons.append(f"val.every_n_steps={cfg.val.every_n_steps} runs a validation step in eval mode; {own} has "
+                       f"none the harness can call: {how}name workload.val_step._target_=mypkg.train.val_step "
+                       "(val_step(model, batch) -> loss)")
     if own_optimizer:
         knobs = [f"optimizer.{k}={getattr(cfg.optimizer, k)}" for k in ("fused", "foreach")
                  if getattr(cfg.optimizer, k) is not None]
@@ -44,9 +49,6 @@ def own_step_reasons(cfg, own: str, own_optimizer: bool = False, zeroes_grads_it
                     for knob in knobs]
     if zeroes_grads_itself and not cfg.optimizer.zero_grad_set_to_none:
         reasons.append(zeroes_grads_itself)
-    if lightning and cfg.devices > 1:
-        reasons.append(f"devices={cfg.devices}: DDP's gradient sync needs the forward called through its wrapper, "
-                       f"and {own} calls the module's own; measure a LightningModule on one device")
     return reasons
 
 

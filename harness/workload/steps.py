@@ -132,45 +132,46 @@ def hf_batch_check(batch) -> None:
                         f"{type(batch).__name__} ({describe(batch)}); give a dataset of dicts (input_ids, labels, ...)")
 
 
-def loss_reader(name: str) -> Callable[[Any], torch.Tensor]:
-    """What reads a step's result as its loss: decided on the first result (and checked there), kept after."""
+def loss_reader(name: str, grad: bool = True) -> Callable[[Any], torch.Tensor]:
+    """What reads a step's result as its loss: decided on the first result (and checked there), kept after.
+    ``grad``: the loss must require grad (a training step's; a validation step's is computed under no_grad)."""
     chosen: Callable[[Any], torch.Tensor] | None = None
 
     def read(result: Any) -> torch.Tensor:
         nonlocal chosen
         if chosen is None:
-            chosen = reader_for(result, name)
+            chosen = reader_for(result, name, grad)
         return chosen(result)
 
     return read
 
 
-def reader_for(result: Any, name: str) -> Callable[[Any], torch.Tensor]:
+def reader_for(result: Any, name: str, grad: bool = True) -> Callable[[Any], torch.Tensor]:
     """How to read the loss from results like ``result``; StepError when it holds none."""
     if isinstance(result, torch.Tensor):
-        check_loss(result, name, "")
+        check_loss(result, name, "", grad)
         return _itself
     if isinstance(result, Mapping) and "loss" in result:
-        check_loss(result["loss"], name, "['loss']")
+        check_loss(result["loss"], name, "['loss']", grad)
         return _its_loss
     if isinstance(result, Mapping) and result:
         for key, value in result.items():
             if not isinstance(value, torch.Tensor) or value.dim() != 0:
                 raise StepError(f"{name} returned a mapping with no 'loss' entry, and its {key!r} is "
                                 f"{_what(value)}, not a scalar loss: return {LOSS_FORMS}")
-            check_loss(value, name, f"[{key!r}]")
+            check_loss(value, name, f"[{key!r}]", grad)
         return _summed
     raise StepError(f"{name} returned {_what(result)}: return the loss, {LOSS_FORMS}")
 
 
-def check_loss(loss: Any, name: str, where: str) -> None:
-    """A loss the harness can step on: a scalar tensor that requires grad."""
+def check_loss(loss: Any, name: str, where: str, grad: bool = True) -> None:
+    """A loss the harness can step on: a scalar tensor that requires grad (``grad``; any scalar tensor without)."""
     if not isinstance(loss, torch.Tensor):
         raise StepError(f"{name} returned a loss{where} that is {_what(loss)}: return {LOSS_FORMS}")
     if loss.dim() != 0:
         raise StepError(f"{name} returned a loss{where} of shape {list(loss.shape)}, not a scalar: reduce it "
                         "(.mean() or .sum()) in the step")
-    if not loss.requires_grad:
+    if grad and not loss.requires_grad:
         raise StepError(f"{name} returned a loss{where} that does not require grad (computed under no_grad, or "
                         "detached): the harness calls backward on it")
 
@@ -231,10 +232,12 @@ def channels_last_reason(model, batch) -> str:
             f"({describe(batch)}) have one, so it would change nothing")
 
 
-def own_step_conflicts(cfg, own: OwnStep) -> str:
-    """Why knobs of ``cfg`` cannot act on the built workload's own step ("" when every one can)."""
+def own_step_conflicts(cfg, own: OwnStep, validates: bool) -> str:
+    """Why knobs of ``cfg`` cannot act on the built workload's own step ("" when every one can); ``validates``: it
+    has a validation step (``harness.workload.val_steps``)."""
     return "; ".join(own_step_reasons(cfg, own.name, own_optimizer=own.optimizer is not None,
-                                      zeroes_grads_itself=own.zeroes_grads_itself, lightning=own.lightning))
+                                      zeroes_grads_itself=own.zeroes_grads_itself, validates=validates,
+                                      lightning=own.lightning))
 
 
 def lightning_step(spec, module, with_data: bool = True) -> OwnStep:
@@ -243,12 +246,15 @@ def lightning_step(spec, module, with_data: bool = True) -> OwnStep:
     name = own_step_name(spec).removesuffix(": training_step")
     lightning.check_module(module, name)
     warnings.filterwarnings("ignore", message=r"You are trying to `self.log\(\)`")  # no Trainer: log returns
-    own = OwnStep(name=f"{name}: training_step", call=lightning.training_step_call(module), lightning=True,
+    own = OwnStep(name=f"{name}: training_step", call=lightning.step_call(module, "training_step"), lightning=True,
                   zeroes_grads_itself=lightning.zeroes_grads_itself(type(module)))
     own.optimizer = lambda: lightning.first_optimizer(module.configure_optimizers(), name, own.notes)
     if own.zeroes_grads_itself:
         own.zero_grad = functools.partial(lightning.zero_grad_call, module)
-    if with_data and spec.dataset is None and lightning.overrides(type(module), "train_dataloader"):
+    loaders = [m for m in ("train_dataloader", "val_dataloader") if lightning.overrides(type(module), m)]
+    if with_data and spec.dataset is None and loaders:
+        lightning.set_up(module)
+    if with_data and spec.dataset is None and "train_dataloader" in loaders:
         own.dataset, own.collate = lightning.module_data(module, name)
     return own
 

@@ -52,6 +52,7 @@ from harness.workload.data import build_dataset, build_loader, endless
 from harness.workload.flops import count_train_flops
 from harness.workload.knobs import Prepared, apply_cpu_affinity, periodic_work, prepare
 from harness.workload.steps import data_of, loader_pairs, own_loop, zero_grad_of
+from harness.workload.val_steps import own_validation_pass, val_data
 from harness.config.workload import WorkloadSpec
 
 if TYPE_CHECKING:
@@ -374,20 +375,24 @@ def _sync(device: torch.device) -> None:
 
 
 def _validation(cfg: RunConfig, workload: WorkloadSpec, prep: Prepared | None) -> Callable[[], None] | None:
-    """The validation pass ``val.*`` asks for (None without one), over :func:`validation_loader`."""
+    """The validation pass ``val.*`` asks for (None without one), over :func:`validation_loader`: the default step's,
+    or the workload's own validation step's (``prep.val``, over its own data where it has some)."""
     if not cfg.val.every_n_steps:
         return None
     from harness.workload.knobs import validation_pass
 
-    return validation_pass(cfg, prep, validation_loader(cfg, workload))
+    if prep.val is None:
+        return validation_pass(cfg, prep, validation_loader(cfg, workload))
+    own_data, collate = val_data(workload, prep.own, prep.val)
+    return own_validation_pass(cfg, prep, validation_loader(cfg, workload, own_data, collate), prep.val)
 
 
-def validation_loader(cfg: RunConfig, workload: WorkloadSpec):
+def validation_loader(cfg: RunConfig, workload: WorkloadSpec, own_data=None, collate=None):
     """The validation pass's own loader: ``val.num_workers`` workers, no prefetch setting, persistent when the
     training loader's are (``data.persistent_workers``: the SEResNet speech guide makes "all DataLoader
     instantiations" persistent, so its workers live from one pass to the next), an epoch of ``val.steps`` batches,
     over the workload's validation data (``workload.val_dataset``: its eval transforms, e.g. no training
-    augmentation)."""
+    augmentation); ``own_data`` and ``collate``: the workload's own (a LightningModule's val_dataloader()'s)."""
     import copy
 
     val_cfg = copy.deepcopy(cfg)
@@ -395,7 +400,8 @@ def validation_loader(cfg: RunConfig, workload: WorkloadSpec):
     val_cfg.data.persistent_workers = bool(cfg.data.persistent_workers and cfg.val.num_workers > 0)
     val_cfg.data.epoch_steps = cfg.val.steps
     val_workload = workload.for_validation()
-    return build_loader(val_cfg, build_dataset(val_cfg, val_workload), val_workload)
+    return build_loader(val_cfg, build_dataset(val_cfg, val_workload, own_data=own_data), val_workload,
+                        collate=collate)
 
 
 def _step_events(device: torch.device, steps: int) -> list[tuple]:

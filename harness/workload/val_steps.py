@@ -1,0 +1,126 @@
+"""The validation pass of a workload's own training (``val.every_n_steps=N``): the step it calls on each validation
+batch, decided once before the loop, and the pass, run and timed as the default step's
+(``harness.workload.knobs.validation_pass``): after the step it follows, inside that step's time, so that a record
+holds the same fields and the analysis reads a pass's cost as its step's extra over an ordinary one.
+
+The step, the first that applies: ``workload.val_step`` (``val_step(model, batch) -> loss``); a LightningModule's
+own ``validation_step(batch, batch_idx)`` (``batch_idx`` from 0 each pass; it may return None, as Lightning's often
+do: they log their metrics), over its ``val_dataloader()``'s data when the workload names no dataset; a Hugging Face
+model's ``model(**batch)``, and the default step of a workload that only counts its batches, as they train. A
+result is read as a training step's (``harness.workload.steps.loss_reader``), without requiring grad; what holds no
+loss is a :class:`StepError` naming the step. A user's step with none of them has no pass: ``val.every_n_steps`` is
+skipped with the reason (``harness.workload.step_knobs``).
+
+The pass: ``model.eval()``, ``torch.no_grad()`` (``torch.inference_mode()`` with ``val.inference_mode``), the
+training's autocast, each batch moved as the training's are, the loss read back (the metric a trainer logs), then
+``model.train()``.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import torch
+
+from harness.names import target_of
+from harness.workload import lightning
+from harness.workload.step_knobs import own_step_name
+from harness.workload.steps import OwnStep, collate_of, function_of, loss_reader, mover_for
+
+ValCall = Callable[[Any, Any, int], Any]  # (model, batch, batch_idx) -> what the validation step returns
+
+
+@dataclass
+class ValStep:
+    """The validation step of a workload's own training, decided once before the loop."""
+
+    name: str  # how messages name it: "workload.val_step='mypkg.train.val_step'"
+    call: ValCall
+    may_return_none: bool = False  # a LightningModule's validation_step: its metrics logged, nothing returned
+    dataset: Any = None  # the module's own validation data (its val_dataloader()'s dataset), or None
+    collate: Any = None  # and that loader's collate_fn
+
+
+def val_step_of(spec, module, own: OwnStep | None, with_data: bool = True) -> ValStep | None:
+    """The validation step of ``spec`` for ``module`` (built, before any wrapper) trained through ``own``; None for
+    the default step's pass (``own`` None, no ``val_step``) and for a step of the user's with no validation step."""
+    if spec.val_step is not None:
+        user = function_of(spec.val_step)
+        return ValStep(name=f"workload.val_step={target_of(spec.val_step)!r}", call=_without_index(user))
+    if own is None:
+        return None
+    if own.lightning:
+        return _lightning_val_step(spec, module, with_data)
+    if spec.step is None:  # a Hugging Face model's own loss, or the default step counting its batches
+        return ValStep(name=own.name, call=_without_index(own.call))
+    return None
+
+
+def _without_index(step: Callable[[Any, Any], Any]) -> ValCall:
+    return lambda model, batch, _batch_idx: step(model, batch)
+
+
+def _lightning_val_step(spec, module, with_data: bool) -> ValStep | None:
+    if not lightning.overrides(type(module), "validation_step"):
+        return None
+    name = own_step_name(spec).removesuffix(": training_step")
+    val = ValStep(name=f"{name}: validation_step", call=lightning.validation_step_call(module), may_return_none=True)
+    if with_data and spec.dataset is None and lightning.overrides(type(module), "val_dataloader"):
+        val.dataset, val.collate = lightning.module_data(module, name, "val_dataloader")
+    return val
+
+
+def val_data(spec, own: OwnStep | None, val: ValStep) -> tuple[Any, Any]:
+    """The validation loader's own data: (the module's validation dataset, else its training one, else None; the
+    collate function: ``workload.collate``, else that loader's, else None)."""
+    if val.dataset is not None:
+        return val.dataset, (function_of(spec.collate) if spec.collate is not None else val.collate)
+    return (own.dataset if own is not None else None), collate_of(spec, own)
+
+
+def through_ddp(model, own: OwnStep | None, val: ValStep | None, wrap: Callable[[Any], Any]):
+    """DDP (``wrap``: ``knobs.apply_ddp``, its knobs as given) around ``model``. A LightningModule's steps call its
+    own forward, which DDP would never see (no gradient sync): DDP wraps its :class:`lightning.StepModule` instead and
+    the steps are called through it, as Lightning's strategies redirect them; a ``val_step`` gets the module."""
+    if own is None or not own.lightning:
+        return wrap(model)
+    ddp = wrap(lightning.StepModule(model))
+    own.call = lightning.step_call(model, "training_step", through=ddp)
+    if val is not None and val.may_return_none:
+        val.call = lightning.validation_step_call(model, through=ddp)
+    elif val is not None:
+        val.call = functools.partial(_on_module, val.call, model)
+    return ddp
+
+
+def _on_module(call: ValCall, module, _model, batch, batch_idx: int):
+    return call(module, batch, batch_idx)
+
+
+def own_validation_pass(cfg, prep, loader, val: ValStep) -> Callable[[], None]:
+    """One pass of ``cfg.val.steps`` batches of ``loader`` (a new iterator each pass) through ``val``, as the
+    default step's pass runs (``knobs.validation_pass``)."""
+    grad_off = torch.inference_mode if cfg.val.inference_mode else torch.no_grad
+    move = mover_for(cfg, prep.device, prep.memory_format != torch.contiguous_format)
+    read, model, call, steps, device = val_reader(val), prep.model, val.call, cfg.val.steps, prep.device
+
+    def run() -> None:
+        model.eval()
+        with grad_off(), prep.autocast():
+            for index, batch in zip(range(steps), loader):
+                read(call(model, move(batch), index))
+        if device.type == "cuda":  # a step that returned nothing to read: its work ends inside this step's time
+            torch.cuda.synchronize(device)
+        model.train()
+
+    return run
+
+
+def val_reader(val: ValStep) -> Callable[[Any], float | None]:
+    """What reads a validation step's loss back to the host (None where a LightningModule's returned nothing)."""
+    read = loss_reader(val.name, grad=False)
+    if val.may_return_none:
+        return lambda result: None if result is None else float(read(result))
+    return lambda result: float(read(result))
