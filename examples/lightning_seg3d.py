@@ -1,12 +1,14 @@
 """A LightningModule for 3D segmentation, as the connectomics guide's framework (PyTorch Lightning) would hold it: a
 small residual 3D network, ``training_step`` with a Dice + cross-entropy loss and ``self.log``, ``configure_optimizers``
-with a scheduler, and ``train_dataloader`` over random volumes. The harness measures it without a Trainer:
+with a scheduler, ``train_dataloader`` over random volumes, and ``validation_step`` (logging a Dice score) with its
+``val_dataloader`` (for ``val.every_n_steps=N``). The harness measures it without a Trainer:
 ``pip install -e '.[lightning]'`` installs Lightning.
 
 Measured with its config file (``examples/conf/workload/lightning_seg3d.yaml``)::
 
     python -m harness run --config-dir examples/conf workload=lightning_seg3d
     python -m harness sweep --config-dir examples/conf workload=lightning_seg3d +ladder=precision
+    python -m harness run --config-dir examples/conf workload=lightning_seg3d val.every_n_steps=5 devices=2
 """
 
 from __future__ import annotations
@@ -70,6 +72,13 @@ class SegModule(L.LightningModule):
         self.log("train/loss", loss)  # without a Trainer (as the harness measures it) this returns at once
         return loss
 
+    def validation_step(self, batch, batch_idx):
+        image, label = batch
+        predicted = F.one_hot(self(image).argmax(dim=1), self.hparams.classes)
+        truth = F.one_hot(label, self.hparams.classes)
+        dice = (2 * (predicted * truth).sum() + 1) / (predicted.sum() + truth.sum() + 1)
+        self.log("val/dice", dice)  # logged, nothing returned: Lightning's usual validation step
+
     def configure_optimizers(self):
         optimizer = torch.optim.AdamW(self.parameters(), lr=self.hparams.lr)
         scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=1000)
@@ -78,3 +87,7 @@ class SegModule(L.LightningModule):
     def train_dataloader(self):
         dataset = RandomVolumes(self.hparams.patch, self.hparams.classes)
         return DataLoader(dataset, batch_size=self.hparams.batch_size, shuffle=True)
+
+    def val_dataloader(self):
+        dataset = RandomVolumes(self.hparams.patch, self.hparams.classes, items=8, seed=1)
+        return DataLoader(dataset, batch_size=self.hparams.batch_size)

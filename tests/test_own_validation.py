@@ -170,8 +170,8 @@ def test_a_val_step_with_no_loss_is_refused_in_the_parent_and_is_an_error_in_the
 @pytest.mark.slow  # the command line, as a user runs it: ~10 s on a busy CPU
 def test_a_bad_val_step_exits_2_before_anything_runs(own, tmp_path):
     out = harness_cli("run", "workload=custom", "workload.model._target_=torch.nn.Conv1d",
-                      "+workload.model.in_channels=1", "+workload.model.out_channels=2", "+workload.model.kernel_size=1",
-                      "workload.input_shape=[1,8]", "workload.target=segmentation",
+                      "+workload.model.in_channels=1", "+workload.model.out_channels=2",
+                      "+workload.model.kernel_size=1", "workload.input_shape=[1,8]", "workload.target=segmentation",
                       "workload.step._target_=ownval7.step", "workload.val_step._target_=ownval7.val_none",
                       "val.every_n_steps=2", f"results_dir={tmp_path / 'results'}", cwd=tmp_path)
     assert out.returncode == 2, out.stdout + out.stderr
@@ -196,6 +196,7 @@ def _rank_main(rank: int, cfg, port: int, out: str) -> None:
     from examples import lightning_seg3d
     from harness.run.child.ranks import Rank
 
+    torch.set_num_threads(1)  # two ranks on two cores, as the launcher sets OMP_NUM_THREADS
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=2)
     modules, seen, step = [], [], lightning_seg3d.SegModule.training_step
@@ -213,14 +214,14 @@ def _rank_main(rank: int, cfg, port: int, out: str) -> None:
         dist.destroy_process_group()
 
 
-@pytest.mark.slow  # two spawned ranks, each importing torch and Lightning: ~10 s
+@pytest.mark.slow  # two spawned ranks, each importing torch and Lightning: about a minute on a busy CPU
 @pytest.mark.skipif(importlib.util.find_spec("lightning") is None, reason="needs lightning (the test extra)")
 def test_a_lightning_module_on_two_ranks_syncs_its_gradients_through_the_wrapper(tmp_path):
     from harness.commands import hydra_edge
 
     argv = hydra_edge.with_config_dirs(["--config-dir", str(REPO / "examples" / "conf"), "workload=lightning_seg3d",
                                         "devices=2", "measure.steps=2", "measure.warmup_steps=1",
-                                        "val.every_n_steps=2", "val.steps=1"])
+                                        "val.every_n_steps=2", "val.steps=1", "data.num_workers=0"])
     cfg = config_mod.resolve(config_mod.from_dict(hydra_edge.plain_settings(hydra_edge.compose_settings(argv))),
                              cuda_available=False)
     assert not_applicable(cfg) == ""

@@ -39,11 +39,11 @@ def check_module(module, name: str) -> None:
                         "workload.step instead")
 
 
-def step_call(module, method: str, through: nn.Module | None = None) -> Callable[[Any, Any], Any]:
-    """``(model, batch) -> module.<method>(batch, batch_idx)``, batch_idx counting on as the Trainer's does; the model
-    handed in (compiled or wrapped) is not used: the step calls the module's forward, which compile compiled.
+def training_step_call(module, through: nn.Module | None = None) -> Callable[[Any, Any], Any]:
+    """``(model, batch) -> training_step(batch, batch_idx)``, batch_idx counting on as the Trainer's does; the model
+    handed in (compiled or wrapped) is not used: training_step calls the module's forward, which compile compiled.
     ``through``: DDP around the module's :class:`StepModule`, called instead, so that DDP's hooks see the forward."""
-    step = getattr(module, method) if through is None else functools.partial(through, method)
+    step = module.training_step if through is None else functools.partial(through, "training_step")
     index = iter(range(1 << 62))
 
     def call(model, batch):
@@ -54,7 +54,7 @@ def step_call(module, method: str, through: nn.Module | None = None) -> Callable
 
 def validation_step_call(module, through: nn.Module | None = None) -> Callable[[Any, Any, int], Any]:
     """``(model, batch, batch_idx) -> module.validation_step(batch, batch_idx)`` (batch_idx from 0 each pass, as the
-    Trainer's); ``through`` as for :func:`step_call`."""
+    Trainer's); ``through`` as for :func:`training_step_call`."""
     step = module.validation_step if through is None else functools.partial(through, "validation_step")
     return lambda _model, batch, batch_idx: step(batch, batch_idx)
 

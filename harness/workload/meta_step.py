@@ -1,7 +1,8 @@
 """The workload's step run once on the meta device in the parent (no memory, no arithmetic), before any child starts:
 a step that returns no loss or a non-scalar one (and, with ``val.every_n_steps``, a validation step: eval mode, no
-grad), a LightningModule whose training_step returns None or whose configure_optimizers returns no optimizer, a model whose output the default loss cannot take (a tuple), a
-vocabulary smaller than the token ids: each one line, exit 2. Run where the parent knows the batch (synthetic data);
+grad), a LightningModule whose training_step returns None or whose configure_optimizers returns no optimizer, a
+model whose output the default loss cannot take (a tuple), a vocabulary smaller than the token ids: each one line,
+exit 2. Run where the parent knows the batch (synthetic data);
 a workload's own dataset is the child's to read, and what the meta device cannot compute is the child's to find."""
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from harness.workload import lightning
 from harness.workload.build import build_loss
 from harness.workload.step_knobs import StepError
 from harness.workload.steps import is_hugging_face, own_step, reader_for
-from harness.workload.val_steps import val_step_of
+from harness.workload.val_steps import has_own_val_data, val_step_of
 
 
 def check_step_on_meta(cfg, model) -> list[str]:
@@ -46,7 +47,7 @@ def _check_validation(spec, model, own, batch) -> None:
     """The workload's own validation step on the meta batch, as the pass calls it (eval mode, no grad); a
     LightningModule's over its own val_dataloader() is the child's to run."""
     val = val_step_of(spec, model, own, with_data=False)
-    if val is None or (val.may_return_none and lightning.overrides(type(model), "val_dataloader")):
+    if val is None or has_own_val_data(spec, model, own):
         return
     model.eval()
     with torch.no_grad():

@@ -246,7 +246,7 @@ def lightning_step(spec, module, with_data: bool = True) -> OwnStep:
     name = own_step_name(spec).removesuffix(": training_step")
     lightning.check_module(module, name)
     warnings.filterwarnings("ignore", message=r"You are trying to `self.log\(\)`")  # no Trainer: log returns
-    own = OwnStep(name=f"{name}: training_step", call=lightning.step_call(module, "training_step"), lightning=True,
+    own = OwnStep(name=f"{name}: training_step", call=lightning.training_step_call(module), lightning=True,
                   zeroes_grads_itself=lightning.zeroes_grads_itself(type(module)))
     own.optimizer = lambda: lightning.first_optimizer(module.configure_optimizers(), name, own.notes)
     if own.zeroes_grads_itself:

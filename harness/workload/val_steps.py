@@ -45,31 +45,41 @@ class ValStep:
 
 def val_step_of(spec, module, own: OwnStep | None, with_data: bool = True) -> ValStep | None:
     """The validation step of ``spec`` for ``module`` (built, before any wrapper) trained through ``own``; None for
-    the default step's pass (``own`` None, no ``val_step``) and for a step of the user's with no validation step."""
+    the default step's pass (``own`` None, no ``val_step``) and for a step of the user's with no validation step.
+    ``with_data``: a LightningModule's ``val_dataloader()`` data is built too (not in the parent's meta check)."""
+    val = _val_step(spec, module, own)
+    if val is None or not with_data or not has_own_val_data(spec, module, own):
+        return val
+    val.dataset, val.collate = lightning.module_data(module, lightning_name(spec), "val_dataloader")
+    return val
+
+
+def has_own_val_data(spec, module, own: OwnStep | None) -> bool:
+    """Whether the validation batches come from a LightningModule's own ``val_dataloader()``."""
+    return (own is not None and own.lightning and spec.dataset is None
+            and lightning.overrides(type(module), "val_dataloader"))
+
+
+def lightning_name(spec) -> str:
+    return own_step_name(spec).removesuffix(": training_step")
+
+
+def _val_step(spec, module, own: OwnStep | None) -> ValStep | None:
     if spec.val_step is not None:
         user = function_of(spec.val_step)
         return ValStep(name=f"workload.val_step={target_of(spec.val_step)!r}", call=_without_index(user))
     if own is None:
         return None
-    if own.lightning:
-        return _lightning_val_step(spec, module, with_data)
-    if spec.step is None:  # a Hugging Face model's own loss, or the default step counting its batches
+    if own.lightning and lightning.overrides(type(module), "validation_step"):
+        return ValStep(name=f"{lightning_name(spec)}: validation_step", call=lightning.validation_step_call(module),
+                       may_return_none=True)
+    if not own.lightning and spec.step is None:  # a Hugging Face model's own loss, or the default step counting
         return ValStep(name=own.name, call=_without_index(own.call))
     return None
 
 
 def _without_index(step: Callable[[Any, Any], Any]) -> ValCall:
     return lambda model, batch, _batch_idx: step(model, batch)
-
-
-def _lightning_val_step(spec, module, with_data: bool) -> ValStep | None:
-    if not lightning.overrides(type(module), "validation_step"):
-        return None
-    name = own_step_name(spec).removesuffix(": training_step")
-    val = ValStep(name=f"{name}: validation_step", call=lightning.validation_step_call(module), may_return_none=True)
-    if with_data and spec.dataset is None and lightning.overrides(type(module), "val_dataloader"):
-        val.dataset, val.collate = lightning.module_data(module, name, "val_dataloader")
-    return val
 
 
 def val_data(spec, own: OwnStep | None, val: ValStep) -> tuple[Any, Any]:
@@ -87,8 +97,8 @@ def through_ddp(model, own: OwnStep | None, val: ValStep | None, wrap: Callable[
     if own is None or not own.lightning:
         return wrap(model)
     ddp = wrap(lightning.StepModule(model))
-    own.call = lightning.step_call(model, "training_step", through=ddp)
-    if val is not None and val.may_return_none:
+    own.call = lightning.training_step_call(model, through=ddp)
+    if val is not None and val.may_return_none:  # the module's own validation_step
         val.call = lightning.validation_step_call(model, through=ddp)
     elif val is not None:
         val.call = functools.partial(_on_module, val.call, model)
