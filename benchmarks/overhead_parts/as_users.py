@@ -24,10 +24,11 @@ import sys
 import tempfile
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO / "benchmarks"))
+from user_script import HARNESS_SETTINGS  # benchmarks/user_script.py: benchmarks/ is on the path, as the entry's folder
 
-from user_script import HARNESS_SETTINGS  # noqa: E402
+from harness.store import load_runs
+
+from .common import REPO
 
 
 def harness_side(workload: str, steps: int, warmup: int, results: Path, env: dict, mode: str = "model") -> float:
@@ -38,8 +39,6 @@ def harness_side(workload: str, steps: int, warmup: int, results: Path, env: dic
                           text=True, env=env)
     if done.returncode != 0:
         sys.exit(f"the harness run failed (exit {done.returncode}):\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}")
-    from harness.store import load_runs
-
     return float(load_runs(results).sort_values("timestamp").iloc[-1]["samples_per_s"])
 
 
@@ -54,7 +53,7 @@ def script_side(workload: str, steps: int, warmup: int, env: dict, script_args: 
 
 
 def add_options(parser) -> None:
-    """The options of ``--as-users`` beside ``overhead.py``'s own."""
+    """The options of ``--as-users`` beside ``benchmarks/overhead.py``'s own."""
     parser.add_argument("--mode", choices=("model", "train"), default="model",
                         help="with --as-users: the harness's measure.mode and the script's (train: with the loader)")
     parser.add_argument("--data", choices=("random", "synthetic"), default="random",
