@@ -1,22 +1,38 @@
-"""benchmarks/overhead.py: its verdict never claims more than its rounds show, and its in-process loop-cost check
-runs the harness's real measuring loop against the plain one."""
+"""benchmarks/overhead.py (its parts in benchmarks/overhead_parts/): its verdict never claims more than its rounds
+show, its in-process loop-cost and hook-cost checks run the harness's real measuring loop, and its command line
+runs as the docs print it."""
 
-import importlib.util
 import math
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-_PATH = Path(__file__).resolve().parent.parent / "benchmarks" / "overhead.py"
-_spec = importlib.util.spec_from_file_location("overhead_benchmark", _PATH)
-overhead = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(overhead)
+from tests.conftest import REPO
+
+sys.path.insert(0, str(REPO / "benchmarks"))  # where benchmarks/overhead.py finds its parts and user_script.py
+
+from overhead_parts import as_users, cli, common, fresh, hook_cost, inproc, plain, stats  # noqa: E402
+import user_script  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """Each test here trains a tiny model for a few steps: on one thread, so that a step takes a fraction of a
+    millisecond even on a loaded machine (two threads on two busy CPUs spin for tens of milliseconds a step)."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
 
 
 def test_the_median_band_resamples_rounds_and_holds_the_median():
-    mid, low, high = overhead.median_band([0.97, 0.99, 1.0, 1.01, 1.03, 0.98, 1.02])
+    mid, low, high = stats.median_band([0.97, 0.99, 1.0, 1.01, 1.03, 0.98, 1.02])
     assert mid == 1.0 and low <= mid <= high and 0.97 <= low and high <= 1.03
-    assert overhead.median_band([1.0] * 6) == (1.0, 1.0, 1.0)
+    assert stats.median_band([1.0] * 6) == (1.0, 1.0, 1.0)
 
 
 @pytest.mark.parametrize("low, high, rounds, says", [
@@ -26,14 +42,14 @@ def test_the_median_band_resamples_rounds_and_holds_the_median():
     (0.995, 1.01, 2, "no verdict from 2 round(s)"),  # two agreeing rounds are no evidence
 ])
 def test_the_verdict_follows_the_band_and_wants_five_rounds(low, high, rounds, says):
-    assert overhead.verdict(low, high, rounds).startswith(says)
+    assert stats.verdict(low, high, rounds).startswith(says)
 
 
 def test_the_loop_cost_times_the_harness_loop_against_the_plain_one_in_this_process(monkeypatch):
     # what the cost is depends on the machine and its load: checked here is how it is made, never its size
     from harness.run.child import measure
 
-    calls, real_measure, real_plain = [], measure.train_and_measure, overhead.time_plain
+    calls, real_measure, real_plain = [], measure.train_and_measure, plain.time_plain
 
     def harness_side(cfg, *args, **kwargs):
         m, extras = real_measure(cfg, *args, **kwargs)
@@ -46,8 +62,8 @@ def test_the_loop_cost_times_the_harness_loop_against_the_plain_one_in_this_proc
         return seconds
 
     monkeypatch.setattr(measure, "train_and_measure", harness_side)
-    monkeypatch.setattr(overhead, "time_plain", plain_side)
-    costs = overhead.loop_cost(rounds=2, steps=5)
+    monkeypatch.setattr(plain, "time_plain", plain_side)
+    costs = inproc.loop_cost(rounds=2, steps=5)
     # both sides ran the same steps each round, in an order that flips every round
     assert [(side, steps) for side, _, steps in calls] == [("harness", 5), ("plain", 5), ("plain", 5), ("harness", 5)]
     assert all(math.isfinite(s) and s > 0 for _, s, _ in calls)
@@ -57,27 +73,101 @@ def test_the_loop_cost_times_the_harness_loop_against_the_plain_one_in_this_proc
     assert all(isinstance(c, float) and math.isfinite(c) for c in costs)
 
 
+def test_the_hook_cost_times_a_user_step_through_the_hook_against_the_default_step(monkeypatch):
+    # what the cost is depends on the machine and its load: checked here is how it is made, never its size
+    from harness.run.child import measure
+
+    calls, real_measure, real_user_step = [], measure.train_and_measure, hook_cost.user_step
+    user_calls = []
+
+    def measured(cfg, *args, **kwargs):
+        m, extras = real_measure(cfg, *args, **kwargs)
+        side = "default" if cfg.workload.step is None else "hook"
+        calls.append((side, m.measured_s / len(m.step_ms), len(m.step_ms), m.loss_first))
+        return m, extras
+
+    def counted_user_step(model, batch, loss_fn):
+        user_calls.append(type(loss_fn).__name__)
+        return real_user_step(model, batch, loss_fn)
+
+    monkeypatch.setattr(measure, "train_and_measure", measured)
+    monkeypatch.setattr(hook_cost, "user_step", counted_user_step)  # the workload's step names it by its path
+    rounds = hook_cost.hook_cost(rounds=2, steps=5)
+    # both sides ran the same steps each round, in an order that flips every round
+    assert [(side, steps) for side, _, steps, _ in calls] == [("hook", 5), ("default", 5), ("default", 5), ("hook", 5)]
+    # the hook's side went through the user's step at every warm-up and measured step, with the default's loss
+    warmup = dict(inproc.TINY)["measure.warmup_steps"]
+    assert user_calls == ["CrossEntropyLoss"] * 2 * (warmup + 5)
+    # ... and computed what the default step computes: the same first loss on the same seeded model and batch
+    firsts = {side: loss for side, _, _, loss in calls}
+    assert firsts["hook"] == pytest.approx(firsts["default"], rel=1e-6) and math.isfinite(firsts["hook"])
+    per_step = [dict((side, s) for side, s, _, _ in calls[i:i + 2]) for i in (0, 2)]
+    assert rounds == per_step
+    assert hook_cost.differences_us(rounds) == [pytest.approx((r["hook"] - r["default"]) * 1e6) for r in per_step]
+    assert hook_cost.ratios(rounds) == [pytest.approx(r["hook"] / r["default"]) for r in per_step]
+
+
+def test_alternated_blocks_flip_their_order_every_round():
+    seen = []
+    sides = {"a": lambda: seen.append("a") or 1.0, "b": lambda: seen.append("b") or 2.0}
+    assert inproc.alternated(3, sides) == [{"a": 1.0, "b": 2.0}] * 3
+    assert seen == ["a", "b", "b", "a", "a", "b"]
+
+
+def test_the_hook_cost_and_loop_cost_commands_print_their_figures(capsys):
+    """A smoke run of the command line, in this process, at a few steps a side."""
+    assert cli.main(["--hook-cost", "--rounds", "1", "--steps", "3"], "overhead") == 0
+    out = capsys.readouterr().out
+    assert "1 rounds" in out and "3 steps a side" in out
+    assert out.count("hook cost: median ") == 1 and "us a step, 95% band [" in out
+    assert "hook/default step time: median " in out and "the default step " in out
+    assert cli.main(["--rounds", "0", "--inproc-rounds", "0", "--loop-rounds", "1", "--loop-steps", "3"],
+                    "overhead") == 0
+    out = capsys.readouterr().out
+    assert "0 rounds" in out and "loop cost: median " in out and "2. In one process" not in out
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["--hook-cost", "--rounds", "0"], "--rounds 0: --hook-cost takes 1 or more"),
+    (["--hook-cost", "--steps", "-1"], "--steps -1: --hook-cost takes 1 or more"),
+    (["--hook-cost", "--as-users"], "not allowed with argument"),
+    (["--as-users", "--mode", "train"], "add --data synthetic"),
+])
+def test_a_bad_combination_is_a_usage_error_before_anything_runs(argv, says, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(argv, "overhead")
+    assert exit_.value.code == 2 and says in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_the_hook_cost_runs_as_the_docs_print_it():
+    done = subprocess.run([sys.executable, "benchmarks/overhead.py", "--hook-cost", "--rounds", "1", "--steps", "2"],
+                          cwd=REPO, capture_output=True, text=True, env=common.env(), timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "hook cost: median " in done.stdout and "hook/default step time" in done.stdout
+
+
 def test_the_reference_loop_is_read_over_exactly_the_steps_inside_the_window():
     steps = {"first": 10.0, "ends": [11.0, 12.0, 13.5, 15.0, 16.0, 17.0, 18.0, 19.0, 20.0]}
     # window [11.5, 19.5]: the steps 12.0-13.5, 13.5-15.0, 15.0-16.0, 16.0-17.0, 17.0-18.0, 18.0-19.0 lie inside
-    assert overhead.seconds_per_step_within(steps, (11.5, 8.0)) == pytest.approx((19.0 - 12.0) / 6)
+    assert fresh.seconds_per_step_within(steps, (11.5, 8.0)) == pytest.approx((19.0 - 12.0) / 6)
     with pytest.raises(ValueError, match="only 2 plain steps fell inside"):
-        overhead.seconds_per_step_within(steps, (12.0, 3.0))
+        fresh.seconds_per_step_within(steps, (12.0, 3.0))
 
 
 def test_the_cpus_are_split_in_two_disjoint_halves(monkeypatch):
-    monkeypatch.setattr(overhead.os, "sched_getaffinity", lambda pid: {0, 1, 2, 3, 4})
-    assert overhead.cpu_halves() == ({0, 1}, {2, 3})
-    monkeypatch.setattr(overhead.os, "sched_getaffinity", lambda pid: {3})
-    assert overhead.cpu_halves() is None
-    assert overhead._cpus({0, 1, 2}) == "CPUs 0-2" and overhead._cpus({5}) == "CPU 5"
+    monkeypatch.setattr(fresh.os, "sched_getaffinity", lambda pid: {0, 1, 2, 3, 4})
+    assert fresh.cpu_halves() == ({0, 1}, {2, 3})
+    monkeypatch.setattr(fresh.os, "sched_getaffinity", lambda pid: {3})
+    assert fresh.cpu_halves() is None
+    assert common.cpus_label({0, 1, 2}) == "CPUs 0-2" and common.cpus_label({5}) == "CPU 5"
 
 
 def test_the_in_process_comparison_trains_one_model_on_both_sides_with_a_live_poller(monkeypatch):
     # the ratio's size depends on the machine and its load: checked here is what each round is made of
     from harness.run.child import measure
 
-    real_prepare, real_measure, real_hand_step = measure.prepare, measure.train_and_measure, overhead.hand_step
+    real_prepare, real_measure, real_hand_step = measure.prepare, measure.train_and_measure, plain.hand_step
     models, harness_s = {}, []
 
     def harness_side(cfg, workload, *args, **kwargs):
@@ -91,9 +181,9 @@ def test_the_in_process_comparison_trains_one_model_on_both_sides_with_a_live_po
         return real_hand_step(cfg, model, *args)
 
     monkeypatch.setattr(measure, "train_and_measure", harness_side)
-    monkeypatch.setattr(overhead, "hand_step", hand_step)
+    monkeypatch.setattr(plain, "hand_step", hand_step)
     harness_ms: list[float] = []
-    ratios = overhead.in_process(overhead.TINY + [("measure.steps", 5), ("measure.warmup_steps", 2)], rounds=2,
+    ratios = inproc.in_process(inproc.TINY + [("measure.steps", 5), ("measure.warmup_steps", 2)], rounds=2,
                                  harness_ms=harness_ms)
     assert models["harness"] is models["plain"]  # one model, optimizer and batch on both sides
     assert measure.prepare is real_prepare  # the harness's builder is given back
@@ -101,16 +191,6 @@ def test_the_in_process_comparison_trains_one_model_on_both_sides_with_a_live_po
     # one harness side a round, its mean step time kept in milliseconds
     assert len(harness_s) == 2 and harness_ms == [pytest.approx(1000.0 * s) for s in harness_s]
     assert all(math.isfinite(ms) and ms > 0 for ms in harness_ms)
-
-
-def _benchmark_module(name: str):
-    spec = importlib.util.spec_from_file_location(f"{name}_benchmark", _PATH.parent / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-user_script = _benchmark_module("user_script")
 
 
 def _resolved(workload: str):
@@ -151,8 +231,7 @@ def test_the_user_scripts_synthetic_batches_are_the_harness_loaders_batches(work
 
 
 def test_as_users_refuses_a_loader_of_random_numbers():
-    end_to_end = _benchmark_module("end_to_end")
-    assert end_to_end.script_options("model", "synthetic", True) == ("--mode", "model", "--data", "synthetic",
+    assert as_users.script_options("model", "synthetic", True) == ("--mode", "model", "--data", "synthetic",
                                                                       "--flops")
     with pytest.raises(ValueError, match="add --data synthetic"):
-        end_to_end.script_options("train", "random", False)
+        as_users.script_options("train", "random", False)
