@@ -5,13 +5,13 @@ runs as the docs print it."""
 import math
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
+import torch
 
 from tests.conftest import REPO
 
-sys.path.insert(0, str(REPO / "benchmarks"))  # where benchmarks/overhead.py finds its parts and user_script.py
+sys.path.append(str(REPO / "benchmarks"))  # where benchmarks/overhead.py finds its parts and user_script.py
 
 from overhead_parts import as_users, cli, common, fresh, hook_cost, inproc, plain, stats  # noqa: E402
 import user_script  # noqa: E402
@@ -21,8 +21,6 @@ import user_script  # noqa: E402
 def one_thread():
     """Each test here trains a tiny model for a few steps: on one thread, so that a step takes a fraction of a
     millisecond even on a loaded machine (two threads on two busy CPUs spin for tens of milliseconds a step)."""
-    import torch
-
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     yield
@@ -153,6 +151,18 @@ def test_the_reference_loop_is_read_over_exactly_the_steps_inside_the_window():
     assert fresh.seconds_per_step_within(steps, (11.5, 8.0)) == pytest.approx((19.0 - 12.0) / 6)
     with pytest.raises(ValueError, match="only 2 plain steps fell inside"):
         fresh.seconds_per_step_within(steps, (12.0, 3.0))
+
+
+def test_a_sequential_round_runs_the_sides_one_after_the_other_the_order_flipping(monkeypatch, tmp_path):
+    ran = []
+    monkeypatch.setattr(fresh, "harness_run", lambda settings, results: ran.append("harness") or
+                        {"samples_per_s": 9.0, "step_ms": 100.0, "parent_cpu_pct": 0.5})
+    monkeypatch.setattr(fresh, "plain_run", lambda settings: ran.append("plain") or {"samples_per_s": 10.0})
+    ratio, shown, detail = fresh.sequential_round(["workload=resnet50"], tmp_path, flip=False)
+    assert ran == ["harness", "plain"] and ratio == pytest.approx(0.9) and shown[0]["parent_cpu_pct"] == 0.5
+    assert detail == "harness     9.00 samples/s, plain    10.00 samples/s, ratio 0.900"
+    fresh.sequential_round(["workload=resnet50"], tmp_path, flip=True)
+    assert ran[2:] == ["plain", "harness"]
 
 
 def test_the_cpus_are_split_in_two_disjoint_halves(monkeypatch):
