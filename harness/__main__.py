@@ -13,7 +13,7 @@ def main() -> int:
     if wrong:
         print(f"error: {wrong}", file=sys.stderr)
         return 2
-    from harness.cli import main as cli_main
+    from harness.cli import main as cli_main  # only once the package is known to be this tool's (it may not be)
 
     return cli_main()
 

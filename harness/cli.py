@@ -16,6 +16,9 @@ import signal
 import sys
 
 from harness.commands import exit_codes
+from harness.config import SettingWarning
+from harness.registry import unknown_choice
+from harness.shell import given_key
 
 COMMANDS = {
     "run": ("measure one short training run in its own process and store it", "harness.commands.run"),
@@ -64,8 +67,6 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     command, rest = argv[0], argv[1:]
     if command not in COMMANDS:
-        from harness.registry import unknown_choice
-
         print(f"error: {unknown_choice('command', command, COMMANDS)}", file=sys.stderr)
         return 2
     _quiet_store_warnings()
@@ -90,8 +91,6 @@ OWN_SETTINGS = ("climb", "fit")  # commands whose own settings (climb.*, fit.*) 
 def misplaced_setting(command: str, argv: list[str]) -> str:
     """The error for a ``climb.*`` or ``fit.*`` setting given to another command (it would be ignored without a
     word), or ""."""
-    from harness.commands.hydra_edge import given_key
-
     for arg in argv:
         key = given_key(arg)
         owner = next((c for c in OWN_SETTINGS if key == c or key.startswith(c + ".")), command)
@@ -104,8 +103,8 @@ def misplaced_setting(command: str, argv: list[str]) -> str:
 def _measuring_command(module, command: str, rest: list[str]) -> int:
     """Commands that start measuring processes: an interruption kills them and says how to go on
     (``harness.run.parent.lifetime``: the rule every one of them follows)."""
-    from harness.run.parent import isolate, lifetime
-    from harness.store import write
+    from harness.run.parent import isolate, lifetime  # psutil, pyarrow: only the measuring commands load them
+    from harness.store import write  # pyarrow: --help, init and machine need no store
 
     previous = lifetime.terminate_on_signals()
     kept_before = len(write.KEPT_ELSEWHERE)  # main() may run several commands in one process (the tests do)
@@ -144,8 +143,7 @@ def _quiet_store_warnings() -> None:
     not a Python warning with source."""
     import warnings
 
-    from harness.config import SettingWarning
-    from harness.store import UnreadableRecord
+    from harness.store import UnreadableRecord  # pyarrow: --help, init and machine need no store
 
     default = warnings.showwarning
 

@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
 
 from harness.climb.space import Axis, Facts
+from harness.analysis.stats import blocks
+from harness.analysis.stats.speedup import band_text
 
 if TYPE_CHECKING:  # the noise model pulls in scipy: imported where a decision is made, not by every command
     from harness.analysis.stats import noise_model
@@ -82,8 +84,6 @@ def paired_ratios(m: Measured, noise: noise_model.Noise) -> list[Ratio]:
     runs in round order); with an enabling change first the enabled over the incumbent and the candidate over
     the enabled, then the candidate over the incumbent."""
     import numpy as np
-
-    from harness.analysis.stats import blocks
 
     sides = [m.incumbent] + ([m.enabled] if m.enabled is not None and m.enabled.n else []) + [m.candidate]
     logs = np.full((len(sides), max(s.n for s in sides)), np.nan)
@@ -255,8 +255,6 @@ def _step(step: Step, accepted: list, measure: Measure, confirm: Measure | None,
     if again.candidate_status != "ok" or again.incumbent_status != "ok" or again.busy or not again.candidate.n:
         why = again.busy and f"machine busy ({again.busy})" or again.reason or again.candidate_status
         return dataclasses.replace(step, why=f"{step.why}; measured again: {why}: no claim in the ladder"), ""
-    from harness.analysis.stats.speedup import band_text
-
     ratios = paired_ratios(again, noise)
     confirmed = ratios[-1] if not math.isnan(ratios[-1].low) else None
     return dataclasses.replace(step, confirmed=confirmed, confirmed_parts=tuple(ratios[:-1]) if confirmed else (),

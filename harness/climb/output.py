@@ -21,6 +21,7 @@ from harness.config import ladder as ladder_mod
 from harness.config import workload as workloads_mod
 from harness.config.workload import WorkloadSpec
 from harness.names import CUSTOM, display_name, target_of
+from harness.analysis.stats.speedup import band_text
 
 if TYPE_CHECKING:
     from harness.analysis.stats.speedup import Ratio
@@ -50,8 +51,6 @@ def format_value(value: Any) -> str:
 
 
 def _band(r: Ratio | None) -> str:
-    from harness.analysis.stats.speedup import band_text  # scipy: loaded where a climb is written, not by every command
-
     return band_text(r)
 
 

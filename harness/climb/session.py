@@ -13,11 +13,12 @@ from harness.climb.trials import Display, Trials, trial_ladder
 from harness.fit.search import DEFAULT_MAX, search
 from harness.run.parent import runner
 from harness.run.parent.launch import usable_cpus
-from harness.store import check_writable, new_id
+from harness.store import check_writable, load_runs, new_id, utc_timestamp
 from harness.sweeps import rungs as sweep_mod
 from harness.sweeps.loop import auto_compact
 from harness.workload import preflight
 from harness.names import display_name
+from harness.analysis.stats import calibration, noise_model, sweepstats
 
 
 def run_climb(settings: dict, options: ClimbConfig, started: float, display: Display,
@@ -37,8 +38,6 @@ def run_climb(settings: dict, options: ClimbConfig, started: float, display: Dis
         return 2
     env, env_key = runner.environment(start.device)
     climb_id = new_id("climb-")
-    from harness.analysis.stats import sweepstats  # scipy: only once a climb starts
-
     noise = _noise(start, env_key)
     key = resume.climb_key(config_mod.config_hash(start), env_key, options.repeats, options.min_effect, options.knobs)
     earlier = resume.load(start.results_dir, key)
@@ -116,8 +115,6 @@ def _batch_bound(start: dict, trials: Trials, display: Display, options: ClimbCo
 
 def _measured_runs(results_dir: str, climb_ids: list[str]) -> int:
     """Runs the earlier climbs measured (not copies of runs before them, not knobs skipped at once)."""
-    from harness.store import load_runs
-
     frame = load_runs(results_dir, columns=["status", "cached_from"], where={"sweep_id": climb_ids})
     return int(((frame["cached_from"].fillna("") == "") & (frame["status"] != "skipped")).sum())
 
@@ -129,9 +126,6 @@ def _flat(cfg: config_mod.RunConfig) -> dict:
 def _noise(start: config_mod.RunConfig, env_key: str):
     """The fit calibration (``python -m harness noise``) of this environment, workload and size made before now,
     else none (``calibration.choose_calibration``)."""
-    from harness.analysis.stats import calibration, noise_model
-    from harness.store import load_runs, utc_timestamp
-
     frame = load_runs(start.results_dir, where={"ladder": noise_model.NOISE_LADDER, "env_key": [env_key]})
     candidates = calibration.candidates_from_frame(frame)
     return calibration.choose_calibration(candidates, env_key, start.workload.name, start.size, utc_timestamp()).noise

@@ -18,6 +18,8 @@ from harness.store import RunRecord, store_record
 from harness.config import ladder as ladder_mod
 from harness.sweeps import rungs as sweep_mod
 from harness.workload import applicability
+from harness.analysis.stats import noise_model, speedup
+from harness.analysis.stats.busy import busy_reason
 
 LADDER_NAME = "climb"  # the `ladder` of every record a climb stores
 SEARCH = "fit search"  # the role of a run of the search for the largest batch that fits
@@ -97,8 +99,6 @@ class Trials:
     def _trustworthy(self, changes, step: int, role: str, round_: int, change: str) -> tuple[RunRecord, str, str]:
         """``trial``; a run of a busy machine measured again, once (a run of the store this climb has not used may
         stand in, so a climb run again replays): the record kept, how it was had, why it is still not trustworthy."""
-        from harness.analysis.stats.busy import busy_reason
-
         record, how = self.trial(changes, step, role, round_, change)
         why = busy_reason(record) if record.status == "ok" else None
         if not why or not self.ctx.remeasure_busy:
@@ -149,8 +149,6 @@ class Trials:
         return record
 
     def _print(self, record: RunRecord, how: str, step: int, role: str, round_: int, change: str) -> None:
-        from harness.analysis.stats.busy import busy_reason
-
         why = busy_reason(record) if record.status == "ok" else None
         if why:
             self.busy.append(why)
@@ -173,8 +171,6 @@ def _label_of(role: str, candidate) -> str:
 
 def _measured(records: dict, cached: int, status: str, reason: str, incumbent_status: str = "ok",
               busy: str = "") -> Measured:
-    from harness.analysis.stats import noise_model, speedup
-
     def runs(recs: list[RunRecord]) -> noise_model.Runs:  # as noise_model.runs_of reads them from the store
         ok = [r for r in recs if r.status == "ok" and r.samples_per_s and r.samples_per_s > 0]
         within = [u for u in (speedup.within_run_uncertainty(r.step_ms) for r in ok if r.step_ms) if u is not None]

@@ -23,6 +23,7 @@ from harness.analysis.gate import looks, paired, verdicts
 from harness.analysis.gate.thresholds import parse_thresholds
 from harness.analysis.gate.paired_formats import FORMATS, render, to_json
 from harness.commands import against_rounds, common_args, hydra_edge
+from harness.commands.machine import warn_if_unfit
 from harness.store import load_runs, new_id
 from harness.sweeps import against, replay, worktree
 
@@ -94,7 +95,7 @@ def run_against(args: argparse.Namespace) -> int:
     print(f"check --against {args.against}: REF {plan.trees[against.REF].commit[:12]} in "
           f"{plan.trees[against.REF].root}", file=sys.stderr)
     print(clock.plan_line(gaps), file=sys.stderr)
-    common_args.warn_if_unfit()
+    warn_if_unfit()
     if work.dirty:
         print(f"note: the working tree has uncommitted changes to tracked files; they are measured as they are "
               f"(recorded as {work.commit[:12]}-dirty)", file=sys.stderr)

@@ -23,14 +23,13 @@ from harness.analysis.gate import baseline, check, verdicts
 from harness.analysis.gate.check_formats import FORMATS, render_check
 from harness.commands import common_args
 from harness.store import new_id
+from harness.commands import against
 
 THRESHOLD_FORM = "[WORKLOAD=|ladder:NAME=]FRACTION"
 
 
 def main(command: str, argv: list[str]) -> int:
     if any(arg == "--against" or arg.startswith("--against=") for arg in argv):
-        from harness.commands import against
-
         return against.main(command, argv)
     parser = common_args.parser(command, "check a sweep against a baseline: exit 0 decided and nothing regressed, "
                                          "1 regression, 2 bad input or nothing comparable, 5 machine busy, "

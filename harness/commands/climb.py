@@ -25,6 +25,9 @@ import time
 from harness import shell
 from harness.climb.space import space
 from harness.commands import hydra_edge
+from harness.climb.session import run_climb
+from harness.commands.console import refuse
+from harness.commands.progress import run_by_run_display
 
 
 def main(command: str, argv: list[str]) -> int:
@@ -38,10 +41,6 @@ def main(command: str, argv: list[str]) -> int:
 
 def task(cfg, started: float, argv: list[str] | None = None) -> int:
     """One Hydra job: the composed config as plain settings, climbed with the console's display."""
-    from harness.climb.session import run_climb
-    from harness.commands.console import refuse
-    from harness.commands.progress import run_by_run_display
-
     display = run_by_run_display()
     try:
         options, settings = hydra_edge.climb_settings(cfg), hydra_edge.plain_settings(cfg)

@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 from typing import Callable, Iterable
 
+from harness.commands import exit_codes
 from harness.registry import unknown_choice
 
 RESULTS_HELP = "results folder (default: results)"
@@ -65,19 +66,8 @@ def add_summary(parser: argparse.ArgumentParser) -> None:
 
 def exit_codes_epilog(parser: argparse.ArgumentParser) -> None:
     """``--help`` ends with the exit codes (``harness.commands.exit_codes``), laid out as written."""
-    from harness.commands import exit_codes
-
     parser.epilog = exit_codes.help_text()
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
-
-
-def warn_if_unfit() -> None:
-    """One line on stderr when this machine is not fit to measure (``harness.run.monitor.fitness``)."""
-    from harness.run.monitor import fitness
-
-    line = fitness.warning_line(fitness.survey(window_s=fitness.WARN_WINDOW_S))
-    if line:
-        print(line, file=sys.stderr)
 
 
 def write_summaries(markdown: str, path: str | None) -> None:

@@ -10,14 +10,16 @@ from rich.table import Table
 
 from harness.store import RunRecord
 from harness.names import display_name_of_record
+from harness.commands.exit_codes import BAD_INPUT
+from harness.analysis.views.components import short_of_waves, short_of_waves_text
+from harness.analysis.views.profile import bound_reason
+from harness.analysis.stats.busy import busy_reason
 
 console = Console(stderr=False, highlight=False)
 
 
 def refuse(exc: BaseException | str) -> int:
     """A user's mistake before anything ran: one line on stderr (the console would wrap it), exit code 2."""
-    from harness.commands.exit_codes import BAD_INPUT
-
     print(f"error: {exc}", file=sys.stderr)
     return BAD_INPUT
 
@@ -79,7 +81,6 @@ def run_summary(record: RunRecord) -> Table:
                           + (f"   [yellow]{record.gpu_sample_note}[/]" if record.gpu_sample_note else ""))
             table.add_row("MFU", fmt(100 * record.mfu if record.mfu else None, ".1f", " %"))
         table.add_row("host memory", host_memory_text(record))
-        from harness.analysis.stats.busy import busy_reason  # scipy via stats: only once a run is summed up
 
         busy = busy_reason(record)  # the CPUs, the GPU's clocks, another process on the GPU
         table.add_row("CPU util", fmt(record.cpu_util_pct, ".0f", " %")
@@ -102,8 +103,6 @@ def run_summary(record: RunRecord) -> Table:
 
 def _waves_text(record: RunRecord) -> str:
     """A warning when the window was shorter than two waves of a data-bound run's loader workers ("" otherwise)."""
-    from harness.analysis.views.components import short_of_waves, short_of_waves_text
-
     found = short_of_waves({"step_ms": record.step_ms, "data_wait_ms": record.data_wait_ms,
                             "config_json": record.config_json})
     return f"  [yellow]{escape(short_of_waves_text(found))}[/]" if found else ""
@@ -125,8 +124,6 @@ def host_memory_text(record: RunRecord) -> str:
 
 def profile_text(record: RunRecord) -> str:
     """What the run's profile says bounds a step, and where its trace is."""
-    from harness.analysis.views.profile import bound_reason
-
     try:
         reading = bound_reason(record.profile_json)
     except ValueError as exc:

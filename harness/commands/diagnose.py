@@ -16,14 +16,20 @@ from harness import shell
 from harness.commands import hydra_edge
 from harness.run.parent import runner
 from harness.store import new_id
+from harness.commands.sweep import split_ladder
+from harness.config import ladder as ladder_mod
+from harness.sweeps.rungs import SweepContext, rung_config
+from harness.analysis.views.diagnosis import DataKnobs, diagnose
+from harness.commands.console import console, refuse
+from harness.commands.progress import RunProgress
+from harness.store import check_writable
+from harness.workload import preflight
 
 PARTS = (("loader", "loader alone (no model)"), ("model", "model alone (one batch kept on the device)"),
          ("train", "full training step"))
 
 
 def main(command: str, argv: list[str]) -> int:
-    from harness.commands.sweep import split_ladder
-
     name, overrides = split_ladder(argv)
     return hydra_edge.hydra_app(overrides, lambda cfg: task(cfg, name, overrides))
 
@@ -31,9 +37,6 @@ def main(command: str, argv: list[str]) -> int:
 def ladder_baseline(name: str, settings: dict, overrides: list[str]) -> config_mod.RunConfig:
     """The settings of ladder ``name``'s baseline on this machine, with the user's overrides winning (ValueError
     for an unknown ladder)."""
-    from harness.config import ladder as ladder_mod
-    from harness.sweeps.rungs import SweepContext, rung_config
-
     lad = ladder_mod.load(name, settings.get("results_dir", "results"))
     given = set(map(hydra_edge.given_key, overrides))
     user_keys = {k for k in map(hydra_edge.override_key, overrides) if k} | ({"workload"} & given)
@@ -42,12 +45,6 @@ def ladder_baseline(name: str, settings: dict, overrides: list[str]) -> config_m
 
 
 def task(cfg, ladder: str | None = None, overrides: list[str] = ()) -> int:
-    from harness.analysis.views.diagnosis import diagnose
-    from harness.commands.console import console, refuse
-    from harness.commands.progress import RunProgress
-    from harness.store import check_writable
-    from harness.workload import preflight
-
     try:
         plain = hydra_edge.plain_settings(cfg)
         settings = ladder_baseline(ladder, plain, list(overrides)) if ladder else config_mod.from_dict(plain)
@@ -103,8 +100,6 @@ class NextCommands:
         ladder = next((w.split("=", 1)[1] for w in words if w.startswith("+ladder=")), None)
         varied: set[str] = set()
         if ladder is not None:
-            from harness.config import ladder as ladder_mod
-
             varied = ladder_mod.load(ladder, self.results_dir, self.config_dirs).varied_keys()
         return shell.command(command, *words, *shell.without(self.given, varied))
 
@@ -112,12 +107,10 @@ class NextCommands:
 def data_knobs(cfg: config_mod.RunConfig):
     """The augmentation switches that are on and act on the data these settings load (none on a workload's own
     dataset or on random tensors), as the overrides that turn them down."""
-    from harness.analysis.views.diagnosis import DataKnobs
-
     spec = cfg.workload
     if spec.dataset is not None or spec.synthetic in ("tensors", "tokens"):
         return DataKnobs(own_dataset=spec.dataset is not None)
-    from harness.workload.data import augment_switches
+    from harness.workload.data import augment_switches  # torch: the parent of a measuring command never loads it
 
     switches = augment_switches(cfg)
     lighter = ["data.augment=light"] if cfg.data.augment == "heavy" else []

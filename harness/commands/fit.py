@@ -22,6 +22,10 @@ from __future__ import annotations
 
 from harness import shell
 from harness.commands import hydra_edge
+from harness.commands.console import console, refuse
+from harness.commands.progress import run_by_run_display
+from harness.commands.sweep import RungLines
+from harness.fit.session import run_fit
 
 
 def main(command: str, argv: list[str]) -> int:
@@ -33,11 +37,6 @@ def main(command: str, argv: list[str]) -> int:
 
 def task(cfg, argv: list[str] | None = None) -> int:
     """One Hydra job: the composed config as plain settings, fitted with the console's display."""
-    from harness.commands.console import console, refuse
-    from harness.commands.progress import run_by_run_display
-    from harness.commands.sweep import RungLines
-    from harness.fit.session import run_fit
-
     try:
         options, settings = hydra_edge.fit_settings(cfg), hydra_edge.plain_settings(cfg)
     except ValueError as exc:

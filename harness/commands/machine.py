@@ -10,8 +10,10 @@ when everything is fit, 1 when something is not.
 from __future__ import annotations
 
 import argparse
+import sys
 
 from harness.commands import common_args
+from harness.run.monitor import fitness
 
 
 def main(command: str, argv: list[str]) -> int:
@@ -22,8 +24,6 @@ def main(command: str, argv: list[str]) -> int:
 
 
 def run_machine(args: argparse.Namespace) -> int:
-    from harness.run.monitor import fitness
-
     if not 0 < args.window_s <= 60:
         raise ValueError(f"--window-s {args.window_s:g}: seconds between 0 and 60, such as 0.5")
     findings = fitness.survey(args.window_s)
@@ -34,3 +34,10 @@ def run_machine(args: argparse.Namespace) -> int:
     unfit = sum(not f.fit for f in findings)
     print(f"{'fit to measure' if not unfit else f'{unfit} thing(s) to fix before measuring'}")
     return 1 if unfit else 0
+
+
+def warn_if_unfit() -> None:
+    """One line on stderr when this machine is not fit to measure (for the commands that measure)."""
+    line = fitness.warning_line(fitness.survey(window_s=fitness.WARN_WINDOW_S))
+    if line:
+        print(line, file=sys.stderr)

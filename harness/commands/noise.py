@@ -15,6 +15,12 @@ from harness import config as config_mod
 from harness import shell
 from harness.run.parent import runner
 from harness.store import new_id
+from harness.commands.console import console, refuse
+from harness.commands.progress import RunProgress
+from harness.store import check_writable
+from harness.workload import preflight
+from harness.analysis.stats import noise_model, speedup
+from harness.analysis.stats.busy import busy_reason
 
 DEFAULT_RUNS = 5
 RUNS_KEY = "noise.runs"
@@ -45,11 +51,6 @@ def main(command: str, argv: list[str]) -> int:
 
 
 def task(cfg, runs: int) -> int:
-    from harness.commands.console import console, refuse
-    from harness.commands.progress import RunProgress
-    from harness.store import check_writable
-    from harness.workload import preflight
-
     try:
         settings = config_mod.from_dict(hydra_edge.plain_settings(cfg))
         check_writable(settings.results_dir, "`python -m harness noise`")
@@ -74,10 +75,6 @@ def task(cfg, runs: int) -> int:
 def report(records, sweep_id: str, results_dir: str) -> int:
     """Print the calibration; 0 when it could be made, 1 when too few runs were ok. A calibration taken on a busy
     machine (``busy_reason``: the CPUs, the GPU's clocks or its memory) prints NOT FIT, and later sweeps skip it."""
-
-    from harness.analysis.stats import noise_model, speedup
-    from harness.analysis.stats.busy import busy_reason
-    from harness.commands.console import console
 
     ok = [r for r in records if r.status == "ok" and r.samples_per_s]
     try:

@@ -17,6 +17,8 @@ import time
 from rich.console import Console
 from rich.live import Live
 from rich.spinner import Spinner
+from harness.climb.trials import Display
+from harness.commands.console import console
 
 REFRESH_HZ = 2.0  # at most this many redraws a second, however often the parent polls (measure.sample_interval_s)
 
@@ -80,7 +82,4 @@ def describe(info: dict, elapsed_s: float) -> str:
 
 def run_by_run_display():
     """What ``climb`` and ``fit`` show: a line of rich markup per event, and this status line around each run."""
-    from harness.climb.trials import Display
-    from harness.commands.console import console
-
     return Display(say=console.print, progress=lambda label: RunProgress(console, label))

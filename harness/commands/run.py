@@ -10,6 +10,12 @@ from pathlib import Path
 
 from harness import config as config_mod
 from harness.commands import exit_codes, hydra_edge
+from harness.run.parent import runner
+from harness.commands.console import console, refuse, run_summary
+from harness.commands.progress import RunProgress
+from harness.store import check_writable
+from harness.workload import preflight
+from harness.names import display_name
 
 
 def main(command: str, argv: list[str]) -> int:
@@ -17,13 +23,6 @@ def main(command: str, argv: list[str]) -> int:
 
 
 def task(cfg) -> int:
-    from harness.run.parent import runner
-    from harness.commands.console import console, refuse, run_summary
-    from harness.commands.progress import RunProgress
-    from harness.store import check_writable
-    from harness.workload import preflight
-    from harness.names import display_name
-
     try:
         settings = config_mod.from_dict(hydra_edge.plain_settings(cfg))
         resolved = runner.resolve(settings, runner.Machine.detect())

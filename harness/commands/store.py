@@ -22,6 +22,7 @@ from pathlib import Path
 
 from harness import shell, store
 from harness.store.verify import verify
+from harness.registry import unknown_choice
 
 ACTIONS = ("compact", "info", "verify", "import")
 
@@ -58,8 +59,6 @@ def _bad_input(args) -> str | None:
     if args.action is None:
         return f"store needs an action; valid choices: {', '.join(sorted(ACTIONS))}"
     if args.action not in ACTIONS:
-        from harness.registry import unknown_choice
-
         return str(unknown_choice("store action", args.action, ACTIONS))
     if args.action == "import" and not args.source:
         return "store import needs the record to put back: a file of the fallback folder, or the JSON a failed write " \

@@ -28,13 +28,20 @@ from rich.markup import escape
 
 from harness import config as config_mod
 from harness import shell
-from harness.commands import common_args, hydra_edge
+from harness.commands import hydra_edge
+from harness.commands.machine import warn_if_unfit
 from harness.store import check_writable, new_id
 from harness.sweeps import campaign as campaign_mod
 from harness.config import ladder as ladder_mod
 from harness.config import workload as workloads_mod
 from harness.sweeps import lock, loop
 from harness.sweeps import rungs as sweep_mod
+from harness.commands.console import console
+from harness.run.parent.runner import Machine
+from harness.workload import preflight
+from harness.analysis.views import table as table_mod
+from harness.commands import terminal
+from harness.commands.progress import RunProgress
 
 INTERNAL_KEYS = {"sweep.id", "sweep.rung", "sweep.round"}
 MULTIRUN_FLAGS = ("-m", "--multirun")
@@ -182,11 +189,6 @@ def _context(plan: SweepPlan, sweep_id: str, campaign_id: str = "") -> sweep_mod
 
 def run_sweep(plan: SweepPlan, sweep_id: str, campaign_id: str = "") -> int:
     """Preflight, then every rung of every round in this process (``loop.run_ladder``); print the table."""
-    from harness.commands.console import console
-    from harness.run.parent.runner import Machine
-
-    from harness.workload import preflight
-
     ctx = _context(plan, sweep_id, campaign_id)
     try:
         machine = Machine.detect()
@@ -196,7 +198,7 @@ def run_sweep(plan: SweepPlan, sweep_id: str, campaign_id: str = "") -> int:
         held = lock.acquire(ctx.results_dir)
     except (ValueError, OSError) as exc:
         return _refuse(exc)
-    common_args.warn_if_unfit()  # after every refusal: a refusal is one line
+    warn_if_unfit()  # after every refusal: a refusal is one line
     try:
         code = loop.run_ladder(ctx, machine, RungLines(console))
     finally:
@@ -225,8 +227,6 @@ class RungLines:
         self.console.print(escape(text))
 
     def measure(self, turn: loop.Turn, run: loop.RunRung) -> None:
-        from harness.commands.progress import RunProgress
-
         label = escape(turn.label)
         progress = RunProgress(self.console, f"{label} {turn.rung.change('full') or 'baseline'}")
 
@@ -251,9 +251,6 @@ def _outcome_line(label: str, outcome: sweep_mod.RungOutcome) -> str:
 
 
 def _print_table(ctx: sweep_mod.SweepContext) -> None:
-    from harness.analysis.views import table as table_mod
-    from harness.commands import terminal
-
     try:
         table = table_mod.load_table(ctx.results_dir, ctx.sweep_id)
     except ValueError as exc:
@@ -320,9 +317,6 @@ def campaign_job(cfg) -> int:
 
 
 def _print_campaign(campaign_id: str, results_dir: str, expected: int) -> int:
-    from harness.analysis.views import table as table_mod
-    from harness.commands import terminal
-
     try:
         summary = table_mod.load_campaign(results_dir, campaign_id)
     except ValueError as exc:

@@ -15,15 +15,14 @@ from rich.table import Table
 
 from harness.analysis.views import render
 from harness.analysis.views.table import CampaignSummary, SweepTable
+from harness.commands import console as console_mod
 
 # a verdict's first word -> its colour (stats.verdict's words)
 VERDICT_STYLES = {"confirms": "green", "exceeds": "cyan", "falls": "red", "reverses": "red", "inconclusive": "yellow"}
 
 
 def _default_console() -> Console:
-    from harness.commands.console import console
-
-    return console
+    return console_mod.console  # read when called: a test puts a console of its own there
 
 
 def rich_wanted(fmt: str | None, console: Console) -> bool:

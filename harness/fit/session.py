@@ -27,6 +27,8 @@ from harness.store import check_writable, new_id
 from harness.sweeps import loop
 from harness.sweeps import rungs as sweep_mod
 from harness.workload import applicability, preflight
+from harness.analysis.views import fit_curve
+from harness.config import workload as workloads_mod
 
 LADDER_NAME = "fit"  # the `ladder` of the search's records
 
@@ -142,8 +144,6 @@ def _try(fit: Fit, size: int) -> str:
 def _measure_curve(fit: Fit, found: Search, given: list[str]) -> int:
     """The sizes that fit as a ladder, measured as a sweep (resumed where an earlier run of the fit stopped);
     then the curve and the commands that show it again."""
-    from harness.analysis.views import fit_curve
-
     start = fit.start
     name = _write_ladder(fit, found, given)
     ladder = ladder_mod.load(name, start.results_dir, shell.config_dirs_of(given))
@@ -202,8 +202,6 @@ def _write_ladder(fit: Fit, found: Search, given: list[str]) -> str:
 
 
 def _builtin(start: config_mod.RunConfig) -> bool:
-    from harness.config import workload as workloads_mod
-
     return workloads_mod.is_builtin(start.workload)
 
 

@@ -19,6 +19,7 @@ import pyarrow.compute as pc
 
 from harness.store.record import COLUMNS, SCHEMA, RunRecord, record_from_row
 from harness.store.write import part_files, record_files
+from harness.registry import unknown_choice
 
 Where = dict[str, Any] | pc.Expression | None  # pc.Expression is pyarrow.dataset's Expression
 
@@ -105,8 +106,6 @@ def resolve_id(frame, column: str, wanted: str, what: str, how_to_make: str) -> 
         return str(present.sort_values(["timestamp", column], kind="stable")[column].iloc[-1])
     ids = sorted(present[column].unique())
     if wanted not in ids:
-        from harness.registry import unknown_choice
-
         raise unknown_choice(what, wanted, ids[-20:])
     return wanted
 

@@ -26,6 +26,9 @@ from harness.run.parent import launcher, phases
 from harness.config import ladder as ladder_mod
 from harness.sweeps import rounds as rounds_mod
 from harness.sweeps import rungs as rungs_mod
+from harness import config as config_mod
+from harness.analysis.stats.busy import busy_reason
+from harness import store
 
 # run(on_start, on_progress) measures (or copies) one rung: what a display wraps its status line around
 RunRung = Callable[[Callable[..., Any] | None, Callable[..., Any] | None], rungs_mod.RungOutcome]
@@ -125,8 +128,6 @@ def _first_to_measure(ctx: rungs_mod.SweepContext, machine, plan: rounds_mod.Rou
     """The settings of the sweep's first run, for the warm launcher to start on while the sweep still reads its
     store; None when that run is in this sweep or the cache already (a sweep replayed from the store imports no
     torch; a later run that is measured starts the launcher itself) or is not forked (several devices)."""
-    from harness import config as config_mod
-
     turn = round_turns(ctx.ladder, 0, plan.max_rounds, plan.auto)[0]
     if machine is None or (turn.rung.index, turn.round_) in done:  # no machine: runs a caller fakes
         return None
@@ -143,8 +144,6 @@ def _turn(ctx: rungs_mod.SweepContext, machine, display: LoopDisplay, turn: Turn
           measured: list) -> int:
     """One rung of one round; a run of a busy machine measured again, once (a run of the store this sweep has not
     used yet may stand in, as for any rung: a sweep run again replays its store). 1 if it could not start."""
-    from harness.analysis.stats.busy import busy_reason
-
     for again in (False, True):
         outcomes: list[rungs_mod.RungOutcome] = []
         try:
@@ -177,8 +176,6 @@ def _run(ctx: rungs_mod.SweepContext, machine, turn: Turn, plan: rounds_mod.Roun
 def auto_compact(results_dir: str) -> None:
     """Past ``store.AUTO_COMPACT_LOOSE`` loose files, compact the store, after the last measurement: it never
     waits for the lock (another compaction running means skip) and a failure only warns."""
-    from harness import store
-
     try:
         done = store.maybe_compact(results_dir)
     except (OSError, ValueError) as exc:

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from harness.analysis.stats import calibration, noise_model, sequential, sweepstats
 from harness.store import load_runs, utc_timestamp
 from harness.sweeps import rungs as rungs_mod
+from harness.run.parent import runner
 
 
 @dataclass
@@ -84,8 +85,6 @@ def _stored(ctx: rungs_mod.SweepContext) -> noise_model.Noise | None:
 
 
 def _chosen(ctx: rungs_mod.SweepContext, machine) -> noise_model.Noise:
-    from harness.run.parent import runner
-
     cfg = rungs_mod.rung_config(ctx, 0, machine)
     key = runner.environment_key(cfg.device)
     try:

@@ -30,6 +30,7 @@ from harness.run.parent import runner
 from harness.run.parent.isolate import new_run_id
 from harness.store import RunRecord, load_records, load_runs, records_from_frame, store_record, utc_timestamp
 from harness.workload import applicability
+from harness.profiles import summary_from_json
 
 
 ANY_SWEEP = "*"
@@ -174,8 +175,6 @@ def lookup_cached(results_dir: str, config_hash: str, env_key: str, used: set[st
 
 def _has_profile(record: RunRecord) -> bool:
     """A profile that was taken (not one that failed, nor a record from before profiles)."""
-    from harness.profiles import summary_from_json
-
     try:
         summary = summary_from_json(getattr(record, "profile_json", ""))
     except ValueError:

@@ -24,6 +24,9 @@ from torch.utils.data import DataLoader, Dataset, default_collate
 from harness import lifeline
 from harness.workload import shared_data
 from harness.workload.volumes import make_volume
+from harness.workload import datasets
+from harness.workload.build import build_user_dataset
+from harness.workload.tokens import RandomTokens
 
 AUGMENT_PRESETS = {
     "none": dict(flip=False, noise=False, rotate=False, elastic=False, mixup=False),
@@ -274,8 +277,6 @@ def build_dataset(cfg, workload, replicas: int = 1, own_data: Dataset | None = N
         return dataset
     files = None
     if cfg.data.page_cache == "drop":
-        from harness.workload import datasets
-
         items = datasets.locate(datasets.spec_for(cfg, workload), datasets.cache_root(cfg))
         files = [[str(v) for k, v in item.items() if k in ("image", "label") and isinstance(v, str)] for item in items]
     return StorageCost(dataset, cfg.data.read_latency_ms / 1000.0, files)
@@ -315,14 +316,10 @@ def drop_from_page_cache(path: str) -> None:
 def _dataset(cfg, workload, replicas: int = 1, own_data: Dataset | None = None) -> Dataset:
     length = cfg.batch_size * cfg.accumulate_grad_batches * cfg.data.epoch_steps * replicas
     if workload.dataset is not None:
-        from harness.workload.build import build_user_dataset
-
         return Repeat(build_user_dataset(workload, cfg), length)
     if own_data is not None:
         return Repeat(own_data, length)
     if workload.synthetic == "tokens":
-        from harness.workload.tokens import RandomTokens
-
         return RandomTokens(cfg.data.patch_size[-1], workload.num_classes, length, 4 * cfg.data.num_volumes, cfg.seed)
     if workload.synthetic == "tensors":
         shape = [workload.in_channels, *cfg.data.patch_size]
@@ -331,8 +328,6 @@ def _dataset(cfg, workload, replicas: int = 1, own_data: Dataset | None = None) 
                              4 * cfg.data.num_volumes, cfg.seed)
     switches = augment_switches(cfg)
     if cfg.data.source == "disk":
-        from harness.workload import datasets
-
         items = datasets.locate(datasets.spec_for(cfg, workload), datasets.cache_root(cfg))
         if workload.spatial_dims == 3:
             return disk_volumes(cfg, items, length, switches)

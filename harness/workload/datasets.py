@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from harness.fileio import write_text_atomic
+from harness.workload.volumes import make_volume
 
 FORMAT_VERSION = 1
 
@@ -127,7 +128,6 @@ def _write_item(spec: DiskSpec, folder: Path, index: int) -> list[str]:
     if spec.kind == "nifti3d":
         import nibabel as nib
 
-        from harness.workload.volumes import make_volume
 
         image, label = make_volume(spec.item_shape, rng)
         names = [f"image_{index:05d}.nii.gz", f"label_{index:05d}.nii.gz"]

@@ -43,7 +43,7 @@ from typing import Any, Callable
 import torch
 from torch import nn
 
-from harness.config import RunConfig
+from harness.config import CUDAGRAPH_COMPILE_MODES, RunConfig
 from harness.workload import build
 from harness.workload.applicability import KnobNotApplicable, no_units_to_checkpoint
 from harness.workload.build import build_all
@@ -206,8 +206,6 @@ def cudagraph_multi_device_conflict(cfg) -> str:
     Decided here, in each rank before anything is built, because the settings' own applicability check lives in
     code being reshaped; that check is where it belongs.
     """
-    from harness.config import CUDAGRAPH_COMPILE_MODES
-
     if cfg.compile not in CUDAGRAPH_COMPILE_MODES or cfg.devices < 2 or cfg.device != "cuda" \
             or cfg.measure.mode == "loader":
         return ""

@@ -10,6 +10,8 @@ cuBLAS workspaces allocated outside PyTorch: a run capped at 24 GiB on an 80 GiB
 
 from __future__ import annotations
 
+from harness.workload.applicability import KnobNotApplicable
+
 GIB = 2**30  # memory.limit_gb counts GiB: cards are sold in them (an A5000's 24 GB is 24 GiB)
 
 
@@ -33,7 +35,6 @@ def apply_memory_limit(limit_gb: float | None, device) -> float | None:
         return None
     import torch
 
-    from harness.workload.applicability import KnobNotApplicable
 
     index = device.index if device.index is not None else torch.cuda.current_device()
     try:

@@ -39,7 +39,7 @@ def check_model_builds(cfg) -> None:
     if model is not None and shape:  # a package imported on the first call (MONAI's optional ones)
         _forward_on_meta(model, shape, target_of(spec.model_node))
     if model is not None:
-        from harness.workload.meta_step import check_step_on_meta
+        from harness.workload.meta_step import check_step_on_meta  # torch: only for a model of the user's
 
         for note in check_step_on_meta(cfg, model):
             print(f"note: {display_name(spec.name, spec.model_node)}: {note}", file=sys.stderr)

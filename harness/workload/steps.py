@@ -30,6 +30,7 @@ from harness.workload.applicability import KnobNotApplicable
 from harness.workload.batches import batch_mover, describe, float_leaves
 from harness.workload.step_knobs import StepError, own_step_name, own_step_reasons
 from harness.config.targets import instantiate
+from harness.workload.build import build_model
 
 Step = Callable[[Any, Any], Any]  # (model, batch) -> what the step returns
 LOSS_FORMS = "a scalar tensor, a mapping with a 'loss' entry, or a mapping of scalar losses (summed)"
@@ -289,8 +290,6 @@ def data_of(cfg, spec, own: OwnStep | None) -> tuple[Any, Any]:
     """The workload's own data for the loader: (a LightningModule's dataset or None, the collate function or None).
     In ``measure.mode=loader`` no model is prepared: a LightningModule is built for its data alone."""
     if own is None and spec.lightning_module is not None and cfg.measure.mode == "loader":
-        from harness.workload.build import build_model
-
         own = lightning_step(spec, build_model(cfg))
     return (own.dataset if own is not None else None), collate_of(spec, own)
 

@@ -6,14 +6,13 @@ from __future__ import annotations
 from typing import Callable
 
 import torch
+from harness.config import CUDAGRAPH_COMPILE_MODES
 
 
 def cudagraph_skips(compile_mode: str, device: torch.device) -> int | None:
     """How often Inductor skipped capturing a CUDA graph in this process (a mutated input, a CPU tensor, dynamic
     shapes...), in a compile mode that captures them on CUDA; None elsewhere. Non-zero: the run did not run (all)
     its graphs as CUDA graphs, whatever its label says."""
-    from harness.config import CUDAGRAPH_COMPILE_MODES
-
     if device.type != "cuda" or compile_mode not in CUDAGRAPH_COMPILE_MODES:
         return None
     try:
@@ -41,8 +40,6 @@ def compile_seconds() -> float | None:
 
 def cudagraph_step_marker(compile_mode: str, mode: str, device: torch.device) -> Callable[[], None] | None:
     """``torch.compiler.cudagraph_mark_step_begin`` when this run captures CUDA graphs, else None."""
-    from harness.config import CUDAGRAPH_COMPILE_MODES
-
     if device.type != "cuda" or compile_mode not in CUDAGRAPH_COMPILE_MODES or mode == "loader":
         return None
     return getattr(torch.compiler, "cudagraph_mark_step_begin", None)

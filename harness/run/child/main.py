@@ -26,23 +26,24 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from harness import config as config_mod
+from harness.lifeline import guard_child
+from harness.profiles import failed_summary
+from harness.run import monitor
 from harness.run.child import channel
 from harness.run.child.outcome import OK, of_exception
+from harness.run.child.summary import Summary, per_sample, summarize
 
 if TYPE_CHECKING:
     from harness.config import RunConfig
     from harness.run.child.ranks import Rank
-    from harness.run.child.summary import Summary
 
 
 def main(job_dir: str) -> int:
     started = time.time()
-    from harness.lifeline import guard_child
-
     guard_child()  # first: die with the parent even if the imports below are slow
     progress_channel = channel.child_end()
-    from harness import config as config_mod
-    from harness.run.child import measure, ranks  # torch and the measuring modules: the start's, not the model's
+    from harness.run.child import measure, ranks  # torch: after the lifeline, in the start's time (not the build's)
 
     job = Path(job_dir)
     cfg = config_mod.from_dict(json.loads((job / "config.json").read_text()))
@@ -79,11 +80,8 @@ def main(job_dir: str) -> int:
 
 def _measure(cfg: RunConfig, rank: Rank, gpu_name: str, progress, job: Path) -> Summary:
     """This rank's measurement, summarised; under DDP, every rank's combined into rank 0's record."""
-    from harness import config as config_mod
-    from harness.run import monitor
-    from harness.run.child import ranks
-    from harness.run.child.measure import measured_run, model_flops_per_sample
-    from harness.run.child.summary import Summary, per_sample, summarize
+    from harness.run.child import ranks  # torch: main() imported it, after the lifeline
+    from harness.run.child.measure import measured_run, model_flops_per_sample  # torch: as ranks
 
     cfg.batch_size = config_mod.per_device_batch(cfg)  # this rank's batch (strong scaling: its share)
     flops = model_flops_per_sample(cfg, cfg.workload)
@@ -103,8 +101,7 @@ def _profile(run, cfg: RunConfig, rank: Rank, summary: Summary, job: Path, progr
     """``profile.enabled``: a profile of a few more steps, after the measurement, into ``summary.profile_json``
     (its trace into the job folder). The measurement is written first, marked as waiting for its profile, so that
     a profile that hangs or crashes never loses it (the parent keeps the first result, with the note below)."""
-    from harness.profiles import failed_summary
-    from harness.run.child.measure import write_json
+    from harness.run.child.measure import write_json  # torch: as ranks in _measure
 
     summary.profile_json = failed_summary(cfg.device, cfg.profile.steps, PROFILE_UNFINISHED).to_json()
     if rank.rank == 0:

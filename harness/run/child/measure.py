@@ -50,10 +50,11 @@ from harness.run.child.stopping import StoppingRule, WarmupRule, rule_for, start
 from harness.run.child.summary import Extras, Measurement
 from harness.workload.data import build_dataset, build_loader, endless
 from harness.workload.flops import count_train_flops
-from harness.workload.knobs import Prepared, apply_cpu_affinity, periodic_work, prepare
+from harness.workload.knobs import Prepared, apply_cpu_affinity, periodic_work, prepare, validation_pass
 from harness.workload.steps import data_of, loader_pairs, own_loop, zero_grad_of
 from harness.workload.val_steps import own_validation_pass, val_data
 from harness.config.workload import WorkloadSpec
+from harness.workload.build import build_model
 
 if TYPE_CHECKING:
     from harness.config import RunConfig
@@ -131,7 +132,7 @@ class MeasuredRun:
     def profile(self, out_dir: str | os.PathLike | None) -> ProfileSummary:
         """``profile.steps`` more training steps under the profiler, after the window (``harness.run.child.profiling``);
         the trace goes to ``out_dir`` (None: no trace, e.g. on ranks other than 0). Never raises."""
-        from harness.run.child.profiling import profile_after_window
+        from harness.run.child.profiling import profile_after_window  # torch.profiler: only a run that profiles
 
         return profile_after_window(self.loop, self.cfg, out_dir)
 
@@ -379,7 +380,6 @@ def _validation(cfg: RunConfig, workload: WorkloadSpec, prep: Prepared | None) -
     or the workload's own validation step's (``prep.val``, over its own data where it has some)."""
     if not cfg.val.every_n_steps:
         return None
-    from harness.workload.knobs import validation_pass
 
     if prep.val is None:
         return validation_pass(cfg, prep, validation_loader(cfg, workload))
@@ -417,8 +417,6 @@ def model_flops_per_sample(cfg: RunConfig, workload: WorkloadSpec) -> float | No
         return None
     shape = (1, workload.in_channels, *cfg.data.patch_size)
     try:
-        from harness.workload.build import build_model
-
         return count_train_flops(lambda: build_model(cfg), shape)
     except Exception:  # a model that cannot run on meta tensors: MFU stays empty, never guessed
         return None

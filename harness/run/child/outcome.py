@@ -12,6 +12,8 @@ import signal
 import traceback
 from dataclasses import dataclass
 
+from harness.workload.applicability import KnobNotApplicable, compile_failure_reason
+
 OK, OOM, NAN, TIMEOUT, ERROR, SKIPPED = "ok", "oom", "nan", "timeout", "error", "skipped"
 STATUSES = (OK, OOM, NAN, TIMEOUT, ERROR, SKIPPED)
 DIAGNOSED = (SKIPPED, OOM, NAN)  # what a run found out about itself: beats a peer rank's broken-connection error
@@ -73,8 +75,6 @@ def is_out_of_memory(exc: BaseException) -> bool:
 
 def classify(exc: BaseException) -> str:
     """Status for an exception from the training run."""
-    from harness.workload.knobs import KnobNotApplicable
-
     if isinstance(exc, KnobNotApplicable):
         return SKIPPED
     if isinstance(exc, NonFiniteLoss):
@@ -88,8 +88,6 @@ def classify(exc: BaseException) -> str:
 
 def skip_reason(exc: BaseException, compile_mode: str) -> str:
     """The reason a skipped run gives: the knob's own, or which compile mode failed on the model and how."""
-    from harness.workload.applicability import KnobNotApplicable, compile_failure_reason
-
     if is_compile_failure(exc) and not isinstance(exc, KnobNotApplicable):
         return compile_failure_reason(compile_mode, exc)
     return str(exc)

@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from typing import TYPE_CHECKING, Any
 
 from harness.metrics import Metrics
+from harness.workload.flops import peak_flops
 
 if TYPE_CHECKING:
     from harness.config import RunConfig
@@ -88,8 +89,6 @@ NOT_STORED = SUMMARY_FIELDS - frozenset(STORED)
 
 def per_sample(cfg: RunConfig, flops: float | None, gpu_name: str) -> PerSample:
     """What a sample of ``cfg``'s workload is worth on this device (the peak only on a GPU whose peak is known)."""
-    from harness.workload.flops import peak_flops
-
     peak = peak_flops(gpu_name, cfg.precision, cfg.tf32) if cfg.device == "cuda" else None
     return PerSample(units=cfg.workload.units_in(tuple(cfg.data.patch_size)), flops=flops, peak_flops=peak)
 

@@ -22,6 +22,7 @@ import harness
 from harness.config.identity import env_key  # noqa: F401  (hashes what collect() gathers; found here too)
 from harness.run.monitor.fitness import cpu_model
 from harness.run.parent.fingerprint import code_fingerprint
+from harness.run.parent import torch_facts
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "TORCH_NUM_THREADS")
@@ -97,8 +98,6 @@ def collect(device: str, git: bool = True) -> dict:
     own fields only (``torch_facts``: a sweep served from the store needs no torch). ``git=False`` leaves out the
     commit and whether the tree is dirty (two git processes), which ``env_key`` does not hash: a cache lookup
     needs only the key."""
-    from harness.run.parent import torch_facts
-
     env = {
         **torch_facts.versions(),
         "monai_version": _version("monai"),

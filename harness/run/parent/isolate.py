@@ -49,6 +49,7 @@ from harness.run.child.outcome import OK, SKIPPED, Outcome
 from harness.run.child.summary import Summary
 from harness.store import RunRecord, new_id, utc_timestamp
 from harness.workload import applicability
+from harness.profiles import store_trace
 
 REPO_ROOT = launcher.REPO_ROOT
 POLL_S = 0.5  # the longest wait between looks where nothing can wake the parent (no pidfd, no progress channel)
@@ -147,8 +148,6 @@ def _measure(cfg: config_mod.RunConfig, env: dict, env_key: str, on_progress: Pr
 
 def _keep_profile(summary: Summary | None, job: Path, results_dir: str) -> str:
     """The run's id; a profile's trace moved from the job folder into the results folder under that id."""
-    from harness.profiles import store_trace
-
     run_id = new_run_id()
     if summary is not None and summary.profile_json:
         summary.profile_json, summary.profile_trace = store_trace(summary.profile_json, job, results_dir, run_id)

@@ -26,6 +26,7 @@ from pathlib import Path
 
 from harness import config as config_mod
 from harness.run.child.outcome import DIAGNOSED
+from harness.lifeline import guard_child
 
 RANK_RESULT = "result.rank{rank}.json"
 
@@ -47,8 +48,6 @@ def command(job: Path) -> list[str]:
 
 
 def main(job_dir: str) -> int:
-    from harness.lifeline import guard_child
-
     guard_child()  # the agent dies with the parent, and has the same deadline as a child
     job = Path(job_dir)
     cfg = config_mod.from_dict(json.loads((job / "config.json").read_text()))

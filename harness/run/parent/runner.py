@@ -8,6 +8,9 @@ from harness import config as config_mod
 from harness.run.parent import env as env_mod
 from harness.run.parent.isolate import ProgressFn, execute
 from harness.store import RunRecord, store_record
+from harness.store import check_writable
+from harness.workload import datasets
+from harness.run.parent import torch_facts
 
 
 @dataclass(frozen=True)
@@ -18,8 +21,6 @@ class Machine:
 
     @staticmethod
     def detect() -> "Machine":
-        from harness.run.parent import torch_facts
-
         return Machine(cuda_available=torch_facts.cuda_available())
 
 
@@ -42,8 +43,6 @@ def environment_key(device: str) -> str:
 def ready(settings: config_mod.RunConfig, log=print) -> config_mod.RunConfig:
     """Before measuring anything: the settings resolved for this machine, a results folder that takes
     records, and the on-disk dataset built (ValueError or OSError naming what is wrong)."""
-    from harness.store import check_writable
-
     resolved = resolve(settings, Machine.detect())
     check_writable(resolved.results_dir)
     prepare_data(resolved, log)
@@ -54,7 +53,6 @@ def prepare_data(resolved: config_mod.RunConfig, log=print) -> None:
     """Build (once) or repair the on-disk dataset a config reads, before anything is timed."""
     if resolved.data.source != "disk":
         return
-    from harness.workload import datasets
 
     spec = datasets.spec_for(resolved, resolved.workload)
     datasets.ensure(spec, datasets.cache_root(resolved), log)

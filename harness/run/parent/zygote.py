@@ -40,6 +40,7 @@ import traceback
 from pathlib import Path
 
 from harness.run.child import channel
+from harness.lifeline import guard_child
 
 SOCKET_ENV = "HARNESS_ZYGOTE_FD"  # the zygote's end of its socket to the parent
 MAX_MESSAGE = 1 << 20
@@ -76,8 +77,6 @@ def receive(sock: socket.socket, flags: int = 0) -> tuple[dict | None, list[int]
 
 
 def main(sweep_dir: str, first_config: str = "") -> int:
-    from harness.lifeline import guard_child
-
     guard_child()  # dies with the sweep's process; no deadline of its own (each run carries one)
     sock = socket.socket(fileno=int(os.environ.pop(SOCKET_ENV)))
     started = time.monotonic()
@@ -317,7 +316,7 @@ def _become_run(request: dict, fds: list[int], sock: socket.socket, sweep_dir: s
     if fds:
         os.environ[channel.CHANNEL_ENV] = str(fds[0])
     sys.argv = list(request["argv"])
-    from harness.run.child import main as child
+    from harness.run.child import main as child  # the measuring modules: the zygote preloads them, its parent never
 
     code = child.main(request["job"])
     if report_imports:
