@@ -1,8 +1,20 @@
 """The Hydra edge: the one module that composes configs and launches Hydra apps.
 
-Commands that take ``key=value`` overrides (run, sweep, diagnose, noise) call :func:`hydra_app` with
+Commands that take ``key=value`` overrides (run, sweep, diagnose, noise, climb, fit) call :func:`hydra_app` with
 a task that returns its exit code, or :func:`compose_settings` for the composed settings alone; they
 hand plain dicts on to ``harness.config``. Nothing below the commands imports Hydra.
+
+How Hydra is driven, and why. A single run is composed once, with the compose API (which also turns a bad value
+into one line), and its task is called with that config: the tasks use nothing of Hydra's runtime (no
+``HydraConfig``, no output folder, no job logging: ``conf/config.yaml`` turns them off, ``hydra.run.dir`` is ``.``
+and ``hydra.output_subdir`` null). A campaign (``sweep -m``) needs Hydra's multirun (its sweeper and launcher, e.g.
+submitit's, and ``HydraConfig`` in each job), and ``--help``/``--cfg``/``--info`` are Hydra's own: both go through
+:func:`hydra_cli`, which makes the two calls ``@hydra.main`` makes (parse the arguments, ``_run_hydra``) with the
+arguments given instead of ``sys.argv``. ``_run_hydra`` is internal to Hydra; the alternatives were rewriting
+``sys.argv`` around ``@hydra.main`` (what this replaced: global state, wrong in a thread or a test) or
+``Hydra.create_main_hydra2(...).multirun(...)`` (internal too, and it leaves out the search path, the error report
+and the flags that ``_run_hydra`` handles). ``hydra-core>=1.3.2`` (pyproject) takes ``_run_hydra(args, args_parser,
+task_function, config_path, config_name)``; tests/test_hydra_edge.py fails if that changes.
 """
 
 from __future__ import annotations
@@ -147,36 +159,45 @@ def flag_setting(arg: str, following: str = "") -> None:
 
 
 def hydra_app(overrides: list[str], task: Callable[[Any], int], multirun: bool = False) -> int:
-    """Run ``task`` as a Hydra app over ``overrides``; return the largest exit code its jobs returned
-    (jobs a launcher runs in other processes return theirs there: their caller reads the store)."""
-    if not any(o in HELP_FLAGS for o in overrides):
-        try:
-            overrides = with_config_dirs(overrides)
-            check_overrides(overrides)
-            if not multirun:
-                compose_settings(overrides)  # a bad value is one line here, not Hydra's error page
-        except ValueError as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            return 2
-    import hydra
+    """Run ``task`` over the settings ``overrides`` compose to; return its exit code. One run (run, diagnose, noise,
+    climb, fit): composed once (the compose API), ``task`` called with that config. A campaign (``multirun``) and
+    Hydra's own flags (``--help``, ``--cfg``, ...): Hydra's command line (:func:`hydra_cli`); the largest exit code its
+    jobs returned (jobs a launcher runs in other processes return theirs there: their caller reads the store)."""
+    if any(o in HELP_FLAGS for o in overrides):
+        return hydra_cli(overrides, task)
+    try:
+        overrides = with_config_dirs(overrides)
+        check_overrides(overrides)
+        cfg = None if multirun else compose_settings(overrides)  # a bad value is one line, not Hydra's error page
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    if multirun:
+        return hydra_cli(["--multirun", *overrides], task)
+    return int(task(cfg) or 0)
 
+
+def hydra_cli(args: list[str], task: Callable[[Any], int]) -> int:
+    """Hydra's command line over ``args``, ``task`` its job: what ``@hydra.main`` does, given the arguments instead of
+    reading them from ``sys.argv`` (its two steps, parse and run, are the two calls here)."""
+    from hydra import version
+    from hydra._internal.utils import _run_hydra, get_args_parser
+
+    version.setbase("1.3")
     register_schema()
     codes: list[int] = []
 
-    @hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="config")
-    def app(cfg) -> int:
+    def job(cfg) -> int:
         code = int(task(cfg) or 0)
         codes.append(code)
         return code
 
-    saved = sys.argv
-    sys.argv = [f"{sys.argv[0]}"] + (["--multirun"] if multirun else []) + overrides
+    parser = get_args_parser()
     try:
-        app()
-    except SystemExit as exc:  # Hydra exits on its own errors (bad override syntax, unknown group)
+        _run_hydra(args=parser.parse_args(args), args_parser=parser, task_function=job, config_path=str(CONF_DIR),
+                   config_name="config")
+    except SystemExit as exc:  # Hydra exits on its own errors (bad override syntax, unknown group) and after --help
         return int(exc.code or 0) if not isinstance(exc.code, str) else 2
-    finally:
-        sys.argv = saved
     return max(codes, default=0)
 
 
