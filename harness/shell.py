@@ -14,6 +14,7 @@ from typing import Any, Callable, Iterable
 
 PROGRAM = "python -m harness"
 CONFIG_DIR_FLAGS = ("--config-dir", "-cd")  # Hydra's flag; its folder is the next word, or after "="
+SEARCH_PATH = "hydra.searchpath"  # the override that --config-dir DIR becomes: hydra.searchpath=[file:///DIR]
 # what Hydra reads as a plain value (its override grammar's unquoted characters, less the ones a shell or an
 # interpolation could take for its own)
 _PLAIN = re.compile(r"[A-Za-z0-9_\-/+.%@:]+")
@@ -94,3 +95,24 @@ def without(argv: Iterable[str], keys: Iterable[str]) -> list[str]:
     """``argv`` less the overrides of ``keys`` (a key ending in "." drops everything below it)."""
     keys = tuple(keys)
     return select(argv, lambda key: not any(key == k or (k.endswith(".") and key.startswith(k)) for k in keys))
+
+
+def search_path(overrides: Iterable[str]) -> list[str]:
+    """The URIs of Hydra's config search path that ``overrides`` give (``hydra.searchpath=[file:///DIR,...]``)."""
+    uris = []
+    for word in overrides:
+        if word.lstrip("+").startswith(SEARCH_PATH + "="):
+            listed = word.partition("=")[2].strip().removeprefix("[").removesuffix("]")
+            uris += [uri.strip() for uri in listed.split(",") if uri.strip()]
+    return uris
+
+
+def with_search_path(overrides: list[str], uris: list[str]) -> list[str]:
+    """``overrides`` with ``uris`` added to Hydra's config search path (after the ones already given)."""
+    if not uris:
+        return overrides
+    for i, word in enumerate(overrides):
+        if word.lstrip("+").startswith(SEARCH_PATH + "="):
+            head = word.partition("=")[0]
+            return overrides[:i] + [f"{head}=[{','.join(search_path([word]) + uris)}]"] + overrides[i + 1:]
+    return overrides + [f"{SEARCH_PATH}=[{','.join(uris)}]"]

@@ -289,8 +289,6 @@ def test_a_workload_that_is_not_shipped_is_written_whole(tmp_path):
     override, name, text = replay.workload_override(spec, 2)
     assert override == f"workload={name}" and name == "against-tiny-2"
     assert "pkg.Net" in text and "source_sha" not in text
-    assert against.with_search_path(["a=1", "hydra.searchpath=[file:///x]"], ["file:///y"]) == \
-        ["a=1", "hydra.searchpath=[file:///x,file:///y]"]
 
 
 def test_ref_worktree_is_made_once_and_reused(tmp_path):

@@ -9,6 +9,7 @@ import pytest
 from hydra.core.global_hydra import GlobalHydra
 from hydra.core.hydra_config import HydraConfig
 
+from harness import shell
 from harness.commands import hydra_edge
 
 NOT_OURS = ["python -m harness", "--not-a-flag-of-hydras", "seed=999"]  # argparse would stop on it, if it read it
@@ -57,3 +58,13 @@ def test_hydras_own_flags_read_the_arguments_given(argv, capsys):
     assert hydra_edge.hydra_app(["--cfg", "job", "seed=11"], lambda cfg: pytest.fail("ran")) == 0
     out = capsys.readouterr().out
     assert "seed: 11\n" in out and "workload:" in out
+
+
+def test_the_config_search_path_is_read_and_extended_in_one_place():
+    given = ["a=1", "+hydra.searchpath=[file:///x, file:///my%20conf]"]
+    assert shell.with_search_path(given, ["file:///y"]) == ["a=1", "+hydra.searchpath=[file:///x,file:///my%20conf,"
+                                                            "file:///y]"]
+    assert shell.with_search_path(["a=1"], ["file:///y", "file:///z"]) == ["a=1", "hydra.searchpath=[file:///y,"
+                                                                           "file:///z]"]
+    assert shell.with_search_path(given, []) is given
+    assert hydra_edge.config_dirs(given + ["hydra.searchpath=[pkg://mine]"]) == ["/x", "/my conf"]

@@ -19,6 +19,7 @@ import sys
 from pathlib import Path
 
 from harness import config as config_mod
+from harness import shell
 from harness.analysis.gate import looks, paired, verdicts
 from harness.analysis.gate.thresholds import parse_thresholds
 from harness.analysis.gate.paired_formats import FORMATS, render, to_json
@@ -229,7 +230,7 @@ def prepare(args: argparse.Namespace) -> tuple[against.AgainstPlan, list[str]]:
                                scratch=against.plan_scratch(results, check_id), sweep_id=sweep_id)
     against.write_workload_files(plan)
     for item in replays:  # a bad setting stops here, in one line, before any tree is made or run
-        composed = hydra_edge.compose_settings(against.with_search_path(list(item.overrides), plan.extra_search))
+        composed = hydra_edge.compose_settings(shell.with_search_path(list(item.overrides), plan.extra_search))
         config_mod.validate(config_mod.from_dict(hydra_edge.plain_settings(composed)))
     plan.trees = {against.WORK: work, against.REF: worktree.ref_tree(root, commit, results)}
     against.keep_plan(plan, key)

@@ -93,9 +93,9 @@ def with_config_dirs(argv: list[str]) -> list[str]:
         else:
             out.append(arg)
     if dirs:
-        if any(a.lstrip("+").startswith("hydra.searchpath=") for a in out):
+        if any(a.lstrip("+").startswith(shell.SEARCH_PATH + "=") for a in out):
             raise ValueError("give your config folders with --config-dir or with hydra.searchpath, not both")
-        out.append(f"hydra.searchpath=[{','.join(dirs)}]")
+        out = shell.with_search_path(out, dirs)
     project = project_dir()
     if project is not None and project not in [Path(d).resolve() for d in config_dirs(out)]:
         out = add_search_dir(out, project)
@@ -107,23 +107,12 @@ def config_dirs(overrides: list[str]) -> list[str]:
     ``--config-dir DIR`` becomes): where a user's ``ladder/NAME.yaml`` is found too."""
     from urllib.parse import unquote, urlparse
 
-    out = []
-    for override in overrides:
-        if override.lstrip("+").startswith("hydra.searchpath="):
-            listed = override.partition("=")[2].strip().removeprefix("[").removesuffix("]")
-            out += [unquote(urlparse(u.strip()).path) for u in listed.split(",") if u.strip().startswith("file://")]
-    return out
+    return [unquote(urlparse(uri).path) for uri in shell.search_path(overrides) if uri.startswith("file://")]
 
 
 def add_search_dir(overrides: list[str], folder: Path) -> list[str]:
     """``overrides`` with ``folder`` added to Hydra's config search path (after the ones already given)."""
-    uri = folder.resolve().as_uri()
-    for i, override in enumerate(overrides):
-        if override.lstrip("+").startswith("hydra.searchpath="):
-            head, _, listed = override.partition("=")
-            inner = listed.strip().removeprefix("[").removesuffix("]").strip()
-            return overrides[:i] + [f"{head}=[{inner + ',' if inner else ''}{uri}]"] + overrides[i + 1:]
-    return overrides + [f"hydra.searchpath=[{uri}]"]
+    return shell.with_search_path(overrides, [folder.resolve().as_uri()])
 
 
 def check_overrides(overrides: list[str]) -> None:

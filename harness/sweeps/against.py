@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from harness import shell
 from harness.fileio import write_text_atomic
 from harness.run.parent import lifetime
 from harness.store import RunRecord, load_records, load_runs, store_record
@@ -98,21 +99,9 @@ def write_workload_files(plan: AgainstPlan) -> None:
 
 def command(plan: AgainstPlan, turn: Turn) -> list[str]:
     """The child's command line: ``python -m harness run`` with the config's overrides and the side's folder."""
-    overrides = with_search_path(list(turn.replay.overrides), plan.extra_search)
+    overrides = shell.with_search_path(list(turn.replay.overrides), plan.extra_search)
     folder = (plan.scratch / turn.side).resolve()
     return [sys.executable, "-m", "harness", "run", *overrides, f"results_dir={hydra_value(str(folder))}"]
-
-
-def with_search_path(overrides: list[str], uris: list[str]) -> list[str]:
-    """``overrides`` with ``uris`` added to Hydra's config search path (after any the user gave)."""
-    if not uris:
-        return overrides
-    for i, override in enumerate(overrides):
-        if override.lstrip("+").startswith("hydra.searchpath="):
-            head, _, listed = override.partition("=")
-            inner = listed.strip().removeprefix("[").removesuffix("]").strip()
-            return overrides[:i] + [f"{head}=[{','.join(([inner] if inner else []) + uris)}]"] + overrides[i + 1:]
-    return overrides + [f"hydra.searchpath=[{','.join(uris)}]"]
 
 
 def child_env(plan: AgainstPlan, side: str) -> dict[str, str]:
