@@ -19,6 +19,7 @@ from typing import Callable, Iterator
 import torch
 
 from harness.run.child import channel, measure
+from harness.run.child.ranks import Rank
 from harness.workload.data import build_dataset, build_loader
 from harness.workload.knobs import Prepared
 
@@ -89,8 +90,7 @@ def _one_training(cfg) -> tuple[Prepared, object, Callable[[], float]]:
     """The model, optimizer and loader both sides train with, and the plain side: seconds a step of the
     hand-written loop on them, after the same warm-up."""
     device = torch.device(cfg.device)
-    torch.manual_seed(cfg.seed)
-    prep = measure.prepare(cfg, cfg.workload, device)
+    prep = measure.preamble(cfg, cfg.workload, device, Rank())  # the child's own set-up, as train_and_measure's
     loader = build_loader(cfg, build_dataset(cfg, cfg.workload), cfg.workload)
     x, y = next(iter(loader))
     x, y = x.to(device, memory_format=prep.memory_format), y.to(device)

@@ -163,12 +163,10 @@ def measured_run(cfg: RunConfig, workload: WorkloadSpec, progress: Progress,
 
 
 def _set_up(cfg: RunConfig, workload: WorkloadSpec, rank: Rank, progress: Progress) -> Loop:
-    """Seed, CPUs, model and training objects with every knob applied, loader, and what the loop reads."""
-    torch.manual_seed(cfg.seed)
-    apply_cpu_affinity(cfg.cpus, rank.rank)  # first: the loader's workers inherit it
+    """The preamble (seed, CPUs, model and training objects), the loader, and what the loop reads."""
     mode = cfg.measure.mode
     device = rank.device(cfg.device)
-    prep = prepare(cfg, workload, device, rank) if mode != "loader" else None
+    prep = preamble(cfg, workload, device, rank)
     progress("data")  # the model is built: the data and the loader next (where a run's time goes)
     own = prep.own if prep is not None else None
     own_data, collate = data_of(cfg, workload, own)
@@ -203,6 +201,15 @@ def _set_up(cfg: RunConfig, workload: WorkloadSpec, rank: Rank, progress: Progre
         prefetch=(loader.prefetch_factor or 0) if mode != "model" and loader.num_workers else 0,
         step_fn=step_fn, zero_grad=zero_grad_of(prep, cfg.optimizer.zero_grad_set_to_none) if prep else None,
     )
+
+
+def preamble(cfg: RunConfig, workload: WorkloadSpec, device: torch.device, rank: Rank) -> Prepared | None:
+    """What a measured process does before its loader, in this order: the seed, the CPUs (first: the loader's workers
+    inherit them, and torch's threads are cut to them), then the model and training objects with every knob applied
+    (``prepare``: memory limit, backend flags, build); None for the loader alone (``measure.mode=loader``)."""
+    torch.manual_seed(cfg.seed)
+    apply_cpu_affinity(cfg.cpus, rank.rank)
+    return prepare(cfg, workload, device, rank) if cfg.measure.mode != "loader" else None
 
 
 def grad_sync_skipper(model, rank: Rank, accum: int) -> Callable[[], Any] | None:
