@@ -174,6 +174,36 @@ def test_the_harness_package_has_no_import_cycle():
             visit(module, [])
 
 
+MAX_LOCAL_IMPORTS = 30  # imports of the harness inside functions: at the top unless something forbids it
+
+
+def _local_harness_imports() -> list[tuple[str, int, str]]:
+    """(file, line, the line and the one above) of every import of the harness inside a function."""
+    found = set()
+    for path in sorted(HARNESS.values()):
+        lines = path.read_text().splitlines()
+        for fn in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            for node in ast.walk(fn):
+                names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                    [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+                if any(n == "harness" or n.startswith("harness.") for n in names):
+                    found.add((str(path.relative_to(REPO)), node.lineno,
+                               lines[node.lineno - 2] + "\n" + lines[node.end_lineno - 1]))
+    return sorted(found)
+
+
+def test_harness_imports_are_at_the_top_and_each_one_kept_inside_a_function_says_why():
+    # a reason is what must not load (torch in the sweep's parent, pyarrow for --help, ...) or an order (the
+    # lifeline before torch): a comment on the import's line or the line above
+    local = _local_harness_imports()
+    assert len(local) <= MAX_LOCAL_IMPORTS, "\n".join(f"{f}:{n}" for f, n, _ in local)
+    unexplained = [f"{f}:{n}" for f, n, text in local
+                   if not any(line.strip().startswith("#") or "  # " in line for line in text.splitlines())]
+    assert unexplained == [], "imports inside functions without a reason comment"
+
+
 def test_the_rules_see_lazy_imports_inside_functions(tmp_path):
     # the rules above are only as good as the parser: an import inside a function body counts
     source = tmp_path / "lazy.py"
