@@ -16,7 +16,6 @@ import signal
 import sys
 
 from harness.commands import exit_codes
-from harness.config import SettingWarning
 from harness.registry import unknown_choice
 from harness.shell import given_key
 
@@ -103,8 +102,8 @@ def misplaced_setting(command: str, argv: list[str]) -> str:
 def _measuring_command(module, command: str, rest: list[str]) -> int:
     """Commands that start measuring processes: an interruption kills them and says how to go on
     (``harness.run.parent.lifetime``: the rule every one of them follows)."""
-    from harness.run.parent import isolate, lifetime  # psutil, pyarrow: only the measuring commands load them
-    from harness.store import write  # pyarrow: --help, init and machine need no store
+    from harness.run.parent import isolate, lifetime  # psutil, pyarrow: not for `python -m harness --help`
+    from harness.store import write  # pyarrow: `python -m harness --help` needs no store
 
     previous = lifetime.terminate_on_signals()
     kept_before = len(write.KEPT_ELSEWHERE)  # main() may run several commands in one process (the tests do)
@@ -143,7 +142,8 @@ def _quiet_store_warnings() -> None:
     not a Python warning with source."""
     import warnings
 
-    from harness.store import UnreadableRecord  # pyarrow: --help, init and machine need no store
+    from harness.config import SettingWarning  # yaml and the schema: `python -m harness --help` needs neither
+    from harness.store import UnreadableRecord  # pyarrow: `python -m harness --help` needs no store
 
     default = warnings.showwarning
 
