@@ -263,3 +263,25 @@ def test_the_analysis_commands_and_the_climbs_decisions_run_without_torch_or_hyd
     assert done.stdout.strip().splitlines()[-1] == "LOADED []"
     assert (tmp_path / "report.html").stat().st_size > 0 and (tmp_path / "compare" / "compare.md").exists()
     assert len(list((tmp_path / "plots").glob("*.png"))) == 4
+
+
+HELP_RUN = """
+import sys
+from harness import cli
+
+heavy = ("torch", "scipy", "pandas", "pyarrow", "numpy", "psutil", "hydra", "omegaconf", "harness.config")
+assert cli.main(["--help"]) == 0
+print("HELP", sorted(m for m in heavy if m in sys.modules))
+assert cli.main(["sweep", "--help"]) == 0
+print("SWEEP_HELP", sorted(m for m in heavy if m in sys.modules))
+"""
+
+
+def test_help_loads_no_library_and_sweep_help_neither_torch_nor_hydra_nor_pandas():
+    # the imports moved to the tops of modules must not reach these: the first screens a user sees
+    done = subprocess.run([sys.executable, "-c", textwrap.dedent(HELP_RUN)], cwd=REPO, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = [line for line in done.stdout.splitlines() if line.startswith(("HELP", "SWEEP_HELP"))]
+    assert lines[0] == "HELP []" and lines[1].startswith("SWEEP_HELP [")
+    assert not set(ast.literal_eval(lines[1].split(" ", 1)[1])) & {"torch", "scipy", "pandas", "hydra", "omegaconf"}, lines[1]
