@@ -148,6 +148,7 @@ def test_a_config_the_working_tree_now_fails_regresses(repo, capsys):
     assert out.count("<failure") == 2 and "now gets oom" in out
 
 
+@pytest.mark.slow  # a whole scenario in fresh processes: the default tier keeps its cheaper siblings
 def test_a_slowdown_within_the_threshold_ends_undecided_at_the_budget_never_regressed(repo, capsys, tmp_path):
     """4% slower at the 5% threshold: after 2 rounds the band holds 0.95; the time budget (a second) allows no
     third round, so the check ends undecided, exit 6, with the markdown summary written. The fake child's noise is
@@ -204,6 +205,7 @@ def test_bad_input_is_one_line_and_exit_2(repo, capsys, tmp_path):
     assert not (repo / "results" / "checks").exists()  # nothing measured
 
 
+@pytest.mark.slow  # a whole scenario in fresh processes: the default tier keeps its cheaper siblings
 def test_an_interrupted_check_resumes_from_its_stored_runs(repo, monkeypatch, capsys):
     real, calls = against.run_turn, []
 

@@ -111,6 +111,7 @@ def test_a_campaign_checks_every_sweep_before_any_runs(tiny_conf, results, capsy
     assert not results.exists()
 
 
+@pytest.mark.slow  # a whole scenario in fresh processes: the default tier keeps its cheaper siblings
 def test_a_requeued_campaign_job_keeps_the_rungs_it_measured(campaign, tiny_conf, tmp_path, capsys):
     """A requeued job gets the same sweep id (campaign id + job number) and measures only what is missing."""
     from harness.commands import sweep as sweep_cli

@@ -266,6 +266,7 @@ def test_two_ranks_store_one_record_with_every_ranks_fields(results):
     assert _gone(procs) == []
 
 
+@pytest.mark.slow  # a whole scenario in fresh processes: the default tier keeps its cheaper siblings
 @two_cpus
 def test_a_crash_on_one_rank_is_an_error_naming_it_and_leaves_no_process(results):
     record, procs, seen_ranks = _run(results, devices=2, debug__fault="crash", debug__fault_rank=1,
@@ -286,6 +287,7 @@ def test_a_hang_on_one_rank_times_out_and_every_rank_is_killed(results):
     assert _gone(procs, within_s=1) == []  # the parent waited for every member before it returned
 
 
+@pytest.mark.slow  # a whole scenario in fresh processes: the default tier keeps its cheaper siblings
 @two_cpus
 def test_a_parent_killed_outright_leaves_no_rank_behind(results):
     parent = _start_parent(results, "devices=2", "debug.fault=hang", "debug.fault_step=1", "timeout_s=300",

@@ -107,7 +107,8 @@ def _gone(procs: list[psutil.Process], within_s: float = 30) -> list[int]:
     return [p.pid for p in alive]
 
 
-@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM, signal.SIGHUP, signal.SIGINT])
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM, pytest.param(signal.SIGHUP, marks=pytest.mark.slow),
+                                 pytest.param(signal.SIGINT, marks=pytest.mark.slow)])
 def test_a_parent_ended_by_any_signal_leaves_no_process_behind(results, sig):
     parent = _start_parent(results, "debug.fault=hang", "debug.fault_step=1", "timeout_s=300",
                            "data.num_workers=1", *TINY_RUN)
@@ -124,7 +125,7 @@ def test_a_parent_ended_by_any_signal_leaves_no_process_behind(results, sig):
         assert f"interrupted ({sig.name})" in err and "Traceback" not in err
 
 
-@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM,
+@pytest.mark.parametrize("sig", [pytest.param(signal.SIGKILL, marks=pytest.mark.slow), signal.SIGTERM,
                                  pytest.param(signal.SIGINT, marks=pytest.mark.slow)])
 def test_a_sweep_ended_by_any_signal_leaves_no_forked_run_nor_its_launcher_behind(results, sig):
     parent = _start_sweep(results, "debug.fault=hang", "debug.fault_step=1", "timeout_s=300", "data.num_workers=1",

@@ -80,6 +80,7 @@ def returned_files(out: Path) -> list[Path]:
     return files
 
 
+@pytest.mark.slow  # a whole scenario in fresh processes: the default tier keeps its cheaper siblings
 def test_the_headline_on_a_faked_device_returns_its_records_and_table_within_a_slot_s_limits(tmp_path):
     out = tmp_path / "out"
     result = script("headline", OUT=str(out), SCRATCH=str(tmp_path / "scratch"), **faked_device(tmp_path))

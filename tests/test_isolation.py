@@ -59,7 +59,8 @@ def test_a_knob_that_cannot_apply_is_skipped_with_its_reason(results):
 
 
 @pytest.mark.parametrize("workload", [
-    "unet3d", "resnet50",  # a 3D one (voxels) and a 2D one (images)
+    "unet3d",  # a 3D one (voxels); resnet50 (2D, images), basic_unet3d and mednext in the slow tier
+    pytest.param("resnet50", marks=pytest.mark.slow),
     # basic_unet3d and mednext in the slow tier (10-15 s a run): their builders, losses, FLOPs, checkpointed units and
     # optimizers are checked in test_workloads (test_builtins_build_what_they_built_before), a 3D run here on the UNet
     pytest.param("basic_unet3d", marks=pytest.mark.slow), pytest.param("mednext", marks=pytest.mark.slow)])

@@ -79,7 +79,8 @@ def scratch_repo(tmp: Path) -> Path:
 
 
 # SIGINT and SIGHUP take the path SIGTERM takes (harness.cli), tested on `run` in test_faults: slow tier here
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL, pytest.param(signal.SIGINT, marks=pytest.mark.slow),
+@pytest.mark.parametrize("sig", [signal.SIGTERM, pytest.param(signal.SIGKILL, marks=pytest.mark.slow),
+                                 pytest.param(signal.SIGINT, marks=pytest.mark.slow),
                                  pytest.param(signal.SIGHUP, marks=pytest.mark.slow)])
 def test_a_check_against_killed_mid_run_leaves_no_run_behind(tmp_path, sig):
     repo = scratch_repo(tmp_path)
@@ -88,13 +89,13 @@ def test_a_check_against_killed_mid_run_leaves_no_run_behind(tmp_path, sig):
     assert not checks.is_dir() or load_runs(checks).empty  # the hanging run never finished: nothing of it is stored
 
 
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
+@pytest.mark.parametrize("sig", [signal.SIGTERM, pytest.param(signal.SIGKILL, marks=pytest.mark.slow)])
 def test_noise_killed_mid_run_leaves_no_run_behind(tmp_path, sig):
     kill_mid_run(["noise", "noise.runs=2", *TINY_MODEL_ARGS, *HANG, f"results_dir={tmp_path / 'results'}"],
                  REPO, tmp_path, sig)
 
 
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
+@pytest.mark.parametrize("sig", [signal.SIGTERM, pytest.param(signal.SIGKILL, marks=pytest.mark.slow)])
 def test_climb_killed_mid_run_leaves_no_run_behind(tmp_path, sig):
     kill_mid_run(["climb", *TINY_MODEL_ARGS, *HANG, "climb.budget_min=5", f"results_dir={tmp_path / 'results'}"],
                  REPO, tmp_path, sig)

@@ -104,7 +104,7 @@ store.compact(sys.argv[1])
 
 @pytest.mark.parametrize("point, after, loose_left", [
     pytest.param("part-temp-written", 1, 300, marks=pytest.mark.slow), ("part-written", 1, 300),
-    ("loose-removed", 120, 180)])
+    pytest.param("loose-removed", 120, 180, marks=pytest.mark.slow)])
 def test_a_compaction_killed_at_any_step_loses_and_duplicates_nothing(tmp_path, point, after, loose_left):
     _store(tmp_path, 300)
     proc = subprocess.run([sys.executable, "-c", KILLER, str(tmp_path), point, str(after)], cwd=REPO,
