@@ -24,7 +24,7 @@ from harness.store import RunRecord, load_runs, write_record
 from tests.conftest import REPO
 
 compaction = importlib.import_module("harness.store.compact")  # the module: ``store.compact`` is the function
-store_read = importlib.import_module("harness.store.read")
+store_index = importlib.import_module("harness.store.index")
 
 
 def _record(i: int, **kw) -> RunRecord:
@@ -206,7 +206,7 @@ def test_a_reader_racing_a_compaction_still_sees_every_run(tmp_path, monkeypatch
             raced[0] = store.compact(tmp_path)  # compaction lists the parts with its own, real part_files
         return real(results_dir)
 
-    monkeypatch.setattr(store_read, "part_files", part_files_after_a_compaction)
+    monkeypatch.setattr(store_index, "part_files", part_files_after_a_compaction)
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # a vanished loose file is not "unreadable"
         assert _ids(tmp_path) == [f"r{i:04d}" for i in range(30)]

@@ -14,7 +14,7 @@ from rich.markup import escape
 from harness import config as config_mod
 from harness.climb.ascent import Budget, BudgetSpent, Measured
 from harness.run.parent import runner
-from harness.store import RunRecord, store_record
+from harness.store import RunRecord, store_copy
 from harness.config import ladder as ladder_mod
 from harness.sweeps import rungs as sweep_mod
 from harness.workload import applicability
@@ -123,7 +123,7 @@ class Trials:
             original = sweep_mod.lookup_cached(ctx.results_dir, key, self.env_key, self.used, oldest=True)
             if original is not None:
                 record = sweep_mod.copy_cached(original, **fields)
-                store_record(record, ctx.results_dir)
+                store_copy(record, ctx.results_dir)
                 self.used |= {original.run_id, record.run_id}
                 self._print(record, "cached", step, role, round_, change)
                 return record, "cached"

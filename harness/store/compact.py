@@ -24,7 +24,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from harness.fileio import fsync_dir
-from harness.store.read import drop_duplicates, scan
+from harness.store.index import drop_duplicates, scan
 from harness.store.record import COLUMNS, SCHEMA, conform, same_values
 from harness.store.write import compacted_dir, new_id, part_files, record_files, runs_dir, write_table
 

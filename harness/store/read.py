@@ -17,8 +17,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from harness.store import index
 from harness.store.record import COLUMNS, SCHEMA, RunRecord, record_from_row
-from harness.store.write import part_files, record_files
 from harness.registry import unknown_choice
 
 Where = dict[str, Any] | pc.Expression | None  # pc.Expression is pyarrow.dataset's Expression
@@ -70,7 +70,7 @@ def load_parquet_files(files: list[str]):
     One fast read of all files; if any file is unreadable, each is read on its own and the bad
     ones are skipped with an ``UnreadableRecord`` warning that names them.
     """
-    table, bad, vanished = scan(list(files), list(COLUMNS), None)
+    table, bad, vanished = index.scan(list(files), list(COLUMNS), None)
     _warn_unreadable(bad + [(path, "no such file") for path in vanished])
     if table.num_rows == 0:
         return empty_frame()
@@ -181,12 +181,14 @@ def _and(a, b):
 
 
 class _Reader:
-    """Reads a store's loose and compacted files together, once per file listing.
+    """Reads a store's loose and compacted files together, and its copies, through the process's snapshot of its
+    short columns (``harness.store.index``): a read of those alone opens no file, any other reads only the files
+    that hold matching rows.
 
-    Lists ``runs/`` BEFORE ``compacted/``: a run that a concurrent compaction moves is then either
-    in a part this listing sees, or its loose file vanishes while being read, which makes the read
-    start over with fresh listings (a vanished file is never called unreadable). Files found unreadable
-    are left out of later listings while they stay the same file (see :func:`_known_unreadable`).
+    Lists ``runs/`` BEFORE ``compacted/``: a run that a concurrent compaction moves is then either in a part this
+    listing sees, or its loose file vanishes while being read, which makes the read start over with fresh listings
+    (a vanished file is never called unreadable). Files found unreadable are left out of later listings while they
+    stay the same file (see :func:`_known_unreadable`).
     """
 
     def __init__(self, results_dir):
@@ -198,50 +200,38 @@ class _Reader:
         unknown = [c for c in wanted if c not in COLUMNS]
         if unknown:
             raise ValueError(f"unknown column {unknown[0]!r}; valid choices: {', '.join(COLUMNS)}")
-        read_cols = wanted if "run_id" in wanted else wanted + ["run_id"]  # run_id drops duplicates
-        for _attempt in range(5):  # a compaction per attempt would have to finish within one read: 5 is plenty
-            loose = [f for f in record_files(self.results_dir) if not _known_unreadable(f)]
-            parts = [f for f in part_files(self.results_dir) if not _known_unreadable(f)]
-            table, bad, vanished = scan(loose + parts, read_cols, expr)
-            if not vanished:
-                break
-        _warn_unreadable(bad)
-        return drop_duplicates(table).select(wanted)
+        for attempt in range(5):  # a compaction per attempt would have to finish within one read: 5 is plenty
+            try:
+                snap = index.snapshot(self.results_dir, _known_unreadable)
+                _warn_unreadable(list(snap.bad))
+                return _answer(snap, wanted, expr)
+            except index.Vanished:
+                index.forget(self.results_dir)
+                if attempt == 4:
+                    raise
+        raise AssertionError("unreachable")
 
 
-def scan(files: list[str], columns: list[str], expr) -> tuple[pa.Table, list[tuple[str, str]], list[str]]:
-    """One fast read of all files; if it fails, each file on its own: (table, unreadable, vanished)."""
-    empty = SCHEMA.empty_table().select(columns)
-    if not files:
-        return empty, [], []
-    # here, not at the top: pyarrow.dataset loads pandas with it (~0.4 s), which a command that only writes a
-    # record (``harness run``'s parent) never needs
-    import pyarrow.dataset as ds
-
-    try:
-        return ds.dataset(files, schema=SCHEMA, format="parquet").to_table(columns=columns, filter=expr), [], []
-    except (OSError, ValueError, pa.ArrowException):
-        pass
-    good, bad, vanished = [], [], []
-    for path in files:
-        try:
-            good.append(ds.dataset([path], schema=SCHEMA, format="parquet").to_table(columns=columns, filter=expr))
-        except (OSError, ValueError, pa.ArrowException) as exc:
-            if not os.path.exists(path):
-                vanished.append(path)  # compacted (or removed) since the listing: not a damaged record
-            else:
-                bad.append((path, str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__))
-    return (pa.concat_tables(good) if good else empty), bad, vanished
-
-
-def drop_duplicates(table: pa.Table) -> pa.Table:
-    """One row per run_id, the first one read (loose files are read first)."""
-    ids = table.column("run_id")
-    if table.num_rows < 2 or pc.count_distinct(ids).as_py() == table.num_rows:
-        return table
-    indexed = table.select(["run_id"]).append_column("_row", pa.array(range(table.num_rows), type=pa.int64()))
-    first = indexed.group_by("run_id", use_threads=False).aggregate([("_row", "min")]).column("_row_min")
-    return table.take(pc.take(first, pc.sort_indices(first)))  # the kept row numbers, in reading order
+def _answer(snap: index.Snapshot, wanted: list[str], expr) -> pa.Table:
+    """The rows of ``snap`` matching ``expr``: from memory when it has the columns, else read from the files that
+    hold them (every file when ``expr`` names another column), copies put back together from their originals."""
+    read_cols = wanted if "run_id" in wanted else wanted + ["run_id"]  # run_id drops duplicates
+    hits = snap.matching(expr)
+    if hits is not None and (set(read_cols) <= set(index.KEY_COLUMNS) or not hits.num_rows):
+        return hits.select(wanted) if hits.num_rows else SCHEMA.empty_table().select(wanted)
+    stored, bad, vanished = index.scan(index.stored_files(snap, hits), read_cols, expr)
+    if vanished:
+        raise index.Vanished(vanished[0])
+    _warn_unreadable(bad)
+    copy_ids = None if hits is None else hits.filter(hits[index.COPY])["run_id"]
+    if copy_ids is not None and not len(copy_ids):
+        return index.drop_duplicates(stored).select(wanted)
+    if hits is None:  # a filter on a column the snapshot lacks: every copy whole, then filtered
+        copies = index.copied_rows(snap, None, list(COLUMNS))
+        copies = (copies.filter(expr) if expr is not None else copies).select(read_cols)
+    else:
+        copies = index.copied_rows(snap, copy_ids.combine_chunks(), read_cols)
+    return index.drop_duplicates(pa.concat_tables([stored, copies])).select(wanted)
 
 
 # Files found unreadable in this process, by path, with what they were then (inode, size, mtime): one command

@@ -1,7 +1,8 @@
 """Where records go and how they get there: ids, durable writes, the fallback folder.
 
-Layout: ``<results_dir>/runs/<run_id>.parquet`` (one loose file per run, written by whoever measured it) and
-``<results_dir>/compacted/part-<id>.parquet`` (many runs a file, written by compaction).
+Layout: ``<results_dir>/runs/<run_id>.parquet`` (one loose file per run, written by whoever measured it),
+``<results_dir>/compacted/part-<id>.parquet`` (many runs a file, written by compaction) and
+``<results_dir>/copies/<sweep_id>.parquet`` (the runs a sweep copied from the store, a few columns each).
 
 A store must survive what databases survive: a writer killed mid-write leaves only a dot-prefixed temp file,
 which readers skip; a record is fsynced before it is renamed into place (and the folder after), so a crash never
@@ -27,7 +28,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from harness.fileio import fsync_dir, umask
-from harness.store.record import COLUMNS, SCHEMA, STATUSES, RunRecord
+from harness.store.record import COLUMNS, COPY_COLUMNS, COPY_SCHEMA, SCHEMA, STATUSES, RunRecord
 
 MIN_FREE_BYTES = 64 * 2**20  # a record is ~10-200 KB; refuse to start a measurement on a nearly full disk
 KEPT_ELSEWHERE: list[str] = []  # how to put back each record this process could not write to its results folder
@@ -72,6 +73,16 @@ def part_files(results_dir: str | os.PathLike) -> list[str]:
     return parquet_files(compacted_dir(results_dir))
 
 
+def copies_dir(results_dir: str | os.PathLike) -> Path:
+    """The folder of a store's copies: one file per sweep of the runs it copied instead of measuring them."""
+    return Path(results_dir) / "copies"
+
+
+def copy_files(results_dir: str | os.PathLike) -> list[str]:
+    """The files of copies of a store (``copies/``)."""
+    return parquet_files(copies_dir(results_dir))
+
+
 def write_record(record: RunRecord, results_dir: str | os.PathLike) -> Path:
     """Write one record as ``runs/<run_id>.parquet`` atomically (temp file + rename)."""
     if record.status not in STATUSES:
@@ -105,6 +116,22 @@ def write_table(table: pa.Table, path: str | os.PathLike, before_rename=None, **
         if os.path.exists(tmp):
             os.unlink(tmp)
     return path
+
+
+def store_copy(record: RunRecord, results_dir: str | os.PathLike, log=None) -> Path | None:
+    """Store a run a sweep copied from the store (``cached_from`` names the original) as its ``COPY_COLUMNS`` alone,
+    one row added to its sweep's file of copies (``copies/<sweep_id>.parquet``, read and written again whole,
+    atomically: a sweep's runs are made one after another by one process). Readers put it back together from its
+    original. Where that file cannot be written, the whole record goes where any record goes (``store_record``)."""
+    if not record.cached_from:
+        raise ValueError(f"run {record.run_id} is no copy (its cached_from is empty): store it with store_record")
+    path = copies_dir(results_dir) / f"{record.sweep_id or 'no-sweep'}.parquet"
+    row = pa.table({name: [getattr(record, name)] for name in COPY_COLUMNS}, schema=COPY_SCHEMA)
+    try:
+        table = pa.concat_tables([pq.read_table(path, schema=COPY_SCHEMA), row]) if path.exists() else row
+        return write_table(table, path)
+    except (OSError, pa.ArrowException):
+        return store_record(record, results_dir, log)
 
 
 def check_writable(results_dir: str | os.PathLike, command: str = "a measurement") -> None:

@@ -28,7 +28,7 @@ from harness import config as config_mod
 from harness.config import ladder as ladder_mod
 from harness.run.parent import runner
 from harness.run.parent.isolate import new_run_id
-from harness.store import RunRecord, load_records, load_runs, records_from_frame, store_record, utc_timestamp
+from harness.store import COPY_COLUMNS, RunRecord, load_records, load_runs, records_from_frame, store_copy, utc_timestamp
 from harness.workload import applicability
 from harness.profiles import summary_from_json
 
@@ -183,9 +183,13 @@ def _has_profile(record: RunRecord) -> bool:
 
 
 def copy_cached(original: RunRecord, **sweep_fields) -> RunRecord:
-    copy = dataclasses.replace(original, run_id=new_run_id(), timestamp=utc_timestamp(),
-                               cached_from=original.run_id, **sweep_fields)
-    return copy
+    """The copy a sweep stores of ``original`` (``store_copy``): a new id and time, the sweep's fields (what
+    ``COPY_COLUMNS`` holds: every other column is the original's, so the store keeps the copy as those alone)."""
+    beyond = sorted(set(sweep_fields) - set(COPY_COLUMNS))
+    if beyond:
+        raise ValueError(f"a copy sets only the store's COPY_COLUMNS; not {', '.join(beyond)}")
+    return dataclasses.replace(original, run_id=new_run_id(), timestamp=utc_timestamp(), cached_from=original.run_id,
+                               **sweep_fields)
 
 
 @dataclass
@@ -304,7 +308,7 @@ def run_rung(ctx: SweepContext, rung: int, round_: int, machine: runner.Machine,
     cached = cached_record(ctx, cfg, key, set(mine["cached_from"].fillna("")) | set(mine["run_id"]), reason)
     if cached is not None:
         record = copy_cached(cached, **fields)
-        store_record(record, cfg.results_dir)
+        store_copy(record, cfg.results_dir)
         return RungOutcome(record, "cached", dropped)
     env, key = runner.environment(cfg.device)
     record = runner.run_and_store(cfg, env, key, on_progress, skip_reason=reason, **fields)
