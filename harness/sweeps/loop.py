@@ -93,13 +93,14 @@ def run_ladder(ctx: rungs_mod.SweepContext, machine, display: LoopDisplay) -> in
     measured: list = []
     started = time.monotonic()
     with launcher.warm() as session:
-        session.begin(_first_to_measure(_round_context(ctx, machine, 0), machine, plan, done))
+        first = _round_context(ctx, machine, 0)  # nothing is stored before round 0 starts: its source holds
+        session.begin(_first_to_measure(first, machine, plan, done))
         for round_ in range(plan.max_rounds):
             refusal = plan.refusal(len(ctx.ladder.rungs)) if round_ else ""
             if refusal:
                 display.say(refusal)
                 break
-            round_ctx = _round_context(ctx, machine, round_)
+            round_ctx = _round_context(ctx, machine, round_) if round_ else first
             for turn in round_turns(ctx.ladder, round_, plan.max_rounds, plan.auto):
                 if (turn.rung.index, turn.round_) in done:
                     display.already_measured(turn)

@@ -19,7 +19,12 @@ from __future__ import annotations
 
 import ast
 import hashlib
+import json
+import os
+import sys
 from pathlib import Path
+
+from harness.fileio import write_text_atomic
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 TOP_PACKAGES = ("harness", "harness_models")  # the source trees under the repository root whose modules may count
@@ -33,14 +38,64 @@ _DIGESTS: dict[tuple, tuple[str, frozenset[str]]] = {}
 
 def code_fingerprint(root: Path = REPO_ROOT) -> str:
     """sha256 (16 hex) of the measured code as it is on disk (committed or not): each measured module's own name
-    and the digest of its code, in order."""
+    and the digest of its code, in order. Remembered (:func:`_remembered`) while no source file changed."""
     modules = source_modules(root)
+    files = _files_now(modules)
+    known = _remembered(root, files)
+    if known:
+        return known
     digest = hashlib.sha256()
     for name in sorted(measured_modules(modules), key=lambda m: (own_name(m, modules), m)):
         code = _digest(name, modules)[0]
         if code:  # a module with no code (a package's docstring alone) adds nothing, wherever it sits
             digest.update(f"{own_name(name, modules)}\0{code}\0".encode())
+    _remember(root, files, digest.hexdigest()[:16])
     return digest.hexdigest()[:16]
+
+
+# Parsing the measured modules costs ~0.2-0.5 s a process, which every command that looks up the sweep's cache (a
+# fully cached sweep) would pay; so the fingerprint is kept, by repository root, with what every source file was
+# (inode, size, mtime: a file edited, added or removed is seen), in this file, and in the process.
+_KEPT: dict[str, tuple[str, str]] = {}
+KEPT_ROOTS = 8  # the most repository roots the file remembers (tests fingerprint trees in temporary folders)
+
+
+def kept_file() -> Path:
+    """Where fingerprints are remembered between processes (``$XDG_CACHE_HOME/harness/``, else ``~/.cache``)."""
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "harness" / "code-fingerprint.json"
+
+
+def _files_now(modules: dict[str, Path]) -> str:
+    """A digest of every source module's name and file identity, and of the Python (its syntax trees differ)."""
+    digest = hashlib.sha256(sys.version.encode())
+    for name, path in sorted(modules.items()):
+        st = path.stat()
+        digest.update(f"{name}\0{st.st_ino}\0{st.st_size}\0{st.st_mtime_ns}\0".encode())
+    return digest.hexdigest()
+
+
+def _remembered(root: Path, files: str) -> str:
+    kept = _KEPT.get(str(root)) or _read_kept().get(str(root))
+    return kept[1] if kept and kept[0] == files else ""
+
+
+def _remember(root: Path, files: str, fingerprint: str) -> None:
+    _KEPT[str(root)] = (files, fingerprint)
+    kept = {k: v for k, v in _read_kept().items() if k != str(root)}
+    kept = dict(list(kept.items())[-(KEPT_ROOTS - 1):] + [(str(root), [files, fingerprint])])
+    try:
+        kept_file().parent.mkdir(parents=True, exist_ok=True)
+        write_text_atomic(kept_file(), json.dumps(kept))
+    except OSError:
+        pass  # a cache only: the next process parses again
+
+
+def _read_kept() -> dict:
+    try:
+        kept = json.loads(kept_file().read_text())
+    except (OSError, ValueError):
+        return {}
+    return kept if isinstance(kept, dict) else {}
 
 
 def measured_files(root: Path = REPO_ROOT) -> list[str]:
