@@ -102,8 +102,8 @@ def _mib(n: int) -> str:
 
 def info(results_dir: str) -> str:
     """A few lines about a store, read from four columns."""
-    loose, parts = store.record_files(results_dir), store.part_files(results_dir)
-    frame = store.load_runs(results_dir, columns=["run_id", "sweep_id", "timestamp", "schema_version"])
+    loose, parts, copies = store.record_files(results_dir), store.part_files(results_dir), store.copy_files(results_dir)
+    frame = store.load_runs(results_dir, columns=["run_id", "sweep_id", "timestamp", "schema_version", "cached_from"])
     sweeps = frame["sweep_id"].fillna("")
     stamps = sorted(t for t in frame["timestamp"].fillna("") if t)
     versions = Counter(int(v) for v in frame["schema_version"].dropna())
@@ -112,7 +112,9 @@ def info(results_dir: str) -> str:
              f"  sweeps:          {sweeps[sweeps != ''].nunique()}",
              f"  loose files:     {len(loose)} in {store.runs_dir(results_dir)} ({_mib(_size(loose))})",
              f"  compacted files: {len(parts)} in {store.compacted_dir(results_dir)} ({_mib(_size(parts))})",
-             f"  size on disk:    {_mib(_size(loose) + _size(parts))}",
+             f"  copies:          {int((frame['cached_from'].fillna('') != '').sum())} runs copied from the store by "
+             f"sweeps, {len(copies)} files in {store.copies_dir(results_dir)} ({_mib(_size(copies))})",
+             f"  size on disk:    {_mib(_size(loose) + _size(parts) + _size(copies))}",
              f"  oldest, newest:  {stamps[0] if stamps else '-'}, {stamps[-1] if stamps else '-'}",
              f"  schema versions: {', '.join(f'{v} ({n} runs)' for v, n in sorted(versions.items())) or '-'}"]
     if len(loose) >= store.AUTO_COMPACT_LOOSE:

@@ -1,4 +1,5 @@
-"""``store verify``: every file of a store read on its own, duplicates compared, leftovers named.
+"""``store verify``: every file of a store read on its own, duplicates compared, copies matched to their originals,
+leftovers named.
 
 A problem (exit 1) is what makes answers wrong or runs unreadable: a file that cannot be read, a run_id stored
 twice with different values. A note is what readers already handle: identical copies left by an interrupted
@@ -16,7 +17,7 @@ import pyarrow.parquet as pq
 
 from harness.store.compact import OLD_INDEX_DIR
 from harness.store.record import COLUMNS, conform, same_values
-from harness.store.write import compacted_dir, part_files, record_files, runs_dir
+from harness.store.write import compacted_dir, copy_files, part_files, record_files, runs_dir
 
 Rows = dict[str, list[tuple[str, dict]]]  # run_id -> (file, row) of every copy
 
@@ -26,14 +27,15 @@ def verify(results_dir: str | os.PathLike) -> tuple[str, list[str]]:
     files = record_files(results_dir) + part_files(results_dir)
     rows, versions, problems = _read_every_file(files)
     conflicts, benign = _duplicates(rows)
-    problems += conflicts
+    problems += conflicts + _check_copies(copy_files(results_dir), rows)
     notes = []
     if benign:
         notes.append(f"{benign} run(s) stored twice with identical values (left by an interrupted compaction; "
                      f"readers count them once; `{_compact_command(results_dir)}` removes the loose copies)")
     notes += _leftovers(results_dir)
     listed = sorted(versions.items(), key=lambda kv: (kv[0] is None, kv[0] or 0))
-    head = [f"verified {len(files)} files ({len(rows)} runs) in {results_dir}",
+    head = [f"verified {len(files)} files ({len(rows)} runs) and {len(copy_files(results_dir))} files of copies in "
+            f"{results_dir}",
             "schema versions: " + (", ".join(f"{v} ({n} rows)" for v, n in listed) or "-")]
     tail = [f"problem: {p}" for p in problems] + [f"note: {n}" for n in notes]
     tail.append(f"{len(problems)} problem(s) found" if problems else "ok: no problem found")
@@ -58,6 +60,26 @@ def _read_every_file(files: list[str]) -> tuple[Rows, Counter, list[str]]:
             rows.setdefault(row["run_id"], []).append((path, row))
             versions[row["schema_version"]] += 1
     return rows, versions, problems
+
+
+def _check_copies(files: list[str], rows: Rows) -> list[str]:
+    """Problems of the copies sweeps stored (``copies/``): a file that cannot be read, a copy whose original run is
+    not in the store (readers leave it out)."""
+    problems = []
+    for path in files:
+        try:
+            table = pq.ParquetFile(path).read()
+        except (OSError, ValueError, pa.ArrowException) as exc:
+            problems.append(f"unreadable: {path}: {str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__}")
+            continue
+        if not {"run_id", "cached_from"} <= set(table.column_names):
+            problems.append(f"not a file of copies (no run_id and cached_from columns): {path}")
+            continue
+        for run_id, original in zip(table["run_id"].to_pylist(), table["cached_from"].to_pylist()):
+            if original not in rows:
+                problems.append(f"copy {run_id!r} in {path} names run {original!r}, which is not in the store: "
+                                "readers leave the copy out")
+    return problems
 
 
 def _duplicates(rows: Rows) -> tuple[list[str], int]:

@@ -1,0 +1,130 @@
+"""A sweep run again over its measurements: its copies are a few columns in one file per sweep, read back whole; the
+store is read a bounded number of times, however many re-runs have piled up."""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from harness import cli, store
+from harness.analysis.views import table as table_mod
+from harness.run.parent import runner
+from harness.store import COPY_COLUMNS, RunRecord, load_runs, store_copy, write_record
+from harness.sweeps import loop
+from harness.sweeps import rungs as rungs_mod
+from tests.test_sweep_rounds import CLEAR, PHASE2, Display, FakeMeasure
+
+store_index = importlib.import_module("harness.store.index")
+
+
+def _sweep(results: Path, sweep_id: str) -> None:
+    ctx = rungs_mod.SweepContext(sweep_id=sweep_id, ladder=PHASE2, settings={"results_dir": str(results)},
+                                 user_keys=frozenset(), repeats=2)
+    assert loop.run_ladder(ctx, runner.Machine(cuda_available=False), Display()) == 0
+
+
+def _files(results: Path) -> list[str]:
+    return sorted(p.relative_to(results).as_posix() for p in results.rglob("*.parquet"))
+
+
+@pytest.fixture
+def measured(tmp_path, monkeypatch) -> FakeMeasure:
+    """Sweep "a" of phase2, two rounds, measured (fake runs, real store and cache)."""
+    measure = FakeMeasure(CLEAR)
+    monkeypatch.setattr(runner, "run_and_store", measure)
+    monkeypatch.setattr(runner, "environment", lambda device: ({}, "env"))
+    monkeypatch.setattr(runner, "environment_key", lambda device: "env")
+    _sweep(tmp_path, "a")
+    return measure
+
+
+def test_cached_reruns_store_one_small_file_each_and_read_back_whole(tmp_path, measured, capsys):
+    measured_files = _files(tmp_path)
+    assert len(measured_files) == 8 and all(f.startswith("runs/") for f in measured_files)
+    for sweep_id in ("b", "c"):
+        _sweep(tmp_path, sweep_id)
+    assert len(measured.calls) == 8  # nothing measured again
+    assert _files(tmp_path) == ["copies/b.parquet", "copies/c.parquet"] + measured_files  # no run file added
+    assert len(pq.read_table(store.runs_dir(tmp_path))) == 8  # no run row added
+    kept = pq.read_table(store.copies_dir(tmp_path) / "b.parquet")
+    assert kept.num_rows == 8 and kept.column_names == list(COPY_COLUMNS)  # no step times, no config_json
+    originals = load_runs(tmp_path, where={"sweep_id": "a"}).set_index("run_id")
+    for sweep_id in ("b", "c"):
+        copies = load_runs(tmp_path, sweep=sweep_id)
+        assert len(copies) == 8 and sorted(copies["cached_from"]) == sorted(originals.index)
+        for _, copy in copies.iterrows():
+            original = originals.loc[copy["cached_from"]]
+            assert copy["run_id"] not in originals.index and copy["sweep_id"] == sweep_id
+            assert (copy["rung"], copy["change"]) == (original["rung"], original["change"])
+            assert (copy["samples_per_s"], copy["config_hash"], copy["env_key"], copy["workload"]) == (
+                original["samples_per_s"], original["config_hash"], original["env_key"], original["workload"])
+    table = table_mod.load_table(str(tmp_path), "c")
+    assert [row.how for row in table.rows] == ["cached"] * 4
+    assert any("rounds 0, 1 from sweep a" in note for note in table.notes)
+    assert load_runs(tmp_path, sweep="latest")["sweep_id"].unique().tolist() == ["c"]
+    before = load_runs(tmp_path).sort_values("run_id").reset_index(drop=True)
+    store.compact(tmp_path)
+    assert store.record_files(tmp_path) == [] and len(store.copy_files(tmp_path)) == 2
+    after = load_runs(tmp_path).sort_values("run_id").reset_index(drop=True)
+    assert len(after) == 24 and after.drop(columns=["step_ms"]).equals(before.drop(columns=["step_ms"]))
+    capsys.readouterr()
+    assert cli.main(["store", "verify", "--results", str(tmp_path)]) == 0
+    assert cli.main(["store", "info", "--results", str(tmp_path)]) == 0
+    assert "copies:          16 runs copied from the store by sweeps, 2 files in" in capsys.readouterr().out
+
+
+def test_a_cached_sweep_reads_each_stored_file_once_however_many_reruns_piled_up(tmp_path, measured, monkeypatch):
+    real = store_index.scan
+    scans: list[list[str]] = []
+
+    def counting(files, *args, **kwargs):
+        scans.append(list(files))
+        return real(files, *args, **kwargs)
+
+    monkeypatch.setattr(store_index, "scan", counting)
+    stored = set(store.record_files(tmp_path))
+    per_sweep = []
+    for sweep_id in ("b", "c", "d"):
+        store_index._SNAPSHOTS.clear()  # a fresh process, as each `python -m harness sweep` is
+        scans.clear()
+        _sweep(tmp_path, sweep_id)
+        per_sweep.append([files for files in scans])
+    for seen in per_sweep:
+        whole = [files for files in seen if stored <= set(files)]
+        assert len(whole) == 1  # the snapshot of the short columns; nothing else reads every run file
+        runs_read = sum(len(set(files) & stored) for files in seen)
+        assert runs_read <= len(stored) + 8 + 1  # then each copied run's original, alone (and the first once more)
+        assert len(seen) <= 1 + 1 + 2 * 8  # snapshot, earlier sweeps' copies, per copy: its original, its file again
+    assert len(per_sweep[2]) == len(per_sweep[1])  # a third re-run reads the store no more than the second
+
+
+def test_a_copy_whose_file_cannot_be_written_is_stored_whole(tmp_path, capsys):
+    original = RunRecord(run_id="o", status="ok", timestamp="2026-11-24T10:00:00+0000", sweep_id="a",
+                         samples_per_s=3.0, step_ms=[1.0, 2.0])
+    write_record(original, tmp_path)
+    copy = rungs_mod.copy_cached(original, sweep_id="b", rung=0, round=0)
+    store.copies_dir(tmp_path).mkdir()
+    (store.copies_dir(tmp_path) / "b.parquet").write_bytes(b"not parquet")  # a damaged file of copies
+    with pytest.warns(store.UnreadableRecord, match="b.parquet"):
+        store_copy(copy, tmp_path)
+        got = load_runs(tmp_path, where={"sweep_id": "b"})
+    assert (store.runs_dir(tmp_path) / f"{copy.run_id}.parquet").exists()  # whole, as a run: nothing is lost
+    assert got["cached_from"].tolist() == ["o"] and list(got["step_ms"].iloc[0]) == [1.0, 2.0]
+    with pytest.raises(ValueError, match="sets only the store's COPY_COLUMNS; not samples_per_s"):
+        rungs_mod.copy_cached(original, samples_per_s=9.0)
+    with pytest.raises(ValueError, match="is no copy"):
+        store_copy(original, tmp_path)
+
+
+def test_verify_names_a_copy_whose_original_is_gone(tmp_path, capsys):
+    original = RunRecord(run_id="o", status="ok", timestamp="2026-11-24T10:00:00+0000", sweep_id="a")
+    path = write_record(original, tmp_path)
+    store_copy(rungs_mod.copy_cached(original, sweep_id="b"), tmp_path)
+    assert len(load_runs(tmp_path, sweep="b")) == 1
+    path.unlink()
+    assert cli.main(["store", "verify", "--results", str(tmp_path)]) == 1
+    assert "names run 'o', which is not in the store" in capsys.readouterr().out
+    assert load_runs(tmp_path).empty  # the copy is left out with its original
