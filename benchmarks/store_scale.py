@@ -39,6 +39,7 @@ import pyarrow as pa  # noqa: E402
 import pyarrow.parquet as pq  # noqa: E402
 
 from harness import store  # noqa: E402
+from harness.store import index as store_index  # noqa: E402
 from harness.analysis.gate import baseline as baseline_mod, check# noqa: E402
 from harness.analysis.stats import noise_model
 from harness.analysis.views import table as table_mod
@@ -106,9 +107,10 @@ def cached_sweep_reads(folder: Path, keys: list[tuple[str, str]]) -> None:
 
 
 def time_it(fn, repeats: int) -> float:
-    """Median seconds of ``fn``."""
+    """Median seconds of ``fn``, each call as a fresh process makes it (no snapshot of the store yet)."""
     times = []
     for _ in range(repeats):
+        store_index.forget()
         start = time.perf_counter()
         fn()
         times.append(time.perf_counter() - start)

@@ -82,9 +82,13 @@ def snapshot(results_dir, unreadable=lambda path: False) -> Snapshot:
     return new
 
 
-def forget(results_dir) -> None:
-    """Drop the snapshot of ``results_dir`` (its files changed under a read)."""
-    _SNAPSHOTS.pop(os.path.abspath(results_dir), None)
+def forget(results_dir=None) -> None:
+    """Drop the snapshot of ``results_dir`` (its files changed under a read); of every store when None (a benchmark
+    timing reads as a fresh process makes them)."""
+    if results_dir is None:
+        _SNAPSHOTS.clear()
+    else:
+        _SNAPSHOTS.pop(os.path.abspath(results_dir), None)
 
 
 def _listing(paths: list[str], unreadable) -> Listing:

@@ -28,7 +28,8 @@ from harness import config as config_mod
 from harness.config import ladder as ladder_mod
 from harness.run.parent import runner
 from harness.run.parent.isolate import new_run_id
-from harness.store import COPY_COLUMNS, RunRecord, load_records, load_runs, records_from_frame, store_copy, utc_timestamp
+from harness.store import (COPY_COLUMNS, RunRecord, load_records, load_runs, records_from_frame, store_copy,
+                           utc_timestamp)
 from harness.workload import applicability
 from harness.profiles import summary_from_json
 
