@@ -77,7 +77,8 @@ def with_calibration(ctx: rungs_mod.SweepContext, machine) -> tuple[rungs_mod.Sw
 
 def _stored(ctx: rungs_mod.SweepContext) -> noise_model.Noise | None:
     try:
-        mine = load_runs(ctx.results_dir, where={"sweep_id": ctx.sweep_id})
+        mine = load_runs(ctx.results_dir, columns=["noise_calibration_id", "noise_cv", "noise_df"],
+                         where={"sweep_id": ctx.sweep_id})
     except ValueError:  # no results folder yet
         return None
     stored = sweepstats.stored_noise(mine) if len(mine) else None
