@@ -61,6 +61,8 @@ def test_cached_reruns_store_one_small_file_each_and_read_back_whole(tmp_path, m
             assert (copy["rung"], copy["change"]) == (original["rung"], original["change"])
             assert (copy["samples_per_s"], copy["config_hash"], copy["env_key"], copy["workload"]) == (
                 original["samples_per_s"], original["config_hash"], original["env_key"], original["workload"])
+    by_workload = load_runs(tmp_path, columns=["run_id"], where={"workload": "unet3d", "sweep_id": ["b", "c"]})
+    assert len(by_workload) == 16  # a filter on a column only the originals hold finds the copies too
     table = table_mod.load_table(str(tmp_path), "c")
     assert [row.how for row in table.rows] == ["cached"] * 4
     assert any("rounds 0, 1 from sweep a" in note for note in table.notes)

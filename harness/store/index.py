@@ -33,7 +33,7 @@ FILE = "_file"  # the file a row was read from (a copy: its original's)
 COPY = "_copy"  # whether a row of the snapshot is a copy (stored in copies/)
 
 
-class Vanished(Exception):
+class Vanished(FileNotFoundError):
     """A file of the snapshot was removed (a compaction moved its runs) while a read was under way."""
 
 

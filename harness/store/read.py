@@ -200,16 +200,17 @@ class _Reader:
         unknown = [c for c in wanted if c not in COLUMNS]
         if unknown:
             raise ValueError(f"unknown column {unknown[0]!r}; valid choices: {', '.join(COLUMNS)}")
-        for attempt in range(5):  # a compaction per attempt would have to finish within one read: 5 is plenty
+        for _attempt in range(4):  # a compaction per attempt would have to finish within one read: 5 is plenty
             try:
-                snap = index.snapshot(self.results_dir, _known_unreadable)
-                _warn_unreadable(list(snap.bad))
-                return _answer(snap, wanted, expr)
+                return self._read_once(wanted, expr)
             except index.Vanished:
                 index.forget(self.results_dir)
-                if attempt == 4:
-                    raise
-        raise AssertionError("unreachable")
+        return self._read_once(wanted, expr)
+
+    def _read_once(self, wanted: list[str], expr) -> pa.Table:
+        snap = index.snapshot(self.results_dir, _known_unreadable)
+        _warn_unreadable(list(snap.bad))
+        return _answer(snap, wanted, expr)
 
 
 def _answer(snap: index.Snapshot, wanted: list[str], expr) -> pa.Table:
