@@ -263,7 +263,8 @@ def ladder_parts(name: str, round_: int = 0, tier: int | None = None) -> list[Pa
         worst = max(estimates[r] for r in rungs)
         parts.append(Part(
             name=base + suffix, kind="ladder", tier=_tier(lad) if tier is None else tier,
-            what=span + (f", round {round_ + 1}" if round_ else "") + f": {lad.description}" + _over_card_text(name, rungs),
+            what=(span + (f", round {round_ + 1}" if round_ else "") + f": {lad.description}"
+                  + _over_card_text(name, rungs)),
             estimate_s=ceil(overhead + sum(estimates[r] for r in rungs)), runs=len(rungs),
             timeout_s=_timeout(worst), ladder=name, rungs=tuple(rungs), rounds=(round_,),
             args=LADDER_OVERRIDES.get(name, ()), paths=ladder_paths(name)))

@@ -266,7 +266,7 @@ def _head() -> str:
 
 def render(plan: dict) -> str:
     """The plan for people: every part in priority order, what is measured at which commit, and what is left."""
-    gpu, entries, pin = plan["gpu"], plan["parts"], plan.get("commit", "")
+    entries, pin = plan["parts"], plan.get("commit", "")
     parts = gpu_parts.catalogue()
     states = {p.name: state(p, entries.get(p.name), pin) for p in parts}
     lines = _summary(plan, parts, states)

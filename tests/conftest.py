@@ -65,6 +65,19 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.timeout(LONG_TIMEOUT_S))
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _own_cache_folder(tmp_path_factory):
+    """The harness remembers code fingerprints under $XDG_CACHE_HOME: the tests' temporary trees go to a folder of
+    the test run's own, never the user's cache."""
+    saved = os.environ.get("XDG_CACHE_HOME")
+    os.environ["XDG_CACHE_HOME"] = str(tmp_path_factory.mktemp("xdg-cache"))
+    yield
+    if saved is None:
+        os.environ.pop("XDG_CACHE_HOME", None)
+    else:
+        os.environ["XDG_CACHE_HOME"] = saved
+
+
 @pytest.fixture
 def results(tmp_path) -> Path:
     return tmp_path / "results"

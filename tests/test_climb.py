@@ -514,7 +514,10 @@ def test_every_command_a_climb_of_a_custom_model_prints_runs_as_printed(tmp_path
 
     frame = load_runs(results)
     assert set(frame["workload"]) == {"custom"} and (results / "baselines" / f"{ladder.stem}.parquet").exists()
-    assert len(frame[frame["ladder"] == ladder.stem]) == 2  # the re-run measured its baseline, the CI line copied it
+    rows = frame[frame["ladder"] == ladder.stem]
+    copied = rows["cached_from"].fillna("").astype(str) != ""
+    # the re-run measured its baseline (again, once, when the machine was busy), the CI line copied it
+    assert 1 <= int((~copied).sum()) <= 2 and int(copied.sum()) == 1, rows[["run_id", "cached_from"]]
 
 
 def test_the_commands_a_climb_of_a_custom_model_prints_compose_and_its_table_runs(tmp_path, monkeypatch):

@@ -33,7 +33,7 @@ def test_on_a_gpu_the_climb_searches_once_per_incumbent_and_judges_each_batch_up
     batch = [(s.value, s.enabling, s.outcome) for s in result.steps]
     assert batch == [(8, (), ascent.ACCEPTED), (16, (), ascent.ACCEPTED), (31, (), ascent.REJECTED),
                      (32, (), ascent.OOM), (32, CHECKPOINTING, ascent.OOM)]
-    assert result.best["batch_size"] == 16 and searched == [4, 8, 16, 16]  # asked of each incumbent (the session caches it)
+    assert result.best["batch_size"] == 16 and searched == [4, 8, 16, 16]  # asked of each incumbent (cached)
 
 
 def test_a_search_cut_by_the_budget_ends_the_climb_and_says_why():

@@ -162,7 +162,7 @@ def test_the_carried_wheels_cover_every_module_the_harness_and_the_models_import
 
     imported = gpu_wheels.imported_modules()
     assert gpu_wheels.uncovered(imported) == []
-    assert imported["soundfile"] == ["harness_models/speech.py"]  # the SEResNet stand-in: soundfile, with cffi and pycparser
+    assert imported["soundfile"] == ["harness_models/speech.py"]  # the SEResNet stand-in: soundfile (cffi, pycparser)
     assert {"cffi", "pycparser"} <= set(gpu_wheels.CARRIED)
     assert {"scipy", "yaml"} <= set(gpu_wheels.CARRIED)  # the analysis' and the ladders' reader's, not the image's
     assert set(gpu_wheels.IMAGE).isdisjoint(gpu_wheels.CARRIED)

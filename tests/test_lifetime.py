@@ -44,7 +44,7 @@ def kill_mid_run(args: list[str], cwd: Path, tmp: Path, sig: int) -> tuple[subpr
         tree = _measuring_processes(command.pid, want_workers=1)
         os.kill(command.pid, sig)
         _, err = command.communicate(timeout=120)
-        assert _gone(tree, within_s=GONE_WITHIN_S) == [], f"left running after {signal.Signals(sig).name}: {err[-2000:]}"
+        assert _gone(tree, within_s=GONE_WITHIN_S) == [], f"left after {signal.Signals(sig).name}: {err[-2000:]}"
     finally:
         if command.poll() is None:
             os.killpg(command.pid, signal.SIGKILL)

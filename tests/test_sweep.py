@@ -119,7 +119,8 @@ def test_a_ladder_in_a_config_folder_is_found_and_an_unknown_one_says_where_it_l
     out = _sweep(results, "--config-dir", str(mine), "+ladder=too")
     first = out.stderr.splitlines()[0]
     assert out.returncode == 2 and first.startswith("error: unknown ladder 'too'. Did you mean 'two'?")
-    assert first.endswith(f"(looked in {REPO / 'harness' / 'conf' / 'ladder'}, {mine / 'ladder'}, {results / 'ladders'})")
+    shipped = REPO / 'harness' / 'conf' / 'ladder'
+    assert first.endswith(f"(looked in {shipped}, {mine / 'ladder'}, {results / 'ladders'})")
     assert not results.exists()
 
 

@@ -3,8 +3,8 @@
 A sweep's rungs are judged together by the rung x round model of ``harness.analysis.stats.blocks`` (rounds as
 blocks, one pooled variance, no verdict from an assumed CV); ``sequential`` and ``checkstats`` build on it
 and ``calibration`` chooses the calibration (docs/statistics.md). This module keeps the two-group model
-that ``compare`` and older callers use, the calibration numbers of the ``noise`` command (its outlier rule, Grubbs' test) and
-``detectable_speedup``.
+that ``compare`` and older callers use, the calibration numbers of the ``noise`` command (its outlier rule, Grubbs'
+test) and ``detectable_speedup``.
 
 Unit of replication: the run (one fresh process). Throughput varies more between processes than
 between the steps of one process: four fresh ResNet-50 processes with the same settings gave 40.1 to

@@ -13,7 +13,6 @@ import re
 from typing import Callable
 
 from harness.analysis.views import epochs
-from harness.analysis.stats import speedup
 from harness.analysis.stats.speedup import ratio_text
 from harness.analysis.views.table import MEMORY_NOTE, CampaignSummary, GroupRow, RungRow, SweepTable
 
