@@ -48,7 +48,7 @@ class FakeRuns:
         self.rng = np.random.default_rng(seed)
         self.calls: list[tuple[int, int]] = []
 
-    def __call__(self, ctx, rung, round_, machine, on_start=None, on_progress=None):
+    def __call__(self, ctx, rung, round_, machine, on_start=None, on_progress=None, before_launch=None):
         busy = (rung, round_) in self.busy and (rung, round_) not in self.calls
         self.calls.append((rung, round_))
         sps = self.speeds[rung] * float(np.exp(self.rng.normal(0.0, self.cv)))

@@ -21,6 +21,7 @@ already measured are kept. At the end of a sweep the store is compacted if many 
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -198,9 +199,8 @@ def run_sweep(plan: SweepPlan, sweep_id: str, campaign_id: str = "") -> int:
         held = lock.acquire(ctx.results_dir)
     except (ValueError, OSError) as exc:
         return _refuse(exc)
-    warn_if_unfit()  # after every refusal: a refusal is one line
-    try:
-        code = loop.run_ladder(ctx, machine, RungLines(console))
+    try:  # the fitness glance (0.2 s) before the first run measured, after every refusal: a cached sweep skips it
+        code = loop.run_ladder(ctx, machine, RungLines(console, before_first_run=warn_if_unfit))
     finally:
         lock.release(held)
     loop.auto_compact(ctx.results_dir)
@@ -211,8 +211,9 @@ def run_sweep(plan: SweepPlan, sweep_id: str, campaign_id: str = "") -> int:
 class RungLines:
     """The sweep loop as a person sees it: a live status line while a rung runs, then one line of its outcome."""
 
-    def __init__(self, console):
+    def __init__(self, console, before_first_run: Callable[[], None] | None = None):
         self.console = console
+        self.before_first_run = before_first_run  # called once, before the first run measured (not one copied)
 
     def already_measured(self, turn: loop.Turn) -> None:
         # escaped: the console reads "[...]" as markup, and "[rung 1/4]" would vanish from the line
@@ -225,6 +226,12 @@ class RungLines:
     def say(self, text: str) -> None:
         """A line of the loop's own (a busy run measured again, a look of sweep.repeats=auto), as plain text."""
         self.console.print(escape(text))
+
+    def before_launch(self) -> None:
+        """A run is about to be measured (the loop calls it; a run from the store is not one)."""
+        if self.before_first_run is not None:
+            self.before_first_run()
+            self.before_first_run = None
 
     def measure(self, turn: loop.Turn, run: loop.RunRung) -> None:
         label = escape(turn.label)

@@ -148,7 +148,8 @@ def _turn(ctx: rungs_mod.SweepContext, machine, display: LoopDisplay, turn: Turn
     for again in (False, True):
         outcomes: list[rungs_mod.RungOutcome] = []
         try:
-            display.measure(turn, functools.partial(_run, ctx, machine, turn, plan, again, outcomes, measured))
+            display.measure(turn, functools.partial(_run, ctx, machine, turn, plan, again, outcomes, measured,
+                                                    getattr(display, "before_launch", None)))
         except Exception as exc:  # a rung the parent could not even start: say so, go on with the next
             display.could_not_run(turn, exc)
             return 1
@@ -161,11 +162,12 @@ def _turn(ctx: rungs_mod.SweepContext, machine, display: LoopDisplay, turn: Turn
 
 
 def _run(ctx: rungs_mod.SweepContext, machine, turn: Turn, plan: rounds_mod.RoundPlan, again: bool, outcomes: list,
-         measured: list, on_start=None, on_progress=None) -> rungs_mod.RungOutcome:
+         measured: list, before_launch=None, on_start=None, on_progress=None) -> rungs_mod.RungOutcome:
     """``rungs.run_rung`` for a display to wrap: the outcome kept in ``outcomes``, a measured run's time in the plan
     and its record in ``measured`` (for the duty cycle)."""
     began = time.monotonic()
-    outcome = rungs_mod.run_rung(ctx, turn.rung.index, turn.round_, machine, on_start, on_progress)
+    outcome = rungs_mod.run_rung(ctx, turn.rung.index, turn.round_, machine, on_start, on_progress,
+                                 before_launch=before_launch)
     if outcome.how == "measured":
         plan.measured(time.monotonic() - began, again)
         if outcome.record is not None:
