@@ -141,6 +141,7 @@ def test_a_busy_machine_exits_5_and_names_the_configs(repo, capsys):
     assert "35% of the CPUs" in captured.err and "machine busy in 2 of 4 runs" in captured.out
 
 
+@pytest.mark.slow  # a whole scenario in fresh processes: the default tier keeps its cheaper siblings
 def test_a_config_the_working_tree_now_fails_regresses(repo, capsys):
     commit(repo, "breaks", **{"fail.txt": "oom"})
     assert run_check("HEAD~1", "--rounds", "2", "--format", "junit") == 1

@@ -70,6 +70,7 @@ def test_a_campaign_stores_one_complete_sweep_per_combination_under_one_id(campa
     assert "optimizer.zero_grad_set_to_none=false" in table
 
 
+@pytest.mark.slow  # a whole scenario in fresh processes: the default tier keeps its cheaper siblings
 def test_a_campaign_climbs_a_ladder_the_results_folder_holds(campaign, tiny_conf, tmp_path, capsys):
     # climb writes its ladders to <results_dir>/ladders/, which is not a Hydra config group: the campaign must
     # find them there as a single sweep does, beside a shipped ladder (its rungs were measured by the campaign above:

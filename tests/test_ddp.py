@@ -360,6 +360,7 @@ def _count_allreduces(rank: int, init_file: str, out_dir: str, accum: int, skip_
     os._exit(0)
 
 
+@pytest.mark.slow  # a whole scenario in fresh processes: the default tier keeps its cheaper siblings
 @two_cpus
 def test_accumulating_ranks_all_reduce_once_a_step_not_once_a_micro_batch(tmp_path):
     import torch.multiprocessing as mp

@@ -107,7 +107,8 @@ def _gone(procs: list[psutil.Process], within_s: float = 30) -> list[int]:
     return [p.pid for p in alive]
 
 
-@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM, pytest.param(signal.SIGHUP, marks=pytest.mark.slow),
+@pytest.mark.parametrize("sig", [pytest.param(signal.SIGKILL, marks=pytest.mark.slow), signal.SIGTERM,
+                                 pytest.param(signal.SIGHUP, marks=pytest.mark.slow),
                                  pytest.param(signal.SIGINT, marks=pytest.mark.slow)])
 def test_a_parent_ended_by_any_signal_leaves_no_process_behind(results, sig):
     parent = _start_parent(results, "debug.fault=hang", "debug.fault_step=1", "timeout_s=300",

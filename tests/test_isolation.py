@@ -276,6 +276,7 @@ def test_a_cpu_runs_parent_does_not_wake_inside_the_window_and_the_memory_peaks_
     assert metrics["peak_main_rss_bytes"] > 50e6
 
 
+@pytest.mark.slow  # a whole scenario in fresh processes: the default tier keeps its cheaper siblings
 def test_without_a_progress_channel_the_parent_polls_through_the_window(tmp_path, monkeypatch):
     """The count above is a real count: the parent of old (polling the progress file) wakes inside the window."""
     watches = _counting_watch(monkeypatch)

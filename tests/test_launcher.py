@@ -112,6 +112,7 @@ def test_a_zygote_that_cannot_fork_safely_hands_the_runs_to_fresh_interpreters_s
     assert [s["runs_seen"] for s in seen] == [0, 0, 0]
 
 
+@pytest.mark.slow  # a whole scenario in fresh processes: the default tier keeps its cheaper siblings
 def test_a_zygote_that_fails_to_start_hands_the_runs_to_fresh_interpreters(results, tmp_path, monkeypatch, capsys):
     real = launcher.subprocess.Popen
 
@@ -128,6 +129,7 @@ def test_a_zygote_that_fails_to_start_hands_the_runs_to_fresh_interpreters(resul
     assert err.count("warm launcher off: the launcher did not start (ImportError: no module named torch)") == 1
 
 
+@pytest.mark.slow  # a whole scenario in fresh processes: the default tier keeps its cheaper siblings
 def test_exec_launch_is_chosen_with_one_line(results, tmp_path, monkeypatch, capsys):
     monkeypatch.setenv(launcher.LAUNCH_ENV, "exec")
     monkeypatch.setattr(launcher, "_said", set())

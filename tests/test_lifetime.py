@@ -89,7 +89,8 @@ def test_a_check_against_killed_mid_run_leaves_no_run_behind(tmp_path, sig):
     assert not checks.is_dir() or load_runs(checks).empty  # the hanging run never finished: nothing of it is stored
 
 
-@pytest.mark.parametrize("sig", [signal.SIGTERM, pytest.param(signal.SIGKILL, marks=pytest.mark.slow)])
+@pytest.mark.parametrize("sig", [pytest.param(signal.SIGTERM, marks=pytest.mark.slow),
+                                 pytest.param(signal.SIGKILL, marks=pytest.mark.slow)])
 def test_noise_killed_mid_run_leaves_no_run_behind(tmp_path, sig):
     kill_mid_run(["noise", "noise.runs=2", *TINY_MODEL_ARGS, *HANG, f"results_dir={tmp_path / 'results'}"],
                  REPO, tmp_path, sig)

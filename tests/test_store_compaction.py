@@ -103,7 +103,8 @@ store.compact(sys.argv[1])
 
 
 @pytest.mark.parametrize("point, after, loose_left", [
-    pytest.param("part-temp-written", 1, 300, marks=pytest.mark.slow), ("part-written", 1, 300),
+    pytest.param("part-temp-written", 1, 300, marks=pytest.mark.slow),
+    pytest.param("part-written", 1, 300, marks=pytest.mark.slow),
     pytest.param("loose-removed", 120, 180, marks=pytest.mark.slow)])
 def test_a_compaction_killed_at_any_step_loses_and_duplicates_nothing(tmp_path, point, after, loose_left):
     _store(tmp_path, 300)
