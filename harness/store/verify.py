@@ -42,16 +42,23 @@ def verify(results_dir: str | os.PathLike) -> tuple[str, list[str]]:
     return "\n".join(head + tail), problems
 
 
+def _read_table(path: str, problems: list[str]) -> pa.Table | None:
+    """The parquet file at ``path``, or None with its problem added (a file that cannot be read)."""
+    try:
+        return pq.ParquetFile(path).read()
+    except (OSError, ValueError, pa.ArrowException) as exc:
+        problems.append(f"unreadable: {path}: {str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__}")
+        return None
+
+
 def _read_every_file(files: list[str]) -> tuple[Rows, Counter, list[str]]:
     """(the rows of every file by run_id, rows per schema version, problems of the files that are no records)."""
     rows: Rows = {}
     versions: Counter = Counter()
     problems = []
     for path in files:
-        try:
-            table = pq.ParquetFile(path).read()
-        except (OSError, ValueError, pa.ArrowException) as exc:
-            problems.append(f"unreadable: {path}: {str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__}")
+        table = _read_table(path, problems)
+        if table is None:
             continue
         if "run_id" not in table.column_names:
             problems.append(f"not a run record (no run_id column): {path}")
@@ -67,10 +74,8 @@ def _check_copies(files: list[str], rows: Rows) -> list[str]:
     not in the store (readers leave it out)."""
     problems = []
     for path in files:
-        try:
-            table = pq.ParquetFile(path).read()
-        except (OSError, ValueError, pa.ArrowException) as exc:
-            problems.append(f"unreadable: {path}: {str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__}")
+        table = _read_table(path, problems)
+        if table is None:
             continue
         if not {"run_id", "cached_from"} <= set(table.column_names):
             problems.append(f"not a file of copies (no run_id and cached_from columns): {path}")
