@@ -217,6 +217,7 @@ def run_part(part: gpu_parts.Part, ctx: Context) -> int:
         print(f"could not seed the store from {ctx.results_from or 'results/' + ctx.gpu}: {exc}", file=sys.stderr)
         seeded = -1
     before = {p.name for p in (ctx.results / "runs").glob("*.parquet")}
+    copies_before = _copies_state(ctx.results)
     (pack / "before.txt").write_text("\n".join(sorted(before)) + "\n")
     commit, dirty = git_state(REPO)
     stamp = {"part": part.name, "gpu": ctx.gpu, "gpu_name": gpu_key()[1], "started": gpu_plan.now(),
@@ -235,6 +236,10 @@ def run_part(part: gpu_parts.Part, ctx: Context) -> int:
     new = sorted(p for p in (ctx.results / "runs").glob("*.parquet") if p.name not in before)
     for path in new:
         shutil.copy2(path, pack / "results" / "runs" / path.name)
+    copied = [name for name, state in _copies_state(ctx.results).items() if copies_before.get(name) != state]
+    for name in copied:  # a sweep's copies of earlier runs: without them its table here lacks those rungs
+        (pack / "results" / "copies").mkdir(parents=True, exist_ok=True)
+        shutil.copy2(ctx.results / "copies" / name, pack / "results" / "copies" / name)
     failed = [c for c in codes if c not in (0, None)]
     stamp.update(ended=gpu_plan.now(), elapsed_s=round(time.monotonic() - t0, 1), records=[p.name for p in new],
                  status="cut" if cut else ("failed" if failed else "ok"), sweeps=_sweeps(new),
@@ -250,6 +255,11 @@ def run_part(part: gpu_parts.Part, ctx: Context) -> int:
     print(f"{part.name}: {stamp['status']}, {len(new)} new records, {stamp['elapsed_s']:.0f} s "
           f"(estimate {part.estimate_s} s)" + ("" if packed else "; NOT PACKED"), flush=True)
     return 0 if stamp["status"] == "ok" and packed else 1
+
+
+def _copies_state(results: Path) -> dict[str, tuple[int, int]]:
+    """Each copies file of a store (one a sweep, appended to) with its size and change time."""
+    return {p.name: (p.stat().st_size, p.stat().st_mtime_ns) for p in (results / "copies").glob("*.parquet")}
 
 
 def seed(ctx: Context) -> int:

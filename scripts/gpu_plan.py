@@ -29,6 +29,9 @@ from datetime import datetime, timezone
 from functools import lru_cache
 from pathlib import Path
 
+import pyarrow as pa
+import pyarrow.parquet as pq
+
 from scripts import gpu_parts
 
 REPO = gpu_parts.REPO
@@ -212,6 +215,9 @@ def record(tarball: Path) -> str:
             target = folder / "runs" / path.name
             if not target.exists():  # a finished measurement is never overwritten
                 target.write_bytes(path.read_bytes())
+        copies = sorted((root / "results" / "copies").glob("*.parquet"))
+        for path in copies:
+            merge_copies(path, folder / "copies" / path.name)
         part = stamp["part"]
         for name, suffix in ((f"{part}.log", ".log"), ("table.md", ".table.md"), (f"{part}.xml", ".xml")):
             if (root / name).exists():
@@ -220,6 +226,19 @@ def record(tarball: Path) -> str:
     save(plan)
     return (f"{part} ({stamp['gpu']}): {marked['status']}, {len(records)} records, commit "
             f"{marked['commit'][:12] or 'unknown'}, code {marked['code_fingerprint']}")
+
+
+def merge_copies(source: Path, target: Path) -> None:
+    """A sweep's copies file into the committed store: the rows it does not have yet (by run and sweep round)."""
+    rows = pq.read_table(source)
+    if target.exists():
+        kept = pq.read_table(target)
+        have = set(zip(*(kept.column(c).to_pylist() for c in ("run_id", "rung", "round"))))
+        new = [i for i, key in enumerate(zip(*(rows.column(c).to_pylist() for c in ("run_id", "rung", "round"))))
+               if key not in have]
+        rows = pa.concat_tables([kept, rows.take(pa.array(new, type=pa.int64())).cast(kept.schema)])
+    target.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(rows, target)
 
 
 def entry(stamp: dict, previous: dict | None, records: int) -> dict:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.store import RunRecord, load_runs, write_record
+from harness.store import RunRecord, load_runs, store_copy, write_record
 from scripts import gpu_campaign, gpu_pack, gpu_part, gpu_parts, gpu_plan
 from tests.conftest import REPO
 
@@ -345,6 +345,24 @@ def test_record_puts_records_and_logs_under_the_gpu_and_marks_the_plan(tmp_path)
     # by name, from the folder the files came back in
     assert script("record", "phase2", PLAN_DIR=str(plan_dir), IN=str(tmp_path / "back")).returncode == 0
     assert script("record", "nosuchpart", PLAN_DIR=str(plan_dir)).returncode == 2
+
+
+def test_record_brings_a_sweep_s_copies_back_so_its_table_keeps_the_copied_rungs(tmp_path, monkeypatch):
+    # a part whose sweep copied its baseline from an earlier sweep (sweep.rerun=false) returns that copy too
+    monkeypatch.setenv("PLAN_DIR", str(tmp_path / "plan"))
+    tarball = _tarball(tmp_path, "phase2", "ok", records=1)
+    pack = tmp_path / "pack-phase2-ok"
+    original = load_runs(pack / "results").iloc[0]
+    copy = RunRecord(run_id="20261123-100009-copy", status="ok", timestamp="2026-11-23T10:01:00Z",
+                     workload="unet3d", ladder="accumulate", rung=0, sweep_id="accumulate-h100-x",
+                     cached_from=str(original["run_id"]))
+    store_copy(copy, pack / "results")
+    with tarfile.open(tarball, "w:gz") as tar:
+        tar.add(pack, arcname=".")
+    for _ in range(2):  # recorded twice: the copy is kept once
+        gpu_plan.record(tarball)
+    stored = load_runs(tmp_path / "plan", sweep="accumulate-h100-x")
+    assert list(stored["run_id"]) == ["20261123-100009-copy"] and list(stored["workload"]) == ["unet3d"]
 
 
 def test_a_part_that_fails_twice_on_one_path_is_blocked(tmp_path, monkeypatch):

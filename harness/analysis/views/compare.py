@@ -100,7 +100,7 @@ def _facts(side: Side) -> dict[str, str]:
         "torch": f"torch {first['torch_version']}",
         "commit": f"commit {commit}" if commit else "commit ?",
         "workload": f"{side.table.workload} ({side.table.size})",
-        "harness": f"harness {first['harness_version']}",
+        "harness": f"harness {plots.version_text(first)}",
     }
 
 
@@ -254,7 +254,7 @@ def grouped_plot(sides: list[Side], rows: list[CompareRow], path: Path) -> Path:
     first = sides[0].records.sort_values("timestamp").iloc[0]
     devices = "/".join(sorted({s.table.device for s in sides}))
     ax.set_title(f"Side by side: {' vs '.join(s.label for s in sides)}\n{sides[0].table.workload} on {devices}, ladder "
-                 f"{sides[0].table.ladder}  |  {str(first['timestamp'])[:10]}  |  harness {first['harness_version']}"
+                 f"{sides[0].table.ladder}  |  {str(first['timestamp'])[:10]}  |  harness {plots.version_text(first)}"
                  f"  |  number above a rung: {chr(64 + len(sides))}/A", fontsize=10)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)

@@ -68,7 +68,15 @@ def sweep_data(frame, sweep: str = "latest") -> SweepData:
         totals = records["gpu_mem_total_bytes"].dropna()
         capacity = float(totals.max()) if len(totals) else None
     return SweepData(table=table, records=records, date=str(first["timestamp"])[:10],
-                     harness_version=str(first["harness_version"] or "?"), capacity_bytes=capacity)
+                     harness_version=version_text(first), capacity_bytes=capacity)
+
+
+def version_text(record) -> str:
+    """Which harness made a record: its installed version, else the commit of the checkout it ran from ("at
+    778c533"), else "?"."""
+    version = str(record.get("harness_version") or "")
+    commit = str(record.get("git_commit") or "")
+    return version or (f"at {commit[:7]}" if commit else "?")
 
 
 def title(data: SweepData, what: str) -> str:
@@ -285,10 +293,11 @@ def memory(data: SweepData) -> Plot:
     what = table_mod.MEMORY_NOTE.get(data.table.device, "peak memory")
     values = [(r.peak_mem_bytes or 0.0) / GIB for r in rows]
     ax.bar(range(len(rows)), values, width=0.6, color=COMPUTE, label=what)
-    for i, v in enumerate(values):
-        if v:
-            ax.text(i, v, f"{v:.2f}", ha="center", va="bottom", fontsize=7)
     top = max(top_of(values), _gpu_memory_layers(ax, data.table))
+    device = [(r.device_mem_bytes or 0.0) / GIB for r in rows]
+    for i, v in enumerate(values):
+        if v:  # above the bar and NVML's marker, whichever is higher
+            ax.text(i, max(v, device[i]) + 0.02 * top, f"{v:.2f}", ha="center", va="bottom", fontsize=7)
     if data.capacity_bytes:
         ax.axhline(data.capacity_bytes / GIB, color=DOWN, ls="--", label=f"device capacity "
                    f"({data.capacity_bytes / GIB:.1f} GiB)")
@@ -301,7 +310,7 @@ def memory(data: SweepData) -> Plot:
     mark_failed(ax, rows, 0.0)
     rung_axis(ax, rows)
     ax.set_ylabel(f"{what} (GiB)")
-    ax.set_ylim(0, top * 1.2)
+    ax.set_ylim(0, top * (1.45 if data.table.device == "cuda" else 1.2))  # room for the legend above the lines
     ax.legend(fontsize=8, loc="upper left")
     ax.set_title(title(data, f"Peak memory per rung{note}"), fontsize=10)
     return Plot("memory", fig, f"{what[0].upper() + what[1:]} per rung{note}.")
