@@ -71,6 +71,9 @@ def sweep_data(frame, sweep: str = "latest") -> SweepData:
                      harness_version=version_text(first), capacity_bytes=capacity)
 
 
+TITLE_WIDTH = 100  # characters of a title's line at fontsize 10 in a plot's width
+
+
 def version_text(record) -> str:
     """Which harness made a record: its installed version, else the commit of the checkout it ran from ("at
     778c533"), else "?"."""
@@ -83,8 +86,12 @@ def title(data: SweepData, what: str) -> str:
     """Plot title: what it shows, then workload, device, date and harness version."""
     t = data.table
     limit = f" capped at {t.memory_limit_gb:g} GiB" if t.memory_limit_gb is not None else ""
-    return (f"{what}\n{t.workload} ({t.size}) on {t.device}: {t.hardware}{limit}  |  "
-            f"ladder {t.ladder}  |  {data.date}  |  harness {data.harness_version}")
+    parts = [f"{t.workload} ({t.size}) on {t.device}: {t.hardware}{limit}", f"ladder {t.ladder}", data.date,
+             f"harness {data.harness_version}"]
+    lines = [what, parts[0]]
+    for part in parts[1:]:  # a line the figure's width holds, else the next one
+        lines[-1:] = [f"{lines[-1]}  |  {part}"] if len(lines[-1]) + len(part) <= TITLE_WIDTH else [lines[-1], part]
+    return "\n".join(lines)
 
 
 def short_change(change: str, width: int = 15) -> str:
@@ -298,7 +305,10 @@ def memory(data: SweepData) -> Plot:
     for i, v in enumerate(values):
         if v:  # above the bar and NVML's marker, whichever is higher
             ax.text(i, max(v, device[i]) + 0.02 * top, f"{v:.2f}", ha="center", va="bottom", fontsize=7)
-    if data.capacity_bytes:
+    if data.capacity_bytes and data.table.memory_limit_gb is not None:  # the cap is the card that matters
+        ax.plot([], [], " ", label=f"device capacity {data.capacity_bytes / GIB:.1f} GiB, off the scale")
+        note = ""
+    elif data.capacity_bytes:
         ax.axhline(data.capacity_bytes / GIB, color=DOWN, ls="--", label=f"device capacity "
                    f"({data.capacity_bytes / GIB:.1f} GiB)")
         top = max(top, data.capacity_bytes / GIB)
