@@ -110,6 +110,24 @@ def test_gpu_memory_plot_draws_the_reserved_peak_against_capacity(results):
     assert "peak VRAM reserved" in memory.figure.axes[0].get_ylabel()
 
 
+def test_a_capped_sweep_s_memory_plot_is_scaled_to_the_cap_not_the_card(results):
+    write_sweep(results, device="cuda", gpu_name="Test GPU", gpu_count=1, peak_vram_bytes=3 * 2**30,
+                peak_vram_reserved_bytes=3.5 * 2**30, gpu_mem_total_bytes=80 * 2**30, memory_limit_gb=4.0)
+    memory = next(p for p in plots.build_plots(plots.sweep_data(load_runs(results))) if p.name.endswith("memory"))
+    ax = memory.figure.axes[0]
+    assert 4.0 < ax.get_ylim()[1] < 10  # the 80 GiB card would flatten the bars
+    assert [list(line.get_ydata()) for line in ax.get_lines() if line.get_linestyle() == ":"] == [[4.0, 4.0]]
+    assert any("80.0 GiB, off the scale" in t.get_text() for t in ax.get_legend().get_texts())
+    assert "capped at 4 GiB" in ax.get_title()
+
+
+def test_titles_wrap_to_the_figure_and_name_the_commit_without_an_installed_version(results):
+    write_sweep(results, harness_version="", ladder="a_long_ladder_name_of_forty_characters_xx")
+    for p in plots.build_plots(plots.sweep_data(load_runs(results))):
+        lines = p.figure.axes[0].get_title().splitlines()
+        assert max(map(len, lines[1:])) <= plots.TITLE_WIDTH and "harness at abc1234" in lines[-1], lines
+
+
 def test_cpu_memory_plot_says_the_capacity_line_is_omitted(results):
     write_sweep(results)
     memory = next(p for p in plots.build_plots(plots.sweep_data(load_runs(results))) if p.name.endswith("memory"))

@@ -90,7 +90,7 @@ def title(data: SweepData, what: str) -> str:
              f"harness {data.harness_version}"]
     lines = [what, parts[0]]
     for part in parts[1:]:  # a line the figure's width holds, else the next one
-        lines[-1:] = [f"{lines[-1]}  |  {part}"] if len(lines[-1]) + len(part) <= TITLE_WIDTH else [lines[-1], part]
+        lines[-1:] = [f"{lines[-1]}  |  {part}"] if len(lines[-1]) + 5 + len(part) <= TITLE_WIDTH else [lines[-1], part]
     return "\n".join(lines)
 
 
