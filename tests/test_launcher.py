@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -46,7 +47,7 @@ def _probe_runs(results, tmp_path, monkeypatch, runs: int = 2, on_progress=None)
 
 
 def test_forked_runs_are_fresh_processes_of_their_own_that_see_nothing_of_each_other(results, tmp_path, monkeypatch):
-    zygote_threads = []
+    zygote_threads, environs = [], []
 
     forks = []
 
@@ -54,6 +55,7 @@ def test_forked_runs_are_fresh_processes_of_their_own_that_see_nothing_of_each_o
         if session.zygote is not None:
             zygote_threads.append(len(os.listdir(f"/proc/{session.zygote.proc.pid}/task")))
             forks[:] = session.zygote.forks
+            environs.append(Path(f"/proc/{session.zygote.proc.pid}/environ").read_bytes().split(b"\0"))
 
     records, seen = _probe_runs(results, tmp_path, monkeypatch, runs=3, on_progress=look)
     # before each fork the zygote had exactly one thread and no CUDA (it says so with each run it forks)
@@ -73,6 +75,8 @@ def test_forked_runs_are_fresh_processes_of_their_own_that_see_nothing_of_each_o
     assert leaked not in [s["rng"] for s in firsts]
     assert firsts[1]["rng"] == firsts[2]["rng"]  # forked from the same zygote (once it has learnt the workload)
     assert zygote_threads and set(zygote_threads) == {1}
+    # torch asks NVML, not the CUDA driver, whether there is a GPU: a check there leaves the zygote fork-safe
+    assert environs and all(b"PYTORCH_NVML_BASED_CUDA_CHECK=1" in e for e in environs)
 
 
 def test_the_zygote_refuses_to_fork_with_a_thread_or_cuda_and_stops_the_blas_pools():
@@ -87,15 +91,23 @@ def test_the_zygote_refuses_to_fork_with_a_thread_or_cuda_and_stops_the_blas_poo
         real, zygote._loaded_libraries = zygote._loaded_libraries, lambda word: {"/usr/lib/libcuda.so.1"}
         print(repr(zygote.unsafe_to_fork()))
         zygote._loaded_libraries = real
+        def driver_loader():  # a module whose import loads the CUDA driver, as a library may
+            zygote._loaded_libraries = lambda word: {"/usr/lib/libcuda.so.1"}
+        real_import = zygote.importlib.import_module
+        zygote.importlib.import_module = lambda name: driver_loader() if name == "driver_loader" else real_import(name)
+        zygote.preload(["json", "driver_loader", "csv"])
+        print(repr(zygote.unsafe_to_fork()))
+        zygote._loaded_libraries = real
         threading.Thread(target=time.sleep, args=(60,), daemon=True).start()
         print(repr(zygote.unsafe_to_fork()))
     """)
     env = dict(os.environ, PYTHONPATH=str(REPO), JE_ARROW_MALLOC_CONF="background_thread:false")
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
-    safe, cuda, driver, thread = out.stdout.splitlines()
+    safe, cuda, driver, culprit, thread = out.stdout.splitlines()
     assert safe == "''"
     assert "CUDA is initialised in the launcher" in cuda and "the CUDA driver is loaded in the launcher" in driver
+    assert "the CUDA driver is loaded in the launcher (by importing driver_loader)" in culprit  # the first, named
     assert "2 threads in the launcher" in thread
 
 

@@ -137,6 +137,9 @@ class Zygote:
         # pyarrow (imported with MONAI) starts jemalloc's background thread, which would forbid every fork; the
         # run never allocates through it (the run's arrow pool is mimalloc), so it is off in the zygote only
         env.setdefault("JE_ARROW_MALLOC_CONF", "background_thread:false")
+        # torch.cuda.is_available() and device_count() asked through NVML, not the CUDA driver, which once loaded
+        # forbids every fork (torch's own switch for fork-safe checks); a run's environment does not carry it
+        env.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")
         self.log = folder / "launcher.log"
         with open(self.log, "wb") as log:
             argv = [sys.executable, "-m", "harness.run.parent.zygote", str(folder)]

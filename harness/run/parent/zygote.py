@@ -49,6 +49,7 @@ PRELOAD = ("torch", "harness.config", "harness.run.child.main", "harness.run.chi
            "harness.run.child.summary", "harness.run.child.ranks", "harness.workload.build", "harness.workload.data",
            "harness.workload.knobs", "harness.workload.shared_data", "torch.utils.flop_counter")
 NOT_PRELOADED = ("__main__", "__mp_main__")
+DRIVER_LOADED_BY: list[str] = []  # the import after which the CUDA driver was first seen loaded here, if any
 MADV_POPULATE_READ = 22
 
 
@@ -110,8 +111,11 @@ def main(sweep_dir: str, first_config: str = "") -> int:
 
 
 def preload(names) -> list[str]:
-    """Import ``names`` in order (those already imported cost a lookup); returns the ones that failed."""
+    """Import ``names`` in order (those already imported cost a lookup); returns the ones that failed. The first
+    import that loads the CUDA driver here is remembered (``DRIVER_LOADED_BY``): no run forks after it, and the
+    refusal names it."""
     failed = []
+    clean = not DRIVER_LOADED_BY and not _driver_loaded()
     for name in names:
         if name in sys.modules or name in NOT_PRELOADED:
             continue
@@ -119,6 +123,9 @@ def preload(names) -> list[str]:
             importlib.import_module(name)
         except (Exception, SystemExit):  # a module made at run time (a compiled kernel's), or one that refuses
             failed.append(name)
+        if clean and _driver_loaded():
+            DRIVER_LOADED_BY.append(name)
+            clean = False
     return failed
 
 
@@ -184,16 +191,22 @@ def unsafe_to_fork() -> str:
     stop_blas_threads()
     threads = _threads()
     if len(threads) != 1:
-        return f"{len(threads)} threads in the launcher: {', '.join(sorted(threads))}"
+        return f"{len(threads)} threads in the launcher: {', '.join(sorted(threads))}" + (
+            f" (the CUDA driver loaded by importing {DRIVER_LOADED_BY[0]})" if DRIVER_LOADED_BY else "")
     if _cuda_initialized():
         return "CUDA is initialised in the launcher"
     # the driver itself, which a library may have asked (a device count) without torch knowing: a fork can never
     # use CUDA after its parent initialised the driver
-    if any(Path(lib).name.startswith("libcuda.so") for lib in _loaded_libraries("libcuda")):
-        return "the CUDA driver is loaded in the launcher"
+    if _driver_loaded():
+        return "the CUDA driver is loaded in the launcher" + (f" (by importing {DRIVER_LOADED_BY[0]})"
+                                                              if DRIVER_LOADED_BY else "")
     if _children():
         return "a process the launcher started is still running"
     return ""
+
+
+def _driver_loaded() -> bool:
+    return any(Path(lib).name.startswith("libcuda.so") for lib in _loaded_libraries("libcuda"))
 
 
 def _cuda_initialized() -> bool:
