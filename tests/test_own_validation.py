@@ -55,6 +55,24 @@ def val_map(model, batch):
     return model(batch[0])
 
 
+def spied_gpt2(vocab_size):  # the example's Hugging Face model, each forward's mode and grad state noted
+    from examples.gpt2_lm import tiny_gpt2
+
+    model = tiny_gpt2(vocab_size=vocab_size, context=16, layers=1, heads=2, width=16)
+    model.register_forward_hook(lambda module, args, kwargs, out: SEEN.append(
+        (module.training, torch.is_grad_enabled(), tuple(kwargs["input_ids"].shape), bool(out.loss.requires_grad))),
+        with_kwargs=True)
+    return model
+
+
+COLLATED = []
+
+
+def counting_collate(batch):  # the workload's own collate function: counts the batches it makes
+    COLLATED.append(len(batch))
+    return torch.utils.data.default_collate(batch)
+
+
 class Rows(torch.utils.data.Dataset):
     def __len__(self):
         return 8
@@ -136,6 +154,35 @@ def test_a_lightning_modules_validation_step_runs_over_its_val_dataloader_with_b
     assert own.SEEN == [(False, False, 5, 0), (False, False, 5, 1)] * 3
     assert len(m.step_ms) == 3 and m.loss_first > 0
     assert not_applicable(_cfg(lightning="Validating", val__every_n_steps=2)) == ""
+
+
+@pytest.mark.skipif(importlib.util.find_spec("transformers") is None, reason="needs transformers (the test extra)")
+def test_a_hugging_face_model_validates_with_its_own_loss_in_eval_mode_without_grad(own):
+    settings = {"workload.model._target_": "ownval7.spied_gpt2", "workload.model.vocab_size": 50,
+                "workload.synthetic": "tokens", "workload.num_classes": 50, "workload.input_shape": [1, 16],
+                "workload.target": "class", "workload.loss": None}
+    cfg = config_mod.from_dict({"workload": "custom"})
+    for key, value in {**settings, "measure.steps": 3, "measure.warmup_steps": 1, "batch_size": 2,
+                       "val.every_n_steps": 2, "val.steps": 2}.items():
+        config_mod.set_key(cfg, key, value)
+    m, _ = _measure(config_mod.resolve(cfg, cuda_available=False))
+    training = [seen for seen in own.SEEN if seen[0]]
+    # 4 training steps (1 warm-up + 3 measured), then after steps 0, 1 and 3 a pass of 2 batches: model(**batch)
+    assert len(training) == 4 and all(seen == (True, True, (2, 16), True) for seen in training)
+    assert [seen for seen in own.SEEN if not seen[0]] == [(False, False, (2, 16), False)] * 6
+    assert len(m.step_ms) == 3 and 3.0 < m.loss_first < 5.0  # ln(50) = 3.9 at random initialisation
+
+
+def test_the_default_step_s_validation_batches_are_collated_by_the_workload_s_collate(own):
+    collate = {"workload.collate._target_": "ownval7.counting_collate", "workload.collate._partial_": True}
+    counts = []
+    for every in (0, 2):
+        own.COLLATED.clear()
+        cfg = _cfg(**collate, val__every_n_steps=every, val__steps=2, data__num_workers=0)
+        cfg.workload.step = None  # the default step
+        _measure(cfg)
+        counts.append(len(own.COLLATED))
+    assert counts[1] - counts[0] == 3 * 2  # three passes of two batches, through the same collate
 
 
 def test_no_validation_step_is_skipped_with_how_to_add_one(own):

@@ -51,7 +51,7 @@ from harness.run.child.summary import Extras, Measurement
 from harness.workload.data import build_dataset, build_loader, endless
 from harness.workload.flops import count_train_flops
 from harness.workload.knobs import Prepared, apply_cpu_affinity, periodic_work, prepare, validation_pass
-from harness.workload.steps import data_of, loader_pairs, own_loop, zero_grad_of
+from harness.workload.steps import collate_of, data_of, loader_pairs, own_loop, zero_grad_of
 from harness.workload.val_steps import own_validation_pass, val_data
 from harness.config.workload import WorkloadSpec
 from harness.workload.build import build_model
@@ -388,8 +388,8 @@ def _validation(cfg: RunConfig, workload: WorkloadSpec, prep: Prepared | None) -
     if not cfg.val.every_n_steps:
         return None
 
-    if prep.val is None:
-        return validation_pass(cfg, prep, validation_loader(cfg, workload))
+    if prep.val is None:  # batches collated as the training's are (workload.collate)
+        return validation_pass(cfg, prep, validation_loader(cfg, workload, collate=collate_of(workload, prep.own)))
     own_data, collate = val_data(workload, prep.own, prep.val)
     return own_validation_pass(cfg, prep, validation_loader(cfg, workload, own_data, collate), prep.val)
 
