@@ -510,10 +510,10 @@ def test_diagnosis_calls_a_step_that_idles_the_device_launch_bound():
 
 @pytest.mark.slow  # four rungs, each measured and profiled in its own process: minutes on 2 busy cores
 def test_a_profiled_sweep_keeps_a_profile_and_trace_for_every_rung_and_diffs_two(results, tmp_path):
-    from tests.conftest import harness_cli
+    from tests.conftest import ONE_ROUND, harness_cli
 
     out = harness_cli("sweep", "+ladder=phase2", "profile.enabled=true", "profile.steps=2", "measure.steps=3",
-                      "measure.warmup_steps=1", f"results_dir={results}")
+                      "measure.warmup_steps=1", *ONE_ROUND, f"results_dir={results}")
     assert out.returncode == 0, out.stdout + out.stderr
     frame = store.load_runs(results).sort_values("rung")
     assert list(frame["rung"]) == [0, 1, 2, 3] and set(frame["status"]) == {"ok"}
