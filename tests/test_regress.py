@@ -424,19 +424,21 @@ def _sweep_cli(results, *overrides):
     import subprocess
     import sys
 
-    cmd = [sys.executable, "-m", "harness", "sweep", "+ladder=phase1", "sweep.repeats=1", "sweep.remeasure_busy=false",
+    cmd = [sys.executable, "-m", "harness", "sweep", "+ladder=phase1", "sweep.repeats=2", "sweep.remeasure_busy=false",
            f"results_dir={results}", *overrides]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
 
 
 @pytest.mark.slow
-def test_end_to_end_rerun_passes_slowdown_fails_other_cpu_not_comparable(tmp_path, capsys):
-    _sweep_cli(tmp_path)
+def test_end_to_end_rerun_raises_no_alarm_slowdown_fails_other_cpu_not_comparable(tmp_path, capsys):
+    _sweep_cli(tmp_path)  # two runs a side: the runs' own spread gives the band
     assert save(tmp_path, "e2e") == 0
     _sweep_cli(tmp_path, "sweep.rerun=true")
     capsys.readouterr()
-    assert check(tmp_path, baseline="e2e") == 0, capsys.readouterr().out
+    # the same code: passed, or undecided where two runs a side cannot place the band above -5% (a busy minute);
+    # never regressed
+    assert check(tmp_path, baseline="e2e") in (0, 6), capsys.readouterr().out
     # a per-step sleep leaves config_hash unchanged, so the slowed run is compared with the baseline
     _sweep_cli(tmp_path, "sweep.rerun=true", "debug.slowdown_ms=3000")
     capsys.readouterr()
