@@ -4,6 +4,11 @@ store is read a bounded number of times, however many re-runs have piled up."""
 from __future__ import annotations
 
 import importlib
+import os
+import signal
+import subprocess
+import sys
+import threading
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -15,6 +20,8 @@ from harness.run.parent import runner
 from harness.store import COPY_COLUMNS, RunRecord, load_runs, store_copy, write_record
 from harness.sweeps import loop
 from harness.sweeps import rungs as rungs_mod
+from tests.conftest import REPO
+from tests.test_store_compaction import KILLER
 from tests.test_sweep_rounds import CLEAR, PHASE2, Display, FakeMeasure
 
 store_index = importlib.import_module("harness.store.index")
@@ -68,14 +75,43 @@ def test_cached_reruns_store_one_small_file_each_and_read_back_whole(tmp_path, m
     assert any("rounds 0, 1 from sweep a" in note for note in table.notes)
     assert load_runs(tmp_path, sweep="latest")["sweep_id"].unique().tolist() == ["c"]
     before = load_runs(tmp_path).sort_values("run_id").reset_index(drop=True)
-    store.compact(tmp_path)
-    assert store.record_files(tmp_path) == [] and len(store.copy_files(tmp_path)) == 2
+    done = store.compact(tmp_path)  # the runs into a part, the two sweeps' copies into one part of copies
+    assert store.record_files(tmp_path) == [] and store.sweep_copy_files(tmp_path) == []
+    assert [Path(p).parent.name for p in store.copy_files(tmp_path)] == ["compacted"] and done.copy_files == 2
     after = load_runs(tmp_path).sort_values("run_id").reset_index(drop=True)
     assert len(after) == 24 and after.drop(columns=["step_ms"]).equals(before.drop(columns=["step_ms"]))
     capsys.readouterr()
     assert cli.main(["store", "verify", "--results", str(tmp_path)]) == 0
     assert cli.main(["store", "info", "--results", str(tmp_path)]) == 0
-    assert "copies:          16 runs copied from the store by sweeps, 2 files in" in capsys.readouterr().out
+    assert "copies:          16 runs copied from the store by sweeps, 1 files in" in capsys.readouterr().out
+
+
+def test_a_copy_after_compaction_starts_its_sweep_s_file_anew_and_the_next_compaction_merges_it(tmp_path, measured):
+    for sweep_id in ("b", "c"):
+        _sweep(tmp_path, sweep_id)
+    store.compact(tmp_path)
+    _sweep(tmp_path, "d")  # copies again, into a file of its own beside the part
+    assert [Path(p).name for p in store.sweep_copy_files(tmp_path)] == ["d.parquet"]
+    done = store.compact(tmp_path)
+    assert done.copy_files == 1 and len(done.copy_parts) == 1 and store.sweep_copy_files(tmp_path) == []
+    (part,) = store.copy_files(tmp_path)  # the part with room was merged with it: one part, each copy once
+    assert pq.ParquetFile(part).metadata.num_rows == 24
+    for sweep_id in ("b", "c", "d"):
+        assert [row.how for row in table_mod.load_table(str(tmp_path), sweep_id).rows] == ["cached"] * 4
+    assert len(measured.calls) == 8
+
+
+def test_a_copy_waits_for_a_compaction_of_copies_and_is_kept(tmp_path):
+    write_record(RunRecord(run_id="orig", status="ok", sweep_id="a", timestamp="2026-01-01T00:00:00+0000"), tmp_path)
+    copy = RunRecord(run_id="copy1", status="ok", sweep_id="b", cached_from="orig",
+                     timestamp="2026-01-01T00:01:00+0000")
+    with store.copies_locked(tmp_path):  # a compaction merging copies holds this
+        writer = threading.Thread(target=store_copy, args=(copy, tmp_path))
+        writer.start()
+        writer.join(0.5)
+        assert writer.is_alive() and store.sweep_copy_files(tmp_path) == []  # waiting, nothing written yet
+    writer.join(10)
+    assert list(load_runs(tmp_path, sweep="b")["cached_from"]) == ["orig"]
 
 
 def test_a_cached_sweep_reads_each_stored_file_once_however_many_reruns_piled_up(tmp_path, measured, monkeypatch):
@@ -130,3 +166,20 @@ def test_verify_names_a_copy_whose_original_is_gone(tmp_path, capsys):
     assert cli.main(["store", "verify", "--results", str(tmp_path)]) == 1
     assert "names run 'o', which is not in the store" in capsys.readouterr().out
     assert load_runs(tmp_path).empty  # the copy is left out with its original
+
+
+def test_a_copies_compaction_killed_after_its_part_reads_each_copy_once_and_the_next_cleans_up(tmp_path, measured):
+    for sweep_id in ("b", "c"):
+        _sweep(tmp_path, sweep_id)
+    before = load_runs(tmp_path, columns=["run_id", "sweep_id", "cached_from"]).sort_values("run_id")
+    proc = subprocess.run([sys.executable, "-c", KILLER, str(tmp_path), "copies-part-written", "1"], cwd=REPO,
+                          env=dict(os.environ, PYTHONPATH=str(REPO)), capture_output=True, text=True, timeout=300)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr
+    assert len(store.sweep_copy_files(tmp_path)) == 2 and len(store.copy_files(tmp_path)) == 3  # both places
+    after = load_runs(tmp_path, columns=["run_id", "sweep_id", "cached_from"]).sort_values("run_id")
+    assert after.reset_index(drop=True).equals(before.reset_index(drop=True))  # each copy once
+    assert [row.how for row in table_mod.load_table(str(tmp_path), "c").rows] == ["cached"] * 4
+    assert cli.main(["store", "verify", "--results", str(tmp_path)]) == 0
+    store.compact(tmp_path)
+    (part,) = store.copy_files(tmp_path)
+    assert pq.ParquetFile(part).metadata.num_rows == 16

@@ -9,6 +9,11 @@ durably (fsync + rename) BEFORE it deletes the parts and loose files it merged, 
 appear while it runs, so a writer never waits and a kill at any point leaves every run in at least one place.
 Under the lock, nothing else writes to ``compacted/``: the temp files there are those of a killed compaction, and
 the key indexes an older version kept in ``compacted/_index/`` are no longer read; both are removed.
+
+The sweeps' files of copies (``copies/<sweep_id>.parquet``, one a sweep that copied runs from the store) are merged
+the same way into ``copies/compacted/part-<id>.parquet``, under the copies' own lock (``write.copies_locked``), which
+a sweep adding a copy takes too: a copy written while they are merged waits for the merge and then starts its
+sweep's file anew. A kill between a part and the removals leaves duplicates, which readers count once.
 """
 
 from __future__ import annotations
@@ -25,8 +30,9 @@ import pyarrow.parquet as pq
 
 from harness.fileio import fsync_dir
 from harness.store.index import drop_duplicates, scan
-from harness.store.record import COLUMNS, SCHEMA, conform, same_values
-from harness.store.write import compacted_dir, new_id, part_files, record_files, runs_dir, write_table
+from harness.store.record import COLUMNS, COPY_SCHEMA, SCHEMA, conform, same_values
+from harness.store.write import (compacted_dir, copies_dir, copies_locked, copy_parts_dir, new_id, parquet_files,
+                                 part_files, record_files, runs_dir, sweep_copy_files, write_table)
 
 AUTO_COMPACT_LOOSE = 500  # loose files that make the end of a sweep compact the store (a few seconds of work)
 PART_ROW_GROUP = 1024  # rows per row group: a sweep's rows sit in one or two, which a sweep_id filter picks out
@@ -52,6 +58,8 @@ class Compaction:
     busy: bool = False  # another compaction held the lock and we did not wait
     already: int = 0  # of the removed loose files, those whose runs were all in parts already
     temps: int = 0  # temp files of killed compactions, removed
+    copy_files: int = 0  # sweeps' files of copies merged into parts (and removed)
+    copy_parts: list[str] = field(default_factory=list)
     old_indexes: int = 0  # files of compacted/_index/ (an older version's key indexes), removed
 
     def summary(self) -> str:
@@ -59,7 +67,7 @@ class Compaction:
         if self.busy:
             return "another compaction is running; skipped"
         if not (self.merged or self.removed or self.unreadable or self.conflicts):
-            return "nothing to compact: no loose run files" + self._cleanup()
+            return "nothing to compact: no loose run files" + self._copies() + self._cleanup()
         text = f"compacted {self.merged} loose runs into {len(self.parts)} part file(s)"
         if self.rewritten:
             text += f" (with the {self.rewritten} part(s) that were not full)"
@@ -70,7 +78,11 @@ class Compaction:
         if self.conflicts:
             text += (f"; left {len(self.conflicts)} loose file(s) whose run_id a part holds with different values "
                      f"(see `python -m harness store verify`): {', '.join(self.conflicts[:3])}")
-        return text + self._cleanup()
+        return text + self._copies() + self._cleanup()
+
+    def _copies(self) -> str:
+        return (f"; merged the copies of {self.copy_files} sweep file(s) into {len(self.copy_parts)} part file(s)"
+                if self.copy_files else "")
 
     def _cleanup(self) -> str:
         text = f"; removed {self.temps} temp file(s) of an interrupted compaction" if self.temps else ""
@@ -79,12 +91,15 @@ class Compaction:
         return text
 
 
-def compact(results_dir: str | os.PathLike, wait: bool = True, min_loose: int = 1) -> Compaction:
-    """Merge the loose run files of ``results_dir``, and the parts not full yet, into compacted part files.
+def compact(results_dir: str | os.PathLike, wait: bool = True, min_loose: int = 1,
+            min_copies: int = 1) -> Compaction:
+    """Merge the loose run files of ``results_dir``, and the parts not full yet, into compacted part files; and
+    the sweeps' files of copies into parts of copies.
 
     Under an exclusive lock on ``<results_dir>/.compact.lock``; with ``wait=False`` a busy lock means
-    "skip" (``busy=True``). Merges nothing unless at least ``min_loose`` loose files are there; removes the
-    temp files of killed compactions and an older version's key indexes either way.
+    "skip" (``busy=True``). Merges no runs unless at least ``min_loose`` loose files are there, no copies unless
+    ``min_copies`` sweeps' files are; removes the temp files of killed compactions and an older version's key
+    indexes either way.
     """
     with _compaction_lock(results_dir, wait) as locked:
         if not locked:
@@ -92,17 +107,55 @@ def compact(results_dir: str | os.PathLike, wait: bool = True, min_loose: int = 
         temps, old_indexes = _remove_dead_files(results_dir)
         loose = record_files(results_dir)  # files that appear from now on are left for the next compaction
         done = _compact_locked(results_dir, loose) if len(loose) >= max(min_loose, 1) else Compaction()
+        if len(sweep_copy_files(results_dir)) >= max(min_copies, 1):
+            _compact_copies(results_dir, done)
         done.temps, done.old_indexes = temps, old_indexes
         return done
 
 
 def maybe_compact(results_dir: str | os.PathLike, threshold: int | None = None) -> Compaction | None:
-    """Compact if at least ``threshold`` (``AUTO_COMPACT_LOOSE``) loose files are there and no one else is
-    compacting (never waits)."""
+    """Compact if at least ``threshold`` (``AUTO_COMPACT_LOOSE``) loose files, or sweeps' files of copies, are
+    there and no one else is compacting (never waits)."""
     threshold = AUTO_COMPACT_LOOSE if threshold is None else threshold
-    if len(record_files(results_dir)) < threshold:
+    if len(record_files(results_dir)) < threshold and len(sweep_copy_files(results_dir)) < threshold:
         return None
-    return compact(results_dir, wait=False, min_loose=threshold)
+    return compact(results_dir, wait=False, min_loose=threshold, min_copies=threshold)
+
+
+def _compact_copies(results_dir, done: Compaction) -> None:
+    """Merge the sweeps' files of copies, and the parts of copies not full yet, into new parts; then remove them.
+    A file that cannot be read is left in place (``store verify`` names it)."""
+    with copies_locked(results_dir):
+        open_parts = [p for p in parquet_files(copy_parts_dir(results_dir)) if _rows(p) < PART_ROWS]
+        tables, sources = [], []
+        for path in sweep_copy_files(results_dir) + open_parts:
+            try:
+                tables.append(pq.read_table(path, schema=COPY_SCHEMA))
+                sources.append(path)
+            except (OSError, ValueError, pa.ArrowException):
+                continue
+        if not tables:
+            return
+        table = drop_duplicates(pa.concat_tables(tables)).sort_by([("sweep_id", "ascending"), ("run_id", "ascending")])
+        for start in range(0, table.num_rows, PART_ROWS):
+            path = copy_parts_dir(results_dir) / f"part-{new_id()}.parquet"
+            write_table(table.slice(start, PART_ROWS), path, row_group_size=PART_ROW_GROUP)
+            done.copy_parts.append(str(path))
+            _compaction_step("copies-part-written", path=path)
+        for path in sources:
+            Path(path).unlink(missing_ok=True)
+            done.copy_files += path not in open_parts
+            _compaction_step("copies-removed", path=path)
+        fsync_dir(copies_dir(results_dir))
+        fsync_dir(copy_parts_dir(results_dir))
+
+
+def _rows(path: str) -> int:
+    """A parquet file's row count, from its footer (one that cannot be read counts as full: it is left alone)."""
+    try:
+        return pq.ParquetFile(path).metadata.num_rows
+    except (OSError, ValueError, pa.ArrowException):
+        return PART_ROWS
 
 
 @contextmanager
@@ -129,15 +182,17 @@ def _remove_dead_files(results_dir) -> tuple[int, int]:
     Only compaction writes to ``compacted/`` and it holds the lock, so no temp file there is being written."""
     folder = compacted_dir(results_dir)
     temps = 0
-    for tmp in sorted(folder.glob(".tmp-*.parquet")) if folder.is_dir() else []:
-        tmp.unlink(missing_ok=True)
+    folders = [d for d in (folder, copy_parts_dir(results_dir)) if d.is_dir()]
+    for tmp in [p for d in folders for p in sorted(d.glob(".tmp-*.parquet"))]:
+        tmp.unlink(missing_ok=True)  # copies/compacted/ too: only compaction writes there, under this lock
         temps += 1
     old = folder / OLD_INDEX_DIR
     old_files = sum(1 for p in old.iterdir() if p.is_file()) if old.is_dir() else 0
     if old.is_dir():
         shutil.rmtree(old, ignore_errors=True)
     if temps or old_files:
-        fsync_dir(folder)
+        for each in folders + ([folder] if old_files and folder not in folders else []):
+            fsync_dir(each)
     return temps, old_files
 
 
@@ -234,15 +289,7 @@ def _write_parts(results_dir, table: pa.Table, done: Compaction) -> None:
 
 def _open_parts(results_dir) -> list[str]:
     """The parts with room (a part's row count is in its footer; one that cannot be read is left alone)."""
-    room = []
-    for path in part_files(results_dir):
-        try:
-            rows = pq.ParquetFile(path).metadata.num_rows
-        except (OSError, ValueError, pa.ArrowException):
-            continue
-        if rows < PART_ROWS:
-            room.append(path)
-    return room
+    return [path for path in part_files(results_dir) if _rows(path) < PART_ROWS]
 
 
 def _read_parts(results_dir, run_ids: list[str]) -> pa.Table:

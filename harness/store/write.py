@@ -1,8 +1,9 @@
 """Where records go and how they get there: ids, durable writes, the fallback folder.
 
 Layout: ``<results_dir>/runs/<run_id>.parquet`` (one loose file per run, written by whoever measured it),
-``<results_dir>/compacted/part-<id>.parquet`` (many runs a file, written by compaction) and
-``<results_dir>/copies/<sweep_id>.parquet`` (the runs a sweep copied from the store, a few columns each).
+``<results_dir>/compacted/part-<id>.parquet`` (many runs a file, written by compaction),
+``<results_dir>/copies/<sweep_id>.parquet`` (the runs a sweep copied from the store, a few columns each) and
+``<results_dir>/copies/compacted/part-<id>.parquet`` (many sweeps' copies, merged by compaction).
 
 A store must survive what databases survive: a writer killed mid-write leaves only a dot-prefixed temp file,
 which readers skip; a record is fsynced before it is renamed into place (and the folder after), so a crash never
@@ -13,6 +14,7 @@ fallback folder, or is printed whole; ``python -m harness store import`` puts it
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import secrets
@@ -21,6 +23,7 @@ import shutil
 import sys
 import tempfile
 import time
+from contextlib import contextmanager
 from dataclasses import asdict
 from pathlib import Path
 
@@ -31,6 +34,7 @@ from harness.fileio import fsync_dir, umask
 from harness.store.record import COLUMNS, COPY_COLUMNS, COPY_SCHEMA, SCHEMA, STATUSES, RunRecord
 
 MIN_FREE_BYTES = 64 * 2**20  # a record is ~10-200 KB; refuse to start a measurement on a nearly full disk
+COPIES_LOCK = ".lock"  # in copies/: see copies_locked
 KEPT_ELSEWHERE: list[str] = []  # how to put back each record this process could not write to its results folder
 
 
@@ -78,9 +82,33 @@ def copies_dir(results_dir: str | os.PathLike) -> Path:
     return Path(results_dir) / "copies"
 
 
-def copy_files(results_dir: str | os.PathLike) -> list[str]:
-    """The files of copies of a store (``copies/``)."""
+def copy_parts_dir(results_dir: str | os.PathLike) -> Path:
+    """The folder of the parts compaction merged sweeps' copies into."""
+    return copies_dir(results_dir) / "compacted"
+
+
+def sweep_copy_files(results_dir: str | os.PathLike) -> list[str]:
+    """The files of copies sweeps write, one a sweep (``copies/<sweep_id>.parquet``)."""
     return parquet_files(copies_dir(results_dir))
+
+
+def copy_files(results_dir: str | os.PathLike) -> list[str]:
+    """Every file of copies of a store: the sweeps' own (``copies/``), then the parts (``copies/compacted/``)."""
+    return sweep_copy_files(results_dir) + parquet_files(copy_parts_dir(results_dir))
+
+
+@contextmanager
+def copies_locked(results_dir: str | os.PathLike):
+    """An exclusive ``flock`` on a store's copies (``copies/.lock``): a sweep adding a copy (milliseconds) and a
+    compaction merging the sweeps' files take turns, so that no copy written meanwhile is merged away."""
+    folder = copies_dir(results_dir)
+    folder.mkdir(parents=True, exist_ok=True)
+    fd = os.open(folder / COPIES_LOCK, os.O_RDWR | os.O_CREAT, 0o666)  # 0o666 & ~umask, like the records
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
 
 
 def write_record(record: RunRecord, results_dir: str | os.PathLike) -> Path:
@@ -128,8 +156,9 @@ def store_copy(record: RunRecord, results_dir: str | os.PathLike, log=None) -> P
     path = copies_dir(results_dir) / f"{record.sweep_id or 'no-sweep'}.parquet"
     row = pa.table({name: [getattr(record, name)] for name in COPY_COLUMNS}, schema=COPY_SCHEMA)
     try:
-        table = pa.concat_tables([pq.read_table(path, schema=COPY_SCHEMA), row]) if path.exists() else row
-        return write_table(table, path)
+        with copies_locked(results_dir):  # a compaction may merge the file away: read and write in one turn
+            table = pa.concat_tables([pq.read_table(path, schema=COPY_SCHEMA), row]) if path.exists() else row
+            return write_table(table, path)
     except (OSError, pa.ArrowException):
         return store_record(record, results_dir, log)
 
