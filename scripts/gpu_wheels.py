@@ -20,14 +20,16 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 
 # What the lent machines' image has (module: distribution), with the dependencies those bring.
+# SciPy and PyYAML were there on the H100 of 2026-11-27 (the headline's check imported them, none carried).
 IMAGE = {"torch": "torch", "torchvision": "torchvision", "pandas": "pandas", "pyarrow": "pyarrow",
          "matplotlib": "matplotlib", "psutil": "psutil", "pynvml": "nvidia-ml-py", "rich": "rich", "numpy": "numpy",
-         "PIL": "pillow"}
+         "PIL": "pillow", "scipy": "scipy", "yaml": "PyYAML"}
 # What must be carried (module: pip requirement); versions where the H100's runs used them.
 CARRIED = {"monai": "monai==1.6.1", "hydra": "hydra-core==1.3.8", "omegaconf": "omegaconf==2.3.1",
-           "antlr4": "antlr4-python3-runtime==4.9.3", "yaml": "PyYAML", "nibabel": "nibabel==5.4.2",
-           "scipy": "scipy", "soundfile": "soundfile", "cffi": "cffi", "pycparser": "pycparser"}
-# Carried in a call of its own (61 MB, past what one call carries with the rest): only DETR's workload needs it.
+           "antlr4": "antlr4-python3-runtime==4.9.3", "nibabel": "nibabel==5.4.2",
+           "soundfile": "soundfile", "cffi": "cffi", "pycparser": "pycparser"}
+# Only DETR's workload needs it; the H100's image of 2026-11-27 had it (the check printed no note). Where an image
+# lacks it, carry it in a call of its own (61 MB, past what one call carries with the rest).
 ON_ITS_OWN = {"cv2": "opencv-python-headless"}
 # What a carried package imports that --no-deps does not install (from each one's own requirements).
 REQUIRES = {"hydra": ("omegaconf", "antlr4"), "omegaconf": ("antlr4", "yaml"), "soundfile": ("cffi",),
