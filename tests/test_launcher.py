@@ -111,6 +111,31 @@ def test_the_zygote_refuses_to_fork_with_a_thread_or_cuda_and_stops_the_blas_poo
     assert "2 threads in the launcher" in thread
 
 
+def test_on_a_gpu_the_launcher_leaves_imports_that_load_the_cuda_driver_to_the_runs(tmp_path):
+    # three modules a sweep's first run imported; the second loads the driver when imported (as a library that
+    # asks for devices at import time may): a probe finds it, the launcher imports only the first and stays forkable
+    (tmp_path / "fine_a.py").write_text("")
+    (tmp_path / "driver_b.py").write_text("from harness.run.parent import zygote\n"
+                                          "zygote._loaded_libraries = lambda word: {'/usr/lib/libcuda.so.1'}\n")
+    (tmp_path / "fine_c.py").write_text("")
+    code = textwrap.dedent("""
+        import sys
+        from harness.run.parent import zygote
+        print(zygote.preload_fork_safe(["fine_a", "driver_b", "fine_c"], probe=True))
+        print(sorted(m for m in ("fine_a", "driver_b", "fine_c") if m in sys.modules), zygote.LEFT_TO_RUNS)
+        print(repr(zygote.unsafe_to_fork()))
+        zygote.preload_fork_safe(["driver_b"], probe=False)  # without a probe (a CPU sweep): imported as before
+        print(repr(zygote.unsafe_to_fork()))
+    """)
+    env = dict(os.environ, PYTHONPATH=f"{REPO}:{tmp_path}", JE_ARROW_MALLOC_CONF="background_thread:false")
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    failed, imported, safe, unsafe = out.stdout.splitlines()[-4:]
+    assert failed == "[]" and imported == "['fine_a'] ['driver_b']" and safe == "''"
+    assert "the CUDA driver is loaded in the launcher (by importing driver_b)" in unsafe
+    assert "not preloaded from driver_b on" in out.stdout
+
+
 @pytest.mark.slow  # minutes of the default tier's 8; the same path runs in faster tests
 def test_a_zygote_that_cannot_fork_safely_hands_the_runs_to_fresh_interpreters_saying_so_once(
         results, tmp_path, monkeypatch, capsys):

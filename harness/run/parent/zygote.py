@@ -50,6 +50,7 @@ PRELOAD = ("torch", "harness.config", "harness.run.child.main", "harness.run.chi
            "harness.workload.knobs", "harness.workload.shared_data", "torch.utils.flop_counter")
 NOT_PRELOADED = ("__main__", "__mp_main__")
 DRIVER_LOADED_BY: list[str] = []  # the import after which the CUDA driver was first seen loaded here, if any
+LEFT_TO_RUNS: list[str] = []  # the imports a probe found unsafe: not preloaded (from it on), each run makes them
 MADV_POPULATE_READ = 22
 
 
@@ -81,9 +82,10 @@ def main(sweep_dir: str, first_config: str = "") -> int:
     guard_child()  # dies with the sweep's process; no deadline of its own (each run carries one)
     sock = socket.socket(fileno=int(os.environ.pop(SOCKET_ENV)))
     started = time.monotonic()
-    failed = preload(PRELOAD)
+    probe = bool(first_config) and _device(Path(first_config)) == "cuda"
+    failed = preload_fork_safe(PRELOAD, probe)
     if first_config:
-        warm_workload(Path(first_config))
+        warm_workload(Path(first_config), probe)
     resident, sources = resident_file_pages(), source_stamps()
     send(sock, {"ready": os.getpid(), "import_s": time.monotonic() - started, "failed": failed})
     learnt = False
@@ -105,7 +107,7 @@ def main(sweep_dir: str, first_config: str = "") -> int:
         _, status = os.waitpid(pid, 0)
         send(sock, {"exited": pid, "returncode": os.waitstatus_to_exitcode(status)})
         if not learnt:
-            learnt = _learn(Path(sweep_dir) / f"imports-{pid}.json")
+            learnt = _learn(Path(sweep_dir) / f"imports-{pid}.json", probe)
             if learnt:
                 resident, sources = resident_file_pages(), source_stamps()
 
@@ -129,10 +131,56 @@ def preload(names) -> list[str]:
     return failed
 
 
-def warm_workload(config_path: Path) -> list[str]:
+def preload_fork_safe(names, probe: bool) -> list[str]:
+    """``preload(names)``; with ``probe`` (the sweep runs on a GPU) they are imported in a forked probe first, and
+    those from the first whose import leaves a process unsafe to fork (a library that loads the CUDA driver or
+    starts a thread when imported) on are left to the runs, each importing them itself as a fresh process does:
+    this process stays one a run can be forked from."""
+    names = [n for n in names if n not in sys.modules and n not in NOT_PRELOADED]
+    if probe and names and not unsafe_to_fork():
+        names, culprit = _probe(names)
+        if culprit:
+            LEFT_TO_RUNS.append(culprit)
+            print(f"not preloaded from {culprit} on: its import leaves the launcher unsafe to fork", flush=True)
+    return preload(names)
+
+
+def _probe(names: list[str]) -> tuple[list[str], str]:
+    """Import ``names`` in order in a fork of this process: (those before the first that leaves it unsafe to fork,
+    that one; or all of them and "")."""
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the probe: imports, says how far it got safely, and ends
+        os.close(read)
+        first_unsafe = len(names)
+        try:
+            for i, name in enumerate(names):
+                preload([name])
+                if unsafe_to_fork():
+                    first_unsafe = i
+                    break
+            os.write(write, str(first_unsafe).encode())
+        finally:
+            os._exit(0)
+    os.close(write)
+    with os.fdopen(read) as pipe:
+        said = pipe.read().strip()
+    os.waitpid(pid, 0)
+    index = int(said) if said.isdigit() else len(names)  # a probe that died said nothing: import as before
+    return names[:index], names[index] if index < len(names) else ""
+
+
+def _device(config_path: Path) -> str:
+    try:
+        return str(json.loads(config_path.read_text()).get("device") or "")
+    except (OSError, ValueError):
+        return ""
+
+
+def warm_workload(config_path: Path, probe: bool = False) -> list[str]:
     """Import the modules of a run's model, loss and dataset ``_target_``s (its ``config.json``), for the libraries
     they import; nothing is built or called, so no run's code leaves state here. Returns the ones that failed
-    (a run that cannot import its model says so itself, in its own record)."""
+    (a run that cannot import its model says so itself, in its own record); ``probe``: as ``preload_fork_safe``."""
     try:
         values = json.loads(config_path.read_text()).get("workload") or {}
     except (OSError, ValueError):
@@ -140,19 +188,20 @@ def warm_workload(config_path: Path) -> list[str]:
     names = [node["_target_"].rsplit(".", 1)[0] for node in (values.get(k) for k in ("model", "loss", "dataset"))
              if isinstance(node, dict) and isinstance(node.get("_target_"), str) and "." in node["_target_"]]
     try:
-        return preload(names)
+        return preload_fork_safe(names, probe)
     finally:
         stop_blas_threads()
 
 
-def _learn(path: Path) -> bool:
-    """Import what the sweep's first run imported (its workload's libraries), once it has ended."""
+def _learn(path: Path, probe: bool = False) -> bool:
+    """Import what the sweep's first run imported (its workload's libraries), once it has ended; ``probe``: as
+    ``preload_fork_safe``."""
     try:
         names = json.loads(path.read_text())
         path.unlink()
     except (OSError, ValueError):
         return False  # a run that did not get to its end: the next one reports
-    preload(names)
+    preload_fork_safe(names, probe)
     return True
 
 
