@@ -94,6 +94,7 @@ def test_a_copy_after_compaction_starts_its_sweep_s_file_anew_and_the_next_compa
     assert [Path(p).name for p in store.sweep_copy_files(tmp_path)] == ["d.parquet"]
     done = store.compact(tmp_path)
     assert done.copy_files == 1 and len(done.copy_parts) == 1 and store.sweep_copy_files(tmp_path) == []
+    assert done.summary() == "merged the copies of 1 sweep file(s) into 1 part file(s); no loose run files"
     (part,) = store.copy_files(tmp_path)  # the part with room was merged with it: one part, each copy once
     assert pq.ParquetFile(part).metadata.num_rows == 24
     for sweep_id in ("b", "c", "d"):

@@ -67,7 +67,9 @@ class Compaction:
         if self.busy:
             return "another compaction is running; skipped"
         if not (self.merged or self.removed or self.unreadable or self.conflicts):
-            return "nothing to compact: no loose run files" + self._copies() + self._cleanup()
+            if self.copy_files:
+                return self._copies().removeprefix("; ") + "; no loose run files" + self._cleanup()
+            return "nothing to compact: no loose run files" + self._cleanup()
         text = f"compacted {self.merged} loose runs into {len(self.parts)} part file(s)"
         if self.rewritten:
             text += f" (with the {self.rewritten} part(s) that were not full)"
