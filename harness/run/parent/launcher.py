@@ -187,6 +187,9 @@ class Zygote:
                 os.close(fd)
             return None, message.get("refused", f"the launcher answered {message}")
         self.forks.append({k: v for k, v in message.items() if k != "started"})
+        if message.get("left_to_runs"):
+            say_once(f"warm launcher: each run imports {message['left_to_runs']} and what follows it itself (its "
+                     "import leaves a process unsafe to fork)")
         return ForkedChild(self, int(message["started"]), handed[0]), ""
 
     def read_exits(self, child: ForkedChild) -> None:

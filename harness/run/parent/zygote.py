@@ -100,6 +100,8 @@ def main(sweep_dir: str, first_config: str = "") -> int:
             send(sock, {"refused": why})
             continue
         state = {"threads": len(_threads()), "cuda_initialized": _cuda_initialized()}  # as the fork finds it
+        if LEFT_TO_RUNS:
+            state["left_to_runs"] = LEFT_TO_RUNS[0]
         pid = _fork_run(request, fds, sock, sweep_dir, resident, report_imports=not learnt)
         pidfd = os.pidfd_open(pid)  # before any wait: the PID cannot have been reused yet
         send(sock, {"started": pid, **state}, [pidfd])
