@@ -201,8 +201,9 @@ def check(results_dir: str, before_list: str, strict: bool = False) -> int:
         what = f"{row.ladder} rung {row.rung}" if row.ladder else "run"
         verdict = failure(row.status, row.error or "", row.ladder or "", row.config_json or "{}")
         verdict = verdict or (f"ended {row.status}, not ok" if strict and row.status != "ok" else "")
-        print(f"{what} {row.workload} {row.change or ''}: {row.status}" + (f": {tail[-1][:200]}" if tail else "")
-              + (f"  <- FAILS THE PART: {verdict}" if verdict else ""))
+        launched = getattr(row, "launched_by", "") or ""  # fork (the warm launcher) or exec (a fresh interpreter)
+        print(f"{what} {row.workload} {row.change or ''}: {row.status}" + (f" ({launched})" if launched else "")
+              + (f": {tail[-1][:200]}" if tail else "") + (f"  <- FAILS THE PART: {verdict}" if verdict else ""))
         bad += bool(verdict)
     return 1 if bad else 0
 

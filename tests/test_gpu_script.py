@@ -305,10 +305,10 @@ def test_a_batch_starts_no_part_that_would_not_fit_the_command(tmp_path, monkeyp
     assert ran == ["noise"] and "bash scripts/gpu_measure.sh batch tests phase1" in capsys.readouterr().out
 
 
-def _record(results, run_id, status="ok", error="", ladder="phase2", rung=0, config=None):
+def _record(results, run_id, status="ok", error="", ladder="phase2", rung=0, config=None, launched_by=""):
     write_record(RunRecord(run_id=run_id, status=status, timestamp="2026-11-23T10:00:00Z", error=error,
                            workload="unet3d", ladder=ladder, rung=rung, sweep_id="phase2-h100-x",
-                           config_json=json.dumps(config or {})), results)
+                           config_json=json.dumps(config or {}), launched_by=launched_by), results)
 
 
 def _tarball(tmp_path, part, status, records=1) -> Path:
@@ -378,6 +378,15 @@ def test_a_part_that_fails_twice_on_one_path_is_blocked(tmp_path, monkeypatch):
 
 # ------------------------------------------------------------------------------------------
 # the part's check
+
+
+def test_check_says_how_each_run_was_launched(tmp_path, capsys):
+    # a slot's log shows whether the warm launcher forked the runs there (on the H100 they started as interpreters)
+    _record(tmp_path / "results", "20261123-100001-forked", launched_by="fork")
+    _record(tmp_path / "results", "20261123-100002-execed", launched_by="exec", rung=1)
+    assert gpu_part.check(str(tmp_path / "results"), str(tmp_path / "none.txt")) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines == ["phase2 rung 0 unet3d : ok (fork)", "phase2 rung 1 unet3d : ok (exec)"]
 
 
 @pytest.mark.parametrize("status, error, config, fails", [
