@@ -238,7 +238,7 @@ def run_part(part: gpu_parts.Part, ctx: Context) -> int:
         shutil.copy2(path, pack / "results" / "runs" / path.name)
     copied = [name for name, state in _copies_state(ctx.results).items() if copies_before.get(name) != state]
     for name in copied:  # a sweep's copies of earlier runs: without them its table here lacks those rungs
-        (pack / "results" / "copies").mkdir(parents=True, exist_ok=True)
+        (pack / "results" / "copies" / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(ctx.results / "copies" / name, pack / "results" / "copies" / name)
     failed = [c for c in codes if c not in (0, None)]
     stamp.update(ended=gpu_plan.now(), elapsed_s=round(time.monotonic() - t0, 1), records=[p.name for p in new],
@@ -258,8 +258,11 @@ def run_part(part: gpu_parts.Part, ctx: Context) -> int:
 
 
 def _copies_state(results: Path) -> dict[str, tuple[int, int]]:
-    """Each copies file of a store (one a sweep, appended to) with its size and change time."""
-    return {p.name: (p.stat().st_size, p.stat().st_mtime_ns) for p in (results / "copies").glob("*.parquet")}
+    """Each file of copies of a store (one a sweep, appended to; compaction's parts in compacted/), by its path
+    under copies/, with its size and change time."""
+    folder = results / "copies"
+    return {p.relative_to(folder).as_posix(): (p.stat().st_size, p.stat().st_mtime_ns)
+            for p in folder.rglob("*.parquet") if not p.name.startswith(".")}
 
 
 def seed(ctx: Context) -> int:

@@ -215,9 +215,9 @@ def record(tarball: Path) -> str:
             target = folder / "runs" / path.name
             if not target.exists():  # a finished measurement is never overwritten
                 target.write_bytes(path.read_bytes())
-        copies = sorted((root / "results" / "copies").glob("*.parquet"))
-        for path in copies:
-            merge_copies(path, folder / "copies" / path.name)
+        copies = root / "results" / "copies"
+        for path in sorted(copies.rglob("*.parquet")):  # a sweep's own file, or a part compaction made
+            merge_copies(path, folder / "copies" / path.relative_to(copies))
         part = stamp["part"]
         for name, suffix in ((f"{part}.log", ".log"), ("table.md", ".table.md"), (f"{part}.xml", ".xml")):
             if (root / name).exists():
