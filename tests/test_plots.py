@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.analysis.views import plots
+from harness.analysis.views import labels, plots
 from harness.commands import plot as plot_cmd
 from harness.store import RunRecord, load_runs, write_record
 
@@ -125,7 +125,7 @@ def test_titles_wrap_to_the_figure_and_name_the_commit_without_an_installed_vers
     write_sweep(results, harness_version="", ladder="a_long_ladder_name_of_forty_characters_xx")
     for p in plots.build_plots(plots.sweep_data(load_runs(results))):
         lines = p.figure.axes[0].get_title().splitlines()
-        assert max(map(len, lines[1:])) <= plots.TITLE_WIDTH and "harness at abc1234" in lines[-1], lines
+        assert max(map(len, lines[1:])) <= labels.TITLE_WIDTH and "harness at abc1234" in lines[-1], lines
 
 
 def test_cpu_memory_plot_says_the_capacity_line_is_omitted(results):
@@ -185,9 +185,9 @@ def test_fifteen_rungs_stay_readable(results):
 
 
 def test_change_names_break_at_dots_not_mid_word():
-    assert plots.short_change("data.num_workers=4") == "data.\nnum_workers\n=4"
-    assert plots.short_change("precision=bf16-mixed") == "precision\n=bf16-mixed"
-    assert plots.short_change("(baseline)") == "baseline"
+    assert labels.short_change("data.num_workers=4") == "data.\nnum_workers\n=4"
+    assert labels.short_change("precision=bf16-mixed") == "precision\n=bf16-mixed"
+    assert labels.short_change("(baseline)") == "baseline"
 
 
 def test_svg_on_request_and_bad_format(results, tmp_path, capsys):

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.analysis.stats import noise_model, speedup
-from harness.analysis.views import plots, table as table_mod
+from harness.analysis.views import labels, plots, table as table_mod
 from harness.registry import unknown_choice
 from harness.store import load_parquet_files, load_runs, resolve_sweep
 
@@ -100,7 +100,7 @@ def _facts(side: Side) -> dict[str, str]:
         "torch": f"torch {first['torch_version']}",
         "commit": f"commit {commit}" if commit else "commit ?",
         "workload": f"{side.table.workload} ({side.table.size})",
-        "harness": f"harness {plots.version_text(first)}",
+        "harness": f"harness {labels.version_text(first)}",
     }
 
 
@@ -246,7 +246,7 @@ def grouped_plot(sides: list[Side], rows: list[CompareRow], path: Path) -> Path:
             ax.text(j, top * 1.05, "not\ncomparable", ha="center", va="bottom", fontsize=7, color="#c62828")
         elif row.ratios and row.ratios[-1] is not None:
             ax.text(j, top * 1.05, f"{row.ratios[-1].value:.2f}x", ha="center", va="bottom", fontsize=8)
-    ax.set_xticks(range(len(rows)), [f"{r.rung}\n{plots.short_change(r.change)}" for r in rows], fontsize=8)
+    ax.set_xticks(range(len(rows)), labels.tick_labels(rows), fontsize=8)
     ax.set_xlabel("rung and the one change it adds")
     ax.set_ylabel("throughput (samples/s)")
     ax.set_ylim(0, top * 1.25)
@@ -254,7 +254,7 @@ def grouped_plot(sides: list[Side], rows: list[CompareRow], path: Path) -> Path:
     first = sides[0].records.sort_values("timestamp").iloc[0]
     devices = "/".join(sorted({s.table.device for s in sides}))
     ax.set_title(f"Side by side: {' vs '.join(s.label for s in sides)}\n{sides[0].table.workload} on {devices}, ladder "
-                 f"{sides[0].table.ladder}  |  {str(first['timestamp'])[:10]}  |  harness {plots.version_text(first)}"
+                 f"{sides[0].table.ladder}  |  {str(first['timestamp'])[:10]}  |  harness {labels.version_text(first)}"
                  f"  |  number above a rung: {chr(64 + len(sides))}/A", fontsize=10)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
