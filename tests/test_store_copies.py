@@ -184,3 +184,16 @@ def test_a_copies_compaction_killed_after_its_part_reads_each_copy_once_and_the_
     store.compact(tmp_path)
     (part,) = store.copy_files(tmp_path)
     assert pq.ParquetFile(part).metadata.num_rows == 16
+
+
+def test_an_unreadable_file_of_copies_is_left_in_place_by_compaction_and_named_by_verify(tmp_path, measured, capsys):
+    _sweep(tmp_path, "b")
+    bad = store.copies_dir(tmp_path) / "broken.parquet"
+    bad.write_bytes(b"not parquet")
+    done = store.compact(tmp_path)
+    assert done.copy_files == 1 and bad.exists()  # sweep b's file merged, the damaged one untouched
+    with pytest.warns(store.UnreadableRecord, match="broken.parquet"):  # readers skip it, saying so
+        assert [row.how for row in table_mod.load_table(str(tmp_path), "b").rows] == ["cached"] * 4
+    capsys.readouterr()
+    assert cli.main(["store", "verify", "--results", str(tmp_path)]) == 1
+    assert f"unreadable: {bad}" in capsys.readouterr().out
