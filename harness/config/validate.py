@@ -275,9 +275,9 @@ def _validate_val_dataset(spec: WorkloadSpec) -> None:
 def _validate_workload_shapes(spec: WorkloadSpec) -> None:
     """The workload's sizes and sample shapes, and what its synthetic samples can be."""
     units = spec.units_per_sample
-    if units != "spatial" and not (isinstance(units, int) and units > 0):
-        raise ValueError(f"workload.units_per_sample={units!r} is not valid: use a positive whole number or spatial "
-                         "(the product of the sample's spatial sides)")
+    if units not in ("spatial", "sequence") and not (isinstance(units, int) and units > 0):
+        raise ValueError(f"workload.units_per_sample={units!r} is not valid: use a positive whole number, spatial "
+                         "(the product of the sample's spatial sides) or sequence (its length: tokens)")
     missing = [n for n in SIZES[1:] if n not in spec.sizes]
     if missing:
         raise ValueError(f"workload {spec.name!r} has no sizes.{missing[0]}: every workload gives a full and a "
