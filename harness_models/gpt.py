@@ -116,7 +116,9 @@ def train_flops_per_token(params: int, layers: int, width: int, length: int) -> 
     return float(6 * params + 12 * layers * width * length)
 
 
-def recompute_flops_per_token(block_params: int, layers: int, width: int, length: int) -> float:
-    """What a full activation checkpoint of every block adds per token (each block's forward again: 2 N_blocks +
-    4 L d T): hardware FLOPs = model FLOPs + this."""
-    return float(2 * block_params + 4 * layers * width * length)
+def recompute_flops_per_token(block_params: int, last_params: int, layers: int, width: int, length: int) -> float:
+    """What a full activation checkpoint of every block adds per token: each block's forward again, 2 N_blocks +
+    4 L d T, less its last matmul (``last_params``: the MLP's output projection, ``layers`` of them), whose output
+    no backward needs, so torch's non-reentrant checkpoint stops before it (its early stop). Hardware FLOPs =
+    model FLOPs + this."""
+    return float(2 * (block_params - last_params) + 4 * layers * width * length)

@@ -8,10 +8,10 @@ import dataclasses
 from typing import Any
 
 from harness.config.schema import (
-    AUGMENT_PRESETS, AUTO_BOOL, COMM_HOOKS, COMPILE_MODES, DATA_CACHES, DATA_SOURCES, DEVICES, FAULTS,
-    MATMUL_PRECISIONS, MEASURE_MODES, MEMORY_LIMIT_GB, PAGE_CACHE, PRECISIONS, SCALINGS, SIZES, DataConfig,
-    DebugConfig, MeasureConfig, MemoryConfig, ModelConfig, OptimizerConfig, ProfileConfig, RunConfig, SweepConfig,
-    ValConfig,
+    AUGMENT_PRESETS, AUTO_BOOL, CHECKPOINT_POLICIES, COMM_HOOKS, COMPILE_CACHES, COMPILE_MODES, DATA_CACHES,
+    DATA_SOURCES, DEVICES, FAULTS, MATMUL_PRECISIONS, MEASURE_MODES, MEMORY_LIMIT_GB, PAGE_CACHE, PRECISIONS,
+    SCALINGS, SDPA_BACKENDS, SIZES, DataConfig, DebugConfig, MeasureConfig, MemoryConfig, ModelConfig,
+    OptimizerConfig, ProfileConfig, RunConfig, SweepConfig, ValConfig,
 )
 from harness.config import targets
 from harness.config import workload as workloads_mod
@@ -35,6 +35,7 @@ def validate(cfg: RunConfig) -> None:
     _validate_profile(cfg.profile)
     validate_memory(cfg.memory)
     validate_sweep(cfg.sweep)
+    _validate_lm(cfg)
 
 
 def _validate_run(cfg: RunConfig) -> None:
@@ -57,6 +58,13 @@ def _validate_run(cfg: RunConfig) -> None:
     _positive(cfg, "", "accumulate_grad_batches", "log_every_n_steps")
     if cfg.timeout_s <= 0:
         raise ValueError(f"timeout_s={cfg.timeout_s} must be positive")
+
+
+def _validate_lm(cfg: RunConfig) -> None:
+    """A language model's knobs' names, and compile's cache."""
+    check_choice("lm.sdpa_backend", cfg.lm.sdpa_backend, SDPA_BACKENDS)
+    check_choice("lm.checkpoint_policy", cfg.lm.checkpoint_policy, CHECKPOINT_POLICIES)
+    check_choice("compile_cache", cfg.compile_cache, COMPILE_CACHES)
 
 
 def validate_sweep(sweep: SweepConfig) -> None:

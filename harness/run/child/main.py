@@ -82,12 +82,14 @@ def _measure(cfg: RunConfig, rank: Rank, gpu_name: str, progress, job: Path) -> 
     """This rank's measurement, summarised; under DDP, every rank's combined into rank 0's record."""
     from harness.run.child import ranks  # torch: main() imported it, after the lifeline
     from harness.run.child.measure import measured_run, model_flops_per_sample  # torch: as ranks
+    from harness.workload import train_flops  # torch: as ranks
 
     cfg.batch_size = config_mod.per_device_batch(cfg)  # this rank's batch (strong scaling: its share)
     flops = model_flops_per_sample(cfg, cfg.workload)
+    hardware = train_flops.hardware_flops(cfg, cfg.workload, flops)
     with measured_run(cfg, cfg.workload, progress, rank) as run:
         run.extras.worker_hwm_bytes = monitor.worker_peaks()  # the loader's workers are alive until the block ends
-        summary = summarize(run.m, run.extras, per_sample(cfg, flops, gpu_name), compiled=cfg.compile != "off")
+        summary = summarize(run.m, run.extras, per_sample(cfg, flops, gpu_name, hardware), compiled=cfg.compile != "off")
         if rank.distributed:
             summaries = rank.gather(summary.to_dict())
             omp = int(os.environ.get("OMP_NUM_THREADS", "0")) or None
