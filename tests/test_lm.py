@@ -1,0 +1,129 @@
+"""Language-model training: the GPT workload built from its settings, its FLOPs counted two ways and matched by hand,
+MFU over the device table's peak, the lm ladder's claims and sources, the lm knobs' skip reasons, and the tokens
+table's compile break-even."""
+
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from harness.analysis.views.units import UnitRow, break_even_lines
+from harness.config import ladder as ladder_mod
+from harness.run.child.summary import Extras, Measurement, per_sample, summarize
+from harness.workload import train_flops
+from harness.workload.applicability import not_applicable
+from harness_models.gpt import gpt, lm_step, recompute_flops_per_token, train_flops_per_token
+from tests.conftest import REPO, tiny_config
+
+LADDER = REPO / "harness" / "conf" / "ladder" / "lm.yaml"
+
+
+def gpt_config(**overrides):
+    return tiny_config(workload="gpt", **overrides)
+
+
+def test_gpt_smoke_is_small_and_starts_near_ln_vocab():
+    cfg = gpt_config()
+    assert cfg.data.patch_size == [128] and cfg.workload.units_in((128,)) == 128  # tokens, not voxels
+    model = gpt(context=cfg.data.patch_size, size=cfg.size)
+    assert (model.layers, model.heads, model.width, model.vocab, model.context) == (2, 4, 128, 2048, 128)
+    ids = torch.randint(0, 2048, (2, 128), generator=torch.Generator().manual_seed(0))
+    loss = lm_step(model, {"input_ids": ids, "labels": ids})
+    assert abs(float(loss.detach()) - torch.log(torch.tensor(2048.0)).item()) < 0.2  # GPT-2's init: ~ln(vocab) at first
+
+
+def test_model_and_hardware_flops_match_the_hand_count():
+    """6N + 12LdT a token (MLPerf's rule), and full checkpointing's recompute: each block's forward again less its
+    last matmul (torch's non-reentrant checkpoint stops early), counted on the meta device by the harness."""
+    cfg = gpt_config(activation_checkpointing=True)
+    model = gpt(context=cfg.data.patch_size, size=cfg.size)
+    n, length, layers, width = model.params_for_flops(), 128, 2, 128
+    assert n == 2 * 12 * width ** 2 + 2048 * width  # qkv 3d^2, proj d^2, mlp 8d^2 per block; the tied head
+    by_hand = train_flops_per_token(n, layers, width, length) * length
+    assert by_hand == (6 * n + 12 * layers * width * length) * length
+    model_flops = train_flops.model_flops(cfg, cfg.workload)
+    assert model_flops == by_hand
+    last = layers * 4 * width * width  # each block's MLP output projection
+    recompute = recompute_flops_per_token(model.block_params(), last, layers, width, length) * length
+    assert train_flops.hardware_flops(cfg, cfg.workload, model_flops) == by_hand + recompute
+    plain = gpt_config()
+    assert train_flops.hardware_flops(plain, plain.workload, model_flops) == model_flops  # nothing recomputed
+    selective = gpt_config(activation_checkpointing=True, lm__checkpoint_policy="selective")
+    between = train_flops.hardware_flops(selective, selective.workload, model_flops)
+    assert model_flops < between < by_hand + recompute  # half the matmuls kept, attention kept
+
+
+def test_mfu_is_both_flops_over_the_dtype_peak_of_the_device_table():
+    cfg = gpt_config(activation_checkpointing=True, precision="bf16-mixed")
+    cfg.device = "cuda"
+    sample = per_sample(cfg, 5.0e8, "NVIDIA H100 80GB HBM3", hardware_flops=6.0e8)
+    assert sample.peak_flops == 989.4e12 and sample.units == 128  # bf16 dense, not an A100's 312 TFLOP/s
+    m = Measurement(samples_per_step=4, warmup_ms=[100.0], step_ms=[10.0] * 10, data_wait_ms=[0.0] * 10,
+                    measured_s=0.1)
+    s = summarize(m, Extras(), sample, compiled=False)
+    assert s.samples_per_s == pytest.approx(400.0) and s.units_per_s == pytest.approx(400.0 * 128)
+    assert s.mfu == pytest.approx(5.0e8 * 400 / 989.4e12)
+    assert s.mfu_hardware == pytest.approx(6.0e8 * 400 / 989.4e12)
+    cpu = per_sample(gpt_config(), 5.0e8, "")
+    assert cpu.peak_flops is None  # a CPU: MFU n/a, never a default peak
+
+
+def test_every_lm_rung_quotes_a_claim_and_its_source_is_in_the_ladder_file():
+    ladder = ladder_mod.load("lm")
+    text = " ".join(LADDER.read_text().split())
+    raw = yaml.safe_load(LADDER.read_text())
+    assert len(ladder.rungs) == len(raw["rungs"]) + 1  # the baseline and one rung a knob
+    for entry in raw["rungs"]:
+        assert entry["source"].strip(), entry
+        assert " ".join(entry["source"].split())[:60] in text
+        claim = entry["claim"]
+        assert claim == "minor" or (isinstance(claim, list) and 1 <= claim[0] <= claim[1])
+    figures = {tuple(e["set"]): e["claim"] for e in raw["rungs"] if e["claim"] != "minor"}
+    assert figures == {("optimizer.fused",): [1.016, 1.036], ("compile",): [1.16, 1.16], ("lm.float8",): [1.25, 1.28]}
+    for words in ("torchtitan", "8 H100s", "1.6-3.6%", "1.16x", "1.28x", "FlashAttention", "Korthikanti"):
+        assert words in text
+
+
+@pytest.mark.parametrize("setting, words", [
+    ({"lm__sdpa_backend": "efficient"}, "no CPU kernel"),
+    ({"lm__sdpa_backend": "cudnn"}, "no CPU kernel"),
+    ({"lm__float8": True}, "needs a CUDA GPU with float8"),
+    ({"lm__fsdp": True}, "needs devices >= 2"),
+    ({"lm__checkpoint_policy": "selective"}, "activation_checkpointing=false checkpoints nothing"),
+])
+def test_lm_knobs_that_cannot_act_on_this_cpu_say_why(setting, words):
+    assert words in not_applicable(gpt_config(**setting))
+
+
+def test_lm_knobs_that_act_on_a_cpu_are_not_skipped():
+    for setting in ({"lm__sdpa_backend": "math"}, {"lm__sdpa_backend": "flash"}, {"optimizer__fused": True},
+                    {"activation_checkpointing": True, "lm__checkpoint_policy": "selective"}):
+        assert not_applicable(gpt_config(**setting)) == ""
+    assert "a language model on token batches" in not_applicable(tiny_config(lm__sdpa_backend="math"))
+
+
+def test_break_even_is_compile_time_over_the_step_time_saved():
+    rows = [UnitRow(0, "(baseline)", "ok", step_ms=50.0), UnitRow(1, "compile=default", "ok", step_ms=40.0,
+                                                                   compile_s=20.0, cache="warm"),
+            UnitRow(2, "compile_cache=fresh", "ok", step_ms=40.0, compile_s=60.0, cache="cold"),
+            UnitRow(3, "compile=max-autotune", "ok", step_ms=55.0, compile_s=5.0, cache="warm")]
+    lines = break_even_lines(rows)
+    assert "breaks even after 2000 steps" in lines[0] and "warm" in lines[0]
+    assert "breaks even after 6000 steps" in lines[1] and "cold" in lines[1]
+    assert "never pays back" in lines[2]
+
+
+def test_sequence_units_and_a_bad_units_word():
+    from harness.config.validate import validate_workload
+
+    spec = gpt_config().workload
+    assert spec.units_per_sample == "sequence" and spec.units_in((300,)) == 300
+    spec.units_per_sample = "words"
+    with pytest.raises(ValueError, match="positive whole number, spatial .* or sequence"):
+        validate_workload(spec)
+
+
+def test_sdpa_backend_choices_are_named():
+    with pytest.raises(ValueError, match="lm.sdpa_backend"):
+        gpt_config(lm__sdpa_backend="flash2")
