@@ -127,3 +127,62 @@ def test_sequence_units_and_a_bad_units_word():
 def test_sdpa_backend_choices_are_named():
     with pytest.raises(ValueError, match="lm.sdpa_backend"):
         gpt_config(lm__sdpa_backend="flash2")
+
+
+class FakeSequenceAllocator:
+    """Stands in for ``runner.run_and_store``: a run over ``fits`` tokens a sequence ends ``oom``."""
+
+    def __init__(self, fits: int):
+        self.fits, self.calls = fits, []
+
+    def __call__(self, cfg, env, env_key, on_progress=None, skip_reason=None, **fields):
+        from harness.run.parent import isolate
+        from harness.store import store_record
+
+        length = cfg.data.patch_size[-1]
+        self.calls.append((length, fields.get("ladder")))
+        status = "oom" if length > self.fits else "ok"
+        record = isolate.base_record(cfg, env, env_key, status, "CUDA out of memory" if status == "oom" else "",
+                                     **fields)
+        if status == "ok":
+            record.samples_per_s = 4000.0 / length * (1 + 0.002 * (len(self.calls) % 3))
+            record.step_ms = [1000.0 * cfg.batch_size / record.samples_per_s] * 10
+            record.peak_host_rss_bytes = (100 + length) * 2 ** 20
+            record.other_cpu_pct, record.cpu_count, record.cpu_model = 1.0, 2, "cpu"
+        store_record(record, cfg.results_dir)
+        return record
+
+
+def test_fit_on_the_sequence_axis_finds_the_longest_sequence_that_fits(results, monkeypatch, capsys):
+    import contextlib
+
+    from harness import config as config_mod
+    from harness.fit import session
+    from harness.fit.search import FitConfig
+    from harness.sweeps import loop
+    from harness.sweeps.rungs import runner
+    from tests.test_fit import Display, Lines, _progress
+
+    fake = FakeSequenceAllocator(fits=400)  # 384 tokens fit, 448 do not
+    monkeypatch.setattr(runner, "run_and_store", fake)
+    monkeypatch.setattr(loop.launcher, "warm", lambda: contextlib.nullcontext(
+        type("Session", (), {"begin": lambda self, cfg: None})()))
+    settings = config_mod.to_dict(config_mod.from_dict({"workload": "gpt", "measure.steps": 2,
+                                                        "measure.warmup_steps": 1, "results_dir": str(results),
+                                                        "sweep.repeats": 2, "sweep.remeasure_busy": False}))
+    lines = Lines()
+    assert session.run_fit(settings, FitConfig(axis="sequence", max=1024), Display(say=lines.say, progress=_progress),
+                           lines, []) == 0
+    searched = [length for length, ladder in fake.calls if ladder == "fit"]
+    assert searched == [64, 128, 256, 512, 384, 448]  # steps of 64 tokens: doubling, then bisecting 256..512
+    out = capsys.readouterr().out
+    assert "tokens/s" in out
+    assert ("Largest that fits: data.patch_size=[384] (data.patch_size=[384] fits and data.patch_size=[448] runs "
+            "out of memory).") in out
+
+
+def test_the_sequence_axis_is_refused_for_a_workload_of_no_tokens():
+    from harness.fit.axes import sequence_axis
+
+    with pytest.raises(ValueError, match="fit.axis=sequence needs a language model on token batches"):
+        sequence_axis("unet3d", [32, 32, 32], "volumes")
