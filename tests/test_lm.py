@@ -186,3 +186,26 @@ def test_the_sequence_axis_is_refused_for_a_workload_of_no_tokens():
 
     with pytest.raises(ValueError, match="fit.axis=sequence needs a language model on token batches"):
         sequence_axis("unet3d", [32, 32, 32], "volumes")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("workload", ["gpt", "gpt2", "llama"])
+def test_the_lm_ladder_runs_on_a_cpu_to_a_tokens_table(workload, results):
+    """Every rung ok or skipped with its reason, tokens/s and both MFU columns ("n/a" on a CPU, with the reason)."""
+    from harness.analysis.views.units import load_unit_table
+    from tests.conftest import ONE_ROUND, harness_cli
+
+    done = harness_cli("sweep", "+ladder=lm", f"workload={workload}", "size=smoke", *ONE_ROUND,
+                       "measure.steps=3", "measure.warmup_steps=1", f"results_dir={results}", timeout=3000)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "| rung | change | status | tokens/s | step ms | MFU (model FLOPs) | MFU (hardware FLOPs) |" in done.stdout
+    assert "MFU n/a: a CPU has no peak in the device table" in done.stdout
+    table = load_unit_table(str(results))
+    assert len(table.rows) == 14
+    for row in table.rows:
+        assert row.status in ("ok", "skipped"), (row.change, row.status, row.note)
+        assert row.status == "ok" or row.note, row.change  # a skip says why
+        assert row.status != "ok" or (row.units_per_s and row.mfu is None)
+    skipped = {row.change.split("=")[0] for row in table.rows if row.status == "skipped"}
+    assert skipped == {"lm.sdpa_backend", "lm.float8", "lm.fsdp"}  # efficient and cuDNN: no CPU kernel
+    assert [row.cache for row in table.rows if row.cache][:2] == ["warm", "cold"]
