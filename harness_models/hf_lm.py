@@ -8,7 +8,7 @@ backend a run chooses is the one they call. The harness trains them through thei
 from __future__ import annotations
 
 # full: GPT-2 small (124M) at 1024 tokens; Llama-3.2-1B's shape (16 layers, width 2048, 32 heads, 8 KV heads,
-# SwiGLU 8192, vocabulary 128256). smoke: each a 2-layer model a 2-core CPU steps in tens of milliseconds.
+# SwiGLU 8192, vocabulary 128256). smoke: each a 2-layer, width-128 model (a few GFLOP a step of 4 x 128 tokens).
 GPT2_PRESETS = {"full": {"vocab": 50257, "layers": 12, "heads": 12, "width": 768},
                 "smoke": {"vocab": 2048, "layers": 2, "heads": 4, "width": 128}}
 LLAMA_PRESETS = {"full": {"vocab": 128256, "layers": 16, "heads": 32, "kv_heads": 8, "width": 2048, "mlp": 8192},

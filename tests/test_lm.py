@@ -107,11 +107,12 @@ def test_break_even_is_compile_time_over_the_step_time_saved():
     rows = [UnitRow(0, "(baseline)", "ok", step_ms=50.0), UnitRow(1, "compile=default", "ok", step_ms=40.0,
                                                                    compile_s=20.0, cache="warm"),
             UnitRow(2, "compile_cache=fresh", "ok", step_ms=40.0, compile_s=60.0, cache="cold"),
-            UnitRow(3, "compile=max-autotune", "ok", step_ms=55.0, compile_s=5.0, cache="warm")]
+            UnitRow(3, "compile=max-autotune", "ok", step_ms=55.0, compile_s=5.0, cache="warm"),
+            UnitRow(4, "batch_size=8", "ok", step_ms=30.0, compile_s=5.0, cache="warm")]
     lines = break_even_lines(rows)
     assert "breaks even after 2000 steps" in lines[0] and "warm" in lines[0]
     assert "breaks even after 6000 steps" in lines[1] and "cold" in lines[1]
-    assert "never pays back" in lines[2]
+    assert "never pays back" in lines[2] and len(lines) == 3  # rung 4 changes the batch, not compile
 
 
 def test_sequence_units_and_a_bad_units_word():
@@ -209,3 +210,15 @@ def test_the_lm_ladder_runs_on_a_cpu_to_a_tokens_table(workload, results):
     skipped = {row.change.split("=")[0] for row in table.rows if row.status == "skipped"}
     assert skipped == {"lm.sdpa_backend", "lm.float8", "lm.fsdp"}  # efficient and cuDNN: no CPU kernel
     assert [row.cache for row in table.rows if row.cache][:2] == ["warm", "cold"]
+
+
+def test_packed_documents_fill_every_row_with_documents_ended_by_eos():
+    from harness_models.gpt import PackedDocuments
+
+    data = PackedDocuments(length=[64], vocab=100, mean_doc=20, rows=8, items=20, seed=1)
+    item = data[9]
+    assert len(data) == 20 and item["input_ids"].shape == (64,) and bool(item["attention_mask"].all())
+    assert torch.equal(item["input_ids"], data[1]["input_ids"])  # round-robin over the rows held
+    ends = int((data.ids == 99).sum())
+    assert 8 * 64 / 40 < ends < 8 * 64 / 10  # documents of ~20 tokens: ~25 ends in 512 tokens
+    assert int(data.ids.max()) == 99 and int(data.ids.min()) >= 0

@@ -86,15 +86,16 @@ def _mfu_note(records) -> str:
 
 
 def break_even_lines(rows: list[UnitRow]) -> list[str]:
-    """Where a compile rung ran ok and is faster per step than the last rung without compile: the steps after which
-    its compile time is paid back (compile seconds / the step time saved), for its warm and its cold cache."""
+    """Where a compile rung (one that changes ``compile`` or ``compile_cache``) ran ok, against the last rung without
+    compile: the steps after which its compile time is paid back (compile seconds / the step time saved), for its
+    warm and its cold cache; the rungs after them change other knobs, and compare with no eager run."""
     eager = next((r for r in rows if r.status == "ok" and not r.cache and r.step_ms), None)
     lines = []
     for row in rows:
         if not row.cache or row.status != "ok" or row.compile_s is None or not row.step_ms:
             eager = row if row.status == "ok" and not row.cache and row.step_ms else eager
             continue
-        if eager is None:
+        if eager is None or not row.change.startswith("compile"):
             continue
         saved_ms = eager.step_ms - row.step_ms
         what = f"rung {row.rung} ({row.change}, {row.cache} cache): compile {row.compile_s:.1f} s"
