@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import torch
 
+from harness.workload import lm_knobs
 from harness.workload.build import build_model, checkpoint_unit_types
 from harness.workload.flops import count_train_flops
+from harness.workload.knobs import apply_activation_checkpointing
 
 
 def sample_shape(cfg, workload) -> tuple[tuple[int, ...], torch.dtype]:
@@ -35,9 +37,6 @@ def hardware_flops(cfg, workload, model: float | None) -> float | None:
     on the checkpointed model (its policy's recomputation in the backward)."""
     if model is None or not cfg.activation_checkpointing:
         return model
-    from harness.workload import lm_knobs
-    from harness.workload.knobs import apply_activation_checkpointing
-
     def checkpointed():
         built = build_model(cfg)
         apply_activation_checkpointing(built, checkpoint_unit_types(workload),

@@ -424,6 +424,11 @@ def model_flops_per_sample(cfg: RunConfig, workload: WorkloadSpec) -> float | No
     return train_flops.model_flops(cfg, workload)
 
 
+def hardware_flops_per_sample(cfg: RunConfig, workload: WorkloadSpec, model_flops: float | None) -> float | None:
+    """The same with activation checkpointing's recomputation included (``model_flops`` where none)."""
+    return train_flops.hardware_flops(cfg, workload, model_flops)
+
+
 def write_json(path: Path, payload: dict) -> None:
     """A progress marker or the result, whole or not at all (the parent reads them while the child runs)."""
     write_text_atomic(path, json.dumps(payload, default=str))
