@@ -60,13 +60,6 @@ def _validate_run(cfg: RunConfig) -> None:
         raise ValueError(f"timeout_s={cfg.timeout_s} must be positive")
 
 
-def _validate_lm(cfg: RunConfig) -> None:
-    """A language model's knobs' names, and compile's cache."""
-    check_choice("lm.sdpa_backend", cfg.lm.sdpa_backend, SDPA_BACKENDS)
-    check_choice("lm.checkpoint_policy", cfg.lm.checkpoint_policy, CHECKPOINT_POLICIES)
-    check_choice("compile_cache", cfg.compile_cache, COMPILE_CACHES)
-
-
 def validate_sweep(sweep: SweepConfig) -> None:
     """``sweep.repeats``: a whole number >= 1 or auto; with auto, a positive budget and at least 2 rounds."""
     repeats = sweep.repeats
@@ -303,3 +296,10 @@ def _validate_workload_shapes(spec: WorkloadSpec) -> None:
         raise ValueError(f"workload.synthetic={spec.synthetic} makes {need[1]}D samples with {need[2]} channel(s) "
                          f"for a {need[0]} target; workload {spec.name!r} has {spec.sample_shape()} and target "
                          f"{spec.target}: use synthetic: tensors")
+
+
+def _validate_lm(cfg: RunConfig) -> None:
+    """A language model's knobs' names, and compile's cache."""
+    check_choice("lm.sdpa_backend", cfg.lm.sdpa_backend, SDPA_BACKENDS)
+    check_choice("lm.checkpoint_policy", cfg.lm.checkpoint_policy, CHECKPOINT_POLICIES)
+    check_choice("compile_cache", cfg.compile_cache, COMPILE_CACHES)
