@@ -31,7 +31,7 @@ def gpt2(context=1024, size: str = "full", vocab: int | None = None, layers: int
     s = _shape(GPT2_PRESETS, size, dict(vocab=vocab, layers=layers, heads=heads, width=width))
     config = GPT2Config(vocab_size=s["vocab"], n_positions=_length(context), n_layer=s["layers"], n_head=s["heads"],
                         n_embd=s["width"], bos_token_id=s["vocab"] - 1, eos_token_id=s["vocab"] - 1,
-                        attn_implementation="sdpa")
+                        use_cache=False, attn_implementation="sdpa")
     return GPT2LMHeadModel(config)
 
 
@@ -45,5 +45,5 @@ def llama(context=2048, size: str = "full", vocab: int | None = None, layers: in
     config = LlamaConfig(vocab_size=s["vocab"], hidden_size=s["width"], intermediate_size=s["mlp"],
                          num_hidden_layers=s["layers"], num_attention_heads=s["heads"],
                          num_key_value_heads=s["kv_heads"], max_position_embeddings=_length(context),
-                         bos_token_id=0, eos_token_id=1, attn_implementation="sdpa")
+                         bos_token_id=0, eos_token_id=1, use_cache=False, attn_implementation="sdpa")
     return LlamaForCausalLM(config)

@@ -222,3 +222,17 @@ def test_packed_documents_fill_every_row_with_documents_ended_by_eos():
     ends = int((data.ids == 99).sum())
     assert 8 * 64 / 40 < ends < 8 * 64 / 10  # documents of ~20 tokens: ~25 ends in 512 tokens
     assert int(data.ids.max()) == 99 and int(data.ids.min()) >= 0
+
+
+def test_an_sdpa_backend_with_no_kernel_for_the_models_call_is_skipped_with_the_reason():
+    from harness.run.child.outcome import SKIPPED, of_exception
+
+    try:
+        try:
+            raise RuntimeError("No available kernel.  Aborting execution.")
+        except RuntimeError as inner:
+            raise ValueError("the step failed") from inner
+    except ValueError as exc:
+        outcome = of_exception(exc, "off")
+    assert outcome.status == SKIPPED
+    assert outcome.error.startswith("lm.sdpa_backend: none of the scaled_dot_product_attention kernels it allows")

@@ -142,6 +142,20 @@ def compile_failure_reason(compile_mode: str, exc: BaseException) -> str:
     return f"compile={compile_mode} failed on this model ({type(exc).__name__}): {first[:300]}"
 
 
+NO_ATTENTION_KERNEL = "No available kernel"  # scaled_dot_product_attention's error when no allowed kernel fits
+
+
+def no_attention_kernel_reason(exc: BaseException) -> str:
+    """``lm.sdpa_backend`` allowed kernels none of which takes this model's attention call (found at its first step
+    in the child: an explicit attention mask, which the flash kernels refuse, a dtype or a head size); "" for any
+    other failure."""
+    if NO_ATTENTION_KERNEL not in str(exc):
+        return ""
+    return ("lm.sdpa_backend: none of the scaled_dot_product_attention kernels it allows takes this model's "
+            "attention call here (an explicit attention mask, which flash refuses, or its dtype or head size): "
+            f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:200]}")
+
+
 def _gpu_only(cfg: RunConfig) -> list[str]:
     """Knobs that act on a CUDA GPU only, set on a CPU."""
     reasons = []
