@@ -11,6 +11,7 @@ import json
 from dataclasses import dataclass, field
 
 from harness.analysis.stats import speedup
+from harness.analysis.stats.busy import busy_reason
 from harness.store import load_runs, select_sweep
 
 SHOWN_UNITS = ("tokens",)  # sweeps of these units get the table (the speedup table counts samples)
@@ -38,6 +39,7 @@ class UnitTable:
     rows: list[UnitRow]
     mfu_note: str = ""  # why MFU is n/a, or which peak it is over
     break_even: list[str] = field(default_factory=list)
+    busy_note: str = ""
 
 
 def load_unit_table(results_dir: str, sweep: str = "latest") -> UnitTable | None:
@@ -52,6 +54,11 @@ def build_unit_table(records) -> UnitTable | None:
     rows = [_row(int(r), records[records["rung"] == r]) for r in sorted(records["rung"].dropna().unique())]
     table = UnitTable(unit=str(first["unit"]), device=str(first["device"]), rows=rows, mfu_note=_mfu_note(records))
     table.break_even = break_even_lines(rows)
+    ok = records[records["status"] == "ok"]
+    busy = [reason for reason in (busy_reason(r) for r in ok.to_dict("records")) if reason]
+    if busy:  # the speedup table leaves them out; here every ok run is shown, so they are named
+        table.busy_note = (f"{len(busy)} of the {len(ok)} ok runs were measured on a busy machine ({busy[0]}): "
+                           "their figures here are not trustworthy")
     return table
 
 
@@ -124,4 +131,5 @@ def render_markdown(table: UnitTable) -> str:
         lines.append(f"| {r.rung} | {r.change} | {r.status} | {num(r.units_per_s, '.4g')} | {num(r.step_ms, '.1f')} "
                      f"| {pct(r.mfu)} | {pct(r.mfu_hardware)} | {compile_s} | {mem} | {r.note} |")
     lines += ["", f"- {table.mfu_note}"] + [f"- {line}" for line in table.break_even]
+    lines += [f"- {table.busy_note}"] if table.busy_note else []
     return "\n".join(lines) + "\n"
