@@ -110,7 +110,7 @@ def break_even_lines(rows: list[UnitRow]) -> list[str]:
             lines.append(f"{what}, no step time saved over rung {eager.rung} ({eager.step_ms:.1f} -> "
                          f"{row.step_ms:.1f} ms): compile never pays back here")
         else:
-            lines.append(f"{what}, {saved_ms:.1f} ms a step saved over rung {eager.rung}: breaks even after "
+            lines.append(f"{what}, {saved_ms:.2g} ms a step saved over rung {eager.rung}: breaks even after "
                          f"{1000 * row.compile_s / saved_ms:.0f} steps")
     return lines
 
