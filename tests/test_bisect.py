@@ -19,11 +19,13 @@ def faked(first_bad: int, answers: dict[str, int] | None = None):
     """A check that says regressed (1) from commit ``first_bad`` on and unchanged (0) before, or ``answers``."""
     asked = []
 
-    def check(commit: str) -> int:
+    def check(commit: str, question) -> bisect_mod.Answer:
         asked.append(commit)
+        assert (question is None) == (len(asked) == 1)  # BAD over every config, then the half step of config 3
+        assert question is None or question == {3: pytest.approx(1 - 0.9 ** 0.5)}
         if answers and commit in answers:
-            return answers[commit]
-        return 1 if COMMITS.index(commit) >= first_bad else 0
+            return bisect_mod.Answer(answers[commit])
+        return bisect_mod.Answer(1 if COMMITS.index(commit) >= first_bad else 0, {3: 0.9})
 
     return check, asked
 
@@ -74,8 +76,8 @@ def test_bisect_over_five_commits_names_the_slowed_one(tmp_path, monkeypatch, ca
     code = bisect_cmd.main("bisect", ["HEAD~4", "HEAD", "--rounds", "3", "--max-rounds", "3"])
     captured = capsys.readouterr()
     assert code == 0, captured.out[-2000:] + captured.err[-2000:]
-    assert f"first bad commit: {slowed} slower" in captured.out
-    assert "bisect: 4 commit(s) after" in captured.err
+    assert f"first bad commit: {slowed} slower" in captured.out and "against GOOD: rung 0 " in captured.out
+    assert "bisect: 4 commit(s) after" in captured.err and "nearer BAD or GOOD? rung 0 at the half step" in captured.err
 
 
 def test_bisect_refuses_bad_input_in_one_line(tmp_path, monkeypatch, capsys):

@@ -31,6 +31,7 @@ SIDES = (REF, WORK)
 STATUSES = ("regressed", "undecided", "improved", "unchanged", "busy", "failed", "skipped")
 COMPARED = ("regressed", "undecided", "improved", "unchanged")
 DECIDED = ("regressed", "improved", "unchanged")
+ORDER_NOTE = 0.01  # a side-order effect this large (log) and clear is named in the row's notes
 
 
 @dataclass
@@ -141,14 +142,16 @@ def _config(rung: int, group: pd.DataFrame, thresholds: Thresholds) -> tuple[Pai
     first = (work if len(work) else group).iloc[0]
     row = PairedRow(status="", rung=rung, workload=str(first["workload"] or ""), ladder=str(first["ladder"] or ""),
                     change=str(first["change"] or ""), config_hash=str(first["config_hash"] or ""))
-    row.threshold = thresholds.get(row.workload, row.ladder)
+    row.threshold = thresholds.get(row.workload, row.ladder, rung)
     row.busy = [f"{side} round {_int(r['round'])}: {reason}" for side in SIDES
                 for _, r in group[group["against_side"] == side].iterrows() if (reason := busy_reason(r))]
     ok = {side: _ok_by_round(group[group["against_side"] == side]) for side in SIDES}
     for side, key in ((REF, "ref_samples_per_s"), (WORK, "work_samples_per_s")):
         if ok[side]:
             setattr(row, key, float(np.exp(np.mean(np.log(list(ok[side].values()))))))
-    pairs = [math.log(ok[WORK][k] / ok[REF][k]) for k in sorted(set(ok[REF]) & set(ok[WORK]))]
+    both = sorted(set(ok[REF]) & set(ok[WORK]))
+    pairs = [math.log(ok[WORK][k] / ok[REF][k]) for k in both]
+    second = _work_second(group, both)
     row.rounds = len(pairs)
     if pairs:
         row.ratio = float(math.exp(np.mean(pairs)))
@@ -159,16 +162,68 @@ def _config(rung: int, group: pd.DataFrame, thresholds: Thresholds) -> tuple[Pai
         return row, None
     if _failures(row, group, ok):
         return row, None
-    return row, round_effect(pairs)
+    note = order_note(pairs, second) if second else ""
+    if note:
+        row.notes.append(note)
+    return row, round_effect(pairs, second)
 
 
-def round_effect(log_ratios: list[float]) -> rule.Effect | None:
+def _work_second(group: pd.DataFrame, rounds: list[int]) -> list[int] | None:
+    """+1 for each round of ``rounds`` whose working-tree run came after REF's, -1 before (by the runs'
+    timestamps); None when the order is not known."""
+    if "timestamp" not in group:
+        return None
+    when = {(int(r), str(side)): str(t) for r, side, t in zip(group["round"].fillna(-1), group["against_side"],
+                                                             group["timestamp"]) if isinstance(t, str) and t}
+    if any((r, side) not in when for r in rounds for side in SIDES) or any(when[(r, WORK)] == when[(r, REF)]
+                                                                       for r in rounds):
+        return None  # a missing timestamp, or two in the same second (the record's precision): order unknown
+    return [1 if when[(r, WORK)] > when[(r, REF)] else -1 for r in rounds]
+
+
+def round_effect(log_ratios: list[float], work_second: list[int] | None = None) -> rule.Effect | None:
     """The effect of one config from its rounds' log ratios work/REF: their mean, its standard error, rounds - 1
-    degrees of freedom (None with fewer than two rounds: no spread to test with)."""
+    degrees of freedom (None with fewer than two rounds: no spread to test with). With ``work_second`` (+1 where
+    the working tree ran second in the round, -1 where REF did) and both orders among 3 or more rounds, the side
+    order is a term of the model (``order_fit``): the effect is the order-free one, on rounds - 2 df."""
     if len(log_ratios) < 2:
         return None
+    if work_second is not None and len(log_ratios) >= 3 and len(set(work_second)) == 2:
+        fit = order_fit(np.asarray(log_ratios, dtype=float), np.asarray(work_second, dtype=float))
+        return rule.Effect(float(fit["diff"]), float(fit["se"]), float(fit["df"]))
     sd = float(np.std(log_ratios, ddof=1))
     return rule.Effect(float(np.mean(log_ratios)), sd / math.sqrt(len(log_ratios)), len(log_ratios) - 1)
+
+
+def order_fit(diffs: np.ndarray, work_second: np.ndarray) -> dict[str, np.ndarray]:
+    """Least squares of the rounds' log ratios on the side order (a crossover's period term), over the last axis:
+    log(work / REF) = diff + order x work_second + noise. ``order`` is how much faster the second run of a pair
+    is (log; a warm page cache); taking it out leaves it out of the variance too. Returns diff, se, order,
+    order_se and df (rounds - 2); ``work_second`` holds +1 and -1 (both orders must occur)."""
+    n = diffs.shape[-1]
+    s = np.broadcast_to(work_second, diffs.shape)
+    total, order_sum, cross = diffs.sum(-1), s.sum(-1), (s * diffs).sum(-1)
+    det = n * n - order_sum ** 2  # sum(s * s) is n
+    diff = (n * total - order_sum * cross) / det
+    order = (n * cross - order_sum * total) / det
+    residual = diffs - diff[..., None] - order[..., None] * s
+    variance = (residual ** 2).sum(-1) / (n - 2)
+    return {"diff": diff, "se": np.sqrt(variance * n / det), "order": order, "order_se": np.sqrt(variance * n / det),
+            "df": np.full(diff.shape, n - 2.0)}
+
+
+def order_note(log_ratios: list[float], work_second: list[int]) -> str:
+    """Words for a side-order effect worth naming (the second run of a pair faster or slower by 1% or more, and
+    2.58 standard errors from none), else ""."""
+    if len(log_ratios) < 3 or len(set(work_second)) < 2:
+        return ""
+    fit = order_fit(np.asarray(log_ratios, dtype=float), np.asarray(work_second, dtype=float))
+    order, se = float(fit["order"]), float(fit["order_se"])
+    if abs(order) < ORDER_NOTE or not abs(order) > 2.58 * se:
+        return ""
+    faster = "faster" if order > 0 else "slower"
+    return (f"the second run of each pair is {abs(math.expm1(order)):.0%} {faster} (taken out of the ratio: a term of "
+            f"the model, one degree of freedom): {'a warm cache?' if order > 0 else 'heat or a throttle?'}")
 
 
 def _failures(row: PairedRow, group: pd.DataFrame, ok: dict[str, dict[int, float]]) -> bool:
