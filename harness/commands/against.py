@@ -23,6 +23,7 @@ from harness import shell
 from harness.analysis.gate import looks, paired, verdicts
 from harness.analysis.gate.thresholds import parse_thresholds
 from harness.analysis.stats import noise_model
+from harness.analysis.stats.busy import busy_reason
 from harness.analysis.gate.paired_formats import FORMATS, render, to_json
 from harness.commands import against_rounds, common_args, hydra_edge
 from harness.commands.machine import warn_if_unfit
@@ -143,6 +144,7 @@ class Lookout:
         self.stopped = ""
         self.progress = None
         self.horizon = 0  # the looks' last round, fixed at the first look (``Clock.horizon``)
+        self.first_busy: list[str | None] = []  # each run of the first round: why it was busy (None: it counts)
         self.planned = looks.look_rounds(args.rounds, args.max_rounds)
 
     def fix_horizon(self) -> int:
@@ -163,6 +165,8 @@ class Lookout:
             self.progress.run(i - 1, where, None)
             return
         self.clock.ended_run()
+        if turn.round_ == 0:
+            self.first_busy.append(busy_reason(record) if record.status == "ok" else None)
         speed = f"{record.samples_per_s:.2f} samples/s" if record.samples_per_s else "-"
         busy = (f", other processes {record.other_cpu_pct:.0f}% of the CPUs"
                 if record.other_cpu_pct is not None else "")
@@ -170,6 +174,10 @@ class Lookout:
 
     def go_on(self, done: int) -> bool:
         """Before round ``done + 1``: look if ``done`` is a look's round; False to stop."""
+        if done == 1 and len(self.first_busy) == self.clock.runs_per_round and all(self.first_busy):
+            self.stopped = f"every run of the first round was busy ({self.first_busy[0]})"
+            self.progress.say(f"stop: {self.stopped}: no run can count, so no more are made")
+            return False
         if done >= self.args.rounds:
             self.fix_horizon()
         if done in self.planned:

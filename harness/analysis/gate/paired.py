@@ -23,14 +23,16 @@ import pandas as pd
 
 from harness.analysis.gate import rule
 from harness.analysis.gate import answers
+from harness.analysis.stats import bimodal
 from harness.analysis.stats.busy import busy_reason
 from harness.analysis.gate.thresholds import Thresholds
 
 REF, WORK = "ref", "work"
 SIDES = (REF, WORK)
-STATUSES = ("regressed", "undecided", "improved", "unchanged", "busy", "failed", "skipped")
+STATUSES = ("regressed", "undecided", "bimodal", "improved", "unchanged", "busy", "failed", "skipped")
 COMPARED = ("regressed", "undecided", "improved", "unchanged")
 DECIDED = ("regressed", "improved", "unchanged")
+BIMODAL_ALPHA = 0.02  # a check names bimodal runs falsely in at most this share of checks (normal runs)
 ORDER_NOTE = 0.01  # a side-order effect this large (log) and clear is named in the row's notes
 
 
@@ -91,12 +93,12 @@ class PairedResult:
 
     @property
     def undecided_rows(self) -> list[PairedRow]:
-        return [r for r in self.rows if r.status == "undecided"]
+        return [r for r in self.rows if r.status in ("undecided", "bimodal")]
 
     @property
     def exit_code(self) -> int:
         """``answers.exit_code``: 1 regressed, 5 busy, 2 nothing comparable, 6 undecided, 0 decided."""
-        return answers.exit_code([r.status for r in self.rows])
+        return answers.exit_code(["undecided" if r.status == "bimodal" else r.status for r in self.rows])
 
     def error(self) -> str:
         """Why the check cannot say (exit 5, 6 or 2), or ""."""
@@ -108,6 +110,9 @@ class PairedResult:
         if code == answers.UNDECIDED:
             named = "; ".join(r.name for r in self.undecided_rows)
             why = f" ({self.stopped})" if self.stopped else ""
+            if any(r.status == "bimodal" for r in self.undecided_rows):
+                return (f"{len(self.undecided_rows)} config(s) without a verdict after {self.rounds} rounds{why}: "
+                        f"{named}. The bimodal ones' runs land at two speeds: {bimodal.ADVICE}")
             return (f"{len(self.undecided_rows)} config(s) undecided after {self.rounds} rounds{why}: {named}. "
                     "A larger --budget-min or --max-rounds decides them")
         if code == answers.NOTHING_COMPARABLE:
@@ -120,8 +125,9 @@ def analyse(records: pd.DataFrame, thresholds: Thresholds, at_level: Callable[[f
     """Every config of one paired check's records (columns of the store, ``against_side`` set), decided together;
     ``at_level`` and ``same_at``: the levels this look of a check that adds rounds tests at (``looks``)."""
     rows, effects = [], []
+    level = BIMODAL_ALPHA / max(2 * records["rung"].nunique(), 1)  # Bonferroni over every config's two sides
     for rung, group in records.groupby("rung", sort=True):
-        row, effect = _config(int(rung), group, thresholds)
+        row, effect = _config(int(rung), group, thresholds, level)
         rows.append(row)
         effects.append(effect)
     family = [i for i, (r, e) in enumerate(zip(rows, effects)) if e is not None and not r.status]
@@ -136,8 +142,10 @@ def analyse(records: pd.DataFrame, thresholds: Thresholds, at_level: Callable[[f
     return rows
 
 
-def _config(rung: int, group: pd.DataFrame, thresholds: Thresholds) -> tuple[PairedRow, rule.Effect | None]:
-    """A config's row before Holm: its runs, failures and busy runs; the effect to test (None: nothing to test)."""
+def _config(rung: int, group: pd.DataFrame, thresholds: Thresholds,
+            bimodal_level: float = 0.0) -> tuple[PairedRow, rule.Effect | None]:
+    """A config's row before Holm: its runs, failures, busy and bimodal runs; the effect to test (None: nothing
+    to test)."""
     work = group[group["against_side"] == WORK]
     first = (work if len(work) else group).iloc[0]
     row = PairedRow(status="", rung=rung, workload=str(first["workload"] or ""), ladder=str(first["ladder"] or ""),
@@ -162,10 +170,25 @@ def _config(rung: int, group: pd.DataFrame, thresholds: Thresholds) -> tuple[Pai
         return row, None
     if _failures(row, group, ok):
         return row, None
+    if _bimodal(row, ok, bimodal_level):
+        return row, None
     note = order_note(pairs, second) if second else ""
     if note:
         row.notes.append(note)
     return row, round_effect(pairs, second)
+
+
+def _bimodal(row: PairedRow, ok: dict[str, dict[int, float]], level: float) -> bool:
+    """Set the status of a config whose runs on a side land at two speeds (``bimodal.bimodal`` at ``level``); True
+    when they do: its ratio would mix the two speeds, so it gets no verdict, and the row says what to do."""
+    found = [(side, got) for side in SIDES if level > 0 and (got := bimodal.bimodal(ok[side].values(), level))]
+    if not found:
+        return False
+    row.status = "bimodal"
+    side, got = found[0]
+    row.notes.append(f"{'REF' if side == REF else 'working tree'}'s runs are {got.describe()}: no verdict; "
+                     f"{bimodal.ADVICE}")
+    return True
 
 
 def _work_second(group: pd.DataFrame, rounds: list[int]) -> list[int] | None:

@@ -36,6 +36,9 @@ class Thresholds:
 
     def check_names(self, flag: str, workloads: set[str], ladders: set[str]) -> None:
         """A threshold naming a workload or ladder that is not in the data is a typo: say so."""
+        if self.by_rung:  # the stored check's configs are not a sweep's rungs
+            raise BadInput(f"{flag} rung:{next(iter(self.by_rung))}=...: per-config thresholds are for check "
+                           "--against; valid here: FRACTION, WORKLOAD=FRACTION or ladder:NAME=FRACTION")
         for kind, given, known in (("workload", self.by_workload, workloads), ("ladder", self.by_ladder, ladders)):
             for name in given:
                 if name not in known:
