@@ -103,7 +103,7 @@ def run_against(args: argparse.Namespace, kept: list | None = None) -> int:
           f"{plan.trees[against.REF].root}", file=sys.stderr)
     print(clock.plan_line(gaps), file=sys.stderr)
     cv, source = sweep_cv(args.results, plan.sweep_id)
-    power = clock.power_line(cv, thresholds.default, source)
+    power = clock.power_line(cv, min(thresholds.by_rung.values(), default=thresholds.default), source)
     if power:
         print(f"plan: {power}", file=sys.stderr)
     warn_if_unfit()

@@ -35,8 +35,9 @@ def header(result: PairedResult) -> list[str]:
             f"threshold: throughput {result.thresholds.describe('-')}; regressed only when the band's upper end "
             f"(at the level shown, Holm's) lies below 1 - threshold, unchanged only when its lower end (each config "
             f"at {ALPHA:.0%}) lies above it; undecided otherwise",
-            f"paired: one log ratio a round, t on rounds - 1 df; bands one-sided at the level tested; family-wise "
-            f"error <= {ALPHA:.0%} over {result.family} configs (Holm){_looks(result)}"]
+            f"paired: one log ratio a round, the side order a term where clear, t on rounds - 1 (- 2) df; bands "
+            f"one-sided at the level tested; family-wise error <= {ALPHA:.0%} over {result.family} configs "
+            f"(Holm){_looks(result)}"]
 
 
 def _looks(result: PairedResult) -> str:

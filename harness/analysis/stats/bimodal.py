@@ -37,8 +37,9 @@ class Bimodal:
     p_value: float
 
     def describe(self) -> str:
+        apart = self.high_centre / self.low_centre - 1
         return (f"bimodal: {self.low} run(s) near {self.low_centre:.4g} and {self.high} near {self.high_centre:.4g} "
-                f"samples/s, {self.separation:.0f} within-cluster sds apart ({self.high_centre / self.low_centre - 1:.0%})")
+                f"samples/s, {self.separation:.0f} within-cluster sds apart ({apart:.0%})")
 
 
 def separation(logs: np.ndarray) -> np.ndarray:
