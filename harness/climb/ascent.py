@@ -7,7 +7,7 @@ incumbent and candidate measured in the same rounds (ABBA), the round effects ca
 calibration pooled with the runs' own variance. With one run a side and no calibration there is no band, and
 nothing is accepted. A run made while the machine was busy is measured again; if it still is, the step is not
 decided (``BUSY``). Every accepted change is measured once more with other runs, and kept only when that band
-too lies above 1x: among the ~11 candidates a climb tries, the one whose runs came out high by chance would
+too lies above 1x: among the ~10 candidates a climb tries, the one whose runs came out high by chance would
 otherwise stay (the winner's curse); that band is the claim the ladder writes. At the end the start and the best
 are measured side by side (``final``); when that check does not show the best faster, only the changes that held
 when measured again are kept."""
@@ -303,9 +303,11 @@ def finish(result: ClimbResult, final: Measure, noise: noise_model.Noise) -> Cli
         why = m.busy and f"machine busy ({m.busy})" or m.reason or m.candidate_status
         return _ended(result, None, f"no verdict ({why})", unheld)
     r = paired_ratios(m, noise)[-1]
-    if not math.isnan(r.low) and r.low > 1:
+    if math.isnan(r.low):  # one run a side and no calibration
+        return _ended(result, None, f"no verdict ({band_text(r)})", unheld)
+    if r.low > 1:
         return _ended(result, r, f"{band_text(r)}: faster beyond noise", ())
-    if not math.isnan(r.high) and r.high < 1:
+    if r.high < 1:
         return _ended(result, r, f"{band_text(r)}: slower beyond noise", tuple(s.step for s in result.accepted))
     return _ended(result, r, f"{band_text(r)}: within noise", unheld)
 
