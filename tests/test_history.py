@@ -166,6 +166,9 @@ def test_a_drift_is_listed_as_one_slope_without_a_bisect_command(tmp_path, capsy
     out = capsys.readouterr().out.splitlines()
     assert out[0].startswith("1 regression(s)") and ": a slope of 3 steps, -27." in out[1]
     assert out[2] == f"  {history_page.SLOPE_WHY}" and not any("bisect" in line for line in out)
+    assert history_cmd.main("history", ["--results", str(tmp_path), "--out", str(tmp_path / "site")]) == 0
+    page = (tmp_path / "site" / "index.html").read_text()
+    assert page.count("class='step'") == 1 and "slope -27." in page and "harness bisect" not in page
 
 
 def test_the_example_store_draws_a_one_run_session_without_a_band_and_marks_its_change_point(tmp_path, capsys):
