@@ -226,7 +226,7 @@ def test_two_nodes_store_one_record_of_world_size_two_with_both_nodes_figures(tm
     outs = [n.communicate(timeout=400)[0] for n in nodes]
     assert [n.returncode for n in nodes] == [0, 0], outs
     records = load_runs(tmp_path / "r0")
-    assert len(records) == 1 and not (tmp_path / "r1" / "runs").exists()  # node 0 stores the one record
+    assert len(records) == 1 and not list((tmp_path / "r1").rglob("*.parquet"))  # node 0 stores the one record
     rec = records.iloc[0]
     assert rec["status"] == "ok" and rec["world_size"] == 2 and rec["nodes"] == 2
     assert len(rec["node_samples_per_s"]) == 2 and rec["slowest_node"] in (0, 1)
@@ -244,7 +244,7 @@ def test_a_killed_node_ends_the_other_with_a_record_naming_it_and_no_process_lef
         while time.monotonic() < deadline and not any("harness.run.child" in " ".join(p.cmdline())
                                                       for p in _tree(doomed.pid) if p.is_running()):
             time.sleep(0.5)
-        time.sleep(5)  # the ranks have met and are stepping
+        time.sleep(20)  # the ranks have met and are stepping (a run of 400 steps lasts about a minute)
         procs = _tree(doomed.pid) + _tree(survivor.pid)
         os.killpg(doomed.pid, signal.SIGKILL)
         out = survivor.communicate(timeout=120)[0]
@@ -261,3 +261,15 @@ def test_a_killed_node_ends_the_other_with_a_record_naming_it_and_no_process_lef
         for proc in (survivor, doomed):
             if proc.poll() is None:
                 os.killpg(proc.pid, signal.SIGKILL)
+
+
+@pytest.mark.slow
+def test_a_node_that_never_comes_ends_the_run_at_the_rendezvous_timeout_naming_it(tmp_path):
+    lonely = _node(tmp_path / "r0", _free_port(), 0, "measure.steps=3", "dist.rdzv_timeout_s=15")
+    out = lonely.communicate(timeout=240)[0]
+    assert lonely.returncode == 1, out
+    rec = load_runs(tmp_path / "r0").iloc[0]
+    assert rec["status"] == "error"
+    assert "the rendezvous at 127.0.0.1" in rec["error"] and "dist.rdzv_timeout_s=15" in rec["error"]
+    assert "1/2 clients joined" in rec["error"]
+    assert _tree(lonely.pid) == []

@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from datetime import timedelta
 
 import torch
 
 BACKENDS = {"cuda": "nccl", "cpu": "gloo"}
+PEER_TIMEOUT_VAR = "HARNESS_PEER_TIMEOUT_S"  # set by the launcher on several nodes: dist.rdzv_timeout_s
 
 
 @dataclass(frozen=True)
@@ -60,7 +62,10 @@ def join(kind: str) -> Rank:
     if kind == "cuda":
         torch.cuda.set_device(local)
     backend = BACKENDS[kind]
-    dist.init_process_group(backend)
+    # several nodes: a peer node that dies leaves no process here to notice; every wait for a peer (the group's
+    # set-up, a collective) ends after the rendezvous timeout instead of the 30 minutes torch would wait
+    limit = float(os.environ.get(PEER_TIMEOUT_VAR, "0") or 0)
+    dist.init_process_group(backend, **({"timeout": timedelta(seconds=limit)} if limit > 0 else {}))
     return Rank(rank=dist.get_rank(), world_size=world, local_rank=local, backend=backend)
 
 

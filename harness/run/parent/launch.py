@@ -56,6 +56,8 @@ def main(job_dir: str) -> int:
     os.environ["OMP_NUM_THREADS"] = str(threads)
     os.environ["HARNESS_PARENT_PID"] = str(os.getpid())  # each rank checks that it was started by this agent
     first = (meet or {}).get("node_rank", 0) * cfg.devices  # this node's first global rank
+    if meet is not None:
+        os.environ["HARNESS_PEER_TIMEOUT_S"] = str(cfg.dist.rdzv_timeout_s)  # ranks.PEER_TIMEOUT_VAR (torch-free here)
     try:
         failures = _launch(job, cfg, meet)
     except Exception as exc:  # the rendezvous: a node that never came, an endpoint that cannot be reached
@@ -161,7 +163,7 @@ def root_failure(exits: dict[int, int], results: dict[int, dict | None], nodes: 
 
 
 PEER_LOST = ("connection closed", "connection reset", "broken pipe", "econnreset", "connection refused",
-             "read error", "socket", "nccl", "gloo")
+             "read error", "socket", "nccl", "gloo", "timed out", "timeout")
 
 
 def lost_node(failed: dict[int, dict], nodes: int, devices: int) -> str:
