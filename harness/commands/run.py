@@ -19,8 +19,13 @@ from harness.workload import preflight
 from harness.names import display_name
 
 
+MULTIRUN_FLAGS = ("-m", "--multirun")
+
+
 def main(command: str, argv: list[str]) -> int:
-    return hydra_edge.hydra_app(argv, task)
+    """``-m``: through Hydra's launcher (a run of ``nodes`` >= 2 on SLURM: one job whose tasks are the nodes)."""
+    multirun = any(a in MULTIRUN_FLAGS for a in argv)
+    return hydra_edge.hydra_app([a for a in argv if a not in MULTIRUN_FLAGS], task, multirun=multirun)
 
 
 def task(cfg) -> int:

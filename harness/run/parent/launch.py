@@ -178,8 +178,9 @@ def lost_node(failed: dict[int, dict], nodes: int, devices: int) -> str:
     others = [n for n in range(nodes) if n != here]
     who = f"node {others[0]}" if len(others) == 1 else "one of nodes " + ", ".join(map(str, others))
     ranks = [r for n in others for r in range(n * devices, (n + 1) * devices)]
-    return (f"{who} stopped (its ranks {ranks[0]}-{ranks[-1]} went away mid-run: node {here}'s ranks lost their "
-            f"connection to it); look at that node's own output")
+    theirs = f"its rank {ranks[0]}" if len(ranks) == 1 else f"its ranks {ranks[0]}-{ranks[-1]}"
+    return (f"{who} stopped ({theirs} went away mid-run: node {here}'s ranks lost their connection to it); look "
+            "at that node's own output")
 
 
 if __name__ == "__main__":
