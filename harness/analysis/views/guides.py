@@ -20,6 +20,7 @@ from typing import Any
 import pyarrow.parquet as pq
 import yaml
 
+from harness.analysis.views.table import load_table
 from harness.conf import CONF_DIR
 from harness.config import ladder as ladder_mod
 
@@ -119,8 +120,6 @@ def check_pointer(pointer: Pointer, row_id: str) -> None:
 
 def _verdict(record: dict, pointer: Pointer, root: Path, cache: dict) -> str:
     """The verdict the records' table gives the pointer's rung or total ("" where it gives none)."""
-    from harness.analysis.views.table import load_table  # only where a current record exists: tables cost
-
     key = (record["results"], record["sweep_id"])
     if key not in cache:
         try:
@@ -172,7 +171,7 @@ def grade(row: dict, records: Records, cache: dict, premise: dict | None = None)
     found = evidence(pointers, records, cache)
     gpu = row.get("gpu")
     why = [gpu] if isinstance(gpu, str) else []
-    premise_open = bool(premise) and not (pointers and records.current(premise["ladder"], "cuda"))
+    premise_open = bool(premise and pointers) and not records.current(premise["ladder"], "cuda")
     why += [f"the guide's premise: {premise['why']}"] if premise_open else []
     needs = "needs a GPU" + (f" ({'; '.join(why)})" if why else "") if gpu or premise_open else ""
     gpu_measured = found.kind == "gpu"
@@ -219,8 +218,6 @@ def totals_table(counted: dict[str, list[Grade]]) -> list[str]:
 def worked_example(spec: dict, root: Path) -> str:
     """The reading line of ``spec['change']`` in the newest sweep of ``spec['ladder']`` under ``spec['results']``
     at its current file, with where it came from."""
-    from harness.analysis.views.table import load_table
-
     records = Records.scan(root)
     found = [r for r in records.current(spec["ladder"], "cuda") if r["results"] == spec["results"]]
     if not found:
