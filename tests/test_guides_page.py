@@ -71,7 +71,7 @@ def test_a_row_only_a_gpu_judges_is_full_only_with_a_gpu_record_at_the_ladders_c
 
 def test_a_pointer_past_the_ladders_rungs_names_the_row():
     lad = ladder_mod.load("resnet50_matmul")
-    last = len(lad.rungs)
+    last = len(lad.rungs) - 1  # rung 0 is the baseline
     row = {"id": "6", "rungs": [f"resnet50_matmul:{last + 1}"]}
     with pytest.raises(ValueError, match=f"guides row 6: ladder resnet50_matmul has rungs 0-{last}, not {last + 1}"):
         guides.grade(row, guides.Records(REPO), {})
@@ -93,6 +93,8 @@ def test_the_issues_cases_read_as_the_ladders_and_records_show(page):
     imagenet = _rows(page, "The ImageNet ResNet-50 guide")
     assert all("| partly:" in r for r in imagenet if r.startswith(("| Total", "| 6 ")) or "num_workers: 48" in r)
     seresnet = _rows(page, "The SEResNet speech guide")
-    assert all("| partly: a 1D SEResNet" in r for r in seresnet if r.startswith("| 1 "))
+    assert all("| reproduced, needs a GPU (the 2D model at the full size" in r for r in seresnet if r.startswith("| 1 "))
+    (cap,) = [r for r in _rows(page, "The connectomics guide") if "as the guide's framework runs it" in r]
+    assert "`connectomics_workers_cap` rung 1 (1 -> 2 workers" in cap
     assert "1.21x" not in page and "sweep phase2-20261127-235759992403-d8545708 of 2026-11-27" in page
     assert "the loop was limited by both: the loader and the device" in page

@@ -114,8 +114,8 @@ def check_pointer(pointer: Pointer, row_id: str) -> None:
     if pointer.total and lad.total_claim is None:
         raise ValueError(f"guides row {row_id}: ladder {pointer.ladder} has no total_claim")
     for rung in pointer.rungs:
-        if not 0 <= rung <= len(lad.rungs):
-            raise ValueError(f"guides row {row_id}: ladder {pointer.ladder} has rungs 0-{len(lad.rungs)}, not {rung}")
+        if not 0 <= rung < len(lad.rungs):  # lad.rungs holds the baseline, rung 0
+            raise ValueError(f"guides row {row_id}: ladder {pointer.ladder} has rungs 0-{len(lad.rungs) - 1}, not {rung}")
 
 
 def _verdict(record: dict, pointer: Pointer, root: Path, cache: dict) -> str:
