@@ -76,4 +76,5 @@ def baseline_line(data_wait_frac: float | None, device_step_frac: float | None) 
     found = limited_by(data_wait_frac, device_step_frac)
     if device_step_frac is None or found.label == UNKNOWN:
         return []
-    return [f"(baseline): the loop is limited by {found.text()}."]
+    said = f"limited by {found.text()}" if found.label == BOTH else found.text()
+    return [f"(baseline): the loop is {said}."]
