@@ -41,7 +41,7 @@ def test_a_hand_edit_of_the_page_fails_the_check(tmp_path, page):
 
 
 def _current(ladder, device="cuda", sha=None):
-    sha = sha or ladder_mod._sha(ladder_mod.LADDER_DIR / f"{ladder}.yaml")
+    sha = sha or ladder_mod.file_sha(ladder)
     return {"ladder": ladder, "ladder_sha": sha, "device": device, "gpu_name": "NVIDIA H100 80GB HBM3",
             "git_commit": "778c5339b9fc", "timestamp": "2026-11-27T23:58:53+0000", "sweep_id": "s", "status": "ok",
             "rung": 0, "results": "results/nowhere"}

@@ -95,7 +95,7 @@ class Records:
 
     def current(self, ladder: str, device: str) -> list[dict]:
         """The ok records of ``ladder`` on ``device`` taken at its current file, newest first."""
-        sha = ladder_mod._sha(ladder_mod.LADDER_DIR / f"{ladder}.yaml")
+        sha = ladder_mod.file_sha(ladder, str(self.root / "results"))  # the shipped file first
         rows = [r for r in self.by_ladder.get(ladder, []) if r["ladder_sha"] == sha and r["device"] == device]
         for row in rows:  # the day a sweep started, its first record's
             row["sweep_started"] = min(str(r["timestamp"]) for r in rows if r["sweep_id"] == row["sweep_id"])
