@@ -1,0 +1,55 @@
+"""``python -m harness export``: a sweep's or a check's decided figures where a team already looks.
+
+    python -m harness export --to tb|mlflow|wandb DEST [--results DIR] [--sweep ID|latest] [--campaign ID|latest]
+                             [--check ID|latest] [--experiment NAME]
+
+DEST is a folder for ``tb`` and ``wandb``, a tracking URI for ``mlflow`` (``http://HOST:PORT``). With none of
+``--sweep``, ``--campaign`` and ``--check`` the newest sweep is exported. What is exported is decided summaries
+(``harness.export.figures``), not a stream of steps; the writers are ``harness.export.to_*``, each importing its
+tracker's library only here. No Hydra.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+
+from harness.commands import common_args
+from harness.export import figures
+from harness.registry import unknown_choice
+
+TARGETS = {"tb": "harness.export.to_tb", "mlflow": "harness.export.to_mlflow", "wandb": "harness.export.to_wandb"}
+
+
+def main(command: str, argv: list[str]) -> int:
+    parser = common_args.parser(command, "export a sweep's or a check's decided figures to TensorBoard, MLflow or "
+                                         "Weights & Biases (docs/export.md)")
+    parser.add_argument("--to", required=True, type=_target, metavar="{" + ",".join(TARGETS) + "}",
+                        help="tb: TensorBoard event files; mlflow: runs on a tracking server; wandb: offline runs")
+    parser.add_argument("dest", metavar="DEST", help="a folder (tb, wandb) or a tracking URI (mlflow: http://HOST:PORT)")
+    common_args.add_results(parser)
+    parser.add_argument("--sweep", default=None, help="sweep id or 'latest' (the default when nothing else is named)")
+    parser.add_argument("--campaign", default=None, help="campaign id or 'latest': each of its sweeps")
+    parser.add_argument("--check", default=None, help="a kept check verdict's id or 'latest'")
+    parser.add_argument("--experiment", default="harness", help="MLflow experiment / W&B project (default harness)")
+    return common_args.run(parser, argv, export)
+
+
+def _target(value: str) -> str:
+    if value not in TARGETS:
+        raise argparse.ArgumentTypeError(str(unknown_choice("--to", value, TARGETS)))
+    return value
+
+
+def export(args: argparse.Namespace) -> int:
+    """Check the target, read the figures, write them; a line per group on stdout."""
+    writer = importlib.import_module(TARGETS[args.to])
+    if args.to == "mlflow":
+        writer.check_uri(args.dest)  # before anything is read
+    named = (args.sweep, args.campaign, args.check)
+    sweep = "latest" if named == (None, None, None) else args.sweep
+    groups = figures.groups(args.results, sweep, args.check, args.campaign)
+    lines = writer.export(groups, args.dest, args.experiment)
+    for line in lines:
+        print(line)
+    return 0
