@@ -23,6 +23,7 @@ from harness import shell
 from harness.analysis.gate import looks, paired, verdicts
 from harness.analysis.gate.thresholds import parse_thresholds
 from harness.analysis.gate.paired_formats import FORMATS, render, to_json
+from harness.analysis.views import ci_formats, pr_comment
 from harness.commands import against_rounds, common_args, hydra_edge
 from harness.commands.machine import warn_if_unfit
 from harness.store import load_runs, new_id
@@ -53,7 +54,8 @@ def main(command: str, argv: list[str]) -> int:
                              f"also {BUDGET_KEY}=M)")
     parser.add_argument("--threshold", action="append", metavar="[WORKLOAD=|ladder:NAME=]FRACTION",
                         help="throughput drop that counts (default 0.05); repeat for per-workload or per-ladder values")
-    common_args.add_format(parser, FORMATS, "text", "text (default), junit, json or md")
+    common_args.add_format(parser, FORMATS + ci_formats.FORMATS, "text",
+                           "text (default), junit, json, md (the pull request's comment), bmf, gab or pytorch-oss")
     common_args.add_summary(parser)
     common_args.exit_codes_epilog(parser)
     parser.add_argument("overrides", nargs="*", metavar="key=value", help="settings for every run of both sides")
@@ -113,15 +115,24 @@ def run_against(args: argparse.Namespace) -> int:
 
 def report(result: paired.PairedResult, args: argparse.Namespace, check_id: str) -> int:
     """Print the result, write the summary, keep the verdict; the exit code."""
-    print(render(result, args.format))
+    print(render_any(result, args.format))
     if result.error():
         print(f"error: {result.error()}", file=sys.stderr)
-    common_args.write_summaries(render(result, "md"), args.summary)
+    common_args.write_summaries(render_any(result, "md"), args.summary)
     try:
         verdicts.save_verdict(args.results, check_id, to_json(result))
     except OSError as exc:
         print(f"warning: the verdict was not kept for the history page ({exc})", file=sys.stderr)
     return result.exit_code
+
+
+def render_any(result: paired.PairedResult, fmt: str) -> str:
+    """The check in ``fmt``: the pull request's comment (md), a CI dashboard's JSON, or ``render``'s."""
+    if fmt == "md":
+        return pr_comment.paired_comment(result)
+    if fmt in ci_formats.FORMATS:
+        return ci_formats.render(ci_formats.check_figures(result), fmt)
+    return render(result, fmt)
 
 
 class Lookout:

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from harness.analysis.gate import baseline, check, verdicts
 from harness.analysis.gate.check_formats import FORMATS, render_check
+from harness.analysis.views import ci_formats, pr_comment
 from harness.commands import common_args
 from harness.store import new_id
 from harness.commands import against
@@ -43,7 +44,9 @@ def main(command: str, argv: list[str]) -> int:
                         help="throughput drop that counts (default 0.05); repeat for per-workload or per-ladder values")
     parser.add_argument("--mem-threshold", action="append", metavar=THRESHOLD_FORM,
                         help="peak memory growth that counts (default 0.10); same forms as --threshold")
-    common_args.add_format(parser, FORMATS, "text", "text (default), junit, json or md")
+    common_args.add_format(parser, FORMATS + ci_formats.FORMATS, "text",
+                           "text (default), junit, json, md (the pull request's comment), bmf (Bencher), gab "
+                           "(github-action-benchmark), pytorch-oss (PyTorch's benchmark database)")
     common_args.add_summary(parser)
     common_args.exit_codes_epilog(parser)
     return common_args.run(parser, argv, run_check)
@@ -60,12 +63,21 @@ def run_check(args: argparse.Namespace) -> int:
         print(f"warning: {warning}", file=sys.stderr)
     commands = reproduce(args, result)
     history = args.history_url or str(Path(args.results) / "history" / "index.html")
-    print(render_check(result, args.format, commands, history))
+    print(render(result, args.format, commands, history))
     if result.error():
         print(f"error: {result.error()}", file=sys.stderr)
-    common_args.write_summaries(render_check(result, "md", commands, history), args.summary)
+    common_args.write_summaries(render(result, "md", commands, history), args.summary)
     _keep_verdict(args.results, result)
     return result.exit_code
+
+
+def render(result: check.CheckResult, fmt: str, commands: list[list[str]], history: str) -> str:
+    """The check in ``fmt``: the pull request's comment (md), a CI dashboard's JSON, or ``render_check``'s."""
+    if fmt == "md":
+        return pr_comment.baseline_comment(result, commands, history)
+    if fmt in ci_formats.FORMATS:
+        return ci_formats.render(ci_formats.check_figures(result), fmt)
+    return render_check(result, fmt, commands, history)
 
 
 def reproduce(args: argparse.Namespace, result: check.CheckResult) -> list[list[str]]:
