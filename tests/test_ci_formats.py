@@ -32,11 +32,15 @@ def _table(store, fmt: str, capsys):
 
 def test_table_bmf_is_benchers_metric_format_with_the_band_as_bounds(store, capsys):
     doc, table = _table(store, "bmf", capsys)
+    # Bencher's published schema (draft-07): an object of benchmarks, each an object of measures, each an object
+    # with a number "value" and optional numbers "lower_value" and "upper_value"; names up to 1024 characters,
+    # measure slugs up to 64
     assert isinstance(doc, dict) and len(doc) == len(SPEEDS)
+    assert all(isinstance(m, dict) and len(name) <= 1024 for name, m in doc.items())
     for row in table.rows:
         measures = doc[f"unet3d phase2 rung {row.rung} {row.change}"]
         for slug, measure in measures.items():
-            assert re.fullmatch(r"[a-z0-9-]+", slug)  # a Bencher measure slug
+            assert re.fullmatch(r"[a-z0-9-]{1,64}", slug)  # a Bencher measure slug
             assert set(measure) <= {"value", "lower_value", "upper_value"} and "value" in measure
             assert all(isinstance(v, float) for v in measure.values())
             assert measure["lower_value"] <= measure["value"] <= measure["upper_value"]

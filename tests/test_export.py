@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import psutil
 import pytest
 
 from harness import cli
@@ -180,14 +181,28 @@ def mlflow_server(tmp_path):
                 time.sleep(0.5)
         assert server.poll() is None, (tmp_path / "mlflow.log").read_text()[-2000:]
         yield uri
-    finally:
+    finally:  # the server, its uvicorn worker and its job consumers: one process group, none left behind
         os.killpg(server.pid, signal.SIGTERM)
         try:
             server.wait(timeout=30)
         except subprocess.TimeoutExpired:
+            pass
+        try:
             os.killpg(server.pid, signal.SIGKILL)
-            server.wait()
+        except ProcessLookupError:
+            pass
+        server.wait()
         log.close()
+        left = [p for p in psutil.process_iter() if _group(p) == server.pid]
+        _, alive = psutil.wait_procs(left, timeout=10)
+        assert not [p for p in alive if p.status() != psutil.STATUS_ZOMBIE], alive
+
+
+def _group(process) -> int | None:
+    try:
+        return os.getpgid(process.pid)
+    except (ProcessLookupError, psutil.Error):
+        return None
 
 
 def _read_runs(client, experiment_id: str, parent_id: str):

@@ -15,6 +15,8 @@ baseline files are ``harness.analysis.gate.baseline``'s. No torch, no Hydra.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import json
 import sys
 from pathlib import Path
@@ -25,13 +27,14 @@ from harness.analysis.views import ci_formats, pr_comment
 from harness.commands import common_args
 from harness.store import new_id
 from harness.commands import against
+from harness.commands import bisect as bisect_cmd
 
 THRESHOLD_FORM = "[WORKLOAD=|ladder:NAME=]FRACTION"
 
 
 def main(command: str, argv: list[str]) -> int:
     if any(arg == "--against" or arg.startswith("--against=") for arg in argv):
-        return against.main(command, argv)
+        return against.main(command, argv, on_regression=bisect_culprit)
     parser = common_args.parser(command, "check a sweep against a baseline: exit 0 decided and nothing regressed, "
                                          "1 regression, 2 bad input or nothing comparable, 5 machine busy, "
                                          "6 undecided (or measure the working tree against a commit, adding rounds "
@@ -98,3 +101,21 @@ def _keep_verdict(results_dir: str, result: check.CheckResult) -> None:
         verdicts.save_verdict(results_dir, new_id(f"baseline-{result.baseline_path.stem}-"), document)
     except OSError as exc:
         print(f"warning: the verdict was not kept for the history page ({exc})", file=sys.stderr)
+
+
+def bisect_culprit(result, args: argparse.Namespace, minutes_left: float) -> str:
+    """``check --against REF --bisect`` after a decided regression: ``bisect REF HEAD`` with the check's sweep,
+    rounds, thresholds and settings, within the minutes left of its budget; its answer in one line (the first slow
+    commit, or the range it narrowed to and why it stopped)."""
+    if minutes_left < bisect_cmd.MIN_CHECK_MIN:
+        return f"not run: {max(minutes_left, 0):.1f} min of the budget left (a larger --budget-min leaves room)"
+    argv = [result.ref_commit, "HEAD", "--results", args.results, "--sweep", result.sweep_id, "--rounds",
+            str(args.rounds), "--max-rounds", str(args.max_rounds), "--budget-min", f"{minutes_left:.2f}"]
+    for value in args.threshold or []:
+        argv += ["--threshold", value]
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):  # each check it makes prints its own report: the answer is the last lines
+        code = bisect_cmd.main("bisect", argv + list(args.overrides))
+    lines = [line for line in out.getvalue().splitlines() if line.startswith(("first bad commit:", "bisect stopped:",
+                                                                              "(last good"))]
+    return " ".join(lines) or f"bisect ended with exit {code} (its reasons are on stderr)"

@@ -107,9 +107,14 @@ def sweep_group(results_dir: str, sweep: str = "latest") -> Group:
     return group
 
 
+def _text(value) -> str:
+    """A record's text field; "" where the store has none (pandas reads a missing string as None or NaN)."""
+    return "" if value is None or (isinstance(value, float) and math.isnan(value)) else str(value)
+
+
 def _identity(record) -> dict[str, str]:
-    return {"commit": str(record.get("git_commit") or ""), "fingerprint": str(record.get("code_fingerprint") or ""),
-            "env_key": str(record.get("env_key") or "")}
+    return {"commit": _text(record.get("git_commit")), "fingerprint": _text(record.get("code_fingerprint")),
+            "env_key": _text(record.get("env_key"))}
 
 
 def _rung_entry(table: table_mod.SweepTable, row: table_mod.RungRow, runs) -> Entry:
@@ -117,7 +122,7 @@ def _rung_entry(table: table_mod.SweepTable, row: table_mod.RungRow, runs) -> En
     ok = runs[(runs["status"] == "ok") & runs["samples_per_s"].notna()]
     first = (ok if len(ok) else runs).iloc[0]
     entry = Entry(name=f"rung {row.rung} {row.change}", step=row.rung)
-    entry.params = flat_settings(str(first["config_json"])) | {"rung": row.rung, "change": row.change}
+    entry.params = flat_settings(_text(first["config_json"])) | {"rung": row.rung, "change": row.change}
     sps, band = row.samples_per_s, row.uncertainty
     metrics: dict[str, float | None] = {
         "throughput/samples_per_s": sps,
@@ -134,7 +139,7 @@ def _rung_entry(table: table_mod.SweepTable, row: table_mod.RungRow, runs) -> En
                                                                                      row.x_previous)
     metrics |= step_percentiles(ok)
     entry.metrics = finite(metrics)
-    unit = str(first.get("unit") or "")
+    unit = _text(first.get("unit"))
     entry.tags = _identity(first) | {"kind": "rung", "sweep_id": table.sweep_id, "status": row.status,
                                      "verdict": row.verdict or "-", "claim": row.claim or "-",
                                      "claim_source": row.claim_source or "-", "unit": unit or "-"}

@@ -10,6 +10,7 @@ the experiment) is left as it is. The optional extra ``.[mlflow]`` installs the 
 
 from __future__ import annotations
 
+import os
 import re
 import time
 
@@ -32,6 +33,7 @@ def check_uri(uri: str) -> None:
 
 def client_for(uri: str):
     """An ``MlflowClient`` of ``uri``; ValueError naming the install when MLflow is missing."""
+    os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")  # a line per run: the export says its own
     try:
         from mlflow import MlflowClient  # MLflow: only an export to it
     except ImportError as exc:
@@ -57,7 +59,7 @@ def export(groups: list[Group], uri: str, experiment: str = "harness") -> list[s
         for entry in group.entries:
             log_run(client, experiment_id, entry, {"mlflow.parentRunId": parent, "harness.parent": group.id})
         lines.append(f"{group.kind} {group.id}: run {parent} with {len(group.entries)} nested run(s) in experiment "
-                     f"{experiment!r} at {uri}")
+                     f"{experiment!r}: {uri.rstrip('/')}/#/experiments/{experiment_id}/runs/{parent}")
     return lines
 
 
