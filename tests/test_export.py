@@ -36,15 +36,16 @@ def step_times(rung: int, rnd: int) -> list[float]:
     return list(20.0 / (1 + rung) + rng.gamma(2.0, 1.0, size=30))
 
 
-def write_sweep(results: Path) -> None:
+def write_sweep(results: Path, sweep_id: str = SWEEP, campaign: str = "", day: int = 1) -> None:
     """Two rungs x three rounds, as a sweep stores them (settings, raw step times, commit, fingerprint)."""
     for rung, speeds in SPEEDS.items():
         settings = SETTINGS | ({"precision": "bf16-mixed"} if rung else {})
         for rnd, sps in enumerate(speeds):
             write_record(RunRecord(
-                run_id=f"r{rung}{rnd}", status="ok", timestamp=f"2026-01-01T10:{rnd:02d}:{rung:02d}+0000",
+                run_id=f"{sweep_id}-{rung}{rnd}", status="ok",
+                timestamp=f"2026-01-{day:02d}T10:{rnd:02d}:{rung:02d}+0000", campaign_id=campaign,
                 workload="unet3d", size="smoke", device="cpu", config_hash=f"cfg-{rung}", env_key="env-1",
-                config_json=json.dumps(settings), sweep_id=SWEEP, ladder="phase2", rung=rung,
+                config_json=json.dumps(settings), sweep_id=sweep_id, ladder="phase2", rung=rung,
                 change="precision=bf16-mixed" if rung else "", round=rnd, samples_per_step=4, samples_per_s=sps,
                 units_per_s=sps * 32768, unit="voxels", mfu=0.01 * (1 + rung), data_wait_frac=0.05 / (1 + rung),
                 step_ms=step_times(rung, rnd), step_ms_p50=float(np.median(step_times(rung, rnd))),
@@ -101,9 +102,29 @@ def test_a_checks_figures_are_its_rows_with_the_band(store):
     assert group.kind == "check" and group.id == "against-x1"
     assert [e.tags["verdict"] for e in group.entries] == ["regressed", "unchanged", "undecided"]
     first = group.entries[0]
-    assert first.metrics["check/ratio_high"] < 0.95 and first.metrics["throughput/base_samples_per_s"] == pytest.approx(100.0)
+    assert first.metrics["check/ratio_high"] < 0.95
+    assert first.metrics["throughput/base_samples_per_s"] == pytest.approx(100.0)
     with pytest.raises(ValueError, match="--check 'nope': no such check .* valid choices: latest, against-x1"):
         figures.check_group(str(store), "nope")
+
+
+def test_a_campaign_is_each_of_its_sweeps_and_a_baseline_check_its_rows(tmp_path, capsys):
+    from tests.test_regress import check, setup_check
+
+    for day, sweep_id in ((2, "camp-a"), (3, "camp-b")):
+        write_sweep(tmp_path / "camp", sweep_id, campaign="campaign-1", day=day)
+    assert [g.id for g in figures.groups(str(tmp_path / "camp"), None, None, "latest")] == ["camp-a", "camp-b"]
+    setup_check(tmp_path / "base", {"cfg-a": 80.0})
+    capsys.readouterr()  # what setting up printed
+    assert check(tmp_path / "base", "--format", "json") == 1
+    row = json.loads(capsys.readouterr().out)["rows"][0]
+    group = figures.check_group(str(tmp_path / "base"), "latest")
+    assert group.params["kind"] == "baseline" and group.metrics["configs/regressed"] == 1.0
+    (entry,) = group.entries
+    assert entry.tags["verdict"] == "regressed" and entry.metrics["check/ratio"] == pytest.approx(row["ratio"])
+    assert (entry.metrics["check/ratio_low"], entry.metrics["check/ratio_high"]) == (pytest.approx(row["ci_low"]),
+                                                                                   pytest.approx(row["ci_high"]))
+    assert entry.metrics["throughput/head_samples_per_s"] == pytest.approx(row["current_samples_per_s"])
 
 
 def test_bad_targets_are_one_line_and_exit_2(store, capsys):

@@ -65,7 +65,7 @@ def export(groups: list[Group], uri: str, experiment: str = "harness") -> list[s
 
 def log_run(client, experiment_id: str, entry: Entry, extra_tags: dict[str, str]) -> str:
     """One finished run with the entry's params, metrics and tags; its run id."""
-    from mlflow.entities import Metric, Param, RunTag  # as client_for: only an export to MLflow
+    from mlflow.entities import Metric, Param  # as client_for: only an export to MLflow
 
     tags = {f"harness.{k}": v for k, v in entry.tags.items() if v != ""} | extra_tags
     run = client.create_run(experiment_id, run_name=entry.name, tags=tags)

@@ -61,7 +61,7 @@ def comment(word: str, code: int, what: str, rows: list[tuple[str, list[str], fl
     tail = _tail(about, commands, history)
     size = sum(len(line) + 1 for line in lines + tail)
     shown = 0
-    for status, cells, _ in ordered:
+    for _, cells, _ in ordered:
         line = "| " + " | ".join(cell(c) for c in cells) + " |"
         if shown == MAX_ROWS or size + len(line) + 200 > BUDGET:
             break
