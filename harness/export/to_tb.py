@@ -4,8 +4,8 @@ Written with ``torch.utils.tensorboard`` (TensorBoard's own format; the optional
 ``tensorboard`` package it needs). Each entry's figures are scalars at step = its rung, so TensorBoard's charts
 put a sweep's rungs side by side; its settings and tags are hparams with its figures as the hparams' metrics,
 written into the entry's own folder (``SummaryWriter.add_hparams`` would open a new folder per call, one run
-more for every entry). The group's own figures go to ``DEST/<id>/<kind>``. W&B and Aim import such a folder
-(``wandb sync --sync-tensorboard``, ``aim convert tensorboard``).
+more for every entry). The group's own figures go to ``DEST/<id>/<kind>``. Aim imports such a folder (``aim convert
+tensorboard``); for W&B, ``harness.export.to_wandb`` writes its own runs.
 """
 
 from __future__ import annotations
