@@ -290,3 +290,33 @@ def test_wandb_offline_runs_hold_the_settings_figures_and_verdicts(store, tmp_pa
             assert key.encode() in log, key
         assert b"bf16-mixed" in log if entry.step == 1 else b"fp32" in log
         assert entry.tags["verdict"].encode() in log
+
+
+def test_a_check_exports_itself_when_it_ends_and_a_failed_export_only_warns(tmp_path, capsys):
+    """``check --export TARGET:DEST``: the check's exit code and report are the check's; the export's lines go to
+    stderr, and an export that fails is a warning with the command that exports it again."""
+    pytest.importorskip("tensorboard", reason="the tensorboard package is not installed (pip install tensorboard)")
+    from tests.test_regress import check, setup_check
+
+    setup_check(tmp_path, {"cfg-a": 80.0})
+    capsys.readouterr()
+    assert check(tmp_path, "--format", "json", "--export", f"tb:{tmp_path / 'tb'}") == 1
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)["exit_code"] == 1  # stdout holds the report alone
+    check_id = figures.check_document(str(tmp_path))[0]
+    assert f"export: check {check_id}: 1 run folder(s)" in captured.err
+    assert len(list((tmp_path / "tb" / check_id).rglob("events.out.tfevents.*"))) == 2
+    (tmp_path / "a-file").write_text("")
+    assert check(tmp_path, "--export", f"tb:{tmp_path / 'a-file' / 'tb'}") == 1
+    err = capsys.readouterr().err
+    assert "warning: not exported to tb:" in err and "python -m harness export --to tb " in err
+    assert check(tmp_path, "--export", "excel:out") == 2
+    assert "--export='excel:out': TARGET:DEST with TARGET one of tb, mlflow, wandb" in capsys.readouterr().err
+
+
+def test_a_sweep_export_setting_is_checked_before_anything_runs():
+    from harness.commands import sweep as sweep_cmd
+
+    with pytest.raises(ValueError, match="sweep.export='excel:x': TARGET:DEST with TARGET one of tb, mlflow, wandb"):
+        sweep_cmd.plan_sweep(["+ladder=phase2", "sweep.export=excel:x"])
+    assert sweep_cmd.plan_sweep(["+ladder=phase2", "sweep.export=tb:runs/harness"]).export == "tb:runs/harness"

@@ -26,6 +26,7 @@ from harness.analysis.gate.thresholds import parse_thresholds
 from harness.analysis.gate.paired_formats import FORMATS, render, to_json
 from harness.analysis.views import ci_formats, pr_comment
 from harness.commands import against_rounds, common_args, hydra_edge
+from harness.commands import export as export_cmd
 from harness.commands.machine import warn_if_unfit
 from harness.store import load_runs, new_id
 from harness.sweeps import against, replay, worktree
@@ -60,6 +61,7 @@ def main(command: str, argv: list[str], on_regression=None) -> int:
     common_args.add_format(parser, FORMATS + ci_formats.FORMATS, "text",
                            "text (default), junit, json, md (the pull request's comment), bmf, gab or pytorch-oss")
     common_args.add_summary(parser)
+    common_args.add_export(parser)
     parser.add_argument("--bisect", action="store_true",
                         help="on a decided regression, bisect REF..HEAD within what is left of the budget and name "
                              "the first slow commit (python -m harness bisect; with `check` only)")
@@ -98,6 +100,7 @@ def run_against(args: argparse.Namespace) -> int:
     thresholds = parse_thresholds(args.threshold, 0.05, "--threshold")
     check_rounds(args)
     budget = budget_minutes(args)
+    config_mod.check_export(args.export, "--export")
     if args.bisect and args.on_regression is None:
         raise ValueError("--bisect: only `python -m harness check --against REF --bisect` bisects after a regression")
     hydra_edge.check_overrides(args.overrides)
@@ -140,6 +143,9 @@ def report(result: paired.PairedResult, args: argparse.Namespace, check_id: str,
         verdicts.save_verdict(args.results, check_id, to_json(result))
     except OSError as exc:
         print(f"warning: the verdict was not kept for the history page ({exc})", file=sys.stderr)
+    else:
+        if args.export:
+            export_cmd.export_after(args.export, args.results, check=check_id)
     return result.exit_code
 
 

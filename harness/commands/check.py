@@ -21,6 +21,7 @@ import json
 import sys
 from pathlib import Path
 
+from harness import config as config_mod
 from harness.analysis.gate import baseline, check, verdicts
 from harness.analysis.gate.check_formats import FORMATS, render_check
 from harness.analysis.views import ci_formats, pr_comment
@@ -28,6 +29,7 @@ from harness.commands import common_args
 from harness.store import new_id
 from harness.commands import against
 from harness.commands import bisect as bisect_cmd
+from harness.commands import export as export_cmd
 
 THRESHOLD_FORM = "[WORKLOAD=|ladder:NAME=]FRACTION"
 
@@ -51,12 +53,14 @@ def main(command: str, argv: list[str]) -> int:
                            "text (default), junit, json, md (the pull request's comment), bmf (Bencher), gab "
                            "(github-action-benchmark), pytorch-oss (PyTorch's benchmark database)")
     common_args.add_summary(parser)
+    common_args.add_export(parser)
     common_args.exit_codes_epilog(parser)
     return common_args.run(parser, argv, run_check)
 
 
 def run_check(args: argparse.Namespace) -> int:
     """Print the check in the format asked; its exit code (a BadInput is exit 2, through common_args)."""
+    config_mod.check_export(args.export, "--export")
     thresholds = check.parse_thresholds(args.threshold, 0.05, "--threshold")
     mem_thresholds = check.parse_thresholds(args.mem_threshold, 0.10, "--mem-threshold")
     path = baseline.baseline_path(args.baseline, args.results)
@@ -70,7 +74,9 @@ def run_check(args: argparse.Namespace) -> int:
     if result.error():
         print(f"error: {result.error()}", file=sys.stderr)
     common_args.write_summaries(render(result, "md", commands, history), args.summary)
-    _keep_verdict(args.results, result)
+    kept = _keep_verdict(args.results, result)
+    if args.export and kept:
+        export_cmd.export_after(args.export, args.results, check=kept)
     return result.exit_code
 
 
@@ -94,13 +100,15 @@ def reproduce(args: argparse.Namespace, result: check.CheckResult) -> list[list[
                    str(Path(args.results) / "history")]]
 
 
-def _keep_verdict(results_dir: str, result: check.CheckResult) -> None:
-    """The decision, for the history page; a results folder that refuses it costs a warning, not the gate."""
+def _keep_verdict(results_dir: str, result: check.CheckResult) -> str:
+    """The decision, for the history page; a results folder that refuses it costs a warning, not the gate. Its id
+    ("" when it was not kept)."""
     document = json.loads(render_check(result, "json")) | {"kind": "baseline", "checked_sweep": result.sweep_id}
     try:
-        verdicts.save_verdict(results_dir, new_id(f"baseline-{result.baseline_path.stem}-"), document)
+        return verdicts.save_verdict(results_dir, new_id(f"baseline-{result.baseline_path.stem}-"), document).stem
     except OSError as exc:
         print(f"warning: the verdict was not kept for the history page ({exc})", file=sys.stderr)
+        return ""
 
 
 def bisect_culprit(result, args: argparse.Namespace, minutes_left: float) -> str:

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import shlex
+import sys
 
 from harness.commands import common_args
 from harness.export import figures
@@ -53,3 +55,19 @@ def export(args: argparse.Namespace) -> int:
     for line in lines:
         print(line)
     return 0
+
+
+def export_after(spec: str, results_dir: str, sweep: str | None = None, check: str | None = None) -> None:
+    """``sweep.export`` / ``check --export``: the sweep or check just finished, exported to ``TARGET:DEST``. Its
+    lines go to stderr (stdout holds the command's own report); a failure is a warning, never a changed exit code:
+    the measurements are stored, and ``python -m harness export`` (printed) exports them again."""
+    target, _, dest = spec.partition(":")
+    again = ["python", "-m", "harness", "export", "--to", target, dest, "--results", str(results_dir)]
+    again += ["--sweep", sweep] if sweep else ["--check", str(check)]
+    try:
+        writer = importlib.import_module(TARGETS[target])
+        for line in writer.export(figures.groups(str(results_dir), sweep, check), dest, "harness"):
+            print(f"export: {line}", file=sys.stderr)
+    except Exception as exc:  # a tracker's own errors (a server down, a library missing) never cost the measurement
+        print(f"warning: not exported to {spec} ({type(exc).__name__}: {exc}); the results are stored: "
+              f"{shlex.join(again)}", file=sys.stderr)
