@@ -114,11 +114,14 @@ def test_a_campaign_is_each_of_its_sweeps_and_a_baseline_check_its_rows(tmp_path
     for day, sweep_id in ((2, "camp-a"), (3, "camp-b")):
         write_sweep(tmp_path / "camp", sweep_id, campaign="campaign-1", day=day)
     assert [g.id for g in figures.groups(str(tmp_path / "camp"), None, None, "latest")] == ["camp-a", "camp-b"]
+    write_sweep(tmp_path / "camp", "lone", day=4)
+    assert [g.id for g in figures.groups(str(tmp_path / "camp"), "all", None)] == ["camp-a", "camp-b", "lone"]
     setup_check(tmp_path / "base", {"cfg-a": 80.0})
     capsys.readouterr()  # what setting up printed
     assert check(tmp_path / "base", "--format", "json") == 1
     row = json.loads(capsys.readouterr().out)["rows"][0]
     group = figures.check_group(str(tmp_path / "base"), "latest")
+    assert [g.id for g in figures.groups(str(tmp_path / "base"), None, "all")] == [group.id]
     assert group.params["kind"] == "baseline" and group.metrics["configs/regressed"] == 1.0
     (entry,) = group.entries
     assert entry.tags["verdict"] == "regressed" and entry.metrics["check/ratio"] == pytest.approx(row["ratio"])

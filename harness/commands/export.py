@@ -1,7 +1,7 @@
 """``python -m harness export``: a sweep's or a check's decided figures where a team already looks.
 
-    python -m harness export --to tb|mlflow|wandb DEST [--results DIR] [--sweep ID|latest] [--campaign ID|latest]
-                             [--check ID|latest] [--experiment NAME]
+    python -m harness export --to tb|mlflow|wandb DEST [--results DIR] [--sweep ID|latest|all]
+                             [--campaign ID|latest] [--check ID|latest|all] [--experiment NAME]
 
 DEST is a folder for ``tb`` and ``wandb``, a tracking URI for ``mlflow`` (``http://HOST:PORT``). With none of
 ``--sweep``, ``--campaign`` and ``--check`` the newest sweep is exported. What is exported is decided summaries
@@ -30,9 +30,10 @@ def main(command: str, argv: list[str]) -> int:
                         help="tb: TensorBoard event files; mlflow: runs on a tracking server; wandb: offline runs")
     parser.add_argument("dest", metavar="DEST", help="a folder (tb, wandb) or a tracking URI (mlflow: http://HOST:PORT)")
     common_args.add_results(parser)
-    parser.add_argument("--sweep", default=None, help="sweep id or 'latest' (the default when nothing else is named)")
+    parser.add_argument("--sweep", default=None, help="sweep id, 'latest' (the default when nothing else is named) or "
+                                                      "'all' (every sweep of the store)")
     parser.add_argument("--campaign", default=None, help="campaign id or 'latest': each of its sweeps")
-    parser.add_argument("--check", default=None, help="a kept check verdict's id or 'latest'")
+    parser.add_argument("--check", default=None, help="a kept check verdict's id, 'latest' or 'all'")
     parser.add_argument("--experiment", default="harness", help="MLflow experiment / W&B project (default harness)")
     return common_args.run(parser, argv, export)
 

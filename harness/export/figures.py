@@ -234,8 +234,19 @@ def groups(results_dir: str, sweep: str | None, check: str | None, campaign: str
     if campaign is not None:
         summary = table_mod.load_campaign(results_dir, campaign)
         out += [sweep_group(results_dir, t.sweep_id) for t in summary.tables]
-    if sweep is not None:
+    if sweep == "all":  # the whole store, oldest first (an export already there is left alone: run it again freely)
+        runs = load_runs(results_dir, columns=["sweep_id", "timestamp"]).sort_values("timestamp")
+        out += [sweep_group(results_dir, s) for s in dict.fromkeys(runs["sweep_id"].fillna("")) if s]
+    elif sweep is not None:
         out.append(sweep_group(results_dir, sweep))
-    if check is not None:
+    if check == "all":
+        out += [check_group(results_dir, c) for c in check_ids(results_dir)]
+    elif check is not None:
         out.append(check_group(results_dir, check))
     return out
+
+
+def check_ids(results_dir: str) -> list[str]:
+    """The ids of every kept check verdict, oldest first."""
+    folder = verdicts.verdicts_dir(results_dir)
+    return [p.stem for p in sorted(folder.glob("*.json"), key=lambda p: p.stat().st_mtime)] if folder.is_dir() else []
