@@ -74,6 +74,7 @@ def validate_sweep(sweep: SweepConfig) -> None:
     if not (repeats == "auto" or (whole and repeats >= 1)):
         raise ValueError(f"sweep.repeats={repeats} must be at least 1 (a whole number of rounds: each rung is measured "
                          "that many times) or auto (rounds until every verdict is decided)")
+    check_export(sweep.export, "sweep.export")
     if not (isinstance(sweep.budget_min, (int, float)) and sweep.budget_min > 0):
         raise ValueError(f"sweep.budget_min={sweep.budget_min!r} must be a positive number of minutes")
     if not (isinstance(sweep.max_repeats, int) and sweep.max_repeats >= 2):
@@ -319,3 +320,16 @@ def _validate_workload_shapes(spec: WorkloadSpec) -> None:
         raise ValueError(f"workload.synthetic={spec.synthetic} makes {need[1]}D samples with {need[2]} channel(s) "
                          f"for a {need[0]} target; workload {spec.name!r} has {spec.sample_shape()} and target "
                          f"{spec.target}: use synthetic: tensors")
+
+
+EXPORT_TARGETS = ("tb", "mlflow", "wandb")  # harness.export's writers
+
+
+def check_export(spec: str, name: str) -> None:
+    """``TARGET:DEST`` (``tb:runs/harness``, ``mlflow:http://127.0.0.1:5000``, ``wandb:wandb-runs``) or ""."""
+    if not spec:
+        return
+    target, _, dest = str(spec).partition(":")
+    if target not in EXPORT_TARGETS or not dest:
+        raise ValueError(f"{name}={spec!r}: TARGET:DEST with TARGET one of {', '.join(EXPORT_TARGETS)}, such as "
+                         "tb:runs/harness or mlflow:http://127.0.0.1:5000")
