@@ -16,16 +16,19 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 from pathlib import Path
 
 from harness import config as config_mod
 from harness import shell
-from harness.analysis.gate import looks, paired, verdicts
+from harness.analysis.gate import answers, looks, paired, verdicts
 from harness.analysis.gate.thresholds import parse_thresholds
 from harness.analysis.stats import noise_model
 from harness.analysis.stats.busy import busy_reason
 from harness.analysis.gate.paired_formats import FORMATS, render, to_json
+from harness.analysis.views import ci_formats, pr_comment
 from harness.commands import against_rounds, common_args, hydra_edge
+from harness.commands import export as export_cmd
 from harness.commands.machine import warn_if_unfit
 from harness.store import load_runs, new_id
 from harness.sweeps import against, replay, worktree
@@ -36,8 +39,10 @@ DEFAULT_BUDGET_MIN = 30.0
 BUDGET_KEY = "check.budget_min"
 
 
-def main(command: str, argv: list[str], kept: list | None = None) -> int:
-    """The command; ``kept`` (bisect's): the check's ``PairedResult`` is appended to it."""
+def main(command: str, argv: list[str], on_regression=None, kept: list | None = None) -> int:
+    """``on_regression(result, args, minutes_left) -> line``: what ``--bisect`` runs after a decided regression
+    (``harness.commands.check`` gives ``bisect``; None: ``--bisect`` is refused); ``kept`` (bisect's): the check's
+    ``PairedResult`` is appended to it."""
     parser = common_args.parser(command, "measure the working tree against commit REF now, config by config, "
                                          "interleaved, adding rounds while undecided: exit 0 decided and nothing "
                                          "regressed, 1 regressed, 2 bad input, 5 machine busy, 6 undecided")
@@ -59,10 +64,16 @@ def main(command: str, argv: list[str], kept: list | None = None) -> int:
                              "per-config values")
     parser.add_argument("--rung", action="append", type=int, metavar="N",
                         help="only this config of the sweep (repeat for more; default every config)")
-    common_args.add_format(parser, FORMATS, "text", "text (default), junit, json or md")
+    common_args.add_format(parser, FORMATS + ci_formats.FORMATS, "text",
+                           "text (default), junit, json, md (the pull request's comment), bmf, gab or pytorch-oss")
     common_args.add_summary(parser)
+    common_args.add_export(parser)
+    parser.add_argument("--bisect", action="store_true",
+                        help="on a decided regression, bisect REF..HEAD within what is left of the budget and name "
+                             "the first slow commit (python -m harness bisect; with `check` only)")
     common_args.exit_codes_epilog(parser)
     parser.add_argument("overrides", nargs="*", metavar="key=value", help="settings for every run of both sides")
+    parser.set_defaults(on_regression=on_regression)
     return common_args.run(parser, argv, lambda args: run_against(args, kept))
 
 
@@ -91,9 +102,13 @@ def check_rounds(args: argparse.Namespace) -> None:
 
 def run_against(args: argparse.Namespace, kept: list | None = None) -> int:
     """Check, measure round by round until decided, decide, print; the exit code."""
+    started = time.monotonic()
     thresholds = parse_thresholds(args.threshold, 0.05, "--threshold")
     check_rounds(args)
     budget = budget_minutes(args)
+    config_mod.check_export(args.export, "--export")
+    if args.bisect and args.on_regression is None:
+        raise ValueError("--bisect: only `python -m harness check --against REF --bisect` bisects after a regression")
     hydra_edge.check_overrides(args.overrides)
     plan, warnings = prepare(args)
     stored_s, gaps = against_rounds.estimate_run_s(_stored_runs(plan, args.results))
@@ -120,20 +135,39 @@ def run_against(args: argparse.Namespace, kept: list | None = None) -> int:
     result = lookout.decide(rounds, lookout.stopped or ("decided" if rounds < args.max_rounds else ""))
     if kept is not None:
         kept.append(result)
-    return report(result, args, plan.check_id)
+    culprit = ""
+    if args.bisect and result.exit_code == answers.REGRESSED:
+        culprit = args.on_regression(result, args, budget - (time.monotonic() - started) / 60)
+    return report(result, args, plan.check_id, culprit)
 
 
-def report(result: paired.PairedResult, args: argparse.Namespace, check_id: str) -> int:
-    """Print the result, write the summary, keep the verdict; the exit code."""
-    print(render(result, args.format))
+def report(result: paired.PairedResult, args: argparse.Namespace, check_id: str, culprit: str = "") -> int:
+    """Print the result (and what ``--bisect`` found), write the summary, keep the verdict; the exit code."""
+    found = f"\n\nBisect (REF..HEAD, within the check's budget): {culprit}\n" if culprit else ""
+    text = args.format in ("text", "md")  # JSON and XML stay documents: the bisection goes to stderr there
+    print(render_any(result, args.format) + (found if text else ""))
+    if found and not text:
+        print(found.strip(), file=sys.stderr)
     if result.error():
         print(f"error: {result.error()}", file=sys.stderr)
-    common_args.write_summaries(render(result, "md"), args.summary)
+    common_args.write_summaries(render_any(result, "md") + found, args.summary)
     try:
         verdicts.save_verdict(args.results, check_id, to_json(result))
     except OSError as exc:
         print(f"warning: the verdict was not kept for the history page ({exc})", file=sys.stderr)
+    else:
+        if args.export:
+            export_cmd.export_after(args.export, args.results, check=check_id)
     return result.exit_code
+
+
+def render_any(result: paired.PairedResult, fmt: str) -> str:
+    """The check in ``fmt``: the pull request's comment (md), a CI dashboard's JSON, or ``render``'s."""
+    if fmt == "md":
+        return pr_comment.paired_comment(result)
+    if fmt in ci_formats.FORMATS:
+        return ci_formats.render(ci_formats.check_figures(result), fmt)
+    return render(result, fmt)
 
 
 class Lookout:

@@ -135,7 +135,7 @@ def check_commit(root: Path, commit: str, good: str, results: Path, args: argpar
     here = Path.cwd()
     os.chdir(tree.root)
     try:
-        return against_cmd.main("check", argv + list(args.overrides), kept)
+        return against_cmd.main("check", argv + list(args.overrides), kept=kept)
     finally:
         os.chdir(here)
 

@@ -29,6 +29,7 @@ from rich.markup import escape
 
 from harness import config as config_mod
 from harness import shell
+from harness.commands import export as export_cmd
 from harness.commands import hydra_edge
 from harness.commands.machine import warn_if_unfit
 from harness.store import check_writable, new_id
@@ -107,6 +108,7 @@ class SweepPlan:
     max_repeats: int = 6
     budget_min: float = 10.0
     remeasure_busy: bool = True
+    export: str = ""  # sweep.export: TARGET:DEST, exported at the sweep's end
 
 
 def plan_sweep(argv: list[str], campaign: bool = False, settings: dict | None = None,
@@ -146,9 +148,11 @@ def plan_sweep(argv: list[str], campaign: bool = False, settings: dict | None = 
         settings = hydra_edge.plain_settings(hydra_edge.compose_settings(overrides))
     parsed = config_mod.from_dict(settings)
     config_mod.validate_sweep(parsed.sweep)
+    config_mod.validate_one_node(parsed.nodes, "sweep")
     return SweepPlan(ladder=lad, overrides=tuple(overrides), user_keys=frozenset(user_keys), settings=settings,
                      repeats=parsed.sweep.repeats, rerun=parsed.sweep.rerun, max_repeats=parsed.sweep.max_repeats,
-                     budget_min=parsed.sweep.budget_min, remeasure_busy=parsed.sweep.remeasure_busy)
+                     budget_min=parsed.sweep.budget_min, remeasure_busy=parsed.sweep.remeasure_busy,
+                     export=parsed.sweep.export)
 
 
 def _workload_file(name: str, config_dirs: list[str]) -> bool:
@@ -205,6 +209,8 @@ def run_sweep(plan: SweepPlan, sweep_id: str, campaign_id: str = "") -> int:
         lock.release(held)
     loop.auto_compact(ctx.results_dir)
     _print_table(ctx)
+    if plan.export:
+        export_cmd.export_after(plan.export, ctx.results_dir, sweep=sweep_id)
     return code
 
 
