@@ -1,11 +1,12 @@
 """``python -m harness bisect GOOD BAD``: the first commit of GOOD..BAD that made a config slower.
 
     python -m harness bisect GOOD BAD [--results DIR] [--sweep ID|latest] [--budget-min 120] [--rounds 4]
-                                 [--max-rounds 12] [--threshold 0.05] [key=value ...]
+                                 [--max-rounds 16] [--threshold 0.05] [key=value ...]
 
 Each commit it tries is checked against GOOD as ``check --against GOOD`` would from that commit's worktree
-(``<results>/.against/<sha>``), with the configs of the sweep (``--sweep``, as ``check`` chooses them); the logic is
-``harness.sweeps.bisect``. Exit codes: 0 the first bad commit named; 2 bad input, or BAD does not regress
+(``<results>/.against/<sha>``): BAD with the configs of the sweep (``--sweep``, as ``check`` chooses them), every
+later commit with only the configs BAD regressed on, at their half steps (``--rung N --threshold rung:N=F``); the
+logic is ``harness.sweeps.bisect``. Exit codes: 0 the first bad commit named; 2 bad input, or BAD does not regress
 against GOOD; 5 a check found the machine busy; 6 a check undecided or the budget spent (the range it narrowed
 to is said). The command that reproduces each check is in its own output.
 """
@@ -40,7 +41,7 @@ def main(command: str, argv: list[str]) -> int:
     common_args.add_sweep(parser)
     parser.add_argument("--budget-min", type=float, default=DEFAULT_BUDGET_MIN,
                         help=f"minutes for the whole bisection (default {DEFAULT_BUDGET_MIN:g}); each check gets "
-                             "what is left")
+                             "its share of what is left, by its runs a round")
     parser.add_argument("--rounds", type=int, default=against_cmd.DEFAULT_ROUNDS, help="as check --against's")
     parser.add_argument("--max-rounds", type=int, default=DEFAULT_MAX_ROUNDS,
                         help=f"the most rounds of one check (default {DEFAULT_MAX_ROUNDS}); its share of the budget "

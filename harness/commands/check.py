@@ -125,5 +125,5 @@ def bisect_culprit(result, args: argparse.Namespace, minutes_left: float) -> str
     with contextlib.redirect_stdout(out):  # each check it makes prints its own report: the answer is the last lines
         code = bisect_cmd.main("bisect", argv + list(args.overrides))
     lines = [line for line in out.getvalue().splitlines() if line.startswith(("first bad commit:", "bisect stopped:",
-                                                                              "against GOOD:", "(last good"))]
+                                                                              "(last good"))]
     return " ".join(lines) or f"bisect ended with exit {code} (its reasons are on stderr)"
