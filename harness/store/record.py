@@ -136,6 +136,7 @@ class RunRecord(Metrics, RunIdentity):
     phase_wall_s: float | None = None
     phase_gap_s: float | None = None
     launched_by: str = ""  # "fork": forked from the sweep's warm launcher; "exec": a fresh interpreter
+    launcher_preloaded: str = ""  # a forked run: the packages its launcher had imported (top-level names, sorted)
 
 
 _ARROW_TYPES = {

@@ -92,8 +92,9 @@ class ForkedChild:
 
     how = "fork"
 
-    def __init__(self, zygote: Zygote, pid: int, pidfd: int):
+    def __init__(self, zygote: Zygote, pid: int, pidfd: int, preloaded: str = ""):
         self._zygote, self.pid, self._pidfd = zygote, pid, pidfd
+        self.preloaded = preloaded  # the packages the zygote had imported when it forked this run
         self.returncode: int | None = None
 
     @property
@@ -186,11 +187,11 @@ class Zygote:
             for fd in handed:
                 os.close(fd)
             return None, message.get("refused", f"the launcher answered {message}")
-        self.forks.append({k: v for k, v in message.items() if k != "started"})
+        self.forks.append({k: v for k, v in message.items() if k not in ("started", "preloaded")})
         if message.get("left_to_runs"):
             say_once(f"warm launcher: each run imports {message['left_to_runs']} and what follows it itself (its "
                      "import leaves a process unsafe to fork)")
-        return ForkedChild(self, int(message["started"]), handed[0]), ""
+        return ForkedChild(self, int(message["started"]), handed[0], str(message.get("preloaded", ""))), ""
 
     def read_exits(self, child: ForkedChild) -> None:
         """Take the zygote's pending messages (without blocking): the child's exit status, or the zygote's end."""

@@ -33,9 +33,9 @@ SHOWN = (("launch", "phase_launch_s"), ("model", "phase_model_s"), ("data", "pha
 
 
 def record_fields(marks: dict[str, float], spawned: float, gone: float, gap_s: float | None,
-                  how: str) -> dict[str, Any]:
+                  how: str, preloaded: str = "") -> dict[str, Any]:
     """The record's timing fields of one run: its phases (``PHASES``), its wall time, the parent's gap before it,
-    and how it was started ("fork" or "exec")."""
+    how it was started ("fork" or "exec") and, forked, what its launcher had imported."""
     times = {**{k: float(v) for k, v in marks.items() if isinstance(v, (int, float))}, "spawn": spawned,
              "gone": gone}
     out: dict[str, Any] = {}
@@ -44,6 +44,7 @@ def record_fields(marks: dict[str, float], spawned: float, gone: float, gap_s: f
     out["phase_wall_s"] = max(0.0, gone - spawned)
     out["phase_gap_s"] = None if gap_s is None else max(0.0, gap_s)
     out["launched_by"] = how
+    out["launcher_preloaded"] = preloaded if how == "fork" else ""
     return out
 
 

@@ -41,6 +41,7 @@ from pathlib import Path
 
 from harness.run.child import channel
 from harness.lifeline import guard_child
+from harness.run.parent import driver
 
 SOCKET_ENV = "HARNESS_ZYGOTE_FD"  # the zygote's end of its socket to the parent
 MAX_MESSAGE = 1 << 20
@@ -99,7 +100,8 @@ def main(sweep_dir: str, first_config: str = "") -> int:
                 os.close(fd)
             send(sock, {"refused": why})
             continue
-        state = {"threads": len(_threads()), "cuda_initialized": _cuda_initialized()}  # as the fork finds it
+        state = {"threads": len(_threads()), "cuda_initialized": _cuda_initialized(),  # as the fork finds it
+                 "cuda_driver": driver.cuda_state(), "preloaded": preloaded()}
         if LEFT_TO_RUNS:
             state["left_to_runs"] = LEFT_TO_RUNS[0]
         pid = _fork_run(request, fds, sock, sweep_dir, resident, report_imports=not learnt)
@@ -116,8 +118,8 @@ def main(sweep_dir: str, first_config: str = "") -> int:
 
 def preload(names) -> list[str]:
     """Import ``names`` in order (those already imported cost a lookup); returns the ones that failed. The first
-    import that loads the CUDA driver here is remembered (``DRIVER_LOADED_BY``): no run forks after it, and the
-    refusal names it."""
+    import that loads the CUDA driver here is remembered (``DRIVER_LOADED_BY``): a refusal to fork once the driver
+    is initialised names it (mapped and never initialised, the driver does not stop a fork)."""
     failed = []
     clean = not DRIVER_LOADED_BY and not _driver_loaded()
     for name in names:
@@ -131,6 +133,14 @@ def preload(names) -> list[str]:
             DRIVER_LOADED_BY.append(name)
             clean = False
     return failed
+
+
+def preloaded() -> str:
+    """The packages imported here beyond Python's own (top-level names, sorted, comma-separated): what a run forked
+    from here finds loaded, which its record keeps."""
+    own = set(sys.stdlib_module_names) | set(sys.builtin_module_names)
+    tops = {name.partition(".")[0] for name in list(sys.modules)}
+    return ",".join(sorted(t for t in tops if t not in own and not t.startswith("_")))
 
 
 def preload_fork_safe(names, probe: bool) -> list[str]:
@@ -246,18 +256,20 @@ def unsafe_to_fork() -> str:
             f" (the CUDA driver loaded by importing {DRIVER_LOADED_BY[0]})" if DRIVER_LOADED_BY else "")
     if _cuda_initialized():
         return "CUDA is initialised in the launcher"
-    # the driver itself, which a library may have asked (a device count) without torch knowing: a fork can never
-    # use CUDA after its parent initialised the driver
-    if _driver_loaded():
-        return "the CUDA driver is loaded in the launcher" + (f" (by importing {DRIVER_LOADED_BY[0]})"
-                                                              if DRIVER_LOADED_BY else "")
+    # the driver itself, which a library may have initialised (a device count) without torch knowing: a fork can
+    # never use CUDA after its parent initialised the driver; merely mapped (never initialised), it forks as a
+    # DataLoader does
+    cuda = driver.cuda_state()
+    if cuda not in ("", "mapped"):
+        return cuda + (f" (the driver loaded by importing {DRIVER_LOADED_BY[0]})" if DRIVER_LOADED_BY else "")
+    driver.shutdown_nvml()  # a run starts with NVML not initialised, as a fresh process does
     if _children():
         return "a process the launcher started is still running"
     return ""
 
 
 def _driver_loaded() -> bool:
-    return any(Path(lib).name.startswith("libcuda.so") for lib in _loaded_libraries("libcuda"))
+    return bool(driver.mapped("libcuda", "libcuda.so"))
 
 
 def _cuda_initialized() -> bool:
