@@ -41,7 +41,7 @@ from pathlib import Path
 
 from harness.run.child import channel
 from harness.lifeline import guard_child
-from harness.run.parent import driver
+from harness.run.parent import driver, verdicts
 
 SOCKET_ENV = "HARNESS_ZYGOTE_FD"  # the zygote's end of its socket to the parent
 MAX_MESSAGE = 1 << 20
@@ -52,6 +52,7 @@ PRELOAD = ("torch", "harness.config", "harness.run.child.main", "harness.run.chi
 NOT_PRELOADED = ("__main__", "__mp_main__")
 DRIVER_LOADED_BY: list[str] = []  # the import after which the CUDA driver was first seen loaded here, if any
 LEFT_TO_RUNS: list[str] = []  # the imports a probe found unsafe: not preloaded (from it on), each run makes them
+PROBED: list[int] = []  # the probes this launcher made (how many names each), where no verdict was remembered
 MADV_POPULATE_READ = 22
 
 
@@ -94,7 +95,14 @@ def main(sweep_dir: str, first_config: str = "") -> int:
         request, fds = receive(sock)
         if request is None:  # the sweep is over
             return 0
+        if "warm" in request:  # a later sweep of the command: its workload's modules too
+            warm_workload(Path(request["warm"]), _device(Path(request["warm"])) == "cuda")
+            resident, sources = resident_file_pages(), source_stamps()
+            send(sock, {"warmed": True})
+            continue
         why = changed_source(sources) or unsafe_to_fork()
+        if why and not why.startswith(CODE_CHANGED):
+            verdicts.forget()  # a remembered verdict may have let the culprit in: the next launcher probes again
         if why:
             for fd in fds:
                 os.close(fd)
@@ -150,7 +158,12 @@ def preload_fork_safe(names, probe: bool) -> list[str]:
     this process stays one a run can be forked from."""
     names = [n for n in names if n not in sys.modules and n not in NOT_PRELOADED]
     if probe and names and not unsafe_to_fork():
-        names, culprit = _probe(names)
+        culprit = verdicts.recall(names)  # this environment's probe of these names, by an earlier launcher
+        if culprit is None:
+            PROBED.append(len(names))
+            culprit = _probe(names)[1]
+            verdicts.remember(names, culprit)
+        names = names[:names.index(culprit)] if culprit else names
         if culprit:
             LEFT_TO_RUNS.append(culprit)
             print(f"not preloaded from {culprit} on: its import leaves the launcher unsafe to fork", flush=True)
