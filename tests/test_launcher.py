@@ -185,6 +185,10 @@ def test_a_runs_wall_time_is_split_into_its_phases(results, tmp_path, monkeypatc
         # the phases follow one another: together they are the run's wall time, but for the window's edges
         assert 0.8 * r.phase_wall_s <= sum(parts) <= r.phase_wall_s * 1.001
         assert r.phase_warmup_s >= r.first_step_s * 0.999
+        model_parts = [r.phase_imports_s, r.phase_context_s, r.phase_flops_s, r.phase_build_s, r.phase_to_device_s]
+        assert all(p is not None and p >= 0 for p in model_parts) and sum(model_parts) <= r.phase_model_s * 1.001
+        assert r.phase_first_step_s == r.first_step_s
+        assert r.phase_warmup_rest_s == pytest.approx(r.phase_warmup_s - r.first_step_s)
     assert records[0].phase_gap_s is not None and records[1].phase_gap_s >= 0
     line = phases.duty_cycle(records, 100.0)
     assert line.startswith("duty cycle ") and "2 runs measured" in line and "launch" in line and "window" in line
@@ -251,6 +255,9 @@ def test_the_duty_cycle_benchmark_accounts_for_every_second_of_the_wall_time():
     assert sum(rows.values()) == pytest.approx(20.0)
     text = bench.report([R(), R()], 20.0, "warm launcher")
     assert "duty cycle 30%" in text and "measured window" in text
+    R.phase_imports_s, R.phase_first_step_s = 0.5, 1.5
+    text = bench.report([R(), R()], 20.0, "warm launcher")
+    assert "    imports" in text and "first step" in text and "FLOP count" not in text  # a part no run had: no line
 
 
 def test_a_record_written_before_the_phase_columns_reads_back_with_them_empty(tmp_path):
@@ -263,7 +270,7 @@ def test_a_record_written_before_the_phase_columns_reads_back_with_them_empty(tm
                                   phase_launch_s=1.0, launched_by="fork"), tmp_path)
     table = pq.read_table(path)
     new = [n for n in table.column_names if n.startswith("phase_") or n == "launched_by"]
-    assert len(new) == 8
+    assert len(new) == 15
     pq.write_table(pa.table({n: table[n] for n in table.column_names if n not in new}), path)
     (old,) = load_records(tmp_path)
     assert old.run_id == "old" and old.phase_launch_s is None and old.phase_gap_s is None and old.launched_by == ""

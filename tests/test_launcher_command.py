@@ -54,3 +54,23 @@ def test_a_probe_verdict_is_remembered_for_the_next_command_in_the_same_environm
     assert (tmp_path / "cache" / "harness" / "launcher-probes.json").exists()
     env["XDG_CACHE_HOME"] = str(tmp_path / "elsewhere")  # no verdict kept there: probed again
     assert command() == "[3] ['thread_b']"
+
+
+def test_the_flop_count_is_made_once_per_sweep_for_a_model_and_patch_size(results, tmp_path, monkeypatch):
+    from harness.run.child import startup
+    from harness.workload import shared_data
+
+    cfg = _probe_config(results)
+    counted = []
+
+    def count():
+        counted.append(1)
+        return 1234.0
+
+    monkeypatch.delenv(shared_data.ENV, raising=False)
+    assert startup.flops_per_sample(cfg, cfg.workload, count) == 1234.0  # outside a sweep: every run counts
+    monkeypatch.setenv(shared_data.ENV, str(tmp_path))
+    assert [startup.flops_per_sample(cfg, cfg.workload, count) for _ in range(3)] == [1234.0] * 3
+    assert len(counted) == 2  # the sweep's first run counted; the next two read its count
+    cfg.data.patch_size = [16, 16, 16]  # another input: counted again
+    assert startup.flops_per_sample(cfg, cfg.workload, count) == 1234.0 and len(counted) == 3

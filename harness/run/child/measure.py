@@ -166,7 +166,7 @@ def _set_up(cfg: RunConfig, workload: WorkloadSpec, rank: Rank, progress: Progre
     """The preamble (seed, CPUs, model and training objects), the loader, and what the loop reads."""
     mode = cfg.measure.mode
     device = rank.device(cfg.device)
-    prep = preamble(cfg, workload, device, rank)
+    prep = preamble(cfg, workload, device, rank, getattr(progress, "note", None))
     progress("data")  # the model is built: the data and the loader next (where a run's time goes)
     own = prep.own if prep is not None else None
     own_data, collate = data_of(cfg, workload, own)
@@ -203,13 +203,14 @@ def _set_up(cfg: RunConfig, workload: WorkloadSpec, rank: Rank, progress: Progre
     )
 
 
-def preamble(cfg: RunConfig, workload: WorkloadSpec, device: torch.device, rank: Rank) -> Prepared | None:
+def preamble(cfg: RunConfig, workload: WorkloadSpec, device: torch.device, rank: Rank,
+             note: Callable[[str], None] | None = None) -> Prepared | None:
     """What a measured process does before its loader, in this order: the seed, the CPUs (first: the loader's workers
     inherit them, and torch's threads are cut to them), then the model and training objects with every knob applied
     (``prepare``: memory limit, backend flags, build); None for the loader alone (``measure.mode=loader``)."""
     torch.manual_seed(cfg.seed)
     apply_cpu_affinity(cfg.cpus, rank.rank)
-    return prepare(cfg, workload, device, rank) if cfg.measure.mode != "loader" else None
+    return prepare(cfg, workload, device, rank, note) if cfg.measure.mode != "loader" else None
 
 
 def grad_sync_skipper(model, rank: Rank, accum: int) -> Callable[[], Any] | None:

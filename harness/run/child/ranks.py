@@ -60,7 +60,10 @@ def join(kind: str) -> Rank:
     if kind == "cuda":
         torch.cuda.set_device(local)
     backend = BACKENDS[kind]
-    dist.init_process_group(backend)
+    if kind == "cuda":  # NCCL bound to this rank's device at once (its communicator made eagerly, on the right GPU)
+        dist.init_process_group(backend, device_id=torch.device("cuda", local))
+    else:
+        dist.init_process_group(backend)
     return Rank(rank=dist.get_rank(), world_size=world, local_rank=local, backend=backend)
 
 
