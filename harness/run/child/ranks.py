@@ -109,7 +109,8 @@ def combine(summaries: list[dict], backend: str, omp_threads: int | None) -> dic
                 "warmup_peak_vram_reserved_bytes"):
         values = [s[key] for s in summaries if s.get(key) is not None]
         out[key] = max(values) if values else None
-    for key in ("cuda_alloc_retries", "cuda_ooms"):  # the allocator's counts: every rank's add up
+    for key in ("cuda_alloc_retries", "cuda_ooms", "warmup_cuda_alloc_retries", "warmup_cuda_ooms",
+                "window_cuda_alloc_retries", "window_cuda_ooms"):  # the allocator's counts: every rank's add up
         counts = [s[key] for s in summaries if s.get(key) is not None]
         out[key] = sum(counts) if counts else None
     # GPM's SM activity: each rank read its own GPU's over its own window; the run's is their mean, as the
