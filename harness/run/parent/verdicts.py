@@ -17,6 +17,7 @@ from importlib import metadata
 from pathlib import Path
 
 from harness.fileio import write_text_atomic
+from harness.run.parent.fingerprint import code_fingerprint
 
 KEPT = 64  # the most verdicts the file keeps (the newest)
 
@@ -27,8 +28,6 @@ def kept_file() -> Path:
 
 def key(names: list[str]) -> str:
     """The environment and the names probed, as one digest."""
-    from harness.run.parent.fingerprint import code_fingerprint
-
     try:
         torch_version = metadata.version("torch")
     except metadata.PackageNotFoundError:
