@@ -47,6 +47,8 @@ COMMANDS = {
                 "harness.commands.machine"),
     "store": ("compact, inspect, verify or import into the results store (compact | info | verify | import)",
               "harness.commands.store"),
+    "guides": ("write docs/guides.md, the guides' map, from the ladders and the records (--check: exit 1 if it "
+               "differs)", "harness.commands.guides"),
     "init": ("start your repository's own configs: harness-conf/ with a workload and a ladder to edit",
              "harness.commands.init"),
 }

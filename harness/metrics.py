@@ -99,6 +99,12 @@ class Metrics:
     rank_measured_s: list[float] = field(default_factory=list)
     rank_peak_vram_bytes: list[float] = field(default_factory=list)
     omp_num_threads: int | None = None  # what the launcher gave each rank (torchrun would force 1)
+    # several nodes (nodes >= 2): rank r runs on node r // devices; each node's throughput is its slowest rank's
+    # samples/s times its ranks (the run's is the slowest rank's times the world: every step waits for it)
+    nodes: int | None = None  # 1 for a one-node run, empty in older records
+    node_samples_per_s: list[float] = field(default_factory=list)  # per node, in node order
+    slowest_node: int | None = None
+    rank_hosts: str = ""  # every rank's host name, in rank order, comma-separated
     # compile modes that capture CUDA graphs (reduce-overhead, max-autotune on CUDA): how often Inductor skipped
     # capturing one (its counter "cudagraph_skips", read after the window); > 0: the run ran (partly) without
     # CUDA graphs under its compile mode's label. Empty where no CUDA graph is asked for, and in older records.

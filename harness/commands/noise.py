@@ -53,6 +53,7 @@ def main(command: str, argv: list[str]) -> int:
 def task(cfg, runs: int) -> int:
     try:
         settings = config_mod.from_dict(hydra_edge.plain_settings(cfg))
+        config_mod.validate_one_node(settings.nodes, "noise")
         check_writable(settings.results_dir, "`python -m harness noise`")
         base = runner.ready(settings, console.print)
         preflight.check_model_builds(base)

@@ -147,6 +147,7 @@ def plan_sweep(argv: list[str], campaign: bool = False, settings: dict | None = 
         settings = hydra_edge.plain_settings(hydra_edge.compose_settings(overrides))
     parsed = config_mod.from_dict(settings)
     config_mod.validate_sweep(parsed.sweep)
+    config_mod.validate_one_node(parsed.nodes, "sweep")
     return SweepPlan(ladder=lad, overrides=tuple(overrides), user_keys=frozenset(user_keys), settings=settings,
                      repeats=parsed.sweep.repeats, rerun=parsed.sweep.rerun, max_repeats=parsed.sweep.max_repeats,
                      budget_min=parsed.sweep.budget_min, remeasure_busy=parsed.sweep.remeasure_busy)

@@ -59,6 +59,14 @@ def _validate_run(cfg: RunConfig) -> None:
         raise ValueError(f"timeout_s={cfg.timeout_s} must be positive")
 
 
+def validate_one_node(nodes: int, command: str) -> None:
+    """``nodes`` >= 2 is measured by ``run`` alone: a command of many runs would have to keep every node's runs in
+    step (the same run next on each, none served from one node's cache while another measures)."""
+    if nodes > 1:
+        raise ValueError(f"nodes={nodes} is measured one run at a time: `python -m harness run nodes={nodes} ...` on "
+                         f"every node (docs/ddp.md, several nodes); `{command}` runs on one node (nodes=1)")
+
+
 def validate_sweep(sweep: SweepConfig) -> None:
     """``sweep.repeats``: a whole number >= 1 or auto; with auto, a positive budget and at least 2 rounds."""
     repeats = sweep.repeats
@@ -136,16 +144,32 @@ def _validate_devices(cfg: RunConfig) -> None:
     check_choice("ddp.comm_hook", cfg.ddp.comm_hook, COMM_HOOKS)
     _positive(cfg, "", "devices")
     _positive(cfg.ddp, "ddp.", "bucket_cap_mb", allow_none=True)
-    if cfg.devices > 1 and cfg.measure.mode == "loader":
-        raise ValueError(f"devices={cfg.devices} needs measure.mode=train or model: measure.mode=loader runs no "
+    _positive(cfg, "", "nodes")
+    ranks = cfg.devices * cfg.nodes
+    what = f"devices={cfg.devices}" + (f" nodes={cfg.nodes}" if cfg.nodes > 1 else "")
+    if ranks > 1 and cfg.measure.mode == "loader":
+        raise ValueError(f"{what} needs measure.mode=train or model: measure.mode=loader runs no "
                          "model to distribute")
-    if cfg.devices > 1 and cfg.measure.steps == "auto":
-        raise ValueError(f"measure.steps=auto with devices={cfg.devices} is not supported: each rank would close its "
+    if ranks > 1 and cfg.measure.steps == "auto":
+        raise ValueError(f"measure.steps=auto with {what} is not supported: each rank would close its "
                          "window at its own step and their all-reduces would no longer pair up; use a whole number "
                          "of steps (or leave measure.steps unset: the size's own)")
-    if not 0 <= cfg.debug.fault_rank < cfg.devices:
-        raise ValueError(f"debug.fault_rank={cfg.debug.fault_rank} is not a rank of devices={cfg.devices}: use 0 "
-                         f"to {cfg.devices - 1}")
+    if not 0 <= cfg.debug.fault_rank < ranks:
+        raise ValueError(f"debug.fault_rank={cfg.debug.fault_rank} is not a rank of {what}: use 0 "
+                         f"to {ranks - 1}")
+    _validate_dist(cfg)
+
+
+def _validate_dist(cfg: RunConfig) -> None:
+    """Where the nodes meet: a port that is one, a node rank among the nodes, a timeout that is positive."""
+    dist = cfg.dist
+    if not 0 <= dist.master_port <= 65535:
+        raise ValueError(f"dist.master_port={dist.master_port} is not a TCP port: use 1 to 65535 (0: from the "
+                         "scheduler's environment)")
+    if dist.node_rank is not None and not 0 <= dist.node_rank < cfg.nodes:
+        raise ValueError(f"dist.node_rank={dist.node_rank} is not a node of nodes={cfg.nodes}: use 0 to "
+                         f"{cfg.nodes - 1}")
+    _positive(dist, "dist.", "rdzv_timeout_s")
 
 
 def _validate_model(model: ModelConfig, workload: WorkloadSpec) -> None:

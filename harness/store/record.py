@@ -118,6 +118,9 @@ class RunRecord(Metrics, RunIdentity):
     gpu_mem_total_bytes: float | None = None
     cpu_model: str = ""
     cpu_count: int | None = None
+    # how ranks talk where two machines of one model can differ (run/parent/env.topology): GPU links, NCCL's
+    # version, NCCL_* settings; "" for one GPU or a CPU without such settings (and in older records)
+    topology: str = ""
     hostname: str = ""
     git_commit: str = ""
     git_dirty: bool | None = None

@@ -310,7 +310,15 @@ def runs_of(records, within: bool = True) -> Runs:
 def hardware_label(row, short: bool = False) -> str:
     """What must be equal for two records to be comparable: the device type and the GPU or CPU model and count
     (``cuda 2x A100``, ``cpu EPYC (16 cores)``); ``short`` for a line that names the device apart (``A100 x2``,
-    ``EPYC (16 CPUs)``)."""
+    ``EPYC (16 CPUs)``), and the topology where the record has one (GPU links, NCCL version and settings)."""
+    topology = row.get("topology") if hasattr(row, "get") else ""
+    label = _hardware(row, short)
+    if isinstance(topology, str) and topology and not short:  # unlike interconnects or NCCL settings: not comparable
+        return f"{label} [{topology}]"
+    return label
+
+
+def _hardware(row, short: bool) -> str:
     gpu = row["device"] == "cuda"
     if short:
         return (f"{row['gpu_name']} x{_count(row['gpu_count'])}" if gpu

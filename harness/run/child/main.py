@@ -52,7 +52,7 @@ def main(job_dir: str) -> int:
     marks = {"start": started}
 
     def progress(phase: str, **info) -> None:
-        if rank.rank == 0:
+        if rank.local_rank == 0:  # each node's first rank: its own parent watches its own job folder
             marks.setdefault(phase, time.time())
             payload = {"phase": phase, "time": time.time(), **info}
             measure.write_json(job / "progress.json", payload)
@@ -78,7 +78,7 @@ def main(job_dir: str) -> int:
         if rank.distributed:  # the launcher stops the peers and writes the run's result from this
             measure.write_json(job / f"result.rank{rank.rank}.json", result)
             return 1
-    if rank.rank == 0:
+    if rank.local_rank == 0:  # rank 0, and on several nodes each node's first rank (its parent prints the figures)
         marks["result"] = time.time()
         measure.write_json(job / "result.json", {**result, "phase_marks": marks})
         if progress_channel is not None:  # the final result: the parent gives the teardown its grace from here
@@ -102,9 +102,11 @@ def _measure(cfg: RunConfig, rank: Rank, gpu_name: str, progress, job: Path) -> 
         run.extras.worker_hwm_bytes = monitor.worker_peaks()  # the loader's workers are alive until the block ends
         summary = summarize(run.m, run.extras, per_sample(cfg, flops, gpu_name), compiled=cfg.compile != "off")
         if rank.distributed:
-            summaries = rank.gather(summary.to_dict())
+            import socket
+
+            summaries, hosts = zip(*rank.gather((summary.to_dict(), socket.gethostname())))
             omp = int(os.environ.get("OMP_NUM_THREADS", "0")) or None
-            summary = Summary.from_dict(ranks.combine(summaries, rank.backend, omp))
+            summary = Summary.from_dict(ranks.combine(list(summaries), rank.backend, omp, cfg.devices, list(hosts)))
         if cfg.profile.enabled:
             _profile(run, cfg, rank, summary, job, progress)
     return summary

@@ -210,7 +210,7 @@ def preamble(cfg: RunConfig, workload: WorkloadSpec, device: torch.device, rank:
     inherit them, and torch's threads are cut to them), then the model and training objects with every knob applied
     (``prepare``: memory limit, backend flags, build); None for the loader alone (``measure.mode=loader``)."""
     torch.manual_seed(cfg.seed)
-    apply_cpu_affinity(cfg.cpus, rank.rank)
+    apply_cpu_affinity(cfg.cpus, rank.local_rank)
     return prepare(cfg, workload, device, rank, note) if cfg.measure.mode != "loader" else None
 
 

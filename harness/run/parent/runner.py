@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 from harness import config as config_mod
@@ -10,7 +11,7 @@ from harness.run.parent.isolate import ProgressFn, execute
 from harness.store import RunRecord, store_record
 from harness.store import check_writable
 from harness.workload import datasets
-from harness.run.parent import torch_facts
+from harness.run.parent import rendezvous, torch_facts
 
 
 @dataclass(frozen=True)
@@ -64,5 +65,8 @@ def run_and_store(resolved: config_mod.RunConfig, env: dict, env_key: str, on_pr
     caller's answer of ``applicability.skip_reason`` when it asked already (see ``isolate.execute``);
     ``sweep_fields`` go into the record as it is made (a name the record lacks raises). The record is stored before
     an interrupt can end the command, and a measurement the child wrote before an interrupt is stored too."""
+    meet = rendezvous.of(resolved, os.environ)
+    if meet is not None and meet.node_rank > 0:  # node 0 stores the run's one record; this node only measured
+        return execute(resolved, env, env_key, on_progress, skip_reason, **sweep_fields)
     return execute(resolved, env, env_key, on_progress, skip_reason,
                    store=lambda record: store_record(record, resolved.results_dir), **sweep_fields)
