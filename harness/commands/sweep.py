@@ -39,6 +39,7 @@ from harness.config import workload as workloads_mod
 from harness.sweeps import lock, loop
 from harness.sweeps import rungs as sweep_mod
 from harness.commands.console import console
+from harness.run.parent import launcher
 from harness.run.parent.runner import Machine
 from harness.workload import preflight
 from harness.analysis.views import table as table_mod
@@ -306,7 +307,8 @@ def campaign(argv: list[str]) -> int:
         return _refuse(ValueError(f"cannot copy the results folder's ladders where Hydra finds them: {exc}"))
     for root in roots:
         hydra_args = hydra_edge.add_search_dir(hydra_args, root)
-    code = hydra_edge.hydra_app(hydra_args, campaign_job, multirun=True)
+    with launcher.warm():  # one warm launcher for every sweep of the campaign that runs in this process
+        code = hydra_edge.hydra_app(hydra_args, campaign_job, multirun=True)
     return max(code, _print_campaign(campaign_id, _results_of(plans[0]), len(plans)))
 
 

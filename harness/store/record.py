@@ -138,7 +138,17 @@ class RunRecord(Metrics, RunIdentity):
     phase_teardown_s: float | None = None
     phase_wall_s: float | None = None
     phase_gap_s: float | None = None
+    # the model phase's parts (the workload's imports, the device's context, the FLOP count, the build, the move to
+    # the device) and the warm-up's (its first step, the rest); empty where the run did not reach them
+    phase_imports_s: float | None = None
+    phase_context_s: float | None = None
+    phase_flops_s: float | None = None
+    phase_build_s: float | None = None
+    phase_to_device_s: float | None = None
+    phase_first_step_s: float | None = None
+    phase_warmup_rest_s: float | None = None
     launched_by: str = ""  # "fork": forked from the sweep's warm launcher; "exec": a fresh interpreter
+    launcher_preloaded: str = ""  # a forked run: the packages its launcher had imported (top-level names, sorted)
 
 
 _ARROW_TYPES = {

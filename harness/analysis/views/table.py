@@ -215,7 +215,7 @@ def _row(rung: int, runs, claims: Claims) -> RungRow:
         row.peak_mem_bytes = speedup.median(mem)
         row.peak_mem_allocated_bytes = speedup.median(ok["peak_vram_bytes"]) if cuda else None
         row.device_mem_bytes = speedup.median(ok["gpu_mem_used_bytes"]) if cuda else None
-        retries = ok["cuda_alloc_retries"]
+        retries = ok["window_cuda_alloc_retries"].fillna(ok["cuda_alloc_retries"])  # the window's (older: the run's)
         row.alloc_retries = int(retries.max()) if cuda and retries.notna().any() else None
         row.gpu_util_pct = speedup.median(ok["gpu_util_pct"])
         row.world_size = int(ok["world_size"].fillna(1).max()) if "world_size" in ok else 1
