@@ -30,7 +30,7 @@ from harness.run.parent import runner
 from harness.run.parent.isolate import new_run_id
 from harness.store import (COPY_COLUMNS, RunRecord, load_records, load_runs, records_from_frame, store_copy,
                            utc_timestamp)
-from harness.workload import applicability
+from harness.workload import applicability, first_item
 from harness.profiles import summary_from_json
 
 
@@ -76,7 +76,8 @@ def rung_config(ctx: SweepContext, rung: int, machine: runner.Machine, dropped: 
              "sweep.rerun": ctx.rerun, "sweep.max_repeats": ctx.max_repeats, "sweep.budget_min": ctx.budget_min,
              "sweep.remeasure_busy": ctx.remeasure_busy}
     cfg = config_mod.from_dict({**config_mod.flatten(ctx.settings), **ladder, **sweep})
-    return config_mod.resolve(cfg, machine.cuda_available, ladder_keys=frozenset(ladder))
+    return config_mod.resolve(cfg, machine.cuda_available, ladder_keys=frozenset(ladder),
+                              dataset_shape=first_item.input_shape)
 
 
 def _size(settings: dict[str, Any], machine: runner.Machine) -> str:
