@@ -40,7 +40,8 @@ from harness.sweeps import rungs as sweep_mod
 from harness.commands.console import console
 from harness.run.parent.runner import Machine
 from harness.workload import preflight
-from harness.analysis.views import table as table_mod
+from harness.analysis.views import cpu_bf16, table as table_mod
+from harness.run.monitor import fitness
 from harness.commands import terminal
 from harness.commands.progress import RunProgress
 
@@ -205,7 +206,8 @@ def run_sweep(plan: SweepPlan, sweep_id: str, campaign_id: str = "") -> int:
     finally:
         lock.release(held)
     loop.auto_compact(ctx.results_dir)
-    _print_table(ctx)
+    if code != 2:  # 2: the first round would not fit in the budget, and nothing was measured
+        _print_table(ctx)
     return code
 
 
@@ -215,6 +217,7 @@ class RungLines:
     def __init__(self, console, before_first_run: Callable[[], None] | None = None):
         self.console = console
         self.before_first_run = before_first_run  # called once, before the first run measured (not one copied)
+        self.said_bf16 = False  # the line on emulated bf16, said once
 
     def already_measured(self, turn: loop.Turn) -> None:
         # escaped: the console reads "[...]" as markup, and "[rung 1/4]" would vanish from the line
@@ -228,11 +231,16 @@ class RungLines:
         """A line of the loop's own (a busy run measured again, a look of sweep.repeats=auto), as plain text."""
         self.console.print(escape(text))
 
-    def before_launch(self) -> None:
-        """A run is about to be measured (the loop calls it; a run from the store is not one)."""
+    def before_launch(self, cfg=None) -> None:
+        """A run is about to be measured (the loop calls it; a run from the store is not one): the fitness glance
+        before the first, and before the first bf16 one on a CPU that emulates bf16, a line that says so."""
         if self.before_first_run is not None:
             self.before_first_run()
             self.before_first_run = None
+        if (cfg is not None and not self.said_bf16
+                and cpu_bf16.emulated(cfg.device, cfg.precision, fitness.cpu_bf16())):
+            self.said_bf16 = True
+            self.console.print(f"[yellow]note:[/] {escape(cpu_bf16.EMULATED)}")
 
     def measure(self, turn: loop.Turn, run: loop.RunRung) -> None:
         label = escape(turn.label)
