@@ -85,7 +85,7 @@ def first_item(cfg) -> Any:
 def first_batch(cfg) -> Any:
     """The first item as a batch of one, collated as the loader collates (None when it cannot be read: the child
     reports that, with its traceback)."""
-    from harness.workload.steps import function_of
+    from harness.workload.steps import function_of  # torch: only for a workload with its own dataset
 
     import torch.utils.data
 
