@@ -75,8 +75,10 @@ def split_ladder(argv: list[str]) -> tuple[str | None, list[str]]:
 def main(command: str, argv: list[str]) -> int:
     if any(a in ("-h", "--help") for a in argv):
         print(__doc__.strip() + "\n\nsettings: any `run` setting as key=value; sweep.repeats=N or auto (the "
-              "default: rounds until decided, within sweep.budget_min=10, sweep.max_repeats=6), sweep.rerun=true, "
-              "sweep.remeasure_busy=false (a run of a busy machine is not measured again)\n\n" + ladder_list())
+              "default: rounds until decided, at most sweep.max_repeats=6), sweep.budget_min=10 (minutes: no round "
+              "or run is started past it, a run in flight finishes; with repeats=N only when given), "
+              "sweep.rerun=true, sweep.remeasure_busy=false (a run of a busy machine is not measured again)\n\n"
+              + ladder_list())
         return 0
     try:
         argv = hydra_edge.with_config_dirs(argv)

@@ -5,7 +5,8 @@
 * **auto.** After every round the sweep's records are read back and judged as the table will judge them
   (``harness.analysis.stats.sweepstats``: the rung x round model, its look's band from O'Brien-Fleming alpha
   spending over ``sweep.max_repeats`` rounds); the sweep stops when every verdict another round could decide
-  is decided, after ``max_repeats`` rounds, or before a round that would end past ``sweep.budget_min``.
+  is decided, after ``max_repeats`` rounds, or before a round that would end past ``sweep.budget_min`` (and no
+  run starts once it is spent: ``harness.sweeps.budget``).
   Rounds taken from the store count as rounds done: a sweep already measured in full adds nothing.
 * **The calibration** is chosen once, when the sweep starts (``calibration.choose_calibration``: the same
   environment, workload and size, fit, made before now), and stored with every record, so a later
