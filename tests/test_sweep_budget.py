@@ -108,6 +108,7 @@ def test_a_first_round_the_store_says_cannot_fit_is_not_started(tmp_path, fake, 
                                  "here), more than sweep.budget_min=10: give sweep.budget_min=27 to measure it, or "
                                  "measure.steps=N (fewer steps a run); nothing was measured")
     assert budget.first_round_refusal((500.0, 4), 600.0) == ""  # it fits: it starts
+    assert budget.first_round_line((0.0, 0), 600.0) == "round 1: nothing to measure (every rung is in the store)"
 
 
 NO_BF16 = "processor\t: 0\nmodel name\t: AMD EPYC 7B12\nflags\t\t: fpu sse avx2 avx512f\n"

@@ -64,6 +64,8 @@ def first_round_line(estimate: tuple[float, int] | None, budget_s: float | None)
                else "")
         return f"round 1: no estimate yet (no stored runs of these settings on this machine){budget}{how}"
     seconds, runs = estimate
+    if not runs:
+        return "round 1: nothing to measure (every rung is in the store)"
     return f"round 1: ~{seconds / 60:.1f} min, estimated from {runs} stored run(s) of these settings here{budget}"
 
 
