@@ -37,6 +37,14 @@ class Triples(Dataset):
         return torch.randn(3, 16, 16), torch.tensor(1), torch.tensor(0.5)
 
 
+class Tensors(Dataset):
+    def __len__(self):
+        return 8
+
+    def __getitem__(self, i):
+        return torch.randn(3, 16, 16)
+
+
 class Pairs(Dataset):
     def __len__(self):
         return 8
@@ -132,6 +140,9 @@ def test_a_list_batch_that_is_no_pair_with_the_default_step_is_refused_naming_a_
     assert message.startswith("workload 'custom' gives batches that are a list of 3 (batch[0] [1, 3, 16, 16] float32, "
                               "batch[1] [1] int64, batch[2] [1] float32), not (input, target) pairs")
     assert "workload.step._target_=mypkg.train.step" in message
+    alone = _refused(**NET, **_data("Tensors"))
+    assert alone.startswith("workload 'custom' gives batches that are one tensor (batch [1, 3, 16, 16] float32), not "
+                            "(input, target) pairs")
 
 
 def test_a_detector_whose_forward_wants_its_targets_is_refused_naming_a_step(own):

@@ -59,8 +59,8 @@ def test_a_two_minute_budget_ends_the_sweep_within_two_minutes_plus_one_run(tmp_
     display = Display()
     assert loop.run_ladder(context(tmp_path, "auto", budget_min=2), None, display) == 0
     assert clock.now <= 120.0 + 50.0 and runs.calls == [(0, 0), (1, 0), (2, 0)]  # the 4th would start at 150 s
-    assert display.estimates[0].startswith("round 1: no estimate yet (no stored runs of these settings on this "
-                                           "machine); sweep.budget_min=2: the budget is checked before each run")
+    assert display.estimates[0].startswith("round 1: no estimate yet (a rung to measure has no stored run of its "
+                                           "settings here); sweep.budget_min=2: the budget is checked before each run")
     assert display.lines[-1] == ("stop: sweep.budget_min=2 spent (2.5 min) before [rung 4/4, round 1 of up to 6]: "
                                  "what is measured is kept; give a larger sweep.budget_min, or measure.steps=N (fewer "
                                  "steps a run)")

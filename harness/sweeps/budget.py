@@ -62,7 +62,7 @@ def first_round_line(estimate: tuple[float, int] | None, budget_s: float | None)
     if estimate is None:
         how = (": the budget is checked before each run, so the sweep ends within it plus one run" if budget
                else "")
-        return f"round 1: no estimate yet (no stored runs of these settings on this machine){budget}{how}"
+        return f"round 1: no estimate yet (a rung to measure has no stored run of its settings here){budget}{how}"
     seconds, runs = estimate
     if not runs:
         return "round 1: nothing to measure (every rung is in the store)"

@@ -63,11 +63,11 @@ def _check_default_batch(spec, batch) -> None:
     if isinstance(batch, Mapping):
         raise StepError(f"workload {spec.name!r} gives batches of named tensors (a dict: {describe(batch)}); the "
                         f"default step takes (input, target) pairs (loss_fn(model(x), y)): {DEFAULT_STEP_FIX}")
-    if not isinstance(batch, (tuple, list)) or len(batch) != 2:
-        length = f"of {len(batch)} " if isinstance(batch, (tuple, list)) else ""
-        raise StepError(f"workload {spec.name!r} gives batches that are a {type(batch).__name__} {length}"
-                        f"({describe(batch)}), not (input, target) pairs, which the default step takes "
-                        f"(loss_fn(model(x), y)): {DEFAULT_STEP_FIX}")
+    if isinstance(batch, torch.Tensor) or (isinstance(batch, (tuple, list)) and len(batch) != 2):
+        what = f"a {type(batch).__name__} of {len(batch)}" if isinstance(batch, (tuple, list)) else "one tensor"
+        raise StepError(f"workload {spec.name!r} gives batches that are {what} ({describe(batch)}), not "
+                        f"(input, target) pairs, which the default step takes (loss_fn(model(x), y)): "
+                        f"{DEFAULT_STEP_FIX}")  # another kind of batch is the child's to report
 
 
 def _default_forward(spec, model, x) -> Any:
