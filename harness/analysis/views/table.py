@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from harness.analysis.stats import calibration, noise_model, speedup, sweepstats
-from harness.analysis.views import components
+from harness.analysis.views import components, cpu_bf16
 from harness.analysis.stats.busy import BUSY_VERDICT, busy_reason
 from harness.analysis.views.claims import Claims
 from harness.analysis.views.profile import bound_by
@@ -130,8 +130,7 @@ def build_table(frame, sweep: str = "latest", results_dir: str = "results") -> S
     table.groups = [_group(g, rows, judgement) for g in claims.groups]
     components.judge(table, records, judgement.level or 0.05)
     _notes(table, ladder, claims, judgement)
-    if copied := copied_rounds_note(records, frame, results_dir):
-        table.notes.append(copied)
+    table.notes.extend(n for n in (copied_rounds_note(records, frame, results_dir), cpu_bf16.note(records)) if n)
     return table
 
 
