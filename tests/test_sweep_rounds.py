@@ -24,6 +24,7 @@ class Display:
 
     def __init__(self):
         self.lines: list[str] = []
+        self.estimates: list[str] = []  # "round N: ..." before a round (harness.sweeps.budget)
         self.cached: list[tuple[int, int]] = []
 
     def already_measured(self, turn):
@@ -36,7 +37,7 @@ class Display:
         raise AssertionError(f"could not run {turn}: {exc}")
 
     def say(self, text):
-        self.lines.append(text)
+        (self.estimates if text.startswith("round ") else self.lines).append(text)
 
 
 class FakeRuns:
@@ -167,7 +168,7 @@ def test_the_time_budget_refuses_a_round_that_would_end_past_it():
         plan.measured(10.0, again=True)
     assert plan.refusal(4, now=400.0) == ""
     assert plan.refusal(4, now=500.0) == ("stop: time budget spent (another round would take ~2.0 min after 8.3 of "
-                                          "sweep.budget_min=10)")
+                                          "sweep.budget_min=10; sweep.budget_min=11 would let it start)")
     assert rounds.RoundPlan(auto=False, max_rounds=3).refusal(4, now=1e9) == ""
 
 
