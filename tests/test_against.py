@@ -139,6 +139,17 @@ def test_a_busy_machine_exits_5_and_names_the_configs(repo, capsys):
     captured = capsys.readouterr()
     assert "machine busy" in captured.out and "phase2 rung 0" in captured.err
     assert "35% of the CPUs" in captured.err and "machine busy in 2 of 4 runs" in captured.out
+    assert "stop: every run" not in captured.err  # REF's runs were quiet: the first round was not busy throughout
+
+
+def test_a_first_round_busy_throughout_stops_there_with_exit_5(repo, capsys):
+    commit(repo, "a neighbour's job", **{"busy.txt": "50"})
+    commit(repo, "docs", **{"README.md": "words"})  # both sides' trees busy: every run of the first round is
+    assert run_check("HEAD~1", "--rounds", "4") == 5
+    captured = capsys.readouterr()
+    assert "stop: every run of the first round was busy (other processes used 50% of the CPUs)" in captured.err
+    assert len(load_runs(repo / "results" / "checks")) == 2 * 2  # 2 configs x 2 sides, one round of the 4 planned
+    assert "BUSY" in captured.out
 
 
 @pytest.mark.slow  # a whole scenario in fresh processes: the default tier keeps its cheaper siblings

@@ -27,6 +27,7 @@ from harness.sweeps import budget
 from harness.sweeps import rounds as rounds_mod
 from harness.sweeps import rungs as rungs_mod
 from harness import config as config_mod
+from harness.analysis.gate.answers import BUSY
 from harness.analysis.stats.busy import busy_reason
 from harness import store
 
@@ -85,7 +86,8 @@ def run_ladder(ctx: rungs_mod.SweepContext, machine, display: LoopDisplay) -> in
     is started that would not fit, and no run once it is spent (a run in flight finishes).
 
     Returns 1 if a rung could not even be started, 2 if the first round would not fit in the budget (nothing is
-    measured), else 0: failed runs are data, shown in the table."""
+    measured), 5 (busy) when every run of the first round was measured on a busy machine (no run could count, so
+    it stops there), else 0: failed runs are data, shown in the table."""
     ctx, noise = rounds_mod.with_calibration(ctx, machine)
     plan = rounds_mod.RoundPlan.of(ctx)
     if plan.auto:
@@ -113,16 +115,22 @@ def run_ladder(ctx: rungs_mod.SweepContext, machine, display: LoopDisplay) -> in
                 display.say(line)
             round_ctx = _round_context(ctx, machine, round_) if round_ else first
             spent = ""
+            busy: list[str | None] = []  # each turn of the round: why its run was busy (None: it counts)
             for turn in round_turns(ctx.ladder, round_, plan.max_rounds, plan.auto):
                 if (turn.rung.index, turn.round_) in done:
                     display.already_measured(turn)
+                    busy.append(None)
                     continue
                 if spent := plan.run_refusal(turn.label):
                     display.say(spent)
                     break
-                code = max(code, _turn(round_ctx, machine, display, turn, plan, measured))
+                code = max(code, _turn(round_ctx, machine, display, turn, plan, measured, busy))
             if spent:
                 break
+            if round_ == 0 and busy and all(busy):
+                display.say(f"stop: every run of the first round was busy ({busy[0]}): no run can count, so no "
+                            "more are made; stop the other work and run the same command again")
+                return BUSY
             if plan.auto:
                 judgement, action = rounds_mod.look(ctx, noise, round_ + 1, plan.max_rounds)
                 display.say(rounds_mod.look_line(judgement, action))
@@ -159,9 +167,10 @@ def _first_to_measure(ctx: rungs_mod.SweepContext, machine, plan: rounds_mod.Rou
 
 
 def _turn(ctx: rungs_mod.SweepContext, machine, display: LoopDisplay, turn: Turn, plan: rounds_mod.RoundPlan,
-          measured: list) -> int:
+          measured: list, busy: list | None = None) -> int:
     """One rung of one round; a run of a busy machine measured again, once (a run of the store this sweep has not
-    used yet may stand in, as for any rung: a sweep run again replays its store). 1 if it could not start."""
+    used yet may stand in, as for any rung: a sweep run again replays its store). 1 if it could not start.
+    ``busy`` gets why the run that stands was busy (None when it was not, or was not measured now)."""
     for again in (False, True):
         outcomes: list[rungs_mod.RungOutcome] = []
         try:
@@ -171,8 +180,11 @@ def _turn(ctx: rungs_mod.SweepContext, machine, display: LoopDisplay, turn: Turn
             display.could_not_run(turn, exc)
             return 1
         record = outcomes[-1].record if outcomes else None
+        fresh = bool(outcomes) and outcomes[-1].how == "measured"
         why = busy_reason(record) if record is not None and record.status == "ok" else None
         if not why or again or not ctx.remeasure_busy:
+            if busy is not None:
+                busy.append(why if fresh else None)
             return 0
         display.say(f"{turn.label} machine busy ({why}): not trustworthy; measuring it again")
     return 0
