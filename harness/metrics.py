@@ -70,6 +70,13 @@ class Metrics:
     # num_ooms (out-of-memory errors raised and survived). Empty off CUDA and in older records.
     cuda_alloc_retries: int | None = None
     cuda_ooms: int | None = None
+    # the same counters apart: up to the window's opening (the set-up and the warm-up: cuDNN's benchmark trying
+    # workspaces that do not fit is counted here) and within the measured window alone (pressure in the steady
+    # state). Empty off CUDA and in older records.
+    warmup_cuda_alloc_retries: int | None = None
+    warmup_cuda_ooms: int | None = None
+    window_cuda_alloc_retries: int | None = None
+    window_cuda_ooms: int | None = None
     gpu_sample_note: str = ""  # NVML metrics that could not be read (MIG, GPU gone), and why
     # CUDA events: per measured step, the device time from the first batch in hand to the optimizer
     # step's end, read after the window's closing sync; device_step_frac = their sum / the measured window
@@ -96,6 +103,12 @@ class Metrics:
     rank_measured_s: list[float] = field(default_factory=list)
     rank_peak_vram_bytes: list[float] = field(default_factory=list)
     omp_num_threads: int | None = None  # what the launcher gave each rank (torchrun would force 1)
+    # several nodes (nodes >= 2): rank r runs on node r // devices; each node's throughput is its slowest rank's
+    # samples/s times its ranks (the run's is the slowest rank's times the world: every step waits for it)
+    nodes: int | None = None  # 1 for a one-node run, empty in older records
+    node_samples_per_s: list[float] = field(default_factory=list)  # per node, in node order
+    slowest_node: int | None = None
+    rank_hosts: str = ""  # every rank's host name, in rank order, comma-separated
     # compile modes that capture CUDA graphs (reduce-overhead, max-autotune on CUDA): how often Inductor skipped
     # capturing one (its counter "cudagraph_skips", read after the window); > 0: the run ran (partly) without
     # CUDA graphs under its compile mode's label. Empty where no CUDA graph is asked for, and in older records.

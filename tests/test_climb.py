@@ -9,6 +9,8 @@ import shlex
 import subprocess
 import sys
 
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 import yaml
@@ -347,6 +349,8 @@ def fake_trials(repeats=2, budget_after=None):
     class Fake(Trials):
         def __init__(self):
             self.repeats, self.order = repeats, []
+            self.budget = ascent.Budget(seconds=100, start=0.0)
+            self.display = SimpleNamespace(say=lambda line: None)
 
         def trial(self, changes, step, role, round_, change):
             if len(self.order) == budget_after:
@@ -376,6 +380,7 @@ def test_a_busy_run_is_measured_again_and_a_step_still_busy_decides_nothing():
         def __init__(self, busy_runs):
             self.repeats, self.calls, self.lines, self.busy_runs, self.busy = 2, [], [], busy_runs, []
             self.ctx = rungs_mod.SweepContext(sweep_id="c", ladder=None, settings={}, user_keys=frozenset())
+            self.budget = ascent.Budget(seconds=100, start=0.0)
             self.display = type("D", (), {"say": lambda _, text: self.lines.append(text)})()
 
         def trial(self, changes, step, role, round_, change):
@@ -563,14 +568,12 @@ def test_a_climb_run_again_says_what_it_resumes_and_keeps_its_budget(tmp_path):
 
 
 def test_the_best_band_combines_the_steps_bands_instead_of_multiplying_their_ends():
-    from types import SimpleNamespace
-
     steps = [SimpleNamespace(confirmed=None, ratio=SimpleNamespace(value=1.5, low=1.0, high=2.25)),
              SimpleNamespace(confirmed=SimpleNamespace(value=1.2, low=0.8, high=1.8), ratio=None)]
-    value, low, high = output.total(SimpleNamespace(accepted=steps))
+    value, low, high = output.total(SimpleNamespace(kept=steps))
     half = math.log(1.5) * math.sqrt(2)  # each step's band is x/÷ 1.5: two of them, x/÷ 1.5 ** sqrt(2)
     assert value == pytest.approx(1.8) and low == pytest.approx(1.8 / math.exp(half))
     assert high == pytest.approx(1.8 * math.exp(half)) and 0.8 < low and high < 4.05  # the ends' product: 0.8-4.05x
-    lines = output.best_lines(SimpleNamespace(accepted=[SimpleNamespace(**vars(s), changes=[("batch_size", 4)])
-                                                        for s in steps]), {}, [])
-    assert lines[0].startswith(f"Best: 1.80x over the start, band {low:.2f}-{high:.2f}x (the accepted steps together")
+    kept = [SimpleNamespace(**vars(s), changes=[("batch_size", 4)]) for s in steps]
+    lines = output.best_lines(SimpleNamespace(kept=kept, accepted=kept, final=None, final_why="", dropped=()), {}, [])
+    assert lines[0].startswith(f"Best: 1.80x over the start, band {low:.2f}-{high:.2f}x (the kept steps together")

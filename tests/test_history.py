@@ -153,6 +153,24 @@ def test_change_points_are_marked_on_the_page_and_listed_with_their_commit_range
     assert "give --out FOLDER" in capsys.readouterr().err
 
 
+def test_a_drift_is_listed_as_one_slope_without_a_bisect_command(tmp_path, capsys):
+    """Four levels, each three sweeps 10% below the last: one slope (a drift), not three steps to bisect."""
+    rng = np.random.default_rng(4)
+    for day, level in enumerate([100, 100, 100, 90, 90, 90, 81, 81, 81, 73, 73, 73], start=1):
+        for i in range(3):
+            record(tmp_path, f"d{day}-{i}", f"s{day}", level * float(np.exp(rng.normal(0, 0.005))), day)
+    (config,) = history.collect(str(tmp_path)).configs
+    (slope,) = config.steps
+    assert slope.slope and slope.steps == 3 and (slope.good, slope.bad) == ("3" * 12, "10" * 6)
+    assert history_cmd.main("history", ["--results", str(tmp_path), "--regressions"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("1 regression(s)") and ": a slope of 3 steps, -27." in out[1]
+    assert out[2] == f"  {history_page.SLOPE_WHY}" and not any("bisect" in line for line in out)
+    assert history_cmd.main("history", ["--results", str(tmp_path), "--out", str(tmp_path / "site")]) == 0
+    page = (tmp_path / "site" / "index.html").read_text()
+    assert page.count("class='step'") == 1 and "slope -27." in page and "harness bisect" not in page
+
+
 def test_the_example_store_draws_a_one_run_session_without_a_band_and_marks_its_change_point(tmp_path, capsys):
     """The committed example (examples/history: seeded, synthetic records, made by its make_store.py)."""
     store = Path(__file__).resolve().parents[1] / "examples" / "history" / "results"

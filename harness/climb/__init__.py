@@ -20,6 +20,9 @@ The climb, and why it is built this way:
   * **Accepted only when faster beyond noise AND by a minimum effect** (pyperf's rule: significant is not
     enough, 0.5% is not worth a setting): the 95% band of candidate / incumbent, from the one noise model
     (``harness.analysis.stats.noise_model``), must exclude 1x, and the ratio must reach ``1 + min_effect``.
+  * **Kept only when it holds again**: an accepted change is measured once more with fresh runs and kept only
+    when that band too lies above 1x, and the climb ends with the start and the best side by side; when that
+    check does not show the best faster, only what held is kept (~10 candidates tried must not leave a lucky one).
   * **Ordinal axes walk while they win**: the batch doubles while each doubling is accepted; an
     out-of-memory ends the batch axis for the rest of the climb (a larger batch cannot fit either); the
     largest batch that ran and won is kept. Loader workers grow the same way, up to the usable CPUs.

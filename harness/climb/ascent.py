@@ -6,8 +6,11 @@ A decision is the rung x round model of the sweep table (``harness.analysis.stat
 incumbent and candidate measured in the same rounds (ABBA), the round effects cancel, the machine's fit
 calibration pooled with the runs' own variance. With one run a side and no calibration there is no band, and
 nothing is accepted. A run made while the machine was busy is measured again; if it still is, the step is not
-decided (``BUSY``). Every accepted change is measured once more with other runs before its band is written to
-the ladder as a claim: the runs that won a selection overstate it (the winner's curse)."""
+decided (``BUSY``). Every accepted change is measured once more with other runs, and kept only when that band
+too lies above 1x: among the ~10 candidates a climb tries, the one whose runs came out high by chance would
+otherwise stay (the winner's curse); that band is the claim the ladder writes. At the end the start and the best
+are measured side by side (``final``); when that check does not show the best faster, only the changes that held
+when measured again are kept."""
 
 from __future__ import annotations
 
@@ -108,6 +111,7 @@ class Budget:
     start: float
     durations: dict[str, float] = field(default_factory=dict)  # settings key -> seconds of its last fresh run
     compiled: bool = False  # a compiled run has been measured (its time is among the durations)
+    reserve_runs: int = 0  # runs of the longest duration kept for the check at the end (start against best)
 
     def left(self, now: float) -> float:
         return self.seconds - (now - self.start)
@@ -128,9 +132,11 @@ class Budget:
     def refusal(self, key: str, compiles: bool, now: float) -> str:
         """Why a fresh run of these settings must not start ("" when it may)."""
         left, guess = self.left(now), self.estimate(key, compiles)
-        if left < MIN_TRIAL_S or (guess is not None and guess > left):
+        kept = self.reserve_runs * max(self.durations.values(), default=0.0)
+        if left < MIN_TRIAL_S or (guess is not None and guess + kept > left):
             about = f"~{guess:.0f} s" if guess is not None else "its run"
-            return f"the next run ({about}) would not finish in the {max(left, 0):.0f} s of budget left"
+            also = f" and the ~{kept:.0f} s kept for the start against the best" if kept and guess is not None else ""
+            return f"the next run ({about}){also} would not finish in the {max(left, 0):.0f} s of budget left"
         return ""
 
 
@@ -173,10 +179,18 @@ class ClimbResult:
     best: dict
     steps: list[Step]
     stopped: str  # why the climb ended
+    final: Ratio | None = None  # the best over the start, measured side by side at the end (None: not measured)
+    final_why: str = ""  # what that check said, and what is kept
+    dropped: tuple[int, ...] = ()  # accepted steps the end check does not keep (their step numbers)
 
     @property
     def accepted(self) -> list[Step]:
         return [s for s in self.steps if s.outcome == ACCEPTED]
+
+    @property
+    def kept(self) -> list[Step]:
+        """The accepted steps the ladder and the best command keep."""
+        return [s for s in self.accepted if s.step not in self.dropped]
 
 
 Change = tuple[str, Any]
@@ -185,7 +199,15 @@ Measure = Callable[[list[Change], tuple[Change, ...], int], Measured]
 
 def ascend(start: dict, axes: list[Axis], facts: Facts, measure: Measure, noise: noise_model.Noise,
            min_effect: float, on_step: Callable[[Step], Any] | None = None,
-           confirm: Measure | None = None) -> ClimbResult:
+           confirm: Measure | None = None, final: Measure | None = None) -> ClimbResult:
+    """Greedy coordinate ascent from ``start`` (flat resolved settings), then (``final`` given and a change
+    accepted) the start against the best, side by side: ``final([], best_changes, step)`` (:func:`finish`)."""
+    result = _climb(start, axes, facts, measure, noise, min_effect, on_step, confirm)
+    return finish(result, final, noise) if final is not None else result
+
+
+def _climb(start: dict, axes: list[Axis], facts: Facts, measure: Measure, noise: noise_model.Noise,
+           min_effect: float, on_step: Callable[[Step], Any] | None, confirm: Measure | None) -> ClimbResult:
     """Greedy coordinate ascent from ``start`` (flat resolved settings).
 
     ``measure(accepted_changes, candidate_changes, step)`` measures the candidate (the incumbent = start +
@@ -250,15 +272,56 @@ def _step(step: Step, accepted: list, measure: Measure, confirm: Measure | None,
     try:
         again = confirm(accepted, step.changes, step.step)
     except BudgetSpent as exc:
-        return (dataclasses.replace(step, why=step.why + "; not measured again (budget spent): no claim in the "
-                                    "ladder"), f"budget spent: {exc}")
+        return (dataclasses.replace(step, why=step.why + "; not measured again (budget spent): kept only if "
+                                    "the start and the best side by side show it faster"), f"budget spent: {exc}")
     if again.candidate_status != "ok" or again.incumbent_status != "ok" or again.busy or not again.candidate.n:
         why = again.busy and f"machine busy ({again.busy})" or again.reason or again.candidate_status
-        return dataclasses.replace(step, why=f"{step.why}; measured again: {why}: no claim in the ladder"), ""
+        return dataclasses.replace(step, outcome=BUSY if again.busy else REJECTED,
+                                   why=f"{step.why}; measured again: {why}: not kept"), ""
     ratios = paired_ratios(again, noise)
     confirmed = ratios[-1] if not math.isnan(ratios[-1].low) else None
-    return dataclasses.replace(step, confirmed=confirmed, confirmed_parts=tuple(ratios[:-1]) if confirmed else (),
-                               why=f"{step.why}; measured again: {band_text(ratios[-1])}"), ""
+    said = f"{step.why}; measured again: {band_text(ratios[-1])}"
+    if confirmed is None or confirmed.low <= 1:  # the accepting runs were the lucky ones: not kept
+        return dataclasses.replace(step, outcome=REJECTED, confirmed=confirmed,
+                                   why=f"{said}: not faster beyond noise this time, not kept"), ""
+    return dataclasses.replace(step, confirmed=confirmed, confirmed_parts=tuple(ratios[:-1]), why=said), ""
+
+
+def finish(result: ClimbResult, final: Measure, noise: noise_model.Noise) -> ClimbResult:
+    """The start and the best measured side by side (``final``); what the ladder and the best command keep: every
+    accepted change when the best is faster beyond noise, none when it is slower beyond noise, and otherwise (no
+    verdict, or the check could not run) only the changes whose runs measured again held (``Step.confirmed``)."""
+    if not result.accepted:
+        return result
+    unheld = tuple(s.step for s in result.accepted if s.confirmed is None)
+    changes = tuple(c for s in result.accepted for c in s.changes)
+    try:
+        m = final([], changes, len(result.steps) + 1)
+    except BudgetSpent as exc:
+        return _ended(result, None, f"not measured ({exc})", unheld)
+    if m.candidate_status != "ok" or m.incumbent_status != "ok" or m.busy or not m.candidate.n or not m.incumbent.n:
+        why = m.busy and f"machine busy ({m.busy})" or m.reason or m.candidate_status
+        return _ended(result, None, f"no verdict ({why})", unheld)
+    r = paired_ratios(m, noise)[-1]
+    if math.isnan(r.low):  # one run a side and no calibration
+        return _ended(result, None, f"no verdict ({band_text(r)})", unheld)
+    if r.low > 1:
+        return _ended(result, r, f"{band_text(r)}: faster beyond noise", ())
+    if r.high < 1:
+        return _ended(result, r, f"{band_text(r)}: slower beyond noise", tuple(s.step for s in result.accepted))
+    return _ended(result, r, f"{band_text(r)}: within noise", unheld)
+
+
+def _ended(result: ClimbResult, r: Ratio | None, said: str, dropped: tuple[int, ...]) -> ClimbResult:
+    best = dict(result.start)
+    for s in result.accepted:
+        if s.step not in dropped:
+            best.update(s.changes)
+    kept = len(result.accepted) - len(dropped)
+    what = ("every accepted change is kept" if not dropped else "the start is kept" if not kept else
+            f"only the {kept} change(s) that held when measured again are kept")
+    return dataclasses.replace(result, best=best, final=r, dropped=dropped,
+                               final_why=f"the start and the best side by side: {said}; {what}")
 
 
 _NONE = object()

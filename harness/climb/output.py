@@ -64,8 +64,9 @@ def trajectory_table(result: ClimbResult) -> str:
         runs = f"{s.runs[0]}+{s.runs[1]}" + (f" ({s.cached} cached)" if s.cached else "")
         value = f"{format_value(s.before)} -> {format_value(s.value)}" + "".join(
             f" (with {k}={format_value(v)})" for k, v in s.enabling)
-        cells = (str(s.step), str(s.pass_), s.key, value,
-                 _band(s.ratio), runs, f"**{s.outcome}**" if s.outcome == ACCEPTED else s.outcome, s.why)
+        decision = s.outcome if s.outcome != ACCEPTED else "accepted, not kept" if s.step in result.dropped else \
+            f"**{s.outcome}**"
+        cells = (str(s.step), str(s.pass_), s.key, value, _band(s.ratio), runs, decision, s.why)
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -77,9 +78,9 @@ def total(result: ClimbResult) -> tuple[float, float, float] | None:
     errors do, in quadrature, each side of the band on its own; multiplying the band ends would stack every
     step's worst case at once, a range too wide to say anything. The start and the best settings were never
     measured side by side: a direct comparison (the ladder's sweep) is the better figure."""
-    if not result.accepted:
+    if not result.kept:
         return None
-    bands = [s.confirmed or s.ratio for s in result.accepted]
+    bands = [s.confirmed or s.ratio for s in result.kept]
     value = math.prod(r.value for r in bands)
     down = math.sqrt(sum(math.log(r.value / r.low) ** 2 for r in bands if r.low > 0))
     up = math.sqrt(sum(math.log(r.high / r.value) ** 2 for r in bands if r.value > 0))
@@ -94,7 +95,7 @@ def ladder_file(result: ClimbResult, workload: str, base: dict, climb_id: str, h
     workload that is not a built-in is only named by the ladder: ``workload_words`` (the overrides and config
     folders that make it) go in its notes, ``shown_as`` (its model, for ``custom``) in its description."""
     rungs = []
-    for s in result.accepted:
+    for s in result.kept:
         parts = s.confirmed_parts if s.confirmed is not None else ()
         ratios = parts if len(parts) == len(s.changes) else (None,) * len(s.enabling) + (s.confirmed,)
         for (key, value), r, against in zip(s.changes, ratios, ("the incumbent",) * len(s.enabling) + (
@@ -118,7 +119,7 @@ def ladder_file(result: ClimbResult, workload: str, base: dict, climb_id: str, h
         "base": dict(base),
         "rungs": rungs,
     }
-    notes = [n for n in (training_note(s.key, s.before, s.value) for s in result.accepted) if n]
+    notes = [n for n in (training_note(s.key, s.before, s.value) for s in result.kept) if n]
     if workload_words:  # the ladder names the workload; what it is lives in these words, given to every re-run
         notes.append(f"workload {workload} as measured: {' '.join(shlex.quote(w) for w in workload_words)} "
                      "(give these to `python -m harness sweep +ladder=...`)")
@@ -221,13 +222,20 @@ def best_lines(result: ClimbResult, mapping: dict, given: list[str]) -> list[str
     """The best settings found, what they change in the training, and the command that runs them: the words the
     climb was given, with the accepted changes in place of what they change."""
     product = total(result)
-    changes = {k: v for s in result.accepted for k, v in s.changes}
+    changes = {k: v for s in result.kept for k, v in s.changes}
+    end = [f"End check: {result.final_why}."] if result.final_why else []
+    side = result.final if result.final is not None and not result.dropped else None
     if product is None:
-        lines = ["Nothing was faster beyond noise: the start settings stay the best found."]
+        lines = end + ["Nothing held as faster beyond noise: the start settings stay the best found." if result.accepted
+                       else "Nothing was faster beyond noise: the start settings stay the best found."]
+    elif side is not None:
+        lines = end + [f"Best: {side.value:.2f}x over the start, band {side.low:.2f}-{side.high:.2f}x (the start and "
+                       "the best measured side by side): " + ", ".join(f"{k}={format_value(v)}"
+                                                                     for k, v in changes.items())]
     else:
-        lines = [f"Best: {product[0]:.2f}x over the start, band {product[1]:.2f}-{product[2]:.2f}x (the accepted "
-                 "steps together; the start and the best never ran side by side: the ladder's sweep below compares "
-                 "them): " + ", ".join(f"{k}={format_value(v)}" for k, v in changes.items())]
+        lines = end + [f"Best: {product[0]:.2f}x over the start, band {product[1]:.2f}-{product[2]:.2f}x (the kept "
+                       "steps together; the ladder's sweep below compares the start and the best directly): "
+                       + ", ".join(f"{k}={format_value(v)}" for k, v in changes.items())]
     notes = [note for note in mapping.get("notes", []) if not note.startswith("workload ")]
     lines += [f"- changes the training: {note}" for note in notes]
     best = shell.command("run", *shell.without(given, changes), *(shell.override(k, v) for k, v in changes.items()))

@@ -78,7 +78,7 @@ def _ascend(start, options: ClimbConfig, facts: Facts, trials: Trials, noise, di
     stopped = ""
     try:
         result = ascend(_flat(start), space(facts.device, options.knobs), facts, trials.compare, noise,
-                        options.min_effect, on_step=on_step, confirm=trials.again)
+                        options.min_effect, on_step=on_step, confirm=trials.again, final=trials.final)
         stopped = result.stopped
         return result
     finally:

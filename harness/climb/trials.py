@@ -51,14 +51,17 @@ class Trials:
         self.used: set[str] = set()  # runs this climb has used: no run counts twice
         self.busy: list[str] = []  # why runs were not trustworthy (``busy.busy_reason``), each measured again
 
-    def compare(self, accepted, candidate, step: int, again: bool = False) -> Measured:
+    def compare(self, accepted, candidate, step: int, again: bool = False, whole: bool = False) -> Measured:
         """``climb.repeats`` rounds; the candidate first in round 0 (a candidate that cannot run costs one run),
         then the order alternates (ABBA), so that a slow drift of the machine favours neither side. A candidate
         of two changes (checkpointing to fit a larger batch) also measures the first change alone: the
         ladder the climb writes has a rung for it, and re-running that ladder must find it in the store.
         ``again``: an accepted candidate measured once more (rounds after the first ``climb.repeats``), with
-        runs other than those that accepted it: the band the ladder claims."""
-        roles = ["candidate"] + (["enabled"] if len(candidate) > 1 else []) + ["incumbent"]
+        runs other than those that accepted it: the band the ladder claims. ``whole``: ``candidate`` is every change
+        the climb kept, measured as one against the start (``final``); no change is measured alone. Until then,
+        each run keeps time for that check (2 x ``climb.repeats`` runs) once a change was accepted."""
+        self.budget.reserve_runs = 0 if whole or not accepted else 2 * self.repeats
+        roles = ["candidate"] + (["enabled"] if len(candidate) > 1 and not whole else []) + ["incumbent"]
         changes = {"candidate": accepted + list(candidate), "enabled": accepted + list(candidate[:-1]),
                    "incumbent": accepted}
         records: dict[str, list[RunRecord]] = {role: [] for role in roles}
@@ -88,6 +91,11 @@ class Trials:
     def again(self, accepted, candidate, step: int) -> Measured:
         """An accepted candidate measured once more (``compare(..., again=True)``)."""
         return self.compare(accepted, candidate, step, again=True)
+
+    def final(self, accepted, candidate, step: int) -> Measured:
+        """The start against the best (``candidate``: every accepted change), side by side, at the end."""
+        self.display.say(f"step {step}: the start and the best, measured side by side")
+        return self.compare(accepted, candidate, step, whole=True)
 
     def search_run(self, changes, size: int) -> str:
         """One size of the search for the largest batch that fits (``harness.fit.search``): ``changes`` over the

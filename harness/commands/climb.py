@@ -26,8 +26,10 @@ from harness import shell
 from harness.climb.space import space
 from harness.commands import hydra_edge
 from harness.climb.session import run_climb
+from harness import config as config_mod
 from harness.commands.console import refuse
 from harness.commands.progress import run_by_run_display
+from harness.run.parent import launcher
 
 
 def main(command: str, argv: list[str]) -> int:
@@ -44,7 +46,9 @@ def task(cfg, started: float, argv: list[str] | None = None) -> int:
     display = run_by_run_display()
     try:
         options, settings = hydra_edge.climb_settings(cfg), hydra_edge.plain_settings(cfg)
+        config_mod.validate_one_node(int(settings.get("nodes", 1)), "climb")
     except ValueError as exc:
         return refuse(exc)
     given = shell.without(argv or [], ["climb", "climb."])  # the words its printed commands are made of
-    return run_climb(settings, options, started, display, given)
+    with launcher.warm():  # every run of the climb forked from one warm launcher, as a sweep's
+        return run_climb(settings, options, started, display, given)

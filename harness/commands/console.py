@@ -61,6 +61,13 @@ def run_summary(record: RunRecord) -> Table:
                           f"{record.omp_num_threads}): {fmt(record.samples_per_s_per_device, '.2f')} samples/s per "
                           f"device, the slowest (rank {record.slowest_rank}); step p50 per rank "
                           + " / ".join(fmt(v) for v in record.rank_step_ms_p50) + " ms")
+        if (record.nodes or 1) > 1:
+            hosts = record.rank_hosts.split(",") if record.rank_hosts else []
+            per_node = len(hosts) // record.nodes if hosts else 0
+            table.add_row("nodes", f"{record.nodes} nodes, samples/s per node "
+                          + " / ".join(fmt(v, '.2f') for v in record.node_samples_per_s)
+                          + f"; the slowest node {record.slowest_node}"
+                          + (f" ({hosts[record.slowest_node * per_node]})" if per_node else ""))
         wait = 100 * record.data_wait_frac if record.data_wait_frac is not None else None
         table.add_row("data wait", f"{fmt(wait)} % of the measured time" + _waves_text(record))
         if record.device == "cuda":

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from harness import shell
 from harness.commands import hydra_edge
+from harness import config as config_mod
 from harness.commands.console import console, refuse
 from harness.commands.progress import run_by_run_display
 from harness.commands.sweep import RungLines
@@ -41,6 +42,7 @@ def task(cfg, argv: list[str] | None = None) -> int:
     """One Hydra job: the composed config as plain settings, fitted with the console's display."""
     try:
         options, settings = hydra_edge.fit_settings(cfg), hydra_edge.plain_settings(cfg)
+        config_mod.validate_one_node(int(settings.get("nodes", 1)), "fit")
     except ValueError as exc:
         return refuse(exc)
     given = shell.without(argv or [], ["fit", "fit."])  # the words its printed commands are made of

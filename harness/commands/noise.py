@@ -22,7 +22,7 @@ from harness.workload import preflight
 from harness.analysis.stats import noise_model, speedup
 from harness.analysis.stats.busy import busy_reason
 
-DEFAULT_RUNS = 5
+DEFAULT_RUNS = 8  # a CV of 8 runs (7 df) is the one the shaky-calibration rule and the bimodal test are sized on
 RUNS_KEY = "noise.runs"
 
 
@@ -53,6 +53,7 @@ def main(command: str, argv: list[str]) -> int:
 def task(cfg, runs: int) -> int:
     try:
         settings = config_mod.from_dict(hydra_edge.plain_settings(cfg))
+        config_mod.validate_one_node(settings.nodes, "noise")
         check_writable(settings.results_dir, "`python -m harness noise`")
         base = runner.ready(settings, console.print)
         preflight.check_model_builds(base)

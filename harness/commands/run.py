@@ -6,11 +6,12 @@ results_dir, 4 skipped (the setting cannot act here: nothing was measured).
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from harness import config as config_mod
 from harness.commands import exit_codes, hydra_edge
-from harness.run.parent import runner
+from harness.run.parent import rendezvous, runner
 from harness.commands.console import console, refuse, run_summary
 from harness.commands.progress import RunProgress
 from harness.store import check_writable
@@ -18,8 +19,13 @@ from harness.workload import preflight
 from harness.names import display_name
 
 
+MULTIRUN_FLAGS = ("-m", "--multirun")
+
+
 def main(command: str, argv: list[str]) -> int:
-    return hydra_edge.hydra_app(argv, task)
+    """``-m``: through Hydra's launcher (a run of ``nodes`` >= 2 on SLURM: one job whose tasks are the nodes)."""
+    multirun = any(a in MULTIRUN_FLAGS for a in argv)
+    return hydra_edge.hydra_app([a for a in argv if a not in MULTIRUN_FLAGS], task, multirun=multirun)
 
 
 def task(cfg) -> int:
@@ -28,8 +34,12 @@ def task(cfg) -> int:
         resolved = runner.resolve(settings, runner.Machine.detect())
         check_writable(resolved.results_dir, "`python -m harness run`")
         preflight.check_model_builds(resolved)
+        meet = rendezvous.of(resolved, os.environ)
     except (OSError, ValueError) as exc:
         return refuse(exc)
+    if meet is not None:
+        console.print(meet.describe() + (": this node measures its ranks; node 0 stores the run's record"
+                                         if meet.node_rank else ""))
     if settings.size == "auto" or settings.device == "auto":
         console.print(f"device: {resolved.device}, size: {resolved.size}"
                       + ("  (no CUDA GPU here: running the small CPU size)" if resolved.device == "cpu" else ""))
@@ -44,4 +54,6 @@ def task(cfg) -> int:
     path = Path(resolved.results_dir) / "runs" / f"{record.run_id}.parquet"
     if path.exists():
         console.print(f"stored in {path}")
+    elif meet is not None and meet.node_rank:
+        console.print(f"not stored here: node 0 ({meet.master_addr}) stores the record")
     return {"ok": exit_codes.OK, "skipped": exit_codes.SKIPPED}.get(record.status, exit_codes.FAILED)

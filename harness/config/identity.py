@@ -21,7 +21,8 @@ from harness.names import with_old_models_name
 # Settings that do not change what is measured: left out of config_hash.
 # profile: the profiled steps run after the measured window has closed, so a profiled run measures what an
 # unprofiled one does (the cache serves either; a sweep that profiles asks for a profiled one, see sweeps.rungs).
-NOT_HASHED = ("debug", "sweep", "results_dir", "timeout_s", "measure.sample_interval_s", "profile")
+# dist: where the nodes meet, not what they run (`nodes` is hashed; the topology is in the environment's key).
+NOT_HASHED = ("debug", "sweep", "results_dir", "timeout_s", "measure.sample_interval_s", "profile", "dist")
 
 # config_hash, history (bump CONFIG_HASH_VERSION when the same settings must hash apart):
 #   1 - every schema field, values as given (1 and 1.0 apart; any new setting changed every hash).
@@ -88,4 +89,6 @@ SOFTWARE_FIELDS = ("torch_version", "cuda_version", "cudnn_version", "monai_vers
 def env_key(env: dict, device: str) -> str:
     """The key of an environment (``harness.run.parent.env.collect``'s fields) for runs on ``device``."""
     fields = {"device": device, **{k: env.get(k) for k in HARDWARE_FIELDS + SOFTWARE_FIELDS if k != "device"}}
+    if env.get("topology"):  # hashed where there is one: the keys of one-GPU and CPU environments stay as they were
+        fields["topology"] = env["topology"]
     return hashlib.sha256(json.dumps(fields, sort_keys=True, default=str).encode()).hexdigest()[:16]

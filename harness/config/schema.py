@@ -121,6 +121,17 @@ class DdpConfig:
 
 
 @dataclass
+class DistConfig:
+    """Where the nodes of a run of ``nodes`` >= 2 meet (torchrun's ``--master-addr``, ``--master-port``,
+    ``--node-rank``); unset: read from the scheduler's environment (torchrun, SLURM, Kubernetes, SkyPilot)."""
+
+    master_addr: str = ""
+    master_port: int = 0
+    node_rank: Optional[int] = None
+    rdzv_timeout_s: float = 120.0  # how long a node waits for the others to join before the run ends `error`
+
+
+@dataclass
 class ProfileConfig:
     """A profile of a few more training steps, taken after the measured window has closed (never inside it)."""
 
@@ -163,6 +174,8 @@ class SweepConfig:
     budget_min: float = 10.0  # repeats=auto only: wall-clock minutes; no round starts that would end after them
     max_repeats: int = 6  # repeats=auto only: the most rounds (the looks' information is rounds / max_repeats)
     remeasure_busy: bool = True  # a run of a busy machine (analysis.stats.busy) is measured again, once (climb too)
+    # at the sweep's end, its decided figures exported: "tb:DIR", "mlflow:URI" or "wandb:DIR" (docs/export.md); "" none
+    export: str = ""
 
 
 @dataclass
@@ -190,7 +203,8 @@ class RunConfig:
     results_dir: str = "results"
     # Data parallel (DDP), Lightning's name: one process per device, started by torch's launcher. On a CPU a device is
     # a process. Weak scaling: batch_size is per device (the global batch grows with devices); strong: it is global.
-    devices: int = 1
+    devices: int = 1  # per node
+    nodes: int = 1  # hosts, each running `devices` ranks; they meet at `dist.*` (docs/ddp.md, several nodes)
     scaling: str = "weak"
     model: ModelConfig = field(default_factory=ModelConfig)
     data: DataConfig = field(default_factory=DataConfig)
@@ -199,6 +213,7 @@ class RunConfig:
     val: ValConfig = field(default_factory=ValConfig)
     debug: DebugConfig = field(default_factory=DebugConfig)
     ddp: DdpConfig = field(default_factory=DdpConfig)
+    dist: DistConfig = field(default_factory=DistConfig)
     profile: ProfileConfig = field(default_factory=ProfileConfig)
     memory: MemoryConfig = field(default_factory=MemoryConfig)
     lm: LmConfig = field(default_factory=LmConfig)

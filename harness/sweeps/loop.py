@@ -18,15 +18,16 @@ import dataclasses
 import functools
 import shlex
 import sys
-import time
 from dataclasses import dataclass
 from typing import Any, Callable, Protocol
 
 from harness.run.parent import launcher, phases
 from harness.config import ladder as ladder_mod
+from harness.sweeps import budget
 from harness.sweeps import rounds as rounds_mod
 from harness.sweeps import rungs as rungs_mod
 from harness import config as config_mod
+from harness.analysis.gate.answers import BUSY
 from harness.analysis.stats.busy import busy_reason
 from harness import store
 
@@ -81,7 +82,12 @@ def run_ladder(ctx: rungs_mod.SweepContext, machine, display: LoopDisplay) -> in
     """Measure (or take from the cache) every rung of every round, in order; the records go to the store. At the
     end, the duty cycle of the runs measured (their windows over the loop's wall time), when any was.
 
-    Returns 1 if a rung could not even be started, else 0: failed runs are data, shown in the table."""
+    Before each round, how long it should take (``harness.sweeps.budget``); within ``sweep.budget_min`` no round
+    is started that would not fit, and no run once it is spent (a run in flight finishes).
+
+    Returns 1 if a rung could not even be started, 2 if the first round would not fit in the budget (nothing is
+    measured), 5 (busy) when every run of the first round was measured on a busy machine (no run could count, so
+    it stops there), else 0: failed runs are data, shown in the table."""
     ctx, noise = rounds_mod.with_calibration(ctx, machine)
     plan = rounds_mod.RoundPlan.of(ctx)
     if plan.auto:
@@ -91,28 +97,47 @@ def run_ladder(ctx: rungs_mod.SweepContext, machine, display: LoopDisplay) -> in
     done = rungs_mod.measured_rungs(ctx)
     code = 0
     measured: list = []
-    started = time.monotonic()
+    started = rounds_mod.clock()
+    first = _round_context(ctx, machine, 0)  # nothing is stored before round 0 starts: its source holds
+    estimate = budget.stored_round(first, machine, done)
+    display.say(budget.first_round_line(estimate, plan.budget_s))
+    if refusal := budget.first_round_refusal(estimate, plan.budget_s):
+        display.say(refusal)
+        return 2
     with launcher.warm() as session:
-        first = _round_context(ctx, machine, 0)  # nothing is stored before round 0 starts: its source holds
         session.begin(_first_to_measure(first, machine, plan, done))
         for round_ in range(plan.max_rounds):
             refusal = plan.refusal(len(ctx.ladder.rungs)) if round_ else ""
             if refusal:
                 display.say(refusal)
                 break
+            if round_ and (line := plan.round_line(round_, len(ctx.ladder.rungs))):
+                display.say(line)
             round_ctx = _round_context(ctx, machine, round_) if round_ else first
+            spent = ""
+            busy: list[str | None] = []  # each turn of the round: why its run was busy (None: it counts)
             for turn in round_turns(ctx.ladder, round_, plan.max_rounds, plan.auto):
                 if (turn.rung.index, turn.round_) in done:
                     display.already_measured(turn)
+                    busy.append(None)
                     continue
-                code = max(code, _turn(round_ctx, machine, display, turn, plan, measured))
+                if spent := plan.run_refusal(turn.label):
+                    display.say(spent)
+                    break
+                code = max(code, _turn(round_ctx, machine, display, turn, plan, measured, busy))
+            if spent:
+                break
+            if round_ == 0 and busy and all(busy):
+                display.say(f"stop: every run of the first round was busy ({busy[0]}): no run can count, so no "
+                            "more are made; stop the other work and run the same command again")
+                return BUSY
             if plan.auto:
                 judgement, action = rounds_mod.look(ctx, noise, round_ + 1, plan.max_rounds)
                 display.say(rounds_mod.look_line(judgement, action))
                 if action != "another round":
                     break
     if measured:
-        print(phases.duty_cycle(measured, time.monotonic() - started))
+        print(phases.duty_cycle(measured, rounds_mod.clock() - started))
     return code
 
 
@@ -142,9 +167,10 @@ def _first_to_measure(ctx: rungs_mod.SweepContext, machine, plan: rounds_mod.Rou
 
 
 def _turn(ctx: rungs_mod.SweepContext, machine, display: LoopDisplay, turn: Turn, plan: rounds_mod.RoundPlan,
-          measured: list) -> int:
+          measured: list, busy: list | None = None) -> int:
     """One rung of one round; a run of a busy machine measured again, once (a run of the store this sweep has not
-    used yet may stand in, as for any rung: a sweep run again replays its store). 1 if it could not start."""
+    used yet may stand in, as for any rung: a sweep run again replays its store). 1 if it could not start.
+    ``busy`` gets why the run that stands was busy (None when it was not, or was not measured now)."""
     for again in (False, True):
         outcomes: list[rungs_mod.RungOutcome] = []
         try:
@@ -154,8 +180,11 @@ def _turn(ctx: rungs_mod.SweepContext, machine, display: LoopDisplay, turn: Turn
             display.could_not_run(turn, exc)
             return 1
         record = outcomes[-1].record if outcomes else None
+        fresh = bool(outcomes) and outcomes[-1].how == "measured"
         why = busy_reason(record) if record is not None and record.status == "ok" else None
         if not why or again or not ctx.remeasure_busy:
+            if busy is not None:
+                busy.append(why if fresh else None)
             return 0
         display.say(f"{turn.label} machine busy ({why}): not trustworthy; measuring it again")
     return 0
@@ -165,11 +194,11 @@ def _run(ctx: rungs_mod.SweepContext, machine, turn: Turn, plan: rounds_mod.Roun
          measured: list, before_launch=None, on_start=None, on_progress=None) -> rungs_mod.RungOutcome:
     """``rungs.run_rung`` for a display to wrap: the outcome kept in ``outcomes``, a measured run's time in the plan
     and its record in ``measured`` (for the duty cycle)."""
-    began = time.monotonic()
+    began = rounds_mod.clock()
     outcome = rungs_mod.run_rung(ctx, turn.rung.index, turn.round_, machine, on_start, on_progress,
                                  before_launch=before_launch)
     if outcome.how == "measured":
-        plan.measured(time.monotonic() - began, again)
+        plan.measured(rounds_mod.clock() - began, again)
         if outcome.record is not None:
             measured.append(outcome.record)
     outcomes.append(outcome)

@@ -346,9 +346,11 @@ class Prepared:
     val: ValStep | None = None  # its validation step (harness.workload.val_steps); None: the default step's pass
 
 
-def prepare(cfg, workload, device: torch.device | None = None, rank=None) -> Prepared:
+def prepare(cfg, workload, device: torch.device | None = None, rank=None, note=None) -> Prepared:
     """Build the workload's model and training objects with every knob applied, in order. Under DDP ``device`` is
-    this rank's and ``rank`` (``harness.run.child.ranks.Rank``) says how many there are."""
+    this rank's and ``rank`` (``harness.run.child.ranks.Rank``) says how many there are. ``note(mark)``: told when
+    the model is built ("built") and on its device ("on_device"), for the run's phases."""
+    note = note or (lambda mark: None)
     device = device or torch.device(cfg.device)
     if reason := cudagraph_multi_device_conflict(cfg):
         raise KnobNotApplicable(reason)
@@ -357,6 +359,7 @@ def prepare(cfg, workload, device: torch.device | None = None, rank=None) -> Pre
     backend_flags.update(lm_knobs.apply_sdpa_backend(cfg.lm.sdpa_backend))
     backend_flags.update(lm_knobs.apply_compile_cache(cfg.compile_cache, cfg.compile))
     model, loss_fn, unit_types = build_all(cfg)
+    note("built")
     own = own_step(workload, model, loss_fn=loss_fn)  # decided on the model as built, before any wrapper
     val = val_step_of(workload, model, own) if cfg.val.every_n_steps else None
     if own is not None and (reason := own_step_conflicts(cfg, own, validates=val is not None)):
@@ -365,6 +368,7 @@ def prepare(cfg, workload, device: torch.device | None = None, rank=None) -> Pre
         cfg.lm.checkpoint_policy)) if cfg.activation_checkpointing else 0
     fmt = memory_format(cfg, workload.spatial_dims)
     model = apply_device_and_format(model, device, fmt)
+    note("on_device")
     guard_cpu_bf16_conv3d(model, cfg)
     model = lm_knobs.apply_float8(model) if cfg.lm.float8 else model
     model.train()

@@ -31,7 +31,7 @@ COLUMNS = ["run_id", "status", "timestamp", "data_wait_frac", "threads", "worklo
            "gpu_name", "gpu_count", "cpu_model", "cpu_count", "torch_version", "cuda_version", "hostname",
            "git_commit", "git_dirty", "against_side", "against_commit"]
 DECISIONS = {"regressed": "regressed", "busy": "busy", "unchanged": "ok", "improved": "ok", "warned": "undecided",
-             "undecided": "undecided"}
+             "undecided": "undecided", "bimodal": "undecided"}
 
 
 @dataclass
@@ -79,6 +79,11 @@ class ChangePoint:
     good: str  # the commit of the last session before the step ("" when unknown)
     bad: str
     bad_session: str  # the sweep after the step (its configs are the ones to bisect with)
+    steps: int = 1  # > 1: a slope, successive steps the same way between ``before`` and ``after`` (a drift)
+
+    @property
+    def slope(self) -> bool:
+        return self.steps > 1
 
 
 @dataclass
@@ -198,9 +203,9 @@ def change_points(points: list[Point]) -> list[ChangePoint]:
     found = changepoints.detect([points[i].samples_per_s for i in series])
     out = []
     for step in found:
-        before, after = series[step.index - 1], series[step.index]
+        before, after = series[step.index - 1], series[step.last]
         out.append(ChangePoint(before, after, step.ratio, points[before].commit, points[after].commit,
-                               points[after].session))
+                               points[after].session, step.steps))
     return out
 
 

@@ -140,10 +140,11 @@ def _point(p: Point, x: float, y) -> str:
 def _step(c: ChangePoint, x: float) -> str:
     """A change point: a dashed line between the last session before it and the first after, with its size."""
     colour = DECISION_COLOURS["regressed"] if c.ratio < 1 else DECISION_COLOURS["ok"]
-    tip = f"change point: {c.ratio - 1:+.1%} between {c.good or '?'} and {c.bad or '?'}"
+    kind = "slope" if c.slope else "step"
+    tip = f"change point ({kind}): {c.ratio - 1:+.1%} between {c.good or '?'} and {c.bad or '?'}"
     return (f"<g class='step'><title>{_e(tip)}</title><line x1='{x:.1f}' x2='{x:.1f}' y1='{TOP}' "
             f"y2='{HEIGHT - BOTTOM}' stroke='{colour}' stroke-dasharray='4,3'/><text x='{x + 4:.1f}' y='{TOP + 12}' "
-            f"fill='{colour}'>step {c.ratio - 1:+.1%}</text></g>")
+            f"fill='{colour}'>{kind} {c.ratio - 1:+.1%}</text></g>")
 
 
 def steps_text(config: ConfigHistory, results_dir: str) -> str:
@@ -151,8 +152,13 @@ def steps_text(config: ConfigHistory, results_dir: str) -> str:
     if not config.steps:
         return ""
     items = [f"<li>{c.ratio - 1:+.1%} between {_e(c.good or '?')} and {_e(c.bad or '?')}: "
-             f"<code>{_e(bisect_command(c, results_dir))}</code></li>" for c in config.steps]
+             + (f"{_e(SLOPE_WHY)}" if c.slope else f"<code>{_e(bisect_command(c, results_dir))}</code>") + "</li>"
+             for c in config.steps]
     return "<p class='meta'>Change points (sweeps only):</p><ul class='meta'>" + "".join(items) + "</ul>"
+
+
+SLOPE_WHY = ("a slope (successive steps the same way): a drift over several sessions, not one commit; compare the "
+             "environments of its sessions, or sweep the commits between")
 
 
 def bisect_command(c: ChangePoint, results_dir: str) -> str:

@@ -52,14 +52,23 @@ def main(job_dir: str) -> int:
     marks = {"start": started}
 
     def progress(phase: str, **info) -> None:
-        if rank.rank == 0:
+        if rank.local_rank == 0:  # each node's first rank: its own parent watches its own job folder
             marks.setdefault(phase, time.time())
             payload = {"phase": phase, "time": time.time(), **info}
             measure.write_json(job / "progress.json", payload)
             if progress_channel is not None:
                 channel.tell(progress_channel, payload, wait=phase == "measure")
 
+    def note(phase: str) -> None:  # a mark kept for the record's phases, not told to the parent
+        if rank.rank == 0:
+            marks.setdefault(phase, time.time())
+
+    progress.note = note
     progress("build")
+    from harness.run.child import startup  # torch's side: after the lifeline, as measure
+
+    startup.import_workload(cfg.workload)  # MONAI's networks, the user's module: the model phase's first part
+    note("imported")
     try:
         rank = ranks.join(cfg.device)
         result = {"status": OK, "error": "", **_measure(cfg, rank, gpu_name, progress, job).to_dict()}
@@ -69,7 +78,7 @@ def main(job_dir: str) -> int:
         if rank.distributed:  # the launcher stops the peers and writes the run's result from this
             measure.write_json(job / f"result.rank{rank.rank}.json", result)
             return 1
-    if rank.rank == 0:
+    if rank.local_rank == 0:  # rank 0, and on several nodes each node's first rank (its parent prints the figures)
         marks["result"] = time.time()
         measure.write_json(job / "result.json", {**result, "phase_marks": marks})
         if progress_channel is not None:  # the final result: the parent gives the teardown its grace from here
@@ -82,17 +91,24 @@ def _measure(cfg: RunConfig, rank: Rank, gpu_name: str, progress, job: Path) -> 
     """This rank's measurement, summarised; under DDP, every rank's combined into rank 0's record."""
     from harness.run.child import ranks  # torch: main() imported it, after the lifeline
     from harness.run.child.measure import hardware_flops_per_sample, measured_run, model_flops_per_sample  # torch
+    from harness.run.child.startup import flops_per_sample, open_context
 
     cfg.batch_size = config_mod.per_device_batch(cfg)  # this rank's batch (strong scaling: its share)
-    flops = model_flops_per_sample(cfg, cfg.workload)
-    hardware = hardware_flops_per_sample(cfg, cfg.workload, flops)
+    open_context(rank.device(cfg.device))
+    progress.note("context")
+    flops = flops_per_sample(cfg, cfg.workload, lambda: model_flops_per_sample(cfg, cfg.workload))
+    hardware = hardware_flops_per_sample(cfg, cfg.workload, flops)  # recomputation: counted only where checkpointed
+    progress.note("flops")
     with measured_run(cfg, cfg.workload, progress, rank) as run:
         run.extras.worker_hwm_bytes = monitor.worker_peaks()  # the loader's workers are alive until the block ends
-        summary = summarize(run.m, run.extras, per_sample(cfg, flops, gpu_name, hardware), compiled=cfg.compile != "off")
+        summary = summarize(run.m, run.extras, per_sample(cfg, flops, gpu_name, hardware),
+                            compiled=cfg.compile != "off")
         if rank.distributed:
-            summaries = rank.gather(summary.to_dict())
+            import socket
+
+            summaries, hosts = zip(*rank.gather((summary.to_dict(), socket.gethostname())))
             omp = int(os.environ.get("OMP_NUM_THREADS", "0")) or None
-            summary = Summary.from_dict(ranks.combine(summaries, rank.backend, omp))
+            summary = Summary.from_dict(ranks.combine(list(summaries), rank.backend, omp, cfg.devices, list(hosts)))
         if cfg.profile.enabled:
             _profile(run, cfg, rank, summary, job, progress)
     return summary

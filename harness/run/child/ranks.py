@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from datetime import timedelta
 
 import torch
 
 BACKENDS = {"cuda": "nccl", "cpu": "gloo"}
+PEER_TIMEOUT_VAR = "HARNESS_PEER_TIMEOUT_S"  # set by the launcher on several nodes: dist.rdzv_timeout_s
 
 
 @dataclass(frozen=True)
@@ -60,7 +62,13 @@ def join(kind: str) -> Rank:
     if kind == "cuda":
         torch.cuda.set_device(local)
     backend = BACKENDS[kind]
-    dist.init_process_group(backend)
+    # several nodes: a peer node that dies leaves no process here to notice; every wait for a peer (the group's
+    # set-up, a collective) ends after the rendezvous timeout instead of the 30 minutes torch would wait
+    limit = float(os.environ.get(PEER_TIMEOUT_VAR, "0") or 0)
+    options = {"timeout": timedelta(seconds=limit)} if limit > 0 else {}
+    if kind == "cuda":  # NCCL bound to this rank's device at once (its communicator made eagerly, on the right GPU)
+        options["device_id"] = torch.device("cuda", local)
+    dist.init_process_group(backend, **options)
     return Rank(rank=dist.get_rank(), world_size=world, local_rank=local, backend=backend)
 
 
@@ -72,7 +80,8 @@ def leave(rank: Rank) -> None:
             dist.destroy_process_group()
 
 
-def combine(summaries: list[dict], backend: str, omp_threads: int | None) -> dict:
+def combine(summaries: list[dict], backend: str, omp_threads: int | None, devices: int | None = None,
+            hosts: list[str] | None = None) -> dict:
     """Rank 0's record from every rank's summary (``summary.summarize`` of its own window, in its JSON form).
 
     The slowest rank (lowest samples/s) sets the throughput: global samples/s = world size x its samples/s. Its
@@ -101,12 +110,14 @@ def combine(summaries: list[dict], backend: str, omp_threads: int | None) -> dic
         peak_main_rss_bytes=max(s["peak_main_rss_bytes"] for s in summaries),
         peak_host_rss_bytes=sum(s["peak_main_rss_bytes"] for s in summaries),
         other_cpu_pct=_others(summaries),
+        **_per_node(rates, devices or world, hosts),
     )
     for key in ("peak_vram_bytes", "peak_vram_reserved_bytes", "warmup_peak_vram_bytes",
                 "warmup_peak_vram_reserved_bytes"):
         values = [s[key] for s in summaries if s.get(key) is not None]
         out[key] = max(values) if values else None
-    for key in ("cuda_alloc_retries", "cuda_ooms"):  # the allocator's counts: every rank's add up
+    for key in ("cuda_alloc_retries", "cuda_ooms", "warmup_cuda_alloc_retries", "warmup_cuda_ooms",
+                "window_cuda_alloc_retries", "window_cuda_ooms"):  # the allocator's counts: every rank's add up
         counts = [s[key] for s in summaries if s.get(key) is not None]
         out[key] = sum(counts) if counts else None
     # GPM's SM activity: each rank read its own GPU's over its own window; the run's is their mean, as the
@@ -117,6 +128,15 @@ def combine(summaries: list[dict], backend: str, omp_threads: int | None) -> dic
                                                      if s.get("gpu_sample_note")))
     out.pop("cpu_window", None)
     return out
+
+
+def _per_node(rates: list[float], devices: int, hosts: list[str] | None) -> dict:
+    """Each node's throughput (its slowest rank's samples/s times its ranks), the slowest node, the ranks' hosts."""
+    nodes = max(1, len(rates) // devices)
+    per_node = [min(rates[n * devices:(n + 1) * devices]) * devices for n in range(nodes)]
+    return {"nodes": nodes, "node_samples_per_s": per_node if nodes > 1 else [],
+            "slowest_node": min(range(nodes), key=lambda n: per_node[n]) if nodes > 1 else None,
+            "rank_hosts": ",".join(hosts) if hosts and nodes > 1 else ""}
 
 
 def _others(summaries: list[dict]) -> float | None:

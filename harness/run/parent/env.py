@@ -20,7 +20,7 @@ from pathlib import Path
 
 import harness
 from harness.config.identity import env_key  # noqa: F401  (hashes what collect() gathers; found here too)
-from harness.run.monitor.fitness import cpu_model
+from harness.run.monitor.fitness import cpu_bf16, cpu_model
 from harness.run.parent.fingerprint import code_fingerprint
 from harness.run.parent import torch_facts
 
@@ -80,6 +80,37 @@ def _path_state() -> tuple:
     return tuple(state)
 
 
+def topology(device: str, gpu_count: int) -> str:
+    """How the ranks of a run would talk, where it can differ between two machines of the same model: the
+    interconnect between the GPUs (``nvidia-smi topo -m``'s link kinds), NCCL's version, and every ``NCCL_*`` /
+    ``GLOO_SOCKET_IFNAME`` setting. "" where there is nothing to say (one GPU or a CPU, no such setting), so that
+    the key of such an environment is as it was before topology was part of it."""
+    parts = [f"{k}={v}" for k, v in sorted(os.environ.items()) if k.startswith("NCCL_") or k == "GLOO_SOCKET_IFNAME"]
+    if device == "cuda" and gpu_count >= 2:
+        import torch
+
+        links = _gpu_links()
+        nccl = ".".join(map(str, torch.cuda.nccl.version())) if hasattr(torch.cuda, "nccl") else ""
+        parts = [f"links {links}" if links else "links unknown", f"nccl {nccl}"] + parts
+    return "; ".join(parts)
+
+
+def _gpu_links() -> str:
+    """The kinds of link between GPU pairs in ``nvidia-smi topo -m`` (``NV18``, ``PIX``, ``SYS``...), sorted."""
+    try:
+        out = subprocess.run(["nvidia-smi", "topo", "-m"], capture_output=True, text=True, timeout=10).stdout
+    except (OSError, subprocess.SubprocessError):
+        return ""
+    return ",".join(gpu_link_kinds(out))
+
+
+def gpu_link_kinds(matrix: str) -> list[str]:
+    """The link kinds between distinct GPUs in ``nvidia-smi topo -m``'s matrix (its GPU rows, GPU columns)."""
+    rows = [line.split() for line in matrix.splitlines() if line.startswith("GPU")]
+    kinds = {cell for row in rows for i, cell in enumerate(row[1:len(rows) + 1]) if cell != "X"}
+    return sorted(kinds)
+
+
 def git_state(repo: Path | None = None) -> tuple[str, bool | None]:
     repo = repo or REPO_ROOT
     try:
@@ -110,6 +141,7 @@ def collect(device: str, git: bool = True) -> dict:
         "gpu_mem_total_bytes": None,
         "cpu_model": cpu_model(),
         "cpu_count": os.cpu_count(),
+        "cpu_bf16": cpu_bf16(),
         "hostname": socket.gethostname(),
         "code_fingerprint": code_fingerprint(),
         "threads": thread_settings(),
@@ -127,6 +159,7 @@ def collect(device: str, git: bool = True) -> dict:
             env["gpu_driver"] = str(pynvml.nvmlSystemGetDriverVersion())
         except Exception:
             env["gpu_driver"] = ""
+    env["topology"] = topology(device, env["gpu_count"])
     if git:
         env["git_commit"], env["git_dirty"] = git_state()
     return env

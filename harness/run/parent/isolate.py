@@ -34,14 +34,14 @@ import select
 import tempfile
 import shutil
 import time
-from dataclasses import fields
+from dataclasses import asdict, fields
 from pathlib import Path
 from typing import Callable
 
 from harness import config as config_mod
 from harness import lifeline
 from harness.run.child import channel
-from harness.run.parent import launch, launcher, phases, processes
+from harness.run.parent import launch, launcher, phases, processes, rendezvous
 from harness.run.parent.lifetime import LIVE, Held, Terminated
 from harness.run import monitor
 from harness.run.child import outcome as outcome_mod
@@ -134,9 +134,13 @@ def _measure(cfg: config_mod.RunConfig, env: dict, env_key: str, on_progress: Pr
         (job / lifeline.OWNER_FILE).write_text(str(os.getpid()))
         (job / "config.json").write_text(json.dumps(config_mod.to_dict(cfg)))
         (job / "env.json").write_text(json.dumps(env, default=str))
+        meet = rendezvous.of(cfg, os.environ)
+        if meet is not None:
+            (job / launch.RENDEZVOUS).write_text(json.dumps(asdict(meet)))
+        multi = cfg.devices > 1 or meet is not None
         try:
             outcome, summary, timing = _run_child(job, cfg.timeout_s, on_progress, cfg.measure.sample_interval_s,
-                                                  launch.command(job) if cfg.devices > 1 else None, held)
+                                                  launch.command(job) if multi else None, held)
         except (KeyboardInterrupt, Terminated) as exc:
             if getattr(exc, "kept", None) is None:
                 raise
@@ -197,7 +201,8 @@ def _run_child(job: Path, timeout_s: float, on_progress: ProgressFn | None, samp
     if interrupted is not None and result is None:
         raise interrupted
     marks = result.pop("phase_marks", {}) if result is not None else {}
-    timing = phases.record_fields(marks, spawned, gone, gap, getattr(proc, "how", "exec"))
+    timing = phases.record_fields(marks, spawned, gone, gap, getattr(proc, "how", "exec"),
+                                   getattr(proc, "preloaded", ""), (result or {}).get("first_step_s"))
     if result is not None:  # a child that wrote its result and then hung on exit still measured
         status, error = result.pop("status"), result.pop("error", "")
         profiling = bool(result.pop("profiling", None))  # written before its profile, which did not finish

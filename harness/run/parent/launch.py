@@ -43,7 +43,7 @@ def omp_threads(devices: int, cpus: int | None = None) -> int:
 
 
 def command(job: Path) -> list[str]:
-    """What the parent starts for a run of ``devices`` >= 2."""
+    """What the parent starts for a run of ``devices`` >= 2 or ``nodes`` >= 2."""
     return [sys.executable, "-m", "harness.run.parent.launch", str(job)]
 
 
@@ -51,26 +51,48 @@ def main(job_dir: str) -> int:
     guard_child()  # the agent dies with the parent, and has the same deadline as a child
     job = Path(job_dir)
     cfg = config_mod.from_dict(json.loads((job / "config.json").read_text()))
+    meet = _read(job / RENDEZVOUS)
     threads = omp_threads(cfg.devices)
     os.environ["OMP_NUM_THREADS"] = str(threads)
     os.environ["HARNESS_PARENT_PID"] = str(os.getpid())  # each rank checks that it was started by this agent
-    failures = _launch(job, cfg.devices)
+    first = (meet or {}).get("node_rank", 0) * cfg.devices  # this node's first global rank
+    if meet is not None:
+        os.environ["HARNESS_PEER_TIMEOUT_S"] = str(cfg.dist.rdzv_timeout_s)  # ranks.PEER_TIMEOUT_VAR (torch-free here)
+    try:
+        failures = _launch(job, cfg, meet)
+    except Exception as exc:  # the rendezvous: a node that never came, an endpoint that cannot be reached
+        if not _rendezvous_failed(exc):
+            raise
+        (job / "result.json").write_text(json.dumps({"status": "error", "error": _rendezvous_error(exc, meet, cfg)}))
+        return 0
     if (job / "result.json").exists():
         return 0
-    result = root_failure(failures, {r: _read(job / RANK_RESULT.format(rank=r)) for r in range(cfg.devices)})
+    ranks = range(first, first + cfg.devices)
+    result = root_failure(failures, {r: _read(job / RANK_RESULT.format(rank=r)) for r in ranks},
+                          nodes=cfg.nodes, devices=cfg.devices)
     (job / "result.json").write_text(json.dumps(result))
     return 0
 
 
-def _launch(job: Path, devices: int) -> dict[int, int]:
-    """Run the ranks to their end; returns the exit code of every rank that failed (negative: killed by a signal)."""
+RENDEZVOUS = "rendezvous.json"  # the parent's resolved rendezvous (nodes >= 2), in the job folder
+
+
+def _launch(job: Path, cfg, meet: dict | None) -> dict[int, int]:
+    """Run the ranks to their end; returns the exit code of every rank that failed (negative: killed by a signal).
+
+    One node: torchrun --standalone. Several: torchrun's static rendezvous (``--master-addr --master-port
+    --node-rank``): node ranks are the given ones, so global rank 0, which writes the record, is on node 0."""
     from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
+    where = dict(rdzv_backend="c10d", rdzv_endpoint="localhost:0", run_id=job.name)  # torchrun --standalone
+    if meet is not None:
+        where = dict(rdzv_backend="static", rdzv_endpoint=f"{meet['master_addr']}:{meet['master_port']}",
+                     run_id=f"harness-{meet['master_port']}",  # the same on every node
+                     rdzv_configs={"rank": meet["node_rank"], "timeout": cfg.dist.rdzv_timeout_s})
     launch = LaunchConfig(
-        min_nodes=1, max_nodes=1, nproc_per_node=devices, run_id=job.name,
-        rdzv_backend="c10d", rdzv_endpoint="localhost:0",  # torchrun --standalone
+        min_nodes=cfg.nodes, max_nodes=cfg.nodes, nproc_per_node=cfg.devices, **where,
         max_restarts=0,  # a failed rank is the run's outcome, never retried silently
         monitor_interval=0.1,
         logs_specs=DefaultLogsSpecs(log_dir=str(job / "elastic")),  # in the job folder: removed with it
@@ -82,6 +104,22 @@ def _launch(job: Path, devices: int) -> dict[int, int]:
     return {}
 
 
+def _rendezvous_failed(exc: Exception) -> bool:
+    from torch.distributed import DistError
+    from torch.distributed.elastic.rendezvous import RendezvousError
+
+    return isinstance(exc, (RendezvousError, DistError, TimeoutError, ConnectionError))
+
+
+def _rendezvous_error(exc: Exception, meet: dict | None, cfg) -> str:
+    where = f"{meet['master_addr']}:{meet['master_port']}" if meet else "localhost"
+    node = f"node {meet['node_rank']}" if meet else "this node"
+    return (f"the rendezvous at {where} did not complete: {node} waited up to dist.rdzv_timeout_s="
+            f"{cfg.dist.rdzv_timeout_s:g} for all nodes={cfg.nodes} to join ({type(exc).__name__}: "
+            f"{str(exc).splitlines()[0] if str(exc) else ''}); start the harness on every node with the same "
+            "dist.master_addr and dist.master_port, node 0 first reachable from the others")
+
+
 def _read(path: Path) -> dict | None:
     try:
         return json.loads(path.read_text())
@@ -89,11 +127,12 @@ def _read(path: Path) -> dict | None:
         return None
 
 
-def root_failure(exits: dict[int, int], results: dict[int, dict | None]) -> dict:
+def root_failure(exits: dict[int, int], results: dict[int, dict | None], nodes: int = 1, devices: int = 1) -> dict:
     """The run's result when no rank measured: the rank whose failure caused the others'.
 
     A rank that diagnosed itself (skipped, oom, nan) comes first; then a rank killed by a signal (its peers then
-    fail on the broken connection); then the first rank that wrote an error; else the first exit code."""
+    fail on the broken connection); then, on several nodes, a connection lost to another node (the node is named);
+    then the first rank that wrote an error; else the first exit code."""
     import signal
 
     failed = {r: res for r, res in results.items() if res is not None}
@@ -115,9 +154,33 @@ def root_failure(exits: dict[int, int], results: dict[int, dict | None]) -> dict
         if code < 0 and rank not in failed:
             return {"status": "error", "error": f"rank {rank} was killed by signal {signal.Signals(-code).name} "
                                                 f"without writing a result ({summary})"}
+    lost = lost_node(failed, nodes, devices)
+    if lost:
+        return {"status": "error", "error": f"{lost} ({summary})"}
     for rank, res in sorted(failed.items()):
         return {"status": res.get("status", "error"), "error": f"rank {rank}: {res.get('error', '')}\n({summary})"}
     return {"status": "error", "error": summary}
+
+
+PEER_LOST = ("connection closed", "connection reset", "broken pipe", "econnreset", "connection refused",
+             "read error", "socket", "nccl", "gloo", "timed out", "timeout")
+
+
+def lost_node(failed: dict[int, dict], nodes: int, devices: int) -> str:
+    """"node K stopped ..." when every failed rank of this node failed on a lost connection (another node's ranks
+    are gone); "" otherwise. With two nodes the other one is named; with more, those it may be."""
+    if nodes < 2 or not failed:
+        return ""
+    errors = [str(res.get("error", "")).lower() for res in failed.values()]
+    if not all(any(word in text for word in PEER_LOST) for text in errors):
+        return ""
+    here = min(failed) // devices
+    others = [n for n in range(nodes) if n != here]
+    who = f"node {others[0]}" if len(others) == 1 else "one of nodes " + ", ".join(map(str, others))
+    ranks = [r for n in others for r in range(n * devices, (n + 1) * devices)]
+    theirs = f"its rank {ranks[0]}" if len(ranks) == 1 else f"its ranks {ranks[0]}-{ranks[-1]}"
+    return (f"{who} stopped ({theirs} went away mid-run: node {here}'s ranks lost their connection to it); look "
+            "at that node's own output")
 
 
 if __name__ == "__main__":

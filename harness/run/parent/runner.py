@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 from harness import config as config_mod
@@ -9,8 +10,8 @@ from harness.run.parent import env as env_mod
 from harness.run.parent.isolate import ProgressFn, execute
 from harness.store import RunRecord, store_record
 from harness.store import check_writable
-from harness.workload import datasets
-from harness.run.parent import torch_facts
+from harness.workload import datasets, first_item
+from harness.run.parent import rendezvous, torch_facts
 
 
 @dataclass(frozen=True)
@@ -25,7 +26,7 @@ class Machine:
 
 
 def resolve(cfg: config_mod.RunConfig, machine: Machine) -> config_mod.RunConfig:
-    return config_mod.resolve(cfg, machine.cuda_available)
+    return config_mod.resolve(cfg, machine.cuda_available, dataset_shape=first_item.input_shape)
 
 
 def environment(device: str) -> tuple[dict, str]:
@@ -64,5 +65,8 @@ def run_and_store(resolved: config_mod.RunConfig, env: dict, env_key: str, on_pr
     caller's answer of ``applicability.skip_reason`` when it asked already (see ``isolate.execute``);
     ``sweep_fields`` go into the record as it is made (a name the record lacks raises). The record is stored before
     an interrupt can end the command, and a measurement the child wrote before an interrupt is stored too."""
+    meet = rendezvous.of(resolved, os.environ)
+    if meet is not None and meet.node_rank > 0:  # node 0 stores the run's one record; this node only measured
+        return execute(resolved, env, env_key, on_progress, skip_reason, **sweep_fields)
     return execute(resolved, env, env_key, on_progress, skip_reason,
                    store=lambda record: store_record(record, resolved.results_dir), **sweep_fields)
