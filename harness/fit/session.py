@@ -19,7 +19,7 @@ from harness.climb import output
 from harness.climb.trials import Display
 from harness.config import ladder as ladder_mod
 from harness.fit import state as state_mod
-from harness.fit.axes import BATCH, Axis, patch_axis, patch_steps
+from harness.fit.axes import BATCH, Axis, patch_axis, patch_steps, sequence_axis
 from harness.fit.search import FitConfig, Search, bound, check, search
 from harness.names import display_name
 from harness.run.parent import runner
@@ -82,7 +82,7 @@ def _begin(settings: dict, options: FitConfig, display: Display, sweep_display: 
     check(options)
     check_writable(settings.get("results_dir", "results"), "`python -m harness fit`")
     flat = config_mod.flatten(settings)
-    start = runner.ready(config_mod.from_dict(flat if options.axis == "patch" else {**flat, BATCH.key: options.min}),
+    start = runner.ready(config_mod.from_dict(flat if options.axis != "batch" else {**flat, BATCH.key: options.min}),
                          display.say)
     axis, low, high = _axis_range(start, options)
     reason = applicability.skip_reason(start)
@@ -103,11 +103,14 @@ def _axis_range(start: config_mod.RunConfig, options: FitConfig) -> tuple[Axis, 
     if options.axis == "batch":
         return BATCH, options.min, bound(options, start.device)
     spec, patch = start.workload, list(start.data.patch_size or [])
-    axis = patch_axis(spec.name, patch, spec.spatial_dims, spec.patch_multiple)
+    axis = sequence_axis(spec.name, patch, spec.synthetic) if options.axis == "sequence" else \
+        patch_axis(spec.name, patch, spec.spatial_dims, spec.patch_multiple)
     return (axis, *patch_steps(axis, min(patch), spec.min_side, options.min, options.max, start.device))
 
 
 def _steps_text(axis: Axis) -> str:
+    if axis.name == "sequence":
+        return f" (lengths in steps of {axis.step} tokens)"
     return "" if axis is BATCH else f" (sides in steps of {axis.step} voxels, the start's aspect)"
 
 

@@ -12,7 +12,7 @@ import signal
 import traceback
 from dataclasses import dataclass
 
-from harness.workload.applicability import KnobNotApplicable, compile_failure_reason
+from harness.workload.applicability import KnobNotApplicable, compile_failure_reason, no_attention_kernel_reason
 
 OK, OOM, NAN, TIMEOUT, ERROR, SKIPPED = "ok", "oom", "nan", "timeout", "error", "skipped"
 STATUSES = (OK, OOM, NAN, TIMEOUT, ERROR, SKIPPED)
@@ -83,6 +83,8 @@ def classify(exc: BaseException) -> str:
         return OOM
     if is_compile_failure(exc):  # the knob cannot take this model: never the eager baseline under its label
         return SKIPPED
+    if any(no_attention_kernel_reason(e) for e in exception_chain(exc)):  # lm.sdpa_backend: no kernel for it
+        return SKIPPED
     return ERROR
 
 
@@ -90,7 +92,8 @@ def skip_reason(exc: BaseException, compile_mode: str) -> str:
     """The reason a skipped run gives: the knob's own, or which compile mode failed on the model and how."""
     if is_compile_failure(exc) and not isinstance(exc, KnobNotApplicable):
         return compile_failure_reason(compile_mode, exc)
-    return str(exc)
+    attention = [r for r in map(no_attention_kernel_reason, exception_chain(exc)) if r]
+    return attention[0] if attention else str(exc)
 
 
 def of_exception(exc: BaseException, compile_mode: str) -> Outcome:
