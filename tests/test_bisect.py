@@ -87,3 +87,15 @@ def test_bisect_refuses_bad_input_in_one_line(tmp_path, monkeypatch, capsys):
     assert "GOOD must be an ancestor of BAD" in capsys.readouterr().err
     assert bisect_cmd.main("bisect", ["HEAD", "HEAD", "--budget-min", "0"]) == 2
     assert "--budget-min 0" in capsys.readouterr().err
+
+
+def test_bisect_takes_settings_anywhere_among_its_options_as_its_usage_shows(monkeypatch, capsys):
+    seen = []
+    monkeypatch.setattr(bisect_cmd, "run_bisect", lambda args: seen.append(args) or 0)
+    argv = ["GOOD", "BAD", "--rounds", "2", "measure.steps=5", "--threshold", "ladder:phase2=0.1", "seed=1"]
+    assert bisect_cmd.main("bisect", argv) == 0
+    args = seen[0]
+    assert (args.good, args.bad, args.rounds, args.threshold) == ("GOOD", "BAD", 2, ["ladder:phase2=0.1"])
+    assert args.overrides == ["measure.steps=5", "seed=1"]
+    assert bisect_cmd.main("bisect", ["GOOD", "--rounds", "2"]) == 2  # BAD missing: one line, exit 2
+    assert capsys.readouterr().err.count("\n") == 1
