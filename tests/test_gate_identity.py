@@ -167,3 +167,22 @@ def test_check_baseline_compares_every_config_across_an_edit_of_the_users_model(
     assert not [s for r in rows.values() for s in r["software"] if "your code" in s]  # (the harness's may)
     runs = load_runs(tmp_path / "results")
     assert runs["settings_hash"].nunique() == 2 and runs["config_hash"].nunique() == 4  # two configs, two codes
+
+
+def test_a_baseline_older_than_the_settings_identity_matches_by_config_hash_and_a_code_change_is_said(tmp_path,
+                                                                                                     capsys):
+    def spec(sha: str) -> str:
+        return json.dumps({"workload": {"name": "mine", "source_sha": sha}, "sweep": {"repeats": 3}})
+
+    sweep(tmp_path, "s1", {"cfg-code1": 100.0}, day=1, config_json=spec("aaaa"))  # no settings_hash: older
+    assert save(tmp_path) == 0
+    sweep(tmp_path, "s2", {"cfg-code1": 100.0}, day=2, seed=1, config_json=spec("aaaa"), settings_hash="settings-a")
+    code, rows = row_status(capsys, tmp_path)
+    assert list(rows) == ["cfg-code1"] and rows["cfg-code1"]["status"] not in ("new", "missing")  # as before
+    sweep(tmp_path, "s3", {"cfg-code2": 100.0}, day=3, seed=2, settings_hash="settings-a",
+          config_json=json.dumps({"workload": {"name": "mine", "source_sha": "bbbb"}, "sweep": {"repeats": 1}}))
+    capsys.readouterr()
+    assert check(tmp_path) == 2
+    err = capsys.readouterr().err
+    assert "the settings differ: none but your code (workload.source_sha baseline \"aaaa\", current \"bbbb\")" in err
+    assert "current hardware" not in err and "save a new baseline" in err

@@ -398,8 +398,7 @@ def check_sweep(baseline: pd.DataFrame, baseline_path: Path, results_dir: str, s
     warnings += list(chosen.notes)
     noise = chosen.noise
     session = sessions.history_for(results_dir, baseline, current)  # today against another day: see sessions.py
-    rows = compare(identity.by_settings(baseline), identity.by_settings(current), thresholds, mem_thresholds, noise,
-                   session)
+    rows = compare(*identity.by_settings(baseline, current), thresholds, mem_thresholds, noise, session)
     return CheckResult(
         rows=rows, sweep_id=sweep_id, current_records=len(current), baseline_path=Path(baseline_path),
         baseline_sweeps=",".join(dict.fromkeys(baseline["sweep_id"].fillna(""))), baseline_records=len(baseline),

@@ -4,7 +4,8 @@ A record has two identities (``harness.config.identity``): ``config_hash``, the 
 and the user's own model code; ``settings_hash``, the gate's, the settings alone. The check matches a sweep's
 configs with the baseline's by the settings, so that an edit of the user's model is a change under the same
 config, named as a new torch is ("your code changed: models/convnet.py"), not a config that is new on one side and
-missing on the other. Records older than ``settings_hash`` are matched by their config_hash. When nothing matches,
+missing on the other. A check with records older than ``settings_hash`` on either side matches by config_hash, as
+before. When nothing matches,
 ``settings_differ`` names the settings that differ. No torch, no Hydra.
 """
 
@@ -14,18 +15,22 @@ import json
 
 import pandas as pd
 
-# settings that never make two configs differ for a check (config.NOT_HASHED, and the user's code: named apart)
-NOT_COMPARED = ("debug", "sweep", "results_dir", "timeout_s", "measure.sample_interval_s", "profile",
-                "workload.source_sha")
+# settings that never make two configs differ for a check (config.NOT_HASHED); the user's code is named apart
+NOT_COMPARED = ("debug", "sweep", "results_dir", "timeout_s", "measure.sample_interval_s", "profile")
+CODE = "workload.source_sha"
 LISTED = 4  # settings named in a "nothing comparable" message
 
 
-def by_settings(frame: pd.DataFrame) -> pd.DataFrame:
-    """``frame`` with each record's config_hash replaced by its settings_hash (kept where a record has none)."""
-    if "settings_hash" not in frame or not len(frame):
-        return frame
-    settings = frame["settings_hash"].fillna("").astype(str)
-    return frame.assign(config_hash=settings.where(settings != "", frame["config_hash"]))
+def by_settings(baseline: pd.DataFrame, current: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Both frames with each record's config_hash replaced by its settings_hash, when every record of both has one;
+    else both as they are (a baseline saved before settings_hash: matched by config_hash, as it always was)."""
+    if not all(_has_settings(f) for f in (baseline, current)):
+        return baseline, current
+    return tuple(f.assign(config_hash=f["settings_hash"].astype(str)) for f in (baseline, current))
+
+
+def _has_settings(frame: pd.DataFrame) -> bool:
+    return "settings_hash" in frame and bool(len(frame)) and bool((frame["settings_hash"].fillna("") != "").all())
 
 
 def code_changes(base: pd.DataFrame, cur: pd.DataFrame) -> list[str]:
@@ -66,12 +71,24 @@ def settings_differ(baseline: pd.DataFrame, current: pd.DataFrame) -> str:
     """The settings whose values differ between every config of ``baseline`` and of ``current``, as
     "measure.steps (baseline 20, current 5)"; "" when their settings agree (the hardware must differ then)."""
     before, after = _settings(baseline), _settings(current)
-    differ = [k for k in sorted(before.keys() | after.keys()) if before.get(k, set()) != after.get(k, set())]
+    differ = [k for k in sorted(before.keys() | after.keys()) if before.get(k, set()) != after.get(k, set())
+              and not any(k == n or k.startswith(n + ".") for n in NOT_COMPARED)]
+    if differ == [CODE]:
+        return _code_only(before[CODE], after[CODE])
+    differ = [k for k in differ if k != CODE]
     if not differ:
         return ""
     named = [f"{k} (baseline {_shown(before.get(k))}, current {_shown(after.get(k))})" for k in differ[:LISTED]]
     more = f" and {len(differ) - LISTED} more" if len(differ) > LISTED else ""
     return "; ".join(named) + more
+
+
+def _code_only(before: set[str], after: set[str]) -> str:
+    """When the settings agree and only the user's code differs: records matched by config_hash (one side saved
+    before settings_hash), which covers the code."""
+    return (f"none but your code (workload.source_sha baseline {_shown(before)}, current {_shown(after)}), which "
+            "records stored before checks compared configs across a change of your code are matched by: save a new "
+            "baseline (baseline save NAME)")
 
 
 def _settings(frame: pd.DataFrame) -> dict[str, set[str]]:
@@ -82,8 +99,7 @@ def _settings(frame: pd.DataFrame) -> dict[str, set[str]]:
         except ValueError:
             continue
         for key, value in _flat(values, ""):
-            if not any(key == n or key.startswith(n + ".") for n in NOT_COMPARED):
-                out.setdefault(key, set()).add(json.dumps(value, sort_keys=True))
+            out.setdefault(key, set()).add(json.dumps(value, sort_keys=True))
     return out
 
 
