@@ -31,6 +31,11 @@ CARRIED = {"monai": "monai==1.6.1", "hydra": "hydra-core==1.3.8", "omegaconf": "
 # Only DETR's workload needs it; the H100's image of 2026-11-27 had it (the check printed no note). Where an image
 # lacks it, carry it in a call of its own (61 MB, past what one call carries with the rest).
 ON_ITS_OWN = {"cv2": "opencv-python-headless"}
+# Imported by optional parts that a GPU slot does not run, so not carried: the trackers' clients (an export runs where
+# the user reads the results), Hugging Face (the GPU plan's lm parts run workload=gpt, the harness's own decoder),
+# torchao (lm.float8 is `skipped` with the reason where it is missing).
+NOT_CARRIED = {"mlflow": "export --to mlflow", "wandb": "export --to wandb", "tensorboard": "export --to tb",
+               "transformers": "workload=gpt2 / llama", "torchao": "lm.float8"}
 # What a carried package imports that --no-deps does not install (from each one's own requirements).
 REQUIRES = {"hydra": ("omegaconf", "antlr4"), "omegaconf": ("antlr4", "yaml"), "soundfile": ("cffi",),
             "cffi": ("pycparser",), "monai": ("numpy", "torch"), "nibabel": ("numpy",), "scipy": ("numpy",)}
@@ -59,7 +64,7 @@ def imported_modules(folders: tuple[str, ...] = ("harness", "harness_models")) -
 def uncovered(modules) -> list[str]:
     """The modules among ``modules``, and what the carried ones require, that neither the image has nor is
     carried."""
-    known = {**IMAGE, **CARRIED, **ON_ITS_OWN}
+    known = {**IMAGE, **CARRIED, **ON_ITS_OWN, **NOT_CARRIED}
     seen, todo = set(), list(modules)
     while todo:
         name = todo.pop()

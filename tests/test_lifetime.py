@@ -36,12 +36,13 @@ def start(args: list[str], cwd: Path, tmp: Path) -> subprocess.Popen:
                             stderr=subprocess.PIPE, text=True, start_new_session=True, preexec_fn=_default_signals)
 
 
-def kill_mid_run(args: list[str], cwd: Path, tmp: Path, sig: int) -> tuple[subprocess.Popen, str]:
-    """Start the command, wait for its measuring child and loader worker, send ``sig``; assert that no process of
-    its tree outlives it. The command (ended) and its stderr."""
+def kill_mid_run(args: list[str], cwd: Path, tmp: Path, sig: int,
+                 forked: bool = False) -> tuple[subprocess.Popen, str]:
+    """Start the command, wait for its measuring child and loader worker (``forked``: the run its warm launcher
+    forked), send ``sig``; assert that no process of its tree outlives it. The command (ended) and its stderr."""
     command = start(args, cwd, tmp)
     try:
-        tree = _measuring_processes(command.pid, want_workers=1)
+        tree = _measuring_processes(command.pid, want_workers=1, forked=forked)
         os.kill(command.pid, sig)
         _, err = command.communicate(timeout=120)
         assert _gone(tree, within_s=GONE_WITHIN_S) == [], f"left after {signal.Signals(sig).name}: {err[-2000:]}"
@@ -98,8 +99,9 @@ def test_noise_killed_mid_run_leaves_no_run_behind(tmp_path, sig):
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, pytest.param(signal.SIGKILL, marks=pytest.mark.slow)])
 def test_climb_killed_mid_run_leaves_no_run_behind(tmp_path, sig):
+    # a climb's runs are forked from its warm launcher (one launcher a command)
     kill_mid_run(["climb", *TINY_MODEL_ARGS, *HANG, "climb.budget_min=5", f"results_dir={tmp_path / 'results'}"],
-                 REPO, tmp_path, sig)
+                 REPO, tmp_path, sig, forked=True)
 
 
 # ------------------------------------------------------------------------------------------
@@ -165,6 +167,12 @@ def test_a_second_sweep_on_the_same_folder_is_refused_in_one_line_naming_the_fir
     assert not (results / lock.LOCK_FILE).exists()
 
 
+def _wait_for_exec(pid: int, word: bytes, within_s: float = 60) -> None:
+    end = time.monotonic() + within_s
+    while time.monotonic() < end and word not in Path(f"/proc/{pid}/cmdline").read_bytes():
+        time.sleep(0.05)
+
+
 def test_a_second_check_against_on_the_same_store_is_refused_in_one_line_naming_the_first(tmp_path, capsys,
                                                                                            monkeypatch):
     from harness import cli
@@ -174,6 +182,7 @@ def test_a_second_check_against_on_the_same_store_is_refused_in_one_line_naming_
     monkeypatch.chdir(tmp_path)  # not a repository: the refusal comes before anything looks for one
     first = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)", "harness", "check"])
     try:
+        _wait_for_exec(first.pid, b"harness")  # until then /proc shows the forking test's own command line
         (results / lock.LOCK_FILE).write_text(f"{first.pid} {socket.gethostname()}\ncheck --against\n")
         code = cli.main(["check", "--against", "HEAD", "--results", str(results), "--rounds", "2"])
         with pytest.raises(ValueError, match=rf"^another check --against \(PID {first.pid}\) .*: two measuring "
