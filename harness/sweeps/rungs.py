@@ -279,12 +279,22 @@ def _begun_source(results_dir: str, begun) -> str:
 
 
 def would_be_cached(ctx: SweepContext, cfg: config_mod.RunConfig) -> bool:
-    """Whether :func:`run_rung` would copy these settings from the store (any sweep's measurement)."""
+    """Whether :func:`run_rung` would copy these settings from the store (any sweep's measurement), from the
+    store's short columns alone: a round's estimate asks it of every rung, and the records themselves are read once,
+    when a rung copies one (a debug run among the originals, which it would pass over, is not looked for here)."""
     reason = applicability.skip_reason(cfg, cap_workers_at_cpus=ctx.ladder.cap_workers_at_cpus)
+    if reason or ctx.rerun or debug_active(cfg) or not ctx.copy_from:
+        return False
+    config_hash, key = config_mod.config_hash(cfg), runner.environment_key(cfg.device)
     try:
-        return cached_record(ctx, cfg, runner.environment_key(cfg.device), set(), reason) is not None
+        keys = load_runs(ctx.results_dir, columns=CACHE_COLUMNS,
+                         where={"config_hash": config_hash, "env_key": key, "status": "ok"})
     except ValueError:  # no results folder yet
         return False
+    originals = _originals(keys, config_hash, key, set(), False)
+    if ctx.copy_from != ANY_SWEEP:
+        originals = originals[originals["sweep_id"] == ctx.copy_from]
+    return len(originals) > 0
 
 
 def run_rung(ctx: SweepContext, rung: int, round_: int, machine: runner.Machine,
