@@ -14,7 +14,9 @@ from rich.markup import escape
 from harness import config as config_mod
 from harness.climb.ascent import Budget, BudgetSpent, Measured
 from harness.run.parent import runner
-from harness.store import RunRecord, store_copy
+from harness.records.sinks import Pipeline
+from harness.session.runner import copy_of
+from harness.store import RunRecord
 from harness.config import ladder as ladder_mod
 from harness.sweeps import rungs as sweep_mod
 from harness.workload import applicability
@@ -130,8 +132,7 @@ class Trials:
         if not sweep_mod.debug_active(cfg) and not reason:
             original = sweep_mod.lookup_cached(ctx.results_dir, key, self.env_key, self.used, oldest=True)
             if original is not None:
-                record = sweep_mod.copy_cached(original, **fields)
-                store_copy(record, ctx.results_dir)
+                record = Pipeline.to_store(ctx.results_dir, *ctx.sinks).put(copy_of(original, **fields))
                 self.used |= {original.run_id, record.run_id}
                 self._print(record, "cached", step, role, round_, change)
                 return record, "cached"
@@ -147,7 +148,8 @@ class Trials:
             cfg.timeout_s = min(cfg.timeout_s, max(self.budget.left(time.monotonic()) - KILL_MARGIN_S, 1.0))
         began = time.monotonic()
         with self.display.progress(_label(step, role, round_, self.repeats, change)) as progress:
-            record = runner.run_and_store(cfg, self.env, self.env_key, progress.update, skip_reason=reason, **fields)
+            record = runner.run_and_store(cfg, self.env, self.env_key, progress.update, skip_reason=reason,
+                                          pipeline=Pipeline.to_store(cfg.results_dir, *self.ctx.sinks), **fields)
         self.used.add(record.run_id)
         if record.status != "skipped":
             self.budget.record(key, time.monotonic() - began, compiles)

@@ -43,6 +43,7 @@ from harness.workload import preflight
 from harness.analysis.views import table as table_mod
 from harness.commands import terminal
 from harness.commands.progress import RunProgress
+from harness.session.events import OUTCOMES, Event
 
 INTERNAL_KEYS = {"sweep.id", "sweep.rung", "sweep.round"}
 MULTIRUN_FLAGS = ("-m", "--multirun")
@@ -210,23 +211,13 @@ def run_sweep(plan: SweepPlan, sweep_id: str, campaign_id: str = "") -> int:
 
 
 class RungLines:
-    """The sweep loop as a person sees it: a live status line while a rung runs, then one line of its outcome."""
+    """The sweep as a person sees it (a listener of its events): a live status line while a rung runs, then one
+    line of its outcome."""
 
     def __init__(self, console, before_first_run: Callable[[], None] | None = None):
         self.console = console
         self.before_first_run = before_first_run  # called once, before the first run measured (not one copied)
-
-    def already_measured(self, turn: loop.Turn) -> None:
-        # escaped: the console reads "[...]" as markup, and "[rung 1/4]" would vanish from the line
-        self.console.print(f"{escape(turn.label)} {turn.rung.change('full') or 'baseline'}: "
-                           "already measured in this sweep")
-
-    def could_not_run(self, turn: loop.Turn, exc: Exception) -> None:
-        self.console.print(f"[red]rung {turn.rung.index} could not run:[/] {escape(str(exc))}")
-
-    def say(self, text: str) -> None:
-        """A line of the loop's own (a busy run measured again, a look of sweep.repeats=auto), as plain text."""
-        self.console.print(escape(text))
+        self.progress: RunProgress | None = None
 
     def before_launch(self) -> None:
         """A run is about to be measured (the loop calls it; a run from the store is not one)."""
@@ -234,17 +225,38 @@ class RungLines:
             self.before_first_run()
             self.before_first_run = None
 
-    def measure(self, turn: loop.Turn, run: loop.RunRung) -> None:
-        label = escape(turn.label)
-        progress = RunProgress(self.console, f"{label} {turn.rung.change('full') or 'baseline'}")
+    def on(self, event: Event) -> None:
+        turn = event.turn
+        if event.kind == "started":
+            note = f" (without the changes of failed rungs {sorted(event.dropped)})" if event.dropped else ""
+            self._open(f"{escape(turn.label)} {turn.rung.change(event.cfg.size) or 'baseline'}{note}")
+        elif event.kind == "progress" and self.progress is not None:
+            self.progress.update(event.info, event.elapsed)
+        elif event.kind in OUTCOMES:
+            label = self._close() or f"{escape(turn.label)} {turn.rung.change('full') or 'baseline'}"
+            self.console.print(_outcome_line(label, event.outcome))
+        elif event.kind == "failed":
+            self._close()
+            self.console.print(f"[red]rung {turn.rung.index} could not run:[/] {escape(str(event.error))}")
+        elif event.kind == "already":
+            # escaped: the console reads "[...]" as markup, and "[rung 1/4]" would vanish from the line
+            self.console.print(f"{escape(turn.label)} {turn.rung.change('full') or 'baseline'}: "
+                               "already measured in this sweep")
+        elif event.text:  # a line of the loop's own (a busy run measured again, a look, a refusal), as plain text
+            self.console.print(escape(event.text))
 
-        def on_start(resolved, dropped):
-            note = f" (without the changes of failed rungs {sorted(dropped)})" if dropped else ""
-            progress.label = f"{label} {turn.rung.change(resolved.size) or 'baseline'}{note}"
+    def _open(self, label: str) -> None:
+        self._close()
+        self.progress = RunProgress(self.console, label)
+        self.progress.__enter__()
 
-        with progress:
-            outcome = run(on_start, progress.update)
-        self.console.print(_outcome_line(progress.label, outcome))
+    def _close(self) -> str:
+        """Stop the status line; its label ("" when none was shown)."""
+        progress, self.progress = self.progress, None
+        if progress is None:
+            return ""
+        progress.__exit__(None, None, None)
+        return progress.label
 
 
 def _outcome_line(label: str, outcome: sweep_mod.RungOutcome) -> str:

@@ -25,6 +25,7 @@ from harness.names import display_name
 from harness.run.parent import runner
 from harness.store import check_writable, new_id
 from harness.sweeps import loop
+from harness.session.events import Listener
 from harness.sweeps import rungs as sweep_mod
 from harness.workload import applicability, preflight
 from harness.analysis.views import fit_curve
@@ -44,13 +45,13 @@ class Fit:
     env_key: str
     state: state_mod.FitState
     display: Display
-    sweep_display: loop.LoopDisplay
+    sweep_display: Listener
     low: int
     high: int
     axis: Axis = BATCH
 
 
-def run_fit(settings: dict, options: FitConfig, display: Display, sweep_display: loop.LoopDisplay,
+def run_fit(settings: dict, options: FitConfig, display: Display, sweep_display: Listener,
             given: list[str] | None = None) -> int:
     """Fit from ``settings`` (the composed run settings) under ``options``. ``given``: the words the fit was given,
     less its ``fit.*`` settings (the commands it prints are made of them). Exit code: 0; 1 when no size fits or a
@@ -77,7 +78,7 @@ def run_fit(settings: dict, options: FitConfig, display: Display, sweep_display:
     return _measure_curve(fit, found, given or [])
 
 
-def _begin(settings: dict, options: FitConfig, display: Display, sweep_display: loop.LoopDisplay) -> Fit:
+def _begin(settings: dict, options: FitConfig, display: Display, sweep_display: Listener) -> Fit:
     """Everything that may refuse the fit, before anything is measured (ValueError, OSError)."""
     check(options)
     check_writable(settings.get("results_dir", "results"), "`python -m harness fit`")

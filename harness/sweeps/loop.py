@@ -4,35 +4,32 @@ Rounds are outermost, so repeats interleave, in serpentine order (rung 0..K, the
 the machine cancels in every pair of rounds instead of favouring the first rungs); ``sweep.repeats=auto`` looks
 after every round and stops when every verdict is decided (``harness.sweeps.rounds``). Rungs never run in
 parallel: a rung builds on the earlier rungs that ran ok (``harness.sweeps.rungs``). A run made while the
-machine was busy (``harness.analysis.stats.busy``) is measured again, once, in the same round. A (rung, round) this
+machine was busy (``harness.analysis.stats.busy``) is measured again, once, in the same round (the engine,
+``harness.session.engine``, runs the rounds; this module is the sweep's policy over it). A (rung, round) this
 sweep already has a record for (a requeued campaign job) is kept, not measured again. A rung the parent could
 not even start is reported, and the loop goes on with the next; with ``stop_on_oom`` the rungs after the first
 out-of-memory are not run (``rungs.run_rung`` says so). The rungs measured fork from one warm launcher
-(``harness.run.parent.launcher``), and share their synthetic data, for the whole loop. What a person sees is the
-caller's ``display``: no printing here, but for the duty cycle and the store's compaction at the end.
+(``harness.run.parent.launcher``), and share their synthetic data, for the whole loop. What a person sees is told
+to the caller's listeners as events: no printing here, but for the duty cycle and the store's compaction at the end.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import functools
 import shlex
 import sys
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Protocol
+from typing import Any, Callable
 
 from harness.run.parent import launcher, phases
 from harness.config import ladder as ladder_mod
 from harness.sweeps import rounds as rounds_mod
 from harness.sweeps import rungs as rungs_mod
 from harness import config as config_mod
-from harness.analysis.stats.busy import busy_reason
 from harness import store
-
-# run(on_start, on_progress) measures (or copies) one rung: what a display wraps its status line around
-RunRung = Callable[[Callable[..., Any] | None, Callable[..., Any] | None], rungs_mod.RungOutcome]
-
+from harness.session import engine
+from harness.session.events import Events, Listener
 
 @dataclass(frozen=True)
 class Turn:
@@ -54,18 +51,6 @@ class Turn:
         return f"[rung {self.rung.index + 1}/{self.rungs}{rounds}]"
 
 
-class LoopDisplay(Protocol):
-    """What a person sees of the loop (``harness.commands.sweep`` draws it with rich)."""
-
-    def already_measured(self, turn: Turn) -> None: ...
-
-    def measure(self, turn: Turn, run: RunRung) -> None: ...
-
-    def could_not_run(self, turn: Turn, exc: Exception) -> None: ...
-
-    def say(self, text: str) -> None: ...
-
-
 def turns(ladder: ladder_mod.Ladder, repeats: int, auto: bool = False) -> list[Turn]:
     """Every (rung, round) of ``repeats`` rounds in the order they run: rounds outermost, serpentine."""
     return [turn for round_ in range(repeats) for turn in round_turns(ladder, round_, repeats, auto)]
@@ -77,43 +62,81 @@ def round_turns(ladder: ladder_mod.Ladder, round_: int, repeats: int, auto: bool
                                                                                              round_)]
 
 
-def run_ladder(ctx: rungs_mod.SweepContext, machine, display: LoopDisplay) -> int:
-    """Measure (or take from the cache) every rung of every round, in order; the records go to the store. At the
-    end, the duty cycle of the runs measured (their windows over the loop's wall time), when any was.
+def run_ladder(ctx: rungs_mod.SweepContext, machine, *listeners: Listener) -> int:
+    """Measure (or take from the cache) every rung of every round, in order (the engine, ``harness.session``, runs
+    the :class:`LadderPolicy`); the records go to the store, what happens to ``listeners`` as events. At the end,
+    the duty cycle of the runs measured (their windows over the loop's wall time), when any was.
 
     Returns 1 if a rung could not even be started, else 0: failed runs are data, shown in the table."""
+    events = Events(*listeners)
     ctx, noise = rounds_mod.with_calibration(ctx, machine)
-    plan = rounds_mod.RoundPlan.of(ctx)
-    if plan.auto:
-        display.say(f"sweep.repeats=auto: rounds until every verdict is decided, at most {plan.max_rounds} within "
-                    f"sweep.budget_min={ctx.budget_min:g}; "
-                    + (noise.describe() if noise.calibrated else "no calibration"))
-    done = rungs_mod.measured_rungs(ctx)
-    code = 0
-    measured: list = []
+    policy = LadderPolicy(ctx, machine, noise)
+    if policy.plan.auto:
+        events.say(f"sweep.repeats=auto: rounds until every verdict is decided, at most {policy.plan.max_rounds} "
+                   f"within sweep.budget_min={ctx.budget_min:g}; "
+                   + (noise.describe() if noise.calibrated else "no calibration"))
     started = time.monotonic()
     with launcher.warm() as session:
-        first = _round_context(ctx, machine, 0)  # nothing is stored before round 0 starts: its source holds
-        session.begin(_first_to_measure(first, machine, plan, done))
-        for round_ in range(plan.max_rounds):
-            refusal = plan.refusal(len(ctx.ladder.rungs)) if round_ else ""
-            if refusal:
-                display.say(refusal)
-                break
-            round_ctx = _round_context(ctx, machine, round_) if round_ else first
-            for turn in round_turns(ctx.ladder, round_, plan.max_rounds, plan.auto):
-                if (turn.rung.index, turn.round_) in done:
-                    display.already_measured(turn)
-                    continue
-                code = max(code, _turn(round_ctx, machine, display, turn, plan, measured))
-            if plan.auto:
-                judgement, action = rounds_mod.look(ctx, noise, round_ + 1, plan.max_rounds)
-                display.say(rounds_mod.look_line(judgement, action))
-                if action != "another round":
-                    break
-    if measured:
-        print(phases.duty_cycle(measured, time.monotonic() - started))
+        policy.first = _round_context(ctx, machine, 0)  # nothing is stored before round 0 starts: its source holds
+        session.begin(_first_to_measure(policy.first, machine, policy.plan, policy.done))
+        code = engine.run(policy, events, _before_launch(listeners))
+    if policy.measured:
+        print(phases.duty_cycle(policy.measured, time.monotonic() - started))
     return code
+
+
+def _before_launch(listeners) -> Callable[[], Any] | None:
+    """The first listener's ``before_launch`` (the console's glance at the machine's fitness), if it has one."""
+    hooks = [h for h in (getattr(listener, "before_launch", None) for listener in listeners) if h is not None]
+    return (lambda: [h() for h in hooks]) if hooks else None
+
+
+class LadderPolicy:
+    """A sweep's decisions: every rung each round, serpentine; ``repeats=auto`` looks after every round and stops
+    when every verdict is decided, after ``max_repeats`` rounds, or before a round past the time budget."""
+
+    def __init__(self, ctx: rungs_mod.SweepContext, machine, noise):
+        self.ctx, self.machine, self.noise = ctx, machine, noise
+        self.plan = rounds_mod.RoundPlan.of(ctx)
+        self.done = rungs_mod.measured_rungs(ctx)
+        self.remeasure_busy = ctx.remeasure_busy
+        self.first: rungs_mod.SweepContext = ctx
+        self.round_ctx = ctx
+        self.measured: list = []  # records of the runs measured (for the duty cycle)
+
+    def next_turns(self, round_: int, events: Events) -> list[Turn] | None:
+        if round_ >= self.plan.max_rounds:
+            return None
+        refusal = self.plan.refusal(len(self.ctx.ladder.rungs)) if round_ else ""
+        if refusal:
+            events.emit("decided", text=refusal)
+            return None
+        self.round_ctx = _round_context(self.ctx, self.machine, round_) if round_ else self.first
+        return round_turns(self.ctx.ladder, round_, self.plan.max_rounds, self.plan.auto)
+
+    def held(self, turn: Turn) -> bool:
+        return (turn.rung.index, turn.round_) in self.done
+
+    def measure(self, turn: Turn, again: bool, hooks: engine.Hooks) -> rungs_mod.RungOutcome:
+        """``rungs.run_rung``: a measured run's time kept in the plan and its record for the duty cycle."""
+        began = time.monotonic()
+        outcome = rungs_mod.run_rung(self.round_ctx, turn.rung.index, turn.round_, self.machine, hooks.started,
+                                     hooks.progress, before_launch=hooks.before_launch)
+        if outcome.how == "measured":
+            self.plan.measured(time.monotonic() - began, again)
+            if outcome.record is not None:
+                self.measured.append(outcome.record)
+        return outcome
+
+    def look(self, rounds: int, events: Events) -> bool:
+        if not self.plan.auto:
+            return True
+        judgement, action = rounds_mod.look(self.ctx, self.noise, rounds, self.plan.max_rounds)
+        events.emit("looked", text=rounds_mod.look_line(judgement, action))
+        if action == "another round":
+            return True
+        events.emit("decided", text="")
+        return False
 
 
 def _round_context(ctx: rungs_mod.SweepContext, machine, round_: int) -> rungs_mod.SweepContext:
@@ -139,41 +162,6 @@ def _first_to_measure(ctx: rungs_mod.SweepContext, machine, plan: rounds_mod.Rou
     if cfg.devices > 1 or rungs_mod.would_be_cached(ctx, cfg):
         return None
     return config_mod.to_dict(cfg)
-
-
-def _turn(ctx: rungs_mod.SweepContext, machine, display: LoopDisplay, turn: Turn, plan: rounds_mod.RoundPlan,
-          measured: list) -> int:
-    """One rung of one round; a run of a busy machine measured again, once (a run of the store this sweep has not
-    used yet may stand in, as for any rung: a sweep run again replays its store). 1 if it could not start."""
-    for again in (False, True):
-        outcomes: list[rungs_mod.RungOutcome] = []
-        try:
-            display.measure(turn, functools.partial(_run, ctx, machine, turn, plan, again, outcomes, measured,
-                                                    getattr(display, "before_launch", None)))
-        except Exception as exc:  # a rung the parent could not even start: say so, go on with the next
-            display.could_not_run(turn, exc)
-            return 1
-        record = outcomes[-1].record if outcomes else None
-        why = busy_reason(record) if record is not None and record.status == "ok" else None
-        if not why or again or not ctx.remeasure_busy:
-            return 0
-        display.say(f"{turn.label} machine busy ({why}): not trustworthy; measuring it again")
-    return 0
-
-
-def _run(ctx: rungs_mod.SweepContext, machine, turn: Turn, plan: rounds_mod.RoundPlan, again: bool, outcomes: list,
-         measured: list, before_launch=None, on_start=None, on_progress=None) -> rungs_mod.RungOutcome:
-    """``rungs.run_rung`` for a display to wrap: the outcome kept in ``outcomes``, a measured run's time in the plan
-    and its record in ``measured`` (for the duty cycle)."""
-    began = time.monotonic()
-    outcome = rungs_mod.run_rung(ctx, turn.rung.index, turn.round_, machine, on_start, on_progress,
-                                 before_launch=before_launch)
-    if outcome.how == "measured":
-        plan.measured(time.monotonic() - began, again)
-        if outcome.record is not None:
-            measured.append(outcome.record)
-    outcomes.append(outcome)
-    return outcome
 
 
 def auto_compact(results_dir: str) -> None:

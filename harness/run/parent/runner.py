@@ -8,7 +8,8 @@ from dataclasses import dataclass
 from harness import config as config_mod
 from harness.run.parent import env as env_mod
 from harness.run.parent.isolate import ProgressFn, execute
-from harness.store import RunRecord, store_record
+from harness.records.sinks import Pipeline
+from harness.store import RunRecord
 from harness.store import check_writable
 from harness.workload import datasets
 from harness.run.parent import rendezvous, torch_facts
@@ -60,13 +61,14 @@ def prepare_data(resolved: config_mod.RunConfig, log=print) -> None:
 
 
 def run_and_store(resolved: config_mod.RunConfig, env: dict, env_key: str, on_progress: ProgressFn | None = None,
-                  skip_reason: str | None = None, **sweep_fields) -> RunRecord:
-    """Measure a resolved config and append its record to the store (whatever its status); ``skip_reason``: the
-    caller's answer of ``applicability.skip_reason`` when it asked already (see ``isolate.execute``);
-    ``sweep_fields`` go into the record as it is made (a name the record lacks raises). The record is stored before
-    an interrupt can end the command, and a measurement the child wrote before an interrupt is stored too."""
+                  skip_reason: str | None = None, pipeline: Pipeline | None = None, **sweep_fields) -> RunRecord:
+    """Measure a resolved config and hand its record to ``pipeline``'s sinks (the store of its results folder when
+    None), whatever its status; ``skip_reason``: the caller's answer of ``applicability.skip_reason`` when it asked
+    already (see ``isolate.execute``); ``sweep_fields`` go into the record as it is made (a name the record lacks
+    raises). The record reaches the sinks before an interrupt can end the command, and a measurement the child
+    wrote before an interrupt does too."""
     meet = rendezvous.of(resolved, os.environ)
     if meet is not None and meet.node_rank > 0:  # node 0 stores the run's one record; this node only measured
         return execute(resolved, env, env_key, on_progress, skip_reason, **sweep_fields)
-    return execute(resolved, env, env_key, on_progress, skip_reason,
-                   store=lambda record: store_record(record, resolved.results_dir), **sweep_fields)
+    sinks = pipeline if pipeline is not None else Pipeline.to_store(resolved.results_dir)
+    return execute(resolved, env, env_key, on_progress, skip_reason, store=sinks.put, **sweep_fields)
