@@ -11,10 +11,11 @@ import pytest
 
 from harness import config as config_mod
 from harness.analysis.views import table as table_mod
-from harness.climb.trials import Display
+from harness.session.events import Display
 from harness.fit import search as search_mod
 from harness.fit import session
-from harness.fit.search import FitConfig, search
+from harness.fit.search import FitConfig
+from harness.session.probe import search
 from harness.run.parent import runner
 from harness.records.make import make_record
 from harness.store import load_runs, store_record

@@ -9,10 +9,10 @@ from harness import config as config_mod
 from harness.climb import output, resume
 from harness.climb.ascent import NOT_RUN, Budget, ClimbResult, ascend
 from harness.climb.space import ClimbConfig, Facts, check, space
-from harness.climb.trials import Display, Trials, trial_ladder
-from harness.fit.search import DEFAULT_MAX, search
+from harness.climb.trials import Trials, trial_ladder
+from harness.session.events import Display
+from harness.session.probe import DEFAULT_MAX, search
 from harness.run.parent import runner
-from harness.run.parent.launch import usable_cpus
 from harness.store import check_writable, load_runs, new_id, utc_timestamp
 from harness.sweeps import rungs as sweep_mod
 from harness.sweeps.loop import auto_compact
@@ -50,7 +50,7 @@ def run_climb(settings: dict, options: ClimbConfig, started: float, display: Dis
                                  remeasure_busy=start.sweep.remeasure_busy)
     trials = Trials(ctx, machine, env, env_key, budget, options.repeats, display)
     # loader workers share the CPUs with the ranks: with devices=N each rank's loader gets its part
-    facts = Facts(device=start.device, usable_cpus=max(1, usable_cpus() // start.devices),
+    facts = Facts(device=start.device, usable_cpus=max(1, config_mod.usable_cpus() // start.devices),
                   largest_batch=_batch_bound(_flat(start), trials, display, options))
     display.say(f"climb {climb_id}: {display_name(start.workload.name, start.workload.model_node)} ({start.size}) on "
                 f"{start.device}, budget {options.budget_min:g} min, {options.repeats} run(s) per side, accept at >= "

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from dataclasses import dataclass
-from typing import Any, Callable, ContextManager
 
 from rich.markup import escape
 
@@ -15,6 +13,7 @@ from harness import config as config_mod
 from harness.climb.ascent import Budget, BudgetSpent, Measured
 from harness.run.parent import runner
 from harness.records.sinks import Pipeline
+from harness.session.events import Display
 from harness.session.runner import copy_of
 from harness.store import RunRecord
 from harness.config import ladder as ladder_mod
@@ -26,15 +25,6 @@ from harness.analysis.stats.busy import busy_reason
 LADDER_NAME = "climb"  # the `ladder` of every record a climb stores
 SEARCH = "fit search"  # the role of a run of the search for the largest batch that fits
 KILL_MARGIN_S = 5.0  # a run's timeout ends this long before the budget does (killing it takes a moment)
-
-
-@dataclass(frozen=True)
-class Display:
-    """How a climb shows itself (the command gives its rich console): ``say`` prints one line of rich markup;
-    ``progress(label)`` is the live status line around one run, its ``update`` the runner's progress callback."""
-
-    say: Callable[[str], Any]
-    progress: Callable[[str], ContextManager[Any]]
 
 
 def trial_ladder(workload: str, changes: list[tuple[str, object]]) -> ladder_mod.Ladder:
@@ -100,7 +90,7 @@ class Trials:
         return self.compare(accepted, candidate, step, whole=True)
 
     def search_run(self, changes, size: int) -> str:
-        """One size of the search for the largest batch that fits (``harness.fit.search``): ``changes`` over the
+        """One size of the search for the largest batch that fits (``harness.session.probe``): ``changes`` over the
         start with ``batch_size=size``, a fresh process (or a stored run a re-run replays); its status. Its record is
         no rung of the climb's table, and no comparison uses it (their rounds interleave candidate and incumbent)."""
         record, _ = self.trial(list(changes) + [("batch_size", size)], 0, SEARCH, 0, f"batch_size={size} (fit search)")

@@ -15,12 +15,13 @@ from rich.markup import escape
 
 from harness import config as config_mod
 from harness import shell
-from harness.climb import output
-from harness.climb.trials import Display
+from harness.session.events import Display
 from harness.config import ladder as ladder_mod
+from harness.config import ladder_file as written
 from harness.fit import state as state_mod
 from harness.fit.axes import BATCH, Axis, patch_axis, patch_steps
-from harness.fit.search import FitConfig, Search, bound, check, search
+from harness.fit.search import FitConfig, bound, check
+from harness.session.probe import Search, search
 from harness.names import display_name
 from harness.run.parent import runner
 from harness.store import check_writable, new_id
@@ -164,7 +165,7 @@ def _measure_curve(fit: Fit, found: Search, given: list[str]) -> int:
     for line in fit_curve.report_lines(start.results_dir, ctx.sweep_id, [axis.value(k) for k in found.fits],
                                        found.stopped, axis.key, units):
         print(line)
-    rerun = shell.command("sweep", f"+ladder={name}", *output.workload_words(given))
+    rerun = shell.command("sweep", f"+ladder={name}", *written.workload_words(given))
     print(f"Ladder written to {ladder.path}; re-run it (from the store): {rerun}")
     print(f"Every run: {shell.command('table', '--results', start.results_dir, '--sweep', ctx.sweep_id)}; the search: "
           f"{shell.command('table', '--results', start.results_dir, '--sweep', fit.state.fit_id)}; plots: "
@@ -177,14 +178,14 @@ def _write_ladder(fit: Fit, found: Search, given: list[str]) -> str:
     as its baseline, one rung per larger size that fits; its name."""
     start = fit.start
     axis = fit.axis
-    base = {k: v for k, v in output.ladder_base(fit.settings).items() if k != axis.key}
+    base = {k: v for k, v in written.ladder_base(fit.settings).items() if k != axis.key}
     sizes = [axis.value(k) for k in found.fits]
     bounds = {"fit.min": fit.low, "fit.max": fit.high, **({} if axis is BATCH else {"fit.axis": axis.name})}
-    name = output.ladder_name(start.workload, start.device, {**base, **bounds}, "fit")
+    name = written.ladder_name(start.workload, start.device, {**base, **bounds}, "fit")
     hardware = f"{start.device} {fit.env.get('gpu_name') or fit.env.get('cpu_model')}{_limit_text(start)}"
     notes = [f"the search ({fit.state.fit_id}): {found.stopped}; tried "
              + ", ".join(f"{ladder_mod.format_value(axis.value(k))} {status}" for k, status in found.tried)]
-    own = output.workload_only(given)
+    own = written.workload_only(given)
     if own and not _builtin(start):
         notes.append(f"workload {start.workload.name} as measured: {' '.join(own)} (give these to "
                      "`python -m harness sweep +ladder=...`)")
@@ -198,7 +199,7 @@ def _write_ladder(fit: Fit, found: Search, given: list[str]) -> str:
         "rungs": [{"set": {axis.key: size}} for size in sizes[1:]],
         "notes": notes,
     }
-    output.write_ladder(mapping, name, start.results_dir, tuple(shell.config_dirs_of(given)), by="fit")
+    written.write_ladder(mapping, name, start.results_dir, tuple(shell.config_dirs_of(given)), by="fit")
     return name
 
 

@@ -16,7 +16,7 @@ never changes what the session does. Kinds:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Callable, ContextManager, Protocol
 
 OUTCOMES = ("measured", "cached", "skipped", "not run")
 KINDS = ("started", "progress", *OUTCOMES, "failed", "busy", "already", "said", "looked", "decided")
@@ -74,3 +74,12 @@ class Lines:
 
     def texts(self) -> list[str]:
         return [e.text for e in self.events if e.text]
+
+
+@dataclass(frozen=True)
+class Display:
+    """How a run-by-run command (``climb``, ``fit``) shows itself (the command gives its rich console): ``say`` prints one line of rich markup;
+    ``progress(label)`` is the live status line around one run, its ``update`` the runner's progress callback."""
+
+    say: Callable[[str], Any]
+    progress: Callable[[str], ContextManager[Any]]

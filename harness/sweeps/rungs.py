@@ -18,7 +18,6 @@ Rules:
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import time
 from dataclasses import dataclass

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import psutil
 
+from harness.config.machine import usable_cpus
+
 CPU_SYS = Path("/sys/devices/system/cpu")
 OTHER_LOAD_PCT = 10.0  # the busy rule's threshold (``harness.analysis.stats.busy``): more, and runs are not trusted
 WINDOW_S = 0.5  # how long other processes' load is watched
@@ -30,13 +32,6 @@ class Finding:
     state: str
     fit: bool = True
     fix: str = ""
-
-
-def usable_cpus() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
 
 
 def cpu_model() -> str:
