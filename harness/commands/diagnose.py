@@ -38,7 +38,7 @@ def ladder_baseline(name: str, settings: dict, overrides: list[str]) -> config_m
     """The settings of ladder ``name``'s baseline on this machine, with the user's overrides winning (ValueError
     for an unknown ladder)."""
     lad = ladder_mod.load(name, settings.get("results_dir", "results"))
-    given = set(map(hydra_edge.given_key, overrides))
+    given = set(map(shell.given_key, overrides))
     user_keys = {k for k in map(hydra_edge.override_key, overrides) if k} | ({"workload"} & given)
     ctx = SweepContext(sweep_id="", ladder=lad, settings=settings, user_keys=frozenset(user_keys))
     return rung_config(ctx, 0, runner.Machine.detect())

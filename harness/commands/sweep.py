@@ -122,7 +122,7 @@ def plan_sweep(argv: list[str], campaign: bool = False, settings: dict | None = 
     lad = ladder_mod.load(name, settings["results_dir"] if settings else _results_dir(overrides), dirs)
     hydra_edge.check_overrides(overrides)
     user_keys = {k for k in map(hydra_edge.override_key, overrides) if k}
-    given = set(map(hydra_edge.given_key, overrides))
+    given = set(map(shell.given_key, overrides))
     if "workload" in given:
         user_keys.add("workload")  # the user's workload wins over the ladder's default one
     elif any(k.startswith("workload.") for k in given):
@@ -164,7 +164,7 @@ def _workload_file(name: str, config_dirs: list[str]) -> bool:
 def _results_dir(overrides: list[str]) -> str:
     """The results folder the overrides name, before anything is composed: its ``ladders/`` holds the ladders
     this machine wrote itself (``climb``), which ``+ladder=NAME`` finds after ``conf/ladder/``."""
-    given = [o for o in overrides if hydra_edge.given_key(o) == "results_dir"]
+    given = [o for o in overrides if shell.given_key(o) == "results_dir"]
     if not given:
         return config_mod.RunConfig().results_dir
     from hydra.core.override_parser.overrides_parser import OverridesParser

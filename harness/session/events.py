@@ -78,8 +78,9 @@ class Lines:
 
 @dataclass(frozen=True)
 class Display:
-    """How a run-by-run command (``climb``, ``fit``) shows itself (the command gives its rich console): ``say`` prints one line of rich markup;
-    ``progress(label)`` is the live status line around one run, its ``update`` the runner's progress callback."""
+    """How a run-by-run command (``climb``, ``fit``) shows itself (the command gives its rich console): ``say``
+    prints one line of rich markup; ``progress(label)`` is the live status line around one run, its ``update`` the
+    runner's progress callback."""
 
     say: Callable[[str], Any]
     progress: Callable[[str], ContextManager[Any]]

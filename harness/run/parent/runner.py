@@ -6,6 +6,7 @@ import os
 from dataclasses import dataclass
 
 from harness import config as config_mod
+from harness.config.identity import env_key
 from harness.run.parent import env as env_mod
 from harness.run.parent.isolate import ProgressFn, execute
 from harness.records.sinks import Pipeline
@@ -33,13 +34,13 @@ def resolve(cfg: config_mod.RunConfig, machine: Machine) -> config_mod.RunConfig
 def environment(device: str) -> tuple[dict, str]:
     """The environment fields a record of a run on ``device`` carries, and its ``env_key``."""
     env = env_mod.collect(device)
-    return env, env_mod.env_key(env, device)
+    return env, env_key(env, device)
 
 
 def environment_key(device: str) -> str:
     """The ``env_key`` of runs on ``device`` alone, as :func:`environment` gives it, without the git state it does
     not hash (two git processes): what a cache lookup matches on."""
-    return env_mod.env_key(env_mod.collect(device, git=False), device)
+    return env_key(env_mod.collect(device, git=False), device)
 
 
 def ready(settings: config_mod.RunConfig, log=print) -> config_mod.RunConfig:
