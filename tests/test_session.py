@@ -21,7 +21,7 @@ from tests.conftest import tiny_config
 class Twice:
     """Toy policy: each config measured twice, in two rounds; the second round may copy the first's runs."""
 
-    remeasure_busy = False
+    remeasure_busy, keep_going = False, True
 
     def __init__(self, configs: dict[str, object], pipeline: Pipeline, copy: bool):
         self.configs, self.pipeline, self.copy = configs, pipeline, copy

@@ -21,7 +21,11 @@ from harness.config import ladder_file as written
 from harness.fit import state as state_mod
 from harness.fit.axes import BATCH, Axis, patch_axis, patch_steps
 from harness.fit.search import FitConfig, bound, check
-from harness.session.probe import Search, search
+from harness.records.sinks import Pipeline
+from harness.session import engine
+from harness.session import runner as session_runner
+from harness.session.events import OUTCOMES, Event, Events
+from harness.session.probe import Probe, Search
 from harness.names import display_name
 from harness.run.parent import runner
 from harness.store import check_writable, new_id
@@ -70,7 +74,9 @@ def run_fit(settings: dict, options: FitConfig, display: Display, sweep_display:
         display.say(f"resuming fit {fit.state.fit_id}: {len(fit.state.tried)} size(s) already tried are taken from "
                     "the store, none measured again")
     top = f"fit.max={high}" if axis is BATCH else f"fit.max ({axis.label(high)})"
-    found = search(lambda size: _try(fit, size), low, high, axis.label, top)
+    policy = SizeSearch(fit, Probe(low, high, axis.label, top))
+    engine.run(policy, Events(SearchLines(display, axis)))
+    found = policy.probe.found
     display.say(escape(f"search: {found.stopped} ({len(found.tried)} run(s))"))
     if not found.fits:
         print(f"No {axis.key} fits: {found.stopped}. Every run: "
@@ -122,25 +128,83 @@ def _search_context(fit: Fit, size: int) -> sweep_mod.SweepContext:
                                   user_keys=frozenset({"workload"}))
 
 
-def _try(fit: Fit, size: int) -> str:
-    """One size of the search: its status (from the fit's state when it was tried already), its record stored."""
-    known = fit.state.status(size)
-    if known is not None:
-        fit.display.say(escape(f"[{fit.axis.label(size)}] {known} (tried already)"))
-        return known
-    cfg = sweep_mod.rung_config(_search_context(fit, size), 1, fit.machine)
-    label = escape(f"[{fit.axis.label(size)}]")
-    with fit.display.progress(label) as progress:
+@dataclasses.dataclass
+class SizeTurn:
+    """One size of the search: a turn of the fit's session."""
+
+    size: int
+    label: str  # ``[batch_size=8]``, escaped for rich
+    known: str = ""  # its status, when an earlier run of the fit tried it
+
+
+class SizeSearch:
+    """The fit's search as a policy over the session engine: one size a round, the next decided by the
+    :class:`Probe` from the statuses so far; a size the fit's state holds is taken from there, not measured again."""
+
+    remeasure_busy = False  # a busy run still says whether the size fits
+    keep_going = False  # the search cannot go on without its answer
+
+    def __init__(self, fit: Fit, probe: Probe):
+        self.fit, self.probe = fit, probe
+
+    def next_turns(self, round_: int, events: Events) -> list[SizeTurn] | None:
+        size = self.probe.next()
+        return None if size is None else [SizeTurn(size, escape(f"[{self.fit.axis.label(size)}]"))]
+
+    def held(self, turn: SizeTurn) -> bool:
+        turn.known = self.fit.state.status(turn.size) or ""
+        if turn.known:
+            self.probe.tell(turn.known)
+        return bool(turn.known)
+
+    def measure(self, turn: SizeTurn, again: bool, hooks: engine.Hooks) -> session_runner.Outcome:
+        """One size, measured in a fresh process; its record stored and its status in the fit's state."""
+        fit = self.fit
+        cfg = sweep_mod.rung_config(_search_context(fit, turn.size), 1, fit.machine)
+        hooks.started(cfg)
         # rung: the size's place in the search's order (as a climb's steps), so `table --sweep <fit id>` lists them
-        record = runner.run_and_store(cfg, fit.env, fit.env_key, progress.update, sweep_id=fit.state.fit_id,
-                                      ladder=LADDER_NAME, rung=len(fit.state.tried), round=0,
-                                      change=fit.axis.label(size))
-    fit.state.tried[str(size)] = [record.status, record.run_id]
-    state_mod.save(fit.start.results_dir, fit.state)
-    fit.display.say(f"{label} {record.status}" + (f": {_speed_text(fit.axis, size, record.samples_per_s)}"
-                                                  if record.status == "ok"
-                                                  else f": {escape(_last_line(record.error)[:160])}"))
-    return record.status
+        labels = dict(sweep_id=fit.state.fit_id, ladder=LADDER_NAME, rung=len(fit.state.tried), round=0,
+                      change=fit.axis.label(turn.size))
+        outcome = session_runner.run_one(cfg, labels, Pipeline.to_store(cfg.results_dir), None, (fit.env, fit.env_key),
+                                         hooks.progress)
+        record = outcome.record
+        fit.state.tried[str(turn.size)] = [record.status, record.run_id]
+        state_mod.save(fit.start.results_dir, fit.state)
+        self.probe.tell(record.status)
+        return outcome
+
+    def look(self, rounds: int, events: Events) -> bool:
+        return True
+
+
+class SearchLines:
+    """The search as a person sees it (a listener of its events): a status line while a size runs, then its
+    status and speed."""
+
+    def __init__(self, display: Display, axis: Axis):
+        self.display, self.axis = display, axis
+        self.shown = self.progress = None
+
+    def on(self, event: Event) -> None:
+        turn = event.turn
+        if event.kind == "started":
+            self.shown = self.display.progress(turn.label)
+            self.progress = self.shown.__enter__()
+        elif event.kind == "progress" and self.progress is not None:
+            self.progress.update(event.info, event.elapsed)
+        elif event.kind in OUTCOMES or event.kind == "failed":
+            shown, self.shown, self.progress = self.shown, None, None
+            if shown is not None:
+                shown.__exit__(None, None, None)
+            if event.outcome is not None:
+                self.display.say(self._status(turn, event.outcome.record))
+        elif event.kind == "already":
+            self.display.say(escape(f"[{self.axis.label(turn.size)}] {turn.known} (tried already)"))
+
+    def _status(self, turn: SizeTurn, record) -> str:
+        if record.status == "ok":
+            return f"{turn.label} ok: {_speed_text(self.axis, turn.size, record.samples_per_s)}"
+        return f"{turn.label} {record.status}: {escape(_last_line(record.error)[:160])}"
 
 
 def _measure_curve(fit: Fit, found: Search, given: list[str]) -> int:

@@ -3,7 +3,8 @@
 A policy is what a measuring command decides (a ladder's rounds until decided, a climb's next knob, a fit's next
 size, a check's next round): the engine only runs it. Per turn it tells the listeners and keeps going whatever
 happens to one turn: a turn the policy already holds (a resumed session) is told as ``already``; a turn that
-cannot even start is told as ``failed`` and makes the session's exit code 1; a run of a busy machine is measured
+cannot even start is told as ``failed`` and makes the session's exit code 1 (or, where the policy cannot go on
+without its answer, ends the session with its error); a run of a busy machine is measured
 again, once, in the same round, where the policy asks for it (``remeasure_busy``).
 """
 
@@ -31,7 +32,8 @@ class Hooks:
 class Policy(Protocol):
     """A measuring command's decisions over the engine."""
 
-    remeasure_busy: bool
+    remeasure_busy: bool  # a run of a busy machine measured again, once
+    keep_going: bool  # a turn that cannot start: told, and the session goes on (else the error ends it)
 
     def next_turns(self, round_: int, events: Events) -> Sequence[Any] | None:
         """The turns of round ``round_`` in the order they run; None: the session ends (told as ``decided``)."""
@@ -69,6 +71,8 @@ def _turn(policy: Policy, turn: Any, events: Events, before_launch) -> int:
             outcome = policy.measure(turn, again, Hooks(events, turn, before_launch))
         except Exception as exc:  # a turn the parent could not even start: say so, go on with the next
             events.emit("failed", turn, error=exc)
+            if not policy.keep_going:
+                raise
             return 1
         events.emit(outcome.how, turn, outcome=outcome)
         record = outcome.record

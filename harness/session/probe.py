@@ -37,47 +37,55 @@ class Search:
         return min((size for size, status in self.tried if status == OOM), default=None)
 
 
+class Probe:
+    """The search as a plan of probes, one at a time: ``next()`` is the size to try next (None once the search has
+    stopped), ``tell(status)`` its answer. A status other than ok or oom (an error, a timeout, a skip) ends the
+    search: it says nothing about memory. ``label(size)``: a size in words (``batch_size=8``); ``top``: the bound in
+    words (``fit.max=8``)."""
+
+    def __init__(self, low: int, high: int, label: Callable[[int], str] | None = None, top: str = ""):
+        self.low, self.high = low, high
+        self.label = label or (lambda size: f"{AXIS}={size}")
+        self.top = top or f"fit.max={high}"
+        self.found = Search()
+        self.fits: int | None = None
+        self.oom: int | None = None
+        self.pending: int | None = low
+
+    def next(self) -> int | None:
+        return self.pending
+
+    def tell(self, status: str) -> None:
+        """The answer for the size ``next()`` gave: doubling until the first out-of-memory (or the bound itself,
+        if the doubling passed over it), then bisecting the gap below it."""
+        size, doubling = self.pending, self.oom is None
+        self.found.tried.append((size, status))
+        if status not in (OK, OOM):
+            return self._stop(f"{self.label(size)} ended {status}: the search stops (it says nothing about memory)")
+        if status == OK:
+            self.fits = size
+        else:
+            self.oom = size
+        if doubling and status == OK:
+            if size == self.high:
+                return self._stop(f"every size up to {self.top} fits")
+            self.pending = min(2 * size, self.high)
+        elif self.fits is None:
+            self._stop(f"the smallest size, {self.label(self.low)}, ran out of memory")
+        elif self.oom - self.fits > 1:
+            self.pending = (self.fits + self.oom) // 2
+        else:
+            self._stop(f"{self.label(self.fits)} fits and {self.label(self.oom)} runs out of memory")
+
+    def _stop(self, why: str) -> None:
+        self.found.stopped, self.pending = why, None
+
+
 def search(try_size: Callable[[int], str], low: int, high: int, label: Callable[[int], str] | None = None,
            top: str = "") -> Search:
-    """The largest size in ``low..high`` that ``try_size`` runs ``ok``: doubling from ``low`` (then ``high`` itself
-    if the doubling passed over it), then bisecting the gap below the first out-of-memory. A status other than
-    ok or oom (an error, a timeout, a skip) ends the search: it says nothing about memory. ``label(size)``: a
-    size in words (``batch_size=8``); ``top``: the bound in words (``fit.max=8``)."""
-    found = Search()
-    label = label or (lambda size: f"{AXIS}={size}")
-    top = top or f"fit.max={high}"
-
-    def attempt(size: int) -> str:
-        status = try_size(size)
-        found.tried.append((size, status))
-        return status
-
-    size, fits, oom = low, None, None
-    while oom is None:
-        status = attempt(size)
-        if status == OK:
-            fits = size
-            if size == high:
-                found.stopped = f"every size up to {top} fits"
-                return found
-            size = min(2 * size, high)
-        elif status == OOM:
-            oom = size
-        else:
-            found.stopped = f"{label(size)} ended {status}: the search stops (it says nothing about memory)"
-            return found
-    if fits is None:
-        found.stopped = f"the smallest size, {label(low)}, ran out of memory"
-        return found
-    while oom - fits > 1:
-        mid = (fits + oom) // 2
-        status = attempt(mid)
-        if status == OK:
-            fits = mid
-        elif status == OOM:
-            oom = mid
-        else:
-            found.stopped = f"{label(mid)} ended {status}: the search stops (it says nothing about memory)"
-            return found
-    found.stopped = f"{label(fits)} fits and {label(oom)} runs out of memory"
-    return found
+    """The largest size in ``low..high`` that ``try_size`` runs ``ok`` (:class:`Probe`'s sizes, each tried in turn:
+    doubling from ``low``, then bisecting the gap below the first out-of-memory)."""
+    probe = Probe(low, high, label, top)
+    while (size := probe.next()) is not None:
+        probe.tell(try_size(size))
+    return probe.found

@@ -100,6 +100,7 @@ class LadderPolicy:
         self.plan = rounds_mod.RoundPlan.of(ctx)
         self.done = rungs_mod.measured_rungs(ctx)
         self.remeasure_busy = ctx.remeasure_busy
+        self.keep_going = True  # a rung that cannot start is reported; the next builds without it
         self.first: rungs_mod.SweepContext = ctx
         self.round_ctx = ctx
         self.measured: list = []  # records of the runs measured (for the duty cycle)
