@@ -44,20 +44,43 @@ def copy_of(original: RunRecord, **labels) -> RunRecord:
                                **labels)
 
 
+@dataclass(frozen=True)
+class Asked:
+    """The answers before a run: the environment's key, why it cannot act here ("" when it can), and the original
+    it may copy (None: measure it)."""
+
+    key: str
+    reason: str
+    original: RunRecord | None
+
+
+def ask(cfg: config_mod.RunConfig, cache: Cache | None = None, environment: tuple[dict, str] | None = None,
+        cap_workers_at_cpus: bool = False) -> Asked:
+    """The three questions before a run of ``cfg`` (resolved), each asked once. ``environment``: the (fields, key)
+    a session collected once for all its runs; else the key alone is asked here (the git state, two git processes,
+    only for a run measured)."""
+    key = environment[1] if environment is not None else parent.environment_key(cfg.device)
+    reason = applicability.skip_reason(cfg, cap_workers_at_cpus=cap_workers_at_cpus)  # once per run
+    return Asked(key, reason, cache(cfg, key) if cache is not None and not reason else None)
+
+
+def act(cfg: config_mod.RunConfig, asked: Asked, labels: dict, pipeline: Pipeline,
+        environment: tuple[dict, str] | None = None, on_progress=None) -> Outcome:
+    """What the answers say: the original copied with ``labels``, else ``cfg`` measured (or recorded as skipped);
+    the record handed to ``pipeline``."""
+    if asked.original is not None:
+        return Outcome(pipeline.put(copy_of(asked.original, **labels)), "cached")
+    env, key = environment if environment is not None else parent.environment(cfg.device)
+    record = parent.run_and_store(cfg, env, key, on_progress, skip_reason=asked.reason, pipeline=pipeline, **labels)
+    return Outcome(record, "skipped" if asked.reason else "measured", asked.reason)
+
+
 def run_one(cfg: config_mod.RunConfig, labels: dict, pipeline: Pipeline, cache: Cache | None = None,
             environment: tuple[dict, str] | None = None, on_progress=None,
             before_launch: Callable[[], object] | None = None, cap_workers_at_cpus: bool = False) -> Outcome:
-    """Copy or measure ``cfg`` (resolved) with ``labels`` on its record, the record handed to ``pipeline``.
-    ``environment``: the (fields, key) a session collected once for all its runs; else asked here, the key for the
-    cache and the whole of it only for a run measured. ``before_launch`` is called when a run is about to be
-    measured or recorded as skipped (not for a copy)."""
-    key = environment[1] if environment is not None else parent.environment_key(cfg.device)
-    reason = applicability.skip_reason(cfg, cap_workers_at_cpus=cap_workers_at_cpus)  # once per run
-    original = cache(cfg, key) if cache is not None and not reason else None
-    if original is not None:
-        return Outcome(pipeline.put(copy_of(original, **labels)), "cached")
-    if before_launch is not None:
+    """:func:`ask`, then :func:`act`: copy or measure ``cfg`` with ``labels`` on its record. ``before_launch`` is
+    called when a run is about to be measured or recorded as skipped (not for a copy)."""
+    asked = ask(cfg, cache, environment, cap_workers_at_cpus)
+    if asked.original is None and before_launch is not None:
         before_launch()
-    env, key = environment if environment is not None else parent.environment(cfg.device)
-    record = parent.run_and_store(cfg, env, key, on_progress, skip_reason=reason, pipeline=pipeline, **labels)
-    return Outcome(record, "skipped" if reason else "measured", reason)
+    return act(cfg, asked, labels, pipeline, environment, on_progress)
