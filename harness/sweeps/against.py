@@ -27,7 +27,8 @@ from typing import Callable
 from harness import shell
 from harness.fileio import write_text_atomic
 from harness.run.parent import lifetime
-from harness.store import RunRecord, load_records, load_runs, store_record
+from harness.records.sinks import StoreSink
+from harness.store import RunRecord, load_records, load_runs
 from harness.sweeps.replay import Replay, hydra_value
 from harness.sweeps.worktree import Tree, against_dir
 
@@ -146,7 +147,7 @@ def run_turn(plan: AgainstPlan, turn: Turn) -> RunRecord:
         raise RunFailed(f"the {side_name(turn.side)} run of rung {turn.replay.rung} exited {code} without a record: "
                         + " / ".join(line.strip() for line in tail) + f" (log: {log_path})")
     record = label(new[0], plan, turn)
-    store_record(record, plan.checks_store)
+    StoreSink(plan.checks_store).put(record)
     tree = plan.trees[turn.side]
     if (tree.root / "harness" / "__init__.py").is_file() and record.git_commit not in ("", tree.commit):
         raise RunFailed(f"the {side_name(turn.side)} run imported the harness of commit {record.git_commit[:12]}, "
