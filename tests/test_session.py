@@ -13,7 +13,7 @@ from harness.records.make import make_record
 from harness.records.sinks import Pipeline
 from harness.run.parent import runner as parent
 from harness.session import engine, runner
-from harness.session.events import Event, Events, Lines
+from harness.session.events import Event, Events
 from harness.store import load_records
 from tests.conftest import tiny_config
 
@@ -53,6 +53,23 @@ class Twice:
 class Turn:
     def __init__(self, name: str, round_: int):
         self.name, self.round_, self.label = name, round_, f"[{name}, round {round_ + 1}/2]"
+
+
+class Lines:
+    """A listener that keeps every event but progress."""
+
+    def __init__(self):
+        self.events: list[Event] = []
+
+    def on(self, event: Event) -> None:
+        if event.kind != "progress":
+            self.events.append(event)
+
+    def kinds(self) -> list[str]:
+        return [e.kind for e in self.events]
+
+    def texts(self) -> list[str]:
+        return [e.text for e in self.events if e.text]
 
 
 class Kept:

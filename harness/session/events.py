@@ -59,23 +59,6 @@ class Events:
         self.emit("said", text=text)
 
 
-class Lines:
-    """A listener that keeps every line of text it is told (tests, a log): ``(kind, text)`` pairs."""
-
-    def __init__(self):
-        self.events: list[Event] = []
-
-    def on(self, event: Event) -> None:
-        if event.kind != "progress":
-            self.events.append(event)
-
-    def kinds(self) -> list[str]:
-        return [e.kind for e in self.events]
-
-    def texts(self) -> list[str]:
-        return [e.text for e in self.events if e.text]
-
-
 @dataclass(frozen=True)
 class Display:
     """How a run-by-run command (``climb``, ``fit``) shows itself (the command gives its rich console): ``say``
