@@ -28,11 +28,11 @@ from harness.session.events import OUTCOMES, Event, Events
 from harness.session.probe import Probe, Search
 from harness.names import display_name
 from harness.run.parent import runner
-from harness.store import check_writable, new_id
+from harness.store import new_id
 from harness.sweeps import loop
 from harness.session.events import Listener
 from harness.sweeps import rungs as sweep_mod
-from harness.workload import applicability, preflight
+from harness.workload import applicability
 from harness.analysis.views import fit_curve
 from harness.config import workload as workloads_mod
 
@@ -88,16 +88,15 @@ def run_fit(settings: dict, options: FitConfig, display: Display, sweep_display:
 def _begin(settings: dict, options: FitConfig, display: Display, sweep_display: Listener) -> Fit:
     """Everything that may refuse the fit, before anything is measured (ValueError, OSError)."""
     check(options)
-    check_writable(settings.get("results_dir", "results"), "`python -m harness fit`")
     flat = config_mod.flatten(settings)
-    start = runner.ready(config_mod.from_dict(flat if options.axis == "patch" else {**flat, BATCH.key: options.min}),
-                         display.say)
+    prepared = session_runner.prepare(config_mod.from_dict(flat if options.axis == "patch" else
+                                                           {**flat, BATCH.key: options.min}),
+                                      "`python -m harness fit`", display.say)
+    start, (env, env_key) = prepared.resolved, prepared.environment
     axis, low, high = _axis_range(start, options)
     reason = applicability.skip_reason(start)
     if reason:  # nothing of the search could run here: said once, before anything starts
         raise ValueError(f"these settings cannot run here: {reason}")
-    preflight.check_model_builds(start)
-    env, env_key = runner.environment(start.device)
     key = state_mod.fit_key(config_mod.config_hash(start), env_key, low, high, options.axis)
     fit_state = (state_mod.load(start.results_dir, key)
                  or state_mod.FitState(key=key, fit_id=new_id(f"{LADDER_NAME}-")))

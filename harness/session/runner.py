@@ -18,8 +18,8 @@ from harness import config as config_mod
 from harness.records.make import new_run_id
 from harness.records.sinks import Pipeline
 from harness.run.parent import runner as parent
-from harness.store import COPY_COLUMNS, RunRecord, utc_timestamp
-from harness.workload import applicability
+from harness.store import COPY_COLUMNS, RunRecord, check_writable, utc_timestamp
+from harness.workload import applicability, preflight
 
 HOWS = ("measured", "cached", "skipped", "not run")
 
@@ -32,6 +32,26 @@ class Outcome:
     record: RunRecord | None
     how: str  # one of HOWS
     message: str = ""  # why it was skipped or not run
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """What every run of a command shares, found once before the first: the settings resolved for this machine, and
+    the environment its records carry (its fields and ``env_key``)."""
+
+    resolved: config_mod.RunConfig
+    environment: tuple[dict, str]
+
+
+def prepare(settings: config_mod.RunConfig, command: str, log=print) -> Prepared:
+    """The measuring preamble, once for all of a command's runs: a results folder that takes records (``command``:
+    what the refusal names), the settings resolved with their on-disk dataset built, the model built on the meta
+    device (a user's model that cannot build is refused before anything runs), and the environment. ValueError or
+    OSError naming what is wrong."""
+    check_writable(settings.results_dir, command)
+    resolved = parent.ready(settings, log)
+    preflight.check_model_builds(resolved)
+    return Prepared(resolved, parent.environment(resolved.device))
 
 
 def copy_of(original: RunRecord, **labels) -> RunRecord:
