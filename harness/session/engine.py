@@ -4,8 +4,8 @@ A policy is what a measuring command decides (a ladder's rounds until decided, a
 size, a check's next round): the engine only runs it. Per turn it tells the listeners and keeps going whatever
 happens to one turn: a turn the policy already holds (a resumed session) is told as ``already``; a turn that
 cannot even start is told as ``failed`` and makes the session's exit code 1 (or, where the policy cannot go on
-without its answer, ends the session with its error); a run of a busy machine is measured
-again, once, in the same round, where the policy asks for it (``remeasure_busy``).
+without its answer, ends the session with its error); a run of a busy machine is measured again, once, in the same
+round, where the policy asks for it (``remeasure_busy``).
 """
 
 from __future__ import annotations
@@ -36,7 +36,8 @@ class Policy(Protocol):
     keep_going: bool  # a turn that cannot start: told, and the session goes on (else the error ends it)
 
     def next_turns(self, round_: int, events: Events) -> Sequence[Any] | None:
-        """The turns of round ``round_`` in the order they run; None: the session ends (told as ``decided``)."""
+        """The turns of round ``round_`` in the order they run; None: the session ends (the policy tells why as
+        ``decided`` when a look did not)."""
 
     def held(self, turn: Any) -> bool:
         """Whether the session has a record of ``turn`` already (it is not run again)."""
