@@ -6,7 +6,8 @@ Runs ``python -m harness sweep`` (phase2 unless a ladder is given) into a fresh 
 would, times it from outside, and splits the wall time with the records' phase fields (``harness.run.parent.phases``):
 per run, the start (interpreter and imports, or the fork), the model's build, the data's set-up, the warm-up, the
 window and the teardown, the parent's gap between runs, and what is left of the command itself (its start, the
-preflight, the table). ``--exec`` starts every run as a fresh interpreter (``HARNESS_LAUNCH=exec``), to compare
+preflight, the table); then the model phase by part (imports, context, FLOP count, build, to device) and the warm-up's
+first step apart from the rest. ``--exec`` starts every run as a fresh interpreter (``HARNESS_LAUNCH=exec``), to compare
 with the warm launcher; ``--cached`` runs the sweep a second time into the same folder and times that one, which
 measures nothing (every rung from the store).
 """
@@ -51,6 +52,11 @@ def report(records: list, wall_s: float, how: str) -> str:
     lines = [f"sweep of {len(records)} runs ({how}): {wall_s:.1f} s wall"]
     for label, seconds in split(records, wall_s):
         lines.append(f"  {label:<46} {seconds:7.1f} s  {100 * seconds / wall_s:5.1f}%")
+    lines.append("  the model phase and the warm-up, by part (mean per run; min-max):")
+    for label, name in phases.PARTS:
+        values = [getattr(r, name) for r in records if getattr(r, name, None) is not None]
+        if values:
+            lines.append(f"    {label:<44} {sum(values) / len(values):7.2f} s  ({min(values):.2f}-{max(values):.2f})")
     lines.append(phases.duty_cycle(records, wall_s))
     return "\n".join(lines)
 

@@ -39,6 +39,8 @@ COMMANDS = {
     "baseline": ("save or list baselines for regression checks", "harness.commands.baseline"),
     "check": ("check a sweep against a baseline, or the working tree against a commit (--against REF); "
               "exit 1 on regression", "harness.commands.check"),
+    "export": ("put a sweep's or a check's decided figures in TensorBoard, MLflow or W&B (--to tb|mlflow|wandb DEST)",
+               "harness.commands.export"),
     "history": ("write one HTML page of every config's throughput over commits and dates, with each gate's verdict",
                 "harness.commands.history"),
     "bisect": ("find the first commit of GOOD..BAD that made a config slower, by paired checks",
@@ -47,6 +49,8 @@ COMMANDS = {
                 "harness.commands.machine"),
     "store": ("compact, inspect, verify or import into the results store (compact | info | verify | import)",
               "harness.commands.store"),
+    "guides": ("write docs/guides.md, the guides' map, from the ladders and the records (--check: exit 1 if it "
+               "differs)", "harness.commands.guides"),
     "init": ("start your repository's own configs: harness-conf/ with a workload and a ladder to edit",
              "harness.commands.init"),
 }

@@ -66,6 +66,13 @@ class Metrics:
     # num_ooms (out-of-memory errors raised and survived). Empty off CUDA and in older records.
     cuda_alloc_retries: int | None = None
     cuda_ooms: int | None = None
+    # the same counters apart: up to the window's opening (the set-up and the warm-up: cuDNN's benchmark trying
+    # workspaces that do not fit is counted here) and within the measured window alone (pressure in the steady
+    # state). Empty off CUDA and in older records.
+    warmup_cuda_alloc_retries: int | None = None
+    warmup_cuda_ooms: int | None = None
+    window_cuda_alloc_retries: int | None = None
+    window_cuda_ooms: int | None = None
     gpu_sample_note: str = ""  # NVML metrics that could not be read (MIG, GPU gone), and why
     # CUDA events: per measured step, the device time from the first batch in hand to the optimizer
     # step's end, read after the window's closing sync; device_step_frac = their sum / the measured window

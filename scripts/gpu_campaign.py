@@ -7,6 +7,11 @@ $OUT/PART.tar.gz, which is checked against the 16 MiB before the part ends. Ever
 records already committed under results/<gpu>/runs/, so a ladder split over parts (or slots) builds each rung on
 the last one that ran ok and reuses what is measured, as one sweep would. A command stops its part at
 STOP_AFTER_S (550 s) whatever happens, so that what was measured is packed within the machine's 10 minutes.
+
+The machine's lease (``LEASE_S``: its seconds left when the command began, which the slot's standing command
+passes) bounds it further: no part starts that its corrected estimate says cannot finish within the lease less
+LEASE_MARGIN_S, the parts it leaves are named with the command that runs them next, and a part cut anyway at that
+point keeps (packs) what it measured.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ from scripts import gpu_headline, gpu_parts, gpu_plan  # noqa: E402
 from scripts.gpu_pack import RETURN_LIMIT_BYTES, pack_part, tar_command  # noqa: E402
 
 STOP_AFTER_S = 550  # after the command began (its wheel install included)
+LEASE_MARGIN_S = 45  # of the machine's lease (LEASE_S): the last part's check, table and tarball, and the return
 SCRATCH = "/tmp/harness-gpu"
 JOURNAL = "journal.jsonl"  # in SCRATCH: the stamps of the parts this machine ran, for `next` before `record`
 
@@ -49,6 +55,19 @@ class Context:
     commit: str = ""  # the commit measured (the campaign's pinned one, for every part but the headline)
     repo: Path = REPO  # where the measuring commands run: this copy, or a worktree at the pinned commit
     factor: float = 1.0  # the plan's correction of the estimates (what recorded parts took over their estimates)
+    lease_s: float = 0.0  # the machine's time left when the command began (LEASE_S; 0: not known, the command's own)
+
+    @property
+    def budget_s(self) -> float:
+        """What the command may spend measuring, by estimate: the command's, within the machine's lease."""
+        return min(gpu_parts.BATCH_BUDGET_S, self.lease_s - LEASE_MARGIN_S) if self.lease_s \
+            else gpu_parts.BATCH_BUDGET_S
+
+    @property
+    def stop_at(self) -> float:
+        """When a part still measuring is stopped (``time.monotonic()``), so that what it measured is packed in
+        time: the command's limit, or the lease less its margin, whichever is sooner."""
+        return self.started + (min(STOP_AFTER_S, self.lease_s - LEASE_MARGIN_S) if self.lease_s else STOP_AFTER_S)
 
     @property
     def results(self) -> Path:  # one store for every part of the command (and of the slot, while the machine lives)
@@ -98,10 +117,10 @@ def commands(part: gpu_parts.Part, ctx: Context) -> list[list[str]]:
     if part.kind == "ladder":
         rungs = f"{part.rungs[0]}-{part.rungs[-1]}" if len(part.rungs) > 1 else str(part.rungs[0])
         return [[py, "scripts/gpu_part.py", "ladder", part.ladder, rungs, str(part.rounds[0]),
-                 gpu_parts.sweep_id(part, ctx.gpu, ctx.commit), results, timeout, *part.args]]
+                 gpu_parts.sweep_id(part, ctx.gpu, ctx.repo), results, timeout, *part.args]]
     if part.kind == "total":
         return [[py, "scripts/gpu_part.py", "total", part.ladder, f"0-{len(part.rounds) - 1}",
-                 gpu_parts.sweep_id(part, ctx.gpu, ctx.commit), results, timeout, *part.args]]
+                 gpu_parts.sweep_id(part, ctx.gpu, ctx.repo), results, timeout, *part.args]]
     if part.kind in ("noise", "diagnose"):
         return [[py, "-m", "harness", part.kind, *part.args, timeout, results]]
     if part.kind == "run":
@@ -124,7 +143,7 @@ def after(part: gpu_parts.Part, ctx: Context) -> list[list[str]]:
         return [check]
     if part.kind == "headline":  # every record ok; the table of the phase2 sweep it measured
         return [check + ["strict"], [ctx.py, "scripts/gpu_part.py", "table", str(ctx.results), before, "phase2"]]
-    sweep = gpu_parts.sweep_id(part, ctx.gpu, ctx.commit) if part.kind in ("ladder", "total") else "latest"
+    sweep = gpu_parts.sweep_id(part, ctx.gpu, ctx.repo) if part.kind in ("ladder", "total") else "latest"
     return [check, [ctx.py, "-m", "harness", "table", "--results", str(ctx.results), "--sweep", sweep]]
 
 
@@ -167,24 +186,46 @@ def dry_run(part: gpu_parts.Part, ctx: Context) -> list[str]:
 # running parts
 
 
+def fits(part: gpu_parts.Part, elapsed_s: float, ctx: Context, first: bool) -> bool:
+    """Whether ``part`` may start ``elapsed_s`` after the command began: it finishes within the command's budget by
+    its corrected estimate (the command's first part always starts, unless the machine's lease is known: a part it
+    cannot finish never starts), and the command is not past its stop."""
+    if ctx.started + elapsed_s >= ctx.stop_at:
+        return False
+    return (first and not ctx.lease_s) or elapsed_s + gpu_plan.corrected_s(part, ctx.factor) <= ctx.budget_s
+
+
+def left_line(left: list[str], ctx: Context) -> str:
+    why = (f"the machine's lease ({ctx.lease_s:.0f} s when the command began) leaves no time to finish them"
+           if ctx.lease_s else "to fit this command")
+    return (f"not started, {why}: {' '.join(left)} (run them in the next: "
+            f"bash scripts/gpu_measure.sh batch {' '.join(left)})")
+
+
 def run_parts(parts: list[gpu_parts.Part], ctx: Context) -> int:
-    """Run the parts in order while each still fits the command by estimate (the first always runs); 0 when every
-    part that ran ended ok."""
+    """Run the parts in order while each still fits (``fits``; once one does not, none after it starts: the order is
+    the plan's, by value); 0 when every part that ran ended ok."""
     status, left = 0, []
     for part in parts:
-        elapsed = time.monotonic() - ctx.started
-        later = part is not parts[0]
-        if left or (later and elapsed + gpu_plan.corrected_s(part, ctx.factor) > gpu_parts.BATCH_BUDGET_S):
-            left.append(part.name)
-            continue
-        if elapsed >= STOP_AFTER_S:
+        if left or not fits(part, time.monotonic() - ctx.started, ctx, part is parts[0]):
             left.append(part.name)
             continue
         status |= run_part(part, ctx)
     if left:
-        print(f"not started, to fit this command: {' '.join(left)} (run them in the next: "
-              f"bash scripts/gpu_measure.sh batch {' '.join(left)})")
+        print(left_line(left, ctx))
     return status
+
+
+def dry_fit(parts: list[gpu_parts.Part], ctx: Context) -> tuple[list[gpu_parts.Part], list[str]]:
+    """``run_parts``'s choice made by estimate: the parts it would start, and the names of those it would leave."""
+    started, left, elapsed = [], [], time.monotonic() - ctx.started
+    for part in parts:
+        if left or not fits(part, elapsed, ctx, part is parts[0]):
+            left.append(part.name)
+            continue
+        started.append(part)
+        elapsed += gpu_plan.corrected_s(part, ctx.factor)
+    return started, left
 
 
 def at_pin(part: gpu_parts.Part, ctx: Context) -> Context:
@@ -227,11 +268,11 @@ def run_part(part: gpu_parts.Part, ctx: Context) -> int:
     t0 = time.monotonic()
     with open(pack / f"{part.name}.log", "ab") as log:
         _say(log, f"# {part.name}: {part.what} (estimate {part.estimate_s} s)\n")
-        codes = [_execute(c, log, ctx.started + STOP_AFTER_S, cwd=ctx.repo) for c in commands(part, ctx)]
+        codes = [_execute(c, log, ctx.stop_at, cwd=ctx.repo) for c in commands(part, ctx)]
         cut = None in codes
         for c in [] if cut else after(part, ctx):  # the check counts; the table only shows
             table = is_table(c)
-            code = _execute(c, log, ctx.started + STOP_AFTER_S + 30, pack / "table.md" if table else None, ctx.repo)
+            code = _execute(c, log, ctx.stop_at + 30, pack / "table.md" if table else None, ctx.repo)
             codes += [] if table else [1 if code is None else code]
     new = sorted(p for p in (ctx.results / "runs").glob("*.parquet") if p.name not in before)
     for path in new:
@@ -304,7 +345,8 @@ def _execute(argv: list[str], log, deadline: float, stdout_to: Path | None = Non
     try:
         code = proc.wait(timeout=max(1.0, deadline - time.monotonic()))
     except subprocess.TimeoutExpired:
-        _say(log, f"stopped at the command's limit ({STOP_AFTER_S} s after it began): {argv[0]} ...\n")
+        _say(log, f"stopped at the command's limit (its {STOP_AFTER_S} s, or the machine's lease less "
+                  f"{LEASE_MARGIN_S} s): {argv[0]} ... (what it measured is packed)\n")
         _stop(proc)
         code = None
     if pump:
@@ -371,13 +413,17 @@ def context(dry: bool) -> Context:
         raise ValueError(f"SCRATCH={scratch} is inside OUT={out_path}: the runs' datasets and stores would be sent "
                          "back; choose a SCRATCH outside OUT")
     gpu = gpu_key()[0]
-    limit = os.environ.get("TIMEOUT_S", "")
+    limit, lease = os.environ.get("TIMEOUT_S", ""), os.environ.get("LEASE_S", "")
     if limit and not limit.isdigit():
         raise ValueError(f"TIMEOUT_S={limit!r} is not valid: give whole seconds, e.g. TIMEOUT_S=600")
+    if lease and not (lease.isdigit() and int(lease) > LEASE_MARGIN_S):
+        raise ValueError(f"LEASE_S={lease!r} is not valid: give the machine's whole seconds left, more than "
+                         f"{LEASE_MARGIN_S}, e.g. LEASE_S=420")
     return Context(py=os.environ.get("PYTHON") or "python3", out=out_path, scratch=scratch, gpu=gpu, dry=dry,
                    results_from=str(Path(os.environ["RESULTS_FROM"]).resolve()) if os.environ.get("RESULTS_FROM")
                    else "", started=time.monotonic() - command_age_s(), timeout_s=int(limit or 0),
-                   commit=gpu_parts.measured_commit(), factor=gpu_plan.correction(gpu_plan.load(gpu))[0])
+                   commit=gpu_parts.measured_commit(), factor=gpu_plan.correction(gpu_plan.load(gpu))[0],
+                   lease_s=float(lease or 0))
 
 
 def selected(names: list[str], ctx: Context) -> list[gpu_parts.Part]:
@@ -385,7 +431,8 @@ def selected(names: list[str], ctx: Context) -> list[gpu_parts.Part]:
     if names in ([], ["all"]):
         return list(gpu_parts.catalogue())
     if names == ["next"]:
-        return gpu_plan.pick(gpu_plan.pending(with_journal(gpu_plan.load(ctx.gpu), ctx)), factor=ctx.factor)
+        return gpu_plan.pick(gpu_plan.pending(with_journal(gpu_plan.load(ctx.gpu), ctx)), int(ctx.budget_s),
+                             factor=ctx.factor)
     return [gpu_parts.find(n) for n in names]
 
 
@@ -448,8 +495,11 @@ def main(argv: list[str]) -> int:
         print(f"GPU {ctx.gpu}: next " + (f"{names} (~{sum(p.estimate_s for p in parts)} s by estimate)" if parts
                                          else f"nothing pending (see results/{ctx.gpu}/PLAN.md)"), flush=True)
     if dry:
-        for part in parts:
+        shown, left = dry_fit(parts, ctx) if ctx.lease_s else (parts, [])
+        for part in shown:
             print("\n".join(dry_run(part, ctx)))
+        if left:
+            print(left_line(left, ctx))
         return 0
     return run_parts(parts, ctx) if parts else 0
 

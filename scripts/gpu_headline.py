@@ -27,7 +27,7 @@ from datetime import datetime
 from math import floor
 from pathlib import Path
 
-from scripts import gpu_parts
+REPO = Path(__file__).resolve().parent.parent
 
 LIMIT_S = 540  # the headline's command, install included (a command's limit is 600 s: room for start and return)
 INSTALL_S = 30  # allowance: pip installs the carried wheels from .whl/ (no index, no compile)
@@ -89,7 +89,7 @@ def estimate(gpu: str) -> Estimate:
     from harness.store import load_runs
 
     for kind in dict.fromkeys((gpu, RECORDED_ON)):
-        folder = gpu_parts.REPO / "results" / kind / "runs"
+        folder = REPO / "results" / kind / "runs"
         if not folder.is_dir():
             continue
         runs = load_runs(folder.parent, columns=["timestamp", "sweep_id", "ladder", "round", "workload", "size",
@@ -149,9 +149,18 @@ def commands(py: str, results: Path, est: Estimate) -> list[list[str]]:
     ]
 
 
+def measured_commit() -> str:
+    """The commit measured: $GIT_COMMIT (a GPU copy without git), else this checkout's HEAD ("" if unknown)."""
+    import os
+
+    from harness.run.parent.env import git_state
+
+    return os.environ.get("GIT_COMMIT") or git_state(REPO)[0]
+
+
 def one_command(gpu: str) -> str:
     """The one command a slot is given (from the repository root, the wheels carried in .whl/)."""
-    at = gpu_parts.measured_commit() or "unknown"
+    at = measured_commit() or "unknown"
     return f"{INSTALL} && GIT_COMMIT={at} GPU={gpu} bash scripts/gpu_measure.sh headline"
 
 

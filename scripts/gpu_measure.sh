@@ -21,12 +21,14 @@
 #
 # Each part writes $OUT/PART.tar.gz: its new records under results/runs/, its log, table and stamp.json (what ran,
 # when, at which commit and code fingerprint). Runs and their datasets live in $SCRATCH (default /tmp/harness-gpu),
-# never under $OUT. A part still running 550 s after the command began is stopped, and what it measured is packed.
+# never under $OUT. A part still running 550 s after the command began (or at the machine's lease, LEASE_S, less
+# 45 s) is stopped, and what it measured is packed; with LEASE_S no part starts that cannot finish by estimate.
 # Environment: PYTHON (default python3: fresh GPU images often have no `python`), GPU (the plan to follow; default:
 # the kind nvidia-smi names), DRIVER_PYTHON (this driver's, default $PYTHON), SCRATCH, RESULTS_FROM=FILE.tar.gz or
 # RESULTS_DIR (more earlier records to build on), TIMEOUT_S (each run's limit instead of the part's: on a slower
 # machine), DRY_RUN=1 (as dry-run), KEEP=1 (keep the packed folders), IN (record: where the PART.tar.gz are),
-# GIT_COMMIT (the commit this copy is at, where it has no git: the headline's printed command sets it).
+# GIT_COMMIT (the commit this copy is at, where it has no git: the headline's printed command sets it), LEASE_S (the
+# machine's seconds left when the command begins: LEASE_S=420 bash scripts/gpu_measure.sh next).
 # Exit status: 0 when every part that ran ended ok, 1 when a command failed, a record ended error/timeout/nan/oom or
 # a compile failure was skipped, or a part was stopped or could not be packed, 2 for a usage mistake.
 set -uo pipefail

@@ -9,11 +9,18 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-if TYPE_CHECKING:
-    from scripts.gpu_campaign import Context
-    from scripts.gpu_parts import Part
+from scripts.gpu_parts import Part
+
+
+class Context(Protocol):
+    """What packing needs of the campaign's context (``gpu_campaign.Context``): where a part's tarball goes, and
+    where its folder is."""
+
+    out: Path
+
+    def pack(self, part: Part) -> Path: ...
 
 RETURN_LIMIT_BYTES = 16 * 2**20  # the largest file a slot brings back
 LOG_TAIL_BYTES = 2**20  # what is kept of a log that makes the tarball too big

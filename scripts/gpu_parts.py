@@ -6,9 +6,11 @@ estimate fits ``PART_BUDGET_S``), beside the headline, each guide total's own pa
 test tier and a few single runs.
 
 Priority (``Part.tier``, then the order below), by what a slot's verdicts are worth: the headline
-(scripts/gpu_headline.py: phase2 as the README runs it, decided, in one command), then one part per guide total
-(the guide's baseline rung against its last rung, in ABBA rounds: every guide's headline claim gets a verdict
-before its per-rung ladder), the GPU test tier (before the first compile ladder), the noise calibration (before the
+(scripts/gpu_headline.py: phase2 as the README runs it, decided, in one command), then each guide's premise check
+(``a100-diagnose``: does the A100 guide's base wait on its data as the guide says?) before the totals that rest on
+it, then one part per guide total (the guide's baseline rung against its last rung, in ABBA rounds: every guide's
+headline claim gets a verdict before its per-rung ladder), the memory ladders (those run under ``memory.limit_gb``)
+at their cap, the GPU test tier (before the first compile ladder), the noise calibration (before the
 ladders it calibrates), then the ladders with a guide's total claim, the ladders of single knobs a guide claims, two
 more rounds of the guide-total ladders (three runs a rung: the H100 measured a 17% run-to-run CV), the harness's own
 ladders, and the slow GPU tests and single runs.
@@ -23,7 +25,6 @@ took ~140 s a round on the H100; the model says ~215 s. The plan corrects them b
 from __future__ import annotations
 
 import hashlib
-import os
 import re
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -32,6 +33,8 @@ from pathlib import Path
 
 from harness.config import ladder as ladder_mod
 from harness.run.child.stopping import QUEUE_MAX_STEPS
+from scripts import gpu_headline
+from scripts.gpu_headline import measured_commit  # noqa: F401 (the campaign's commit, as the headline's)
 from scripts.gpu_width import over_card, width_scale
 
 REPO = Path(__file__).resolve().parent.parent
@@ -46,10 +49,10 @@ PART_OVERHEAD_S = 30  # a part's own start, check, table and tarball
 RUN_TIMEOUT_MIN_S, RUN_TIMEOUT_CAP_S = 120, 500
 SKIP_S = 5  # a rung recorded `skipped` before any process starts
 
-(TIER_HEADLINE, TIER_TOTALS, TIER_TESTS, TIER_NOISE, TIER_GUIDE_TOTAL, TIER_GUIDE_KNOBS, TIER_REPEATS, TIER_HARNESS,
- TIER_EXTRA) = range(9)
-TIER_NAMES = ("headline", "guide totals", "tests", "noise", "guide-total ladders", "guide knobs", "more rounds",
-              "harness ladders", "extra")
+(TIER_HEADLINE, TIER_PREMISES, TIER_TOTALS, TIER_MEMORY, TIER_TESTS, TIER_NOISE, TIER_GUIDE_TOTAL, TIER_GUIDE_KNOBS,
+ TIER_REPEATS, TIER_HARNESS, TIER_EXTRA) = range(11)
+TIER_NAMES = ("headline", "premise checks", "guide totals", "memory ladders", "tests", "noise", "guide-total ladders",
+              "guide knobs", "more rounds", "harness ladders", "extra")
 FIRST = ("phase2",)  # first of its tier: the headline's ladder, whose sweep its parts join at the same commit
 TOTAL_BUDGET_S = 270  # a guide total's part: two fit one command
 TOTAL_MAX_ROUNDS = 4
@@ -284,6 +287,8 @@ def _timeout(estimate: float) -> int:
 
 
 def _tier(lad) -> int:
+    if any("memory.limit_gb" in lad.settings(r.index, "full") for r in lad.rungs):
+        return TIER_MEMORY  # at its cap: the card it emulates
     if lad.total_claim is not None:
         return TIER_GUIDE_TOTAL
     return TIER_GUIDE_KNOBS if lad.guide else TIER_HARNESS
@@ -292,8 +297,6 @@ def _tier(lad) -> int:
 def other_parts() -> list[Part]:
     """The parts that are not a ladder's: the headline, noise calibration, the GPU tests, single runs, the
     environment."""
-    from scripts import gpu_headline
-
     unet = estimate_run_s({"workload": "unet3d"})
     tests = ("tests/test_gpu.py", "tests/conftest.py")
     headline = gpu_headline.estimate(gpu_headline.RECORDED_ON)
@@ -319,7 +322,7 @@ def other_parts() -> list[Part]:
     # the A100 ladder's own base at the full size: does it wait on its data 83-94% of its step, as the guide's did?
     diagnose = ("+ladder=a100_volume", "data.num_items=8", "measure.warmup_steps=2", "measure.steps=12")
     run = estimate_run_s({**_ladder("a100_volume").settings(0, "full"), **overrides_dict(diagnose[1:])})
-    parts.append(Part("a100-diagnose", "diagnose", TIER_EXTRA,
+    parts.append(Part("a100-diagnose", "diagnose", TIER_PREMISES,
                       "diagnose the A100 ladder's base (NIfTI from disk, one worker, batch 1): waiting 83-94%?",
                       ceil(PART_OVERHEAD_S + 8 * DATASET_ITEM_S + 3 * run), 3, 160, args=diagnose,
                       paths=workload_paths(("basic_unet3d",)) + ladder_paths("a100_volume")))
@@ -418,30 +421,26 @@ def ladder_paths(name: str) -> tuple[str, ...]:
     return (own,) + workload_paths(tuple(dict.fromkeys(workloads)))
 
 
-def fingerprint(paths: tuple[str, ...], extra: str = "") -> str:
-    """A hash of the files' contents (a missing file counts as missing), and of ``extra``."""
+def fingerprint(paths: tuple[str, ...], extra: str = "", root: Path = REPO) -> str:
+    """A hash of the files' contents under ``root`` (a missing file counts as missing), and of ``extra``."""
     digest = hashlib.sha256(extra.encode() + b"\0")
     for rel in paths:
-        path = REPO / rel
+        path = root / rel
         digest.update(rel.encode() + b"\0" + (path.read_bytes() if path.is_file() else b"<missing>") + b"\0")
     return digest.hexdigest()[:16]
 
 
-def path_fingerprint(part: Part) -> str:
-    """The part's own files and extra settings, as they are here (a ladder's parts share it): attempts on one path
-    count together."""
-    return fingerprint(part.paths, " ".join(part.args) if part.kind in ("ladder", "total") else "")
+def path_fingerprint(part: Part, root: Path = REPO) -> str:
+    """The part's own files and extra settings, as they are under ``root`` (a ladder's parts share it): attempts on
+    one path count together."""
+    return fingerprint(part.paths, " ".join(part.args) if part.kind in ("ladder", "total") else "", root)
 
 
-def sweep_id(part: Part, gpu: str, commit: str) -> str:
-    """The sweep a ladder part's records join: one per ladder, GPU and commit measured, whichever part (command,
-    slot) measures its rounds; a guide total's part has its own."""
+def sweep_id(part: Part, gpu: str, root: Path = REPO) -> str:
+    """The sweep a ladder part's records join: one per ladder, GPU and state of the ladder's own files (its file,
+    its workloads', its parts' settings) in the copy measured (``root``), whichever part (command, slot) and commit
+    measures its rounds: a round measured at a later commit that did not touch them joins the earlier rounds'
+    sweep. A guide total's part has its own."""
     kind = "total-" if part.kind == "total" else ""
-    return f"{part.ladder}-{kind}{gpu}-{(commit or 'unknown')[:8]}"
+    return f"{part.ladder}-{kind}{gpu}-{path_fingerprint(part, root)[:8]}"
 
-
-def measured_commit() -> str:
-    """The commit measured: $GIT_COMMIT (a GPU copy without git), else this checkout's HEAD ("" if unknown)."""
-    from harness.run.parent.env import git_state
-
-    return os.environ.get("GIT_COMMIT") or git_state(REPO)[0]

@@ -3,7 +3,9 @@ PID, session, parent) and of the global state an earlier run could have left (a 
 count, numpy's global RNG), one JSON line per run in the file ``FORK_PROBE_OUT`` names, then changes that state.
 
 With ``FORK_PROBE_THREAD`` set, importing this module in the warm launcher (which imports what the sweep's first run
-imported) starts a thread there, which must make the launcher refuse to fork."""
+imported) starts a thread there, which must make the launcher refuse to fork. With ``FORK_PROBE_DRIVER`` (the path of
+a faked CUDA driver library), importing it maps that library and imports MONAI, as MONAI's own import maps the
+driver through CuPy on a GPU machine; with ``FORK_PROBE_DRIVER_INIT`` set too, it also initialises the driver."""
 
 from __future__ import annotations
 
@@ -22,6 +24,15 @@ if os.environ.get("FORK_PROBE_THREAD") and getattr(sys.modules.get("__main__"), 
         and "harness.run.child.main" in sys.modules \
         and not os.environ.get("HARNESS_TIMEOUT_S"):  # the zygote itself, not a run forked from it
     threading.Thread(target=time.sleep, args=(3600,), daemon=True).start()
+
+if os.environ.get("FORK_PROBE_DRIVER") and not os.environ.get("HARNESS_TIMEOUT_S"):  # the launcher, not a run
+    import ctypes
+
+    import monai  # noqa: F401
+
+    _driver = ctypes.CDLL(os.environ["FORK_PROBE_DRIVER"])
+    if os.environ.get("FORK_PROBE_DRIVER_INIT"):
+        _driver.cuInit(0)
 
 
 def probe_net(in_channels: int = 1, out_channels: int = 2) -> nn.Module:

@@ -139,6 +139,17 @@ def test_a_busy_machine_exits_5_and_names_the_configs(repo, capsys):
     captured = capsys.readouterr()
     assert "machine busy" in captured.out and "phase2 rung 0" in captured.err
     assert "35% of the CPUs" in captured.err and "machine busy in 2 of 4 runs" in captured.out
+    assert "stop: every run" not in captured.err  # REF's runs were quiet: the first round was not busy throughout
+
+
+def test_a_first_round_busy_throughout_stops_there_with_exit_5(repo, capsys):
+    commit(repo, "a neighbour's job", **{"busy.txt": "50"})
+    commit(repo, "docs", **{"README.md": "words"})  # both sides' trees busy: every run of the first round is
+    assert run_check("HEAD~1", "--rounds", "4") == 5
+    captured = capsys.readouterr()
+    assert "stop: every run of the first round was busy (other processes used 50% of the CPUs)" in captured.err
+    assert len(load_runs(repo / "results" / "checks")) == 2 * 2  # 2 configs x 2 sides, one round of the 4 planned
+    assert "BUSY" in captured.out
 
 
 @pytest.mark.slow  # a whole scenario in fresh processes: the default tier keeps its cheaper siblings
@@ -170,8 +181,9 @@ def test_a_slowdown_within_the_threshold_ends_undecided_at_the_budget_never_regr
     assert step.read_text() == text
     rows = [line for line in text.splitlines() if line.startswith("| ") and "phase2 rung" in line]
     # both configs, each a band from 0.8 up that holds 0.95 with room to spare: two rounds of 1% noise decide neither
-    assert [r.split(" | ")[:3] for r in rows] == [["| undecided", "phase2 rung 0 batch_size=2 [unet3d cfg]", "2"],
-                                                  ["| undecided", "phase2 rung 1 batch_size=3 [unet3d cfg]", "2"]], rows
+    assert text.splitlines()[0].startswith("### UNDECIDED: no decided slowdown: 0 unchanged, 2 undecided, 0 busy · ")
+    assert sorted(r.split(" | ")[0] for r in rows) == ["| phase2 rung 0 batch_size=2 [unet3d cfg]",
+                                                       "| phase2 rung 1 batch_size=3 [unet3d cfg]"], rows
     assert all("holds 0.95: neither beyond nor within the threshold yet" in r for r in rows), rows
     assert "History of every config: [results/history/index.html](results/history/index.html)" in text
     commands = text.split("```sh\n")[1].split("```")[0].strip().splitlines()

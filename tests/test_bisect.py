@@ -19,11 +19,13 @@ def faked(first_bad: int, answers: dict[str, int] | None = None):
     """A check that says regressed (1) from commit ``first_bad`` on and unchanged (0) before, or ``answers``."""
     asked = []
 
-    def check(commit: str) -> int:
+    def check(commit: str, question) -> bisect_mod.Answer:
         asked.append(commit)
+        assert (question is None) == (len(asked) == 1)  # BAD over every config, then the half step of config 3
+        assert question is None or question == {3: pytest.approx(1 - 0.9 ** 0.5)}
         if answers and commit in answers:
-            return answers[commit]
-        return 1 if COMMITS.index(commit) >= first_bad else 0
+            return bisect_mod.Answer(answers[commit])
+        return bisect_mod.Answer(1 if COMMITS.index(commit) >= first_bad else 0, {3: 0.9})
 
     return check, asked
 
@@ -74,8 +76,8 @@ def test_bisect_over_five_commits_names_the_slowed_one(tmp_path, monkeypatch, ca
     code = bisect_cmd.main("bisect", ["HEAD~4", "HEAD", "--rounds", "3", "--max-rounds", "3"])
     captured = capsys.readouterr()
     assert code == 0, captured.out[-2000:] + captured.err[-2000:]
-    assert f"first bad commit: {slowed} slower" in captured.out
-    assert "bisect: 4 commit(s) after" in captured.err
+    assert f"first bad commit: {slowed} slower" in captured.out and "against GOOD: rung 0 " in captured.out
+    assert "bisect: 4 commit(s) after" in captured.err and "nearer BAD or GOOD? rung 0 at the half step" in captured.err
 
 
 def test_bisect_refuses_bad_input_in_one_line(tmp_path, monkeypatch, capsys):
@@ -87,3 +89,21 @@ def test_bisect_refuses_bad_input_in_one_line(tmp_path, monkeypatch, capsys):
     assert "GOOD must be an ancestor of BAD" in capsys.readouterr().err
     assert bisect_cmd.main("bisect", ["HEAD", "HEAD", "--budget-min", "0"]) == 2
     assert "--budget-min 0" in capsys.readouterr().err
+
+
+def test_per_config_thresholds_parse_and_the_rung_filter_names_the_valid_rungs():
+    from harness.analysis.gate.thresholds import BadInput, parse_thresholds
+    from harness.commands import against as against_cmd
+    from harness.sweeps.replay import Replay
+
+    got = parse_thresholds(["0.05", "rung:2=0.0513"], 0.05, "--threshold")
+    assert got.get("w", "l", 2) == 0.0513 and got.get("w", "l", 1) == 0.05 and "rung:2 -5.1%" in got.describe("-")
+    with pytest.raises(BadInput, match="rung:N needs a config's rung number"):
+        parse_thresholds(["rung:x=0.05"], 0.05, "--threshold")
+    with pytest.raises(BadInput, match="per-config thresholds are for check --against"):
+        got.check_names("--threshold", {"w"}, {"l"})
+    replays = [Replay(k, "l", "", "w", f"h{k}", ()) for k in range(3)]
+    assert [r.rung for r in against_cmd.only_rungs(replays, [2])] == [2]
+    with pytest.raises(ValueError, match="--rung 5: not a config of the sweep; valid choices: 0, 1, 2"):
+        against_cmd.only_rungs(replays, [5])
+    assert bisect_mod.half_step(0.81) == pytest.approx(0.1)

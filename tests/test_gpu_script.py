@@ -18,7 +18,7 @@ from tests.conftest import REPO
 SCRIPT = REPO / "scripts" / "gpu_measure.sh"
 COMMAND_LIMIT_S = 600  # a lent GPU machine's limit per command
 ENV_KEYS = ("OUT", "DRY_RUN", "PYTHON", "DRIVER_PYTHON", "RESULTS_FROM", "SCRATCH", "GPU", "PLAN_DIR", "IN", "KEEP",
-            "TIMEOUT_S")
+            "TIMEOUT_S", "LEASE_S")
 
 
 def script(*args, **env):
@@ -94,23 +94,31 @@ def test_a_rung_asking_for_more_gpus_than_the_machine_has_costs_nothing_and_is_n
 
 
 def test_parts_come_in_priority_order():
-    """The headline, one part per guide total, the tests (before any compile ladder), the noise calibration (before
-    the ladders it calibrates), then the ladders: guide totals', single knobs', more rounds, the harness's own."""
+    """The headline, each guide's premise check before its totals, one part per guide total, the memory ladders at
+    their cap, the tests (before any compile ladder), the noise calibration (before the ladders it calibrates), then
+    the ladders: guide totals', single knobs', more rounds, the harness's own."""
     parts = list(gpu_parts.catalogue())
     kinds = [p.kind for p in parts]
     totals = [p for p in parts if p.kind == "total"]
-    assert kinds[:len(totals) + 3] == ["headline"] + ["total"] * len(totals) + ["tests", "noise"]
+    memory = [p for p in parts if p.tier == gpu_parts.TIER_MEMORY]
+    assert {p.ladder for p in memory} == {"connectomics_accumulate", "connectomics_checkpointing", "detr_test_batch"}
+    assert kinds[:len(totals) + len(memory) + 4] == \
+        ["headline", "diagnose"] + ["total"] * len(totals) + ["ladder"] * len(memory) + ["tests", "noise"]
+    names = [p.name for p in parts]
+    assert all(names.index("a100-diagnose") < i for i, n in enumerate(names) if n.startswith("total-a100_"))
     with_total = [n for n in gpu_parts.measured_ladders() if gpu_parts._ladder(n).total_claim is not None]
     # every guide with a total has its part (phase2's is the headline), or a reason it has none
     assert sorted(p.ladder for p in totals) + sorted(gpu_parts.totals_beyond_one_command()) + ["phase2"] == \
         sorted(with_total, key=lambda n: (n not in {p.ladder for p in totals}, n == "phase2", n))
     assert [p.tier for p in parts] == sorted(p.tier for p in parts)
     first_compile = min(i for i, p in enumerate(parts) if p.kind == "ladder" and "compile" in p.what.lower())
-    assert kinds.index("tests") < first_compile and kinds.index("noise") < kinds.index("ladder")
+    per_rung = min(i for i, p in enumerate(parts) if p.kind == "ladder" and p.tier != gpu_parts.TIER_MEMORY)
+    assert kinds.index("tests") < first_compile and kinds.index("noise") < per_rung
     total = [i for i, p in enumerate(parts) if p.kind == "ladder" and p.rounds == (0,)
              and gpu_parts._ladder(p.ladder).total_claim is not None]
-    knobs = [i for i, p in enumerate(parts) if p.kind == "ladder" and gpu_parts._ladder(p.ladder).total_claim is None]
-    assert max(total) < min(knobs)  # every guide-total ladder before the single knobs
+    knobs = [i for i, p in enumerate(parts) if p.kind == "ladder" and gpu_parts._ladder(p.ladder).total_claim is None
+             and p.tier != gpu_parts.TIER_MEMORY]
+    assert max(total) < min(knobs)  # every guide-total ladder before the single knobs (the memory ladders: first)
     for ladder in {p.ladder for p in parts if p.kind == "ladder"}:  # a ladder's parts in rung order, round by round
         mine = [(p.rounds, p.rungs) for p in parts if p.ladder == ladder and p.kind == "ladder"]
         assert mine == sorted(mine), ladder
@@ -127,8 +135,8 @@ def test_a_guide_total_s_part_measures_its_ends_in_abba_rounds_and_two_fit_one_c
         assert len(part.rounds) >= 2 or two > gpu_parts.PART_BUDGET_S, part.name  # one round where two won't fit
     assert gpu_parts.total_rounds(100.0, 30.0) == 2 and gpu_parts.total_rounds(50.0, 30.0) == 4
     assert gpu_parts.total_rounds(300.0, 30.0) == 1 and gpu_parts.total_rounds(500.0, 30.0) == 0
-    assert gpu_parts.sweep_id(gpu_parts.find("total-a100_option_a"), "h100", "abcdef123456") == \
-        "a100_option_a-total-h100-abcdef12"
+    total = gpu_parts.find("total-a100_option_a")
+    assert gpu_parts.sweep_id(total, "h100") == f"a100_option_a-total-h100-{gpu_parts.path_fingerprint(total)[:8]}"
 
 
 def test_dry_run_of_every_part_prints_its_commands_and_keeps_data_out_of_out(tmp_path):
@@ -150,8 +158,40 @@ def test_dry_run_of_every_part_prints_its_commands_and_keeps_data_out_of_out(tmp
         if part.kind == "ladder":
             assert commands[0].startswith(f"{sys.executable} scripts/gpu_part.py ladder {part.ladder} ")
             # one sweep per ladder, GPU and commit, whichever part, command or slot measures its rounds
-            assert f" {part.ladder}-h100-{gpu_parts.measured_commit()[:8]} " in commands[0]
+            assert f" {part.ladder}-h100-{gpu_parts.path_fingerprint(part)[:8]} " in commands[0]
             assert f"timeout_s={part.timeout_s}" in commands[0]
+
+
+def test_a_dry_run_with_the_machines_lease_starts_only_the_parts_that_fit_and_says_which_it_left(tmp_path):
+    (tmp_path / "plan.json").write_text(json.dumps({"gpu": "h100", "parts": {}}))  # no correction: the estimates
+    first, second = gpu_parts.find("a100-diagnose"), gpu_parts.find("total-a100_option_a")
+    lease = 420
+    assert first.estimate_s <= lease - gpu_campaign.LEASE_MARGIN_S < first.estimate_s + second.estimate_s
+    result = script("dry-run", "a100-diagnose", "total-a100_option_a", GPU="h100", PLAN_DIR=str(tmp_path),
+                    LEASE_S=str(lease))
+    assert result.returncode == 0, result.stderr
+    assert list(sections(result.stdout)) == ["a100-diagnose"]
+    assert result.stdout.splitlines()[-1] == (
+        "not started, the machine's lease (420 s when the command began) leaves no time to finish them: "
+        "total-a100_option_a (run them in the next: bash scripts/gpu_measure.sh batch total-a100_option_a)")
+    whole = script("dry-run", "a100-diagnose", "total-a100_option_a", GPU="h100", PLAN_DIR=str(tmp_path))
+    assert list(sections(whole.stdout)) == ["a100-diagnose", "total-a100_option_a"]  # no lease: every part shown
+    short = script("dry-run", "a100-diagnose", GPU="h100", PLAN_DIR=str(tmp_path), LEASE_S="100")
+    assert list(sections(short.stdout)) == [] and "no time to finish them: a100-diagnose" in short.stdout
+    bad = script("dry-run", "a100-diagnose", GPU="h100", LEASE_S="7m")
+    assert bad.returncode == 2 and "LEASE_S='7m' is not valid" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_a_part_never_starts_past_the_lease_and_is_stopped_before_it_ends(tmp_path):
+    ctx = gpu_campaign.Context(py="python3", out=tmp_path, scratch=tmp_path, gpu="h100", started=1000.0,
+                               lease_s=300.0)
+    part = gpu_parts.find("a100-diagnose")
+    assert ctx.budget_s == 300 - gpu_campaign.LEASE_MARGIN_S and ctx.stop_at == 1000 + 300 - gpu_campaign.LEASE_MARGIN_S
+    assert gpu_campaign.fits(part, 0.0, ctx, first=True)
+    assert not gpu_campaign.fits(part, ctx.budget_s - part.estimate_s + 1, ctx, first=True)  # even the first
+    unknown = gpu_campaign.Context(py="python3", out=tmp_path, scratch=tmp_path, gpu="h100", started=1000.0)
+    assert gpu_campaign.fits(part, 500.0, unknown, first=True) and not gpu_campaign.fits(part, 500.0, unknown, False)
+    assert unknown.stop_at == 1000 + gpu_campaign.STOP_AFTER_S
 
 
 def test_a_dry_run_without_out_prints_commands_that_fill_it_in():
@@ -170,7 +210,7 @@ def test_a_scratch_folder_inside_out_is_refused(tmp_path):
 def test_usage_errors_name_the_bad_value_and_the_choices(tmp_path):
     bad = script("resnet", str(tmp_path))
     assert bad.returncode == 2 and "unknown part 'resnet'" in bad.stderr
-    assert "the parts are: headline total-a100_option_a " in bad.stderr
+    assert "the parts are: headline a100-diagnose total-a100_option_a " in bad.stderr
     assert "Traceback" not in bad.stderr
     none = script("phase2")  # no OUT_DIR and no $OUT
     assert none.returncode == 2 and "no output folder" in none.stderr
@@ -252,20 +292,21 @@ def test_next_takes_pending_parts_in_order_within_one_command(tmp_path, monkeypa
     assert [states[n] for n in ("headline", "noise", "tests", "phase3", "connectomics_quick", "detr_fast-r0-4")] == \
         ["done", "changed", "retry", "blocked", "retry", "to do"]
     pending = gpu_plan.pending(loaded)
-    # the guide totals first (the cheapest ladder's first: A100's option A), then the retried tests, the noise
+    # the A100 guide's premise check, the guide totals (the cheapest ladder's first: A100's option A), then the
+    # retried tests, the noise
     names = [p.name for p in pending]
-    assert names[:2] == ["total-a100_option_a", "total-connectomics_quick"]  # its half-width end: a quarter compute
+    assert names[:3] == ["a100-diagnose", "total-a100_option_a", "total-connectomics_quick"]  # its half-width end
     assert names.index("tests") < names.index("noise") < names.index("connectomics_quick")
     chosen = gpu_plan.pick(pending)
     assert chosen[0] == pending[0] and sum(p.estimate_s for p in chosen) <= gpu_parts.BATCH_BUDGET_S
-    assert pending[2] not in chosen  # 278 + 290 s: too long for one command
+    assert pending[2] not in chosen  # 181 + 278 + 197 s: too long for one command
     for part in chosen[1:]:  # smaller later parts fill the command, never ahead of an earlier part of their ladder
         assert all(p in chosen[:chosen.index(part)] for p in pending[:pending.index(part)] if p.ladder == part.ladder
                    and part.ladder)
     corrected = gpu_plan.pick(pending, factor=0.5)  # the plan's correction: more parts a command
     assert len(corrected) > len(chosen) and 0.5 * sum(p.estimate_s for p in corrected) <= gpu_parts.BATCH_BUDGET_S
     progressive = [p for p in pending if p.ladder == "connectomics_progressive" and p.kind == "ladder"][:2]
-    assert gpu_plan.pick([pending[0], *progressive]) == [pending[0]]  # rung 6 waits for rungs 0-5
+    assert gpu_plan.pick([pending[1], *progressive]) == [pending[1]]  # rung 6 waits for rungs 0-5
     big = [gpu_parts.find("resnet50_aggressive-r6")]  # compile max-autotune
     assert gpu_plan.pick(big + pending) == big  # the first pending part always runs, however big
     result = script("dry-run", "next", GPU="h100", PLAN_DIR=str(tmp_path), SCRATCH=str(tmp_path / "scratch"))
@@ -274,12 +315,12 @@ def test_next_takes_pending_parts_in_order_within_one_command(tmp_path, monkeypa
     assert list(sections(result.stdout)) == [p.name for p in chosen]
     # a second command on the same machine, before `record` here: what the first one measured is not taken again
     (tmp_path / "scratch").mkdir()
-    first = gpu_parts.find("total-a100_option_a")
+    first = gpu_parts.find("a100-diagnose")
     stamp = {"part": first.name, "gpu": "h100", "status": "ok", "ended": "2026-11-23T11:00:00Z", "records": ["a"],
              "commit": "", "code_fingerprint": "c0de", "path_fingerprint": gpu_parts.path_fingerprint(first)}
     (tmp_path / "scratch" / gpu_campaign.JOURNAL).write_text(json.dumps(stamp) + "\n")
     again = script("dry-run", "next", GPU="h100", PLAN_DIR=str(tmp_path), SCRATCH=str(tmp_path / "scratch"))
-    assert again.returncode == 0 and list(sections(again.stdout))[0] == "total-connectomics_quick"
+    assert again.returncode == 0 and list(sections(again.stdout))[0] == "total-a100_option_a"
 
 
 def test_the_command_s_age_counts_what_ran_before_the_driver_in_its_shell():

@@ -74,6 +74,7 @@ GUIDE_CLAIMS = {
     ("connectomics_fastest", "4", "1.5-2x", ""), ("connectomics_fastest", "5", "1.3-1.5x", ""),
     ("connectomics_fastest", "6", "1.5-2x", ""), ("connectomics_fastest", "7", "2-3x", ""),
     ("connectomics_fastest", "8", "minor", ""), ("connectomics_fastest", "total", "5-8x", ""),
+    ("connectomics_workers_cap", "1", "1.5-2x", ""),
     ("connectomics_level1", "1", "2-3x", ""), ("connectomics_level1", "2", "1.5-2x", ""),
     ("connectomics_level1", "3", "1.3-1.5x", ""), ("connectomics_level1", "4", "1.5-2x", ""),
     ("connectomics_level1", "5", "minor", ""),
@@ -85,7 +86,7 @@ GUIDE_CLAIMS = {
     ("connectomics_quick", "1", "2-3x", ""), ("connectomics_quick", "4", "2x", ""),
     ("connectomics_quick", "2-3", "1.5-2x", ""), ("connectomics_quick", "total", "4-6x", ""),
     ("connectomics_shallow", "1", "2-4x", ""),
-    ("detr_fast", "1", "2x", ""), ("detr_fast", "2", "1.1-1.15x", ""), ("detr_fast", "3", "1.5x", "compute"),
+    ("detr_fast", "2", "2x", ""), ("detr_fast", "3", "1.1-1.15x", ""), ("detr_fast", "1", "1.5x", "compute"),
     ("detr_fast", "4", "2-3x", ""), ("detr_fast", "5-7", "1.2-1.4x", ""),
     ("detr_guide", "1", "2-3x", ""), ("detr_guide", "7", "2x", "validation"), ("detr_guide", "9", "1.02-1.05x", ""),
     ("detr_guide", "2-4", "1.2-1.4x", "epoch_s:900"), ("detr_guide", "5-6", "1.1-1.2x", ""),
@@ -327,3 +328,20 @@ def test_the_imagenet_storage_ladder_makes_the_same_changes_as_the_in_ram_one():
         assert [r.change(size) for r in storage.rungs] == [r.change(size) for r in in_ram.rungs]
         extra = {k: v for k, v in storage.settings(0, size).items() if k not in in_ram.settings(0, size)}
         assert set(extra) == {"data.source", "data.cache", "data.page_cache", "data.read_latency_ms"}
+
+
+@pytest.mark.slow
+def test_the_workers_cap_ladder_sweeps_at_the_cpu_size_and_judges_the_two_workers_the_guides_user_gets(tmp_path):
+    """connectomics_workers_cap: 1 -> 2 workers carries the guide's 1.5-2x (what its framework's cached loader runs of
+    "num_workers: 4"), rung 2 goes on to 4 with no claim."""
+    from tests.conftest import harness_cli
+
+    out = harness_cli("sweep", "+ladder=connectomics_workers_cap", "measure.steps=3", "measure.warmup_steps=1",
+                      "sweep.repeats=1", "sweep.remeasure_busy=false", f"results_dir={tmp_path / 'results'}")
+    assert out.returncode == 0, out.stdout + out.stderr
+    lines = [line for line in out.stdout.splitlines() if line.startswith("| ")]
+    head = [c.strip() for c in lines[0].strip("|").split("|")]
+    cells = {row[1]: row for row in ([c.strip() for c in line.strip("|").split("|")] for line in lines[1:])}
+    claim, status = head.index("guide claims"), head.index("status")
+    assert cells["data.num_workers=2"][claim] == "1.5-2x" and cells["data.num_workers=4"][claim] == "-"
+    assert all(cells[k][status].startswith("ok") for k in ("data.num_workers=2", "data.num_workers=4"))

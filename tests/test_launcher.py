@@ -59,7 +59,7 @@ def test_forked_runs_are_fresh_processes_of_their_own_that_see_nothing_of_each_o
 
     records, seen = _probe_runs(results, tmp_path, monkeypatch, runs=3, on_progress=look)
     # before each fork the zygote had exactly one thread and no CUDA (it says so with each run it forks)
-    assert forks == [{"threads": 1, "cuda_initialized": False}] * 3
+    assert forks == [{"threads": 1, "cuda_initialized": False, "cuda_driver": ""}] * 3
     assert [r.status for r in records] == ["ok"] * 3, records[0].error
     assert [r.launched_by for r in records] == ["fork"] * 3
     firsts = seen
@@ -88,16 +88,17 @@ def test_the_zygote_refuses_to_fork_with_a_thread_or_cuda_and_stops_the_blas_poo
         torch.cuda.is_initialized = lambda: True
         print(repr(zygote.unsafe_to_fork()))
         torch.cuda.is_initialized = lambda: False
-        real, zygote._loaded_libraries = zygote._loaded_libraries, lambda word: {"/usr/lib/libcuda.so.1"}
+        real = zygote.driver.cuda_state
+        zygote.driver.cuda_state = lambda: "mapped"  # mapped, never initialised: no reason not to fork
         print(repr(zygote.unsafe_to_fork()))
-        zygote._loaded_libraries = real
-        def driver_loader():  # a module whose import loads the CUDA driver, as a library may
-            zygote._loaded_libraries = lambda word: {"/usr/lib/libcuda.so.1"}
+        def driver_loader():  # a module whose import loads the CUDA driver and initialises it, as a library may
+            zygote.driver.cuda_state = lambda: "the CUDA driver is initialised in the launcher (it counts 1 devices)"
+            zygote._driver_loaded = lambda: True
         real_import = zygote.importlib.import_module
         zygote.importlib.import_module = lambda name: driver_loader() if name == "driver_loader" else real_import(name)
         zygote.preload(["json", "driver_loader", "csv"])
         print(repr(zygote.unsafe_to_fork()))
-        zygote._loaded_libraries = real
+        zygote.driver.cuda_state = real
         threading.Thread(target=time.sleep, args=(60,), daemon=True).start()
         print(repr(zygote.unsafe_to_fork()))
     """)
@@ -106,17 +107,18 @@ def test_the_zygote_refuses_to_fork_with_a_thread_or_cuda_and_stops_the_blas_poo
     assert out.returncode == 0, out.stderr
     safe, cuda, driver, culprit, thread = out.stdout.splitlines()
     assert safe == "''"
-    assert "CUDA is initialised in the launcher" in cuda and "the CUDA driver is loaded in the launcher" in driver
-    assert "the CUDA driver is loaded in the launcher (by importing driver_loader)" in culprit  # the first, named
+    assert "CUDA is initialised in the launcher" in cuda and driver == "''"
+    assert "initialised in the launcher (it counts 1 devices) (the driver loaded by importing driver_loader)" \
+        in culprit  # the first import that loaded it, named
     assert "2 threads in the launcher" in thread
 
 
-def test_on_a_gpu_the_launcher_leaves_imports_that_load_the_cuda_driver_to_the_runs(tmp_path):
-    # three modules a sweep's first run imported; the second loads the driver when imported (as a library that
-    # asks for devices at import time may): a probe finds it, the launcher imports only the first and stays forkable
+def test_on_a_gpu_the_launcher_leaves_imports_that_make_it_unsafe_to_fork_to_the_runs(tmp_path):
+    # three modules a sweep's first run imported; the second starts a thread when imported (as a library that starts
+    # a pool at import time may): a probe finds it, the launcher imports only the first and stays forkable
     (tmp_path / "fine_a.py").write_text("")
-    (tmp_path / "driver_b.py").write_text("from harness.run.parent import zygote\n"
-                                          "zygote._loaded_libraries = lambda word: {'/usr/lib/libcuda.so.1'}\n")
+    (tmp_path / "driver_b.py").write_text("import threading, time\n"
+                                          "threading.Thread(target=time.sleep, args=(60,), daemon=True).start()\n")
     (tmp_path / "fine_c.py").write_text("")
     code = textwrap.dedent("""
         import sys
@@ -132,7 +134,7 @@ def test_on_a_gpu_the_launcher_leaves_imports_that_load_the_cuda_driver_to_the_r
     assert out.returncode == 0, out.stderr
     failed, imported, safe, unsafe = out.stdout.splitlines()[-4:]
     assert failed == "[]" and imported == "['fine_a'] ['driver_b']" and safe == "''"
-    assert "the CUDA driver is loaded in the launcher (by importing driver_b)" in unsafe
+    assert "2 threads in the launcher" in unsafe
     assert "not preloaded from driver_b on" in out.stdout
 
 
@@ -183,6 +185,10 @@ def test_a_runs_wall_time_is_split_into_its_phases(results, tmp_path, monkeypatc
         # the phases follow one another: together they are the run's wall time, but for the window's edges
         assert 0.8 * r.phase_wall_s <= sum(parts) <= r.phase_wall_s * 1.001
         assert r.phase_warmup_s >= r.first_step_s * 0.999
+        model_parts = [r.phase_imports_s, r.phase_context_s, r.phase_flops_s, r.phase_build_s, r.phase_to_device_s]
+        assert all(p is not None and p >= 0 for p in model_parts) and sum(model_parts) <= r.phase_model_s * 1.001
+        assert r.phase_first_step_s == r.first_step_s
+        assert r.phase_warmup_rest_s == pytest.approx(r.phase_warmup_s - r.first_step_s)
     assert records[0].phase_gap_s is not None and records[1].phase_gap_s >= 0
     line = phases.duty_cycle(records, 100.0)
     assert line.startswith("duty cycle ") and "2 runs measured" in line and "launch" in line and "window" in line
@@ -249,6 +255,9 @@ def test_the_duty_cycle_benchmark_accounts_for_every_second_of_the_wall_time():
     assert sum(rows.values()) == pytest.approx(20.0)
     text = bench.report([R(), R()], 20.0, "warm launcher")
     assert "duty cycle 30%" in text and "measured window" in text
+    R.phase_imports_s, R.phase_first_step_s = 0.5, 1.5
+    text = bench.report([R(), R()], 20.0, "warm launcher")
+    assert "    imports" in text and "first step" in text and "FLOP count" not in text  # a part no run had: no line
 
 
 def test_a_record_written_before_the_phase_columns_reads_back_with_them_empty(tmp_path):
@@ -261,7 +270,7 @@ def test_a_record_written_before_the_phase_columns_reads_back_with_them_empty(tm
                                   phase_launch_s=1.0, launched_by="fork"), tmp_path)
     table = pq.read_table(path)
     new = [n for n in table.column_names if n.startswith("phase_") or n == "launched_by"]
-    assert len(new) == 8
+    assert len(new) == 15
     pq.write_table(pa.table({n: table[n] for n in table.column_names if n not in new}), path)
     (old,) = load_records(tmp_path)
     assert old.run_id == "old" and old.phase_launch_s is None and old.phase_gap_s is None and old.launched_by == ""

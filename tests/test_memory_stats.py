@@ -26,6 +26,27 @@ def test_the_allocators_counts_are_read_from_memory_stats_on_cuda_only(monkeypat
     assert measure.allocator_counts(torch.device("cpu")) == {}
 
 
+def test_the_window_s_own_counts_are_apart_from_the_warm_ups(monkeypatch):
+    # cuDNN's benchmark in the first step tries workspaces that do not fit: retries and OOMs before the window
+    stats = {"num_alloc_retries": 5, "num_ooms": 5}
+    monkeypatch.setattr(torch.cuda, "memory_stats", lambda device: stats)
+    at_open = measure.allocator_counts(torch.device("cuda", 0))
+    stats["num_alloc_retries"] = 6  # one retry in the window itself: pressure in the steady state
+    counts = measure.allocator_counts(torch.device("cuda", 0), at_open)
+    assert counts == {"cuda_alloc_retries": 6, "cuda_ooms": 5, "warmup_cuda_alloc_retries": 5, "warmup_cuda_ooms": 5,
+                      "window_cuda_alloc_retries": 1, "window_cuda_ooms": 0}
+    out = ranks.combine([{**_BASE, **counts}, {**_BASE, **counts}], "nccl", 1)
+    assert (out["window_cuda_alloc_retries"], out["warmup_cuda_ooms"]) == (2, 10)
+    record = _gpu_record(0, 6)
+    record.window_cuda_alloc_retries = 1
+    frame = pd.DataFrame([{c: getattr(r, c) for c in COLUMNS} for r in [record]])
+    assert table_mod.build_table(frame, "s").rows[0].alloc_retries == 1  # the table reads the window's own
+
+
+_BASE = {"samples_per_s": 10.0, "units_per_s": 10.0, "samples_per_step": 2, "step_ms_p50": 10.0, "step_ms_p90": 11.0,
+         "measured_s": 1.0, "peak_main_rss_bytes": 1e9, "step_ms": [10.0]}
+
+
 def test_the_counts_reach_the_record_beside_the_peaks():
     m = Measurement(samples_per_step=2, warmup_ms=[50.0], step_ms=[10.0, 11.0], data_wait_ms=[0.0, 0.0],
                     measured_s=0.021)

@@ -215,7 +215,7 @@ def test_a_missing_optional_dependency_names_the_module_and_the_install_line(tmp
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.setitem(sys.modules, "lightning", None)  # as if it were not installed
     with pytest.raises(ValueError) as caught:
-        _cfg(**{"workload.lightning_module._target_": "needslightning13.Module"})
+        _cfg(**{"workload.model._target_": None, "workload.lightning_module._target_": "needslightning13.Module"})
     message = str(caught.value)
     assert message.startswith("workload.lightning_module._target_='needslightning13.Module': importing "
                               "'needslightning13.Module' failed: ")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shlex
 import xml.etree.ElementTree as ET
 
@@ -351,8 +352,9 @@ def test_markdown_summary_leads_with_the_verdict_and_its_commands_run_as_printed
                  "--history-url", "https://ci.example.org/history/") == 1
     out = capsys.readouterr().out
     lines = out.splitlines()
-    assert lines[0] == "### FAIL: regressed: phase2 rung 0 knob0=on [unet cfg-a] (exit 1)"
-    assert "| regressed | phase2 rung 0 knob0=on [unet cfg-a] | 0.800 |" in out
+    assert lines[0].startswith("### FAIL: decided slowdown: 1 regressed, ") and lines[0].endswith(" (exit 1)")
+    assert re.search(r"\| phase2 rung 0 knob0=on \[unet cfg-a\] \| 100\.0\d \| 80\.00 \| 0\.800 \[0\.7\d\d, "
+                     r"0\.8\d\d\] \| regressed: throughput -20\.0%", out)
     assert "History of every config: [https://ci.example.org/history/](https://ci.example.org/history/)" in out
     assert (tmp_path / "summary.md").read_text() == out.rstrip("\n") + "\n" == step.read_text()
     commands = out.split("```sh\n")[1].split("```")[0].strip().splitlines()

@@ -24,6 +24,7 @@ class Display:
 
     def __init__(self):
         self.lines: list[str] = []
+        self.estimates: list[str] = []  # "round N: ..." before a round (harness.sweeps.budget)
         self.cached: list[tuple[int, int]] = []
 
     def on(self, event):  # a listener of the sweep's events (harness.session.events)
@@ -41,20 +42,21 @@ class Display:
         raise AssertionError(f"could not run {turn}: {exc}")
 
     def say(self, text):
-        self.lines.append(text)
+        (self.estimates if text.startswith("round ") else self.lines).append(text)
 
 
 class FakeRuns:
     """Stands in for ``rungs.run_rung``: stores a record of rung k at ``speeds[k]`` samples/s times process noise
-    of CV ``cv`` (seeded); ``busy`` cells are measured first on a busy machine, then on a quiet one."""
+    of CV ``cv`` (seeded); ``busy`` cells are measured first on a busy machine, then on a quiet one (on a busy one
+    again with ``again_busy``)."""
 
-    def __init__(self, speeds, cv=0.01, busy=(), seed=0):
-        self.speeds, self.cv, self.busy = speeds, cv, set(busy)
+    def __init__(self, speeds, cv=0.01, busy=(), seed=0, again_busy=False):
+        self.speeds, self.cv, self.busy, self.again_busy = speeds, cv, set(busy), again_busy
         self.rng = np.random.default_rng(seed)
         self.calls: list[tuple[int, int]] = []
 
     def __call__(self, ctx, rung, round_, machine, on_start=None, on_progress=None, before_launch=None):
-        busy = (rung, round_) in self.busy and (rung, round_) not in self.calls
+        busy = (rung, round_) in self.busy and (self.again_busy or (rung, round_) not in self.calls)
         self.calls.append((rung, round_))
         sps = self.speeds[rung] * float(np.exp(self.rng.normal(0.0, self.cv)))
         record = RunRecord(run_id=f"{ctx.sweep_id}-{len(self.calls)}", status="ok",
@@ -141,6 +143,18 @@ def test_a_busy_run_is_measured_again_once_in_the_same_round(tmp_path, fake):
     assert any("(1 measured again on a quiet one in the same round)" in n for n in table.notes)
 
 
+def test_a_sweep_whose_first_round_is_busy_throughout_stops_there_with_exit_5(tmp_path, fake):
+    cells = {(k, r) for k in range(4) for r in range(3)}
+    fake(FakeRuns(CLEAR, busy=cells, again_busy=True))
+    display = Display()
+    assert loop.run_ladder(context(tmp_path, 3), None, display) == 5
+    assert len(load_runs(tmp_path)) == 2 * 4  # the first round, each run measured again once; no second round
+    assert display.lines[-1].startswith("stop: every run of the first round was busy (other processes used 50% of "
+                                        "the CPUs): no run can count")
+    fake(FakeRuns(CLEAR, busy={(1, 0)}))  # one busy run, measured again quietly: the sweep goes on
+    assert loop.run_ladder(context(tmp_path / "quiet", 2), None, Display()) == 0
+
+
 def test_a_measured_sweep_run_again_adds_nothing(tmp_path, fake):
     runs = fake(FakeRuns(CLEAR))
     loop.run_ladder(context(tmp_path, "auto"), None, Display())
@@ -159,7 +173,7 @@ def test_the_time_budget_refuses_a_round_that_would_end_past_it():
         plan.measured(10.0, again=True)
     assert plan.refusal(4, now=400.0) == ""
     assert plan.refusal(4, now=500.0) == ("stop: time budget spent (another round would take ~2.0 min after 8.3 of "
-                                          "sweep.budget_min=10)")
+                                          "sweep.budget_min=10; sweep.budget_min=11 would let it start)")
     assert rounds.RoundPlan(auto=False, max_rounds=3).refusal(4, now=1e9) == ""
 
 

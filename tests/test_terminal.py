@@ -88,7 +88,8 @@ def test_a_bad_format_is_one_line_naming_the_choices(tmp_path, capsys):
     write_sweep(tmp_path, "phase2-a")
     assert cli.main(["table", "--results", str(tmp_path), "--format", "mdx"]) == 2
     err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and "'mdx'" in err and "Did you mean 'md'" in err and "csv, html, md" in err
+    assert len(err.splitlines()) == 1 and "'mdx'" in err and "Did you mean 'md'" in err
+    assert "Valid choices: bmf, csv, gab, html, md, pytorch-oss" in err
 
 
 def test_the_sweep_prints_its_table_rich_in_a_terminal_and_markdown_otherwise(tmp_path, screen, capsys):

@@ -16,14 +16,19 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 from pathlib import Path
 
 from harness import config as config_mod
 from harness import shell
-from harness.analysis.gate import looks, paired, verdicts
+from harness.analysis.gate import answers, looks, paired, verdicts
 from harness.analysis.gate.thresholds import parse_thresholds
+from harness.analysis.stats import noise_model
+from harness.analysis.stats.busy import busy_reason
 from harness.analysis.gate.paired_formats import FORMATS, render, to_json
+from harness.analysis.views import ci_formats, pr_comment
 from harness.commands import against_rounds, common_args, hydra_edge
+from harness.commands import export as export_cmd
 from harness.commands.machine import warn_if_unfit
 from harness.store import load_runs, new_id
 from harness.sweeps import against, replay, worktree
@@ -34,7 +39,10 @@ DEFAULT_BUDGET_MIN = 30.0
 BUDGET_KEY = "check.budget_min"
 
 
-def main(command: str, argv: list[str]) -> int:
+def main(command: str, argv: list[str], on_regression=None, kept: list | None = None) -> int:
+    """``on_regression(result, args, minutes_left) -> line``: what ``--bisect`` runs after a decided regression
+    (``harness.commands.check`` gives ``bisect``; None: ``--bisect`` is refused); ``kept`` (bisect's): the check's
+    ``PairedResult`` is appended to it."""
     parser = common_args.parser(command, "measure the working tree against commit REF now, config by config, "
                                          "interleaved, adding rounds while undecided: exit 0 decided and nothing "
                                          "regressed, 1 regressed, 2 bad input, 5 machine busy, 6 undecided")
@@ -51,13 +59,22 @@ def main(command: str, argv: list[str]) -> int:
     parser.add_argument("--budget-min", type=float, default=None,
                         help=f"no round starts that would end after these minutes (default {DEFAULT_BUDGET_MIN:g}; "
                              f"also {BUDGET_KEY}=M)")
-    parser.add_argument("--threshold", action="append", metavar="[WORKLOAD=|ladder:NAME=]FRACTION",
-                        help="throughput drop that counts (default 0.05); repeat for per-workload or per-ladder values")
-    common_args.add_format(parser, FORMATS, "text", "text (default), junit, json or md")
+    parser.add_argument("--threshold", action="append", metavar="[WORKLOAD=|ladder:NAME=|rung:N=]FRACTION",
+                        help="throughput drop that counts (default 0.05); repeat for per-workload, per-ladder or "
+                             "per-config values")
+    parser.add_argument("--rung", action="append", type=int, metavar="N",
+                        help="only this config of the sweep (repeat for more; default every config)")
+    common_args.add_format(parser, FORMATS + ci_formats.FORMATS, "text",
+                           "text (default), junit, json, md (the pull request's comment), bmf, gab or pytorch-oss")
     common_args.add_summary(parser)
+    common_args.add_export(parser)
+    parser.add_argument("--bisect", action="store_true",
+                        help="on a decided regression, bisect REF..HEAD within what is left of the budget and name "
+                             "the first slow commit (python -m harness bisect; with `check` only)")
     common_args.exit_codes_epilog(parser)
     parser.add_argument("overrides", nargs="*", metavar="key=value", help="settings for every run of both sides")
-    return common_args.run(parser, argv, run_against)
+    parser.set_defaults(on_regression=on_regression)
+    return common_args.run(parser, argv, lambda args: run_against(args, kept))
 
 
 def budget_minutes(args: argparse.Namespace) -> float:
@@ -83,11 +100,15 @@ def check_rounds(args: argparse.Namespace) -> None:
                          "fixed number of rounds")
 
 
-def run_against(args: argparse.Namespace) -> int:
+def run_against(args: argparse.Namespace, kept: list | None = None) -> int:
     """Check, measure round by round until decided, decide, print; the exit code."""
+    started = time.monotonic()
     thresholds = parse_thresholds(args.threshold, 0.05, "--threshold")
     check_rounds(args)
     budget = budget_minutes(args)
+    config_mod.check_export(args.export, "--export")
+    if args.bisect and args.on_regression is None:
+        raise ValueError("--bisect: only `python -m harness check --against REF --bisect` bisects after a regression")
     hydra_edge.check_overrides(args.overrides)
     plan, warnings = prepare(args)
     stored_s, gaps = against_rounds.estimate_run_s(_stored_runs(plan, args.results))
@@ -96,6 +117,10 @@ def run_against(args: argparse.Namespace) -> int:
     print(f"check --against {args.against}: REF {plan.trees[against.REF].commit[:12]} in "
           f"{plan.trees[against.REF].root}", file=sys.stderr)
     print(clock.plan_line(gaps), file=sys.stderr)
+    cv, source = sweep_cv(args.results, plan.sweep_id)
+    power = clock.power_line(cv, min(thresholds.by_rung.values(), default=thresholds.default), source)
+    if power:
+        print(f"plan: {power}", file=sys.stderr)
     warn_if_unfit()
     if work.dirty:
         print(f"note: the working tree has uncommitted changes to tracked files; they are measured as they are "
@@ -108,20 +133,41 @@ def run_against(args: argparse.Namespace) -> int:
     except against.RunFailed as exc:
         return common_args.refuse(exc)
     result = lookout.decide(rounds, lookout.stopped or ("decided" if rounds < args.max_rounds else ""))
-    return report(result, args, plan.check_id)
+    if kept is not None:
+        kept.append(result)
+    culprit = ""
+    if args.bisect and result.exit_code == answers.REGRESSED:
+        culprit = args.on_regression(result, args, budget - (time.monotonic() - started) / 60)
+    return report(result, args, plan.check_id, culprit)
 
 
-def report(result: paired.PairedResult, args: argparse.Namespace, check_id: str) -> int:
-    """Print the result, write the summary, keep the verdict; the exit code."""
-    print(render(result, args.format))
+def report(result: paired.PairedResult, args: argparse.Namespace, check_id: str, culprit: str = "") -> int:
+    """Print the result (and what ``--bisect`` found), write the summary, keep the verdict; the exit code."""
+    found = f"\n\nBisect (REF..HEAD, within the check's budget): {culprit}\n" if culprit else ""
+    text = args.format in ("text", "md")  # JSON and XML stay documents: the bisection goes to stderr there
+    print(render_any(result, args.format) + (found if text else ""))
+    if found and not text:
+        print(found.strip(), file=sys.stderr)
     if result.error():
         print(f"error: {result.error()}", file=sys.stderr)
-    common_args.write_summaries(render(result, "md"), args.summary)
+    common_args.write_summaries(render_any(result, "md") + found, args.summary)
     try:
         verdicts.save_verdict(args.results, check_id, to_json(result))
     except OSError as exc:
         print(f"warning: the verdict was not kept for the history page ({exc})", file=sys.stderr)
+    else:
+        if args.export:
+            export_cmd.export_after(args.export, args.results, check=check_id)
     return result.exit_code
+
+
+def render_any(result: paired.PairedResult, fmt: str) -> str:
+    """The check in ``fmt``: the pull request's comment (md), a CI dashboard's JSON, or ``render``'s."""
+    if fmt == "md":
+        return pr_comment.paired_comment(result)
+    if fmt in ci_formats.FORMATS:
+        return ci_formats.render(ci_formats.check_figures(result), fmt)
+    return render(result, fmt)
 
 
 class Lookout:
@@ -131,7 +177,19 @@ class Lookout:
         self.plan, self.args, self.thresholds, self.warnings, self.clock = plan, args, thresholds, warnings, clock
         self.stopped = ""
         self.progress = None
+        self.horizon = 0  # the looks' last round, fixed at the first look (``Clock.horizon``)
+        self.first_busy: list[str | None] = []  # each run of the first round: why it was busy (None: it counts)
         self.planned = looks.look_rounds(args.rounds, args.max_rounds)
+
+    def fix_horizon(self) -> int:
+        """The rounds the looks spend the error over, fixed once the first look's rounds have run."""
+        if not self.horizon:
+            self.horizon = self.clock.horizon()
+            self.planned = looks.look_rounds(self.args.rounds, self.horizon)
+            if self.horizon < self.args.max_rounds:
+                self.progress.say(f"looks: the error is spent over the {self.horizon} rounds the budget allows at "
+                                  f"~{self.clock.per_run_s():.0f} s a run (--max-rounds {self.args.max_rounds})")
+        return self.horizon
 
     def show(self, i: int, n: int, turn: against.Turn, record) -> None:
         where = (f"round {turn.round_ + 1}, rung {turn.replay.rung} ({turn.replay.change or 'baseline'}), "
@@ -141,6 +199,8 @@ class Lookout:
             self.progress.run(i - 1, where, None)
             return
         self.clock.ended_run()
+        if turn.round_ == 0:
+            self.first_busy.append(busy_reason(record) if record.status == "ok" else None)
         speed = f"{record.samples_per_s:.2f} samples/s" if record.samples_per_s else "-"
         busy = (f", other processes {record.other_cpu_pct:.0f}% of the CPUs"
                 if record.other_cpu_pct is not None else "")
@@ -148,6 +208,12 @@ class Lookout:
 
     def go_on(self, done: int) -> bool:
         """Before round ``done + 1``: look if ``done`` is a look's round; False to stop."""
+        if done == 1 and len(self.first_busy) == self.clock.runs_per_round and all(self.first_busy):
+            self.stopped = f"every run of the first round was busy ({self.first_busy[0]})"
+            self.progress.say(f"stop: {self.stopped}: no run can count, so no more are made")
+            return False
+        if done >= self.args.rounds:
+            self.fix_horizon()
         if done in self.planned:
             result = self.decide(done, "")
             open_ = result.undecided_rows
@@ -157,7 +223,11 @@ class Lookout:
             if not open_:
                 self.stopped = "decided"
                 return False
-            self.progress.more_rounds(next((r for r in self.planned if r > done), self.args.max_rounds))
+            if done >= self.horizon:
+                self.stopped = f"the {self.horizon} rounds the budget allows are done"
+                self.progress.say(f"stop: {self.stopped}")
+                return False
+            self.progress.more_rounds(next((r for r in self.planned if r > done), self.horizon))
         refusal = self.clock.refusal(done)
         if refusal:
             self.stopped = refusal
@@ -168,16 +238,30 @@ class Lookout:
         """The paired analysis of the check's first ``rounds`` rounds, as stored, at that look's level."""
         frame = load_runs(self.plan.checks_store, where={"sweep_id": self.plan.check_id})
         frame = frame[frame["round"].fillna(0) < rounds]
-        looked = looks.fractions(rounds, self.args.rounds, self.args.max_rounds)
+        looked = looks.fractions(rounds, self.args.rounds, max(self.horizon or self.args.max_rounds, rounds))
         plan, args = self.plan, self.args
         rows = paired.analyse(frame, self.thresholds, looks.at_level(looked), looks.same_level(looked))
         return paired.PairedResult(rows=rows, check_id=plan.check_id,
                                    sweep_id=plan.sweep_id, ref=args.against,
                                    ref_commit=plan.trees[against.REF].commit,
                                    work_commit=plan.trees[against.WORK].label, rounds=rounds,
-                                   thresholds=self.thresholds, warnings=self.warnings, max_rounds=args.max_rounds,
+                                   thresholds=self.thresholds, warnings=self.warnings,
+                                   max_rounds=self.horizon or args.max_rounds,
                                    stopped=stopped, commands=reproduce(plan, args, self.clock.budget_s / 60),
                                    history=args.history_url or "")
+
+
+def sweep_cv(results: str, sweep_id: str) -> tuple[float, str]:
+    """The process CV the plan's power is reckoned at: the sweep's own runs' (``against_rounds.stored_cv``), else
+    the default; and where it came from."""
+    try:
+        cv = against_rounds.stored_cv(load_runs(results, sweep=sweep_id,
+                                                columns=["config_hash", "status", "samples_per_s"]))
+    except (ValueError, OSError, KeyError):
+        cv = None
+    if cv is None:
+        return noise_model.DEFAULT_CV, "assumed: the sweep has no config with two runs"
+    return max(cv, noise_model.MIN_CV), f"from sweep {sweep_id}'s runs"
 
 
 def reproduce(plan: against.AgainstPlan, args: argparse.Namespace, budget_min: float) -> list[list[str]]:
@@ -187,6 +271,8 @@ def reproduce(plan: against.AgainstPlan, args: argparse.Namespace, budget_min: f
              str(args.max_rounds), "--budget-min", f"{budget_min:g}"]
     for value in args.threshold or []:
         check += ["--threshold", value]
+    for rung in args.rung or []:
+        check += ["--rung", str(rung)]
     return [check + list(args.overrides),
             ["python", "-m", "harness", "history", "--results", args.results, "--out",
              str(Path(args.results) / "history")]]
@@ -207,6 +293,18 @@ def _stored_runs(plan: against.AgainstPlan, results: str):
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=["sweep_id", "timestamp"])
 
 
+def only_rungs(replays: list[replay.Replay], rungs: list[int] | None) -> list[replay.Replay]:
+    """The configs ``--rung`` names (every one when none is named); ValueError naming an unknown rung."""
+    if not rungs:
+        return replays
+    known = sorted({r.rung for r in replays})
+    for rung in rungs:
+        if rung not in known:
+            raise ValueError(f"--rung {rung}: not a config of the sweep; valid choices: "
+                             + ", ".join(map(str, known)))
+    return [r for r in replays if r.rung in rungs]
+
+
 def prepare(args: argparse.Namespace) -> tuple[against.AgainstPlan, list[str]]:
     """Everything checked before the first run: the repository, REF, the sweep, its configs and every setting of
     them; then REF's tree. The check is the one the same command left unfinished, if there is one (it resumes)."""
@@ -218,10 +316,12 @@ def prepare(args: argparse.Namespace) -> tuple[against.AgainstPlan, list[str]]:
     if records.empty:
         raise ValueError(f"sweep {args.sweep!r} has no records in {results}")
     replays, warnings = replay.replay(records, list(args.overrides))
+    replays = only_rungs(replays, args.rung)
     work = worktree.working_tree(root)
     sweep_id = str(records["sweep_id"].iloc[0])
     key = against.check_key(commit, work, worktree.git(["diff", "HEAD"], root) if work.dirty else "", sweep_id,
-                            (args.rounds, args.max_rounds), here.relative_to(root), list(args.overrides))
+                            (args.rounds, args.max_rounds), here.relative_to(root),
+                            list(args.overrides) + [f"--rung={r}" for r in args.rung or []])
     finished = {str(d.get("check_id")) for d in verdicts.load_verdicts(results)[0]}
     resumed = against.unfinished_check(results, key, finished.__contains__)
     check_id = resumed or new_id("against-")

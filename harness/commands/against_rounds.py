@@ -7,18 +7,26 @@
   is a file or a pipe (CI logs).
 * **The budget**: after the first round, no round starts that would end past ``--budget-min`` (its time from
   this check's own runs); the rounds before the first look always run.
-* **When it stops**: at a look (``harness.analysis.gate.looks``) where every config is decided, at
-  ``--max-rounds``, or at the budget.
+* **The looks' horizon**: the rounds the budget allows at the estimated run time, at most ``--max-rounds``
+  (``looks.planned_rounds``), fixed at the first look, so the error is spent over rounds that happen; when those
+  rounds cannot decide a slowdown of twice the threshold in 80% of checks at the stored CV, the plan says so and
+  what budget would (``power_line``).
+* **When it stops**: at a look (``harness.analysis.gate.looks``) where every config is decided, at the horizon,
+  or at the budget.
 """
 
 from __future__ import annotations
 
+import math
 import statistics
 import sys
 import time
 from dataclasses import dataclass, field
 
+import numpy as np
 import pandas as pd
+
+from harness.analysis.gate import looks
 
 MAX_GAP_S = 3600.0  # a gap longer than this between two runs of one sweep is a pause, not a run
 
@@ -31,6 +39,18 @@ def estimate_run_s(records: pd.DataFrame) -> tuple[float | None, int]:
         times = pd.to_datetime(group["timestamp"], utc=True, errors="coerce").dropna().sort_values()
         gaps += [g for g in times.diff().dt.total_seconds().dropna() if 0 < g <= MAX_GAP_S]
     return (statistics.median(gaps), len(gaps)) if gaps else (None, 0)
+
+
+def stored_cv(records: pd.DataFrame) -> float | None:
+    """The process CV of the sweep's configs from their stored ok runs: the log throughputs' sd within each config,
+    pooled over the configs with two or more (None: no config has two)."""
+    ok = records[(records["status"] == "ok") & (records["samples_per_s"].fillna(0) > 0)]
+    squares, df = 0.0, 0
+    for _, group in ok.groupby("config_hash"):
+        if len(group) >= 2:
+            logs = np.log(group["samples_per_s"].astype(float))
+            squares, df = squares + float(((logs - logs.mean()) ** 2).sum()), df + len(group) - 1
+    return math.sqrt(squares / df) if df else None
 
 
 @dataclass
@@ -68,6 +88,29 @@ class Clock:
         return (f"plan: {self.configs} config(s) x {self.first} to {self.max_rounds} rounds x 2 sides = {least} to "
                 f"{most} runs, rounds added while a config is undecided; {when}; budget {self.budget_s / 60:g} min"
                 + over)
+
+    def horizon(self) -> int:
+        """The rounds the looks spend the error over (``looks.planned_rounds``) at the run time known now."""
+        return looks.planned_rounds(self.first, self.max_rounds, self.budget_s, self.per_run_s(), self.configs)
+
+    def power_line(self, cv: float | None, threshold: float, source: str) -> str:
+        """"" when the rounds the budget allows decide a slowdown of twice ``threshold`` in 80% or more of checks
+        at process CV ``cv`` (``looks.power``); else what they decide and the budget that would decide 90%."""
+        per = self.per_run_s()
+        if per is None or cv is None:
+            return ""
+        horizon, slowdown = self.horizon(), 2 * threshold
+        got = looks.power(horizon, self.first, cv, slowdown, threshold, self.configs)
+        if got >= 0.8:
+            return ""
+        needed = looks.rounds_for(0.9, self.first, cv, slowdown, threshold, self.configs)
+        what = (f"at ~{per:.0f} s a run, {horizon} rounds decide a {slowdown:.0%} slowdown in about "
+                f"{5 * round(got * 20)}% (CV {cv:.1%} {source})")
+        if needed is None:
+            return what + ": the noise is too large for the rounds a check can afford; a quieter machine decides"
+        minutes = 5 * math.ceil(needed * self.runs_per_round * per / 60 / 5)
+        more = f" --max-rounds {needed}" if needed > self.max_rounds else ""
+        return what + f": give --budget-min {minutes}{more} for 90%"
 
     def refusal(self, rounds_done: int, now: float | None = None) -> str:
         """Why round ``rounds_done + 1`` must not start ("" when it may)."""

@@ -29,6 +29,7 @@ from harness.climb.session import run_climb
 from harness import config as config_mod
 from harness.commands.console import refuse
 from harness.commands.progress import run_by_run_display
+from harness.run.parent import launcher
 
 
 def main(command: str, argv: list[str]) -> int:
@@ -49,4 +50,5 @@ def task(cfg, started: float, argv: list[str] | None = None) -> int:
     except ValueError as exc:
         return refuse(exc)
     given = shell.without(argv or [], ["climb", "climb."])  # the words its printed commands are made of
-    return run_climb(settings, options, started, display, given)
+    with launcher.warm():  # every run of the climb forked from one warm launcher, as a sweep's
+        return run_climb(settings, options, started, display, given)

@@ -64,6 +64,12 @@ def add_summary(parser: argparse.ArgumentParser) -> None:
                         help="where the summary links the history page (default: the page `history` writes)")
 
 
+def add_export(parser: argparse.ArgumentParser) -> None:
+    """``--export TARGET:DEST``: the check's figures exported when it ends (``harness.commands.export``)."""
+    parser.add_argument("--export", metavar="TARGET:DEST", default="",
+                        help="when the check ends, export it: tb:DIR, mlflow:URI or wandb:DIR (docs/export.md)")
+
+
 def exit_codes_epilog(parser: argparse.ArgumentParser) -> None:
     """``--help`` ends with the exit codes (``harness.commands.exit_codes``), laid out as written."""
     parser.epilog = exit_codes.help_text()

@@ -48,7 +48,7 @@ synthetic: tensors  # random inputs of input_shape and random targets, until you
 unit: images  # what units_per_s counts
 units_per_sample: 1
 # EDIT input_shape: one sample, channels first: [C, H, W], [C, D, H, W] or [C, L]; one for every size, or a
-# top-level `input_shape: [3, 224, 224]` for all of them
+# top-level `input_shape: [3, 224, 224]` for all of them (with your own dataset, leave it out: its first item's is read)
 sizes:  # size=auto, the default: full on a GPU, smoke on a CPU (size=smoke for a quick try anywhere)
   full: {{batch_size: 32, input_shape: [3, 224, 224], warmup_steps: 10, steps: 50, epoch_steps: 100}}
   smoke: {{batch_size: 4, input_shape: [3, 32, 32], warmup_steps: 2, steps: 10, epoch_steps: 10}}

@@ -29,6 +29,7 @@ from rich.markup import escape
 
 from harness import config as config_mod
 from harness import shell
+from harness.commands import export as export_cmd
 from harness.commands import hydra_edge
 from harness.commands.machine import warn_if_unfit
 from harness.store import check_writable, new_id
@@ -38,9 +39,11 @@ from harness.config import workload as workloads_mod
 from harness.sweeps import lock, loop
 from harness.sweeps import rungs as sweep_mod
 from harness.commands.console import console
+from harness.run.parent import launcher
 from harness.run.parent.runner import Machine
 from harness.workload import preflight
-from harness.analysis.views import table as table_mod
+from harness.analysis.views import cpu_bf16, table as table_mod
+from harness.run.monitor import fitness
 from harness.commands import terminal
 from harness.commands.progress import RunProgress
 from harness.session.events import OUTCOMES, Event
@@ -75,8 +78,10 @@ def split_ladder(argv: list[str]) -> tuple[str | None, list[str]]:
 def main(command: str, argv: list[str]) -> int:
     if any(a in ("-h", "--help") for a in argv):
         print(__doc__.strip() + "\n\nsettings: any `run` setting as key=value; sweep.repeats=N or auto (the "
-              "default: rounds until decided, within sweep.budget_min=10, sweep.max_repeats=6), sweep.rerun=true, "
-              "sweep.remeasure_busy=false (a run of a busy machine is not measured again)\n\n" + ladder_list())
+              "default: rounds until decided, at most sweep.max_repeats=6), sweep.budget_min=10 (minutes: no round "
+              "or run is started past it, a run in flight finishes; with repeats=N only when given), "
+              "sweep.rerun=true, sweep.remeasure_busy=false (a run of a busy machine is not measured again)\n\n"
+              + ladder_list())
         return 0
     try:
         argv = hydra_edge.with_config_dirs(argv)
@@ -108,6 +113,7 @@ class SweepPlan:
     max_repeats: int = 6
     budget_min: float = 10.0
     remeasure_busy: bool = True
+    export: str = ""  # sweep.export: TARGET:DEST, exported at the sweep's end
 
 
 def plan_sweep(argv: list[str], campaign: bool = False, settings: dict | None = None,
@@ -150,7 +156,8 @@ def plan_sweep(argv: list[str], campaign: bool = False, settings: dict | None = 
     config_mod.validate_one_node(parsed.nodes, "sweep")
     return SweepPlan(ladder=lad, overrides=tuple(overrides), user_keys=frozenset(user_keys), settings=settings,
                      repeats=parsed.sweep.repeats, rerun=parsed.sweep.rerun, max_repeats=parsed.sweep.max_repeats,
-                     budget_min=parsed.sweep.budget_min, remeasure_busy=parsed.sweep.remeasure_busy)
+                     budget_min=parsed.sweep.budget_min, remeasure_busy=parsed.sweep.remeasure_busy,
+                     export=parsed.sweep.export)
 
 
 def _workload_file(name: str, config_dirs: list[str]) -> bool:
@@ -206,7 +213,10 @@ def run_sweep(plan: SweepPlan, sweep_id: str, campaign_id: str = "") -> int:
     finally:
         lock.release(held)
     loop.auto_compact(ctx.results_dir)
-    _print_table(ctx)
+    if code != 2:  # 2: the first round would not fit in the budget, and nothing was measured
+        _print_table(ctx)
+        if plan.export:
+            export_cmd.export_after(plan.export, ctx.results_dir, sweep=sweep_id)
     return code
 
 
@@ -218,12 +228,18 @@ class RungLines:
         self.console = console
         self.before_first_run = before_first_run  # called once, before the first run measured (not one copied)
         self.progress: RunProgress | None = None
+        self.said_bf16 = False  # the line on emulated bf16, said once
 
-    def before_launch(self) -> None:
-        """A run is about to be measured (the loop calls it; a run from the store is not one)."""
+    def before_launch(self, cfg=None) -> None:
+        """A run is about to be measured (the loop calls it; a run from the store is not one): the fitness glance
+        before the first, and before the first bf16 one on a CPU that emulates bf16, a line that says so."""
         if self.before_first_run is not None:
             self.before_first_run()
             self.before_first_run = None
+        if (cfg is not None and not self.said_bf16
+                and cpu_bf16.emulated(cfg.device, cfg.precision, fitness.cpu_bf16())):
+            self.said_bf16 = True
+            self.console.print(f"[yellow]note:[/] {escape(cpu_bf16.EMULATED)}")
 
     def on(self, event: Event) -> None:
         turn = event.turn
@@ -313,7 +329,8 @@ def campaign(argv: list[str]) -> int:
         return _refuse(ValueError(f"cannot copy the results folder's ladders where Hydra finds them: {exc}"))
     for root in roots:
         hydra_args = hydra_edge.add_search_dir(hydra_args, root)
-    code = hydra_edge.hydra_app(hydra_args, campaign_job, multirun=True)
+    with launcher.warm():  # one warm launcher for every sweep of the campaign that runs in this process
+        code = hydra_edge.hydra_app(hydra_args, campaign_job, multirun=True)
     return max(code, _print_campaign(campaign_id, _results_of(plans[0]), len(plans)))
 
 

@@ -34,7 +34,7 @@ from harness.config.schema import (
     DdpConfig, DebugConfig, MeasureConfig, ModelConfig, OptimizerConfig, ProfileConfig, RunConfig, SweepConfig,
     ValConfig,
 )
-from harness.config.validate import validate, validate_one_node, validate_sweep, validate_workload
+from harness.config.validate import check_export, validate, validate_one_node, validate_sweep, validate_workload
 
 __all__ = [
     "AUGMENT_PRESETS", "AUTO_BOOL", "COMM_HOOKS", "COMPILE_MODES", "CONFIG_HASH_VERSION", "CUDAGRAPH_COMPILE_MODES",
@@ -42,7 +42,8 @@ __all__ = [
     "MATMUL_PRECISIONS", "MEASURE_MODES", "NOT_ACTING", "NOT_HASHED", "PAGE_CACHE", "PRECISIONS", "SCALINGS", "SIZES",
     "SOFTWARE_FIELDS", "WORKERS_PER_CPU", "WORKER_KEYS", "DataConfig", "DdpConfig", "DebugConfig", "MeasureConfig",
     "ModelConfig", "OptimizerConfig", "ProfileConfig", "RunConfig", "SettingWarning", "SweepConfig", "ValConfig",
-    "check_key", "config_hash", "env_key", "flatten", "from_dict", "get_key", "known_keys", "measured_settings",
+    "check_export", "check_key", "config_hash", "env_key", "flatten", "from_dict", "get_key", "known_keys",
+    "measured_settings",
     "per_device_batch", "record_dict", "resolve", "set_key", "to_dict", "typed", "usable_cpus",
     "validate", "validate_one_node", "validate_sweep", "validate_workload", "workers_over_bound", "workers_over_cpus",
 ]

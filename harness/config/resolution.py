@@ -8,19 +8,22 @@ from __future__ import annotations
 import copy
 import dataclasses
 import warnings
-from typing import Collection
+from typing import Callable, Collection
 
 from harness.config import machine, targets
 from harness.config import workload as workloads_mod
 from harness.config.schema import RunConfig, SweepConfig
-from harness.config.validate import validate
+from harness.config.validate import check_shape, validate
 
 
-def resolve(cfg: RunConfig, cuda_available: bool, ladder_keys: Collection[str] = ()) -> RunConfig:
+def resolve(cfg: RunConfig, cuda_available: bool, ladder_keys: Collection[str] = (),
+            dataset_shape: Callable[[RunConfig], list[int]] | None = None) -> RunConfig:
     """A validated copy with every 'auto' and unset value made concrete for this device (ValueError naming what is
     wrong). Loader workers beyond this machine's bound are refused, and above its CPUs they are warned about
     (:class:`~harness.config.machine.SettingWarning`), except for ``ladder_keys``, the settings a ladder's rung
-    chose: such a rung is recorded as skipped (``harness.workload.applicability``), not the sweep refused."""
+    chose: such a rung is recorded as skipped (``harness.workload.applicability``), not the sweep refused.
+    ``dataset_shape``: reads the input shape of a workload's own dataset that gives none
+    (``harness.workload.first_item.input_shape``, passed by the caller: building a dataset is not this layer's)."""
     validate(cfg)
     _check_workers(cfg, [k for k in machine.WORKER_KEYS if k not in ladder_keys])
     out = copy.deepcopy(cfg)
@@ -30,9 +33,11 @@ def resolve(cfg: RunConfig, cuda_available: bool, ladder_keys: Collection[str] =
         raise ValueError("device='cuda' was asked for, but torch sees no CUDA device here; use device=cpu or auto")
     if out.size == "auto":
         out.size = "full" if out.device == "cuda" else "smoke"
-    _fill_from_size(out)
     if not workloads_mod.is_builtin(out.workload):  # editing the user's model file measures it anew
         out.workload.source_sha = targets.source_sha(out.workload)
+    if workloads_mod.shape_from_data(out.workload):
+        _shape_from_data(out, dataset_shape)
+    _fill_from_size(out)
     on_cuda = out.device == "cuda"
     if out.data.pin_memory == "auto":
         out.data.pin_memory = on_cuda
@@ -40,6 +45,16 @@ def resolve(cfg: RunConfig, cuda_available: bool, ladder_keys: Collection[str] =
         out.cudnn_benchmark = on_cuda
     out.sweep = SweepConfig(**dataclasses.asdict(cfg.sweep))
     return out
+
+
+def _shape_from_data(cfg: RunConfig, dataset_shape: Callable[[RunConfig], list[int]] | None) -> None:
+    """The workload's input_shape, which it leaves to its own dataset, read from the dataset's first item."""
+    spec = cfg.workload
+    if dataset_shape is None:
+        raise ValueError(f"workload {spec.name!r} has no input shape: set workload.input_shape=[C, ...] (one sample, "
+                         "channels first)")
+    spec.input_shape = [int(v) for v in dataset_shape(cfg)]
+    check_shape(spec)
 
 
 def _fill_from_size(cfg: RunConfig) -> None:

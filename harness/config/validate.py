@@ -74,6 +74,7 @@ def validate_sweep(sweep: SweepConfig) -> None:
     if not (repeats == "auto" or (whole and repeats >= 1)):
         raise ValueError(f"sweep.repeats={repeats} must be at least 1 (a whole number of rounds: each rung is measured "
                          "that many times) or auto (rounds until every verdict is decided)")
+    check_export(sweep.export, "sweep.export")
     if not (isinstance(sweep.budget_min, (int, float)) and sweep.budget_min > 0):
         raise ValueError(f"sweep.budget_min={sweep.budget_min!r} must be a positive number of minutes")
     if not (isinstance(sweep.max_repeats, int) and sweep.max_repeats >= 2):
@@ -105,12 +106,12 @@ def _validate_data(data: DataConfig, workload: WorkloadSpec) -> None:
         raise ValueError(f"data.source=disk writes volumes or images for the built-in pipelines; workload "
                          f"{workload.name!r} has {own} (give your own data as workload.dataset)")
     for name, dims in {"rotate": 3, "elastic": 3, "mixup": 2}.items():
-        if getattr(data, name) and workload.spatial_dims != dims:
+        if getattr(data, name) and workload.sample_shape() and workload.spatial_dims != dims:
             raise ValueError(f"data.{name}=true applies to {dims}D workloads only; {workload.name!r} is "
                              f"{workload.spatial_dims}D")
     _positive(data, "data.", "num_volumes", "num_items")
     _positive(data, "data.", "epoch_steps", allow_none=True)
-    if data.patch_size is not None:
+    if data.patch_size is not None and workload.sample_shape():  # else the dataset's first item says, once resolved
         _check_patch(data.patch_size, workload)
 
 
@@ -271,6 +272,11 @@ def _validate_workload_nodes(spec: WorkloadSpec) -> None:
         raise ValueError(f"workload {spec.name!r} names no model: set workload.model._target_=pkg.module.Class "
                          "(a class or a function returning a torch.nn.Module), or "
                          "workload.lightning_module._target_=pkg.module.MyLightningModule")
+    if target_of(spec.model) and spec.lightning_module is not None:
+        raise ValueError(f"workload {spec.name!r} names both workload.model._target_={target_of(spec.model)!r} and "
+                         f"workload.lightning_module._target_={target_of(spec.lightning_module)!r}; only one is "
+                         "measured: keep the LightningModule (its training_step) and set workload.model=null, or "
+                         "keep the model and set workload.lightning_module=null")
     for name in ("loss", "optimizer", "dataset", *workloads_mod.OWN_TRAINING_NODES):
         node = getattr(spec, name)
         if node is not None and not target_of(node):
@@ -296,6 +302,21 @@ def _validate_val_dataset(spec: WorkloadSpec) -> None:
         check_choice("workload.val_dataset key (an argument workload.dataset sets)", key, arguments)
 
 
+def check_shape(spec: WorkloadSpec) -> None:
+    """Every size of the workload has an input shape, channels first, all sides positive."""
+    for name in spec.sizes:
+        shape = spec.sample_shape(name)
+        if not shape:
+            data = (" (its dataset is handed data.patch_size, so the shape cannot be read from it)"
+                    if spec.dataset is not None else " (or give your own data as workload.dataset: its first item's "
+                    "shape is read)")
+            raise ValueError(f"workload {spec.name!r} has no input shape: set workload.input_shape=[C, ...] (one "
+                             f"sample, channels first, e.g. [1,64,64,64] for a 3D image with one channel){data}")
+        if len(shape) < 2 or min(shape) < 1:
+            raise ValueError(f"workload.input_shape={shape} is not valid: channels first, then 1 to 3 spatial "
+                             "sides, all positive (e.g. [1,64,64,64], [3,224,224] or [8,1024])")
+
+
 def _validate_workload_shapes(spec: WorkloadSpec) -> None:
     """The workload's sizes and sample shapes, and what its synthetic samples can be."""
     units = spec.units_per_sample
@@ -306,16 +327,23 @@ def _validate_workload_shapes(spec: WorkloadSpec) -> None:
     if missing:
         raise ValueError(f"workload {spec.name!r} has no sizes.{missing[0]}: every workload gives a full and a "
                          "smoke size (batch_size, warmup_steps, steps, epoch_steps)")
-    for name in spec.sizes:
-        shape = spec.sample_shape(name)
-        if not shape:
-            raise ValueError(f"workload {spec.name!r} has no input shape: set workload.input_shape=[C, ...] (one "
-                             "sample, channels first, e.g. [1,64,64,64] for a 3D image with one channel)")
-        if len(shape) < 2 or min(shape) < 1:
-            raise ValueError(f"workload.input_shape={shape} is not valid: channels first, then 1 to 3 spatial "
-                             "sides, all positive (e.g. [1,64,64,64], [3,224,224] or [8,1024])")
+    if not workloads_mod.shape_from_data(spec):  # else read from the dataset's first item when resolved
+        check_shape(spec)
     need = {"volumes": ("segmentation", 3, 1), "images": ("class", 2, 3)}.get(spec.synthetic)
-    if need and (spec.target, spec.spatial_dims, spec.in_channels) != need:
+    if need and spec.sample_shape() and (spec.target, spec.spatial_dims, spec.in_channels) != need:
         raise ValueError(f"workload.synthetic={spec.synthetic} makes {need[1]}D samples with {need[2]} channel(s) "
                          f"for a {need[0]} target; workload {spec.name!r} has {spec.sample_shape()} and target "
                          f"{spec.target}: use synthetic: tensors")
+
+
+EXPORT_TARGETS = ("tb", "mlflow", "wandb")  # harness.export's writers
+
+
+def check_export(spec: str, name: str) -> None:
+    """``TARGET:DEST`` (``tb:runs/harness``, ``mlflow:http://127.0.0.1:5000``, ``wandb:wandb-runs``) or ""."""
+    if not spec:
+        return
+    target, _, dest = str(spec).partition(":")
+    if target not in EXPORT_TARGETS or not dest:
+        raise ValueError(f"{name}={spec!r}: TARGET:DEST with TARGET one of {', '.join(EXPORT_TARGETS)}, such as "
+                         "tb:runs/harness or mlflow:http://127.0.0.1:5000")

@@ -203,6 +203,13 @@ def builtin(name: str) -> WorkloadSpec:
     return copy.deepcopy(_builtin(name))
 
 
+def shape_from_data(spec: WorkloadSpec) -> bool:
+    """Whether the workload leaves its input shape to its own dataset: it gives a dataset and no input_shape (at the
+    top or in any size), and does not hand the dataset the patch size (which the shape would decide)."""
+    return (spec.dataset is not None and not any(spec.sample_shape(n) for n in [*spec.sizes, "full"])
+            and "data.patch_size" not in spec.dataset_settings.values())
+
+
 def is_builtin(spec: WorkloadSpec) -> bool:
     """Whether ``spec`` is a shipped workload exactly as shipped (its name alone then says what it measures)."""
     if spec.name not in available():

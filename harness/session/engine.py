@@ -16,6 +16,11 @@ from harness.analysis.stats.busy import busy_reason
 from harness.session.events import Events
 
 
+class Stop(Exception):
+    """Raised by a policy's ``measure`` to end the session before that turn runs (a time budget spent): told as
+    ``decided`` with its text; what was measured stays, and the exit code is what it was."""
+
+
 class Hooks:
     """What a policy's ``measure`` hands the runner for one turn: the events it tells on the way."""
 
@@ -51,14 +56,18 @@ class Policy(Protocol):
 
 def run(policy: Policy, events: Events, before_launch=None) -> int:
     """Run ``policy`` to its end; 1 if a turn could not even start, else 0 (failed runs are data, in the records).
-    ``before_launch``: called before each run measured (``runner.run_one``)."""
+    ``before_launch(cfg)``: called before each run measured (``runner.run_one``)."""
     code, round_ = 0, 0
     while (turns := policy.next_turns(round_, events)) is not None:
         for turn in turns:
             if policy.held(turn):
                 events.emit("already", turn)
                 continue
-            code = max(code, _turn(policy, turn, events, before_launch))
+            try:
+                code = max(code, _turn(policy, turn, events, before_launch))
+            except Stop as stop:
+                events.emit("decided", turn, text=str(stop))
+                return code
         round_ += 1
         if not policy.look(round_, events):
             break
@@ -70,6 +79,8 @@ def _turn(policy: Policy, turn: Any, events: Events, before_launch) -> int:
     for again in (False, True):
         try:
             outcome = policy.measure(turn, again, Hooks(events, turn, before_launch))
+        except Stop:
+            raise
         except Exception as exc:  # a turn the parent could not even start: say so, go on with the next
             events.emit("failed", turn, error=exc)
             if not policy.keep_going:

@@ -97,10 +97,11 @@ def act(cfg: config_mod.RunConfig, asked: Asked, labels: dict, pipeline: Pipelin
 
 def run_one(cfg: config_mod.RunConfig, labels: dict, pipeline: Pipeline, cache: Cache | None = None,
             environment: tuple[dict, str] | None = None, on_progress=None,
-            before_launch: Callable[[], object] | None = None, cap_workers_at_cpus: bool = False) -> Outcome:
-    """:func:`ask`, then :func:`act`: copy or measure ``cfg`` with ``labels`` on its record. ``before_launch`` is
-    called when a run is about to be measured or recorded as skipped (not for a copy)."""
+            before_launch: Callable[[config_mod.RunConfig], object] | None = None,
+            cap_workers_at_cpus: bool = False) -> Outcome:
+    """:func:`ask`, then :func:`act`: copy or measure ``cfg`` with ``labels`` on its record. ``before_launch(cfg)``
+    is called when a run is about to be measured or recorded as skipped (not for a copy)."""
     asked = ask(cfg, cache, environment, cap_workers_at_cpus)
     if asked.original is None and before_launch is not None:
-        before_launch()
+        before_launch(cfg)
     return act(cfg, asked, labels, pipeline, environment, on_progress)

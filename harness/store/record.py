@@ -20,7 +20,8 @@ Schema history (bump ``SCHEMA_VERSION`` when a column changes meaning or type):
       columns; noise_df is empty in older files, 0 where the sweep had none), so a later calibration never
       rewrites an old verdict; auto_max_rounds, the round budget of a sweep.repeats=auto sweep.
       Later, new columns in version 4: memory_limit_gb (the run's memory.limit_gb), cuda_alloc_retries and cuda_ooms
-      (the CUDA caching allocator's counters); empty in older files.
+      (the CUDA caching allocator's counters); empty in older files. cpu_bf16: the CPU's bf16 units as its flags
+      name them ("avx512_bf16 amx_bf16"), "none" (bf16 emulated), "" unknown and in older files.
 """
 
 from __future__ import annotations
@@ -118,6 +119,7 @@ class RunRecord(Metrics, RunIdentity):
     gpu_mem_total_bytes: float | None = None
     cpu_model: str = ""
     cpu_count: int | None = None
+    cpu_bf16: str = ""  # the CPU's bf16 units ("avx512_bf16 amx_bf16"), "none": emulated; "" unknown (older records)
     # how ranks talk where two machines of one model can differ (run/parent/env.topology): GPU links, NCCL's
     # version, NCCL_* settings; "" for one GPU or a CPU without such settings (and in older records)
     topology: str = ""
@@ -138,7 +140,17 @@ class RunRecord(Metrics, RunIdentity):
     phase_teardown_s: float | None = None
     phase_wall_s: float | None = None
     phase_gap_s: float | None = None
+    # the model phase's parts (the workload's imports, the device's context, the FLOP count, the build, the move to
+    # the device) and the warm-up's (its first step, the rest); empty where the run did not reach them
+    phase_imports_s: float | None = None
+    phase_context_s: float | None = None
+    phase_flops_s: float | None = None
+    phase_build_s: float | None = None
+    phase_to_device_s: float | None = None
+    phase_first_step_s: float | None = None
+    phase_warmup_rest_s: float | None = None
     launched_by: str = ""  # "fork": forked from the sweep's warm launcher; "exec": a fresh interpreter
+    launcher_preloaded: str = ""  # a forked run: the packages its launcher had imported (top-level names, sorted)
 
 
 _ARROW_TYPES = {

@@ -18,16 +18,18 @@ from __future__ import annotations
 import dataclasses
 import shlex
 import sys
-import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
 from harness.run.parent import launcher, phases
 from harness.config import ladder as ladder_mod
+from harness.sweeps import budget
 from harness.sweeps import rounds as rounds_mod
 from harness.sweeps import rungs as rungs_mod
 from harness import config as config_mod
 from harness import store
+from harness.analysis.gate.answers import BUSY
+from harness.analysis.stats.busy import busy_reason
 from harness.session import engine
 from harness.session.events import Events, Listener
 
@@ -67,7 +69,12 @@ def run_ladder(ctx: rungs_mod.SweepContext, machine, *listeners: Listener) -> in
     the :class:`LadderPolicy`); the records go to the store, what happens to ``listeners`` as events. At the end,
     the duty cycle of the runs measured (their windows over the loop's wall time), when any was.
 
-    Returns 1 if a rung could not even be started, else 0: failed runs are data, shown in the table."""
+    Before each round, how long it should take (``harness.sweeps.budget``); within ``sweep.budget_min`` no round
+    is started that would not fit, and no run once it is spent (a run in flight finishes).
+
+    Returns 1 if a rung could not even be started, 2 if the first round would not fit in the budget (nothing is
+    measured), 5 (busy) when every run of the first round was measured on a busy machine (no run could count, so
+    it stops there), else 0: failed runs are data, shown in the table."""
     events = Events(*listeners)
     ctx, noise = rounds_mod.with_calibration(ctx, machine)
     policy = LadderPolicy(ctx, machine, noise)
@@ -75,25 +82,33 @@ def run_ladder(ctx: rungs_mod.SweepContext, machine, *listeners: Listener) -> in
         events.say(f"sweep.repeats=auto: rounds until every verdict is decided, at most {policy.plan.max_rounds} "
                    f"within sweep.budget_min={ctx.budget_min:g}; "
                    + (noise.describe() if noise.calibrated else "no calibration"))
-    started = time.monotonic()
+    started = rounds_mod.clock()
+    policy.first = _round_context(ctx, machine, 0)  # nothing is stored before round 0 starts: its source holds
+    estimate = budget.stored_round(policy.first, machine, policy.done)
+    events.say(budget.first_round_line(estimate, policy.plan.budget_s))
+    if refusal := budget.first_round_refusal(estimate, policy.plan.budget_s):
+        events.emit("decided", text=refusal)
+        return 2
     with launcher.warm() as session:
-        policy.first = _round_context(ctx, machine, 0)  # nothing is stored before round 0 starts: its source holds
         session.begin(_first_to_measure(policy.first, machine, policy.plan, policy.done))
         code = engine.run(policy, events, _before_launch(listeners))
+    if policy.all_busy:
+        return BUSY
     if policy.measured:
-        print(phases.duty_cycle(policy.measured, time.monotonic() - started))
+        print(phases.duty_cycle(policy.measured, rounds_mod.clock() - started))
     return code
 
 
-def _before_launch(listeners) -> Callable[[], Any] | None:
-    """The first listener's ``before_launch`` (the console's glance at the machine's fitness), if it has one."""
+def _before_launch(listeners) -> Callable[[config_mod.RunConfig], Any] | None:
+    """The listeners' ``before_launch(cfg)`` (the console's glance at the machine's fitness), where they have one."""
     hooks = [h for h in (getattr(listener, "before_launch", None) for listener in listeners) if h is not None]
-    return (lambda: [h() for h in hooks]) if hooks else None
+    return (lambda cfg: [h(cfg) for h in hooks]) if hooks else None
 
 
 class LadderPolicy:
     """A sweep's decisions: every rung each round, serpentine; ``repeats=auto`` looks after every round and stops
-    when every verdict is decided, after ``max_repeats`` rounds, or before a round past the time budget."""
+    when every verdict is decided, after ``max_repeats`` rounds, or before a round past the time budget; no run
+    starts once the budget is spent; a first round whose every run was busy ends the sweep."""
 
     def __init__(self, ctx: rungs_mod.SweepContext, machine, noise):
         self.ctx, self.machine, self.noise = ctx, machine, noise
@@ -104,32 +119,54 @@ class LadderPolicy:
         self.first: rungs_mod.SweepContext = ctx
         self.round_ctx = ctx
         self.measured: list = []  # records of the runs measured (for the duty cycle)
+        self.busy: dict[tuple[int, int], str | None] = {}  # this round's turns: why the run that stands was busy
+        self.all_busy = False  # every run of the first round was busy: the sweep stopped there
 
     def next_turns(self, round_: int, events: Events) -> list[Turn] | None:
         if round_ >= self.plan.max_rounds:
             return None
-        refusal = self.plan.refusal(len(self.ctx.ladder.rungs)) if round_ else ""
+        rungs = len(self.ctx.ladder.rungs)
+        refusal = self.plan.refusal(rungs) if round_ else ""
         if refusal:
             events.emit("decided", text=refusal)
             return None
+        if round_ and (line := self.plan.round_line(round_, rungs)):
+            events.say(line)
         self.round_ctx = _round_context(self.ctx, self.machine, round_) if round_ else self.first
+        self.busy = {}
         return round_turns(self.ctx.ladder, round_, self.plan.max_rounds, self.plan.auto)
 
     def held(self, turn: Turn) -> bool:
-        return (turn.rung.index, turn.round_) in self.done
+        held = (turn.rung.index, turn.round_) in self.done
+        if held:
+            self.busy[turn.rung.index, turn.round_] = None
+        return held
 
     def measure(self, turn: Turn, again: bool, hooks: engine.Hooks) -> rungs_mod.RungOutcome:
-        """``rungs.run_rung``: a measured run's time kept in the plan and its record for the duty cycle."""
-        began = time.monotonic()
+        """``rungs.run_rung``: a measured run's time kept in the plan, its record for the duty cycle, and why it was
+        busy; no run once the budget is spent (``engine.Stop``)."""
+        if not again and (spent := self.plan.run_refusal(turn.label)):
+            raise engine.Stop(spent)
+        self.busy.pop((turn.rung.index, turn.round_), None)
+        began = rounds_mod.clock()
         outcome = rungs_mod.run_rung(self.round_ctx, turn.rung.index, turn.round_, self.machine, hooks.started,
                                      hooks.progress, before_launch=hooks.before_launch)
+        record = outcome.record
         if outcome.how == "measured":
-            self.plan.measured(time.monotonic() - began, again)
-            if outcome.record is not None:
-                self.measured.append(outcome.record)
+            self.plan.measured(rounds_mod.clock() - began, again)
+            if record is not None:
+                self.measured.append(record)
+        fresh = outcome.how == "measured" and record is not None and record.status == "ok"
+        self.busy[turn.rung.index, turn.round_] = busy_reason(record) if fresh else None
         return outcome
 
     def look(self, rounds: int, events: Events) -> bool:
+        busy = list(self.busy.values())
+        if rounds == 1 and busy and all(busy):
+            events.emit("decided", text=f"stop: every run of the first round was busy ({busy[0]}): no run can count, "
+                                         "so no more are made; stop the other work and run the same command again")
+            self.all_busy = True
+            return False
         if not self.plan.auto:
             return True
         judgement, action = rounds_mod.look(self.ctx, self.noise, rounds, self.plan.max_rounds)

@@ -5,7 +5,8 @@
 * **auto.** After every round the sweep's records are read back and judged as the table will judge them
   (``harness.analysis.stats.sweepstats``: the rung x round model, its look's band from O'Brien-Fleming alpha
   spending over ``sweep.max_repeats`` rounds); the sweep stops when every verdict another round could decide
-  is decided, after ``max_repeats`` rounds, or before a round that would end past ``sweep.budget_min``.
+  is decided, after ``max_repeats`` rounds, or before a round that would end past ``sweep.budget_min`` (and no
+  run starts once it is spent: ``harness.sweeps.budget``).
   Rounds taken from the store count as rounds done: a sweep already measured in full adds nothing.
 * **The calibration** is chosen once, when the sweep starts (``calibration.choose_calibration``: the same
   environment, workload and size, fit, made before now), and stored with every record, so a later
@@ -22,26 +23,34 @@ from dataclasses import dataclass, field
 
 from harness.analysis.stats import calibration, noise_model, sequential, sweepstats
 from harness.store import load_runs, utc_timestamp
+from harness.sweeps import budget
 from harness.sweeps import rungs as rungs_mod
 from harness.run.parent import runner
 
 
+def clock() -> float:
+    """The sweep's clock (seconds; a test fakes it)."""
+    return time.monotonic()
+
+
 @dataclass
 class RoundPlan:
-    """The rounds of one sweep and the clock of a ``sweep.repeats=auto`` one."""
+    """The rounds of one sweep and its clock: ``budget_s`` (``sweep.budget_min``) bounds a repeats=auto sweep, and a
+    repeats=N one whose user gave it (``harness.sweeps.budget``)."""
 
     auto: bool
     max_rounds: int
     budget_s: float | None = None
-    started: float = field(default_factory=time.monotonic)
+    started: float = field(default_factory=lambda: clock())
     fresh_s: float = 0.0  # seconds spent on rungs measured (not copied from the store), busy runs again included
     fresh_turns: int = 0  # rungs of a round that measured something
 
     @staticmethod
     def of(ctx: rungs_mod.SweepContext) -> "RoundPlan":
+        budget = 60.0 * float(ctx.budget_min)
         if ctx.repeats == "auto":
-            return RoundPlan(True, int(ctx.max_repeats), 60.0 * float(ctx.budget_min))
-        return RoundPlan(False, int(ctx.repeats))
+            return RoundPlan(True, int(ctx.max_repeats), budget)
+        return RoundPlan(False, int(ctx.repeats), budget if "sweep.budget_min" in ctx.user_keys else None)
 
     def measured(self, seconds: float, again: bool = False) -> None:
         """A run was measured (not copied): its time tells how long the next round will take; ``again``: a busy
@@ -49,16 +58,38 @@ class RoundPlan:
         self.fresh_s += seconds
         self.fresh_turns += not again
 
+    def round_estimate(self, rungs: int) -> float | None:
+        """Seconds the next round of ``rungs`` rungs should take, from the runs measured so far (None before any)."""
+        return rungs * self.fresh_s / self.fresh_turns if self.fresh_turns else None
+
     def refusal(self, rungs: int, now: float | None = None) -> str:
-        """Why the next round must not start ("" when it may): only a repeats=auto sweep has a clock."""
-        if not self.auto or self.budget_s is None or not self.fresh_turns:
+        """Why the next round must not start ("" when it may): it would end past the budget."""
+        next_round = self.round_estimate(rungs)
+        if self.budget_s is None or next_round is None:
             return ""
-        now = time.monotonic() if now is None else now
-        spent, next_round = now - self.started, rungs * self.fresh_s / self.fresh_turns
+        spent = (clock() if now is None else now) - self.started
         if spent + next_round <= self.budget_s:
             return ""
         return (f"stop: time budget spent (another round would take ~{next_round / 60:.1f} min after "
-                f"{spent / 60:.1f} of sweep.budget_min={self.budget_s / 60:g})")
+                f"{spent / 60:.1f} of sweep.budget_min={self.budget_s / 60:g}; "
+                f"sweep.budget_min={budget.give(spent + next_round)} would let it start)")
+
+    def round_line(self, round_: int, rungs: int) -> str:
+        """What is said before round ``round_`` (from 0) after the first: its estimate and what is left."""
+        left = (f"; {max(0.0, self.budget_s - (clock() - self.started)) / 60:.1f} of sweep.budget_min="
+                f"{self.budget_s / 60:g} left" if self.budget_s is not None else "")
+        estimate = self.round_estimate(rungs)
+        if estimate is None:
+            return ""
+        return f"round {round_ + 1}: ~{estimate / 60:.1f} min, estimated from the runs measured so far{left}"
+
+    def run_refusal(self, label: str) -> str:
+        """Why the run ``label`` names must not start ("" when it may): the budget is spent."""
+        spent = clock() - self.started
+        if self.budget_s is None or spent < self.budget_s:
+            return ""
+        return (f"stop: sweep.budget_min={self.budget_s / 60:g} spent ({spent / 60:.1f} min) before {label}: what "
+                f"is measured is kept; give a larger sweep.budget_min, or {budget.FEWER_STEPS}")
 
 
 def order(rungs: list, round_: int) -> list:

@@ -29,7 +29,7 @@ from harness.records.sinks import Pipeline, Sink
 from harness.run.parent import runner
 from harness.session import runner as session_runner
 from harness.store import RunRecord, load_records, load_runs, records_from_frame
-from harness.workload import applicability
+from harness.workload import applicability, first_item
 from harness.profiles import summary_from_json
 
 
@@ -76,7 +76,8 @@ def rung_config(ctx: SweepContext, rung: int, machine: runner.Machine, dropped: 
              "sweep.rerun": ctx.rerun, "sweep.max_repeats": ctx.max_repeats, "sweep.budget_min": ctx.budget_min,
              "sweep.remeasure_busy": ctx.remeasure_busy}
     cfg = config_mod.from_dict({**config_mod.flatten(ctx.settings), **ladder, **sweep})
-    return config_mod.resolve(cfg, machine.cuda_available, ladder_keys=frozenset(ladder))
+    return config_mod.resolve(cfg, machine.cuda_available, ladder_keys=frozenset(ladder),
+                              dataset_shape=first_item.input_shape)
 
 
 def _size(settings: dict[str, Any], machine: runner.Machine) -> str:
@@ -278,10 +279,10 @@ def would_be_cached(ctx: SweepContext, cfg: config_mod.RunConfig) -> bool:
 
 def run_rung(ctx: SweepContext, rung: int, round_: int, machine: runner.Machine,
              on_start: Callable[[config_mod.RunConfig, frozenset[int]], Any] | None = None,
-             on_progress=None, before_launch: Callable[[], Any] | None = None) -> RungOutcome:
+             on_progress=None, before_launch: Callable[[config_mod.RunConfig], Any] | None = None) -> RungOutcome:
     """Measure (or take from the cache) one rung of one round (``harness.session.runner.run_one``), its record handed
-    to the store and the sweep's other sinks; ``before_launch`` is called when a run is about to be measured (not for
-    one the store holds)."""
+    to the store and the sweep's other sinks; ``before_launch(cfg)`` is called when a run is about to be measured
+    (not for one the store holds), with its resolved settings."""
     ladder = ctx.ladder
     # the store is read per rung, filtered inside pyarrow: four columns of this sweep's rows, then the cache's
     # few columns and the one record it copies. Each rung may run in another process (any Hydra launcher), so

@@ -343,15 +343,18 @@ class Prepared:
     val: ValStep | None = None  # its validation step (harness.workload.val_steps); None: the default step's pass
 
 
-def prepare(cfg, workload, device: torch.device | None = None, rank=None) -> Prepared:
+def prepare(cfg, workload, device: torch.device | None = None, rank=None, note=None) -> Prepared:
     """Build the workload's model and training objects with every knob applied, in order. Under DDP ``device`` is
-    this rank's and ``rank`` (``harness.run.child.ranks.Rank``) says how many there are."""
+    this rank's and ``rank`` (``harness.run.child.ranks.Rank``) says how many there are. ``note(mark)``: told when
+    the model is built ("built") and on its device ("on_device"), for the run's phases."""
+    note = note or (lambda mark: None)
     device = device or torch.device(cfg.device)
     if reason := cudagraph_multi_device_conflict(cfg):
         raise KnobNotApplicable(reason)
     apply_memory_limit(cfg.memory.limit_gb, device)
     backend_flags = apply_backend_flags(cfg)
     model, loss_fn, unit_types = build_all(cfg)
+    note("built")
     own = own_step(workload, model, loss_fn=loss_fn)  # decided on the model as built, before any wrapper
     val = val_step_of(workload, model, own) if cfg.val.every_n_steps else None
     if own is not None and (reason := own_step_conflicts(cfg, own, validates=val is not None)):
@@ -359,6 +362,7 @@ def prepare(cfg, workload, device: torch.device | None = None, rank=None) -> Pre
     units = apply_activation_checkpointing(model, unit_types) if cfg.activation_checkpointing else 0
     fmt = memory_format(cfg, workload.spatial_dims)
     model = apply_device_and_format(model, device, fmt)
+    note("on_device")
     guard_cpu_bf16_conv3d(model, cfg)
     model.train()
     if workload.lightning_module is not None:  # its forward, in place: its steps call it, under DDP too

@@ -2,16 +2,23 @@
 a step that returns no loss or a non-scalar one (and, with ``val.every_n_steps``, a validation step: eval mode, no
 grad), a LightningModule whose training_step returns None or whose configure_optimizers returns no optimizer, a
 model whose output the default loss cannot take (a tuple), a vocabulary smaller than the token ids: each one line,
-exit 2. Run where the parent knows the batch (synthetic data);
-a workload's own dataset is the child's to read, and what the meta device cannot compute is the child's to find."""
+exit 2; the default step handed a dict or a list that is no (input, target) pair, or a model whose forward wants
+the targets (a detector), each one line naming ``workload.step``. Run where the parent knows the batch (synthetic
+data; for the default step, a workload's own dataset's first item, ``harness.workload.first_item``); what the meta
+device cannot compute is the child's to find."""
 
 from __future__ import annotations
 
+import inspect
+from collections.abc import Mapping
 from typing import Any
 
 import torch
+import torch.utils._pytree
 
-from harness.workload import lightning
+from harness.names import target_of
+from harness.workload import first_item, lightning
+from harness.workload.batches import describe
 from harness.workload.build import build_loss
 from harness.workload.step_knobs import StepError
 from harness.workload.steps import is_hugging_face, own_step, reader_for
@@ -31,9 +38,13 @@ def check_step_on_meta(cfg, model) -> list[str]:
         if lightning.overrides(type(model), "train_dataloader"):
             return notes  # its batches come from its own data, which only the child builds
     batch = meta_batch(cfg)
+    if batch is None and own is None and spec.dataset is not None:
+        batch = _on_meta(first_item.first_batch(cfg))  # the default step's batch, from the dataset's first item
     if batch is None:
         return notes
-    result = _run(lambda: own.call(model, batch) if own is not None else model(batch[0]))
+    if own is None:
+        _check_default_batch(spec, batch)
+    result = _run(lambda: own.call(model, batch)) if own is not None else _default_forward(spec, model, batch[0])
     if result is not UNKNOWN and own is not None:
         reader_for(result, own.name)
     elif result is not UNKNOWN and not isinstance(result, torch.Tensor):
@@ -41,6 +52,52 @@ def check_step_on_meta(cfg, model) -> list[str]:
     if cfg.val.every_n_steps:
         _check_validation(spec, model, own, batch)
     return notes
+
+
+DEFAULT_STEP_FIX = ("name a step that takes the batch and returns the loss: workload.step._target_=mypkg.train.step "
+                    "(step(model, batch) -> loss; docs/own-training.md)")
+
+
+def _check_default_batch(spec, batch) -> None:
+    """The default step unpacks an ``(input, target)`` pair: a dict, or a list of another length, is refused."""
+    if isinstance(batch, Mapping):
+        raise StepError(f"workload {spec.name!r} gives batches of named tensors (a dict: {describe(batch)}); the "
+                        f"default step takes (input, target) pairs (loss_fn(model(x), y)): {DEFAULT_STEP_FIX}")
+    if isinstance(batch, torch.Tensor) or (isinstance(batch, (tuple, list)) and len(batch) != 2):
+        what = f"a {type(batch).__name__} of {len(batch)}" if isinstance(batch, (tuple, list)) else "one tensor"
+        raise StepError(f"workload {spec.name!r} gives batches that are {what} ({describe(batch)}), not "
+                        f"(input, target) pairs, which the default step takes (loss_fn(model(x), y)): "
+                        f"{DEFAULT_STEP_FIX}")  # another kind of batch is the child's to report
+
+
+def _default_forward(spec, model, x) -> Any:
+    """The default step's forward, ``model(x)``, on the meta batch; a model whose forward wants the targets (a
+    torchvision detector in training mode) is refused naming a step."""
+    try:
+        return model(x)
+    except (StepError, ImportError):
+        raise
+    except Exception as exc:
+        if _takes_targets(model) and "target" in str(exc).lower():
+            raise StepError(f"workload.model._target_={target_of(spec.model)!r} wants the targets in its forward "
+                            f"(forward(images, targets), as torchvision's detection models do: {str(exc)[:80]}); the "
+                            f"default step calls model(x) alone: {DEFAULT_STEP_FIX}") from None
+        return UNKNOWN
+
+
+def _takes_targets(model) -> bool:
+    try:
+        return "targets" in inspect.signature(model.forward).parameters
+    except (TypeError, ValueError, AttributeError):
+        return False
+
+
+def _on_meta(batch: Any) -> Any:
+    """A real batch as meta tensors of the same shapes and dtypes (None stays None)."""
+    if batch is None:
+        return None
+    return torch.utils._pytree.tree_map(
+        lambda v: torch.empty(v.shape, dtype=v.dtype, device="meta") if isinstance(v, torch.Tensor) else v, batch)
 
 
 def _check_validation(spec, model, own, batch) -> None:

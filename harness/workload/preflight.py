@@ -10,7 +10,7 @@ import re
 import sys
 from typing import Any
 
-from harness.config.targets import instantiate, setting_args
+from harness.config.targets import instantiate, locate, setting_args
 from harness.config.workload import is_builtin
 from harness.names import display_name, target_of
 
@@ -34,6 +34,8 @@ def check_model_builds(cfg) -> None:
         return
     where = "workload.lightning_module" if spec.lightning_module is not None else "workload.model"
     model = _build_on_meta(where, spec.model_node, model_args)
+    if spec.lightning_module is None:
+        _refuse_lightning_as_model(spec, model)
     if spec.loss is not None:
         _build_on_meta("workload.loss", spec.loss, setting_args(spec.loss_settings, cfg))
     if model is not None and shape:  # a package imported on the first call (MONAI's optional ones)
@@ -47,6 +49,20 @@ def check_model_builds(cfg) -> None:
 
 
 _BUILT: set[str] = set()  # what check_model_builds built in this process
+
+
+def _refuse_lightning_as_model(spec, model: Any) -> None:
+    """A LightningModule given as ``model`` would be measured through its forward with the harness's loss, not its
+    training_step: refused, naming ``workload.lightning_module``. Found by its methods, as the adapter finds it."""
+    target = target_of(spec.model)
+    found = type(model) if model is not None else locate(target, "workload.model._target_")
+    if not isinstance(found, type) or not all(callable(getattr(found, m, None))
+                                             for m in ("training_step", "configure_optimizers")):
+        return
+    raise ValueError(f"workload.model._target_={target!r} is a LightningModule ({found.__name__} has training_step "
+                     "and configure_optimizers): as workload.model it would be measured through its forward with the "
+                     "harness's loss; give it as workload.lightning_module._target_=" + target
+                     + " (and workload.model=null) to measure its training_step")
 
 
 def _build_on_meta(where: str, node: dict, settings: dict[str, Any]) -> Any:

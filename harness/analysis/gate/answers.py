@@ -32,7 +32,7 @@ def verdict(code: int, named: dict[str, list[str]]) -> str:
     if code == BUSY:
         return "BUSY: no verdict, the machine was busy: " + names("busy")
     if code == UNDECIDED:
-        return "UNDECIDED: neither beyond nor within the threshold yet: " + names("undecided", "warned")
+        return "UNDECIDED: neither beyond nor within the threshold yet: " + names("undecided", "warned", "bimodal")
     if code == NOTHING_COMPARABLE:
         return "ERROR: nothing comparable"
     return "OK: decided, nothing regressed"

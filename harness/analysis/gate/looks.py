@@ -18,9 +18,12 @@ Its error is a missed regression: a config slower than the threshold called unch
 
 from __future__ import annotations
 
+import math
 from typing import Callable
 
+from harness.analysis.gate.rule import ALPHA
 from harness.analysis.stats.checkstats import look_level
+from harness.analysis.stats.speedup import power as band_power
 
 REGRESSED_SPENDING = "obrien-fleming"  # strict early: a regression is called only on strong evidence
 UNCHANGED_SPENDING = "pocock"  # even: a change well within the threshold is called unchanged after a few rounds
@@ -49,3 +52,35 @@ def at_level(looked: tuple[float, ...], spending: str = REGRESSED_SPENDING) -> C
 def same_level(looked: tuple[float, ...]) -> Callable[[float], float] | None:
     """The unchanged test's alpha at the last of the looks at ``looked`` (Pocock spending: see the docstring)."""
     return at_level(looked, UNCHANGED_SPENDING)
+
+
+def planned_rounds(first: int, max_rounds: int, budget_s: float, run_s: float | None, configs: int) -> int:
+    """The looks' horizon: the rounds the time budget allows at ``run_s`` seconds a run (2 runs a config a round),
+    at most ``max_rounds`` and at least ``first`` (the rounds before the first look always run); ``max_rounds``
+    when the run time is not known yet. Spending the error over rounds the clock never allows leaves most of it
+    unspent: at 30 s a run and 4 configs a 30-minute budget allows 7 rounds, not 12."""
+    if run_s is None or not run_s > 0:
+        return max_rounds
+    allowed = int(budget_s // (2 * configs * run_s))
+    return max(first, min(max_rounds, allowed))
+
+
+def power(rounds: int, first: int, cv: float, slowdown: float, threshold: float, configs: int,
+          df_lost: int = 1) -> float:
+    """About how often a check whose looks end at ``rounds`` flags one config ``slowdown`` (0.10: 10%) slower, at a
+    process CV ``cv``: the last look's one-sided test at Holm's first level alpha / configs (the earlier looks'
+    share is left out: an approximation, within a few points of ``tests/test_looks_sim.py``), a round's log ratio
+    carrying two runs' noise, ``rounds - df_lost`` degrees of freedom (``speedup.power``'s noncentral t)."""
+    level = at_level(fractions(rounds, first, rounds))
+    alpha = (level or (lambda a: a))(ALPHA / max(configs, 1))
+    distance = math.log(1 - threshold) - math.log(1 - slowdown)
+    return band_power(distance, cv * math.sqrt(2 / rounds), rounds - df_lost, 2 * alpha)
+
+
+def rounds_for(wanted: float, first: int, cv: float, slowdown: float, threshold: float, configs: int,
+               limit: int = 64) -> int | None:
+    """The fewest rounds whose looks flag ``slowdown`` in ``wanted`` of checks (``power``); None beyond ``limit``."""
+    for rounds in range(first, limit + 1):
+        if power(rounds, first, cv, slowdown, threshold, configs) >= wanted:
+            return rounds
+    return None

@@ -35,8 +35,9 @@ def header(result: PairedResult) -> list[str]:
             f"threshold: throughput {result.thresholds.describe('-')}; regressed only when the band's upper end "
             f"(at the level shown, Holm's) lies below 1 - threshold, unchanged only when its lower end (each config "
             f"at {ALPHA:.0%}) lies above it; undecided otherwise",
-            f"paired: one log ratio a round, t on rounds - 1 df; bands one-sided at the level tested; family-wise "
-            f"error <= {ALPHA:.0%} over {result.family} configs (Holm){_looks(result)}"]
+            f"paired: one log ratio a round, the side order a term where clear, t on rounds - 1 (- 2) df; bands "
+            f"one-sided at the level tested; family-wise error <= {ALPHA:.0%} over {result.family} configs "
+            f"(Holm){_looks(result)}"]
 
 
 def _looks(result: PairedResult) -> str:
@@ -68,7 +69,7 @@ def format_text(result: PairedResult) -> str:
 def verdict(result: PairedResult) -> str:
     """The check's answer in words, led by its word for CI: OK, FAIL, BUSY, UNDECIDED or ERROR."""
     return answers.verdict(result.exit_code, {s: [r.name for r in result.rows if r.status == s]
-                                              for s in ("regressed", "busy", "undecided")})
+                                              for s in ("regressed", "busy", "undecided", "bimodal")})
 
 
 def format_md(result: PairedResult) -> str:
@@ -87,7 +88,7 @@ def format_junit(result: PairedResult) -> str:
     node = ET.SubElement(root, "testsuite", name=f"harness.check --against {result.ref}", tests=str(len(rows)),
                          failures=str(sum(r.status == "regressed" for r in rows)),
                          errors=str(len(result.busy_rows)),
-                         skipped=str(sum(r.status in ("undecided", "failed", "skipped") for r in rows)))
+                         skipped=str(sum(r.status in ("undecided", "bimodal", "failed", "skipped") for r in rows)))
     for r in rows:
         case = ET.SubElement(node, "testcase", classname=f"harness.check.{r.ladder or r.workload}", name=r.name)
         detail = (f"status {r.status}; work/REF {_num(r.ratio, '.3f')} band {band_text(r)}; {r.rounds} rounds; "
@@ -96,7 +97,7 @@ def format_junit(result: PairedResult) -> str:
             ET.SubElement(case, "failure", message="; ".join(r.notes) or "regressed", type="regressed").text = detail
         elif r.status == "busy":
             ET.SubElement(case, "error", message="; ".join(r.busy), type="busy").text = detail
-        elif r.status in ("undecided", "failed", "skipped"):
+        elif r.status in ("undecided", "bimodal", "failed", "skipped"):
             ET.SubElement(case, "skipped", message=f"{r.status}: {'; '.join(r.notes)}")
         ET.SubElement(case, "system-out").text = detail
     return ET.tostring(root, encoding="unicode", xml_declaration=True)

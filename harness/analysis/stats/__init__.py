@@ -12,5 +12,6 @@ simulation test (docs/contributing.md, "A statistic").
 * ``noise_model``: the two-group run-level model, noise calibrations, detectable speedups, the hardware label.
 * ``calibration``: which noise calibration a sweep may use, and which it skipped and why.
 * ``busy``: when a run's machine was busy (no verdict from it).
+* ``bimodal``: runs that land at one of two speeds, named (a calibration's, a check side's).
 * ``statsim``: seeded Monte Carlo of the above on simulated sweeps (the tests and docs/statistics.md).
 """

@@ -14,7 +14,8 @@ whose own report said NOT FIT TO MEASURE, even one made after the sweep. The rul
   *fit* one instead chose, near the 10% cut, whichever calibration happened to draw a low CV: the CV used was
   40-74% of the true variance and a one-round sweep asserted a change on 7-8% of A/A rungs (docs/statistics.md).
 * **Fit**: at least 2 ok runs, CV below ``noise_model.UNFIT_CV`` (10%), no run on a busy machine
-  (``busy.busy_reason``), no outlier run (``noise_model.outliers``: Grubbs' test at 1%). An unfit newest one
+  (``busy.busy_reason``), runs not at two speeds (``bimodal.bimodal`` at 1%: the reason says "bimodal" and what
+  to do), no outlier run (``noise_model.outliers``: Grubbs' test at 1%). An unfit newest one
   leaves the sweep with no calibration, and says so, with the older fit one it blocked.
 * Every skipped one is reported, so a table can say "skipped calibration noise-...: CV 17.1% >= 10%".
 """
@@ -26,7 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from harness.analysis.stats import busy, noise_model
+from harness.analysis.stats import bimodal, busy, noise_model
 from harness.store import load_runs
 
 
@@ -76,6 +77,9 @@ def unfit_reason(candidate: Candidate) -> str | None:
     busy_runs = [b for b in candidate.busy if b]
     if busy_runs:
         return f"busy ({busy_runs[0]}" + (f"; {len(busy_runs)} runs busy)" if len(busy_runs) > 1 else ")")
+    two = bimodal.bimodal(values)
+    if two:
+        return f"{two.describe()}: {bimodal.ADVICE}"
     cv = float(np.std(np.log(values), ddof=1))
     if cv >= noise_model.UNFIT_CV:
         return f"CV {cv:.1%} >= {noise_model.UNFIT_CV:.0%} (too noisy to measure speedups)"
@@ -109,8 +113,10 @@ def choose_calibration(candidates, env_key: str, workload: str, size: str, sweep
             continue
         values = [v for v in c.samples_per_s if v is not None and math.isfinite(v) and v > 0]
         cv = max(float(np.std(np.log(values), ddof=1)), noise_model.MIN_CV)
+        apart = noise_model.outliers(values, noise_model.APART_LEVEL)
         noise = noise_model.Noise(cv=cv, df=len(values) - 1, sweep_id=c.sweep_id, runs=len(values),
-                                  match="environment, workload and size")
+                                  match="environment, workload and size",
+                                  apart=f"run {apart[0]} stands apart (Grubbs at 10%)" if apart else "")
         return Choice(noise, tuple(skipped))
     return Choice(noise_model.DEFAULT, tuple(skipped))
 
@@ -161,3 +167,25 @@ def calibration_frame(results_dir, frame):
     if not len(calibrations):
         return frame
     return pd.concat([frame, calibrations], ignore_index=True).drop_duplicates("run_id")
+
+
+def shaky(noise: noise_model.Noise) -> str:
+    """Why one round must not lean on this calibration alone ("" when it may): its CV above
+    ``noise_model.SHAKY_CV`` (6%), or one of its runs standing apart. Near the 10% cut the calibrations used are
+    those that drew low, and heavy-tailed runs make a CV of a few runs unreliable: with two rounds the sweep's own
+    residuals test the calibration (the F test of ``blocks.fit``) before it is pooled."""
+    if not noise.calibrated:
+        return ""
+    if noise.cv > noise_model.SHAKY_CV:
+        return f"its CV {noise.cv:.1%} is above {noise_model.SHAKY_CV:.0%}"
+    return noise.apart
+
+
+def for_rounds(noise: noise_model.Noise, rounds: int) -> tuple[noise_model.Noise, str]:
+    """The calibration a judgement of ``rounds`` rounds may lean on: none for one round with a shaky calibration
+    (``shaky``), with the note that says so; else ``noise`` itself and ""."""
+    why = shaky(noise)
+    if rounds >= 2 or not why:
+        return noise, ""
+    return noise_model.DEFAULT, (f"calibration {noise.sweep_id} is not enough for a verdict from one round ({why}): "
+                                 "two rounds decide, the sweep's own runs testing the calibration (its F test)")

@@ -41,6 +41,8 @@ import numpy as np
 from harness.analysis.stats import distributions as sps  # scipy.stats's functions, scipy loaded at the first value
 
 from harness.analysis.stats import blocks
+from harness.analysis.stats.bimodal import ADVICE as BIMODAL_ADVICE
+from harness.analysis.stats.bimodal import bimodal
 from harness.analysis.stats.speedup import BUSY_PCT, POWER, Ratio
 from harness.analysis.stats.speedup import power as _power
 from harness.analysis.stats.speedup import within_run_uncertainty
@@ -51,6 +53,8 @@ DEFAULT_CV = 0.05  # process-to-process CV assumed where this machine has no cal
 ALPHA = 0.05  # family-wise error rate of a check
 MIN_CV = 0.005  # a few identical runs cannot prove noise below this; a calibrated CV is never taken lower
 UNFIT_CV = 0.10  # a calibration at or above this CV: the machine is too noisy to measure speedups
+SHAKY_CV = 0.06  # a calibration above this CV (or with a run apart) gives no verdict before two rounds
+APART_LEVEL = 0.10  # Grubbs' test at this level: a calibration run that "stands apart" (refused at 1%)
 NOISE_LADDER = "noise"
 _Z = 1.959963984540054  # sps.norm.ppf(0.5 + CONFIDENCE / 2), written out so that importing this loads no scipy
 
@@ -64,6 +68,7 @@ class Noise:
     sweep_id: str = ""
     runs: int = 0
     match: str = ""  # "environment" or "hardware" for a calibration
+    apart: str = ""  # a run of the calibration that stands apart (Grubbs at 10%), in words; "" when none
 
     @property
     def calibrated(self) -> bool:
@@ -260,7 +265,10 @@ def _warnings(values: list[float], cv: float, other_cpu_pct: list[float], single
     if cv >= UNFIT_CV:
         out.append(f"CV {cv:.1%} >= {UNFIT_CV:.0%}: too noisy to measure speedups (one run per rung sees "
                    f"only changes beyond {single:.2f}x); stop other work, pin clocks, or measure elsewhere")
-    for i in outliers(values):
+    two = bimodal(values)
+    if two:
+        out.append(f"the runs are {two.describe()}: the machine runs this at two speeds; {BIMODAL_ADVICE}")
+    for i in ([] if two else outliers(values)):
         out.append(f"run {i} is an outlier ({values[i]:.2f} samples/s vs median {np.median(values):.2f}): "
                    "something disturbed it; run the calibration again")
     busy = [p for p in other_cpu_pct if p is not None and math.isfinite(p) and p > BUSY_PCT]

@@ -162,6 +162,9 @@ def judge(records, rungs: int, claims: dict, total: tuple[float, float] | None, 
     the one stored with the records), None for fixed rounds."""
     claims, total, groups = _with_figures(claims, total, groups)
     rounds = rounds or rounds_of(records)
+    leaned, why = calibration.for_rounds(noise.noise, rounds)
+    if why:
+        noise = SweepNoise(leaned, noise.stored, noise.notes + (why,))
     max_rounds = max_rounds if max_rounds is not None else auto_max_rounds(records)
     logs, busy = blocks.from_records(records.to_dict("records"), rungs=rungs, rounds=rounds)
     fitting = [g for g in groups if 1 <= int(g["first"]) < int(g["last"]) < rungs]

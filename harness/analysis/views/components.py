@@ -23,13 +23,13 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from harness.analysis.views import epochs
+from harness.analysis.views import bound, epochs
 from harness.analysis.stats import blocks, speedup
 
 # the table's rows (harness.analysis.views.table imports this module, so its classes are named here, not imported)
 RungRow = GroupRow = SweepTable = Any
 
-DATA_PACED_WAIT = 0.2  # a loop blocked on its loader at least this share of its step runs at the loader's pace
+DATA_PACED_WAIT = bound.HOST_WAITING  # a loop blocked on its loader at least this share of its step runs at the loader's pace
 DIFFERENT = 1.10  # compute and end-to-end ratios this far apart (and outside the band) get a reading line
 NOT_JUDGED = "not judged here (see note)"
 NO_PART_BAND = ("no verdict (one run a rung: a part of the step has no band, the calibration measured the whole "
@@ -147,7 +147,9 @@ def judge(table: SweepTable, records, level: float = 0.05) -> None:
         _judge_row(row, before, table.rows, level)
     for group in table.groups:
         _judge_group(group, table.rows, level)
-    table.readings = [line for line in (reading(r, rows.get(r.built_on)) for r in table.rows) if line]
+    base = rows.get(0)
+    table.readings = bound.baseline_line(base.data_wait_frac, base.parts.device_step_frac) if base and base.parts else []
+    table.readings += [line for line in (reading(r, rows.get(r.built_on)) for r in table.rows) if line]
     table.readings += in_samples + _epoch_readings(table, rows)
 
 
@@ -428,9 +430,14 @@ def reading(row: RungRow, before: RungRow | None) -> str:
 
 
 def _why(row: RungRow, before: RungRow | None, parts: Parts) -> str:
-    waits = [w for w in (before.data_wait_frac if before else None, row.data_wait_frac) if w is not None]
-    if waits and max(waits) >= DATA_PACED_WAIT:
-        span = f"{waits[0]:.0%}" if len(waits) == 1 else f"{waits[0]:.0%} -> {waits[-1]:.0%}"
+    """What limited the loop before and after the change (:func:`bound.limited_by`: the host's wait on the loader,
+    and on a GPU whether the device idled meanwhile)."""
+    found = [bound.limited_by(r.data_wait_frac, r.parts.device_step_frac if r.parts else None)
+             for r in (before, row) if r and r.data_wait_frac is not None]
+    if any(r.label == bound.BOTH for r in found):
+        return f"the loop {'was' if len(found) > 1 else 'is'} limited by {' -> '.join(r.text() for r in found)}"
+    if any(r.data_limits for r in found):
+        span = " -> ".join(f"{r.data_wait_frac:.0%}" for r in found)
         if parts.x_compute.value > row.x_previous.value:
             return f"the loop is data-bound: {span} waiting"
         return f"the change acted on the loader: {span} waiting"

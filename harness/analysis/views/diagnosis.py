@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from harness import shell
+from harness.analysis.views import bound
 from harness.analysis.views.profile import bound_by, bound_reason
 
 DATA_BOUND_BELOW = 0.8  # loader rate / model rate under which the loader is the bottleneck
@@ -24,7 +25,7 @@ BOUND_SLACK = 1.10  # a full step this much faster than a part alone cannot be n
 
 @dataclass
 class Diagnosis:
-    verdict: str  # data-bound, compute-bound, balanced, unknown
+    verdict: str  # data-bound, compute-bound, balanced, both: the loader and the device, launch-bound, unknown
     loader_batches_per_s: float | None
     model_batches_per_s: float | None
     full_batches_per_s: float | None
@@ -60,7 +61,29 @@ def diagnose(loader: dict, model: dict, full: dict, device: str, num_workers: in
     is the complete command line that runs COMMAND with these settings and the words added (the caller's
     overrides, config folders and all); ``again``: the command that measures again with more steps."""
     found = _from_rates(loader, model, full, device, num_workers, disk_uncached, data, command, again)
+    found = _with_device(found, full, command) if device == "cuda" else found
     return _with_profile(found, full.get("profile_json") if full.get("status") == "ok" else "")
+
+
+def _with_device(found: Diagnosis, full: dict, command: Callable[..., str]) -> Diagnosis:
+    """On a GPU the full step's own reading (:func:`bound.limited_by`): the host's wait on the loader says data-bound
+    only where the device idled meanwhile; a device busy the whole step while the host waits is both."""
+    frac = full.get("device_step_frac") if full.get("status") == "ok" else None
+    if found.verdict == "unknown" or frac is None or found.data_wait_frac is None:
+        return found
+    reading = bound.limited_by(found.data_wait_frac, float(frac))
+    if reading.label in (found.verdict, bound.HOST, bound.UNKNOWN):
+        return found
+    if reading.label != bound.BOTH:
+        found.notes.append(f"the full step's own reading differs from the rates': {reading.text()}")
+        return found
+    rates = found.text.split(": ", 1)[1]
+    found.text = f"{reading.label}: in the full step, {reading.numbers()}; the rates alone said {found.verdict}: {rates}"
+    found.verdict = reading.label
+    found.advice = [f"both limit: a faster loader alone or a cheaper step alone shows little end to end; change "
+                    f"both, e.g. more loader workers ({command('sweep', '+ladder=workers')}) and a cheaper step "
+                    f"({command('sweep', '+ladder=precision')}), or climb both at once: {command('climb')}"]
+    return found
 
 
 def _with_profile(found: Diagnosis, profile_json: str | None) -> Diagnosis:

@@ -31,7 +31,7 @@ COLUMNS = ["run_id", "status", "timestamp", "data_wait_frac", "threads", "worklo
            "gpu_name", "gpu_count", "cpu_model", "cpu_count", "torch_version", "cuda_version", "hostname",
            "git_commit", "git_dirty", "against_side", "against_commit"]
 DECISIONS = {"regressed": "regressed", "busy": "busy", "unchanged": "ok", "improved": "ok", "warned": "undecided",
-             "undecided": "undecided"}
+             "undecided": "undecided", "bimodal": "undecided"}
 
 
 @dataclass

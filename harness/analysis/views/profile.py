@@ -12,6 +12,7 @@ import html
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from harness.analysis.views import bound
 from harness.profiles import (DEVICE_PHASES, HOST_PHASES, PHASE_LABELS, OperatorTime, ProfileSummary,
                               summary_from_dict, summary_from_json)
 
@@ -37,16 +38,19 @@ def as_summary(value) -> ProfileSummary:
 
 
 def bound_by(summary) -> str:
-    """``data-bound``, ``launch-bound`` or ``compute-bound`` (``unknown`` for a failed profile).
+    """``data-bound``, ``both: the loader and the device``, ``launch-bound`` or ``compute-bound`` (``unknown`` for a
+    failed profile).
 
-    Data-bound: the host waits for batches >= 30% of the step. Launch-bound (CUDA): the device runs no kernel
-    >= 60% of the span while the loader is not the cause. Else compute-bound: the step is busy doing its work."""
+    Data-bound: the host waits for batches >= 30% of the step while the device idles (on a GPU: both, the loader
+    and the device, when the device runs kernels nearly all of the span). Launch-bound (CUDA): the device runs no
+    kernel >= 60% of the span while the loader is not the cause. Else compute-bound: the step is busy doing its work."""
     s = as_summary(summary)
     if s.error or not s.steps or s.step_ms <= 0:
         return "unknown"
-    if s.host_shares().get("data_wait", 0.0) >= DATA_BOUND_SHARE:
-        return "data-bound"
     idle = (s.device_shares() or {}).get("idle")
+    if s.host_shares().get("data_wait", 0.0) >= DATA_BOUND_SHARE:
+        # the host waits on the loader; data-bound only if the device idles meanwhile (harness.analysis.views.bound)
+        return bound.BOTH if idle is not None and idle < 1 - bound.DEVICE_BUSY else "data-bound"
     if idle is not None and idle >= LAUNCH_BOUND_IDLE:
         return "launch-bound"
     return "compute-bound"

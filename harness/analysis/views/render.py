@@ -155,7 +155,9 @@ def footer_lines(table: SweepTable, strong: Callable[[str], str] = _strong) -> l
                  "it holds both; no verdict from a busy machine or without a band.")
     if any(r.bound for r in table.rows):
         lines.append("Beside the data wait: what the rung's profile says bounds a step (data-bound: the host waits "
-                     "for batches >= 30% of the step; launch-bound: the device runs no kernel >= 60% of it).")
+                     "for batches >= 30% of the step while the device idles; both: the loader and the device, when it "
+                     "waits while the device runs kernels nearly the whole step; launch-bound: the device runs no "
+                     "kernel >= 60% of it).")
     lines.append(compute_line(table))
     lines += table.readings
     if has_scaling(table):

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from harness.analysis.stats import calibration, noise_model, speedup, sweepstats
-from harness.analysis.views import components
+from harness.analysis.views import components, cpu_bf16
 from harness.analysis.stats.busy import BUSY_VERDICT, busy_reason
 from harness.analysis.views.claims import Claims
 from harness.analysis.views.profile import bound_by
@@ -130,8 +130,7 @@ def build_table(frame, sweep: str = "latest", results_dir: str = "results") -> S
     table.groups = [_group(g, rows, judgement) for g in claims.groups]
     components.judge(table, records, judgement.level or 0.05)
     _notes(table, ladder, claims, judgement)
-    if copied := copied_rounds_note(records, frame, results_dir):
-        table.notes.append(copied)
+    table.notes.extend(n for n in (copied_rounds_note(records, frame, results_dir), cpu_bf16.note(records)) if n)
     return table
 
 
@@ -215,7 +214,7 @@ def _row(rung: int, runs, claims: Claims) -> RungRow:
         row.peak_mem_bytes = speedup.median(mem)
         row.peak_mem_allocated_bytes = speedup.median(ok["peak_vram_bytes"]) if cuda else None
         row.device_mem_bytes = speedup.median(ok["gpu_mem_used_bytes"]) if cuda else None
-        retries = ok["cuda_alloc_retries"]
+        retries = ok["window_cuda_alloc_retries"].fillna(ok["cuda_alloc_retries"])  # the window's (older: the run's)
         row.alloc_retries = int(retries.max()) if cuda and retries.notna().any() else None
         row.gpu_util_pct = speedup.median(ok["gpu_util_pct"])
         row.world_size = int(ok["world_size"].fillna(1).max()) if "world_size" in ok else 1

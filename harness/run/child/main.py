@@ -59,7 +59,16 @@ def main(job_dir: str) -> int:
             if progress_channel is not None:
                 channel.tell(progress_channel, payload, wait=phase == "measure")
 
+    def note(phase: str) -> None:  # a mark kept for the record's phases, not told to the parent
+        if rank.rank == 0:
+            marks.setdefault(phase, time.time())
+
+    progress.note = note
     progress("build")
+    from harness.run.child import startup  # torch's side: after the lifeline, as measure
+
+    startup.import_workload(cfg.workload)  # MONAI's networks, the user's module: the model phase's first part
+    note("imported")
     try:
         rank = ranks.join(cfg.device)
         result = {"status": OK, "error": "", **_measure(cfg, rank, gpu_name, progress, job).to_dict()}
@@ -82,9 +91,13 @@ def _measure(cfg: RunConfig, rank: Rank, gpu_name: str, progress, job: Path) -> 
     """This rank's measurement, summarised; under DDP, every rank's combined into rank 0's record."""
     from harness.run.child import ranks  # torch: main() imported it, after the lifeline
     from harness.run.child.measure import measured_run, model_flops_per_sample  # torch: as ranks
+    from harness.run.child.startup import flops_per_sample, open_context
 
     cfg.batch_size = config_mod.per_device_batch(cfg)  # this rank's batch (strong scaling: its share)
-    flops = model_flops_per_sample(cfg, cfg.workload)
+    open_context(rank.device(cfg.device))
+    progress.note("context")
+    flops = flops_per_sample(cfg, cfg.workload, lambda: model_flops_per_sample(cfg, cfg.workload))
+    progress.note("flops")
     with measured_run(cfg, cfg.workload, progress, rank) as run:
         run.extras.worker_hwm_bytes = monitor.worker_peaks()  # the loader's workers are alive until the block ends
         summary = summarize(run.m, run.extras, per_sample(cfg, flops, gpu_name), compiled=cfg.compile != "off")

@@ -118,6 +118,7 @@ class Window:
     cpu_pct: float | None = None
     clock_end: monitor.CpuClock | None = None
     sm_active_pct: float | None = None
+    allocator_at_open: dict[str, int] = field(default_factory=dict)  # the allocator's counts when it opened
 
 
 @dataclass
@@ -166,7 +167,7 @@ def _set_up(cfg: RunConfig, workload: WorkloadSpec, rank: Rank, progress: Progre
     """The preamble (seed, CPUs, model and training objects), the loader, and what the loop reads."""
     mode = cfg.measure.mode
     device = rank.device(cfg.device)
-    prep = preamble(cfg, workload, device, rank)
+    prep = preamble(cfg, workload, device, rank, getattr(progress, "note", None))
     progress("data")  # the model is built: the data and the loader next (where a run's time goes)
     own = prep.own if prep is not None else None
     own_data, collate = data_of(cfg, workload, own)
@@ -203,13 +204,14 @@ def _set_up(cfg: RunConfig, workload: WorkloadSpec, rank: Rank, progress: Progre
     )
 
 
-def preamble(cfg: RunConfig, workload: WorkloadSpec, device: torch.device, rank: Rank) -> Prepared | None:
+def preamble(cfg: RunConfig, workload: WorkloadSpec, device: torch.device, rank: Rank,
+             note: Callable[[str], None] | None = None) -> Prepared | None:
     """What a measured process does before its loader, in this order: the seed, the CPUs (first: the loader's workers
     inherit them, and torch's threads are cut to them), then the model and training objects with every knob applied
     (``prepare``: memory limit, backend flags, build); None for the loader alone (``measure.mode=loader``)."""
     torch.manual_seed(cfg.seed)
     apply_cpu_affinity(cfg.cpus, rank.local_rank)
-    return prepare(cfg, workload, device, rank) if cfg.measure.mode != "loader" else None
+    return prepare(cfg, workload, device, rank, note) if cfg.measure.mode != "loader" else None
 
 
 def grad_sync_skipper(model, rank: Rank, accum: int) -> Callable[[], Any] | None:
@@ -273,7 +275,8 @@ def _open_window(loop: Loop, progress: Progress) -> Window:
     # CPU accounting is read here and at the close (two readings, none per step): exact at the window's
     # edges, which the parent's polls would only see up to one poll late.
     monitor.cpu_percent_since_last_call()
-    window = Window(threads=threads, clock_start=monitor.CpuClock.read(), **peaks)
+    window = Window(threads=threads, clock_start=monitor.CpuClock.read(), allocator_at_open=allocator_counts(device),
+                    **peaks)
     if loop.gpm is not None:  # last: the device idles from the sync to the first step
         loop.gpm.open()
     return window
@@ -358,16 +361,20 @@ def _collect_extras(loop: Loop, window: Window, compile_mode: str) -> Extras:
         cudagraph_skips=compiled.cudagraph_skips(compile_mode, device) if prep is not None else None,
         gpu_sm_active_pct=window.sm_active_pct,
         gpu_sample_note=loop.gpm.note if loop.gpm is not None else "",
-        **allocator_counts(device),
+        **allocator_counts(device, window.allocator_at_open),
     )
 
 
-def allocator_counts(device: torch.device) -> dict[str, int]:
-    """The CUDA caching allocator's retries and survived out-of-memory errors over the run (empty off CUDA)."""
+def allocator_counts(device: torch.device, at_open: dict[str, int] | None = None) -> dict[str, int]:
+    """The CUDA caching allocator's retries and survived out-of-memory errors over the run so far (empty off CUDA);
+    with ``at_open`` (the counts when the window opened), also the warm-up's (those) and the window's own apart."""
     if device.type != "cuda":
         return {}
     stats = torch.cuda.memory_stats(device)
-    return {"cuda_alloc_retries": int(stats.get("num_alloc_retries", 0)), "cuda_ooms": int(stats.get("num_ooms", 0))}
+    out = {"cuda_alloc_retries": int(stats.get("num_alloc_retries", 0)), "cuda_ooms": int(stats.get("num_ooms", 0))}
+    for key, before in (at_open or {}).items():
+        out[f"warmup_{key}"], out[f"window_{key}"] = before, out[key] - before
+    return out
 
 
 def _cpu_window(start: monitor.CpuClock, end: monitor.CpuClock) -> dict[str, float]:

@@ -65,7 +65,10 @@ def join(kind: str) -> Rank:
     # several nodes: a peer node that dies leaves no process here to notice; every wait for a peer (the group's
     # set-up, a collective) ends after the rendezvous timeout instead of the 30 minutes torch would wait
     limit = float(os.environ.get(PEER_TIMEOUT_VAR, "0") or 0)
-    dist.init_process_group(backend, **({"timeout": timedelta(seconds=limit)} if limit > 0 else {}))
+    options = {"timeout": timedelta(seconds=limit)} if limit > 0 else {}
+    if kind == "cuda":  # NCCL bound to this rank's device at once (its communicator made eagerly, on the right GPU)
+        options["device_id"] = torch.device("cuda", local)
+    dist.init_process_group(backend, **options)
     return Rank(rank=dist.get_rank(), world_size=world, local_rank=local, backend=backend)
 
 
@@ -113,7 +116,8 @@ def combine(summaries: list[dict], backend: str, omp_threads: int | None, device
                 "warmup_peak_vram_reserved_bytes"):
         values = [s[key] for s in summaries if s.get(key) is not None]
         out[key] = max(values) if values else None
-    for key in ("cuda_alloc_retries", "cuda_ooms"):  # the allocator's counts: every rank's add up
+    for key in ("cuda_alloc_retries", "cuda_ooms", "warmup_cuda_alloc_retries", "warmup_cuda_ooms",
+                "window_cuda_alloc_retries", "window_cuda_ooms"):  # the allocator's counts: every rank's add up
         counts = [s[key] for s in summaries if s.get(key) is not None]
         out[key] = sum(counts) if counts else None
     # GPM's SM activity: each rank read its own GPU's over its own window; the run's is their mean, as the

@@ -18,6 +18,9 @@ import psutil
 from harness.config.machine import usable_cpus
 
 CPU_SYS = Path("/sys/devices/system/cpu")
+CPUINFO = Path("/proc/cpuinfo")
+# the CPU flags that mean bf16 arithmetic in hardware: x86's AVX512-BF16 and AMX-BF16 (Linux's names), Arm's BF16
+BF16_FLAGS = ("avx512_bf16", "amx_bf16", "bf16")
 OTHER_LOAD_PCT = 10.0  # the busy rule's threshold (``harness.analysis.stats.busy``): more, and runs are not trusted
 WINDOW_S = 0.5  # how long other processes' load is watched
 WARN_WINDOW_S = 0.2  # before a sweep or a check: a glance
@@ -42,6 +45,20 @@ def cpu_model() -> str:
     except OSError:
         pass
     return platform.processor() or platform.machine()
+
+
+def cpu_bf16() -> str:
+    """The CPU's bf16 units as its flags name them (``avx512_bf16 amx_bf16``), ``none`` when it has none (torch then
+    emulates bf16 in fp32 arithmetic, several times slower), "" when the flags cannot be read (not Linux)."""
+    try:
+        text = CPUINFO.read_text()
+    except OSError:
+        return ""
+    for line in text.splitlines():
+        if line.startswith(("flags", "Features")):  # x86, Arm; every core lists the same
+            flags = set(line.split(":", 1)[1].split())
+            return " ".join(f for f in BF16_FLAGS if f in flags) or "none"
+    return ""
 
 
 def host() -> Finding:

@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 
 import harness
-from harness.run.monitor.fitness import cpu_model
+from harness.run.monitor.fitness import cpu_bf16, cpu_model
 from harness.run.parent.fingerprint import code_fingerprint
 from harness.run.parent import torch_facts
 
@@ -140,6 +140,7 @@ def collect(device: str, git: bool = True) -> dict:
         "gpu_mem_total_bytes": None,
         "cpu_model": cpu_model(),
         "cpu_count": os.cpu_count(),
+        "cpu_bf16": cpu_bf16(),
         "hostname": socket.gethostname(),
         "code_fingerprint": code_fingerprint(),
         "threads": thread_settings(),

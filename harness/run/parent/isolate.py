@@ -173,7 +173,8 @@ def _run_child(job: Path, timeout_s: float, on_progress: ProgressFn | None, samp
     if interrupted is not None and result is None:
         raise interrupted
     marks = result.pop("phase_marks", {}) if result is not None else {}
-    timing = phases.record_fields(marks, spawned, gone, gap, getattr(proc, "how", "exec"))
+    timing = phases.record_fields(marks, spawned, gone, gap, getattr(proc, "how", "exec"),
+                                   getattr(proc, "preloaded", ""), (result or {}).get("first_step_s"))
     if result is not None:  # a child that wrote its result and then hung on exit still measured
         status, error = result.pop("status"), result.pop("error", "")
         profiling = bool(result.pop("profiling", None))  # written before its profile, which did not finish

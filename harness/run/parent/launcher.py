@@ -92,8 +92,9 @@ class ForkedChild:
 
     how = "fork"
 
-    def __init__(self, zygote: Zygote, pid: int, pidfd: int):
+    def __init__(self, zygote: Zygote, pid: int, pidfd: int, preloaded: str = ""):
         self._zygote, self.pid, self._pidfd = zygote, pid, pidfd
+        self.preloaded = preloaded  # the packages the zygote had imported when it forked this run
         self.returncode: int | None = None
 
     @property
@@ -171,6 +172,19 @@ class Zygote:
         self.ready = True
         return ""
 
+    def warm(self, config_path: Path) -> str:
+        """Have the zygote import a later sweep's workload modules too (as it did its first sweep's); why it could
+        not ("" when it did)."""
+        why = "" if self.ready else self.wait_ready()
+        if why:
+            return why
+        try:
+            zygote_mod.send(self.sock, {"warm": str(config_path)})
+            message = self._next(READY_TIMEOUT_S)
+        except OSError as exc:
+            return f"the launcher is gone ({exc})"
+        return "" if message and message.get("warmed") else f"the launcher answered {message}"
+
     def fork(self, request: dict, fds: list[int]) -> tuple[ForkedChild | None, str]:
         """Ask for a run; (its handle, "") or (None, why the zygote refused or could not)."""
         try:
@@ -186,11 +200,11 @@ class Zygote:
             for fd in handed:
                 os.close(fd)
             return None, message.get("refused", f"the launcher answered {message}")
-        self.forks.append({k: v for k, v in message.items() if k != "started"})
+        self.forks.append({k: v for k, v in message.items() if k not in ("started", "preloaded")})
         if message.get("left_to_runs"):
             say_once(f"warm launcher: each run imports {message['left_to_runs']} and what follows it itself (its "
                      "import leaves a process unsafe to fork)")
-        return ForkedChild(self, int(message["started"]), handed[0]), ""
+        return ForkedChild(self, int(message["started"]), handed[0], str(message.get("preloaded", ""))), ""
 
     def read_exits(self, child: ForkedChild) -> None:
         """Take the zygote's pending messages (without blocking): the child's exit status, or the zygote's end."""
@@ -238,6 +252,8 @@ class Session:
         (self.folder / "parent.pid").write_text(str(os.getpid()))
         (self.folder / "data").mkdir()
         self.zygote: Zygote | None = None
+        self.zygotes = 0  # how many launchers the session started (one, unless code or environment changed)
+        self.sweeps = 0  # the sweeps that began in it
         self.fork_off = _why_no_fork()
         self.last_end = time.time()  # the previous run's end (at first: the session's start)
 
@@ -245,12 +261,20 @@ class Session:
         """Start the zygote now, while the sweep does its own work before its first run (the cache, the data sets),
         and have it build ``first_config``'s model on the meta device for its imports; a sweep that measures
         nothing never calls this, and so never imports torch."""
-        if self.fork_off or self.zygote is not None or first_config is None:
+        if self.fork_off or first_config is None:
             return
-        path = self.folder / "first-config.json"
+        self.sweeps += 1
+        path = self.folder / f"first-config-{self.sweeps}.json"
         path.write_text(json.dumps(first_config))
+        if self.zygote is not None:  # a later sweep of the command: the same launcher imports its workload too
+            why = self.zygote.warm(path)
+            if why:
+                self.zygote.close()
+                self.zygote = None
+            return
         try:
             self.zygote = Zygote(self.folder, path)
+            self.zygotes += 1
         except OSError as exc:
             self.fork_off = f"the launcher did not start ({exc})"
 
@@ -271,7 +295,9 @@ class Session:
             self.zygote = None
         if self.zygote is None or not self.zygote.ready:
             try:
-                self.zygote = self.zygote or Zygote(self.folder, job / "config.json")
+                if self.zygote is None:
+                    self.zygote = Zygote(self.folder, job / "config.json")
+                    self.zygotes += 1
                 why = self.zygote.wait_ready()
             except OSError as exc:
                 why = f"the launcher did not start ({exc})"
@@ -303,8 +329,12 @@ _session: Session | None = None
 
 @contextlib.contextmanager
 def warm():
-    """A sweep's session: runs started inside fork from one zygote and share their synthetic data."""
+    """A command's session: runs started inside fork from one zygote and share their synthetic data. Inside another
+    (a sweep of a campaign or of a climb), the outer one: one launcher per command."""
     global _session
+    if _session is not None:
+        yield _session
+        return
     outer, _session = _session, Session()
     try:
         yield _session

@@ -4,9 +4,16 @@ A run's wall time, from the parent starting the child to every one of its proces
 progress markers (``phase_marks`` in its result: UNIX times, comparable with the parent's on one machine):
 
   launch    the parent's start of the child -> "build": a fresh interpreter's start and imports, or the fork
-  model     "build" -> "data": the FLOPs count, the model and the optimizer built with every knob applied
+  model     "build" -> "data": the FLOPs count, the model and the optimizer built with every knob applied; split
+            into the workload's imports ("build" -> "imported": its model's, loss's and dataset's modules), the
+            device's context ("imported" -> "context": under DDP the process group's joining too), the FLOP count
+            ("context" -> "flops": once per sweep for a model, the later runs read it), the build ("flops" ->
+            "built") and the move to the device ("built" -> "on_device"); the rest (the optimizer, a compiler's
+            wrapper) is the model phase less those
   data      "data" -> "warmup": the data set built and the loader started (the one batch of measure.mode=model)
-  warm-up   "warmup" -> "measure": the warm-up steps (the record's first_step_s and compile_s are within it)
+  warm-up   "warmup" -> "measure": the warm-up steps (the record's first_step_s and compile_s are within it); split
+            into its first step (the record's first_step_s: cuDNN's engines loaded and benchmarked, a compile) and
+            the rest (the other steps, the collection before them)
   window    the measured window (the record's measured_s)
   teardown  "measured" -> gone: the closing reads, the loader's end, the result written, every process gone
 
@@ -27,23 +34,36 @@ PHASES = (
     ("phase_data_s", "data", "warmup"),
     ("phase_warmup_s", "warmup", "measure"),
     ("phase_teardown_s", "measured", "gone"),
+    ("phase_imports_s", "build", "imported"),
+    ("phase_context_s", "imported", "context"),
+    ("phase_flops_s", "context", "flops"),
+    ("phase_build_s", "flops", "built"),
+    ("phase_to_device_s", "built", "on_device"),
 )
+# the model phase's parts and the warm-up's, as benchmarks/duty_cycle.py shows them
+PARTS = (("imports", "phase_imports_s"), ("context", "phase_context_s"), ("FLOP count", "phase_flops_s"),
+         ("build", "phase_build_s"), ("to device", "phase_to_device_s"), ("first step", "phase_first_step_s"),
+         ("other warm-up steps", "phase_warmup_rest_s"))
 SHOWN = (("launch", "phase_launch_s"), ("model", "phase_model_s"), ("data", "phase_data_s"),
          ("warm-up", "phase_warmup_s"), ("window", "measured_s"), ("teardown", "phase_teardown_s"))
 
 
 def record_fields(marks: dict[str, float], spawned: float, gone: float, gap_s: float | None,
-                  how: str) -> dict[str, Any]:
+                  how: str, preloaded: str = "", first_step_s: float | None = None) -> dict[str, Any]:
     """The record's timing fields of one run: its phases (``PHASES``), its wall time, the parent's gap before it,
-    and how it was started ("fork" or "exec")."""
+    how it was started ("fork" or "exec") and, forked, what its launcher had imported."""
     times = {**{k: float(v) for k, v in marks.items() if isinstance(v, (int, float))}, "spawn": spawned,
              "gone": gone}
     out: dict[str, Any] = {}
     for name, begin, end in PHASES:
         out[name] = max(0.0, times[end] - times[begin]) if begin in times and end in times else None
+    warmup = out["phase_warmup_s"]
+    out["phase_first_step_s"] = first_step_s if warmup is not None and first_step_s is not None else None
+    out["phase_warmup_rest_s"] = max(0.0, warmup - first_step_s) if out["phase_first_step_s"] is not None else None
     out["phase_wall_s"] = max(0.0, gone - spawned)
     out["phase_gap_s"] = None if gap_s is None else max(0.0, gap_s)
     out["launched_by"] = how
+    out["launcher_preloaded"] = preloaded if how == "fork" else ""
     return out
 
 

@@ -12,7 +12,7 @@ from harness.run.parent.isolate import ProgressFn, execute
 from harness.records.sinks import Pipeline
 from harness.store import RunRecord
 from harness.store import check_writable
-from harness.workload import datasets
+from harness.workload import datasets, first_item
 from harness.run.parent import rendezvous, torch_facts
 
 
@@ -28,7 +28,7 @@ class Machine:
 
 
 def resolve(cfg: config_mod.RunConfig, machine: Machine) -> config_mod.RunConfig:
-    return config_mod.resolve(cfg, machine.cuda_available)
+    return config_mod.resolve(cfg, machine.cuda_available, dataset_shape=first_item.input_shape)
 
 
 def environment(device: str) -> tuple[dict, str]:

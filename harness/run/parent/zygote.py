@@ -41,6 +41,7 @@ from pathlib import Path
 
 from harness.run.child import channel
 from harness.lifeline import guard_child
+from harness.run.parent import driver, verdicts
 
 SOCKET_ENV = "HARNESS_ZYGOTE_FD"  # the zygote's end of its socket to the parent
 MAX_MESSAGE = 1 << 20
@@ -51,6 +52,7 @@ PRELOAD = ("torch", "harness.config", "harness.run.child.main", "harness.run.chi
 NOT_PRELOADED = ("__main__", "__mp_main__")
 DRIVER_LOADED_BY: list[str] = []  # the import after which the CUDA driver was first seen loaded here, if any
 LEFT_TO_RUNS: list[str] = []  # the imports a probe found unsafe: not preloaded (from it on), each run makes them
+PROBED: list[int] = []  # the probes this launcher made (how many names each), where no verdict was remembered
 MADV_POPULATE_READ = 22
 
 
@@ -93,13 +95,21 @@ def main(sweep_dir: str, first_config: str = "") -> int:
         request, fds = receive(sock)
         if request is None:  # the sweep is over
             return 0
+        if "warm" in request:  # a later sweep of the command: its workload's modules too
+            warm_workload(Path(request["warm"]), _device(Path(request["warm"])) == "cuda")
+            resident, sources = resident_file_pages(), source_stamps()
+            send(sock, {"warmed": True})
+            continue
         why = changed_source(sources) or unsafe_to_fork()
+        if why and not why.startswith(CODE_CHANGED):
+            verdicts.forget()  # a remembered verdict may have let the culprit in: the next launcher probes again
         if why:
             for fd in fds:
                 os.close(fd)
             send(sock, {"refused": why})
             continue
-        state = {"threads": len(_threads()), "cuda_initialized": _cuda_initialized()}  # as the fork finds it
+        state = {"threads": len(_threads()), "cuda_initialized": _cuda_initialized(),  # as the fork finds it
+                 "cuda_driver": driver.cuda_state(), "preloaded": preloaded()}
         if LEFT_TO_RUNS:
             state["left_to_runs"] = LEFT_TO_RUNS[0]
         pid = _fork_run(request, fds, sock, sweep_dir, resident, report_imports=not learnt)
@@ -116,8 +126,8 @@ def main(sweep_dir: str, first_config: str = "") -> int:
 
 def preload(names) -> list[str]:
     """Import ``names`` in order (those already imported cost a lookup); returns the ones that failed. The first
-    import that loads the CUDA driver here is remembered (``DRIVER_LOADED_BY``): no run forks after it, and the
-    refusal names it."""
+    import that loads the CUDA driver here is remembered (``DRIVER_LOADED_BY``): a refusal to fork once the driver
+    is initialised names it (mapped and never initialised, the driver does not stop a fork)."""
     failed = []
     clean = not DRIVER_LOADED_BY and not _driver_loaded()
     for name in names:
@@ -133,6 +143,14 @@ def preload(names) -> list[str]:
     return failed
 
 
+def preloaded() -> str:
+    """The packages imported here beyond Python's own (top-level names, sorted, comma-separated): what a run forked
+    from here finds loaded, which its record keeps."""
+    own = set(sys.stdlib_module_names) | set(sys.builtin_module_names)
+    tops = {name.partition(".")[0] for name in list(sys.modules)}
+    return ",".join(sorted(t for t in tops if t not in own and not t.startswith("_")))
+
+
 def preload_fork_safe(names, probe: bool) -> list[str]:
     """``preload(names)``; with ``probe`` (the sweep runs on a GPU) they are imported in a forked probe first, and
     those from the first whose import leaves a process unsafe to fork (a library that loads the CUDA driver or
@@ -140,7 +158,12 @@ def preload_fork_safe(names, probe: bool) -> list[str]:
     this process stays one a run can be forked from."""
     names = [n for n in names if n not in sys.modules and n not in NOT_PRELOADED]
     if probe and names and not unsafe_to_fork():
-        names, culprit = _probe(names)
+        culprit = verdicts.recall(names)  # this environment's probe of these names, by an earlier launcher
+        if culprit is None:
+            PROBED.append(len(names))
+            culprit = _probe(names)[1]
+            verdicts.remember(names, culprit)
+        names = names[:names.index(culprit)] if culprit else names
         if culprit:
             LEFT_TO_RUNS.append(culprit)
             print(f"not preloaded from {culprit} on: its import leaves the launcher unsafe to fork", flush=True)
@@ -246,18 +269,20 @@ def unsafe_to_fork() -> str:
             f" (the CUDA driver loaded by importing {DRIVER_LOADED_BY[0]})" if DRIVER_LOADED_BY else "")
     if _cuda_initialized():
         return "CUDA is initialised in the launcher"
-    # the driver itself, which a library may have asked (a device count) without torch knowing: a fork can never
-    # use CUDA after its parent initialised the driver
-    if _driver_loaded():
-        return "the CUDA driver is loaded in the launcher" + (f" (by importing {DRIVER_LOADED_BY[0]})"
-                                                              if DRIVER_LOADED_BY else "")
+    # the driver itself, which a library may have initialised (a device count) without torch knowing: a fork can
+    # never use CUDA after its parent initialised the driver; merely mapped (never initialised), it forks as a
+    # DataLoader does
+    cuda = driver.cuda_state()
+    if cuda not in ("", "mapped"):
+        return cuda + (f" (the driver loaded by importing {DRIVER_LOADED_BY[0]})" if DRIVER_LOADED_BY else "")
+    driver.shutdown_nvml()  # a run starts with NVML not initialised, as a fresh process does
     if _children():
         return "a process the launcher started is still running"
     return ""
 
 
 def _driver_loaded() -> bool:
-    return any(Path(lib).name.startswith("libcuda.so") for lib in _loaded_libraries("libcuda"))
+    return bool(driver.mapped("libcuda", "libcuda.so"))
 
 
 def _cuda_initialized() -> bool:

@@ -1,0 +1,325 @@
+"""``python -m harness export``: a sweep's and a check's decided figures in TensorBoard, MLflow and W&B, read back
+with each tracker's own reader. The stores are built here (records written as a sweep writes them, a check's
+verdict kept as a check keeps it); no run is measured. A tracker's test is skipped when its library is missing."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import psutil
+import pytest
+
+from harness import cli
+from harness.analysis.gate import paired, verdicts
+from harness.analysis.gate.paired_formats import to_json
+from harness.analysis.gate.thresholds import parse_thresholds
+from harness.analysis.views import table as table_mod
+from harness.export import figures
+from harness.store import RunRecord, write_record
+
+SWEEP = "phase2-20260101-000000"
+SPEEDS = {0: [100.0, 102.0, 98.0], 1: [150.0, 153.0, 148.0]}  # samples/s by rung, one run a round
+SETTINGS = {"batch_size": 4, "precision": "fp32", "data": {"num_workers": 2, "patch_size": [32, 32, 32]}}
+
+
+def step_times(rung: int, rnd: int) -> list[float]:
+    rng = np.random.default_rng(10 * rung + rnd)
+    return list(20.0 / (1 + rung) + rng.gamma(2.0, 1.0, size=30))
+
+
+def write_sweep(results: Path, sweep_id: str = SWEEP, campaign: str = "", day: int = 1) -> None:
+    """Two rungs x three rounds, as a sweep stores them (settings, raw step times, commit, fingerprint)."""
+    for rung, speeds in SPEEDS.items():
+        settings = SETTINGS | ({"precision": "bf16-mixed"} if rung else {})
+        for rnd, sps in enumerate(speeds):
+            write_record(RunRecord(
+                run_id=f"{sweep_id}-{rung}{rnd}", status="ok",
+                timestamp=f"2026-01-{day:02d}T10:{rnd:02d}:{rung:02d}+0000", campaign_id=campaign,
+                workload="unet3d", size="smoke", device="cpu", config_hash=f"cfg-{rung}", env_key="env-1",
+                config_json=json.dumps(settings), sweep_id=sweep_id, ladder="phase2", rung=rung,
+                change="precision=bf16-mixed" if rung else "", round=rnd, samples_per_step=4, samples_per_s=sps,
+                units_per_s=sps * 32768, unit="voxels", mfu=0.01 * (1 + rung), data_wait_frac=0.05 / (1 + rung),
+                step_ms=step_times(rung, rnd), step_ms_p50=float(np.median(step_times(rung, rnd))),
+                peak_host_rss_bytes=2e9 + rung * 1e8, cpu_model="Sim CPU", cpu_count=2, other_cpu_pct=1.0,
+                git_commit="abc1234def", code_fingerprint="fp-77"), results)
+
+
+def write_check(results: Path) -> str:
+    """A paired check's verdict of three configs (one regressed), kept as ``check --against`` keeps it."""
+    rows = []
+    for rung, ratios in {0: [0.80, 0.82, 0.79], 1: [1.0, 1.01, 0.99], 2: [0.93, 0.99, 0.90]}.items():
+        for rnd, ratio in enumerate(ratios):
+            for side, sps in (("ref", 100.0), ("work", 100.0 * ratio)):
+                rows.append({"against_side": side, "rung": rung, "round": rnd, "status": "ok", "samples_per_s": sps,
+                             "workload": "w", "ladder": "l", "change": f"c{rung}", "config_hash": f"h{rung}",
+                             "error": "", "other_cpu_pct": 1.0})
+    thresholds = parse_thresholds(None, 0.05, "--threshold")
+    result = paired.PairedResult(rows=paired.analyse(pd.DataFrame(rows), thresholds), check_id="against-x1",
+                                 sweep_id=SWEEP, ref="main", ref_commit="def4567" * 2, work_commit="abc1234" * 2,
+                                 rounds=3, thresholds=thresholds)
+    verdicts.save_verdict(results, result.check_id, to_json(result))
+    return result.check_id
+
+
+@pytest.fixture
+def store(tmp_path) -> Path:
+    results = tmp_path / "results"
+    write_sweep(results)
+    write_check(results)
+    return results
+
+
+def test_a_sweeps_figures_are_the_tables_with_the_step_times_percentiles(store):
+    group = figures.sweep_group(str(store), "latest")
+    table = table_mod.load_table(str(store), "latest")
+    assert group.id == SWEEP and [e.step for e in group.entries] == [0, 1]
+    rung1, row1 = group.entries[1], table.rows[1]
+    assert rung1.metrics["throughput/samples_per_s"] == pytest.approx(150.0)
+    assert rung1.metrics["throughput/samples_per_s_low"] == pytest.approx(150.0 * (1 - row1.uncertainty))
+    assert rung1.metrics["speedup/x_baseline"] == pytest.approx(row1.x_baseline.value)
+    assert rung1.metrics["speedup/x_baseline_high"] == pytest.approx(row1.x_baseline.high)
+    pooled = [v for rnd in range(3) for v in step_times(1, rnd)]
+    assert rung1.metrics["step_ms/p90"] == pytest.approx(np.percentile(pooled, 90))
+    assert rung1.metrics["mfu"] == pytest.approx(0.02) and rung1.metrics["time/data_wait_share"] == pytest.approx(0.025)
+    assert rung1.metrics["throughput/units_per_s"] == pytest.approx(150.0 * 32768)
+    assert rung1.params["precision"] == "bf16-mixed" and rung1.params["data.num_workers"] == 2
+    assert rung1.params["data.patch_size"] == "[32, 32, 32]"
+    assert rung1.tags["verdict"] == (row1.verdict or "-") and rung1.tags["commit"] == "abc1234def"
+    assert rung1.tags["fingerprint"] == "fp-77"
+
+
+def test_a_checks_figures_are_its_rows_with_the_band(store):
+    group = figures.check_group(str(store), "latest")
+    assert group.kind == "check" and group.id == "against-x1"
+    assert [e.tags["verdict"] for e in group.entries] == ["regressed", "unchanged", "undecided"]
+    first = group.entries[0]
+    assert first.metrics["check/ratio_high"] < 0.95
+    assert first.metrics["throughput/base_samples_per_s"] == pytest.approx(100.0)
+    with pytest.raises(ValueError, match="--check 'nope': no such check .* valid choices: latest, against-x1"):
+        figures.check_group(str(store), "nope")
+
+
+def test_a_campaign_is_each_of_its_sweeps_and_a_baseline_check_its_rows(tmp_path, capsys):
+    from tests.test_regress import check, setup_check
+
+    for day, sweep_id in ((2, "camp-a"), (3, "camp-b")):
+        write_sweep(tmp_path / "camp", sweep_id, campaign="campaign-1", day=day)
+    assert [g.id for g in figures.groups(str(tmp_path / "camp"), None, None, "latest")] == ["camp-a", "camp-b"]
+    write_sweep(tmp_path / "camp", "lone", day=4)
+    assert [g.id for g in figures.groups(str(tmp_path / "camp"), "all", None)] == ["camp-a", "camp-b", "lone"]
+    setup_check(tmp_path / "base", {"cfg-a": 80.0})
+    capsys.readouterr()  # what setting up printed
+    assert check(tmp_path / "base", "--format", "json") == 1
+    row = json.loads(capsys.readouterr().out)["rows"][0]
+    group = figures.check_group(str(tmp_path / "base"), "latest")
+    assert [g.id for g in figures.groups(str(tmp_path / "base"), None, "all")] == [group.id]
+    assert group.params["kind"] == "baseline" and group.metrics["configs/regressed"] == 1.0
+    (entry,) = group.entries
+    assert entry.tags["verdict"] == "regressed" and entry.metrics["check/ratio"] == pytest.approx(row["ratio"])
+    assert (entry.metrics["check/ratio_low"], entry.metrics["check/ratio_high"]) == (pytest.approx(row["ci_low"]),
+                                                                                   pytest.approx(row["ci_high"]))
+    assert entry.metrics["throughput/head_samples_per_s"] == pytest.approx(row["current_samples_per_s"])
+
+
+def test_bad_targets_are_one_line_and_exit_2(store, capsys):
+    assert cli.main(["export", "--to", "excel", "out", "--results", str(store)]) == 2
+    assert "unknown --to 'excel'. Valid choices: mlflow, tb, wandb" in capsys.readouterr().err
+    assert cli.main(["export", "--to", "mlflow", "mlruns", "--results", str(store)]) == 2
+    err = capsys.readouterr().err
+    assert "--to mlflow 'mlruns': a tracking URI is needed" in err and err.count("\n") == 1
+    assert cli.main(["export", "--to", "tb", "x", "--results", str(store), "--sweep", "nope"]) == 2
+    assert "nope" in capsys.readouterr().err
+
+
+def _scalars(folder: Path) -> dict[str, list[tuple[int, float]]]:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(folder), size_guidance={"scalars": 0, "tensors": 0})
+    events.Reload()
+    return {tag: [(e.step, e.value) for e in events.Scalars(tag)] for tag in events.Tags()["scalars"]}, events
+
+
+def test_tensorboard_reads_back_every_value_of_the_sweep_and_the_check(store, tmp_path, capsys):
+    pytest.importorskip("tensorboard", reason="the tensorboard package is not installed (pip install tensorboard)")
+    from tensorboard.plugins.hparams import plugin_data_pb2
+
+    dest = tmp_path / "tb"
+    assert cli.main(["export", "--to", "tb", str(dest), "--results", str(store), "--sweep", "latest",
+                     "--check", "latest"]) == 0
+    assert f"sweep {SWEEP}: 2 run folder(s)" in capsys.readouterr().out
+    for group in (figures.sweep_group(str(store)), figures.check_group(str(store))):
+        folders = sorted(p.name for p in (dest / group.id).iterdir())
+        assert folders == sorted([group.kind] + [e.slug for e in group.entries])
+        for entry in group.entries:
+            scalars, events = _scalars(dest / group.id / entry.slug)
+            assert set(scalars) == set(entry.metrics)
+            for name, value in entry.metrics.items():
+                assert scalars[name] == [(entry.step, pytest.approx(value, rel=1e-6))], name
+            start = plugin_data_pb2.HParamsPluginData.FromString(
+                events.PluginTagToContent("hparams")["_hparams_/session_start_info"]).session_start_info
+            for key, value in entry.params.items():
+                got = start.hparams[key]
+                assert (got.number_value == pytest.approx(value) if isinstance(value, (int, float))
+                        and not isinstance(value, bool) else got.bool_value == value if isinstance(value, bool)
+                        else got.string_value == value), key
+            assert start.hparams["tag/verdict"].string_value == entry.tags["verdict"]
+    assert len(list((dest / SWEEP).rglob("events.out.tfevents.*"))) == 3  # one file a folder: no folder per call
+    assert cli.main(["export", "--to", "tb", str(dest), "--results", str(store)]) == 0
+    assert "already in" in capsys.readouterr().out  # exported again: left as it is, no second point
+    assert len(list((dest / SWEEP).rglob("events.out.tfevents.*"))) == 3
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture
+def mlflow_server(tmp_path):
+    """A real ``mlflow server`` on sqlite in a temporary folder, on a free port; killed (its group) at the end."""
+    pytest.importorskip("mlflow", reason="the mlflow package is not installed (pip install mlflow)")
+    port = _free_port()
+    log = open(tmp_path / "mlflow.log", "w")
+    server = subprocess.Popen(
+        [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", f"sqlite:///{tmp_path / 'mlflow.db'}",
+         "--default-artifact-root", str(tmp_path / "artifacts"), "--host", "127.0.0.1", "--port", str(port),
+         "--workers", "1"], stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    uri = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline and server.poll() is None:
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=1):
+                    break
+            except OSError:
+                time.sleep(0.5)
+        assert server.poll() is None, (tmp_path / "mlflow.log").read_text()[-2000:]
+        yield uri
+    finally:  # the server, its uvicorn worker and its job consumers: one process group, none left behind
+        os.killpg(server.pid, signal.SIGTERM)
+        try:
+            server.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            pass
+        try:
+            os.killpg(server.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        server.wait()
+        log.close()
+        left = [p for p in psutil.process_iter() if _group(p) == server.pid]
+        _, alive = psutil.wait_procs(left, timeout=10)
+        assert not [p for p in alive if p.status() != psutil.STATUS_ZOMBIE], alive
+
+
+def _group(process) -> int | None:
+    try:
+        return os.getpgid(process.pid)
+    except (ProcessLookupError, psutil.Error):
+        return None
+
+
+def _read_runs(client, experiment_id: str, parent_id: str):
+    from mlflow.entities import ViewType
+
+    children = client.search_runs([experiment_id], filter_string=f"tags.`mlflow.parentRunId` = '{parent_id}'",
+                                  run_view_type=ViewType.ALL, max_results=1000)
+    return {r.info.run_name: r for r in children}
+
+
+@pytest.mark.slow
+def test_mlflow_server_holds_a_parent_run_per_sweep_and_check_and_a_nested_run_per_rung(store, mlflow_server,
+                                                                                         capsys):
+    from mlflow import MlflowClient
+
+    assert cli.main(["export", "--to", "mlflow", mlflow_server, "--results", str(store), "--sweep", "latest",
+                     "--check", "latest", "--experiment", "perf"]) == 0
+    out = capsys.readouterr().out
+    assert f"sweep {SWEEP}: run " in out and "check against-x1: run " in out
+    client = MlflowClient(tracking_uri=mlflow_server)
+    experiment = client.get_experiment_by_name("perf")
+    for group in (figures.sweep_group(str(store)), figures.check_group(str(store))):
+        parents = client.search_runs([experiment.experiment_id], filter_string=f"tags.`harness.id` = '{group.id}'")
+        assert len(parents) == 1
+        parent = parents[0]
+        assert parent.info.status == "FINISHED" and parent.data.tags["harness.kind"] == group.kind
+        assert parent.data.params == {k: str(v) for k, v in group.params.items()}
+        assert parent.data.metrics == pytest.approx(group.metrics)
+        children = _read_runs(client, experiment.experiment_id, parent.info.run_id)
+        assert sorted(children) == sorted(e.name for e in group.entries)
+        for entry in group.entries:
+            run = children[entry.name]
+            assert run.data.params == {k: str(v) for k, v in entry.params.items()}
+            assert run.data.metrics == pytest.approx(entry.metrics)
+            assert run.data.tags["harness.verdict"] == entry.tags["verdict"]
+            assert run.data.tags["harness.parent"] == group.id
+    sweep_children = _read_runs(client, experiment.experiment_id, client.search_runs(
+        [experiment.experiment_id], filter_string=f"tags.`harness.id` = '{SWEEP}'")[0].info.run_id)
+    assert sweep_children["rung 1 precision=bf16-mixed"].data.tags["harness.commit"] == "abc1234def"
+    assert sweep_children["rung 1 precision=bf16-mixed"].data.tags["harness.fingerprint"] == "fp-77"
+    assert cli.main(["export", "--to", "mlflow", mlflow_server, "--results", str(store), "--experiment", "perf"]) == 0
+    assert "already in experiment 'perf'" in capsys.readouterr().out
+    assert len(client.search_runs([experiment.experiment_id], max_results=1000)) == 2 + 2 + 3
+
+
+@pytest.mark.slow
+def test_wandb_offline_runs_hold_the_settings_figures_and_verdicts(store, tmp_path, capsys, monkeypatch):
+    """wandb 0.31 ships no Python reader of its run files (its Go core writes them): the test reads each offline
+    run's log as bytes and finds its name, every metric's key, the settings and the verdict in it."""
+    pytest.importorskip("wandb", reason="the wandb package is not installed (pip install wandb)")
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    dest = tmp_path / "wb"
+    assert cli.main(["export", "--to", "wandb", str(dest), "--results", str(store)]) == 0
+    out = capsys.readouterr().out
+    group = figures.sweep_group(str(store))
+    files = sorted(dest.glob("wandb/offline-run-*/run-*.wandb"))
+    assert len(files) == 1 + len(group.entries)
+    assert all(f"wandb sync {path.parent}" in out or f" {path.parent}" in out for path in files)
+    logs = {path: path.read_bytes() for path in files}
+    for entry in group.entries:
+        name = f"{group.id} {entry.name}".encode()
+        log = next(data for data in logs.values() if name in data)
+        for key in entry.metrics:
+            assert key.encode() in log, key
+        assert b"bf16-mixed" in log if entry.step == 1 else b"fp32" in log
+        assert entry.tags["verdict"].encode() in log
+
+
+def test_a_check_exports_itself_when_it_ends_and_a_failed_export_only_warns(tmp_path, capsys):
+    """``check --export TARGET:DEST``: the check's exit code and report are the check's; the export's lines go to
+    stderr, and an export that fails is a warning with the command that exports it again."""
+    pytest.importorskip("tensorboard", reason="the tensorboard package is not installed (pip install tensorboard)")
+    from tests.test_regress import check, setup_check
+
+    setup_check(tmp_path, {"cfg-a": 80.0})
+    capsys.readouterr()
+    assert check(tmp_path, "--format", "json", "--export", f"tb:{tmp_path / 'tb'}") == 1
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)["exit_code"] == 1  # stdout holds the report alone
+    check_id = figures.check_document(str(tmp_path))[0]
+    assert f"export: check {check_id}: 1 run folder(s)" in captured.err
+    assert len(list((tmp_path / "tb" / check_id).rglob("events.out.tfevents.*"))) == 2
+    (tmp_path / "a-file").write_text("")
+    assert check(tmp_path, "--export", f"tb:{tmp_path / 'a-file' / 'tb'}") == 1
+    err = capsys.readouterr().err
+    assert "warning: not exported to tb:" in err and "python -m harness export --to tb " in err
+    assert check(tmp_path, "--export", "excel:out") == 2
+    assert "--export='excel:out': TARGET:DEST with TARGET one of tb, mlflow, wandb" in capsys.readouterr().err
+
+
+def test_a_sweep_export_setting_is_checked_before_anything_runs():
+    from harness.commands import sweep as sweep_cmd
+
+    with pytest.raises(ValueError, match="sweep.export='excel:x': TARGET:DEST with TARGET one of tb, mlflow, wandb"):
+        sweep_cmd.plan_sweep(["+ladder=phase2", "sweep.export=excel:x"])
+    assert sweep_cmd.plan_sweep(["+ladder=phase2", "sweep.export=tb:runs/harness"]).export == "tb:runs/harness"

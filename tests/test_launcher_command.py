@@ -1,0 +1,76 @@
+"""One warm launcher per command (a campaign's sweeps, a climb's runs: every run forks from it), and the launcher's
+probe verdict remembered per environment, so that the next command does not probe again."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+from harness import config as config_mod
+from harness.run.parent import launcher, runner
+from tests.conftest import REPO
+from tests.test_launcher import _probe_config
+
+
+def test_every_sweep_of_a_command_forks_from_one_launcher(results, tmp_path, monkeypatch):
+    monkeypatch.setenv("FORK_PROBE_OUT", str(tmp_path / "probe.jsonl"))
+    cfg = _probe_config(results)
+    env, key = runner.environment(cfg.device)
+    records = []
+    with launcher.warm() as command:  # a campaign, a climb
+        for _ in range(2):  # two sweeps, each opening its session as run_ladder does
+            with launcher.warm() as session:
+                assert session is command
+                session.begin(config_mod.to_dict(cfg))
+                records.append(runner.run_and_store(cfg, env, key))
+        assert command.zygotes == 1 and command.sweeps == 2
+    assert [r.launched_by for r in records] == ["fork", "fork"] and [r.status for r in records] == ["ok", "ok"]
+    assert launcher.active() is None
+
+
+def test_a_probe_verdict_is_remembered_for_the_next_command_in_the_same_environment(tmp_path):
+    (tmp_path / "fine_a.py").write_text("")
+    (tmp_path / "thread_b.py").write_text("import threading, time\n"
+                                          "threading.Thread(target=time.sleep, args=(60,), daemon=True).start()\n")
+    (tmp_path / "fine_c.py").write_text("")
+    code = textwrap.dedent("""
+        from harness.run.parent import zygote
+        zygote.preload_fork_safe(["fine_a", "thread_b", "fine_c"], probe=True)
+        print(zygote.PROBED, zygote.LEFT_TO_RUNS)
+    """)
+    env = dict(os.environ, PYTHONPATH=f"{REPO}:{tmp_path}", JE_ARROW_MALLOC_CONF="background_thread:false",
+               XDG_CACHE_HOME=str(tmp_path / "cache"))
+
+    def command() -> str:
+        out = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True,
+                             timeout=120)
+        assert out.returncode == 0, out.stderr
+        return out.stdout.splitlines()[-1]
+
+    assert command() == "[3] ['thread_b']"  # the first command probes the three imports
+    assert command() == "[] ['thread_b']"  # the next one takes the verdict: no probe, the same imports left out
+    assert (tmp_path / "cache" / "harness" / "launcher-probes.json").exists()
+    env["XDG_CACHE_HOME"] = str(tmp_path / "elsewhere")  # no verdict kept there: probed again
+    assert command() == "[3] ['thread_b']"
+
+
+def test_the_flop_count_is_made_once_per_sweep_for_a_model_and_patch_size(results, tmp_path, monkeypatch):
+    from harness.run.child import startup
+    from harness.workload import shared_data
+
+    cfg = _probe_config(results)
+    counted = []
+
+    def count():
+        counted.append(1)
+        return 1234.0
+
+    monkeypatch.delenv(shared_data.ENV, raising=False)
+    assert startup.flops_per_sample(cfg, cfg.workload, count) == 1234.0  # outside a sweep: every run counts
+    monkeypatch.setenv(shared_data.ENV, str(tmp_path))
+    assert [startup.flops_per_sample(cfg, cfg.workload, count) for _ in range(3)] == [1234.0] * 3
+    assert len(counted) == 2  # the sweep's first run counted; the next two read its count
+    cfg.data.patch_size = [16, 16, 16]  # another input: counted again
+    assert startup.flops_per_sample(cfg, cfg.workload, count) == 1234.0 and len(counted) == 3
