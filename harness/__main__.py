@@ -1,6 +1,7 @@
 """``python -m harness`` and the ``harness`` console script: this tool's command line, once the ``harness`` package
 imported is known to be this tool's and not the unrelated distribution of that name on the package index."""
 
+import os
 import sys
 
 import harness
@@ -9,6 +10,7 @@ DISTRIBUTION = "training-harness"
 
 
 def main() -> int:
+    current_folder_first(sys.path, os.getcwd())
     wrong = wrong_package()
     if wrong:
         print(f"error: {wrong}", file=sys.stderr)
@@ -16,6 +18,17 @@ def main() -> int:
     from harness.cli import main as cli_main  # only once the package is known to be this tool's (it may not be)
 
     return cli_main()
+
+
+def current_folder_first(path: list[str], cwd: str) -> None:
+    """The current folder first on the import path, as ``python -m`` puts it there, so that the console script
+    imports the user's own packages (``models.ConvNet``) as ``python -m harness`` does; not under ``python -P``
+    (``PYTHONSAFEPATH``), which leaves it off for ``python -m`` too. ``path`` is changed in place."""
+    if sys.flags.safe_path:
+        return
+    here = os.path.realpath(cwd)
+    if not any(os.path.realpath(p or os.curdir) == here for p in path):
+        path.insert(0, cwd)
 
 
 def wrong_package() -> str:

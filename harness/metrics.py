@@ -49,8 +49,12 @@ class Metrics:
     gpu_power_w: float | None = None
     cpu_util_pct: float | None = None
     other_cpu_pct: float | None = None  # CPU used by other processes during the measured window
-    mfu: float | None = None
+    mfu: float | None = None  # model FLOPs (flops_per_sample: MLPerf's rule, recomputation excluded) / peak_flops
     peak_flops: float | None = None
+    # the run's FLOPs as trained: activation checkpointing's recomputation included (= flops_per_sample without it)
+    # and the utilisation they make (hardware FLOPs MFU, "HFU")
+    hardware_flops_per_sample: float | None = None
+    mfu_hardware: float | None = None
     loss_first: float | None = None
     loss_last: float | None = None
     step_ms: list[float] = field(default_factory=list)

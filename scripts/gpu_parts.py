@@ -66,6 +66,8 @@ LADDER_OVERRIDES = {
     # its rungs 3-9 are BasicUNet at 55x its own compute (width_scale): 10+ s a step of 4 in FP32, so 60 steps a run
     # would not fit a command; 20 steps do (a window of 20 s or more of 10 s steps on those rungs)
     "connectomics_fastest": ("measure.warmup_steps=5", "measure.steps=15"),
+    # the language-model ladder's 14 rungs (two of them compiling) in two parts of ~5 minutes: short windows
+    "lm": ("measure.warmup_steps=5", "measure.steps=20"),
 }
 
 # Ladders no lent machine measures, and why: one run needs more than one command's 10 minutes. PLAN.md lists them.
@@ -94,6 +96,7 @@ WORKLOAD_COST = {
     "resnet50": Cost(0.002, 0.006),
     "detr": Cost(0.025, 0.1),  # CLAHE and motion blur per item
     "seresnet_speech": Cost(0.004, 0.01),  # a spectrogram per item
+    "gpt": Cost(0.02, 0.0005),  # GPT-2 small, 1024 tokens a sample: ~0.75 TFLOP, pessimistic at FP32 (not measured)
 }
 STARTUP_S = 35
 COMPILE_S = {"off": 0, "default": 120, "reduce-overhead": 180, "max-autotune": 400}

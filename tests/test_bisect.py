@@ -107,3 +107,15 @@ def test_per_config_thresholds_parse_and_the_rung_filter_names_the_valid_rungs()
     with pytest.raises(ValueError, match="--rung 5: not a config of the sweep; valid choices: 0, 1, 2"):
         against_cmd.only_rungs(replays, [5])
     assert bisect_mod.half_step(0.81) == pytest.approx(0.1)
+
+
+def test_bisect_takes_settings_anywhere_among_its_options_as_its_usage_shows(monkeypatch, capsys):
+    seen = []
+    monkeypatch.setattr(bisect_cmd, "run_bisect", lambda args: seen.append(args) or 0)
+    argv = ["GOOD", "BAD", "--rounds", "2", "measure.steps=5", "--threshold", "ladder:phase2=0.1", "seed=1"]
+    assert bisect_cmd.main("bisect", argv) == 0
+    args = seen[0]
+    assert (args.good, args.bad, args.rounds, args.threshold) == ("GOOD", "BAD", 2, ["ladder:phase2=0.1"])
+    assert args.overrides == ["measure.steps=5", "seed=1"]
+    assert bisect_cmd.main("bisect", ["GOOD", "--rounds", "2"]) == 2  # BAD missing: one line, exit 2
+    assert capsys.readouterr().err.count("\n") == 1

@@ -18,7 +18,7 @@ def test_unknown_setting_names_it_and_suggests_the_close_one():
 
 def test_unknown_workload_lists_the_valid_ones():
     with pytest.raises(ValueError, match=r"unknown workload 'unet'.*Valid choices: basic_unet3d, custom, detr, "
-                                         r"mednext, resnet50, seresnet_speech, unet3d"):
+                                         r"gpt, gpt2, llama, mednext, resnet50, seresnet_speech, unet3d"):
         tiny_config(workload="unet")
 
 

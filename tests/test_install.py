@@ -234,3 +234,76 @@ def test_the_wheel_runs_from_an_empty_folder_init_a_sweep_of_its_ladder_table_an
     # 0: decided unchanged; 5: a busy machine; 6: undecided (one run a side: nothing decides it)
     assert checked.returncode in (0, 5, 6) and "result:" in checked.stdout, checked.stdout + checked.stderr
     assert not (folder / "outputs").exists() and sorted(p.name for p in folder.iterdir()) == [PROJECT_DIR, "results"]
+
+
+CONVNET = """\
+import torch
+
+
+class ConvNet(torch.nn.Module):
+    def __init__(self, num_classes: int = 10):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 4, 3, padding=1)
+        self.head = torch.nn.Linear(4, num_classes)
+
+    def forward(self, x):
+        return self.head(self.conv(x).mean(dim=(2, 3)))
+"""
+
+
+@pytest.mark.slow
+def test_the_installed_script_imports_the_users_own_package_from_the_folder_it_runs_in(tmp_path):
+    """The ``harness`` script, not ``python -m``, from a folder holding its own ``models/``: init, the workload
+    pointed at models.ConvNet, the user's ladder measures it."""
+    venv = _venv_with_the_wheel(tmp_path)
+    folder = tmp_path / "user-repo"
+    (folder / "models").mkdir(parents=True)
+    (folder / "models" / "__init__.py").write_text("from models.convnet import ConvNet\n")
+    (folder / "models" / "convnet.py").write_text(CONVNET)
+    env = dict(_without_pythonpath(), COLUMNS="200")
+
+    def harness(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([str(venv / "bin" / "harness"), *args], cwd=folder, env=env, capture_output=True,
+                              text=True, timeout=1800)
+
+    assert harness("init").returncode == 0
+    workload = folder / PROJECT_DIR / "workload" / "my_model.yaml"
+    workload.write_text(workload.read_text().replace("torchvision.models.resnet18", "models.ConvNet"))
+    swept = harness("sweep", "+ladder=my_ladder", "size=smoke", *TINY_STEPS_ARGS, *ONE_ROUND)
+    assert swept.returncode == 0, swept.stdout[-3000:] + swept.stderr[-3000:]
+    runs = store.load_runs(folder / "results")
+    assert len(runs) == 4 and set(runs["status"]) == {"ok"}
+    specs = [json.loads(c)["workload"] for c in runs["config_json"]]
+    assert {s["model"]["_target_"] for s in specs} == {"models.ConvNet"}
+    assert [sorted(json.loads(f)) for f in set(runs["user_code_files"])] == [["models/convnet.py"]]
+
+
+def test_the_console_script_puts_the_current_folder_first_as_python_m_does(tmp_path, monkeypatch):
+    from harness import __main__ as entry
+
+    path = ["/venv/bin", "/usr/lib/python3.11"]  # the console script's: its own folder first, not the current one
+    entry.current_folder_first(path, str(tmp_path))
+    assert path == [str(tmp_path), "/venv/bin", "/usr/lib/python3.11"]
+    entry.current_folder_first(path, str(tmp_path))  # there already: once
+    assert path == [str(tmp_path), "/venv/bin", "/usr/lib/python3.11"]
+    monkeypatch.chdir(tmp_path)
+    as_python_m = ["", "/usr/lib/python3.11"]  # "" is the current folder
+    entry.current_folder_first(as_python_m, str(tmp_path))
+    assert as_python_m == ["", "/usr/lib/python3.11"]
+
+
+def test_a_console_script_finds_the_users_package_in_the_folder_it_runs_in(tmp_path):
+    """A script as pip writes it, in a folder of its own: ``main`` puts the current folder on the path before any
+    command looks for the user's targets."""
+    (tmp_path / "bin").mkdir()
+    script = tmp_path / "bin" / "harness"
+    script.write_text("import sys\nfrom harness.__main__ import main\n"
+                      "import harness.cli\nharness.cli.main = lambda: print(__import__('models').WHERE) or 0\n"
+                      "sys.exit(main())\n")
+    folder = tmp_path / "user-repo"
+    (folder / "models").mkdir(parents=True)
+    (folder / "models" / "__init__.py").write_text("WHERE = __file__\n")
+    done = subprocess.run([sys.executable, str(script)], cwd=folder, capture_output=True, text=True, timeout=120,
+                          env=dict(os.environ, PYTHONPATH=str(REPO)))
+    assert done.returncode == 0, done.stderr
+    assert Path(done.stdout.strip()) == folder / "models" / "__init__.py"

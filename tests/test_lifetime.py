@@ -165,6 +165,35 @@ def test_a_second_sweep_on_the_same_folder_is_refused_in_one_line_naming_the_fir
     assert not (results / lock.LOCK_FILE).exists()
 
 
+def test_a_second_check_against_on_the_same_store_is_refused_in_one_line_naming_the_first(tmp_path, capsys,
+                                                                                           monkeypatch):
+    from harness import cli
+
+    results = tmp_path / "results"
+    results.mkdir()
+    monkeypatch.chdir(tmp_path)  # not a repository: the refusal comes before anything looks for one
+    first = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)", "harness", "check"])
+    try:
+        (results / lock.LOCK_FILE).write_text(f"{first.pid} {socket.gethostname()}\ncheck --against\n")
+        code = cli.main(["check", "--against", "HEAD", "--results", str(results), "--rounds", "2"])
+        with pytest.raises(ValueError, match=rf"^another check --against \(PID {first.pid}\) .*: two measuring "
+                                             r"commands on one machine .* \(results_dir=DIR\)$"):
+            lock.acquire(results)  # a sweep, while the check measures
+    finally:
+        first.kill()
+        first.wait()
+    assert code == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        f"error: another check --against (PID {first.pid}) is measuring into {results} now: two checks on one "
+        "machine make each other's runs busy; wait until it ends, or give this one another folder (--results DIR)"]
+    assert sorted(p.name for p in results.iterdir()) == [lock.LOCK_FILE]  # nothing planned, nothing written
+    held = lock.acquire(results, "check --against")  # the first one gone: taken over, and let go
+    assert (results / lock.LOCK_FILE).read_text().splitlines() == [f"{os.getpid()} {socket.gethostname()}",
+                                                                   "check --against"]
+    lock.release(held)
+    assert not (results / lock.LOCK_FILE).exists()
+
+
 def test_metrics_folders_of_runs_that_are_gone_are_removed_at_the_next_start(tmp_path):
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()

@@ -86,7 +86,9 @@ def test_a_skip_gives_its_reason_any_other_failure_its_traceback():
     except ValueError as exc:
         failed = outcome.of_exception(exc, "off")
     assert failed.status == "error" and len(failed.error) == outcome.TRACEBACK_CHARS
-    assert failed.error.endswith("x\n")
+    # the end of the traceback, then where it was raised: this test's file is a user's as the harness sees it
+    assert failed.error.endswith("x\nraised in your code at tests/test_outcome.py:85 in "
+                                 "test_a_skip_gives_its_reason_any_other_failure_its_traceback")
 
 
 def test_a_child_that_left_no_result_timed_out_or_died():
@@ -109,3 +111,81 @@ def test_a_refused_batch_names_its_shapes_but_oom_and_compile_failures_pass_thro
     assert outcome.shapes_error(oom, x, y) is oom
     compiled = _compile_failure("inductor")
     assert outcome.shapes_error(compiled, x, y) is compiled
+
+
+# ------------------------------------------------------------------------------------------
+# the one line a run's summary shows of its error
+
+FAILING = """\
+import torch
+from torch.nn import functional as F
+
+
+def step(model, batch):
+    x, y = batch
+    return F.cross_entropy(model(x), y) * scale_not_defined
+
+
+def collate(items):
+    raise ValueError("this collate refuses its items")
+"""
+
+
+@pytest.fixture
+def failing(tmp_path, monkeypatch):
+    from tests.conftest import user_module
+
+    monkeypatch.chdir(tmp_path)
+    yield from user_module(tmp_path, monkeypatch, "failing_hooks", FAILING)
+
+
+def _raised_by(settings: dict) -> BaseException:
+    from tests.test_own_training import _cfg, _measure
+
+    with pytest.raises(Exception) as caught:
+        _measure(_cfg(**settings))
+    return caught.value
+
+
+@pytest.mark.parametrize("hook,workers,line", [
+    ("step", 0, "NameError: name 'scale_not_defined' is not defined (raised in your code at failing_hooks.py:7 in "
+                "step)"),
+    ("collate", 0, "ValueError: this collate refuses its items (raised in your code at failing_hooks.py:11 in "
+                   "collate)"),
+    ("collate", 1, "(raised in your code at failing_hooks.py:11 in collate)"),  # its traceback came from a worker
+])
+def test_an_exception_in_the_users_step_or_collate_names_their_file_line_and_function(failing, hook, workers, line):
+    exc = _raised_by({f"workload.{hook}._target_": f"failing_hooks.{hook}", f"workload.{hook}._partial_": True,
+                      "data.num_workers": workers})
+    error = outcome.of_exception(exc, "none").error
+    assert error.splitlines()[-1] == f"raised in your code at failing_hooks.py:{line.split(':')[-1].split()[0]} in " \
+                                     f"{hook}"
+    assert outcome.summary_line(error).endswith(line)
+
+
+def test_a_process_killed_by_a_signal_is_summarised_by_the_signal_not_its_last_stderr_line():
+    died = outcome.died(-signal.SIGKILL, "  warnings.warn(\n").error
+    assert outcome.summary_line(died) == "the measuring process killed by signal SIGKILL without writing a result."
+    assert outcome.summary_line(outcome.timed_out(12, "  warnings.warn(").error).startswith("no result after")
+    rank = "rank 1 was killed by signal SIGKILL without writing a result (rank 0 exited with code 1; rank 1 ...)"
+    assert outcome.summary_line(rank) == rank
+    assert outcome.summary_line("Traceback (most recent call last):\n  File \"x\"\nValueError: boom\n") == \
+        "ValueError: boom"
+    assert outcome.summary_line("") == "-"
+
+
+def test_the_run_summary_shows_the_signal_and_the_users_frame():
+    from rich.console import Console
+
+    from harness.commands import console
+    from harness.store import RunRecord
+
+    def why(error: str) -> str:
+        record = RunRecord(run_id="r", status="error", timestamp="t", error=error, workload="custom")
+        out = Console(record=True, width=300)
+        out.print(console.run_summary(record))
+        return next(line for line in out.export_text().splitlines() if " why " in line)
+
+    assert "killed by signal SIGKILL" in why(outcome.died(-signal.SIGKILL, "  warnings.warn(\n").error)
+    user = "Traceback ...\nValueError: [boom]\nraised in your code at models/step.py:12 in step"
+    assert "ValueError: [boom] (raised in your code at models/step.py:12 in step)" in why(user)

@@ -89,8 +89,8 @@ def test_builtins_build_what_they_built_before(name):
 
 
 def test_the_workload_group_lists_the_builtins_and_custom():
-    assert workloads.available() == ["basic_unet3d", "custom", "detr", "mednext", "resnet50", "seresnet_speech",
-                                     "unet3d"]
+    assert workloads.available() == ["basic_unet3d", "custom", "detr", "gpt", "gpt2", "llama", "mednext", "resnet50",
+                                     "seresnet_speech", "unet3d"]
     assert all(workloads.is_builtin(workloads.builtin(n)) for n in BUILTINS)
 
 

@@ -31,7 +31,7 @@ from harness.commands import against_rounds, common_args, hydra_edge
 from harness.commands import export as export_cmd
 from harness.commands.machine import warn_if_unfit
 from harness.store import load_runs, new_id
-from harness.sweeps import against, replay, worktree
+from harness.sweeps import against, lock, replay, worktree
 
 DEFAULT_ROUNDS = 4  # before the first look; even: each config runs REF first in half its rounds (``against.order``)
 DEFAULT_MAX_ROUNDS = 12
@@ -110,6 +110,16 @@ def run_against(args: argparse.Namespace, kept: list | None = None) -> int:
     if args.bisect and args.on_regression is None:
         raise ValueError("--bisect: only `python -m harness check --against REF --bisect` bisects after a regression")
     hydra_edge.check_overrides(args.overrides)
+    # one measuring command at a time on a store: a second check (or sweep) is refused naming the first's PID
+    held = lock.acquire(args.results, "check --against") if Path(args.results).is_dir() else ""
+    try:
+        return measure_and_report(args, thresholds, budget)
+    finally:
+        lock.release(held)
+
+
+def measure_and_report(args: argparse.Namespace, thresholds, budget: float) -> int:
+    """Plan the check, measure it round by round until decided, print the result; the exit code."""
     plan, warnings = prepare(args)
     stored_s, gaps = against_rounds.estimate_run_s(_stored_runs(plan, args.results))
     clock = against_rounds.Clock(len(plan.replays), args.rounds, args.max_rounds, 60 * budget, stored_s)

@@ -50,7 +50,7 @@ def main(command: str, argv: list[str]) -> int:
                         help="throughput drop that counts (default 0.05)")
     parser.add_argument("overrides", nargs="*", metavar="key=value", help="settings for every run of every check")
     common_args.exit_codes_epilog(parser)
-    return common_args.run(parser, argv, run_bisect)
+    return common_args.run(parser, argv, run_bisect, intermixed=True)  # settings anywhere, as the usage shows them
 
 
 def run_bisect(args: argparse.Namespace) -> int:

@@ -88,11 +88,13 @@ def write_summaries(markdown: str, path: str | None) -> None:
             out.write(markdown)
 
 
-def run(parser: argparse.ArgumentParser, argv: list[str], body: Callable[[argparse.Namespace], int]) -> int:
+def run(parser: argparse.ArgumentParser, argv: list[str], body: Callable[[argparse.Namespace], int],
+        intermixed: bool = False) -> int:
     """Parse ``argv`` and return ``body(args)``; a usage error or a ValueError/OSError from ``body`` is one line
-    on stderr and exit 2, ``--help`` exit 0."""
+    on stderr and exit 2, ``--help`` exit 0. ``intermixed``: positionals (``key=value`` settings) may come
+    anywhere among the options, after them too."""
     try:
-        args = parser.parse_args(argv)
+        args = parser.parse_intermixed_args(argv) if intermixed else parser.parse_args(argv)
     except UsageError as exc:
         return refuse(exc)
     except SystemExit as exc:  # --help, after printing it

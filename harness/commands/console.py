@@ -14,6 +14,7 @@ from harness.commands.exit_codes import BAD_INPUT
 from harness.analysis.views.components import short_of_waves, short_of_waves_text
 from harness.analysis.views.profile import bound_reason
 from harness.analysis.stats.busy import busy_reason
+from harness.run.child.outcome import summary_line
 
 console = Console(stderr=False, highlight=False)
 
@@ -103,7 +104,7 @@ def run_summary(record: RunRecord) -> Table:
         if record.profile_json:
             table.add_row("profile", profile_text(record))
     else:
-        table.add_row("why", (record.error or "").strip().splitlines()[-1][:300] if record.error else "-")
+        table.add_row("why", escape(summary_line(record.error)[:300]))
     table.add_row("config", record.config_hash)
     return table
 

@@ -1,6 +1,6 @@
 """``python -m harness fit``: the largest batch that fits, and the speed at each size that does.
 
-    python -m harness fit [key=value ...] [fit.axis=batch|patch] [fit.max=N] [fit.min=1] [memory.limit_gb=GIB]
+    python -m harness fit [key=value ...] [fit.axis=batch|patch|sequence] [fit.max=N] [fit.min=1] [memory.limit_gb=GIB]
                           [sweep.repeats=N]
 
 Doubles ``batch_size`` from ``fit.min`` until a run ends ``oom`` or passes ``fit.max``, then bisects between the
@@ -15,7 +15,9 @@ sizes it tried and the rounds it measured are taken from the store (``<results_d
 
 ``fit.axis=patch`` searches ``data.patch_size`` instead (a 3D workload's; the batch stays): sides in steps of the
 workload's ``patch_multiple`` (at least 8), the start's aspect kept; ``fit.min``/``fit.max`` are the patch's smallest
-side in voxels, and the curve gives voxels/s beside samples/s (docs/memory.md).
+side in voxels, and the curve gives voxels/s beside samples/s (docs/memory.md). ``fit.axis=sequence`` searches a
+language model's sequence length (``data.patch_size=[L]``, token batches) in steps of 64 tokens, the batch kept; the
+curve gives tokens/s (docs/lm.md).
 """
 
 from __future__ import annotations

@@ -44,6 +44,7 @@ from harness.run.parent.runner import Machine
 from harness.workload import preflight
 from harness.analysis.views import cpu_bf16, table as table_mod
 from harness.run.monitor import fitness
+from harness.analysis.views import units as units_view
 from harness.commands import terminal
 from harness.commands.progress import RunProgress
 from harness.session.events import OUTCOMES, Event
@@ -294,6 +295,8 @@ def _print_table(ctx: sweep_mod.SweepContext) -> None:
         return
     print()
     terminal.print_sweep_table(table)
+    if (units := units_view.load_unit_table(ctx.results_dir, ctx.sweep_id)) is not None:
+        print(units_view.render_markdown(units))
     print(f"Again from the store: {shell.command('table', '--results', ctx.results_dir, '--sweep', ctx.sweep_id)}")
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 
 from harness.analysis.views import ci_formats, render, table
+from harness.analysis.views import units as units_view
 from harness.commands import common_args, terminal
 
 
@@ -37,4 +38,6 @@ def show(args: argparse.Namespace) -> int:
         terminal.print_campaign(table.load_campaign(args.results, args.campaign), args.format)
     else:
         terminal.print_sweep_table(table.load_table(args.results, args.sweep), args.format)
+        if args.format in (None, "md") and (units := units_view.load_unit_table(args.results, args.sweep)):
+            print(units_view.render_markdown(units))
     return 0

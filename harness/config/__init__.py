@@ -9,7 +9,7 @@ the caller. One module per job:
   validate.py   bad names, values and contradictions, one function per section
   machine.py    what this machine allows: usable CPUs, the bound on loader workers
   resolution.py every "auto" and unset value made concrete for a device
-  identity.py   config_hash, the settings as a record stores them, env_key
+  identity.py   config_hash, settings_hash (what a gate compares), the settings as a record stores them, env_key
   ladder.py     ladder files: rungs and the guide's claims (read by the sweeps and the analysis; not imported here)
   workload.py   the workload spec: what to train as ``_target_`` nodes, its samples, unit and sizes; the built-ins
   targets.py    ``_target_`` nodes: locate with did-you-mean, instantiate, check, the user's source fingerprint
@@ -18,8 +18,8 @@ Why a run cannot act here (and is recorded as skipped) is ``harness.workload.app
 """
 
 from harness.config.identity import (
-    CONFIG_HASH_VERSION, HARDWARE_FIELDS, HASHED_KEYS_V2, NOT_ACTING, NOT_HASHED, SOFTWARE_FIELDS, config_hash,
-    env_key, measured_settings, record_dict,
+    CONFIG_HASH_VERSION, HARDWARE_FIELDS, HASHED_KEYS_V2, NOT_ACTING, NOT_HASHED, SOFTWARE_FIELDS, code_identity,
+    config_hash, env_key, measured_settings, record_dict, settings_hash,
 )
 from harness.config.keys import (
     KNOWN_KEYS, check_key, flatten, from_dict, get_key, known_keys, set_key, to_dict, typed,
@@ -42,8 +42,8 @@ __all__ = [
     "MATMUL_PRECISIONS", "MEASURE_MODES", "NOT_ACTING", "NOT_HASHED", "PAGE_CACHE", "PRECISIONS", "SCALINGS", "SIZES",
     "SOFTWARE_FIELDS", "WORKERS_PER_CPU", "WORKER_KEYS", "DataConfig", "DdpConfig", "DebugConfig", "MeasureConfig",
     "ModelConfig", "OptimizerConfig", "ProfileConfig", "RunConfig", "SettingWarning", "SweepConfig", "ValConfig",
-    "check_export", "check_key", "config_hash", "env_key", "flatten", "from_dict", "get_key", "known_keys",
-    "measured_settings",
-    "per_device_batch", "record_dict", "resolve", "set_key", "to_dict", "typed", "usable_cpus",
+    "check_export", "check_key", "code_identity", "config_hash", "env_key", "flatten", "from_dict", "get_key",
+    "known_keys", "measured_settings",
+    "per_device_batch", "record_dict", "resolve", "set_key", "settings_hash", "to_dict", "typed", "usable_cpus",
     "validate", "validate_one_node", "validate_sweep", "validate_workload", "workers_over_bound", "workers_over_cpus",
 ]

@@ -3,18 +3,22 @@ and the environment's key (``env_key``). A cached result is reused only when bot
 together: what one leaves out, the other must cover.
 
 ``env_key`` hashes what makes two measurements comparable: the hardware, the software stack, the code that
-measures (a fingerprint of the harness and model sources) and the CPU threads a run may use. The fields are
+measures (a fingerprint of the harness and model sources) and the CPU threads a run may use. The user's own code
+(``settings_hash``, ``code_identity``) is in config_hash, so in the cache's key, but not in the key a gate compares
+configs by: a change of it is a change under a config, as the harness's own code is. The fields are
 collected in the measuring environment (``harness.run.parent.env.collect``); only their hash is here.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 from typing import Any
 
 from harness.config.keys import flatten, to_dict
 from harness.config.schema import RunConfig
+from harness.config import targets
 from harness.config import workload as workloads_mod
 from harness.names import with_old_models_name
 
@@ -70,6 +74,24 @@ def config_hash(cfg: RunConfig) -> str:
     """16 hex digits of the measured settings (``measured_settings``), versioned by ``CONFIG_HASH_VERSION``."""
     blob = json.dumps({"v": CONFIG_HASH_VERSION, **measured_settings(cfg)}, sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def settings_hash(cfg: RunConfig) -> str:
+    """What a gate compares a config by: ``config_hash`` with the user's source fingerprint left out, so that a
+    change of the user's model code is a change under the same config (as a new torch is), not a new config. Equal
+    to config_hash where the workload has no code of the user's (every shipped one)."""
+    if not cfg.workload.source_sha:
+        return config_hash(cfg)
+    return config_hash(dataclasses.replace(cfg, workload=dataclasses.replace(cfg.workload, source_sha="")))
+
+
+def code_identity(cfg: RunConfig) -> dict[str, str]:
+    """A record's ``settings_hash`` and the user's code it ran: ``user_code_fingerprint`` (the workload's
+    source_sha, part of config_hash: the cache's key) and ``user_code_files`` (JSON, each file's own hash, so that
+    a check names the files that changed)."""
+    sha = cfg.workload.source_sha
+    files = json.dumps(targets.user_sources(cfg.workload), sort_keys=True) if sha else ""
+    return {"settings_hash": settings_hash(cfg), "user_code_fingerprint": sha, "user_code_files": files}
 
 
 def record_dict(cfg: RunConfig) -> dict[str, Any]:

@@ -29,6 +29,9 @@ SCALINGS = ("weak", "strong")
 AUTO_BOOL = ("auto", True, False)
 MEMORY_LIMIT_GB = (0.25, 1024.0)  # memory.limit_gb's valid range, GiB: a quarter of one to beyond any single card
 MATMUL_PRECISIONS = ("highest", "high", "medium")  # torch.set_float32_matmul_precision
+SDPA_BACKENDS = ("auto", "math", "efficient", "flash", "cudnn")  # torch.nn.attention.SDPBackend; auto: PyTorch's choice
+CHECKPOINT_POLICIES = ("full", "selective")  # activation checkpointing: every op of a unit again, or all but matmuls'
+COMPILE_CACHES = ("reuse", "fresh")  # compile's caches: this machine's (warm), or an empty folder (cold)
 # Compile modes that capture CUDA graphs on a GPU ("max-autotune" turns on inductor's cudagraphs too).
 CUDAGRAPH_COMPILE_MODES = ("reduce-overhead", "max-autotune")
 
@@ -148,6 +151,18 @@ class MemoryConfig:
 
 
 @dataclass
+class LmConfig:
+    """A language model's knobs (``workload=gpt``, ``gpt2``, ``llama``; harness.workload.lm_knobs)."""
+
+    sdpa_backend: str = "auto"  # the scaled_dot_product_attention kernels allowed (sdpa_kernel); auto: all
+    # activation_checkpointing=true's policy: full recomputes each unit's forward; selective saves the outputs of
+    # attention and of every second matmul (torchtitan's op-level policy) and recomputes the rest
+    checkpoint_policy: str = "full"
+    float8: bool = False  # torchao's float8 training of the Linear layers (a CUDA GPU of compute capability >= 8.9)
+    fsdp: bool = False  # devices >= 2: FSDP2 (fully_shard per checkpoint unit, then the model) instead of DDP
+
+
+@dataclass
 class SweepConfig:
     id: str = ""
     rung: Optional[int] = None
@@ -175,6 +190,7 @@ class RunConfig:
     float32_matmul_precision: Optional[str] = None  # None: PyTorch's default ("highest"); else MATMUL_PRECISIONS
     channels_last: bool = False
     compile: str = "off"
+    compile_cache: str = "reuse"  # fresh: compile into an empty cache folder (its cold cost), not this machine's
     activation_checkpointing: bool = False
     batch_size: Optional[int] = None
     accumulate_grad_batches: int = 1
@@ -200,6 +216,7 @@ class RunConfig:
     dist: DistConfig = field(default_factory=DistConfig)
     profile: ProfileConfig = field(default_factory=ProfileConfig)
     memory: MemoryConfig = field(default_factory=MemoryConfig)
+    lm: LmConfig = field(default_factory=LmConfig)
     sweep: SweepConfig = field(default_factory=SweepConfig)
 
     @property

@@ -152,6 +152,15 @@ def source_sha(spec: WorkloadSpec) -> str:
     return digest.hexdigest()[:16]
 
 
+def user_sources(spec: WorkloadSpec) -> dict[str, str]:
+    """The user's source files the targets live in (those ``source_sha`` covers), each with the sha256 (16 hex) of
+    its text: named relative to the current folder when inside it, else by their full path."""
+    here = Path.cwd().resolve()
+    files = sorted({f for _, path in all_targets(spec) if (f := _user_file(path)) is not None})
+    return {(str(f.relative_to(here)) if f.is_relative_to(here) else str(f)):
+            hashlib.sha256(f.read_bytes()).hexdigest()[:16] for f in files}
+
+
 def _user_file(path: str) -> Path | None:
     obj = locate(path)
     module = sys.modules.get(getattr(obj, "__module__", "") or "")
@@ -159,7 +168,17 @@ def _user_file(path: str) -> Path | None:
     if not origin:
         return None
     file = Path(origin).resolve()
+    return file if is_user_source(file) else None
+
+
+def is_user_source(file: str | Path) -> bool:
+    """A source file of the user's own: not the harness's (nor its harness_models/), not the standard library's,
+    not an installed package's (a ``site-packages`` folder anywhere: another environment's, seen through a .pth
+    line, too), and a file (not ``<string>``)."""
+    if str(file).startswith("<"):
+        return False
+    file = Path(file).resolve()
     installed = [Path(p).resolve() for k, p in sysconfig.get_paths().items() if k in ("stdlib", "purelib", "platlib")]
     if any(file.is_relative_to(root) for root in (*FINGERPRINTED, *installed)):
-        return None
-    return file
+        return False
+    return not {"site-packages", "dist-packages"} & set(file.parts)

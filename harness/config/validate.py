@@ -8,10 +8,10 @@ import dataclasses
 from typing import Any
 
 from harness.config.schema import (
-    AUGMENT_PRESETS, AUTO_BOOL, COMM_HOOKS, COMPILE_MODES, DATA_CACHES, DATA_SOURCES, DEVICES, FAULTS,
-    MATMUL_PRECISIONS, MEASURE_MODES, MEMORY_LIMIT_GB, PAGE_CACHE, PRECISIONS, SCALINGS, SIZES, DataConfig,
-    DebugConfig, MeasureConfig, MemoryConfig, ModelConfig, OptimizerConfig, ProfileConfig, RunConfig, SweepConfig,
-    ValConfig,
+    AUGMENT_PRESETS, AUTO_BOOL, CHECKPOINT_POLICIES, COMM_HOOKS, COMPILE_CACHES, COMPILE_MODES, DATA_CACHES,
+    DATA_SOURCES, DEVICES, FAULTS, MATMUL_PRECISIONS, MEASURE_MODES, MEMORY_LIMIT_GB, PAGE_CACHE, PRECISIONS,
+    SCALINGS, SDPA_BACKENDS, SIZES, DataConfig, DebugConfig, MeasureConfig, MemoryConfig, ModelConfig,
+    OptimizerConfig, ProfileConfig, RunConfig, SweepConfig, ValConfig,
 )
 from harness.config import targets
 from harness.config import workload as workloads_mod
@@ -35,6 +35,7 @@ def validate(cfg: RunConfig) -> None:
     _validate_profile(cfg.profile)
     validate_memory(cfg.memory)
     validate_sweep(cfg.sweep)
+    _validate_lm(cfg)
 
 
 def _validate_run(cfg: RunConfig) -> None:
@@ -320,9 +321,9 @@ def check_shape(spec: WorkloadSpec) -> None:
 def _validate_workload_shapes(spec: WorkloadSpec) -> None:
     """The workload's sizes and sample shapes, and what its synthetic samples can be."""
     units = spec.units_per_sample
-    if units != "spatial" and not (isinstance(units, int) and units > 0):
-        raise ValueError(f"workload.units_per_sample={units!r} is not valid: use a positive whole number or spatial "
-                         "(the product of the sample's spatial sides)")
+    if units not in ("spatial", "sequence") and not (isinstance(units, int) and units > 0):
+        raise ValueError(f"workload.units_per_sample={units!r} is not valid: use a positive whole number, spatial "
+                         "(the product of the sample's spatial sides) or sequence (its length: tokens)")
     missing = [n for n in SIZES[1:] if n not in spec.sizes]
     if missing:
         raise ValueError(f"workload {spec.name!r} has no sizes.{missing[0]}: every workload gives a full and a "
@@ -347,3 +348,10 @@ def check_export(spec: str, name: str) -> None:
     if target not in EXPORT_TARGETS or not dest:
         raise ValueError(f"{name}={spec!r}: TARGET:DEST with TARGET one of {', '.join(EXPORT_TARGETS)}, such as "
                          "tb:runs/harness or mlflow:http://127.0.0.1:5000")
+
+
+def _validate_lm(cfg: RunConfig) -> None:
+    """A language model's knobs' names, and compile's cache."""
+    check_choice("lm.sdpa_backend", cfg.lm.sdpa_backend, SDPA_BACKENDS)
+    check_choice("lm.checkpoint_policy", cfg.lm.checkpoint_policy, CHECKPOINT_POLICIES)
+    check_choice("compile_cache", cfg.compile_cache, COMPILE_CACHES)

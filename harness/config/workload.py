@@ -29,9 +29,10 @@ TARGET_KINDS = ("class", "segmentation", "regression")
 SYNTHETIC_KINDS = ("volumes", "images", "tensors", "tokens")
 # Harness settings a workload may hand to its model, loss or dataset (``model_settings: {ARG: SETTING}``); ``width``
 # is model.width times the size's width; data.patch_size is the sample's spatial sides (the size's, unless set);
-# data.cache_dir and results_dir say where a dataset that writes files keeps them (as data=disk does).
+# data.cache_dir and results_dir say where a dataset that writes files keeps them (as data=disk does); size is the
+# resolved size (full, smoke), for a builder whose shape differs by size in more than width (workload=gpt).
 SETTING_SOURCES = ("width", "model.width", "model.mednext_size", "model.kernel_size", "model.deep_supervision",
-                   "model.depth", "model.features", "data.patch_size", "data.cache_dir", "results_dir")
+                   "model.depth", "model.features", "data.patch_size", "data.cache_dir", "results_dir", "size")
 # the _target_ nodes, free-form below their name; the last six are a workload's own training (harness.workload.steps)
 TARGET_NODES = ("model", "loss", "optimizer", "dataset", "step", "collate", "samples", "units", "lightning_module",
                 "val_step")
@@ -74,7 +75,9 @@ class WorkloadSpec:
     target_shape: Optional[List[int]] = None  # regression only; None: [num_classes]
     num_classes: int = 2
     unit: str = "samples"  # what units_per_s counts: voxels, images, tokens, ...
-    units_per_sample: Any = 1  # a number, or "spatial": the product of the sample's spatial sides
+    # a number, "spatial": the product of the sample's spatial sides, or "sequence": its length (a language model's
+    # tokens: input_shape [1, length], one channel of token ids)
+    units_per_sample: Any = 1
     checkpoint_units: List[str] = field(default_factory=list)  # module classes wrapped by activation checkpointing
     patch_multiple: int = 1  # every spatial side must be a multiple of this (downsampling depth)
     min_side: int = 1  # smallest spatial side the network accepts
@@ -124,6 +127,8 @@ class WorkloadSpec:
 
     def units_in(self, patch_size: tuple[int, ...]) -> int:
         """Units (voxels, images, ...) in one sample of this spatial size."""
+        if self.units_per_sample == "sequence":
+            return int(patch_size[-1])
         if self.units_per_sample != "spatial":
             return int(self.units_per_sample)
         n = 1

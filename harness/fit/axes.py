@@ -14,9 +14,10 @@ import math
 from dataclasses import dataclass
 from typing import Any, Optional, Sequence
 
-AXES = ("batch", "patch")
+AXES = ("batch", "patch", "sequence")
 PATCH_KEY = "data.patch_size"
 PATCH_STEP = 8  # the patch's sides move by at least this many voxels
+SEQUENCE_STEP = 64  # a language model's sequence moves by this many tokens (attention kernels' tile)
 DEFAULT_PATCH_MAX = {"cpu": 2, "cuda": 4}  # fit.max unset on the patch axis: this many times the start's side
 
 
@@ -24,7 +25,7 @@ DEFAULT_PATCH_MAX = {"cpu": 2, "cuda": 4}  # fit.max unset on the patch axis: th
 class Axis:
     """One axis of a fit: ``key`` set to ``value(k)`` at step k."""
 
-    name: str  # "batch" or "patch"
+    name: str  # "batch", "patch" or "sequence"
     key: str
     unit_shape: tuple[int, ...] = ()  # the patch: p / gcd(p)
     step: int = 1  # the patch: voxels a step on the shape's smallest unit
@@ -38,8 +39,8 @@ class Axis:
         return f"{self.key}={value}" if self.name == "batch" else f"{self.key}=[{','.join(map(str, value))}]"
 
     def units(self, k: int) -> int:
-        """Units of one sample at step k: the patch's voxels (1 a sample on the batch axis)."""
-        return math.prod(self.value(k)) if self.name == "patch" else 1
+        """Units of one sample at step k: the patch's voxels, the sequence's tokens (1 a sample on the batch axis)."""
+        return math.prod(self.value(k)) if self.name != "batch" else 1
 
     def side(self, k: int) -> int:
         """The number ``fit.min``/``fit.max`` bound: the batch, or the patch's smallest side."""
@@ -56,6 +57,15 @@ def patch_axis(workload: str, patch: Sequence[int], spatial_dims: int, patch_mul
                          f"has none ({spatial_dims}D samples): valid fit.axis for it: batch")
     g = math.gcd(*patch)
     return Axis("patch", PATCH_KEY, tuple(s // g for s in patch), math.lcm(patch_multiple, PATCH_STEP), "voxels")
+
+
+def sequence_axis(workload: str, sequence: Sequence[int], synthetic: str) -> Axis:
+    """The sequence axis of a language model (token batches) whose start sequence is ``sequence`` ([length]): the
+    length in steps of SEQUENCE_STEP tokens, the batch kept; ValueError for a workload of no token sequence."""
+    if synthetic != "tokens" or len(sequence) != 1:
+        raise ValueError(f"fit.axis=sequence needs a language model on token batches (synthetic: tokens); workload "
+                         f"{workload!r} has synthetic: {synthetic}: valid fit.axis for it: batch")
+    return Axis("sequence", PATCH_KEY, (1,), SEQUENCE_STEP, "tokens")
 
 
 def patch_steps(axis: Axis, start_k_side: int, min_side: int, fit_min: int, fit_max: Optional[int],

@@ -19,7 +19,7 @@ from harness.session.events import Display
 from harness.config import ladder as ladder_mod
 from harness.config import ladder_file as written
 from harness.fit import state as state_mod
-from harness.fit.axes import BATCH, Axis, patch_axis, patch_steps
+from harness.fit.axes import BATCH, Axis, patch_axis, patch_steps, sequence_axis
 from harness.fit.search import FitConfig, bound, check
 from harness.records.sinks import Pipeline
 from harness.session import engine
@@ -89,7 +89,7 @@ def _begin(settings: dict, options: FitConfig, display: Display, sweep_display: 
     """Everything that may refuse the fit, before anything is measured (ValueError, OSError)."""
     check(options)
     flat = config_mod.flatten(settings)
-    prepared = session_runner.prepare(config_mod.from_dict(flat if options.axis == "patch" else
+    prepared = session_runner.prepare(config_mod.from_dict(flat if options.axis != "batch" else
                                                            {**flat, BATCH.key: options.min}),
                                       "`python -m harness fit`", display.say)
     start, (env, env_key) = prepared.resolved, prepared.environment
@@ -110,11 +110,14 @@ def _axis_range(start: config_mod.RunConfig, options: FitConfig) -> tuple[Axis, 
     if options.axis == "batch":
         return BATCH, options.min, bound(options, start.device)
     spec, patch = start.workload, list(start.data.patch_size or [])
-    axis = patch_axis(spec.name, patch, spec.spatial_dims, spec.patch_multiple)
+    axis = sequence_axis(spec.name, patch, spec.synthetic) if options.axis == "sequence" else \
+        patch_axis(spec.name, patch, spec.spatial_dims, spec.patch_multiple)
     return (axis, *patch_steps(axis, min(patch), spec.min_side, options.min, options.max, start.device))
 
 
 def _steps_text(axis: Axis) -> str:
+    if axis.name == "sequence":
+        return f" (lengths in steps of {axis.step} tokens)"
     return "" if axis is BATCH else f" (sides in steps of {axis.step} voxels, the start's aspect)"
 
 

@@ -21,7 +21,10 @@ Schema history (bump ``SCHEMA_VERSION`` when a column changes meaning or type):
       rewrites an old verdict; auto_max_rounds, the round budget of a sweep.repeats=auto sweep.
       Later, new columns in version 4: memory_limit_gb (the run's memory.limit_gb), cuda_alloc_retries and cuda_ooms
       (the CUDA caching allocator's counters); empty in older files. cpu_bf16: the CPU's bf16 units as its flags
-      name them ("avx512_bf16 amx_bf16"), "none" (bf16 emulated), "" unknown and in older files.
+      name them ("avx512_bf16 amx_bf16"), "none" (bf16 emulated), "" unknown and in older files. Then settings_hash
+      (what a gate compares a config by: config_hash without the user's own code; read as config_hash where empty),
+      user_code_fingerprint and user_code_files (the user's code a run ran, beside code_fingerprint); empty in older
+      files.
 """
 
 from __future__ import annotations
@@ -55,6 +58,9 @@ class RunIdentity:
     config_hash: str = ""
     config_json: str = "{}"
     env_key: str = ""
+    # what a gate compares a config by: config_hash with the user's own code left out (config.settings_hash); "" in
+    # older records, read as their config_hash
+    settings_hash: str = ""
     # memory.limit_gb: the device memory (GiB) the run's allocator was capped at, a smaller card's on a bigger one;
     # None: no cap (and in records older than it)
     memory_limit_gb: float | None = None
@@ -127,6 +133,10 @@ class RunRecord(Metrics, RunIdentity):
     git_commit: str = ""
     git_dirty: bool | None = None
     code_fingerprint: str = ""  # hash of the code the child runs (run/parent/fingerprint.py), part of env_key
+    # the user's own code the workload's targets live in (config.code_identity): its fingerprint (the workload's
+    # source_sha, part of config_hash) and {file: hash} as JSON; "" for code that is all the harness's or installed
+    user_code_fingerprint: str = ""
+    user_code_files: str = ""
     threads: str = ""  # thread-count variables and CPU affinity the run had, part of env_key
     # where the run's wall time went, in seconds (harness.run.parent.phases; empty in older records, and where the run
     # did not reach a phase): the parent's start of the child to its first marker (a fresh interpreter's start and

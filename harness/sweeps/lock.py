@@ -1,6 +1,7 @@
-"""One sweep at a time in a results folder on one machine: ``<results>/.sweep.lock`` holds the PID of the sweep
-measuring into it. Two sweeps at once make each other's runs busy (and would take each other's runs from the
-cache), so the second is refused in one line, naming the first. A lock whose process is gone (a sweep killed
+"""One measuring command at a time in a results folder on one machine: ``<results>/.sweep.lock`` holds the PID of
+the sweep (or ``check --against``) measuring into it, and which of the two it is. Two at once make each other's
+runs busy (and would take each other's runs from the cache), so the second is refused in one line, naming the
+first. A lock whose process is gone (a sweep killed
 with SIGKILL), or that another machine wrote (a shared folder), is no obstacle: the lock is about this machine.
 """
 
@@ -12,12 +13,15 @@ import socket
 from pathlib import Path
 
 LOCK_FILE = ".sweep.lock"
+# what may hold the lock, and how each is given another folder
+ELSEWHERE = {"sweep": "results_dir=DIR", "check --against": "--results DIR"}
 
 
-def acquire(results_dir: str | os.PathLike) -> str:
-    """Take the results folder's sweep lock (ValueError naming the sweep that holds it); what ``release`` takes."""
+def acquire(results_dir: str | os.PathLike, what: str = "sweep") -> str:
+    """Take the results folder's lock for ``what`` (a key of ``ELSEWHERE``; ValueError naming the command that holds
+    it, and its PID); what ``release`` takes."""
     path = Path(results_dir) / LOCK_FILE
-    mine = f"{os.getpid()} {socket.gethostname()}\n"
+    mine = f"{_owner()}\n{what}\n"
     for _ in range(2):
         try:
             fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
@@ -27,9 +31,11 @@ def acquire(results_dir: str | os.PathLike) -> str:
                 with contextlib.suppress(FileNotFoundError):
                     path.unlink()  # stale, or this process's own (a campaign's sweeps one after another)
                 continue
-            raise ValueError(f"another sweep (PID {holder}) is measuring into {results_dir} now: two sweeps on one "
+            other = _holder_kind(path)
+            two = f"two {'checks' if what != 'sweep' else 'sweeps'}" if other == what else "two measuring commands"
+            raise ValueError(f"another {other} (PID {holder}) is measuring into {results_dir} now: {two} on one "
                              f"machine make each other's runs busy; wait until it ends, or give this one another "
-                             f"folder (results_dir=DIR)") from None
+                             f"folder ({ELSEWHERE.get(what, 'results_dir=DIR')})") from None
         with os.fdopen(fd, "w") as out:
             out.write(mine)
         return str(path)
@@ -40,16 +46,28 @@ def release(held: str) -> None:
     """Let go of the lock ``acquire`` took (nothing if another process holds it now)."""
     if not held:
         return
-    mine = f"{os.getpid()} {socket.gethostname()}\n"
     with contextlib.suppress(OSError):
-        if Path(held).read_text() == mine:
+        if Path(held).read_text().splitlines()[:1] == [_owner()]:
             Path(held).unlink()
+
+
+def _owner() -> str:
+    return f"{os.getpid()} {socket.gethostname()}"
+
+
+def _holder_kind(path: Path) -> str:
+    """What holds the lock: its second line (a lock written before there were two kinds: a sweep)."""
+    with contextlib.suppress(OSError):
+        lines = path.read_text().splitlines()
+        if len(lines) > 1 and lines[1] in ELSEWHERE:
+            return lines[1]
+    return "sweep"
 
 
 def _live_holder(path: Path) -> int | None:
     """The PID of the sweep holding the lock, if it is alive on this machine; None for a stale or foreign lock."""
     try:
-        pid_text, _, host = path.read_text().strip().partition(" ")
+        pid_text, _, host = (path.read_text().strip().splitlines() or [""])[0].partition(" ")
         pid = int(pid_text)
     except (OSError, ValueError):
         return None  # being written, or not ours: taken over

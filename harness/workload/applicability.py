@@ -12,6 +12,7 @@ Torch-free, for the parent: torch is imported only to count CUDA devices.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import math
 import shutil
@@ -41,7 +42,7 @@ def skip_reason(cfg: RunConfig, cap_workers_at_cpus: bool = False, have_devices:
 
 def not_applicable(cfg: RunConfig) -> str:
     """Why a resolved config cannot run as labelled on its device and workload ("" when it can)."""
-    reasons = _workload_conflicts(cfg) + [_ddp_conflict(cfg)]
+    reasons = _workload_conflicts(cfg) + [_ddp_conflict(cfg)] + lm_conflicts(cfg)
     reasons += [_cudagraph_conflict(cfg)] if cfg.device == "cuda" else _gpu_only(cfg)
     return "; ".join(r for r in reasons if r)
 
@@ -141,6 +142,20 @@ def compile_failure_reason(compile_mode: str, exc: BaseException) -> str:
     return f"compile={compile_mode} failed on this model ({type(exc).__name__}): {first[:300]}"
 
 
+NO_ATTENTION_KERNEL = "No available kernel"  # scaled_dot_product_attention's error when no allowed kernel fits
+
+
+def no_attention_kernel_reason(exc: BaseException) -> str:
+    """``lm.sdpa_backend`` allowed kernels none of which takes this model's attention call (found at its first step
+    in the child: an explicit attention mask, which the flash kernels refuse, a dtype or a head size); "" for any
+    other failure."""
+    if NO_ATTENTION_KERNEL not in str(exc):
+        return ""
+    return ("lm.sdpa_backend: none of the scaled_dot_product_attention kernels it allows takes this model's "
+            "attention call here (an explicit attention mask, which flash refuses, or its dtype or head size): "
+            f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:200]}")
+
+
 def _gpu_only(cfg: RunConfig) -> list[str]:
     """Knobs that act on a CUDA GPU only, set on a CPU."""
     reasons = []
@@ -196,6 +211,35 @@ def _workload_conflicts(cfg: RunConfig) -> list[str]:
         reasons.append(f"activation_checkpointing=true: workload {spec.name!r} names no checkpoint_units (the "
                        "module classes to recompute), so nothing would be checkpointed; set "
                        "workload.checkpoint_units=[pkg.Block]")
+    return reasons
+
+
+def lm_conflicts(cfg: RunConfig) -> list[str]:
+    """A language model's knobs (``lm.*``) where they cannot act: no attention to choose a kernel for, a kernel
+    this device or dtype has none of, float8 without its GPU or torchao, FSDP2 on one device."""
+    lm, spec, reasons = cfg.lm, cfg.workload, []
+    backend = f"lm.sdpa_backend={lm.sdpa_backend}"
+    if lm.sdpa_backend != "auto" and spec.synthetic != "tokens":
+        reasons.append(f"{backend} chooses the kernels of scaled_dot_product_attention, which a language model on "
+                       f"token batches calls (workload=gpt, gpt2, llama); workload {spec.name!r} has synthetic: "
+                       f"{spec.synthetic}")
+    elif cfg.device == "cpu" and lm.sdpa_backend in ("efficient", "cudnn"):
+        reasons.append(f"{backend} has no CPU kernel (PyTorch's CPU attention has math and flash only)")
+    elif cfg.device == "cuda" and lm.sdpa_backend in ("flash", "cudnn") and cfg.precision == "32":
+        reasons.append(f"{backend} runs fp16 or bf16 only; precision=32 has no such kernel (precision=bf16-mixed)")
+    if lm.checkpoint_policy != "full" and not cfg.activation_checkpointing:
+        reasons.append(f"lm.checkpoint_policy={lm.checkpoint_policy} is activation checkpointing's policy; "
+                       "activation_checkpointing=false checkpoints nothing")
+    if lm.float8 and cfg.device != "cuda":
+        reasons.append("lm.float8=true needs a CUDA GPU with float8 tensor cores (compute capability >= 8.9: Ada, "
+                       "Hopper, Blackwell)")
+    elif lm.float8 and importlib.util.find_spec("torchao") is None:
+        reasons.append("lm.float8=true needs torchao (pip install torchao), whose float8 training it runs")
+    if lm.fsdp and cfg.devices < 2:
+        reasons.append(f"lm.fsdp=true needs devices >= 2 (FSDP2 shards the parameters over the ranks); "
+                       f"devices={cfg.devices}")
+    if cfg.compile_cache == "fresh" and cfg.compile == "off":
+        reasons.append("compile_cache=fresh empties compile's caches; compile=off compiles nothing")
     return reasons
 
 

@@ -80,17 +80,19 @@ def peak_flops(gpu_name: str, precision: str, tf32: bool | None) -> float | None
     return row[0].get(mode)
 
 
-def count_train_flops(model_factory, example_shape) -> float:
-    """FLOPs of one forward + backward of a fresh model on one sample (meta tensors: no compute)."""
+def count_train_flops(model_factory, example_shape, dtype=None) -> float:
+    """FLOPs of one forward + backward of a fresh model on one sample (meta tensors: no compute); ``dtype`` the
+    sample's (torch.long: token ids; a Hugging Face model's output is read as its logits)."""
     import torch
     from torch.utils.flop_counter import FlopCounterMode
 
     with torch.device("meta"):
         model = model_factory()
-        x = torch.empty(example_shape)
+        x = torch.zeros(example_shape, dtype=dtype) if dtype is not None else torch.empty(example_shape)
     counter = FlopCounterMode(display=False)
     with counter:
         out = model(x)
+        out = getattr(out, "logits", out)
         out = out[0] if isinstance(out, (tuple, list)) else out
         out.float().sum().backward()
     return float(counter.get_total_flops())

@@ -4,12 +4,14 @@ order they are applied in. Runs in the measuring child only (imports torch).
 Order, and why:
   0. the memory limit (``memory.limit_gb``) - caps the device's allocator before anything is allocated on it, so
      that the model's parameters count against the limit as on the smaller card;
-  1. backend flags (TF32 or float32_matmul_precision, cudnn.benchmark, cudnn.deterministic) - global, before any
-     kernel is chosen;
+  1. backend flags (TF32 or float32_matmul_precision, cudnn.benchmark, cudnn.deterministic; a language model's SDPA
+     backend, compile's cache folder: ``lm_knobs``) - global, before any kernel is chosen;
   2. build the model (width, deep supervision are builder arguments);
-  3. activation checkpointing - wraps the plain modules, before anything changes their type;
-  4. device + memory format (channels_last) - parameters must live where and how they will run;
-  5. DistributedDataParallel (``devices`` >= 2) - after checkpointing, because DDP must see the model's final
+  3. activation checkpointing (full, or ``lm.checkpoint_policy=selective``) - wraps the plain modules, before
+     anything changes their type;
+  4. device + memory format (channels_last) - parameters must live where and how they will run; then float8
+     training (``lm.float8``), which swaps the Linear layers on their device, before DDP and compile see them;
+  5. DistributedDataParallel (``devices`` >= 2; ``lm.fsdp``: FSDP2 in its place) - after checkpointing, because DDP must see the model's final
      modules (its gradient hooks are registered on the parameters it finds
      then; the checkpoint wrapper's non-reentrant checkpoint needs no ``static_graph`` under DDP); after device and
      channels_last, because DDP broadcasts rank 0's parameters and lays its gradient buckets out when it is
@@ -44,7 +46,7 @@ import torch
 from torch import nn
 
 from harness.config import CUDAGRAPH_COMPILE_MODES, RunConfig
-from harness.workload import build
+from harness.workload import build, lm_knobs
 from harness.workload.applicability import KnobNotApplicable, no_units_to_checkpoint
 from harness.workload.build import build_all
 from harness.workload.memory_limit import apply_memory_limit
@@ -135,8 +137,9 @@ def _attr(obj, dotted: str):
     return obj
 
 
-def apply_activation_checkpointing(model: nn.Module, unit_types: tuple[type, ...]) -> int:
-    """Recompute the activations of every ``unit_types`` module in backward; returns how many."""
+def apply_activation_checkpointing(model: nn.Module, unit_types: tuple[type, ...], **checkpoint_kwargs) -> int:
+    """Recompute the activations of every ``unit_types`` module in backward; returns how many. ``checkpoint_kwargs``
+    go to torch's checkpoint (a selective policy's ``context_fn``: ``lm_knobs.checkpoint_kwargs``)."""
     from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import (
         apply_activation_checkpointing as wrap,
         checkpoint_wrapper,
@@ -146,7 +149,7 @@ def apply_activation_checkpointing(model: nn.Module, unit_types: tuple[type, ...
     targets = {id(m) for m in _outermost(model, unit_types)}
     if not targets:
         raise KnobNotApplicable(no_units_to_checkpoint([t.__name__ for t in unit_types]))
-    wrap(model, checkpoint_wrapper_fn=functools.partial(checkpoint_wrapper), check_fn=lambda m: id(m) in targets)
+    wrap(model, checkpoint_wrapper_fn=functools.partial(checkpoint_wrapper, **checkpoint_kwargs), check_fn=lambda m: id(m) in targets)
     return len(targets)
 
 
@@ -353,22 +356,27 @@ def prepare(cfg, workload, device: torch.device | None = None, rank=None, note=N
         raise KnobNotApplicable(reason)
     apply_memory_limit(cfg.memory.limit_gb, device)
     backend_flags = apply_backend_flags(cfg)
+    backend_flags.update(lm_knobs.apply_sdpa_backend(cfg.lm.sdpa_backend))
+    backend_flags.update(lm_knobs.apply_compile_cache(cfg.compile_cache, cfg.compile))
     model, loss_fn, unit_types = build_all(cfg)
     note("built")
     own = own_step(workload, model, loss_fn=loss_fn)  # decided on the model as built, before any wrapper
     val = val_step_of(workload, model, own) if cfg.val.every_n_steps else None
     if own is not None and (reason := own_step_conflicts(cfg, own, validates=val is not None)):
         raise KnobNotApplicable(reason)
-    units = apply_activation_checkpointing(model, unit_types) if cfg.activation_checkpointing else 0
+    units = apply_activation_checkpointing(model, unit_types, **lm_knobs.checkpoint_kwargs(
+        cfg.lm.checkpoint_policy)) if cfg.activation_checkpointing else 0
     fmt = memory_format(cfg, workload.spatial_dims)
     model = apply_device_and_format(model, device, fmt)
     note("on_device")
     guard_cpu_bf16_conv3d(model, cfg)
+    model = lm_knobs.apply_float8(model) if cfg.lm.float8 else model
     model.train()
     if workload.lightning_module is not None:  # its forward, in place: its steps call it, under DDP too
         compile_forward(model, cfg.compile)
     if rank is not None and rank.world_size > 1:
-        model = through_ddp(model, own, val, functools.partial(apply_ddp, cfg=cfg, device=device))
+        model = through_ddp(model, own, val, functools.partial(lm_knobs.apply_fsdp, unit_types=unit_types)
+                            if cfg.lm.fsdp else functools.partial(apply_ddp, cfg=cfg, device=device))
     if workload.lightning_module is None:
         model = apply_compile(model, cfg.compile)
     optimizer = own.optimizer() if own is not None and own.optimizer is not None \

@@ -27,6 +27,16 @@ from harness.workload.step_knobs import StepError
 SCHEDULER_NOTE = ("its learning-rate scheduler is not stepped (the harness measures the optimizer's step; a "
                   "scheduler's step is a few arithmetic operations, per step or per epoch)")
 
+# what to write instead of a module that steps its own optimizers (what Lightning 2 asks of a module with several)
+MANUAL_OPTIMIZATION = (
+    "{name} sets automatic_optimization=False: its training_step steps its optimizers itself (self.optimizers(), "
+    "self.manual_backward), which only Lightning's Trainer can run. The harness runs one backward and one optimizer "
+    "step around a step that returns the losses; to measure the same networks instead of workload.lightning_module, "
+    "write a workload.step(model, batch) that returns your training_step's losses as a dict (summed: one backward "
+    "through all of them), with workload.model a function that returns your networks in a torch.nn.ModuleDict and "
+    "workload.optimizer one optimizer over all of them: every network is updated once a step, not in turns (the "
+    "guide \"Your own training\", A LightningModule)")
+
 
 def check_module(module, name: str) -> None:
     """A module the adapter can train: a training_step and configure_optimizers, automatic optimization."""
@@ -34,9 +44,7 @@ def check_module(module, name: str) -> None:
         if not callable(getattr(module, method, None)):
             raise StepError(f"{name} is a {type(module).__name__}, which has no {method}(): name a LightningModule")
     if getattr(module, "automatic_optimization", True) is False:
-        raise StepError(f"{name} sets automatic_optimization=False (it steps its optimizers itself in "
-                        "training_step); the harness measures automatic optimization only: give the model and a "
-                        "workload.step instead")
+        raise StepError(MANUAL_OPTIMIZATION.format(name=name))
 
 
 def training_step_call(module, through: nn.Module | None = None) -> Callable[[Any, Any], Any]:

@@ -4,7 +4,8 @@
 files; ``harness.analysis.gate.check_formats`` writes the result as text, JUnit XML or JSON; the command is
 ``python -m harness check``). Its exit code: 0 nothing regressed, 1 something regressed (throughput,
 memory, or a config that now fails), 2 bad input or nothing at all comparable. Records are matched by
-``config_hash`` on the same hardware.
+``config_hash`` on the same hardware; a stored-baseline check matches them by their settings alone (``settings_hash``,
+``harness.analysis.gate.identity``), so that a change of the user's own model code is named, not a new config.
 
 Which statistic decides, and why (also in docs/regression.md and docs/statistics.md)
 -------------------------------------------------------------------------------------
@@ -34,7 +35,7 @@ from pathlib import Path
 import pandas as pd
 
 from harness.analysis.stats import calibration, noise_model, sweepstats
-from harness.analysis.gate import answers, comparable, sessions
+from harness.analysis.gate import answers, comparable, identity, sessions
 from harness.analysis.stats.busy import busy_reason
 from harness.analysis.gate.check_throughput import classify, throughput
 from harness.analysis.gate.thresholds import BadInput, Thresholds
@@ -303,14 +304,15 @@ def _memory_ratio(base_ok: pd.DataFrame, cur_ok: pd.DataFrame) -> float | None:
 
 
 def software_changes(base: pd.DataFrame, cur: pd.DataFrame) -> list[str]:
-    """Software versions that differ between baseline and current, as 'torch 2.3.1 -> 2.4.0'."""
+    """Software versions that differ between baseline and current, as 'torch 2.3.1 -> 2.4.0', then the code that
+    changed (``identity.code_changes``: the user's files, the harness's fingerprint)."""
     changes = []
     for column, label in SOFTWARE.items():
         before = sorted(set(base[column].fillna("")) - {""})
         after = sorted(set(cur[column].fillna("")) - {""})
         if before != after:
             changes.append(f"{label} {','.join(before) or '-'} -> {','.join(after) or '-'}")
-    return changes
+    return changes + identity.code_changes(base, cur)
 
 
 def _statuses(frame: pd.DataFrame) -> str:
@@ -347,6 +349,7 @@ class CheckResult:
     baseline_hardware: list[str]
     warnings: list[str] = field(default_factory=list)
     sessions: str = ""  # the between-session term, as the output says it ("" when there was none)
+    settings_differ: str = ""  # the settings that differ between the two sides' configs (identity.settings_differ)
 
     @property
     def family(self) -> int:
@@ -369,8 +372,10 @@ class CheckResult:
         if busy:
             return (f"machine busy during the runs of {len(busy)} config(s), which decide nothing: {'; '.join(busy)}; "
                     "measure them again on an idle machine")
-        return (f"nothing comparable between sweep {self.sweep_id!r} and baseline {self.baseline_path.stem!r}: "
-                f"current hardware {self.current_hardware}, baseline {self.baseline_hardware}")
+        where = f"nothing comparable between sweep {self.sweep_id!r} and baseline {self.baseline_path.stem!r}"
+        if self.current_hardware != self.baseline_hardware or not self.settings_differ:
+            return f"{where}: current hardware {self.current_hardware}, baseline {self.baseline_hardware}"
+        return f"{where}: no config in common on the same hardware; the settings differ: {self.settings_differ}"
 
 
 def check_sweep(baseline: pd.DataFrame, baseline_path: Path, results_dir: str, sweep: str,
@@ -393,11 +398,11 @@ def check_sweep(baseline: pd.DataFrame, baseline_path: Path, results_dir: str, s
     warnings += list(chosen.notes)
     noise = chosen.noise
     session = sessions.history_for(results_dir, baseline, current)  # today against another day: see sessions.py
-    rows = compare(baseline, current, thresholds, mem_thresholds, noise, session)
+    rows = compare(*identity.by_settings(baseline, current), thresholds, mem_thresholds, noise, session)
     return CheckResult(
         rows=rows, sweep_id=sweep_id, current_records=len(current), baseline_path=Path(baseline_path),
         baseline_sweeps=",".join(dict.fromkeys(baseline["sweep_id"].fillna(""))), baseline_records=len(baseline),
         thresholds=thresholds, mem_thresholds=mem_thresholds, noise=noise,
         current_hardware=sorted(set(with_hardware(current)["_hw"])),
         baseline_hardware=sorted(set(with_hardware(baseline)["_hw"])), warnings=warnings,
-        sessions=session.describe())
+        sessions=session.describe(), settings_differ=identity.settings_differ(baseline, current))

@@ -90,17 +90,19 @@ def main(job_dir: str) -> int:
 def _measure(cfg: RunConfig, rank: Rank, gpu_name: str, progress, job: Path) -> Summary:
     """This rank's measurement, summarised; under DDP, every rank's combined into rank 0's record."""
     from harness.run.child import ranks  # torch: main() imported it, after the lifeline
-    from harness.run.child.measure import measured_run, model_flops_per_sample  # torch: as ranks
+    from harness.run.child.measure import hardware_flops_per_sample, measured_run, model_flops_per_sample  # torch
     from harness.run.child.startup import flops_per_sample, open_context
 
     cfg.batch_size = config_mod.per_device_batch(cfg)  # this rank's batch (strong scaling: its share)
     open_context(rank.device(cfg.device))
     progress.note("context")
     flops = flops_per_sample(cfg, cfg.workload, lambda: model_flops_per_sample(cfg, cfg.workload))
+    hardware = hardware_flops_per_sample(cfg, cfg.workload, flops)  # recomputation: counted only where checkpointed
     progress.note("flops")
     with measured_run(cfg, cfg.workload, progress, rank) as run:
         run.extras.worker_hwm_bytes = monitor.worker_peaks()  # the loader's workers are alive until the block ends
-        summary = summarize(run.m, run.extras, per_sample(cfg, flops, gpu_name), compiled=cfg.compile != "off")
+        summary = summarize(run.m, run.extras, per_sample(cfg, flops, gpu_name, hardware),
+                            compiled=cfg.compile != "off")
         if rank.distributed:
             import socket
 

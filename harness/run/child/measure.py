@@ -49,7 +49,7 @@ from harness.run.child.step import MetricsLog, forward_backward
 from harness.run.child.stopping import StoppingRule, WarmupRule, rule_for, starting_at, still_queued, warmup_rule_for
 from harness.run.child.summary import Extras, Measurement
 from harness.workload.data import build_dataset, build_loader, endless
-from harness.workload.flops import count_train_flops
+from harness.workload import train_flops
 from harness.workload.knobs import Prepared, apply_cpu_affinity, periodic_work, prepare, validation_pass
 from harness.workload.steps import collate_of, data_of, loader_pairs, own_loop, zero_grad_of
 from harness.workload.val_steps import own_validation_pass, val_data
@@ -426,14 +426,14 @@ def _step_events(device: torch.device, steps: int) -> list[tuple]:
 
 
 def model_flops_per_sample(cfg: RunConfig, workload: WorkloadSpec) -> float | None:
-    """Training FLOPs of one sample for this model and patch size (None if it cannot be counted)."""
-    if cfg.measure.mode == "loader":
-        return None
-    shape = (1, workload.in_channels, *cfg.data.patch_size)
-    try:
-        return count_train_flops(lambda: build_model(cfg), shape)
-    except Exception:  # a model that cannot run on meta tensors: MFU stays empty, never guessed
-        return None
+    """Training FLOPs of one sample for this model and patch size (None if it cannot be counted): model FLOPs,
+    recomputation excluded (``harness.workload.train_flops``)."""
+    return train_flops.model_flops(cfg, workload)
+
+
+def hardware_flops_per_sample(cfg: RunConfig, workload: WorkloadSpec, model_flops: float | None) -> float | None:
+    """The same with activation checkpointing's recomputation included (``model_flops`` where none)."""
+    return train_flops.hardware_flops(cfg, workload, model_flops)
 
 
 def write_json(path: Path, payload: dict) -> None:

@@ -8,11 +8,13 @@ never the eager baseline under its label), and a model or loss that refuses a ba
 
 from __future__ import annotations
 
+import os
+import re
 import signal
 import traceback
 from dataclasses import dataclass
 
-from harness.workload.applicability import KnobNotApplicable, compile_failure_reason
+from harness.workload.applicability import KnobNotApplicable, compile_failure_reason, no_attention_kernel_reason
 
 OK, OOM, NAN, TIMEOUT, ERROR, SKIPPED = "ok", "oom", "nan", "timeout", "error", "skipped"
 STATUSES = (OK, OOM, NAN, TIMEOUT, ERROR, SKIPPED)
@@ -23,6 +25,11 @@ OOM_MARKERS = ("CUBLAS_STATUS_ALLOC_FAILED", "CUDNN_STATUS_ALLOC_FAILED", "cudaE
                "can't allocate memory")
 COMPILE_MODULES = ("torch._dynamo", "torch._inductor")
 TRACEBACK_CHARS = 4000  # the end of an error's traceback kept in the record
+YOUR_CODE = "raised in your code at "  # the last line of an error raised in the user's own code: file, line, function
+# a frame in a traceback's text: a loader worker's exception comes back with its traceback in its message
+FRAME_LINE = re.compile(r'File "([^"]+)", line (\d+), in (\S+)')
+# the first line of an error says how a process ended that wrote no result: a signal, an exit code, the timeout
+ENDED = re.compile(r"^(the measuring process |no result after |rank \d+ was killed )")
 
 
 @dataclass(frozen=True)
@@ -83,6 +90,8 @@ def classify(exc: BaseException) -> str:
         return OOM
     if is_compile_failure(exc):  # the knob cannot take this model: never the eager baseline under its label
         return SKIPPED
+    if any(no_attention_kernel_reason(e) for e in exception_chain(exc)):  # lm.sdpa_backend: no kernel for it
+        return SKIPPED
     return ERROR
 
 
@@ -90,7 +99,8 @@ def skip_reason(exc: BaseException, compile_mode: str) -> str:
     """The reason a skipped run gives: the knob's own, or which compile mode failed on the model and how."""
     if is_compile_failure(exc) and not isinstance(exc, KnobNotApplicable):
         return compile_failure_reason(compile_mode, exc)
-    return str(exc)
+    attention = [r for r in map(no_attention_kernel_reason, exception_chain(exc)) if r]
+    return attention[0] if attention else str(exc)
 
 
 def of_exception(exc: BaseException, compile_mode: str) -> Outcome:
@@ -98,7 +108,42 @@ def of_exception(exc: BaseException, compile_mode: str) -> Outcome:
     status = classify(exc)
     if status == SKIPPED:
         return Outcome(status, skip_reason(exc, compile_mode))
-    return Outcome(status, "".join(traceback.format_exception(exc))[-TRACEBACK_CHARS:])
+    text, where = "".join(traceback.format_exception(exc)), user_frame(exc)
+    return Outcome(status, (f"{text.rstrip()}\n{YOUR_CODE}{where}" if where else text)[-TRACEBACK_CHARS:])
+
+
+def user_frame(exc: BaseException) -> str:
+    """Where in the user's own code ``exc`` was raised, as "models/step.py:12 in step" (the file relative to the
+    current folder when inside it): the deepest frame of a user's file (``targets.is_user_source``) in the first
+    exception of the chain that has one ("" when none does)."""
+    # imported here, not with this module: at its top, the child's memory peaks counted a CPU run's one loader
+    # worker twice (the isolation tests' window test); why is not known
+    from harness.config.targets import is_user_source
+
+    for link in exception_chain(exc):
+        frames = [(f.filename, f.lineno, f.name) for f in traceback.extract_tb(link.__traceback__)]
+        frames += [(file, int(line), name) for file, line, name in FRAME_LINE.findall(str(link))]  # a worker's
+        frames = [f for f in frames if is_user_source(f[0])]
+        if frames:
+            file, line, name = frames[-1]
+            inside = not os.path.relpath(file).startswith("..")
+            return f"{os.path.relpath(file) if inside else file}:{line} in {name}"
+    return ""
+
+
+def summary_line(error: str) -> str:
+    """The one line a run's summary shows of its ``error``: how a process that wrote no result ended (a signal,
+    an exit code, the timeout: the first line, never the last line of its stderr), else the exception (its
+    traceback's last line) and where in the user's code it was raised."""
+    lines = [line for line in (error or "").strip().splitlines() if line.strip()]
+    if not lines:
+        return "-"
+    if ENDED.match(lines[0]):
+        return lines[0]
+    if len(lines) > 1 and lines[-1].startswith("(rank "):  # a rank's error, then how every rank ended
+        lines.pop()
+    where = f" ({lines.pop()})" if len(lines) > 1 and lines[-1].startswith(YOUR_CODE) else ""
+    return lines[-1] + where
 
 
 def timed_out(timeout_s: float, log_tail: str) -> Outcome:

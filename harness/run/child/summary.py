@@ -46,6 +46,7 @@ class PerSample:
     units: float
     flops: float | None = None
     peak_flops: float | None = None
+    hardware_flops: float | None = None  # recomputation included (activation checkpointing)
 
 
 @dataclass
@@ -87,10 +88,11 @@ STORED = tuple(f.name for f in fields(Metrics))
 NOT_STORED = SUMMARY_FIELDS - frozenset(STORED)
 
 
-def per_sample(cfg: RunConfig, flops: float | None, gpu_name: str) -> PerSample:
+def per_sample(cfg: RunConfig, flops: float | None, gpu_name: str, hardware_flops: float | None = None) -> PerSample:
     """What a sample of ``cfg``'s workload is worth on this device (the peak only on a GPU whose peak is known)."""
     peak = peak_flops(gpu_name, cfg.precision, cfg.tf32) if cfg.device == "cuda" else None
-    return PerSample(units=cfg.workload.units_in(tuple(cfg.data.patch_size)), flops=flops, peak_flops=peak)
+    return PerSample(units=cfg.workload.units_in(tuple(cfg.data.patch_size)), flops=flops, peak_flops=peak,
+                     hardware_flops=hardware_flops)
 
 
 def summarize(m: Measurement, extras: Extras, sample: PerSample, compiled: bool) -> Summary:
@@ -135,6 +137,9 @@ def summarize(m: Measurement, extras: Extras, sample: PerSample, compiled: bool)
         flops_per_sample=sample.flops,
         peak_flops=sample.peak_flops,
         mfu=sample.flops * samples_per_s / sample.peak_flops if known else None,
+        hardware_flops_per_sample=sample.hardware_flops,
+        mfu_hardware=sample.hardware_flops * samples_per_s / sample.peak_flops
+        if known and sample.hardware_flops else None,
         loss_first=m.loss_first,
         loss_last=m.loss_last,
         step_ms=m.step_ms,
