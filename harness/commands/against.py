@@ -113,13 +113,15 @@ def run_against(args: argparse.Namespace, kept: list | None = None) -> int:
     # one measuring command at a time on a store: a second check (or sweep) is refused naming the first's PID
     held = lock.acquire(args.results, "check --against") if Path(args.results).is_dir() else ""
     try:
-        return measure_and_report(args, thresholds, budget)
+        return measure_and_report(args, thresholds, budget, started, kept)
     finally:
         lock.release(held)
 
 
-def measure_and_report(args: argparse.Namespace, thresholds, budget: float) -> int:
-    """Plan the check, measure it round by round until decided, print the result; the exit code."""
+def measure_and_report(args: argparse.Namespace, thresholds, budget: float, started: float,
+                       kept: list | None = None) -> int:
+    """Plan the check, measure it round by round until decided, print the result; the exit code (``started``: when
+    the command started, for what is left of the budget to a bisection; ``kept``: see :func:`main`)."""
     plan, warnings = prepare(args)
     stored_s, gaps = against_rounds.estimate_run_s(_stored_runs(plan, args.results))
     clock = against_rounds.Clock(len(plan.replays), args.rounds, args.max_rounds, 60 * budget, stored_s)
