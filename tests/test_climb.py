@@ -16,6 +16,7 @@ import pytest
 import yaml
 
 from harness.climb import ascent, output, space
+from harness.config import ladder_file
 from harness.analysis.stats.noise_model import Noise, Runs
 from harness.config import ladder as ladder_mod
 from tests.conftest import REPO, harness_cli
@@ -298,12 +299,12 @@ def test_two_models_climbed_in_one_results_folder_get_two_ladders_named_by_their
         return spec
 
     base = {"measure.steps": 5}
-    names = {output.ladder_name(custom(t, **f), "cpu", base) for t, f in (
+    names = {ladder_file.ladder_name(custom(t, **f), "cpu", base) for t, f in (
         ("monai.networks.nets.SegResNet", {"spatial_dims": 3}), ("monai.networks.nets.SegResNet", {"spatial_dims": 2}),
         ("monai.networks.nets.UNETR", {}))}
     assert len(names) == 3 and all(n.startswith(("climb-monai.networks.nets.SegResNet-cpu-",
                                                  "climb-monai.networks.nets.UNETR-cpu-")) for n in names)
-    assert output.ladder_name(workloads.builtin("resnet50"), "cpu", {}) == "climb-resnet50-cpu"  # as before
+    assert ladder_file.ladder_name(workloads.builtin("resnet50"), "cpu", {}) == "climb-resnet50-cpu"  # as before
 
 
 def test_the_printed_commands_carry_every_word_the_climb_was_given_quoted_for_the_shell():

@@ -203,7 +203,7 @@ def _in_own_session(pid: int) -> bool:
 # ------------------------------------------------------------------------------------------
 # end to end: 2 gloo ranks on this CPU
 
-two_cpus = pytest.mark.skipif(launch.usable_cpus() < 2, reason="needs 2 usable CPU cores (2 ranks)")
+two_cpus = pytest.mark.skipif(config_mod.usable_cpus() < 2, reason="needs 2 usable CPU cores (2 ranks)")
 
 
 class _Watch(threading.Thread):

@@ -21,6 +21,7 @@ import pytest
 
 from harness import cli, config as config_mod, store
 from harness.run.parent import env as env_mod, isolate, launcher
+from harness.config.identity import env_key
 from harness.store import RunRecord, load_runs, write_record
 from tests.conftest import REPO, TINY_MODEL_ARGS
 
@@ -322,7 +323,7 @@ def test_thread_settings_are_part_of_the_environment_key(monkeypatch):
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     pinned = dict(env, threads=env_mod.thread_settings())
     assert "OMP_NUM_THREADS=1" in pinned["threads"]
-    assert env_mod.env_key(env, "cpu") != env_mod.env_key(pinned, "cpu")
+    assert env_key(env, "cpu") != env_key(pinned, "cpu")
 
 
 def test_config_hash_is_typed():

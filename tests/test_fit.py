@@ -11,11 +11,13 @@ import pytest
 
 from harness import config as config_mod
 from harness.analysis.views import table as table_mod
-from harness.climb.trials import Display
+from harness.session.events import Display
 from harness.fit import search as search_mod
 from harness.fit import session
-from harness.fit.search import FitConfig, search
-from harness.run.parent import isolate, runner
+from harness.fit.search import FitConfig
+from harness.session.probe import search
+from harness.run.parent import runner
+from harness.records.make import make_record
 from harness.store import load_runs, store_record
 from harness.sweeps import loop
 from tests.conftest import TINY_MODEL, harness_cli
@@ -67,10 +69,10 @@ class FakeAllocator:
     def __init__(self, fits: int):
         self.fits, self.calls = fits, []
 
-    def __call__(self, cfg, env, env_key, on_progress=None, skip_reason=None, **fields):
+    def __call__(self, cfg, env, env_key, on_progress=None, skip_reason=None, pipeline=None, **fields):
         self.calls.append((cfg.batch_size, fields.get("ladder")))
         status = "oom" if cfg.batch_size > self.fits else "ok"
-        record = isolate.base_record(cfg, env, env_key, status, "CUDA out of memory" if status == "oom" else "",
+        record = make_record(cfg, env, env_key, status, "CUDA out of memory" if status == "oom" else "",
                                      **fields)
         if status == "ok":
             wobble = 1 + 0.002 * (len(self.calls) % 3)
@@ -91,11 +93,16 @@ class Lines:
     def say(self, text):
         self.lines.append(str(text))
 
+    def on(self, event):  # a listener of the sweep's events (harness.session.events)
+        if event.kind == "already":
+            self.already_measured(event.turn)
+        elif event.kind == "failed":
+            self.could_not_run(event.turn, event.error)
+        elif event.text:
+            self.say(event.text)
+
     def already_measured(self, turn):
         self.lines.append(f"already {turn.label}")
-
-    def measure(self, turn, run):
-        run(None, None)
 
     def could_not_run(self, turn, exc):
         raise AssertionError(f"could not run {turn}: {exc}")
@@ -183,11 +190,11 @@ TINY_3D = {**TINY_MODEL, "workload.model._target_": "torch.nn.Conv3d", "workload
 class FakePatchAllocator(FakeAllocator):
     """A run over ``fits`` voxels a sample ends ``oom``; samples/s falls with the voxels, slower than they grow."""
 
-    def __call__(self, cfg, env, env_key, on_progress=None, skip_reason=None, **fields):
+    def __call__(self, cfg, env, env_key, on_progress=None, skip_reason=None, pipeline=None, **fields):
         voxels = math.prod(cfg.data.patch_size)
         self.calls.append((list(cfg.data.patch_size), fields.get("ladder")))
         status = "oom" if voxels > self.fits else "ok"
-        record = isolate.base_record(cfg, env, env_key, status, "CUDA out of memory" if status == "oom" else "",
+        record = make_record(cfg, env, env_key, status, "CUDA out of memory" if status == "oom" else "",
                                      **fields)
         if status == "ok":
             record.samples_per_s = 1e6 / voxels ** 0.9 * (1 + 0.002 * (len(self.calls) % 3))

@@ -1,5 +1,6 @@
-"""The layout the README and docs/contributing.md claim, checked on the code: commands -> (climb) -> sweeps -> run ->
-workload -> config/store, each layer importing only those below it; analysis reads the store (and a ladder's file
+"""The layout the README and docs/contributing.md claim, checked on the code: commands -> climb, fit -> sweeps ->
+session -> run -> workload -> records -> config/store, each layer importing only those below it (climb and fit
+neither the other); analysis reads the store (and a ladder's file
 through config) and never loads torch or Hydra; Hydra stays in commands/; harness_models/ never import harness; no
 import cycle.
 
@@ -21,7 +22,9 @@ import pytest
 from tests.conftest import REPO
 
 # The flow, edge first: a module may import its own level and those after it, never one before it.
-FLOW = [{"commands"}, {"climb"}, {"sweeps"}, {"run"}, {"workload"}, {"config", "store"}]
+# session/ is the engine's floor: the measuring commands' policies (sweeps, climb, fit) stand on it, and it on run/.
+FLOW = [{"commands"}, {"climb", "fit"}, {"sweeps"}, {"session"}, {"run"}, {"workload"}, {"records"},
+        {"config", "store"}]
 LEVEL = {layer: i for i, level in enumerate(FLOW) for layer in level}
 EDGE = {"harness", "harness.__main__", "harness.cli"}  # the dispatch, above every layer
 # harness/*.py (and conf/, the shipped config groups) beneath every layer: they import none of the harness
@@ -94,26 +97,44 @@ def _broken(rule) -> tuple[list[str], set[tuple[str, str]]]:
     return broken, used
 
 
-def test_each_layer_of_the_flow_imports_only_the_layers_below_it():
-    def allowed(module: str, target: str) -> bool:
-        layer = _layer(module)
-        if layer in LEVEL and target in LEVEL:
-            return LEVEL[target] >= LEVEL[layer]
-        if layer in HELPERS:
-            return target in HELPERS
-        return True
+def _flows(module: str, target: str) -> bool:
+    """Whether ``module`` may import the layer ``target`` (the flow, and the helpers beneath every layer)."""
+    layer = _layer(module)
+    if layer in LEVEL and target in LEVEL:
+        return LEVEL[target] >= LEVEL[layer]
+    if layer in HELPERS:
+        return target in HELPERS
+    return True
 
-    broken, used = _broken(allowed)
-    assert not broken, "against the flow commands -> climb -> sweeps -> run -> workload -> config/store:\n" + \
-        "\n".join(broken)
+
+def test_each_layer_of_the_flow_imports_only_the_layers_below_it():
+    broken, used = _broken(_flows)
+    assert not broken, "against the flow commands -> climb, fit -> sweeps -> session -> run -> workload -> records " \
+        "-> config/store:\n" + "\n".join(broken)
     expected = {k for k in EXCEPTIONS if _layer(k[0]) in LEVEL}
     assert used == expected, f"exceptions no longer needed: {sorted(expected - used)}"
+
+
+def test_layers_on_one_floor_import_neither_the_other_but_config_and_store():
+    # climb and fit are two policies over the session: what both need lives below them (session/, config/)
+    floors = [level for level in FLOW if len(level) > 1 and level != {"config", "store"}]
+    broken = [f"{m} imports {t}" for m in sorted(HARNESS) for t in sorted(_harness_imports(m))
+              for level in floors if {_layer(m), _layer(t)} <= level and _layer(m) != _layer(t)]
+    assert broken == []
+
+
+def test_a_new_back_arrow_fails():
+    # the flow's rule, asked of imports the code does not have: each one up a floor is refused by name
+    assert not _flows("harness.run.parent.runner", "session") and not _flows("harness.session.engine", "sweeps")
+    assert not _flows("harness.records.sinks", "run") and not _flows("harness.store.write", "records")
+    assert _flows("harness.sweeps.loop", "session") and _flows("harness.session.runner", "records")
 
 
 def test_store_and_config_import_neither_run_nor_sweeps_nor_commands():
     # the flow test holds this too; stated apart because it is what keeps the store readable without torch
     for module in sorted(m for m in HARNESS if _layer(m) in ("store", "config")):
-        bad = {_layer(t) for t in _harness_imports(module)} & {"run", "sweeps", "climb", "commands", "analysis"}
+        bad = {_layer(t) for t in _harness_imports(module)} & {"run", "sweeps", "session", "records", "climb", "fit",
+                                                                "commands", "analysis"}
         assert not bad, f"{module} imports {sorted(bad)}"
 
 

@@ -136,15 +136,14 @@ class FakeSequenceAllocator:
     def __init__(self, fits: int):
         self.fits, self.calls = fits, []
 
-    def __call__(self, cfg, env, env_key, on_progress=None, skip_reason=None, **fields):
-        from harness.run.parent import isolate
+    def __call__(self, cfg, env, env_key, on_progress=None, skip_reason=None, pipeline=None, **fields):
+        from harness.records.make import make_record
         from harness.store import store_record
 
         length = cfg.data.patch_size[-1]
         self.calls.append((length, fields.get("ladder")))
         status = "oom" if length > self.fits else "ok"
-        record = isolate.base_record(cfg, env, env_key, status, "CUDA out of memory" if status == "oom" else "",
-                                     **fields)
+        record = make_record(cfg, env, env_key, status, "CUDA out of memory" if status == "oom" else "", **fields)
         if status == "ok":
             record.samples_per_s = 4000.0 / length * (1 + 0.002 * (len(self.calls) % 3))
             record.step_ms = [1000.0 * cfg.batch_size / record.samples_per_s] * 10

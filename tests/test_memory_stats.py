@@ -12,7 +12,7 @@ from harness.analysis.views import fit_curve, render
 from harness.analysis.views import table as table_mod
 from harness.run.child import measure, ranks
 from harness.run.child.summary import Extras, Measurement, PerSample, summarize
-from harness.run.parent import isolate
+from harness.records.make import make_record
 from harness.store import COLUMNS, RunRecord
 from tests.conftest import tiny_config
 
@@ -52,7 +52,7 @@ def test_the_counts_reach_the_record_beside_the_peaks():
                     measured_s=0.021)
     extras = Extras(peak_vram_bytes=2 * GIB, peak_vram_reserved_bytes=3 * GIB, cuda_alloc_retries=4, cuda_ooms=0)
     summary = summarize(m, extras, PerSample(units=1.0), compiled=False)
-    record = isolate.base_record(tiny_config(), {}, "key", "ok", "", summary)
+    record = make_record(tiny_config(), {}, "key", "ok", "", summary)
     assert (record.peak_vram_bytes, record.peak_vram_reserved_bytes) == (2 * GIB, 3 * GIB)
     assert (record.cuda_alloc_retries, record.cuda_ooms) == (4, 0)
 

@@ -40,10 +40,10 @@ def test_repeats_to_decide_scales_with_the_band():
     # half-width 0.067 on the log scale (se 0.0344, normal quantile); the band stays inconclusive while its centre
     # lies in [log 1.1 - h, h]: with 1 run that is [0.028, 0.067] (42% of estimates around 0.039: decided 58%),
     # with 2 runs h = 0.048 and the zone is empty: decided in >= 80% of sweeps from 2 runs
-    assert noise_model.repeats_to_decide(speedup.Ratio(1.04, 0.97, 1.11), 1.1, 1.15) == 2
+    assert speedup.repeats_to_decide(speedup.Ratio(1.04, 0.97, 1.11), 1.1, 1.15) == 2
     assert speedup.decide_probability(math.log(1.04), 1.1, 1.15, 0.0344, math.inf) == pytest.approx(0.58, abs=0.01)
-    assert noise_model.repeats_to_decide(speedup.Ratio(1.04, 0.97, 1.11, runs=3), 1.1, 1.15) == 5
-    assert noise_model.repeats_to_decide(speedup.Ratio(1.005, 0.8, 1.26), 1.001, 1.2) is None  # > 50 runs
+    assert speedup.repeats_to_decide(speedup.Ratio(1.04, 0.97, 1.11, runs=3), 1.1, 1.15) == 5
+    assert speedup.repeats_to_decide(speedup.Ratio(1.005, 0.8, 1.26), 1.001, 1.2) is None  # > 50 runs
 
 
 def test_band_of_one_rung():

@@ -18,6 +18,7 @@ from harness import cli, store
 from harness.analysis.views import table as table_mod
 from harness.run.parent import runner
 from harness.store import COPY_COLUMNS, RunRecord, load_runs, store_copy, write_record
+from harness.session.runner import copy_of
 from harness.sweeps import loop
 from harness.sweeps import rungs as rungs_mod
 from tests.conftest import REPO
@@ -144,7 +145,7 @@ def test_a_copy_whose_file_cannot_be_written_is_stored_whole(tmp_path, capsys):
     original = RunRecord(run_id="o", status="ok", timestamp="2026-11-24T10:00:00+0000", sweep_id="a",
                          samples_per_s=3.0, step_ms=[1.0, 2.0])
     write_record(original, tmp_path)
-    copy = rungs_mod.copy_cached(original, sweep_id="b", rung=0, round=0)
+    copy = copy_of(original, sweep_id="b", rung=0, round=0)
     store.copies_dir(tmp_path).mkdir()
     (store.copies_dir(tmp_path) / "b.parquet").write_bytes(b"not parquet")  # a damaged file of copies
     with pytest.warns(store.UnreadableRecord, match="b.parquet"):
@@ -153,7 +154,7 @@ def test_a_copy_whose_file_cannot_be_written_is_stored_whole(tmp_path, capsys):
     assert (store.runs_dir(tmp_path) / f"{copy.run_id}.parquet").exists()  # whole, as a run: nothing is lost
     assert got["cached_from"].tolist() == ["o"] and list(got["step_ms"].iloc[0]) == [1.0, 2.0]
     with pytest.raises(ValueError, match="sets only the store's COPY_COLUMNS; not samples_per_s"):
-        rungs_mod.copy_cached(original, samples_per_s=9.0)
+        copy_of(original, samples_per_s=9.0)
     with pytest.raises(ValueError, match="is no copy"):
         store_copy(original, tmp_path)
 
@@ -161,7 +162,7 @@ def test_a_copy_whose_file_cannot_be_written_is_stored_whole(tmp_path, capsys):
 def test_verify_names_a_copy_whose_original_is_gone(tmp_path, capsys):
     original = RunRecord(run_id="o", status="ok", timestamp="2026-11-24T10:00:00+0000", sweep_id="a")
     path = write_record(original, tmp_path)
-    store_copy(rungs_mod.copy_cached(original, sweep_id="b"), tmp_path)
+    store_copy(copy_of(original, sweep_id="b"), tmp_path)
     assert len(load_runs(tmp_path, sweep="b")) == 1
     path.unlink()
     assert cli.main(["store", "verify", "--results", str(tmp_path)]) == 1

@@ -8,8 +8,8 @@ import pytest
 
 from harness.config import DebugConfig
 from harness.run.child import faults, stopping
-from harness.run.parent import isolate
 from harness.run.child.summary import NOT_STORED, Extras, Measurement, PerSample, Summary, summarize
+from harness.records.make import make_record
 from harness.store import COLUMNS, RunRecord, load_runs
 from harness.metrics import Metrics
 from tests.conftest import REPO, tiny_config
@@ -53,7 +53,7 @@ def test_a_misspelt_metric_in_the_childs_result_raises():
 def test_a_misspelt_field_of_the_record_raises_when_it_is_made():
     cfg = tiny_config()
     with pytest.raises(TypeError, match="swep_id"):
-        isolate.base_record(cfg, {}, "key", "ok", "", Summary(), swep_id="s")
+        make_record(cfg, {}, "key", "ok", "", Summary(), swep_id="s")
     with pytest.raises(TypeError, match="not_a_metric"):
         RunRecord(run_id="r", status="ok", timestamp="t", **{"not_a_metric": 1.0})
 
@@ -64,7 +64,9 @@ def test_the_record_carries_every_metric_of_the_summary():
                                                backend_flags="{}"),
                         PerSample(units=1000.0, flops=2e9, peak_flops=1e12), compiled=True)
     summary = dataclasses.replace(summary, gpu_throttle_reasons="thermal (hardware)")
-    record = isolate.base_record(cfg, {"torch_version": "2.x", "not_a_field": 1}, "key", "ok", "", summary,
+    with pytest.raises(ValueError, match="'not_a_field'"):  # the environment and the record's columns must agree
+        make_record(cfg, {"torch_version": "2.x", "not_a_field": 1}, "key", "ok", "", summary)
+    record = make_record(cfg, {"torch_version": "2.x"}, "key", "ok", "", summary,
                                  sweep_id="s1", rung=2)
     for name, value in summary.record_fields().items():
         assert getattr(record, name) == value, name

@@ -27,11 +27,16 @@ class Display:
         self.estimates: list[str] = []  # "round N: ..." before a round (harness.sweeps.budget)
         self.cached: list[tuple[int, int]] = []
 
+    def on(self, event):  # a listener of the sweep's events (harness.session.events)
+        if event.kind == "already":
+            self.already_measured(event.turn)
+        elif event.kind == "failed":
+            self.could_not_run(event.turn, event.error)
+        elif event.text:
+            self.say(event.text)
+
     def already_measured(self, turn):
         self.cached.append((turn.rung.index, turn.round_))
-
-    def measure(self, turn, run):
-        run(None, None)
 
     def could_not_run(self, turn, exc):
         raise AssertionError(f"could not run {turn}: {exc}")
@@ -224,7 +229,7 @@ class FakeMeasure:
     def __init__(self, speeds, now=False):
         self.speeds, self.calls, self.now = speeds, [], now
 
-    def __call__(self, cfg, env, env_key, on_progress=None, skip_reason=None, **fields):
+    def __call__(self, cfg, env, env_key, on_progress=None, skip_reason=None, pipeline=None, **fields):
         self.calls.append((fields["sweep_id"], fields["rung"], fields["round"]))
         record = RunRecord(run_id=f"{fields['sweep_id']}-{len(self.calls)}", status="ok",
                            timestamp=utc_timestamp() if self.now else

@@ -3,31 +3,23 @@ prints (each runs as printed)."""
 
 from __future__ import annotations
 
-import hashlib
-import json
 import math
-import re
 import shlex
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rich.markup import escape
 
-from harness import config as config_mod
 from harness import shell
 from harness.climb.ascent import ACCEPTED, ClimbResult, Step
-from harness.fileio import write_text_atomic
-from harness.config import ladder as ladder_mod
+from harness.config import ladder_file as written
 from harness.config import workload as workloads_mod
-from harness.config.workload import WorkloadSpec
-from harness.names import CUSTOM, display_name, target_of
+from harness.names import display_name
 from harness.analysis.stats.speedup import band_text
 
 if TYPE_CHECKING:
     from harness.analysis.stats.speedup import Ratio
 
-NOT_IN_LADDER = ("results_dir", "timeout_s", "workload")  # start settings the written ladder leaves out
-NOT_IN_LADDER_PREFIXES = ("sweep.", "debug.", "workload.")  # (the ladder names its workload in its own field)
 
 
 def training_note(key: str, before: Any, after: Any) -> str:
@@ -145,47 +137,6 @@ def step_line(s: Step) -> str:
 # the ladder file
 
 
-def ladder_base(settings: dict) -> dict:
-    """The start settings that differ from the defaults (user overrides and config groups), as a ladder's base."""
-    given = config_mod.flatten(config_mod.record_dict(config_mod.from_dict(settings)))
-    defaults = config_mod.flatten(config_mod.record_dict(config_mod.RunConfig()))
-    return {k: v for k, v in given.items() if v != defaults.get(k) and k not in NOT_IN_LADDER
-            and not k.startswith(NOT_IN_LADDER_PREFIXES)}
-
-
-def ladder_name(workload: WorkloadSpec, device: str, base: dict, prefix: str = "climb") -> str:
-    """``climb-WORKLOAD-DEVICE`` (``prefix``: the command that writes it), plus a short hash of the start settings
-    when they are not the defaults. A workload that is not a built-in as shipped is named by its model's target for
-    ``custom`` (two models climbed in one results folder must not write one file), and the hash covers its fields
-    too."""
-    if workloads_mod.is_builtin(workload):
-        name, hashed = workload.name, base
-    else:
-        shown = target_of(workload.model_node) if workload.name == CUSTOM else ""
-        name = re.sub(r"[^A-Za-z0-9._-]", "_", shown or workload.name)
-        fields = {k: v for k, v in workload.hashed().items() if k != "source_sha"}  # an edit of the file: same climb
-        hashed = {"base": base, "workload": fields}
-    out = f"{prefix}-{name}-{device}"
-    if hashed:
-        out += "-" + hashlib.sha256(json.dumps(hashed, sort_keys=True, default=str).encode()).hexdigest()[:6]
-    return out
-
-
-def write_ladder(mapping: dict, name: str, results_dir: str, config_dirs: tuple[str, ...] = (),
-                 by: str = "climb") -> Path:
-    """Write ``<results_dir>/ladders/NAME.yaml`` atomically and check that it loads as a ladder (its workload may
-    live in a config folder the command was given: ``config_dirs``; ``by``: the command that writes it)."""
-    import yaml
-
-    folder = Path(results_dir) / ladder_mod.USER_LADDERS
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"{name}.yaml"
-    header = f"# Written by `python -m harness {by}`; a re-run of the {by} rewrites it.\n"
-    write_text_atomic(path, header + yaml.safe_dump(mapping, sort_keys=False, width=120), durable=True)
-    ladder_mod.load(name, results_dir, config_dirs)  # a ladder the climb writes must load: a bug, not user input
-    return path
-
-
 # ------------------------------------------------------------------------------------------
 # the end of a climb
 
@@ -195,15 +146,15 @@ def report(result: ClimbResult, settings: dict, start, env: dict, climb_id: str,
     """Write the ladder of the best settings and print the trajectory, the best settings and the commands that
     re-run them (``start``: the resolved start settings, a RunConfig; ``given``: the words the climb was given,
     less its ``climb.*`` settings; ``earlier_s`` of ``used_s`` were spent by earlier runs of this climb)."""
-    base = ladder_base(settings)
+    base = written.ladder_base(settings)
     workload = start.workload.name
     shown = display_name(workload, start.workload.model_node)
-    name = ladder_name(start.workload, start.device, base)
+    name = written.ladder_name(start.workload, start.device, base)
     hardware = f"{start.device} {env.get('gpu_name') or env.get('cpu_model')} ({env.get('cpu_count')} CPUs)"
     own = not workloads_mod.is_builtin(start.workload)
-    mapping = ladder_file(result, workload, base, climb_id, hardware, workload_only(given) if own else None,
+    mapping = ladder_file(result, workload, base, climb_id, hardware, written.workload_only(given) if own else None,
                           shown if shown != workload else "")
-    path = write_ladder(mapping, name, start.results_dir, tuple(shell.config_dirs_of(given or [])))
+    path = written.write_ladder(mapping, name, start.results_dir, tuple(shell.config_dirs_of(given or [])))
     print()
     print(f"#### climb {climb_id}: {shown} ({start.size}) on {hardware}")
     print()
@@ -242,21 +193,10 @@ def best_lines(result: ClimbResult, mapping: dict, given: list[str]) -> list[str
     return lines + [f"Best command: {best}"]
 
 
-def workload_words(given: list[str]) -> list[str]:
-    """The words of ``given`` that the written ladder does not hold: the workload and its fields, the config
-    folders, where the results go, the timeout, debug and Hydra's own settings."""
-    return shell.select(given, lambda key: key in NOT_IN_LADDER or key.startswith(("workload.", "debug.", "hydra")))
-
-
-def workload_only(given: list[str]) -> list[str]:
-    """The words of ``given`` that make its workload: ``workload=NAME``, its fields, the config folders."""
-    return shell.select(given, lambda key: key == "workload" or key.startswith(("workload.", "hydra.searchpath")))
-
-
 def rerun_lines(name: str, path: Path, start, climb_id: str, given: list[str]) -> list[str]:
     """Where the ladder is, and the commands that re-run it, gate CI on it and show every run: complete, with the
     workload's overrides and config folders the climb was given."""
-    rerun = shell.command("sweep", f"+ladder={name}", *workload_words(given))
+    rerun = shell.command("sweep", f"+ladder={name}", *written.workload_words(given))
     results = [] if start.results_dir == "results" else ["--results", start.results_dir]
     save = shell.command("baseline", "save", name, "--sweep", "latest", *results)
     return [f"Ladder written to {path}; re-run it (from the store, in seconds): {rerun}",

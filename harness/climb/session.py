@@ -9,14 +9,14 @@ from harness import config as config_mod
 from harness.climb import output, resume
 from harness.climb.ascent import NOT_RUN, Budget, ClimbResult, ascend
 from harness.climb.space import ClimbConfig, Facts, check, space
-from harness.climb.trials import Display, Trials, trial_ladder
-from harness.fit.search import DEFAULT_MAX, search
+from harness.climb.trials import Trials, trial_ladder
+from harness.session.events import Display
+from harness.session.probe import DEFAULT_MAX, search
 from harness.run.parent import runner
-from harness.run.parent.launch import usable_cpus
-from harness.store import check_writable, load_runs, new_id, utc_timestamp
+from harness.store import load_runs, new_id, utc_timestamp
 from harness.sweeps import rungs as sweep_mod
 from harness.sweeps.loop import auto_compact
-from harness.workload import preflight
+from harness.session import runner as session_runner
 from harness.names import display_name
 from harness.analysis.stats import calibration, noise_model, sweepstats
 
@@ -29,14 +29,12 @@ def run_climb(settings: dict, options: ClimbConfig, started: float, display: Dis
     Exit code: 0, or 2 for settings that cannot start (nothing measured then)."""
     try:
         check(options)
-        check_writable(settings.get("results_dir", "results"), "`python -m harness climb`")
-        start = runner.ready(config_mod.from_dict(settings), display.say)
-        preflight.check_model_builds(start)
+        prepared = session_runner.prepare(config_mod.from_dict(settings), "`python -m harness climb`", display.say)
         machine = runner.Machine.detect()
     except (ValueError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    env, env_key = runner.environment(start.device)
+    start, (env, env_key) = prepared.resolved, prepared.environment
     climb_id = new_id("climb-")
     noise = _noise(start, env_key)
     key = resume.climb_key(config_mod.config_hash(start), env_key, options.repeats, options.min_effect, options.knobs)
@@ -50,7 +48,7 @@ def run_climb(settings: dict, options: ClimbConfig, started: float, display: Dis
                                  remeasure_busy=start.sweep.remeasure_busy)
     trials = Trials(ctx, machine, env, env_key, budget, options.repeats, display)
     # loader workers share the CPUs with the ranks: with devices=N each rank's loader gets its part
-    facts = Facts(device=start.device, usable_cpus=max(1, usable_cpus() // start.devices),
+    facts = Facts(device=start.device, usable_cpus=max(1, config_mod.usable_cpus() // start.devices),
                   largest_batch=_batch_bound(_flat(start), trials, display, options))
     display.say(f"climb {climb_id}: {display_name(start.workload.name, start.workload.model_node)} ({start.size}) on "
                 f"{start.device}, budget {options.budget_min:g} min, {options.repeats} run(s) per side, accept at >= "

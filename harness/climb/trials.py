@@ -6,33 +6,23 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from dataclasses import dataclass
-from typing import Any, Callable, ContextManager
 
 from rich.markup import escape
 
 from harness import config as config_mod
 from harness.climb.ascent import Budget, BudgetSpent, Measured
-from harness.run.parent import runner
-from harness.store import RunRecord, store_copy
+from harness.records.sinks import Pipeline
+from harness.session.events import Display
+from harness.session import runner as session_runner
+from harness.store import RunRecord
 from harness.config import ladder as ladder_mod
 from harness.sweeps import rungs as sweep_mod
-from harness.workload import applicability
 from harness.analysis.stats import noise_model, speedup
 from harness.analysis.stats.busy import busy_reason
 
 LADDER_NAME = "climb"  # the `ladder` of every record a climb stores
 SEARCH = "fit search"  # the role of a run of the search for the largest batch that fits
 KILL_MARGIN_S = 5.0  # a run's timeout ends this long before the budget does (killing it takes a moment)
-
-
-@dataclass(frozen=True)
-class Display:
-    """How a climb shows itself (the command gives its rich console): ``say`` prints one line of rich markup;
-    ``progress(label)`` is the live status line around one run, its ``update`` the runner's progress callback."""
-
-    say: Callable[[str], Any]
-    progress: Callable[[str], ContextManager[Any]]
 
 
 def trial_ladder(workload: str, changes: list[tuple[str, object]]) -> ladder_mod.Ladder:
@@ -98,7 +88,7 @@ class Trials:
         return self.compare(accepted, candidate, step, whole=True)
 
     def search_run(self, changes, size: int) -> str:
-        """One size of the search for the largest batch that fits (``harness.fit.search``): ``changes`` over the
+        """One size of the search for the largest batch that fits (``harness.session.probe``): ``changes`` over the
         start with ``batch_size=size``, a fresh process (or a stored run a re-run replays); its status. Its record is
         no rung of the climb's table, and no comparison uses it (their rounds interleave candidate and incumbent)."""
         record, _ = self.trial(list(changes) + [("batch_size", size)], 0, SEARCH, 0, f"batch_size={size} (fit search)")
@@ -125,29 +115,36 @@ class Trials:
         rung = {"incumbent": 2 * (step - 1), "candidate": 2 * step - 1}.get(role)
         fields = dict(sweep_id=ctx.sweep_id, ladder=LADDER_NAME, rung=rung, round=round_, change=change,
                       **dict(ctx.record_fields))
-        key = config_mod.config_hash(cfg)
-        reason = applicability.skip_reason(cfg)  # once per run: a run that cannot act here is never taken cached
-        if not sweep_mod.debug_active(cfg) and not reason:
-            original = sweep_mod.lookup_cached(ctx.results_dir, key, self.env_key, self.used, oldest=True)
-            if original is not None:
-                record = sweep_mod.copy_cached(original, **fields)
-                store_copy(record, ctx.results_dir)
-                self.used |= {original.run_id, record.run_id}
-                self._print(record, "cached", step, role, round_, change)
-                return record, "cached"
-        return self._measure(cfg, key, reason, fields, step, role, round_, change), "measured"
+        asked = session_runner.ask(cfg, self._cached, (self.env, self.env_key))  # each question once per run
+        if asked.original is not None:
+            record = session_runner.act(cfg, asked, fields, self._pipeline()).record
+            self.used |= {asked.original.run_id, record.run_id}
+            self._print(record, "cached", step, role, round_, change)
+            return record, "cached"
+        return self._measure(cfg, asked, fields, step, role, round_, change), "measured"
 
-    def _measure(self, cfg: config_mod.RunConfig, key: str, reason: str, fields: dict, step: int, role: str,
+    def _cached(self, cfg: config_mod.RunConfig, env_key: str) -> RunRecord | None:
+        """The oldest original of these settings this climb has not used (a climb run again replays in order)."""
+        if sweep_mod.debug_active(cfg):
+            return None
+        return sweep_mod.lookup_cached(self.ctx.results_dir, config_mod.config_hash(cfg), env_key, self.used,
+                                       oldest=True)
+
+    def _pipeline(self) -> Pipeline:
+        return Pipeline.to_store(self.ctx.results_dir, *self.ctx.sinks)
+
+    def _measure(self, cfg: config_mod.RunConfig, asked: session_runner.Asked, fields: dict, step: int, role: str,
                  round_: int, change: str) -> RunRecord:
-        compiles = cfg.compile != "off"
-        if not reason:  # a knob that cannot act here is recorded at once, for free
+        compiles, key = cfg.compile != "off", config_mod.config_hash(cfg)
+        if not asked.reason:  # a knob that cannot act here is recorded at once, for free
             refusal = self.budget.refusal(key, compiles, time.monotonic())
             if refusal:
                 raise BudgetSpent(refusal)
             cfg.timeout_s = min(cfg.timeout_s, max(self.budget.left(time.monotonic()) - KILL_MARGIN_S, 1.0))
         began = time.monotonic()
         with self.display.progress(_label(step, role, round_, self.repeats, change)) as progress:
-            record = runner.run_and_store(cfg, self.env, self.env_key, progress.update, skip_reason=reason, **fields)
+            record = session_runner.act(cfg, asked, fields, self._pipeline(), (self.env, self.env_key),
+                                        progress.update).record
         self.used.add(record.run_id)
         if record.status != "skipped":
             self.budget.record(key, time.monotonic() - began, compiles)

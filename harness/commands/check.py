@@ -24,6 +24,7 @@ from pathlib import Path
 from harness import config as config_mod
 from harness.analysis.gate import baseline, check, verdicts
 from harness.analysis.gate.check_formats import FORMATS, render_check
+from harness.analysis.gate.thresholds import parse_thresholds
 from harness.analysis.views import ci_formats, pr_comment
 from harness.commands import common_args
 from harness.store import new_id
@@ -61,8 +62,8 @@ def main(command: str, argv: list[str]) -> int:
 def run_check(args: argparse.Namespace) -> int:
     """Print the check in the format asked; its exit code (a BadInput is exit 2, through common_args)."""
     config_mod.check_export(args.export, "--export")
-    thresholds = check.parse_thresholds(args.threshold, 0.05, "--threshold")
-    mem_thresholds = check.parse_thresholds(args.mem_threshold, 0.10, "--mem-threshold")
+    thresholds = parse_thresholds(args.threshold, 0.05, "--threshold")
+    mem_thresholds = parse_thresholds(args.mem_threshold, 0.10, "--mem-threshold")
     path = baseline.baseline_path(args.baseline, args.results)
     result = check.check_sweep(baseline.load_baseline(path), path, args.results, args.sweep, thresholds,
                                mem_thresholds)

@@ -22,8 +22,7 @@ from harness.sweeps.rungs import SweepContext, rung_config
 from harness.analysis.views.diagnosis import DataKnobs, diagnose
 from harness.commands.console import console, refuse
 from harness.commands.progress import RunProgress
-from harness.store import check_writable
-from harness.workload import preflight
+from harness.session import runner as session_runner
 
 PARTS = (("loader", "loader alone (no model)"), ("model", "model alone (one batch kept on the device)"),
          ("train", "full training step"))
@@ -38,7 +37,7 @@ def ladder_baseline(name: str, settings: dict, overrides: list[str]) -> config_m
     """The settings of ladder ``name``'s baseline on this machine, with the user's overrides winning (ValueError
     for an unknown ladder)."""
     lad = ladder_mod.load(name, settings.get("results_dir", "results"))
-    given = set(map(hydra_edge.given_key, overrides))
+    given = set(map(shell.given_key, overrides))
     user_keys = {k for k in map(hydra_edge.override_key, overrides) if k} | ({"workload"} & given)
     ctx = SweepContext(sweep_id="", ladder=lad, settings=settings, user_keys=frozenset(user_keys))
     return rung_config(ctx, 0, runner.Machine.detect())
@@ -50,12 +49,10 @@ def task(cfg, ladder: str | None = None, overrides: list[str] = ()) -> int:
         settings = ladder_baseline(ladder, plain, list(overrides)) if ladder else config_mod.from_dict(plain)
         if settings.measure.mode != "train":
             raise ValueError("measure.mode is set by diagnose itself (loader, model, train); remove it")
-        check_writable(settings.results_dir, "`python -m harness diagnose`")
-        base = runner.ready(settings, console.print)
-        preflight.check_model_builds(base)
+        prepared = session_runner.prepare(settings, "`python -m harness diagnose`", console.print)
     except (ValueError, OSError) as exc:
         return refuse(exc)
-    env, key = runner.environment(base.device)
+    base, (env, key) = prepared.resolved, prepared.environment
     diag_id = new_id("diagnose-")
     records = {}
     for rung, (mode, label) in enumerate(PARTS):

@@ -33,7 +33,6 @@ from harness.conf import CONF_DIR, project_dir
 from harness.config.workload import WorkloadSpec
 
 CONFIG_GROUPS = ("ladder", "data", "workload")  # Hydra groups: `data=disk` picks conf/data/disk.yaml
-CONFIG_DIR_FLAGS = shell.CONFIG_DIR_FLAGS
 HELP_FLAGS = ("--help", "-h", "--hydra-help", "--cfg", "-c", "--info")
 
 
@@ -63,9 +62,6 @@ def register_schema() -> None:
         _registered = True
 
 
-given_key = shell.given_key
-
-
 def override_key(override: str) -> str | None:
     """The setting an override names (None for Hydra's own, for config groups and for flags)."""
     if override.startswith("-") or "=" not in override:
@@ -84,7 +80,7 @@ def with_config_dirs(argv: list[str]) -> list[str]:
     out, dirs, args = [], [], iter(argv)
     for arg in args:
         flag, _, value = arg.partition("=")
-        if flag in CONFIG_DIR_FLAGS:
+        if flag in shell.CONFIG_DIR_FLAGS:
             value = value or next(args, "")
             if not Path(value).is_dir():
                 raise ValueError(f"{flag} {value!r}: no such folder "

@@ -17,8 +17,7 @@ from harness.run.parent import runner
 from harness.store import new_id
 from harness.commands.console import console, refuse
 from harness.commands.progress import RunProgress
-from harness.store import check_writable
-from harness.workload import preflight
+from harness.session import runner as session_runner
 from harness.analysis.stats import noise_model, speedup
 from harness.analysis.stats.busy import busy_reason
 
@@ -54,12 +53,10 @@ def task(cfg, runs: int) -> int:
     try:
         settings = config_mod.from_dict(hydra_edge.plain_settings(cfg))
         config_mod.validate_one_node(settings.nodes, "noise")
-        check_writable(settings.results_dir, "`python -m harness noise`")
-        base = runner.ready(settings, console.print)
-        preflight.check_model_builds(base)
+        prepared = session_runner.prepare(settings, "`python -m harness noise`", console.print)
     except (ValueError, OSError) as exc:
         return refuse(exc)
-    env, key = runner.environment(base.device)
+    base, (env, key) = prepared.resolved, prepared.environment
     sweep_id = new_id("noise-")  # noise-<UTC time>-<random>
     records = []
     for i in range(runs):

@@ -17,7 +17,7 @@ import time
 from rich.console import Console
 from rich.live import Live
 from rich.spinner import Spinner
-from harness.climb.trials import Display
+from harness.session.events import Display
 from harness.commands.console import console
 
 REFRESH_HZ = 2.0  # at most this many redraws a second, however often the parent polls (measure.sample_interval_s)

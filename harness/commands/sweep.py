@@ -47,6 +47,7 @@ from harness.run.monitor import fitness
 from harness.analysis.views import units as units_view
 from harness.commands import terminal
 from harness.commands.progress import RunProgress
+from harness.session.events import OUTCOMES, Event
 
 INTERNAL_KEYS = {"sweep.id", "sweep.rung", "sweep.round"}
 MULTIRUN_FLAGS = ("-m", "--multirun")
@@ -128,7 +129,7 @@ def plan_sweep(argv: list[str], campaign: bool = False, settings: dict | None = 
     lad = ladder_mod.load(name, settings["results_dir"] if settings else _results_dir(overrides), dirs)
     hydra_edge.check_overrides(overrides)
     user_keys = {k for k in map(hydra_edge.override_key, overrides) if k}
-    given = set(map(hydra_edge.given_key, overrides))
+    given = set(map(shell.given_key, overrides))
     if "workload" in given:
         user_keys.add("workload")  # the user's workload wins over the ladder's default one
     elif any(k.startswith("workload.") for k in given):
@@ -171,7 +172,7 @@ def _workload_file(name: str, config_dirs: list[str]) -> bool:
 def _results_dir(overrides: list[str]) -> str:
     """The results folder the overrides name, before anything is composed: its ``ladders/`` holds the ladders
     this machine wrote itself (``climb``), which ``+ladder=NAME`` finds after ``conf/ladder/``."""
-    given = [o for o in overrides if hydra_edge.given_key(o) == "results_dir"]
+    given = [o for o in overrides if shell.given_key(o) == "results_dir"]
     if not given:
         return config_mod.RunConfig().results_dir
     from hydra.core.override_parser.overrides_parser import OverridesParser
@@ -221,24 +222,14 @@ def run_sweep(plan: SweepPlan, sweep_id: str, campaign_id: str = "") -> int:
 
 
 class RungLines:
-    """The sweep loop as a person sees it: a live status line while a rung runs, then one line of its outcome."""
+    """The sweep as a person sees it (a listener of its events): a live status line while a rung runs, then one
+    line of its outcome."""
 
     def __init__(self, console, before_first_run: Callable[[], None] | None = None):
         self.console = console
         self.before_first_run = before_first_run  # called once, before the first run measured (not one copied)
+        self.progress: RunProgress | None = None
         self.said_bf16 = False  # the line on emulated bf16, said once
-
-    def already_measured(self, turn: loop.Turn) -> None:
-        # escaped: the console reads "[...]" as markup, and "[rung 1/4]" would vanish from the line
-        self.console.print(f"{escape(turn.label)} {turn.rung.change('full') or 'baseline'}: "
-                           "already measured in this sweep")
-
-    def could_not_run(self, turn: loop.Turn, exc: Exception) -> None:
-        self.console.print(f"[red]rung {turn.rung.index} could not run:[/] {escape(str(exc))}")
-
-    def say(self, text: str) -> None:
-        """A line of the loop's own (a busy run measured again, a look of sweep.repeats=auto), as plain text."""
-        self.console.print(escape(text))
 
     def before_launch(self, cfg=None) -> None:
         """A run is about to be measured (the loop calls it; a run from the store is not one): the fitness glance
@@ -251,17 +242,38 @@ class RungLines:
             self.said_bf16 = True
             self.console.print(f"[yellow]note:[/] {escape(cpu_bf16.EMULATED)}")
 
-    def measure(self, turn: loop.Turn, run: loop.RunRung) -> None:
-        label = escape(turn.label)
-        progress = RunProgress(self.console, f"{label} {turn.rung.change('full') or 'baseline'}")
+    def on(self, event: Event) -> None:
+        turn = event.turn
+        if event.kind == "started":
+            note = f" (without the changes of failed rungs {sorted(event.dropped)})" if event.dropped else ""
+            self._open(f"{escape(turn.label)} {turn.rung.change(event.cfg.size) or 'baseline'}{note}")
+        elif event.kind == "progress" and self.progress is not None:
+            self.progress.update(event.info, event.elapsed)
+        elif event.kind in OUTCOMES:
+            label = self._close() or f"{escape(turn.label)} {turn.rung.change('full') or 'baseline'}"
+            self.console.print(_outcome_line(label, event.outcome))
+        elif event.kind == "failed":
+            self._close()
+            self.console.print(f"[red]rung {turn.rung.index} could not run:[/] {escape(str(event.error))}")
+        elif event.kind == "already":
+            # escaped: the console reads "[...]" as markup, and "[rung 1/4]" would vanish from the line
+            self.console.print(f"{escape(turn.label)} {turn.rung.change('full') or 'baseline'}: "
+                               "already measured in this sweep")
+        elif event.text:  # a line of the loop's own (a busy run measured again, a look, a refusal), as plain text
+            self.console.print(escape(event.text))
 
-        def on_start(resolved, dropped):
-            note = f" (without the changes of failed rungs {sorted(dropped)})" if dropped else ""
-            progress.label = f"{label} {turn.rung.change(resolved.size) or 'baseline'}{note}"
+    def _open(self, label: str) -> None:
+        self._close()
+        self.progress = RunProgress(self.console, label)
+        self.progress.__enter__()
 
-        with progress:
-            outcome = run(on_start, progress.update)
-        self.console.print(_outcome_line(progress.label, outcome))
+    def _close(self) -> str:
+        """Stop the status line; its label ("" when none was shown)."""
+        progress, self.progress = self.progress, None
+        if progress is None:
+            return ""
+        progress.__exit__(None, None, None)
+        return progress.label
 
 
 def _outcome_line(label: str, outcome: sweep_mod.RungOutcome) -> str:

@@ -27,7 +27,7 @@ def usable_cpus() -> int:
     """CPUs this process may run on (a container or taskset may allow fewer than the machine has)."""
     try:
         return len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
+    except (AttributeError, OSError):  # not on Linux
         return os.cpu_count() or 1
 
 

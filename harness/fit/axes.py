@@ -1,5 +1,5 @@
 """What a fit varies (``fit.axis``): the batch, or a 3D workload's patch. The search counts in whole steps ``k``
-(``harness.fit.search``); an axis turns a step into the setting's value, its words and the units in one sample.
+(``harness.session.probe``); an axis turns a step into the setting's value, its words and the units in one sample.
 
 The patch's rule: ``data.patch_size`` at step k is ``k x STEP x (p / gcd(p))``, ``p`` the start's own patch and
 STEP the least common multiple of the workload's ``patch_multiple`` (the side a model with N stride-2 levels needs

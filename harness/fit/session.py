@@ -15,18 +15,24 @@ from rich.markup import escape
 
 from harness import config as config_mod
 from harness import shell
-from harness.climb import output
-from harness.climb.trials import Display
+from harness.session.events import Display
 from harness.config import ladder as ladder_mod
+from harness.config import ladder_file as written
 from harness.fit import state as state_mod
 from harness.fit.axes import BATCH, Axis, patch_axis, patch_steps, sequence_axis
-from harness.fit.search import FitConfig, Search, bound, check, search
+from harness.fit.search import FitConfig, bound, check
+from harness.records.sinks import Pipeline
+from harness.session import engine
+from harness.session import runner as session_runner
+from harness.session.events import OUTCOMES, Event, Events
+from harness.session.probe import Probe, Search
 from harness.names import display_name
 from harness.run.parent import runner
-from harness.store import check_writable, new_id
+from harness.store import new_id
 from harness.sweeps import loop
+from harness.session.events import Listener
 from harness.sweeps import rungs as sweep_mod
-from harness.workload import applicability, preflight
+from harness.workload import applicability
 from harness.analysis.views import fit_curve
 from harness.config import workload as workloads_mod
 
@@ -44,13 +50,13 @@ class Fit:
     env_key: str
     state: state_mod.FitState
     display: Display
-    sweep_display: loop.LoopDisplay
+    sweep_display: Listener
     low: int
     high: int
     axis: Axis = BATCH
 
 
-def run_fit(settings: dict, options: FitConfig, display: Display, sweep_display: loop.LoopDisplay,
+def run_fit(settings: dict, options: FitConfig, display: Display, sweep_display: Listener,
             given: list[str] | None = None) -> int:
     """Fit from ``settings`` (the composed run settings) under ``options``. ``given``: the words the fit was given,
     less its ``fit.*`` settings (the commands it prints are made of them). Exit code: 0; 1 when no size fits or a
@@ -68,7 +74,9 @@ def run_fit(settings: dict, options: FitConfig, display: Display, sweep_display:
         display.say(f"resuming fit {fit.state.fit_id}: {len(fit.state.tried)} size(s) already tried are taken from "
                     "the store, none measured again")
     top = f"fit.max={high}" if axis is BATCH else f"fit.max ({axis.label(high)})"
-    found = search(lambda size: _try(fit, size), low, high, axis.label, top)
+    policy = SizeSearch(fit, Probe(low, high, axis.label, top))
+    engine.run(policy, Events(SearchLines(display, axis)))
+    found = policy.probe.found
     display.say(escape(f"search: {found.stopped} ({len(found.tried)} run(s))"))
     if not found.fits:
         print(f"No {axis.key} fits: {found.stopped}. Every run: "
@@ -77,19 +85,18 @@ def run_fit(settings: dict, options: FitConfig, display: Display, sweep_display:
     return _measure_curve(fit, found, given or [])
 
 
-def _begin(settings: dict, options: FitConfig, display: Display, sweep_display: loop.LoopDisplay) -> Fit:
+def _begin(settings: dict, options: FitConfig, display: Display, sweep_display: Listener) -> Fit:
     """Everything that may refuse the fit, before anything is measured (ValueError, OSError)."""
     check(options)
-    check_writable(settings.get("results_dir", "results"), "`python -m harness fit`")
     flat = config_mod.flatten(settings)
-    start = runner.ready(config_mod.from_dict(flat if options.axis != "batch" else {**flat, BATCH.key: options.min}),
-                         display.say)
+    prepared = session_runner.prepare(config_mod.from_dict(flat if options.axis != "batch" else
+                                                           {**flat, BATCH.key: options.min}),
+                                      "`python -m harness fit`", display.say)
+    start, (env, env_key) = prepared.resolved, prepared.environment
     axis, low, high = _axis_range(start, options)
     reason = applicability.skip_reason(start)
     if reason:  # nothing of the search could run here: said once, before anything starts
         raise ValueError(f"these settings cannot run here: {reason}")
-    preflight.check_model_builds(start)
-    env, env_key = runner.environment(start.device)
     key = state_mod.fit_key(config_mod.config_hash(start), env_key, low, high, options.axis)
     fit_state = (state_mod.load(start.results_dir, key)
                  or state_mod.FitState(key=key, fit_id=new_id(f"{LADDER_NAME}-")))
@@ -123,25 +130,83 @@ def _search_context(fit: Fit, size: int) -> sweep_mod.SweepContext:
                                   user_keys=frozenset({"workload"}))
 
 
-def _try(fit: Fit, size: int) -> str:
-    """One size of the search: its status (from the fit's state when it was tried already), its record stored."""
-    known = fit.state.status(size)
-    if known is not None:
-        fit.display.say(escape(f"[{fit.axis.label(size)}] {known} (tried already)"))
-        return known
-    cfg = sweep_mod.rung_config(_search_context(fit, size), 1, fit.machine)
-    label = escape(f"[{fit.axis.label(size)}]")
-    with fit.display.progress(label) as progress:
+@dataclasses.dataclass
+class SizeTurn:
+    """One size of the search: a turn of the fit's session."""
+
+    size: int
+    label: str  # ``[batch_size=8]``, escaped for rich
+    known: str = ""  # its status, when an earlier run of the fit tried it
+
+
+class SizeSearch:
+    """The fit's search as a policy over the session engine: one size a round, the next decided by the
+    :class:`Probe` from the statuses so far; a size the fit's state holds is taken from there, not measured again."""
+
+    remeasure_busy = False  # a busy run still says whether the size fits
+    keep_going = False  # the search cannot go on without its answer
+
+    def __init__(self, fit: Fit, probe: Probe):
+        self.fit, self.probe = fit, probe
+
+    def next_turns(self, round_: int, events: Events) -> list[SizeTurn] | None:
+        size = self.probe.next()
+        return None if size is None else [SizeTurn(size, escape(f"[{self.fit.axis.label(size)}]"))]
+
+    def held(self, turn: SizeTurn) -> bool:
+        turn.known = self.fit.state.status(turn.size) or ""
+        if turn.known:
+            self.probe.tell(turn.known)
+        return bool(turn.known)
+
+    def measure(self, turn: SizeTurn, again: bool, hooks: engine.Hooks) -> session_runner.Outcome:
+        """One size, measured in a fresh process; its record stored and its status in the fit's state."""
+        fit = self.fit
+        cfg = sweep_mod.rung_config(_search_context(fit, turn.size), 1, fit.machine)
+        hooks.started(cfg)
         # rung: the size's place in the search's order (as a climb's steps), so `table --sweep <fit id>` lists them
-        record = runner.run_and_store(cfg, fit.env, fit.env_key, progress.update, sweep_id=fit.state.fit_id,
-                                      ladder=LADDER_NAME, rung=len(fit.state.tried), round=0,
-                                      change=fit.axis.label(size))
-    fit.state.tried[str(size)] = [record.status, record.run_id]
-    state_mod.save(fit.start.results_dir, fit.state)
-    fit.display.say(f"{label} {record.status}" + (f": {_speed_text(fit.axis, size, record.samples_per_s)}"
-                                                  if record.status == "ok"
-                                                  else f": {escape(_last_line(record.error)[:160])}"))
-    return record.status
+        labels = dict(sweep_id=fit.state.fit_id, ladder=LADDER_NAME, rung=len(fit.state.tried), round=0,
+                      change=fit.axis.label(turn.size))
+        outcome = session_runner.run_one(cfg, labels, Pipeline.to_store(cfg.results_dir), None, (fit.env, fit.env_key),
+                                         hooks.progress)
+        record = outcome.record
+        fit.state.tried[str(turn.size)] = [record.status, record.run_id]
+        state_mod.save(fit.start.results_dir, fit.state)
+        self.probe.tell(record.status)
+        return outcome
+
+    def look(self, rounds: int, events: Events) -> bool:
+        return True
+
+
+class SearchLines:
+    """The search as a person sees it (a listener of its events): a status line while a size runs, then its
+    status and speed."""
+
+    def __init__(self, display: Display, axis: Axis):
+        self.display, self.axis = display, axis
+        self.shown = self.progress = None
+
+    def on(self, event: Event) -> None:
+        turn = event.turn
+        if event.kind == "started":
+            self.shown = self.display.progress(turn.label)
+            self.progress = self.shown.__enter__()
+        elif event.kind == "progress" and self.progress is not None:
+            self.progress.update(event.info, event.elapsed)
+        elif event.kind in OUTCOMES or event.kind == "failed":
+            shown, self.shown, self.progress = self.shown, None, None
+            if shown is not None:
+                shown.__exit__(None, None, None)
+            if event.outcome is not None:
+                self.display.say(self._status(turn, event.outcome.record))
+        elif event.kind == "already":
+            self.display.say(escape(f"[{self.axis.label(turn.size)}] {turn.known} (tried already)"))
+
+    def _status(self, turn: SizeTurn, record) -> str:
+        if record.status == "ok":
+            return f"{turn.label} ok: {_speed_text(self.axis, turn.size, record.samples_per_s)}"
+        return f"{turn.label} {record.status}: {escape(_last_line(record.error)[:160])}"
 
 
 def _measure_curve(fit: Fit, found: Search, given: list[str]) -> int:
@@ -166,7 +231,7 @@ def _measure_curve(fit: Fit, found: Search, given: list[str]) -> int:
     for line in fit_curve.report_lines(start.results_dir, ctx.sweep_id, [axis.value(k) for k in found.fits],
                                        found.stopped, axis.key, units):
         print(line)
-    rerun = shell.command("sweep", f"+ladder={name}", *output.workload_words(given))
+    rerun = shell.command("sweep", f"+ladder={name}", *written.workload_words(given))
     print(f"Ladder written to {ladder.path}; re-run it (from the store): {rerun}")
     print(f"Every run: {shell.command('table', '--results', start.results_dir, '--sweep', ctx.sweep_id)}; the search: "
           f"{shell.command('table', '--results', start.results_dir, '--sweep', fit.state.fit_id)}; plots: "
@@ -179,14 +244,14 @@ def _write_ladder(fit: Fit, found: Search, given: list[str]) -> str:
     as its baseline, one rung per larger size that fits; its name."""
     start = fit.start
     axis = fit.axis
-    base = {k: v for k, v in output.ladder_base(fit.settings).items() if k != axis.key}
+    base = {k: v for k, v in written.ladder_base(fit.settings).items() if k != axis.key}
     sizes = [axis.value(k) for k in found.fits]
     bounds = {"fit.min": fit.low, "fit.max": fit.high, **({} if axis is BATCH else {"fit.axis": axis.name})}
-    name = output.ladder_name(start.workload, start.device, {**base, **bounds}, "fit")
+    name = written.ladder_name(start.workload, start.device, {**base, **bounds}, "fit")
     hardware = f"{start.device} {fit.env.get('gpu_name') or fit.env.get('cpu_model')}{_limit_text(start)}"
     notes = [f"the search ({fit.state.fit_id}): {found.stopped}; tried "
              + ", ".join(f"{ladder_mod.format_value(axis.value(k))} {status}" for k, status in found.tried)]
-    own = output.workload_only(given)
+    own = written.workload_only(given)
     if own and not _builtin(start):
         notes.append(f"workload {start.workload.name} as measured: {' '.join(own)} (give these to "
                      "`python -m harness sweep +ladder=...`)")
@@ -200,7 +265,7 @@ def _write_ladder(fit: Fit, found: Search, given: list[str]) -> str:
         "rungs": [{"set": {axis.key: size}} for size in sizes[1:]],
         "notes": notes,
     }
-    output.write_ladder(mapping, name, start.results_dir, tuple(shell.config_dirs_of(given)), by="fit")
+    written.write_ladder(mapping, name, start.results_dir, tuple(shell.config_dirs_of(given)), by="fit")
     return name
 
 

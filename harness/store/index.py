@@ -10,8 +10,8 @@ file with pyarrow.dataset: ~35 ms on a small store, seconds on thousands of loos
 * answers a read of key columns filtered on key columns from memory, without opening a file;
 * reads other columns from the files that hold matching rows only (none when no row matches).
 
-Copies (``harness.store.copies``) join the snapshot as rows whose key columns come from their originals, and are
-put back together whole when other columns are asked for.
+Copies (``harness.store.write.store_copy``) join the snapshot as rows whose key columns come from their originals,
+and are put back together whole when other columns are asked for.
 """
 
 from __future__ import annotations

@@ -175,9 +175,10 @@ _ARROW_TYPES = {
 SCHEMA = pa.schema([pa.field(f.name, _ARROW_TYPES[f.type]) for f in fields(RunRecord)])
 COLUMNS = tuple(SCHEMA.names)
 
-# What a sweep (or climb) sets on a run it copies from the store instead of measuring it (``sweeps.rungs.copy_cached``):
-# the copy's own id and time, the original's id, and the sweep's fields. Every other column is the original's, so a
-# copy is stored as these columns alone (``harness.store.copies``) and read back whole.
+# What a sweep (or climb) sets on a run it copies from the store instead of measuring it
+# (``harness.session.runner.copy_of``): the copy's own id and time, the original's id, and the sweep's fields.
+# Every other column is the original's, so a copy is stored as these columns alone
+# (``harness.store.write.store_copy``) and read back whole.
 COPY_COLUMNS = ("run_id", "timestamp", "cached_from", "sweep_id", "campaign_id", "ladder", "rung", "change", "round",
                 "claim_low", "claim_high", "claim_label", "claim_source", "claim_component", "total_claim_low",
                 "total_claim_high", "total_claim_label", "total_claim_source", "group_claims_json", "ladder_sha",

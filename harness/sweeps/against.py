@@ -27,7 +27,11 @@ from typing import Callable
 from harness import shell
 from harness.fileio import write_text_atomic
 from harness.run.parent import lifetime
-from harness.store import RunRecord, load_records, load_runs, store_record
+from harness.records.sinks import StoreSink
+from harness.session import engine
+from harness.session import runner as session_runner
+from harness.session.events import OUTCOMES, Event, Events
+from harness.store import RunRecord, load_records, load_runs
 from harness.sweeps.replay import Replay, hydra_value
 from harness.sweeps.worktree import Tree, against_dir
 
@@ -146,7 +150,7 @@ def run_turn(plan: AgainstPlan, turn: Turn) -> RunRecord:
         raise RunFailed(f"the {side_name(turn.side)} run of rung {turn.replay.rung} exited {code} without a record: "
                         + " / ".join(line.strip() for line in tail) + f" (log: {log_path})")
     record = label(new[0], plan, turn)
-    store_record(record, plan.checks_store)
+    StoreSink(plan.checks_store).put(record)
     tree = plan.trees[turn.side]
     if (tree.root / "harness" / "__init__.py").is_file() and record.git_commit not in ("", tree.commit):
         raise RunFailed(f"the {side_name(turn.side)} run imported the harness of commit {record.git_commit[:12]}, "
@@ -179,17 +183,52 @@ def measure(plan: AgainstPlan, show: Callable[[int, int, Turn, RunRecord | None]
     first, ``go_on(rounds done)`` says whether to start it (None: all ``plan.rounds``). The rounds measured. An
     interrupt kills the running run's whole tree (``harness.run.parent.lifetime``) and propagates."""
     write_workload_files(plan)
-    order = turns(plan.replays, plan.rounds)
-    done = stored_turns(plan)
-    for i, turn in enumerate(order, 1):
-        starts_round = turn.round_ > 0 and order[i - 2].round_ != turn.round_
-        if starts_round and go_on is not None and not go_on(turn.round_):
-            return turn.round_
-        if (turn.round_, turn.replay.rung, turn.side) in done:
-            continue
-        show(i, len(order), turn, None)
-        show(i, len(order), turn, run_turn(plan, turn))
-    return plan.rounds
+    rounds = AgainstRounds(plan, go_on)
+    engine.run(rounds, Events(_Shown(show, rounds.order)))
+    return rounds.measured
+
+
+class AgainstRounds:
+    """The check's runs as a policy over the session engine: round after round, each config on both sides in the
+    plan's order; a run the check's store holds is not run again; a run that fails ends the check."""
+
+    remeasure_busy = False  # the paired analysis judges a busy pair itself
+    keep_going = False
+
+    def __init__(self, plan: AgainstPlan, go_on: Callable[[int], bool] | None):
+        self.plan, self.go_on = plan, go_on
+        self.order = turns(plan.replays, plan.rounds)
+        self.done = stored_turns(plan)
+        self.measured = plan.rounds
+
+    def next_turns(self, round_: int, events: Events) -> list[Turn] | None:
+        return [t for t in self.order if t.round_ == round_] if round_ < self.plan.rounds else None
+
+    def held(self, turn: Turn) -> bool:
+        return (turn.round_, turn.replay.rung, turn.side) in self.done
+
+    def measure(self, turn: Turn, again: bool, hooks: engine.Hooks) -> session_runner.Outcome:
+        hooks.started(None)
+        return session_runner.Outcome(run_turn(self.plan, turn), "measured")
+
+    def look(self, rounds: int, events: Events) -> bool:
+        if rounds >= self.plan.rounds or self.go_on is None or self.go_on(rounds):
+            return True
+        self.measured = rounds
+        return False
+
+
+class _Shown:
+    """``show(i, n, turn, record)`` as a listener of the check's events."""
+
+    def __init__(self, show: Callable[[int, int, Turn, RunRecord | None], None], order: list[Turn]):
+        self.show, self.order = show, order
+
+    def on(self, event: Event) -> None:
+        if event.kind == "started":
+            self.show(self.order.index(event.turn) + 1, len(self.order), event.turn, None)
+        elif event.kind in OUTCOMES:
+            self.show(self.order.index(event.turn) + 1, len(self.order), event.turn, event.outcome.record)
 
 
 def stored_turns(plan: AgainstPlan) -> set[tuple[int, int, str]]:

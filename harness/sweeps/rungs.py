@@ -18,7 +18,6 @@ Rules:
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import time
 from dataclasses import dataclass
@@ -26,10 +25,10 @@ from typing import Any, Callable
 
 from harness import config as config_mod
 from harness.config import ladder as ladder_mod
+from harness.records.sinks import Pipeline, Sink
 from harness.run.parent import runner
-from harness.run.parent.isolate import new_run_id
-from harness.store import (COPY_COLUMNS, RunRecord, load_records, load_runs, records_from_frame, store_copy,
-                           utc_timestamp)
+from harness.session import runner as session_runner
+from harness.store import RunRecord, load_records, load_runs, records_from_frame
 from harness.workload import applicability, first_item
 from harness.profiles import summary_from_json
 
@@ -54,6 +53,7 @@ class SweepContext:
     record_fields: tuple[tuple[str, Any], ...] = ()  # fields every record of the sweep carries (its calibration)
     remeasure_busy: bool = True  # a run of a busy machine is measured again, once (``sweep.remeasure_busy``)
     copy_from: str = ANY_SWEEP  # the earlier sweep this round's runs may be copied from ("": none; ``round_source``)
+    sinks: tuple[Sink, ...] = ()  # where its records go besides the store (``harness.records.sinks``)
 
     @property
     def results_dir(self) -> str:
@@ -184,16 +184,6 @@ def _has_profile(record: RunRecord) -> bool:
     return summary is not None and not summary.error
 
 
-def copy_cached(original: RunRecord, **sweep_fields) -> RunRecord:
-    """The copy a sweep stores of ``original`` (``store_copy``): a new id and time, the sweep's fields (what
-    ``COPY_COLUMNS`` holds: every other column is the original's, so the store keeps the copy as those alone)."""
-    beyond = sorted(set(sweep_fields) - set(COPY_COLUMNS))
-    if beyond:
-        raise ValueError(f"a copy sets only the store's COPY_COLUMNS; not {', '.join(beyond)}")
-    return dataclasses.replace(original, run_id=new_run_id(), timestamp=utc_timestamp(), cached_from=original.run_id,
-                               **sweep_fields)
-
-
 @dataclass
 class RungOutcome:
     record: RunRecord | None
@@ -300,8 +290,9 @@ def would_be_cached(ctx: SweepContext, cfg: config_mod.RunConfig) -> bool:
 def run_rung(ctx: SweepContext, rung: int, round_: int, machine: runner.Machine,
              on_start: Callable[[config_mod.RunConfig, frozenset[int]], Any] | None = None,
              on_progress=None, before_launch: Callable[[config_mod.RunConfig], Any] | None = None) -> RungOutcome:
-    """Measure (or take from the cache) one rung of one round, and store its record; ``before_launch(cfg)`` is
-    called when a run is about to be measured (not for one the store holds), with its resolved settings."""
+    """Measure (or take from the cache) one rung of one round (``harness.session.runner.run_one``), its record handed
+    to the store and the sweep's other sinks; ``before_launch(cfg)`` is called when a run is about to be measured
+    (not for one the store holds), with its resolved settings."""
     ladder = ctx.ladder
     # the store is read per rung, filtered inside pyarrow: four columns of this sweep's rows, then the cache's
     # few columns and the one record it copies. Each rung may run in another process (any Hydra launcher), so
@@ -316,15 +307,8 @@ def run_rung(ctx: SweepContext, rung: int, round_: int, machine: runner.Machine,
                   **dict(ctx.record_fields))
     if on_start:
         on_start(cfg, dropped)
-    key = runner.environment_key(cfg.device)  # the git state (two git processes) only for a run measured
-    reason = applicability.skip_reason(cfg, cap_workers_at_cpus=ladder.cap_workers_at_cpus)  # once per run
-    cached = cached_record(ctx, cfg, key, set(mine["cached_from"].fillna("")) | set(mine["run_id"]), reason)
-    if cached is not None:
-        record = copy_cached(cached, **fields)
-        store_copy(record, cfg.results_dir)
-        return RungOutcome(record, "cached", dropped)
-    if before_launch:
-        before_launch(cfg)
-    env, key = runner.environment(cfg.device)
-    record = runner.run_and_store(cfg, env, key, on_progress, skip_reason=reason, **fields)
-    return RungOutcome(record, "skipped" if reason else "measured", dropped, reason)
+    used = set(mine["cached_from"].fillna("")) | set(mine["run_id"])
+    outcome = session_runner.run_one(cfg, fields, Pipeline.to_store(cfg.results_dir, *ctx.sinks),
+                                     lambda cfg, key: cached_record(ctx, cfg, key, used, ""), None, on_progress,
+                                     before_launch, cap_workers_at_cpus=ladder.cap_workers_at_cpus)
+    return RungOutcome(outcome.record, outcome.how, dropped, outcome.message)

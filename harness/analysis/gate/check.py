@@ -37,8 +37,8 @@ import pandas as pd
 from harness.analysis.stats import calibration, noise_model, sweepstats
 from harness.analysis.gate import answers, comparable, identity, sessions
 from harness.analysis.stats.busy import busy_reason
-from harness.analysis.gate.check_throughput import RatioEstimate, classify, estimate, throughput  # noqa: F401 (API)
-from harness.analysis.gate.thresholds import BadInput, Thresholds, parse_thresholds  # noqa: F401 (their home was here)
+from harness.analysis.gate.check_throughput import classify, throughput
+from harness.analysis.gate.thresholds import BadInput, Thresholds
 from harness.store import load_runs, select_sweep as sweep_records
 
 # "warned": only ``compare``'s rule without a session term (``check_throughput.classify``); the check says undecided

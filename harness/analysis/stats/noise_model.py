@@ -43,7 +43,7 @@ from harness.analysis.stats import distributions as sps  # scipy.stats's functio
 from harness.analysis.stats import blocks
 from harness.analysis.stats.bimodal import ADVICE as BIMODAL_ADVICE
 from harness.analysis.stats.bimodal import bimodal
-from harness.analysis.stats.speedup import BUSY_PCT, POWER, Ratio, repeats_to_decide  # noqa: F401 (part of this API)
+from harness.analysis.stats.speedup import BUSY_PCT, POWER, Ratio
 from harness.analysis.stats.speedup import power as _power
 from harness.analysis.stats.speedup import within_run_uncertainty
 from harness.store import load_runs, newest_ok_sweeps

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import psutil
 
+from harness.config.machine import usable_cpus
+
 CPU_SYS = Path("/sys/devices/system/cpu")
 CPUINFO = Path("/proc/cpuinfo")
 # the CPU flags that mean bf16 arithmetic in hardware: x86's AVX512-BF16 and AMX-BF16 (Linux's names), Arm's BF16
@@ -33,13 +35,6 @@ class Finding:
     state: str
     fit: bool = True
     fix: str = ""
-
-
-def usable_cpus() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
 
 
 def cpu_model() -> str:

@@ -19,7 +19,6 @@ import sys
 from pathlib import Path
 
 import harness
-from harness.config.identity import env_key  # noqa: F401  (hashes what collect() gathers; found here too)
 from harness.run.monitor.fitness import cpu_bf16, cpu_model
 from harness.run.parent.fingerprint import code_fingerprint
 from harness.run.parent import torch_facts

@@ -34,7 +34,7 @@ import select
 import tempfile
 import shutil
 import time
-from dataclasses import asdict, fields
+from dataclasses import asdict
 from pathlib import Path
 from typing import Callable
 
@@ -47,7 +47,8 @@ from harness.run import monitor
 from harness.run.child import outcome as outcome_mod
 from harness.run.child.outcome import OK, SKIPPED, Outcome
 from harness.run.child.summary import Summary
-from harness.store import RunRecord, new_id, utc_timestamp
+from harness.records.make import make_record, new_run_id
+from harness.store import RunRecord
 from harness.workload import applicability
 from harness.profiles import store_trace
 
@@ -57,36 +58,6 @@ JOB_PREFIX = launcher.JOB_PREFIX
 RESULT_GRACE_S = 10.0  # how long a child that wrote its result may take to exit (NCCL, loader teardown)
 
 ProgressFn = Callable[[dict, float], None]  # (progress info, seconds since start)
-
-
-def new_run_id() -> str:
-    return new_id()
-
-
-def base_record(cfg: config_mod.RunConfig, env: dict, env_key: str, status: str, error: str = "",
-                summary: Summary | None = None, run_id: str = "", **labels) -> RunRecord:
-    """The record of ``cfg``: environment and identity, the metrics of ``summary`` (empty without one), and
-    ``labels`` (a sweep's fields). Constructed in one call: a field name the record lacks raises TypeError."""
-    env_fields = {f.name for f in fields(RunRecord)}
-    return RunRecord(
-        run_id=run_id or new_run_id(),
-        status=status,
-        error=error,
-        timestamp=utc_timestamp(),
-        workload=cfg.workload.name,
-        size=cfg.size,
-        device=cfg.device,
-        config_hash=config_mod.config_hash(cfg),
-        **config_mod.code_identity(cfg),
-        config_json=json.dumps(config_mod.record_dict(cfg), sort_keys=True),
-        env_key=env_key,
-        memory_limit_gb=cfg.memory.limit_gb,
-        unit=cfg.workload.unit,
-        mode=cfg.measure.mode,
-        **{k: v for k, v in env.items() if k in env_fields},
-        **(summary.record_fields() if summary is not None else {}),
-        **labels,
-    )
 
 
 def execute(cfg: config_mod.RunConfig, env: dict, env_key: str, on_progress: ProgressFn | None = None,
@@ -101,7 +72,7 @@ def execute(cfg: config_mod.RunConfig, env: dict, env_key: str, on_progress: Pro
     does not measure (a sweep's), set when the record is made."""
     reason = applicability.skip_reason(cfg) if skip_reason is None else skip_reason
     if reason:
-        record = base_record(cfg, env, env_key, SKIPPED, reason, **labels)
+        record = make_record(cfg, env, env_key, SKIPPED, reason, **labels)
         if store is not None:
             store(record)
         return record
@@ -147,7 +118,7 @@ def _measure(cfg: config_mod.RunConfig, env: dict, env_key: str, on_progress: Pr
                 raise
             (outcome, summary, timing), interrupted = exc.kept, exc
         run_id = _keep_profile(summary, job, cfg.results_dir)
-    record = base_record(cfg, env, env_key, outcome.status, outcome.error, summary, run_id, **timing, **labels)
+    record = make_record(cfg, env, env_key, outcome.status, outcome.error, summary, run_id, **timing, **labels)
     return record, interrupted
 
 

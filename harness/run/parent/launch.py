@@ -31,15 +31,12 @@ from harness.lifeline import guard_child
 RANK_RESULT = "result.rank{rank}.json"
 
 
-usable_cpus = config_mod.usable_cpus  # CPUs this process may run on (one definition, in config)
-
-
 def omp_threads(devices: int, cpus: int | None = None) -> int:
     """Threads per rank: the usable CPUs shared out (an explicit OMP_NUM_THREADS in the environment wins)."""
     given = os.environ.get("OMP_NUM_THREADS", "")
     if given.isdigit() and int(given) > 0:
         return int(given)
-    return max(1, (cpus or usable_cpus()) // devices)
+    return max(1, (cpus or config_mod.usable_cpus()) // devices)
 
 
 def command(job: Path) -> list[str]:

@@ -1,0 +1,107 @@
+"""One turn of a session: the questions before a run asked in one place, then the run measured or copied.
+
+Before a run there are three questions, asked here once each and in this order: the environment's key (the
+cache matches on it; the git state, two git processes, is collected only for a run measured), whether the run can
+act here at all (``applicability.skip_reason``: if not, it is recorded as skipped, never copied), and whether the
+store holds a measurement of the same settings here this session may copy (the policy's ``cache``). A copy is a new
+record of the original's measurement with the turn's labels; a run measured goes through ``runner.run_and_store``.
+Either way the record reaches the session's sinks (``harness.records.sinks``), and an :class:`Outcome` says how.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Callable
+
+from harness import config as config_mod
+from harness.records.make import new_run_id
+from harness.records.sinks import Pipeline
+from harness.run.parent import runner as parent
+from harness.store import COPY_COLUMNS, RunRecord, check_writable, utc_timestamp
+from harness.workload import applicability, preflight
+
+HOWS = ("measured", "cached", "skipped", "not run")
+
+# (the turn's resolved settings, its env_key) -> the original this turn may copy, or None
+Cache = Callable[[config_mod.RunConfig, str], RunRecord | None]
+
+
+@dataclass(frozen=True)
+class Outcome:
+    record: RunRecord | None
+    how: str  # one of HOWS
+    message: str = ""  # why it was skipped or not run
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """What every run of a command shares, found once before the first: the settings resolved for this machine, and
+    the environment its records carry (its fields and ``env_key``)."""
+
+    resolved: config_mod.RunConfig
+    environment: tuple[dict, str]
+
+
+def prepare(settings: config_mod.RunConfig, command: str, log=print) -> Prepared:
+    """The measuring preamble, once for all of a command's runs: a results folder that takes records (``command``:
+    what the refusal names), the settings resolved with their on-disk dataset built, the model built on the meta
+    device (a user's model that cannot build is refused before anything runs), and the environment. ValueError or
+    OSError naming what is wrong."""
+    check_writable(settings.results_dir, command)
+    resolved = parent.ready(settings, log)
+    preflight.check_model_builds(resolved)
+    return Prepared(resolved, parent.environment(resolved.device))
+
+
+def copy_of(original: RunRecord, **labels) -> RunRecord:
+    """The copy a session stores of ``original``: a new id and time, the turn's labels (what ``COPY_COLUMNS`` holds:
+    every other column is the original's, so the store keeps the copy as those alone)."""
+    beyond = sorted(set(labels) - set(COPY_COLUMNS))
+    if beyond:
+        raise ValueError(f"a copy sets only the store's COPY_COLUMNS; not {', '.join(beyond)}")
+    return dataclasses.replace(original, run_id=new_run_id(), timestamp=utc_timestamp(), cached_from=original.run_id,
+                               **labels)
+
+
+@dataclass(frozen=True)
+class Asked:
+    """The answers before a run: the environment's key, why it cannot act here ("" when it can), and the original
+    it may copy (None: measure it)."""
+
+    key: str
+    reason: str
+    original: RunRecord | None
+
+
+def ask(cfg: config_mod.RunConfig, cache: Cache | None = None, environment: tuple[dict, str] | None = None,
+        cap_workers_at_cpus: bool = False) -> Asked:
+    """The three questions before a run of ``cfg`` (resolved), each asked once. ``environment``: the (fields, key)
+    a session collected once for all its runs; else the key alone is asked here (the git state, two git processes,
+    only for a run measured)."""
+    key = environment[1] if environment is not None else parent.environment_key(cfg.device)
+    reason = applicability.skip_reason(cfg, cap_workers_at_cpus=cap_workers_at_cpus)  # once per run
+    return Asked(key, reason, cache(cfg, key) if cache is not None and not reason else None)
+
+
+def act(cfg: config_mod.RunConfig, asked: Asked, labels: dict, pipeline: Pipeline,
+        environment: tuple[dict, str] | None = None, on_progress=None) -> Outcome:
+    """What the answers say: the original copied with ``labels``, else ``cfg`` measured (or recorded as skipped);
+    the record handed to ``pipeline``."""
+    if asked.original is not None:
+        return Outcome(pipeline.put(copy_of(asked.original, **labels)), "cached")
+    env, key = environment if environment is not None else parent.environment(cfg.device)
+    record = parent.run_and_store(cfg, env, key, on_progress, skip_reason=asked.reason, pipeline=pipeline, **labels)
+    return Outcome(record, "skipped" if asked.reason else "measured", asked.reason)
+
+
+def run_one(cfg: config_mod.RunConfig, labels: dict, pipeline: Pipeline, cache: Cache | None = None,
+            environment: tuple[dict, str] | None = None, on_progress=None,
+            before_launch: Callable[[config_mod.RunConfig], object] | None = None,
+            cap_workers_at_cpus: bool = False) -> Outcome:
+    """:func:`ask`, then :func:`act`: copy or measure ``cfg`` with ``labels`` on its record. ``before_launch(cfg)``
+    is called when a run is about to be measured or recorded as skipped (not for a copy)."""
+    asked = ask(cfg, cache, environment, cap_workers_at_cpus)
+    if asked.original is None and before_launch is not None:
+        before_launch(cfg)
+    return act(cfg, asked, labels, pipeline, environment, on_progress)
