@@ -2,7 +2,6 @@
 records under results/: a hand edit fails here, and a row is "full" only with the evidence its rule asks for."""
 
 import re
-import shutil
 
 import pytest
 
@@ -93,7 +92,8 @@ def test_the_issues_cases_read_as_the_ladders_and_records_show(page):
     imagenet = _rows(page, "The ImageNet ResNet-50 guide")
     assert all("| partly:" in r for r in imagenet if r.startswith(("| Total", "| 6 ")) or "num_workers: 48" in r)
     seresnet = _rows(page, "The SEResNet speech guide")
-    assert all("| reproduced, needs a GPU (the 2D model at the full size" in r for r in seresnet if r.startswith("| 1 "))
+    assert all("| reproduced, needs a GPU (the 2D model at the full size" in r
+               for r in seresnet if r.startswith("| 1 "))
     (cap,) = [r for r in _rows(page, "The connectomics guide") if "as the guide's framework runs it" in r]
     assert "`connectomics_workers_cap` rung 1 (1 -> 2 workers" in cap
     assert "1.21x" not in page and "sweep phase2-20261127-235759992403-d8545708 of 2026-11-27" in page

@@ -212,7 +212,8 @@ def test_tf32_rung_measures_tf32_on_against_an_explicit_off(name):
     assert all(lad.settings(r.index, "full")["tf32"] is True for r in lad.rungs if r.index > rung.index)
 
 
-# rungs a shipped ladder runs only beyond one GPU as the harness is installed: FSDP2 at devices >= 2, float8 with torchao
+# rungs a shipped ladder runs only beyond one GPU as the harness is installed: FSDP2 at devices >= 2, float8 with
+# torchao
 SKIPPED_ON_ONE_GPU = {("lm", "lm.fsdp"): "needs devices >= 2", ("lm", "lm.float8"): "needs torchao"}
 
 

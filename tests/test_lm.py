@@ -2,7 +2,6 @@
 MFU over the device table's peak, the lm ladder's claims and sources, the lm knobs' skip reasons, and the tokens
 table's compile break-even."""
 
-from pathlib import Path
 
 import pytest
 import torch

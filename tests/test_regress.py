@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 from harness.analysis.gate import baseline as baseline_mod
-from harness.analysis.gate import check as check_mod
+from harness.analysis.gate import check_throughput
+from harness.analysis.gate.check_throughput import RatioEstimate, classify
 from harness.commands import baseline as baseline_cmd
 from harness.commands import check as check_cmd
 from harness.store import SCHEMA_VERSION, RunRecord, load_runs, write_record
@@ -377,14 +378,14 @@ def test_baseline_given_by_path(tmp_path, capsys):
 
 
 def test_classify_needs_significance_and_the_band_below_the_threshold():
-    assert check_mod.classify(check_mod.RatioEstimate(0.8, 0.78, 0.82), 0.05) == "regressed"
-    assert check_mod.classify(check_mod.RatioEstimate(0.8, 0.78, 0.82), 0.05, significant=False) == "warned"
-    assert check_mod.classify(check_mod.RatioEstimate(0.93, 0.91, 0.96), 0.05, significant=True) == "warned"
-    assert check_mod.classify(check_mod.RatioEstimate(0.9, 0.75, 1.05), 0.05) == "warned"
-    assert check_mod.classify(check_mod.RatioEstimate(0.9), 0.05) == "warned"  # no band: cannot tell noise
-    assert check_mod.classify(check_mod.RatioEstimate(0.97, 0.96, 0.98), 0.05) == "unchanged"
-    assert check_mod.classify(check_mod.RatioEstimate(1.2, 1.1, 1.3), 0.05) == "improved"
-    assert check_mod.classify(check_mod.RatioEstimate(1.2, 0.9, 1.5), 0.05) == "unchanged"
+    assert classify(RatioEstimate(0.8, 0.78, 0.82), 0.05) == "regressed"
+    assert classify(RatioEstimate(0.8, 0.78, 0.82), 0.05, significant=False) == "warned"
+    assert classify(RatioEstimate(0.93, 0.91, 0.96), 0.05, significant=True) == "warned"
+    assert classify(RatioEstimate(0.9, 0.75, 1.05), 0.05) == "warned"
+    assert classify(RatioEstimate(0.9), 0.05) == "warned"  # no band: cannot tell noise
+    assert classify(RatioEstimate(0.97, 0.96, 0.98), 0.05) == "unchanged"
+    assert classify(RatioEstimate(1.2, 1.1, 1.3), 0.05) == "improved"
+    assert classify(RatioEstimate(1.2, 0.9, 1.5), 0.05) == "unchanged"
 
 
 def test_estimate_is_run_level_and_brackets_the_ratio():
@@ -393,8 +394,8 @@ def test_estimate_is_run_level_and_brackets_the_ratio():
     from harness.analysis.stats import noise_model
 
     base, cur = noise_model.Runs([100.0, 104.0, 98.0]), noise_model.Runs([80.0, 83.0, 79.0])
-    first = check_mod.estimate(base, cur, noise_model.DEFAULT)
-    assert first == check_mod.estimate(base, cur, noise_model.DEFAULT)
+    first = check_throughput.estimate(base, cur, noise_model.DEFAULT)
+    assert first == check_throughput.estimate(base, cur, noise_model.DEFAULT)
     assert first.low < first.ratio < first.high < 1
     b, c = np.log([100, 104, 98]), np.log([80, 83, 79])
     assert first.ratio == pytest.approx(np.exp(c.mean() - b.mean()))

@@ -54,7 +54,7 @@ def clock(monkeypatch):
     return faked
 
 
-def test_a_two_minute_budget_ends_the_sweep_within_two_minutes_plus_one_run(tmp_path, fake, clock):
+def test_a_two_minute_budget_ends_the_sweep_within_two_minutes_plus_one_run(tmp_path, fake, clock):  # noqa: F811 (fixture)
     runs = fake(TimedRuns(clock, seconds=50.0))
     display = Display()
     assert loop.run_ladder(context(tmp_path, "auto", budget_min=2), None, display) == 0
@@ -67,7 +67,7 @@ def test_a_two_minute_budget_ends_the_sweep_within_two_minutes_plus_one_run(tmp_
     assert len(load_runs(tmp_path)) == 3  # no finished measurement lost
 
 
-def test_a_round_that_would_not_fit_in_what_is_left_is_not_started(tmp_path, fake, clock):
+def test_a_round_that_would_not_fit_in_what_is_left_is_not_started(tmp_path, fake, clock):  # noqa: F811 (fixture)
     runs = fake(TimedRuns(clock, seconds=20.0))  # a round of 4 rungs: 80 s
     display = Display()
     loop.run_ladder(context(tmp_path, "auto", budget_min=5), None, display)
@@ -80,7 +80,7 @@ def test_a_round_that_would_not_fit_in_what_is_left_is_not_started(tmp_path, fak
                                  "sweep.budget_min=5; sweep.budget_min=6 would let it start)")
 
 
-def test_repeats_n_keeps_its_rounds_unless_the_user_gives_a_budget(tmp_path, fake, clock):
+def test_repeats_n_keeps_its_rounds_unless_the_user_gives_a_budget(tmp_path, fake, clock):  # noqa: F811 (fixture)
     runs = fake(TimedRuns(clock, seconds=50.0))
     loop.run_ladder(context(tmp_path / "a", 2, budget_min=2), None, Display())
     assert len(runs.calls) == 8  # sweep.repeats=2 alone: both rounds
@@ -91,7 +91,7 @@ def test_repeats_n_keeps_its_rounds_unless_the_user_gives_a_budget(tmp_path, fak
     assert len(runs.calls) == 3
 
 
-def test_a_first_round_the_store_says_cannot_fit_is_not_started(tmp_path, fake, clock):
+def test_a_first_round_the_store_says_cannot_fit_is_not_started(tmp_path, fake, clock):  # noqa: F811 (fixture)
     runs = fake(TimedRuns(clock, seconds=1.0))
     ctx, machine = context(tmp_path, "auto", budget_min=10), Machine(cuda_available=False)
     for r in PHASE2.rungs:  # an earlier sweep of the same settings here: 400 s a run
@@ -135,8 +135,8 @@ def test_the_cpus_bf16_units_are_read_from_its_flags_and_recorded(tmp_path, monk
     assert RunRecord(run_id="r", status="ok", timestamp="t").cpu_bf16 == ""  # older records: unknown
 
 
-def test_bf16_on_a_cpu_without_bf16_units_is_said_before_the_first_bf16_run_and_under_the_table(tmp_path, fake,
-                                                                                                 no_bf16):
+def test_bf16_on_a_cpu_without_bf16_units_is_said_before_the_first_bf16_run_and_under_the_table(
+        tmp_path, fake, no_bf16):  # noqa: F811 (fake: a fixture)
     ctx, machine = context(tmp_path, 1), Machine(cuda_available=False)
 
     class Runs(FakeRuns):  # calls before_launch as a measured run does, and records the CPU's bf16 units

@@ -11,8 +11,8 @@ Order, and why:
      anything changes their type;
   4. device + memory format (channels_last) - parameters must live where and how they will run; then float8
      training (``lm.float8``), which swaps the Linear layers on their device, before DDP and compile see them;
-  5. DistributedDataParallel (``devices`` >= 2; ``lm.fsdp``: FSDP2 in its place) - after checkpointing, because DDP must see the model's final
-     modules (its gradient hooks are registered on the parameters it finds
+  5. DistributedDataParallel (``devices`` >= 2; ``lm.fsdp``: FSDP2 in its place) - after checkpointing, because
+     DDP must see the model's final modules (its gradient hooks are registered on the parameters it finds
      then; the checkpoint wrapper's non-reentrant checkpoint needs no ``static_graph`` under DDP); after device and
      channels_last, because DDP broadcasts rank 0's parameters and lays its gradient buckets out when it is
      constructed, so the parameters must already be on this rank's device in their final memory format (a later
@@ -149,7 +149,8 @@ def apply_activation_checkpointing(model: nn.Module, unit_types: tuple[type, ...
     targets = {id(m) for m in _outermost(model, unit_types)}
     if not targets:
         raise KnobNotApplicable(no_units_to_checkpoint([t.__name__ for t in unit_types]))
-    wrap(model, checkpoint_wrapper_fn=functools.partial(checkpoint_wrapper, **checkpoint_kwargs), check_fn=lambda m: id(m) in targets)
+    wrap(model, checkpoint_wrapper_fn=functools.partial(checkpoint_wrapper, **checkpoint_kwargs),
+         check_fn=lambda m: id(m) in targets)
     return len(targets)
 
 

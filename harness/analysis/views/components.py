@@ -29,7 +29,8 @@ from harness.analysis.stats import blocks, speedup
 # the table's rows (harness.analysis.views.table imports this module, so its classes are named here, not imported)
 RungRow = GroupRow = SweepTable = Any
 
-DATA_PACED_WAIT = bound.HOST_WAITING  # a loop blocked on its loader at least this share of its step runs at the loader's pace
+# a loop blocked on its loader at least this share of its step runs at the loader's pace
+DATA_PACED_WAIT = bound.HOST_WAITING
 DIFFERENT = 1.10  # compute and end-to-end ratios this far apart (and outside the band) get a reading line
 NOT_JUDGED = "not judged here (see note)"
 NO_PART_BAND = ("no verdict (one run a rung: a part of the step has no band, the calibration measured the whole "
@@ -148,7 +149,8 @@ def judge(table: SweepTable, records, level: float = 0.05) -> None:
     for group in table.groups:
         _judge_group(group, table.rows, level)
     base = rows.get(0)
-    table.readings = bound.baseline_line(base.data_wait_frac, base.parts.device_step_frac) if base and base.parts else []
+    table.readings = (bound.baseline_line(base.data_wait_frac, base.parts.device_step_frac) if base and base.parts
+                      else [])
     table.readings += [line for line in (reading(r, rows.get(r.built_on)) for r in table.rows) if line]
     table.readings += in_samples + _epoch_readings(table, rows)
 

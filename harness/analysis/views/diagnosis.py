@@ -78,7 +78,8 @@ def _with_device(found: Diagnosis, full: dict, command: Callable[..., str]) -> D
         found.notes.append(f"the full step's own reading differs from the rates': {reading.text()}")
         return found
     rates = found.text.split(": ", 1)[1]
-    found.text = f"{reading.label}: in the full step, {reading.numbers()}; the rates alone said {found.verdict}: {rates}"
+    found.text = (f"{reading.label}: in the full step, {reading.numbers()}; the rates alone said {found.verdict}: "
+                  f"{rates}")
     found.verdict = reading.label
     found.advice = [f"both limit: a faster loader alone or a cheaper step alone shows little end to end; change "
                     f"both, e.g. more loader workers ({command('sweep', '+ladder=workers')}) and a cheaper step "

@@ -115,7 +115,8 @@ def check_pointer(pointer: Pointer, row_id: str) -> None:
         raise ValueError(f"guides row {row_id}: ladder {pointer.ladder} has no total_claim")
     for rung in pointer.rungs:
         if not 0 <= rung < len(lad.rungs):  # lad.rungs holds the baseline, rung 0
-            raise ValueError(f"guides row {row_id}: ladder {pointer.ladder} has rungs 0-{len(lad.rungs) - 1}, not {rung}")
+            raise ValueError(f"guides row {row_id}: ladder {pointer.ladder} has rungs 0-{len(lad.rungs) - 1}, "
+                             f"not {rung}")
 
 
 def _verdict(record: dict, pointer: Pointer, root: Path, cache: dict) -> str:

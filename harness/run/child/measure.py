@@ -54,7 +54,6 @@ from harness.workload.knobs import Prepared, apply_cpu_affinity, periodic_work, 
 from harness.workload.steps import collate_of, data_of, loader_pairs, own_loop, zero_grad_of
 from harness.workload.val_steps import own_validation_pass, val_data
 from harness.config.workload import WorkloadSpec
-from harness.workload.build import build_model
 
 if TYPE_CHECKING:
     from harness.config import RunConfig
