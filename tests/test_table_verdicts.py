@@ -79,6 +79,14 @@ def test_a_busy_run_measured_again_in_its_round_counts_once():
     assert "(1 measured again on a quiet one in the same round)" in text
 
 
+def test_a_rungs_figures_are_those_of_its_quiet_runs_as_its_verdict_is():
+    records = frame("s", [[100.0, 101.0, 99.0], [150.0, 12.0, 149.0]], busy={(1, 1)})
+    row = table_mod.build_table(records, "s").rows[1]
+    assert row.samples_per_s == pytest.approx(149.5) and row.samples_per_s_runs == [150.0, 149.0]
+    everything_busy = table_mod.build_table(frame("s", [[100.0], [12.0]], busy={(1, 0)}), "s").rows[1]
+    assert everything_busy.samples_per_s == 12.0  # no quiet run: the busy one is shown, and its verdict says busy
+
+
 def test_one_run_a_rung_and_no_calibration_gives_no_band_and_no_verdict():
     table = table_mod.build_table(with_claims(frame("s", [[100.0], [150.0]]), {1: (1.3, 1.7)}), "s")
     row = table.rows[1]

@@ -199,14 +199,16 @@ def _row(rung: int, runs, claims: Claims) -> RungRow:
         row.claim_range = (low, high) if low is not None else None
         row.claim_component = claims.components.get(rung, "")
     if len(ok):
-        throughputs = [float(v) for v in ok["samples_per_s"]]
+        quiet = ok[[not busy_reason(r) for r in ok.to_dict("records")]]
+        shown = quiet if len(quiet) else ok  # the figures of the runs the verdicts use: a busy run's say nothing
+        throughputs = [float(v) for v in shown["samples_per_s"]]
         row.samples_per_s_runs = throughputs
         row.samples_per_s = speedup.median(throughputs)
         row.spread = speedup.relative_spread(throughputs)
         row.runs = noise_model.runs_of(ok)
-        row.step_ms_p50 = speedup.median(ok["step_ms_p50"])
-        row.step_ms_p90 = speedup.median(ok["step_ms_p90"])
-        row.data_wait_frac = speedup.median(ok["data_wait_frac"])
+        row.step_ms_p50 = speedup.median(shown["step_ms_p50"])
+        row.step_ms_p90 = speedup.median(shown["step_ms_p90"])
+        row.data_wait_frac = speedup.median(shown["data_wait_frac"])
         # GPU: the allocator's reserved peak is what must fit in the device (records older than it: allocated);
         # the allocated peak beside it, the live tensors a claim about memory is about
         cuda = (ok["device"] == "cuda").all()
@@ -219,7 +221,6 @@ def _row(rung: int, runs, claims: Claims) -> RungRow:
         row.gpu_util_pct = speedup.median(ok["gpu_util_pct"])
         row.world_size = int(ok["world_size"].fillna(1).max()) if "world_size" in ok else 1
         row.bound = _profile_bound(ok)
-        quiet = ok[[not busy_reason(r) for r in ok.to_dict("records")]]
         row.parts = components.parts_of(quiet) if len(quiet) else None  # a busy machine's parts say nothing
     if len(ok) < len(runs):
         failed = runs[~runs.index.isin(ok.index)]
