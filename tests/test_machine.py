@@ -82,3 +82,17 @@ def test_the_command_prints_each_finding_with_its_fix_and_exits_1_when_unfit(mon
     assert machine_cmd.main("machine", []) == 0 and capsys.readouterr().out.endswith("fit to measure\n")
     assert machine_cmd.main("machine", ["--window-s", "0"]) == 2
     assert "--window-s 0: seconds between 0 and 60" in capsys.readouterr().err
+
+
+def test_the_cpus_bf16_units_are_named_and_their_absence_is_said_without_making_the_machine_unfit(tmp_path,
+                                                                                                   monkeypatch):
+    info = tmp_path / "cpuinfo"
+    monkeypatch.setattr(fitness, "CPUINFO", info)
+    info.write_text("model name\t: Test CPU\nflags\t\t: fpu sse2 avx2 fma\n")
+    emulated = fitness.bf16()
+    assert emulated.fit and emulated.state.startswith("emulated: no AVX512-BF16 / AMX-BF16 units, so bf16 runs")
+    info.write_text("model name\t: Test CPU\nflags\t\t: fpu avx2 avx512f avx512_bf16 amx_bf16\n")
+    assert fitness.bf16().state == "in hardware (avx512_bf16 amx_bf16)"
+    monkeypatch.setattr(fitness, "CPUINFO", tmp_path / "absent")
+    assert fitness.bf16().state.startswith("unknown")
+    assert fitness.warning_line([emulated]) == ""  # a fact to know, not a fault to fix

@@ -65,6 +65,15 @@ def host() -> Finding:
     return Finding("host", f"{cpu_model()}, {usable_cpus()} of {os.cpu_count()} CPUs usable by this process")
 
 
+def bf16() -> Finding:
+    """The CPU's bf16 units: not a fault (the machine measures fine), but bf16 rungs read very differently without."""
+    units = cpu_bf16()
+    if units == "none":
+        return Finding("bf16", "emulated: no AVX512-BF16 / AMX-BF16 units, so bf16 runs several times slower than fp32 "
+                               "on this CPU (the guides' bf16 claims are for GPUs)")
+    return Finding("bf16", f"in hardware ({units})" if units else "unknown (the CPU's flags cannot be read here)")
+
+
 def governor(root: Path = CPU_SYS, cpus: list[int] | None = None) -> Finding:
     """The frequency governor of the CPUs this process may use: fit when every one is ``performance``."""
     cpus = sorted(os.sched_getaffinity(0)) if cpus is None else cpus
@@ -181,7 +190,7 @@ def _try(read):
 
 def survey(window_s: float = WINDOW_S) -> list[Finding]:
     """Every finding about this machine."""
-    return [host(), governor(), boost(), other_load(window_s), *gpus()]
+    return [host(), bf16(), governor(), boost(), other_load(window_s), *gpus()]
 
 
 def warning_line(findings: list[Finding]) -> str:
