@@ -57,37 +57,11 @@ def run_summary(record: RunRecord) -> Table:
         queue = f", {record.queue_warmup_steps} of them eating the loader's queue" if record.queue_warmup_steps else ""
         table.add_row("step time", f"p50 {fmt(record.step_ms_p50)} ms   p90 {fmt(record.step_ms_p90)} ms"
                       f"   ({record.measured_steps} measured after {record.warmup_steps} warm-up{queue})")
-        if (record.world_size or 1) > 1:
-            table.add_row("devices", f"{record.world_size} ranks ({record.dist_backend}, OMP_NUM_THREADS="
-                          f"{record.omp_num_threads}): {fmt(record.samples_per_s_per_device, '.2f')} samples/s per "
-                          f"device, the slowest (rank {record.slowest_rank}); step p50 per rank "
-                          + " / ".join(fmt(v) for v in record.rank_step_ms_p50) + " ms")
-        if (record.nodes or 1) > 1:
-            hosts = record.rank_hosts.split(",") if record.rank_hosts else []
-            per_node = len(hosts) // record.nodes if hosts else 0
-            table.add_row("nodes", f"{record.nodes} nodes, samples/s per node "
-                          + " / ".join(fmt(v, '.2f') for v in record.node_samples_per_s)
-                          + f"; the slowest node {record.slowest_node}"
-                          + (f" ({hosts[record.slowest_node * per_node]})" if per_node else ""))
+        _add_ranks(table, record)
         wait = 100 * record.data_wait_frac if record.data_wait_frac is not None else None
         table.add_row("data wait", f"{fmt(wait)} % of the measured time" + _waves_text(record))
         if record.device == "cuda":
-            table.add_row("peak VRAM", f"{human_bytes(record.peak_vram_bytes)} allocated, "
-                          f"{human_bytes(record.peak_vram_reserved_bytes)} reserved (measured steps); warm-up "
-                          f"{human_bytes(record.warmup_peak_vram_bytes)} allocated")
-            table.add_row("GPU memory", f"{human_bytes(record.gpu_mem_used_bytes)} used on the device (NVML, all "
-                          f"processes) of {human_bytes(record.gpu_mem_total_bytes)}")
-            share = 100 * record.device_step_frac if record.device_step_frac is not None else None
-            table.add_row("device time", f"p50 {fmt(record.device_step_ms_p50)} ms a step (CUDA events); the steps "
-                          f"fill {fmt(share, '.0f')} % of the measured time")
-            table.add_row("GPU util", f"{fmt(record.gpu_util_pct)} % kernel-active (NVML)   SM active "
-                          f"{fmt(record.gpu_sm_active_pct)} % (GPM)   "
-                          f"SM clock {fmt(record.gpu_sm_clock_mhz, '.0f')} MHz"
-                          f"   power {fmt(record.gpu_power_w)} W"
-                          + (f"   [yellow]clocks held back: {record.gpu_throttle_reasons}[/]"
-                             if record.gpu_throttle_reasons else "")
-                          + (f"   [yellow]{record.gpu_sample_note}[/]" if record.gpu_sample_note else ""))
-            table.add_row("MFU", fmt(100 * record.mfu if record.mfu else None, ".1f", " %"))
+            _add_gpu(table, record)
         table.add_row("host memory", host_memory_text(record))
 
         busy = busy_reason(record)  # the CPUs, the GPU's clocks, another process on the GPU
@@ -107,6 +81,42 @@ def run_summary(record: RunRecord) -> Table:
         table.add_row("why", escape(summary_line(record.error)[:300]))
     table.add_row("config", record.config_hash)
     return table
+
+
+def _add_ranks(table: Table, record: RunRecord) -> None:
+    """The rows of a run of several ranks (devices) and of several nodes."""
+    if (record.world_size or 1) > 1:
+        table.add_row("devices", f"{record.world_size} ranks ({record.dist_backend}, OMP_NUM_THREADS="
+                      f"{record.omp_num_threads}): {fmt(record.samples_per_s_per_device, '.2f')} samples/s per "
+                      f"device, the slowest (rank {record.slowest_rank}); step p50 per rank "
+                      + " / ".join(fmt(v) for v in record.rank_step_ms_p50) + " ms")
+    if (record.nodes or 1) > 1:
+        hosts = record.rank_hosts.split(",") if record.rank_hosts else []
+        per_node = len(hosts) // record.nodes if hosts else 0
+        table.add_row("nodes", f"{record.nodes} nodes, samples/s per node "
+                      + " / ".join(fmt(v, '.2f') for v in record.node_samples_per_s)
+                      + f"; the slowest node {record.slowest_node}"
+                      + (f" ({hosts[record.slowest_node * per_node]})" if per_node else ""))
+
+
+def _add_gpu(table: Table, record: RunRecord) -> None:
+    """The rows of a CUDA run: the device's memory, time, utilisation and MFU."""
+    table.add_row("peak VRAM", f"{human_bytes(record.peak_vram_bytes)} allocated, "
+                  f"{human_bytes(record.peak_vram_reserved_bytes)} reserved (measured steps); warm-up "
+                  f"{human_bytes(record.warmup_peak_vram_bytes)} allocated")
+    table.add_row("GPU memory", f"{human_bytes(record.gpu_mem_used_bytes)} used on the device (NVML, all "
+                  f"processes) of {human_bytes(record.gpu_mem_total_bytes)}")
+    share = 100 * record.device_step_frac if record.device_step_frac is not None else None
+    table.add_row("device time", f"p50 {fmt(record.device_step_ms_p50)} ms a step (CUDA events); the steps "
+                  f"fill {fmt(share, '.0f')} % of the measured time")
+    table.add_row("GPU util", f"{fmt(record.gpu_util_pct)} % kernel-active (NVML)   SM active "
+                  f"{fmt(record.gpu_sm_active_pct)} % (GPM)   "
+                  f"SM clock {fmt(record.gpu_sm_clock_mhz, '.0f')} MHz"
+                  f"   power {fmt(record.gpu_power_w)} W"
+                  + (f"   [yellow]clocks held back: {record.gpu_throttle_reasons}[/]"
+                     if record.gpu_throttle_reasons else "")
+                  + (f"   [yellow]{record.gpu_sample_note}[/]" if record.gpu_sample_note else ""))
+    table.add_row("MFU", fmt(100 * record.mfu if record.mfu else None, ".1f", " %"))
 
 
 def _waves_text(record: RunRecord) -> str:
