@@ -14,7 +14,7 @@ from harness.workload.batches import BatchLeafError, batch_mover, describe, floa
 from harness.workload.step.lightning import SCHEDULER_NOTE, first_optimizer
 from harness.workload.step.loop import channels_last_reason
 from harness.workload.step.loss import loss_reader
-from harness.workload.step.reasons import StepError
+from harness.workload.step.interface import StepError
 
 Pair = namedtuple("Pair", "image label")
 

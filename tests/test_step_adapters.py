@@ -17,7 +17,7 @@ from harness.workload import preflight
 from harness.workload.step import adapters
 from harness.workload.step.huggingface import hf_batch_check
 from harness.workload.step.interface import OwnStep, StepAdapter, ValStep
-from harness.workload.step.reasons import StepError
+from harness.workload.step.interface import StepError
 from harness.workload.step.validation import val_step_of
 from tests.conftest import user_module
 

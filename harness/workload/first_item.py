@@ -18,9 +18,8 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
-from harness.config.targets import setting_args
+from harness.config.targets import function_of, setting_args
 from harness.names import target_of
-from harness.workload.step.interface import function_of
 
 INPUT_KEYS = ("input_ids", "pixel_values", "input_values", "inputs", "input", "image", "images", "x")
 _ITEMS: dict[str, Any] = {}  # the first item of each dataset this process built, by what built it

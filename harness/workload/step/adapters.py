@@ -9,10 +9,11 @@ the default, which applies to every workload.
 
 from __future__ import annotations
 
+from harness.config.targets import function_of
 from harness.registry import unknown_choice
 from harness.workload.step.default import DefaultStep
 from harness.workload.step.huggingface import HuggingFace
-from harness.workload.step.interface import Counts, OwnStep, StepAdapter, function_of
+from harness.workload.step.interface import Counts, OwnStep, StepAdapter
 from harness.workload.step.lightning import Lightning
 from harness.workload.step.user_step import UserStep
 

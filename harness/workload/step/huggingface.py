@@ -6,8 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from harness.workload.batches import describe
-from harness.workload.step.interface import OwnStep, ValStep, without_index
-from harness.workload.step.reasons import StepError
+from harness.workload.step.interface import OwnStep, StepError, ValStep, without_index
 
 
 def is_hugging_face(model) -> bool:

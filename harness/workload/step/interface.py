@@ -13,7 +13,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol, runtime_checkable
 
-from harness.config.targets import instantiate
+
+class StepError(ValueError):
+    """A workload's own step that cannot be measured as given: it returned no usable loss, or its module lacks what
+    a training step needs (an `error` record in the child; refused before anything runs when the parent finds it)."""
+
 
 Step = Callable[[Any, Any], Any]  # (model, batch) -> what the step returns
 ValCall = Callable[[Any, Any, int], Any]  # (model, batch, batch_idx) -> what the validation step returns
@@ -92,12 +96,6 @@ class StepAdapter(Protocol):
 
     def validation(self, spec, module, own: OwnStep | None) -> ValStep | None:
         """The step the validation pass calls when the workload names no ``val_step`` (None: it has none)."""
-
-
-def function_of(node: dict) -> Callable[..., Any]:
-    """The function a ``step``/``collate`` node names, as a partial of its arguments (``_partial_`` may be left out;
-    ``_partial_: false`` calls the target, a factory, for the function)."""
-    return instantiate({**node, "_partial_": node.get("_partial_", True)})
 
 
 def without_index(step: Step) -> ValCall:

@@ -9,8 +9,8 @@ Lightning itself is never imported here: the module's class is the user's, found
 once in Lightning (with a warning, silenced here): what it would cost under a Trainer's loggers is not measured.
 
 Its ``validation_step(batch, batch_idx)``, where it defines one, is the validation pass's step
-(``harness.workload.step.validation``), over its ``val_dataloader()``'s data when the workload names no dataset. Under DDP
-(``devices`` >= 2) both steps are called through a :class:`StepModule` that DDP wraps, as Lightning's strategies
+(``harness.workload.step.validation``), over its ``val_dataloader()``'s data when the workload names no dataset. Under
+DDP (``devices`` >= 2) both steps are called through a :class:`StepModule` that DDP wraps, as Lightning's strategies
 redirect them through the wrapper's forward, so that DDP's hooks see a forward and sync the gradients.
 """
 
@@ -23,8 +23,8 @@ from typing import Any, Callable
 
 from torch import nn
 
-from harness.workload.step.interface import OwnStep, ValStep
-from harness.workload.step.reasons import StepError, own_step_name
+from harness.workload.own_knobs import own_step_name
+from harness.workload.step.interface import OwnStep, StepError, ValStep
 
 SCHEDULER_NOTE = ("its learning-rate scheduler is not stepped (the harness measures the optimizer's step; a "
                   "scheduler's step is a few arithmetic operations, per step or per epoch)")

@@ -18,13 +18,14 @@ from typing import Any, Callable, Iterator
 
 import torch
 
+from harness.config.targets import function_of
 from harness.workload.applicability import KnobNotApplicable
 from harness.workload.batches import batch_mover, describe, float_leaves
 from harness.workload.build import build_model
+from harness.workload.own_knobs import own_step_reasons
 from harness.workload.step.adapters import adapter_named
-from harness.workload.step.interface import OwnStep, function_of
+from harness.workload.step.interface import OwnStep
 from harness.workload.step.loss import itself, loss_reader
-from harness.workload.step.reasons import own_step_reasons
 
 
 def micro_step(own: OwnStep, move: Callable[[Any], Any]):

@@ -10,7 +10,7 @@ from typing import Any, Callable
 
 import torch
 
-from harness.workload.step.reasons import StepError
+from harness.workload.step.interface import StepError
 
 LOSS_FORMS = "a scalar tensor, a mapping with a 'loss' entry, or a mapping of scalar losses (summed)"
 

@@ -1,11 +1,11 @@
 """The workload's step run once on the meta device in the parent (no memory, no arithmetic), before any child starts:
 a step that returns no loss or a non-scalar one (and, with ``val.every_n_steps``, a validation step: eval mode, no
-grad), a LightningModule whose training_step returns None or whose configure_optimizers returns no optimizer, a
-model whose output the default loss cannot take (a tuple), a vocabulary smaller than the token ids, a Hugging Face
-model handed batches that are not named tensors: each one line, exit 2; the default step handed a dict or a list that is no (input, target) pair, or a model whose forward wants
-the targets (a detector), each one line naming ``workload.step``. Run where the parent knows the batch (synthetic
-data; for the default step, a workload's own dataset's first item, ``harness.workload.first_item``); what the meta
-device cannot compute is the child's to find."""
+grad), a LightningModule whose training_step returns None or whose configure_optimizers returns no optimizer, a model
+whose output the default loss cannot take (a tuple), a vocabulary smaller than the token ids, a Hugging Face model
+handed batches that are not named tensors: each one line, exit 2; the default step handed a dict or a list that is no
+(input, target) pair, or a model whose forward wants the targets (a detector), each one line naming ``workload.step``.
+Run where the parent knows the batch (synthetic data; for the default step, a workload's own dataset's first item,
+``harness.workload.first_item``); what the meta device cannot compute is the child's to find."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ from harness.workload.step import lightning
 from harness.workload.step.adapters import own_step
 from harness.workload.step.huggingface import is_hugging_face
 from harness.workload.step.loss import reader_for
-from harness.workload.step.reasons import StepError
+from harness.workload.step.interface import StepError
 from harness.workload.step.validation import has_own_val_data, val_step_of
 
 

@@ -3,8 +3,9 @@ step's place. It has no validation step of its own (``workload.val_step`` names 
 
 from __future__ import annotations
 
-from harness.workload.step.interface import OwnStep, ValStep, function_of
-from harness.workload.step.reasons import own_step_name
+from harness.config.targets import function_of
+from harness.workload.own_knobs import own_step_name
+from harness.workload.step.interface import OwnStep, ValStep
 
 
 class UserStep:

@@ -9,7 +9,7 @@ do: they log their metrics), over its ``val_dataloader()``'s data when the workl
 model's ``model(**batch)``, and the default step of a workload that only counts its batches, as they train. A
 result is read as a training step's (``harness.workload.step.loss.loss_reader``), without requiring grad; what holds no
 loss is a :class:`StepError` naming the step. A user's step with none of them has no pass: ``val.every_n_steps`` is
-skipped with the reason (``harness.workload.step.reasons``).
+skipped with the reason (``harness.workload.own_knobs``).
 
 The pass: ``model.eval()``, ``torch.no_grad()`` (``torch.inference_mode()`` with ``val.inference_mode``), the
 training's autocast, each batch moved as the training's are, the loss read back (the metric a trainer logs), then
@@ -23,10 +23,11 @@ from typing import Any, Callable
 
 import torch
 
+from harness.config.targets import function_of
 from harness.names import target_of
 from harness.workload.step import lightning
 from harness.workload.step.adapters import adapter_named
-from harness.workload.step.interface import OwnStep, ValCall, ValStep, function_of, without_index
+from harness.workload.step.interface import OwnStep, ValCall, ValStep, without_index
 from harness.workload.step.loop import collate_of, mover_for
 from harness.workload.step.loss import loss_reader
 
