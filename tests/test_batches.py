@@ -1,5 +1,5 @@
 """Moving a batch of any shape to the device (harness.workload.batches) and reading a step's result as its loss
-(harness.workload.steps): pure functions, on the CPU, in-process."""
+(harness.workload.step.loss): pure functions, on the CPU, in-process."""
 
 from __future__ import annotations
 
@@ -11,9 +11,10 @@ import pytest
 import torch
 
 from harness.workload.batches import BatchLeafError, batch_mover, describe, float_leaves
-from harness.workload.lightning import SCHEDULER_NOTE, first_optimizer
-from harness.workload.step_knobs import StepError
-from harness.workload.steps import channels_last_reason, loss_reader
+from harness.workload.step.lightning import SCHEDULER_NOTE, first_optimizer
+from harness.workload.step.loop import channels_last_reason
+from harness.workload.step.loss import loss_reader
+from harness.workload.step.interface import StepError
 
 Pair = namedtuple("Pair", "image label")
 
@@ -135,7 +136,7 @@ def test_the_first_optimizer_of_each_form_configure_optimizers_returns_and_a_not
 
 
 def test_a_hugging_face_model_is_told_its_batch_must_be_named_tensors():
-    from harness.workload.steps import hf_batch_check
+    from harness.workload.step.huggingface import hf_batch_check
 
     hf_batch_check({"input_ids": torch.zeros(2, 4)})
     with pytest.raises(StepError, match=r"^a Hugging Face model takes a batch of named tensors \(model\(\*\*batch\)\): "

@@ -74,7 +74,7 @@ def test_token_ids_beyond_the_vocabulary_are_refused_and_channels_last_on_them_i
     from harness.commands import hydra_edge
     from harness.workload import preflight
     from harness.workload.applicability import not_applicable
-    from harness.workload.step_knobs import StepError
+    from harness.workload.step.interface import StepError
 
     def resolved(*extra: str) -> config_mod.RunConfig:
         overrides = hydra_edge.with_config_dirs(["--config-dir", str(REPO / "examples" / "conf"), "workload=gpt2_lm",

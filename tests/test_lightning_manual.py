@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from harness import config as config_mod
-from harness.workload.step_knobs import StepError
+from harness.workload.step.interface import StepError
 from tests.conftest import user_module
 from tests.test_own_training import _measure
 

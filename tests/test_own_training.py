@@ -14,7 +14,7 @@ from harness.run.child.measure import train_and_measure
 from harness.workload import preflight
 from harness.workload.applicability import not_applicable
 from harness.workload.batches import BatchLeafError
-from harness.workload.step_knobs import StepError
+from harness.workload.step.interface import StepError
 from tests.conftest import user_module
 
 OWN = """

@@ -17,7 +17,7 @@ from harness.run.child.measure import train_and_measure
 from harness.run.child.outcome import classify
 from harness.workload import preflight
 from harness.workload.applicability import KnobNotApplicable, not_applicable
-from harness.workload.step_knobs import StepError
+from harness.workload.step.interface import StepError
 from tests.conftest import REPO, harness_cli, user_module
 
 SLEEP_S = 0.04  # each validation batch's: a pass of 2 batches adds at least 80 ms to its step, however fast the CPU

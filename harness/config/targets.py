@@ -98,6 +98,12 @@ def instantiate(node: Any, **extra: Any) -> Any:
     return target(*args, **kwargs)
 
 
+def function_of(node: dict) -> Any:
+    """The function a ``step``/``collate``/``samples`` node names, as a partial of its arguments (``_partial_`` may
+    be left out; ``_partial_: false`` calls the target, a factory, for the function)."""
+    return instantiate({**node, "_partial_": node.get("_partial_", True)})
+
+
 def setting_args(mapping: dict[str, str], cfg) -> dict[str, Any]:
     """Arguments taken from harness settings (``{ARG: SETTING}``); ``width`` is model.width x the size's width."""
     return {arg: cfg.effective_width if source == "width" else _get(cfg, source)

@@ -21,7 +21,7 @@ import harness.config.machine as machine
 from harness.config.keys import flatten, get_key, to_dict
 from harness.config.resolution import per_device_batch
 from harness.config.schema import CUDAGRAPH_COMPILE_MODES, RunConfig
-from harness.workload.step_knobs import own_step_name, own_step_reasons, token_channels_last
+from harness.workload.own_knobs import own_step_name, own_step_reasons, token_channels_last
 
 SHM_PATH = "/dev/shm"  # where loader workers put the batches they hand to the main process (Linux)
 DEFAULT_PREFETCH = 2  # PyTorch's prefetch_factor when there are workers and none is given

@@ -6,7 +6,7 @@
   ``pixel_values``, ... or its first tensor); a 1-D input (token ids of length L) is ``[1, L]``.
 * **The default step's batch.** That item collated as the loader will collate it (``workload.collate``, else
   PyTorch's default) tells the parent's step check what the default step would be handed
-  (``harness.workload.meta_step``): a dict, or a list that is no ``(input, target)`` pair, is refused there.
+  (``harness.workload.step.on_meta``): a dict, or a list that is no ``(input, target)`` pair, is refused there.
 
 The dataset is built once per process for one node and its arguments; torch is imported only to collate.
 """
@@ -18,7 +18,7 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
-from harness.config.targets import setting_args
+from harness.config.targets import function_of, setting_args
 from harness.names import target_of
 
 INPUT_KEYS = ("input_ids", "pixel_values", "input_values", "inputs", "input", "image", "images", "x")
@@ -85,9 +85,7 @@ def first_item(cfg) -> Any:
 def first_batch(cfg) -> Any:
     """The first item as a batch of one, collated as the loader collates (None when it cannot be read: the child
     reports that, with its traceback)."""
-    from harness.workload.steps import function_of  # torch: only for a workload with its own dataset
-
-    import torch.utils.data
+    import torch.utils.data  # torch: only for a workload with its own dataset
 
     try:
         item = first_item(cfg)

@@ -50,8 +50,10 @@ from harness.workload import build, lm_knobs
 from harness.workload.applicability import KnobNotApplicable, no_units_to_checkpoint
 from harness.workload.build import build_all
 from harness.workload.memory_limit import apply_memory_limit
-from harness.workload.steps import OwnStep, own_step, own_step_conflicts
-from harness.workload.val_steps import ValStep, through_ddp, val_step_of
+from harness.workload.step.adapters import own_step
+from harness.workload.step.interface import OwnStep, ValStep
+from harness.workload.step.loop import own_step_conflicts
+from harness.workload.step.validation import through_ddp, val_step_of
 
 
 def apply_backend_flags(cfg) -> dict[str, Any]:
@@ -343,8 +345,8 @@ class Prepared:
     memory_format: torch.memory_format
     checkpointed_units: int
     backend_flags: dict[str, Any]
-    own: OwnStep | None = None  # the workload's own step (harness.workload.steps); None: loss_fn(model(x), y)
-    val: ValStep | None = None  # its validation step (harness.workload.val_steps); None: the default step's pass
+    own: OwnStep | None = None  # the workload's own step (harness.workload.step.adapters); None: loss_fn(model(x), y)
+    val: ValStep | None = None  # its validation step (harness.workload.step.validation); None: the default step's pass
 
 
 def prepare(cfg, workload, device: torch.device | None = None, rank=None, note=None) -> Prepared:

@@ -18,7 +18,7 @@ from harness.names import display_name, target_of
 def check_model_builds(cfg) -> None:
     """The model and loss of a resolved config built on the meta device in the parent, before any child starts
     (no memory, no arithmetic), the model run once on a meta batch, and the workload's step on it
-    (``harness.workload.meta_step``): ValueError with one line for a package the model needs that is missing here, a
+    (``harness.workload.step.on_meta``): ValueError with one line for a package the model needs that is missing here, a
     constructor that fails, or a step that returns no usable loss; the step's notes printed. Built-in workloads as
     shipped are not built here (the parent needs no torch for them, and every test builds them)."""
     spec = cfg.workload
@@ -41,7 +41,7 @@ def check_model_builds(cfg) -> None:
     if model is not None and shape:  # a package imported on the first call (MONAI's optional ones)
         _forward_on_meta(model, shape, target_of(spec.model_node))
     if model is not None:
-        from harness.workload.meta_step import check_step_on_meta  # torch: only for a model of the user's
+        from harness.workload.step.on_meta import check_step_on_meta  # torch: only for a model of the user's
 
         for note in check_step_on_meta(cfg, model):
             print(f"note: {display_name(spec.name, spec.model_node)}: {note}", file=sys.stderr)

@@ -51,8 +51,8 @@ from harness.run.child.summary import Extras, Measurement
 from harness.workload.data import build_dataset, build_loader, endless
 from harness.workload import train_flops
 from harness.workload.knobs import Prepared, apply_cpu_affinity, periodic_work, prepare, validation_pass
-from harness.workload.steps import collate_of, data_of, loader_pairs, own_loop, zero_grad_of
-from harness.workload.val_steps import own_validation_pass, val_data
+from harness.workload.step.loop import collate_of, data_of, loader_pairs, own_loop, zero_grad_of
+from harness.workload.step.validation import own_validation_pass, val_data
 from harness.config.workload import WorkloadSpec
 
 if TYPE_CHECKING:
@@ -93,7 +93,7 @@ class Loop:
     prefetch: int = 0  # batches each of them holds ready at most (prefetch_factor)
     warmup_wait_ms: list[float] = field(default_factory=list)  # the warm-up's data waits (its queue ran dry?)
     # a micro-batch's forward and backward: the default step's on the loader's (input, target) pair, or the
-    # workload's own step's (harness.workload.steps.own_loop: its batch of any shape, moved inside)
+    # workload's own step's (harness.workload.step.loop.own_loop: its batch of any shape, moved inside)
     step_fn: Callable[..., tuple[Any, Any]] = forward_backward
     zero_grad: Callable[[], None] | None = None  # the optimizer's zero_grad(set_to_none), or the module's own
 

@@ -9,20 +9,22 @@ Lightning itself is never imported here: the module's class is the user's, found
 once in Lightning (with a warning, silenced here): what it would cost under a Trainer's loggers is not measured.
 
 Its ``validation_step(batch, batch_idx)``, where it defines one, is the validation pass's step
-(``harness.workload.val_steps``), over its ``val_dataloader()``'s data when the workload names no dataset. Under DDP
-(``devices`` >= 2) both steps are called through a :class:`StepModule` that DDP wraps, as Lightning's strategies
+(``harness.workload.step.validation``), over its ``val_dataloader()``'s data when the workload names no dataset. Under
+DDP (``devices`` >= 2) both steps are called through a :class:`StepModule` that DDP wraps, as Lightning's strategies
 redirect them through the wrapper's forward, so that DDP's hooks see a forward and sync the gradients.
 """
 
 from __future__ import annotations
 
 import functools
+import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any, Callable
 
 from torch import nn
 
-from harness.workload.step_knobs import StepError
+from harness.workload.own_knobs import own_step_name
+from harness.workload.step.interface import OwnStep, StepError, ValStep
 
 SCHEDULER_NOTE = ("its learning-rate scheduler is not stepped (the harness measures the optimizer's step; a "
                   "scheduler's step is a few arithmetic operations, per step or per epoch)")
@@ -146,3 +148,40 @@ def zero_grad_call(module, optimizer):
         module.optimizer_zero_grad(0, 0, optimizer)
 
     return zero_grad
+
+
+class Lightning:
+    """``workload.lightning_module``: its training_step, first optimizer, own zeroing and data, decided once before
+    the loop; its validation_step where it defines one."""
+
+    name = "lightning"
+
+    def applies(self, spec, model) -> bool:
+        return spec.lightning_module is not None
+
+    def build(self, spec, model, with_data: bool = True, loss_fn=None) -> OwnStep:
+        name = module_name(spec)
+        check_module(model, name)
+        warnings.filterwarnings("ignore", message=r"You are trying to `self.log\(\)`")  # no Trainer: log returns
+        own = OwnStep(name=f"{name}: training_step", call=training_step_call(model), adapter=self.name,
+                      zeroes_grads_itself=zeroes_grads_itself(type(model)))
+        own.optimizer = lambda: first_optimizer(model.configure_optimizers(), name, own.notes)
+        if own.zeroes_grads_itself:
+            own.zero_grad = functools.partial(zero_grad_call, model)
+        loaders = [m for m in ("train_dataloader", "val_dataloader") if overrides(type(model), m)]
+        if with_data and spec.dataset is None and loaders:
+            set_up(model)
+        if with_data and spec.dataset is None and "train_dataloader" in loaders:
+            own.dataset, own.collate = module_data(model, name)
+        return own
+
+    def validation(self, spec, module, own: OwnStep | None) -> ValStep | None:
+        if not overrides(type(module), "validation_step"):
+            return None
+        return ValStep(name=f"{module_name(spec)}: validation_step", call=validation_step_call(module),
+                       may_return_none=True)
+
+
+def module_name(spec) -> str:
+    """How messages name the LightningModule: ``workload.lightning_module='pkg.Module'``."""
+    return own_step_name(spec).removesuffix(": training_step")

@@ -7,9 +7,9 @@ The step, the first that applies: ``workload.val_step`` (``val_step(model, batch
 own ``validation_step(batch, batch_idx)`` (``batch_idx`` from 0 each pass; it may return None, as Lightning's often
 do: they log their metrics), over its ``val_dataloader()``'s data when the workload names no dataset; a Hugging Face
 model's ``model(**batch)``, and the default step of a workload that only counts its batches, as they train. A
-result is read as a training step's (``harness.workload.steps.loss_reader``), without requiring grad; what holds no
+result is read as a training step's (``harness.workload.step.loss.loss_reader``), without requiring grad; what holds no
 loss is a :class:`StepError` naming the step. A user's step with none of them has no pass: ``val.every_n_steps`` is
-skipped with the reason (``harness.workload.step_knobs``).
+skipped with the reason (``harness.workload.own_knobs``).
 
 The pass: ``model.eval()``, ``torch.no_grad()`` (``torch.inference_mode()`` with ``val.inference_mode``), the
 training's autocast, each batch moved as the training's are, the loss read back (the metric a trainer logs), then
@@ -19,28 +19,17 @@ training's autocast, each batch moved as the training's are, the loss read back 
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
 from typing import Any, Callable
 
 import torch
 
+from harness.config.targets import function_of
 from harness.names import target_of
-from harness.workload import lightning
-from harness.workload.step_knobs import own_step_name
-from harness.workload.steps import OwnStep, collate_of, function_of, loss_reader, mover_for
-
-ValCall = Callable[[Any, Any, int], Any]  # (model, batch, batch_idx) -> what the validation step returns
-
-
-@dataclass
-class ValStep:
-    """The validation step of a workload's own training, decided once before the loop."""
-
-    name: str  # how messages name it: "workload.val_step='mypkg.train.val_step'"
-    call: ValCall
-    may_return_none: bool = False  # a LightningModule's validation_step: its metrics logged, nothing returned
-    dataset: Any = None  # the module's own validation data (its val_dataloader()'s dataset), or None
-    collate: Any = None  # and that loader's collate_fn
+from harness.workload.step import lightning
+from harness.workload.step.adapters import adapter_named
+from harness.workload.step.interface import OwnStep, ValCall, ValStep, without_index
+from harness.workload.step.loop import collate_of, mover_for
+from harness.workload.step.loss import loss_reader
 
 
 def val_step_of(spec, module, own: OwnStep | None, with_data: bool = True) -> ValStep | None:
@@ -50,7 +39,7 @@ def val_step_of(spec, module, own: OwnStep | None, with_data: bool = True) -> Va
     val = _val_step(spec, module, own)
     if val is None or not with_data or not has_own_val_data(spec, module, own):
         return val
-    val.dataset, val.collate = lightning.module_data(module, lightning_name(spec), "val_dataloader")
+    val.dataset, val.collate = lightning.module_data(module, lightning.module_name(spec), "val_dataloader")
     return val
 
 
@@ -60,26 +49,13 @@ def has_own_val_data(spec, module, own: OwnStep | None) -> bool:
             and lightning.overrides(type(module), "val_dataloader"))
 
 
-def lightning_name(spec) -> str:
-    return own_step_name(spec).removesuffix(": training_step")
-
-
 def _val_step(spec, module, own: OwnStep | None) -> ValStep | None:
+    """``workload.val_step`` where it names one, else the step's adapter's (the default step's: none, or its
+    counting step)."""
     if spec.val_step is not None:
         user = function_of(spec.val_step)
-        return ValStep(name=f"workload.val_step={target_of(spec.val_step)!r}", call=_without_index(user))
-    if own is None:
-        return None
-    if own.lightning and lightning.overrides(type(module), "validation_step"):
-        return ValStep(name=f"{lightning_name(spec)}: validation_step", call=lightning.validation_step_call(module),
-                       may_return_none=True)
-    if not own.lightning and spec.step is None:  # a Hugging Face model's own loss, or the default step counting
-        return ValStep(name=own.name, call=_without_index(own.call))
-    return None
-
-
-def _without_index(step: Callable[[Any, Any], Any]) -> ValCall:
-    return lambda model, batch, _batch_idx: step(model, batch)
+        return ValStep(name=f"workload.val_step={target_of(spec.val_step)!r}", call=without_index(user))
+    return adapter_named(own.adapter if own is not None else "default").validation(spec, module, own)
 
 
 def val_data(spec, own: OwnStep | None, val: ValStep) -> tuple[Any, Any]:

@@ -1,6 +1,6 @@
-"""What each knob does to a workload's own step (``harness.workload.steps``), and why one cannot act on it. Torch-free:
-the parent asks with what the settings say (``applicability``), the child again with what the built model says (a
-Hugging Face model is found only there, and a LightningModule's own zeroing and optimizer).
+"""What each knob does to a workload's own step (``harness.workload.step.adapters``), and why one cannot act on it.
+Torch-free: the parent asks with what the settings say (``applicability``), the child again with what the built model
+says (a Hugging Face model is found only there, and a LightningModule's own zeroing and optimizer).
 
 Acting on a user's step, as on the default one: ``precision`` (autocast around the step, the fp16 gradient scaler),
 ``accumulate_grad_batches`` (the loss divided, DDP's no_sync), ``compile`` (the model before the loop; a
@@ -9,17 +9,12 @@ with neither the run is skipped in the child), ``activation_checkpointing`` (the
 ``optimizer.*`` (the harness's optimizer), ``log_every_n_steps`` (the loss read), the loader's knobs (the workload's
 data through the harness's DataLoader), ``memory_cleanup_every_n_steps``, ``devices`` (DDP around the model; a
 LightningModule's steps called through it), ``val.*`` (the pass over the workload's validation step,
-``harness.workload.val_steps``, where it has one).
+``harness.workload.step.validation``, where it has one).
 """
 
 from __future__ import annotations
 
 from harness.names import target_of
-
-
-class StepError(ValueError):
-    """A workload's own step that cannot be measured as given: it returned no usable loss, or its module lacks what
-    a training step needs (an `error` record in the child; refused before anything runs when the parent finds it)."""
 
 
 def own_step_name(spec) -> str:

@@ -1,11 +1,11 @@
 """The workload's step run once on the meta device in the parent (no memory, no arithmetic), before any child starts:
 a step that returns no loss or a non-scalar one (and, with ``val.every_n_steps``, a validation step: eval mode, no
-grad), a LightningModule whose training_step returns None or whose configure_optimizers returns no optimizer, a
-model whose output the default loss cannot take (a tuple), a vocabulary smaller than the token ids: each one line,
-exit 2; the default step handed a dict or a list that is no (input, target) pair, or a model whose forward wants
-the targets (a detector), each one line naming ``workload.step``. Run where the parent knows the batch (synthetic
-data; for the default step, a workload's own dataset's first item, ``harness.workload.first_item``); what the meta
-device cannot compute is the child's to find."""
+grad), a LightningModule whose training_step returns None or whose configure_optimizers returns no optimizer, a model
+whose output the default loss cannot take (a tuple), a vocabulary smaller than the token ids, a Hugging Face model
+handed batches that are not named tensors: each one line, exit 2; the default step handed a dict or a list that is no
+(input, target) pair, or a model whose forward wants the targets (a detector), each one line naming ``workload.step``.
+Run where the parent knows the batch (synthetic data; for the default step, a workload's own dataset's first item,
+``harness.workload.first_item``); what the meta device cannot compute is the child's to find."""
 
 from __future__ import annotations
 
@@ -17,12 +17,15 @@ import torch
 import torch.utils._pytree
 
 from harness.names import target_of
-from harness.workload import first_item, lightning
+from harness.workload import first_item
 from harness.workload.batches import describe
 from harness.workload.build import build_loss
-from harness.workload.step_knobs import StepError
-from harness.workload.steps import is_hugging_face, own_step, reader_for
-from harness.workload.val_steps import has_own_val_data, val_step_of
+from harness.workload.step import lightning
+from harness.workload.step.adapters import own_step
+from harness.workload.step.huggingface import is_hugging_face
+from harness.workload.step.loss import reader_for
+from harness.workload.step.interface import StepError
+from harness.workload.step.validation import has_own_val_data, val_step_of
 
 
 def check_step_on_meta(cfg, model) -> list[str]:
@@ -44,6 +47,8 @@ def check_step_on_meta(cfg, model) -> list[str]:
         return notes
     if own is None:
         _check_default_batch(spec, batch)
+    elif own.check_batch is not None:  # a Hugging Face model handed the synthetic tensors' (input, target) pairs
+        own.check_batch(batch)
     result = _run(lambda: own.call(model, batch)) if own is not None else _default_forward(spec, model, batch[0])
     if result is not UNKNOWN and own is not None:
         reader_for(result, own.name)
