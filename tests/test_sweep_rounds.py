@@ -153,6 +153,10 @@ def test_a_sweep_whose_first_round_is_busy_throughout_stops_there_with_exit_5(tm
                                         "the CPUs): no run can count")
     fake(FakeRuns(CLEAR, busy={(1, 0)}))  # one busy run, measured again quietly: the sweep goes on
     assert loop.run_ladder(context(tmp_path / "quiet", 2), None, Display()) == 0
+    # busy runs kept as measured (sweep.remeasure_busy=false): every round is made, busy throughout, exit 0
+    runs = fake(FakeRuns(CLEAR, busy=cells, again_busy=True))
+    kept = dataclasses.replace(context(tmp_path / "kept", 2), remeasure_busy=False)
+    assert loop.run_ladder(kept, None, Display()) == 0 and len(runs.calls) == 2 * 4
 
 
 def test_a_measured_sweep_run_again_adds_nothing(tmp_path, fake):

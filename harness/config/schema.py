@@ -173,7 +173,7 @@ class SweepConfig:
     rerun: bool = False
     budget_min: float = 10.0  # repeats=auto only: wall-clock minutes; no round starts that would end after them
     max_repeats: int = 6  # repeats=auto only: the most rounds (the looks' information is rounds / max_repeats)
-    remeasure_busy: bool = True  # a run of a busy machine (analysis.stats.busy) is measured again, once (climb too)
+    remeasure_busy: bool = True  # a busy run (analysis.stats.busy) measured again, once (climb too); false: kept, no busy stop
     # at the sweep's end, its decided figures exported: "tb:DIR", "mlflow:URI" or "wandb:DIR" (docs/export.md); "" none
     export: str = ""
 

@@ -74,7 +74,7 @@ def run_ladder(ctx: rungs_mod.SweepContext, machine, *listeners: Listener) -> in
 
     Returns 1 if a rung could not even be started, 2 if the first round would not fit in the budget (nothing is
     measured), 5 (busy) when every run of the first round was measured on a busy machine (no run could count, so
-    it stops there), else 0: failed runs are data, shown in the table."""
+    it stops there; not with ``sweep.remeasure_busy=false``, which keeps a busy run as measured and goes on), else 0: failed runs are data, shown in the table."""
     events = Events(*listeners)
     ctx, noise = rounds_mod.with_calibration(ctx, machine)
     policy = LadderPolicy(ctx, machine, noise)
@@ -108,7 +108,8 @@ def _before_launch(listeners) -> Callable[[config_mod.RunConfig], Any] | None:
 class LadderPolicy:
     """A sweep's decisions: every rung each round, serpentine; ``repeats=auto`` looks after every round and stops
     when every verdict is decided, after ``max_repeats`` rounds, or before a round past the time budget; no run
-    starts once the budget is spent; a first round whose every run was busy ends the sweep."""
+    starts once the budget is spent; a first round whose every run was busy ends the sweep (unless busy runs are
+    kept as measured, ``sweep.remeasure_busy=false``)."""
 
     def __init__(self, ctx: rungs_mod.SweepContext, machine, noise):
         self.ctx, self.machine, self.noise = ctx, machine, noise
@@ -162,7 +163,7 @@ class LadderPolicy:
 
     def look(self, rounds: int, events: Events) -> bool:
         busy = list(self.busy.values())
-        if rounds == 1 and busy and all(busy):
+        if rounds == 1 and busy and all(busy) and self.remeasure_busy:
             events.emit("decided", text=f"stop: every run of the first round was busy ({busy[0]}): no run can count, "
                                          "so no more are made; stop the other work and run the same command again")
             self.all_busy = True
