@@ -21,6 +21,7 @@ import numpy as np
 from harness.analysis.gate import verdicts
 from harness.analysis.stats.speedup import Ratio
 from harness.analysis.views import table as table_mod
+from harness.analysis.views.rows import RungRow, SweepTable
 from harness.store import load_runs
 
 Value = str | int | float | bool
@@ -117,7 +118,7 @@ def _identity(record) -> dict[str, str]:
             "env_key": _text(record.get("env_key"))}
 
 
-def _rung_entry(table: table_mod.SweepTable, row: table_mod.RungRow, runs) -> Entry:
+def _rung_entry(table: SweepTable, row: RungRow, runs) -> Entry:
     """One rung: its settings, decided figures and verdict."""
     ok = runs[(runs["status"] == "ok") & runs["samples_per_s"].notna()]
     first = (ok if len(ok) else runs).iloc[0]
@@ -161,7 +162,7 @@ def _median(frame, column: str) -> float | None:
     return float(values.median()) if len(values) else None
 
 
-def _compute_share(row: table_mod.RungRow) -> float | None:
+def _compute_share(row: RungRow) -> float | None:
     """The compute part of a median step (CUDA events, or the step less its data wait), as a share of it."""
     if row.parts is None or row.parts.compute_ms is None or not row.step_ms_p50:
         return None

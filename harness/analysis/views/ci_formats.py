@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 from harness.analysis.gate.check import CheckResult
 from harness.analysis.gate.paired import PairedResult
-from harness.analysis.views.table import RungRow, SweepTable
+from harness.analysis.views.rows import RungRow, SweepTable
 
 FORMATS = ("bmf", "gab", "pytorch-oss")
 GAB_TOOL = "customBiggerIsBetter"  # github-action-benchmark's tool for every figure written here
