@@ -70,6 +70,13 @@ class RungRow:
         """The row's notes as one cell: ``; ``-joined ("" when none)."""
         return "; ".join(self.notes)
 
+    @property
+    def samples_per_s_band(self) -> tuple[float, float] | None:
+        """The noise model's 95% band of the rung's throughput, (low, high); None without a figure or a band."""
+        if self.samples_per_s is None or self.uncertainty is None:
+            return None
+        return self.samples_per_s * (1 - self.uncertainty), self.samples_per_s * (1 + self.uncertainty)
+
 
 @dataclass(frozen=True)
 class GroupRow:
