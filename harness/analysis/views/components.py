@@ -13,7 +13,8 @@ faster cannot show there. This module reads, from the records alone:
 
 A guide's claim about one part (``component:`` in a ladder, ``claim_component`` in a record) is judged on that
 part; a claim with no figure ("minor") gets the measured effect and no verdict; a knob that cannot act in the
-situation measured gets a note instead of a verdict. Plain Python: no torch, no Hydra.
+situation measured gets a note instead of a verdict. :func:`judge` returns the table's rows and group rows so judged
+(new ones: it changes none it is given) and the reading lines. Plain Python: no torch, no Hydra.
 """
 
 from __future__ import annotations

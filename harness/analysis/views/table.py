@@ -1,7 +1,10 @@
 """The speedup table of a sweep (or of every sweep of a campaign), built from the store alone.
 
-``build_table`` turns a sweep's records into rows of numbers, ratios and verdicts; ``harness.analysis.views.render``
-writes them as markdown, CSV or HTML, and ``python -m harness table`` (``harness.commands.table``) prints them.
+``build_table`` turns a sweep's records into rows of numbers, ratios and verdicts, with their notes, once: each step
+(a rung's figures, its link to the rung it was built on, the scaling, the groups, the components' judgement, the
+notes) is a function that returns what it made and changes nothing it is given, and the result is the frozen
+``SweepTable`` of ``harness.analysis.views.rows``. ``harness.analysis.views.render`` writes it as markdown, CSV or
+HTML, and ``python -m harness table`` (``harness.commands.table``) prints it; no renderer builds a row.
 """
 
 from __future__ import annotations
