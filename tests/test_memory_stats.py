@@ -4,6 +4,8 @@ table, its footer and the fit's curve say which memory figure is which."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pandas as pd
 import pytest
 import torch
@@ -100,8 +102,7 @@ def test_the_fit_curve_on_a_gpu_has_a_column_for_each_figure():
 def test_the_memory_plot_draws_the_allocated_peak_the_device_figure_and_the_cap(tmp_path):
     from harness.analysis.views import plots
 
-    table = _table()
-    table.memory_limit_gb = 24.0
+    table = dataclasses.replace(_table(), memory_limit_gb=24.0)  # the table is frozen: a view, built once
     fig = plots.plt.figure()
     ax = fig.add_subplot()
     assert plots._gpu_memory_layers(ax, table) == pytest.approx(24.0)

@@ -16,6 +16,7 @@ import importlib
 import shlex
 import sys
 
+from harness.analysis.views.rows import SweepTable
 from harness.commands import common_args
 from harness.export import figures
 from harness.registry import unknown_choice
@@ -58,8 +59,10 @@ def export(args: argparse.Namespace) -> int:
     return 0
 
 
-def export_after(spec: str, results_dir: str, sweep: str | None = None, check: str | None = None) -> None:
-    """``sweep.export`` / ``check --export``: the sweep or check just finished, exported to ``TARGET:DEST``. Its
+def export_after(spec: str, results_dir: str, sweep: str | None = None, check: str | None = None,
+                 table: SweepTable | None = None) -> None:
+    """``sweep.export`` / ``check --export``: the sweep or check just finished (``table``: the sweep's, as printed),
+    exported to ``TARGET:DEST``. Its
     lines go to stderr (stdout holds the command's own report); a failure is a warning, never a changed exit code:
     the measurements are stored, and ``python -m harness export`` (printed) exports them again."""
     target, _, dest = spec.partition(":")
@@ -67,7 +70,9 @@ def export_after(spec: str, results_dir: str, sweep: str | None = None, check: s
     again += ["--sweep", sweep] if sweep else ["--check", str(check)]
     try:
         writer = importlib.import_module(TARGETS[target])
-        for line in writer.export(figures.groups(str(results_dir), sweep, check), dest, "harness"):
+        found = ([figures.sweep_group(str(results_dir), table.sweep_id, table)] if table is not None
+                 else figures.groups(str(results_dir), sweep, check))
+        for line in writer.export(found, dest, "harness"):
             print(f"export: {line}", file=sys.stderr)
     except Exception as exc:  # a tracker's own errors (a server down, a library missing) never cost the measurement
         print(f"warning: not exported to {spec} ({type(exc).__name__}: {exc}); the results are stored: "

@@ -215,9 +215,9 @@ def run_sweep(plan: SweepPlan, sweep_id: str, campaign_id: str = "") -> int:
         lock.release(held)
     loop.auto_compact(ctx.results_dir)
     if code != 2:  # 2: the first round would not fit in the budget, and nothing was measured
-        _print_table(ctx)
-        if plan.export:
-            export_cmd.export_after(plan.export, ctx.results_dir, sweep=sweep_id)
+        table = _print_table(ctx)
+        if plan.export:  # the table just printed, not built again
+            export_cmd.export_after(plan.export, ctx.results_dir, sweep=sweep_id, table=table)
     return code
 
 
@@ -287,17 +287,19 @@ def _outcome_line(label: str, outcome: sweep_mod.RungOutcome) -> str:
             f"{rec.step_ms_p50:.1f} ms, data wait {100 * (rec.data_wait_frac or 0):.0f}%")
 
 
-def _print_table(ctx: sweep_mod.SweepContext) -> None:
+def _print_table(ctx: sweep_mod.SweepContext) -> table_mod.SweepTable | None:
+    """The sweep's table, built once from the store and printed (None when there is none)."""
     try:
         table = table_mod.load_table(ctx.results_dir, ctx.sweep_id)
     except ValueError as exc:
         print(f"no table: {exc}", file=sys.stderr)
-        return
+        return None
     print()
     terminal.print_sweep_table(table)
     if (units := units_view.load_unit_table(ctx.results_dir, ctx.sweep_id)) is not None:
         print(units_view.render_markdown(units))
     print(f"Again from the store: {shell.command('table', '--results', ctx.results_dir, '--sweep', ctx.sweep_id)}")
+    return table
 
 
 # ------------------------------------------------------------------------------------------

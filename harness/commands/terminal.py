@@ -14,7 +14,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from harness.analysis.views import render
-from harness.analysis.views.table import CampaignSummary, SweepTable
+from harness.analysis.views.rows import CampaignSummary, SweepTable
 from harness.commands import console as console_mod
 
 # a verdict's first word -> its colour (stats.verdict's words)

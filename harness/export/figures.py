@@ -21,6 +21,7 @@ import numpy as np
 from harness.analysis.gate import verdicts
 from harness.analysis.stats.speedup import Ratio
 from harness.analysis.views import table as table_mod
+from harness.analysis.views.rows import RungRow, SweepTable
 from harness.store import load_runs
 
 Value = str | int | float | bool
@@ -90,10 +91,15 @@ def flat_settings(config_json: str) -> dict[str, Value]:
     return out
 
 
-def sweep_group(results_dir: str, sweep: str = "latest") -> Group:
-    """The sweep ``sweep`` of the store in ``results_dir`` (ValueError naming it when it is not there)."""
-    table = table_mod.load_table(results_dir, sweep)
-    records = load_runs(results_dir, sweep=table.sweep_id)
+def sweep_group(results_dir: str, sweep: str = "latest", table: SweepTable | None = None) -> Group:
+    """The sweep ``sweep`` of the store in ``results_dir`` (ValueError naming it when it is not there); ``table``:
+    its table where the command built it already."""
+    table = table if table is not None else table_mod.load_table(results_dir, sweep)
+    return table_group(table, load_runs(results_dir, sweep=table.sweep_id))
+
+
+def table_group(table: SweepTable, records) -> Group:
+    """A sweep's table as it was built (its rows are not made again) and its records (each rung's settings)."""
     first = records.iloc[0]
     group = Group(kind="sweep", id=table.sweep_id,
                   params={"sweep_id": table.sweep_id, "ladder": table.ladder, "workload": table.workload,
@@ -117,17 +123,17 @@ def _identity(record) -> dict[str, str]:
             "env_key": _text(record.get("env_key"))}
 
 
-def _rung_entry(table: table_mod.SweepTable, row: table_mod.RungRow, runs) -> Entry:
+def _rung_entry(table: SweepTable, row: RungRow, runs) -> Entry:
     """One rung: its settings, decided figures and verdict."""
     ok = runs[(runs["status"] == "ok") & runs["samples_per_s"].notna()]
     first = (ok if len(ok) else runs).iloc[0]
     entry = Entry(name=f"rung {row.rung} {row.change}", step=row.rung)
     entry.params = flat_settings(_text(first["config_json"])) | {"rung": row.rung, "change": row.change}
-    sps, band = row.samples_per_s, row.uncertainty
+    low, high = row.samples_per_s_band or (None, None)
     metrics: dict[str, float | None] = {
-        "throughput/samples_per_s": sps,
-        "throughput/samples_per_s_low": sps * (1 - band) if sps is not None and band is not None else None,
-        "throughput/samples_per_s_high": sps * (1 + band) if sps is not None and band is not None else None,
+        "throughput/samples_per_s": row.samples_per_s,
+        "throughput/samples_per_s_low": low,
+        "throughput/samples_per_s_high": high,
         "throughput/units_per_s": _median(ok, "units_per_s"),
         "time/data_wait_share": row.data_wait_frac,
         "time/compute_share": _compute_share(row),
@@ -161,7 +167,7 @@ def _median(frame, column: str) -> float | None:
     return float(values.median()) if len(values) else None
 
 
-def _compute_share(row: table_mod.RungRow) -> float | None:
+def _compute_share(row: RungRow) -> float | None:
     """The compute part of a median step (CUDA events, or the step less its data wait), as a share of it."""
     if row.parts is None or row.parts.compute_ms is None or not row.step_ms_p50:
         return None
@@ -232,8 +238,8 @@ def groups(results_dir: str, sweep: str | None, check: str | None, campaign: str
         raise ValueError(f"--results {results_dir!r}: no such folder")
     out = []
     if campaign is not None:
-        summary = table_mod.load_campaign(results_dir, campaign)
-        out += [sweep_group(results_dir, t.sweep_id) for t in summary.tables]
+        summary = table_mod.load_campaign(results_dir, campaign)  # its tables, each built once
+        out += [table_group(t, load_runs(results_dir, sweep=t.sweep_id)) for t in summary.tables]
     if sweep == "all":  # the whole store, oldest first (an export already there is left alone: run it again freely)
         runs = load_runs(results_dir, columns=["sweep_id", "timestamp"]).sort_values("timestamp")
         out += [sweep_group(results_dir, s) for s in dict.fromkeys(runs["sweep_id"].fillna("")) if s]

@@ -2,7 +2,8 @@
 
 Imports ``stats``, ``gate`` and the store.
 
-* ``table``: a sweep's (or a campaign's) speedup table: rows of numbers, ratios, verdicts and notes.
+* ``table``: a sweep's (or a campaign's) speedup table: rows of numbers, ratios, verdicts and notes, made once.
+* ``rows``: the table's frozen types (a rung's row, a group's, the table, a campaign's), which every renderer takes.
 * ``render``: the table as markdown, CSV or HTML.
 * ``claims``: the claims a sweep is judged against (stored with its records, or from its ladder's file).
 * ``components``: what a change did to each part of the step (compute, loader) beside the whole.

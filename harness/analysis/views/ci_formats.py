@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 from harness.analysis.gate.check import CheckResult
 from harness.analysis.gate.paired import PairedResult
-from harness.analysis.views.table import RungRow, SweepTable
+from harness.analysis.views.rows import RungRow, SweepTable
 
 FORMATS = ("bmf", "gab", "pytorch-oss")
 GAB_TOOL = "customBiggerIsBetter"  # github-action-benchmark's tool for every figure written here
@@ -65,9 +65,8 @@ def table_figures(table: SweepTable) -> list[Figure]:
 
 
 def _throughput(name: str, row: RungRow, extra: dict) -> Figure:
-    sps, u = row.samples_per_s, row.uncertainty
-    low, high = (sps * (1 - u), sps * (1 + u)) if u is not None else (None, None)
-    return Figure(name, "throughput", "samples/s", sps, low, high, list(row.samples_per_s_runs), dict(extra))
+    low, high = row.samples_per_s_band or (None, None)
+    return Figure(name, "throughput", "samples/s", row.samples_per_s, low, high, list(row.samples_per_s_runs), dict(extra))
 
 
 def check_figures(result: CheckResult | PairedResult) -> list[Figure]:

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from harness.analysis.stats import noise_model, speedup
 from harness.analysis.views import labels, plots, table as table_mod
+from harness.analysis.views.rows import RungRow, SweepTable
 from harness.registry import unknown_choice
 from harness.store import load_parquet_files, load_runs, resolve_sweep
 
@@ -30,11 +31,11 @@ class Side:
     """One sweep being compared, with the label that tells it apart from the others."""
 
     source: str  # what the user typed
-    table: table_mod.SweepTable
+    table: SweepTable
     records: object  # the sweep's records (pandas DataFrame)
     label: str = ""
 
-    def row(self, rung: int) -> table_mod.RungRow | None:
+    def row(self, rung: int) -> RungRow | None:
         return next((r for r in self.table.rows if r.rung == rung), None)
 
 

@@ -13,21 +13,19 @@ faster cannot show there. This module reads, from the records alone:
 
 A guide's claim about one part (``component:`` in a ladder, ``claim_component`` in a record) is judged on that
 part; a claim with no figure ("minor") gets the measured effect and no verdict; a knob that cannot act in the
-situation measured gets a note instead of a verdict. Plain Python: no torch, no Hydra.
+situation measured gets a note instead of a verdict. :func:`judge` returns the table's rows and group rows so judged
+(new ones: it changes none it is given) and the reading lines. Plain Python: no torch, no Hydra.
 """
 
 from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, replace
 
 from harness.analysis.views import bound, epochs
 from harness.analysis.stats import blocks, speedup
-
-# the table's rows (harness.analysis.views.table imports this module, so its classes are named here, not imported)
-RungRow = GroupRow = SweepTable = Any
+from harness.analysis.views.rows import GroupRow, Parts, RungRow
 
 # a loop blocked on its loader at least this share of its step runs at the loader's pace
 DATA_PACED_WAIT = bound.HOST_WAITING
@@ -37,24 +35,9 @@ NO_PART_BAND = ("no verdict (one run a rung: a part of the step has no band, the
                 "run; add sweep.repeats=2)")
 
 
-@dataclass
-class Parts:
-    """What one rung's ok runs say about the parts of their step."""
-
-    compute_ms: float | None = None  # median over runs of a step's compute part
-    compute_source: str = ""  # "device" (CUDA events) or "host" (step time minus data wait)
-    compute: dict[int, float] | None = None  # round -> its run's samples per second of compute
-    validation: dict[int, float] | None = None  # round -> its run's training samples per second of validation
-    epoch_costs: dict[int, epochs.EpochCost] | None = None  # round -> its run's epoch boundaries' cost
-    device_step_frac: float | None = None
-    x_compute: speedup.Ratio | None = None  # over the rung this one was built on
-    inert: str = ""  # why the rung's knob cannot do what it is claimed for here ("" when it can)
-
-
 def parts_of(ok) -> Parts:
     """The parts of one rung's ok runs (a pandas frame of records), each run's value under its round (a round run
     twice, a resumed sweep, keeps its last run, as the rung x round model does)."""
-    parts = Parts(device_step_frac=_median_column(ok, "device_step_frac"))
     values, sources, ms, validation, costs = {}, set(), [], {}, {}
     for _, run in ok.iterrows():
         round_ = _round_of(run)
@@ -71,12 +54,10 @@ def parts_of(ok) -> Parts:
         rate = _validation_rate(run, per_step)
         if rate is not None:
             validation[round_] = rate
-    if values and len(sources) == 1:
-        parts.compute_ms, parts.compute_source = speedup.median(ms), sources.pop()
-        parts.compute = values
-    parts.validation = validation or None
-    parts.epoch_costs = costs or None
-    return parts
+    compute = {"compute_ms": speedup.median(ms), "compute_source": sources.pop(), "compute": values} \
+        if values and len(sources) == 1 else {}
+    return Parts(device_step_frac=_median_column(ok, "device_step_frac"), validation=validation or None,
+                 epoch_costs=costs or None, **compute)
 
 
 def _round_of(run) -> int:
@@ -104,8 +85,6 @@ def _compute_steps(run) -> tuple[list[float], str]:
     return [], ""
 
 
-
-
 def _validation_rate(run, per_step: float | None) -> float | None:
     """Training samples per millisecond of validation: the passes inside the measured window (steps after which
     ``val.every_n_steps`` runs one) cost their extra time over an ordinary step, once every N steps."""
@@ -129,44 +108,51 @@ def _validation_rate(run, per_step: float | None) -> float | None:
 # the table's side: ratios, verdicts on component and word claims, notes, readings
 
 
-def judge(table: SweepTable, records, level: float = 0.05) -> None:
-    """Fill the compute ratios, re-judge the claims that are about one part or carry no figure, note the knobs that
-    cannot act here, and add the reading lines (``table.readings``). Runs after the table's own verdicts; ``level``
-    is the two-sided level of the table's bands (its last look's)."""
-    rows = {r.rung: r for r in table.rows}
-    in_samples = _epochs_in_samples(table, rows.get(0))
-    for row in table.rows:
-        before = rows.get(row.built_on) if row.built_on is not None else None
-        if row.parts is not None and before is not None and before.parts is not None:
-            row.parts.x_compute = part_ratio(table.rows, "compute", row, before, level)
-        if row.parts is not None:
-            row.parts.inert = inert_reason(row.change, records[records["rung"] == row.rung])
-            ok = records[(records["rung"] == row.rung) & (records["status"] == "ok")]
-            for note in (queued_start_note(ok), short_of_waves_note(ok)):
-                if note:
-                    row.note = f"{row.note}; {note}" if row.note else note
-        _judge_row(row, before, table.rows, level)
-    for group in table.groups:
-        _judge_group(group, table.rows, level)
-    base = rows.get(0)
-    table.readings = (bound.baseline_line(base.data_wait_frac, base.parts.device_step_frac) if base and base.parts
-                      else [])
-    table.readings += [line for line in (reading(r, rows.get(r.built_on)) for r in table.rows) if line]
-    table.readings += in_samples + _epoch_readings(table, rows)
+@dataclass(frozen=True)
+class Judged:
+    """The components view of a sweep: its rows and group rows with their parts judged, and the reading lines."""
+
+    rows: list[RungRow]
+    groups: list[GroupRow]
+    readings: list[str]
 
 
-def _epochs_in_samples(table: SweepTable, baseline: RungRow | None) -> list[str]:
+def judge(rows: list[RungRow], groups: list[GroupRow], records, level: float = 0.05) -> Judged:
+    """The rows with their compute ratios, the claims about one part or with no figure judged again, the knobs that
+    cannot act here noted; the group rows likewise; and the reading lines. Takes the rows the table's own verdicts
+    made (``level``: the two-sided level of their bands, the last look's) and changes none of what it is given."""
+    rows, groups, in_samples = _epochs_in_samples(rows, groups)
+    by_rung = {r.rung: r for r in rows}
+    rows = [_judge_row(row, by_rung.get(row.built_on) if row.built_on is not None else None, rows, records, level)
+            for row in rows]
+    groups = [_judge_group(group, rows, level) for group in groups]
+    by_rung = {r.rung: r for r in rows}
+    base = by_rung.get(0)
+    readings = list(bound.baseline_line(base.data_wait_frac, base.parts.device_step_frac)) if base and base.parts \
+        else []
+    readings += [line for line in (reading(r, by_rung.get(r.built_on)) for r in rows) if line]
+    return Judged(rows, groups, readings + in_samples + _epoch_readings(rows, groups))
+
+
+def _epochs_in_samples(rows: list[RungRow], groups: list[GroupRow]
+                       ) -> tuple[list[RungRow], list[GroupRow], list[str]]:
     """A claim at a guide's epoch given in seconds (``epoch_s:S``) is judged at the samples the baseline makes here in
-    S seconds (``epochs.in_samples``); the reading lines that say how many."""
+    S seconds (``epochs.in_samples``): the rows and group rows with those claims resolved, and the reading lines that
+    say how many samples."""
+    baseline = next((r for r in rows if r.rung == 0), None)
     costs = _costs(baseline) if baseline is not None and baseline.parts is not None else []
     lines = []
-    for item, name in [(r, "claim_component") for r in table.rows] + [(g, "component") for g in table.groups]:
-        seconds, resolved = epochs.epoch_seconds(getattr(item, name)), epochs.in_samples(getattr(item, name), costs)
-        if seconds is not None and resolved != getattr(item, name):
-            setattr(item, name, resolved)
-            lines.append(f"The guide's epoch of {seconds:,} s is {epochs.epoch_samples(resolved):,} samples at the "
-                         f"baseline's steady pace here (rung 0).")
-    return lines
+
+    def resolved(item, name: str):
+        claim = getattr(item, name)
+        seconds, samples = epochs.epoch_seconds(claim), epochs.in_samples(claim, costs)
+        if seconds is None or samples == claim:
+            return item
+        lines.append(f"The guide's epoch of {seconds:,} s is {epochs.epoch_samples(samples):,} samples at the "
+                     f"baseline's steady pace here (rung 0).")
+        return replace(item, **{name: samples})
+
+    return [resolved(r, "claim_component") for r in rows], [resolved(g, "component") for g in groups], lines
 
 
 def part_values(row: RungRow, component: str) -> dict[int, float]:
@@ -196,17 +182,17 @@ def _part_verdict(measured: speedup.Ratio, low: float, high: float, what: str) -
     return f"{verdict} ({what} {measured.value:.2f}x)"
 
 
-def _epoch_readings(table: SweepTable, rows: dict) -> list[str]:
+def _epoch_readings(rows: list[RungRow], groups: list[GroupRow]) -> list[str]:
     """How each claim judged at the guide's epoch was derived (its verdict cell gives the figure only)."""
-    lines = []
-    for row in table.rows:
+    by_rung, lines = {r.rung: r for r in rows}, []
+    for row in rows:
         samples = epochs.epoch_samples(row.claim_component)
-        before = rows.get(row.built_on) if row.built_on is not None else None
+        before = by_rung.get(row.built_on) if row.built_on is not None else None
         if samples and before is not None and row.parts is not None and before.parts is not None:
             lines.append(epochs.reading(row.change, _costs(row), _costs(before), samples, row.component_measured))
-    for group in table.groups:
+    for group in groups:
         samples = epochs.epoch_samples(group.component)
-        start, end = _group_ends(group, table.rows)
+        start, end = _group_ends(group, rows)
         if samples and end is not None and start is not None and end.parts and start.parts:
             lines.append(epochs.reading(f"rungs {group.first}-{group.last} together", _costs(end), _costs(start),
                                         samples, group.component_measured))
@@ -217,35 +203,40 @@ def _costs(row: RungRow) -> list[epochs.EpochCost]:
     return list((row.parts.epoch_costs or {}).values())
 
 
-def _judge_row(row: RungRow, before: RungRow | None, rows: list[RungRow], level: float) -> None:
+def _judge_row(row: RungRow, before: RungRow | None, rows: list[RungRow], records, level: float) -> RungRow:
+    """One row with its parts judged: the compute ratio over the rung it was built on, why its knob cannot act here,
+    what its runs' windows could not measure (notes), and the verdict on a claim about one part."""
+    if row.parts is not None:
+        x_compute = (part_ratio(rows, "compute", row, before, level)
+                     if before is not None and before.parts is not None else None)
+        runs = records[records["rung"] == row.rung]
+        ok = runs[runs["status"] == "ok"]
+        notes = tuple(note for note in (queued_start_note(ok), short_of_waves_note(ok)) if note)
+        row = replace(row, parts=replace(row.parts, x_compute=x_compute, inert=inert_reason(row.change, runs)),
+                      notes=row.notes + notes)
     if row.verdict.startswith("no verdict: machine busy"):  # a busy machine's runs judge no part either
-        return
-    if row.parts is not None and row.parts.inert:
-        row.note = (row.note + "; " if row.note else "") + row.parts.inert
-        if row.claim:  # a note, not a verdict: the claim was made where the knob acts
-            row.verdict = NOT_JUDGED
-        return
+        return row
+    if row.parts is not None and row.parts.inert:  # a note, not a verdict: the claim was made where the knob acts
+        return replace(row, notes=row.notes + (row.parts.inert,), verdict=NOT_JUDGED if row.claim else row.verdict)
     if row.claim and row.claim_range is None and row.x_previous is not None:
-        row.verdict = measured_only(row.x_previous)
-        return
+        return replace(row, verdict=measured_only(row.x_previous))
     if not row.claim_component or row.claim_range is None:
-        return
-    row.component_measured, row.verdict = component_verdict(row.claim_component, row, before, *row.claim_range,
-                                                            rows=rows, level=level)
+        return row
+    measured, verdict = component_verdict(row.claim_component, row, before, *row.claim_range, rows=rows, level=level)
+    return replace(row, component_measured=measured, verdict=verdict)
 
 
-def _judge_group(group: GroupRow, rows: list[RungRow], level: float) -> None:
-    component = group.component
+def _judge_group(group: GroupRow, rows: list[RungRow], level: float) -> GroupRow:
     if group.claim_range is None and group.measured is not None:
-        group.verdict = measured_only(group.measured)
-        return
-    if not component or group.claim_range is None:
-        return
+        return replace(group, verdict=measured_only(group.measured))
+    if not group.component or group.claim_range is None:
+        return group
     before, end = _group_ends(group, rows)
     if before is None or end is None:
-        return
-    group.component_measured, group.verdict = component_verdict(component, end, before, *group.claim_range,
-                                                                end_to_end=group.measured, rows=rows, level=level)
+        return group
+    measured, verdict = component_verdict(group.component, end, before, *group.claim_range,
+                                          end_to_end=group.measured, rows=rows, level=level)
+    return replace(group, component_measured=measured, verdict=verdict)
 
 
 def _group_ends(group: GroupRow, rows: list[RungRow]) -> tuple[RungRow | None, RungRow | None]:

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from harness.analysis.views import table as table_mod
+from harness.analysis.views.rows import SweepTable
 
 GIB = 2**30
 AXIS = "batch_size"
@@ -27,7 +28,7 @@ class Point:
     units_per_sample: int | None = None  # the patch axis: a sample's voxels (samples/s of two patches differ)
 
 
-def curve(table: table_mod.SweepTable, sizes: list, units: list[int] | None = None) -> list[Point]:
+def curve(table: SweepTable, sizes: list, units: list[int] | None = None) -> list[Point]:
     """The fit sweep's rungs as points: rung k is ``sizes[k]`` (with ``units[k]`` units in one of its samples)."""
     return [Point(sizes[r.rung], r.status, r.samples_per_s, r.uncertainty, r.peak_mem_bytes,
                   r.peak_mem_allocated_bytes, r.statuses.get("ok", 0), r.alloc_retries,

@@ -24,6 +24,7 @@ from matplotlib.figure import Figure  # noqa: E402
 
 from harness.analysis.stats import calibration  # noqa: E402
 from harness.analysis.views import table as table_mod
+from harness.analysis.views.rows import MEMORY_NOTE, SweepTable
 from harness.analysis.views.labels import tick_labels, title, version_text
 from harness.store import load_runs  # noqa: E402
 
@@ -46,7 +47,7 @@ class Plot:
 class SweepData:
     """What every plot of one sweep needs: the table and a few facts for the titles."""
 
-    table: table_mod.SweepTable
+    table: SweepTable
     records: object  # the sweep's records (pandas DataFrame)
     date: str
     harness_version: str
@@ -238,7 +239,7 @@ def memory(data: SweepData) -> Plot:
     """Peak memory per rung, with the device's capacity as a line where it is known."""
     rows = data.table.rows
     fig, ax = new_figure(len(rows))
-    what = table_mod.MEMORY_NOTE.get(data.table.device, "peak memory")
+    what = MEMORY_NOTE.get(data.table.device, "peak memory")
     values = [(r.peak_mem_bytes or 0.0) / GIB for r in rows]
     ax.bar(range(len(rows)), values, width=0.6, color=COMPUTE, label=what)
     top = max(top_of(values), _gpu_memory_layers(ax, data.table))
@@ -337,7 +338,7 @@ def batch_scaling(data: SweepData) -> Plot | None:
     failed = [(b, r) for b, r in points if r.status != "ok"]
     top.plot([b for b, _ in ok], [r.samples_per_s for _, r in ok], "o-", color=COMPUTE, label="throughput")
     bottom.plot([b for b, _ in ok], [(r.peak_mem_bytes or 0) / GIB for _, r in ok], "o-", color=COMPUTE,
-                label=table_mod.MEMORY_NOTE.get(data.table.device, "peak memory"))
+                label=MEMORY_NOTE.get(data.table.device, "peak memory"))
     for ax in (top, bottom):
         for b, r in failed:
             ax.axvline(b, color=DOWN, ls="--", lw=1)

@@ -14,7 +14,7 @@ from typing import Callable
 
 from harness.analysis.views import epochs
 from harness.analysis.stats.speedup import ratio_text
-from harness.analysis.views.table import MEMORY_NOTE, CampaignSummary, GroupRow, RungRow, SweepTable
+from harness.analysis.views.rows import MEMORY_NOTE, CampaignSummary, GroupRow, RungRow, SweepTable
 
 COMPUTE_HEADER = "compute x previous"  # what the change did to the compute part alone (views.components)
 HEADER = ("rung", "change", "samples/s", "x baseline", "x previous [95% band]", COMPUTE_HEADER, "step ms p50/p90",

@@ -17,8 +17,8 @@ from pathlib import Path
 
 from harness.analysis.stats import calibration, speedup
 from harness.analysis.views import epochs, plots, render
-from harness.analysis.views import table as table_mod
 from harness.analysis.views.profile import profile_html, rung_profiles
+from harness.analysis.views.rows import SweepTable
 from harness.store import load_runs
 
 # (column, heading) of the per-run environment table
@@ -76,7 +76,7 @@ def _verdict_class(verdict: str) -> str:
     return "short" if verdict else ""
 
 
-def verdicts_html(table: table_mod.SweepTable) -> str:
+def verdicts_html(table: SweepTable) -> str:
     """The guides' claims next to what was measured, one line per claimed rung, plus the total."""
     claimed = [r for r in table.rows if r.claim]
     if not claimed and not table.total_claim and not table.groups:

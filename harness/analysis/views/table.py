@@ -1,101 +1,26 @@
 """The speedup table of a sweep (or of every sweep of a campaign), built from the store alone.
 
-``build_table`` turns a sweep's records into rows of numbers, ratios and verdicts; ``harness.analysis.views.render``
-writes them as markdown, CSV or HTML, and ``python -m harness table`` (``harness.commands.table``) prints them.
+``build_table`` turns a sweep's records into rows of numbers, ratios and verdicts, with their notes, once: each step
+(a rung's figures, its link to the rung it was built on, the scaling, the groups, the components' judgement, the
+notes) is a function that returns what it made and changes nothing it is given, and the result is the frozen
+``SweepTable`` of ``harness.analysis.views.rows``. ``harness.analysis.views.render`` writes it as markdown, CSV or
+HTML, and ``python -m harness table`` (``harness.commands.table``) prints it; no renderer builds a row.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import replace
 
 from harness.analysis.stats import calibration, noise_model, speedup, sweepstats
 from harness.analysis.views import components, cpu_bf16
 from harness.analysis.stats.busy import BUSY_VERDICT, busy_reason
 from harness.analysis.views.claims import Claims
 from harness.analysis.views.profile import bound_by
+from harness.analysis.views.rows import CampaignRow, CampaignSummary, GroupRow, RungRow, SweepTable
 from harness.config import ladder as ladder_mod
 from harness.names import display_name_of_record
 from harness.profiles import summary_from_json
 from harness.store import load_runs, resolve_id, select_sweep
-
-MEMORY_NOTE = {"cuda": "peak VRAM reserved", "cpu": "peak host RSS"}  # what a rung's peak_mem_bytes is
-
-
-@dataclass
-class RungRow:
-    rung: int
-    change: str
-    status: str  # ok, or the status of its (failed) runs
-    how: str  # measured / cached / mixed
-    repeats: int
-    statuses: dict[str, int] = field(default_factory=dict)  # how many runs ended with each status
-    samples_per_s: float | None = None
-    spread: float | None = None  # relative (max-min)/median over repeats
-    uncertainty: float | None = None
-    x_baseline: speedup.Ratio | None = None
-    x_previous: speedup.Ratio | None = None
-    built_on: int | None = None
-    step_ms_p50: float | None = None
-    step_ms_p90: float | None = None
-    data_wait_frac: float | None = None
-    peak_mem_bytes: float | None = None
-    peak_mem_allocated_bytes: float | None = None  # CUDA: the allocated peak (live tensors), beside the reserved
-    device_mem_bytes: float | None = None  # CUDA: NVML's device-wide memory in use (every process, CUDA context)
-    alloc_retries: int | None = None  # CUDA: the most allocator retries of a run (memory pressure slows steps)
-    gpu_util_pct: float | None = None
-    claim: str = ""
-    claim_range: tuple[float, float] | None = None
-    claim_source: str = ""
-    verdict: str = ""
-    note: str = ""
-    samples_per_s_runs: list[float] = field(default_factory=list)
-    runs: noise_model.Runs | None = None  # the ok runs as the noise model sees them
-    world_size: int = 1  # devices (ranks) of the rung's runs
-    scaling_efficiency: float | None = None  # E(N) = X(N) / (N x X(1)), on rungs that change devices
-    bound: str = ""  # what its newest profile says bounds a step (profile.enabled): data-, launch-, compute-bound
-    parts: components.Parts | None = None  # the compute, data and validation parts of its step
-    claim_component: str = ""  # the part of the step its claim is about ("" for the whole step)
-    component_measured: speedup.Ratio | None = None  # that part's ratio, which the verdict judged
-
-
-@dataclass
-class GroupRow:
-    """A claim over rungs ``first``..``last`` together: rung ``last`` over the rung before ``first``."""
-
-    first: int
-    last: int
-    claim: str
-    claim_source: str
-    claim_range: tuple[float, float] | None  # None for a claim with no figure
-    changes: str = ""
-    measured: speedup.Ratio | None = None
-    verdict: str = ""
-    note: str = ""
-    component: str = ""  # the part of the step the claim is about ("" for the whole step)
-    component_measured: speedup.Ratio | None = None
-
-
-@dataclass
-class SweepTable:
-    sweep_id: str
-    ladder: str
-    workload: str
-    device: str
-    hardware: str
-    size: str
-    rows: list[RungRow]
-    total_claim: str = ""
-    total_verdict: str = ""
-    total_measured: speedup.Ratio | None = None
-    total_claim_range: tuple[float, float] | None = None
-    noise: noise_model.Noise = noise_model.DEFAULT
-    notes: list[str] = field(default_factory=list)
-    groups: list[GroupRow] = field(default_factory=list)
-    readings: list[str] = field(default_factory=list)  # where a change's compute and end-to-end effects differ
-    minutes: float | None = None  # from the sweep's first record to its last
-    noise_note: str = ""  # what the bands rest on: the calibration, the runs' own spread, or nothing
-    memory_limit_gb: float | None = None  # the device memory (memory.limit_gb) every run was capped at, if one
-
 
 def load_table(results_dir: str, sweep: str = "latest") -> SweepTable:
     """The table of one sweep of the store in ``results_dir``, with the store's noise calibrations (ValueError
@@ -107,31 +32,30 @@ def load_table(results_dir: str, sweep: str = "latest") -> SweepTable:
 def build_table(frame, sweep: str = "latest", results_dir: str = "results") -> SweepTable:
     """The speedup table of one sweep from its records (and the store's calibrations in ``frame``, if any);
     ``results_dir`` is where the ladders this machine wrote (``<results_dir>/ladders/``) are looked for. The
-    verdicts are those of ``sweepstats.judge``: the rung x round model at the sweep's last look."""
+    verdicts are those of ``sweepstats.judge``: the rung x round model at the sweep's last look. A pure function:
+    the rows and their notes are made here once, and every renderer takes the table as it is."""
     records = select_sweep(frame, sweep)
-    sweep_id = str(records["sweep_id"].iloc[0])
-    ladder_name = str(records["ladder"].iloc[0])
+    first = records.iloc[0]
+    ladder_name = str(first["ladder"])
     ladder = _ladder_or_none(ladder_name, results_dir)
     claims = Claims.of(records, ladder, results_dir)
-    rows = [_row(int(r), records[records["rung"] == r], claims) for r in sorted(records["rung"].dropna().unique())]
-    first = records.iloc[0]
-    device = str(first["device"])
+    measured = [_row(int(r), records[records["rung"] == r], claims) for r in sorted(records["rung"].dropna().unique())]
     noise = sweepstats.sweep_noise(frame, records)
-    table = SweepTable(sweep_id=sweep_id, ladder=ladder_name, workload=workload_name(first), device=device,
-                       hardware=noise_model.hardware_label(first, short=True), size=str(first["size"]), rows=rows,
-                       noise=noise.noise, minutes=_minutes(records), memory_limit_gb=_memory_limit(records))
-    rungs = max([len(ladder.rungs) if ladder is not None else 1] + [r.rung + 1 for r in rows])
+    rungs = max([len(ladder.rungs) if ladder is not None else 1] + [r.rung + 1 for r in measured])
     figures = {k: (c[0], c[1]) for k, c in claims.by_rung.items()}
     judgement = sweepstats.judge(records, rungs, figures, claims.total[:2] if claims.total else None, claims.groups,
                                  noise)
-    _link(rows, judgement)
-    _scaling(rows)
-    _total(table, claims, judgement)
-    table.groups = [_group(g, rows, judgement) for g in claims.groups]
-    components.judge(table, records, judgement.level or 0.05)
-    _notes(table, ladder, claims, judgement)
-    table.notes.extend(n for n in (copied_rounds_note(records, frame, results_dir), cpu_bf16.note(records)) if n)
-    return table
+    rows = _scaling(_link(measured, judgement))
+    judged = components.judge(rows, [_group(g, rows, judgement) for g in claims.groups], records,
+                              judgement.level or 0.05)
+    minutes, noise_note = _minutes(records), _noise_note(judgement)
+    notes = _notes(judged.rows, ladder, claims, judgement, noise_note, minutes)
+    notes += [n for n in (copied_rounds_note(records, frame, results_dir), cpu_bf16.note(records)) if n]
+    return SweepTable(sweep_id=str(first["sweep_id"]), ladder=ladder_name, workload=workload_name(first),
+                      device=str(first["device"]), hardware=noise_model.hardware_label(first, short=True),
+                      size=str(first["size"]), rows=judged.rows, noise=noise.noise, notes=notes, groups=judged.groups,
+                      readings=judged.readings, minutes=minutes, noise_note=noise_note,
+                      memory_limit_gb=_memory_limit(records), **_total(claims, judgement))
 
 
 def copied_rounds_note(records, frame, results_dir: str = "results") -> str:
@@ -187,50 +111,49 @@ def _ladder_or_none(name: str, results_dir: str = "results"):
 
 
 def _row(rung: int, runs, claims: Claims) -> RungRow:
+    """One rung's row as its records say: statuses, figures, its claim, and why runs failed (no verdicts yet)."""
     ok = runs[(runs["status"] == "ok") & runs["samples_per_s"].notna()]
-    statuses = {str(k): int(v) for k, v in runs["status"].value_counts().items()}
-    status = "ok" if len(ok) else str(runs["status"].iloc[-1])
     cached = runs["cached_from"].fillna("") != ""
-    how = "cached" if cached.all() else ("measured" if not cached.any() else "partly cached")
-    row = RungRow(rung=rung, change=str(runs["change"].iloc[0]) or "(baseline)", status=status, how=how,
-                  repeats=len(runs), statuses=statuses)
+    claim = {}
     if rung in claims.by_rung:
-        low, high, row.claim, row.claim_source = claims.by_rung[rung]
-        row.claim_range = (low, high) if low is not None else None
-        row.claim_component = claims.components.get(rung, "")
-    if len(ok):
-        quiet = ok[[not busy_reason(r) for r in ok.to_dict("records")]]
-        shown = quiet if len(quiet) else ok  # the figures of the runs the verdicts use: a busy run's say nothing
-        throughputs = [float(v) for v in shown["samples_per_s"]]
-        row.samples_per_s_runs = throughputs
-        row.samples_per_s = speedup.median(throughputs)
-        row.spread = speedup.relative_spread(throughputs)
-        row.runs = noise_model.runs_of(ok)
-        row.step_ms_p50 = speedup.median(shown["step_ms_p50"])
-        row.step_ms_p90 = speedup.median(shown["step_ms_p90"])
-        row.data_wait_frac = speedup.median(shown["data_wait_frac"])
-        # GPU: the allocator's reserved peak is what must fit in the device (records older than it: allocated);
-        # the allocated peak beside it, the live tensors a claim about memory is about
-        cuda = (ok["device"] == "cuda").all()
-        mem = ok["peak_vram_reserved_bytes"].fillna(ok["peak_vram_bytes"]) if cuda else ok["peak_host_rss_bytes"]
-        row.peak_mem_bytes = speedup.median(mem)
-        row.peak_mem_allocated_bytes = speedup.median(ok["peak_vram_bytes"]) if cuda else None
-        row.device_mem_bytes = speedup.median(ok["gpu_mem_used_bytes"]) if cuda else None
-        retries = ok["window_cuda_alloc_retries"].fillna(ok["cuda_alloc_retries"])  # the window's (older: the run's)
-        row.alloc_retries = int(retries.max()) if cuda and retries.notna().any() else None
-        row.gpu_util_pct = speedup.median(ok["gpu_util_pct"])
-        row.world_size = int(ok["world_size"].fillna(1).max()) if "world_size" in ok else 1
-        row.bound = _profile_bound(ok)
-        row.parts = components.parts_of(quiet) if len(quiet) else None  # a busy machine's parts say nothing
+        low, high, label, source = claims.by_rung[rung]
+        claim = {"claim": label, "claim_source": source, "claim_range": (low, high) if low is not None else None,
+                 "claim_component": claims.components.get(rung, "")}
+    notes = []
     if len(ok) < len(runs):
         failed = runs[~runs.index.isin(ok.index)]
         error = str(failed["error"].iloc[-1] or "").strip().splitlines()
-        row.note = error[-1][:160] if error else ""
-    skips = _cudagraph_skips(ok)
-    if skips:
-        note = f"no CUDA graphs: Inductor skipped capturing them ({skips} times)"
-        row.note = f"{row.note}; {note}" if row.note else note
-    return row
+        notes.append(error[-1][:160] if error else "")
+    if skips := _cudagraph_skips(ok):
+        notes.append(f"no CUDA graphs: Inductor skipped capturing them ({skips} times)")
+    return RungRow(rung=rung, change=str(runs["change"].iloc[0]) or "(baseline)",
+                   status="ok" if len(ok) else str(runs["status"].iloc[-1]),
+                   how="cached" if cached.all() else ("measured" if not cached.any() else "partly cached"),
+                   repeats=len(runs), statuses={str(k): int(v) for k, v in runs["status"].value_counts().items()},
+                   notes=tuple(n for n in notes if n), **claim, **(_figures(ok) if len(ok) else {}))
+
+
+def _figures(ok) -> dict:
+    """A rung's figures from its ok runs: those of the quiet ones where any was quiet (a busy run's say nothing)."""
+    quiet = ok[[not busy_reason(r) for r in ok.to_dict("records")]]
+    shown = quiet if len(quiet) else ok  # the figures of the runs the verdicts use
+    throughputs = [float(v) for v in shown["samples_per_s"]]
+    # GPU: the allocator's reserved peak is what must fit in the device (records older than it: allocated);
+    # the allocated peak beside it, the live tensors a claim about memory is about
+    cuda = (ok["device"] == "cuda").all()
+    mem = ok["peak_vram_reserved_bytes"].fillna(ok["peak_vram_bytes"]) if cuda else ok["peak_host_rss_bytes"]
+    retries = ok["window_cuda_alloc_retries"].fillna(ok["cuda_alloc_retries"])  # the window's (older: the run's)
+    return {"samples_per_s_runs": throughputs, "samples_per_s": speedup.median(throughputs),
+            "spread": speedup.relative_spread(throughputs), "runs": noise_model.runs_of(ok),
+            "step_ms_p50": speedup.median(shown["step_ms_p50"]), "step_ms_p90": speedup.median(shown["step_ms_p90"]),
+            "data_wait_frac": speedup.median(shown["data_wait_frac"]), "peak_mem_bytes": speedup.median(mem),
+            "peak_mem_allocated_bytes": speedup.median(ok["peak_vram_bytes"]) if cuda else None,
+            "device_mem_bytes": speedup.median(ok["gpu_mem_used_bytes"]) if cuda else None,
+            "alloc_retries": int(retries.max()) if cuda and retries.notna().any() else None,
+            "gpu_util_pct": speedup.median(ok["gpu_util_pct"]),
+            "world_size": int(ok["world_size"].fillna(1).max()) if "world_size" in ok else 1,
+            "bound": _profile_bound(ok),
+            "parts": components.parts_of(quiet) if len(quiet) else None}  # a busy machine's parts say nothing
 
 
 def _cudagraph_skips(ok) -> int:
@@ -255,57 +178,58 @@ def _profile_bound(ok) -> str:
     return ""
 
 
-def _link(rows: list[RungRow], judgement: sweepstats.Judgement) -> None:
-    """x baseline, and x previous with its verdict: the rung over the last earlier rung that ran ok (what it was
-    built on), from the sweep's rung x round model; a rung whose runs were all busy gets no verdict."""
-    previous = None
+def _link(rows: list[RungRow], judgement: sweepstats.Judgement) -> list[RungRow]:
+    """The rows with x baseline, and x previous with its verdict: the rung over the last earlier rung that ran ok
+    (what it was built on), from the sweep's rung x round model; a rung whose runs were all busy gets no verdict."""
+    out, previous = [], None
     for row in rows:
-        row.uncertainty = judgement.uncertainty(row.rung) if row.runs is not None else None
         if row.runs is None:
+            out.append(row)
             continue
-        if row.rung > 0:
-            row.x_baseline = judgement.ratio(row.rung, 0)
-        row.built_on = previous
-        if previous is not None and previous != row.rung - 1:
-            _note(row, f"built on rung {previous} (rungs between did not run ok)")
+        out.append(_linked(row, previous, judgement))
         previous = row.rung
-        answer = judgement.answers.get(f"rung {row.rung}")
-        if answer is None:
-            continue
-        row.x_previous = judgement.measured(answer)
-        if answer.built_on is not None and answer.built_on != row.built_on:
-            _note(row, f"x previous over rung {answer.built_on} (the runs between were all on a busy machine)")
+    return out
+
+
+def _linked(row: RungRow, previous: int | None, judgement: sweepstats.Judgement) -> RungRow:
+    """One rung that ran ok, linked to the rung ``previous`` it was built on."""
+    notes, fields = list(row.notes), {}
+    if previous is not None and previous != row.rung - 1:
+        notes.append(f"built on rung {previous} (rungs between did not run ok)")
+    answer = judgement.answers.get(f"rung {row.rung}")
+    if answer is not None:
+        fields["x_previous"] = judgement.measured(answer)
+        if answer.built_on is not None and answer.built_on != previous:
+            notes.append(f"x previous over rung {answer.built_on} (the runs between were all on a busy machine)")
         if row.claim_range or answer.verdict.startswith("no verdict: machine busy"):
-            row.verdict = sweepstats.verdict_text(answer)
+            fields["verdict"] = sweepstats.verdict_text(answer)
+    return replace(row, uncertainty=judgement.uncertainty(row.rung), built_on=previous, notes=tuple(notes),
+                   x_baseline=judgement.ratio(row.rung, 0) if row.rung > 0 else None, **fields)
 
 
-def _note(row: RungRow, text: str) -> None:
-    row.note = (row.note + "; " if row.note else "") + text
-
-
-def _scaling(rows: list[RungRow]) -> None:
-    """Scaling efficiency E(N) = X(N) / (N x X(1)) on the rungs that change ``devices``: X is the global
-    throughput, X(1) that of the last earlier rung that ran ok on one device (1.0 is perfect scaling)."""
-    single = None
+def _scaling(rows: list[RungRow]) -> list[RungRow]:
+    """The rows with scaling efficiency E(N) = X(N) / (N x X(1)) on the rungs that change ``devices``: X is the
+    global throughput, X(1) that of the last earlier rung that ran ok on one device (1.0 is perfect scaling)."""
+    out, single = [], None
     for row in rows:
-        if row.samples_per_s is None:
-            continue
-        if row.change.startswith("devices=") and single is not None:
-            row.scaling_efficiency = row.samples_per_s / (row.world_size * single)
-        if row.world_size == 1:
+        if row.samples_per_s is not None and row.change.startswith("devices=") and single is not None:
+            row = replace(row, scaling_efficiency=row.samples_per_s / (row.world_size * single))
+        if row.samples_per_s is not None and row.world_size == 1:
             single = row.samples_per_s
+        out.append(row)
+    return out
 
 
-def _total(table: SweepTable, claims: Claims, judgement: sweepstats.Judgement) -> None:
+def _total(claims: Claims, judgement: sweepstats.Judgement) -> dict:
+    """The table's total: its claim, and what was measured and the verdict where the sweep judged it."""
     if claims.total is None:
-        return
+        return {}
     low, high, label, source = claims.total
-    table.total_claim = f"{label} ({source})"
-    table.total_claim_range = (low, high)
+    total = {"total_claim": f"{label} ({source})", "total_claim_range": (low, high)}
     answer = judgement.answers.get("total")
     if answer is not None:
-        table.total_measured = judgement.measured(answer)
-        table.total_verdict = sweepstats.verdict_text(answer)
+        total |= {"total_measured": judgement.measured(answer), "total_verdict": sweepstats.verdict_text(answer)}
+    return total
 
 
 def _group(claim: dict, rows: list[RungRow], judgement: sweepstats.Judgement) -> GroupRow:
@@ -319,36 +243,34 @@ def _group(claim: dict, rows: list[RungRow], judgement: sweepstats.Judgement) ->
                      component=claim.get("component", ""))
     answer = judgement.answers.get(f"rungs {first}-{last}")
     if answer is None:
-        group.verdict = f"not measured (rungs {first}-{last} are not all in this sweep)"
-        return group
-    group.measured = judgement.measured(answer)
-    if group.claim_range is not None:
-        group.verdict = sweepstats.verdict_text(answer)
+        return replace(group, verdict=f"not measured (rungs {first}-{last} are not all in this sweep)")
     skipped = [r.rung for r in rows if first <= r.rung <= last and r.status == "skipped"]
-    if skipped:  # the device's: the guide's machine ran them
-        group.note = f"rungs {skipped} skipped here (their knob cannot act on this device): judged without them"
-    return group
+    return replace(group, measured=judgement.measured(answer),
+                   verdict=sweepstats.verdict_text(answer) if group.claim_range is not None else "",
+                   # the device's: the guide's machine ran them
+                   note=(f"rungs {skipped} skipped here (their knob cannot act on this device): judged without them"
+                         if skipped else ""))
 
 
-def _notes(table: SweepTable, ladder, claims: Claims, judgement: sweepstats.Judgement) -> None:
+def _notes(rows: list[RungRow], ladder, claims: Claims, judgement: sweepstats.Judgement, noise_note: str,
+           minutes: float | None) -> list[str]:
+    """The notes under the table: the ladder's, where it stopped or what is missing, the claims', a busy machine's,
+    the noise's and what the bands rest on, and how a sweep.repeats=auto sweep ended."""
+    notes = []
     if ladder is not None:
-        table.notes.extend(ladder.notes)
-        if ladder.stop_on_oom:
-            oom = [r for r in table.rows if r.status == "oom"]
-            if oom:
-                table.notes.append(f"memory ran out at rung {oom[0].rung} ({oom[0].change}); the ladder stopped there")
-        missing = [r.index for r in ladder.rungs if r.index not in {row.rung for row in table.rows}]
-        if missing and not any(r.status == "oom" for r in table.rows):
-            table.notes.append(f"rungs {missing} have no record in this sweep "
-                               "(interrupted? run the sweep again to resume)")
+        notes.extend(ladder.notes)
+        oom = [r for r in rows if r.status == "oom"]
+        if ladder.stop_on_oom and oom:
+            notes.append(f"memory ran out at rung {oom[0].rung} ({oom[0].change}); the ladder stopped there")
+        missing = [r.index for r in ladder.rungs if r.index not in {row.rung for row in rows}]
+        if missing and not oom:
+            notes.append(f"rungs {missing} have no record in this sweep (interrupted? run the sweep again to resume)")
     if claims.note:
-        table.notes.append(claims.note)
-    table.notes.extend(_busy_notes(judgement))
-    table.notes.extend(judgement.noise.notes)
-    table.noise_note = _noise_note(table, judgement)
-    table.notes.append(table.noise_note)
+        notes.append(claims.note)
+    notes += _busy_notes(judgement) + list(judgement.noise.notes) + [noise_note]
     if judgement.max_rounds:
-        table.notes.append(_stopping_note(table, judgement))
+        notes.append(_stopping_note(judgement, minutes))
+    return notes
 
 
 def _busy_notes(judgement: sweepstats.Judgement) -> list[str]:
@@ -365,7 +287,8 @@ def _busy_notes(judgement: sweepstats.Judgement) -> list[str]:
     return [text + "; measure on an idle machine"]
 
 
-def _noise_note(table: SweepTable, judgement: sweepstats.Judgement) -> str:
+def _noise_note(judgement: sweepstats.Judgement) -> str:
+    """What the bands rest on: the calibration, the runs' own spread, or nothing."""
     noise = judgement.noise
     df = float(judgement.model.df[0])
     if noise.noise.calibrated:
@@ -384,10 +307,10 @@ def _noise_note(table: SweepTable, judgement: sweepstats.Judgement) -> str:
             "python -m harness noise")
 
 
-def _stopping_note(table: SweepTable, judgement: sweepstats.Judgement) -> str:
-    """How a sweep.repeats=auto sweep ended: decided after N rounds, or the verdicts still open and what decides."""
+def _stopping_note(judgement: sweepstats.Judgement, took: float | None) -> str:
+    """How a sweep.repeats=auto sweep ended (``took``: its minutes): decided after N rounds, or the verdicts still
+    open and what decides."""
     rounds, budget = judgement.rounds, judgement.max_rounds
-    took = table.minutes
     when = f"{rounds} round(s)" + (f" ({took:.1f} minutes)" if took is not None else "")
     level = (f"bands at the {1 - judgement.level:.2%} level of look {rounds} of at most {budget}" if judgement.level
              else "no look yet (one round and no calibration)")
@@ -405,25 +328,6 @@ def _stopping_note(table: SweepTable, judgement: sweepstats.Judgement) -> str:
 
 # ------------------------------------------------------------------------------------------
 # Campaigns: many sweeps launched as one (``sweep -m``)
-
-
-@dataclass
-class CampaignRow:
-    sweep_id: str
-    workload: str
-    ladder: str
-    device: str
-    total_measured: speedup.Ratio | None
-    total_claim: str
-    total_verdict: str
-    failed_rungs: int
-
-
-@dataclass
-class CampaignSummary:
-    campaign_id: str
-    rows: list[CampaignRow]
-    tables: list[SweepTable]
 
 
 def resolve_campaign_id(frame, campaign: str) -> str:

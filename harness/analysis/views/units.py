@@ -17,7 +17,7 @@ from harness.store import load_runs, select_sweep
 SHOWN_UNITS = ("tokens",)  # sweeps of these units get the table (the speedup table counts samples)
 
 
-@dataclass
+@dataclass(frozen=True)
 class UnitRow:
     rung: int
     change: str
@@ -32,7 +32,7 @@ class UnitRow:
     note: str = ""
 
 
-@dataclass
+@dataclass(frozen=True)
 class UnitTable:
     unit: str
     device: str
@@ -48,37 +48,36 @@ def load_unit_table(results_dir: str, sweep: str = "latest") -> UnitTable | None
 
 
 def build_unit_table(records) -> UnitTable | None:
+    """The units view of one sweep's records, rows and notes made once (None when its unit is not shown here)."""
     first = records.iloc[0]
     if str(first["unit"]) not in SHOWN_UNITS:
         return None
     rows = [_row(int(r), records[records["rung"] == r]) for r in sorted(records["rung"].dropna().unique())]
-    table = UnitTable(unit=str(first["unit"]), device=str(first["device"]), rows=rows, mfu_note=_mfu_note(records))
-    table.break_even = break_even_lines(rows)
     ok = records[records["status"] == "ok"]
     busy = [reason for reason in (busy_reason(r) for r in ok.to_dict("records")) if reason]
-    if busy:  # the speedup table leaves them out; here every ok run is shown, so they are named
-        table.busy_note = (f"{len(busy)} of the {len(ok)} ok runs were measured on a busy machine ({busy[0]}): "
-                           "their figures here are not trustworthy")
-    return table
+    # the speedup table leaves them out; here every ok run is shown, so they are named
+    busy_note = (f"{len(busy)} of the {len(ok)} ok runs were measured on a busy machine ({busy[0]}): their figures "
+                 "here are not trustworthy") if busy else ""
+    return UnitTable(unit=str(first["unit"]), device=str(first["device"]), rows=rows, mfu_note=_mfu_note(records),
+                     break_even=break_even_lines(rows), busy_note=busy_note)
 
 
 def _row(rung: int, runs) -> UnitRow:
     ok = runs[(runs["status"] == "ok") & runs["units_per_s"].notna()]
-    row = UnitRow(rung=rung, change=str(runs["change"].iloc[0]) or "(baseline)",
-                  status="ok" if len(ok) else str(runs["status"].iloc[-1]))
+    change = str(runs["change"].iloc[0]) or "(baseline)"
     if not len(ok):
         error = str(runs["error"].iloc[-1] or "").strip().splitlines()
-        row.note = error[-1][:160] if error else ""
-        return row
+        return UnitRow(rung=rung, change=change, status=str(runs["status"].iloc[-1]),
+                       note=error[-1][:160] if error else "")
     median = lambda column: speedup.median(ok[column]) if ok[column].notna().any() else None  # noqa: E731
-    row.units_per_s, row.step_ms = median("units_per_s"), median("step_ms_p50")
-    row.mfu, row.mfu_hardware, row.compile_s = median("mfu"), median("mfu_hardware"), median("compile_s")
     cuda = (ok["device"] == "cuda").all()
-    row.peak_mem_bytes = median("peak_vram_reserved_bytes" if cuda else "peak_host_rss_bytes")
     settings = [json.loads(text or "{}") for text in ok["config_json"]]
-    if any(s.get("compile", "off") != "off" for s in settings):
-        row.cache = "cold" if any(s.get("compile_cache") == "fresh" for s in settings) else "warm"
-    return row
+    cache = ("cold" if any(s.get("compile_cache") == "fresh" for s in settings) else "warm") \
+        if any(s.get("compile", "off") != "off" for s in settings) else ""
+    return UnitRow(rung=rung, change=change, status="ok", units_per_s=median("units_per_s"),
+                   step_ms=median("step_ms_p50"), mfu=median("mfu"), mfu_hardware=median("mfu_hardware"),
+                   compile_s=median("compile_s"), cache=cache,
+                   peak_mem_bytes=median("peak_vram_reserved_bytes" if cuda else "peak_host_rss_bytes"))
 
 
 def _mfu_note(records) -> str:
