@@ -49,6 +49,18 @@ def test_the_sweep_view_of_an_h100_sweep_has_its_rows_and_notes():
     assert table.noise_note == table.notes[0] and table.groups == []
 
 
+def test_the_html_table_says_every_sentence_the_markdown_says_under_it():
+    import html
+    import re
+
+    table = table_mod.load_table(H100, PHASE2)
+    page = render.to_html(table)
+    said = [html.unescape(re.sub(r"</?b>", "", p)) for p in re.findall(r"<p>(.*?)</p>", page)]
+    assert said == [line.replace("**", "") for line in render.footer_lines(table)]
+    assert any(line.startswith("Peak mem is") for line in said)  # how to read the memory, once left out
+    assert "<b>falls short</b>" in page
+
+
 def test_the_components_view_judges_the_rows_it_is_given_and_changes_none_of_them():
     table = table_mod.load_table(H100, PHASE2)
     records = load_runs(H100, sweep=PHASE2)

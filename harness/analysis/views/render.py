@@ -202,18 +202,13 @@ def to_csv(table: SweepTable) -> str:
 
 
 def to_html(table: SweepTable) -> str:
-    """An HTML table with its caption, then the verdict sentences and the notes."""
+    """An HTML table with its caption, then the sentences under it (as the markdown's) and the notes."""
     head = "".join(f"<th>{html.escape(h)}</th>" for h in headers(table))
     body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row_cells(r, has_scaling(table)))
                    + "</tr>" for r in table.rows)
-    extra = ""
-    if table.total_claim:
-        bold = re.sub(r"\*\*(.+?)\*\*", r"<b>\1</b>", html.escape(total_line(table)))
-        extra += f"<p>{bold}</p>"
-    for g in table.groups:
-        extra += "<p>" + html.escape(group_line(g, str)) + "</p>"
-    for line in [compute_line(table)] + table.readings:
-        extra += "<p>" + html.escape(line) + "</p>"
+    # the same sentences as the markdown's, the strong parts (**...**) in bold
+    extra = "".join("<p>" + re.sub(r"\*\*(.+?)\*\*", r"<b>\1</b>", html.escape(line)) + "</p>"
+                    for line in footer_lines(table))
     if table.notes:
         extra += "<ul>" + "".join(f"<li>{html.escape(n)}</li>" for n in table.notes) + "</ul>"
     return (f"<table class='sweep'><caption>{html.escape(title(table))}</caption><thead><tr>{head}</tr></thead>"
