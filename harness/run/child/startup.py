@@ -1,6 +1,13 @@
 """A run's start, in the steps its record times apart (``harness.run.parent.phases``): the workload's modules
 imported, the device's context created, the FLOP count, before the model is built and moved to its device.
 
+On one CUDA device the context is created in a thread of its own (:func:`start_context`) while the main thread
+imports the workload's modules (MONAI's networks: seconds), and joined (:func:`finish_context`) before the main
+thread touches the device and before the loader forks its workers: the two overlap instead of adding up. An
+exception in the thread is raised again in the main thread at the join, the same exception a run creating its
+context in the main thread would raise. Several ranks (DDP) create theirs in the main thread, as before: each
+joins its process group on its own device first.
+
 The FLOP count (on a meta copy of the model) is made once per sweep for a model and patch size: the first run of
 the sweep keeps it in the sweep's shared folder (``HARNESS_SHARED_DATA``, as the synthetic data), and the later runs
 of the same model read it there. Outside a sweep, every run counts its own.
@@ -13,6 +20,8 @@ import importlib
 import json
 import os
 import sys
+import threading
+import time
 from pathlib import Path
 from typing import Callable
 
@@ -38,6 +47,53 @@ def open_context(device: torch.device) -> None:
     """Create the device's context now (CUDA: the driver's context on this run's GPU); nothing elsewhere."""
     if device.type == "cuda":
         torch.zeros(1, device=device)
+
+
+class ContextThread:
+    """The CUDA context created in a thread of its own; :meth:`join` waits for it and raises what it raised."""
+
+    def __init__(self, device: torch.device):
+        self.device = device
+        self.error: BaseException | None = None
+        self.began: float | None = None  # UNIX times: the thread's own start and end (the record's phase marks)
+        self.ended: float | None = None
+        self.thread = threading.Thread(target=self._run, name="harness-cuda-context", daemon=True)
+
+    def _run(self) -> None:
+        self.began = time.time()
+        try:
+            open_context(self.device)
+        except BaseException as exc:  # raised again in the main thread, at the join
+            self.error = exc
+        finally:
+            self.ended = time.time()
+
+    def join(self) -> dict[str, float]:
+        """Wait for the context; its thread's start and end as phase marks ("context_began", "context_ready")."""
+        self.thread.join()
+        if self.error is not None:
+            error, self.error = self.error, None
+            raise error
+        return {"context_began": self.began, "context_ready": self.ended}
+
+
+def start_context(kind: str, world_size: int) -> ContextThread | None:
+    """The context of a single-device CUDA run started in a thread (None elsewhere: nothing to overlap on a CPU,
+    and the ranks of a multi-device run create theirs when they join their process group)."""
+    if kind != "cuda" or world_size > 1:
+        return None
+    opener = ContextThread(torch.device("cuda"))
+    opener.thread.start()
+    return opener
+
+
+def finish_context(opener: ContextThread | None, device: torch.device) -> dict[str, float]:
+    """The device's context, ready: the thread's joined (its exception raised here), or created now where none was
+    started. The thread's phase marks (empty without one)."""
+    if opener is None:
+        open_context(device)
+        return {}
+    return opener.join()
 
 
 def flops_per_sample(cfg, workload: WorkloadSpec, count: Callable[[], float | None]) -> float | None:
