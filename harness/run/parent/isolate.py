@@ -50,6 +50,7 @@ from harness.run.child.summary import Summary
 from harness.records.make import make_record, new_run_id
 from harness.store import RunRecord
 from harness.workload import applicability
+from harness.workload.memory_limit import workspace_env
 from harness.profiles import store_trace
 
 REPO_ROOT = launcher.REPO_ROOT
@@ -112,7 +113,8 @@ def _measure(cfg: config_mod.RunConfig, env: dict, env_key: str, on_progress: Pr
         multi = cfg.devices > 1 or meet is not None
         try:
             outcome, summary, timing = _run_child(job, cfg.timeout_s, on_progress, cfg.measure.sample_interval_s,
-                                                  launch.command(job) if multi else None, held)
+                                                  launch.command(job) if multi else None, held,
+                                                  workspace_env(cfg.memory.limit_gb, cfg.device, os.environ))
         except (KeyboardInterrupt, Terminated) as exc:
             if getattr(exc, "kept", None) is None:
                 raise
@@ -131,19 +133,21 @@ def _keep_profile(summary: Summary | None, job: Path, results_dir: str) -> str:
 
 
 def _run_child(job: Path, timeout_s: float, on_progress: ProgressFn | None, sample_interval_s: float = 0.5,
-               argv: list[str] | None = None, held: Held | None = None) -> tuple[Outcome, Summary | None, dict]:
+               argv: list[str] | None = None, held: Held | None = None,
+               env: dict[str, str] | None = None) -> tuple[Outcome, Summary | None, dict]:
     """Start the child, watch it to its end, and read what it left: its outcome, the summary of a run that measured
     with what the parent sampled added (None for a run that did not), and where its wall time went (record fields:
     ``harness.run.parent.phases``). ``held``: held from the child's end on (the caller releases it once the record
-    is stored). An interrupt while the child runs kills it and propagates; if the child had written its result
+    is stored); ``env``: what the run's environment adds (a capped run's cuDNN workspace cap). An interrupt while the
+    child runs kills it and propagates; if the child had written its result
     (then it was profiling or tearing down), the interrupt carries that outcome (``kept``, ``profiling``)."""
     markers = channel.Markers.open() if argv is None else None  # torch's launcher does not hand a channel to the ranks
     log_path = job / "child.log"
     start, spawned = time.monotonic(), time.time()
     session = launcher.active()
     try:
-        proc = launcher.start(job, launcher.run_env(timeout_s), log_path, markers.child_fd if markers else None,
-                              argv)
+        proc = launcher.start(job, {**launcher.run_env(timeout_s), **(env or {})}, log_path,
+                              markers.child_fd if markers else None, argv)
     except BaseException:
         if markers is not None:
             markers.close()
