@@ -9,7 +9,8 @@ progress markers (``phase_marks`` in its result: UNIX times, comparable with the
             device's context ("imported" -> "context": on one CUDA device the main thread's wait for the context,
             which a thread of its own creates while the imports run, its own time apart as "context_began" ->
             "context_ready"; under DDP the context made then, and the process group's joining), the FLOP count
-            ("context" -> "flops": once per sweep for a model, the later runs read it), the build ("flops" ->
+            ("context" -> "flops": once for a model and input, kept in the sweep's folder and the harness's
+            cache, the later runs read it), the build ("flops" ->
             "built") and the move to the device ("built" -> "on_device"); the rest (the optimizer, a compiler's
             wrapper) is the model phase less those
   data      "data" -> "warmup": the data set built and the loader started (the one batch of measure.mode=model)
