@@ -33,6 +33,8 @@ import os
 import select
 import tempfile
 import shutil
+import sys
+import threading
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -155,6 +157,7 @@ def _run_child(job: Path, timeout_s: float, on_progress: ProgressFn | None, samp
     LIVE.add(proc)
     if markers is not None:
         markers.started()
+    store_imports = _store_imports()
     watch = _Watch(monitor.Sampler(proc.pid, ranks=argv is not None), sample_interval_s)
     interrupted = None
     try:
@@ -170,6 +173,8 @@ def _run_child(job: Path, timeout_s: float, on_progress: ProgressFn | None, samp
             markers.close()
         proc.close()
     gone = time.time()
+    if store_imports is not None:
+        store_imports.join()
     gap = session.run_ended(spawned, gone) if session is not None else None
     if watch.sampler.measuring:
         watch.sampler.window_lost()
@@ -251,6 +256,26 @@ class _Watch:
 
     def sleep_s(self, now: float) -> float:
         return max(0.01, min(POLL_S, self.next_sample - now))
+
+
+def _store_imports() -> threading.Thread | None:
+    """The record's write converts it with pyarrow, whose first conversion imports pandas (to check for its types): a
+    third of a second of a single ``run``'s wall time on a small CPU, after its child has ended. Made here, in a
+    thread, while the child starts (a fresh interpreter importing torch and the workload for seconds, on one core):
+    the write then finds it loaded. None where it is loaded already (a sweep's reads of the store load it)."""
+    if "pandas" in sys.modules:
+        return None
+    import pyarrow as pa
+
+    def convert() -> None:
+        try:
+            pa.array([0.0])
+        except Exception:  # the write will say what is wrong, if anything is
+            pass
+
+    thread = threading.Thread(target=convert, name="harness-store-imports", daemon=True)
+    thread.start()  # before the wait's yielding(): SCHED_BATCH, it never preempts the child
+    return thread
 
 
 def _threads() -> set[int]:
