@@ -77,6 +77,12 @@ class Metrics:
     warmup_cuda_ooms: int | None = None
     window_cuda_alloc_retries: int | None = None
     window_cuda_ooms: int | None = None
+    # device memory outside the caching allocator at the window's end: this process's use as NVML lists it less the
+    # allocator's reserved (the CUDA context, the libraries' handles and workspaces: what memory.limit_gb does not
+    # cap); and the cuDNN workspace cap (MiB, CUDNN_CONV_WSCAP_DBG) the run had, set under memory.limit_gb. Empty off
+    # CUDA, where NVML does not tell this process apart, without a cap, and in older records (run/child/device_memory)
+    cuda_outside_allocator_bytes: float | None = None
+    cudnn_workspace_cap_mib: int | None = None
     gpu_sample_note: str = ""  # NVML metrics that could not be read (MIG, GPU gone), and why
     # CUDA events: per measured step, the device time from the first batch in hand to the optimizer
     # step's end, read after the window's closing sync; device_step_frac = their sum / the measured window

@@ -115,6 +115,17 @@ def test_memory_nests_allocated_reserved_device_used_capacity(bf16_record):
     assert record.warmup_peak_vram_reserved_bytes <= record.gpu_mem_total_bytes
     # the caching allocator's own counters, beside the peaks (a run that fits without pressure: no OOM survived)
     assert record.cuda_alloc_retries is not None and record.cuda_ooms == 0
+    # outside the allocator at the window's end: the CUDA context and the libraries' handles (0.6-1.2 GiB on an
+    # H100); no cap, so no cuDNN workspace cap either
+    assert record.cuda_outside_allocator_bytes is not None and 2**28 <= record.cuda_outside_allocator_bytes <= 2**32
+    assert record.cudnn_workspace_cap_mib is None
+
+
+def test_the_context_is_made_beside_the_imports_and_waited_for_apart(bf16_record):
+    record = bf16_record
+    assert record.status == "ok", record.error
+    assert record.phase_context_thread_s is not None and record.phase_context_s is not None
+    assert record.phase_context_thread_s > 0 and record.phase_context_s <= record.phase_model_s
 
 
 def test_a_run_over_memory_limit_gb_ends_oom_with_its_record_stored(tmp_path):
@@ -130,6 +141,7 @@ def test_a_run_under_memory_limit_gb_holds_no_more_than_the_limit(tmp_path):
     record = _run(tmp_path, size="smoke", memory__limit_gb=2.0)
     assert record.status == "ok", record.error
     assert record.memory_limit_gb == 2.0 and 0 < record.peak_vram_reserved_bytes <= 2 * 2**30
+    assert record.cudnn_workspace_cap_mib == 512  # a quarter of the cap, in the run's environment
 
 
 def test_peak_table_knows_this_gpu_by_its_real_nvml_name(bf16_record):

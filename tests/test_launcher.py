@@ -270,7 +270,7 @@ def test_a_record_written_before_the_phase_columns_reads_back_with_them_empty(tm
                                   phase_launch_s=1.0, launched_by="fork"), tmp_path)
     table = pq.read_table(path)
     new = [n for n in table.column_names if n.startswith("phase_") or n == "launched_by"]
-    assert len(new) == 15
+    assert len(new) == 16
     pq.write_table(pa.table({n: table[n] for n in table.column_names if n not in new}), path)
     (old,) = load_records(tmp_path)
     assert old.run_id == "old" and old.phase_launch_s is None and old.phase_gap_s is None and old.launched_by == ""

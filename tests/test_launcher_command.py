@@ -68,9 +68,33 @@ def test_the_flop_count_is_made_once_per_sweep_for_a_model_and_patch_size(result
         return 1234.0
 
     monkeypatch.delenv(shared_data.ENV, raising=False)
-    assert startup.flops_per_sample(cfg, cfg.workload, count) == 1234.0  # outside a sweep: every run counts
+    monkeypatch.setenv("HARNESS_CACHE_DIR", str(tmp_path / "unwritable"))
+    (tmp_path / "unwritable").write_text("a file, not a folder")  # no cache: every run counts
+    assert [startup.flops_per_sample(cfg, cfg.workload, count) for _ in range(2)] == [1234.0] * 2
+    assert len(counted) == 2
     monkeypatch.setenv(shared_data.ENV, str(tmp_path))
     assert [startup.flops_per_sample(cfg, cfg.workload, count) for _ in range(3)] == [1234.0] * 3
-    assert len(counted) == 2  # the sweep's first run counted; the next two read its count
+    assert len(counted) == 3  # the sweep's first run counted; the next two read its count
     cfg.data.patch_size = [16, 16, 16]  # another input: counted again
+    assert startup.flops_per_sample(cfg, cfg.workload, count) == 1234.0 and len(counted) == 4
+
+
+def test_the_flop_count_is_kept_for_later_commands_until_what_it_depends_on_changes(results, tmp_path, monkeypatch):
+    from harness.run.child import startup
+    from harness.workload import shared_data
+
+    cfg = _probe_config(results)
+    counted = []
+
+    def count():
+        counted.append(1)
+        return 1234.0
+
+    monkeypatch.delenv(shared_data.ENV, raising=False)  # single runs, no sweep
+    monkeypatch.setenv("HARNESS_CACHE_DIR", str(tmp_path / "cache"))
+    assert [startup.flops_per_sample(cfg, cfg.workload, count) for _ in range(3)] == [1234.0] * 3
+    assert len(counted) == 1 and len(list((tmp_path / "cache" / "flops").glob("*.json"))) == 1
+    monkeypatch.setattr(startup.torch, "__version__", "9.9.9")  # another torch: counted again
+    assert startup.flops_per_sample(cfg, cfg.workload, count) == 1234.0 and len(counted) == 2
+    cfg.measure.mode = "loader"  # another mode (a loader run counts none): counted again
     assert startup.flops_per_sample(cfg, cfg.workload, count) == 1234.0 and len(counted) == 3

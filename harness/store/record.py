@@ -157,6 +157,9 @@ class RunRecord(Metrics, RunIdentity):
     phase_flops_s: float | None = None
     phase_build_s: float | None = None
     phase_to_device_s: float | None = None
+    # one CUDA device: the thread that created the context while the imports ran, its own time (phase_context_s is
+    # then what the main thread waited for it); empty on a CPU, under DDP, and in older records
+    phase_context_thread_s: float | None = None
     phase_first_step_s: float | None = None
     phase_warmup_rest_s: float | None = None
     launched_by: str = ""  # "fork": forked from the sweep's warm launcher; "exec": a fresh interpreter

@@ -5,7 +5,9 @@ allocation past it raises ``torch.OutOfMemoryError``: the run ends ``oom`` as on
 
 The cap covers what the allocator holds (reserved memory), not the CUDA context (a few hundred MiB) nor cuDNN or
 cuBLAS workspaces allocated outside PyTorch: a run capped at 24 GiB on an 80 GiB card may fit a batch that a real
-24 GB card, whose context also takes its share, would not. The arithmetic is torch-free (tested on a CPU).
+24 GB card, whose context also takes its share, would not (the record's ``cuda_outside_allocator_bytes`` says how
+much). A capped run's cuDNN workspaces are capped too, within the cap (``workspace_env``: the parent sets it in the
+run's environment). The arithmetic is torch-free (tested on a CPU).
 """
 
 from __future__ import annotations
@@ -13,6 +15,34 @@ from __future__ import annotations
 from harness.workload.applicability import KnobNotApplicable
 
 GIB = 2**30  # memory.limit_gb counts GiB: cards are sold in them (an A5000's 24 GB is 24 GiB)
+
+# cuDNN's own cap on the workspace its convolution engines may ask for, in MiB. PyTorch's "CUDA Environment
+# Variables" page lists it (as cuDNN's workspace setting, beside cuBLAS's CUBLAS_WORKSPACE_CONFIG); the unit is
+# MiB in the public uses found (CUDNN_CONV_WSCAP_DBG=4096, 1024, 256 beside "MB"); cuDNN reads it itself, so it
+# must be in the process's environment before its first convolution. Not yet verified on a GPU.
+WORKSPACE_ENV = "CUDNN_CONV_WSCAP_DBG"
+# The workspace cap under memory.limit_gb: this share of the cap. cuDNN's benchmark otherwise sizes the workspaces
+# it tries from the whole card's free memory, and under a cap each one that does not fit is an allocator retry and
+# a survived out-of-memory error in the first step. A quarter stays within the headroom the H100's capped runs left
+# (batch 4 at 112^3 under 3.5 GiB: 2.14 GiB allocated at its peak, 1.36 GiB free; a quarter is 0.875 GiB).
+WORKSPACE_SHARE = 0.25
+
+
+def workspace_cap_mib(limit_gb: float | None, device: str) -> int | None:
+    """The cuDNN workspace cap (MiB) of a run capped at ``limit_gb`` GiB on ``device``: ``WORKSPACE_SHARE`` of the cap;
+    None without a cap or off CUDA."""
+    if limit_gb is None or device != "cuda":
+        return None
+    return max(1, int(limit_gb * 1024 * WORKSPACE_SHARE))
+
+
+def workspace_env(limit_gb: float | None, device: str, environ) -> dict[str, str]:
+    """What a capped CUDA run's environment adds: ``CUDNN_CONV_WSCAP_DBG``, unless ``environ`` (the user's) sets it
+    already (theirs is kept, and recorded). Empty otherwise."""
+    cap = workspace_cap_mib(limit_gb, device)
+    if cap is None or environ.get(WORKSPACE_ENV):
+        return {}
+    return {WORKSPACE_ENV: str(cap)}
 
 
 def limit_fraction(limit_gb: float, total_bytes: float) -> float:

@@ -11,6 +11,7 @@ fingerprint covers.
   ranks.py      one rank of a multi-device run: its process group; every rank's measurement gathered to rank 0
   faults.py     the debug faults, each on its real counterpart's path
   profiling.py  the profile of a few more steps after the window has closed
+  device_memory.py  device memory outside the caching allocator, the cuDNN workspace cap the run had
   summary.py    what a run measured: per-step samples, the child's own reads, the ``Summary`` a record is built from
   outcome.py    how a run ended (the child's exceptions; the parent's timeouts and deaths read the same statuses)
   channel.py    the progress channel: the child's end writes a marker per phase, the parent's end blocks on it

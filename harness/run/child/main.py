@@ -59,19 +59,21 @@ def main(job_dir: str) -> int:
             if progress_channel is not None:
                 channel.tell(progress_channel, payload, wait=phase == "measure")
 
-    def note(phase: str) -> None:  # a mark kept for the record's phases, not told to the parent
+    def note(phase: str, at: float | None = None) -> None:  # a mark for the record's phases, not told to the parent
         if rank.rank == 0:
-            marks.setdefault(phase, time.time())
+            marks.setdefault(phase, time.time() if at is None else at)
 
     progress.note = note
     progress("build")
     from harness.run.child import startup  # torch's side: after the lifeline, as measure
 
+    # one CUDA device: its context created in a thread while the workload's modules import (joined in _measure)
+    context = startup.start_context(cfg.device, int(os.environ.get("WORLD_SIZE", "1") or 1))
     startup.import_workload(cfg.workload)  # MONAI's networks, the user's module: the model phase's first part
     note("imported")
     try:
         rank = ranks.join(cfg.device)
-        result = {"status": OK, "error": "", **_measure(cfg, rank, gpu_name, progress, job).to_dict()}
+        result = {"status": OK, "error": "", **_measure(cfg, rank, gpu_name, progress, job, context).to_dict()}
     except BaseException as exc:  # every outcome becomes a record
         failed = of_exception(exc, cfg.compile)
         result = {"status": failed.status, "error": failed.error}
@@ -87,15 +89,17 @@ def main(job_dir: str) -> int:
     return 0
 
 
-def _measure(cfg: RunConfig, rank: Rank, gpu_name: str, progress, job: Path) -> Summary:
-    """This rank's measurement, summarised; under DDP, every rank's combined into rank 0's record."""
+def _measure(cfg: RunConfig, rank: Rank, gpu_name: str, progress, job: Path, context=None) -> Summary:
+    """This rank's measurement, summarised; under DDP, every rank's combined into rank 0's record. ``context``: the
+    device's context being created in a thread (``startup.start_context``), joined here before the device is used."""
     from harness.run.child import ranks  # torch: main() imported it, after the lifeline
     from harness.run.child.measure import hardware_flops_per_sample, measured_run, model_flops_per_sample  # torch
-    from harness.run.child.startup import flops_per_sample, open_context
+    from harness.run.child.startup import finish_context, flops_per_sample
 
     cfg.batch_size = config_mod.per_device_batch(cfg)  # this rank's batch (strong scaling: its share)
-    open_context(rank.device(cfg.device))
-    progress.note("context")
+    for phase, at in finish_context(context, rank.device(cfg.device)).items():  # the thread's own start and end
+        progress.note(phase, at)
+    progress.note("context")  # from "imported": the main thread's wait for the context (and DDP's group joined)
     flops = flops_per_sample(cfg, cfg.workload, lambda: model_flops_per_sample(cfg, cfg.workload))
     hardware = hardware_flops_per_sample(cfg, cfg.workload, flops)  # recomputation: counted only where checkpointed
     progress.note("flops")

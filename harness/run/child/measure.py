@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator
 import torch
 
 from harness.fileio import write_text_atomic
-from harness.run.child import compiled, faults
+from harness.run.child import compiled, device_memory, faults
 from harness.run import monitor
 from harness.run.child.faults import FaultPlan
 from harness.run.child.outcome import NonFiniteLoss
@@ -361,6 +361,7 @@ def _collect_extras(loop: Loop, window: Window, compile_mode: str) -> Extras:
         gpu_sm_active_pct=window.sm_active_pct,
         gpu_sample_note=loop.gpm.note if loop.gpm is not None else "",
         **allocator_counts(device, window.allocator_at_open),
+        **device_memory.fields(device),
     )
 
 

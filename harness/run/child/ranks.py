@@ -113,7 +113,7 @@ def combine(summaries: list[dict], backend: str, omp_threads: int | None, device
         **_per_node(rates, devices or world, hosts),
     )
     for key in ("peak_vram_bytes", "peak_vram_reserved_bytes", "warmup_peak_vram_bytes",
-                "warmup_peak_vram_reserved_bytes"):
+                "warmup_peak_vram_reserved_bytes", "cuda_outside_allocator_bytes"):
         values = [s[key] for s in summaries if s.get(key) is not None]
         out[key] = max(values) if values else None
     for key in ("cuda_alloc_retries", "cuda_ooms", "warmup_cuda_alloc_retries", "warmup_cuda_ooms",

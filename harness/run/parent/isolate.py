@@ -33,6 +33,8 @@ import os
 import select
 import tempfile
 import shutil
+import sys
+import threading
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -50,6 +52,7 @@ from harness.run.child.summary import Summary
 from harness.records.make import make_record, new_run_id
 from harness.store import RunRecord
 from harness.workload import applicability
+from harness.workload.memory_limit import workspace_env
 from harness.profiles import store_trace
 
 REPO_ROOT = launcher.REPO_ROOT
@@ -112,7 +115,8 @@ def _measure(cfg: config_mod.RunConfig, env: dict, env_key: str, on_progress: Pr
         multi = cfg.devices > 1 or meet is not None
         try:
             outcome, summary, timing = _run_child(job, cfg.timeout_s, on_progress, cfg.measure.sample_interval_s,
-                                                  launch.command(job) if multi else None, held)
+                                                  launch.command(job) if multi else None, held,
+                                                  workspace_env(cfg.memory.limit_gb, cfg.device, os.environ))
         except (KeyboardInterrupt, Terminated) as exc:
             if getattr(exc, "kept", None) is None:
                 raise
@@ -131,19 +135,21 @@ def _keep_profile(summary: Summary | None, job: Path, results_dir: str) -> str:
 
 
 def _run_child(job: Path, timeout_s: float, on_progress: ProgressFn | None, sample_interval_s: float = 0.5,
-               argv: list[str] | None = None, held: Held | None = None) -> tuple[Outcome, Summary | None, dict]:
+               argv: list[str] | None = None, held: Held | None = None,
+               env: dict[str, str] | None = None) -> tuple[Outcome, Summary | None, dict]:
     """Start the child, watch it to its end, and read what it left: its outcome, the summary of a run that measured
     with what the parent sampled added (None for a run that did not), and where its wall time went (record fields:
     ``harness.run.parent.phases``). ``held``: held from the child's end on (the caller releases it once the record
-    is stored). An interrupt while the child runs kills it and propagates; if the child had written its result
+    is stored); ``env``: what the run's environment adds (a capped run's cuDNN workspace cap). An interrupt while the
+    child runs kills it and propagates; if the child had written its result
     (then it was profiling or tearing down), the interrupt carries that outcome (``kept``, ``profiling``)."""
     markers = channel.Markers.open() if argv is None else None  # torch's launcher does not hand a channel to the ranks
     log_path = job / "child.log"
     start, spawned = time.monotonic(), time.time()
     session = launcher.active()
     try:
-        proc = launcher.start(job, launcher.run_env(timeout_s), log_path, markers.child_fd if markers else None,
-                              argv)
+        proc = launcher.start(job, {**launcher.run_env(timeout_s), **(env or {})}, log_path,
+                              markers.child_fd if markers else None, argv)
     except BaseException:
         if markers is not None:
             markers.close()
@@ -151,6 +157,7 @@ def _run_child(job: Path, timeout_s: float, on_progress: ProgressFn | None, samp
     LIVE.add(proc)
     if markers is not None:
         markers.started()
+    store_imports = _store_imports()
     watch = _Watch(monitor.Sampler(proc.pid, ranks=argv is not None), sample_interval_s)
     interrupted = None
     try:
@@ -166,6 +173,8 @@ def _run_child(job: Path, timeout_s: float, on_progress: ProgressFn | None, samp
             markers.close()
         proc.close()
     gone = time.time()
+    if store_imports is not None:
+        store_imports.join()
     gap = session.run_ended(spawned, gone) if session is not None else None
     if watch.sampler.measuring:
         watch.sampler.window_lost()
@@ -247,6 +256,26 @@ class _Watch:
 
     def sleep_s(self, now: float) -> float:
         return max(0.01, min(POLL_S, self.next_sample - now))
+
+
+def _store_imports() -> threading.Thread | None:
+    """The record's write converts it with pyarrow, whose first conversion imports pandas (to check for its types): a
+    third of a second of a single ``run``'s wall time on a small CPU, after its child has ended. Made here, in a
+    thread, while the child starts (a fresh interpreter importing torch and the workload for seconds, on one core):
+    the write then finds it loaded. None where it is loaded already (a sweep's reads of the store load it)."""
+    if "pandas" in sys.modules:
+        return None
+    import pyarrow as pa
+
+    def convert() -> None:
+        try:
+            pa.array([0.0])
+        except Exception:  # the write will say what is wrong, if anything is
+            pass
+
+    thread = threading.Thread(target=convert, name="harness-store-imports", daemon=True)
+    thread.start()  # before the wait's yielding(): SCHED_BATCH, it never preempts the child
+    return thread
 
 
 def _threads() -> set[int]:

@@ -6,8 +6,11 @@ progress markers (``phase_marks`` in its result: UNIX times, comparable with the
   launch    the parent's start of the child -> "build": a fresh interpreter's start and imports, or the fork
   model     "build" -> "data": the FLOPs count, the model and the optimizer built with every knob applied; split
             into the workload's imports ("build" -> "imported": its model's, loss's and dataset's modules), the
-            device's context ("imported" -> "context": under DDP the process group's joining too), the FLOP count
-            ("context" -> "flops": once per sweep for a model, the later runs read it), the build ("flops" ->
+            device's context ("imported" -> "context": on one CUDA device the main thread's wait for the context,
+            which a thread of its own creates while the imports run, its own time apart as "context_began" ->
+            "context_ready"; under DDP the context made then, and the process group's joining), the FLOP count
+            ("context" -> "flops": once for a model and input, kept in the sweep's folder and the harness's
+            cache, the later runs read it), the build ("flops" ->
             "built") and the move to the device ("built" -> "on_device"); the rest (the optimizer, a compiler's
             wrapper) is the model phase less those
   data      "data" -> "warmup": the data set built and the loader started (the one batch of measure.mode=model)
@@ -39,9 +42,11 @@ PHASES = (
     ("phase_flops_s", "context", "flops"),
     ("phase_build_s", "flops", "built"),
     ("phase_to_device_s", "built", "on_device"),
+    ("phase_context_thread_s", "context_began", "context_ready"),
 )
 # the model phase's parts and the warm-up's, as benchmarks/duty_cycle.py shows them
-PARTS = (("imports", "phase_imports_s"), ("context", "phase_context_s"), ("FLOP count", "phase_flops_s"),
+PARTS = (("imports", "phase_imports_s"), ("context (waited for)", "phase_context_s"),
+         ("context (its thread, beside the imports)", "phase_context_thread_s"), ("FLOP count", "phase_flops_s"),
          ("build", "phase_build_s"), ("to device", "phase_to_device_s"), ("first step", "phase_first_step_s"),
          ("other warm-up steps", "phase_warmup_rest_s"))
 SHOWN = (("launch", "phase_launch_s"), ("model", "phase_model_s"), ("data", "phase_data_s"),
