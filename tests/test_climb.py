@@ -343,17 +343,18 @@ def test_user_ladders_are_found_in_the_results_folder_after_the_shipped_ones(tmp
 
 
 def fake_trials(repeats=2, budget_after=None):
-    """``Trials.compare`` over made-up runs, recording which settings ran in which order."""
+    """``Trials.trial`` over made-up runs, recording which settings ran in which order."""
     from harness.climb.trials import Trials
+    from harness.session.events import Events
     from harness.store import RunRecord
 
     class Fake(Trials):
         def __init__(self):
-            self.repeats, self.order = repeats, []
+            self.repeats, self.order, self.busy = repeats, [], []
+            self.ctx, self.events = SimpleNamespace(remeasure_busy=True), Events()
             self.budget = ascent.Budget(seconds=100, start=0.0)
-            self.display = SimpleNamespace(say=lambda line: None)
 
-        def trial(self, changes, step, role, round_, change):
+        def trial(self, changes, step, role, round_, change, hooks=None):
             if len(self.order) == budget_after:
                 raise ascent.BudgetSpent("the next run (~40 s) would not finish in the 10 s of budget left")
             self.order.append((role, change))
@@ -362,9 +363,16 @@ def fake_trials(repeats=2, budget_after=None):
     return Fake()
 
 
+def compare(trials, accepted, candidate, step, kind=ascent.COMPARE):
+    """One comparison of the climb's policy, run by the session engine."""
+    from harness.climb import policy
+
+    return policy.compare(trials, ascent.Request(kind, list(accepted), tuple(candidate), step))
+
+
 def test_candidate_and_incumbent_runs_interleave_abba_and_a_two_change_candidate_measures_its_first_alone():
     trials = fake_trials(repeats=2)
-    m = trials.compare([("batch_size", 16)], (("activation_checkpointing", True), ("batch_size", 32)), 3)
+    m = compare(trials, [("batch_size", 16)], (("activation_checkpointing", True), ("batch_size", 32)), 3)
     fit = "activation_checkpointing=true (to fit batch_size=32)"
     both = "activation_checkpointing=true, batch_size=32"
     assert trials.order == [("candidate", both), ("enabled", fit), ("incumbent", "incumbent"),
@@ -373,7 +381,9 @@ def test_candidate_and_incumbent_runs_interleave_abba_and_a_two_change_candidate
 
 
 def test_a_busy_run_is_measured_again_and_a_step_still_busy_decides_nothing():
+    from harness.climb.policy import ClimbLines
     from harness.climb.trials import Trials
+    from harness.session.events import Display, Events
     from harness.store import RunRecord
     from harness.sweeps import rungs as rungs_mod
 
@@ -382,33 +392,35 @@ def test_a_busy_run_is_measured_again_and_a_step_still_busy_decides_nothing():
             self.repeats, self.calls, self.lines, self.busy_runs, self.busy = 2, [], [], busy_runs, []
             self.ctx = rungs_mod.SweepContext(sweep_id="c", ladder=None, settings={}, user_keys=frozenset())
             self.budget = ascent.Budget(seconds=100, start=0.0)
-            self.display = type("D", (), {"say": lambda _, text: self.lines.append(text)})()
+            self.events = Events(ClimbLines(Display(self.lines.append, None)))
 
-        def trial(self, changes, step, role, round_, change):
+        def trial(self, changes, step, role, round_, change, hooks=None):
             self.calls.append((role, round_))
             busy = len(self.calls) <= self.busy_runs
             return RunRecord(run_id=str(len(self.calls)), status="ok", timestamp="", samples_per_s=10.0,
                              other_cpu_pct=60.0 if busy else 1.0), "measured"
 
     once = Busy(busy_runs=1)
-    m = once.compare([], (("channels_last", True),), 1)
+    m = compare(once, [], (("channels_last", True),), 1)
     assert once.calls[:2] == [("candidate", 0), ("candidate", 0)] and len(once.calls) == 5
-    assert m.busy == "" and "machine busy (other processes used 60% of the CPUs): not trustworthy; measuring it " \
-                             "again" in once.lines[0]
+    assert once.lines[:2] == [r"\[step 1, candidate 1/2] channels_last=true: ok (measured) 10.00 samples/s",
+                              r"\[step 1, candidate 1/2] channels_last=true: machine busy (other processes used 60% "
+                              "of the CPUs): not trustworthy; measuring it again"]
+    assert m.busy == "" and once.busy == ["other processes used 60% of the CPUs"]
     twice = Busy(busy_runs=2)
-    m = twice.compare([], (("channels_last", True),), 1)
+    m = compare(twice, [], (("channels_last", True),), 1)
     assert m.busy == "other processes used 60% of the CPUs"
     assert ascent.decide(m, DEFAULT_NOISE, 0.03).outcome == ascent.BUSY
     again = Busy(busy_runs=0)
-    again.compare([], (("channels_last", True),), 4, again=True)
+    compare(again, [], (("channels_last", True),), 4, ascent.AGAIN)
     assert [r for _, r in again.calls] == [2, 2, 3, 3]  # rounds after the first climb.repeats
 
 
 def test_a_step_cut_short_by_the_budget_says_how_many_of_its_runs_are_stored():
     with pytest.raises(ascent.BudgetSpent, match="; 3 of 4 runs of this step are stored"):
-        fake_trials(repeats=2, budget_after=3).compare([], (("channels_last", True),), 1)
+        compare(fake_trials(repeats=2, budget_after=3), [], (("channels_last", True),), 1)
     with pytest.raises(ascent.BudgetSpent, match="budget left$"):
-        fake_trials(repeats=2, budget_after=0).compare([], (("channels_last", True),), 1)
+        compare(fake_trials(repeats=2, budget_after=0), [], (("channels_last", True),), 1)
 
 
 @pytest.mark.parametrize("override, says", [

@@ -9,7 +9,7 @@ import pytest
 
 from harness.analysis.stats.noise_model import Noise, Runs
 from harness.climb import ascent, output, space
-from tests.test_climb import CPU, START, fake_trials
+from tests.test_climb import CPU, START, compare, fake_trials
 
 # workers=1 at the start: the prefetch and persistent-workers knobs can act, so all 11 knobs are proposed on a CPU:
 # 9 candidates measured (channels_last, bf16, batch 8, two compile modes, 2 workers, fused, prefetch 4, persistent
@@ -137,14 +137,14 @@ def test_the_start_against_the_best_decides_what_the_ladder_keeps(end, kept, say
 
 def test_the_end_check_measures_every_change_as_one_and_its_time_is_kept_from_the_budget():
     trials = fake_trials(repeats=2)
-    trials.final([], (("channels_last", True), ("batch_size", 8)), 5)
+    compare(trials, [], (("channels_last", True), ("batch_size", 8)), 5, ascent.FINAL)
     assert [role for role, _ in trials.order] == ["candidate", "incumbent", "incumbent", "candidate"]
     budget = ascent.Budget(seconds=100, start=0.0, durations={"a": 15.0})
     assert budget.refusal("a", False, now=50) == ""
     budget.reserve_runs = 4  # 4 runs of ~15 s kept for the end check: 15 + 60 > 50 s left
     assert budget.refusal("a", False, now=50) == ("the next run (~15 s) and the ~60 s kept for the start against "
                                                   "the best would not finish in the 50 s of budget left")
-    trials.compare([("channels_last", True)], (("batch_size", 8),), 2)
+    compare(trials, [("channels_last", True)], (("batch_size", 8),), 2)
     assert trials.budget.reserve_runs == 4
-    trials.compare([], (("channels_last", True),), 1)
+    compare(trials, [], (("channels_last", True),), 1)
     assert trials.budget.reserve_runs == 0

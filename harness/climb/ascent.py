@@ -18,7 +18,7 @@ import dataclasses
 import json
 import math
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Generator
 
 from harness.climb.space import Axis, Facts
 from harness.analysis.stats import blocks
@@ -195,27 +195,68 @@ class ClimbResult:
 
 Change = tuple[str, Any]
 Measure = Callable[[list[Change], tuple[Change, ...], int], Measured]
+COMPARE, AGAIN, FINAL = "compare", "again", "final"  # what a Request asks to measure
+
+
+@dataclass(frozen=True)
+class Request:
+    """The next measurement the ascent decided on: ``kind`` COMPARE (the candidate ``candidate`` over the incumbent,
+    start + ``accepted``), AGAIN (an accepted candidate measured once more, with other runs) or FINAL (the start
+    against the best: ``candidate`` every change kept, ``accepted`` empty). Answered with a :class:`Measured`, or
+    with :class:`BudgetSpent` thrown in when the budget cannot pay for it."""
+
+    kind: str
+    accepted: list
+    candidate: tuple
+    step: int
+
+
+Climbing = Generator[Request, Measured, ClimbResult]
 
 
 def ascend(start: dict, axes: list[Axis], facts: Facts, measure: Measure, noise: noise_model.Noise,
            min_effect: float, on_step: Callable[[Step], Any] | None = None,
            confirm: Measure | None = None, final: Measure | None = None) -> ClimbResult:
     """Greedy coordinate ascent from ``start`` (flat resolved settings), then (``final`` given and a change
-    accepted) the start against the best, side by side: ``final([], best_changes, step)`` (:func:`finish`)."""
-    result = _climb(start, axes, facts, measure, noise, min_effect, on_step, confirm)
-    return finish(result, final, noise) if final is not None else result
+    accepted) the start against the best, side by side: ``final([], best_changes, step)`` (:func:`finish`). The
+    decisions are :func:`climbing`'s; this answers its requests with the functions given."""
+    return drive(climbing(start, axes, facts, noise, min_effect, on_step, confirm is not None, final is not None),
+                 {COMPARE: measure, AGAIN: confirm, FINAL: final})
 
 
-def _climb(start: dict, axes: list[Axis], facts: Facts, measure: Measure, noise: noise_model.Noise,
-           min_effect: float, on_step: Callable[[Step], Any] | None, confirm: Measure | None) -> ClimbResult:
+def drive(climb: Climbing, measures: dict[str, Measure]) -> ClimbResult:
+    """Answer each request of ``climb`` with ``measures[kind]``, to its end (a session's policy answers them with
+    runs instead: ``harness.climb.policy``)."""
+    try:
+        request = next(climb)
+        while True:
+            try:
+                measured = measures[request.kind](request.accepted, request.candidate, request.step)
+            except BudgetSpent as exc:
+                request = climb.throw(exc)
+            else:
+                request = climb.send(measured)
+    except StopIteration as done:
+        return done.value
+
+
+def climbing(start: dict, axes: list[Axis], facts: Facts, noise: noise_model.Noise, min_effect: float,
+             on_step: Callable[[Step], Any] | None = None, confirm: bool = True, final: bool = True) -> Climbing:
+    """The climb's decisions as a generator: it yields each :class:`Request` it needs answered and returns the
+    :class:`ClimbResult` (``confirm``: an accepted candidate is measured again; ``final``: the start against the
+    best at the end)."""
+    result = yield from _climb(start, axes, facts, noise, min_effect, on_step, confirm)
+    return (yield from finish(result, noise)) if final else result
+
+
+def _climb(start: dict, axes: list[Axis], facts: Facts, noise: noise_model.Noise, min_effect: float,
+           on_step: Callable[[Step], Any] | None, confirm: bool) -> Climbing:
     """Greedy coordinate ascent from ``start`` (flat resolved settings).
 
-    ``measure(accepted_changes, candidate_changes, step)`` measures the candidate (the incumbent = start +
-    accepted changes, plus the candidate's change: one, or an enabling change and then one) against the
-    incumbent and returns a :class:`Measured`; it raises :class:`BudgetSpent` when the budget cannot pay
-    for it, which ends the climb. ``confirm`` (same form) measures an accepted candidate once more, with other
-    runs: its band is the one the ladder claims (None: no claim is written). ``on_step`` hears of each step as it
-    is decided."""
+    Each candidate is asked for as a COMPARE :class:`Request` (the incumbent = start + accepted changes, plus the
+    candidate's change: one, or an enabling change and then one); :class:`BudgetSpent` thrown in for it ends the
+    climb. ``confirm``: an accepted candidate is asked for once more (AGAIN), with other runs: its band is the one
+    the ladder claims (False: no claim is written). ``on_step`` hears of each step as it is decided."""
     best, steps, accepted = dict(start), [], []
     ended: set[str] = set()
     tried: set[str] = set()
@@ -236,7 +277,7 @@ def _climb(start: dict, axes: list[Axis], facts: Facts, measure: Measure, noise:
                 tried.add(_tried_key(best, axis.key, value))
                 step = Step(len(steps) + 1, pass_, axis.name, axis.key, value, best[axis.key], NOT_RUN,
                             enabling=enabling)
-                step, stop = _step(step, list(accepted), measure, confirm, noise, min_effect)
+                step, stop = yield from _step(step, list(accepted), confirm, noise, min_effect)
                 steps.append(step)
                 _tell(on_step, step)
                 if step.outcome == ACCEPTED:
@@ -255,11 +296,11 @@ def _climb(start: dict, axes: list[Axis], facts: Facts, measure: Measure, noise:
             return ClimbResult(start, best, steps, f"pass {pass_} changed nothing")
 
 
-def _step(step: Step, accepted: list, measure: Measure, confirm: Measure | None, noise: noise_model.Noise,
-          min_effect: float) -> tuple[Step, str]:
+def _step(step: Step, accepted: list, confirm: bool, noise: noise_model.Noise,
+          min_effect: float) -> Generator[Request, Measured, tuple[Step, str]]:
     """One candidate measured, decided and (accepted) measured again; why the climb must stop ("": go on)."""
     try:
-        m = measure(accepted, step.changes, step.step)
+        m = yield Request(COMPARE, accepted, step.changes, step.step)
     except BudgetSpent as exc:
         return dataclasses.replace(step, why=str(exc)), f"budget spent: {exc}"
     d = decide(m, noise, min_effect)
@@ -267,10 +308,10 @@ def _step(step: Step, accepted: list, measure: Measure, confirm: Measure | None,
                                runs=(m.candidate.n, m.incumbent.n), parts=_parts(d, m, noise))
     if m.incumbent_status != "ok":  # it ran ok before: the machine or the settings broke, not the knob
         return step, f"the incumbent did not run ok at step {step.step}"
-    if d.outcome != ACCEPTED or confirm is None:
+    if d.outcome != ACCEPTED or not confirm:
         return step, ""
     try:
-        again = confirm(accepted, step.changes, step.step)
+        again = yield Request(AGAIN, accepted, step.changes, step.step)
     except BudgetSpent as exc:
         return (dataclasses.replace(step, why=step.why + "; not measured again (budget spent): kept only if "
                                     "the start and the best side by side show it faster"), f"budget spent: {exc}")
@@ -287,16 +328,16 @@ def _step(step: Step, accepted: list, measure: Measure, confirm: Measure | None,
     return dataclasses.replace(step, confirmed=confirmed, confirmed_parts=tuple(ratios[:-1]), why=said), ""
 
 
-def finish(result: ClimbResult, final: Measure, noise: noise_model.Noise) -> ClimbResult:
-    """The start and the best measured side by side (``final``); what the ladder and the best command keep: every
-    accepted change when the best is faster beyond noise, none when it is slower beyond noise, and otherwise (no
-    verdict, or the check could not run) only the changes whose runs measured again held (``Step.confirmed``)."""
+def finish(result: ClimbResult, noise: noise_model.Noise) -> Climbing:
+    """The start and the best measured side by side (a FINAL request); what the ladder and the best command keep:
+    every accepted change when the best is faster beyond noise, none when it is slower beyond noise, and otherwise
+    (no verdict, or the check could not run) only the changes whose runs measured again held (``Step.confirmed``)."""
     if not result.accepted:
         return result
     unheld = tuple(s.step for s in result.accepted if s.confirmed is None)
     changes = tuple(c for s in result.accepted for c in s.changes)
     try:
-        m = final([], changes, len(result.steps) + 1)
+        m = yield Request(FINAL, [], changes, len(result.steps) + 1)
     except BudgetSpent as exc:
         return _ended(result, None, f"not measured ({exc})", unheld)
     if m.candidate_status != "ok" or m.incumbent_status != "ok" or m.busy or not m.candidate.n or not m.incumbent.n:

@@ -1,4 +1,5 @@
-"""One climb from start to end: check the settings, measure step by step, compact the store, report."""
+"""One climb from start to end: check the settings, run the climb's policy over the session engine step by step,
+compact the store, report."""
 
 from __future__ import annotations
 
@@ -7,10 +8,12 @@ import sys
 
 from harness import config as config_mod
 from harness.climb import output, resume
-from harness.climb.ascent import NOT_RUN, Budget, ClimbResult, ascend
+from harness.climb.ascent import NOT_RUN, Budget, ClimbResult, climbing
+from harness.climb.policy import ClimbLines, ClimbPolicy
 from harness.climb.space import ClimbConfig, Facts, check, space
 from harness.climb.trials import Trials, trial_ladder
-from harness.session.events import Display
+from harness.session import engine
+from harness.session.events import Display, Events
 from harness.session.probe import DEFAULT_MAX, search
 from harness.run.parent import runner
 from harness.store import load_runs, new_id, utc_timestamp
@@ -46,7 +49,8 @@ def run_climb(settings: dict, options: ClimbConfig, started: float, display: Dis
                                  user_keys=frozenset({"workload"}), repeats=options.repeats,
                                  record_fields=tuple(sweepstats.noise_fields(noise).items()),
                                  remeasure_busy=start.sweep.remeasure_busy)
-    trials = Trials(ctx, machine, env, env_key, budget, options.repeats, display)
+    lines = ClimbLines(display)  # what a person sees: a listener of the climb's events
+    trials = Trials(ctx, machine, env, env_key, budget, options.repeats, Events(lines))
     # loader workers share the CPUs with the ranks: with devices=N each rank's loader gets its part
     facts = Facts(device=start.device, usable_cpus=max(1, config_mod.usable_cpus() // start.devices),
                   largest_batch=_batch_bound(_flat(start), trials, display, options))
@@ -56,7 +60,10 @@ def run_climb(settings: dict, options: ClimbConfig, started: float, display: Dis
                 + (noise.describe() if noise.calibrated else "no calibration: the runs' own spread"))
     if earlier is not None:
         display.say(resume.describe(earlier, _measured_runs(start.results_dir, earlier.climb_ids), budget.seconds))
-    result = _ascend(start, options, facts, trials, noise, display, tracker)
+    try:
+        result = _ascend(start, options, facts, trials, noise, tracker)
+    finally:
+        lines.close()
     auto_compact(start.results_dir)
     output.report(result, settings, start, env, climb_id, tracker.spent(), budget.seconds, list(given or []),
                   tracker.earlier_s)
@@ -66,19 +73,21 @@ def run_climb(settings: dict, options: ClimbConfig, started: float, display: Dis
     return 0
 
 
-def _ascend(start, options: ClimbConfig, facts: Facts, trials: Trials, noise, display: Display,
+def _ascend(start, options: ClimbConfig, facts: Facts, trials: Trials, noise,
             tracker: resume.Tracker) -> ClimbResult:
-    """The ascent, with the climb's spent time saved after every step and however it ends (Ctrl-C included)."""
+    """The ascent as the climb's policy over the session engine (``harness.climb.policy``), with the climb's spent
+    time saved after every step and however it ends (Ctrl-C included)."""
     def on_step(step) -> None:
-        display.say(output.step_line(step))
+        trials.events.emit("looked", text=output.step_line(step))
         tracker.step(decided=step.outcome != NOT_RUN)
 
     stopped = ""
     try:
-        result = ascend(_flat(start), space(facts.device, options.knobs), facts, trials.compare, noise,
-                        options.min_effect, on_step=on_step, confirm=trials.again, final=trials.final)
-        stopped = result.stopped
-        return result
+        policy = ClimbPolicy(trials, climbing(_flat(start), space(facts.device, options.knobs), facts, noise,
+                                              options.min_effect, on_step))
+        engine.run(policy, trials.events)
+        stopped = policy.result.stopped
+        return policy.result
     finally:
         tracker.save(stopped)
 
