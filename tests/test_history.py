@@ -200,3 +200,18 @@ def test_an_out_folder_that_cannot_be_written_names_the_flag_and_the_fix(store, 
     err = capsys.readouterr().err.strip()
     assert err == ("error: --out '/proc/harness-history': cannot write index.html there (No such file or directory, "
                    "FileNotFoundError); choose a folder you can write, such as results/history")
+
+
+def test_a_verdict_goes_to_the_store_first_then_to_the_other_sinks_and_a_refused_one_to_none(tmp_path, capsys):
+    handed = []
+
+    class Tracker:
+        def put(self, verdict):
+            handed.append(verdict.check_id)
+
+    verdict = verdicts.Verdict("against 7", {"kind": "against", "rows": []})
+    assert verdicts.hand_out(verdict, verdicts.VerdictStore(tmp_path), Tracker()) == "against_7"
+    assert handed == ["against_7"] and verdicts.load_verdicts(tmp_path)[0][0]["kind"] == "against"
+    (tmp_path / "file").write_text("")  # a results folder that is a file: the store refuses the verdict
+    assert verdicts.hand_out(verdict, verdicts.VerdictStore(tmp_path / "file"), Tracker()) == ""
+    assert handed == ["against_7"] and "warning: the verdict was not kept" in capsys.readouterr().err

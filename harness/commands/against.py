@@ -163,13 +163,8 @@ def report(result: paired.PairedResult, args: argparse.Namespace, check_id: str,
     if result.error():
         print(f"error: {result.error()}", file=sys.stderr)
     common_args.write_summaries(render_any(result, "md") + found, args.summary)
-    try:
-        verdicts.save_verdict(args.results, check_id, to_json(result))
-    except OSError as exc:
-        print(f"warning: the verdict was not kept for the history page ({exc})", file=sys.stderr)
-    else:
-        if args.export:
-            export_cmd.export_after(args.export, args.results, check=check_id)
+    verdicts.hand_out(verdicts.Verdict(check_id, to_json(result)), verdicts.VerdictStore(args.results),
+                      *export_cmd.after_check(args.export, args.results))
     return result.exit_code
 
 

@@ -75,9 +75,7 @@ def run_check(args: argparse.Namespace) -> int:
     if result.error():
         print(f"error: {result.error()}", file=sys.stderr)
     common_args.write_summaries(render(result, "md", commands, history), args.summary)
-    kept = _keep_verdict(args.results, result)
-    if args.export and kept:
-        export_cmd.export_after(args.export, args.results, check=kept)
+    _keep_verdict(args, result)
     return result.exit_code
 
 
@@ -101,15 +99,13 @@ def reproduce(args: argparse.Namespace, result: check.CheckResult) -> list[list[
                    str(Path(args.results) / "history")]]
 
 
-def _keep_verdict(results_dir: str, result: check.CheckResult) -> str:
-    """The decision, for the history page; a results folder that refuses it costs a warning, not the gate. Its id
-    ("" when it was not kept)."""
+def _keep_verdict(args: argparse.Namespace, result: check.CheckResult) -> str:
+    """The decision handed to its sinks: kept for the history page, then exported (``--export``); a results folder
+    that refuses it costs a warning, not the gate. Its id ("" when it was not kept)."""
     document = json.loads(render_check(result, "json")) | {"kind": "baseline", "checked_sweep": result.sweep_id}
-    try:
-        return verdicts.save_verdict(results_dir, new_id(f"baseline-{result.baseline_path.stem}-"), document).stem
-    except OSError as exc:
-        print(f"warning: the verdict was not kept for the history page ({exc})", file=sys.stderr)
-        return ""
+    verdict = verdicts.Verdict(new_id(f"baseline-{result.baseline_path.stem}-"), document)
+    return verdicts.hand_out(verdict, verdicts.VerdictStore(args.results),
+                             *export_cmd.after_check(args.export, args.results))
 
 
 def bisect_culprit(result, args: argparse.Namespace, minutes_left: float) -> str:

@@ -15,6 +15,7 @@ import argparse
 import importlib
 import shlex
 import sys
+from dataclasses import dataclass
 
 from harness.analysis.views.rows import SweepTable
 from harness.commands import common_args
@@ -57,6 +58,22 @@ def export(args: argparse.Namespace) -> int:
     for line in lines:
         print(line)
     return 0
+
+
+@dataclass(frozen=True)
+class AfterCheck:
+    """``check --export TARGET:DEST`` as a sink of the check's verdict (``verdicts.hand_out``)."""
+
+    spec: str
+    results_dir: str
+
+    def put(self, verdict) -> None:
+        export_after(self.spec, self.results_dir, check=verdict.check_id)
+
+
+def after_check(spec: str | None, results_dir: str) -> list[AfterCheck]:
+    """The verdict sinks of ``check --export`` (none without it)."""
+    return [AfterCheck(spec, results_dir)] if spec else []
 
 
 def export_after(spec: str, results_dir: str, sweep: str | None = None, check: str | None = None,

@@ -9,7 +9,8 @@ is it nearer BAD or GOOD? That is the gate's own rule against the half step: eac
 BAD's slowdown on the log scale (``half_step``), so "regressed" says nearer BAD (the bad end moves there) and
 "unchanged" nearer GOOD (the good end moves). A step that stays undecided after the rounds its budget allows,
 or a busy or bad check, stops the bisection early and says the range it narrowed to, as does a budget spent.
-The checks are ``check(commit, question) -> Answer``, so the logic here measures nothing itself.
+The checks are ``check(commit, question) -> Answer``, so the logic here measures nothing itself: it is a policy
+over the session engine (``harness.session.engine``), which runs the check of the commit it decides on next.
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from harness.session import engine
+from harness.session.events import Events, Listener
 from harness.sweeps.worktree import git
 
 REGRESSED, UNCHANGED = 1, 0
@@ -86,40 +89,97 @@ def steps_after(low: int, high: int) -> int:
     return max(high - low - 1, 0).bit_length()
 
 
+@dataclass(frozen=True)
+class Step:
+    """One check of the bisection: a turn of its session (``question`` None: BAD, over every config)."""
+
+    commit: str
+    question: Question | None
+
+    @property
+    def label(self) -> str:
+        return self.commit[:12]
+
+
+@dataclass(frozen=True)
+class Checked:
+    """A check's outcome for the engine (no record of its own: its runs are in the check's store)."""
+
+    answer: Answer
+    record: None = None
+    how: str = "measured"
+
+
+class Halving:
+    """The bisection as a policy over the session engine: one check a round, the next commit decided by the answers
+    so far (BAD first over every config, then the middle of the range left, asked BAD's question); a check that
+    says neither regressed nor unchanged, or a spent budget, ends it with the range it narrowed to."""
+
+    remeasure_busy = False  # a check judges a busy machine itself (exit 5)
+    keep_going = False  # a check that cannot start ends the bisection with its error
+
+    def __init__(self, good: str, commits: list[str], check: Callable[[str, Question | None], Answer],
+                 budget_left: Callable[[], bool]):
+        self.commits, self.check, self.budget_left = commits, check, budget_left
+        self.found = Bisection(good, commits[-1])
+        self.low, self.high = -1, len(commits) - 1  # commits[low] is good (-1: GOOD itself), commits[high] bad
+        self.asked = False  # BAD was checked
+        self.answer: Answer | None = None
+
+    def next_turns(self, round_: int, events: Events) -> list[Step] | None:
+        if self.asked and self.high - self.low <= 1:
+            self.found.first_bad = self.commits[self.high]
+            self.found.good = self._good()
+            return None
+        if not self.budget_left():
+            self.found.stopped = "the budget is spent"
+            return self._narrowed()
+        if not self.asked:
+            return [Step(self.commits[-1], None)]
+        return [Step(self.commits[(self.low + self.high) // 2], self.found.question or None)]
+
+    def held(self, turn: Step) -> bool:
+        return False
+
+    def measure(self, turn: Step, again: bool, hooks: engine.Hooks) -> Checked:
+        hooks.started(None)
+        self.answer = self.check(turn.commit, turn.question)
+        self.found.checks.append((turn.commit, self.answer.code))
+        self.found.bands[turn.commit] = self.answer.band
+        return Checked(self.answer)
+
+    def look(self, rounds: int, events: Events) -> bool:
+        commit, code = self.found.checks[-1]
+        if code not in (REGRESSED, UNCHANGED):
+            self.found.stopped = f"{commit[:12]} against GOOD: {WORDS.get(code, 'exit')} (exit {code})"
+            self._narrowed()
+            return False
+        if not self.asked:
+            self.asked = True
+            if code == UNCHANGED:
+                self.found.stopped = (f"BAD {commit[:12]} is not slower than GOOD beyond the threshold: nothing "
+                                      "to bisect")
+                return False
+            self.found.question = question(self.answer)
+            return True
+        mid = (self.low + self.high) // 2
+        self.low, self.high = (self.low, mid) if code == REGRESSED else (mid, self.high)
+        return True
+
+    def _good(self) -> str:
+        return self.commits[self.low] if self.low >= 0 else self.found.good
+
+    def _narrowed(self) -> None:
+        """Stopped early: the range it narrowed to (after BAD's check; before it, GOOD..BAD)."""
+        if self.asked:
+            self.found.good, self.found.bad = self._good(), self.commits[self.high]
+
+
 def bisect(good: str, commits: list[str], check: Callable[[str, Question | None], Answer],
-           budget_left: Callable[[], bool] = lambda: True) -> Bisection:
+           budget_left: Callable[[], bool] = lambda: True, *listeners: Listener) -> Bisection:
     """Halve ``commits`` (after ``good``, oldest first, the last one BAD) by ``check`` until one commit is left:
-    ``check(BAD, None)`` over every config, then ``check(commit, question)`` (``question``)."""
-    found = Bisection(good, commits[-1])
-
-    def ask(commit: str, asked: Question | None) -> int | None:
-        if not budget_left():
-            found.stopped = "the budget is spent"
-            return None
-        answer = check(commit, asked)
-        found.checks.append((commit, answer.code))
-        found.bands[commit] = answer.band
-        if answer.code not in (REGRESSED, UNCHANGED):
-            found.stopped = f"{commit[:12]} against GOOD: {WORDS.get(answer.code, 'exit')} (exit {answer.code})"
-            return None
-        if asked is None and answer.code == REGRESSED:
-            found.question = question(answer)
-        return answer.code
-
-    code = ask(commits[-1], None)
-    if code is None:
-        return found
-    if code == UNCHANGED:
-        found.stopped = f"BAD {commits[-1][:12]} is not slower than GOOD beyond the threshold: nothing to bisect"
-        return found
-    low, high = -1, len(commits) - 1  # commits[low] is good (-1: GOOD itself), commits[high] bad
-    while high - low > 1:
-        mid = (low + high) // 2
-        code = ask(commits[mid], found.question or None)
-        if code is None:
-            found.good, found.bad = (commits[low] if low >= 0 else good), commits[high]
-            return found
-        low, high = (low, mid) if code == REGRESSED else (mid, high)
-    found.first_bad = commits[high]
-    found.good = commits[low] if low >= 0 else good
-    return found
+    ``check(BAD, None)`` over every config, then ``check(commit, question)`` (``question``); the engine runs the
+    checks :class:`Halving` decides on, ``listeners`` hear of each."""
+    policy = Halving(good, commits, check, budget_left)
+    engine.run(policy, Events(*listeners))
+    return policy.found

@@ -4,15 +4,23 @@ Both kinds of check write one: ``check --against REF`` (whose runs are in the st
 ``check --baseline NAME`` (whose runs are the checked sweep's, in ``<results>``). A file holds the check's
 JSON output plus when it ran; ``harness.analysis.views.history`` marks every config's verdict with it. A verdict
 that cannot be written (a read-only results folder in CI) is a warning, never a changed exit code.
+
+A check's verdict leaves as a :class:`Verdict` handed to its sinks (:func:`hand_out`), the verdict store first: a
+tracker's export after the check (``check --export``) is one more sink, and so would be a live page or a second
+store.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
 import time
+import sys
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 from harness.fileio import write_text_atomic
 
@@ -34,6 +42,42 @@ def save_verdict(results_dir: str | os.PathLike, check_id: str, document: dict) 
     name = re.sub(r"[^A-Za-z0-9._-]", "_", check_id)
     verdicts_dir(results_dir).mkdir(parents=True, exist_ok=True)
     return write_text_atomic(verdicts_dir(results_dir) / f"{name}.json", json.dumps(stamped, indent=2))
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What a check decided: its id and its JSON output."""
+
+    check_id: str
+    document: dict
+
+
+class VerdictSink(Protocol):
+    def put(self, verdict: Verdict) -> None: ...
+
+
+@dataclass(frozen=True)
+class VerdictStore:
+    """The verdicts kept under ``results_dir`` for the history page (:func:`save_verdict`)."""
+
+    results_dir: str | os.PathLike
+
+    def put(self, verdict: Verdict) -> Path:
+        return save_verdict(self.results_dir, verdict.check_id, verdict.document)
+
+
+def hand_out(verdict: Verdict, store: VerdictStore, *more: VerdictSink) -> str:
+    """``verdict`` kept in ``store``, then handed to ``more`` under the id it was kept as; a store that refuses it
+    costs a warning, not the gate (the other sinks are not handed a verdict that was not kept). That id ("" when
+    it was not kept)."""
+    try:
+        kept = dataclasses.replace(verdict, check_id=store.put(verdict).stem)
+    except OSError as exc:
+        print(f"warning: the verdict was not kept for the history page ({exc})", file=sys.stderr)
+        return ""
+    for sink in more:
+        sink.put(kept)
+    return kept.check_id
 
 
 def load_verdicts(results_dir: str | os.PathLike) -> tuple[list[dict], list[str]]:
