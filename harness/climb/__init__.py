@@ -1,10 +1,13 @@
 """The auto-tuner behind ``python -m harness climb``: greedy coordinate ascent over training settings.
 
   * ``space``   the axes (settings the climb may change), their values and order, the ``climb.*`` settings;
-  * ``ascent``  the decisions and the budget: plain Python (no torch, no Hydra), so a whole climb can be
-                driven by simulated measurements in tests;
-  * ``trials``  the measurements: a candidate against the incumbent in fresh processes (``harness.run``,
-                ``harness.sweeps``), or copies of earlier runs from the store;
+  * ``ascent``  the decisions and the budget: plain Python (no torch, no Hydra), a generator of the next
+                measurement, so a whole climb can be driven by simulated measurements in tests;
+  * ``policy``  the climb as a policy over the session engine (``harness.session``): one run a turn, a
+                candidate against the incumbent in ABBA order, the ascent's next request after each look;
+                what a person sees is a listener of its events;
+  * ``trials``  one run: a fresh process (``harness.run``, ``harness.sweeps``), or a copy of an earlier run
+                from the store;
   * ``output``  the trajectory, the ladder file the climb writes, the commands it prints;
   * ``session`` one climb from start to end (``harness.commands.climb`` only turns Hydra's config into it).
 

@@ -22,6 +22,7 @@ from harness.store import RunRecord
 from harness.config import ladder as ladder_mod
 from harness.sweeps import rungs as sweep_mod
 from harness.analysis.stats import noise_model, speedup
+from harness.analysis.stats.busy import busy_reason
 
 LADDER_NAME = "climb"  # the `ladder` of every record a climb stores
 SEARCH = "fit search"  # the role of a run of the search for the largest batch that fits
@@ -70,6 +71,7 @@ class Trials:
         run = Run(0, SEARCH, 0, f"batch_size={size} (fit search)", (*changes, ("batch_size", size)), self.repeats)
         record, how = self.trial(list(run.changes), 0, SEARCH, 0, run.change, engine.Hooks(self.events, run))
         self.events.emit(how, run, outcome=session_runner.Outcome(record, how))
+        self.busy += [why] if record.status == "ok" and (why := busy_reason(record)) else []
         if self.stopped_by_budget(record):
             raise BudgetSpent("a run was stopped at the end of the budget")
         return record.status
