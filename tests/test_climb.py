@@ -416,6 +416,40 @@ def test_a_busy_run_is_measured_again_and_a_step_still_busy_decides_nothing():
     assert [r for _, r in again.calls] == [2, 2, 3, 3]  # rounds after the first climb.repeats
 
 
+def test_the_climb_as_a_policy_on_the_engine_decides_as_the_ascent_with_its_measures_does():
+    """channels_last 2x faster (runs jittered by 1%): the engine runs the policy's turns one run at a time, and the
+    result is the one ``ascend`` reaches with each request measured on its own."""
+    from harness.climb.policy import ClimbLines, ClimbPolicy
+    from harness.session import engine
+    from harness.session.events import Display, Events
+    from harness.store import RunRecord
+
+    def trials(lines):
+        fake = fake_trials(repeats=2)
+        fake.events = Events(ClimbLines(Display(lines.append, None)))
+
+        def trial(changes, step, role, round_, change, hooks=None):
+            fake.order.append((role, round_))
+            speed = (20.0 if ("channels_last", True) in changes else 10.0) * (1 + 0.01 * (len(fake.order) % 3))
+            return RunRecord(run_id=str(len(fake.order)), status="ok", timestamp="", samples_per_s=speed), "cached"
+
+        fake.trial = trial
+        return fake
+
+    axes, lines, alone = space.space("cpu", ["channels_last"]), [], trials([])
+    on_engine = trials(lines)
+    policy = ClimbPolicy(on_engine, ascent.climbing(dict(START), axes, CPU, DEFAULT_NOISE, 0.03, lambda step: None))
+    assert engine.run(policy, on_engine.events) == 0
+    kinds = {kind: (lambda kind: lambda a, c, step: compare(alone, a, c, step, kind))(kind)
+             for kind in (ascent.COMPARE, ascent.AGAIN, ascent.FINAL)}
+    measured = ascent.ascend(dict(START), axes, CPU, kinds[ascent.COMPARE], DEFAULT_NOISE, 0.03,
+                             confirm=kinds[ascent.AGAIN], final=kinds[ascent.FINAL])
+    assert policy.result == measured and [s.outcome for s in measured.steps] == [ascent.ACCEPTED]
+    assert measured.final is not None and measured.final.low > 1 and on_engine.order == alone.order
+    assert [r for _, r in on_engine.order] == [0, 0, 1, 1, 2, 2, 3, 3, 0, 0, 1, 1]  # compare, again, the end check
+    assert lines[-5] == "step 2: the start and the best, measured side by side" and len(lines) == 13
+
+
 def test_a_step_cut_short_by_the_budget_says_how_many_of_its_runs_are_stored():
     with pytest.raises(ascent.BudgetSpent, match="; 3 of 4 runs of this step are stored"):
         compare(fake_trials(repeats=2, budget_after=3), [], (("channels_last", True),), 1)
