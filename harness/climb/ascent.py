@@ -1,6 +1,7 @@
 """The climb's decisions and budget: accept a candidate only when faster beyond noise, walk every axis while
 it wins, stop when a pass changes nothing or the budget cannot pay for the next run. Measures nothing itself:
-``ascend`` is handed a function that measures (``harness.climb.trials``, or a simulation in tests).
+``climbing`` yields each measurement it needs next (a :class:`Request`), answered by the climb's policy over the
+session engine (``harness.climb.policy``), or through ``ascend`` by functions (a simulation in tests).
 
 A decision is the rung x round model of the sweep table (``harness.analysis.stats.blocks``) on a paired table:
 incumbent and candidate measured in the same rounds (ABBA), the round effects cancel, the machine's fit

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import dataclasses
 import time
-
 from dataclasses import dataclass
 
 from rich.markup import escape
