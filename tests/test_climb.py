@@ -440,10 +440,11 @@ def test_the_climb_as_a_policy_on_the_engine_decides_as_the_ascent_with_its_meas
     on_engine = trials(lines)
     policy = ClimbPolicy(on_engine, ascent.climbing(dict(START), axes, CPU, DEFAULT_NOISE, 0.03, lambda step: None))
     assert engine.run(policy, on_engine.events) == 0
-    kinds = {kind: (lambda kind: lambda a, c, step: compare(alone, a, c, step, kind))(kind)
-             for kind in (ascent.COMPARE, ascent.AGAIN, ascent.FINAL)}
-    measured = ascent.ascend(dict(START), axes, CPU, kinds[ascent.COMPARE], DEFAULT_NOISE, 0.03,
-                             confirm=kinds[ascent.AGAIN], final=kinds[ascent.FINAL])
+    def kind(name):
+        return lambda accepted, candidate, step: compare(alone, accepted, candidate, step, name)
+
+    measured = ascent.ascend(dict(START), axes, CPU, kind(ascent.COMPARE), DEFAULT_NOISE, 0.03,
+                             confirm=kind(ascent.AGAIN), final=kind(ascent.FINAL))
     assert policy.result == measured and [s.outcome for s in measured.steps] == [ascent.ACCEPTED]
     assert measured.final is not None and measured.final.low > 1 and on_engine.order == alone.order
     assert [r for _, r in on_engine.order] == [0, 0, 1, 1, 2, 2, 3, 3, 0, 0, 1, 1]  # compare, again, the end check

@@ -79,3 +79,28 @@ def test_on_a_cpu_the_climb_skips_the_search_and_says_so():
     knobs = dataclasses.replace(options, knobs=["precision"])  # no batch knob: nothing to say
     assert session._batch_bound({**START, "device": "cpu"}, FakeTrials(8), session.Display(said.append, None),
                                 knobs) is None and len(said) == 1
+
+
+def test_a_search_run_is_told_to_the_climbs_listeners_and_counts_when_busy():
+    from harness.climb.policy import ClimbLines
+    from harness.session.events import Display, Events
+    from harness.store import RunRecord
+    from tests.test_climb import fake_trials
+
+    lines, trials = [], fake_trials()
+    trials.events = Events(ClimbLines(Display(lines.append, None)))
+    statuses = iter([("ok", 60.0), ("oom", None)])
+
+    def trial(changes, step, role, round_, change, hooks=None):
+        status, other = next(statuses)
+        trials.order.append((changes, role, change))
+        return RunRecord(run_id="r", status=status, timestamp="", samples_per_s=5.0, other_cpu_pct=other,
+                         error="CUDA out of memory"), "measured"
+
+    trials.trial = trial
+    assert trials.search_run([("precision", "bf16-mixed")], 16) == "ok"
+    assert trials.order == [([("precision", "bf16-mixed"), ("batch_size", 16)], "fit search",
+                             "batch_size=16 (fit search)")]
+    assert trials.search_run([], 32) == "oom" and trials.busy == ["other processes used 60% of the CPUs"]
+    assert lines == [r"\[fit search] batch_size=16 (fit search): ok (measured) 5.00 samples/s",
+                     r"\[fit search] batch_size=32 (fit search): oom (measured) CUDA out of memory"]
