@@ -49,5 +49,30 @@ def _cli_is_a_module() -> bool:
     return bool(spec and spec.origin and spec.origin.endswith("cli.py"))
 
 
+def run() -> None:
+    """The process's whole life: ``main()``, then :func:`exit_now` with its exit code."""
+    exit_now(main())
+
+
+def exit_now(code: int | None) -> None:
+    """End the process as the interpreter would, less its module teardown (0.7 s on a 2-core CPU after a command
+    that loaded pandas and scipy, more than some commands' own work): threads joined as at a normal exit, the
+    ``atexit`` functions run (the loggers, multiprocessing's children, weakref finalizers), the output flushed,
+    then ``os._exit``. Only at the real end of a process: a caller of ``main()`` (a test) keeps its interpreter."""
+    import atexit
+    import threading
+
+    shutdown = getattr(threading, "_shutdown", None)  # what the interpreter does first at exit: join the threads
+    if shutdown is not None:
+        shutdown()
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # closed, or a closed pipe: nothing more can be said through it
+            pass
+    os._exit(code if isinstance(code, int) else (0 if code is None else 1))
+
+
 if __name__ == "__main__":
-    raise SystemExit(main())
+    run()

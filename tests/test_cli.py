@@ -152,3 +152,29 @@ def test_a_flag_where_a_setting_belongs_names_the_setting(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "'--steps=3'" in err and "Did you mean" in err and "measure.steps" in err and "Valid choices" not in err
     assert not (tmp_path / "runs").exists()
+
+
+def test_the_process_ends_as_at_a_normal_exit_less_the_module_teardown(tmp_path):
+    # a command's end: its threads joined, atexit run, what it printed but did not flush flushed, its exit code
+    script = tmp_path / "end.py"
+    script.write_text(
+        "import atexit, sys, threading, time\n"
+        "from pathlib import Path\n"
+        "import harness.__main__ as entry\n"
+        f"out = Path({str(tmp_path)!r})\n"
+        "def late():\n"
+        "    time.sleep(0.3)\n"
+        "    (out / 'thread').write_text('joined')\n"
+        "def main():\n"
+        "    threading.Thread(target=late).start()\n"
+        "    atexit.register(lambda: (out / 'atexit').write_text('ran'))\n"
+        "    sys.stdout.write('said, not flushed')\n"
+        "    return 6\n"
+        "entry.main = main\n"
+        "entry.run()\n"
+        "(out / 'after').write_text('never')\n")
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120,
+                          env=dict(os.environ, PYTHONPATH=str(REPO)))
+    assert (done.returncode, done.stdout) == (6, "said, not flushed"), done.stderr
+    assert (tmp_path / "thread").read_text() == "joined" and (tmp_path / "atexit").read_text() == "ran"
+    assert not (tmp_path / "after").exists()

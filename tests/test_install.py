@@ -297,9 +297,9 @@ def test_a_console_script_finds_the_users_package_in_the_folder_it_runs_in(tmp_p
     command looks for the user's targets."""
     (tmp_path / "bin").mkdir()
     script = tmp_path / "bin" / "harness"
-    script.write_text("import sys\nfrom harness.__main__ import main\n"
+    script.write_text("import sys\nfrom harness.__main__ import run\n"
                       "import harness.cli\nharness.cli.main = lambda: print(__import__('models').WHERE) or 0\n"
-                      "sys.exit(main())\n")
+                      "sys.exit(run())\n")
     folder = tmp_path / "user-repo"
     (folder / "models").mkdir(parents=True)
     (folder / "models" / "__init__.py").write_text("WHERE = __file__\n")
