@@ -562,7 +562,9 @@ def test_every_command_a_climb_of_a_custom_model_prints_runs_as_printed(tmp_path
         ("ci", "Gate CI on it: "), ("every", "Every run: "))}
     for what, line in commands.items():
         ran = _shell(line, folder)
-        assert ran.returncode == 0, (what, line, ran.stdout, ran.stderr)
+        # runs as printed: 0, or 5 when a loaded machine made every run of a sweep's first round busy (it says so)
+        busy = ran.returncode == 5 and "every run of the first round was busy" in ran.stdout + ran.stderr
+        assert ran.returncode == 0 or busy, (what, line, ran.stdout, ran.stderr)
     from harness.store import load_runs
 
     frame = load_runs(results)
