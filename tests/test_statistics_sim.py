@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 from scipy import stats as sps
 
-from harness.analysis.stats import blocks, checkstats, noise_model, sequential, speedup
+from harness.analysis.stats import blocks, checkstats, noise_model, scaling, sequential, speedup
 from harness.analysis.stats import statsim as sim
 
 FALSE = (speedup.CONFIRMS, speedup.SHORT, speedup.EXCEEDS, speedup.REVERSES)  # a change asserted where there is none
@@ -330,3 +330,22 @@ def test_the_5_percent_is_per_verdict_and_a_whole_aa_table_carries_more(rungs):
         assert false.mean(axis=0).max() <= exact_bound(trials)
         low, high = {4: (0.09, 0.14), 8: (0.18, 0.27)}[rungs]
         assert low <= false.any(axis=1).mean() <= high
+
+
+@pytest.mark.parametrize("cv", [0.02, 0.10])
+@pytest.mark.parametrize("rounds, n", [(2, 2), (6, 8)])
+def test_scaling_efficiencys_band_holds_the_true_efficiency_95_percent_of_the_time(cv, rounds, n):
+    # a scaling ladder: rung 0 on one unit, rungs on 2, 4, n units at a true E(N) of 90%, 85%, 80%; every E(N) band
+    # (``stats.scaling.efficiency``: the model's contrast over the reference rung, divided by N) must miss the truth
+    # on at most the exact bound's share of sweeps, and its estimate be unbiased on the log scale
+    trials = 20000
+    units, truth = [1, 2, 4, n], [1.0, 0.90, 0.85, 0.80]
+    steps = np.diff(np.log([u * e for u, e in zip(units, truth)]), prepend=0.0)
+    logs = sim.sweep_logs(np.random.default_rng([rounds, n, int(cv * 100)]), trials, steps, rounds,
+                          sim.Machine(cv=cv))
+    model = blocks.fit(logs)
+    for rung in (1, 2, 3):
+        value, low, high = scaling.efficiency(model, rung, 0, units[rung])
+        missed = np.mean((truth[rung] < low) | (truth[rung] > high))
+        assert missed <= exact_bound(trials), (rung, missed)
+        assert abs(np.mean(np.log(value)) - math.log(truth[rung])) < 0.1 * cv

@@ -94,6 +94,10 @@ def main(command: str, argv: list[str]) -> int:
         plan = plan_sweep(argv)
     except ValueError as exc:
         return _refuse(exc)
+    if int(plan.settings.get("nodes", 1)) > 1:
+        from harness.commands import sweep_nodes
+
+        return sweep_nodes.main(plan)
     return run_sweep(plan, sweep_id=new_id(f"{plan.ladder.name}-"))
 
 
@@ -145,6 +149,8 @@ def plan_sweep(argv: list[str], campaign: bool = False, settings: dict | None = 
     if several and not campaign:
         raise ValueError(f"{several[0]!r} gives several values; a sweep climbs one ladder with one value per setting. "
                          "Add -m to run one sweep per value as a campaign (python -m harness sweep -m ...)")
+    if "nodes" in lad.varied_keys():
+        user_keys.discard("nodes")  # a ladder that climbs nodes: the user's nodes=M is what the sweep spans
     clash = sweep_mod.conflicts(lad, user_keys)
     if clash:
         rungs = [r.index for r in lad.rungs if r.key in clash]
@@ -154,7 +160,8 @@ def plan_sweep(argv: list[str], campaign: bool = False, settings: dict | None = 
         settings = hydra_edge.plain_settings(hydra_edge.compose_settings(overrides))
     parsed = config_mod.from_dict(settings)
     config_mod.validate_sweep(parsed.sweep)
-    config_mod.validate_one_node(parsed.nodes, "sweep")
+    if campaign:
+        config_mod.validate_one_node(parsed.nodes, "sweep -m")
     return SweepPlan(ladder=lad, overrides=tuple(overrides), user_keys=frozenset(user_keys), settings=settings,
                      repeats=parsed.sweep.repeats, rerun=parsed.sweep.rerun, max_repeats=parsed.sweep.max_repeats,
                      budget_min=parsed.sweep.budget_min, remeasure_busy=parsed.sweep.remeasure_busy,
@@ -198,8 +205,9 @@ def _context(plan: SweepPlan, sweep_id: str, campaign_id: str = "") -> sweep_mod
                                   remeasure_busy=plan.remeasure_busy)
 
 
-def run_sweep(plan: SweepPlan, sweep_id: str, campaign_id: str = "") -> int:
-    """Preflight, then every rung of every round in this process (``loop.run_ladder``); print the table."""
+def run_sweep(plan: SweepPlan, sweep_id: str, campaign_id: str = "", driver=None) -> int:
+    """Preflight, then every rung of every round in this process (``loop.run_ladder``); print the table.
+    ``driver``: node 0's side of a sweep across nodes (``harness.sweeps.nodes.Driver``), told of every run."""
     ctx = _context(plan, sweep_id, campaign_id)
     try:
         machine = Machine.detect()
@@ -210,7 +218,8 @@ def run_sweep(plan: SweepPlan, sweep_id: str, campaign_id: str = "") -> int:
     except (ValueError, OSError) as exc:
         return _refuse(exc)
     try:  # the fitness glance (0.2 s) before the first run measured, after every refusal: a cached sweep skips it
-        code = loop.run_ladder(ctx, machine, RungLines(console, before_first_run=warn_if_unfit))
+        code = loop.run_ladder(ctx, machine, RungLines(console, before_first_run=warn_if_unfit),
+                               *([driver] if driver is not None else []))
     finally:
         lock.release(held)
     loop.auto_compact(ctx.results_dir)

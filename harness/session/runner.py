@@ -75,12 +75,12 @@ class Asked:
 
 
 def ask(cfg: config_mod.RunConfig, cache: Cache | None = None, environment: tuple[dict, str] | None = None,
-        cap_workers_at_cpus: bool = False) -> Asked:
+        cap_workers_at_cpus: bool = False, have_nodes: int | None = None) -> Asked:
     """The three questions before a run of ``cfg`` (resolved), each asked once. ``environment``: the (fields, key)
     a session collected once for all its runs; else the key alone is asked here (the git state, two git processes,
-    only for a run measured)."""
+    only for a run measured). ``have_nodes``: the nodes a sweep across nodes spans."""
     key = environment[1] if environment is not None else parent.environment_key(cfg.device)
-    reason = applicability.skip_reason(cfg, cap_workers_at_cpus=cap_workers_at_cpus)  # once per run
+    reason = applicability.skip_reason(cfg, cap_workers_at_cpus=cap_workers_at_cpus, have_nodes=have_nodes)
     return Asked(key, reason, cache(cfg, key) if cache is not None and not reason else None)
 
 
@@ -98,10 +98,10 @@ def act(cfg: config_mod.RunConfig, asked: Asked, labels: dict, pipeline: Pipelin
 def run_one(cfg: config_mod.RunConfig, labels: dict, pipeline: Pipeline, cache: Cache | None = None,
             environment: tuple[dict, str] | None = None, on_progress=None,
             before_launch: Callable[[config_mod.RunConfig], object] | None = None,
-            cap_workers_at_cpus: bool = False) -> Outcome:
+            cap_workers_at_cpus: bool = False, have_nodes: int | None = None) -> Outcome:
     """:func:`ask`, then :func:`act`: copy or measure ``cfg`` with ``labels`` on its record. ``before_launch(cfg)``
     is called when a run is about to be measured or recorded as skipped (not for a copy)."""
-    asked = ask(cfg, cache, environment, cap_workers_at_cpus)
+    asked = ask(cfg, cache, environment, cap_workers_at_cpus, have_nodes)
     if asked.original is None and before_launch is not None:
         before_launch(cfg)
     return act(cfg, asked, labels, pipeline, environment, on_progress)

@@ -190,7 +190,7 @@ def _first_to_measure(ctx: rungs_mod.SweepContext, machine, plan: rounds_mod.Rou
                       done: set[tuple[int, int]]) -> dict | None:
     """The settings of the sweep's first run, for the warm launcher to start on while the sweep still reads its
     store; None when that run is in this sweep or the cache already (a sweep replayed from the store imports no
-    torch; a later run that is measured starts the launcher itself) or is not forked (several devices)."""
+    torch; a later run that is measured starts the launcher itself) or is not forked (several devices or nodes)."""
     turn = round_turns(ctx.ladder, 0, plan.max_rounds, plan.auto)[0]
     if machine is None or (turn.rung.index, turn.round_) in done:  # no machine: runs a caller fakes
         return None
@@ -198,7 +198,7 @@ def _first_to_measure(ctx: rungs_mod.SweepContext, machine, plan: rounds_mod.Rou
         cfg = rungs_mod.rung_config(ctx, turn.rung.index, machine)
     except ValueError:
         return None  # the rung says so itself when it runs
-    if cfg.devices > 1 or rungs_mod.would_be_cached(ctx, cfg):
+    if cfg.devices > 1 or cfg.nodes > 1 or rungs_mod.would_be_cached(ctx, cfg):
         return None
     return config_mod.to_dict(cfg)
 

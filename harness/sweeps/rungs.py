@@ -28,6 +28,7 @@ from harness.config import ladder as ladder_mod
 from harness.records.sinks import Pipeline, Sink
 from harness.run.parent import runner
 from harness.session import runner as session_runner
+from harness.sweeps import nodes
 from harness.store import RunRecord, load_records, load_runs, records_from_frame
 from harness.workload import applicability, first_item
 from harness.profiles import summary_from_json
@@ -59,6 +60,12 @@ class SweepContext:
     def results_dir(self) -> str:
         return self.settings.get("results_dir", "results")
 
+    @property
+    def span(self) -> int | None:
+        """The nodes a sweep across nodes spans (its ``nodes``; a rung on more is skipped); None on one node."""
+        spans = int(self.settings.get("nodes", 1))
+        return spans if spans > 1 else None
+
 
 def conflicts(ladder: ladder_mod.Ladder, user_keys: set[str]) -> list[str]:
     """User overrides of what the ladder varies (refused: the rung would not change what it says)."""
@@ -75,7 +82,8 @@ def rung_config(ctx: SweepContext, rung: int, machine: runner.Machine, dropped: 
     sweep = {"sweep.id": ctx.sweep_id, "sweep.rung": rung, "sweep.round": round_, "sweep.repeats": ctx.repeats,
              "sweep.rerun": ctx.rerun, "sweep.max_repeats": ctx.max_repeats, "sweep.budget_min": ctx.budget_min,
              "sweep.remeasure_busy": ctx.remeasure_busy}
-    cfg = config_mod.from_dict({**config_mod.flatten(ctx.settings), **ladder, **sweep})
+    values = {**config_mod.flatten(ctx.settings), **ladder, **sweep}
+    cfg = config_mod.from_dict({**values, **nodes.turn_dist(values, rung, round_, len(ctx.ladder.rungs))})
     return config_mod.resolve(cfg, machine.cuda_available, ladder_keys=frozenset(ladder),
                               dataset_shape=first_item.input_shape)
 
@@ -235,7 +243,8 @@ def round_source(ctx: SweepContext, machine: runner.Machine, round_: int) -> str
             return ""  # the rung says why when it runs
         if debug_active(cfg):
             return ""
-        if not applicability.skip_reason(cfg, cap_workers_at_cpus=ctx.ladder.cap_workers_at_cpus):
+        if not applicability.skip_reason(cfg, cap_workers_at_cpus=ctx.ladder.cap_workers_at_cpus,
+                                         have_nodes=ctx.span):
             hashes.append(config_mod.config_hash(cfg))  # a skipped rung is recorded as skipped, never copied
     return _one_source(ctx.results_dir, hashes, key, used)
 
@@ -272,7 +281,7 @@ def would_be_cached(ctx: SweepContext, cfg: config_mod.RunConfig) -> bool:
     """Whether :func:`run_rung` would copy these settings from the store (any sweep's measurement), from the
     store's short columns alone: a round's estimate asks it of every rung, and the records themselves are read once,
     when a rung copies one (a debug run among the originals, which it would pass over, is not looked for here)."""
-    reason = applicability.skip_reason(cfg, cap_workers_at_cpus=ctx.ladder.cap_workers_at_cpus)
+    reason = applicability.skip_reason(cfg, cap_workers_at_cpus=ctx.ladder.cap_workers_at_cpus, have_nodes=ctx.span)
     if reason or ctx.rerun or debug_active(cfg) or not ctx.copy_from:
         return False
     config_hash, key = config_mod.config_hash(cfg), runner.environment_key(cfg.device)
@@ -310,5 +319,6 @@ def run_rung(ctx: SweepContext, rung: int, round_: int, machine: runner.Machine,
     used = set(mine["cached_from"].fillna("")) | set(mine["run_id"])
     outcome = session_runner.run_one(cfg, fields, Pipeline.to_store(cfg.results_dir, *ctx.sinks),
                                      lambda cfg, key: cached_record(ctx, cfg, key, used, ""), None, on_progress,
-                                     before_launch, cap_workers_at_cpus=ladder.cap_workers_at_cpus)
+                                     before_launch, cap_workers_at_cpus=ladder.cap_workers_at_cpus,
+                                     have_nodes=ctx.span)
     return RungOutcome(outcome.record, outcome.how, dropped, outcome.message)

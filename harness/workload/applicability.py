@@ -31,12 +31,14 @@ class KnobNotApplicable(RuntimeError):
     """A knob cannot take effect here: the run is recorded as `skipped` with this reason."""
 
 
-def skip_reason(cfg: RunConfig, cap_workers_at_cpus: bool = False, have_devices: int | None = None) -> str:
+def skip_reason(cfg: RunConfig, cap_workers_at_cpus: bool = False, have_devices: int | None = None,
+                have_nodes: int | None = None) -> str:
     """Every reason the resolved ``cfg`` cannot run as labelled on this machine, joined ("" when it can).
     ``cap_workers_at_cpus``: a ladder's rungs with more loader workers than CPUs are skipped (its own choice);
-    ``have_devices``: the devices of ``cfg.device`` here (counted when None)."""
-    reasons = (not_applicable(cfg), too_many_devices(cfg, have_devices), too_many_workers(cfg, cap_workers_at_cpus),
-               shared_memory_short(cfg))
+    ``have_devices``: the devices of ``cfg.device`` here (counted when None); ``have_nodes``: the nodes a sweep
+    spans (None: not asked)."""
+    reasons = (not_applicable(cfg), too_many_devices(cfg, have_devices), too_many_nodes(cfg, have_nodes),
+               too_many_workers(cfg, cap_workers_at_cpus), shared_memory_short(cfg))
     return "; ".join(r for r in reasons if r)
 
 
@@ -57,6 +59,14 @@ def too_many_devices(cfg: RunConfig, have: int | None = None) -> str:
     what = (f"{have} CUDA GPU(s)" if cfg.device == "cuda"
             else f"{have} usable CPU core(s) (on a CPU a device is a process)")
     return f"devices={cfg.devices} needs {cfg.devices} devices; this machine has {what}"
+
+
+def too_many_nodes(cfg: RunConfig, have: int | None) -> str:
+    """Why ``cfg`` asks for more nodes than the sweep spans ("" when it does not, or when nobody asked)."""
+    if have is None or cfg.nodes <= have:
+        return ""
+    return (f"nodes={cfg.nodes} needs {cfg.nodes} nodes; this sweep spans nodes={have} (start it with nodes="
+            f"{cfg.nodes} on {cfg.nodes} nodes to measure this rung)")
 
 
 def devices_here(device: str) -> int:

@@ -51,12 +51,12 @@ def wait_text(row: RungRow) -> str:
 
 
 def has_scaling(table: SweepTable) -> bool:
-    """Whether any rung changes ``devices`` (the table then has an E(N) column)."""
+    """Whether any rung changes ``devices`` or ``nodes`` (the table then has an E(N) column)."""
     return any(r.scaling_efficiency is not None for r in table.rows)
 
 
 def headers(table: SweepTable) -> tuple[str, ...]:
-    """The columns; E(N) only in a sweep with rungs that change ``devices``."""
+    """The columns; E(N) only in a sweep with rungs that change ``devices`` or ``nodes``."""
     if not has_scaling(table):
         return HEADER
     at = HEADER.index(COMPUTE_HEADER) + 1
@@ -162,7 +162,9 @@ def footer_lines(table: SweepTable, strong: Callable[[str], str] = _strong) -> l
     lines += table.readings
     if has_scaling(table):
         lines.append("E(N) = X(N) / (N x X(1)): the rung's global samples/s over N times the last single-device "
-                     "rung's (100% is perfect scaling; samples/s is global, the slowest rank's pace).")
+                     "rung's, or for a rung that changes nodes the last one-node rung's, N its ranks over that "
+                     "rung's (100% is perfect scaling; samples/s is global, the slowest rank's pace); in brackets "
+                     "its 95% band from the rung x round model.")
     return lines
 
 

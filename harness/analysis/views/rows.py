@@ -59,7 +59,8 @@ class RungRow:
     samples_per_s_runs: list[float] = field(default_factory=list)
     runs: noise_model.Runs | None = None  # the ok runs as the noise model sees them
     world_size: int = 1  # devices (ranks) of the rung's runs
-    scaling_efficiency: float | None = None  # E(N) = X(N) / (N x X(1)), on rungs that change devices
+    scaling_efficiency: float | None = None  # E(N) = X(N) / (N x X(1)), on rungs that change devices or nodes
+    scaling_band: tuple[float, float] | None = None  # its 95% band (the rung x round model)
     bound: str = ""  # what its newest profile says bounds a step (profile.enabled): data-, launch-, compute-bound
     parts: Parts | None = None  # the compute, data and validation parts of its step
     claim_component: str = ""  # the part of the step its claim is about ("" for the whole step)

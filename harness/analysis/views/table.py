@@ -13,6 +13,7 @@ from dataclasses import replace
 
 from harness.analysis.stats import calibration, noise_model, speedup, sweepstats
 from harness.analysis.views import components, cpu_bf16
+from harness.analysis.views import scaling
 from harness.analysis.stats.busy import BUSY_VERDICT, busy_reason
 from harness.analysis.views.claims import Claims
 from harness.analysis.views.profile import bound_by
@@ -45,7 +46,7 @@ def build_table(frame, sweep: str = "latest", results_dir: str = "results") -> S
     figures = {k: (c[0], c[1]) for k, c in claims.by_rung.items()}
     judgement = sweepstats.judge(records, rungs, figures, claims.total[:2] if claims.total else None, claims.groups,
                                  noise)
-    rows = _scaling(_link(measured, judgement))
+    rows = scaling.efficiency(_link(measured, judgement), judgement)
     judged = components.judge(rows, [_group(g, rows, judgement) for g in claims.groups], records,
                               judgement.level or 0.05)
     minutes, noise_note = _minutes(records), _noise_note(judgement)
@@ -205,19 +206,6 @@ def _linked(row: RungRow, previous: int | None, judgement: sweepstats.Judgement)
             fields["verdict"] = sweepstats.verdict_text(answer)
     return replace(row, uncertainty=judgement.uncertainty(row.rung), built_on=previous, notes=tuple(notes),
                    x_baseline=judgement.ratio(row.rung, 0) if row.rung > 0 else None, **fields)
-
-
-def _scaling(rows: list[RungRow]) -> list[RungRow]:
-    """The rows with scaling efficiency E(N) = X(N) / (N x X(1)) on the rungs that change ``devices``: X is the
-    global throughput, X(1) that of the last earlier rung that ran ok on one device (1.0 is perfect scaling)."""
-    out, single = [], None
-    for row in rows:
-        if row.samples_per_s is not None and row.change.startswith("devices=") and single is not None:
-            row = replace(row, scaling_efficiency=row.samples_per_s / (row.world_size * single))
-        if row.samples_per_s is not None and row.world_size == 1:
-            single = row.samples_per_s
-        out.append(row)
-    return out
 
 
 def _total(claims: Claims, judgement: sweepstats.Judgement) -> dict:

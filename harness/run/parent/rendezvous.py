@@ -83,10 +83,12 @@ def first_host(nodelist: str) -> str:
 def resolve(nodes: int, master_addr: str, master_port: int, node_rank: int | None,
             environ: Mapping[str, str]) -> Rendezvous:
     """The rendezvous of this node: the settings' fields where given, the rest from the first scheduler whose
-    variables are present. ValueError names what is missing or contradicts, and where each can be given."""
+    variables are present (none read when the settings give every field: a sweep across nodes writes each run's
+    out, and a rung on fewer nodes than the job's is no contradiction). ValueError names what is missing or
+    contradicts, and where each can be given."""
     source, found = "settings", {}
     for name, marker, read in SOURCES:
-        if environ.get(marker):
+        if environ.get(marker) and not (master_addr and master_port and node_rank is not None):
             source, found = name, read(environ)
             break
     addr = master_addr or found.get("master_addr") or ""
