@@ -7,6 +7,7 @@ the end-to-end ones start 2 gloo ranks on this CPU (a device is a process), ~20-
 from __future__ import annotations
 
 import json
+import math
 import os
 import signal
 import subprocess
@@ -144,6 +145,24 @@ def test_the_table_shows_scaling_efficiency_on_rungs_that_change_devices(results
     assert "| 1 | devices=2 | 18.00" in text and "| 90% |" in text
     assert "E(N) = X(N) / (N x X(1))" in text
     assert "E(N)" in render.to_csv(table).splitlines()[0]
+
+
+def test_e_n_across_nodes_is_over_the_one_node_rung_with_its_band(results):
+    # two devices a node: the one-node rung runs 2 ranks, nodes=2 runs 4; N = 4 / 2 = 2 (not the 4 ranks)
+    rates = {0: [20.0, 21.0, 19.5], 1: [36.0, 37.5, 35.0]}
+    for rung, (change, world) in enumerate((("", 2), ("nodes=2", 4))):
+        for round_, rate in enumerate(rates[rung]):
+            write_record(RunRecord(run_id=f"r{rung}{round_}", status="ok", sweep_id="s", ladder="scaling_nodes",
+                                   timestamp=f"2026-01-01T00:0{round_}:0{rung}+0000", rung=rung, round=round_,
+                                   change=change, workload="unet3d", size="smoke", device="cpu", cpu_model="test CPU",
+                                   cpu_count=2, samples_per_s=rate, world_size=world, step_ms=[100.0] * 5), results)
+    row = table_mod.build_table(load_runs(results), "s").rows[1]
+    want = math.exp(sum(math.log(b / a) for a, b in zip(rates[0], rates[1])) / 3) / 2  # the model's, rounds out
+    assert row.scaling_efficiency == pytest.approx(want) and 0.85 < want < 0.9
+    low, high = row.scaling_band
+    assert low < want < high and high - low < 0.15
+    text = render.to_markdown(table_mod.build_table(load_runs(results), "s"))
+    assert f"| {100 * want:.0f}% [{100 * low:.0f}-{100 * high:.0f}%] |" in text
 
 
 def test_tables_without_device_rungs_keep_their_columns(results):

@@ -71,11 +71,19 @@ def row_cells(row: RungRow, scaling: bool = False) -> list[str]:
     status = status_text(row)
     if row.note:
         status += f": {row.note}"
-    efficiency = [_num(None if row.scaling_efficiency is None else 100 * row.scaling_efficiency, ".0f", "%")]
+    efficiency = [efficiency_text(row)]
     return [str(row.rung), row.change, thr, ratio_text(row.x_baseline), ratio_text(row.x_previous, band=True),
             compute_text(row), *(efficiency if scaling else []), f"{_num(row.step_ms_p50)} / {_num(row.step_ms_p90)}",
             wait_text(row), mem_text(row),
             _num(row.gpu_util_pct, ".0f", "%"), claim_text(row), row.verdict or "-", status]
+
+
+def efficiency_text(row: RungRow) -> str:
+    """E(N) with its 95% band: ``88% [84-92%]``."""
+    if row.scaling_efficiency is None:
+        return "-"
+    band = f" [{100 * row.scaling_band[0]:.0f}-{100 * row.scaling_band[1]:.0f}%]" if row.scaling_band else ""
+    return f"{100 * row.scaling_efficiency:.0f}%{band}"
 
 
 def compute_text(row: RungRow) -> str:
