@@ -273,3 +273,70 @@ def test_a_node_that_never_comes_ends_the_run_at_the_rendezvous_timeout_naming_i
     assert "the rendezvous at 127.0.0.1" in rec["error"] and "dist.rdzv_timeout_s=15" in rec["error"]
     assert "1/2 clients joined" in rec["error"]
     assert _tree(lonely.pid) == []
+
+
+# ------------------------------------------------------------------------------------------
+# a sweep across two nodes on this machine: node 0 drives, node 1 follows (slow: a minute or two each)
+
+
+def _sweep_node(results: Path, port: int, rank: int, log: Path, *extra: str) -> subprocess.Popen:
+    args = [sys.executable, "-m", "harness", "sweep", "+ladder=scaling_nodes", f"results_dir={results}", "nodes=2",
+            "devices=1", "dist.master_addr=127.0.0.1", f"dist.master_port={port}", f"dist.node_rank={rank}",
+            "dist.rdzv_timeout_s=60", *TINY_MODEL_ARGS, "measure.warmup_steps=1", "sweep.repeats=1",
+            "sweep.remeasure_busy=false", *extra]
+    with open(log, "w") as out:
+        return subprocess.Popen(args, cwd=REPO, env=dict(os.environ, PYTHONPATH=str(REPO), COLUMNS="200"),
+                                stdout=out, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+
+
+@pytest.mark.slow
+def test_a_sweep_across_two_nodes_runs_the_same_runs_and_stores_them_on_node_0_only(tmp_path):
+    port = _free_port() + 100  # the channel at port, the runs at the ports after it
+    logs = [tmp_path / f"node{r}.log" for r in (0, 1)]
+    nodes_ = [_sweep_node(tmp_path / f"r{r}", port, r, logs[r], "measure.steps=3") for r in (0, 1)]
+    try:
+        codes = [n.wait(timeout=500) for n in nodes_]
+    finally:
+        for proc in nodes_:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+    outs = [log.read_text() for log in logs]
+    assert codes == [0, 0], outs
+    records = load_runs(tmp_path / "r0").sort_values("rung")
+    assert not (tmp_path / "r1").exists()  # node 1 stores nothing
+    assert list(records["status"]) == ["ok", "ok", "skipped", "skipped"], outs[0]
+    assert list(records["world_size"])[:2] == [1, 2] and records["nodes"].iloc[1] == 2
+    assert "nodes=4 needs 4 nodes; this sweep spans nodes=2" in records["error"].iloc[2]
+    assert "on nodes 0-0; node 1 waits" in outs[1] and "rung 1, round 1 (nodes=2, devices=1): ok" in outs[1]
+    assert "node 0's sweep ended; nothing of it is stored here" in outs[1]
+    assert "| E(N) |" in outs[0]
+
+
+@pytest.mark.slow
+def test_a_follower_that_loses_node_0_ends_in_one_line_and_leaves_no_process(tmp_path):
+    port = _free_port() + 100
+    logs = [tmp_path / f"node{r}.log" for r in (0, 1)]
+    driver = _sweep_node(tmp_path / "r0", port, 0, logs[0], "measure.steps=400", "timeout_s=300")
+    follower = _sweep_node(tmp_path / "r1", port, 1, logs[1], "measure.steps=400", "timeout_s=300")
+    try:
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline and "node 1 waits" not in logs[1].read_text():
+            time.sleep(0.5)  # node 0 measures rung 0 (one node) and node 1 waits for the next run
+        procs = _tree(follower.pid) + _tree(driver.pid)
+        os.killpg(driver.pid, signal.SIGKILL)
+        lost = time.monotonic()
+        assert follower.wait(timeout=90) == 1
+        assert time.monotonic() - lost < 60  # within dist.rdzv_timeout_s
+        out = logs[1].read_text()
+        assert f"error: node 0's sweep at 127.0.0.1:{port} cannot be reached" in out, out
+        assert "node 0 stopped or cannot be reached; node 1 stops here (it stores nothing)" in out
+        end = time.monotonic() + 30
+        alive = procs
+        while alive and time.monotonic() < end:
+            alive = [p for p in alive if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+            time.sleep(0.2)
+        assert alive == [], [p.pid for p in alive]
+    finally:
+        for proc in (driver, follower):
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
