@@ -94,7 +94,8 @@ def test_bad_node_settings_are_refused_before_anything_runs(overrides, message):
 
 
 def test_commands_of_many_runs_refuse_several_nodes_in_one_line():
-    with pytest.raises(ValueError, match=r"nodes=2 is measured one run at a time: `python -m harness run nodes=2"):
+    with pytest.raises(ValueError, match=r"nodes=2 is measured by `python -m harness run nodes=2 ...` or `python -m "
+                                         r"harness sweep \+ladder=NAME nodes=2 ...` started on every node"):
         config_mod.validate_one_node(2, "sweep")
     config_mod.validate_one_node(1, "sweep")
 

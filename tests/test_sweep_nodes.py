@@ -134,3 +134,14 @@ def test_a_config_travels_whole_to_the_follower():
     cfg = _cfg(1)
     again = config_mod.from_dict(config_mod.to_dict(cfg))
     assert config_mod.config_hash(again) == config_mod.config_hash(cfg) and again.dist == cfg.dist
+
+
+def test_a_sweep_across_nodes_that_cannot_find_its_peers_is_refused_in_one_line(tmp_path, capsys):
+    from harness.commands import sweep
+
+    assert sweep.main("sweep", ["+ladder=scaling_nodes", "nodes=2", f"results_dir={tmp_path}"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: nodes=2 needs dist.master_addr and dist.node_rank: give them") and "\n" not in err
+    assert sweep.main("sweep", ["-m", "+ladder=scaling_nodes", "nodes=2", f"results_dir={tmp_path}"]) == 2
+    assert "`sweep -m` runs on one node (nodes=1)" in capsys.readouterr().err
+    assert not list(tmp_path.iterdir())  # nothing ran, nothing stored

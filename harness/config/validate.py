@@ -61,11 +61,13 @@ def _validate_run(cfg: RunConfig) -> None:
 
 
 def validate_one_node(nodes: int, command: str) -> None:
-    """``nodes`` >= 2 is measured by ``run`` alone: a command of many runs would have to keep every node's runs in
-    step (the same run next on each, none served from one node's cache while another measures)."""
+    """``nodes`` >= 2 is measured by ``run`` and ``sweep`` alone: another command of many runs would have to keep
+    every node's runs in step (the same run next on each, none served from one node's cache while another measures),
+    which only a sweep does (node 0 drives, the others follow)."""
     if nodes > 1:
-        raise ValueError(f"nodes={nodes} is measured one run at a time: `python -m harness run nodes={nodes} ...` on "
-                         f"every node (docs/ddp.md, several nodes); `{command}` runs on one node (nodes=1)")
+        raise ValueError(f"nodes={nodes} is measured by `python -m harness run nodes={nodes} ...` or `python -m "
+                         f"harness sweep +ladder=NAME nodes={nodes} ...` started on every node (docs/ddp.md, several "
+                         f"nodes); `{command}` runs on one node (nodes=1)")
 
 
 def validate_sweep(sweep: SweepConfig) -> None:
