@@ -30,7 +30,7 @@ from rich.markup import escape
 from harness import config as config_mod
 from harness import shell
 from harness.commands import export as export_cmd
-from harness.commands import hydra_edge
+from harness.commands import hydra_edge, sweep_nodes
 from harness.commands.machine import warn_if_unfit
 from harness.store import check_writable, new_id
 from harness.sweeps import campaign as campaign_mod
@@ -95,9 +95,7 @@ def main(command: str, argv: list[str]) -> int:
     except ValueError as exc:
         return _refuse(exc)
     if int(plan.settings.get("nodes", 1)) > 1:
-        from harness.commands import sweep_nodes
-
-        return sweep_nodes.main(plan)
+        return sweep_nodes.main(plan, run_sweep)
     return run_sweep(plan, sweep_id=new_id(f"{plan.ladder.name}-"))
 
 

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from typing import Callable
 
 from rich.markup import escape
 
 from harness import config as config_mod
-from harness.commands import sweep as sweep_cmd
-from harness.commands.console import console
+from harness.commands.console import console, refuse
 from harness.commands.progress import RunProgress
 from harness.run.parent import rendezvous, runner
 from harness.store import new_id
@@ -24,13 +24,14 @@ from harness.sweeps import rungs as sweep_mod
 from harness.workload import preflight
 
 
-def main(plan: sweep_cmd.SweepPlan) -> int:
-    """Resolve where the nodes meet, open the channel (node 0 serves it), then drive or follow."""
+def main(plan, run_sweep: Callable[..., int]) -> int:
+    """Resolve where the nodes meet, open the channel (node 0 serves it), then drive or follow. ``plan``: the sweep
+    command's checked ``SweepPlan``; ``run_sweep(plan, sweep_id=, driver=)``: its sweep, which node 0 runs."""
     try:
         parsed = config_mod.from_dict(plan.settings)
         meet = rendezvous.of(parsed, os.environ)
     except ValueError as exc:
-        return sweep_cmd._refuse(exc)
+        return refuse(exc)
     plan = dataclasses.replace(plan, settings=nodes.with_rendezvous(plan.settings, meet))
     role = "drives the sweep and stores its records" if meet.node_rank == 0 else "follows node 0's sweep"
     console.print(f"{meet.describe()}: this node {role}")
@@ -40,18 +41,18 @@ def main(plan: sweep_cmd.SweepPlan) -> int:
         what = (f"node 0 cannot serve the sweep's channel at port {meet.master_port} (take another "
                 "dist.master_port)" if meet.node_rank == 0 else
                 f"start the same sweep on node 0 within dist.rdzv_timeout_s={parsed.dist.rdzv_timeout_s:g}")
-        return sweep_cmd._refuse(ValueError(f"{exc}: {what}"))
+        return refuse(f"{exc}: {what}")
     if meet.node_rank == 0:
-        return _drive(plan, channel)
+        return _drive(plan, channel, run_sweep)
     return _follow(plan, channel)
 
 
-def _drive(plan: sweep_cmd.SweepPlan, channel: nodes.Channel) -> int:
+def _drive(plan, channel: nodes.Channel, run_sweep: Callable[..., int]) -> int:
     channel.set("hello", nodes.hello(plan.ladder.name, plan.overrides))
     driver = nodes.Driver(channel, plan.ladder.cap_workers_at_cpus)
     code, text = 1, "node 0's sweep was interrupted"
     try:
-        code = sweep_cmd.run_sweep(plan, sweep_id=new_id(f"{plan.ladder.name}-"), driver=driver)
+        code = run_sweep(plan, sweep_id=new_id(f"{plan.ladder.name}-"), driver=driver)
         code, text = max(code, 1) if driver.stopped else code, ""
     finally:
         missing = driver.end(code, text)
@@ -60,19 +61,20 @@ def _drive(plan: sweep_cmd.SweepPlan, channel: nodes.Channel) -> int:
     return code
 
 
-def _follow(plan: sweep_cmd.SweepPlan, channel: nodes.Channel) -> int:
+def _follow(plan, channel: nodes.Channel) -> int:
     node = channel.meet.node_rank
+    ctx = sweep_mod.SweepContext(sweep_id="", ladder=plan.ladder, settings=plan.settings, user_keys=plan.user_keys)
     try:  # what every rung reads is built here before node 0 asks for a run (no run waits on a dataset)
         machine = runner.Machine.detect()
-        for cfg in sweep_mod.preflight(sweep_cmd._context(plan, ""), machine):
+        for cfg in sweep_mod.preflight(ctx, machine):
             preflight.check_model_builds(cfg)
     except (ValueError, OSError) as exc:
         nodes.leave(channel, f"node {node} refused the sweep: {exc}")
-        return sweep_cmd._refuse(exc)
+        return refuse(exc)
     try:
         return nodes.follow(channel, nodes.hello(plan.ladder.name, plan.overrides), _Runs(node), console.print)
     except ValueError as exc:
-        return sweep_cmd._refuse(exc)
+        return refuse(exc)
     except nodes.Lost as exc:
         console.print(f"[red]error:[/] {escape(str(exc))}: node 0 stopped or cannot be reached; node {node} stops "
                       "here (it stores nothing)")

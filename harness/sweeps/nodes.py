@@ -73,7 +73,7 @@ class Channel:
     cannot be reached within ``timeout_s``)."""
 
     def __init__(self, meet: Rendezvous, timeout_s: float):
-        from torch.distributed import TCPStore
+        from torch.distributed import TCPStore  # torch only for a sweep across nodes, once its plan is checked
 
         self.meet, self.timeout_s = meet, float(timeout_s)
         try:
