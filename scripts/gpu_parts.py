@@ -133,7 +133,8 @@ def estimate_run_s(settings: dict, cap_workers: bool = False) -> float:
 
     preset = builtin(settings.get("workload", "unet3d")).sizes["full"]
     workers = int(settings.get("data.num_workers") or 0)
-    if int(settings.get("devices") or 1) > DEVICE_GPUS or (cap_workers and workers > DEVICE_CPUS):
+    if int(settings.get("devices") or 1) > DEVICE_GPUS or int(settings.get("nodes") or 1) > 1 \
+            or (cap_workers and workers > DEVICE_CPUS):  # more GPUs or nodes than a lent machine: skipped at once
         return SKIP_S
     batch = int(settings.get("batch_size") or preset.batch_size)
     steps = int(settings.get("measure.warmup_steps") or preset.warmup_steps) + \

@@ -61,10 +61,9 @@ class SweepContext:
         return self.settings.get("results_dir", "results")
 
     @property
-    def span(self) -> int | None:
-        """The nodes a sweep across nodes spans (its ``nodes``; a rung on more is skipped); None on one node."""
-        spans = int(self.settings.get("nodes", 1))
-        return spans if spans > 1 else None
+    def span(self) -> int:
+        """The nodes the sweep spans (its ``nodes``, 1 unless started across nodes): a rung on more is skipped."""
+        return int(self.settings.get("nodes", 1))
 
 
 def conflicts(ladder: ladder_mod.Ladder, user_keys: set[str]) -> list[str]:
