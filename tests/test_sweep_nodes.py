@@ -98,9 +98,11 @@ def test_a_follower_whose_sweep_differs_leaves_and_node_0_stops_before_its_next_
 
 
 def test_a_node_that_never_takes_a_run_ends_the_sweep_within_the_timeout():
-    driver = nodes.Driver(FakeChannel({}, 0, span=3, timeout_s=0.3))
-    with pytest.raises(engine.Stop, match=r"node 1, 2 did not take the next run within dist.rdzv_timeout_s=0.3"):
+    driver = nodes.Driver(FakeChannel({}, 0, span=3, timeout_s=0.2))
+    with pytest.raises(engine.Stop, match=r"stop: nodes 1, 2 did not take the next run within 0.6 s "
+                                          r"\(dist.rdzv_timeout_s=0.2\): stopped, or never started"):
         driver.before_launch(_cfg(1))
+    assert driver.stopped and "nodes 1, 2 did not take the end within 0.2 s" in driver.end(1)
 
 
 def test_a_follower_that_loses_node_0_raises_lost_in_one_line():

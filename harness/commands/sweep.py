@@ -267,6 +267,7 @@ class RungLines:
             self.console.print(f"{escape(turn.label)} {turn.rung.change('full') or 'baseline'}: "
                                "already measured in this sweep")
         elif event.text:  # a line of the loop's own (a busy run measured again, a look, a refusal), as plain text
+            self._close()  # a run told to stop before it started (a sweep across nodes) leaves no status line
             self.console.print(escape(event.text))
 
     def _open(self, label: str) -> None:

@@ -55,7 +55,7 @@ def _drive(plan, channel: nodes.Channel, run_sweep: Callable[..., int]) -> int:
         code = run_sweep(plan, sweep_id=new_id(f"{plan.ladder.name}-"), driver=driver)
         code, text = max(code, 1) if driver.stopped else code, ""
     finally:
-        missing = driver.end(code, text)
+        missing = driver.end(code, text, interrupted=bool(text))
         if missing:
             console.print(f"[yellow]note:[/] {escape(missing)} when told the sweep ended")
     return code

@@ -31,7 +31,9 @@ from harness.workload import applicability
 
 RUN_PORTS = 32  # the runs of a sweep meet at dist.master_port + 1 .. + RUN_PORTS
 POLL_S = 0.2
-END_WAIT_S = 30.0  # node 0 waits this long at most for the others to take the end
+TAKE_TIMEOUTS = 3  # node 0 waits this many dist.rdzv_timeout_s for a node to take a run: a node whose last run
+# failed waits up to one for its lost peers (the process group's timeout), and its launcher then ends its ranks
+INTERRUPTED_WAIT_S = 5.0  # an interrupted node 0 waits this long at most for the others to take the end
 
 
 class Lost(Exception):
@@ -121,16 +123,18 @@ class Driver:
             return  # recorded as skipped here; nothing runs anywhere
         label = f"rung {cfg.sweep.rung}, round {cfg.sweep.round + 1} (nodes={cfg.nodes}, devices={cfg.devices})"
         missing = self._tell({"kind": "run", "label": label, "config": config_mod.to_dict(cfg)},
-                             self.channel.timeout_s)
+                             TAKE_TIMEOUTS * self.channel.timeout_s)
         if missing:
             self.stopped = True
             raise engine.Stop(f"stop: {missing}; the sweep ends here, before {label} (its records so far are "
                               "stored)")
 
-    def end(self, code: int, text: str = "") -> str:
-        """Tell the other nodes the sweep is over (they exit with ``code``); what did not take it ("" if all did)."""
+    def end(self, code: int, text: str = "", interrupted: bool = False) -> str:
+        """Tell the other nodes the sweep is over (they exit with ``code``), waiting up to dist.rdzv_timeout_s for
+        them to take it (``interrupted``: a few seconds); what did not take it ("" if all did)."""
+        wait = min(INTERRUPTED_WAIT_S, self.channel.timeout_s) if interrupted else self.channel.timeout_s
         try:
-            return self._tell({"kind": "end", "code": int(code), "text": text}, min(END_WAIT_S, self.channel.timeout_s))
+            return self._tell({"kind": "end", "code": int(code), "text": text}, wait)
         except Lost as exc:
             return str(exc)
 
@@ -146,9 +150,10 @@ class Driver:
                 return "; ".join(f"node {n} left the sweep ({self.channel.get(f'left/{n}')['why']})" for n in left)
             waiting = [n for n in waiting if not self.channel.has(f"ack/{n}/{key}")]
             if waiting and time.monotonic() > deadline:
-                names = ", ".join(map(str, waiting))
-                return (f"node {names} did not take the next run within dist.rdzv_timeout_s={self.channel.timeout_s:g}"
-                        " (stopped, or never started: start the same sweep on every node)")
+                names = ("node " if len(waiting) == 1 else "nodes ") + ", ".join(map(str, waiting))
+                return (f"{names} did not take {'the end' if message['kind'] == 'end' else 'the next run'} "
+                        f"within {wait_s:g} s (dist.rdzv_timeout_s={self.channel.timeout_s:g}): stopped, or never "
+                        "started (start the same sweep on every node)")
             if waiting:
                 time.sleep(POLL_S)
         return ""
