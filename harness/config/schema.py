@@ -30,6 +30,7 @@ AUTO_BOOL = ("auto", True, False)
 MEMORY_LIMIT_GB = (0.25, 1024.0)  # memory.limit_gb's valid range, GiB: a quarter of one to beyond any single card
 MATMUL_PRECISIONS = ("highest", "high", "medium")  # torch.set_float32_matmul_precision
 SDPA_BACKENDS = ("auto", "math", "efficient", "flash", "cudnn")  # torch.nn.attention.SDPBackend; auto: PyTorch's choice
+FSDP_MIXED_PRECISIONS = ("none", "bf16")  # FSDP2's MixedPrecisionPolicy: none, or bf16 parameters, fp32 reductions
 CHECKPOINT_POLICIES = ("full", "selective")  # activation checkpointing: every op of a unit again, or all but matmuls'
 COMPILE_CACHES = ("reuse", "fresh")  # compile's caches: this machine's (warm), or an empty folder (cold)
 # Compile modes that capture CUDA graphs on a GPU ("max-autotune" turns on inductor's cudagraphs too).
@@ -160,6 +161,13 @@ class LmConfig:
     checkpoint_policy: str = "full"
     float8: bool = False  # torchao's float8 training of the Linear layers (a CUDA GPU of compute capability >= 8.9)
     fsdp: bool = False  # devices >= 2: FSDP2 (fully_shard per checkpoint unit, then the model) instead of DDP
+    # lm.fsdp's knobs (torch.distributed.fsdp.fully_shard's own): reshard_after_forward=false keeps each unit's
+    # gathered parameters from its forward to its backward (one all-gather a step fewer, more memory); the mixed
+    # precision policy (bf16: parameters gathered and computed in bf16, gradients reduced in fp32); an explicit
+    # prefetch of the next N units' parameters in the forward and the backward (0: FSDP2's own, implicit)
+    fsdp_reshard_after_forward: bool = True
+    fsdp_mixed_precision: str = "none"
+    fsdp_prefetch: int = 0
 
 
 @dataclass

@@ -9,7 +9,7 @@ from typing import Any
 
 from harness.config.schema import (
     AUGMENT_PRESETS, AUTO_BOOL, CHECKPOINT_POLICIES, COMM_HOOKS, COMPILE_CACHES, COMPILE_MODES, DATA_CACHES,
-    DATA_SOURCES, DEVICES, FAULTS, MATMUL_PRECISIONS, MEASURE_MODES, MEMORY_LIMIT_GB, PAGE_CACHE, PRECISIONS,
+    DATA_SOURCES, DEVICES, FAULTS, FSDP_MIXED_PRECISIONS, MATMUL_PRECISIONS, MEASURE_MODES, MEMORY_LIMIT_GB, PAGE_CACHE, PRECISIONS,
     SCALINGS, SDPA_BACKENDS, SIZES, DataConfig, DebugConfig, MeasureConfig, MemoryConfig, ModelConfig,
     OptimizerConfig, ProfileConfig, RunConfig, SweepConfig, ValConfig,
 )
@@ -356,4 +356,8 @@ def _validate_lm(cfg: RunConfig) -> None:
     """A language model's knobs' names, and compile's cache."""
     check_choice("lm.sdpa_backend", cfg.lm.sdpa_backend, SDPA_BACKENDS)
     check_choice("lm.checkpoint_policy", cfg.lm.checkpoint_policy, CHECKPOINT_POLICIES)
+    check_choice("lm.fsdp_mixed_precision", cfg.lm.fsdp_mixed_precision, FSDP_MIXED_PRECISIONS)
+    if cfg.lm.fsdp_prefetch < 0:
+        raise ValueError(f"lm.fsdp_prefetch={cfg.lm.fsdp_prefetch} must be 0 (FSDP2's own prefetch) or a number of "
+                         "units to prefetch")
     check_choice("compile_cache", cfg.compile_cache, COMPILE_CACHES)

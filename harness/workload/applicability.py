@@ -248,6 +248,12 @@ def lm_conflicts(cfg: RunConfig) -> list[str]:
     if lm.fsdp and cfg.devices < 2:
         reasons.append(f"lm.fsdp=true needs devices >= 2 (FSDP2 shards the parameters over the ranks); "
                        f"devices={cfg.devices}")
+    knobs = [f"{k}={v}" for k, v, default in (
+        ("lm.fsdp_reshard_after_forward", str(lm.fsdp_reshard_after_forward).lower(), "true"),
+        ("lm.fsdp_mixed_precision", lm.fsdp_mixed_precision, "none"), ("lm.fsdp_prefetch", lm.fsdp_prefetch, 0))
+        if v != default]
+    if knobs and not lm.fsdp:
+        reasons.append(f"{', '.join(knobs)}: a knob of FSDP2, and lm.fsdp=false runs DDP")
     if cfg.compile_cache == "fresh" and cfg.compile == "off":
         reasons.append("compile_cache=fresh empties compile's caches; compile=off compiles nothing")
     return reasons

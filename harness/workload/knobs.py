@@ -378,8 +378,10 @@ def prepare(cfg, workload, device: torch.device | None = None, rank=None, note=N
     if workload.lightning_module is not None:  # its forward, in place: its steps call it, under DDP too
         compile_forward(model, cfg.compile)
     if rank is not None and rank.world_size > 1:
-        model = through_ddp(model, own, val, functools.partial(lm_knobs.apply_fsdp, unit_types=unit_types)
-                            if cfg.lm.fsdp else functools.partial(apply_ddp, cfg=cfg, device=device))
+        model = through_ddp(model, own, val, functools.partial(
+            lm_knobs.apply_fsdp, unit_types=unit_types, reshard_after_forward=cfg.lm.fsdp_reshard_after_forward,
+            mixed_precision=cfg.lm.fsdp_mixed_precision, prefetch=cfg.lm.fsdp_prefetch)
+            if cfg.lm.fsdp else functools.partial(apply_ddp, cfg=cfg, device=device))
     if workload.lightning_module is None:
         model = apply_compile(model, cfg.compile)
     optimizer = own.optimizer() if own is not None and own.optimizer is not None \

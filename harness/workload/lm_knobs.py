@@ -85,12 +85,23 @@ def apply_float8(model: nn.Module) -> nn.Module:
     return convert_to_float8_training(model, module_filter_fn=fits)
 
 
-def apply_fsdp(model: nn.Module, unit_types: tuple[type, ...]) -> nn.Module:
+def apply_fsdp(model: nn.Module, unit_types: tuple[type, ...], reshard_after_forward: bool = True,
+               mixed_precision: str = "none", prefetch: int = 0) -> nn.Module:
     """FSDP2: ``fully_shard`` each outermost checkpoint unit (a transformer block), then the model (the embeddings and
-    head), over the process group every rank has joined; torchtitan's wrapping."""
-    from torch.distributed.fsdp import fully_shard
+    head), over the process group every rank has joined; torchtitan's wrapping. The knobs are ``fully_shard``'s:
+    ``reshard_after_forward`` (of the units; the root's stays FSDP2's default), the mixed
+    precision policy (bf16: ``MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32)``), and ``prefetch``: each
+    unit gathers the next ``prefetch`` units' parameters in the forward (the previous ones in the backward)."""
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
-    for module in [m for m in model.modules() if isinstance(m, unit_types)]:
-        fully_shard(module)
-    fully_shard(model)
+    policy = (MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+              if mixed_precision == "bf16" else MixedPrecisionPolicy())
+    units = [m for m in model.modules() if isinstance(m, unit_types)]
+    for module in units:
+        fully_shard(module, reshard_after_forward=reshard_after_forward, mp_policy=policy)
+    fully_shard(model, mp_policy=policy)
+    if prefetch:
+        for i, unit in enumerate(units):
+            unit.set_modules_to_forward_prefetch(units[i + 1:i + 1 + prefetch])
+            unit.set_modules_to_backward_prefetch(units[max(0, i - prefetch):i][::-1])
     return model
