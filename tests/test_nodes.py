@@ -4,6 +4,7 @@ and (slow) two "nodes" as two harness processes on this machine."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
@@ -23,8 +24,10 @@ from harness.analysis.stats.noise_model import hardware_label
 from harness.run.child import ranks
 from harness.run.parent import env as env_mod
 from harness.run.parent import launch, rendezvous
-from harness.store import load_runs
+from harness.store import RunRecord, load_runs, write_record
+from harness.sweeps import against
 from tests.conftest import REPO, TINY_MODEL_ARGS, tiny_config
+from tests.test_against import repo, run_check  # noqa: F401 (repo: a fixture)
 from tests.test_regress import row_status, setup_check
 
 # ------------------------------------------------------------------------------------------
@@ -165,6 +168,21 @@ def test_a_check_across_two_topologies_is_refused_as_not_comparable(tmp_path, ca
     setup_check(tmp_path, {"cfg-a": 100.0}, topology="NCCL_ALGO=Tree")
     code, rows = row_status(capsys, tmp_path)
     assert code == 2 and rows["cfg-a"]["status"] == "not comparable"
+
+
+def test_check_against_refuses_a_sweep_measured_across_nodes_in_one_line(repo, monkeypatch, capsys):
+    # check --against measures both sides here, on one node: a sweep of nodes=2 is another topology it cannot rerun
+    cfg = config_mod.from_dict({"workload": "unet3d", "size": "smoke", "nodes": 2, "measure": {"steps": 5}})
+    write_record(RunRecord(run_id="n0", status="ok", timestamp="2024-06-01T10:00:00+00:00", workload="unet3d",
+                           device="cpu", config_hash="h", sweep_id="nodes-s1", ladder="scaling_nodes", rung=0,
+                           samples_per_s=10.0, config_json=json.dumps(config_mod.record_dict(cfg)),
+                           cpu_model="Test CPU", cpu_count=2), repo / "results")
+    monkeypatch.setattr(against, "run_turn", lambda plan, turn: pytest.fail("a run started"))
+    assert run_check("HEAD", "--sweep", "nodes-s1") == 2
+    err = capsys.readouterr().err.strip()
+    assert err == ("error: nodes=2 is measured by `python -m harness run nodes=2 ...` or `python -m harness sweep "
+                   "+ladder=NAME nodes=2 ...` started on every node (docs/ddp.md, several nodes); `check --against` "
+                   "runs on one node (nodes=1)"), err
 
 
 # ------------------------------------------------------------------------------------------

@@ -338,7 +338,10 @@ def prepare(args: argparse.Namespace) -> tuple[against.AgainstPlan, list[str]]:
     against.write_workload_files(plan)
     for item in replays:  # a bad setting stops here, in one line, before any tree is made or run
         composed = hydra_edge.compose_settings(shell.with_search_path(list(item.overrides), plan.extra_search))
-        config_mod.validate(config_mod.from_dict(hydra_edge.plain_settings(composed)))
+        settings = config_mod.from_dict(hydra_edge.plain_settings(composed))
+        config_mod.validate(settings)
+        config_mod.validate_one_node(settings.nodes, "check --against")  # both sides here: a sweep across nodes'
+        # configs cannot be measured again on this one node (nodes=1 among the arguments measures them on it)
     plan.trees = {against.WORK: work, against.REF: worktree.ref_tree(root, commit, results)}
     against.keep_plan(plan, key)
     if resumed:
