@@ -359,3 +359,28 @@ def test_a_follower_that_loses_node_0_ends_in_one_line_and_leaves_no_process(tmp
         for proc in (driver, follower):
             if proc.poll() is None:
                 os.killpg(proc.pid, signal.SIGKILL)
+
+
+@pytest.mark.slow
+def test_node_0_ends_the_sweep_when_a_follower_is_gone_keeping_what_it_measured(tmp_path):
+    port = _free_port() + 100
+    logs = [tmp_path / f"node{r}.log" for r in (0, 1)]
+    quick = ("measure.steps=20", "dist.rdzv_timeout_s=10")
+    driver = _sweep_node(tmp_path / "r0", port, 0, logs[0], *quick)
+    follower = _sweep_node(tmp_path / "r1", port, 1, logs[1], *quick)
+    try:
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline and "node 1 waits" not in logs[1].read_text():
+            time.sleep(0.2)  # node 1 took rung 0 (one node): node 0 measures it
+        os.killpg(follower.pid, signal.SIGKILL)
+        procs = _tree(driver.pid)
+        assert driver.wait(timeout=240) == 1
+        out = logs[0].read_text()
+        assert "stop: node 1 did not take the next run within 30 s (dist.rdzv_timeout_s=10)" in out, out
+        records = load_runs(tmp_path / "r0")
+        assert list(records["rung"]) == [0] and records["status"].iloc[0] == "ok"  # what it measured is kept
+        assert [p for p in procs if p.is_running() and p.status() != psutil.STATUS_ZOMBIE] == []
+    finally:
+        for proc in (driver, follower):
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
