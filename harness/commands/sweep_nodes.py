@@ -72,7 +72,8 @@ def _follow(plan, channel: nodes.Channel) -> int:
         nodes.leave(channel, f"node {node} refused the sweep: {exc}")
         return refuse(exc)
     try:
-        return nodes.follow(channel, nodes.hello(plan.ladder.name, plan.overrides), _Runs(node), console.print)
+        return nodes.follow(channel, nodes.hello(plan.ladder.name, plan.overrides), _Runs(node, ctx.results_dir),
+                            console.print)
     except ValueError as exc:
         return refuse(exc)
     except nodes.Lost as exc:
@@ -92,23 +93,24 @@ class _Failed(Exception):
 
 
 class _Runs:
-    """Node R's runs: each measured with node 0's (nothing stored here), one line each."""
+    """Node R's runs: each measured with node 0's (nothing stored here), one line each. A run's folders (its disk
+    dataset, its caches) are this node's own ``results_dir``, built at its preflight; where it meets is node 0's."""
 
-    def __init__(self, node: int):
-        self.node, self.environments = node, {}
+    def __init__(self, node: int, results_dir: str):
+        self.node, self.results_dir, self.environments = node, results_dir, {}
 
     def __call__(self, run: nodes.Run) -> None:
         if not run.takes_part:
             console.print(f"{escape(run.label)}: on nodes 0-{run.cfg.nodes - 1}; node {self.node} waits")
             return
-        device = run.cfg.device
+        cfg, device = dataclasses.replace(run.cfg, results_dir=self.results_dir), run.cfg.device
         try:
-            runner.prepare_data(run.cfg, console.print)
+            runner.prepare_data(cfg, console.print)
             if device not in self.environments:
                 self.environments[device] = runner.environment(device)
             env, key = self.environments[device]
             with RunProgress(console, run.label) as progress:
-                record = runner.run_and_store(run.cfg, env, key, progress.update)
+                record = runner.run_and_store(cfg, env, key, progress.update)
         except (ValueError, OSError) as exc:
             raise _Failed(f"{run.label} could not start here: {exc}") from exc
         figure = f" {record.samples_per_s:.2f} samples/s" if record.status == "ok" and record.samples_per_s else ""
