@@ -418,7 +418,7 @@ def context(dry: bool) -> Context:
     return Context(py=os.environ.get("PYTHON") or "python3", out=out_path, scratch=scratch, gpu=gpu, dry=dry,
                    results_from=str(Path(os.environ["RESULTS_FROM"]).resolve()) if os.environ.get("RESULTS_FROM")
                    else "", started=time.monotonic() - command_age_s(), timeout_s=int(limit or 0),
-                   commit=gpu_parts.measured_commit(), factor=gpu_plan.correction(gpu_plan.load(gpu))[0],
+                   commit=gpu_headline.measured_commit(), factor=gpu_plan.correction(gpu_plan.load(gpu))[0],
                    lease_s=float(lease or 0))
 
 

@@ -34,7 +34,6 @@ from pathlib import Path
 from harness import api
 from harness.api import QUEUE_MAX_STEPS
 from scripts import gpu_headline
-from scripts.gpu_headline import measured_commit  # noqa: F401 (the campaign's commit, as the headline's)
 from scripts.gpu_width import over_card, width_scale
 
 REPO = Path(__file__).resolve().parent.parent
