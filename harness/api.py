@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
@@ -33,6 +33,9 @@ from harness.run.child.stopping import QUEUE_MAX_STEPS as _QUEUE_MAX_STEPS
 from harness.run.parent import env, fingerprint, launcher, runner
 from harness.store import RunRecord, read, write
 from harness.sweeps import rungs as sweep_mod
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 __all__ = ["QUEUE_MAX_STEPS", "Sweep", "Turn", "band_text", "claim_verdict", "code_fingerprint", "git_state",
            "ladder_dir", "load_ladder", "load_run_files", "load_runs", "load_table", "open_sweep", "run_command",
@@ -90,13 +93,14 @@ def runs_dir(results_dir: str | Path) -> Path:
     return write.runs_dir(results_dir)
 
 
-def load_runs(results_dir: str | Path, columns: Iterable[str] | None = None, where: dict[str, Any] | None = None):
+def load_runs(results_dir: str | Path, columns: Iterable[str] | None = None,
+              where: dict[str, Any] | None = None) -> pd.DataFrame:
     """The records of a results folder as a pandas DataFrame, one row a run (``columns`` alone; ``where``: column ->
     value or list of values, filtered as they are read). ValueError when there is no such folder."""
     return read.load_runs(results_dir, columns=list(columns) if columns is not None else None, where=where)
 
 
-def load_run_files(paths: Iterable[str | Path]):
+def load_run_files(paths: Iterable[str | Path]) -> pd.DataFrame:
     """The records of these record files as a pandas DataFrame (columns an older file lacks come back empty)."""
     return read.load_parquet_files([str(p) for p in paths])
 
