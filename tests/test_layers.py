@@ -129,6 +129,7 @@ def test_a_new_back_arrow_fails():
     assert not _flows("harness.run.parent.runner", "session") and not _flows("harness.session.engine", "sweeps")
     assert not _flows("harness.records.sinks", "run") and not _flows("harness.store.write", "records")
     assert _flows("harness.sweeps.loop", "session") and _flows("harness.session.runner", "records")
+    assert not _flows("harness.sweeps.rungs", "api") and _flows("harness.api", "sweeps")  # the public API on top
 
 
 def test_store_and_config_import_neither_run_nor_sweeps_nor_commands():
