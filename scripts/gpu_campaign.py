@@ -31,6 +31,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from harness import api  # noqa: E402
 from scripts import gpu_headline, gpu_parts, gpu_plan  # noqa: E402
 from scripts.gpu_pack import RETURN_LIMIT_BYTES, pack_part, tar_command  # noqa: E402
 
@@ -239,9 +240,6 @@ def at_pin(part: gpu_parts.Part, ctx: Context) -> Context:
 
 def run_part(part: gpu_parts.Part, ctx: Context) -> int:
     """Run one part, check it, pack it into OUT/PART.tar.gz; 0 when it ended ok."""
-    from harness.run.parent.env import git_state
-    from harness.run.parent.fingerprint import code_fingerprint
-
     try:
         ctx = at_pin(part, ctx)
     except ValueError as exc:
@@ -260,9 +258,9 @@ def run_part(part: gpu_parts.Part, ctx: Context) -> int:
     before = {p.name for p in (ctx.results / "runs").glob("*.parquet")}
     copies_before = _copies_state(ctx.results)
     (pack / "before.txt").write_text("\n".join(sorted(before)) + "\n")
-    commit, dirty = git_state(REPO)
+    commit, dirty = api.git_state(REPO)
     stamp = {"part": part.name, "gpu": ctx.gpu, "gpu_name": gpu_key()[1], "started": gpu_plan.now(),
-             "code_fingerprint": code_fingerprint(), "path_fingerprint": gpu_parts.path_fingerprint(part),
+             "code_fingerprint": api.code_fingerprint(), "path_fingerprint": gpu_parts.path_fingerprint(part),
              "commit": ctx.commit or commit, "dirty": dirty and ctx.repo == REPO, "estimate_s": part.estimate_s,
              "commands": [show(c)[2:] for c in commands(part, ctx)], "seeded_records": seeded}
     t0 = time.monotonic()
@@ -387,9 +385,7 @@ def _stop(proc: subprocess.Popen) -> None:
 def _sweeps(paths: list[Path]) -> list[str]:
     if not paths:
         return []
-    from harness.store import load_parquet_files
-
-    return sorted({s for s in load_parquet_files([str(p) for p in paths])["sweep_id"].fillna("") if s})
+    return sorted({s for s in api.load_run_files(paths)["sweep_id"].fillna("") if s})
 
 
 def _failures(log: Path) -> list[str]:
@@ -422,7 +418,7 @@ def context(dry: bool) -> Context:
     return Context(py=os.environ.get("PYTHON") or "python3", out=out_path, scratch=scratch, gpu=gpu, dry=dry,
                    results_from=str(Path(os.environ["RESULTS_FROM"]).resolve()) if os.environ.get("RESULTS_FROM")
                    else "", started=time.monotonic() - command_age_s(), timeout_s=int(limit or 0),
-                   commit=gpu_parts.measured_commit(), factor=gpu_plan.correction(gpu_plan.load(gpu))[0],
+                   commit=gpu_headline.measured_commit(), factor=gpu_plan.correction(gpu_plan.load(gpu))[0],
                    lease_s=float(lease or 0))
 
 

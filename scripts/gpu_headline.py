@@ -27,6 +27,8 @@ from datetime import datetime
 from math import floor
 from pathlib import Path
 
+from harness import api
+
 REPO = Path(__file__).resolve().parent.parent
 
 LIMIT_S = 540  # the headline's command, install included (a command's limit is 600 s: room for start and return)
@@ -86,13 +88,11 @@ def estimate(gpu: str) -> Estimate:
     """The headline's estimate from the run times recorded for ``gpu`` (the H100's where it has none)."""
     import pandas as pd
 
-    from harness.store import load_runs
-
     for kind in dict.fromkeys((gpu, RECORDED_ON)):
         folder = REPO / "results" / kind / "runs"
         if not folder.is_dir():
             continue
-        runs = load_runs(folder.parent, columns=["timestamp", "sweep_id", "ladder", "round", "workload", "size",
+        runs = api.load_runs(folder.parent, columns=["timestamp", "sweep_id", "ladder", "round", "workload", "size",
                                                   "compile_s", "status"])
         runs["at"] = pd.to_datetime(runs["timestamp"], utc=True)
         round_s, (compile_run_s, compile_s) = phase2_round_s(runs), compile_run(runs)
@@ -153,9 +153,7 @@ def measured_commit() -> str:
     """The commit measured: $GIT_COMMIT (a GPU copy without git), else this checkout's HEAD ("" if unknown)."""
     import os
 
-    from harness.run.parent.env import git_state
-
-    return os.environ.get("GIT_COMMIT") or git_state(REPO)[0]
+    return os.environ.get("GIT_COMMIT") or api.git_state(REPO)[0]
 
 
 def one_command(gpu: str) -> str:

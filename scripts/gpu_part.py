@@ -32,6 +32,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from harness import api  # noqa: E402 (the harness of this checkout, on the path above)
+
 FAILED = ("error", "timeout", "nan", "oom")
 RETRIED = ("error", "timeout")  # a rung that ended so is measured again when its part runs again
 COMPILE_FAILED = re.compile(r"compile=\S+ failed on this model")
@@ -50,19 +52,19 @@ def span(text: str, what: str, limit: int | None = None) -> list[int]:
 
 def ladder(ladder_name: str, rungs_text: str, rounds_text: str, sweep_id: str, overrides: list[str]) -> int:
     """Rungs ``rungs_text`` of a ladder for rounds ``rounds_text``, each round in rung order."""
-    ctx = _context(ladder_name, rounds_text, sweep_id, overrides)
-    rungs, rounds = span(rungs_text, "rungs", len(ctx.ladder.rungs)), span(rounds_text, "rounds")
-    return _turns(ctx, [(index, round_) for round_ in rounds for index in rungs])
+    sweep = _open(ladder_name, rounds_text, sweep_id, overrides)
+    rungs, rounds = span(rungs_text, "rungs", len(sweep.ladder.rungs)), span(rounds_text, "rounds")
+    return _turns(sweep, [(index, round_) for round_ in rounds for index in rungs])
 
 
 def total(ladder_name: str, rounds_text: str, sweep_id: str, overrides: list[str]) -> int:
     """A guide's total: the ladder's rung 0 against its last rung (every change of the guide), round after round
     in ABBA order (0 then last, last then 0, ...), so that a drift of the machine over the part hits both alike."""
-    ctx = _context(ladder_name, rounds_text, sweep_id, overrides)
-    last = len(ctx.ladder.rungs) - 1
-    code = _turns(ctx, [(index, round_) for round_ in span(rounds_text, "rounds")
-                        for index in ((0, last) if round_ % 2 == 0 else (last, 0))])
-    print(total_verdict(ctx.results_dir, sweep_id, ctx.ladder), flush=True)
+    sweep = _open(ladder_name, rounds_text, sweep_id, overrides)
+    last = len(sweep.ladder.rungs) - 1
+    code = _turns(sweep, [(index, round_) for round_ in span(rounds_text, "rounds")
+                          for index in ((0, last) if round_ % 2 == 0 else (last, 0))])
+    print(total_verdict(sweep.results_dir, sweep_id, sweep.ladder), flush=True)
     return code
 
 
@@ -70,116 +72,75 @@ def total_verdict(results_dir: str, sweep_id: str, lad) -> str:
     """The guide total's verdict from a sweep of its two ends: the last rung over rung 0 as the sweep's table
     measures it (its band from the rounds), against the ladder's total claim. (The table's own total line needs
     every rung, so it says "not measured" for such a sweep.)"""
-    from harness.analysis.stats import speedup
-    from harness.analysis.views.table import load_table
-
     last = len(lad.rungs) - 1
     try:
-        rows = {row.rung: row for row in load_table(results_dir, sweep_id).rows}
+        rows = {row.rung: row for row in api.load_table(results_dir, sweep_id).rows}
     except ValueError as exc:
         return f"{lad.name} total: no table ({exc})"
     row = rows.get(last)
     measured = (row.x_previous if row.built_on == 0 else row.x_baseline) if row else None
     claim = lad.total_claim
-    head = f"{lad.name} total, rung {last} over rung 0: {speedup.band_text(measured)}; the guide claims "
+    head = f"{lad.name} total, rung {last} over rung 0: {api.band_text(measured)}; the guide claims "
     head += f"{claim.low:g}-{claim.high:g}x" if claim.low != claim.high else f"{claim.low:g}x"
     if measured is None:
         return head + ": not measured (rung 0 or the last rung did not run ok)"
-    return head + f": {speedup.verdict(measured, claim.low, claim.high)}"
+    return head + f": {api.claim_verdict(measured, claim.low, claim.high)}"
 
 
-def _turns(ctx, turns: list[tuple[int, int]]) -> int:
-    """Measure (rung, round) turns in order into the sweep; 1 when one of them fails the part."""
-    from harness.run.parent import launcher, runner
-    from harness.sweeps import rungs as sweep_mod
-
-    machine = runner.Machine.detect()
-    for index in dict.fromkeys(index for index, _ in turns):  # datasets before anything is timed
-        runner.prepare_data(sweep_mod.rung_config(ctx, index, machine))
+def _turns(sweep: api.Sweep, turns: list[tuple[int, int]]) -> int:
+    """Measure (rung, round) turns in order into the sweep (one that it has is kept); 1 when one fails the part."""
     code = 0
-    with launcher.warm():  # the launch path `harness sweep` takes: each run forked from one warm process
-        for index, round_ in turns:
-            code |= _measure(ctx, index, round_, machine)
+    for turn in sweep.measure(turns, keep=lambda rung, round_: _kept(sweep, rung, round_)):
+        code |= _said(sweep, turn)
     return code
 
 
-def _measure(ctx, index: int, round_: int, machine) -> int:
-    """One rung of one round (unless the sweep has it): 1 when it fails the part."""
-    from harness.sweeps import rungs as sweep_mod
-
-    label = f"{ctx.ladder.name} rung {index}" + (f" round {round_}" if round_ else "")
-    if _kept(ctx, index, round_):
-        print(f"{label}: already measured in sweep {ctx.sweep_id}")
+def _said(sweep: api.Sweep, turn: api.Turn) -> int:
+    """Print what one rung of one round did: 1 when it fails the part."""
+    label = f"{sweep.ladder.name} rung {turn.rung}" + (f" round {turn.round}" if turn.round else "")
+    if turn.how == "kept":
+        print(f"{label}: already measured in sweep {sweep.sweep_id}")
         return 0
-    outcome = sweep_mod.run_rung(ctx, index, round_, machine)
-    rec = outcome.record
+    rec = turn.record
     if rec is None:
-        print(f"{label}: not run: {outcome.message}")
+        print(f"{label}: not run: {turn.message}")
         return 0
     tail = (rec.error or "").strip().splitlines()
     speed = f" {rec.samples_per_s:.2f} samples/s" if rec.samples_per_s else ""
-    verdict = failure(rec.status, rec.error or "", ctx.ladder.name, rec.config_json or "{}")
-    print(f"{label} ({rec.change or 'baseline'}): {rec.status} ({outcome.how}){speed}"
+    verdict = failure(rec.status, rec.error or "", sweep.ladder.name, rec.config_json or "{}")
+    print(f"{label} ({rec.change or 'baseline'}): {rec.status} ({turn.how}){speed}"
           + (f": {tail[-1][:200]}" if tail else "") + (f"  <- FAILS THE PART: {verdict}" if verdict else ""),
           flush=True)
     return int(bool(verdict))
 
 
-def _context(ladder_name: str, rounds_text: str, sweep_id: str, overrides: list[str]):
-    from harness import config as config_mod
-    from harness.config import ladder as ladder_mod
-    from harness.sweeps import rungs as sweep_mod
-
-    lad = ladder_mod.load(ladder_name)
-    cfg = config_mod.RunConfig()
-    keys = set()
-    for item in overrides:
-        key, _, value = item.partition("=")
-        config_mod.set_key(cfg, key, _parse(value))
-        keys.add(key)
-    clash = sweep_mod.conflicts(lad, keys)
-    if clash:
-        raise ValueError(f"{clash} is what ladder {ladder_name!r} varies; remove the override")
-    repeats = span(rounds_text, "rounds")[-1] + 1
-    return sweep_mod.SweepContext(sweep_id=sweep_id, ladder=lad, settings=config_mod.to_dict(cfg),
-                                  user_keys=frozenset(keys), repeats=repeats)
+def _open(ladder_name: str, rounds_text: str, sweep_id: str, overrides: list[str]) -> api.Sweep:
+    return api.open_sweep(ladder_name, sweep_id, overrides, rounds=span(rounds_text, "rounds")[-1] + 1)
 
 
-def _kept(ctx, rung: int, round_: int) -> bool:
+def _kept(sweep: api.Sweep, rung: int, round_: int) -> bool:
     """Whether this sweep has a record of the rung in this round that is not to be measured again."""
-    from harness.store import load_runs
-
     try:
-        mine = load_runs(ctx.results_dir, columns=["rung", "round", "status"], where={"sweep_id": ctx.sweep_id})
+        mine = api.load_runs(sweep.results_dir, columns=["rung", "round", "status"],
+                             where={"sweep_id": sweep.sweep_id})
     except ValueError:  # no results folder yet
         return False
     mine = mine[(mine["rung"] == rung) & (mine["round"].fillna(0) == round_)]
     return bool((~mine["status"].isin(RETRIED)).any())
 
 
-def _parse(value: str):
-    """Values as Hydra would read them from the command line: numbers, booleans, null, [lists]."""
-    import yaml
-
-    return yaml.safe_load(value) if value else value
-
-
 def _new_records(results_dir: str, before_list: str) -> list[str]:
     """The record files under ``results_dir`` that BEFORE_LIST (the files present before the part) does not name."""
-    from harness.store import runs_dir
-
     before = set(Path(before_list).read_text().split()) if Path(before_list).exists() else set()
-    return sorted(str(p) for p in runs_dir(results_dir).glob("*.parquet") if p.name not in before)
+    return sorted(str(p) for p in api.runs_dir(results_dir).glob("*.parquet") if p.name not in before)
 
 
 def table(results_dir: str, before_list: str, ladder_name: str) -> int:
     """Print the table of each sweep of ``ladder_name`` that a new record joined (1 when there is none)."""
     import subprocess
 
-    from harness.store import load_parquet_files
-
     new = _new_records(results_dir, before_list)
-    rows = load_parquet_files(new) if new else None
+    rows = api.load_run_files(new) if new else None
     sweeps = sorted({s for s in rows[rows["ladder"] == ladder_name]["sweep_id"].dropna()}) if new else []
     if not sweeps:
         print(f"no new record of ladder {ladder_name}: no table")
@@ -189,14 +150,12 @@ def table(results_dir: str, before_list: str, ladder_name: str) -> int:
 
 
 def check(results_dir: str, before_list: str, strict: bool = False) -> int:
-    from harness.store import load_parquet_files
-
     new = _new_records(results_dir, before_list)
     if not new:
         print("no new record (nothing measured, or every rung was measured already)")
         return 0
     bad = 0
-    for row in load_parquet_files(new).itertuples():
+    for row in api.load_run_files(new).itertuples():
         tail = (row.error or "").strip().splitlines()
         what = f"{row.ladder} rung {row.rung}" if row.ladder else "run"
         verdict = failure(row.status, row.error or "", row.ladder or "", row.config_json or "{}")
@@ -222,10 +181,8 @@ def failure(status: str, error: str, ladder_name: str, config_json: str) -> str:
 
 
 def _stops_on_oom(ladder_name: str) -> bool:
-    from harness.config import ladder as ladder_mod
-
     try:
-        return ladder_mod.load(ladder_name).stop_on_oom
+        return api.load_ladder(ladder_name).stop_on_oom
     except ValueError:
         return False
 

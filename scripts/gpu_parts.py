@@ -31,14 +31,13 @@ from functools import lru_cache
 from math import ceil, prod
 from pathlib import Path
 
-from harness.config import ladder as ladder_mod
-from harness.run.child.stopping import QUEUE_MAX_STEPS
+from harness import api
+from harness.api import QUEUE_MAX_STEPS
 from scripts import gpu_headline
-from scripts.gpu_headline import measured_commit  # noqa: F401 (the campaign's commit, as the headline's)
 from scripts.gpu_width import over_card, width_scale
 
 REPO = Path(__file__).resolve().parent.parent
-LADDER_DIR = ladder_mod.LADDER_DIR  # conf/ladder/, wherever the harness keeps it
+LADDER_DIR = api.ladder_dir()  # conf/ladder/, wherever the harness keeps it
 CONF_DIR = LADDER_DIR.parent
 
 DEVICE_GPUS = 1  # the lent machines have one GPU: rungs asking for more are recorded `skipped` at once
@@ -129,9 +128,7 @@ class Part:
 
 def estimate_run_s(settings: dict, cap_workers: bool = False) -> float:
     """Pessimistic seconds for one run of ``settings`` (flat keys, as a ladder rung's at full size) on one GPU."""
-    from harness.config.workload import builtin
-
-    preset = builtin(settings.get("workload", "unet3d")).sizes["full"]
+    preset = api.workload(settings.get("workload", "unet3d")).sizes["full"]
     workers = int(settings.get("data.num_workers") or 0)
     if int(settings.get("devices") or 1) > DEVICE_GPUS or int(settings.get("nodes") or 1) > 1 \
             or (cap_workers and workers > DEVICE_CPUS):  # more GPUs or nodes than a lent machine: skipped at once
@@ -164,10 +161,8 @@ def estimate_run_s(settings: dict, cap_workers: bool = False) -> float:
 def step_costs(settings: dict) -> tuple[float, float]:
     """Pessimistic GPU seconds of a step's compute and loader seconds of one item (its read, wait and augmentations),
     for ``settings`` (flat keys, as a ladder rung's at full size)."""
-    from harness.config.workload import builtin
-
     name = settings.get("workload", "unet3d")
-    preset, cost = builtin(name).sizes["full"], WORKLOAD_COST[name]
+    preset, cost = api.workload(name).sizes["full"], WORKLOAD_COST[name]
     batch = int(settings.get("batch_size") or preset.batch_size)
     patch = settings.get("data.patch_size")
     scale = prod(patch) / prod(preset.input_shape[1:]) if patch else 1.0
@@ -195,9 +190,7 @@ def _augment_s(settings: dict) -> float:
     for key in on:
         if settings.get(f"data.{key}") is not None:
             on[key] = bool(settings[f"data.{key}"])
-    from harness.config.workload import builtin
-
-    if builtin(settings.get("workload", "unet3d")).spatial_dims != 3:
+    if api.workload(settings.get("workload", "unet3d")).spatial_dims != 3:
         return 0.002 * any(on.values())
     return sum(AUGMENT_3D_S[k] for k, v in on.items() if v)
 
@@ -232,7 +225,7 @@ def _dataset_s(ladder_name: str) -> float:
 
 @lru_cache(maxsize=None)
 def _ladder(name: str):
-    return ladder_mod.load(name)
+    return api.load_ladder(name)
 
 
 def ladder_names() -> list[str]:

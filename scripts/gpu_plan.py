@@ -32,6 +32,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from harness import api
 from scripts import gpu_parts
 
 REPO = gpu_parts.REPO
@@ -274,9 +275,7 @@ def resolve(name: str) -> str:
 
 @lru_cache(maxsize=1)
 def _head() -> str:
-    from harness.run.parent.env import git_state
-
-    return git_state(REPO)[0]
+    return api.git_state(REPO)[0]
 
 
 # ------------------------------------------------------------------------------------------

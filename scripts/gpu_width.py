@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from math import prod
 
+from harness import api
+
 CARD_GIB = 80  # the lent card's memory (an H100's; an H200 has more): a rung's activations over it end `oom`
 BASIC_UNET_FEATURES = (32, 32, 64, 128, 256, 32)  # MONAI's own (harness_models/segmentation3d.py: torch not loaded)
 
@@ -53,6 +55,4 @@ def over_card(settings: dict) -> str:
 
 
 def _full_preset(name: str):
-    from harness.config.workload import builtin
-
-    return builtin(name).sizes["full"]
+    return api.workload(name).sizes["full"]

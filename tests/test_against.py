@@ -371,8 +371,8 @@ def test_a_later_look_tests_at_the_spending_boundary_and_the_last_at_plain_holm(
 
 
 def test_holm_levels_never_show_an_untested_config_beyond_the_threshold():
-    rejected, levels = rule.holm_levels([0.03, 0.04])  # 0.03 > 0.05/2: Holm stops at the first
-    assert rejected == [False, False] and levels == [0.025, 0.025]
+    rejected, levels = rule.holm_arrays(np.array([[0.03, 0.04]]))  # 0.03 > 0.05/2: Holm stops at the first
+    assert rejected[0].tolist() == [False, False] and levels[0].tolist() == [0.025, 0.025]
     decisions = rule.decide([rule.Effect(-0.2, 0.03, 4), rule.Effect(-0.01, 0.03, 4)], [0.05, 0.05])
     assert decisions[0].regressed and decisions[0].upper < 0.95 and not decisions[1].regressed
     for d in decisions:

@@ -23,7 +23,8 @@ from tests.conftest import REPO
 
 # The flow, edge first: a module may import its own level and those after it, never one before it.
 # session/ is the engine's floor: the measuring commands' policies (sweeps, climb, fit) stand on it, and it on run/.
-FLOW = [{"commands"}, {"climb", "fit"}, {"sweeps"}, {"session"}, {"run"}, {"workload"}, {"records"},
+# api (harness/api.py, what a user's script may import) stands beside the commands: neither imports the other.
+FLOW = [{"commands", "api"}, {"climb", "fit"}, {"sweeps"}, {"session"}, {"run"}, {"workload"}, {"records"},
         {"config", "store"}]
 LEVEL = {layer: i for i, level in enumerate(FLOW) for layer in level}
 EDGE = {"harness", "harness.__main__", "harness.cli"}  # the dispatch, above every layer
@@ -128,6 +129,7 @@ def test_a_new_back_arrow_fails():
     assert not _flows("harness.run.parent.runner", "session") and not _flows("harness.session.engine", "sweeps")
     assert not _flows("harness.records.sinks", "run") and not _flows("harness.store.write", "records")
     assert _flows("harness.sweeps.loop", "session") and _flows("harness.session.runner", "records")
+    assert not _flows("harness.sweeps.rungs", "api") and _flows("harness.api", "sweeps")  # the public API on top
 
 
 def test_store_and_config_import_neither_run_nor_sweeps_nor_commands():

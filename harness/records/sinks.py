@@ -48,7 +48,3 @@ class Pipeline:
         for sink in self.sinks:
             sink.put(record)
         return record
-
-    def elsewhere(self, results_dir: str | os.PathLike) -> "Pipeline":
-        """The same sinks, with the store's records kept under ``results_dir`` instead (a check's own store)."""
-        return Pipeline(tuple(StoreSink(results_dir) if isinstance(s, StoreSink) else s for s in self.sinks))

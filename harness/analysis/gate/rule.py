@@ -70,24 +70,6 @@ def quantile(confidence: float, df: float) -> float:
     return float(sps.norm.ppf(confidence) if math.isinf(df) else sps.t.ppf(confidence, df))
 
 
-def p_beyond(effect: Effect, threshold: float) -> float:
-    """One-sided p-value of "new is slower than old by more than ``threshold``" (small when it clearly is)."""
-    if not effect.testable:
-        return math.nan
-    edge = math.log(1 - threshold)
-    if effect.se == 0:
-        return 0.0 if effect.diff < edge else 1.0
-    t = (effect.diff - edge) / effect.se
-    return float(sps.norm.cdf(t) if math.isinf(effect.df) else sps.t.cdf(t, effect.df))
-
-
-def holm_levels(p_values: list[float], alpha: float = ALPHA) -> tuple[list[bool], list[float]]:
-    """Holm's step-down (:func:`holm_arrays`) on one check: which hypotheses are rejected, and the alpha each was
-    tested at."""
-    rejected, alphas = holm_arrays(np.array([p_values], dtype=float), alpha)
-    return rejected[0].tolist(), alphas[0].tolist()
-
-
 def decide(effects: list[Effect], thresholds: list[float], alpha: float = ALPHA,
            at_level: Callable[[float], float] | None = None,
            same_at: Callable[[float], float] | None = None) -> list[Decision]:

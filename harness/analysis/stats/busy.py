@@ -62,8 +62,3 @@ def _other_gpu_bytes(field) -> float | None:
     if used is None or own is None:
         return None
     return used - own
-
-
-def busy_reasons(records) -> dict[int, str]:
-    """``{position: reason}`` for the busy ones among ``records`` (any iterable of record-likes)."""
-    return {i: r for i, r in ((i, busy_reason(rec)) for i, rec in enumerate(records)) if r}
