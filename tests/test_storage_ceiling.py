@@ -11,11 +11,11 @@ import time
 import pytest
 
 from harness.workload.storage import SharedCeiling, run_ceiling
-from tests.conftest import tiny_config
+from tests.conftest import tiny_config, tiny_model_config
 
 
 def _reserve_slots(ceiling: SharedCeiling, count: int, start, out) -> None:
-    start.wait()  # every reader starts together: they contend for one schedule
+    start.wait()  # every reader starts together (once all are imported): they contend for one schedule
     out.put([ceiling.reserve() for _ in range(count)])
 
 
@@ -25,11 +25,10 @@ def test_readers_in_several_processes_share_one_ceiling_and_together_read_at_it(
     # one queue however slowly the processes run, and none sleeps (reserve only books the slot)
     ctx = mp.get_context(context)
     ceiling = SharedCeiling(str(tmp_path / "ceiling"), items_per_s=0.1)
-    start, out = ctx.Event(), ctx.Queue()
+    start, out = ctx.Barrier(3), ctx.Queue()
     readers = [ctx.Process(target=_reserve_slots, args=(ceiling, 8, start, out)) for _ in range(3)]
     for reader in readers:
         reader.start()
-    start.set()
     slots = sorted(s for _ in readers for s in out.get(timeout=120))
     for reader in readers:
         reader.join(timeout=60)
@@ -64,12 +63,12 @@ def test_loader_workers_reading_through_the_ceiling_never_exceed_it(tmp_path):
 def test_the_ceiling_is_built_only_when_asked_and_shared_by_a_runs_datasets(monkeypatch):
     from harness.workload.data import StorageCost, build_dataset
 
-    assert not isinstance(build_dataset(tiny_config(), tiny_config().workload), StorageCost)  # no cost when unset
-    cfg = tiny_config(data__storage_items_per_s=50.0)
-    train, val = build_dataset(cfg, cfg.workload), build_dataset(cfg, cfg.workload)
+    # (unset, no StorageCost is built at all: tests/test_guide_knobs.py)
+    cfg = tiny_model_config(data__storage_items_per_s=50.0)  # random tensors: nothing to build but the ceiling
+    train = build_dataset(cfg, cfg.workload)
     try:
         assert isinstance(train, StorageCost) and train.latency_s == 0 and train.ceiling.items_per_s == 50.0
-        assert train.ceiling.path == val.ceiling.path  # the validation loader reads from the same storage
+        assert run_ceiling(50.0).path == train.ceiling.path  # the validation loader's reads share it too
         folder = os.path.dirname(train.ceiling.path)
         assert open(os.path.join(folder, "parent.pid")).read() == str(os.getpid())  # removed once this is gone
     finally:

@@ -269,7 +269,7 @@ class RandomTensors(Dataset):
 
 def build_dataset(cfg, workload, replicas: int = 1, own_data: Dataset | None = None) -> Dataset:
     """The dataset the settings describe (disk datasets must exist: ``harness.workload.datasets.ensure``), with the
-    storage cost asked for (``data.read_latency_ms``, ``data.storage_items_per_s``, ``data.page_cache``). With ``replicas`` ranks sharing it,
+    storage cost asked for (``data.read_latency_ms``, ``data.page_cache``). With ``replicas`` ranks sharing it,
     it is that many times longer: an epoch is still ``epoch_steps`` on each. ``own_data``: a LightningModule's own
     training data (its ``train_dataloader()``'s dataset), used when the workload names no dataset."""
     dataset = _dataset(cfg, workload, replicas, own_data)

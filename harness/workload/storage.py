@@ -1,5 +1,6 @@
 """A storage throughput ceiling shared by every reader of a run: the loader workers of each rank, and the ranks of a
-run on one host, as a shared file system's limit is shared by every client reading from it (``data.storage_items_per_s``).
+run on one host, as a shared file system's limit is shared by every client reading from it
+(``data.storage_items_per_s``).
 
 Each read reserves the next free slot of one schedule, spaced ``1 / items_per_s`` apart, and waits for it: under the
 ceiling a read waits for nothing; at it, readers queue and together read ``items_per_s`` items a second, however many
