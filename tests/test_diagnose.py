@@ -179,6 +179,19 @@ def test_the_imagenet_storage_start_is_calibrated_to_the_guides_0_19_it_s():
     # 0.19 it/s at batch 256 with 16 workers: each worker takes 16 / (0.19 x 256) s an image
     per_image_ms = 1000 * full["data.num_workers"] / (0.19 * full["batch_size"])
     assert full["data.read_latency_ms"] == pytest.approx(per_image_ms, rel=0.02)
+    # the shared ceiling: the Summary's end, 2.0 it/s at batch 384, read from the same storage (no lower: a ceiling
+    # under it would cap the claim by construction); the CPU size's the same multiple of its start's pace
+    assert full["data.storage_items_per_s"] == 2.0 * 384
+    multiple = full["data.storage_items_per_s"] * full["data.read_latency_ms"] / 1000 / full["data.num_workers"]
+    smoke = ladder_mod.load("resnet50_storage").settings(0, "smoke")
+    pace = 1000 * smoke["data.num_workers"] / smoke["data.read_latency_ms"]
+    assert smoke["data.storage_items_per_s"] == pytest.approx(multiple * pace, rel=0.02)
+    # and no rung reaches it: the readers' pace (workers / latency) stays under the ceiling at both sizes
+    lad = ladder_mod.load("resnet50_storage")
+    for size in ("full", "smoke"):
+        for rung in lad.rungs:
+            s = lad.settings(rung.index, size)
+            assert 1000 * s["data.num_workers"] / s["data.read_latency_ms"] < s["data.storage_items_per_s"] / 4
 
 
 def test_diagnose_takes_a_ladders_baseline_with_the_users_overrides_on_top(tmp_path):

@@ -339,7 +339,8 @@ def test_the_imagenet_storage_ladder_makes_the_same_changes_as_the_in_ram_one():
     for size in ("full", "smoke"):
         assert [r.change(size) for r in storage.rungs] == [r.change(size) for r in in_ram.rungs]
         extra = {k: v for k, v in storage.settings(0, size).items() if k not in in_ram.settings(0, size)}
-        assert set(extra) == {"data.source", "data.cache", "data.page_cache", "data.read_latency_ms"}
+        assert set(extra) == {"data.source", "data.cache", "data.page_cache", "data.read_latency_ms",
+                              "data.storage_items_per_s"}
 
 
 @pytest.mark.slow
@@ -357,3 +358,24 @@ def test_the_workers_cap_ladder_sweeps_at_the_cpu_size_and_judges_the_two_worker
     claim, status = head.index("guide claims"), head.index("status")
     assert cells["data.num_workers=2"][claim] == "1.5-2x" and cells["data.num_workers=4"][claim] == "-"
     assert all(cells[k][status].startswith("ok") for k in ("data.num_workers=2", "data.num_workers=4"))
+
+
+@pytest.mark.slow
+def test_the_imagenet_storage_ladder_sweeps_at_the_cpu_size_through_its_shared_ceiling(tmp_path):
+    """resnet50_storage: every rung runs from the storage-bound start through the shared ceiling (the TF32 rung is a
+    GPU's), and the table carries the guide's claims where the ladder puts them."""
+    from tests.conftest import harness_cli
+
+    out = harness_cli("sweep", "+ladder=resnet50_storage", "measure.steps=3", "measure.warmup_steps=1",
+                      "sweep.repeats=1", "sweep.remeasure_busy=false", f"results_dir={tmp_path / 'results'}",
+                      timeout=3600)
+    assert out.returncode == 0, out.stdout + out.stderr
+    lines = [line for line in out.stdout.splitlines() if line.startswith("| ")]
+    head = [c.strip() for c in lines[0].strip("|").split("|")]
+    cells = {row[1]: row for row in ([c.strip() for c in line.strip("|").split("|")] for line in lines[1:])}
+    claim, status = head.index("guide claims"), head.index("status")
+    assert [cells[k][claim] for k in ("batch_size=12", "data.num_workers=2", "data.mixup=false")] == ["1.5x"] * 2 + [
+        "1.1x"]
+    assert cells["tf32=true"][status].startswith("skipped")
+    assert all(cells[k][status].startswith("ok") for k in cells if k != "tf32=true"), out.stdout
+    assert "10-15x" in out.stdout and "Near 2x by the guide's own figures" in out.stdout

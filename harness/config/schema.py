@@ -68,6 +68,7 @@ class DataConfig:
     elastic: Optional[bool] = None  # 3D only
     mixup: Optional[bool] = None  # 2D only: mixup or cutmix per batch
     read_latency_ms: float = 0.0  # storage cost: waited per item in the loader (a network file system's round trips)
+    storage_items_per_s: float = 0.0  # storage cost: items a second all readers of a run share at most; 0: no ceiling
     page_cache: str = "keep"  # drop: files read per item are dropped from the page cache after each read
 
 

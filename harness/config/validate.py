@@ -5,6 +5,7 @@ settings. Every error is one line (ValueError) that names the bad value and what
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any
 
 from harness.config.schema import (
@@ -102,6 +103,9 @@ def _validate_data(data: DataConfig, workload: WorkloadSpec) -> None:
                          f"data.source={data.source} data.cache={data.cache})")
     if data.read_latency_ms < 0:
         raise ValueError(f"data.read_latency_ms={data.read_latency_ms} must be 0 or more")
+    if not (data.storage_items_per_s == 0 or 0 < data.storage_items_per_s < math.inf):
+        raise ValueError(f"data.storage_items_per_s={data.storage_items_per_s} must be 0 (no ceiling) or a positive, "
+                         "finite number of items a second")
     if data.source == "synthetic" and data.cache == "none":
         raise ValueError("data.cache=none needs data.source=disk: synthetic data is generated in RAM")
     if data.source == "disk" and (workload.synthetic in ("tensors", "tokens") or workload.dataset is not None):

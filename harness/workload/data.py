@@ -24,7 +24,7 @@ from torch.utils.data import DataLoader, Dataset, default_collate
 from harness import lifeline
 from harness.workload import shared_data
 from harness.workload.volumes import make_volume
-from harness.workload import datasets
+from harness.workload import datasets, storage
 from harness.workload.build import build_user_dataset
 from harness.workload.tokens import RandomTokens
 
@@ -273,22 +273,24 @@ def build_dataset(cfg, workload, replicas: int = 1, own_data: Dataset | None = N
     it is that many times longer: an epoch is still ``epoch_steps`` on each. ``own_data``: a LightningModule's own
     training data (its ``train_dataloader()``'s dataset), used when the workload names no dataset."""
     dataset = _dataset(cfg, workload, replicas, own_data)
-    if not cfg.data.read_latency_ms and cfg.data.page_cache == "keep":
+    if not cfg.data.read_latency_ms and cfg.data.page_cache == "keep" and not cfg.data.storage_items_per_s:
         return dataset
     files = None
     if cfg.data.page_cache == "drop":
         items = datasets.locate(datasets.spec_for(cfg, workload), datasets.cache_root(cfg))
         files = [[str(v) for k, v in item.items() if k in ("image", "label") and isinstance(v, str)] for item in items]
-    return StorageCost(dataset, cfg.data.read_latency_ms / 1000.0, files)
+    ceiling = storage.run_ceiling(cfg.data.storage_items_per_s) if cfg.data.storage_items_per_s else None
+    return StorageCost(dataset, cfg.data.read_latency_ms / 1000.0, files, ceiling)
 
 
 class StorageCost(Dataset):
     """Storage as slow as asked: ``latency_s`` waited per item (a network file system's round trips, which loader
-    workers overlap as they would real ones), and with ``files`` (the paths of item i % len(files)) their pages
+    workers overlap as they would real ones), then, with a ``ceiling``, a slot of the throughput every reader of the
+    run shares (``harness.workload.storage``); with ``files`` (the paths of item i % len(files)) their pages
     dropped from the page cache after each read, so that the next read comes from the device and not from RAM."""
 
-    def __init__(self, dataset: Dataset, latency_s: float, files: list[list[str]] | None):
-        self.dataset, self.latency_s, self.files = dataset, latency_s, files
+    def __init__(self, dataset: Dataset, latency_s: float, files: list[list[str]] | None, ceiling=None):
+        self.dataset, self.latency_s, self.files, self.ceiling = dataset, latency_s, files, ceiling
 
     def __len__(self) -> int:
         return len(self.dataset)
@@ -296,6 +298,8 @@ class StorageCost(Dataset):
     def __getitem__(self, index: int):
         if self.latency_s:
             time.sleep(self.latency_s)
+        if self.ceiling is not None:
+            self.ceiling.wait()
         item = self.dataset[index]
         if self.files:
             for path in self.files[index % len(self.files)]:
