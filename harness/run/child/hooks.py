@@ -84,10 +84,20 @@ def _train_micro(loop, state: StepState, events: list[tuple], first: int) -> Cal
         if move:
             x, y = x.to(device, non_blocking=nb, memory_format=fmt), y.to(device, non_blocking=nb)
         with no_sync() if no_sync is not None and index < last_micro else synced:
-            state.loss, state.out = step_fn(model, loss_fn, autocast, scaler, x, y, accum, drop_out, step == nan_step)
+            loss, state.out = step_fn(model, loss_fn, autocast, scaler, x, y, accum, drop_out, step == nan_step)
+        state.loss = _value_of(loss)
         state.x = x
 
     return micro
+
+
+def _value_of(loss: Any) -> Any:
+    """The loss as the logging step and the window's close read it: detached from its graph, so that the graph the
+    backward has run through is freed when its step ends, not kept through the next step's forward and backward (as
+    Lightning's loop keeps a detached copy of the step's loss). Holding it changed where glibc's heap is trimmed and
+    grown again: more page faults a step in the full-size unet3d than a plain script's (docs/measuring.md)."""
+    detach = getattr(loss, "detach", None)
+    return detach() if callable(detach) else loss
 
 
 def _draw_only(step: int, index: int, batch: Any) -> None:
