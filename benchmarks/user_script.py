@@ -2,6 +2,7 @@
 
     python benchmarks/user_script.py resnet50|unet3d|unet3d-full [--steps 30] [--warmup 5]
                                      [--data random|synthetic] [--labels int64|uint8] [--mode model|train] [--flops]
+                                     [--step-fn]
 
 It imports torch and the model's own library (torchvision or MONAI) and nothing of the harness but, with
 ``--data synthetic``, the numpy function that draws the harness's synthetic volumes: the same model, batch,
@@ -18,6 +19,10 @@ steps over the sum of their times (the window, as the harness reports it). The l
 * ``--mode model`` (the default): one batch kept in memory (the harness's ``measure.mode=model``: with synthetic
   data, the loader's first batch); ``--mode train``: a batch from the loader every step (``measure.mode=train``,
   synthetic data only).
+* ``--step-fn``: each step a function, whose loss and graph go when it returns; without it the loop keeps ``loss``
+  from one iteration until the next step's forward replaces it, as a loop written inline does. Which of the two a
+  script does changes where glibc's heap is trimmed and grown again, and with it the page faults a step
+  (docs/measuring.md, the full-size unet3d window).
 * ``--flops``: first count the model's FLOPs on the meta device, as the harness's child does before it builds the
   model (what that leaves in the process is then on both sides).
 """
@@ -156,6 +161,37 @@ def count_flops(build, name: str) -> float:
     return float(counter.get_total_flops())
 
 
+def train_step(model, loss_fn, optimizer, i: int, x, y) -> None:
+    """One step as a function (``--step-fn``): its loss and graph go when it returns."""
+    optimizer.zero_grad(set_to_none=True)
+    loss = loss_fn(model(x), y)
+    loss.backward()
+    optimizer.step()
+    if i == 0 or (i + 1) % LOG_EVERY == 0:
+        loss.item()
+
+
+def timed_steps(model, loss_fn, optimizer, batches, warmup: int, steps: int, step_fn: bool) -> tuple[list[float], int]:
+    """The steps' times after the warm-up, and a batch's samples: each step written inline in the loop (``loss``
+    kept until the next step's forward replaces it), or a call of :func:`train_step`."""
+    step_s = []
+    for i in range(warmup + steps):
+        start = time.perf_counter()
+        x, y = next(batches)
+        if step_fn:
+            train_step(model, loss_fn, optimizer, i, x, y)
+        else:
+            optimizer.zero_grad(set_to_none=True)
+            loss = loss_fn(model(x), y)
+            loss.backward()
+            optimizer.step()
+            if i == 0 or (i + 1) % LOG_EVERY == 0:
+                loss.item()
+        if i >= warmup:
+            step_s.append(time.perf_counter() - start)
+    return step_s, x.shape[0]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("model", choices=tuple(HARNESS_SETTINGS))
@@ -166,6 +202,9 @@ def main() -> None:
                         help="with --data random: the label map's dtype (uint8: as the harness's; 3D only)")
     parser.add_argument("--mode", choices=("model", "train"), default="model")
     parser.add_argument("--flops", action="store_true", help="count the FLOPs on the meta device first")
+    parser.add_argument("--step-fn", action="store_true",
+                        help="each step a function: its loss and graph go when it returns (the loop keeps `loss` "
+                             "until the next step's forward)")
     args = parser.parse_args()
     if args.mode == "train" and args.data != "synthetic":
         parser.error("--mode train takes its batches from a loader: add --data synthetic")
@@ -186,19 +225,8 @@ def main() -> None:
         if args.mode == "model":
             batch = next(batches)
             batches = iter(lambda: batch, None)
-    step_s = []
-    for i in range(args.warmup + args.steps):
-        start = time.perf_counter()
-        x, y = next(batches)
-        optimizer.zero_grad(set_to_none=True)
-        loss = loss_fn(model(x), y)
-        loss.backward()
-        optimizer.step()
-        if i == 0 or (i + 1) % LOG_EVERY == 0:
-            loss.item()
-        if i >= args.warmup:
-            step_s.append(time.perf_counter() - start)
-    print(json.dumps({"samples_per_s": len(step_s) * x.shape[0] / sum(step_s), "steps": len(step_s)}))
+    step_s, samples = timed_steps(model, loss_fn, optimizer, batches, args.warmup, args.steps, args.step_fn)
+    print(json.dumps({"samples_per_s": len(step_s) * samples / sum(step_s), "steps": len(step_s)}))
 
 
 if __name__ == "__main__":

@@ -258,6 +258,43 @@ def test_as_users_passes_uint8_labels_only_to_a_random_3d_label_map():
         as_users.script_options("model", "random", False, "int64", ["unet3d-ful"])
 
 
+class _GraphToken:
+    pass
+
+
+class _KeepToken(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, token):
+        ctx.token = token  # lives as long as the step's graph
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad, None
+
+
+@pytest.mark.parametrize("step_fn, held", [(True, False), (False, True)])
+def test_the_user_scripts_step_as_a_function_lets_its_graph_go_and_the_inline_loop_keeps_it(step_fn, held):
+    import weakref
+
+    model = torch.nn.Linear(4, 2)
+    previous, alive = [], []
+
+    def loss_fn(out, y):
+        if previous:
+            alive.append(previous[-1]() is not None)
+        token = _GraphToken()
+        previous.append(weakref.ref(token))
+        return _KeepToken.apply(torch.nn.functional.cross_entropy(out, y), token)
+
+    batch = (torch.randn(3, 4), torch.tensor([0, 1, 0]))
+    times, samples = user_script.timed_steps(model, loss_fn, torch.optim.SGD(model.parameters(), lr=0.1),
+                                             iter(lambda: batch, None), 2, 3, step_fn)
+    assert len(times) == 3 and samples == 3 and alive == [held] * 4
+    assert as_users.script_options("model", "random", False, "uint8", ["unet3d-full"], step_fn)[-1:] == (
+        ("--step-fn",) if step_fn else ("uint8",))
+
+
 def test_the_user_scripts_random_label_map_takes_the_dtype_asked_for():
     x, y = user_script.random_batch("unet3d", "uint8")
     assert y.dtype == torch.uint8 and tuple(y.shape) == (2, 1, 32, 32, 32) and int(y.max()) <= 1

@@ -14,7 +14,9 @@ batch from the loader every step). ``--data synthetic`` gives the script the har
 volumes or images through a DataLoader, uint8 label maps), ``random`` a batch of random numbers with int64 labels
 (``train`` needs ``synthetic``). ``--flops`` has the script count its FLOPs on the meta device first, as the
 harness's child does: what differs between the two processes can be taken apart one step at a time. ``--labels
-uint8`` gives the random batch uint8 label maps, as the harness's own (3D workloads only).
+uint8`` gives the random batch uint8 label maps, as the harness's own (3D workloads only); ``--step-fn`` makes the
+script's step a function, whose loss and graph go when it returns (the loop written inline keeps ``loss`` until the
+next step's forward).
 
 The verdict is against 0.98 (the harness's samples/s at least 0.98 of the script's) and on agreement within 2%
 (the whole band inside 0.98-1.02), from the quiet rounds only: a side during which other processes used more than
@@ -22,9 +24,10 @@ The verdict is against 0.98 (the harness's samples/s at least 0.98 of the script
 own for the script) makes its round busy, printed but left out, and with fewer than five quiet rounds there is no
 verdict. After the first round it says how long the rounds will take.
 
-The full-size unet3d comparison of docs/measuring.md, the plain script there being this script with uint8 labels:
+The full-size unet3d comparison of docs/measuring.md, the plain script there being this script with uint8 labels
+and its step a function:
 
-    python benchmarks/overhead.py --as-users --workloads unet3d-full --labels uint8 --rounds 12
+    python benchmarks/overhead.py --as-users --workloads unet3d-full --labels uint8 --step-fn --rounds 12
 """
 
 from __future__ import annotations
@@ -107,19 +110,21 @@ def add_options(parser) -> None:
                         help="with --as-users --data random: the script's label maps' dtype (uint8: the harness's)")
     parser.add_argument("--flops", action="store_true",
                         help="with --as-users: the script counts its FLOPs on the meta device first, as the child does")
+    parser.add_argument("--step-fn", action="store_true",
+                        help="with --as-users: the script's step is a function (its loss and graph go when it returns)")
 
 
 def check_options(parser, args) -> None:
     """A combination of ``--mode``, ``--data``, ``--labels`` and the workloads the script cannot run is a usage
     error."""
     try:
-        script_options(args.mode, args.data, args.flops, args.labels, args.workloads.split(","))
+        script_options(args.mode, args.data, args.flops, args.labels, args.workloads.split(","), args.step_fn)
     except ValueError as exc:
         parser.error(str(exc))
 
 
-def script_options(mode: str, data: str, flops: bool, labels: str = "int64",
-                   workloads: list[str] | None = None) -> tuple[str, ...]:
+def script_options(mode: str, data: str, flops: bool, labels: str = "int64", workloads: list[str] | None = None,
+                   step_fn: bool = False) -> tuple[str, ...]:
     """The script's arguments for the harness's ``measure.mode`` and the data asked for; ValueError for a loader
     of random numbers (the harness's loader always serves its workload's own data), a workload the script does not
     know, or uint8 labels where there is no random label map."""
@@ -134,14 +139,15 @@ def script_options(mode: str, data: str, flops: bool, labels: str = "int64",
             raise ValueError(f"--labels {labels} is for --data random with 3D label maps (unet3d, unet3d-full)"
                              + (f", not {','.join(flat)}" if flat else ""))
     return ("--mode", mode, "--data", data, *(("--labels", labels) if labels != "int64" else ()),
-            *(("--flops",) if flops else ()))
+            *(("--flops",) if flops else ()), *(("--step-fn",) if step_fn else ()))
 
 
 def as_users(workloads: list[str], rounds: int, steps: int, warmup: int, env: dict, mode: str = "model",
-             data: str = "random", flops: bool = False, labels: str = "int64") -> dict[str, list]:
+             data: str = "random", flops: bool = False, labels: str = "int64",
+             step_fn: bool = False) -> dict[str, list]:
     """The rounds' ratios harness / script per workload, with each round's busy flag; prints every round, when the
     rounds will be done, and each workload's summary (:func:`summary`)."""
-    options = script_options(mode, data, flops, labels, workloads)
+    options = script_options(mode, data, flops, labels, workloads, step_fn)
     rows: dict[str, list[tuple[float, bool]]] = {w: [] for w in workloads}
     print(f"\nEnd to end as users compare: `python -m harness run` (measure.mode={mode}) against "
           f"benchmarks/user_script.py {' '.join(options)}, fresh processes on all CPUs, ABBA order, {warmup} warm-up "

@@ -26,7 +26,7 @@ def main(argv: list[str], description: str) -> int:
         as_users.check_options(parser, args)
         as_users.as_users(args.workloads.split(","), args.rounds or 12, args.steps or 30,
                           5 if args.warmup is None else args.warmup, env(), args.mode, args.data, args.flops,
-                          args.labels)
+                          args.labels, args.step_fn)
     elif args.hook_cost:
         check_counts(parser, args)
         sections.step_hook_cost(40 if args.rounds is None else args.rounds, 2000 if args.steps is None else args.steps)
