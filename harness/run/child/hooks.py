@@ -93,9 +93,8 @@ def _train_micro(loop, state: StepState, events: list[tuple], first: int) -> Cal
 
 def _value_of(loss: Any) -> Any:
     """The loss as the logging step and the window's close read it: detached from its graph, so that the graph the
-    backward has run through is freed when its step ends, not kept through the next step's forward and backward (as
-    Lightning's loop keeps a detached copy of the step's loss). Holding it changed where glibc's heap is trimmed and
-    grown again: more page faults a step in the full-size unet3d than a plain script's (docs/measuring.md)."""
+    backward has run through goes when its step ends, not kept through the next step's forward and backward, which
+    neither a step function nor a loop written inline does (Lightning's loop keeps a detached copy of the loss)."""
     detach = getattr(loss, "detach", None)
     return detach() if callable(detach) else loss
 
