@@ -324,3 +324,16 @@ def test_the_others_share_leaves_the_finished_childs_cpu_out():
     # 10 s of wall on 2 CPUs: 12 busy CPU seconds, 10 of them the child's -> others used 2 of 20 CPU seconds
     assert as_users.others_pct((0.0, 100.0, 5.0), (10.0, 112.0, 15.0), cpus=2) == pytest.approx(10.0)
     assert as_users.others_pct((0.0, 100.0, 5.0), (10.0, 105.0, 15.0), cpus=2) == 0.0
+
+
+def test_every_as_users_command_the_docs_print_parses_and_passes_its_checks():
+    import shlex
+
+    lines = [line for line in (REPO / "docs" / "measuring.md").read_text().splitlines()
+             if line.startswith("python benchmarks/overhead.py --as-users")]
+    assert any("--labels uint8 --step-fn" in line for line in lines)
+    for line in lines:
+        parser = cli.parser_for("overhead")
+        args = parser.parse_args(shlex.split(line)[2:])
+        as_users.check_options(parser, args)  # a usage error would exit 2 here
+        assert args.as_users

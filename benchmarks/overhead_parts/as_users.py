@@ -1,7 +1,8 @@
 """End to end, as users compare: ``python -m harness run`` against their own script, fresh processes, all CPUs.
 
     python benchmarks/overhead.py --as-users [--rounds 12] [--workloads resnet50,unet3d,unet3d-full] [--steps 30]
-                                  [--warmup 5] [--mode model|train] [--data random|synthetic] [--flops]
+                                  [--warmup 5] [--mode model|train] [--data random|synthetic] [--labels int64|uint8]
+                                  [--step-fn] [--flops]
 
 Each round runs the harness and ``benchmarks/user_script.py`` (a training script that imports nothing of the
 harness) with the same model, batch, optimizer and step counts, one after the other, each a fresh process on every
