@@ -3,6 +3,7 @@
     python benchmarks/overhead.py [--rounds 5] [--inproc-rounds 100] [--bf16] [--workloads resnet50,unet3d]
                                   [--steps N] [--inproc-steps N] [--sequential] [--control] [--loop-rounds 20]
     python benchmarks/overhead.py --as-users [--rounds 12] [--workloads ...] [--mode model|train] [--data ...]
+                                  [--labels int64|uint8] [--step-fn] [--flops]
     python benchmarks/overhead.py --hook-cost [--rounds 40] [--steps 2000]
 
 The two sides, per workload at the smoke size (``measure.mode=model``: one batch kept on the device, so no loader

@@ -1,7 +1,8 @@
 """A training script as a user writes it, for the end-to-end comparison in ``benchmarks/overhead.py --as-users``.
 
     python benchmarks/user_script.py resnet50|unet3d|unet3d-full [--steps 30] [--warmup 5]
-                                     [--data random|synthetic] [--mode model|train] [--flops]
+                                     [--data random|synthetic] [--labels int64|uint8] [--mode model|train] [--flops]
+                                     [--step-fn]
 
 It imports torch and the model's own library (torchvision or MONAI) and nothing of the harness but, with
 ``--data synthetic``, the numpy function that draws the harness's synthetic volumes: the same model, batch,
@@ -9,13 +10,19 @@ optimizer and loss that ``python -m harness run`` measures with the settings in 
 at step 0 and every 10 steps (the harness's default logging), and its throughput printed as the samples of the timed
 steps over the sum of their times (the window, as the harness reports it). The last line of stdout is JSON.
 
-* ``--data random`` (the default): one batch of random numbers, int64 labels.
+* ``--data random`` (the default): one batch of random numbers, int64 labels; with ``--labels uint8`` (a 3D label
+  map only) the labels are uint8, as the harness's own label maps are: the plain script of the full-size unet3d
+  comparison in docs/measuring.md (the same MONAI UNet, Adam, DiceCE with uint8 labels, one batch in memory).
 * ``--data synthetic``: what the harness's workload trains on (``data=synthetic``): random crops of labelled
   ellipsoid volumes with uint8 labels (3D), or random crops of uint8 images, scaled and normalised (2D), through a
   ``DataLoader`` (no workers, shuffled, an epoch of the size preset's ``epoch_steps``).
 * ``--mode model`` (the default): one batch kept in memory (the harness's ``measure.mode=model``: with synthetic
   data, the loader's first batch); ``--mode train``: a batch from the loader every step (``measure.mode=train``,
   synthetic data only).
+* ``--step-fn``: each step a function, whose loss and graph go when it returns; without it the loop keeps ``loss``
+  from one iteration until the next step's forward replaces it, as a loop written inline does. Which of the two a
+  script does changes where glibc's heap is trimmed and grown again, and with it the page faults a step
+  (docs/measuring.md, the full-size unet3d window).
 * ``--flops``: first count the model's FLOPs on the meta device, as the harness's child does before it builds the
   model (what that leaves in the process is then on both sides).
 """
@@ -44,6 +51,7 @@ SHAPES = {
     "unet3d-full": dict(batch=2, shape=(1, 32, 32, 32), width=1.0, epoch_steps=250, classes=2),
 }
 LOG_EVERY = 10
+LABEL_DTYPES = ("int64", "uint8")  # --labels: a random label map's dtype
 SEED = 0
 NUM_VOLUMES = 4  # data.num_volumes: volumes (or 16x as many images) held in RAM to crop from
 MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
@@ -68,11 +76,13 @@ def unet3d(width: float):
     return model, DiceCELoss(to_onehot_y=True, softmax=True), optimizer
 
 
-def random_batch(name: str):
+def random_batch(name: str, labels: str = "int64"):
+    """One batch of random numbers: a label map of ``labels`` (int64 or uint8) for 3D, class indices for 2D."""
     spec = SHAPES[name]
     x = torch.randn(spec["batch"], *spec["shape"])
     if len(spec["shape"]) == 4:
-        return x, torch.randint(0, spec["classes"], (spec["batch"], 1, *spec["shape"][1:]))
+        return x, torch.randint(0, spec["classes"], (spec["batch"], 1, *spec["shape"][1:]),
+                                dtype=getattr(torch, labels))
     return x, torch.randint(0, spec["classes"], (spec["batch"],))
 
 
@@ -151,17 +161,56 @@ def count_flops(build, name: str) -> float:
     return float(counter.get_total_flops())
 
 
+def train_step(model, loss_fn, optimizer, i: int, x, y) -> None:
+    """One step as a function (``--step-fn``): its loss and graph go when it returns."""
+    optimizer.zero_grad(set_to_none=True)
+    loss = loss_fn(model(x), y)
+    loss.backward()
+    optimizer.step()
+    if i == 0 or (i + 1) % LOG_EVERY == 0:
+        loss.item()
+
+
+def timed_steps(model, loss_fn, optimizer, batches, warmup: int, steps: int, step_fn: bool) -> tuple[list[float], int]:
+    """The steps' times after the warm-up, and a batch's samples: each step written inline in the loop (``loss``
+    kept until the next step's forward replaces it), or a call of :func:`train_step`."""
+    step_s = []
+    for i in range(warmup + steps):
+        start = time.perf_counter()
+        x, y = next(batches)
+        if step_fn:
+            train_step(model, loss_fn, optimizer, i, x, y)
+        else:
+            optimizer.zero_grad(set_to_none=True)
+            loss = loss_fn(model(x), y)
+            loss.backward()
+            optimizer.step()
+            if i == 0 or (i + 1) % LOG_EVERY == 0:
+                loss.item()
+        if i >= warmup:
+            step_s.append(time.perf_counter() - start)
+    return step_s, x.shape[0]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("model", choices=tuple(HARNESS_SETTINGS))
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--data", choices=("random", "synthetic"), default="random")
+    parser.add_argument("--labels", choices=LABEL_DTYPES, default="int64",
+                        help="with --data random: the label map's dtype (uint8: as the harness's; 3D only)")
     parser.add_argument("--mode", choices=("model", "train"), default="model")
     parser.add_argument("--flops", action="store_true", help="count the FLOPs on the meta device first")
+    parser.add_argument("--step-fn", action="store_true",
+                        help="each step a function: its loss and graph go when it returns (the loop keeps `loss` "
+                             "until the next step's forward)")
     args = parser.parse_args()
     if args.mode == "train" and args.data != "synthetic":
         parser.error("--mode train takes its batches from a loader: add --data synthetic")
+    if args.labels != "int64" and (args.data != "random" or len(SHAPES[args.model]["shape"]) != 4):
+        parser.error(f"--labels {args.labels} is for --data random with a 3D label map (unet3d, unet3d-full); "
+                     f"--data synthetic has the harness's uint8 label maps, and resnet50's class labels are int64")
     torch.manual_seed(SEED)
     build = resnet50 if args.model == "resnet50" else unet3d
     if args.flops:
@@ -169,26 +218,15 @@ def main() -> None:
     model, loss_fn, optimizer = build(SHAPES[args.model]["width"])
     model.train()
     if args.data == "random":
-        batch = random_batch(args.model)
+        batch = random_batch(args.model, args.labels)
         batches = iter(lambda: batch, None)
     else:
         batches = synthetic_batches(args.model)
         if args.mode == "model":
             batch = next(batches)
             batches = iter(lambda: batch, None)
-    step_s = []
-    for i in range(args.warmup + args.steps):
-        start = time.perf_counter()
-        x, y = next(batches)
-        optimizer.zero_grad(set_to_none=True)
-        loss = loss_fn(model(x), y)
-        loss.backward()
-        optimizer.step()
-        if i == 0 or (i + 1) % LOG_EVERY == 0:
-            loss.item()
-        if i >= args.warmup:
-            step_s.append(time.perf_counter() - start)
-    print(json.dumps({"samples_per_s": len(step_s) * x.shape[0] / sum(step_s), "steps": len(step_s)}))
+    step_s, samples = timed_steps(model, loss_fn, optimizer, batches, args.warmup, args.steps, args.step_fn)
+    print(json.dumps({"samples_per_s": len(step_s) * samples / sum(step_s), "steps": len(step_s)}))
 
 
 if __name__ == "__main__":

@@ -388,6 +388,61 @@ def test_the_loop_lets_go_of_the_output_before_backward_unless_a_knob_reads_it(m
     assert watch.held == [held] * 3
 
 
+class _Token:
+    """Kept by a graph node's context for as long as the graph lives (not a tensor: backward does not free it)."""
+
+
+class _MarkGraph(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, token):
+        ctx.token = token
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad, None
+
+
+class _WatchGraph(torch.nn.Module):
+    """A loss whose graph holds a token: at each call, whether the previous step's graph is still alive."""
+
+    def __init__(self):
+        super().__init__()
+        self.previous, self.alive = None, []
+
+    def forward(self, out, y):
+        import weakref
+
+        if self.previous is not None:
+            self.alive.append(self.previous() is not None)
+        token = _Token()
+        self.previous = weakref.ref(token)
+        return _MarkGraph.apply(out.float().mean(), token)
+
+
+def test_a_steps_graph_is_let_go_when_the_step_ends_and_the_loss_kept_is_its_value(monkeypatch):
+    # a trainer keeps a detached copy of the step's loss (Lightning's loop); holding the loss with its graph kept the
+    # graph alive through the next step's forward and backward, which a plain script's step does not
+    import harness.run.child.measure as measure_mod
+
+    real, watch, closing = measure_mod.prepare, _WatchGraph(), []
+
+    def prepare(*args, **kwargs):
+        prep = real(*args, **kwargs)
+        prep.loss_fn = watch
+        return prep
+
+    real_close = measure_mod._close_window
+    monkeypatch.setattr(measure_mod, "prepare", prepare)
+    monkeypatch.setattr(measure_mod, "_close_window", lambda loop, window, loss, progress: (
+        closing.append(loss), real_close(loop, window, loss, progress))[1])
+    cfg = tiny_model_config(measure__steps=3, measure__warmup_steps=2)
+    m, _ = train_and_measure(cfg, cfg.workload, lambda *a, **k: None)
+    assert watch.alive == [False] * 4  # at each of the 4 steps after the first, the previous step's graph is gone
+    (loss,) = closing
+    assert loss.grad_fn is None and not loss.requires_grad and m.loss_last == pytest.approx(float(loss))
+
+
 def test_cudagraph_skips_are_read_from_inductors_counter_in_modes_that_capture_graphs():
     from torch._dynamo.utils import counters
 

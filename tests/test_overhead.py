@@ -245,3 +245,95 @@ def test_as_users_refuses_a_loader_of_random_numbers():
                                                                       "--flops")
     with pytest.raises(ValueError, match="add --data synthetic"):
         as_users.script_options("train", "random", False)
+
+
+def test_as_users_passes_uint8_labels_only_to_a_random_3d_label_map():
+    assert as_users.script_options("model", "random", False, "uint8", ["unet3d-full"]) == (
+        "--mode", "model", "--data", "random", "--labels", "uint8")
+    with pytest.raises(ValueError, match="--labels uint8 is for --data random with 3D label maps.*not resnet50"):
+        as_users.script_options("model", "random", False, "uint8", ["unet3d-full", "resnet50"])
+    with pytest.raises(ValueError, match="--labels uint8 is for --data random"):
+        as_users.script_options("model", "synthetic", False, "uint8", ["unet3d"])
+    with pytest.raises(ValueError, match="--workloads unet3d-ful: not one of resnet50, unet3d, unet3d-full"):
+        as_users.script_options("model", "random", False, "int64", ["unet3d-ful"])
+
+
+class _GraphToken:
+    pass
+
+
+class _KeepToken(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, token):
+        ctx.token = token  # lives as long as the step's graph
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad, None
+
+
+@pytest.mark.parametrize("step_fn, held", [(True, False), (False, True)])
+def test_the_user_scripts_step_as_a_function_lets_its_graph_go_and_the_inline_loop_keeps_it(step_fn, held):
+    import weakref
+
+    model = torch.nn.Linear(4, 2)
+    previous, alive = [], []
+
+    def loss_fn(out, y):
+        if previous:
+            alive.append(previous[-1]() is not None)
+        token = _GraphToken()
+        previous.append(weakref.ref(token))
+        return _KeepToken.apply(torch.nn.functional.cross_entropy(out, y), token)
+
+    batch = (torch.randn(3, 4), torch.tensor([0, 1, 0]))
+    times, samples = user_script.timed_steps(model, loss_fn, torch.optim.SGD(model.parameters(), lr=0.1),
+                                             iter(lambda: batch, None), 2, 3, step_fn)
+    assert len(times) == 3 and samples == 3 and alive == [held] * 4
+    assert as_users.script_options("model", "random", False, "uint8", ["unet3d-full"], step_fn)[-1:] == (
+        ("--step-fn",) if step_fn else ("uint8",))
+
+
+def test_the_user_scripts_random_label_map_takes_the_dtype_asked_for():
+    x, y = user_script.random_batch("unet3d", "uint8")
+    assert y.dtype == torch.uint8 and tuple(y.shape) == (2, 1, 32, 32, 32) and int(y.max()) <= 1
+    assert user_script.random_batch("unet3d")[1].dtype == torch.int64
+    assert user_script.random_batch("resnet50")[1].dtype == torch.int64
+
+
+def test_the_as_users_command_line_refuses_uint8_labels_for_resnet50():
+    done = subprocess.run([sys.executable, str(common.ENTRY), "--as-users", "--workloads", "resnet50", "--labels",
+                           "uint8"], capture_output=True, text=True, cwd=REPO, env=common.env())
+    assert done.returncode == 2 and "--labels uint8 is for --data random with 3D label maps" in done.stderr
+
+
+def test_as_users_verdicts_come_from_quiet_rounds_against_098_and_on_2_percent(capsys):
+    quiet = [(r, False) for r in (0.99, 1.0, 1.01, 0.995, 1.005, 1.0)]
+    line = as_users.summary("unet3d-full", quiet + [(0.70, True)])
+    assert "median 1.000" in line and "1 busy round(s) left out" in line
+    assert ">= 0.98 shown" in line and "within 2% shown" in line
+    low = as_users.summary("unet3d-full", [(r, False) for r in (0.90, 0.91, 0.9, 0.92, 0.89, 0.905)])
+    assert "below 0.98" in low and "not within 2%" in low
+    few = as_users.summary("unet3d-full", quiet[:3] + [(1.0, True)] * 3)
+    assert "no verdict from 3 round(s)" in few
+    assert "every one of 2 rounds was busy" in as_users.summary("unet3d", [(1.0, True), (0.9, True)])
+
+
+def test_the_others_share_leaves_the_finished_childs_cpu_out():
+    # 10 s of wall on 2 CPUs: 12 busy CPU seconds, 10 of them the child's -> others used 2 of 20 CPU seconds
+    assert as_users.others_pct((0.0, 100.0, 5.0), (10.0, 112.0, 15.0), cpus=2) == pytest.approx(10.0)
+    assert as_users.others_pct((0.0, 100.0, 5.0), (10.0, 105.0, 15.0), cpus=2) == 0.0
+
+
+def test_every_as_users_command_the_docs_print_parses_and_passes_its_checks():
+    import shlex
+
+    lines = [line for line in (REPO / "docs" / "measuring.md").read_text().splitlines()
+             if line.startswith("python benchmarks/overhead.py --as-users")]
+    assert any("--labels uint8 --step-fn" in line for line in lines)
+    for line in lines:
+        parser = cli.parser_for("overhead")
+        args = parser.parse_args(shlex.split(line)[2:])
+        as_users.check_options(parser, args)  # a usage error would exit 2 here
+        assert args.as_users

@@ -9,7 +9,6 @@ import os
 from . import as_users, plain, sections
 from .common import DEFAULT_STEPS, BLOCK_STEPS, env, load
 from .fresh import cpu_halves
-from .stats import summary
 
 # the benchmark's own child processes: ``--plain SETTINGS`` and ``--follow SETTINGS`` print their result as JSON
 # (``--poll``, the parent's stand-in, is answered before this module loads torch: benchmarks/overhead.py)
@@ -26,7 +25,8 @@ def main(argv: list[str], description: str) -> int:
     if args.as_users:
         as_users.check_options(parser, args)
         as_users.as_users(args.workloads.split(","), args.rounds or 12, args.steps or 30,
-                          5 if args.warmup is None else args.warmup, env(), summary, args.mode, args.data, args.flops)
+                          5 if args.warmup is None else args.warmup, env(), args.mode, args.data, args.flops,
+                          args.labels, args.step_fn)
     elif args.hook_cost:
         check_counts(parser, args)
         sections.step_hook_cost(40 if args.rounds is None else args.rounds, 2000 if args.steps is None else args.steps)

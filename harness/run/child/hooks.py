@@ -84,10 +84,19 @@ def _train_micro(loop, state: StepState, events: list[tuple], first: int) -> Cal
         if move:
             x, y = x.to(device, non_blocking=nb, memory_format=fmt), y.to(device, non_blocking=nb)
         with no_sync() if no_sync is not None and index < last_micro else synced:
-            state.loss, state.out = step_fn(model, loss_fn, autocast, scaler, x, y, accum, drop_out, step == nan_step)
+            loss, state.out = step_fn(model, loss_fn, autocast, scaler, x, y, accum, drop_out, step == nan_step)
+        state.loss = _value_of(loss)
         state.x = x
 
     return micro
+
+
+def _value_of(loss: Any) -> Any:
+    """The loss as the logging step and the window's close read it: detached from its graph, so that the graph the
+    backward has run through goes when its step ends, not kept through the next step's forward and backward, which
+    neither a step function nor a loop written inline does (Lightning's loop keeps a detached copy of the loss)."""
+    detach = getattr(loss, "detach", None)
+    return detach() if callable(detach) else loss
 
 
 def _draw_only(step: int, index: int, batch: Any) -> None:
