@@ -91,7 +91,8 @@ def act(cfg: config_mod.RunConfig, asked: Asked, labels: dict, pipeline: Pipelin
     """What the answers say: the original copied with ``labels``, else ``cfg`` measured (or recorded as skipped) in
     the environment ``asked`` collected; the record handed to ``pipeline``."""
     if asked.original is not None:
-        return Outcome(pipeline.put(copy_of(asked.original, **labels)), "cached")
+        copy = copy_of(asked.original, **labels)
+        return Outcome(pipeline.put(copy), "cached")
     env, key = asked.environment
     record = parent.store_asked(cfg, env, key, on_progress, skip_reason=asked.reason, pipeline=pipeline, **labels)
     return Outcome(record, "skipped" if asked.reason else "measured", asked.reason)

@@ -4,9 +4,9 @@ measured as the baseline under the knob's label, and a ladder climbing through i
 The parent asks :func:`skip_reason` once per run, before it launches anything: a session's turn asks it before it
 looks in the cache (a run that cannot act here is never taken from it) and hands the answer down
 (``harness.run.parent.runner.store_asked``); ``runner.run_and_store`` and ``isolate.execute`` ask it for a caller
-that did not. What only the child can find,
-applying a knob to the model it built, raises :class:`KnobNotApplicable` there with a message from here, as does
-a compile mode that fails on the model (:func:`compile_failure_reason`).
+that did not. What only the child can find, applying a knob to the model it built, raises
+:class:`KnobNotApplicable` there with a message from here, as does a compile mode that fails on the model
+(:func:`compile_failure_reason`).
 
 Torch-free, for the parent: torch is imported only to count CUDA devices.
 """
@@ -234,6 +234,7 @@ def _workload_conflicts(cfg: RunConfig) -> list[str]:
 
 
 def _checkpoint_conflict(cfg: RunConfig) -> str:
+    """activation_checkpointing on a workload that names nothing to checkpoint."""
     spec = cfg.workload
     if cfg.activation_checkpointing and not spec.checkpoint_units and cfg.measure.mode != "loader":
         return (f"activation_checkpointing=true: workload {spec.name!r} names no checkpoint_units (the module "
