@@ -198,6 +198,21 @@ def test_every_reason_to_skip_is_given_at_once():
                    "machine has 2 usable CPU core(s) (on a CPU a device is a process)")
 
 
+def test_the_reasons_keep_their_order_whichever_module_finds_them(monkeypatch):
+    """The checks of other modules (the workers' bound) are asked after every check of the applicability module,
+    and still take their places in the message: the workload's, then the device's, then the machine's."""
+    monkeypatch.setattr(machine, "usable_cpus", lambda: 2)
+    settings = {"data": {"num_workers": 32}, "cpus": 4, "tf32": True, "ddp": {"static_graph": True},
+                "measure": {"steps": 3}}
+    cfg = config_mod.resolve(config_mod.from_dict(settings), cuda_available=False, ladder_keys={"data.num_workers"})
+    assert applicability.skip_reason(cfg, have_nodes=1).split("; ")[:4] == [
+        "cpus=4 is more than the 2 CPUs this process may use",
+        "ddp.static_graph=true needs devices >= 2 (a setting of DistributedDataParallel)",
+        "tf32=true needs a CUDA GPU (TF32 is a tensor-core format)",
+        "data.num_workers=32 is more than 8 loader workers, the bound here (4 for each of the 2 CPUs this process may "
+        "use): use data.num_workers=8 or fewer"]
+
+
 def test_the_childs_skip_reasons_come_from_the_same_module():
     from harness.run.child import outcome
     from harness.workload import knobs

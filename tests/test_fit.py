@@ -63,7 +63,7 @@ def _throughput(batch: int) -> float:
 
 
 class FakeAllocator:
-    """Stands in for ``runner.run_and_store``: a run over ``fits`` samples a step ends ``oom``; one that fits is ok,
+    """Stands in for ``runner.store_asked``: a run over ``fits`` samples a step ends ``oom``; one that fits is ok,
     its samples/s a curve of the batch and its peak host memory 100 MiB + 10 MiB a sample. Every record stored."""
 
     def __init__(self, fits: int):
@@ -116,7 +116,7 @@ def _progress(label):
 @pytest.fixture
 def allocator(monkeypatch):
     fake = FakeAllocator(fits=24)
-    monkeypatch.setattr(runner, "run_and_store", fake)
+    monkeypatch.setattr(runner, "store_asked", fake)
     monkeypatch.setattr(loop.launcher, "warm", lambda: contextlib.nullcontext(
         type("Session", (), {"begin": lambda self, cfg: None})()))
     return fake
@@ -214,7 +214,7 @@ def _fit_3d(results, lines: Lines, options: FitConfig, **over) -> int:
 
 def test_the_patch_axis_searches_valid_patches_and_reports_voxels_per_s(results, allocator, monkeypatch, capsys):
     fake = FakePatchAllocator(fits=100 ** 3)  # 96^3 fits, 112^3 does not
-    monkeypatch.setattr(runner, "run_and_store", fake)
+    monkeypatch.setattr(runner, "store_asked", fake)
     lines = Lines()
     assert _fit_3d(results, lines, FitConfig(axis="patch", max=256)) == 0
     searched = [patch[0] for patch, ladder in fake.calls if ladder == "fit"]

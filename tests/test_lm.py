@@ -130,7 +130,7 @@ def test_sdpa_backend_choices_are_named():
 
 
 class FakeSequenceAllocator:
-    """Stands in for ``runner.run_and_store``: a run over ``fits`` tokens a sequence ends ``oom``."""
+    """Stands in for ``runner.store_asked``: a run over ``fits`` tokens a sequence ends ``oom``."""
 
     def __init__(self, fits: int):
         self.fits, self.calls = fits, []
@@ -163,7 +163,7 @@ def test_fit_on_the_sequence_axis_finds_the_longest_sequence_that_fits(results, 
     from tests.test_fit import Display, Lines, _progress
 
     fake = FakeSequenceAllocator(fits=400)  # 384 tokens fit, 448 do not
-    monkeypatch.setattr(runner, "run_and_store", fake)
+    monkeypatch.setattr(runner, "store_asked", fake)
     monkeypatch.setattr(loop.launcher, "warm", lambda: contextlib.nullcontext(
         type("Session", (), {"begin": lambda self, cfg: None})()))
     settings = config_mod.to_dict(config_mod.from_dict({"workload": "gpt", "measure.steps": 2,

@@ -84,7 +84,7 @@ class Kept:
 
 @pytest.fixture
 def fake_runs(monkeypatch):
-    """``run_and_store`` as a record made at once and handed to the pipeline's sinks, as the real one does."""
+    """``store_asked`` as a record made at once and handed to the pipeline's sinks, as the real one does."""
     calls = []
 
     def measure(cfg, env, env_key, on_progress=None, skip_reason=None, pipeline=None, **labels):
@@ -92,7 +92,7 @@ def fake_runs(monkeypatch):
         on_progress({"phase": "measure"}, 0.1)
         return pipeline.put(make_record(cfg, env, env_key, "ok", "", None, samples_per_s=10.0, **labels))
 
-    monkeypatch.setattr(parent, "run_and_store", measure)
+    monkeypatch.setattr(parent, "store_asked", measure)
     return calls
 
 
@@ -137,3 +137,27 @@ def test_a_turn_that_cannot_start_is_told_and_the_session_goes_on(tmp_path):
     assert engine.run(Broken({"a": None, "b": None}, Pipeline(), False), Events(lines)) == 1
     assert lines.kinds() == ["failed", "not run", "looked", "failed", "not run", "looked"]
     assert str(lines.events[0].error) == "no room"
+
+
+def test_a_turn_collects_its_environment_once_and_asks_the_skip_reason_once(tmp_path, monkeypatch):
+    """One turn without a session's environment: the environment collected once (git left out), the skip reason
+    asked once and handed down; the git state added only for a run measured, never for a copy."""
+    from harness.run.parent import env as env_mod
+    from harness.workload import applicability
+
+    asked = {"collect": [], "git": 0, "skip": 0}
+    monkeypatch.setattr(env_mod, "collect", lambda device, git=True: asked["collect"].append(git) or {"cpu_model": "x"})
+    monkeypatch.setattr(env_mod, "git_state", lambda: asked.__setitem__("git", asked["git"] + 1) or ("abc", False))
+    real_skip = applicability.skip_reason
+    monkeypatch.setattr(applicability, "skip_reason",
+                        lambda *a, **k: asked.__setitem__("skip", asked["skip"] + 1) or real_skip(*a, **k))
+    made = []
+    monkeypatch.setattr(parent, "execute_asked", lambda cfg, env, key, reason, on_progress=None, store=None, **labels:
+                        made.append((env, reason)) or make_record(cfg, env, key, "ok", "", None, samples_per_s=1.0))
+    cfg = tiny_config(results_dir=str(tmp_path))
+    measured = runner.run_one(cfg, {"sweep_id": "s"}, Pipeline())
+    assert (measured.how, asked, made) == ("measured", {"collect": [False], "git": 1, "skip": 1},
+                                           [({"cpu_model": "x", "git_commit": "abc", "git_dirty": False}, "")])
+    assert measured.record.git_commit == "abc"
+    copied = runner.run_one(cfg, {"sweep_id": "s"}, Pipeline(), lambda cfg, key: measured.record)
+    assert (copied.how, asked, len(made)) == ("cached", {"collect": [False, False], "git": 1, "skip": 2}, 1)

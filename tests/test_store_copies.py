@@ -42,8 +42,8 @@ def _files(results: Path) -> list[str]:
 def measured(tmp_path, monkeypatch) -> FakeMeasure:
     """Sweep "a" of phase2, two rounds, measured (fake runs, real store and cache)."""
     measure = FakeMeasure(CLEAR)
-    monkeypatch.setattr(runner, "run_and_store", measure)
-    monkeypatch.setattr(runner, "environment", lambda device: ({}, "env"))
+    monkeypatch.setattr(runner, "store_asked", measure)
+    monkeypatch.setattr(runner, "environment", lambda device, git=True: ({}, "env"))
     monkeypatch.setattr(runner, "environment_key", lambda device: "env")
     _sweep(tmp_path, "a")
     return measure

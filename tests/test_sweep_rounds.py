@@ -227,7 +227,7 @@ def test_the_fastest_configs_table_shows_the_basic_unet_rungs_flop_ratio_in_its_
 
 
 class FakeMeasure:
-    """Stands in for ``runner.run_and_store`` under the real ``run_rung`` (its cache included): a record of the
+    """Stands in for ``runner.store_asked`` under the real ``run_rung`` (its cache included): a record of the
     resolved settings at ``speeds[rung]`` samples/s; ``calls`` lists (sweep, rung, round) measured."""
 
     def __init__(self, speeds, now=False):
@@ -252,8 +252,8 @@ def test_a_round_is_copied_whole_from_one_earlier_sweep_or_measured_whole(tmp_pa
     from harness.run.parent import runner
 
     measure = FakeMeasure(CLEAR)
-    monkeypatch.setattr(runner, "run_and_store", measure)
-    monkeypatch.setattr(runner, "environment", lambda device: ({}, "env"))
+    monkeypatch.setattr(runner, "store_asked", measure)
+    monkeypatch.setattr(runner, "environment", lambda device, git=True: ({}, "env"))
     monkeypatch.setattr(runner, "environment_key", lambda device: "env")
     machine = runner.Machine(cuda_available=False)
     short = dataclasses.replace(PHASE2, rungs=PHASE2.rungs[:2])
@@ -274,8 +274,8 @@ def test_a_sweep_of_this_session_lends_its_runs_to_a_round_in_part(tmp_path, fak
     from harness.run.parent import runner
 
     measure = FakeMeasure(CLEAR, now=True)
-    monkeypatch.setattr(runner, "run_and_store", measure)
-    monkeypatch.setattr(runner, "environment", lambda device: ({}, "env"))
+    monkeypatch.setattr(runner, "store_asked", measure)
+    monkeypatch.setattr(runner, "environment", lambda device, git=True: ({}, "env"))
     monkeypatch.setattr(runner, "environment_key", lambda device: "env")
     short = dataclasses.replace(PHASE2, rungs=PHASE2.rungs[:2])
     for sweep_id, ladder in (("first-two", short), ("a", PHASE2)):

@@ -121,7 +121,7 @@ class Trials:
         if hooks is not None:
             hooks.started(cfg)
         began = time.monotonic()
-        record = session_runner.act(cfg, asked, fields, self._pipeline(), (self.env, self.env_key),
+        record = session_runner.act(cfg, asked, fields, self._pipeline(),
                                     hooks.progress if hooks is not None else None).record
         self.used.add(record.run_id)
         if record.status != "skipped":

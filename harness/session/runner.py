@@ -1,10 +1,11 @@
 """One turn of a session: the questions before a run asked in one place, then the run measured or copied.
 
-Before a run there are three questions, asked here once each and in this order: the environment's key (the
-cache matches on it; the git state, two git processes, is collected only for a run measured), whether the run can
+Before a run there are three questions, asked here once each and in this order: the environment (collected once
+a run; the cache matches on its key; the git state, two git processes, is added only for a run measured or
+skipped, which ``runner.store_asked`` stores), whether the run can
 act here at all (``applicability.skip_reason``: if not, it is recorded as skipped, never copied), and whether the
 store holds a measurement of the same settings here this session may copy (the policy's ``cache``). A copy is a new
-record of the original's measurement with the turn's labels; a run measured goes through ``runner.run_and_store``.
+record of the original's measurement with the turn's labels; a run measured goes through ``runner.store_asked``.
 Either way the record reaches the session's sinks (``harness.records.sinks``), and an :class:`Outcome` says how.
 """
 
@@ -66,32 +67,34 @@ def copy_of(original: RunRecord, **labels) -> RunRecord:
 
 @dataclass(frozen=True)
 class Asked:
-    """The answers before a run: the environment's key, why it cannot act here ("" when it can), and the original
-    it may copy (None: measure it)."""
+    """The answers before a run: the environment's key, why it cannot act here ("" when it can), the original it
+    may copy (None: measure it), and the environment (fields, key) they were asked in, which a run measured keeps."""
 
     key: str
     reason: str
     original: RunRecord | None
+    environment: tuple[dict, str]
 
 
 def ask(cfg: config_mod.RunConfig, cache: Cache | None = None, environment: tuple[dict, str] | None = None,
         cap_workers_at_cpus: bool = False, have_nodes: int | None = None) -> Asked:
     """The three questions before a run of ``cfg`` (resolved), each asked once. ``environment``: the (fields, key)
-    a session collected once for all its runs; else the key alone is asked here (the git state, two git processes,
-    only for a run measured). ``have_nodes``: the nodes a sweep across nodes spans."""
-    key = environment[1] if environment is not None else parent.environment_key(cfg.device)
+    a session collected once for all its runs; else it is collected here, once for this run (without the git
+    state, which :func:`act` adds for a run measured). ``have_nodes``: the nodes a sweep across nodes spans."""
+    environment = environment if environment is not None else parent.environment(cfg.device, git=False)
     reason = applicability.skip_reason(cfg, cap_workers_at_cpus=cap_workers_at_cpus, have_nodes=have_nodes)
-    return Asked(key, reason, cache(cfg, key) if cache is not None and not reason else None)
+    original = cache(cfg, environment[1]) if cache is not None and not reason else None
+    return Asked(environment[1], reason, original, environment)
 
 
-def act(cfg: config_mod.RunConfig, asked: Asked, labels: dict, pipeline: Pipeline,
-        environment: tuple[dict, str] | None = None, on_progress=None) -> Outcome:
-    """What the answers say: the original copied with ``labels``, else ``cfg`` measured (or recorded as skipped);
-    the record handed to ``pipeline``."""
+def act(cfg: config_mod.RunConfig, asked: Asked, labels: dict, pipeline: Pipeline, on_progress=None) -> Outcome:
+    """What the answers say: the original copied with ``labels``, else ``cfg`` measured (or recorded as skipped) in
+    the environment ``asked`` collected; the record handed to ``pipeline``."""
     if asked.original is not None:
-        return Outcome(pipeline.put(copy_of(asked.original, **labels)), "cached")
-    env, key = environment if environment is not None else parent.environment(cfg.device)
-    record = parent.run_and_store(cfg, env, key, on_progress, skip_reason=asked.reason, pipeline=pipeline, **labels)
+        copy = copy_of(asked.original, **labels)
+        return Outcome(pipeline.put(copy), "cached")
+    env, key = asked.environment
+    record = parent.store_asked(cfg, env, key, on_progress, skip_reason=asked.reason, pipeline=pipeline, **labels)
     return Outcome(record, "skipped" if asked.reason else "measured", asked.reason)
 
 
@@ -104,4 +107,4 @@ def run_one(cfg: config_mod.RunConfig, labels: dict, pipeline: Pipeline, cache: 
     asked = ask(cfg, cache, environment, cap_workers_at_cpus, have_nodes)
     if asked.original is None and before_launch is not None:
         before_launch(cfg)
-    return act(cfg, asked, labels, pipeline, environment, on_progress)
+    return act(cfg, asked, labels, pipeline, on_progress)

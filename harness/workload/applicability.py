@@ -1,27 +1,28 @@
 """Every reason a knob or setting cannot act here: such a run is recorded as `skipped` with the reason, never
 measured as the baseline under the knob's label, and a ladder climbing through it goes on and says why.
 
-The parent asks :func:`skip_reason` once per run, before it launches anything: ``harness.run.parent.isolate.execute``
-asks it, unless its caller asked already and hands the answer on (a sweep's rung and a climb's trial ask before
-they look in the cache, since a run that cannot act here is never taken from it). What only the child can find,
-applying a knob to the model it built, raises :class:`KnobNotApplicable` there with a message from here, as does
-a compile mode that fails on the model (:func:`compile_failure_reason`).
+The parent asks :func:`skip_reason` once per run, before it launches anything: a session's turn asks it before it
+looks in the cache (a run that cannot act here is never taken from it) and hands the answer down
+(``harness.run.parent.runner.store_asked``); ``runner.run_and_store`` and ``isolate.execute`` ask it for a caller
+that did not. What only the child can find, applying a knob to the model it built, raises
+:class:`KnobNotApplicable` there with a message from here, as does a compile mode that fails on the model
+(:func:`compile_failure_reason`).
 
 Torch-free, for the parent: torch is imported only to count CUDA devices.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import json
 import math
 import shutil
 
 import harness.config.machine as machine
-from harness.config.keys import flatten, get_key, to_dict
 from harness.config.resolution import per_device_batch
-from harness.config.schema import CUDAGRAPH_COMPILE_MODES, RunConfig
-from harness.workload.own_knobs import own_step_name, own_step_reasons, token_channels_last
+from harness.config.schema import CUDAGRAPH_COMPILE_MODES, DdpConfig, RunConfig
+from harness.workload.own_knobs import settings_reasons
 
 SHM_PATH = "/dev/shm"  # where loader workers put the batches they hand to the main process (Linux)
 DEFAULT_PREFETCH = 2  # PyTorch's prefetch_factor when there are workers and none is given
@@ -36,16 +37,31 @@ def skip_reason(cfg: RunConfig, cap_workers_at_cpus: bool = False, have_devices:
     """Every reason the resolved ``cfg`` cannot run as labelled on this machine, joined ("" when it can).
     ``cap_workers_at_cpus``: a ladder's rungs with more loader workers than CPUs are skipped (its own choice);
     ``have_devices``: the devices of ``cfg.device`` here (counted when None); ``have_nodes``: the nodes a sweep
-    spans (None: not asked)."""
-    reasons = (not_applicable(cfg), too_many_devices(cfg, have_devices), too_many_nodes(cfg, have_nodes),
-               too_many_workers(cfg, cap_workers_at_cpus), shared_memory_short(cfg))
-    return "; ".join(r for r in reasons if r)
+    spans (None: not asked). Every check of this module is made first; the workload's own step
+    (``own_knobs.settings_reasons``) and the loader workers' bound (``config.machine``) are asked last, each once,
+    and their reasons take their places in the message."""
+    before, after = _reasons_here(cfg)
+    devices, nodes = too_many_devices(cfg, have_devices), too_many_nodes(cfg, have_nodes)
+    over_cpus, shm = _workers_over_cpus(cfg, cap_workers_at_cpus), shared_memory_short(cfg)
+    own = settings_reasons(cfg)
+    workers = over_cpus or machine.workers_over_bound(cfg, cpus=machine.usable_cpus())
+    return _joined(before + own + after + [devices, nodes, workers, shm])
 
 
 def not_applicable(cfg: RunConfig) -> str:
     """Why a resolved config cannot run as labelled on its device and workload ("" when it can)."""
-    reasons = _workload_conflicts(cfg) + [_ddp_conflict(cfg)] + lm_conflicts(cfg)
-    reasons += [_cudagraph_conflict(cfg)] if cfg.device == "cuda" else _gpu_only(cfg)
+    before, after = _reasons_here(cfg)
+    return _joined(before + settings_reasons(cfg) + after)
+
+
+def _reasons_here(cfg: RunConfig) -> tuple[list[str], list[str]]:
+    """:func:`not_applicable`'s reasons found in this module: those before the workload's own step's, and after."""
+    after = [_checkpoint_conflict(cfg), _ddp_conflict(cfg)] + lm_conflicts(cfg)
+    after += [_cudagraph_conflict(cfg)] if cfg.device == "cuda" else _gpu_only(cfg)
+    return _workload_conflicts(cfg), after
+
+
+def _joined(reasons: list[str]) -> str:
     return "; ".join(r for r in reasons if r)
 
 
@@ -78,13 +94,14 @@ def devices_here(device: str) -> int:
     return machine.usable_cpus()
 
 
-def too_many_workers(cfg: RunConfig, cap_at_cpus: bool = False) -> str:
-    """Loader workers this machine cannot feed: beyond its bound (settings the user gives are refused there when
-    resolved; a ladder's rung is skipped), or, where a ladder caps them (``cap_workers_at_cpus``), beyond its CPUs."""
+def _workers_over_cpus(cfg: RunConfig, cap_at_cpus: bool) -> str:
+    """Loader workers beyond this machine's CPUs, where a ladder caps them there (``cap_workers_at_cpus``); beyond
+    its bound (``machine.workers_over_bound``: settings the user gives are refused there when resolved) a ladder's
+    rung is skipped whatever it says."""
     cpus = machine.usable_cpus()
     if cap_at_cpus and cfg.data.num_workers > cpus:
         return f"data.num_workers={cfg.data.num_workers} is more than the {cpus} CPUs this process may use"
-    return machine.workers_over_bound(cfg, cpus=cpus)
+    return ""
 
 
 def shared_memory_short(cfg: RunConfig, free_bytes: float | None = None) -> str:
@@ -192,8 +209,9 @@ def _workload_conflicts(cfg: RunConfig) -> list[str]:
         need = f"cpus={cfg.cpus}" + (f" for each of devices={cfg.devices} ranks ({cfg.cpus * cfg.devices} CPUs)"
                                      if cfg.devices > 1 else "")
         reasons.append(f"{need} is more than the {machine.usable_cpus()} CPUs this process may use")
-    if cfg.channels_last and (tokens := token_channels_last(spec)):
-        reasons.append(tokens)
+    if cfg.channels_last and spec.synthetic == "tokens" and spec.dataset is None:
+        reasons.append(f"channels_last=true lays out 4-D and 5-D floating tensors; workload {spec.name!r} has batches "
+                       "of integer token ids [batch, length] (synthetic: tokens), so it would change nothing")
     elif cfg.channels_last and spec.spatial_dims not in (2, 3):
         reasons.append(f"channels_last=true needs 2D or 3D samples (4D/5D tensors); workload {spec.name!r} has "
                        f"{spec.spatial_dims}D samples {spec.sample_shape(cfg.size)}")
@@ -212,16 +230,16 @@ def _workload_conflicts(cfg: RunConfig) -> list[str]:
             what = (switched or [f"data.augment={cfg.data.augment}"])[0]
             own = "its own dataset" if spec.dataset is not None else f"synthetic: {spec.synthetic}"
             reasons.append(f"{what} applies to the volumes and images pipelines; workload {spec.name!r} has {own}")
-    if spec.own_training and cfg.measure.mode != "loader":
-        reasons += own_step_reasons(cfg, own_step_name(spec), own_optimizer=spec.lightning_module is not None,
-                                    validates=True if spec.val_step is not None else
-                                    None if spec.lightning_module is not None else False,
-                                    lightning=spec.lightning_module is not None)
-    if cfg.activation_checkpointing and not spec.checkpoint_units and cfg.measure.mode != "loader":
-        reasons.append(f"activation_checkpointing=true: workload {spec.name!r} names no checkpoint_units (the "
-                       "module classes to recompute), so nothing would be checkpointed; set "
-                       "workload.checkpoint_units=[pkg.Block]")
     return reasons
+
+
+def _checkpoint_conflict(cfg: RunConfig) -> str:
+    """activation_checkpointing on a workload that names nothing to checkpoint."""
+    spec = cfg.workload
+    if cfg.activation_checkpointing and not spec.checkpoint_units and cfg.measure.mode != "loader":
+        return (f"activation_checkpointing=true: workload {spec.name!r} names no checkpoint_units (the module "
+                "classes to recompute), so nothing would be checkpointed; set workload.checkpoint_units=[pkg.Block]")
+    return ""
 
 
 def lm_conflicts(cfg: RunConfig) -> list[str]:
@@ -262,10 +280,11 @@ def lm_conflicts(cfg: RunConfig) -> list[str]:
 def _ddp_conflict(cfg: RunConfig) -> str:
     """DDP knobs on a single device, or a strong-scaling batch that does not split evenly over the devices."""
     if cfg.devices == 1:
-        changed = [k for k, v in flatten(to_dict(cfg)).items()
-                   if k.startswith("ddp.") and v != get_key(RunConfig(), k)]
-        return "; ".join(f"{k}={json.dumps(v) if isinstance(v, bool) else v} needs devices >= 2 (a setting of "
-                         "DistributedDataParallel)" for k, v in ((k, get_key(cfg, k)) for k in changed))
+        default = DdpConfig()
+        changed = [(f.name, getattr(cfg.ddp, f.name)) for f in dataclasses.fields(cfg.ddp)
+                   if getattr(cfg.ddp, f.name) != getattr(default, f.name)]
+        return "; ".join(f"ddp.{k}={json.dumps(v) if isinstance(v, bool) else v} needs devices >= 2 (a setting of "
+                         "DistributedDataParallel)" for k, v in changed)
     if cfg.scaling == "strong" and cfg.batch_size % cfg.devices:
         return (f"scaling=strong splits batch_size={cfg.batch_size} over devices={cfg.devices}, which does not "
                 "divide it; use a batch_size that is a multiple of devices")

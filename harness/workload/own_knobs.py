@@ -24,6 +24,17 @@ def own_step_name(spec) -> str:
     return f"workload.step={target_of(spec.step)!r}"
 
 
+def settings_reasons(cfg) -> list[str]:
+    """Why knobs of ``cfg`` cannot act on its workload's own step, from the settings alone (the parent's question:
+    the child asks again with what the built model says); none for the harness's own step or a loader-only run."""
+    spec = cfg.workload
+    if not spec.own_training or cfg.measure.mode == "loader":
+        return []
+    lightning = spec.lightning_module is not None
+    return own_step_reasons(cfg, own_step_name(spec), own_optimizer=lightning, lightning=lightning,
+                            validates=True if spec.val_step is not None else None if lightning else False)
+
+
 def own_step_reasons(cfg, own: str, own_optimizer: bool = False, zeroes_grads_itself: str = "",
                      validates: bool | None = False, lightning: bool = False) -> list[str]:
     """Why knobs of ``cfg`` cannot act on the workload's own step ``own`` (how messages name it). ``validates``:
@@ -45,11 +56,3 @@ def own_step_reasons(cfg, own: str, own_optimizer: bool = False, zeroes_grads_it
     if zeroes_grads_itself and not cfg.optimizer.zero_grad_set_to_none:
         reasons.append(zeroes_grads_itself)
     return reasons
-
-
-def token_channels_last(spec) -> str:
-    """channels_last on token batches ("" for other workloads)."""
-    if spec.synthetic != "tokens" or spec.dataset is not None:
-        return ""
-    return (f"channels_last=true lays out 4-D and 5-D floating tensors; workload {spec.name!r} has batches of "
-            "integer token ids [batch, length] (synthetic: tokens), so it would change nothing")

@@ -24,10 +24,10 @@ def check_model_builds(cfg) -> None:
     spec = cfg.workload
     if is_builtin(spec):
         return
-    model_args = setting_args(spec.model_settings, cfg)
+    model_args, loss_args = setting_args(spec.model_settings, cfg), setting_args(spec.loss_settings, cfg)
     # the batch the child will make; a workload's own dataset decides its samples itself
     shape = [cfg.batch_size, spec.in_channels, *cfg.data.patch_size] if spec.dataset is None else []
-    seen = json.dumps([spec.model_node, model_args, spec.loss, setting_args(spec.loss_settings, cfg), shape,
+    seen = json.dumps([spec.model_node, model_args, spec.loss, loss_args, shape,
                        spec.step, spec.synthetic, spec.num_classes, spec.val_step, bool(cfg.val.every_n_steps)],
                       default=str)
     if seen in _BUILT:  # the rungs of a sweep: one build each for what they change of the model
@@ -37,7 +37,7 @@ def check_model_builds(cfg) -> None:
     if spec.lightning_module is None:
         _refuse_lightning_as_model(spec, model)
     if spec.loss is not None:
-        _build_on_meta("workload.loss", spec.loss, setting_args(spec.loss_settings, cfg))
+        _build_on_meta("workload.loss", spec.loss, loss_args)
     if model is not None and shape:  # a package imported on the first call (MONAI's optional ones)
         _forward_on_meta(model, shape, target_of(spec.model_node))
     if model is not None:

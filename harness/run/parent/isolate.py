@@ -66,14 +66,20 @@ ProgressFn = Callable[[dict, float], None]  # (progress info, seconds since star
 def execute(cfg: config_mod.RunConfig, env: dict, env_key: str, on_progress: ProgressFn | None = None,
             skip_reason: str | None = None, store: Callable[[RunRecord], object] | None = None,
             **labels) -> RunRecord:
-    """Measure ``cfg`` (resolved) in a child process; the record's status says how it ended. A run that cannot act
-    here is recorded as skipped without starting anything: ``skip_reason`` is the caller's answer of
-    ``applicability.skip_reason`` when it asked already (asked here when None, so that it is asked once a run).
-    ``store``: called with the record before any interrupt can end the command (from the run's end on, SIGINT,
-    SIGTERM and SIGHUP wait until it returns); an interrupt while the child profiles or tears down, after it wrote
-    its measurement, stores that measurement and then ends the command. ``labels``: fields of the record the run
-    does not measure (a sweep's), set when the record is made."""
+    """:func:`execute_asked`, with ``applicability.skip_reason`` asked here when ``skip_reason`` is None."""
     reason = applicability.skip_reason(cfg) if skip_reason is None else skip_reason
+    return execute_asked(cfg, env, env_key, reason, on_progress, store, **labels)
+
+
+def execute_asked(cfg: config_mod.RunConfig, env: dict, env_key: str, reason: str,
+                  on_progress: ProgressFn | None = None, store: Callable[[RunRecord], object] | None = None,
+                  **labels) -> RunRecord:
+    """Measure ``cfg`` (resolved) in a child process; the record's status says how it ended. A run that cannot act
+    here is recorded as skipped without starting anything: ``reason`` is the caller's answer of
+    ``applicability.skip_reason`` ("" when it can act). ``store``: called with the record before any interrupt can
+    end the command (from the run's end on, SIGINT, SIGTERM and SIGHUP wait until it returns); an interrupt while
+    the child profiles or tears down, after it wrote its measurement, stores that measurement and then ends the
+    command. ``labels``: fields of the record the run does not measure (a sweep's), set when the record is made."""
     if reason:
         record = make_record(cfg, env, env_key, SKIPPED, reason, **labels)
         if store is not None:

@@ -8,11 +8,11 @@ from dataclasses import dataclass
 from harness import config as config_mod
 from harness.config.identity import env_key
 from harness.run.parent import env as env_mod
-from harness.run.parent.isolate import ProgressFn, execute
+from harness.run.parent.isolate import ProgressFn, execute_asked
 from harness.records.sinks import Pipeline
 from harness.store import RunRecord
 from harness.store import check_writable
-from harness.workload import datasets, first_item
+from harness.workload import applicability, datasets, first_item
 from harness.run.parent import rendezvous, torch_facts
 
 
@@ -31,10 +31,19 @@ def resolve(cfg: config_mod.RunConfig, machine: Machine) -> config_mod.RunConfig
     return config_mod.resolve(cfg, machine.cuda_available, dataset_shape=first_item.input_shape)
 
 
-def environment(device: str) -> tuple[dict, str]:
-    """The environment fields a record of a run on ``device`` carries, and its ``env_key``."""
-    env = env_mod.collect(device)
+def environment(device: str, git: bool = True) -> tuple[dict, str]:
+    """The environment fields a record of a run on ``device`` carries, and its ``env_key``. ``git=False``: without
+    the git state (two git processes), which the key does not hash; :func:`with_git` adds it."""
+    env = env_mod.collect(device, git=git)
     return env, env_key(env, device)
+
+
+def with_git(env: dict) -> dict:
+    """``env`` with the git state a record carries (as it was, where it has it): collected once a run."""
+    if "git_commit" in env:
+        return env
+    commit, dirty = env_mod.git_state()
+    return {**env, "git_commit": commit, "git_dirty": dirty}
 
 
 def environment_key(device: str) -> str:
@@ -63,13 +72,22 @@ def prepare_data(resolved: config_mod.RunConfig, log=print) -> None:
 
 def run_and_store(resolved: config_mod.RunConfig, env: dict, env_key: str, on_progress: ProgressFn | None = None,
                   skip_reason: str | None = None, pipeline: Pipeline | None = None, **sweep_fields) -> RunRecord:
+    """:func:`store_asked`, with ``applicability.skip_reason`` asked here when the caller did not (None)."""
+    reason = applicability.skip_reason(resolved) if skip_reason is None else skip_reason
+    return store_asked(resolved, env, env_key, on_progress, skip_reason=reason, pipeline=pipeline, **sweep_fields)
+
+
+def store_asked(resolved: config_mod.RunConfig, env: dict, env_key: str, on_progress: ProgressFn | None = None, *,
+                skip_reason: str, pipeline: Pipeline | None = None, **sweep_fields) -> RunRecord:
     """Measure a resolved config and hand its record to ``pipeline``'s sinks (the store of its results folder when
-    None), whatever its status; ``skip_reason``: the caller's answer of ``applicability.skip_reason`` when it asked
-    already (see ``isolate.execute``); ``sweep_fields`` go into the record as it is made (a name the record lacks
-    raises). The record reaches the sinks before an interrupt can end the command, and a measurement the child
-    wrote before an interrupt does too."""
+    None), whatever its status. ``skip_reason``: the caller's answer of ``applicability.skip_reason`` ("" when the
+    run can act here); ``env``: the environment's fields (the git state is added here when it was left out, see
+    :func:`environment`); ``sweep_fields`` go into the record as it is made (a name the record lacks raises). The
+    record reaches the sinks before an interrupt can end the command, and a measurement the child wrote before an
+    interrupt does too."""
+    env = with_git(env)
     meet = rendezvous.of(resolved, os.environ)
     if meet is not None and meet.node_rank > 0:  # node 0 stores the run's one record; this node only measured
-        return execute(resolved, env, env_key, on_progress, skip_reason, **sweep_fields)
+        return execute_asked(resolved, env, env_key, skip_reason, on_progress, **sweep_fields)
     sinks = pipeline if pipeline is not None else Pipeline.to_store(resolved.results_dir)
-    return execute(resolved, env, env_key, on_progress, skip_reason, store=sinks.put, **sweep_fields)
+    return execute_asked(resolved, env, env_key, skip_reason, on_progress, store=sinks.put, **sweep_fields)
