@@ -34,6 +34,7 @@ CHECKPOINT_POLICIES = ("full", "selective")  # activation checkpointing: every o
 COMPILE_CACHES = ("reuse", "fresh")  # compile's caches: this machine's (warm), or an empty folder (cold)
 # Compile modes that capture CUDA graphs on a GPU ("max-autotune" turns on inductor's cudagraphs too).
 CUDAGRAPH_COMPILE_MODES = ("reduce-overhead", "max-autotune")
+MP_CONTEXTS = ("fork", "spawn", "forkserver")  # data.multiprocessing_context: how loader workers start
 
 
 @dataclass
@@ -52,6 +53,7 @@ class DataConfig:
     num_workers: int = 0
     prefetch_factor: Optional[int] = None  # None: PyTorch's default (2) when workers > 0
     persistent_workers: bool = False
+    multiprocessing_context: Optional[str] = None  # how workers start (MP_CONTEXTS); None: the platform's default
     pin_memory: Any = False  # true / false / "auto" (= on where a CUDA device is used)
     non_blocking: bool = True
     patch_size: Optional[List[int]] = None  # image size for 2D workloads; None: the size preset's
