@@ -5,13 +5,13 @@ settings. Every error is one line (ValueError) that names the bad value and what
 from __future__ import annotations
 
 import dataclasses
+import multiprocessing
 from typing import Any
 
 from harness.config.schema import (
     AUGMENT_PRESETS, AUTO_BOOL, CHECKPOINT_POLICIES, COMM_HOOKS, COMPILE_CACHES, COMPILE_MODES, DATA_CACHES,
     DATA_SOURCES, DEVICES, FAULTS, MATMUL_PRECISIONS, MEASURE_MODES, MEMORY_LIMIT_GB, MP_CONTEXTS, PAGE_CACHE,
-    PRECISIONS,
-    SCALINGS, SDPA_BACKENDS, SIZES, DataConfig, DebugConfig, MeasureConfig, MemoryConfig, ModelConfig,
+    PRECISIONS, SCALINGS, SDPA_BACKENDS, SIZES, DataConfig, DebugConfig, MeasureConfig, MemoryConfig, ModelConfig,
     OptimizerConfig, ProfileConfig, RunConfig, SweepConfig, ValConfig,
 )
 from harness.config import targets
@@ -134,8 +134,6 @@ def _validate_loader(data: DataConfig) -> None:
 
 def _validate_mp_context(data: DataConfig) -> None:
     """``data.multiprocessing_context``: one of :data:`MP_CONTEXTS` that this platform offers, with workers to start."""
-    import multiprocessing
-
     context = data.multiprocessing_context
     if context is None:
         return
