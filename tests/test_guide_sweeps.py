@@ -52,4 +52,4 @@ def test_the_detr_fast_ladder_sweeps_at_the_cpu_size_with_tf32_first(tmp_path):
     assert rows["tf32=true"]["guide claims"].startswith("1.5x")
     for change in ("batch_size=3", "data.num_workers=12", "data.prefetch_factor=6", "data.persistent_workers=true"):
         assert rows[change]["status"].startswith("ok"), (change, rows[change]["status"])
-    assert "rungs 5-7" in text
+    assert "Rungs 5-7 together" in text
