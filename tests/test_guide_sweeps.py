@@ -11,7 +11,7 @@ from tests.conftest import harness_cli
 
 def _sweep(tmp_path, ladder: str, *settings: str) -> tuple[str, dict[str, dict[str, str]]]:
     out = harness_cli("sweep", f"+ladder={ladder}", *settings, "sweep.repeats=1", "sweep.remeasure_busy=false",
-                      f"results_dir={tmp_path / 'results'}", timeout=3000)
+                      f"results_dir={tmp_path / 'results'}", timeout=3500)
     print(out.stdout)  # the table, for whoever reads the slow tier's output (-rP)
     assert out.returncode == 0, out.stdout + out.stderr
     lines = [line for line in out.stdout.splitlines() if line.startswith("| ")]
