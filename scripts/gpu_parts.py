@@ -7,13 +7,13 @@ test tier and a few single runs.
 
 Priority (``Part.tier``, then the order below), by what a slot's verdicts are worth: the headline
 (scripts/gpu_headline.py: phase2 as the README runs it, decided, in one command), then each guide's premise check
-(``a100-diagnose``: does the A100 guide's base wait on its data as the guide says?) before the totals that rest on
-it, then one part per guide total (the guide's baseline rung against its last rung, in ABBA rounds: every guide's
-headline claim gets a verdict before its per-rung ladder), the memory ladders (those run under ``memory.limit_gb``)
-at their cap, the GPU test tier (before the first compile ladder), the noise calibration (before the
-ladders it calibrates), then the ladders with a guide's total claim, the ladders of single knobs a guide claims, two
-more rounds of the guide-total ladders (three runs a rung: the H100 measured a 17% run-to-run CV), the harness's own
-ladders, and the slow GPU tests and single runs.
+(``diagnose +ladder=...`` of the A100, DETR, SEResNet and phase2 baselines, scripts/gpu_premises.py: does the base
+wait on its data as the guide says?) before the totals that rest on it, then one part per guide total (the guide's
+baseline rung against its last rung, in ABBA rounds: every guide's headline claim gets a verdict before its per-rung
+ladder), the memory ladders (those run under ``memory.limit_gb``) at their cap, the GPU test tier (before the first
+compile ladder), the noise calibration (before the ladders it calibrates), then the ladders with a guide's total
+claim, the ladders of single knobs a guide claims, two more rounds of the guide-total ladders (three runs a rung:
+the H100 measured a 17% run-to-run CV), the harness's own ladders, and the slow GPU tests and single runs.
 
 Estimates are seconds on one H100 or H200 at full size, from a deliberately pessimistic model (``estimate_run_s``):
 a fresh process's start-up, compile, and warm-up + measured steps, each step as long as the slower of the GPU's
@@ -34,6 +34,7 @@ from pathlib import Path
 from harness import api
 from harness.api import QUEUE_MAX_STEPS
 from scripts import gpu_headline
+from scripts.gpu_premises import PREMISES
 from scripts.gpu_width import over_card, width_scale
 
 REPO = Path(__file__).resolve().parent.parent
@@ -94,8 +95,15 @@ WORKLOAD_COST = {
     "mednext": Cost(0.15, 0.04),
     "resnet50": Cost(0.002, 0.006),
     "detr": Cost(0.025, 0.1),  # CLAHE and motion blur per item
-    "seresnet_speech": Cost(0.004, 0.01),  # a spectrogram per item
+    "seresnet_speech": Cost(0.004, 0.01),  # a spectrogram per item (1D: the frequency bins as channels)
     "gpt": Cost(0.02, 0.0005),  # GPT-2 small, 1024 tokens a sample: ~0.75 TFLOP, pessimistic at FP32 (not measured)
+}
+# Built 2D (``workload.model.spatial_dims: 2``: the spectrogram a one-channel image, as ``seresnet`` at the full size):
+# an estimate, not a measurement. Counted FLOPs (torch's FlopCounterMode, forward + backward at 257x401): 46.5 GFLOP a
+# training sample, 24x the 1D model's 1.94; at the pace the unet3d estimate implies (0.186 TFLOP a sample in 0.03 s:
+# ~6 TFLOP/s, the slower of it and resnet50's ~12), 7.5 ms a sample, rounded up. The loader's work is the same.
+WORKLOAD_COST_2D = {
+    "seresnet_speech": Cost(0.008, 0.01),
 }
 STARTUP_S = 35
 COMPILE_S = {"off": 0, "default": 120, "reduce-overhead": 180, "max-autotune": 400}
@@ -162,7 +170,8 @@ def step_costs(settings: dict) -> tuple[float, float]:
     """Pessimistic GPU seconds of a step's compute and loader seconds of one item (its read, wait and augmentations),
     for ``settings`` (flat keys, as a ladder rung's at full size)."""
     name = settings.get("workload", "unet3d")
-    preset, cost = api.workload(name).sizes["full"], WORKLOAD_COST[name]
+    two_d = settings.get("workload.model.spatial_dims") == 2 and name in WORKLOAD_COST_2D
+    preset, cost = api.workload(name).sizes["full"], (WORKLOAD_COST_2D if two_d else WORKLOAD_COST)[name]
     batch = int(settings.get("batch_size") or preset.batch_size)
     patch = settings.get("data.patch_size")
     scale = prod(patch) / prod(preset.input_shape[1:]) if patch else 1.0
@@ -316,15 +325,19 @@ def other_parts() -> list[Part]:
         parts.append(Part(f"runs-{workload}", "run", TIER_EXTRA, f"one {workload} run in 32 and one in bf16-mixed",
                           ceil(PART_OVERHEAD_S + sum(runs)), 2, 240, args=(f"workload={workload}",),
                           paths=workload_paths((workload,))))
-    # the A100 ladder's own base at the full size: does it wait on its data 83-94% of its step, as the guide's did?
-    diagnose = ("+ladder=a100_volume", "data.num_items=8", "measure.warmup_steps=2", "measure.steps=12")
-    run = estimate_run_s({**_ladder("a100_volume").settings(0, "full"), **overrides_dict(diagnose[1:])})
-    parts.append(Part("a100-diagnose", "diagnose", TIER_PREMISES,
-                      "diagnose the A100 ladder's base (NIfTI from disk, one worker, batch 1): waiting 83-94%?",
-                      ceil(PART_OVERHEAD_S + 8 * DATASET_ITEM_S + 3 * run), 3, 160, args=diagnose,
-                      paths=workload_paths(("basic_unet3d",)) + ladder_paths("a100_volume")))
+    parts += [premise_part(p) for p in PREMISES]  # each guide's baseline at the full size: does it wait as it says?
     parts.append(Part("env", "env", TIER_EXTRA, "python, torch, CUDA and nvidia-smi", 20))
     return parts
+
+
+def premise_part(premise) -> Part:
+    """A guide's premise check: ``diagnose +ladder=NAME`` (three runs of the ladder's baseline) at the full size."""
+    settings = {**_ladder(premise.ladder).settings(0, "full"), **overrides_dict(premise.args)}
+    run = estimate_run_s(settings)
+    files = DATASET_ITEM_S * int(settings.get("data.num_items") or 16) if settings.get("data.source") == "disk" else 0
+    return Part(premise.part, "diagnose", TIER_PREMISES, premise.question, ceil(PART_OVERHEAD_S + files + 3 * run), 3,
+                premise.timeout_s or _timeout(run), args=(f"+ladder={premise.ladder}", *premise.args),
+                paths=ladder_paths(premise.ladder))
 
 
 def total_parts() -> list[Part]:

@@ -43,6 +43,13 @@ def test_contradiction_is_explained(results):
     assert out.returncode == 2 and "needs data.num_workers > 0" in out.stdout + out.stderr
 
 
+def test_a_bad_multiprocessing_context_is_one_line_naming_the_valid_ones(results):
+    out = harness_cli("run", "data.num_workers=1", "data.multiprocessing_context=spwan", f"results_dir={results}")
+    assert out.returncode == 2 and "Traceback" not in out.stderr and not results.exists()
+    assert out.stderr.strip().splitlines() == ["error: unknown data.multiprocessing_context 'spwan'. Did you mean "
+                                               "'spawn'? Valid choices: fork, forkserver, spawn"]
+
+
 def test_a_run_prints_a_summary_and_stores_one_ok_record(measured_run):
     # `python -m harness run workload=unet3d measure.steps=3 measure.warmup_steps=1`, measured once for the session
     assert "no CUDA GPU here: running the small CPU size" in measured_run.stdout

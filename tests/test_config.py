@@ -47,6 +47,27 @@ def test_persistent_workers_without_workers_is_a_contradiction():
         tiny_config(data__persistent_workers=True)
 
 
+def test_a_multiprocessing_context_is_one_of_the_platforms_start_methods_with_workers_to_start():
+    with pytest.raises(ValueError, match=r"unknown data.multiprocessing_context 'spwan'. Did you mean 'spawn'\? "
+                                         r"Valid choices: fork, forkserver, spawn$"):
+        tiny_config(data__num_workers=1, data__multiprocessing_context="spwan")
+    with pytest.raises(ValueError, match=r"data.multiprocessing_context=spawn needs data.num_workers > 0"):
+        tiny_config(data__multiprocessing_context="spawn")
+    cfg = tiny_config(data__num_workers=1, data__multiprocessing_context="spawn")
+    assert cfg.data.multiprocessing_context == "spawn"
+    assert tiny_config().data.multiprocessing_context is None  # unset: the platform's default
+
+
+def test_the_multiprocessing_context_enters_the_config_hash_only_when_set():
+    base = tiny_config(data__num_workers=1)
+    spawn = tiny_config(data__num_workers=1, data__multiprocessing_context="spawn")
+    fork = tiny_config(data__num_workers=1, data__multiprocessing_context="fork")
+    assert len({config_mod.config_hash(c) for c in (base, spawn, fork)}) == 3
+    assert config_mod.measured_settings(spawn)["data.multiprocessing_context"] == "spawn"
+    assert "data.multiprocessing_context" not in config_mod.measured_settings(base)  # the hashes before it hold
+    assert config_mod.record_dict(spawn)["data"]["multiprocessing_context"] == "spawn"  # the record says how
+
+
 def test_fused_and_foreach_exclude_each_other():
     with pytest.raises(ValueError, match="exclude each other"):
         tiny_config(optimizer__fused=True, optimizer__foreach=True)

@@ -154,7 +154,8 @@ def test_diagnose_of_a_custom_model_prints_next_sweeps_that_run_as_printed(tmp_p
 
 A100_LADDERS = ("a100_volume", "a100_option_a", "a100_option_b", "a100_option_c")
 SITUATION = ("batch_size", "data.num_workers", "data.prefetch_factor", "data.persistent_workers", "data.source",
-             "data.cache", "data.page_cache", "data.read_latency_ms", "data.patch_size", "cpus")
+             "data.cache", "data.page_cache", "data.read_latency_ms", "data.patch_size", "cpus",
+             "data.multiprocessing_context")
 
 
 def test_the_a100_ladders_start_from_one_situation_with_storage_far_slower_than_the_step():
@@ -167,6 +168,7 @@ def test_the_a100_ladders_start_from_one_situation_with_storage_far_slower_than_
         # the guide's start: batch 1, one worker prefetching one batch, every item read from storage
         assert (start["batch_size"], start["data.num_workers"], start["data.prefetch_factor"]) == (1, 1, 1)
         assert (start["data.source"], start["data.cache"], start["data.page_cache"]) == ("disk", "none", "drop")
+        assert start["data.multiprocessing_context"] == "spawn"  # "With `spawn` context, each worker is independent"
     smoke = ladder_mod.load("a100_volume").settings(0, "smoke")
     assert smoke["data.read_latency_ms"] == 2000 and smoke["cpus"] == 1  # one compute thread: a short, steady step
 

@@ -89,3 +89,26 @@ def test_the_connectomics_frameworks_basic_unet_pads_its_filters_and_the_fastest
     assert ratios == pytest.approx({"assumed": 121.43, "repeated": 3.638, "unet": 1407.8}, rel=1e-3)
     note = " ".join(lad.notes)
     assert "121x the 32-channel last level" in note and "3.6x the later builder's" in note and "1408x the" in note
+
+
+def test_the_speech_seresnet_built_2d_counts_24x_the_1d_ones_flops_and_the_gpu_plan_costs_it_so():
+    """seresnet builds the speech SEResNet 2D at the full size (the spectrogram a one-channel image). Counted at
+    257x401, forward + backward: 46.5 GFLOP a training sample, 24x the 1D model's 1.94 (frequency bins as channels).
+    The GPU plan's cost of the 2D model (scripts/gpu_parts.py, an estimate) is those FLOPs at the pace its unet3d
+    estimate implies (0.186 TFLOP a sample in 0.03 s), rounded up; the ladders' notes say 24x."""
+    from harness.config import ladder as ladder_mod
+    from harness.workload.flops import count_train_flops
+    from harness_models.speech import seresnet
+    from scripts import gpu_parts
+
+    one = count_train_flops(lambda: seresnet(spatial_dims=1, in_channels=257, num_classes=2), (1, 257, 401))
+    two = count_train_flops(lambda: seresnet(spatial_dims=2, in_channels=1, num_classes=2), (1, 1, 257, 401))
+    assert (one, two) == pytest.approx((1.942e9, 46.47e9), rel=1e-3) and two / one == pytest.approx(23.93, rel=1e-3)
+    pace = 0.186e12 / gpu_parts.WORKLOAD_COST["unet3d"].compute_s  # FLOP/s the unet3d estimate implies
+    assert two / pace == pytest.approx(0.0075, rel=0.01)
+    assert two / pace < gpu_parts.WORKLOAD_COST_2D["seresnet_speech"].compute_s == 0.008  # rounded up
+    for name in ("seresnet", "seresnet_cudnn"):
+        base = ladder_mod.load(name).settings(0, "full")
+        assert base["workload.model.spatial_dims"] == 2
+        assert gpu_parts.step_costs(base)[0] == pytest.approx(0.008 * 32)  # the 2D cost, batch 32, FP32
+    assert "~24x the compute a sample" in (ladder_mod.LADDER_DIR / "seresnet.yaml").read_text()

@@ -117,7 +117,8 @@ def test_plan_md_states_how_a_slot_is_used_and_the_campaign_s_corrected_estimate
     assert f"~{raw} s by the model's estimate; corrected by 0.50, the median measured/estimated time of 1 recorded " \
            f"parts: **~{0.5 * (raw - headline) + headline:.0f} s" in text  # the headline's: recorded times already
     rows = [line.split(" | ")[1] for line in text.splitlines() if line.startswith("| ") and "`" in line]
-    assert rows[0] == "`headline`" and rows[1] == "`a100-diagnose`" and rows[2].startswith("`total-")
+    assert rows[0] == "`headline`" and rows[1:5] == ["`phase2-diagnose`", "`a100-diagnose`", "`detr-diagnose`",
+                                                     "`seresnet-diagnose`"] and rows[5].startswith("`total-")
 
 
 def test_a_guide_total_part_alternates_its_two_ends_round_after_round(tmp_path, monkeypatch):

@@ -93,6 +93,12 @@ def test_a_rung_asking_for_more_gpus_than_the_machine_has_costs_nothing_and_is_n
     assert disk[1] > 60 * 4 * 0.43 > disk[2]
 
 
+def gpu_premises_ladder(part: str) -> str:
+    from scripts.gpu_premises import PREMISES
+
+    return next(p.ladder for p in PREMISES if p.part == part)
+
+
 def test_parts_come_in_priority_order():
     """The headline, each guide's premise check before its totals, one part per guide total, the memory ladders at
     their cap, the tests (before any compile ladder), the noise calibration (before the ladders it calibrates), then
@@ -102,10 +108,15 @@ def test_parts_come_in_priority_order():
     totals = [p for p in parts if p.kind == "total"]
     memory = [p for p in parts if p.tier == gpu_parts.TIER_MEMORY]
     assert {p.ladder for p in memory} == {"connectomics_accumulate", "connectomics_checkpointing", "detr_test_batch"}
-    assert kinds[:len(totals) + len(memory) + 4] == \
-        ["headline", "diagnose"] + ["total"] * len(totals) + ["ladder"] * len(memory) + ["tests", "noise"]
+    assert kinds[:len(totals) + len(memory) + 7] == \
+        ["headline"] + ["diagnose"] * 4 + ["total"] * len(totals) + ["ladder"] * len(memory) + ["tests", "noise"]
     names = [p.name for p in parts]
-    assert all(names.index("a100-diagnose") < i for i, n in enumerate(names) if n.startswith("total-a100_"))
+    # each guide's premise check before its totals (SEResNet's "Total Combined" is a group claim: before its ladder)
+    for check, guide in (("a100-diagnose", "a100_"), ("detr-diagnose", "detr_"), ("seresnet-diagnose", "seresnet"),
+                         ("phase2-diagnose", "connectomics_")):
+        assert [p.args[0] for p in parts if p.name == check] == [f"+ladder={gpu_premises_ladder(check)}"]
+        assert all(names.index(check) < i for i, p in enumerate(parts)
+                   if p.ladder.startswith(guide) and p.kind in ("total", "ladder")), check
     with_total = [n for n in gpu_parts.measured_ladders() if gpu_parts._ladder(n).total_claim is not None]
     # every guide with a total has its part (phase2's is the headline), or a reason it has none
     assert sorted(p.ladder for p in totals) + sorted(gpu_parts.totals_beyond_one_command()) + ["phase2"] == \
@@ -210,7 +221,8 @@ def test_a_scratch_folder_inside_out_is_refused(tmp_path):
 def test_usage_errors_name_the_bad_value_and_the_choices(tmp_path):
     bad = script("resnet", str(tmp_path))
     assert bad.returncode == 2 and "unknown part 'resnet'" in bad.stderr
-    assert "the parts are: headline a100-diagnose total-a100_option_a " in bad.stderr
+    assert ("the parts are: headline phase2-diagnose a100-diagnose detr-diagnose seresnet-diagnose "
+            "total-a100_option_a ") in bad.stderr
     assert "Traceback" not in bad.stderr
     none = script("phase2")  # no OUT_DIR and no $OUT
     assert none.returncode == 2 and "no output folder" in none.stderr
@@ -292,21 +304,23 @@ def test_next_takes_pending_parts_in_order_within_one_command(tmp_path, monkeypa
     assert [states[n] for n in ("headline", "noise", "tests", "phase3", "connectomics_quick", "detr_fast-r0-4")] == \
         ["done", "changed", "retry", "blocked", "retry", "to do"]
     pending = gpu_plan.pending(loaded)
-    # the A100 guide's premise check, the guide totals (the cheapest ladder's first: A100's option A), then the
+    # the guides' premise checks, the guide totals (the cheapest ladder's first: A100's option A), then the
     # retried tests, the noise
     names = [p.name for p in pending]
-    assert names[:3] == ["a100-diagnose", "total-a100_option_a", "total-connectomics_quick"]  # its half-width end
+    assert names[:5] == ["phase2-diagnose", "a100-diagnose", "detr-diagnose", "seresnet-diagnose",
+                         "total-a100_option_a"]  # the cheapest premise first, then the cheapest total
     assert names.index("tests") < names.index("noise") < names.index("connectomics_quick")
     chosen = gpu_plan.pick(pending)
     assert chosen[0] == pending[0] and sum(p.estimate_s for p in chosen) <= gpu_parts.BATCH_BUDGET_S
-    assert pending[2] not in chosen  # 181 + 278 + 197 s: too long for one command
+    assert pending[2] not in chosen  # 159 + 181 + 328 s: too long for one command
     for part in chosen[1:]:  # smaller later parts fill the command, never ahead of an earlier part of their ladder
         assert all(p in chosen[:chosen.index(part)] for p in pending[:pending.index(part)] if p.ladder == part.ladder
                    and part.ladder)
     corrected = gpu_plan.pick(pending, factor=0.5)  # the plan's correction: more parts a command
     assert len(corrected) > len(chosen) and 0.5 * sum(p.estimate_s for p in corrected) <= gpu_parts.BATCH_BUDGET_S
     progressive = [p for p in pending if p.ladder == "connectomics_progressive" and p.kind == "ladder"][:2]
-    assert gpu_plan.pick([pending[1], *progressive]) == [pending[1]]  # rung 6 waits for rungs 0-5
+    total = gpu_parts.find("total-a100_option_a")
+    assert gpu_plan.pick([total, *progressive]) == [total]  # rung 6 waits for rungs 0-5
     big = [gpu_parts.find("resnet50_aggressive-r6")]  # compile max-autotune
     assert gpu_plan.pick(big + pending) == big  # the first pending part always runs, however big
     result = script("dry-run", "next", GPU="h100", PLAN_DIR=str(tmp_path), SCRATCH=str(tmp_path / "scratch"))
@@ -315,12 +329,12 @@ def test_next_takes_pending_parts_in_order_within_one_command(tmp_path, monkeypa
     assert list(sections(result.stdout)) == [p.name for p in chosen]
     # a second command on the same machine, before `record` here: what the first one measured is not taken again
     (tmp_path / "scratch").mkdir()
-    first = gpu_parts.find("a100-diagnose")
+    first = gpu_parts.find("phase2-diagnose")
     stamp = {"part": first.name, "gpu": "h100", "status": "ok", "ended": "2026-11-23T11:00:00Z", "records": ["a"],
              "commit": "", "code_fingerprint": "c0de", "path_fingerprint": gpu_parts.path_fingerprint(first)}
     (tmp_path / "scratch" / gpu_campaign.JOURNAL).write_text(json.dumps(stamp) + "\n")
     again = script("dry-run", "next", GPU="h100", PLAN_DIR=str(tmp_path), SCRATCH=str(tmp_path / "scratch"))
-    assert again.returncode == 0 and list(sections(again.stdout))[0] == "total-a100_option_a"
+    assert again.returncode == 0 and list(sections(again.stdout))[0] == "a100-diagnose"
 
 
 def test_the_command_s_age_counts_what_ran_before_the_driver_in_its_shell():

@@ -170,7 +170,7 @@ def test_a_check_across_two_topologies_is_refused_as_not_comparable(tmp_path, ca
     assert code == 2 and rows["cfg-a"]["status"] == "not comparable"
 
 
-def test_check_against_refuses_a_sweep_measured_across_nodes_in_one_line(repo, monkeypatch, capsys):
+def test_check_against_refuses_a_sweep_measured_across_nodes_in_one_line(repo, monkeypatch, capsys):  # noqa: F811
     # check --against measures both sides here, on one node: a sweep of nodes=2 is another topology it cannot rerun
     cfg = config_mod.from_dict({"workload": "unet3d", "size": "smoke", "nodes": 2, "measure": {"steps": 5}})
     write_record(RunRecord(run_id="n0", status="ok", timestamp="2024-06-01T10:00:00+00:00", workload="unet3d",

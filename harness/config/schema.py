@@ -35,6 +35,7 @@ CHECKPOINT_POLICIES = ("full", "selective")  # activation checkpointing: every o
 COMPILE_CACHES = ("reuse", "fresh")  # compile's caches: this machine's (warm), or an empty folder (cold)
 # Compile modes that capture CUDA graphs on a GPU ("max-autotune" turns on inductor's cudagraphs too).
 CUDAGRAPH_COMPILE_MODES = ("reduce-overhead", "max-autotune")
+MP_CONTEXTS = ("fork", "spawn", "forkserver")  # data.multiprocessing_context: how loader workers start
 
 
 @dataclass
@@ -53,6 +54,7 @@ class DataConfig:
     num_workers: int = 0
     prefetch_factor: Optional[int] = None  # None: PyTorch's default (2) when workers > 0
     persistent_workers: bool = False
+    multiprocessing_context: Optional[str] = None  # how workers start (MP_CONTEXTS); None: the platform's default
     pin_memory: Any = False  # true / false / "auto" (= on where a CUDA device is used)
     non_blocking: bool = True
     patch_size: Optional[List[int]] = None  # image size for 2D workloads; None: the size preset's
@@ -182,7 +184,8 @@ class SweepConfig:
     rerun: bool = False
     budget_min: float = 10.0  # repeats=auto only: wall-clock minutes; no round starts that would end after them
     max_repeats: int = 6  # repeats=auto only: the most rounds (the looks' information is rounds / max_repeats)
-    remeasure_busy: bool = True  # a busy run (analysis.stats.busy) measured again, once (climb too); false: kept, no busy stop
+    # a busy run (analysis.stats.busy) measured again, once (climb too); false: kept as measured, no busy stop
+    remeasure_busy: bool = True
     # at the sweep's end, its decided figures exported: "tb:DIR", "mlflow:URI" or "wandb:DIR" (docs/export.md); "" none
     export: str = ""
 

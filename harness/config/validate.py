@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import multiprocessing
 from typing import Any
 
 from harness.config.schema import (
     AUGMENT_PRESETS, AUTO_BOOL, CHECKPOINT_POLICIES, COMM_HOOKS, COMPILE_CACHES, COMPILE_MODES, DATA_CACHES,
-    DATA_SOURCES, DEVICES, FAULTS, FSDP_MIXED_PRECISIONS, MATMUL_PRECISIONS, MEASURE_MODES, MEMORY_LIMIT_GB, PAGE_CACHE, PRECISIONS,
-    SCALINGS, SDPA_BACKENDS, SIZES, DataConfig, DebugConfig, MeasureConfig, MemoryConfig, ModelConfig,
+    DATA_SOURCES, DEVICES, FAULTS, FSDP_MIXED_PRECISIONS, MATMUL_PRECISIONS, MEASURE_MODES, MEMORY_LIMIT_GB,
+    MP_CONTEXTS, PAGE_CACHE, PRECISIONS, SCALINGS, SDPA_BACKENDS, SIZES, DataConfig, DebugConfig, MeasureConfig,
+    MemoryConfig, ModelConfig,
     OptimizerConfig, ProfileConfig, RunConfig, SweepConfig, ValConfig,
 )
 from harness.config import targets
@@ -134,6 +136,22 @@ def _validate_loader(data: DataConfig) -> None:
     if data.prefetch_factor is not None and data.prefetch_factor < 1:
         raise ValueError(f"data.prefetch_factor={data.prefetch_factor} must be at least 1")
     _auto_bool("data.pin_memory", data.pin_memory)
+    _validate_mp_context(data)
+
+
+def _validate_mp_context(data: DataConfig) -> None:
+    """``data.multiprocessing_context``: one of :data:`MP_CONTEXTS` that this platform offers, with workers to start."""
+    context = data.multiprocessing_context
+    if context is None:
+        return
+    check_choice("data.multiprocessing_context", context, MP_CONTEXTS)
+    offered = multiprocessing.get_all_start_methods()
+    if context not in offered:
+        raise ValueError(f"data.multiprocessing_context={context} is not offered on this platform; valid here: "
+                         f"{', '.join(offered)} (or leave it unset for the platform's default)")
+    if data.num_workers == 0:
+        raise ValueError(f"data.multiprocessing_context={context} needs data.num_workers > 0: with 0 workers the "
+                         "main process loads each batch, so no worker starts")
 
 
 def _validate_measure(measure: MeasureConfig) -> None:

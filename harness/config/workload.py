@@ -33,7 +33,8 @@ SYNTHETIC_KINDS = ("volumes", "images", "tensors", "tokens")
 # resolved size (full, smoke), for a builder whose shape differs by size in more than width (workload=gpt).
 SETTING_SOURCES = ("width", "model.width", "model.mednext_size", "model.kernel_size", "model.deep_supervision",
                    "model.depth", "model.features", "data.patch_size", "data.cache_dir", "results_dir", "size")
-# the _target_ nodes, free-form below their name; the last six are a workload's own training (harness.workload.step.adapters)
+# the _target_ nodes, free-form below their name; the last six are a workload's own training
+# (harness.workload.step.adapters)
 TARGET_NODES = ("model", "loss", "optimizer", "dataset", "step", "collate", "samples", "units", "lightning_module",
                 "val_step")
 OWN_TRAINING_NODES = TARGET_NODES[4:]  # absent (None), a spec hashes as it did before they existed
@@ -83,7 +84,8 @@ class WorkloadSpec:
     min_side: int = 1  # smallest spatial side the network accepts
     sizes: Dict[str, SizePreset] = field(default_factory=dict)
     source_sha: str = ""  # filled when resolved: the user's source files the targets live in
-    # a workload's own training (harness.workload.step.adapters), each a ``_target_`` node: ``step(model, batch) -> loss``
+    # a workload's own training (harness.workload.step.adapters), each a ``_target_`` node:
+    # ``step(model, batch) -> loss``
     # (partial); the loader's collate_fn (partial); ``samples(batch)`` and ``units(batch)`` (partials) where batches
     # vary; a LightningModule (its training_step, configure_optimizers and train_dataloader), instead of ``model``;
     # ``val_step(model, batch) -> loss`` (partial), the validation pass's step (``harness.workload.step.validation``)

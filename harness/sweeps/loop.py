@@ -74,7 +74,8 @@ def run_ladder(ctx: rungs_mod.SweepContext, machine, *listeners: Listener) -> in
 
     Returns 1 if a rung could not even be started, 2 if the first round would not fit in the budget (nothing is
     measured), 5 (busy) when every run of the first round was measured on a busy machine (no run could count, so
-    it stops there; not with ``sweep.remeasure_busy=false``, which keeps a busy run as measured and goes on), else 0: failed runs are data, shown in the table."""
+    it stops there; not with ``sweep.remeasure_busy=false``, which keeps a busy run as measured and goes on),
+    else 0: failed runs are data, shown in the table."""
     events = Events(*listeners)
     ctx, noise = rounds_mod.with_calibration(ctx, machine)
     policy = LadderPolicy(ctx, machine, noise)

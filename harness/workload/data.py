@@ -368,6 +368,8 @@ def build_loader(cfg, dataset: Dataset, workload=None, rank=None, collate=None) 
     )
     if cfg.data.prefetch_factor is not None:
         kwargs["prefetch_factor"] = cfg.data.prefetch_factor
+    if cfg.data.multiprocessing_context and cfg.data.num_workers > 0:  # a validation loader may have none
+        kwargs["multiprocessing_context"] = cfg.data.multiprocessing_context
     if workload is not None and workload.spatial_dims == 2 and augment_switches(cfg)["mixup"]:
         kwargs["collate_fn"] = MixupCollate(workload.num_classes)
     if collate is not None:

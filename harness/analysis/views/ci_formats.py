@@ -66,7 +66,8 @@ def table_figures(table: SweepTable) -> list[Figure]:
 
 def _throughput(name: str, row: RungRow, extra: dict) -> Figure:
     low, high = row.samples_per_s_band or (None, None)
-    return Figure(name, "throughput", "samples/s", row.samples_per_s, low, high, list(row.samples_per_s_runs), dict(extra))
+    return Figure(name, "throughput", "samples/s", row.samples_per_s, low, high, list(row.samples_per_s_runs),
+                  dict(extra))
 
 
 def check_figures(result: CheckResult | PairedResult) -> list[Figure]:

@@ -16,7 +16,10 @@ step of the guide's long epoch (docs/statistics.md: the simulation). It then der
 epoch of the guide's length: ``samples_a_step x L / (L x step + boundary)``. A claim with ``component: epoch``
 and ``epoch_samples: N`` is judged on that derived throughput (a record's ``claim_component`` is ``epoch:N``) with
 the sweep's rung x round model (``harness.analysis.views.components``). Validation passes are left out of both
-sides: a claim about them is judged on its own. Plain Python.
+sides (a claim about them is judged on its own), except their loader's worker starts: a guide's epoch holds its
+validation passes, whose loader starts its workers again every pass unless they are persistent, so each epoch is
+charged ``every / val_every`` passes' starts of ``val.num_workers`` workers at the cost a worker of the training
+loader's measured start (``boundary_ms / num_workers``). Plain Python.
 """
 
 from __future__ import annotations
@@ -39,11 +42,13 @@ class EpochCost:
     boundary_ms: float  # what a whole epoch costs beyond as many steady steps (>= 0)
     epoch_steps: int  # the measured epoch's length in steps
     boundaries: int  # how many whole epochs the window held
+    val_start_ms: float = 0.0  # an epoch's validation passes' worker starts (0: none, or persistent workers)
 
     def samples_per_s(self, epoch_samples: float) -> float:
-        """Throughput at an epoch of ``epoch_samples`` (one boundary's cost an epoch)."""
+        """Throughput at an epoch of ``epoch_samples`` (one boundary's cost and its validation starts an epoch)."""
         steps = max(epoch_samples / self.samples_per_step, 1.0)
-        return 1000.0 * self.samples_per_step * steps / (steps * self.step_ms + self.boundary_ms)
+        return (1000.0 * self.samples_per_step * steps
+                / (steps * self.step_ms + self.boundary_ms + self.val_start_ms))
 
 
 def component(epoch_samples: int) -> str:
@@ -95,14 +100,17 @@ def cost_of(run) -> EpochCost | None:
         config = json.loads(run.get("config_json") or "{}")
         data = config.get("data") or {}
         every, workers = int(data.get("epoch_steps") or 0), int(data.get("num_workers") or 0)
-        val_every = int((config.get("val") or {}).get("every_n_steps") or 0)
+        val = config.get("val") or {}
+        val_every = int(val.get("every_n_steps") or 0)
+        # kept workers (persistent: the validation loader's are when the training loader's are) start once, not a pass
+        val_workers = 0 if data.get("persistent_workers") else int(val.get("num_workers") or 0)
         first, per_step = int(run.get("warmup_steps")), float(run.get("samples_per_step"))
     except (TypeError, ValueError):
         return None
     steps = speedup.floats(run.get("step_ms"))
     if every < 2 or not steps or not per_step > 0:
         return None
-    return cost_from_steps(steps, first, every, val_every, per_step, workers)
+    return cost_from_steps(steps, first, every, val_every, per_step, workers, val_workers)
 
 
 def steady_positions(every: int, workers: int = 0) -> int:
@@ -114,11 +122,11 @@ def steady_positions(every: int, workers: int = 0) -> int:
 
 
 def cost_from_steps(steps: list[float], first: int, every: int, val_every: int, per_step: float,
-                    workers: int = 0) -> EpochCost | None:
+                    workers: int = 0, val_workers: int = 0) -> EpochCost | None:
     """The rule of the module docstring on one run's window: ``steps[i]`` is step ``first + i`` (the loader's first
     epoch begins with the first warm-up step), an epoch is ``every`` steps, a validation pass follows every
-    ``val_every``-th step (0: none; such a step counts as a steady one). None without a whole epoch in the
-    window."""
+    ``val_every``-th step (0: none; such a step is neither an epoch's nor a steady one), starting ``val_workers``
+    workers (0: none, or kept). None without a whole epoch in the window."""
     later = every - steady_positions(every, workers)  # positions later..every-1 are steady
     epochs_seen: dict[int, list[float]] = {}
     steady = []
@@ -135,7 +143,18 @@ def cost_from_steps(steps: list[float], first: int, every: int, val_every: int, 
         return None
     base = sum(steady) / len(steady)
     excess = [sum(ms - base for ms in epochs_seen[e]) for e in whole]
-    return EpochCost(per_step, base, max(sum(excess) / len(excess), 0.0), every, len(excess))
+    boundary = max(sum(excess) / len(excess), 0.0)
+    return EpochCost(per_step, base, boundary, every, len(excess),
+                     val_starts_ms(boundary, workers, val_workers, every, val_every))
+
+
+def val_starts_ms(boundary_ms: float, workers: int, val_workers: int, every: int, val_every: int) -> float:
+    """What an epoch of ``every`` steps pays for its validation loader's worker starts: ``every / val_every`` passes,
+    each starting ``val_workers`` workers at the training loader's measured start a worker (``boundary_ms /
+    workers``); 0 without validation, without validation workers, or without a training start to measure it by."""
+    if val_every <= 0 or val_workers <= 0 or workers <= 0:
+        return 0.0
+    return boundary_ms / workers * val_workers * every / val_every
 
 
 def derived(costs: dict[int, EpochCost], epoch_samples_: int) -> dict[int, float]:
@@ -151,8 +170,12 @@ def reading(what: str, new: list[EpochCost], old: list[EpochCost], epoch_samples
     steps = round(epoch_samples_ / new[0].samples_per_step)
     ms_old = speedup.median([c.boundary_ms for c in old])
     ms_new = speedup.median([c.boundary_ms for c in new])
+    val_old = speedup.median([c.val_start_ms for c in old])
+    val_new = speedup.median([c.val_start_ms for c in new])
+    val = (f", plus its validation loader's worker starts, {val_old:.0f} -> {val_new:.0f} ms"
+           if val_old or val_new else "")
     return (f"{what}: at the guide's epoch ({epoch_samples_:,} samples, {steps:,} steps) {measured.value:.2f}x, "
-            f"derived from an epoch's excess over its steady steps, {ms_old:.0f} -> {ms_new:.0f} ms, measured on "
-            f"epochs of {new[0].epoch_steps} steps.")
+            f"derived from an epoch's excess over its steady steps, {ms_old:.0f} -> {ms_new:.0f} ms{val}, measured "
+            f"on epochs of {new[0].epoch_steps} steps.")
 
 
