@@ -50,8 +50,12 @@ def _cli_is_a_module() -> bool:
 
 
 def run() -> None:
-    """The process's whole life: ``main()``, then :func:`exit_now` with its exit code."""
-    exit_now(main())
+    """The process's whole life: ``main()``, then :func:`exit_now` with its exit code; under a profiler or a
+    debugger (``python -m cProfile -m harness ...``), a normal exit, so that it can report."""
+    code = main()
+    if sys.getprofile() is not None or sys.gettrace() is not None:
+        raise SystemExit(code)
+    exit_now(code)
 
 
 def exit_now(code: int | None) -> None:

@@ -185,3 +185,10 @@ def test_the_process_ends_as_at_a_normal_exit_less_the_module_teardown(tmp_path)
     assert (done.returncode, done.stdout) == (6, "said, not flushed"), done.stderr
     assert (tmp_path / "thread").read_text() == "joined" and (tmp_path / "atexit").read_text() == "ran"
     assert not (tmp_path / "after").exists()
+
+
+def test_under_a_profiler_the_process_ends_normally_so_the_profiler_reports():
+    done = subprocess.run([sys.executable, "-m", "cProfile", "-m", "harness", "--help"], capture_output=True,
+                          text=True, timeout=120, env=dict(os.environ, PYTHONPATH=str(REPO)))
+    assert done.returncode == 0, done.stderr
+    assert "exit codes:" in done.stdout and "Ordered by: standard name" in done.stdout
