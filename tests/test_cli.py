@@ -191,4 +191,4 @@ def test_under_a_profiler_the_process_ends_normally_so_the_profiler_reports():
     done = subprocess.run([sys.executable, "-m", "cProfile", "-m", "harness", "--help"], capture_output=True,
                           text=True, timeout=120, env=dict(os.environ, PYTHONPATH=str(REPO)))
     assert done.returncode == 0, done.stderr
-    assert "exit codes:" in done.stdout and "Ordered by: standard name" in done.stdout
+    assert "exit codes:" in done.stdout and "Ordered by: " in done.stdout  # the profile, printed at the end
