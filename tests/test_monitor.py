@@ -230,6 +230,7 @@ def test_compile_workers_are_counted_apart_from_the_loader_workers():
         assert child.stdout.readline().strip() == "ready"
         s = monitor.Sampler(child.pid)
         s.sample_once()
+        s.sample_once()  # a worker lives through samples (a child seen once is not counted as one)
         out = monitor.metrics(s.samples, {})
     finally:
         os.killpg(child.pid, signal.SIGKILL)
@@ -401,3 +402,12 @@ def test_the_parents_own_cpu_is_measured_over_the_window_it_saw():
     lost.window_opened()
     lost.window_lost()  # the close was not seen: no figure rather than one over the wrong span
     assert lost.samples.parent_cpu_pct is None and not lost.measuring
+
+
+def test_a_child_seen_in_one_sample_only_is_no_loader_worker():
+    # a helper caught between its fork and its exec (torch's import runs `ldconfig -p`) looks like a copy of the
+    # measuring process for a moment: seen once, it is not counted as a worker; a worker lives through many samples
+    samples = monitor.Samples(peak_host_rss_bytes=9e8, peak_main_rss_bytes=4.6e8,
+                              peak_worker_rss_bytes={7: 1e8, 11: 4.6e8}, worker_samples={7: 12, 11: 1})
+    out = monitor.metrics(samples, {})
+    assert out["worker_rss_bytes"] == [1e8] and out["peak_worker_rss_bytes"] == 1e8

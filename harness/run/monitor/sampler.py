@@ -32,6 +32,9 @@ class Samples:
     peak_host_rss_bytes: float = 0.0
     peak_main_rss_bytes: float = 0.0
     peak_worker_rss_bytes: dict[int, float] = field(default_factory=dict)
+    # how many samples saw each child: one seen once was a helper between its fork and its exec (torch's import runs
+    # `ldconfig -p` through ctypes.util.find_library), a copy of the measuring process for a moment, not a worker
+    worker_samples: dict[int, int] = field(default_factory=dict)
     gpu_util_pct: list[float] = field(default_factory=list)
     gpu_mem_used_bytes: list[float] = field(default_factory=list)  # device-wide: every process on the GPU
     gpu_power_w: list[float] = field(default_factory=list)
@@ -140,6 +143,8 @@ class Sampler:
         s = self.samples
         s.peak_main_rss_bytes = max(s.peak_main_rss_bytes, rss.main)
         _peaks(s.peak_worker_rss_bytes, rss.workers)
+        for pid in rss.workers:
+            s.worker_samples[pid] = s.worker_samples.get(pid, 0) + 1
         s.peak_host_rss_bytes = max(s.peak_host_rss_bytes, rss.total)
         _peaks(s.peak_worker_uss_bytes, rss.worker_uss)
         s.peak_host_pss_bytes = _max(s.peak_host_pss_bytes, rss.pss)
@@ -180,7 +185,7 @@ def metrics(samples: Samples, child: dict, gpu_named: bool = False) -> dict:
     the parent takes no sample inside the window, it is the host peak). GPU samples count only inside the window
     the child recorded (``window_start_unix`` and ``measured_s``; all of them where it recorded none)."""
     main = max(samples.peak_main_rss_bytes, float(child.get("peak_main_rss_bytes") or 0.0))
-    peaks = dict(samples.peak_worker_rss_bytes)
+    peaks = {pid: rss for pid, rss in samples.peak_worker_rss_bytes.items() if samples.worker_samples.get(pid, 2) > 1}
     kernel = {int(pid): float(peak) for pid, peak in (child.get("worker_hwm_bytes") or {}).items()}
     for pid, peak in kernel.items():
         peaks[pid] = max(peaks.get(pid, 0.0), peak)
