@@ -16,12 +16,12 @@ from harness.session import engine
 from harness.session.events import Display, Events
 from harness.session.probe import DEFAULT_MAX, search
 from harness.run.parent import runner
-from harness.store import load_runs, new_id, utc_timestamp
+from harness.store import load_runs, new_id
 from harness.sweeps import rungs as sweep_mod
 from harness.sweeps.loop import auto_compact
 from harness.session import runner as session_runner
 from harness.names import display_name
-from harness.analysis.stats import calibration, noise_model, sweepstats
+from harness.analysis.stats import calibration, sweepstats
 
 
 def run_climb(settings: dict, options: ClimbConfig, started: float, display: Display,
@@ -39,7 +39,7 @@ def run_climb(settings: dict, options: ClimbConfig, started: float, display: Dis
         return 2
     start, (env, env_key) = prepared.resolved, prepared.environment
     climb_id = new_id("climb-")
-    noise = _noise(start, env_key)
+    noise = calibration.calibration_now(start.results_dir, env_key, start.workload.name, start.size)
     key = resume.climb_key(config_mod.config_hash(start), env_key, options.repeats, options.min_effect, options.knobs)
     earlier = resume.load(start.results_dir, key)
     budget = Budget(seconds=60 * options.budget_min, start=started - (earlier.spent_s if earlier else 0.0))
@@ -129,10 +129,3 @@ def _measured_runs(results_dir: str, climb_ids: list[str]) -> int:
 def _flat(cfg: config_mod.RunConfig) -> dict:
     return config_mod.flatten(config_mod.record_dict(cfg))
 
-
-def _noise(start: config_mod.RunConfig, env_key: str):
-    """The fit calibration (``python -m harness noise``) of this environment, workload and size made before now,
-    else none (``calibration.choose_calibration``)."""
-    frame = load_runs(start.results_dir, where={"ladder": noise_model.NOISE_LADDER, "env_key": [env_key]})
-    candidates = calibration.candidates_from_frame(frame)
-    return calibration.choose_calibration(candidates, env_key, start.workload.name, start.size, utc_timestamp()).noise
