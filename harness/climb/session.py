@@ -9,12 +9,12 @@ import sys
 from harness import config as config_mod
 from harness.climb import output, resume
 from harness.climb.ascent import NOT_RUN, Budget, ClimbResult, climbing
-from harness.climb.policy import ClimbLines, ClimbPolicy
+from harness.climb.policy import ClimbLines, ClimbPolicy, largest_batch
 from harness.climb.space import ClimbConfig, Facts, check, space
 from harness.climb.trials import Trials, trial_ladder
 from harness.session import engine
 from harness.session.events import Display, Events
-from harness.session.probe import DEFAULT_MAX, search
+from harness.session.probe import DEFAULT_MAX
 from harness.run.parent import runner
 from harness.store import load_runs, new_id
 from harness.sweeps import rungs as sweep_mod
@@ -94,8 +94,9 @@ def _ascend(start, options: ClimbConfig, facts: Facts, trials: Trials, noise,
 
 def _batch_bound(start: dict, trials: Trials, display: Display, options: ClimbConfig):
     """``Facts.largest_batch`` on a GPU: fit's search for the largest batch_size that fits the incumbent, from its
-    batch (known to fit) up to fit.max's GPU default, each size a fresh process, once per incumbent (the batch
-    aside). None on a CPU (said once): no allocator runs out there, the search would only find fit.max."""
+    batch (known to fit) up to fit.max's GPU default, each size a turn of the session engine (a fresh process:
+    ``policy.largest_batch``), once per incumbent (the batch aside). None on a CPU (said once): no allocator runs out
+    there, the search would only find fit.max."""
     if "batch" not in [a.name for a in space(start["device"], options.knobs)]:
         return None
     if start["device"] != "cuda":
@@ -109,8 +110,7 @@ def _batch_bound(start: dict, trials: Trials, display: Display, options: ClimbCo
         if key not in found:
             now = int(settings["batch_size"])
             changes = [(k, v) for k, v in settings.items() if k != "batch_size" and start.get(k) != v]
-            result = search(lambda size: "ok" if size == now else trials.search_run(changes, size), now,
-                            max(now, DEFAULT_MAX["cuda"]))
+            result = largest_batch(trials, changes, now, max(now, DEFAULT_MAX["cuda"]))
             decided = result.smallest_oom is not None or result.stopped.startswith("every size")
             found[key] = result.largest if decided else None  # an error or a timeout says nothing about memory
             display.say(f"batch: the largest batch_size that fits from {now}: {found[key] or 'not found'} "
