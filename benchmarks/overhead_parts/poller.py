@@ -45,7 +45,7 @@ def poll(pid: int, job: str, channel_fd: int | None = None) -> None:
     markers = channel.Markers(socket.socket(fileno=channel_fd)) if channel_fd is not None else None
     with RunProgress(console, "overhead") as progress:
         watch.wait(_Alive(), Path(job), time.monotonic(), math.inf, progress.update,
-                      watch.Watch(monitor.Sampler(pid), interval), markers)
+                   watch.Watch(monitor.Sampler(pid), interval), markers)
 
 
 def main(argv: list[str]) -> int:
