@@ -60,15 +60,14 @@ class OnMeta:
 
 
 def resolve(cfg, model_args: dict[str, Any], loss_args: dict[str, Any], shape: list[int]) -> OnMeta:
-    """Every object of ``cfg``'s workload the checks look at, built once and in one pass: the model and the loss on
-    the meta device with the arguments they are handed (``shape``: the synthetic input's, [] for a workload's own
-    dataset) (ValueError with one line for a constructor that fails or a
-    package it needs that is missing; a LightningModule given as ``model`` refused), the model called once on a meta
-    batch (a package imported on the first call, as MONAI's optional ones), the step and validation step its adapter
-    makes for it, and the batch (synthetic, or the dataset's first item collated), on the meta device."""
-    import torch
-
-    # torch: the step's adapters and its validation step import it, needed only for a model of the user's
+    """Every object of ``cfg``'s workload the checks look at, built once and in one pass, on the meta device: the
+    model and the loss with the arguments they are handed (ValueError with one line for a constructor that fails or
+    a package it needs that is missing; a LightningModule given as ``model`` refused), the model called once on a
+    meta batch of ``shape`` (a package imported on the first call, as MONAI's optional ones; [] for a workload's own
+    dataset: not called), the step and validation step its adapter makes for it, and the batch (synthetic, or the
+    dataset's first item collated)."""
+    # torch: the build, the step's adapters and its validation step import it, needed only for a model of the user's
+    from harness.workload import build
     from harness.workload.step import adapters, lightning, validation
 
     spec, synthetic = cfg.workload, _meta_batch(cfg)
@@ -76,8 +75,7 @@ def resolve(cfg, model_args: dict[str, Any], loss_args: dict[str, Any], shape: l
     built = {what: _build_on_meta(what, node, args) for what, node, args in
              ((where, spec.model_node, model_args), ("workload.loss", spec.loss, loss_args)) if node is not None}
     model, target = built.get(where), target_of(spec.model_node)
-    default_loss = torch.nn.MSELoss if spec.target == "regression" else torch.nn.CrossEntropyLoss
-    loss = built["workload.loss"] if spec.loss is not None else default_loss()
+    loss = built["workload.loss"] if spec.loss is not None else build.default_loss(spec)
     if spec.lightning_module is None:
         _refuse_lightning_as_model(target, model)
     if model is None:  # its constructor cannot run on the meta device: the rest is the child's to check
