@@ -66,9 +66,8 @@ def resolve(cfg, model_args: dict[str, Any], loss_args: dict[str, Any], shape: l
     meta batch of ``shape`` (a package imported on the first call, as MONAI's optional ones; [] for a workload's own
     dataset: not called), the step and validation step its adapter makes for it, and the batch (synthetic, or the
     dataset's first item collated)."""
-    # torch: the build, the step's adapters and its validation step import it, needed only for a model of the user's
-    from harness.workload import build
-    from harness.workload.step import adapters, lightning, validation
+    from harness.workload import build  # torch: only for a model of the user's
+    from harness.workload.step import adapters, lightning, validation  # torch too (the step's adapters)
 
     spec, synthetic = cfg.workload, _meta_batch(cfg)
     where = "workload.lightning_module" if spec.lightning_module is not None else "workload.model"
