@@ -1,0 +1,87 @@
+"""A sample's named axes: which sides of a workload's input shape are its channels, spatial sides or a sequence.
+
+A workload says it in one of three ways (``harness.config.workload``), all the same sample:
+
+* the volume form, as every workload was written before axes had names: ``input_shape: [C, D, H, W]`` (or
+  ``[C, H, W]``, ``[C, L]``), channels first and every other side spatial;
+* ``input_axes: [channel, sequence]`` beside ``input_shape: [1, L]`` (or ``[channel, spatial, spatial]``, ...): one
+  name a side;
+* a size's ``sequence: L`` instead of its ``input_shape``: one channel of ``L`` token ids, a token workload.
+
+``units_per_sample`` may name the axes it counts: ``spatial`` (the product of the spatial sides: voxels, pixels) or
+``sequence`` (the sequence's length: tokens). The names change neither what is measured nor a config's hash; they
+let the settings, the checks and the units read as the workload is.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Sequence
+
+from harness.registry import check_choice
+
+if TYPE_CHECKING:
+    from harness.config.workload import WorkloadSpec
+
+CHANNEL, SPATIAL, SEQUENCE = "channel", "spatial", "sequence"
+AXIS_NAMES = (CHANNEL, SPATIAL, SEQUENCE)
+COUNTED = (SPATIAL, SEQUENCE)  # the axes units_per_sample may name
+_FORM = ("channel first, then one or more spatial sides or one sequence, e.g. [channel, sequence] or "
+         "[channel, spatial, spatial, spatial]")
+
+
+def volume_axes(sides: int) -> list[str]:
+    """The volume form's axes: a channel axis, then ``sides`` spatial ones."""
+    return [CHANNEL] + [SPATIAL] * sides
+
+
+def count(axes: Sequence[str], sides: Sequence[int], kind: str) -> int:
+    """Units in a sample of these ``sides`` (the shape after its channel) along the axes named ``kind``."""
+    return math.prod(int(s) for a, s in zip(axes[1:], sides) if a == kind)
+
+
+def check(spec: WorkloadSpec) -> None:
+    """The workload's axis names, its sizes' ``sequence``, and ``units_per_sample`` against the axes it names
+    (ValueError naming the bad value and the valid choices)."""
+    if spec.input_axes is not None:
+        _check_names(list(spec.input_axes))
+    for name, preset in spec.sizes.items():
+        if preset.sequence is None:
+            continue
+        if preset.input_shape is not None:
+            raise ValueError(f"workload size {name!r} gives both input_shape={preset.input_shape} and "
+                             f"sequence={preset.sequence}: give one (sequence: L is input_shape [1, L])")
+        if preset.sequence < 1:
+            raise ValueError(f"workload size {name!r}: sequence={preset.sequence} must be a positive whole number")
+        if spec.input_axes is not None and list(spec.input_axes) != [CHANNEL, SEQUENCE]:
+            raise ValueError(f"workload size {name!r} gives sequence={preset.sequence}, but workload.input_axes="
+                             f"{list(spec.input_axes)} names no sequence: use input_axes [channel, sequence]")
+    if spec.named_axes:
+        _check_lengths(spec)
+        _check_units(spec)
+
+
+def _check_names(axes: list[str]) -> None:
+    for axis in axes:
+        check_choice("axis in workload.input_axes", axis, AXIS_NAMES)
+    rest = axes[1:]
+    if not rest or axes[0] != CHANNEL or CHANNEL in rest or (SEQUENCE in rest and rest != [SEQUENCE]):
+        raise ValueError(f"workload.input_axes={axes} is not valid: {_FORM}")
+
+
+def _check_lengths(spec: WorkloadSpec) -> None:
+    """One name a side, in every size's shape."""
+    for name in spec.sizes:
+        shape = spec.sample_shape(name)
+        if shape and len(shape) != len(spec.axes):
+            raise ValueError(f"workload.input_axes={spec.axes} names {len(spec.axes)} axes; workload {spec.name!r}'s "
+                             f"input shape {shape} (size {name}) has {len(shape)} sides: give one name a side")
+
+
+def _check_units(spec: WorkloadSpec) -> None:
+    units = spec.units_per_sample
+    if units in COUNTED and units not in spec.axes:
+        valid = [k for k in COUNTED if k in spec.axes]
+        raise ValueError(f"workload.units_per_sample={units} counts {units} axes; workload {spec.name!r} has none "
+                         f"(its axes: {', '.join(spec.axes)}): valid choices: {', '.join(valid)} or a positive "
+                         "whole number")
