@@ -74,8 +74,9 @@ def _check_lengths(spec: WorkloadSpec) -> None:
     for name in spec.sizes:
         shape = spec.sample_shape(name)
         if shape and len(shape) != len(spec.axes):
-            raise ValueError(f"workload.input_axes={spec.axes} names {len(spec.axes)} axes; workload {spec.name!r}'s "
-                             f"input shape {shape} (size {name}) has {len(shape)} sides: give one name a side")
+            raise ValueError(f"workload.input_axes={spec.axes} names {len(spec.axes)} axes, but the input shape "
+                             f"{shape} of workload {spec.name!r} (size {name}) has {len(shape)} sides: give one name a "
+                             "side")
 
 
 def _check_units(spec: WorkloadSpec) -> None:
