@@ -99,7 +99,8 @@ def _spec(**fields) -> workloads.WorkloadSpec:
     ({"input_axes": ["sequence", "channel"]},
      "workload.input_axes=['sequence', 'channel'] is not valid: channel first, then one or more spatial sides or one "
      "sequence, e.g. [channel, sequence] or [channel, spatial, spatial, spatial]"),
-    ({"input_axes": ["channel", "spatial", "sequence"]}, "workload.input_axes=['channel', 'spatial', 'sequence'] is not valid"),
+    ({"input_axes": ["channel", "spatial", "sequence"]},
+     "workload.input_axes=['channel', 'spatial', 'sequence'] is not valid"),
     ({"input_axes": ["channel"]}, "workload.input_axes=['channel'] is not valid"),
     ({"units_per_sample": "spatial"},
      "workload.units_per_sample=spatial counts spatial axes; workload 'gpt' has none (its axes: channel, sequence): "

@@ -16,12 +16,9 @@ let the settings, the checks and the units read as the workload is.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Sequence
+from typing import Any, Sequence
 
 from harness.registry import check_choice
-
-if TYPE_CHECKING:
-    from harness.config.workload import WorkloadSpec
 
 CHANNEL, SPATIAL, SEQUENCE = "channel", "spatial", "sequence"
 AXIS_NAMES = (CHANNEL, SPATIAL, SEQUENCE)
@@ -40,9 +37,9 @@ def count(axes: Sequence[str], sides: Sequence[int], kind: str) -> int:
     return math.prod(int(s) for a, s in zip(axes[1:], sides) if a == kind)
 
 
-def check(spec: WorkloadSpec) -> None:
-    """The workload's axis names, its sizes' ``sequence``, and ``units_per_sample`` against the axes it names
-    (ValueError naming the bad value and the valid choices)."""
+def check(spec: Any) -> None:
+    """A ``WorkloadSpec``'s axis names, its sizes' ``sequence``, and ``units_per_sample`` against the axes it names
+    (ValueError naming the bad value and the valid choices). Typed Any: the spec's module imports this one."""
     if spec.input_axes is not None:
         _check_names(list(spec.input_axes))
     for name, preset in spec.sizes.items():
@@ -69,7 +66,7 @@ def _check_names(axes: list[str]) -> None:
         raise ValueError(f"workload.input_axes={axes} is not valid: {_FORM}")
 
 
-def _check_lengths(spec: WorkloadSpec) -> None:
+def _check_lengths(spec: Any) -> None:
     """One name a side, in every size's shape."""
     for name in spec.sizes:
         shape = spec.sample_shape(name)
@@ -79,7 +76,7 @@ def _check_lengths(spec: WorkloadSpec) -> None:
                              "side")
 
 
-def _check_units(spec: WorkloadSpec) -> None:
+def _check_units(spec: Any) -> None:
     units = spec.units_per_sample
     if units in COUNTED and units not in spec.axes:
         valid = [k for k in COUNTED if k in spec.axes]
