@@ -36,12 +36,12 @@ def _composed(*overrides: str) -> config_mod.RunConfig:
 def test_the_lm_workloads_name_a_sequence_and_the_volumes_keep_their_form():
     for name in ("gpt", "gpt2", "llama"):
         spec = workloads.builtin(name)
-        assert spec.axes == ["channel", "sequence"] and spec.named_axes and spec.is_sequence
+        assert spec.axes == ["channel", "sequence"] and spec.named_axes
         assert spec.sample_shape("smoke") == [1, 128] and spec.sizes["smoke"].input_shape is None
     assert workloads.builtin("gpt").sample_shape("full") == [1, 1024]
     assert workloads.builtin("llama").sample_shape("full") == [1, 2048]
     unet = workloads.builtin("unet3d")
-    assert unet.axes == ["channel", "spatial", "spatial", "spatial"] and not unet.named_axes and not unet.is_sequence
+    assert unet.axes == ["channel", "spatial", "spatial", "spatial"] and not unet.named_axes
     assert workloads.builtin("resnet50").axes == ["channel", "spatial", "spatial"]
 
 

@@ -124,11 +124,6 @@ class WorkloadSpec:
         return axes_mod.volume_axes(max(len(self.sample_shape()) - 1, 0))
 
     @property
-    def is_sequence(self) -> bool:
-        """Whether a sample is a sequence (a token workload's ids), by its named axes or its token batches."""
-        return axes_mod.SEQUENCE in self.axes or self.synthetic == "tokens"
-
-    @property
     def own_training(self) -> bool:
         """Whether the workload trains through its own step (a step, a LightningModule), not loss_fn(model(x), y);
         a Hugging Face model is found only once built."""
