@@ -25,6 +25,8 @@ HASHES_BEFORE = {
     ("workload=gpt", "size=smoke", "workload.num_classes=1000"): "cd158e66f20d1b0e",  # not as shipped: spec hashed
     ("workload=llama", "size=full", "device=cpu", "data.patch_size=[4096]"): "aa28ef9ca90c55d1",
     (*CONV3D, "size=smoke"): "18cf0b3a14998ce8",
+    ("workload=gpt", "size=smoke", "workload.sizes.smoke.input_shape=[1,64]"): "63b090caf8946e8c",  # spelt as before
+    ("workload=gpt2", "size=smoke", "workload.input_shape=[1,32]"): "e12bea9c9d6e1c5a",
 }
 
 
@@ -115,11 +117,15 @@ def test_a_bad_axis_names_the_value_and_the_valid_choices(fields, message):
     assert str(info.value).startswith(message) and "\n" not in str(info.value)
 
 
-def test_a_size_with_two_shapes_or_axes_that_do_not_fit_it_is_refused():
-    spec = workloads.builtin("gpt")
-    spec.sizes["smoke"].input_shape = [1, 64]
-    with pytest.raises(ValueError, match=r"workload size 'smoke' gives both input_shape=\[1, 64\] and sequence=128"):
-        validate_workload(spec)
+def test_an_input_shape_spelt_as_before_still_sets_a_sequences_length():
+    cfg = tiny_config(workload="gpt", **{"workload.sizes.smoke.input_shape": [1, 64]})
+    assert cfg.data.patch_size == [64] and cfg.workload.units_in((64,)) == 64
+    assert cfg.workload.sample_shape("full") == [1, 1024]  # the other size keeps its sequence
+    cfg = tiny_config(workload="gpt", **{"workload.input_shape": [1, 32]})
+    assert cfg.data.patch_size == [32]
+
+
+def test_axes_that_do_not_fit_the_shape_are_refused():
     spec = workloads.builtin("gpt")
     spec.input_axes = ["channel", "spatial"]
     with pytest.raises(ValueError, match=r"gives sequence=1024, but workload.input_axes=\['channel', 'spatial'\] "

@@ -6,7 +6,9 @@ A workload says it in one of three ways (``harness.config.workload``), all the s
   ``[C, H, W]``, ``[C, L]``), channels first and every other side spatial;
 * ``input_axes: [channel, sequence]`` beside ``input_shape: [1, L]`` (or ``[channel, spatial, spatial]``, ...): one
   name a side;
-* a size's ``sequence: L`` instead of its ``input_shape``: one channel of ``L`` token ids, a token workload.
+* a size's ``sequence: L`` instead of its ``input_shape``: one channel of ``L`` token ids, a token workload (an
+  ``input_shape`` given beside it, at the top or in the size, wins: ``workload.sizes.smoke.input_shape=[1,64]`` on
+  a shipped language model reads as it did before its sizes said ``sequence``).
 
 ``units_per_sample`` may name the axes it counts: ``spatial`` (the product of the spatial sides: voxels, pixels) or
 ``sequence`` (the sequence's length: tokens). The names change neither what is measured nor a config's hash; they
@@ -43,11 +45,8 @@ def check(spec: Any) -> None:
     if spec.input_axes is not None:
         _check_names(list(spec.input_axes))
     for name, preset in spec.sizes.items():
-        if preset.sequence is None:
+        if preset.sequence is None:  # an input_shape beside it wins (an override spelt as before axes had names)
             continue
-        if preset.input_shape is not None:
-            raise ValueError(f"workload size {name!r} gives both input_shape={preset.input_shape} and "
-                             f"sequence={preset.sequence}: give one (sequence: L is input_shape [1, L])")
         if preset.sequence < 1:
             raise ValueError(f"workload size {name!r}: sequence={preset.sequence} must be a positive whole number")
         if spec.input_axes is not None and list(spec.input_axes) != [CHANNEL, SEQUENCE]:
