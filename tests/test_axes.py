@@ -75,6 +75,7 @@ def test_named_axes_parse_from_the_command_line_and_count_their_units():
     cfg = _composed(*CONV1D, "+workload.sizes.full.sequence=256", "+workload.sizes.smoke.sequence=32",
                     "workload.units_per_sample=sequence", "size=smoke")
     assert cfg.workload.axes == ["channel", "sequence"] and cfg.data.patch_size == [32]
+    assert cfg.workload.unit == "tokens"  # custom's unit: samples, left as it was: a counted sequence is tokens
     volume = _composed(*CONV3D, "workload.input_axes=[channel,spatial,spatial,spatial]", "size=smoke")
     assert volume.workload.units_in((16, 16, 16)) == 4096 and volume.workload.named_axes
 
@@ -84,6 +85,8 @@ def test_an_old_volume_config_reads_as_it_did():
     assert cfg.workload.input_axes is None and not cfg.workload.named_axes
     assert cfg.workload.axes == ["channel", "spatial", "spatial", "spatial"]
     assert cfg.data.patch_size == [16, 16, 16] and cfg.workload.spatial_dims == 3
+    old_sequence = _composed(*CONV1D, "workload.input_shape=[1,64]", "workload.units_per_sample=sequence")
+    assert old_sequence.workload.unit == "samples"  # the volume form's unit is what it says
     assert per_sample(cfg, None, "").units == 16 ** 3
 
 

@@ -39,6 +39,13 @@ def count(axes: Sequence[str], sides: Sequence[int], kind: str) -> int:
     return math.prod(int(s) for a, s in zip(axes[1:], sides) if a == kind)
 
 
+def name_units(spec: Any) -> None:
+    """A workload that names a sequence and counts it (``units_per_sample: sequence``) but leaves ``unit`` at
+    ``samples`` counts tokens: its throughput reads tokens/s, as its axes say (the volume form keeps what it says)."""
+    if spec.named_axes and spec.units_per_sample == SEQUENCE and spec.unit == "samples":
+        spec.unit = "tokens"
+
+
 def check(spec: Any) -> None:
     """A ``WorkloadSpec``'s axis names, its sizes' ``sequence``, and ``units_per_sample`` against the axes it names
     (ValueError naming the bad value and the valid choices). Typed Any: the spec's module imports this one."""
