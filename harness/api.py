@@ -64,7 +64,8 @@ def load_ladder(name: str, results_dir: str = "results") -> ladder_mod.Ladder:
 
 def workload(name: str) -> workload_mod.WorkloadSpec:
     """The shipped workload ``name`` as its file composes it (a fresh copy): its ``sizes`` (``sizes["full"]``:
-    batch size, steps, input shape), ``spatial_dims`` ... (ValueError, with did-you-mean, for an unknown name)."""
+    batch size, steps, input shape or sequence), ``axes`` (``["channel", "sequence"]`` for a language model),
+    ``spatial_dims`` ... (ValueError, with did-you-mean, for an unknown name)."""
     return workload_mod.builtin(name)
 
 

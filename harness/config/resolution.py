@@ -10,6 +10,7 @@ import dataclasses
 import warnings
 from typing import Callable, Collection
 
+from harness.config import axes as axes_mod
 from harness.config import machine, targets
 from harness.config import workload as workloads_mod
 from harness.config.schema import RunConfig, SweepConfig
@@ -38,6 +39,7 @@ def resolve(cfg: RunConfig, cuda_available: bool, ladder_keys: Collection[str] =
     if workloads_mod.shape_from_data(out.workload):
         _shape_from_data(out, dataset_shape)
     _fill_from_size(out)
+    axes_mod.name_units(out.workload)
     on_cuda = out.device == "cuda"
     if out.data.pin_memory == "auto":
         out.data.pin_memory = on_cuda

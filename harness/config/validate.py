@@ -16,6 +16,7 @@ from harness.config.schema import (
     MemoryConfig, ModelConfig,
     OptimizerConfig, ProfileConfig, RunConfig, SweepConfig, ValConfig,
 )
+from harness.config import axes as axes_mod
 from harness.config import targets
 from harness.config import workload as workloads_mod
 from harness.config.workload import WorkloadSpec
@@ -273,6 +274,9 @@ def _positive(section: Any, prefix: str, *names: str, allow_none: bool = False) 
 
 
 def _check_patch(patch: list[int], workload: WorkloadSpec) -> None:
+    if len(patch) != workload.spatial_dims and axes_mod.SEQUENCE in workload.axes:
+        raise ValueError(f"data.patch_size={list(patch)} has {len(patch)} sides; workload {workload.name!r} is one "
+                         f"sequence: data.patch_size=[LENGTH], e.g. {workload.sample_shape()[1:]}")
     if len(patch) != workload.spatial_dims:
         raise ValueError(f"data.patch_size={list(patch)} has {len(patch)} dimensions; workload {workload.name!r} is "
                          f"{workload.spatial_dims}D, e.g. {workload.sample_shape()[1:]}")
@@ -340,6 +344,7 @@ def check_shape(spec: WorkloadSpec) -> None:
         if len(shape) < 2 or min(shape) < 1:
             raise ValueError(f"workload.input_shape={shape} is not valid: channels first, then 1 to 3 spatial "
                              "sides, all positive (e.g. [1,64,64,64], [3,224,224] or [8,1024])")
+    axes_mod.check(spec)
 
 
 def _validate_workload_shapes(spec: WorkloadSpec) -> None:
@@ -354,6 +359,8 @@ def _validate_workload_shapes(spec: WorkloadSpec) -> None:
                          "smoke size (batch_size, warmup_steps, steps, epoch_steps)")
     if not workloads_mod.shape_from_data(spec):  # else read from the dataset's first item when resolved
         check_shape(spec)
+    else:
+        axes_mod.check(spec)
     need = {"volumes": ("segmentation", 3, 1), "images": ("class", 2, 3)}.get(spec.synthetic)
     if need and spec.sample_shape() and (spec.target, spec.spatial_dims, spec.in_channels) != need:
         raise ValueError(f"workload.synthetic={spec.synthetic} makes {need[1]}D samples with {need[2]} channel(s) "

@@ -18,6 +18,7 @@ from typing import Any, Dict, List, Optional
 import yaml
 
 from harness.conf import CONF_DIR
+from harness.config import axes as axes_mod
 from harness.names import target_of
 from harness.registry import check_choice, unknown_choice
 
@@ -39,7 +40,8 @@ TARGET_NODES = ("model", "loss", "optimizer", "dataset", "step", "collate", "sam
                 "val_step")
 OWN_TRAINING_NODES = TARGET_NODES[4:]  # absent (None), a spec hashes as it did before they existed
 OPEN_NODES = TARGET_NODES + ("model_settings", "loss_settings", "dataset_settings", "val_dataset", "sizes")
-NOT_HASHED_FIELDS = ("description",)  # words only: two specs that differ only here measure the same thing
+# words only, and the axes' names (harness.config.axes): two specs that differ only here measure the same thing
+NOT_HASHED_FIELDS = ("description", "input_axes")
 
 
 @dataclass
@@ -48,6 +50,7 @@ class SizePreset:
 
     batch_size: int = 2
     input_shape: Optional[List[int]] = None  # one sample, channels first; None: the workload's input_shape
+    sequence: Optional[int] = None  # a token workload's sample: input_shape [1, sequence], axes [channel, sequence]
     warmup_steps: int = 3
     steps: int = 20
     epoch_steps: int = 10
@@ -72,12 +75,15 @@ class WorkloadSpec:
     val_dataset: Dict[str, Any] = field(default_factory=dict)
     synthetic: str = "tensors"  # the generated samples when no dataset is given (SYNTHETIC_KINDS)
     input_shape: Optional[List[int]] = None  # one sample, channels first; set here, it is every size's
+    # the name of each side of input_shape (harness.config.axes): channel, then spatial sides or one sequence;
+    # None: a size's `sequence` says [channel, sequence], else the volume form [channel, spatial, ...]
+    input_axes: Optional[List[str]] = None
     target: str = "class"  # TARGET_KINDS
     target_shape: Optional[List[int]] = None  # regression only; None: [num_classes]
     num_classes: int = 2
     unit: str = "samples"  # what units_per_s counts: voxels, images, tokens, ...
     # a number, "spatial": the product of the sample's spatial sides, or "sequence": its length (a language model's
-    # tokens: input_shape [1, length], one channel of token ids)
+    # tokens: a size's `sequence: length`, one channel of token ids)
     units_per_sample: Any = 1
     checkpoint_units: List[str] = field(default_factory=list)  # module classes wrapped by activation checkpointing
     patch_multiple: int = 1  # every spatial side must be a multiple of this (downsampling depth)
@@ -97,8 +103,25 @@ class WorkloadSpec:
     val_step: Any = None
 
     def sample_shape(self, size: str = "full") -> list[int]:
-        shape = self.input_shape or (self.sizes[size].input_shape if size in self.sizes else None)
+        preset = self.sizes.get(size)
+        shape = self.input_shape or (preset.input_shape if preset else None)
+        if not shape and preset is not None and preset.sequence is not None:
+            shape = [1, preset.sequence]
         return list(shape or [])
+
+    @property
+    def named_axes(self) -> bool:
+        """Whether the workload names its axes (``input_axes``, or a size's ``sequence``), not the volume form."""
+        return self.input_axes is not None or any(p.sequence is not None for p in self.sizes.values())
+
+    @property
+    def axes(self) -> list[str]:
+        """The name of each side of a sample: ``[channel, sequence]``, ``[channel, spatial, spatial, spatial]``..."""
+        if self.input_axes is not None:
+            return list(self.input_axes)
+        if self.named_axes:
+            return [axes_mod.CHANNEL, axes_mod.SEQUENCE]
+        return axes_mod.volume_axes(max(len(self.sample_shape()) - 1, 0))
 
     @property
     def own_training(self) -> bool:
@@ -128,7 +151,9 @@ class WorkloadSpec:
         return "model.mednext_size" in self.model_settings.values()
 
     def units_in(self, patch_size: tuple[int, ...]) -> int:
-        """Units (voxels, images, ...) in one sample of this spatial size."""
+        """Units (voxels, images, tokens, ...) in one sample of this spatial size (a sequence: its length)."""
+        if self.named_axes and self.units_per_sample in axes_mod.COUNTED:
+            return axes_mod.count(self.axes, patch_size, self.units_per_sample)
         if self.units_per_sample == "sequence":
             return int(patch_size[-1])
         if self.units_per_sample != "spatial":
@@ -146,6 +171,10 @@ class WorkloadSpec:
         for name in ("dataset_settings", "val_dataset", *OWN_TRAINING_NODES):  # added later: absent, a spec
             if not values[name]:  # hashes as it did before
                 values.pop(name)
+        for preset in values["sizes"].values():  # a size's sequence: L hashes as its input_shape [1, L]
+            length = preset.pop("sequence")
+            if length is not None and preset["input_shape"] is None:
+                preset["input_shape"] = [1, length]
         return values
 
     def for_validation(self) -> WorkloadSpec:
@@ -178,6 +207,7 @@ def parse_spec(values: dict[str, Any]) -> WorkloadSpec:
     spec.dataset_settings = dict(spec.dataset_settings or {})
     spec.val_dataset = dict(spec.val_dataset or {})
     spec.checkpoint_units = list(spec.checkpoint_units or [])
+    spec.input_axes = [str(a) for a in spec.input_axes] if spec.input_axes is not None else None
     return spec
 
 
@@ -190,6 +220,7 @@ def _size(name: str, preset: Any) -> SizePreset:
         raise unknown_choice(f"field of workload size {name!r}:", unknown[0], names)
     out = SizePreset(**preset)
     out.input_shape = [int(v) for v in out.input_shape] if out.input_shape is not None else None
+    out.sequence = int(out.sequence) if out.sequence is not None else None
     out.width = float(out.width)
     return out
 
