@@ -3,7 +3,11 @@ x4, ... up to it, each judged as any knob; on a CPU no search (the batch doubles
 
 import dataclasses
 
+import pytest
+
 from harness.climb import ascent, session, space
+from harness.session.events import Display, Events
+from harness.store import RunRecord
 from tests.test_climb import DEFAULT_NOISE, START, SimulatedMachine
 
 CUDA = space.Facts(device="cuda", usable_cpus=2)
@@ -47,14 +51,19 @@ def test_a_search_cut_by_the_budget_ends_the_climb_and_says_why():
 
 
 class FakeTrials:
-    """``Trials.search_run``: out of memory above ``fits`` samples a step."""
+    """The climb's trials for the search: out of memory above ``fits`` samples a step, told to no one."""
 
     def __init__(self, fits):
-        self.fits, self.runs = fits, []
+        self.fits, self.runs, self.busy, self.repeats = fits, [], [], 1
+        self.events = Events()
 
-    def search_run(self, changes, size):
-        self.runs.append((tuple(changes), size))
-        return "ok" if size <= self.fits else "oom"
+    def trial(self, changes, step, role, round_, change, hooks=None):
+        size = dict(changes)["batch_size"]
+        self.runs.append((tuple(c for c in changes if c[0] != "batch_size"), size))
+        return RunRecord(run_id=f"r{size}", status="ok" if size <= self.fits else "oom", timestamp=""), "measured"
+
+    def stopped_by_budget(self, record) -> bool:
+        return False
 
 
 def test_the_search_runs_fresh_sizes_from_the_incumbent_batch_and_only_once_per_incumbent():
@@ -81,26 +90,37 @@ def test_on_a_cpu_the_climb_skips_the_search_and_says_so():
                                 knobs) is None and len(said) == 1
 
 
-def test_a_search_run_is_told_to_the_climbs_listeners_and_counts_when_busy():
-    from harness.climb.policy import ClimbLines
-    from harness.session.events import Display, Events
-    from harness.store import RunRecord
+def test_each_size_of_the_search_is_a_turn_of_the_engine_told_to_the_climbs_listeners_and_noted_when_busy():
+    from harness.climb.policy import ClimbLines, largest_batch
     from tests.test_climb import fake_trials
 
     lines, trials = [], fake_trials()
     trials.events = Events(ClimbLines(Display(lines.append, None)))
-    statuses = iter([("ok", 60.0), ("oom", None)])
 
     def trial(changes, step, role, round_, change, hooks=None):
-        status, other = next(statuses)
+        size = dict(changes)["batch_size"]
+        assert hooks.turn.change == change and hooks.events is trials.events  # the engine's hooks for this turn
         trials.order.append((changes, role, change))
-        return RunRecord(run_id="r", status=status, timestamp="", samples_per_s=5.0, other_cpu_pct=other,
-                         error="CUDA out of memory"), "measured"
+        return RunRecord(run_id="r", status="ok" if size <= 20 else "oom", timestamp="", samples_per_s=5.0,
+                         other_cpu_pct=60.0 if size == 16 else None, error="CUDA out of memory"), "measured"
 
     trials.trial = trial
-    assert trials.search_run([("precision", "bf16-mixed")], 16) == "ok"
-    assert trials.order == [([("precision", "bf16-mixed"), ("batch_size", 16)], "fit search",
-                             "batch_size=16 (fit search)")]
-    assert trials.search_run([], 32) == "oom" and trials.busy == ["other processes used 60% of the CPUs"]
-    assert lines == [r"\[fit search] batch_size=16 (fit search): ok (measured) 5.00 samples/s",
-                     r"\[fit search] batch_size=32 (fit search): oom (measured) CUDA out of memory"]
+    found = largest_batch(trials, [("precision", "bf16-mixed")], 8, 32)
+    assert found.tried == [(8, "ok"), (16, "ok"), (32, "oom"), (24, "oom"), (20, "ok"), (22, "oom"), (21, "oom")]
+    assert found.largest == 20 and found.stopped == "batch_size=20 fits and batch_size=21 runs out of memory"
+    assert trials.order[0] == ([("precision", "bf16-mixed"), ("batch_size", 16)], "fit search",
+                               "batch_size=16 (fit search)")  # 8, the incumbent's, is known to fit: not run
+    assert len(trials.order) == 6 and trials.busy == ["other processes used 60% of the CPUs"]  # noted, run once
+    assert lines[:2] == [r"\[fit search] batch_size=16 (fit search): ok (measured) 5.00 samples/s",
+                         r"\[fit search] batch_size=32 (fit search): oom (measured) CUDA out of memory"]
+    assert len(lines) == 6
+
+
+def test_a_search_run_stopped_by_the_budget_ends_the_search_with_budget_spent():
+    from harness.climb.policy import largest_batch
+
+    trials = FakeTrials(fits=64)
+    trials.stopped_by_budget = lambda record: record.run_id == "r16"
+    with pytest.raises(ascent.BudgetSpent, match="stopped at the end of the budget"):
+        largest_batch(trials, [], 8, 64)
+    assert [size for _, size in trials.runs] == [16]

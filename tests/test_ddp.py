@@ -21,7 +21,8 @@ import pytest
 from harness import config as config_mod
 from harness.analysis.views import render
 from harness.analysis.views import table as table_mod
-from harness.run.parent import isolate, launch, processes, runner
+from harness.run.parent import launch, processes, runner
+from harness.run.parent import watch as child_watch
 from harness.run import monitor
 from harness.run.child import ranks
 from harness.store import RunRecord, load_runs, write_record
@@ -176,7 +177,7 @@ def test_the_parent_samples_every_ranks_gpu(tmp_path, monkeypatch):
     from tests.test_monitor import FakeNvml
 
     monkeypatch.setattr(monitor, "nvml_handle_for", lambda identity: monitor.GpuHandle(identity["uuid"], how="uuid"))
-    watch = isolate._Watch(monitor.Sampler(os.getpid(), nvml=FakeNvml()), 0.5)
+    watch = child_watch.Watch(monitor.Sampler(os.getpid(), nvml=FakeNvml()), 0.5)
     path = tmp_path / "progress.json"
     ranks_gpus = [{"uuid": "GPU-0"}, {"uuid": "GPU-1"}]
     for phase, extra in [("warmup", {"gpu": ranks_gpus[0], "gpus": ranks_gpus}), ("measure", {})]:

@@ -10,6 +10,7 @@ import torch
 
 from harness.run.child import device_memory
 from harness.run.parent import isolate, launcher
+from harness.run.parent.lifetime import Held
 from harness.store import COLUMNS
 from harness.workload import memory_limit
 from tests.conftest import tiny_config
@@ -45,7 +46,7 @@ def test_the_cap_is_in_the_childs_environment_for_a_capped_cuda_run_only(monkeyp
     cfg = tiny_config(results_dir=str(tmp_path))
     cfg.device, cfg.memory.limit_gb = device, limit  # a CUDA run, as the parent starts it (no GPU needed for that)
     with pytest.raises(Started):
-        isolate._measure(cfg, {}, "env", None, None, {})
+        isolate._measure(cfg, {}, None, Held())
     assert seen[0].get("CUDNN_CONV_WSCAP_DBG") == expected
     assert seen[0]["HARNESS_TIMEOUT_S"] == str(cfg.timeout_s)  # the run's own keys are still there
 

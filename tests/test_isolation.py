@@ -9,7 +9,8 @@ import pytest
 
 from harness import config as config_mod
 from harness.run.child import channel
-from harness.run.parent import isolate, launcher, runner
+from harness.run.parent import launcher, runner
+from harness.run.parent import watch as child_watch
 from harness.run import monitor
 from harness.store import load_runs
 from tests.conftest import tiny_config, tiny_model_config
@@ -87,7 +88,7 @@ def _child_run(tmp_path, on_progress=None, **overrides):
     (job / "parent.pid").write_text(str(os.getpid()))
     (job / "config.json").write_text(json.dumps(config_mod.to_dict(cfg)))
     (job / "env.json").write_text("{}")
-    outcome, summary, _ = isolate._run_child(job, cfg.timeout_s, on_progress, cfg.measure.sample_interval_s)
+    outcome, summary, _ = child_watch.run_child(job, cfg.timeout_s, on_progress, cfg.measure.sample_interval_s)
     assert outcome.status == "ok", outcome.error
     return summary.to_dict()
 
@@ -122,7 +123,7 @@ def test_the_parent_keeps_gpu_samples_only_between_the_window_markers(tmp_path, 
 
     nvml = FakeNvml()
     monkeypatch.setattr(monitor, "nvml_handle_for", lambda identity: monitor.GpuHandle(identity["uuid"], how="uuid"))
-    watch = isolate._Watch(monitor.Sampler(os.getpid(), nvml=nvml), 0.5)
+    watch = child_watch.Watch(monitor.Sampler(os.getpid(), nvml=nvml), 0.5)
     path = tmp_path / "progress.json"
     for phase, extra in [("build", {}), ("warmup", {"gpu": {"uuid": "GPU-1"}}), ("measure", {}), ("measured", {})]:
         path.write_text(json.dumps({"phase": phase, **extra}))
@@ -134,19 +135,19 @@ def test_the_parent_keeps_gpu_samples_only_between_the_window_markers(tmp_path, 
 
 def test_a_result_written_long_enough_ago_ends_the_wait_unless_a_profile_is_pending(tmp_path):
     path = tmp_path / "result.json"
-    assert not isolate.result_grace_over(path)  # no result yet
+    assert not child_watch.result_grace_over(path)  # no result yet
     path.write_text(json.dumps({"status": "ok", "error": ""}))
     written = path.stat().st_mtime
-    assert not isolate.result_grace_over(path, grace_s=10.0, now=written + 5.0)  # teardown still has time
-    assert isolate.result_grace_over(path, grace_s=10.0, now=written + 11.0)
+    assert not child_watch.result_grace_over(path, grace_s=10.0, now=written + 5.0)  # teardown still has time
+    assert child_watch.result_grace_over(path, grace_s=10.0, now=written + 11.0)
     path.write_text(json.dumps({"status": "ok", "error": "", "profiling": True}))  # the profile runs after it
-    assert not isolate.result_grace_over(path, grace_s=10.0, now=path.stat().st_mtime + 60.0)
+    assert not child_watch.result_grace_over(path, grace_s=10.0, now=path.stat().st_mtime + 60.0)
     path.write_text('{"status": "ok", "err')  # not a result (a write cut short): waited for
-    assert not isolate.result_grace_over(path, grace_s=10.0, now=path.stat().st_mtime + 60.0)
+    assert not child_watch.result_grace_over(path, grace_s=10.0, now=path.stat().st_mtime + 60.0)
 
 
 def test_a_child_that_hangs_after_writing_its_result_is_killed_after_the_grace(tmp_path, monkeypatch):
-    monkeypatch.setattr(isolate, "RESULT_GRACE_S", 1.0)
+    monkeypatch.setattr(child_watch, "RESULT_GRACE_S", 1.0)
     job = tmp_path / "job"
     job.mkdir()
     # a child that writes its result and then hangs, as a process group's or a loader's teardown can
@@ -155,7 +156,7 @@ def test_a_child_that_hangs_after_writing_its_result_is_killed_after_the_grace(t
             "p.write_text(json.dumps({'status': 'error', 'error': 'measured, then hung'}))\n"
             "time.sleep(600)\n")
     start = time.monotonic()
-    outcome, summary, _ = isolate._run_child(job, 120.0, None, 0.5, argv=[sys.executable, "-c", hang, str(job)])
+    outcome, summary, _ = child_watch.run_child(job, 120.0, None, 0.5, argv=[sys.executable, "-c", hang, str(job)])
     took = time.monotonic() - start
     assert (outcome.status, outcome.error, summary) == ("error", "measured, then hung", None)
     assert took < 8.0  # the grace (1 s here) and a poll, not the default grace (10 s) nor the 120 s timeout
@@ -187,7 +188,7 @@ def test_the_waiting_parent_is_a_batch_task_that_never_preempts_the_child_and_is
         ready.set()
         done.wait(30)
 
-    with isolate.yielding():
+    with child_watch.yielding():
         # a thread started while waiting inherits the batch policy, and is restored on the way out as well
         t = threading.Thread(target=worker)
         t.start()
@@ -195,8 +196,8 @@ def test_the_waiting_parent_is_a_batch_task_that_never_preempts_the_child_and_is
     assert _policy() == os.SCHED_OTHER and _policy(started[0]) == os.SCHED_OTHER
     done.set()
     t.join()
-    watch = isolate._Watch(monitor.Sampler(None), 0.01)
-    assert isolate._wait(Child(), tmp_path, time.monotonic(), 60.0, None, watch) is False
+    watch = child_watch.Watch(monitor.Sampler(None), 0.01)
+    assert child_watch.wait(Child(), tmp_path, time.monotonic(), 60.0, None, watch) is False
     assert seen == [os.SCHED_BATCH] * 3 and _policy() == os.SCHED_OTHER  # the next child starts with the default
 
 
@@ -206,7 +207,7 @@ def test_a_policy_the_user_chose_for_the_parent_is_left_alone():
         pytest.skip("the test process itself runs under a policy its user chose")
     os.sched_setscheduler(0, os.SCHED_BATCH, os.sched_param(0))
     try:
-        with isolate.yielding():
+        with child_watch.yielding():
             pass
         assert _policy() == os.SCHED_BATCH
     finally:
@@ -243,12 +244,12 @@ def _counting_watch(monkeypatch) -> list:
     """The parent's watches of the runs started from here, kept (their wake-up counts)."""
     watches = []
 
-    class Counting(isolate._Watch):
+    class Counting(child_watch.Watch):
         def __init__(self, *args, **kwargs):
             super().__init__(*args, **kwargs)
             watches.append(self)
 
-    monkeypatch.setattr(isolate, "_Watch", Counting)
+    monkeypatch.setattr(child_watch, "Watch", Counting)
     return watches
 
 

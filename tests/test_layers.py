@@ -132,6 +132,48 @@ def test_a_new_back_arrow_fails():
     assert not _flows("harness.sweeps.rungs", "api") and _flows("harness.api", "sweeps")  # the public API on top
 
 
+# Inside the engine's floor (session/) and the run's parent side beneath it, the floors top first: a module imports
+# only those on the floors after its own (none on its own floor), and every module of the package stands on one, so
+# a new module is placed here and a new back-arrow fails by name.
+INSIDE = {
+    "harness.session": [{"engine", "probe", "runner"}, {"events"}],
+    "harness.run.parent": [{"runner"}, {"env", "isolate"}, {"launch", "rendezvous", "torch_facts", "watch"},
+                           {"launcher", "phases"}, {"lifetime", "zygote"}, {"driver", "processes", "verdicts"},
+                           {"fingerprint"}],
+}
+
+
+def _floor_of(package: str) -> dict[str, int]:
+    return {f"{package}.{m}": i for i, floor in enumerate(INSIDE[package]) for m in floor}
+
+
+def _back_arrows(package: str, imports: dict[str, set[str]]) -> list[str]:
+    """The imports (``module -> harness modules it imports``) of ``package`` that run to its own floor or up."""
+    floor = _floor_of(package)
+    return [f"{m} imports {t}" for m in sorted(imports) for t in sorted(imports[m])
+            if m in floor and t in floor and floor[t] <= floor[m]]
+
+
+def test_the_engines_floor_and_the_run_beneath_it_import_only_down():
+    for package in INSIDE:
+        modules = {m for m in HARNESS if m.startswith(package + ".")}
+        assert modules == set(_floor_of(package)), f"{package}: place each module on a floor (INSIDE): " \
+            f"{sorted(modules ^ set(_floor_of(package)))}"
+        assert _back_arrows(package, {m: _harness_imports(m) for m in modules}) == []
+
+
+def test_a_new_back_arrow_inside_the_engines_floor_or_the_run_fails():
+    # imports the code does not have, each refused by name: up a floor, and across one floor
+    assert _back_arrows("harness.session", {"harness.session.events": {"harness.session.engine"}}) == [
+        "harness.session.events imports harness.session.engine"]
+    assert _back_arrows("harness.session", {"harness.session.runner": {"harness.session.probe"}}) != []
+    assert _back_arrows("harness.run.parent", {"harness.run.parent.watch": {"harness.run.parent.isolate"},
+                                                "harness.run.parent.isolate": {"harness.run.parent.runner"}}) == [
+        "harness.run.parent.isolate imports harness.run.parent.runner",
+        "harness.run.parent.watch imports harness.run.parent.isolate"]
+    assert _back_arrows("harness.run.parent", {"harness.run.parent.isolate": {"harness.run.parent.watch"}}) == []
+
+
 def test_store_and_config_import_neither_run_nor_sweeps_nor_commands():
     # the flow test holds this too; stated apart because it is what keeps the store readable without torch
     for module in sorted(m for m in HARNESS if _layer(m) in ("store", "config")):

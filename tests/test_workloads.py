@@ -369,6 +369,24 @@ def test_a_constructor_that_reads_its_own_tensors_still_passes_the_meta_build(me
     preflight.check_model_builds(_custom("ReadsATensor"))  # tensor.item() has no value on the meta device
 
 
+def test_the_parents_check_builds_the_model_and_the_loss_once_each_and_the_checks_build_nothing(monkeypatch):
+    import torch
+
+    from harness.workload import preflight
+
+    made, instantiate, init = [], preflight.instantiate, torch.nn.CrossEntropyLoss.__init__
+    monkeypatch.setattr(preflight, "instantiate", lambda node, **kw: made.append(node["_target_"]) or
+                        instantiate(node, **kw))
+    monkeypatch.setattr(torch.nn.CrossEntropyLoss, "__init__", lambda self, *a, **kw: made.append("a loss") or
+                        init(self, *a, **kw))
+    cfg = config_mod.from_dict({"workload": "custom"})
+    for key, value in (("workload.model._target_", "torch.nn.Flatten"), ("workload.input_shape", [1, 8]),
+                       ("workload.loss", {"_target_": "torch.nn.CrossEntropyLoss", "label_smoothing": 0.1})):
+        config_mod.set_key(cfg, key, value)
+    preflight.check_model_builds(config_mod.resolve(cfg, cuda_available=False))
+    assert made == ["torch.nn.Flatten", "torch.nn.CrossEntropyLoss", "a loss"]  # on the meta device, in one pass
+
+
 def test_a_missing_package_stops_the_run_in_the_parent_with_exit_2(meta_models, results):
     from tests.conftest import harness_cli
 

@@ -16,7 +16,7 @@ from harness import config as config_mod
 from harness.commands.progress import RunProgress
 from harness.run import monitor
 from harness.run.child import channel
-from harness.run.parent import isolate
+from harness.run.parent import watch
 
 from .common import end_with_parent
 
@@ -44,8 +44,8 @@ def poll(pid: int, job: str, channel_fd: int | None = None) -> None:
     print("ready", flush=True)
     markers = channel.Markers(socket.socket(fileno=channel_fd)) if channel_fd is not None else None
     with RunProgress(console, "overhead") as progress:
-        isolate._wait(_Alive(), Path(job), time.monotonic(), math.inf, progress.update,
-                      isolate._Watch(monitor.Sampler(pid), interval), markers)
+        watch.wait(_Alive(), Path(job), time.monotonic(), math.inf, progress.update,
+                   watch.Watch(monitor.Sampler(pid), interval), markers)
 
 
 def main(argv: list[str]) -> int:

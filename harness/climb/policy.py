@@ -10,6 +10,10 @@ alone: the ladder the climb writes has a rung for it, and re-running that ladder
 look after each run decides: the comparison's next run, or its answer handed to the ascent, which decides the
 next measurement or ends the climb. A run of a busy machine is measured again once (``sweep.remeasure_busy``),
 before anything is decided on it.
+
+On a GPU the batch's values come from a search for the largest batch that fits the incumbent
+(:func:`largest_batch`): a policy of its own over the same engine, one size a turn (``harness.session.probe``), told
+to the same listeners.
 """
 
 from __future__ import annotations
@@ -17,8 +21,9 @@ from __future__ import annotations
 from rich.markup import escape
 
 from harness.climb.ascent import AGAIN, FINAL, BudgetSpent, Climbing, Measured, Request
-from harness.climb.trials import Run, Trials, label_of, last_line, measured
+from harness.climb.trials import SEARCH, Run, Trials, label_of, last_line, measured
 from harness.session import engine
+from harness.session.probe import OK, Probe, Search
 from harness.session.events import OUTCOMES, Display, Event, Events
 from harness.session.runner import Outcome
 from harness.analysis.stats.busy import busy_reason
@@ -143,6 +148,53 @@ def compare(trials: Trials, request: Request, events: Events | None = None) -> M
     policy = ClimbPolicy(trials, one())
     engine.run(policy, events or trials.events)
     return policy.result
+
+
+class BatchSearch:
+    """The search for the largest batch that fits ``changes`` over the start, as a policy over the session engine:
+    one size a turn (the probe's next: a fresh process, or a stored run a re-run replays), its status told to the
+    probe at the look. A run of a busy machine is noted, not measured again: its memory, not its speed, counts."""
+
+    keep_going = False  # a run that cannot start ends the climb with its error
+    remeasure_busy = False
+
+    def __init__(self, trials: Trials, changes, probe: Probe):
+        self.trials, self.changes, self.probe = trials, list(changes), probe
+        self.record = None
+
+    def next_turns(self, round_: int, events: Events) -> list[Run] | None:
+        size = self.probe.next()
+        if size is None:
+            return None
+        return [Run(0, SEARCH, 0, f"batch_size={size} (fit search)", (*self.changes, ("batch_size", size)),
+                    self.trials.repeats)]
+
+    def held(self, turn: Run) -> bool:
+        return False
+
+    def measure(self, turn: Run, again: bool, hooks: engine.Hooks) -> Outcome:
+        record, how = self.trials.trial(list(turn.changes), 0, SEARCH, 0, turn.change, hooks)
+        self.trials.busy += [why] if record.status == "ok" and (why := busy_reason(record)) else []
+        self.record = record
+        return Outcome(record, how)
+
+    def look(self, rounds: int, events: Events) -> bool:
+        """The size's status told to the probe; BudgetSpent for a run stopped at the end of the budget."""
+        if self.trials.stopped_by_budget(self.record):
+            raise BudgetSpent("a run was stopped at the end of the budget")
+        self.probe.tell(self.record.status)
+        return self.probe.next() is not None
+
+
+def largest_batch(trials: Trials, changes, now: int, high: int) -> Search:
+    """The search for the largest batch_size that fits ``changes`` over the start, from ``now`` (the incumbent's:
+    known to fit, not run again) up to ``high``, each size a turn of the session engine (:class:`BatchSearch`)."""
+    probe = Probe(now, high)
+    probe.tell(OK)
+    search = BatchSearch(trials, changes, probe)
+    if probe.next() is not None:
+        engine.run(search, trials.events)
+    return probe.found
 
 
 class ClimbLines:

@@ -9,19 +9,19 @@ import sys
 from harness import config as config_mod
 from harness.climb import output, resume
 from harness.climb.ascent import NOT_RUN, Budget, ClimbResult, climbing
-from harness.climb.policy import ClimbLines, ClimbPolicy
+from harness.climb.policy import ClimbLines, ClimbPolicy, largest_batch
 from harness.climb.space import ClimbConfig, Facts, check, space
 from harness.climb.trials import Trials, trial_ladder
 from harness.session import engine
 from harness.session.events import Display, Events
-from harness.session.probe import DEFAULT_MAX, search
+from harness.session.probe import DEFAULT_MAX
 from harness.run.parent import runner
-from harness.store import load_runs, new_id, utc_timestamp
+from harness.store import load_runs, new_id
 from harness.sweeps import rungs as sweep_mod
 from harness.sweeps.loop import auto_compact
 from harness.session import runner as session_runner
 from harness.names import display_name
-from harness.analysis.stats import calibration, noise_model, sweepstats
+from harness.analysis.stats import calibration, sweepstats
 
 
 def run_climb(settings: dict, options: ClimbConfig, started: float, display: Display,
@@ -39,7 +39,7 @@ def run_climb(settings: dict, options: ClimbConfig, started: float, display: Dis
         return 2
     start, (env, env_key) = prepared.resolved, prepared.environment
     climb_id = new_id("climb-")
-    noise = _noise(start, env_key)
+    noise = calibration.calibration_now(start.results_dir, env_key, start.workload.name, start.size)
     key = resume.climb_key(config_mod.config_hash(start), env_key, options.repeats, options.min_effect, options.knobs)
     earlier = resume.load(start.results_dir, key)
     budget = Budget(seconds=60 * options.budget_min, start=started - (earlier.spent_s if earlier else 0.0))
@@ -94,8 +94,9 @@ def _ascend(start, options: ClimbConfig, facts: Facts, trials: Trials, noise,
 
 def _batch_bound(start: dict, trials: Trials, display: Display, options: ClimbConfig):
     """``Facts.largest_batch`` on a GPU: fit's search for the largest batch_size that fits the incumbent, from its
-    batch (known to fit) up to fit.max's GPU default, each size a fresh process, once per incumbent (the batch
-    aside). None on a CPU (said once): no allocator runs out there, the search would only find fit.max."""
+    batch (known to fit) up to fit.max's GPU default, each size a turn of the session engine (a fresh process:
+    ``policy.largest_batch``), once per incumbent (the batch aside). None on a CPU (said once): no allocator runs out
+    there, the search would only find fit.max."""
     if "batch" not in [a.name for a in space(start["device"], options.knobs)]:
         return None
     if start["device"] != "cuda":
@@ -109,8 +110,7 @@ def _batch_bound(start: dict, trials: Trials, display: Display, options: ClimbCo
         if key not in found:
             now = int(settings["batch_size"])
             changes = [(k, v) for k, v in settings.items() if k != "batch_size" and start.get(k) != v]
-            result = search(lambda size: "ok" if size == now else trials.search_run(changes, size), now,
-                            max(now, DEFAULT_MAX["cuda"]))
+            result = largest_batch(trials, changes, now, max(now, DEFAULT_MAX["cuda"]))
             decided = result.smallest_oom is not None or result.stopped.startswith("every size")
             found[key] = result.largest if decided else None  # an error or a timeout says nothing about memory
             display.say(f"batch: the largest batch_size that fits from {now}: {found[key] or 'not found'} "
@@ -129,10 +129,3 @@ def _measured_runs(results_dir: str, climb_ids: list[str]) -> int:
 def _flat(cfg: config_mod.RunConfig) -> dict:
     return config_mod.flatten(config_mod.record_dict(cfg))
 
-
-def _noise(start: config_mod.RunConfig, env_key: str):
-    """The fit calibration (``python -m harness noise``) of this environment, workload and size made before now,
-    else none (``calibration.choose_calibration``)."""
-    frame = load_runs(start.results_dir, where={"ladder": noise_model.NOISE_LADDER, "env_key": [env_key]})
-    candidates = calibration.candidates_from_frame(frame)
-    return calibration.choose_calibration(candidates, env_key, start.workload.name, start.size, utc_timestamp()).noise

@@ -21,7 +21,6 @@ from harness.store import RunRecord
 from harness.config import ladder as ladder_mod
 from harness.sweeps import rungs as sweep_mod
 from harness.analysis.stats import noise_model, speedup
-from harness.analysis.stats.busy import busy_reason
 
 LADDER_NAME = "climb"  # the `ladder` of every record a climb stores
 SEARCH = "fit search"  # the role of a run of the search for the largest batch that fits
@@ -62,18 +61,6 @@ class Trials:
         self.budget, self.repeats, self.events = budget, repeats, events
         self.used: set[str] = set()  # runs this climb has used: no run counts twice
         self.busy: list[str] = []  # why runs were not trustworthy (``busy.busy_reason``), each measured again
-
-    def search_run(self, changes, size: int) -> str:
-        """One size of the search for the largest batch that fits (``harness.session.probe``): ``changes`` over the
-        start with ``batch_size=size``, a fresh process (or a stored run a re-run replays); its status. Its record is
-        no rung of the climb's table, and no comparison uses it (their rounds interleave candidate and incumbent)."""
-        run = Run(0, SEARCH, 0, f"batch_size={size} (fit search)", (*changes, ("batch_size", size)), self.repeats)
-        record, how = self.trial(list(run.changes), 0, SEARCH, 0, run.change, engine.Hooks(self.events, run))
-        self.events.emit(how, run, outcome=session_runner.Outcome(record, how))
-        self.busy += [why] if record.status == "ok" and (why := busy_reason(record)) else []
-        if self.stopped_by_budget(record):
-            raise BudgetSpent("a run was stopped at the end of the budget")
-        return record.status
 
     def trial(self, changes, step: int, role: str, round_: int, change: str,
               hooks: engine.Hooks | None = None) -> tuple[RunRecord, str]:

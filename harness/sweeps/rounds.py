@@ -22,7 +22,7 @@ import time
 from dataclasses import dataclass, field
 
 from harness.analysis.stats import calibration, noise_model, sequential, sweepstats
-from harness.store import load_runs, utc_timestamp
+from harness.store import load_runs
 from harness.sweeps import budget
 from harness.sweeps import rungs as rungs_mod
 from harness.run.parent import runner
@@ -118,13 +118,8 @@ def _stored(ctx: rungs_mod.SweepContext) -> noise_model.Noise | None:
 
 def _chosen(ctx: rungs_mod.SweepContext, machine) -> noise_model.Noise:
     cfg = rungs_mod.rung_config(ctx, 0, machine)
-    key = runner.environment_key(cfg.device)
-    try:
-        frame = load_runs(ctx.results_dir, where={"ladder": noise_model.NOISE_LADDER, "env_key": [key]})
-    except ValueError:
-        return noise_model.DEFAULT
-    candidates = calibration.candidates_from_frame(frame)
-    return calibration.choose_calibration(candidates, key, cfg.workload.name, cfg.size, utc_timestamp()).noise
+    return calibration.calibration_now(ctx.results_dir, runner.environment_key(cfg.device), cfg.workload.name,
+                                       cfg.size)
 
 
 def look(ctx: rungs_mod.SweepContext, noise: noise_model.Noise, rounds: int,

@@ -23,8 +23,13 @@ def build_model(cfg) -> nn.Module:
 def build_loss(cfg) -> nn.Module:
     spec: WorkloadSpec = cfg.workload
     if spec.loss is None:
-        return nn.MSELoss() if spec.target == "regression" else nn.CrossEntropyLoss()
+        return default_loss(spec)
     return instantiate(spec.loss, **setting_args(spec.loss_settings, cfg))
+
+
+def default_loss(spec: WorkloadSpec) -> nn.Module:
+    """The loss of a workload that names none: mean squared error for a regression target, else cross-entropy."""
+    return nn.MSELoss() if spec.target == "regression" else nn.CrossEntropyLoss()
 
 
 def build_optimizer(spec: WorkloadSpec, params, **kwargs) -> torch.optim.Optimizer:

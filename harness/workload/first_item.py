@@ -5,7 +5,7 @@
   list item (an ``(input, target)`` pair, a detection sample), the input of a dict item (``input_ids``,
   ``pixel_values``, ... or its first tensor); a 1-D input (token ids of length L) is ``[1, L]``.
 * **The default step's batch.** That item collated as the loader will collate it (``workload.collate``, else
-  PyTorch's default) tells the parent's step check what the default step would be handed
+  PyTorch's default), as meta tensors, tells the parent's step check what the default step would be handed
   (``harness.workload.step.on_meta``): a dict, or a list that is no ``(input, target)`` pair, is refused there.
 
 The dataset is built once per process for one node and its arguments; torch is imported only to collate.
@@ -83,13 +83,16 @@ def first_item(cfg) -> Any:
 
 
 def first_batch(cfg) -> Any:
-    """The first item as a batch of one, collated as the loader collates (None when it cannot be read: the child
-    reports that, with its traceback)."""
+    """The first item as a batch of one, collated as the loader collates, as meta tensors of the same shapes and
+    dtypes (None when it cannot be read: the child reports that, with its traceback)."""
+    import torch.utils._pytree
     import torch.utils.data  # torch: only for a workload with its own dataset
 
     try:
         item = first_item(cfg)
         collate = function_of(cfg.workload.collate) if cfg.workload.collate is not None else None
-        return (collate or torch.utils.data.default_collate)([item])
+        batch = (collate or torch.utils.data.default_collate)([item])
     except Exception:
         return None
+    return torch.utils._pytree.tree_map(
+        lambda v: torch.empty(v.shape, dtype=v.dtype, device="meta") if isinstance(v, torch.Tensor) else v, batch)

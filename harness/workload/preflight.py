@@ -1,6 +1,9 @@
-"""The workload's model and loss built on the meta device in the parent, before any child starts: a constructor
-that fails or a package the model needs is one line then, not a crashed child. torch is imported only when a
-workload that is not a built-in as shipped is checked (the parent needs no torch for those)."""
+"""The workload checked in the parent, before any child starts: a constructor that fails or a package the model
+needs is one line then, not a crashed child. Two passes: the workload's objects resolved once (:func:`resolve`: the
+model and loss built on the meta device, the step and validation step its adapter makes, the batch the child will
+be handed, on the meta device too), then checked (``harness.workload.step.on_meta``), which builds nothing more.
+torch is imported only when a workload that is not a built-in as shipped is checked (the parent needs no torch for
+those)."""
 
 from __future__ import annotations
 
@@ -8,16 +11,18 @@ import contextlib
 import json
 import re
 import sys
+from dataclasses import dataclass
 from typing import Any
 
 from harness.config.targets import instantiate, locate, setting_args
 from harness.config.workload import is_builtin
 from harness.names import display_name, target_of
+from harness.workload import first_item
 
 
 def check_model_builds(cfg) -> None:
-    """The model and loss of a resolved config built on the meta device in the parent, before any child starts
-    (no memory, no arithmetic), the model run once on a meta batch, and the workload's step on it
+    """The workload of a resolved config resolved on the meta device in the parent, before any child starts (no
+    memory, no arithmetic), then checked: the model run once on a meta batch, and the workload's step on it
     (``harness.workload.step.on_meta``): ValueError with one line for a package the model needs that is missing here, a
     constructor that fails, or a step that returns no usable loss; the step's notes printed. Built-in workloads as
     shipped are not built here (the parent needs no torch for them, and every test builds them)."""
@@ -27,34 +32,93 @@ def check_model_builds(cfg) -> None:
     model_args, loss_args = setting_args(spec.model_settings, cfg), setting_args(spec.loss_settings, cfg)
     # the batch the child will make; a workload's own dataset decides its samples itself
     shape = [cfg.batch_size, spec.in_channels, *cfg.data.patch_size] if spec.dataset is None else []
-    seen = json.dumps([spec.model_node, model_args, spec.loss, loss_args, shape,
-                       spec.step, spec.synthetic, spec.num_classes, spec.val_step, bool(cfg.val.every_n_steps)],
-                      default=str)
+    seen = json.dumps([spec.model_node, model_args, spec.loss, loss_args, shape, spec.step, spec.synthetic,
+                       spec.num_classes, spec.val_step, bool(cfg.val.every_n_steps)], default=str)
     if seen in _BUILT:  # the rungs of a sweep: one build each for what they change of the model
         return
-    where = "workload.lightning_module" if spec.lightning_module is not None else "workload.model"
-    model = _build_on_meta(where, spec.model_node, model_args)
-    if spec.lightning_module is None:
-        _refuse_lightning_as_model(spec, model)
-    if spec.loss is not None:
-        _build_on_meta("workload.loss", spec.loss, loss_args)
-    if model is not None and shape:  # a package imported on the first call (MONAI's optional ones)
-        _forward_on_meta(model, shape, target_of(spec.model_node))
-    if model is not None:
-        from harness.workload.step.on_meta import check_step_on_meta  # torch: only for a model of the user's
+    from harness.workload.step import on_meta  # torch: only for a model of the user's
 
-        for note in check_step_on_meta(cfg, model):
-            print(f"note: {display_name(spec.name, spec.model_node)}: {note}", file=sys.stderr)
+    objects = resolve(cfg, model_args, loss_args, shape)
+    for note in on_meta.check(objects):
+        print(f"note: {display_name(spec.name, spec.model_node)}: {note}", file=sys.stderr)
     _BUILT.add(seen)
 
 
 _BUILT: set[str] = set()  # what check_model_builds built in this process
 
 
-def _refuse_lightning_as_model(spec, model: Any) -> None:
-    """A LightningModule given as ``model`` would be measured through its forward with the harness's loss, not its
-    training_step: refused, naming ``workload.lightning_module``. Found by its methods, as the adapter finds it."""
-    target = target_of(spec.model)
+@dataclass
+class OnMeta:
+    """A workload's objects as the child would make them, on the meta device: what the checks look at."""
+
+    spec: Any  # the WorkloadSpec
+    model: Any  # None when its constructor cannot run on the meta device (the child's to check)
+    loss: Any  # the loss the default step calls; None when it cannot be built on the meta device
+    own: Any  # the step its adapter makes (OwnStep), or None for the default step
+    val: Any  # the validation step (ValStep) the parent can check: ``val.every_n_steps`` asks for a pass, else None
+    batch: Any  # the batch the child is handed, on the meta device; None where the parent cannot know it
+
+
+def resolve(cfg, model_args: dict[str, Any], loss_args: dict[str, Any], shape: list[int]) -> OnMeta:
+    """Every object of ``cfg``'s workload the checks look at, built once and in one pass, on the meta device: the
+    model and the loss with the arguments they are handed (ValueError with one line for a constructor that fails or
+    a package it needs that is missing; a LightningModule given as ``model`` refused), the model called once on a
+    meta batch of ``shape`` (a package imported on the first call, as MONAI's optional ones; [] for a workload's own
+    dataset: not called), the step and validation step its adapter makes for it, and the batch (synthetic, or the
+    dataset's first item collated)."""
+    from harness.workload import build  # torch: only for a model of the user's
+    from harness.workload.step import adapters, lightning, validation  # torch too (the step's adapters)
+
+    spec, synthetic = cfg.workload, _meta_batch(cfg)
+    where = "workload.lightning_module" if spec.lightning_module is not None else "workload.model"
+    built = {what: _build_on_meta(what, node, args) for what, node, args in
+             ((where, spec.model_node, model_args), ("workload.loss", spec.loss, loss_args)) if node is not None}
+    model, target = built.get(where), target_of(spec.model_node)
+    loss = built["workload.loss"] if spec.loss is not None else build.default_loss(spec)
+    if spec.lightning_module is None:
+        _refuse_lightning_as_model(target, model)
+    if model is None:  # its constructor cannot run on the meta device: the rest is the child's to check
+        return OnMeta(spec, None, loss, None, None, None)
+    if shape:
+        _forward_on_meta(model, shape, target)
+    own = adapters.own_step(spec, model, with_data=False, loss_fn=loss)
+    val = validation.val_step_of(spec, model, own, with_data=False) if cfg.val.every_n_steps else None
+    if val is not None and validation.has_own_val_data(spec, model, own):
+        val = None  # a LightningModule's pass over its own val_dataloader() is the child's to run
+    batch = synthetic
+    if own is not None and own.lightning and lightning.overrides(type(model), "train_dataloader"):
+        batch = None  # its batches come from its own data, which only the child builds
+    elif batch is None and own is None and spec.dataset is not None:
+        batch = first_item.first_batch(cfg)  # the default step's batch, from the dataset's first item
+    return OnMeta(spec, model, loss, own, val, batch)
+
+
+def _meta_batch(cfg) -> Any:
+    """The batch the child's synthetic data gives, on the meta device (None for a workload's own dataset)."""
+    import torch
+
+    spec, n, patch = cfg.workload, cfg.batch_size, list(cfg.data.patch_size)
+    if spec.dataset is not None:
+        return None
+    if spec.synthetic == "tokens":
+        ids = torch.empty([n, patch[-1]], dtype=torch.int64, device="meta")
+        return {"input_ids": ids, "attention_mask": ids, "labels": ids}
+    if spec.synthetic != "tensors":
+        return None
+    x = torch.empty([n, spec.in_channels, *patch], device="meta")
+    if spec.target == "class":
+        y = torch.empty([n], dtype=torch.int64, device="meta")
+    elif spec.target == "segmentation":
+        y = torch.empty([n, *patch], dtype=torch.int64, device="meta")
+    else:
+        y = torch.empty([n, *(spec.target_shape or [spec.num_classes])], device="meta")
+    return x, y
+
+
+def _refuse_lightning_as_model(target: str, model: Any) -> None:
+    """A LightningModule given as ``model`` (``target``: its ``_target_``) would be measured through its forward with
+    the harness's loss, not its training_step: refused, naming ``workload.lightning_module``. Found by its methods,
+    as the adapter finds it."""
     found = type(model) if model is not None else locate(target, "workload.model._target_")
     if not isinstance(found, type) or not all(callable(getattr(found, m, None))
                                              for m in ("training_step", "configure_optimizers")):
@@ -67,23 +131,25 @@ def _refuse_lightning_as_model(spec, model: Any) -> None:
 
 def _build_on_meta(where: str, node: dict, settings: dict[str, Any]) -> Any:
     """``node`` built with its parameters on the meta device; None when the constructor cannot run there (it reads
-    values of tensors it made), which leaves the check to the child."""
+    values of tensors it made), which leaves the check to the child. A parameter is made on the meta device as it is
+    registered where the whole constructor cannot run there (tensors it makes for itself, as linspace(...).item(),
+    stay real)."""
     import torch
 
-    what = f"{where}._target_={target_of(node)!r}"
-    try:
-        with torch.device("meta"):
-            return instantiate(node, **settings)
-    except Exception as exc:
-        if not _meta_limit(exc):
-            raise _build_error(what, exc) from None
-    try:  # tensors the constructor makes for itself stay real (linspace(...).item()); only parameters are meta
-        with _parameters_on_meta():
-            return instantiate(node, **settings)
-    except Exception as exc:
-        if not _meta_limit(exc):
-            raise _build_error(what, exc) from None
+    for on_meta in (lambda: torch.device("meta"), _parameters_on_meta):
+        try:
+            with on_meta():
+                return instantiate(node, **settings)
+        except Exception as exc:
+            if not _meta_limit(exc):
+                raise _build_error(f"{where}._target_={target_of(node)!r}", exc) from None
     return None
+
+
+def _meta_limit(exc: BaseException) -> bool:
+    """An error of the meta device itself (a value read from a tensor with no data), not of the model."""
+    return not isinstance(exc, (ImportError, ValueError)) and ("meta" in str(exc).lower()
+                                                               or isinstance(exc, NotImplementedError))
 
 
 def _forward_on_meta(model: Any, shape: list[int], target: str) -> None:
@@ -98,12 +164,6 @@ def _forward_on_meta(model: Any, shape: list[int], target: str) -> None:
         raise _build_error(f"workload.model._target_={target!r}", exc) from None
     except Exception:
         pass
-
-
-def _meta_limit(exc: BaseException) -> bool:
-    """An error of the meta device itself (a value read from a tensor with no data), not of the model."""
-    return not isinstance(exc, (ImportError, ValueError)) and ("meta" in str(exc).lower()
-                                                               or isinstance(exc, NotImplementedError))
 
 
 def _build_error(what: str, exc: BaseException) -> ValueError:

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from harness.analysis.stats import bimodal, busy, noise_model
-from harness.store import load_runs
+from harness.store import load_runs, utc_timestamp
 
 
 @dataclass(frozen=True)
@@ -152,6 +152,17 @@ def calibration_for(frame, records) -> Choice:
     stamps = sorted(str(t) for t in records["timestamp"] if isinstance(t, str) and t)
     return choose_calibration(candidates_from_frame(frame), str(first["env_key"]), str(first["workload"]),
                               str(first["size"]), stamps[0] if stamps else "")
+
+
+def calibration_now(results_dir, env_key: str, workload: str, size: str) -> noise_model.Noise:
+    """The noise of the calibration (``python -m harness noise``) of environment ``env_key``, ``workload`` and
+    ``size`` in the store at ``results_dir`` made before now (:func:`choose_calibration`), for a session that starts
+    now (a sweep's rounds, a climb); ``noise_model.DEFAULT`` where there is none, or no results folder yet."""
+    try:
+        frame = load_runs(results_dir, where={"ladder": noise_model.NOISE_LADDER, "env_key": [env_key]})
+    except ValueError:
+        return noise_model.DEFAULT
+    return choose_calibration(candidates_from_frame(frame), env_key, workload, size, utc_timestamp()).noise
 
 
 def calibration_frame(results_dir, frame):

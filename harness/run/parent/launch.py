@@ -11,7 +11,7 @@ It is torchrun's agent (``torch.distributed.launcher.api.elastic_launch``, what 
     the ranks, unless the environment already sets it; the value goes into the record;
   * no orphan: the agent dies with the parent (``PR_SET_PDEATHSIG``) and carries the child's deadline; every rank
     dies with the agent the same way. torch starts each rank in a session of its own, so killing the agent's
-    process group does not reach them: the parent kills the whole process tree (``isolate._kill_group``).
+    process group does not reach them: the parent kills the whole process tree (``processes.kill_group``).
 
 Rank 0 writes ``result.json`` when the run measured; a rank that fails writes ``result.rank<R>.json`` and exits
 non-zero, and the agent then writes the run's ``result.json`` from what the ranks left (``root_failure``).

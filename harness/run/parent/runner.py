@@ -72,22 +72,23 @@ def prepare_data(resolved: config_mod.RunConfig, log=print) -> None:
 
 def run_and_store(resolved: config_mod.RunConfig, env: dict, env_key: str, on_progress: ProgressFn | None = None,
                   skip_reason: str | None = None, pipeline: Pipeline | None = None, **sweep_fields) -> RunRecord:
-    """:func:`store_asked`, with ``applicability.skip_reason`` asked here when the caller did not (None)."""
+    """:func:`store_asked`, with ``applicability.skip_reason`` asked here when the caller did not (None), and the
+    record handed to the store of its results folder when no ``pipeline`` is given."""
     reason = applicability.skip_reason(resolved) if skip_reason is None else skip_reason
-    return store_asked(resolved, env, env_key, on_progress, skip_reason=reason, pipeline=pipeline, **sweep_fields)
+    sinks = pipeline if pipeline is not None else Pipeline.to_store(resolved.results_dir)
+    return store_asked(resolved, env, env_key, on_progress, skip_reason=reason, pipeline=sinks, **sweep_fields)
 
 
 def store_asked(resolved: config_mod.RunConfig, env: dict, env_key: str, on_progress: ProgressFn | None = None, *,
                 skip_reason: str, pipeline: Pipeline | None = None, **sweep_fields) -> RunRecord:
-    """Measure a resolved config and hand its record to ``pipeline``'s sinks (the store of its results folder when
-    None), whatever its status. ``skip_reason``: the caller's answer of ``applicability.skip_reason`` ("" when the
-    run can act here); ``env``: the environment's fields (the git state is added here when it was left out, see
-    :func:`environment`); ``sweep_fields`` go into the record as it is made (a name the record lacks raises). The
-    record reaches the sinks before an interrupt can end the command, and a measurement the child wrote before an
-    interrupt does too."""
+    """Measure a resolved config and hand its record to ``pipeline``'s sinks (None: none), whatever its status; a
+    node but the first of a run across nodes only measures (the first stores the run's one record).
+    ``skip_reason``: the caller's answer of ``applicability.skip_reason`` ("" when the run can act here); ``env``:
+    the environment's fields (the git state is added here when it was left out, see :func:`environment`);
+    ``sweep_fields`` go into the record as it is made (a name the record lacks raises). The record reaches the sinks
+    before an interrupt can end the command, and a measurement the child wrote before an interrupt does too."""
     env = with_git(env)
     meet = rendezvous.of(resolved, os.environ)
-    if meet is not None and meet.node_rank > 0:  # node 0 stores the run's one record; this node only measured
-        return execute_asked(resolved, env, env_key, skip_reason, on_progress, **sweep_fields)
-    sinks = pipeline if pipeline is not None else Pipeline.to_store(resolved.results_dir)
-    return execute_asked(resolved, env, env_key, skip_reason, on_progress, store=sinks.put, **sweep_fields)
+    stores = pipeline is not None and (meet is None or meet.node_rank == 0)
+    return execute_asked(resolved, env, env_key, skip_reason, on_progress, store=pipeline.put if stores else None,
+                         **sweep_fields)

@@ -4,7 +4,8 @@ grad), a LightningModule whose training_step returns None or whose configure_opt
 whose output the default loss cannot take (a tuple), a vocabulary smaller than the token ids, a Hugging Face model
 handed batches that are not named tensors: each one line, exit 2; the default step handed a dict or a list that is no
 (input, target) pair, or a model whose forward wants the targets (a detector), each one line naming ``workload.step``.
-Run where the parent knows the batch (synthetic data; for the default step, a workload's own dataset's first item,
+Run on the objects ``harness.workload.preflight.resolve`` made once (nothing is built here), where the parent knows
+the batch (synthetic data; for the default step, a workload's own dataset's first item,
 ``harness.workload.first_item``); what the meta device cannot compute is the child's to find."""
 
 from __future__ import annotations
@@ -14,35 +15,27 @@ from collections.abc import Mapping
 from typing import Any
 
 import torch
-import torch.utils._pytree
 
 from harness.names import target_of
-from harness.workload import first_item
 from harness.workload.batches import describe
-from harness.workload.build import build_loss
 from harness.workload.step import lightning
-from harness.workload.step.adapters import own_step
 from harness.workload.step.huggingface import is_hugging_face
 from harness.workload.step.loss import reader_for
 from harness.workload.step.interface import StepError
-from harness.workload.step.validation import has_own_val_data, val_step_of
 
 
-def check_step_on_meta(cfg, model) -> list[str]:
-    """Check the step of ``cfg``'s workload on ``model`` (built on the meta device); the notes a run should print
-    (a LightningModule's scheduler that is not stepped). ValueError with one line for what cannot be measured."""
-    spec, notes = cfg.workload, []
+def check(objects) -> list[str]:
+    """Check a workload's step on its objects as resolved on the meta device (``harness.workload.preflight.OnMeta``:
+    nothing is built here); the notes a run should print (a LightningModule's scheduler that is not stepped).
+    ValueError with one line for what cannot be measured."""
+    spec, model, own, batch, notes = objects.spec, objects.model, objects.own, objects.batch, []
+    if model is None:
+        return notes
     if is_hugging_face(model):
         _check_vocabulary(spec, model)
-    own = own_step(spec, model, with_data=False, loss_fn=build_loss(cfg))
     if own is not None and own.lightning:  # what the meta device or a missing Trainer stops is the child's to report
         name = own.name.removesuffix(": training_step")
         _run(lambda: lightning.first_optimizer(model.configure_optimizers(), name, notes))
-        if lightning.overrides(type(model), "train_dataloader"):
-            return notes  # its batches come from its own data, which only the child builds
-    batch = meta_batch(cfg)
-    if batch is None and own is None and spec.dataset is not None:
-        batch = _on_meta(first_item.first_batch(cfg))  # the default step's batch, from the dataset's first item
     if batch is None:
         return notes
     if own is None:
@@ -52,10 +45,10 @@ def check_step_on_meta(cfg, model) -> list[str]:
     result = _run(lambda: own.call(model, batch)) if own is not None else _default_forward(spec, model, batch[0])
     if result is not UNKNOWN and own is not None:
         reader_for(result, own.name)
-    elif result is not UNKNOWN and not isinstance(result, torch.Tensor):
-        _check_default_loss(cfg, result, batch[1])
-    if cfg.val.every_n_steps:
-        _check_validation(spec, model, own, batch)
+    elif result is not UNKNOWN and not isinstance(result, torch.Tensor) and objects.loss is not None:
+        _check_default_loss(spec, objects.loss, result, batch[1])
+    if objects.val is not None:
+        _check_validation(model, objects.val, batch)
     return notes
 
 
@@ -97,46 +90,14 @@ def _takes_targets(model) -> bool:
         return False
 
 
-def _on_meta(batch: Any) -> Any:
-    """A real batch as meta tensors of the same shapes and dtypes (None stays None)."""
-    if batch is None:
-        return None
-    return torch.utils._pytree.tree_map(
-        lambda v: torch.empty(v.shape, dtype=v.dtype, device="meta") if isinstance(v, torch.Tensor) else v, batch)
-
-
-def _check_validation(spec, model, own, batch) -> None:
-    """The workload's own validation step on the meta batch, as the pass calls it (eval mode, no grad); a
-    LightningModule's over its own val_dataloader() is the child's to run."""
-    val = val_step_of(spec, model, own, with_data=False)
-    if val is None or has_own_val_data(spec, model, own):
-        return
+def _check_validation(model, val, batch) -> None:
+    """The workload's own validation step on the meta batch, as the pass calls it (eval mode, no grad)."""
     model.eval()
     with torch.no_grad():
         result = _run(lambda: val.call(model, batch, 0))
     model.train()
     if result is not UNKNOWN and not (result is None and val.may_return_none):
         reader_for(result, val.name, grad=False)
-
-
-def meta_batch(cfg) -> Any:
-    """The batch the child's synthetic data gives, on the meta device (None for a workload's own dataset)."""
-    spec, n, patch = cfg.workload, cfg.batch_size, list(cfg.data.patch_size)
-    if spec.dataset is not None:
-        return None
-    if spec.synthetic == "tokens":
-        ids = torch.empty([n, patch[-1]], dtype=torch.int64, device="meta")
-        return {"input_ids": ids, "attention_mask": ids, "labels": ids}
-    if spec.synthetic != "tensors":
-        return None
-    x = torch.empty([n, spec.in_channels, *patch], device="meta")
-    if spec.target == "class":
-        y = torch.empty([n], dtype=torch.int64, device="meta")
-    elif spec.target == "segmentation":
-        y = torch.empty([n, *patch], dtype=torch.int64, device="meta")
-    else:
-        y = torch.empty([n, *(spec.target_shape or [spec.num_classes])], device="meta")
-    return x, y
 
 
 UNKNOWN = object()  # what the meta device could not compute
@@ -152,12 +113,11 @@ def _run(call) -> Any:
         return UNKNOWN
 
 
-def _check_default_loss(cfg, out: Any, y) -> None:
+def _check_default_loss(spec, loss, out: Any, y) -> None:
     """A model output that is no tensor (a tuple, a dict) handed to the default step's loss: refused when the
     loss cannot take it."""
-    spec = cfg.workload
     try:
-        build_loss(cfg)(out, y)
+        loss(out, y)
     except Exception as exc:
         if "meta" in str(exc).lower() or isinstance(exc, NotImplementedError):
             return
