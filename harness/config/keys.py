@@ -128,14 +128,32 @@ def _set_workload_key(cfg: RunConfig, key: str, value: Any) -> None:
 def typed(owner: type, name: str, value: Any, key: str) -> Any:
     """``value`` converted to the type the dataclass ``owner`` declares for its field ``name``, by OmegaConf's
     structured-config typing; ValueError naming ``key``, the value and what the field takes."""
-    from omegaconf import Container, OmegaConf
-    from omegaconf.errors import OmegaConfBaseException
-
     hint = _type_hints(owner)[name]
     if type(value).__module__ == "numpy":  # a value read from a frame of records: OmegaConf takes Python's own
         value = value.item()
     if hint is Any:  # the field takes values of several kinds; validation checks them
         return value
+    if type(value) in _SCALARS:
+        out = _typed_scalar(owner, name, type(value), value, key)
+        return copy.deepcopy(out) if isinstance(out, (list, dict)) else out  # never one list shared by two configs
+    return _convert(owner, name, value, key, hint)
+
+
+_SCALARS = (str, int, float, bool, type(None))
+
+
+@functools.lru_cache(maxsize=4096)
+def _typed_scalar(owner: type, name: str, kind: type, value: Any, key: str) -> Any:
+    """:func:`_convert` of a plain scalar, remembered (its type is part of the key: ``True`` is not ``1``): a sweep
+    builds each rung's settings again and again (~35 times for a cached phase2), ~100 assignments through OmegaConf
+    each. A refusal is not remembered; it is raised each time."""
+    return _convert(owner, name, value, key, _type_hints(owner)[name])
+
+
+def _convert(owner: type, name: str, value: Any, key: str, hint: Any) -> Any:
+    from omegaconf import Container, OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
     fields = _typed_fields(owner)
     try:
         fields[name] = value

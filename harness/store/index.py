@@ -173,10 +173,60 @@ def _in_order(snap: Snapshot, paths: pa.Array) -> list[str]:
     return [p for p in snap.files if p in chosen]
 
 
+# Every column of the record files read whole in this process, by path, with what each file was then (inode, size,
+# mtime): one command reads the same runs again and again (a fully cached sweep: each round's looks, the table and
+# the units table read every original its copies stand for), and each read opened their files anew (~5 ms a file).
+# A file changed since is read again; at most KEPT_ROWS rows are kept (a store of thousands of runs reads as before).
+_WHOLE: dict[str, tuple[tuple[int, int, int], pa.Table]] = {}
+KEPT_ROWS = 20_000
+
+
 def scan(files: list[str], columns: list[str], expr, schema: pa.Schema = SCHEMA,
          with_file: bool = False) -> tuple[pa.Table, list[tuple[str, str]], list[str]]:
     """One fast read of all files; if it fails, each file on its own: (table, unreadable, vanished). ``with_file``:
-    a FILE column names the file each row came from."""
+    a FILE column names the file each row came from. Record files are read whole once and kept (``_WHOLE``)."""
+    if files and schema is SCHEMA and not with_file:
+        kept = _from_kept(files)
+        if kept is not None:
+            return (kept.filter(expr) if expr is not None else kept).select(columns), [], []
+    return _scan(files, columns, expr, schema, with_file)
+
+
+def _from_kept(files: list[str]) -> pa.Table | None:
+    """Every column of ``files``' rows in their order, from the files kept whole, the others read whole (and kept
+    while there is room); None when one cannot be read or vanished (the plain read then says so, as before)."""
+    idents = {path: _identity(path) for path in files}
+    fresh = [p for p in files if idents[p] is None or _WHOLE.get(p, (None,))[0] != idents[p]]
+    tables = {p: _WHOLE[p][1] for p in files if p not in fresh}
+    if fresh:
+        table, bad, vanished = _scan(fresh, list(COLUMNS), None, SCHEMA, with_file=True)
+        if bad or vanished:
+            return None
+        rows: dict[str, list[int]] = {p: [] for p in fresh}
+        for i, path in enumerate(table[FILE].to_pylist()):
+            if path not in rows:  # a file named otherwise than listed: read as before
+                return None
+            rows[path].append(i)
+        whole = table.drop_columns([FILE])
+        room = KEPT_ROWS - sum(t.num_rows for _, t in _WHOLE.values())
+        for path in fresh:
+            tables[path] = whole.take(pa.array(rows[path], pa.int64()))
+            if idents[path] is not None and tables[path].num_rows <= room:
+                _WHOLE[path] = idents[path], tables[path]
+                room -= tables[path].num_rows
+    return pa.concat_tables([tables[p] for p in files])
+
+
+def _identity(path: str) -> tuple[int, int, int] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_ino, st.st_size, st.st_mtime_ns
+
+
+def _scan(files: list[str], columns: list[str], expr, schema: pa.Schema,
+          with_file: bool) -> tuple[pa.Table, list[tuple[str, str]], list[str]]:
     if not files:
         return (_empty(columns, schema) if with_file else schema.empty_table().select(columns)), [], []
     # here, not at the top: pyarrow.dataset loads pandas with it (~0.4 s), which a command that only writes a
