@@ -308,8 +308,8 @@ class Session:
         request = {"job": str(job), "log": str(log_path), "cwd": os.getcwd(), "env": env,
                    "argv": [str(REPO_ROOT / "harness" / "run" / "child" / "__main__.py"), str(job)]}
         child, why = self.zygote.fork(request, [channel_fd] if channel_fd is not None else [])
-        if child is None and why.startswith(zygote_mod.CODE_CHANGED) and not restarted:
-            self.zygote.close()  # a new one imports the code as it is now
+        if child is None and why.startswith((zygote_mod.CODE_CHANGED, zygote_mod.TRIMMED)) and not restarted:
+            self.zygote.close()  # a new one imports the code as it is now, and MONAI as this run's workload needs
             self.zygote = None
             return self.start(job, env, log_path, channel_fd, restarted=True)
         if child is None:

@@ -42,6 +42,7 @@ from pathlib import Path
 from harness.run.child import channel
 from harness.lifeline import guard_child
 from harness.run.parent import driver, verdicts
+from harness.workload import trimmed_imports
 
 SOCKET_ENV = "HARNESS_ZYGOTE_FD"  # the zygote's end of its socket to the parent
 MAX_MESSAGE = 1 << 20
@@ -100,8 +101,8 @@ def main(sweep_dir: str, first_config: str = "") -> int:
             resident, sources = resident_file_pages(), source_stamps()
             send(sock, {"warmed": True})
             continue
-        why = changed_source(sources) or unsafe_to_fork()
-        if why and not why.startswith(CODE_CHANGED):
+        why = changed_source(sources) or trimmed_for_another(request) or unsafe_to_fork()
+        if why and not why.startswith((CODE_CHANGED, TRIMMED)):
             verdicts.forget()  # a remembered verdict may have let the culprit in: the next launcher probes again
         if why:
             for fd in fds:
@@ -213,7 +214,8 @@ def warm_workload(config_path: Path, probe: bool = False) -> list[str]:
     names = [node["_target_"].rsplit(".", 1)[0] for node in (values.get(k) for k in ("model", "loss", "dataset"))
              if isinstance(node, dict) and isinstance(node.get("_target_"), str) and "." in node["_target_"]]
     try:
-        return preload_fork_safe(names, probe)
+        with trimmed_imports.trimmed(trimmed_imports.reference_only(values)):
+            return preload_fork_safe(names, probe)
     finally:
         stop_blas_threads()
 
@@ -231,6 +233,21 @@ def _learn(path: Path, probe: bool = False) -> bool:
 
 
 CODE_CHANGED = "the code changed since the launcher imported it"
+TRIMMED = "the launcher imported MONAI for a reference workload"
+
+
+def trimmed_for_another(request: dict) -> str:
+    """Why a run of ``request`` must not fork from here ("" when it may): MONAI was imported here trimmed for a
+    reference workload (``harness.workload.trimmed_imports``) and the run's workload is a user's."""
+    if not trimmed_imports.TRIMMED:
+        return ""
+    try:
+        values = json.loads((Path(request["job"]) / "config.json").read_text()).get("workload") or {}
+    except (OSError, ValueError, KeyError, TypeError):
+        values = {}
+    if trimmed_imports.reference_only(values):
+        return ""
+    return f"{TRIMMED} (without {trimmed_imports.trimmed_names()}), and this run's workload is not one"
 
 
 def source_stamps() -> dict[str, int]:
