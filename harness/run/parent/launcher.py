@@ -153,6 +153,7 @@ class Zygote:
         self.ready = False
         self.environment, self.cwd = _inherited(os.environ), os.getcwd()
         self.forks: list[dict] = []  # the zygote's state at each fork it made (its threads, CUDA)
+        self.warms_asked = 0  # warm-ups asked without waiting for their answer (warm(wait=False))
 
     @property
     def fd(self) -> int:
@@ -165,25 +166,34 @@ class Zygote:
 
     def wait_ready(self, timeout_s: float = READY_TIMEOUT_S) -> str:
         """Block until the zygote has imported what every run imports; why it cannot be used ("" when it can)."""
-        message = self._next(timeout_s)
+        message = self._next_with_fds(timeout_s)[0]
         if message is None or "ready" not in message:
             self.close()
             return f"the launcher did not start ({_tail(self.log) or 'no output'})"
         self.ready = True
         return ""
 
-    def warm(self, config_path: Path) -> str:
+    def warm(self, config_path: Path, wait: bool = True) -> str:
         """Have the zygote import a later sweep's workload modules too (as it did its first sweep's); why it could
-        not ("" when it did)."""
-        why = "" if self.ready else self.wait_ready()
+        not ("" when it did). ``wait=False``: its answer is taken before the next fork (:meth:`settle`)."""
+        why = "" if self.ready or not wait else self.wait_ready()
         if why:
             return why
         try:
             zygote_mod.send(self.sock, {"warm": str(config_path)})
-            message = self._next(READY_TIMEOUT_S)
         except OSError as exc:
             return f"the launcher is gone ({exc})"
-        return "" if message and message.get("warmed") else f"the launcher answered {message}"
+        self.warms_asked += 1
+        return self.settle() if wait else ""
+
+    def settle(self) -> str:
+        """The answers to the warm-ups asked; why one failed ("" when none did)."""
+        while self.warms_asked:
+            self.warms_asked -= 1
+            message = self._next_with_fds(READY_TIMEOUT_S)[0]
+            if not (message and message.get("warmed")):
+                return f"the launcher answered {message}"
+        return ""
 
     def fork(self, request: dict, fds: list[int]) -> tuple[ForkedChild | None, str]:
         """Ask for a run; (its handle, "") or (None, why the zygote refused or could not)."""
@@ -223,9 +233,6 @@ class Zygote:
                 child.returncode = int(message["returncode"])
                 return
 
-    def _next(self, timeout_s: float) -> dict | None:
-        return self._next_with_fds(timeout_s)[0]
-
     def _next_with_fds(self, timeout_s: float) -> tuple[dict | None, list[int]]:
         if not _readable(self.fd, timeout_s):
             return None, []
@@ -238,7 +245,7 @@ class Zygote:
         with contextlib.suppress(OSError):
             self.sock.close()
         try:
-            self.proc.wait(2.0)
+            self.proc.wait(2.0 if self.ready else 0.0)  # one still importing (a command that ended early) is killed
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
@@ -257,17 +264,20 @@ class Session:
         self.fork_off = _why_no_fork()
         self.last_end = time.time()  # the previous run's end (at first: the session's start)
 
-    def begin(self, first_config: dict[str, Any] | None) -> None:
+    def begin(self, first_config: dict[str, Any] | None, early: bool = False) -> None:
         """Start the zygote now, while the sweep does its own work before its first run (the cache, the data sets),
         and have it build ``first_config``'s model on the meta device for its imports; a sweep that measures
-        nothing never calls this, and so never imports torch."""
-        if self.fork_off or first_config is None:
+        nothing never calls this, and so never imports torch. ``early``: before the command knows its run (a single
+        ``run``, while Hydra composes), on torch and the measuring modules alone; a later call tells it the run."""
+        if self.fork_off or (first_config is None and (not early or self.zygote is not None)):
             return
-        self.sweeps += 1
-        path = self.folder / f"first-config-{self.sweeps}.json"
-        path.write_text(json.dumps(first_config))
-        if self.zygote is not None:  # a later sweep of the command: the same launcher imports its workload too
-            why = self.zygote.warm(path)
+        path = None
+        if first_config is not None:
+            self.sweeps += 1
+            path = self.folder / f"first-config-{self.sweeps}.json"
+            path.write_text(json.dumps(first_config))
+        if self.zygote is not None:  # a later sweep of the command, or one started early: it imports this one's too
+            why = self.zygote.warm(path, wait=self.zygote.ready)
             if why:
                 self.zygote.close()
                 self.zygote = None
@@ -293,12 +303,12 @@ class Session:
         if self.zygote is not None and self.zygote.stale():
             self.zygote.close()
             self.zygote = None
-        if self.zygote is None or not self.zygote.ready:
+        if self.zygote is None or not self.zygote.ready or self.zygote.warms_asked:
             try:
                 if self.zygote is None:
                     self.zygote = Zygote(self.folder, job / "config.json")
                     self.zygotes += 1
-                why = self.zygote.wait_ready()
+                why = ("" if self.zygote.ready else self.zygote.wait_ready()) or self.zygote.settle()
             except OSError as exc:
                 why = f"the launcher did not start ({exc})"
             if why:

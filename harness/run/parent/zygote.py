@@ -85,7 +85,8 @@ def main(sweep_dir: str, first_config: str = "") -> int:
     guard_child()  # dies with the sweep's process; no deadline of its own (each run carries one)
     sock = socket.socket(fileno=int(os.environ.pop(SOCKET_ENV)))
     started = time.monotonic()
-    probe = bool(first_config) and _device(Path(first_config)) == "cuda"
+    # a GPU run's imports probed first (started early, the device is not known yet: where a GPU driver is)
+    probe = _device(Path(first_config)) == "cuda" if first_config else os.path.exists("/dev/nvidiactl")
     failed = preload_fork_safe(PRELOAD, probe)
     if first_config:
         warm_workload(Path(first_config), probe)
