@@ -51,6 +51,7 @@ def task(cfg) -> int:
                       + ("  (no CUDA GPU here: running the small CPU size)" if resolved.device == "cpu" else ""))
     session = launcher.active()
     if session is not None and resolved.devices == 1 and resolved.nodes == 1:
+        session.one_run = True
         session.begin(config_mod.to_dict(resolved))  # the launcher imports its workload while this one goes on
     try:
         runner.prepare_data(resolved, console.print)

@@ -245,7 +245,7 @@ class Zygote:
         with contextlib.suppress(OSError):
             self.sock.close()
         try:
-            self.proc.wait(2.0 if self.ready else 0.0)  # one still importing (a command that ended early) is killed
+            self.proc.wait(0.2 if self.ready else 0.0)  # an idle one exits at once; one importing is killed
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
@@ -263,6 +263,7 @@ class Session:
         self.sweeps = 0  # the sweeps that began in it
         self.fork_off = _why_no_fork()
         self.last_end = time.time()  # the previous run's end (at first: the session's start)
+        self.one_run = False  # the command's only run (a single `run`): its launcher need not learn what it imported
 
     def begin(self, first_config: dict[str, Any] | None, early: bool = False) -> None:
         """Start the zygote now, while the sweep does its own work before its first run (the cache, the data sets),
@@ -315,7 +316,7 @@ class Session:
                 self.fork_off = why
                 return _off(why)
         env = dict(env, HARNESS_PARENT_PID=str(self.zygote.proc.pid))  # the run's parent is the zygote
-        request = {"job": str(job), "log": str(log_path), "cwd": os.getcwd(), "env": env,
+        request = {"job": str(job), "log": str(log_path), "cwd": os.getcwd(), "env": env, "learn": not self.one_run,
                    "argv": [str(REPO_ROOT / "harness" / "run" / "child" / "__main__.py"), str(job)]}
         child, why = self.zygote.fork(request, [channel_fd] if channel_fd is not None else [])
         if child is None and why.startswith((zygote_mod.CODE_CHANGED, zygote_mod.TRIMMED)) and not restarted:

@@ -19,10 +19,10 @@ loaded, as the first run's own imports left it. Only the first run's: a later ru
 stay that rung's own, so that every run holds the same modules a fresh process of its settings would.
 
 The protocol (``SOCK_SEQPACKET``, one JSON object a message, file descriptors beside): this process sends
-``{"ready": pid}``; the parent asks ``{"job", "log", "cwd", "env", "argv"}`` with the run's progress channel; this
-process answers ``{"started": pid, "threads": 1, "cuda_initialized": false}`` (as the fork found it) with a pidfd of
-the run, or ``{"refused": why}``, then ``{"exited": pid,
-"returncode": n}`` once it has reaped the run. The parent closing its end ends this process.
+``{"ready": pid}``; the parent asks ``{"job", "log", "cwd", "env", "argv", "learn"}`` (``learn`` false: the command's
+only run) with the run's progress channel; this process answers ``{"started": pid, "threads": 1,
+"cuda_initialized": false}`` (as the fork found it) with a pidfd of the run, or ``{"refused": why}``, then
+``{"exited": pid, "returncode": n}`` once it has reaped the run. The parent closing its end ends this process.
 """
 
 from __future__ import annotations
@@ -114,6 +114,7 @@ def main(sweep_dir: str, first_config: str = "") -> int:
                  "cuda_driver": driver.cuda_state(), "preloaded": preloaded()}
         if LEFT_TO_RUNS:
             state["left_to_runs"] = LEFT_TO_RUNS[0]
+        learnt = learnt or not request.get("learn", True)  # the command's only run: nothing to learn for
         pid = _fork_run(request, fds, sock, sweep_dir, resident, report_imports=not learnt)
         pidfd = os.pidfd_open(pid)  # before any wait: the PID cannot have been reused yet
         send(sock, {"started": pid, **state}, [pidfd])
@@ -441,4 +442,7 @@ def _report_imports(path: Path) -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main(*sys.argv[1:3]))
+    exit_code = main(*sys.argv[1:3])
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(exit_code)  # without the interpreter's teardown of torch and MONAI (a second or more): the parent waits
