@@ -117,6 +117,7 @@ def test_a_users_target_anywhere_is_not_a_reference_workload(where):
     assert trimmed_imports.reference_only(REFERENCE)
     assert not trimmed_imports.reference_only(dict(REFERENCE, **{where: {"_target_": "mypkg.nets.Thing"}}))
     assert not trimmed_imports.reference_only({"model": {"_target_": None}})
+    assert not trimmed_imports.reference_only({"model": {"_target_": "torch.nn.Conv1d"}})  # a user's torch model
 
 
 def test_the_child_trims_a_reference_workload_only():

@@ -75,10 +75,10 @@ def trimmed_names() -> str:
 
 
 def reference_only(values: Any) -> bool:
-    """Whether every ``_target_`` in a workload's values (nested dicts, lists, dataclasses' ``__dict__``) is the
-    harness's own reference code or torch's; a user's module anywhere, or no target at all: False."""
+    """Whether the workload is one of the harness's own: its targets (nested dicts, lists, a dataclass's fields)
+    include the harness's reference code and every one is that or torch's; a user's module anywhere: False."""
     targets = list(_targets(values))
-    return bool(targets) and all(t.startswith(REFERENCE) for t in targets)
+    return any(t.startswith(REFERENCE[0]) for t in targets) and all(t.startswith(REFERENCE) for t in targets)
 
 
 def _targets(node: Any) -> Iterator[str]:
