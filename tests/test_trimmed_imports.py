@@ -54,7 +54,7 @@ def test_reference_model_loss_and_flops_equal_a_full_import():
         out[how] = json.loads(stdout.strip().splitlines()[-1])
     full, trim = out["full"], out["trim"]
     assert full["trimmed"] == ""
-    assert trim["trimmed"] == "matplotlib,mlflow,torchvision,transformers"
+    assert trim["trimmed"] == "matplotlib,mlflow,pandas,sklearn,torchvision,transformers"
     assert trim["torchvision_after"] == "torchvision"  # imported after the block: the real package
     for key in ("params", "weights", "modules", "flops", "loss", "loss_type"):
         assert trim[key] == full[key], key

@@ -3,9 +3,10 @@
 ``import monai`` walks every MONAI subpackage (``load_submodules``) and ``monai.networks.nets`` imports every network;
 on the way MONAI imports, each through its own handling of an absent optional package (``monai.utils.optional_import``
 or a ``try: import ... except ImportError``), torchvision (AHNet's FPN backbone), transformers (TransChex), mlflow
-(its MLflow handler) and matplotlib (its notebook plots): seconds of a 2-core CPU's start, none of it used by the
-reference workloads' UNet, BasicUNet, MedNeXt, SE-ResNet or DiceCE loss. MONAI has no switch to import only some of
-its networks, and its subpackages import each other in the walk's order, so the walk itself stays; what
+(its MLflow handler), matplotlib (its notebook plots), pandas (its CSV datasets, its profiling tables) and
+scikit-learn (its embedding-collapse metric): seconds of a 2-core CPU's start, none of it used by the reference
+workloads' UNet, BasicUNet, MedNeXt, SE-ResNet, DiceCE loss or data pipelines. MONAI has no switch to import only
+some of its networks, and its subpackages import each other in the walk's order, so the walk itself stays; what
 :func:`trimmed` does is what MONAI does where those packages are not installed: inside it, an import of one of
 :data:`OPTIONAL` made by MONAI's own code (the importing frame's module is ``monai.*``) finds no such package.
 
@@ -14,7 +15,8 @@ those of a full import; only MONAI's own imports are trimmed (a reference worklo
 itself gets it); after the block any import of a trimmed package gets the real package; a user's workload (any
 ``_target_`` outside ``harness_models`` and torch, :func:`reference_only`) is never trimmed, and a warm launcher that
 trimmed does not fork a run of one (``harness.run.parent.zygote``). What MONAI's trimmed features need (AHNet's FPN
-backbone, TransChex, the MLflow handler, MONAI's plots) raises MONAI's own ``OptionalImportError`` in that process.
+backbone, TransChex, the MLflow handler, MONAI's plots, its CSV datasets, that metric) raises MONAI's own
+``OptionalImportError`` in that process; scipy, which MONAI's spatial transforms use, is never trimmed.
 The run's record names the packages trimmed (``imports_trimmed``).
 """
 
@@ -25,7 +27,7 @@ import importlib.abc
 import sys
 from typing import Any, Iterator
 
-OPTIONAL = ("torchvision", "transformers", "mlflow", "matplotlib")  # MONAI's optional packages the references skip
+OPTIONAL = ("torchvision", "transformers", "mlflow", "matplotlib", "pandas", "sklearn")  # MONAI's, unused here
 TRIMMED_BY = "monai"  # whose own imports of them are trimmed
 REFERENCE = ("harness_models.", "torch.")  # the _target_ roots of the harness's own reference workloads
 TRIMMED: set[str] = set()  # the packages MONAI's imports were refused in this process (top-level names)
