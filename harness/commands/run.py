@@ -50,9 +50,9 @@ def task(cfg) -> int:
         console.print(f"device: {resolved.device}, size: {resolved.size}"
                       + ("  (no CUDA GPU here: running the small CPU size)" if resolved.device == "cpu" else ""))
     session = launcher.active()
-    if session is not None and resolved.devices == 1 and resolved.nodes == 1:
-        session.one_run = True
-        session.begin(config_mod.to_dict(resolved))  # the launcher imports its workload while this one goes on
+    if session is not None:  # the launcher imports the run's workload while this process goes on
+        session.one_run = True  # (several devices or nodes: torch's launcher starts the ranks, as before)
+        session.begin(config_mod.to_dict(resolved) if resolved.devices == 1 and resolved.nodes == 1 else None)
     try:
         runner.prepare_data(resolved, console.print)
     except (OSError, ValueError) as exc:

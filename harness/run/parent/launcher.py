@@ -387,7 +387,7 @@ def start(job: Path, env: dict, log_path: Path, channel_fd: int | None = None, a
         child = _session.start(job, env, log_path, channel_fd)
         if child is not None:
             return child
-    elif argv is not None and _session is not None:
+    elif argv is not None and _session is not None and not _session.one_run:
         say_once("warm launcher: runs of devices >= 2 start through torch's launcher, as fresh interpreters")
     if channel_fd is not None:
         env = dict(env, **{channel.CHANNEL_ENV: str(channel_fd)})
