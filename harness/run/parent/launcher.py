@@ -1,13 +1,13 @@
-"""How the parent starts a measuring child: forked from a warm launcher (``harness.run.parent.zygote``) inside a
-sweep, or as a fresh interpreter (``python -m harness.run.child``, and torch's launcher for ``devices`` >= 2).
-
-A sweep opens a session (``warm``): a temporary folder of its own (the synthetic data its runs share, the launcher's
-log) and, at its first measured run, one zygote that imports torch and the measuring modules once and forks each
-run from itself. Either way the parent gets a handle like ``subprocess.Popen``'s (``pid``, ``poll``, ``wait``,
-``kill``, ``returncode``) and an ``exit_fd`` that becomes readable when the child has ended, so that it can block
-until something happens instead of polling. A forked run is the zygote's child, not the parent's: its exit status
-comes over the zygote's socket, and a pidfd (handed over by the zygote before it could be reaped) tells its end if
-the zygote itself is gone.
+"""How the parent starts a measuring child: forked from a warm launcher (``harness.run.parent.zygote``) inside a sweep
+or a single ``run``, or as a fresh interpreter (``python -m harness.run.child``, torch's launcher for ``devices``
+>= 2). A sweep opens a session (``warm``): a temporary folder of its own (the synthetic data its runs share, the
+launcher's log) and, at its first measured run, one zygote that imports torch and the measuring modules once and
+forks each run from itself; a single ``run`` starts its zygote before Hydra composes (``begin(None, early=True)``).
+Either way the parent gets a handle like ``subprocess.Popen``'s (``pid``, ``poll``, ``wait``, ``kill``,
+``returncode``) and an ``exit_fd`` that becomes readable when the child has ended, so that it can block until
+something happens instead of polling. A forked run is the zygote's child, not the parent's: its exit status comes
+over the zygote's socket, and a pidfd (handed over by the zygote before it could be reaped) tells its end if the
+zygote itself is gone.
 
 The fork is not used, and the run starts as a fresh interpreter, where it is unsafe or impossible: not Linux (no
 pidfd), ``devices`` >= 2 (torch's launcher starts the ranks), the zygote failing to start, a zygote that refuses to
