@@ -136,3 +136,15 @@ def test_a_run_that_ends_before_measuring_kills_its_launcher_at_once(results, mo
     assert cli.main(["run", "data=nope", f"results_dir={results}"]) == 2  # a bad value: one line, exit 2
     assert len(started) == 1 and started[0].poll() is not None  # started early, gone with the command
     assert cli.main(["run", "--help"]) == 0 and len(started) == 1  # Hydra's flags: none started
+
+
+def test_a_single_run_without_its_launcher_starts_fresh_and_says_nothing_of_it(results, monkeypatch, capsys):
+    from harness import cli
+    from harness.store import load_runs
+    from tests.conftest import TINY_MODEL_ARGS, TINY_STEPS_ARGS
+
+    monkeypatch.setenv(launcher.LAUNCH_ENV, "exec")
+    monkeypatch.setattr(launcher, "_said", set())  # said before in this process or not, it would be said again
+    assert cli.main(["run", *TINY_MODEL_ARGS, *TINY_STEPS_ARGS, f"results_dir={results}"]) == 0
+    assert list(load_runs(results)["launched_by"]) == ["exec"]
+    assert "warm launcher" not in capsys.readouterr().err

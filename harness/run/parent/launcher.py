@@ -400,7 +400,8 @@ def start(job: Path, env: dict, log_path: Path, channel_fd: int | None = None, a
 
 
 def _off(why: str) -> None:
-    say_once(f"warm launcher off: {why}; runs start as fresh interpreters")
+    if _session is None or not _session.one_run:  # a single run says nothing: its record's launched_by is exec
+        say_once(f"warm launcher off: {why}; runs start as fresh interpreters")
     return None
 
 
