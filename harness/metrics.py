@@ -83,6 +83,9 @@ class Metrics:
     # CUDA, where NVML does not tell this process apart, without a cap, and in older records (run/child/device_memory)
     cuda_outside_allocator_bytes: float | None = None
     cudnn_workspace_cap_mib: int | None = None
+    # the optional packages MONAI's own imports skipped in this run's process (a reference workload only: torchvision,
+    # transformers, mlflow, matplotlib; comma-separated, "" for none; harness.workload.trimmed_imports)
+    imports_trimmed: str = ""
     gpu_sample_note: str = ""  # NVML metrics that could not be read (MIG, GPU gone), and why
     # CUDA events: per measured step, the device time from the first batch in hand to the optimizer
     # step's end, read after the window's closing sync; device_step_frac = their sum / the measured window

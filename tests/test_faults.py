@@ -116,7 +116,7 @@ def test_a_parent_ended_by_any_signal_leaves_no_process_behind(results, sig):
     parent = _start_parent(results, "debug.fault=hang", "debug.fault_step=1", "timeout_s=300",
                            "data.num_workers=1", *TINY_RUN)
     try:
-        procs = _measuring_processes(parent.pid, want_workers=1)
+        procs = _measuring_processes(parent.pid, want_workers=1, forked=True)  # a single run forks from its launcher
         os.kill(parent.pid, sig)
         out, err = parent.communicate(timeout=60)
         assert _gone(procs) == [], f"left running after {sig.name}: {[p.pid for p in procs]}"

@@ -98,3 +98,53 @@ def test_the_flop_count_is_kept_for_later_commands_until_what_it_depends_on_chan
     assert startup.flops_per_sample(cfg, cfg.workload, count) == 1234.0 and len(counted) == 2
     cfg.measure.mode = "loader"  # another mode (a loader run counts none): counted again
     assert startup.flops_per_sample(cfg, cfg.workload, count) == 1234.0 and len(counted) == 3
+
+
+def test_a_single_run_forks_from_a_launcher_started_before_its_settings_compose(results, monkeypatch):
+    from harness import cli
+    from harness.commands import hydra_edge
+    from harness.store import load_runs
+    from tests.conftest import TINY_MODEL_ARGS, TINY_STEPS_ARGS
+
+    at_compose, real_compose = [], hydra_edge.compose_settings
+
+    def compose(*args, **kwargs):
+        session = launcher.active()
+        at_compose.append(session is not None and session.zygote is not None and session.zygote.proc.poll() is None)
+        return real_compose(*args, **kwargs)
+
+    monkeypatch.setattr(hydra_edge, "compose_settings", compose)
+    assert cli.main(["run", *TINY_MODEL_ARGS, *TINY_STEPS_ARGS, f"results_dir={results}"]) == 0
+    assert at_compose == [True]  # the launcher was importing while the settings composed
+    frame = load_runs(results)
+    assert list(frame["launched_by"]) == ["fork"] and list(frame["status"]) == ["ok"]
+    assert list(frame["imports_trimmed"]) == [""]  # a user's model: MONAI as MONAI imports itself
+    assert launcher.active() is None
+
+
+def test_a_run_that_ends_before_measuring_kills_its_launcher_at_once(results, monkeypatch):
+    from harness import cli
+
+    started = []
+    real_init = launcher.Zygote.__init__
+
+    def init(self, *args, **kwargs):
+        real_init(self, *args, **kwargs)
+        started.append(self.proc)
+
+    monkeypatch.setattr(launcher.Zygote, "__init__", init)
+    assert cli.main(["run", "data=nope", f"results_dir={results}"]) == 2  # a bad value: one line, exit 2
+    assert len(started) == 1 and started[0].poll() is not None  # started early, gone with the command
+    assert cli.main(["run", "--help"]) == 0 and len(started) == 1  # Hydra's flags: none started
+
+
+def test_a_single_run_without_its_launcher_starts_fresh_and_says_nothing_of_it(results, monkeypatch, capsys):
+    from harness import cli
+    from harness.store import load_runs
+    from tests.conftest import TINY_MODEL_ARGS, TINY_STEPS_ARGS
+
+    monkeypatch.setenv(launcher.LAUNCH_ENV, "exec")
+    monkeypatch.setattr(launcher, "_said", set())  # said before in this process or not, it would be said again
+    assert cli.main(["run", *TINY_MODEL_ARGS, *TINY_STEPS_ARGS, f"results_dir={results}"]) == 0
+    assert list(load_runs(results)["launched_by"]) == ["exec"]
+    assert "warm launcher" not in capsys.readouterr().err

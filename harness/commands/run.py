@@ -11,7 +11,7 @@ from pathlib import Path
 
 from harness import config as config_mod
 from harness.commands import exit_codes, hydra_edge
-from harness.run.parent import rendezvous, runner
+from harness.run.parent import launcher, rendezvous, runner
 from harness.commands.console import console, refuse, run_summary
 from harness.commands.progress import RunProgress
 from harness.store import check_writable
@@ -23,9 +23,15 @@ MULTIRUN_FLAGS = ("-m", "--multirun")
 
 
 def main(command: str, argv: list[str]) -> int:
-    """``-m``: through Hydra's launcher (a run of ``nodes`` >= 2 on SLURM: one job whose tasks are the nodes)."""
+    """``-m``: through Hydra's launcher (a run of ``nodes`` >= 2 on SLURM: one job whose tasks are the nodes). One
+    run of settings only (``key=value``): the warm launcher starts at once and imports torch and the measuring modules
+    while this process composes the settings, then imports the run's workload and forks the run (``launched_by``
+    fork): the two processes' starts overlap instead of adding up."""
     multirun = any(a in MULTIRUN_FLAGS for a in argv)
-    return hydra_edge.hydra_app([a for a in argv if a not in MULTIRUN_FLAGS], task, multirun=multirun)
+    with launcher.warm() as session:
+        if all("=" in a and not a.startswith("-") for a in argv):
+            session.begin(None, early=True)
+        return hydra_edge.hydra_app([a for a in argv if a not in MULTIRUN_FLAGS], task, multirun=multirun)
 
 
 def task(cfg) -> int:
@@ -43,6 +49,10 @@ def task(cfg) -> int:
     if settings.size == "auto" or settings.device == "auto":
         console.print(f"device: {resolved.device}, size: {resolved.size}"
                       + ("  (no CUDA GPU here: running the small CPU size)" if resolved.device == "cpu" else ""))
+    session = launcher.active()
+    if session is not None:  # the launcher imports the run's workload while this process goes on
+        session.one_run = True  # (several devices or nodes: torch's launcher starts the ranks, as before)
+        session.begin(config_mod.to_dict(resolved) if resolved.devices == 1 and resolved.nodes == 1 else None)
     try:
         runner.prepare_data(resolved, console.print)
     except (OSError, ValueError) as exc:

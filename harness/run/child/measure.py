@@ -49,7 +49,7 @@ from harness.run.child.step import MetricsLog, forward_backward
 from harness.run.child.stopping import StoppingRule, WarmupRule, rule_for, starting_at, still_queued, warmup_rule_for
 from harness.run.child.summary import Extras, Measurement
 from harness.workload.data import build_dataset, build_loader, endless
-from harness.workload import train_flops
+from harness.workload import train_flops, trimmed_imports
 from harness.workload.knobs import Prepared, apply_cpu_affinity, periodic_work, prepare, validation_pass
 from harness.workload.step.loop import collate_of, data_of, loader_pairs, own_loop, zero_grad_of
 from harness.workload.step.validation import own_validation_pass, val_data
@@ -362,6 +362,7 @@ def _collect_extras(loop: Loop, window: Window, compile_mode: str) -> Extras:
         gpu_sample_note=loop.gpm.note if loop.gpm is not None else "",
         **allocator_counts(device, window.allocator_at_open),
         **device_memory.fields(device),
+        imports_trimmed=trimmed_imports.trimmed_names(),
     )
 
 

@@ -30,17 +30,19 @@ import torch
 from harness.config.targets import setting_args
 from harness.config.workload import WorkloadSpec
 from harness.fileio import write_text_atomic
-from harness.workload import shared_data
+from harness.workload import shared_data, trimmed_imports
 
 
 def import_workload(workload: WorkloadSpec) -> None:
     """Import the modules of the workload's model, loss and dataset ``_target_``s (MONAI's networks, a user's
-    module); a module that fails to import is left to the build, which says so in the run's record."""
-    for module in _modules(workload):
-        try:
-            importlib.import_module(module)
-        except Exception:
-            continue
+    module); a module that fails to import is left to the build, which says so in the run's record. A reference
+    workload's MONAI without the optional packages it never uses (``harness.workload.trimmed_imports``)."""
+    with trimmed_imports.trimmed(trimmed_imports.reference_only(workload)):
+        for module in _modules(workload):
+            try:
+                importlib.import_module(module)
+            except Exception:
+                continue
 
 
 def open_context(device: torch.device) -> None:

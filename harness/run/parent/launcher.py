@@ -1,13 +1,13 @@
-"""How the parent starts a measuring child: forked from a warm launcher (``harness.run.parent.zygote``) inside a
-sweep, or as a fresh interpreter (``python -m harness.run.child``, and torch's launcher for ``devices`` >= 2).
-
-A sweep opens a session (``warm``): a temporary folder of its own (the synthetic data its runs share, the launcher's
-log) and, at its first measured run, one zygote that imports torch and the measuring modules once and forks each
-run from itself. Either way the parent gets a handle like ``subprocess.Popen``'s (``pid``, ``poll``, ``wait``,
-``kill``, ``returncode``) and an ``exit_fd`` that becomes readable when the child has ended, so that it can block
-until something happens instead of polling. A forked run is the zygote's child, not the parent's: its exit status
-comes over the zygote's socket, and a pidfd (handed over by the zygote before it could be reaped) tells its end if
-the zygote itself is gone.
+"""How the parent starts a measuring child: forked from a warm launcher (``harness.run.parent.zygote``) inside a sweep
+or a single ``run``, or as a fresh interpreter (``python -m harness.run.child``, torch's launcher for ``devices``
+>= 2). A sweep opens a session (``warm``): a temporary folder of its own (the synthetic data its runs share, the
+launcher's log) and, at its first measured run, one zygote that imports torch and the measuring modules once and
+forks each run from itself; a single ``run`` starts its zygote before Hydra composes (``begin(None, early=True)``).
+Either way the parent gets a handle like ``subprocess.Popen``'s (``pid``, ``poll``, ``wait``, ``kill``,
+``returncode``) and an ``exit_fd`` that becomes readable when the child has ended, so that it can block until
+something happens instead of polling. A forked run is the zygote's child, not the parent's: its exit status comes
+over the zygote's socket, and a pidfd (handed over by the zygote before it could be reaped) tells its end if the
+zygote itself is gone.
 
 The fork is not used, and the run starts as a fresh interpreter, where it is unsafe or impossible: not Linux (no
 pidfd), ``devices`` >= 2 (torch's launcher starts the ranks), the zygote failing to start, a zygote that refuses to
@@ -153,6 +153,7 @@ class Zygote:
         self.ready = False
         self.environment, self.cwd = _inherited(os.environ), os.getcwd()
         self.forks: list[dict] = []  # the zygote's state at each fork it made (its threads, CUDA)
+        self.warms_asked = 0  # warm-ups asked without waiting for their answer (warm(wait=False))
 
     @property
     def fd(self) -> int:
@@ -165,25 +166,34 @@ class Zygote:
 
     def wait_ready(self, timeout_s: float = READY_TIMEOUT_S) -> str:
         """Block until the zygote has imported what every run imports; why it cannot be used ("" when it can)."""
-        message = self._next(timeout_s)
+        message = self._next_with_fds(timeout_s)[0]
         if message is None or "ready" not in message:
             self.close()
             return f"the launcher did not start ({_tail(self.log) or 'no output'})"
         self.ready = True
         return ""
 
-    def warm(self, config_path: Path) -> str:
+    def warm(self, config_path: Path, wait: bool = True) -> str:
         """Have the zygote import a later sweep's workload modules too (as it did its first sweep's); why it could
-        not ("" when it did)."""
-        why = "" if self.ready else self.wait_ready()
+        not ("" when it did). ``wait=False``: its answer is taken before the next fork (:meth:`settle`)."""
+        why = "" if self.ready or not wait else self.wait_ready()
         if why:
             return why
         try:
             zygote_mod.send(self.sock, {"warm": str(config_path)})
-            message = self._next(READY_TIMEOUT_S)
         except OSError as exc:
             return f"the launcher is gone ({exc})"
-        return "" if message and message.get("warmed") else f"the launcher answered {message}"
+        self.warms_asked += 1
+        return self.settle() if wait else ""
+
+    def settle(self) -> str:
+        """The answers to the warm-ups asked; why one failed ("" when none did)."""
+        while self.warms_asked:
+            self.warms_asked -= 1
+            message = self._next_with_fds(READY_TIMEOUT_S)[0]
+            if not (message and message.get("warmed")):
+                return f"the launcher answered {message}"
+        return ""
 
     def fork(self, request: dict, fds: list[int]) -> tuple[ForkedChild | None, str]:
         """Ask for a run; (its handle, "") or (None, why the zygote refused or could not)."""
@@ -223,9 +233,6 @@ class Zygote:
                 child.returncode = int(message["returncode"])
                 return
 
-    def _next(self, timeout_s: float) -> dict | None:
-        return self._next_with_fds(timeout_s)[0]
-
     def _next_with_fds(self, timeout_s: float) -> tuple[dict | None, list[int]]:
         if not _readable(self.fd, timeout_s):
             return None, []
@@ -238,7 +245,7 @@ class Zygote:
         with contextlib.suppress(OSError):
             self.sock.close()
         try:
-            self.proc.wait(2.0)
+            self.proc.wait(0.2 if self.ready else 0.0)  # an idle one exits at once; one importing is killed
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
@@ -256,18 +263,22 @@ class Session:
         self.sweeps = 0  # the sweeps that began in it
         self.fork_off = _why_no_fork()
         self.last_end = time.time()  # the previous run's end (at first: the session's start)
+        self.one_run = False  # the command's only run (a single `run`): its launcher need not learn what it imported
 
-    def begin(self, first_config: dict[str, Any] | None) -> None:
+    def begin(self, first_config: dict[str, Any] | None, early: bool = False) -> None:
         """Start the zygote now, while the sweep does its own work before its first run (the cache, the data sets),
         and have it build ``first_config``'s model on the meta device for its imports; a sweep that measures
-        nothing never calls this, and so never imports torch."""
-        if self.fork_off or first_config is None:
+        nothing never calls this, and so never imports torch. ``early``: before the command knows its run (a single
+        ``run``, while Hydra composes), on torch and the measuring modules alone; a later call tells it the run."""
+        if self.fork_off or (first_config is None and (not early or self.zygote is not None)):
             return
-        self.sweeps += 1
-        path = self.folder / f"first-config-{self.sweeps}.json"
-        path.write_text(json.dumps(first_config))
-        if self.zygote is not None:  # a later sweep of the command: the same launcher imports its workload too
-            why = self.zygote.warm(path)
+        path = None
+        if first_config is not None:
+            self.sweeps += 1
+            path = self.folder / f"first-config-{self.sweeps}.json"
+            path.write_text(json.dumps(first_config))
+        if self.zygote is not None:  # a later sweep of the command, or one started early: it imports this one's too
+            why = self.zygote.warm(path, wait=self.zygote.ready)
             if why:
                 self.zygote.close()
                 self.zygote = None
@@ -293,23 +304,23 @@ class Session:
         if self.zygote is not None and self.zygote.stale():
             self.zygote.close()
             self.zygote = None
-        if self.zygote is None or not self.zygote.ready:
+        if self.zygote is None or not self.zygote.ready or self.zygote.warms_asked:
             try:
                 if self.zygote is None:
                     self.zygote = Zygote(self.folder, job / "config.json")
                     self.zygotes += 1
-                why = self.zygote.wait_ready()
+                why = ("" if self.zygote.ready else self.zygote.wait_ready()) or self.zygote.settle()
             except OSError as exc:
                 why = f"the launcher did not start ({exc})"
             if why:
                 self.fork_off = why
                 return _off(why)
         env = dict(env, HARNESS_PARENT_PID=str(self.zygote.proc.pid))  # the run's parent is the zygote
-        request = {"job": str(job), "log": str(log_path), "cwd": os.getcwd(), "env": env,
+        request = {"job": str(job), "log": str(log_path), "cwd": os.getcwd(), "env": env, "learn": not self.one_run,
                    "argv": [str(REPO_ROOT / "harness" / "run" / "child" / "__main__.py"), str(job)]}
         child, why = self.zygote.fork(request, [channel_fd] if channel_fd is not None else [])
-        if child is None and why.startswith(zygote_mod.CODE_CHANGED) and not restarted:
-            self.zygote.close()  # a new one imports the code as it is now
+        if child is None and why.startswith((zygote_mod.CODE_CHANGED, zygote_mod.TRIMMED)) and not restarted:
+            self.zygote.close()  # a new one imports the code as it is now, and MONAI as this run's workload needs
             self.zygote = None
             return self.start(job, env, log_path, channel_fd, restarted=True)
         if child is None:
@@ -376,7 +387,7 @@ def start(job: Path, env: dict, log_path: Path, channel_fd: int | None = None, a
         child = _session.start(job, env, log_path, channel_fd)
         if child is not None:
             return child
-    elif argv is not None and _session is not None:
+    elif argv is not None and _session is not None and not _session.one_run:
         say_once("warm launcher: runs of devices >= 2 start through torch's launcher, as fresh interpreters")
     if channel_fd is not None:
         env = dict(env, **{channel.CHANNEL_ENV: str(channel_fd)})
@@ -389,7 +400,8 @@ def start(job: Path, env: dict, log_path: Path, channel_fd: int | None = None, a
 
 
 def _off(why: str) -> None:
-    say_once(f"warm launcher off: {why}; runs start as fresh interpreters")
+    if _session is None or not _session.one_run:  # a single run says nothing: its record's launched_by is exec
+        say_once(f"warm launcher off: {why}; runs start as fresh interpreters")
     return None
 
 

@@ -19,10 +19,10 @@ loaded, as the first run's own imports left it. Only the first run's: a later ru
 stay that rung's own, so that every run holds the same modules a fresh process of its settings would.
 
 The protocol (``SOCK_SEQPACKET``, one JSON object a message, file descriptors beside): this process sends
-``{"ready": pid}``; the parent asks ``{"job", "log", "cwd", "env", "argv"}`` with the run's progress channel; this
-process answers ``{"started": pid, "threads": 1, "cuda_initialized": false}`` (as the fork found it) with a pidfd of
-the run, or ``{"refused": why}``, then ``{"exited": pid,
-"returncode": n}`` once it has reaped the run. The parent closing its end ends this process.
+``{"ready": pid}``; the parent asks ``{"job", "log", "cwd", "env", "argv", "learn"}`` (``learn`` false: the command's
+only run) with the run's progress channel; this process answers ``{"started": pid, "threads": 1,
+"cuda_initialized": false}`` (as the fork found it) with a pidfd of the run, or ``{"refused": why}``, then
+``{"exited": pid, "returncode": n}`` once it has reaped the run. The parent closing its end ends this process.
 """
 
 from __future__ import annotations
@@ -42,6 +42,7 @@ from pathlib import Path
 from harness.run.child import channel
 from harness.lifeline import guard_child
 from harness.run.parent import driver, verdicts
+from harness.workload import trimmed_imports
 
 SOCKET_ENV = "HARNESS_ZYGOTE_FD"  # the zygote's end of its socket to the parent
 MAX_MESSAGE = 1 << 20
@@ -84,7 +85,8 @@ def main(sweep_dir: str, first_config: str = "") -> int:
     guard_child()  # dies with the sweep's process; no deadline of its own (each run carries one)
     sock = socket.socket(fileno=int(os.environ.pop(SOCKET_ENV)))
     started = time.monotonic()
-    probe = bool(first_config) and _device(Path(first_config)) == "cuda"
+    # a GPU run's imports probed first (started early, the device is not known yet: where a GPU driver is)
+    probe = _device(Path(first_config)) == "cuda" if first_config else os.path.exists("/dev/nvidiactl")
     failed = preload_fork_safe(PRELOAD, probe)
     if first_config:
         warm_workload(Path(first_config), probe)
@@ -100,8 +102,8 @@ def main(sweep_dir: str, first_config: str = "") -> int:
             resident, sources = resident_file_pages(), source_stamps()
             send(sock, {"warmed": True})
             continue
-        why = changed_source(sources) or unsafe_to_fork()
-        if why and not why.startswith(CODE_CHANGED):
+        why = changed_source(sources) or trimmed_for_another(request) or unsafe_to_fork()
+        if why and not why.startswith((CODE_CHANGED, TRIMMED)):
             verdicts.forget()  # a remembered verdict may have let the culprit in: the next launcher probes again
         if why:
             for fd in fds:
@@ -112,6 +114,7 @@ def main(sweep_dir: str, first_config: str = "") -> int:
                  "cuda_driver": driver.cuda_state(), "preloaded": preloaded()}
         if LEFT_TO_RUNS:
             state["left_to_runs"] = LEFT_TO_RUNS[0]
+        learnt = learnt or not request.get("learn", True)  # the command's only run: nothing to learn for
         pid = _fork_run(request, fds, sock, sweep_dir, resident, report_imports=not learnt)
         pidfd = os.pidfd_open(pid)  # before any wait: the PID cannot have been reused yet
         send(sock, {"started": pid, **state}, [pidfd])
@@ -213,7 +216,8 @@ def warm_workload(config_path: Path, probe: bool = False) -> list[str]:
     names = [node["_target_"].rsplit(".", 1)[0] for node in (values.get(k) for k in ("model", "loss", "dataset"))
              if isinstance(node, dict) and isinstance(node.get("_target_"), str) and "." in node["_target_"]]
     try:
-        return preload_fork_safe(names, probe)
+        with trimmed_imports.trimmed(trimmed_imports.reference_only(values)):
+            return preload_fork_safe(names, probe)
     finally:
         stop_blas_threads()
 
@@ -231,6 +235,21 @@ def _learn(path: Path, probe: bool = False) -> bool:
 
 
 CODE_CHANGED = "the code changed since the launcher imported it"
+TRIMMED = "the launcher imported MONAI for a reference workload"
+
+
+def trimmed_for_another(request: dict) -> str:
+    """Why a run of ``request`` must not fork from here ("" when it may): MONAI was imported here trimmed for a
+    reference workload (``harness.workload.trimmed_imports``) and the run's workload is a user's."""
+    if not trimmed_imports.TRIMMED:
+        return ""
+    try:
+        values = json.loads((Path(request["job"]) / "config.json").read_text()).get("workload") or {}
+    except (OSError, ValueError, KeyError, TypeError):
+        values = {}
+    if trimmed_imports.reference_only(values):
+        return ""
+    return f"{TRIMMED} (without {trimmed_imports.trimmed_names()}), and this run's workload is not one"
 
 
 def source_stamps() -> dict[str, int]:
@@ -423,4 +442,7 @@ def _report_imports(path: Path) -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main(*sys.argv[1:3]))
+    exit_code = main(*sys.argv[1:3])
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(exit_code)  # without the interpreter's teardown of torch and MONAI (a second or more): the parent waits

@@ -1,0 +1,144 @@
+"""A reference workload's MONAI imported without the optional packages it never uses
+(``harness.workload.trimmed_imports``): the same model, parameters, FLOPs and loss as a full import; only MONAI's own
+imports trimmed, and only inside the block; a user's workload never trimmed, and a launcher that trimmed forks none
+of its runs. Nothing here depends on the machine's speed."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from harness.run.parent import zygote
+from harness.workload import trimmed_imports
+from tests.conftest import REPO
+
+# one fresh interpreter each: unet3d as the connectomics guide's reference builds it (smoke width), its parameters,
+# the FLOPs of a training step on a meta copy, and the DiceCE loss of a seeded batch; with TRIM, inside the block
+BUILD = textwrap.dedent("""
+    import json, sys
+    import torch
+    from harness.workload import trimmed_imports
+    with trimmed_imports.trimmed(sys.argv[1] == "trim"):
+        import harness_models.segmentation3d as seg
+    from torch.utils.flop_counter import FlopCounterMode
+    torch.manual_seed(0)
+    model = seg.unet3d(in_channels=1, out_channels=2, width=0.25)
+    loss_fn = seg.dice_ce_loss()
+    x = torch.randn(2, 1, 32, 32, 32)
+    y = torch.randint(0, 2, (2, 1, 32, 32, 32))
+    loss = loss_fn(model(x), y)
+    with torch.device("meta"):
+        meta = seg.unet3d(in_channels=1, out_channels=2, width=0.25)
+    with FlopCounterMode(display=False) as counter:
+        meta(torch.empty(2, 1, 32, 32, 32, device="meta")).sum().backward()
+    print(json.dumps({"params": sum(p.numel() for p in model.parameters()),
+                      "weights": float(sum(p.double().sum() for p in model.state_dict().values())),
+                      "modules": [type(m).__name__ for m in model.modules()],
+                      "flops": counter.get_total_flops(), "loss": float(loss), "loss_type": type(loss_fn).__name__,
+                      "trimmed": trimmed_imports.trimmed_names(),
+                      "torchvision_after": __import__("torchvision").__name__}))
+""")
+
+
+def test_reference_model_loss_and_flops_equal_a_full_import():
+    procs = {how: subprocess.Popen([sys.executable, "-c", BUILD, how], cwd=REPO, stdout=subprocess.PIPE,
+                                   stderr=subprocess.PIPE, text=True) for how in ("full", "trim")}
+    out = {}
+    for how, proc in procs.items():
+        stdout, stderr = proc.communicate(timeout=600)
+        assert proc.returncode == 0, stderr[-2000:]
+        out[how] = json.loads(stdout.strip().splitlines()[-1])
+    full, trim = out["full"], out["trim"]
+    assert full["trimmed"] == ""
+    assert trim["trimmed"] == "matplotlib,mlflow,pandas,sklearn,torchvision,transformers"
+    assert trim["torchvision_after"] == "torchvision"  # imported after the block: the real package
+    for key in ("params", "weights", "modules", "flops", "loss", "loss_type"):
+        assert trim[key] == full[key], key
+    assert full["params"] > 100_000 and full["flops"] > 0
+
+
+@pytest.fixture
+def fake_packages(tmp_path, monkeypatch):
+    """A stand-in MONAI (``fakemonai``: a module handling an absent optional package as MONAI does) and an optional
+    package (``fakeopt``), and a reference workload's module importing the optional package itself."""
+    (tmp_path / "fakemonai").mkdir()
+    (tmp_path / "fakemonai" / "__init__.py").write_text("")
+    (tmp_path / "fakemonai" / "nets.py").write_text(
+        "try:\n    import fakeopt.sub\n    HAS = True\nexcept ImportError:\n    HAS = False\n")
+    (tmp_path / "fakeopt").mkdir()
+    (tmp_path / "fakeopt" / "__init__.py").write_text("")
+    (tmp_path / "fakeopt" / "sub.py").write_text("VALUE = 7\n")
+    (tmp_path / "fakeref.py").write_text("import fakeopt.sub\nHAS = True\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(trimmed_imports, "OPTIONAL", ("fakeopt",))
+    monkeypatch.setattr(trimmed_imports, "TRIMMED_BY", "fakemonai")
+    monkeypatch.setattr(trimmed_imports, "TRIMMED", set())
+    yield
+    for name in [m for m in sys.modules if m.partition(".")[0] in ("fakemonai", "fakeopt", "fakeref")]:
+        del sys.modules[name]
+
+
+def test_only_monais_own_imports_are_trimmed_and_only_inside(fake_packages):
+    import importlib
+
+    with trimmed_imports.trimmed():
+        nets = importlib.import_module("fakemonai.nets")
+        assert nets.HAS is False  # MONAI's own import: as if not installed
+        assert "fakeopt" not in sys.modules
+        ref = importlib.import_module("fakeref")  # a reference module importing it itself gets it
+        assert ref.HAS is True and sys.modules["fakeopt.sub"].VALUE == 7
+    assert trimmed_imports.trimmed_names() == "fakeopt"
+    assert not any(isinstance(f, trimmed_imports._Trimmer) for f in sys.meta_path)
+
+
+def test_after_the_block_a_trimmed_package_imports_for_real(fake_packages):
+    import importlib
+
+    with trimmed_imports.trimmed():
+        assert importlib.import_module("fakemonai.nets").HAS is False
+    assert importlib.import_module("fakeopt.sub").VALUE == 7
+    with trimmed_imports.trimmed(on=False):
+        del sys.modules["fakemonai.nets"]
+        assert importlib.import_module("fakemonai.nets").HAS is True
+
+
+REFERENCE = {"model": {"_target_": "harness_models.segmentation3d.unet3d", "in_channels": 1},
+             "loss": {"_target_": "harness_models.segmentation3d.dice_ce_loss"},
+             "optimizer": {"_target_": "torch.optim.Adam", "_partial_": True},
+             "checkpoint_units": ["monai.networks.blocks.ResidualUnit"], "step": {"_target_": None}}
+
+
+@pytest.mark.parametrize("where", ["model", "loss", "optimizer", "dataset", "step"])
+def test_a_users_target_anywhere_is_not_a_reference_workload(where):
+    assert trimmed_imports.reference_only(REFERENCE)
+    assert not trimmed_imports.reference_only(dict(REFERENCE, **{where: {"_target_": "mypkg.nets.Thing"}}))
+    assert not trimmed_imports.reference_only({"model": {"_target_": None}})
+    assert not trimmed_imports.reference_only({"model": {"_target_": "torch.nn.Conv1d"}})  # a user's torch model
+
+
+def test_the_child_trims_a_reference_workload_only():
+    from harness.config.workload import WorkloadSpec
+
+    spec = WorkloadSpec(model=REFERENCE["model"], loss=REFERENCE["loss"])
+    assert trimmed_imports.reference_only(spec)
+    spec.model = {"_target_": "mypkg.nets.Thing"}
+    assert not trimmed_imports.reference_only(spec)
+
+
+def _job(tmp_path, values: dict):
+    (tmp_path / "config.json").write_text(json.dumps({"workload": values}))
+    return {"job": str(tmp_path)}
+
+
+def test_a_launcher_that_trimmed_forks_no_users_run(tmp_path, monkeypatch):
+    monkeypatch.setattr(trimmed_imports, "TRIMMED", set())
+    user = dict(REFERENCE, model={"_target_": "mypkg.nets.Thing"})
+    assert zygote.trimmed_for_another(_job(tmp_path, user)) == ""  # nothing trimmed here: any run forks
+    monkeypatch.setattr(trimmed_imports, "TRIMMED", {"torchvision", "mlflow"})
+    assert zygote.trimmed_for_another(_job(tmp_path, REFERENCE)) == ""
+    why = zygote.trimmed_for_another(_job(tmp_path, user))
+    assert why.startswith(zygote.TRIMMED) and "mlflow,torchvision" in why
