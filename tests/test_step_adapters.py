@@ -66,6 +66,10 @@ def step(model, batch):
 
 def count(batch):
     return 2.0
+
+
+def broken_factory():
+    raise RuntimeError("no collate today")
 """
 
 
@@ -198,3 +202,21 @@ def test_that_refusal_exits_2_before_anything_runs(own, tmp_path, capsys):
     assert err.startswith("error: a Hugging Face model takes a batch of named tensors (model(**batch)): the loader "
                           "gave a tuple") and "\n" not in err
     assert not list((tmp_path / "results").rglob("*.parquet"))  # nothing ran
+
+
+def test_the_parent_looks_each_function_of_the_workload_up_once_and_a_failing_factory_is_one_line(own, monkeypatch):
+    from harness.config import targets
+
+    looked: list[str] = []
+    real = targets.function_of
+    monkeypatch.setattr(targets, "function_of", lambda node: looked.append(node["_target_"]) or real(node))
+    _checked(**{"workload.model._target_": "torch.nn.Linear", "workload.model.in_features": 8,
+                "workload.model.out_features": 2, "workload.input_shape": [1, 8], "workload.target": "regression",
+                "workload.target_shape": [2], "workload.step._target_": "stepadapters55.step",
+                "workload.samples._target_": "stepadapters55.count", "val.every_n_steps": 1, "val.steps": 1,
+                "workload.val_step._target_": "stepadapters55.step"})
+    assert sorted(looked) == ["stepadapters55.count", "stepadapters55.step", "stepadapters55.step"]  # each once
+    with pytest.raises(ValueError) as caught:
+        targets.functions_of(WorkloadSpec(collate={"_target_": "stepadapters55.broken_factory", "_partial_": False}))
+    assert str(caught.value) == ("workload.collate._target_='stepadapters55.broken_factory' cannot be made: "
+                                 "RuntimeError: no collate today")

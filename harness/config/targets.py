@@ -118,9 +118,21 @@ class Functions:
 
 
 def functions_of(spec: WorkloadSpec) -> Functions:
-    """Every function ``spec`` names, looked up once (:func:`function_of`)."""
-    return Functions(**{name: function_of(node) if (node := getattr(spec, name)) is not None else None
-                        for name in ("step", "samples", "units", "val_step", "collate")})
+    """Every function ``spec`` names, looked up once (:func:`function_of`); a factory (``_partial_: false``) that
+    fails is one ValueError naming its node."""
+    return Functions(**{name: _function(f"workload.{name}", node) if (node := getattr(spec, name)) is not None
+                        else None for name in ("step", "samples", "units", "val_step", "collate")})
+
+
+def _function(where: str, node: dict) -> Any:
+    try:
+        return function_of(node)
+    except ValueError:
+        raise  # a target that cannot be found: already one line naming it
+    except Exception as exc:
+        lines = str(exc).strip().splitlines()
+        raise ValueError(f"{where}._target_={target_of(node)!r} cannot be made: {type(exc).__name__}: "
+                         f"{lines[0] if lines else ''}".rstrip(": ")) from None
 
 
 def setting_args(mapping: dict[str, str], cfg) -> dict[str, Any]:
