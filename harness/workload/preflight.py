@@ -91,7 +91,8 @@ def resolve(cfg, args: dict[str, dict[str, Any]], shape: list[int], fns: Functio
     if own is not None and own.lightning and lightning.overrides(type(model), "train_dataloader"):
         batch = None  # its batches come from its own data, which only the child builds
     elif batch is None and own is None and spec.dataset is not None:
-        batch = first_item.first_batch(cfg, args["dataset"], fns.collate)  # the default step's batch, from the dataset's first item
+        # the default step's batch, from the dataset's first item
+        batch = first_item.first_batch(cfg, args["dataset"], fns.collate)
     return OnMeta(spec, model, loss, own, val, batch)
 
 
