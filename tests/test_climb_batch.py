@@ -5,7 +5,7 @@ import dataclasses
 
 import pytest
 
-from harness.climb import ascent, session, space
+from harness.climb import ascent, policy, session, space
 from harness.session.events import Display, Events
 from harness.store import RunRecord
 from tests.test_climb import DEFAULT_NOISE, START, SimulatedMachine
@@ -69,7 +69,7 @@ class FakeTrials:
 def test_the_search_runs_fresh_sizes_from_the_incumbent_batch_and_only_once_per_incumbent():
     trials, said = FakeTrials(fits=40), []
     start = {**START, "device": "cuda"}
-    largest = session._batch_bound(start, trials, session.Display(said.append, None), space.ClimbConfig())
+    largest = policy.batch_bound(start, trials, session.Display(said.append, None), space.ClimbConfig())
     assert largest(start) == 40 and largest({**start, "batch_size": 8}) == 40  # the batch aside: searched once
     assert [size for _, size in trials.runs] == [8, 16, 32, 64, 48, 40, 44, 42, 41]  # 4 fits: not run again
     assert said == ["batch: the largest batch_size that fits from 4: 40 (batch_size=40 fits and batch_size=41 runs "
@@ -81,12 +81,12 @@ def test_the_search_runs_fresh_sizes_from_the_incumbent_batch_and_only_once_per_
 def test_on_a_cpu_the_climb_skips_the_search_and_says_so():
     said = []
     options = space.ClimbConfig()
-    assert session._batch_bound({**START, "device": "cpu"}, FakeTrials(8), session.Display(said.append, None),
+    assert policy.batch_bound({**START, "device": "cpu"}, FakeTrials(8), session.Display(said.append, None),
                                 options) is None
     assert said == ["batch: on a CPU nothing runs out of memory below fit.max, so no search for the largest batch "
                     "that fits: the batch doubles while it wins"]
     knobs = dataclasses.replace(options, knobs=["precision"])  # no batch knob: nothing to say
-    assert session._batch_bound({**START, "device": "cpu"}, FakeTrials(8), session.Display(said.append, None),
+    assert policy.batch_bound({**START, "device": "cpu"}, FakeTrials(8), session.Display(said.append, None),
                                 knobs) is None and len(said) == 1
 
 

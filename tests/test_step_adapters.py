@@ -11,6 +11,7 @@ from torch import nn
 
 from harness import cli
 from harness import config as config_mod
+from harness.config.targets import functions_of
 from harness.config.workload import WorkloadSpec
 from harness.run.parent import runner
 from harness.workload import preflight
@@ -18,7 +19,6 @@ from harness.workload.step import adapters
 from harness.workload.step.huggingface import hf_batch_check
 from harness.workload.step.interface import OwnStep, StepAdapter, ValStep
 from harness.workload.step.interface import StepError
-from harness.workload.step.validation import val_step_of
 from tests.conftest import user_module
 
 OWN = """
@@ -66,6 +66,10 @@ def step(model, batch):
 
 def count(batch):
     return 2.0
+
+
+def broken_factory():
+    raise RuntimeError("no collate today")
 """
 
 
@@ -101,7 +105,7 @@ class Toy:
     def applies(self, spec, model) -> bool:
         return hasattr(model, "toy_loss")
 
-    def build(self, spec, model, with_data=True, loss_fn=None) -> OwnStep:
+    def build(self, spec, model, fns, with_data=True, loss_fn=None) -> OwnStep:
         return OwnStep(name="the toy's loss", call=lambda m, batch: m.toy_loss(batch), adapter=self.name)
 
     def validation(self, spec, module, own):
@@ -116,19 +120,27 @@ def test_one_function_chooses_the_first_adapter_that_applies(own):
     assert adapters.chosen(stepped, hf).name == "step"  # the user's step before the model's own loss
     assert adapters.chosen(WorkloadSpec(), hf).name == "huggingface"
     assert adapters.chosen(WorkloadSpec(), net).name == "default"
-    assert adapters.own_step(WorkloadSpec(), net) is None  # the loop's fixed loss_fn(model(x), y)
-    made = adapters.own_step(lightning, module, with_data=False)
+    assert _own(WorkloadSpec(), net) is None  # the loop's fixed loss_fn(model(x), y)
+    made = _own(lightning, module, with_data=False)
     assert made.adapter == "lightning" and made.lightning
     assert made.name == "workload.lightning_module='stepadapters55.Module': training_step"
-    assert adapters.own_step(stepped, net).name == "workload.step='stepadapters55.step'"
+    assert _own(stepped, net).name == "workload.step='stepadapters55.step'"
+
+
+def _own(spec, model, **kw):
+    return adapters.steps_of(spec, model, functions_of(spec), validates=False, **kw)[0]
+
+
+def _val(spec, model, **kw):
+    return adapters.steps_of(spec, model, functions_of(spec), validates=True, **kw)[1]
 
 
 def test_the_counting_hooks_count_whichever_adapter_made_the_step(own):
     counted = WorkloadSpec(samples={"_target_": "stepadapters55.count"})
-    default = adapters.own_step(counted, nn.Linear(4, 2), loss_fn=nn.MSELoss())
+    default = _own(counted, nn.Linear(4, 2), loss_fn=nn.MSELoss())
     assert default.adapter == "default" and default.name == "the default step (loss_fn(model(x), y))"
     assert default.call(nn.Linear(4, 2), (torch.zeros(3, 4), torch.zeros(3, 2))).dim() == 0
-    hf = adapters.own_step(counted, own.TinyLM())
+    hf = _own(counted, own.TinyLM())
     assert hf.adapter == "huggingface" and hf.counts is not None
     hf.counts({"input_ids": torch.zeros(1, 3)})
     assert hf.counts.window(1) == (2.0, None)
@@ -136,14 +148,16 @@ def test_the_counting_hooks_count_whichever_adapter_made_the_step(own):
 
 def test_each_adapter_names_its_validation_step(own):
     hf, module, net = own.TinyLM(), own.Module(), nn.Linear(4, 2)
-    hf_own = adapters.own_step(WorkloadSpec(), hf)
-    assert val_step_of(WorkloadSpec(), hf, hf_own).name == hf_own.name  # it validates as it trains
+    hf_own = _own(WorkloadSpec(), hf)
+    assert _val(WorkloadSpec(), hf).name == hf_own.name  # it validates as it trains
     lightning = WorkloadSpec(lightning_module={"_target_": "stepadapters55.Module"})
-    val = val_step_of(lightning, module, adapters.own_step(lightning, module, with_data=False), with_data=False)
+    val = _val(lightning, module, with_data=False)
     assert val.name == "workload.lightning_module='stepadapters55.Module': validation_step" and val.may_return_none
     stepped = WorkloadSpec(step={"_target_": "stepadapters55.step"})
-    assert val_step_of(stepped, net, adapters.own_step(stepped, net)) is None  # a user's step names none
-    assert val_step_of(WorkloadSpec(), net, None) is None  # the default step's own pass
+    assert _val(stepped, net) is None  # a user's step names none
+    assert _val(WorkloadSpec(), net) is None  # the default step's own pass
+    named = WorkloadSpec(step={"_target_": "stepadapters55.step"}, val_step={"_target_": "stepadapters55.step"})
+    assert _val(named, net).name == "workload.val_step='stepadapters55.step'"  # the workload's own, looked up once
 
 
 def test_a_new_adapter_registered_before_the_default_is_chosen_and_validates():
@@ -152,9 +166,9 @@ def test_a_new_adapter_registered_before_the_default_is_chosen_and_validates():
         assert list(adapters.ADAPTERS) == ["lightning", "step", "huggingface", "toy", "default"]
         model = nn.Linear(4, 2)
         model.toy_loss = lambda batch: batch.sum()
-        made = adapters.own_step(WorkloadSpec(), model)
+        made = _own(WorkloadSpec(), model)
         assert made.adapter == "toy" and float(made.call(model, torch.ones(2))) == 2.0
-        assert val_step_of(WorkloadSpec(), model, made).name == "the toy's loss"
+        assert _val(WorkloadSpec(), model).name == "the toy's loss"
     finally:
         adapters.ADAPTERS.pop("toy")
 
@@ -188,3 +202,21 @@ def test_that_refusal_exits_2_before_anything_runs(own, tmp_path, capsys):
     assert err.startswith("error: a Hugging Face model takes a batch of named tensors (model(**batch)): the loader "
                           "gave a tuple") and "\n" not in err
     assert not list((tmp_path / "results").rglob("*.parquet"))  # nothing ran
+
+
+def test_the_parent_looks_each_function_of_the_workload_up_once_and_a_failing_factory_is_one_line(own, monkeypatch):
+    from harness.config import targets
+
+    looked: list[str] = []
+    real = targets.function_of
+    monkeypatch.setattr(targets, "function_of", lambda node: looked.append(node["_target_"]) or real(node))
+    _checked(**{"workload.model._target_": "torch.nn.Linear", "workload.model.in_features": 8,
+                "workload.model.out_features": 2, "workload.input_shape": [1, 8], "workload.target": "regression",
+                "workload.target_shape": [2], "workload.step._target_": "stepadapters55.step",
+                "workload.samples._target_": "stepadapters55.count", "val.every_n_steps": 1, "val.steps": 1,
+                "workload.val_step._target_": "stepadapters55.step"})
+    assert sorted(looked) == ["stepadapters55.count", "stepadapters55.step", "stepadapters55.step"]  # each once
+    with pytest.raises(ValueError) as caught:
+        targets.functions_of(WorkloadSpec(collate={"_target_": "stepadapters55.broken_factory", "_partial_": False}))
+    assert str(caught.value) == ("workload.collate._target_='stepadapters55.broken_factory' cannot be made: "
+                                 "RuntimeError: no collate today")

@@ -18,12 +18,17 @@ to the same listeners.
 
 from __future__ import annotations
 
+import json
+
 from rich.markup import escape
 
-from harness.climb.ascent import AGAIN, FINAL, BudgetSpent, Climbing, Measured, Request
+from harness.climb import output
+from harness.climb.ascent import (AGAIN, FINAL, NOT_RUN, BudgetSpent, Climbing, ClimbResult, Measured, Request,
+                                  climbing)
+from harness.climb.space import ClimbConfig, Facts, space
 from harness.climb.trials import SEARCH, Run, Trials, label_of, last_line, measured
 from harness.session import engine
-from harness.session.probe import OK, Probe, Search
+from harness.session.probe import DEFAULT_MAX, OK, Probe, Search
 from harness.session.events import OUTCOMES, Display, Event, Events
 from harness.session.runner import Outcome
 from harness.analysis.stats.busy import busy_reason
@@ -234,3 +239,51 @@ def _status(label: str, record, kind: str) -> str:
     if record.status == "ok":
         return f"{label}: ok ({how}) {record.samples_per_s:.2f} samples/s"
     return f"{label}: {record.status} ({how}) {escape(last_line(record.error)[:160])}"
+
+
+def ascend(start: dict, options: ClimbConfig, facts: Facts, trials: Trials, noise,
+           tracker) -> ClimbResult:
+    """The ascent from ``start`` (flat settings) as the climb's policy over the session engine, with the climb's
+    spent time saved after every step and however it ends, Ctrl-C included (``tracker``: ``resume.Tracker``)."""
+    def on_step(step) -> None:
+        trials.events.emit("looked", text=output.step_line(step))
+        tracker.step(decided=step.outcome != NOT_RUN)
+
+    stopped = ""
+    try:
+        policy = ClimbPolicy(trials, climbing(start, space(facts.device, options.knobs), facts, noise,
+                                              options.min_effect, on_step))
+        engine.run(policy, trials.events)
+        stopped = policy.result.stopped
+        return policy.result
+    finally:
+        tracker.save(stopped)
+
+
+def batch_bound(start: dict, trials: Trials, display: Display, options: ClimbConfig):
+    """``Facts.largest_batch`` on a GPU: fit's search for the largest batch_size that fits the incumbent, from its
+    batch (known to fit) up to fit.max's GPU default, each size a turn of the session engine (a fresh process:
+    ``largest_batch``), once per incumbent (the batch aside). None on a CPU (said once): no allocator runs out
+    there, the search would only find fit.max."""
+    if "batch" not in [a.name for a in space(start["device"], options.knobs)]:
+        return None
+    if start["device"] != "cuda":
+        display.say("batch: on a CPU nothing runs out of memory below fit.max, so no search for the largest batch "
+                    "that fits: the batch doubles while it wins")
+        return None
+    found: dict[str, int | None] = {}
+
+    def largest(settings: dict) -> int | None:
+        key = json.dumps({k: v for k, v in settings.items() if k != "batch_size"}, sort_keys=True, default=str)
+        if key not in found:
+            now = int(settings["batch_size"])
+            changes = [(k, v) for k, v in settings.items() if k != "batch_size" and start.get(k) != v]
+            result = largest_batch(trials, changes, now, max(now, DEFAULT_MAX["cuda"]))
+            decided = result.smallest_oom is not None or result.stopped.startswith("every size")
+            found[key] = result.largest if decided else None  # an error or a timeout says nothing about memory
+            display.say(f"batch: the largest batch_size that fits from {now}: {found[key] or 'not found'} "
+                        f"({result.stopped}; {len(result.tried) - 1} run(s)); the batch tries x2, x4, ... up to it")
+        return found[key]
+
+    return largest
+

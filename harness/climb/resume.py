@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from harness.fileio import write_text_atomic
+from harness.store import load_runs
 
 FOLDER = "climbs"
 
@@ -49,8 +50,9 @@ def load(results_dir: str, key: str) -> ClimbState | None:
         return None
 
 
-def describe(state: ClimbState, runs: int, budget_s: float) -> str:
-    """The line a resumed climb starts with."""
+def describe(state: ClimbState, results_dir: str, budget_s: float) -> str:
+    """The line a resumed climb starts with: what its earlier runs (``state``) measured into ``results_dir``."""
+    runs = _measured_runs(results_dir, state.climb_ids)
     left = budget_s - state.spent_s
     ended = f"stopped: {state.stopped}" if state.stopped else "interrupted"
     text = (f"resuming climb {state.climb_ids[-1]} ({ended}): its {state.steps} decided step(s) and the {runs} run(s) "
@@ -59,6 +61,12 @@ def describe(state: ClimbState, runs: int, budget_s: float) -> str:
     if left <= 0:
         return text + ", nothing is left: raise climb.budget_min (the whole climb's) to go on"
     return text + f", {left / 60:.1f} min are left"
+
+
+def _measured_runs(results_dir: str, climb_ids: list[str]) -> int:
+    """Runs the earlier climbs measured (not copies of runs before them, not knobs skipped at once)."""
+    frame = load_runs(results_dir, columns=["status", "cached_from"], where={"sweep_id": climb_ids})
+    return int(((frame["cached_from"].fillna("") == "") & (frame["status"] != "skipped")).sum())
 
 
 class Tracker:

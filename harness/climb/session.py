@@ -3,20 +3,17 @@ compact the store, report."""
 
 from __future__ import annotations
 
-import json
 import sys
 
 from harness import config as config_mod
 from harness.climb import output, resume
-from harness.climb.ascent import NOT_RUN, Budget, ClimbResult, climbing
-from harness.climb.policy import ClimbLines, ClimbPolicy, largest_batch
-from harness.climb.space import ClimbConfig, Facts, check, space
+from harness.climb.ascent import Budget
+from harness.climb.policy import ClimbLines, ascend, batch_bound
+from harness.climb.space import ClimbConfig, Facts, check
 from harness.climb.trials import Trials, trial_ladder
-from harness.session import engine
 from harness.session.events import Display, Events
-from harness.session.probe import DEFAULT_MAX
 from harness.run.parent import runner
-from harness.store import load_runs, new_id
+from harness.store import new_id
 from harness.sweeps import rungs as sweep_mod
 from harness.sweeps.loop import auto_compact
 from harness.session import runner as session_runner
@@ -42,6 +39,7 @@ def run_climb(settings: dict, options: ClimbConfig, started: float, display: Dis
     noise = calibration.calibration_now(start.results_dir, env_key, start.workload.name, start.size)
     key = resume.climb_key(config_mod.config_hash(start), env_key, options.repeats, options.min_effect, options.knobs)
     earlier = resume.load(start.results_dir, key)
+    resumed = resume.describe(earlier, start.results_dir, 60 * options.budget_min) if earlier is not None else ""
     budget = Budget(seconds=60 * options.budget_min, start=started - (earlier.spent_s if earlier else 0.0))
     tracker = resume.Tracker(start.results_dir, key, earlier, climb_id, started)
     # the workload is the start's own (the composed node): the in-memory ladders of the trials only name it
@@ -53,15 +51,15 @@ def run_climb(settings: dict, options: ClimbConfig, started: float, display: Dis
     trials = Trials(ctx, machine, env, env_key, budget, options.repeats, Events(lines))
     # loader workers share the CPUs with the ranks: with devices=N each rank's loader gets its part
     facts = Facts(device=start.device, usable_cpus=max(1, config_mod.usable_cpus() // start.devices),
-                  largest_batch=_batch_bound(_flat(start), trials, display, options))
+                  largest_batch=batch_bound(_flat(start), trials, display, options))
     display.say(f"climb {climb_id}: {display_name(start.workload.name, start.workload.model_node)} ({start.size}) on "
                 f"{start.device}, budget {options.budget_min:g} min, {options.repeats} run(s) per side, accept at >= "
                 f"{1 + options.min_effect:.2f}x beyond noise; "
                 + (noise.describe() if noise.calibrated else "no calibration: the runs' own spread"))
-    if earlier is not None:
-        display.say(resume.describe(earlier, _measured_runs(start.results_dir, earlier.climb_ids), budget.seconds))
+    if resumed:
+        display.say(resumed)
     try:
-        result = _ascend(start, options, facts, trials, noise, tracker)
+        result = ascend(_flat(start), options, facts, trials, noise, tracker)
     finally:
         lines.close()
     auto_compact(start.results_dir)
@@ -71,59 +69,6 @@ def run_climb(settings: dict, options: ClimbConfig, started: float, display: Dis
         print(f"- {len(trials.busy)} run(s) ran on a busy machine ({trials.busy[0]}): not trustworthy, each measured "
               "again, and a step still busy decided nothing; climb on an idle machine")
     return 0
-
-
-def _ascend(start, options: ClimbConfig, facts: Facts, trials: Trials, noise,
-            tracker: resume.Tracker) -> ClimbResult:
-    """The ascent as the climb's policy over the session engine (``harness.climb.policy``), with the climb's spent
-    time saved after every step and however it ends (Ctrl-C included)."""
-    def on_step(step) -> None:
-        trials.events.emit("looked", text=output.step_line(step))
-        tracker.step(decided=step.outcome != NOT_RUN)
-
-    stopped = ""
-    try:
-        policy = ClimbPolicy(trials, climbing(_flat(start), space(facts.device, options.knobs), facts, noise,
-                                              options.min_effect, on_step))
-        engine.run(policy, trials.events)
-        stopped = policy.result.stopped
-        return policy.result
-    finally:
-        tracker.save(stopped)
-
-
-def _batch_bound(start: dict, trials: Trials, display: Display, options: ClimbConfig):
-    """``Facts.largest_batch`` on a GPU: fit's search for the largest batch_size that fits the incumbent, from its
-    batch (known to fit) up to fit.max's GPU default, each size a turn of the session engine (a fresh process:
-    ``policy.largest_batch``), once per incumbent (the batch aside). None on a CPU (said once): no allocator runs out
-    there, the search would only find fit.max."""
-    if "batch" not in [a.name for a in space(start["device"], options.knobs)]:
-        return None
-    if start["device"] != "cuda":
-        display.say("batch: on a CPU nothing runs out of memory below fit.max, so no search for the largest batch "
-                    "that fits: the batch doubles while it wins")
-        return None
-    found: dict[str, int | None] = {}
-
-    def largest(settings: dict) -> int | None:
-        key = json.dumps({k: v for k, v in settings.items() if k != "batch_size"}, sort_keys=True, default=str)
-        if key not in found:
-            now = int(settings["batch_size"])
-            changes = [(k, v) for k, v in settings.items() if k != "batch_size" and start.get(k) != v]
-            result = largest_batch(trials, changes, now, max(now, DEFAULT_MAX["cuda"]))
-            decided = result.smallest_oom is not None or result.stopped.startswith("every size")
-            found[key] = result.largest if decided else None  # an error or a timeout says nothing about memory
-            display.say(f"batch: the largest batch_size that fits from {now}: {found[key] or 'not found'} "
-                        f"({result.stopped}; {len(result.tried) - 1} run(s)); the batch tries x2, x4, ... up to it")
-        return found[key]
-
-    return largest
-
-
-def _measured_runs(results_dir: str, climb_ids: list[str]) -> int:
-    """Runs the earlier climbs measured (not copies of runs before them, not knobs skipped at once)."""
-    frame = load_runs(results_dir, columns=["status", "cached_from"], where={"sweep_id": climb_ids})
-    return int(((frame["cached_from"].fillna("") == "") & (frame["status"] != "skipped")).sum())
 
 
 def _flat(cfg: config_mod.RunConfig) -> dict:

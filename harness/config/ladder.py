@@ -120,6 +120,12 @@ class Ladder:
                 values[r.key] = r.value_for(size)
         return values
 
+    def turn(self, rung: int, size: str,
+             dropped: frozenset[int] = frozenset()) -> tuple[dict[str, Any], dict[str, Any]]:
+        """What a run of ``rung`` takes of the ladder, in one call: its settings (:meth:`settings`) and the record
+        fields that carry its claims (:func:`claim_fields`)."""
+        return self.settings(rung, size, dropped), claim_fields(self, rung)
+
 
 def value_for_size(value: Any, size: str) -> Any:
     if isinstance(value, dict) and set(value) <= set(SIZE_NAMES) and value:

@@ -15,6 +15,7 @@ import importlib
 import pkgutil
 import sys
 import sysconfig
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -102,6 +103,36 @@ def function_of(node: dict) -> Any:
     """The function a ``step``/``collate``/``samples`` node names, as a partial of its arguments (``_partial_`` may
     be left out; ``_partial_: false`` calls the target, a factory, for the function)."""
     return instantiate({**node, "_partial_": node.get("_partial_", True)})
+
+
+@dataclass(frozen=True)
+class Functions:
+    """A workload's own functions, each looked up once from its node (None where it names none): what the step
+    adapters, the parent's check on the meta device and the child's loop are handed."""
+
+    step: Any = None  # workload.step: step(model, batch) -> loss
+    samples: Any = None  # workload.samples: samples(batch) -> float
+    units: Any = None  # workload.units: units(batch) -> float
+    val_step: Any = None  # workload.val_step: val_step(model, batch) -> loss
+    collate: Any = None  # workload.collate: the loader's collate_fn
+
+
+def functions_of(spec: WorkloadSpec) -> Functions:
+    """Every function ``spec`` names, looked up once (:func:`function_of`); a factory (``_partial_: false``) that
+    fails is one ValueError naming its node."""
+    return Functions(**{name: _function(f"workload.{name}", node) if (node := getattr(spec, name)) is not None
+                        else None for name in ("step", "samples", "units", "val_step", "collate")})
+
+
+def _function(where: str, node: dict) -> Any:
+    try:
+        return function_of(node)
+    except ValueError:
+        raise  # a target that cannot be found: already one line naming it
+    except Exception as exc:
+        lines = str(exc).strip().splitlines()
+        raise ValueError(f"{where}._target_={target_of(node)!r} cannot be made: {type(exc).__name__}: "
+                         f"{lines[0] if lines else ''}".rstrip(": ")) from None
 
 
 def setting_args(mapping: dict[str, str], cfg) -> dict[str, Any]:

@@ -14,6 +14,8 @@ import math
 from dataclasses import dataclass
 from typing import Any, Optional, Sequence
 
+from harness.session.probe import DEFAULT_MAX
+
 AXES = ("batch", "patch", "sequence")
 PATCH_KEY = "data.patch_size"
 PATCH_STEP = 8  # the patch's sides move by at least this many voxels
@@ -80,3 +82,19 @@ def patch_steps(axis: Axis, start_k_side: int, min_side: int, fit_min: int, fit_
         raise ValueError(f"fit.max={top} leaves no patch to try: the smallest side moves in steps of {smallest} "
                          f"voxels from {low * smallest} ({axis.label(low)}); give fit.max >= {low * smallest}")
     return low, high
+
+
+def axis_range(start, options) -> tuple[Axis, int, int]:
+    """The axis the fit varies and its first and last step, for ``start`` (the resolved settings) under ``options``
+    (the ``fit.*`` settings; ValueError: a workload with no patch, a bound that leaves no patch)."""
+    if options.axis == "batch":
+        return BATCH, options.min, bound(options, start.device)
+    spec, patch = start.workload, list(start.data.patch_size or [])
+    axis = sequence_axis(spec.name, patch, spec.synthetic) if options.axis == "sequence" else \
+        patch_axis(spec.name, patch, spec.spatial_dims, spec.patch_multiple)
+    return (axis, *patch_steps(axis, min(patch), spec.min_side, options.min, options.max, start.device))
+
+
+def bound(options, device: str) -> int:
+    """The largest size the search tries on ``device``."""
+    return options.max if options.max is not None else DEFAULT_MAX.get(device, DEFAULT_MAX["cpu"])

@@ -8,7 +8,7 @@ from typing import Optional
 
 from harness.fit.axes import AXES
 from harness.registry import check_choice
-from harness.session.probe import AXIS, DEFAULT_MAX
+from harness.session.probe import AXIS
 
 
 
@@ -34,8 +34,3 @@ def check(options: FitConfig) -> None:
     if options.max is not None and options.max < options.min:
         raise ValueError(f"fit.max={options.max} is below fit.min={options.min}: the search runs from fit.min up to "
                          "fit.max")
-
-
-def bound(options: FitConfig, device: str) -> int:
-    """The largest size the search tries on ``device``."""
-    return options.max if options.max is not None else DEFAULT_MAX.get(device, DEFAULT_MAX["cpu"])

@@ -19,8 +19,8 @@ from harness.session.events import Display
 from harness.config import ladder as ladder_mod
 from harness.config import ladder_file as written
 from harness.fit import state as state_mod
-from harness.fit.axes import BATCH, Axis, patch_axis, patch_steps, sequence_axis
-from harness.fit.search import FitConfig, bound, check
+from harness.fit.axes import BATCH, Axis, axis_range
+from harness.fit.search import FitConfig, check
 from harness.records.sinks import Pipeline
 from harness.session import engine
 from harness.session import runner as session_runner
@@ -93,7 +93,7 @@ def _begin(settings: dict, options: FitConfig, display: Display, sweep_display: 
                                                            {**flat, BATCH.key: options.min}),
                                       "`python -m harness fit`", display.say)
     start, (env, env_key) = prepared.resolved, prepared.environment
-    axis, low, high = _axis_range(start, options)
+    axis, low, high = axis_range(start, options)
     reason = applicability.skip_reason(start)
     if reason:  # nothing of the search could run here: said once, before anything starts
         raise ValueError(f"these settings cannot run here: {reason}")
@@ -102,17 +102,6 @@ def _begin(settings: dict, options: FitConfig, display: Display, sweep_display: 
                  or state_mod.FitState(key=key, fit_id=new_id(f"{LADDER_NAME}-")))
     return Fit(start, settings, runner.Machine.detect(), env, env_key, fit_state, display, sweep_display,
                low, high, axis)
-
-
-def _axis_range(start: config_mod.RunConfig, options: FitConfig) -> tuple[Axis, int, int]:
-    """The axis the fit varies and its first and last step (ValueError: a workload with no patch, a bound that
-    leaves no patch)."""
-    if options.axis == "batch":
-        return BATCH, options.min, bound(options, start.device)
-    spec, patch = start.workload, list(start.data.patch_size or [])
-    axis = sequence_axis(spec.name, patch, spec.synthetic) if options.axis == "sequence" else \
-        patch_axis(spec.name, patch, spec.spatial_dims, spec.patch_multiple)
-    return (axis, *patch_steps(axis, min(patch), spec.min_side, options.min, options.max, start.device))
 
 
 def _steps_text(axis: Axis) -> str:

@@ -50,9 +50,9 @@ def prepare(settings: config_mod.RunConfig, command: str, log=print) -> Prepared
     device (a user's model that cannot build is refused before anything runs), and the environment. ValueError or
     OSError naming what is wrong."""
     check_writable(settings.results_dir, command)
-    resolved = parent.ready(settings, log)
+    resolved, environment = parent.ready(settings, log)
     preflight.check_model_builds(resolved)
-    return Prepared(resolved, parent.environment(resolved.device))
+    return Prepared(resolved, environment)
 
 
 def copy_of(original: RunRecord, **labels) -> RunRecord:

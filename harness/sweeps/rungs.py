@@ -73,18 +73,29 @@ def conflicts(ladder: ladder_mod.Ladder, user_keys: set[str]) -> list[str]:
 
 def rung_config(ctx: SweepContext, rung: int, machine: runner.Machine, dropped: frozenset[int] = frozenset(),
                 round_: int = 0) -> config_mod.RunConfig:
+    """The resolved settings of ``rung`` on this machine (:func:`rung_turn`'s, without its labels)."""
+    return rung_turn(ctx, rung, machine, dropped, round_)[0]
+
+
+def rung_turn(ctx: SweepContext, rung: int, machine: runner.Machine, dropped: frozenset[int] = frozenset(),
+              round_: int = 0) -> tuple[config_mod.RunConfig, dict[str, Any]]:
     """The resolved settings of ``rung`` on this machine: the composed settings with the ladder's (those the user
-    did not give) and the sweep's own on top, built into one config at once and resolved. Loader workers the
-    ladder chose beyond this machine's bound skip the rung (``applicability``); the user's own are refused."""
+    did not give) and the sweep's own on top, built into one config at once and resolved; and the labels its record
+    carries (the sweep's, the rung's change, the ladder's claims). Loader workers the ladder chose beyond this
+    machine's bound skip the rung (``applicability``); the user's own are refused."""
     size = _size(ctx.settings, machine)
-    ladder = {k: v for k, v in ctx.ladder.settings(rung, size, dropped).items() if k not in ctx.user_keys}
+    given, claims = ctx.ladder.turn(rung, size, dropped)
+    ladder = {k: v for k, v in given.items() if k not in ctx.user_keys}
     sweep = {"sweep.id": ctx.sweep_id, "sweep.rung": rung, "sweep.round": round_, "sweep.repeats": ctx.repeats,
              "sweep.rerun": ctx.rerun, "sweep.max_repeats": ctx.max_repeats, "sweep.budget_min": ctx.budget_min,
              "sweep.remeasure_busy": ctx.remeasure_busy}
     values = {**config_mod.flatten(ctx.settings), **ladder, **sweep}
     cfg = config_mod.from_dict({**values, **nodes.turn_dist(values, rung, round_, len(ctx.ladder.rungs))})
-    return config_mod.resolve(cfg, machine.cuda_available, ladder_keys=frozenset(ladder),
-                              dataset_shape=first_item.input_shape)
+    cfg = config_mod.resolve(cfg, machine.cuda_available, ladder_keys=frozenset(ladder),
+                             dataset_shape=first_item.input_shape)
+    labels = dict(sweep_id=ctx.sweep_id, campaign_id=ctx.campaign_id, ladder=ctx.ladder.name, rung=rung,
+                  round=round_, change=ctx.ladder.rungs[rung].change(cfg.size), **claims, **dict(ctx.record_fields))
+    return cfg, labels
 
 
 def _size(settings: dict[str, Any], machine: runner.Machine) -> str:
@@ -309,10 +320,7 @@ def run_rung(ctx: SweepContext, rung: int, round_: int, machine: runner.Machine,
     if ladder.stop_on_oom and (hit := oom_rung(mine, rung)) is not None:
         return RungOutcome(None, "not run", frozenset(), f"memory ran out at rung {hit}; the ladder stops there")
     dropped = dropped_rungs(mine, rung)
-    cfg = rung_config(ctx, rung, machine, dropped, round_)
-    fields = dict(sweep_id=ctx.sweep_id, campaign_id=ctx.campaign_id, ladder=ladder.name, rung=rung, round=round_,
-                  change=ladder.rungs[rung].change(cfg.size), **ladder_mod.claim_fields(ladder, rung),
-                  **dict(ctx.record_fields))
+    cfg, fields = rung_turn(ctx, rung, machine, dropped, round_)
     if on_start:
         on_start(cfg, dropped)
     used = set(mine["cached_from"].fillna("")) | set(mine["run_id"])

@@ -3,6 +3,8 @@ unit types and the user's dataset, each from its ``_target_`` node plus the harn
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import nn
 
@@ -46,5 +48,10 @@ def checkpoint_unit_types(spec: WorkloadSpec) -> tuple[type, ...]:
 def build_user_dataset(spec: WorkloadSpec, cfg=None):
     """The user's dataset: the ``dataset`` node built with the settings it is handed (``dataset_settings``), and
     called with no arguments when it is a partial."""
-    made = instantiate(spec.dataset, **(setting_args(spec.dataset_settings, cfg) if cfg is not None else {}))
+    return user_dataset(spec, setting_args(spec.dataset_settings, cfg) if cfg is not None else {})
+
+
+def user_dataset(spec: WorkloadSpec, args: dict[str, Any]):
+    """The user's dataset built with ``args`` (its settings' values, ``setting_args``)."""
+    made = instantiate(spec.dataset, **args)
     return made() if callable(made) and not hasattr(made, "__getitem__") else made

@@ -18,7 +18,7 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
-from harness.config.targets import function_of, setting_args
+from harness.config.targets import setting_args
 from harness.names import target_of
 
 INPUT_KEYS = ("input_ids", "pixel_values", "input_values", "inputs", "input", "image", "images", "x")
@@ -32,7 +32,7 @@ def input_shape(cfg) -> list[int]:
     what = f"workload.dataset._target_={target_of(spec.dataset)!r}"
     fix = "set workload.input_shape=[C, ...] (one sample, channels first)"
     try:
-        item = first_item(cfg)
+        item = first_item(cfg, setting_args(spec.dataset_settings, cfg))
     except Exception as exc:
         if isinstance(exc, ValueError) and str(exc).startswith(("_target_", "workload.")):
             raise  # a target that cannot be found: already one line naming it
@@ -70,27 +70,28 @@ def shape_of(item: Any) -> list[int] | None:
     return dims if len(dims) >= 2 else [1, *dims]
 
 
-def first_item(cfg) -> Any:
-    """Item 0 of the workload's dataset, built with the settings it is handed (kept for this process)."""
-    from harness.workload.build import build_user_dataset  # torch: only for a workload with its own dataset
+def first_item(cfg, args: dict[str, Any]) -> Any:
+    """Item 0 of the workload's dataset, built with ``args``, the values of the settings it is handed
+    (``setting_args``; kept for this process)."""
+    from harness.workload.build import user_dataset  # torch: only for a workload with its own dataset
 
     spec = cfg.workload
-    key = json.dumps([spec.dataset, setting_args(spec.dataset_settings, cfg), spec.source_sha], sort_keys=True,
-                     default=str)
+    key = json.dumps([spec.dataset, args, spec.source_sha], sort_keys=True, default=str)
     if key not in _ITEMS:
-        _ITEMS[key] = build_user_dataset(spec, cfg)[0]
+        _ITEMS[key] = user_dataset(spec, args)[0]
     return _ITEMS[key]
 
 
-def first_batch(cfg) -> Any:
-    """The first item as a batch of one, collated as the loader collates, as meta tensors of the same shapes and
-    dtypes (None when it cannot be read: the child reports that, with its traceback)."""
+def first_batch(cfg, args: dict[str, Any], collate) -> Any:
+    """The first item (``args``: its dataset's, as :func:`first_item` takes them) as a batch of one, collated as
+    the loader collates (``collate``: ``workload.collate``, looked up once, or None for PyTorch's default), as meta
+    tensors of the same shapes and dtypes (None when it cannot be read: the child reports that, with its
+    traceback)."""
     import torch.utils._pytree
     import torch.utils.data  # torch: only for a workload with its own dataset
 
     try:
-        item = first_item(cfg)
-        collate = function_of(cfg.workload.collate) if cfg.workload.collate is not None else None
+        item = first_item(cfg, args)
         batch = (collate or torch.utils.data.default_collate)([item])
     except Exception:
         return None

@@ -46,14 +46,15 @@ import torch
 from torch import nn
 
 from harness.config import CUDAGRAPH_COMPILE_MODES, RunConfig
+from harness.config.targets import functions_of
 from harness.workload import build, lm_knobs
 from harness.workload.applicability import KnobNotApplicable, no_units_to_checkpoint
 from harness.workload.build import build_all
 from harness.workload.memory_limit import apply_memory_limit
-from harness.workload.step.adapters import own_step
+from harness.workload.step.adapters import steps_of
 from harness.workload.step.interface import OwnStep, ValStep
 from harness.workload.step.loop import own_step_conflicts
-from harness.workload.step.validation import through_ddp, val_step_of
+from harness.workload.step.validation import has_own_val_data, through_ddp, with_own_val_data
 
 
 def apply_backend_flags(cfg) -> dict[str, Any]:
@@ -363,8 +364,11 @@ def prepare(cfg, workload, device: torch.device | None = None, rank=None, note=N
     backend_flags.update(lm_knobs.apply_compile_cache(cfg.compile_cache, cfg.compile))
     model, loss_fn, unit_types = build_all(cfg)
     note("built")
-    own = own_step(workload, model, loss_fn=loss_fn)  # decided on the model as built, before any wrapper
-    val = val_step_of(workload, model, own) if cfg.val.every_n_steps else None
+    fns = functions_of(workload)  # the workload's own functions, looked up once
+    # decided on the model as built, before any wrapper
+    own, val = steps_of(workload, model, fns, bool(cfg.val.every_n_steps), loss_fn=loss_fn)
+    if val is not None and has_own_val_data(workload, model, own):
+        val = with_own_val_data(val, workload, model, fns)
     if own is not None and (reason := own_step_conflicts(cfg, own, validates=val is not None)):
         raise KnobNotApplicable(reason)
     units = apply_activation_checkpointing(model, unit_types, **lm_knobs.checkpoint_kwargs(

@@ -14,7 +14,7 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
-from harness.config.targets import instantiate, locate, setting_args
+from harness.config.targets import Functions, functions_of, instantiate, locate, setting_args
 from harness.config.workload import is_builtin
 from harness.names import display_name, target_of
 from harness.workload import first_item
@@ -29,16 +29,18 @@ def check_model_builds(cfg) -> None:
     spec = cfg.workload
     if is_builtin(spec):
         return
-    model_args, loss_args = setting_args(spec.model_settings, cfg), setting_args(spec.loss_settings, cfg)
+    # the arguments its model, loss and dataset are handed, and its own functions: each looked up once
+    args = {what: setting_args(getattr(spec, f"{what}_settings"), cfg) for what in ("model", "loss", "dataset")}
+    fns = functions_of(spec)
     # the batch the child will make; a workload's own dataset decides its samples itself
     shape = [cfg.batch_size, spec.in_channels, *cfg.data.patch_size] if spec.dataset is None else []
-    seen = json.dumps([spec.model_node, model_args, spec.loss, loss_args, shape, spec.step, spec.synthetic,
+    seen = json.dumps([spec.model_node, args["model"], spec.loss, args["loss"], shape, spec.step, spec.synthetic,
                        spec.num_classes, spec.val_step, bool(cfg.val.every_n_steps)], default=str)
     if seen in _BUILT:  # the rungs of a sweep: one build each for what they change of the model
         return
     from harness.workload.step import on_meta  # torch: only for a model of the user's
 
-    objects = resolve(cfg, model_args, loss_args, shape)
+    objects = resolve(cfg, args, shape, fns)
     for note in on_meta.check(objects):
         print(f"note: {display_name(spec.name, spec.model_node)}: {note}", file=sys.stderr)
     _BUILT.add(seen)
@@ -59,9 +61,10 @@ class OnMeta:
     batch: Any  # the batch the child is handed, on the meta device; None where the parent cannot know it
 
 
-def resolve(cfg, model_args: dict[str, Any], loss_args: dict[str, Any], shape: list[int]) -> OnMeta:
+def resolve(cfg, args: dict[str, dict[str, Any]], shape: list[int], fns: Functions) -> OnMeta:
     """Every object of ``cfg``'s workload the checks look at, built once and in one pass, on the meta device: the
-    model and the loss with the arguments they are handed (ValueError with one line for a constructor that fails or
+    model, the loss and the dataset with the arguments they are handed (``args``, by node: ``model``, ``loss``,
+    ``dataset``), its functions looked up once (``fns``; ValueError with one line for a constructor that fails or
     a package it needs that is missing; a LightningModule given as ``model`` refused), the model called once on a
     meta batch of ``shape`` (a package imported on the first call, as MONAI's optional ones; [] for a workload's own
     dataset: not called), the step and validation step its adapter makes for it, and the batch (synthetic, or the
@@ -72,7 +75,7 @@ def resolve(cfg, model_args: dict[str, Any], loss_args: dict[str, Any], shape: l
     spec, synthetic = cfg.workload, _meta_batch(cfg)
     where = "workload.lightning_module" if spec.lightning_module is not None else "workload.model"
     built = {what: _build_on_meta(what, node, args) for what, node, args in
-             ((where, spec.model_node, model_args), ("workload.loss", spec.loss, loss_args)) if node is not None}
+             ((where, spec.model_node, args["model"]), ("workload.loss", spec.loss, args["loss"])) if node is not None}
     model, target = built.get(where), target_of(spec.model_node)
     loss = built["workload.loss"] if spec.loss is not None else build.default_loss(spec)
     if spec.lightning_module is None:
@@ -81,15 +84,15 @@ def resolve(cfg, model_args: dict[str, Any], loss_args: dict[str, Any], shape: l
         return OnMeta(spec, None, loss, None, None, None)
     if shape:
         _forward_on_meta(model, shape, target)
-    own = adapters.own_step(spec, model, with_data=False, loss_fn=loss)
-    val = validation.val_step_of(spec, model, own, with_data=False) if cfg.val.every_n_steps else None
+    own, val = adapters.steps_of(spec, model, fns, bool(cfg.val.every_n_steps), with_data=False, loss_fn=loss)
     if val is not None and validation.has_own_val_data(spec, model, own):
         val = None  # a LightningModule's pass over its own val_dataloader() is the child's to run
     batch = synthetic
     if own is not None and own.lightning and lightning.overrides(type(model), "train_dataloader"):
         batch = None  # its batches come from its own data, which only the child builds
     elif batch is None and own is None and spec.dataset is not None:
-        batch = first_item.first_batch(cfg)  # the default step's batch, from the dataset's first item
+        # the default step's batch, from the dataset's first item
+        batch = first_item.first_batch(cfg, args["dataset"], fns.collate)
     return OnMeta(spec, model, loss, own, val, batch)
 
 

@@ -11,7 +11,6 @@ from harness.run.parent import env as env_mod
 from harness.run.parent.isolate import ProgressFn, execute_asked
 from harness.records.sinks import Pipeline
 from harness.store import RunRecord
-from harness.store import check_writable
 from harness.workload import applicability, datasets, first_item
 from harness.run.parent import rendezvous, torch_facts
 
@@ -52,13 +51,13 @@ def environment_key(device: str) -> str:
     return env_key(env_mod.collect(device, git=False), device)
 
 
-def ready(settings: config_mod.RunConfig, log=print) -> config_mod.RunConfig:
-    """Before measuring anything: the settings resolved for this machine, a results folder that takes
-    records, and the on-disk dataset built (ValueError or OSError naming what is wrong)."""
+def ready(settings: config_mod.RunConfig, log=print) -> tuple[config_mod.RunConfig, tuple[dict, str]]:
+    """Before measuring anything (the caller has checked that its results folder takes records): the settings
+    resolved for this machine, the on-disk dataset built, and the environment the records carry (its fields and
+    ``env_key``, :func:`environment`). ValueError or OSError naming what is wrong."""
     resolved = resolve(settings, Machine.detect())
-    check_writable(resolved.results_dir)
     prepare_data(resolved, log)
-    return resolved
+    return resolved, environment(resolved.device)
 
 
 def prepare_data(resolved: config_mod.RunConfig, log=print) -> None:

@@ -9,11 +9,11 @@ the default, which applies to every workload.
 
 from __future__ import annotations
 
-from harness.config.targets import function_of
+from harness.names import target_of
 from harness.registry import unknown_choice
 from harness.workload.step.default import DefaultStep
 from harness.workload.step.huggingface import HuggingFace
-from harness.workload.step.interface import Counts, OwnStep, StepAdapter
+from harness.workload.step.interface import Counts, OwnStep, StepAdapter, ValStep, without_index
 from harness.workload.step.lightning import Lightning
 from harness.workload.step.user_step import UserStep
 
@@ -46,15 +46,24 @@ def chosen(spec, model) -> StepAdapter:
     return next(adapter for adapter in ADAPTERS.values() if adapter.applies(spec, model))
 
 
-def own_step(spec, model, with_data: bool = True, loss_fn=None) -> OwnStep | None:
-    """The step ``spec`` names for ``model`` (built, before any wrapper), made by its adapter; None for the default
-    step (or, with a ``samples``/``units`` hook, the default step on the batch as the hooks see it). ``with_data``:
-    a LightningModule's own data is built too (not in the parent's check on the meta device)."""
-    own = chosen(spec, model).build(spec, model, with_data=with_data, loss_fn=loss_fn)
-    if own is not None and (spec.samples is not None or spec.units is not None):
-        own.counts = Counts(samples=function_of(spec.samples) if spec.samples is not None else None,
-                            units=function_of(spec.units) if spec.units is not None else None)
-    return own
+def steps_of(spec, model, fns, validates: bool, with_data: bool = True,
+             loss_fn=None) -> tuple[OwnStep | None, ValStep | None]:
+    """The step ``spec`` names for ``model`` (built, before any wrapper) and, when the run ``validates``
+    (``val.every_n_steps``), its validation step, both made by the one adapter :func:`chosen` from the workload's
+    functions ``fns`` (``harness.config.targets.Functions``, looked up once). The step: None for the default step
+    (or, with a ``samples``/``units`` hook, the default step on the batch as the hooks see it). The validation step:
+    ``workload.val_step`` where it names one, else the adapter's; None for the default step's own pass and for a
+    step of the user's with none. ``with_data``: a LightningModule's own data is built too (not in the parent's
+    check on the meta device; its validation data is the child's to add, ``validation.with_own_val_data``)."""
+    adapter = chosen(spec, model)
+    own = adapter.build(spec, model, fns, with_data=with_data, loss_fn=loss_fn)
+    if own is not None and (fns.samples is not None or fns.units is not None):
+        own.counts = Counts(samples=fns.samples, units=fns.units)
+    if not validates:
+        return own, None
+    if fns.val_step is not None:
+        return own, ValStep(name=f"workload.val_step={target_of(spec.val_step)!r}", call=without_index(fns.val_step))
+    return own, adapter.validation(spec, model, own) if own is not None else None
 
 
 for _adapter in (Lightning(), UserStep(), HuggingFace(), DefaultStep()):

@@ -18,8 +18,8 @@ class DefaultStep:
     def applies(self, spec, model) -> bool:
         return True
 
-    def build(self, spec, model, with_data: bool = True, loss_fn=None) -> OwnStep | None:
-        if spec.samples is None and spec.units is None:
+    def build(self, spec, model, fns, with_data: bool = True, loss_fn=None) -> OwnStep | None:
+        if fns.samples is None and fns.units is None:
             return None
         return OwnStep(name=NAME, call=functools.partial(_default_step, loss_fn), adapter=self.name)
 

@@ -35,7 +35,7 @@ class HuggingFace:
     def applies(self, spec, model) -> bool:
         return is_hugging_face(model)
 
-    def build(self, spec, model, with_data: bool = True, loss_fn=None) -> OwnStep:
+    def build(self, spec, model, fns, with_data: bool = True, loss_fn=None) -> OwnStep:
         return OwnStep(name=f"the Hugging Face model {type(model).__name__} (model(**batch).loss)", call=hf_step,
                        check_batch=hf_batch_check, adapter=self.name)
 

@@ -90,9 +90,10 @@ class StepAdapter(Protocol):
     def applies(self, spec, model) -> bool:
         """Whether this adapter trains ``spec``'s workload on ``model`` (built, before any wrapper)."""
 
-    def build(self, spec, model, with_data: bool = True, loss_fn=None) -> OwnStep | None:
-        """The step, decided once before the loop (None: the default step's fixed path). ``with_data``: a module's
-        own data is built too (not in the parent's check on the meta device)."""
+    def build(self, spec, model, fns, with_data: bool = True, loss_fn=None) -> OwnStep | None:
+        """The step, decided once before the loop (None: the default step's fixed path). ``fns``: the workload's
+        own functions, looked up once (``harness.config.targets.Functions``). ``with_data``: a module's own data is
+        built too (not in the parent's check on the meta device)."""
 
     def validation(self, spec, module, own: OwnStep | None) -> ValStep | None:
         """The step the validation pass calls when the workload names no ``val_step`` (None: it has none)."""

@@ -159,7 +159,7 @@ class Lightning:
     def applies(self, spec, model) -> bool:
         return spec.lightning_module is not None
 
-    def build(self, spec, model, with_data: bool = True, loss_fn=None) -> OwnStep:
+    def build(self, spec, model, fns, with_data: bool = True, loss_fn=None) -> OwnStep:
         name = module_name(spec)
         check_module(model, name)
         warnings.filterwarnings("ignore", message=r"You are trying to `self.log\(\)`")  # no Trainer: log returns

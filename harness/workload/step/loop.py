@@ -18,7 +18,7 @@ from typing import Any, Callable, Iterator
 
 import torch
 
-from harness.config.targets import function_of
+from harness.config.targets import function_of, functions_of
 from harness.workload.applicability import KnobNotApplicable
 from harness.workload.batches import batch_mover, describe, float_leaves
 from harness.workload.build import build_model
@@ -102,7 +102,7 @@ def data_of(cfg, spec, own: OwnStep | None) -> tuple[Any, Any]:
     """The workload's own data for the loader: (a LightningModule's dataset or None, the collate function or None).
     In ``measure.mode=loader`` no model is prepared: a LightningModule is built for its data alone."""
     if own is None and spec.lightning_module is not None and cfg.measure.mode == "loader":
-        own = adapter_named("lightning").build(spec, build_model(cfg))
+        own = adapter_named("lightning").build(spec, build_model(cfg), functions_of(spec))
     return (own.dataset if own is not None else None), collate_of(spec, own)
 
 

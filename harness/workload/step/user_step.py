@@ -3,7 +3,6 @@ step's place. It has no validation step of its own (``workload.val_step`` names 
 
 from __future__ import annotations
 
-from harness.config.targets import function_of
 from harness.workload.own_knobs import own_step_name
 from harness.workload.step.interface import OwnStep, ValStep
 
@@ -14,8 +13,8 @@ class UserStep:
     def applies(self, spec, model) -> bool:
         return spec.step is not None
 
-    def build(self, spec, model, with_data: bool = True, loss_fn=None) -> OwnStep:
-        return OwnStep(name=own_step_name(spec), call=function_of(spec.step), adapter=self.name)
+    def build(self, spec, model, fns, with_data: bool = True, loss_fn=None) -> OwnStep:
+        return OwnStep(name=own_step_name(spec), call=fns.step, adapter=self.name)
 
     def validation(self, spec, module, own: OwnStep | None) -> ValStep | None:
         return None

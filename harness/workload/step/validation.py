@@ -23,23 +23,17 @@ from typing import Any, Callable
 
 import torch
 
-from harness.config.targets import function_of
-from harness.names import target_of
 from harness.workload.step import lightning
-from harness.workload.step.adapters import adapter_named
-from harness.workload.step.interface import OwnStep, ValCall, ValStep, without_index
+from harness.workload.step.interface import OwnStep, ValCall, ValStep
 from harness.workload.step.loop import collate_of, mover_for
 from harness.workload.step.loss import loss_reader
 
 
-def val_step_of(spec, module, own: OwnStep | None, with_data: bool = True) -> ValStep | None:
-    """The validation step of ``spec`` for ``module`` (built, before any wrapper) trained through ``own``; None for
-    the default step's pass (``own`` None, no ``val_step``) and for a step of the user's with no validation step.
-    ``with_data``: a LightningModule's ``val_dataloader()`` data is built too (not in the parent's meta check)."""
-    val = _val_step(spec, module, own)
-    if val is None or not with_data or not has_own_val_data(spec, module, own):
-        return val
-    val.dataset, val.collate = lightning.module_data(module, lightning.module_name(spec), "val_dataloader")
+def with_own_val_data(val: ValStep, spec, module, fns) -> ValStep:
+    """``val`` given a LightningModule's own ``val_dataloader()`` data (the child's; ``has_own_val_data`` says
+    when), collated by ``workload.collate`` where the workload names one, else by that loader's collate_fn."""
+    val.dataset, collate = lightning.module_data(module, lightning.module_name(spec), "val_dataloader")
+    val.collate = fns.collate if fns.collate is not None else collate
     return val
 
 
@@ -49,20 +43,11 @@ def has_own_val_data(spec, module, own: OwnStep | None) -> bool:
             and lightning.overrides(type(module), "val_dataloader"))
 
 
-def _val_step(spec, module, own: OwnStep | None) -> ValStep | None:
-    """``workload.val_step`` where it names one, else the step's adapter's (the default step's: none, or its
-    counting step)."""
-    if spec.val_step is not None:
-        user = function_of(spec.val_step)
-        return ValStep(name=f"workload.val_step={target_of(spec.val_step)!r}", call=without_index(user))
-    return adapter_named(own.adapter if own is not None else "default").validation(spec, module, own)
-
-
 def val_data(spec, own: OwnStep | None, val: ValStep) -> tuple[Any, Any]:
     """The validation loader's own data: (the module's validation dataset, else its training one, else None; the
     collate function: ``workload.collate``, else that loader's, else None)."""
     if val.dataset is not None:
-        return val.dataset, (function_of(spec.collate) if spec.collate is not None else val.collate)
+        return val.dataset, val.collate
     return (own.dataset if own is not None else None), collate_of(spec, own)
 
 
