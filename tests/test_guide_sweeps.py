@@ -5,9 +5,13 @@ machine's runs get none."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from harness.analysis.views import epochs
+from harness.config import ladder as ladder_mod
+from harness.config import workload as workloads
 from harness.store import load_runs
 from tests.conftest import harness_cli
 
@@ -51,7 +55,8 @@ def test_the_seresnet_ladder_sweeps_at_the_cpu_size_and_derives_its_epoch_claim_
 @pytest.mark.slow
 def test_the_detr_fast_ladder_sweeps_at_the_cpu_size_with_tf32_first(tmp_path):
     """detr_fast at the CPU size: TF32 first (a CPU has none: its rung says it cannot act), then AMP, channels_last,
-    the batch and the loading group (rungs 5-7) end to end."""
+    the batch and the loading group (rungs 5-7) end to end. The CPU size's DETR is the ladder's smaller one (rungs 2-7
+    run under FP16 autocast, slow kernels on a CPU)."""
     text, rows = _sweep(tmp_path, "detr_fast", "measure.steps=3", "measure.warmup_steps=1")
     changes = list(rows)
     assert changes[1:4] == ["tf32=true", "precision=16-mixed", "channels_last=true"]
@@ -59,3 +64,16 @@ def test_the_detr_fast_ladder_sweeps_at_the_cpu_size_with_tf32_first(tmp_path):
     for change in ("batch_size=3", "data.num_workers=12", "data.prefetch_factor=6", "data.persistent_workers=true"):
         assert rows[change]["status"].startswith("ok"), (change, rows[change]["status"])
     assert "Rungs 5-7 together" in text
+    models = load_runs(tmp_path / "results")["config_json"].map(lambda c: json.loads(c)["workload"]["model"])
+    assert all(m["backbone"] == "resnet18" and m["num_decoder_layers"] == 1 for m in models)
+
+
+def test_the_detr_fast_ladder_runs_the_guides_detr_at_the_full_size_and_a_smaller_one_at_the_cpu_size():
+    lad = ladder_mod.load("detr_fast")
+    full, smoke = lad.settings(0, "full"), lad.settings(0, "smoke")
+    assert {k: full[k] for k in full if k.startswith("workload.model.")} == {
+        "workload.model.backbone": "resnet50", "workload.model.num_encoder_layers": 6,
+        "workload.model.num_decoder_layers": 6, "workload.model.dim_feedforward": 2048}
+    assert workloads.builtin("detr").model == {**workloads.builtin("detr").model, **{
+        k.removeprefix("workload.model."): v for k, v in full.items() if k.startswith("workload.model.")}}
+    assert smoke["workload.model.backbone"] == "resnet18" and smoke["workload.model.num_encoder_layers"] == 1
