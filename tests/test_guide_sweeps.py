@@ -33,11 +33,12 @@ def _sweep(tmp_path, ladder: str, *settings: str) -> tuple[str, dict[str, dict[s
 
 @pytest.mark.slow
 def test_the_seresnet_ladder_sweeps_at_the_cpu_size_and_derives_its_epoch_claim_with_the_evaluation_starts(tmp_path):
-    """seresnet at the CPU size (the 1D model; the 2D one is the full size's): rung 3's persistent workers are judged
-    at the guide's epoch of 10,000 samples, from the training loader's epoch starts and the evaluation loader's
-    (2 workers from rung 2, started every pass until rung 3 keeps them). A window of 9 steps after one warm-up step
-    holds one whole epoch of 5 (the derivation needs one) and two evaluation passes."""
-    _, rows = _sweep(tmp_path, "seresnet", "measure.steps=9", "measure.warmup_steps=1")
+    """seresnet at the CPU size (the 1D model on 0.5 s clips; the 2D one is the full size's): rung 3's persistent
+    workers are judged at the guide's epoch of 10,000 samples, from the training loader's epoch starts and the
+    evaluation loader's (2 workers from rung 2, started every pass until rung 3 keeps them). A window of 9 steps after
+    one warm-up step holds one whole epoch of 5 (the derivation needs one) and two evaluation passes."""
+    text, rows = _sweep(tmp_path, "seresnet", "measure.steps=9", "measure.warmup_steps=1")
+    assert "Rungs 1-8 together" in text  # the guide's total: a group of its rungs
     persistent = rows["data.persistent_workers=true"]
     assert persistent["guide claims"] == "1.15-1.2x (per epoch of 10,000 samples)"
     assert rows["precision=16-mixed"]["guide claims"] == "2-3x"
