@@ -40,6 +40,7 @@ MEAN = (0.485, 0.456, 0.406)
 STD = (0.229, 0.224, 0.225)
 BLUR_SIZES = (3, 5, 7, 9)  # the motion blur's line length, drawn per item (odd, as albumentations' blur_limit)
 JPEG_QUALITY = 95  # the backgrounds' encoding: a photo's JPEG, decoded per item
+BACKBONES = ("resnet18", "resnet34", "resnet50", "resnet101")  # the torchvision ResNets DETR's trunk may be
 
 # OpenCV's own thread pool off (0: its functions run on the calling thread), in this process and in the loader
 # workers that import or inherit this module: each worker is already one of num_workers processes sharing the CPUs,
@@ -60,17 +61,19 @@ class MLP(nn.Module):
 
 
 class DETR(nn.Module):
-    """ResNet-50 (weights=None) -> 1x1 projection to d_model -> nn.Transformer with learned positions and queries."""
+    """ResNet-50 (weights=None) -> 1x1 projection to d_model -> nn.Transformer with learned positions and queries.
+    ``backbone`` names another torchvision ResNet (a smaller model for a CPU's size of a ladder; DETR's is
+    ResNet-50)."""
 
     def __init__(self, num_classes: int = 2, num_queries: int = 100, d_model: int = 256, nhead: int = 8,
                  num_encoder_layers: int = 6, num_decoder_layers: int = 6, dim_feedforward: int = 2048,
-                 dropout: float = 0.1):
+                 dropout: float = 0.1, backbone: str = "resnet50"):
         super().__init__()
-        from torchvision.models import resnet50
-
-        trunk = resnet50(weights=None)
-        self.backbone = nn.Sequential(*list(trunk.children())[:-2])  # stride 32, 2048 channels
-        self.input_proj = nn.Conv2d(2048, d_model, kernel_size=1)
+        if backbone not in BACKBONES:
+            raise ValueError(f"DETR backbone={backbone!r} is not one of {', '.join(BACKBONES)}")
+        trunk = getattr(torchvision.models, backbone)(weights=None)
+        self.backbone = nn.Sequential(*list(trunk.children())[:-2])  # stride 32, 2048 channels (ResNet-50)
+        self.input_proj = nn.Conv2d(trunk.fc.in_features, d_model, kernel_size=1)
         self.transformer = nn.Transformer(d_model, nhead, num_encoder_layers, num_decoder_layers, dim_feedforward,
                                           dropout, batch_first=True)
         self.query_pos = nn.Parameter(torch.rand(num_queries, d_model))
