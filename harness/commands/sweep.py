@@ -253,7 +253,8 @@ class RungLines:
     def on(self, event: Event) -> None:
         turn = event.turn
         if event.kind == "started":
-            note = f" (without the changes of rungs {sorted(event.dropped)}, which did not run ok)" if event.dropped else ""
+            dropped = sorted(event.dropped)
+            note = f" (without the changes of rungs {dropped}, which did not run ok)" if dropped else ""
             self._open(f"{escape(turn.label)} {turn.rung.change(event.cfg.size) or 'baseline'}{note}")
         elif event.kind == "progress" and self.progress is not None:
             self.progress.update(event.info, event.elapsed)
