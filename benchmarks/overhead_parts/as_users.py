@@ -7,9 +7,9 @@
 Each round runs the harness and ``benchmarks/user_script.py`` (a training script that imports nothing of the
 harness) with the same model, batch, optimizer and step counts, one after the other, each a fresh process on every
 CPU, in ABBA order (harness first in odd rounds, the script first in even ones), so a drift of the machine over a
-round favours neither. A round's ratio is harness samples/s over the script's. Printed: every round (with the script's minor page faults a
-timed step, which say the state of its heap whatever the load), the median
-ratio with a 95% bootstrap band of the median (rounds resampled), and the sign count (rounds below 1 of all).
+round favours neither. A round's ratio is harness samples/s over the script's. Printed: every round (with the
+script's minor page faults a timed step, which say the state of its heap whatever the load), the median ratio with a
+95% bootstrap band of the median (rounds resampled), and the sign count (rounds below 1 of all).
 
 ``--mode`` is the harness's ``measure.mode`` and the script's: ``model`` (one batch kept in memory) or ``train`` (a
 batch from the loader every step). ``--data synthetic`` gives the script the harness's own data (its synthetic
