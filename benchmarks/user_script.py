@@ -8,7 +8,9 @@ It imports torch and the model's own library (torchvision or MONAI) and nothing 
 ``--data synthetic``, the numpy function that draws the harness's synthetic volumes: the same model, batch,
 optimizer and loss that ``python -m harness run`` measures with the settings in ``HARNESS_SETTINGS``, the loss read
 at step 0 and every 10 steps (the harness's default logging), and its throughput printed as the samples of the timed
-steps over the sum of their times (the window, as the harness reports it). The last line of stdout is JSON.
+steps over the sum of their times (the window, as the harness reports it). The last line of stdout is JSON, with the
+minor page faults a timed step took (``minor_faults_per_step``, ``getrusage`` across the timed steps): a count that
+does not depend on the machine's load, which says which state glibc's heap is in (docs/measuring.md).
 
 * ``--data random`` (the default): one batch of random numbers, int64 labels; with ``--labels uint8`` (a 3D label
   map only) the labels are uint8, as the harness's own label maps are: the plain script of the full-size unet3d
@@ -31,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import resource
 import time
 
 import numpy as np
@@ -171,11 +174,15 @@ def train_step(model, loss_fn, optimizer, i: int, x, y) -> None:
         loss.item()
 
 
-def timed_steps(model, loss_fn, optimizer, batches, warmup: int, steps: int, step_fn: bool) -> tuple[list[float], int]:
-    """The steps' times after the warm-up, and a batch's samples: each step written inline in the loop (``loss``
-    kept until the next step's forward replaces it), or a call of :func:`train_step`."""
-    step_s = []
+def timed_steps(model, loss_fn, optimizer, batches, warmup: int, steps: int,
+                step_fn: bool) -> tuple[list[float], int, int]:
+    """The steps' times after the warm-up, a batch's samples, and the minor page faults of the timed steps: each step
+    written inline in the loop (``loss`` kept until the next step's forward replaces it), or a call of
+    :func:`train_step`."""
+    step_s, faults = [], 0
     for i in range(warmup + steps):
+        if i == warmup:
+            faults = -resource.getrusage(resource.RUSAGE_SELF).ru_minflt
         start = time.perf_counter()
         x, y = next(batches)
         if step_fn:
@@ -189,7 +196,7 @@ def timed_steps(model, loss_fn, optimizer, batches, warmup: int, steps: int, ste
                 loss.item()
         if i >= warmup:
             step_s.append(time.perf_counter() - start)
-    return step_s, x.shape[0]
+    return step_s, x.shape[0], faults + resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 
 
 def main() -> None:
@@ -225,8 +232,9 @@ def main() -> None:
         if args.mode == "model":
             batch = next(batches)
             batches = iter(lambda: batch, None)
-    step_s, samples = timed_steps(model, loss_fn, optimizer, batches, args.warmup, args.steps, args.step_fn)
-    print(json.dumps({"samples_per_s": len(step_s) * samples / sum(step_s), "steps": len(step_s)}))
+    step_s, samples, faults = timed_steps(model, loss_fn, optimizer, batches, args.warmup, args.steps, args.step_fn)
+    print(json.dumps({"samples_per_s": len(step_s) * samples / sum(step_s), "steps": len(step_s),
+                      "minor_faults_per_step": faults / max(len(step_s), 1)}))
 
 
 if __name__ == "__main__":

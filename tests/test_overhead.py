@@ -288,11 +288,32 @@ def test_the_user_scripts_step_as_a_function_lets_its_graph_go_and_the_inline_lo
         return _KeepToken.apply(torch.nn.functional.cross_entropy(out, y), token)
 
     batch = (torch.randn(3, 4), torch.tensor([0, 1, 0]))
-    times, samples = user_script.timed_steps(model, loss_fn, torch.optim.SGD(model.parameters(), lr=0.1),
-                                             iter(lambda: batch, None), 2, 3, step_fn)
+    times, samples, _ = user_script.timed_steps(model, loss_fn, torch.optim.SGD(model.parameters(), lr=0.1),
+                                                iter(lambda: batch, None), 2, 3, step_fn)
     assert len(times) == 3 and samples == 3 and alive == [held] * 4
     assert as_users.script_options("model", "random", False, "uint8", ["unet3d-full"], step_fn)[-1:] == (
         ("--step-fn",) if step_fn else ("uint8",))
+
+
+def test_the_user_script_counts_the_page_faults_of_its_timed_steps_only():
+    import mmap
+
+    model, pages = torch.nn.Linear(4, 2), 1024
+    steps = []
+
+    def loss_fn(out, y):  # each timed step maps 4 MiB afresh and writes every page: at least one fault a page
+        steps.append(None)
+        if len(steps) > 2:
+            fresh = mmap.mmap(-1, pages * mmap.PAGESIZE)
+            for page in range(pages):
+                fresh[page * mmap.PAGESIZE] = 1
+            fresh.close()
+        return torch.nn.functional.cross_entropy(out, y)
+
+    batch = (torch.randn(3, 4), torch.tensor([0, 1, 0]))
+    _, _, faults = user_script.timed_steps(model, loss_fn, torch.optim.SGD(model.parameters(), lr=0.1),
+                                           iter(lambda: batch, None), 2, 3, True)
+    assert 3 * pages <= faults < 3 * pages + 2000  # the warm-up's steps are not counted, the timed ones are
 
 
 def test_the_user_scripts_random_label_map_takes_the_dtype_asked_for():

@@ -7,8 +7,9 @@
 Each round runs the harness and ``benchmarks/user_script.py`` (a training script that imports nothing of the
 harness) with the same model, batch, optimizer and step counts, one after the other, each a fresh process on every
 CPU, in ABBA order (harness first in odd rounds, the script first in even ones), so a drift of the machine over a
-round favours neither. A round's ratio is harness samples/s over the script's. Printed: every round, the median
-ratio with a 95% bootstrap band of the median (rounds resampled), and the sign count (rounds below 1 of all).
+round favours neither. A round's ratio is harness samples/s over the script's. Printed: every round (with the
+script's minor page faults a timed step, which say the state of its heap whatever the load), the median ratio with a
+95% bootstrap band of the median (rounds resampled), and the sign count (rounds below 1 of all).
 
 ``--mode`` is the harness's ``measure.mode`` and the script's: ``model`` (one batch kept in memory) or ``train`` (a
 batch from the loader every step). ``--data synthetic`` gives the script the harness's own data (its synthetic
@@ -72,9 +73,10 @@ def harness_side(workload: str, steps: int, warmup: int, results: Path, env: dic
 
 
 def script_side(workload: str, steps: int, warmup: int, env: dict,
-                script_args: tuple[str, ...] = ()) -> tuple[float, float]:
-    """samples/s of the user's own script (``script_args``: its --mode, --data, --labels, --flops), and the share of
-    the CPUs other processes used while it ran (:func:`others_pct`)."""
+                script_args: tuple[str, ...] = ()) -> tuple[float, float, float]:
+    """samples/s of the user's own script (``script_args``: its --mode, --data, --labels, --flops), the share of
+    the CPUs other processes used while it ran (:func:`others_pct`), and its minor page faults a timed step (which
+    state glibc's heap was in: a count the load does not change)."""
     before = _clocks()
     done = subprocess.run([sys.executable, str(REPO / "benchmarks" / "user_script.py"), workload, "--steps",
                            str(steps), "--warmup", str(warmup), *script_args], cwd=REPO, capture_output=True,
@@ -82,7 +84,8 @@ def script_side(workload: str, steps: int, warmup: int, env: dict,
     after = _clocks()
     if done.returncode != 0:
         sys.exit(f"the user script failed (exit {done.returncode}):\n{done.stderr[-2000:]}")
-    return float(json.loads(done.stdout.strip().splitlines()[-1])["samples_per_s"]), others_pct(before, after)
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    return float(out["samples_per_s"]), others_pct(before, after), float(out.get("minor_faults_per_step", math.nan))
 
 
 def _clocks() -> tuple[float, float, float]:
@@ -160,15 +163,16 @@ def as_users(workloads: list[str], rounds: int, steps: int, warmup: int, env: di
                 results = Path(tmp) / f"{workload}-{r}"
                 if r % 2 == 0:
                     ours, our_others = harness_side(workload, steps, warmup, results, env, mode)
-                    theirs, their_others = script_side(workload, steps, warmup, env, options)
+                    theirs, their_others, faults = script_side(workload, steps, warmup, env, options)
                 else:
-                    theirs, their_others = script_side(workload, steps, warmup, env, options)
+                    theirs, their_others, faults = script_side(workload, steps, warmup, env, options)
                     ours, our_others = harness_side(workload, steps, warmup, results, env, mode)
                 busy = max(our_others, their_others) > BUSY_PCT
                 rows[workload].append((ours / theirs, busy))
                 order = "harness first" if r % 2 == 0 else "script first"
                 print(f"round {r + 1:2d} {workload:11s} harness {ours:8.2f} samples/s, script {theirs:8.2f} "
-                      f"samples/s, ratio {ours / theirs:.3f} ({order}; others {our_others:.0f}% / "
+                      f"samples/s ({faults:.0f} page faults a step), ratio {ours / theirs:.3f} ({order}; others "
+                      f"{our_others:.0f}% / "
                       f"{their_others:.0f}% of the CPUs{': busy, left out' if busy else ''})", flush=True)
             if r == 0 and rounds > 1:
                 took = time.monotonic() - began
