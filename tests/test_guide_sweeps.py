@@ -79,3 +79,23 @@ def test_the_detr_fast_ladder_runs_the_guides_detr_at_the_full_size_and_a_smalle
     assert workloads.builtin("detr").model == {**workloads.builtin("detr").model, **{
         k.removeprefix("workload.model."): v for k, v in full.items() if k.startswith("workload.model.")}}
     assert smoke["workload.model.backbone"] == "resnet18" and smoke["workload.model.num_encoder_layers"] == 1
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("ladder, claims", [
+    ("connectomics_quick", {"precision=bf16-mixed": "2-3x", "model.width=0.5": "2x"}),
+    ("connectomics_fastest", {"model.width=0.5": "2-4x", "batch_size=8": "1.3-1.5x"}),
+    ("a100_volume", {"batch_size=2": "2x", "data.num_workers=4": "2-3x"}),
+])
+def test_the_round_four_ladders_sweep_whole_at_the_cpu_size(tmp_path, ladder, claims):
+    """The connectomics ladders from visualisation at the epoch's end (the framework's default; the last rung turns it
+    off), and the A100 plan from its spawned, storage-bound start: every rung runs ok at the CPU size, each claim on
+    its rung, the total on the whole ladder. No timing or verdict is asserted: a busy machine's runs get none."""
+    text, rows = _sweep(tmp_path, ladder, "measure.steps=4", "measure.warmup_steps=1")
+    for change, row in rows.items():
+        assert row["status"].startswith("ok"), (change, row["status"])
+    for change, claim in claims.items():
+        assert rows[change]["guide claims"].startswith(claim), (change, rows[change]["guide claims"])
+    assert len(rows) == len(ladder_mod.load(ladder).rungs)  # the baseline (rung 0) and every rung
+    runs = load_runs(tmp_path / "results")
+    assert set(runs["status"]) == {"ok"}
