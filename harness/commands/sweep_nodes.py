@@ -21,7 +21,7 @@ from harness.run.parent import rendezvous, runner
 from harness.store import new_id
 from harness.sweeps import nodes
 from harness.sweeps import rungs as sweep_mod
-from harness.workload import preflight
+from harness.workload import datasets, preflight
 
 
 def main(plan, run_sweep: Callable[..., int]) -> int:
@@ -105,7 +105,7 @@ class _Runs:
             return
         cfg, device = dataclasses.replace(run.cfg, results_dir=self.results_dir), run.cfg.device
         try:
-            runner.prepare_data(cfg, console.print)
+            datasets.prepare(cfg, console.print)
             if device not in self.environments:
                 self.environments[device] = runner.environment(device)
             env, key = self.environments[device]

@@ -30,7 +30,7 @@ from harness.run.parent import runner
 from harness.session import runner as session_runner
 from harness.sweeps import nodes
 from harness.store import RunRecord, load_records, load_runs, records_from_frame
-from harness.workload import applicability, first_item
+from harness.workload import applicability, datasets, first_item
 from harness.profiles import summary_from_json
 
 
@@ -117,7 +117,7 @@ def preflight(ctx: SweepContext, machine: runner.Machine) -> list[config_mod.Run
             what = f"rung {r.index} ({r.change('smoke') or 'baseline'})"
             raise ValueError(f"ladder {ctx.ladder.name!r} {what} does not fit these settings: {exc}") from exc
     for cfg in configs:
-        runner.prepare_data(cfg)
+        datasets.prepare(cfg)
     return configs
 
 

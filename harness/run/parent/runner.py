@@ -56,17 +56,9 @@ def ready(settings: config_mod.RunConfig, log=print) -> tuple[config_mod.RunConf
     resolved for this machine, the on-disk dataset built, and the environment the records carry (its fields and
     ``env_key``, :func:`environment`). ValueError or OSError naming what is wrong."""
     resolved = resolve(settings, Machine.detect())
-    prepare_data(resolved, log)
-    return resolved, environment(resolved.device)
-
-
-def prepare_data(resolved: config_mod.RunConfig, log=print) -> None:
-    """Build (once) or repair the on-disk dataset a config reads, before anything is timed."""
-    if resolved.data.source != "disk":
-        return
-
-    spec = datasets.spec_for(resolved, resolved.workload)
-    datasets.ensure(spec, datasets.cache_root(resolved), log)
+    found = environment(resolved.device)
+    datasets.prepare(resolved, log)
+    return resolved, found
 
 
 def run_and_store(resolved: config_mod.RunConfig, env: dict, env_key: str, on_progress: ProgressFn | None = None,
