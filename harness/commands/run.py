@@ -11,7 +11,7 @@ from pathlib import Path
 
 from harness import config as config_mod
 from harness.commands import exit_codes, hydra_edge
-from harness.run.parent import launcher, rendezvous, runner
+from harness.run.parent import env as env_mod, launcher, rendezvous, runner
 from harness.commands.console import console, refuse, run_summary
 from harness.commands.progress import RunProgress
 from harness.store import check_writable
@@ -57,7 +57,7 @@ def task(cfg) -> int:
         datasets.prepare(resolved, console.print)
     except (OSError, ValueError) as exc:
         return refuse(exc)
-    env, key = runner.environment(resolved.device)
+    env, key = env_mod.environment(resolved.device)
     with RunProgress(console, display_name(resolved.workload.name, resolved.workload.model_node)) as progress:
         record = runner.run_and_store(resolved, env, key, progress.update)
     console.print(run_summary(record))
