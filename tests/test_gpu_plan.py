@@ -126,7 +126,7 @@ def test_a_guide_total_part_alternates_its_two_ends_round_after_round(tmp_path, 
     the guide's at once (no rung between was measured), all in one sweep, from one warm launcher (a faked runner)."""
     import contextlib
 
-    from harness.run.parent import launcher, runner
+    from harness.run.parent import launcher
     from harness.workload import datasets
     from harness.store import RunRecord
     from harness.sweeps import rungs as sweep_mod
