@@ -33,6 +33,7 @@ from harness.run.child.stopping import QUEUE_MAX_STEPS as _QUEUE_MAX_STEPS
 from harness.run.parent import env, fingerprint, launcher, runner
 from harness.store import RunRecord, read, write
 from harness.sweeps import rungs as sweep_mod
+from harness.workload import datasets
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -168,7 +169,7 @@ class Sweep:
         would copy it. A turn ``keep(rung, round)`` says the sweep has is not measured again."""
         machine = runner.Machine.detect()
         for index in dict.fromkeys(index for index, _ in turns):  # datasets before anything is timed
-            runner.prepare_data(sweep_mod.rung_config(self._context, index, machine))
+            datasets.prepare(sweep_mod.rung_config(self._context, index, machine))
         with launcher.warm():  # the launch path `harness sweep` takes: each run forked from one warm process
             for index, round_ in turns:
                 if keep is not None and keep(index, round_):

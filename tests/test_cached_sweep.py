@@ -14,6 +14,7 @@ from harness import config as config_mod
 from harness.commands import hydra_edge
 from harness.config import ladder as ladder_mod
 from harness.run.parent import runner
+from harness.run.parent import env as env_mod
 from harness.store import RunRecord, write_record
 from harness.sweeps import rungs
 from tests.conftest import REPO
@@ -35,7 +36,7 @@ def _earlier_sweep(results) -> None:
     for round_ in range(2):
         for rung in ladder.rungs:
             cfg = rungs.rung_config(ctx, rung.index, runner.Machine(cuda_available=False), round_=round_)
-            _env, key = runner.environment(cfg.device)
+            _env, key = env_mod.environment(cfg.device)
             speed = (10.0 + 3 * rung.index) * (1 + 0.01 * round_)
             write_record(RunRecord(
                 run_id=f"earlier-{rung.index}-{round_}", status="ok", timestamp="2026-01-01T00:00:00+0000",

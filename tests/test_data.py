@@ -130,12 +130,13 @@ def test_model_mode_never_waits_for_data(monkeypatch):
 
 def test_per_worker_memory_is_reported(results):
     from harness.run.parent import runner
+    from harness.run.parent import env as env_mod
 
     # The parent samples from outside every sample_interval_s; the steps' sleep keeps the workers alive
     # for several periods, however fast or slow the machine is.
     cfg = tiny_model_config(results_dir=str(results), data__num_workers=2, data__persistent_workers=True,
                             debug__slowdown_ms=400, measure__sample_interval_s=0.1)
-    env, key = runner.environment(cfg.device)
+    env, key = env_mod.environment(cfg.device)
     record = runner.run_and_store(cfg, env, key)
     assert record.status == "ok", record.error
     # each loader process seen is listed (a worker the loader replaced is a process of its own): at least the two

@@ -22,6 +22,7 @@ from harness import config as config_mod
 from harness.analysis.views import render
 from harness.analysis.views import table as table_mod
 from harness.run.parent import launch, processes, runner
+from harness.run.parent import env as env_mod
 from harness.run.parent import watch as child_watch
 from harness.run import monitor
 from harness.run.child import ranks
@@ -256,7 +257,7 @@ def _run(results, **overrides) -> tuple[RunRecord, list[psutil.Process], int]:
     """The record of a real run (of the tiny model: the ranks' processes are tested, not a model), the processes seen
     under this test while it ran, and how many were ranks."""
     cfg = tiny_model_config(results_dir=str(results), **overrides)
-    env, key = runner.environment(cfg.device)
+    env, key = env_mod.environment(cfg.device)
     watch = _Watch()
     watch.start()
     try:

@@ -47,6 +47,8 @@ def test_a_large_model_on_in_memory_data_is_compute_bound(results):
 @pytest.mark.slow
 def test_a_worker_takes_data_wait_off_a_data_bound_loop(results):
     from harness.run.parent import runner
+    from harness.run.parent import env as env_mod
+    from harness.workload import datasets
     from tests.conftest import tiny_config
 
     waits = {}
@@ -54,8 +56,8 @@ def test_a_worker_takes_data_wait_off_a_data_bound_loop(results):
         cfg = tiny_config(data__source="disk", data__cache="none", data__augment="heavy", model__width=0.5,
                           data__num_workers=workers, measure__steps=8, measure__warmup_steps=2,
                           results_dir=str(results))
-        runner.prepare_data(cfg, log=lambda *_: None)
-        env, key = runner.environment(cfg.device)
+        datasets.prepare(cfg, log=lambda *_: None)
+        env, key = env_mod.environment(cfg.device)
         record = runner.run_and_store(cfg, env, key)
         assert record.status == "ok", record.error
         waits[workers] = record.data_wait_frac

@@ -7,16 +7,15 @@ import subprocess
 import sys
 
 from harness.run.parent import env as env_mod
-from harness.run.parent import runner
 
 
 def test_the_cache_key_is_the_measured_runs_key_without_the_git_processes(monkeypatch):
-    env, key = runner.environment("cpu")
+    env, key = env_mod.environment("cpu")
     assert {"git_commit", "git_dirty"} <= set(env)
     started = []
     real = subprocess.run
     monkeypatch.setattr(subprocess, "run", lambda *args, **kwargs: started.append(args[0]) or real(*args, **kwargs))
-    assert runner.environment_key("cpu") == key
+    assert env_mod.environment_key("cpu") == key
     assert started == []  # no git: the key does not hash the commit
     assert "git_commit" not in env_mod.collect("cpu", git=False)
 

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from harness.run.parent import launcher, runner
+from harness.run.parent import env as env_mod
 from tests.conftest import REPO
 from tests.test_launcher import _probe_config
 
@@ -90,7 +91,7 @@ def _runs(results, tmp_path, monkeypatch, fake_cuda, init: bool):
         monkeypatch.setenv("FORK_PROBE_DRIVER_INIT", "1")
     monkeypatch.setattr(launcher, "_said", set())
     cfg = _probe_config(results)
-    env, key = runner.environment(cfg.device)
+    env, key = env_mod.environment(cfg.device)
     with launcher.warm() as session:
         records = [runner.run_and_store(cfg, env, key) for _ in range(2)]
         forks = list(session.zygote.forks) if session.zygote is not None else []

@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from harness.run.parent import runner
+from harness.run.parent import env as env_mod
 from harness.workload.flops import peak_flops, peak_row
 from harness.store import load_runs
 from tests.conftest import REPO, tiny_config
@@ -30,7 +31,7 @@ def _run(results, **overrides):
     for key, value in settings.items():
         config_mod.set_key(cfg, key, value)
     resolved = config_mod.resolve(cfg, cuda_available=True)
-    env, key = runner.environment(resolved.device)
+    env, key = env_mod.environment(resolved.device)
     return runner.run_and_store(resolved, env, key)
 
 

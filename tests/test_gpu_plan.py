@@ -126,13 +126,14 @@ def test_a_guide_total_part_alternates_its_two_ends_round_after_round(tmp_path, 
     the guide's at once (no rung between was measured), all in one sweep, from one warm launcher (a faked runner)."""
     import contextlib
 
-    from harness.run.parent import launcher, runner
+    from harness.run.parent import launcher
+    from harness.workload import datasets
     from harness.store import RunRecord
     from harness.sweeps import rungs as sweep_mod
     from scripts import gpu_part
 
     turns, configs = [], {}
-    monkeypatch.setattr(runner, "prepare_data", lambda cfg, log=print: configs.setdefault("prepared", []).append(cfg))
+    monkeypatch.setattr(datasets, "prepare", lambda cfg, log=print: configs.setdefault("prepared", []).append(cfg))
     monkeypatch.setattr(launcher, "warm", contextlib.nullcontext)
 
     def fake_rung(ctx, index, round_, machine):

@@ -510,11 +510,12 @@ def test_a_ladder_part_s_exit_code_follows_the_check_s_rule(tmp_path, monkeypatc
     import contextlib
 
     from harness.run.parent import launcher, runner
+    from harness.workload import datasets
     from harness.sweeps import rungs as sweep_mod
 
     forked = []
     monkeypatch.setattr(runner.Machine, "detect", staticmethod(lambda: None))
-    monkeypatch.setattr(runner, "prepare_data", lambda cfg, log=print: None)
+    monkeypatch.setattr(datasets, "prepare", lambda cfg, log=print: None)
     monkeypatch.setattr(sweep_mod, "rung_config", lambda ctx, index, machine, *a, **k: None)
     monkeypatch.setattr(launcher, "warm", lambda: forked.append(True) or contextlib.nullcontext())
 

@@ -10,6 +10,7 @@ import pytest
 from harness import config as config_mod
 from harness.run.child import channel
 from harness.run.parent import launcher, runner
+from harness.run.parent import env as env_mod
 from harness.run.parent import watch as child_watch
 from harness.run import monitor
 from harness.store import load_runs
@@ -19,7 +20,7 @@ from tests.conftest import tiny_config, tiny_model_config
 def _run(results, **overrides):
     # the tiny model: these tests are about the process around a run, which a built-in only makes slower
     cfg = tiny_model_config(results_dir=str(results), **overrides)
-    env, key = runner.environment(cfg.device)
+    env, key = env_mod.environment(cfg.device)
     return runner.run_and_store(cfg, env, key)
 
 
@@ -72,7 +73,7 @@ def test_every_workload_runs_at_smoke_size(results, workload, request):
         record = records_from_frame(load_runs(request.getfixturevalue("measured_run").results))[0]
     else:
         cfg = tiny_config(workload=workload, results_dir=str(results))
-        record = runner.run_and_store(cfg, *runner.environment(cfg.device))
+        record = runner.run_and_store(cfg, *env_mod.environment(cfg.device))
     assert record.status == "ok", record.error
     assert record.samples_per_s > 0 and record.flops_per_sample > 0
     assert len(record.step_ms) == 3 and record.warmup_steps == 1

@@ -18,6 +18,7 @@ import torch
 from harness import config as config_mod
 from harness.commands import hydra_edge
 from harness.run.parent import launcher, phases, runner
+from harness.run.parent import env as env_mod
 from harness.run.parent import zygote as zygote_mod
 from harness.workload import shared_data
 from tests.conftest import REPO
@@ -36,7 +37,7 @@ def _probe_runs(results, tmp_path, monkeypatch, runs: int = 2, on_progress=None)
     out = tmp_path / "probe.jsonl"
     monkeypatch.setenv("FORK_PROBE_OUT", str(out))
     cfg = _probe_config(results)
-    env, key = runner.environment(cfg.device)
+    env, key = env_mod.environment(cfg.device)
     with launcher.warm() as session:
         records = [runner.run_and_store(cfg, env, key, on_progress and (lambda i, e: on_progress(session, i)))
                    for _ in range(runs)]
@@ -282,7 +283,7 @@ def test_code_edited_or_an_environment_changed_during_a_sweep_starts_a_new_zygot
     since, or a variable changed in the parent, makes a new one start."""
     monkeypatch.setenv("FORK_PROBE_OUT", str(tmp_path / "probe.jsonl"))
     cfg = _probe_config(results)
-    env, key = runner.environment(cfg.device)
+    env, key = env_mod.environment(cfg.device)
     probe = REPO / "tests" / "fork_probe.py"
     with launcher.warm() as session:
         first = [runner.run_and_store(cfg, env, key) for _ in range(2)]  # the second forked once it had learnt
@@ -314,7 +315,7 @@ def test_a_sweep_served_from_the_store_imports_neither_torch_nor_scipy(results):
                              user_keys=frozenset({"measure.steps", "measure.warmup_steps", "results_dir"}))
     for rung in ladder.rungs:  # an earlier sweep's records of these very settings, here and now
         cfg = rungs.rung_config(ctx, rung.index, runner.Machine(cuda_available=False))
-        env, key = runner.environment(cfg.device)
+        env, key = env_mod.environment(cfg.device)
         write_record(RunRecord(run_id=f"earlier-{rung.index}", status="ok", timestamp="2026-01-01T00:00:00+0000",
                                sweep_id="earlier", ladder="phase2", rung=rung.index, workload="unet3d", device="cpu",
                                config_hash=config_mod.config_hash(cfg), env_key=key, samples_per_s=10.0 + rung.index,

@@ -10,6 +10,7 @@ import textwrap
 
 from harness import config as config_mod
 from harness.run.parent import launcher, runner
+from harness.run.parent import env as env_mod
 from tests.conftest import REPO
 from tests.test_launcher import _probe_config
 
@@ -17,7 +18,7 @@ from tests.test_launcher import _probe_config
 def test_every_sweep_of_a_command_forks_from_one_launcher(results, tmp_path, monkeypatch):
     monkeypatch.setenv("FORK_PROBE_OUT", str(tmp_path / "probe.jsonl"))
     cfg = _probe_config(results)
-    env, key = runner.environment(cfg.device)
+    env, key = env_mod.environment(cfg.device)
     records = []
     with launcher.warm() as command:  # a campaign, a climb
         for _ in range(2):  # two sweeps, each opening its session as run_ladder does

@@ -543,6 +543,7 @@ def test_a_profiled_run_measures_what_an_unprofiled_one_does(results):
     noise model's band (runs interleaved, so that the machine's load falls on both alike)."""
     from harness.analysis.stats import noise_model
     from harness.run.parent import runner
+    from harness.run.parent import env as env_mod
     from tests.conftest import tiny_config
 
     rates: dict[bool, list[float]] = {True: [], False: []}
@@ -550,7 +551,7 @@ def test_a_profiled_run_measures_what_an_unprofiled_one_does(results):
         for profiled in (False, True):
             profile = dict(profile__enabled=True, profile__steps=2) if profiled else {}
             cfg = tiny_config(results_dir=str(results), measure__steps=10, measure__warmup_steps=2, **profile)
-            env, key = runner.environment(cfg.device)
+            env, key = env_mod.environment(cfg.device)
             record = runner.run_and_store(cfg, env, key)
             assert record.status == "ok", record.error
             assert bool(record.profile_json) == profiled

@@ -17,6 +17,7 @@ import pytest
 from harness import cli, store
 from harness.analysis.views import table as table_mod
 from harness.run.parent import runner
+from harness.run.parent import env as env_mod
 from harness.store import COPY_COLUMNS, RunRecord, load_runs, store_copy, write_record
 from harness.session.runner import copy_of
 from harness.sweeps import loop
@@ -43,8 +44,8 @@ def measured(tmp_path, monkeypatch) -> FakeMeasure:
     """Sweep "a" of phase2, two rounds, measured (fake runs, real store and cache)."""
     measure = FakeMeasure(CLEAR)
     monkeypatch.setattr(runner, "store_asked", measure)
-    monkeypatch.setattr(runner, "environment", lambda device, git=True: ({}, "env"))
-    monkeypatch.setattr(runner, "environment_key", lambda device: "env")
+    monkeypatch.setattr(env_mod, "environment", lambda device, git=True: ({}, "env"))
+    monkeypatch.setattr(env_mod, "environment_key", lambda device: "env")
     _sweep(tmp_path, "a")
     return measure
 

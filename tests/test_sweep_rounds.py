@@ -250,11 +250,12 @@ def test_a_round_is_copied_whole_from_one_earlier_sweep_or_measured_whole(tmp_pa
     after one of its first two rungs measures its rounds whole; a sweep of phase2 after one of phase2 copies the
     earlier sweep's round whole and measures the round it lacks."""
     from harness.run.parent import runner
+    from harness.run.parent import env as env_mod
 
     measure = FakeMeasure(CLEAR)
     monkeypatch.setattr(runner, "store_asked", measure)
-    monkeypatch.setattr(runner, "environment", lambda device, git=True: ({}, "env"))
-    monkeypatch.setattr(runner, "environment_key", lambda device: "env")
+    monkeypatch.setattr(env_mod, "environment", lambda device, git=True: ({}, "env"))
+    monkeypatch.setattr(env_mod, "environment_key", lambda device: "env")
     machine = runner.Machine(cuda_available=False)
     short = dataclasses.replace(PHASE2, rungs=PHASE2.rungs[:2])
     for sweep_id, ladder, repeats in (("first-two", short, 1), ("a", PHASE2, 1), ("b", PHASE2, 2)):
@@ -272,11 +273,12 @@ def test_a_sweep_of_this_session_lends_its_runs_to_a_round_in_part(tmp_path, fak
     """An interrupted sweep resumed (or a ladder after another) within the session: its runs stand beside fresh ones
     in a round, as the README's resume promises; the rungs it lacks are measured."""
     from harness.run.parent import runner
+    from harness.run.parent import env as env_mod
 
     measure = FakeMeasure(CLEAR, now=True)
     monkeypatch.setattr(runner, "store_asked", measure)
-    monkeypatch.setattr(runner, "environment", lambda device, git=True: ({}, "env"))
-    monkeypatch.setattr(runner, "environment_key", lambda device: "env")
+    monkeypatch.setattr(env_mod, "environment", lambda device, git=True: ({}, "env"))
+    monkeypatch.setattr(env_mod, "environment_key", lambda device: "env")
     short = dataclasses.replace(PHASE2, rungs=PHASE2.rungs[:2])
     for sweep_id, ladder in (("first-two", short), ("a", PHASE2)):
         ctx = rungs_mod.SweepContext(sweep_id=sweep_id, ladder=ladder, settings={"results_dir": str(tmp_path)},

@@ -37,6 +37,7 @@ def run_climb(settings: dict, options: ClimbConfig, started: float, display: Dis
     start, (env, env_key) = prepared.resolved, prepared.environment
     climb_id = new_id("climb-")
     noise = calibration.calibration_now(start.results_dir, env_key, start.workload.name, start.size)
+    spread = noise.describe() if noise.calibrated else "no calibration: the runs' own spread"
     key = resume.climb_key(config_mod.config_hash(start), env_key, options.repeats, options.min_effect, options.knobs)
     earlier = resume.load(start.results_dir, key)
     resumed = resume.describe(earlier, start.results_dir, 60 * options.budget_min) if earlier is not None else ""
@@ -55,7 +56,7 @@ def run_climb(settings: dict, options: ClimbConfig, started: float, display: Dis
     display.say(f"climb {climb_id}: {display_name(start.workload.name, start.workload.model_node)} ({start.size}) on "
                 f"{start.device}, budget {options.budget_min:g} min, {options.repeats} run(s) per side, accept at >= "
                 f"{1 + options.min_effect:.2f}x beyond noise; "
-                + (noise.describe() if noise.calibrated else "no calibration: the runs' own spread"))
+                + spread)
     if resumed:
         display.say(resumed)
     try:

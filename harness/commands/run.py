@@ -11,11 +11,11 @@ from pathlib import Path
 
 from harness import config as config_mod
 from harness.commands import exit_codes, hydra_edge
-from harness.run.parent import launcher, rendezvous, runner
+from harness.run.parent import env as env_mod, launcher, rendezvous, runner
 from harness.commands.console import console, refuse, run_summary
 from harness.commands.progress import RunProgress
 from harness.store import check_writable
-from harness.workload import preflight
+from harness.workload import datasets, preflight
 from harness.names import display_name
 
 
@@ -54,10 +54,10 @@ def task(cfg) -> int:
         session.one_run = True  # (several devices or nodes: torch's launcher starts the ranks, as before)
         session.begin(config_mod.to_dict(resolved) if resolved.devices == 1 and resolved.nodes == 1 else None)
     try:
-        runner.prepare_data(resolved, console.print)
+        datasets.prepare(resolved, console.print)
     except (OSError, ValueError) as exc:
         return refuse(exc)
-    env, key = runner.environment(resolved.device)
+    env, key = env_mod.environment(resolved.device)
     with RunProgress(console, display_name(resolved.workload.name, resolved.workload.model_node)) as progress:
         record = runner.run_and_store(resolved, env, key, progress.update)
     console.print(run_summary(record))

@@ -17,11 +17,11 @@ from rich.markup import escape
 from harness import config as config_mod
 from harness.commands.console import console, refuse
 from harness.commands.progress import RunProgress
-from harness.run.parent import rendezvous, runner
+from harness.run.parent import env as env_mod, rendezvous, runner
 from harness.store import new_id
 from harness.sweeps import nodes
 from harness.sweeps import rungs as sweep_mod
-from harness.workload import preflight
+from harness.workload import datasets, preflight
 
 
 def main(plan, run_sweep: Callable[..., int]) -> int:
@@ -105,9 +105,9 @@ class _Runs:
             return
         cfg, device = dataclasses.replace(run.cfg, results_dir=self.results_dir), run.cfg.device
         try:
-            runner.prepare_data(cfg, console.print)
+            datasets.prepare(cfg, console.print)
             if device not in self.environments:
-                self.environments[device] = runner.environment(device)
+                self.environments[device] = env_mod.environment(device)
             env, key = self.environments[device]
             with RunProgress(console, run.label) as progress:
                 record = runner.run_and_store(cfg, env, key, progress.update)

@@ -232,12 +232,13 @@ def available() -> list[str]:
 
 @functools.lru_cache(maxsize=None)
 def _builtin(name: str) -> WorkloadSpec:
-    check_choice("workload", name, available())
+    """The shipped workload ``name``, a name the caller found in :func:`available`."""
     return parse_spec(yaml.safe_load((WORKLOAD_DIR / f"{name}.yaml").read_text()))
 
 
 def builtin(name: str) -> WorkloadSpec:
     """The shipped workload ``name`` (a fresh copy; did-you-mean ValueError for an unknown name)."""
+    check_choice("workload", name, available())
     return copy.deepcopy(_builtin(name))
 
 

@@ -18,6 +18,7 @@ from typing import Callable
 from harness import config as config_mod
 from harness.records.make import new_run_id
 from harness.records.sinks import Pipeline
+from harness.run.parent import env as env_mod
 from harness.run.parent import runner as parent
 from harness.store import COPY_COLUMNS, RunRecord, check_writable, utc_timestamp
 from harness.workload import applicability, preflight
@@ -81,7 +82,7 @@ def ask(cfg: config_mod.RunConfig, cache: Cache | None = None, environment: tupl
     """The three questions before a run of ``cfg`` (resolved), each asked once. ``environment``: the (fields, key)
     a session collected once for all its runs; else it is collected here, once for this run (without the git
     state, which :func:`act` adds for a run measured). ``have_nodes``: the nodes a sweep across nodes spans."""
-    environment = environment if environment is not None else parent.environment(cfg.device, git=False)
+    environment = environment if environment is not None else env_mod.environment(cfg.device, git=False)
     reason = applicability.skip_reason(cfg, cap_workers_at_cpus=cap_workers_at_cpus, have_nodes=have_nodes)
     original = cache(cfg, environment[1]) if cache is not None and not reason else None
     return Asked(environment[1], reason, original, environment)

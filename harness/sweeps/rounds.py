@@ -25,7 +25,7 @@ from harness.analysis.stats import calibration, noise_model, sequential, sweepst
 from harness.store import load_runs
 from harness.sweeps import budget
 from harness.sweeps import rungs as rungs_mod
-from harness.run.parent import runner
+from harness.run.parent import env as env_mod
 
 
 def clock() -> float:
@@ -118,7 +118,7 @@ def _stored(ctx: rungs_mod.SweepContext) -> noise_model.Noise | None:
 
 def _chosen(ctx: rungs_mod.SweepContext, machine) -> noise_model.Noise:
     cfg = rungs_mod.rung_config(ctx, 0, machine)
-    return calibration.calibration_now(ctx.results_dir, runner.environment_key(cfg.device), cfg.workload.name,
+    return calibration.calibration_now(ctx.results_dir, env_mod.environment_key(cfg.device), cfg.workload.name,
                                        cfg.size)
 
 

@@ -26,11 +26,11 @@ from typing import Any, Callable
 from harness import config as config_mod
 from harness.config import ladder as ladder_mod
 from harness.records.sinks import Pipeline, Sink
-from harness.run.parent import runner
+from harness.run.parent import env as env_mod, runner
 from harness.session import runner as session_runner
 from harness.sweeps import nodes
 from harness.store import RunRecord, load_records, load_runs, records_from_frame
-from harness.workload import applicability, first_item
+from harness.workload import applicability, datasets, first_item
 from harness.profiles import summary_from_json
 
 
@@ -117,7 +117,7 @@ def preflight(ctx: SweepContext, machine: runner.Machine) -> list[config_mod.Run
             what = f"rung {r.index} ({r.change('smoke') or 'baseline'})"
             raise ValueError(f"ladder {ctx.ladder.name!r} {what} does not fit these settings: {exc}") from exc
     for cfg in configs:
-        runner.prepare_data(cfg)
+        datasets.prepare(cfg)
     return configs
 
 
@@ -244,7 +244,7 @@ def round_source(ctx: SweepContext, machine: runner.Machine, round_: int) -> str
     if len(begun):
         return _begun_source(ctx.results_dir, begun)
     used = set(mine["cached_from"].fillna("")) | set(mine["run_id"])
-    key = runner.environment_key(str(rung_config(ctx, 0, machine).device))
+    key = env_mod.environment_key(str(rung_config(ctx, 0, machine).device))
     hashes = []
     for rung in range(len(ctx.ladder.rungs)):
         try:
@@ -294,7 +294,7 @@ def would_be_cached(ctx: SweepContext, cfg: config_mod.RunConfig) -> bool:
     reason = applicability.skip_reason(cfg, cap_workers_at_cpus=ctx.ladder.cap_workers_at_cpus, have_nodes=ctx.span)
     if reason or ctx.rerun or debug_active(cfg) or not ctx.copy_from:
         return False
-    config_hash, key = config_mod.config_hash(cfg), runner.environment_key(cfg.device)
+    config_hash, key = config_mod.config_hash(cfg), env_mod.environment_key(cfg.device)
     try:
         keys = load_runs(ctx.results_dir, columns=CACHE_COLUMNS,
                          where={"config_hash": config_hash, "env_key": key, "status": "ok"})

@@ -65,6 +65,13 @@ def cache_root(cfg) -> Path:
     return Path(cfg.data.cache_dir or os.path.join(cfg.results_dir, ".cache", "datasets"))
 
 
+def prepare(cfg, log=print) -> None:
+    """Build (once) or repair the on-disk dataset a resolved config reads, before anything is timed (nothing for a
+    config that reads no data from disk)."""
+    if cfg.data.source == "disk":
+        ensure(spec_for(cfg, cfg.workload), cache_root(cfg), log)
+
+
 def ensure(spec: DiskSpec, root: Path, log=print) -> DiskDataset:
     """The dataset of ``spec`` under ``root``: reused if complete and intact, else (re)built."""
     folder = root / f"{spec.kind}-{spec.key()}"

@@ -74,16 +74,15 @@ def resolve(cfg, args: dict[str, dict[str, Any]], shape: list[int], fns: Functio
 
     spec, synthetic = cfg.workload, _meta_batch(cfg)
     where = "workload.lightning_module" if spec.lightning_module is not None else "workload.model"
-    built = {what: _build_on_meta(what, node, args) for what, node, args in
-             ((where, spec.model_node, args["model"]), ("workload.loss", spec.loss, args["loss"])) if node is not None}
+    built = {what: _build_on_meta(what, node, args, called) for what, node, args, called in
+             ((where, spec.model_node, args["model"], shape), ("workload.loss", spec.loss, args["loss"], []))
+             if node is not None}
     model, target = built.get(where), target_of(spec.model_node)
     loss = built["workload.loss"] if spec.loss is not None else build.default_loss(spec)
     if spec.lightning_module is None:
         _refuse_lightning_as_model(target, model)
     if model is None:  # its constructor cannot run on the meta device: the rest is the child's to check
         return OnMeta(spec, None, loss, None, None, None)
-    if shape:
-        _forward_on_meta(model, shape, target)
     own, val = adapters.steps_of(spec, model, fns, bool(cfg.val.every_n_steps), with_data=False, loss_fn=loss)
     if val is not None and validation.has_own_val_data(spec, model, own):
         val = None  # a LightningModule's pass over its own val_dataloader() is the child's to run
@@ -132,20 +131,32 @@ def _refuse_lightning_as_model(target: str, model: Any) -> None:
                      + " (and workload.model=null) to measure its training_step")
 
 
-def _build_on_meta(where: str, node: dict, settings: dict[str, Any]) -> Any:
-    """``node`` built with its parameters on the meta device; None when the constructor cannot run there (it reads
-    values of tensors it made), which leaves the check to the child. A parameter is made on the meta device as it is
-    registered where the whole constructor cannot run there (tensors it makes for itself, as linspace(...).item(),
-    stay real)."""
+def _build_on_meta(where: str, node: dict, settings: dict[str, Any], shape: list[int]) -> Any:
+    """``node`` built with its parameters on the meta device, then (a model: ``shape`` not []) called once on a meta
+    batch of ``shape``; None when the constructor cannot run there (it reads values of tensors it made), which leaves
+    the check to the child. A parameter is made on the meta device as it is registered where the whole constructor
+    cannot run there (tensors it makes for itself, as linspace(...).item(), stay real). The call: only a missing
+    package stops there; anything else (a shape the model does not take, an input of another dtype) is the child's
+    to report, with the batch's shapes."""
     import torch
 
     for on_meta in (lambda: torch.device("meta"), _parameters_on_meta):
         try:
             with on_meta():
-                return instantiate(node, **settings)
+                built = instantiate(node, **settings)
         except Exception as exc:
             if not _meta_limit(exc):
                 raise _build_error(f"{where}._target_={target_of(node)!r}", exc) from None
+            continue
+        try:
+            if shape:
+                with torch.no_grad():
+                    built(torch.empty(shape, device="meta"))
+        except ImportError as exc:
+            raise _build_error(f"workload.model._target_={target_of(node)!r}", exc) from None
+        except Exception:
+            pass
+        return built
     return None
 
 
@@ -153,20 +164,6 @@ def _meta_limit(exc: BaseException) -> bool:
     """An error of the meta device itself (a value read from a tensor with no data), not of the model."""
     return not isinstance(exc, (ImportError, ValueError)) and ("meta" in str(exc).lower()
                                                                or isinstance(exc, NotImplementedError))
-
-
-def _forward_on_meta(model: Any, shape: list[int], target: str) -> None:
-    """One forward pass on a meta batch: only a missing package stops here; anything else (a shape the model does
-    not take, an input of another dtype) is the child's to report, with the batch's shapes."""
-    import torch
-
-    try:
-        with torch.no_grad():
-            model(torch.empty(shape, device="meta"))
-    except ImportError as exc:
-        raise _build_error(f"workload.model._target_={target!r}", exc) from None
-    except Exception:
-        pass
 
 
 def _build_error(what: str, exc: BaseException) -> ValueError:

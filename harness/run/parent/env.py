@@ -22,6 +22,7 @@ import harness
 from harness.run.monitor.fitness import cpu_bf16, cpu_model
 from harness.run.parent.fingerprint import code_fingerprint
 from harness.run.parent import torch_facts
+from harness.config.identity import env_key
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "TORCH_NUM_THREADS")
@@ -162,3 +163,24 @@ def collect(device: str, git: bool = True) -> dict:
     if git:
         env["git_commit"], env["git_dirty"] = git_state()
     return env
+
+
+def environment(device: str, git: bool = True) -> tuple[dict, str]:
+    """The environment fields a record of a run on ``device`` carries, and its ``env_key``. ``git=False``: without
+    the git state (two git processes), which the key does not hash; :func:`with_git` adds it."""
+    env = collect(device, git=git)
+    return env, env_key(env, device)
+
+
+def with_git(env: dict) -> dict:
+    """``env`` with the git state a record carries (as it was, where it has it): collected once a run."""
+    if "git_commit" in env:
+        return env
+    commit, dirty = git_state()
+    return {**env, "git_commit": commit, "git_dirty": dirty}
+
+
+def environment_key(device: str) -> str:
+    """The ``env_key`` of runs on ``device`` alone, as :func:`environment` gives it, without the git state it does
+    not hash (two git processes): what a cache lookup matches on."""
+    return env_key(collect(device, git=False), device)

@@ -6,7 +6,6 @@ import os
 from dataclasses import dataclass
 
 from harness import config as config_mod
-from harness.config.identity import env_key
 from harness.run.parent import env as env_mod
 from harness.run.parent.isolate import ProgressFn, execute_asked
 from harness.records.sinks import Pipeline
@@ -30,43 +29,14 @@ def resolve(cfg: config_mod.RunConfig, machine: Machine) -> config_mod.RunConfig
     return config_mod.resolve(cfg, machine.cuda_available, dataset_shape=first_item.input_shape)
 
 
-def environment(device: str, git: bool = True) -> tuple[dict, str]:
-    """The environment fields a record of a run on ``device`` carries, and its ``env_key``. ``git=False``: without
-    the git state (two git processes), which the key does not hash; :func:`with_git` adds it."""
-    env = env_mod.collect(device, git=git)
-    return env, env_key(env, device)
-
-
-def with_git(env: dict) -> dict:
-    """``env`` with the git state a record carries (as it was, where it has it): collected once a run."""
-    if "git_commit" in env:
-        return env
-    commit, dirty = env_mod.git_state()
-    return {**env, "git_commit": commit, "git_dirty": dirty}
-
-
-def environment_key(device: str) -> str:
-    """The ``env_key`` of runs on ``device`` alone, as :func:`environment` gives it, without the git state it does
-    not hash (two git processes): what a cache lookup matches on."""
-    return env_key(env_mod.collect(device, git=False), device)
-
-
 def ready(settings: config_mod.RunConfig, log=print) -> tuple[config_mod.RunConfig, tuple[dict, str]]:
     """Before measuring anything (the caller has checked that its results folder takes records): the settings
     resolved for this machine, the on-disk dataset built, and the environment the records carry (its fields and
-    ``env_key``, :func:`environment`). ValueError or OSError naming what is wrong."""
+    ``env_key``, ``env.environment``). ValueError or OSError naming what is wrong."""
     resolved = resolve(settings, Machine.detect())
-    prepare_data(resolved, log)
-    return resolved, environment(resolved.device)
-
-
-def prepare_data(resolved: config_mod.RunConfig, log=print) -> None:
-    """Build (once) or repair the on-disk dataset a config reads, before anything is timed."""
-    if resolved.data.source != "disk":
-        return
-
-    spec = datasets.spec_for(resolved, resolved.workload)
-    datasets.ensure(spec, datasets.cache_root(resolved), log)
+    found = env_mod.environment(resolved.device)
+    datasets.prepare(resolved, log)
+    return resolved, found
 
 
 def run_and_store(resolved: config_mod.RunConfig, env: dict, env_key: str, on_progress: ProgressFn | None = None,
@@ -83,10 +53,10 @@ def store_asked(resolved: config_mod.RunConfig, env: dict, env_key: str, on_prog
     """Measure a resolved config and hand its record to ``pipeline``'s sinks (None: none), whatever its status; a
     node but the first of a run across nodes only measures (the first stores the run's one record).
     ``skip_reason``: the caller's answer of ``applicability.skip_reason`` ("" when the run can act here); ``env``:
-    the environment's fields (the git state is added here when it was left out, see :func:`environment`);
+    the environment's fields (the git state is added here when it was left out, see ``env.environment``);
     ``sweep_fields`` go into the record as it is made (a name the record lacks raises). The record reaches the sinks
     before an interrupt can end the command, and a measurement the child wrote before an interrupt does too."""
-    env = with_git(env)
+    env = env_mod.with_git(env)
     meet = rendezvous.of(resolved, os.environ)
     stores = pipeline is not None and (meet is None or meet.node_rank == 0)
     return execute_asked(resolved, env, env_key, skip_reason, on_progress, store=pipeline.put if stores else None,
