@@ -171,10 +171,10 @@ def step_costs(settings: dict) -> tuple[float, float]:
     for ``settings`` (flat keys, as a ladder rung's at full size)."""
     name = settings.get("workload", "unet3d")
     two_d = settings.get("workload.model.spatial_dims") == 2 and name in WORKLOAD_COST_2D
-    preset, cost = api.workload(name).sizes["full"], (WORKLOAD_COST_2D if two_d else WORKLOAD_COST)[name]
-    batch = int(settings.get("batch_size") or preset.batch_size)
-    patch = settings.get("data.patch_size")
-    scale = prod(patch) / prod(preset.input_shape[1:]) if patch else 1.0
+    spec, cost = api.workload(name), (WORKLOAD_COST_2D if two_d else WORKLOAD_COST)[name]
+    batch = int(settings.get("batch_size") or spec.sizes["full"].batch_size)
+    patch = settings.get("data.patch_size")  # a sequence's sample: [1, length] (a size's `sequence`)
+    scale = prod(patch) / prod(spec.sample_shape("full")[1:]) if patch else 1.0
     compute = cost.compute_s * batch * scale * width_scale(settings) * \
         (0.7 if str(settings.get("precision", "32")) != "32" else 1.0)
     item = cost.item_s * scale + _augment_s(settings) + float(settings.get("data.read_latency_ms") or 0) / 1000
