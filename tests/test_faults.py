@@ -74,8 +74,8 @@ def _measuring_processes(parent_pid: int, want_workers: int, deadline_s: float =
             break
         measuring = {k.pid for k in kids if command in " ".join(_cmdline(k))}
         workers = [k for k in kids if k.pid in measuring and _parent_pid(k) in measuring]  # forked: same command line
-        if forked:  # the zygote's child is the run; the run's children are its workers
-            zygotes = {k.pid for k in kids if k.pid in measuring and _parent_pid(k) == parent_pid}
+        if forked:  # the zygote (under the command, or its `run`) forks the run; the run's children are its workers
+            zygotes = {k.pid for k in kids if k.pid in measuring and _parent_pid(k) not in measuring}
             runs = {k.pid for k in kids if _parent_pid(k) in zygotes}
             found = len(runs) >= ranks and sum(_parent_pid(k) in runs for k in kids) >= want_workers
         else:

@@ -85,7 +85,7 @@ def scratch_repo(tmp: Path) -> Path:
                                  pytest.param(signal.SIGHUP, marks=pytest.mark.slow)])
 def test_a_check_against_killed_mid_run_leaves_no_run_behind(tmp_path, sig):
     repo = scratch_repo(tmp_path)
-    kill_mid_run(["check", "--against", "HEAD", "--rounds", "2", *HANG], repo, tmp_path, sig)
+    kill_mid_run(["check", "--against", "HEAD", "--rounds", "2", *HANG], repo, tmp_path, sig, forked=True)
     checks = repo / "results" / "checks"
     assert not checks.is_dir() or load_runs(checks).empty  # the hanging run never finished: nothing of it is stored
 
