@@ -195,7 +195,7 @@ def scan(files: list[str], columns: list[str], expr, schema: pa.Schema = SCHEMA,
 def _from_kept(files: list[str]) -> pa.Table | None:
     """Every column of ``files``' rows in their order, from the files kept whole, the others read whole (and kept
     while there is room); None when one cannot be read or vanished (the plain read then says so, as before)."""
-    idents = {path: _identity(path) for path in files}
+    idents = {path: file_identity(path) for path in files}
     fresh = [p for p in files if idents[p] is None or _WHOLE.get(p, (None,))[0] != idents[p]]
     tables = {p: _WHOLE[p][1] for p in files if p not in fresh}
     if fresh:
@@ -217,7 +217,8 @@ def _from_kept(files: list[str]) -> pa.Table | None:
     return pa.concat_tables([tables[p] for p in files])
 
 
-def _identity(path: str) -> tuple[int, int, int] | None:
+def file_identity(path: str) -> tuple[int, int, int] | None:
+    """What the file at ``path`` is now (inode, size, mtime in ns), or None where it cannot be seen."""
     try:
         st = os.stat(path)
     except OSError:

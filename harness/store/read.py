@@ -241,20 +241,12 @@ def _answer(snap: index.Snapshot, wanted: list[str], expr) -> pa.Table:
 _UNREADABLE: dict[str, tuple[int, int, int]] = {}
 
 
-def _identity(path: str) -> tuple[int, int, int] | None:
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None
-    return st.st_ino, st.st_size, st.st_mtime_ns
-
-
 def _known_unreadable(path: str) -> bool:
     """Whether ``path`` was found unreadable in this process and is still that same file."""
     seen = _UNREADABLE.get(path)
     if seen is None:
         return False
-    if _identity(path) == seen:
+    if index.file_identity(path) == seen:
         return True
     del _UNREADABLE[path]
     return False
@@ -263,7 +255,7 @@ def _known_unreadable(path: str) -> bool:
 def _warn_unreadable(bad: list[tuple[str, str]]) -> None:
     """One ``UnreadableRecord`` warning per unreadable file and process (until the file changes)."""
     for path, why in bad:
-        identity = _identity(path)
+        identity = index.file_identity(path)
         if identity is not None and _UNREADABLE.get(path) == identity:
             continue
         if identity is not None:
