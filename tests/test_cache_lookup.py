@@ -3,7 +3,7 @@
 import json
 
 from harness.store import RunRecord, write_record
-from harness.sweeps.rungs import lookup_cached
+from harness.session.cache import lookup_cached
 
 
 def _record(run_id, timestamp, status="ok", fault="none", cached_from="", sweep_id="s1"):
