@@ -1,4 +1,4 @@
-"""Climbing a ladder: the settings of each rung, the cache of earlier measurements, failures.
+"""Climbing a ladder: the settings of each rung, the rule its cache of earlier measurements copies by, failures.
 
 Plain Python called by the sweep loop (``harness.sweeps.loop``) for each rung: every rung still
 measures in its own child process through ``harness.run.parent.runner``.
@@ -9,7 +9,8 @@ Rules:
     ladder's base (they may not touch what the ladder varies);
   * a rung whose resolved settings (``config_hash``) and environment (``env_key``) already have an
     ``ok`` measurement in the store, not yet used by this sweep, is copied instead of re-run
-    (``cached_from`` names the original), unless ``sweep.rerun=true``; a round copies whole from ONE earlier
+    (``cached_from`` names the original; ``cache_rule``: the rule the runner asks the store,
+    ``harness.session.cache``), unless ``sweep.rerun=true``; a round copies whole from ONE earlier
     sweep or is measured whole (``round_source``): a round is one session's block, and a run copied from
     another session beside runs measured today would carry the between-session effect into the rung's ratio,
     which the rung x round model has no term for;
