@@ -158,11 +158,11 @@ def test_a_turn_collects_its_environment_once_and_asks_the_skip_reason_once(tmp_
     assert (measured.how, asked, made) == ("measured", {"collect": [False], "git": 1, "skip": 1},
                                            [({"cpu_model": "x", "git_commit": "abc", "git_dirty": False}, "")])
     assert measured.record.git_commit == "abc"
-    copied = runner.run_one(cfg, {"sweep_id": "s"}, Pipeline(), Held(measured.record))
+    copied = runner.run_one(cfg, {"sweep_id": "s"}, Pipeline(), OneOriginal(measured.record))
     assert (copied.how, asked, len(made)) == ("cached", {"collect": [False, False], "git": 1, "skip": 2}, 1)
 
 
-class Held:
+class OneOriginal:
     """A cache rule that holds one original, whatever the settings (what ``CacheRule.original`` answers)."""
 
     def __init__(self, original):

@@ -1,10 +1,10 @@
 """A started child run followed to its end, in the parent (``harness.run.parent.isolate`` starts it through
 ``harness.run.parent.launcher``): watched until something happens (a marker on its progress channel, its end, the
-deadline, its next sample), stopped with its whole process group, and what it left read back (its outcome, its summary with what the parent sampled added,
-where its wall time went). Outside the measured window the parent samples the child's memory and its GPU from
-outside (``harness.run.monitor.Sampler``); inside the window of a CPU run it does not wake at all, and while it waits
-its threads are in ``SCHED_BATCH`` (``yielding``). Why, and how no orphan survives: ``harness.run.parent.isolate``.
-"""
+deadline, its next sample), stopped with its whole process group, and what it left read back (its outcome, its
+summary with what the parent sampled added, where its wall time went). Outside the measured window the parent
+samples the child's memory and its GPU from outside (``harness.run.monitor.Sampler``); inside the window of a CPU
+run it does not wake at all, and while it waits its threads are in ``SCHED_BATCH`` (``yielding``). Why, and how no
+orphan survives: ``harness.run.parent.isolate``."""
 
 from __future__ import annotations
 
