@@ -10,7 +10,7 @@ in later sweeps) in a temp folder and times the library calls behind the command
   table     ``table --sweep latest``: resolve the sweep, read its rows and the noise calibrations, build the table
   sweep     a fully cached 14-rung sweep's store reading: per rung, this sweep's rows and the cache lookup
   check     ``check``: read the sweep (and the calibrations) and a baseline file
-  lookup    one cache lookup (``lookup_cached``: the key columns, then the record it copies)
+  lookup    one cache lookup (``cache.lookup_cached``: the key columns, then the record it copies)
   full      ``load_runs`` of everything (what every command paid before the store was compacted and filtered)
 
 Layouts: ``loose`` (one file per run, as sweeps write them) and ``compacted`` (what ``store compact`` writes).
@@ -43,6 +43,7 @@ from harness.store import index as store_index  # noqa: E402
 from harness.analysis.gate import baseline as baseline_mod, check# noqa: E402
 from harness.analysis.stats import noise_model
 from harness.analysis.views import table as table_mod
+from harness.session import cache  # noqa: E402
 from harness.sweeps import rungs as sweep  # noqa: E402
 
 CACHED_SWEEP_RUNGS = 14
@@ -101,7 +102,7 @@ def cached_sweep_reads(folder: Path, keys: list[tuple[str, str]]) -> None:
     used: set[str] = set()
     for config_hash, env_key in keys:
         store.load_runs(folder, columns=sweep.SWEEP_COLUMNS, where={"sweep_id": "bench-new-sweep"})
-        hit = sweep.lookup_cached(str(folder), config_hash, env_key, used)
+        hit = cache.lookup_cached(str(folder), config_hash, env_key, used)
         assert hit is not None, "the benchmark's sweep should be fully cached"
         used.add(hit.run_id)
 
@@ -134,7 +135,7 @@ def measure(folder: Path, rows: list[dict], baseline: Path, repeats: int, slow: 
         "sweep": sweep_s,
         "check": time_it(lambda: (check.select_sweep(check.load_sweep(str(folder), "latest")),
                                   baseline_mod.load_baseline(baseline)), repeats),
-        "lookup": time_it(lambda: sweep.lookup_cached(str(folder), *keys[0], set()), repeats),
+        "lookup": time_it(lambda: cache.lookup_cached(str(folder), *keys[0], set()), repeats),
         "full": time_it(lambda: store.load_runs(folder), repeats),
     }
 

@@ -30,7 +30,7 @@ from harness.analysis.views.rows import SweepTable
 from harness.config import ladder as ladder_mod
 from harness.config import workload as workload_mod
 from harness.run.child.stopping import QUEUE_MAX_STEPS as _QUEUE_MAX_STEPS
-from harness.run.parent import env, fingerprint, launcher, runner
+from harness.run.parent import fingerprint, launcher, runner
 from harness.store import RunRecord, read, write
 from harness.sweeps import rungs as sweep_mod
 from harness.workload import datasets
@@ -77,7 +77,7 @@ def workload(name: str) -> workload_mod.WorkloadSpec:
 def git_state(repo: Path | None = None) -> tuple[str, bool | None]:
     """The commit checked out at ``repo`` (default: the harness's own) and whether tracked files differ from it;
     ``("", None)`` where git or the repository is missing."""
-    return env.git_state(repo)
+    return fingerprint.git_state(repo)
 
 
 def code_fingerprint(root: Path | None = None) -> str:

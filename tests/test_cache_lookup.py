@@ -1,9 +1,10 @@
-"""The sweep cache's lookup on the store: newest original ok run of these settings, never a debug run."""
+"""The cache's lookup on the store (newest original ok run of these settings, never a debug run), and the rule a
+policy hands the runner (``harness.session.cache.CacheRule``)."""
 
 import json
 
 from harness.store import RunRecord, write_record
-from harness.sweeps.rungs import lookup_cached
+from harness.session.cache import lookup_cached
 
 
 def _record(run_id, timestamp, status="ok", fault="none", cached_from="", sweep_id="s1"):
@@ -22,3 +23,24 @@ def test_the_newest_original_ok_run_is_taken_and_debug_runs_never_are(tmp_path):
     assert lookup_cached(str(tmp_path), "h1", "e1", {"r2"}).run_id == "r1"  # used by this sweep already
     assert lookup_cached(str(tmp_path), "h1", "e1", {"r1", "r2"}) is None  # only the debug run is left
     assert lookup_cached(str(tmp_path), "h1", "other-env", set()) is None
+
+
+def test_the_rule_a_policy_hands_the_runner_asks_the_store_by_its_fields(tmp_path):
+    from harness import config as config_mod
+    from harness.session.cache import CacheRule
+    from tests.conftest import tiny_config
+
+    cfg = tiny_config(results_dir=str(tmp_path))
+    mine = config_mod.config_hash(cfg)
+    for run_id, stamp, sweep in (("a", "09:00", "s1"), ("b", "09:01", "s2"), ("c", "09:02", "s1")):
+        write_record(RunRecord(run_id=run_id, status="ok", timestamp=f"2026-11-22T{stamp}:00+0000", config_hash=mine,
+                               env_key="e1", sweep_id=sweep, config_json="{}", samples_per_s=1.0), tmp_path)
+    rule = CacheRule(str(tmp_path))
+    assert rule.original(cfg, "e1").run_id == "c" and rule.holds(cfg, "e1")  # the newest
+    assert CacheRule(str(tmp_path), oldest=True).original(cfg, "e1").run_id == "a"  # a climb replays in order
+    assert CacheRule(str(tmp_path), sweep="s2").original(cfg, "e1").run_id == "b"  # a round copied from one sweep
+    assert CacheRule(str(tmp_path), frozenset({"b"}), sweep="s2").original(cfg, "e1") is None
+    assert not CacheRule(str(tmp_path), frozenset({"b"}), sweep="s2").holds(cfg, "e1")
+    assert rule.original(cfg, "other-env") is None and not rule.holds(cfg, "other-env")
+    cfg.debug.fault = "hang"  # a debug run never copies (faults leave config_hash alone)
+    assert config_mod.config_hash(cfg) == mine and rule.original(cfg, "e1") is None and not rule.holds(cfg, "e1")

@@ -142,10 +142,10 @@ def test_a_parallel_launcher_on_one_machine_is_called_out():
 
 
 def test_a_fully_cached_sweep_starts_no_measuring_process(campaign, tiny_conf, tmp_path, capsys, monkeypatch):
-    from harness.run.parent import watch
+    from harness.run.parent import isolate
 
     results = copy_store(campaign.results, tmp_path / "results")  # tiny_a's rungs measured by the campaign
-    monkeypatch.setattr(watch, "run_child", lambda *a, **k: pytest.fail("a cached rung started a child"))
+    monkeypatch.setattr(isolate, "run_child", lambda *a, **k: pytest.fail("a cached rung started a child"))
     assert cli.main(["sweep", "+ladder=tiny_a", *TINY_RUNGS, f"results_dir={results}"]) == 0
     assert capsys.readouterr().out.count(": ok (cached)") == 2  # both rungs' outcome lines
 

@@ -21,7 +21,6 @@ import pytest
 
 from harness import cli, config as config_mod, store
 from harness.run.parent import env as env_mod, isolate, launcher
-from harness.run.parent import watch as child_watch
 from harness.config.identity import env_key
 from harness.store import RunRecord, load_runs, write_record
 from tests.conftest import REPO, TINY_MODEL_ARGS
@@ -193,7 +192,7 @@ def test_a_result_written_before_a_hang_is_kept(tmp_path):
 
     launcher.subprocess.Popen = sleeper
     try:
-        outcome, summary, _ = child_watch.run_child(job, timeout_s=1.0, on_progress=None)
+        outcome, summary, _ = isolate.run_child(job, timeout_s=1.0, on_progress=None)
     finally:
         launcher.subprocess.Popen = real
     assert outcome.status == "ok" and summary.samples_per_s == 3.5

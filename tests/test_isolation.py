@@ -9,7 +9,7 @@ import pytest
 
 from harness import config as config_mod
 from harness.run.child import channel
-from harness.run.parent import launcher, runner
+from harness.run.parent import isolate, launcher, runner
 from harness.run.parent import env as env_mod
 from harness.run.parent import watch as child_watch
 from harness.run import monitor
@@ -89,7 +89,7 @@ def _child_run(tmp_path, on_progress=None, **overrides):
     (job / "parent.pid").write_text(str(os.getpid()))
     (job / "config.json").write_text(json.dumps(config_mod.to_dict(cfg)))
     (job / "env.json").write_text("{}")
-    outcome, summary, _ = child_watch.run_child(job, cfg.timeout_s, on_progress, cfg.measure.sample_interval_s)
+    outcome, summary, _ = isolate.run_child(job, cfg.timeout_s, on_progress, cfg.measure.sample_interval_s)
     assert outcome.status == "ok", outcome.error
     return summary.to_dict()
 
@@ -157,7 +157,7 @@ def test_a_child_that_hangs_after_writing_its_result_is_killed_after_the_grace(t
             "p.write_text(json.dumps({'status': 'error', 'error': 'measured, then hung'}))\n"
             "time.sleep(600)\n")
     start = time.monotonic()
-    outcome, summary, _ = child_watch.run_child(job, 120.0, None, 0.5, argv=[sys.executable, "-c", hang, str(job)])
+    outcome, summary, _ = isolate.run_child(job, 120.0, None, 0.5, argv=[sys.executable, "-c", hang, str(job)])
     took = time.monotonic() - start
     assert (outcome.status, outcome.error, summary) == ("error", "measured, then hung", None)
     assert took < 8.0  # the grace (1 s here) and a poll, not the default grace (10 s) nor the 120 s timeout

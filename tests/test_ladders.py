@@ -267,7 +267,7 @@ def test_a_ladders_workers_beyond_this_machine_skip_the_rung_and_the_users_are_r
 
 
 def test_a_rung_that_cannot_act_here_is_stored_as_skipped_asked_once_and_never_started(tmp_path, monkeypatch):
-    from harness.run.parent import watch
+    from harness.run.parent import isolate
     from harness.run.parent.runner import Machine
     from harness.store import load_runs
     from harness.sweeps import rungs
@@ -275,7 +275,7 @@ def test_a_rung_that_cannot_act_here_is_stored_as_skipped_asked_once_and_never_s
     monkeypatch.setattr(machine, "usable_cpus", lambda: 2)
     asked, real = [], applicability.skip_reason
     monkeypatch.setattr(applicability, "skip_reason", lambda *a, **k: asked.append(1) or real(*a, **k))
-    monkeypatch.setattr(watch, "run_child", lambda *a, **k: pytest.fail("a skipped rung started a child"))
+    monkeypatch.setattr(isolate, "run_child", lambda *a, **k: pytest.fail("a skipped rung started a child"))
     ctx = _context("workers", tmp_path)
     rung = next(r.index for r in ctx.ladder.rungs if r.value == 4)
     outcome = rungs.run_rung(ctx, rung, 0, Machine(cuda_available=False))

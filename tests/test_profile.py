@@ -439,7 +439,7 @@ def _cached_record(results, run_id, stamp, profile=None):
 
 
 def test_a_sweep_that_profiles_takes_only_profiled_runs_from_the_cache(results):
-    from harness.sweeps.rungs import lookup_cached
+    from harness.session.cache import lookup_cached
 
     _cached_record(results, "profiled", "2026-01-01T00:00:00Z", FP32)
     _cached_record(results, "failed", "2026-01-02T00:00:00Z", ProfileSummary("cpu", 2, 0.0, {}, error="failed"))

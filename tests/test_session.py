@@ -13,6 +13,7 @@ from harness.records.make import make_record
 from harness.records.sinks import Pipeline
 from harness.run.parent import runner as parent
 from harness.session import engine, runner
+from harness.session.cache import CacheRule
 from harness.session.events import Event, Events
 from harness.store import load_records
 from tests.conftest import tiny_config
@@ -36,14 +37,12 @@ class Twice:
     def measure(self, turn, again: bool, hooks: engine.Hooks):
         cfg = self.configs[turn.name]
         hooks.started(cfg)
-        cache = (lambda cfg, key: self._first(turn.name)) if self.copy and turn.round_ else None
+        # the second round may copy a run of the first (the rule asks the store: same settings, same environment)
+        cache = CacheRule(str(self.pipeline.sinks[0].results_dir)) if self.copy and turn.round_ else None
         outcome = runner.run_one(cfg, {"sweep_id": "twice", "round": turn.round_}, self.pipeline, cache,
                                  ({}, "env"), hooks.progress)
         self.kept[turn.name].append(outcome.record.run_id)
         return outcome
-
-    def _first(self, name: str):
-        return next(r for r in load_records(self.pipeline.sinks[0].results_dir) if r.run_id == self.kept[name][0])
 
     def look(self, rounds: int, events: Events) -> bool:
         events.emit("looked", text=f"after round {rounds}: {sum(map(len, self.kept.values()))} runs")
@@ -98,7 +97,7 @@ def fake_runs(monkeypatch):
 
 @pytest.mark.parametrize("copy", [False, True])
 def test_a_toy_policy_runs_on_the_engine_and_its_records_reach_every_sink(tmp_path, fake_runs, copy):
-    configs = {"a": tiny_config(results_dir=str(tmp_path)), "b": tiny_config(results_dir=str(tmp_path), batch_size=2)}
+    configs = {"a": tiny_config(results_dir=str(tmp_path)), "b": tiny_config(results_dir=str(tmp_path), batch_size=4)}
     kept, lines = Kept(), Lines()
     policy = Twice(configs, Pipeline.to_store(tmp_path, kept), copy)
     assert engine.run(policy, Events(lines)) == 0
@@ -142,12 +141,12 @@ def test_a_turn_that_cannot_start_is_told_and_the_session_goes_on(tmp_path):
 def test_a_turn_collects_its_environment_once_and_asks_the_skip_reason_once(tmp_path, monkeypatch):
     """One turn without a session's environment: the environment collected once (git left out), the skip reason
     asked once and handed down; the git state added only for a run measured, never for a copy."""
-    from harness.run.parent import env as env_mod
+    from harness.run.parent import env as env_mod, fingerprint
     from harness.workload import applicability
 
     asked = {"collect": [], "git": 0, "skip": 0}
     monkeypatch.setattr(env_mod, "collect", lambda device, git=True: asked["collect"].append(git) or {"cpu_model": "x"})
-    monkeypatch.setattr(env_mod, "git_state", lambda: asked.__setitem__("git", asked["git"] + 1) or ("abc", False))
+    monkeypatch.setattr(fingerprint, "git_state", lambda: asked.__setitem__("git", asked["git"] + 1) or ("abc", False))
     real_skip = applicability.skip_reason
     monkeypatch.setattr(applicability, "skip_reason",
                         lambda *a, **k: asked.__setitem__("skip", asked["skip"] + 1) or real_skip(*a, **k))
@@ -159,5 +158,12 @@ def test_a_turn_collects_its_environment_once_and_asks_the_skip_reason_once(tmp_
     assert (measured.how, asked, made) == ("measured", {"collect": [False], "git": 1, "skip": 1},
                                            [({"cpu_model": "x", "git_commit": "abc", "git_dirty": False}, "")])
     assert measured.record.git_commit == "abc"
-    copied = runner.run_one(cfg, {"sweep_id": "s"}, Pipeline(), lambda cfg, key: measured.record)
+    copied = runner.run_one(cfg, {"sweep_id": "s"}, Pipeline(), OneOriginal(measured.record))
     assert (copied.how, asked, len(made)) == ("cached", {"collect": [False, False], "git": 1, "skip": 2}, 1)
+
+
+class OneOriginal:
+    """A cache rule that holds one original, whatever the settings (what ``CacheRule.original`` answers)."""
+
+    def __init__(self, original):
+        self.original = lambda cfg, key: original

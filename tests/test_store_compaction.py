@@ -19,7 +19,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from harness import cli, store
-from harness.sweeps import rungs as sweep
+from harness.session import cache
 from harness.store import RunRecord, load_runs, write_record
 from tests.conftest import REPO
 
@@ -276,10 +276,10 @@ def test_the_cache_lookup_reads_the_same_run_as_a_full_scan(tmp_path):
     store.compact(tmp_path)
     write_record(_record(20, config_hash="h", timestamp="2026-11-01T00:00:30+0000", env_key="other"), tmp_path)
     used = {"r0009"}
-    found = sweep.lookup_cached(str(tmp_path), "h", "e", used)
-    assert found == sweep.find_cached(load_runs(tmp_path), "h", "e", used)
+    found = cache.lookup_cached(str(tmp_path), "h", "e", used)
+    assert found == cache.find_cached(load_runs(tmp_path), "h", "e", used)
     assert found.run_id == "r0008" and found.step_ms == [8.0] * 60  # newest not used, not debug, not a copy
-    assert sweep.lookup_cached(str(tmp_path), "h", "nope", set()) is None
+    assert cache.lookup_cached(str(tmp_path), "h", "nope", set()) is None
 
 
 def test_a_sweep_compacts_the_store_at_its_end_past_the_threshold(tmp_path, monkeypatch, capsys):

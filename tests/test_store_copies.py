@@ -19,7 +19,7 @@ from harness.analysis.views import table as table_mod
 from harness.run.parent import runner
 from harness.run.parent import env as env_mod
 from harness.store import COPY_COLUMNS, RunRecord, load_runs, store_copy, write_record
-from harness.session.runner import copy_of
+from harness.store import copy_of
 from harness.sweeps import loop
 from harness.sweeps import rungs as rungs_mod
 from tests.conftest import REPO

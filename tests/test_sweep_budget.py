@@ -5,6 +5,7 @@ first bf16 run and under the table."""
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import socket
@@ -84,8 +85,7 @@ def test_repeats_n_keeps_its_rounds_unless_the_user_gives_a_budget(tmp_path, fak
     runs = fake(TimedRuns(clock, seconds=50.0))
     loop.run_ladder(context(tmp_path / "a", 2, budget_min=2), None, Display())
     assert len(runs.calls) == 8  # sweep.repeats=2 alone: both rounds
-    given = rungs_mod.SweepContext(**{**context(tmp_path / "b", 2, budget_min=2).__dict__,
-                                      "user_keys": frozenset({"sweep.budget_min"})})
+    given = dataclasses.replace(context(tmp_path / "b", 2, budget_min=2), user_keys=frozenset({"sweep.budget_min"}))
     runs.calls.clear()
     loop.run_ladder(given, None, Display())
     assert len(runs.calls) == 3

@@ -13,8 +13,8 @@ from rich.markup import escape
 
 from harness import config as config_mod
 from harness.climb.ascent import Budget, BudgetSpent, Measured
-from harness.records.sinks import Pipeline
 from harness.session import engine
+from harness.session.cache import CacheRule
 from harness.session.events import Events
 from harness.session import runner as session_runner
 from harness.store import RunRecord
@@ -75,45 +75,39 @@ class Trials:
         rung = {"incumbent": 2 * (step - 1), "candidate": 2 * step - 1}.get(role)
         fields = dict(sweep_id=ctx.sweep_id, ladder=LADDER_NAME, rung=rung, round=round_, change=change,
                       **dict(ctx.record_fields))
-        asked = session_runner.ask(cfg, self._cached, (self.env, self.env_key))  # each question once per run
-        if asked.original is not None:
-            record = session_runner.act(cfg, asked, fields, self._pipeline()).record
-            self.used |= {asked.original.run_id, record.run_id}
+        launched: list[float] = []  # when the run was launched (none for a copy)
+        outcome = session_runner.run_one(cfg, fields, ctx.pipeline, self._cache(), (self.env, self.env_key),
+                                         hooks.progress if hooks is not None else None,
+                                         lambda cfg, reason: launched.append(self._launching(cfg, reason, hooks)))
+        record = outcome.record
+        if outcome.how == "cached":
+            self.used |= {record.cached_from, record.run_id}
             return record, "cached"
-        record = self._measure(cfg, asked, fields, hooks)
+        self.used.add(record.run_id)
+        if record.status != "skipped":
+            self.budget.record(config_mod.config_hash(cfg), time.monotonic() - launched[0], cfg.compile != "off")
         return record, "skipped" if record.status == "skipped" else "measured"
 
     def stopped_by_budget(self, record: RunRecord) -> bool:
         """A run's timeout came from the end of the budget (it was stopped, not slow): the climb ends there."""
         return record.status == "timeout" and self.budget.left(time.monotonic()) <= KILL_MARGIN_S + 1
 
-    def _cached(self, cfg: config_mod.RunConfig, env_key: str) -> RunRecord | None:
+    def _cache(self) -> CacheRule:
         """The oldest original of these settings this climb has not used (a climb run again replays in order)."""
-        if sweep_mod.debug_active(cfg):
-            return None
-        return sweep_mod.lookup_cached(self.ctx.results_dir, config_mod.config_hash(cfg), env_key, self.used,
-                                       oldest=True)
+        return CacheRule(self.ctx.results_dir, frozenset(self.used), oldest=True, match_profile=False)
 
-    def _pipeline(self) -> Pipeline:
-        return Pipeline.to_store(self.ctx.results_dir, *self.ctx.sinks)
-
-    def _measure(self, cfg: config_mod.RunConfig, asked: session_runner.Asked, fields: dict,
-                 hooks: engine.Hooks | None) -> RunRecord:
-        compiles, key = cfg.compile != "off", config_mod.config_hash(cfg)
-        if not asked.reason:  # a knob that cannot act here is recorded at once, for free
-            refusal = self.budget.refusal(key, compiles, time.monotonic())
+    def _launching(self, cfg: config_mod.RunConfig, reason: str, hooks: engine.Hooks | None) -> float:
+        """Before a run is measured: one the budget cannot pay for is refused (BudgetSpent: nothing ran), and its
+        timeout ends before the budget does; a knob that cannot act here (``reason``) is recorded at once, for free.
+        When it was launched."""
+        if not reason:
+            refusal = self.budget.refusal(config_mod.config_hash(cfg), cfg.compile != "off", time.monotonic())
             if refusal:
                 raise BudgetSpent(refusal)
             cfg.timeout_s = min(cfg.timeout_s, max(self.budget.left(time.monotonic()) - KILL_MARGIN_S, 1.0))
         if hooks is not None:
             hooks.started(cfg)
-        began = time.monotonic()
-        record = session_runner.act(cfg, asked, fields, self._pipeline(),
-                                    hooks.progress if hooks is not None else None).record
-        self.used.add(record.run_id)
-        if record.status != "skipped":
-            self.budget.record(key, time.monotonic() - began, compiles)
-        return record
+        return time.monotonic()
 
 
 def label_of(role: str, candidate) -> str:

@@ -33,6 +33,12 @@ class Hooks:
     def progress(self, info: dict, elapsed: float) -> None:
         self.events.emit("progress", self.turn, info=info, elapsed=elapsed)
 
+    def launching(self, cfg, reason: str = "") -> None:
+        """A run is about to be measured, or recorded as skipped (``reason``): ``runner.run_one``'s
+        ``before_launch``, told to the session's ``before_launch(cfg)`` where it has one."""
+        if self.before_launch is not None:
+            self.before_launch(cfg)
+
 
 class Policy(Protocol):
     """A measuring command's decisions over the engine."""

@@ -19,8 +19,8 @@ Import the names from here (``from harness.store import load_runs``). Tests that
 
 from harness.store.record import COLUMNS, COPY_COLUMNS, SCHEMA, SCHEMA_VERSION, STATUSES, RunRecord
 from harness.store.write import (MIN_FREE_BYTES, check_writable, compacted_dir, copies_dir, copies_locked, copy_files,
-                                 copy_parts_dir, fallback_dir, new_id, part_files, record_files, runs_dir, store_copy,
-                                 store_record, sweep_copy_files, utc_timestamp, write_record, write_records)
+                                 copy_of, copy_parts_dir, fallback_dir, new_id, part_files, record_files, runs_dir,
+                                 store_copy, store_record, sweep_copy_files, utc_timestamp, write_record, write_records)
 from harness.store.read import (UnreadableRecord, Where, empty_frame, load_parquet_files, load_records, load_runs,
                                 newest_ok_sweeps, read_table, records_from_frame, resolve_id, resolve_sweep,
                                 resolve_sweep_id, select_sweep)
@@ -30,7 +30,8 @@ from harness.store.restore import Imported, import_record
 __all__ = [
     "AUTO_COMPACT_LOOSE", "COLUMNS", "COPY_COLUMNS", "LOCK_NAME", "MIN_FREE_BYTES", "PART_ROWS", "SCHEMA",
     "SCHEMA_VERSION", "STATUSES", "Compaction", "Imported", "RunRecord", "UnreadableRecord", "Where",
-    "check_writable", "compact", "compacted_dir", "copies_dir", "copies_locked", "copy_files", "copy_parts_dir",
+    "check_writable", "compact", "compacted_dir", "copies_dir", "copies_locked", "copy_files", "copy_of",
+    "copy_parts_dir",
     "empty_frame", "fallback_dir",
     "import_record", "load_parquet_files", "load_records", "load_runs", "maybe_compact", "new_id",
     "newest_ok_sweeps", "part_files", "read_table", "record_files", "records_from_frame", "resolve_id",

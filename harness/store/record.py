@@ -179,7 +179,7 @@ SCHEMA = pa.schema([pa.field(f.name, _ARROW_TYPES[f.type]) for f in fields(RunRe
 COLUMNS = tuple(SCHEMA.names)
 
 # What a sweep (or climb) sets on a run it copies from the store instead of measuring it
-# (``harness.session.runner.copy_of``): the copy's own id and time, the original's id, and the sweep's fields.
+# (``harness.store.write.copy_of``): the copy's own id and time, the original's id, and the sweep's fields.
 # Every other column is the original's, so a copy is stored as these columns alone
 # (``harness.store.write.store_copy``) and read back whole.
 COPY_COLUMNS = ("run_id", "timestamp", "cached_from", "sweep_id", "campaign_id", "ladder", "rung", "change", "round",

@@ -24,7 +24,7 @@ import sys
 import tempfile
 import time
 from contextlib import contextmanager
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import pyarrow as pa
@@ -144,6 +144,16 @@ def write_table(table: pa.Table, path: str | os.PathLike, before_rename=None, **
         if os.path.exists(tmp):
             os.unlink(tmp)
     return path
+
+
+def copy_of(original: RunRecord, **labels) -> RunRecord:
+    """The copy a session stores of ``original`` instead of measuring it again: a new id and time, the turn's labels
+    (what ``COPY_COLUMNS`` holds: every other column is the original's, so :func:`store_copy` keeps the copy as those
+    alone). ValueError for a label beyond them."""
+    beyond = sorted(set(labels) - set(COPY_COLUMNS))
+    if beyond:
+        raise ValueError(f"a copy sets only the store's COPY_COLUMNS; not {', '.join(beyond)}")
+    return replace(original, run_id=new_id(), timestamp=utc_timestamp(), cached_from=original.run_id, **labels)
 
 
 def store_copy(record: RunRecord, results_dir: str | os.PathLike, log=None) -> Path | None:

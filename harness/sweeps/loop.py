@@ -152,7 +152,7 @@ class LadderPolicy:
         self.busy.pop((turn.rung.index, turn.round_), None)
         began = rounds_mod.clock()
         outcome = rungs_mod.run_rung(self.round_ctx, turn.rung.index, turn.round_, self.machine, hooks.started,
-                                     hooks.progress, before_launch=hooks.before_launch)
+                                     hooks.progress, before_launch=hooks.launching)
         record = outcome.record
         if outcome.how == "measured":
             self.plan.measured(rounds_mod.clock() - began, again)

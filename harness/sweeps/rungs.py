@@ -1,4 +1,4 @@
-"""Climbing a ladder: the settings of each rung, the cache of earlier measurements, failures.
+"""Climbing a ladder: the settings of each rung, the rule its cache of earlier measurements copies by, failures.
 
 Plain Python called by the sweep loop (``harness.sweeps.loop``) for each rung: every rung still
 measures in its own child process through ``harness.run.parent.runner``.
@@ -9,7 +9,8 @@ Rules:
     ladder's base (they may not touch what the ladder varies);
   * a rung whose resolved settings (``config_hash``) and environment (``env_key``) already have an
     ``ok`` measurement in the store, not yet used by this sweep, is copied instead of re-run
-    (``cached_from`` names the original), unless ``sweep.rerun=true``; a round copies whole from ONE earlier
+    (``cached_from`` names the original; ``cache_rule``: the rule the runner asks the store,
+    ``harness.session.cache``), unless ``sweep.rerun=true``; a round copies whole from ONE earlier
     sweep or is measured whole (``round_source``): a round is one session's block, and a run copied from
     another session beside runs measured today would carry the between-session effect into the rung's ratio,
     which the rung x round model has no term for;
@@ -18,20 +19,19 @@ Rules:
 
 from __future__ import annotations
 
-import json
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from harness import config as config_mod
 from harness.config import ladder as ladder_mod
 from harness.records.sinks import Pipeline, Sink
 from harness.run.parent import env as env_mod, runner
-from harness.session import runner as session_runner
+from harness.session import cache as cache_mod, runner as session_runner
+from harness.session.cache import CacheRule
 from harness.sweeps import nodes
-from harness.store import RunRecord, load_records, load_runs, records_from_frame
+from harness.store import RunRecord, load_runs
 from harness.workload import applicability, datasets, first_item
-from harness.profiles import summary_from_json
 
 
 ANY_SWEEP = "*"
@@ -55,6 +55,10 @@ class SweepContext:
     remeasure_busy: bool = True  # a run of a busy machine is measured again, once (``sweep.remeasure_busy``)
     copy_from: str = ANY_SWEEP  # the earlier sweep this round's runs may be copied from ("": none; ``round_source``)
     sinks: tuple[Sink, ...] = ()  # where its records go besides the store (``harness.records.sinks``)
+    pipeline: Pipeline = field(init=False, repr=False, compare=False)  # the store's, then ``sinks``: built once
+
+    def __post_init__(self):
+        object.__setattr__(self, "pipeline", Pipeline.to_store(self.results_dir, *self.sinks))
 
     @property
     def results_dir(self) -> str:
@@ -136,72 +140,6 @@ def oom_rung(mine, rung: int) -> int | None:
     return int(hit["rung"].min()) if len(hit) else None
 
 
-def debug_active(cfg: config_mod.RunConfig) -> bool:
-    """Debug settings (faults, slowdowns) leave config_hash alone, so such runs never use or feed the cache."""
-    return cfg.debug.fault != "none" or cfg.debug.slowdown_ms > 0
-
-
-def _debug_in_json(config_json: str) -> bool:
-    debug = json.loads(config_json or "{}").get("debug", {})
-    return debug.get("fault", "none") != "none" or float(debug.get("slowdown_ms", 0) or 0) > 0
-
-
-def _originals(frame, config_hash: str, env_key: str, used: set[str], oldest: bool = False):
-    """Rows of original ``ok`` runs of these settings not yet used by this sweep, newest (or oldest) first."""
-    hits = frame[(frame["config_hash"] == config_hash) & (frame["env_key"] == env_key) & (frame["status"] == "ok")
-                 & (frame["cached_from"].fillna("") == "") & (~frame["run_id"].isin(used))]
-    return hits.sort_values("timestamp", ascending=oldest)
-
-
-def _newest_original(frame, config_hash: str, env_key: str, used: set[str]):
-    """The row (a one-row frame, maybe empty) of the newest original ``ok`` run of these settings, not yet used."""
-    hits = _originals(frame, config_hash, env_key, used)
-    if hits.empty:  # an empty mask of object dtype would select columns, not rows
-        return hits
-    hits = hits[~hits["config_json"].map(_debug_in_json).astype(bool)]
-    return hits.head(1)
-
-
-def find_cached(frame, config_hash: str, env_key: str, used: set[str]) -> RunRecord | None:
-    """The newest original ``ok`` measurement of these settings in ``frame``, not yet used by this sweep."""
-    hit = _newest_original(frame, config_hash, env_key, used)
-    return records_from_frame(hit)[0] if len(hit) else None
-
-
-# What the cache matches on: short columns only. config_json (~1.5 KB a run) is read for the candidates alone.
-CACHE_COLUMNS = ("run_id", "sweep_id", "timestamp", "config_hash", "env_key", "status", "cached_from")
-
-
-def lookup_cached(results_dir: str, config_hash: str, env_key: str, used: set[str],
-                  oldest: bool = False, profiled: bool = False, sweep: str = "") -> RunRecord | None:
-    """:func:`find_cached` on the store, reading only what it matches on: the few short columns above of the rows
-    with these settings (filtered inside pyarrow), then the candidates' records, newest first, until one is not a
-    debug run (nearly always the first). ``oldest``: oldest first instead, so that a process replaying a sequence
-    of measurements (``climb``) meets them in the order they were made. ``profiled``: only a record that kept a
-    profile (a sweep with ``profile.enabled``; the profile is not part of config_hash). ``sweep``: only from that
-    sweep (a round copied whole from one)."""
-    keys = load_runs(results_dir, columns=CACHE_COLUMNS,
-                     where={"config_hash": config_hash, "env_key": env_key, "status": "ok"})
-    originals = _originals(keys, config_hash, env_key, used, oldest)
-    if sweep:
-        originals = originals[originals["sweep_id"] == sweep]
-    for sweep_id, run_id in zip(*(originals[c] for c in ("sweep_id", "run_id"))):
-        # by sweep_id too: compacted parts are sorted by sweep, so only its row groups are read, not every one
-        found = load_records(results_dir, where={"sweep_id": str(sweep_id), "run_id": str(run_id)})
-        if found and not _debug_in_json(found[0].config_json) and (not profiled or _has_profile(found[0])):
-            return found[0]
-    return None
-
-
-def _has_profile(record: RunRecord) -> bool:
-    """A profile that was taken (not one that failed, nor a record from before profiles)."""
-    try:
-        summary = summary_from_json(getattr(record, "profile_json", ""))
-    except ValueError:
-        return False
-    return summary is not None and not summary.error
-
-
 @dataclass
 class RungOutcome:
     record: RunRecord | None
@@ -219,14 +157,13 @@ def measured_rungs(ctx: SweepContext) -> set[tuple[int, int]]:
     return {(int(r), int(k)) for r, k in zip(mine["rung"], mine["round"].fillna(0))}
 
 
-def cached_record(ctx: SweepContext, cfg: config_mod.RunConfig, key: str, used: set[str],
-                  skip_reason: str) -> RunRecord | None:
-    """The store's measurement of these settings here that a run of this sweep may copy instead of measuring
-    (None for a rung skipped here, a re-run, a debug run, or none stored)."""
-    if skip_reason or ctx.rerun or debug_active(cfg) or not ctx.copy_from:
+def cache_rule(ctx: SweepContext, used: frozenset[str] = frozenset()) -> CacheRule | None:
+    """The rule a rung of this sweep copies by (``harness.session.cache``): the originals ``used`` by none of its
+    runs, from the round's one source sweep (``round_source``) or any; None for a re-run, or a round measured
+    whole."""
+    if ctx.rerun or not ctx.copy_from:
         return None
-    return lookup_cached(ctx.results_dir, config_mod.config_hash(cfg), key, used, profiled=cfg.profile.enabled,
-                         sweep="" if ctx.copy_from == ANY_SWEEP else ctx.copy_from)
+    return CacheRule(ctx.results_dir, used, "" if ctx.copy_from == ANY_SWEEP else ctx.copy_from)
 
 
 def round_source(ctx: SweepContext, machine: runner.Machine, round_: int) -> str:
@@ -251,7 +188,7 @@ def round_source(ctx: SweepContext, machine: runner.Machine, round_: int) -> str
             cfg = rung_config(ctx, rung, machine, dropped_rungs(mine, rung), round_)
         except ValueError:
             return ""  # the rung says why when it runs
-        if debug_active(cfg):
+        if cache_mod.debug_active(cfg):
             return ""
         if not applicability.skip_reason(cfg, cap_workers_at_cpus=ctx.ladder.cap_workers_at_cpus,
                                          have_nodes=ctx.span):
@@ -264,13 +201,13 @@ def _one_source(results_dir: str, hashes: list[str], env_key: str, used: set[str
     newest sweep of this session holding any (one ladder after another, an interrupted sweep resumed); else ""."""
     if not hashes:
         return ""
-    keys = load_runs(results_dir, columns=CACHE_COLUMNS,
+    keys = load_runs(results_dir, columns=cache_mod.CACHE_COLUMNS,
                      where={"config_hash": sorted(set(hashes)), "env_key": env_key, "status": "ok"})
     since = time.strftime("%Y-%m-%dT%H:%M:%S+0000", time.gmtime(time.time() - SESSION_S))
     sources: dict[str, str] | None = None
     recent: dict[str, str] = {}
     for config_hash in hashes:
-        hits = _originals(keys, config_hash, env_key, used)
+        hits = cache_mod.originals(keys, config_hash, env_key, used)
         found = {str(k): str(v) for k, v in hits.groupby("sweep_id")["timestamp"].max().items()}
         recent.update({k: v for k, v in found.items() if v >= since})
         sources = found if sources is None else {k: v for k, v in sources.items() if k in found}
@@ -289,29 +226,20 @@ def _begun_source(results_dir: str, begun) -> str:
 
 def would_be_cached(ctx: SweepContext, cfg: config_mod.RunConfig) -> bool:
     """Whether :func:`run_rung` would copy these settings from the store (any sweep's measurement), from the
-    store's short columns alone: a round's estimate asks it of every rung, and the records themselves are read once,
-    when a rung copies one (a debug run among the originals, which it would pass over, is not looked for here)."""
+    store's short columns alone (``CacheRule.holds``): a round's estimate asks it of every rung, and the records
+    themselves are read once, when a rung copies one."""
     reason = applicability.skip_reason(cfg, cap_workers_at_cpus=ctx.ladder.cap_workers_at_cpus, have_nodes=ctx.span)
-    if reason or ctx.rerun or debug_active(cfg) or not ctx.copy_from:
-        return False
-    config_hash, key = config_mod.config_hash(cfg), env_mod.environment_key(cfg.device)
-    try:
-        keys = load_runs(ctx.results_dir, columns=CACHE_COLUMNS,
-                         where={"config_hash": config_hash, "env_key": key, "status": "ok"})
-    except ValueError:  # no results folder yet
-        return False
-    originals = _originals(keys, config_hash, key, set(), False)
-    if ctx.copy_from != ANY_SWEEP:
-        originals = originals[originals["sweep_id"] == ctx.copy_from]
-    return len(originals) > 0
+    rule = cache_rule(ctx)
+    return not reason and rule is not None and rule.holds(cfg, env_mod.environment_key(cfg.device))
 
 
 def run_rung(ctx: SweepContext, rung: int, round_: int, machine: runner.Machine,
              on_start: Callable[[config_mod.RunConfig, frozenset[int]], Any] | None = None,
-             on_progress=None, before_launch: Callable[[config_mod.RunConfig], Any] | None = None) -> RungOutcome:
+             on_progress=None, before_launch: Callable[[config_mod.RunConfig, str], Any] | None = None) -> RungOutcome:
     """Measure (or take from the cache) one rung of one round (``harness.session.runner.run_one``), its record handed
-    to the store and the sweep's other sinks; ``before_launch(cfg)`` is called when a run is about to be measured
-    (not for one the store holds), with its resolved settings."""
+    to the store and the sweep's other sinks (``SweepContext.pipeline``); ``before_launch(cfg, reason)`` is called
+    when a run is about to be measured or recorded as skipped (not for one the store holds), with its resolved
+    settings."""
     ladder = ctx.ladder
     # the store is read per rung, filtered inside pyarrow: four columns of this sweep's rows, then the cache's
     # few columns and the one record it copies. Each rung may run in another process (any Hydra launcher), so
@@ -320,12 +248,10 @@ def run_rung(ctx: SweepContext, rung: int, round_: int, machine: runner.Machine,
     if ladder.stop_on_oom and (hit := oom_rung(mine, rung)) is not None:
         return RungOutcome(None, "not run", frozenset(), f"memory ran out at rung {hit}; the ladder stops there")
     dropped = dropped_rungs(mine, rung)
+    cache = cache_rule(ctx, frozenset(mine["cached_from"].fillna("")) | frozenset(mine["run_id"]))
     cfg, fields = rung_turn(ctx, rung, machine, dropped, round_)
     if on_start:
         on_start(cfg, dropped)
-    used = set(mine["cached_from"].fillna("")) | set(mine["run_id"])
-    outcome = session_runner.run_one(cfg, fields, Pipeline.to_store(cfg.results_dir, *ctx.sinks),
-                                     lambda cfg, key: cached_record(ctx, cfg, key, used, ""), None, on_progress,
-                                     before_launch, cap_workers_at_cpus=ladder.cap_workers_at_cpus,
-                                     have_nodes=ctx.span)
+    outcome = session_runner.run_one(cfg, fields, ctx.pipeline, cache, None, on_progress, before_launch,
+                                     cap_workers_at_cpus=ladder.cap_workers_at_cpus, have_nodes=ctx.span)
     return RungOutcome(outcome.record, outcome.how, dropped, outcome.message)

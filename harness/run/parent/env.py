@@ -16,15 +16,13 @@ import platform
 import socket
 import subprocess
 import sys
-from pathlib import Path
 
 import harness
 from harness.run.monitor.fitness import cpu_bf16, cpu_model
-from harness.run.parent.fingerprint import code_fingerprint
+from harness.run.parent.fingerprint import code_fingerprint, git_state
 from harness.run.parent import torch_facts
 from harness.config.identity import env_key
 
-REPO_ROOT = Path(__file__).resolve().parents[3]
 THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "TORCH_NUM_THREADS")
 
 
@@ -111,19 +109,6 @@ def gpu_link_kinds(matrix: str) -> list[str]:
     return sorted(kinds)
 
 
-def git_state(repo: Path | None = None) -> tuple[str, bool | None]:
-    repo = repo or REPO_ROOT
-    try:
-        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True, timeout=5)
-        if commit.returncode != 0:
-            return "", None
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=repo, capture_output=True,
-                               text=True, timeout=5)
-        return commit.stdout.strip(), bool(dirty.stdout.strip())
-    except (OSError, subprocess.SubprocessError):
-        return "", None
-
-
 def collect(device: str, git: bool = True) -> dict:
     """Environment fields of a RunRecord for runs on ``device`` ("cpu" or "cuda"). torch is imported for a GPU's
     own fields only (``torch_facts``: a sweep served from the store needs no torch). ``git=False`` leaves out the
@@ -167,17 +152,9 @@ def collect(device: str, git: bool = True) -> dict:
 
 def environment(device: str, git: bool = True) -> tuple[dict, str]:
     """The environment fields a record of a run on ``device`` carries, and its ``env_key``. ``git=False``: without
-    the git state (two git processes), which the key does not hash; :func:`with_git` adds it."""
+    the git state (two git processes), which the key does not hash; ``fingerprint.with_git`` adds it."""
     env = collect(device, git=git)
     return env, env_key(env, device)
-
-
-def with_git(env: dict) -> dict:
-    """``env`` with the git state a record carries (as it was, where it has it): collected once a run."""
-    if "git_commit" in env:
-        return env
-    commit, dirty = git_state()
-    return {**env, "git_commit": commit, "git_dirty": dirty}
 
 
 def environment_key(device: str) -> str:

@@ -1,5 +1,8 @@
-"""The code fingerprint: which code a run was measured with. It is part of ``env_key``, so a stored run is served
-from the cache only while the code that measured it is unchanged.
+"""Which code a run was measured with: the code fingerprint, and the checkout's git state.
+
+The fingerprint is part of ``env_key``, so a stored run is served from the cache only while the code that measured it
+is unchanged. The git state (the commit, whether tracked files differ from it) is recorded beside it but not hashed:
+two git processes, asked only for a run measured or skipped (:func:`with_git`), never for a copy.
 
 It covers the code the measured process runs, found from the imports and not from a list of paths: every module of
 the child's side (``CHILD_SIDE``: ``harness.run.child`` and the reference models, which a workload names by its
@@ -21,6 +24,7 @@ import ast
 import hashlib
 import json
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -96,6 +100,31 @@ def _read_kept() -> dict:
     except (OSError, ValueError):
         return {}
     return kept if isinstance(kept, dict) else {}
+
+
+# The checkout's git state: recorded beside the fingerprint, never hashed.
+
+def git_state(repo: Path | None = None) -> tuple[str, bool | None]:
+    """The commit checked out at ``repo`` (default: the harness's own) and whether tracked files differ from it;
+    ``("", None)`` where git or the repository is missing."""
+    repo = repo or REPO_ROOT
+    try:
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True, timeout=5)
+        if commit.returncode != 0:
+            return "", None
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=repo, capture_output=True,
+                               text=True, timeout=5)
+        return commit.stdout.strip(), bool(dirty.stdout.strip())
+    except (OSError, subprocess.SubprocessError):
+        return "", None
+
+
+def with_git(env: dict) -> dict:
+    """``env`` with the git state a record carries (as it was, where it has it): collected once a run."""
+    if "git_commit" in env:
+        return env
+    commit, dirty = git_state()
+    return {**env, "git_commit": commit, "git_dirty": dirty}
 
 
 def measured_files(root: Path = REPO_ROOT) -> list[str]:

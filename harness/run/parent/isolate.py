@@ -32,6 +32,7 @@ import json
 import os
 import tempfile
 import shutil
+import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -39,8 +40,9 @@ from typing import Callable
 from harness import config as config_mod
 from harness import lifeline
 from harness.run.parent import launch, launcher, rendezvous, watch
-from harness.run.parent.lifetime import Held, Terminated
+from harness.run.parent.lifetime import LIVE, Held, Terminated
 from harness.run.parent.watch import ProgressFn
+from harness.run.child import channel
 from harness.run.child.outcome import SKIPPED, Outcome
 from harness.run.child.summary import Summary
 from harness.records.make import make_record, new_run_id
@@ -120,9 +122,9 @@ def _measure(cfg: config_mod.RunConfig, env: dict, on_progress: ProgressFn | Non
             (job / launch.RENDEZVOUS).write_text(json.dumps(asdict(meet)))
         multi = cfg.devices > 1 or meet is not None
         try:
-            outcome, summary, timing = watch.run_child(job, cfg.timeout_s, on_progress, cfg.measure.sample_interval_s,
-                                                       launch.command(job) if multi else None, held,
-                                                       workspace_env(cfg.memory.limit_gb, cfg.device, os.environ))
+            outcome, summary, timing = run_child(job, cfg.timeout_s, on_progress, cfg.measure.sample_interval_s,
+                                                 launch.command(job) if multi else None, held,
+                                                 workspace_env(cfg.memory.limit_gb, cfg.device, os.environ))
         except (KeyboardInterrupt, Terminated) as exc:
             if getattr(exc, "kept", None) is None:
                 raise
@@ -132,6 +134,30 @@ def _measure(cfg: config_mod.RunConfig, env: dict, on_progress: ProgressFn | Non
             summary.profile_json, summary.profile_trace = store_trace(summary.profile_json, job, cfg.results_dir,
                                                                       run_id)
     return _Ended(outcome, summary, run_id, timing, interrupted)
+
+
+def run_child(job: Path, timeout_s: float, on_progress: ProgressFn | None, sample_interval_s: float = 0.5,
+              argv: list[str] | None = None, held: Held | None = None,
+              env: dict[str, str] | None = None) -> tuple[Outcome, Summary | None, dict]:
+    """Start the child (``launcher``: forked from the warm launcher, or ``argv``: torch's launcher of ranks), watch
+    it to its end and read what it left (``watch.follow``): its outcome, the summary of a run that measured (None
+    for one that did not), and where its wall time went. ``env``: what the run's environment adds (a capped run's
+    cuDNN workspace cap); ``held``: held from the child's end on (the caller releases it once the record is
+    stored)."""
+    markers = channel.Markers.open() if argv is None else None  # torch's launcher does not hand a channel to the ranks
+    start, spawned, session = time.monotonic(), time.time(), launcher.active()
+    try:
+        proc = launcher.start(job, {**launcher.run_env(timeout_s), **(env or {})}, job / watch.LOG,
+                              markers.child_fd if markers else None, argv)
+    except BaseException:
+        if markers is not None:
+            markers.close()
+        raise
+    LIVE.add(proc)
+    if markers is not None:
+        markers.started()
+    child = watch.Started(proc, markers, start, spawned, session, ranks=argv is not None)
+    return watch.follow(child, job, timeout_s, on_progress, sample_interval_s, held)
 
 
 # ------------------------------------------------------------------------------------------

@@ -11,7 +11,7 @@ from harness.run.parent.isolate import ProgressFn, execute_asked
 from harness.records.sinks import Pipeline
 from harness.store import RunRecord
 from harness.workload import applicability, datasets, first_item
-from harness.run.parent import rendezvous, torch_facts
+from harness.run.parent import fingerprint, rendezvous, torch_facts
 
 
 @dataclass(frozen=True)
@@ -53,10 +53,10 @@ def store_asked(resolved: config_mod.RunConfig, env: dict, env_key: str, on_prog
     """Measure a resolved config and hand its record to ``pipeline``'s sinks (None: none), whatever its status; a
     node but the first of a run across nodes only measures (the first stores the run's one record).
     ``skip_reason``: the caller's answer of ``applicability.skip_reason`` ("" when the run can act here); ``env``:
-    the environment's fields (the git state is added here when it was left out, see ``env.environment``);
+    the environment's fields (the git state is added here when it was left out: ``fingerprint.with_git``);
     ``sweep_fields`` go into the record as it is made (a name the record lacks raises). The record reaches the sinks
     before an interrupt can end the command, and a measurement the child wrote before an interrupt does too."""
-    env = env_mod.with_git(env)
+    env = fingerprint.with_git(env)
     meet = rendezvous.of(resolved, os.environ)
     stores = pipeline is not None and (meet is None or meet.node_rank == 0)
     return execute_asked(resolved, env, env_key, skip_reason, on_progress, store=pipeline.put if stores else None,

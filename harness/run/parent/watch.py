@@ -1,10 +1,10 @@
-"""A child run followed from its start to its end, in the parent: started (``harness.run.parent.launcher``), watched
-until something happens (a marker on its progress channel, its end, the deadline, its next sample), stopped with
-its whole process group, and what it left read back (its outcome, its summary with what the parent sampled added,
-where its wall time went). Outside the measured window the parent samples the child's memory and its GPU from
-outside (``harness.run.monitor.Sampler``); inside the window of a CPU run it does not wake at all, and while it waits
-its threads are in ``SCHED_BATCH`` (``yielding``). Why, and how no orphan survives: ``harness.run.parent.isolate``.
-"""
+"""A started child run followed to its end, in the parent (``harness.run.parent.isolate`` starts it through
+``harness.run.parent.launcher``): watched until something happens (a marker on its progress channel, its end, the
+deadline, its next sample), stopped with its whole process group, and what it left read back (its outcome, its
+summary with what the parent sampled added, where its wall time went). Outside the measured window the parent
+samples the child's memory and its GPU from outside (``harness.run.monitor.Sampler``); inside the window of a CPU
+run it does not wake at all, and while it waits its threads are in ``SCHED_BATCH`` (``yielding``). Why, and how no
+orphan survives: ``harness.run.parent.isolate``."""
 
 from __future__ import annotations
 
@@ -15,53 +15,64 @@ import select
 import sys
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 from harness.run import monitor
 from harness.run.child import channel
 from harness.run.child import outcome as outcome_mod
 from harness.run.child.outcome import OK, Outcome
 from harness.run.child.summary import Summary
-from harness.run.parent import launcher, phases, processes
+from harness.run.parent import phases, processes
 from harness.run.parent.lifetime import LIVE, Held, Terminated
 
+LOG = "child.log"  # in the job folder: the child's output, whose tail a run that died or timed out keeps
 POLL_S = 0.5  # the longest wait between looks where nothing can wake the parent (no pidfd, no progress channel)
 RESULT_GRACE_S = 10.0  # how long a child that wrote its result may take to exit (NCCL, loader teardown)
 
 ProgressFn = Callable[[dict, float], None]  # (progress info, seconds since start)
 
 
-def run_child(job: Path, timeout_s: float, on_progress: ProgressFn | None, sample_interval_s: float = 0.5,
-              argv: list[str] | None = None, held: Held | None = None,
-              env: dict[str, str] | None = None) -> tuple[Outcome, Summary | None, dict]:
-    """Start the child, watch it to its end, and read what it left: its outcome, the summary of a run that measured
+@dataclass(frozen=True)
+class Started:
+    """A child just started (``harness.run.parent.isolate.run_child``): its process handle, its progress channel
+    (None: torch's launcher, which hands none to the ranks), when it started (monotonic and wall clock), the warm
+    launcher's session it may have forked from (None: none is running), and whether it is torch's launcher of ranks."""
+
+    proc: Any
+    markers: channel.Markers | None
+    start: float
+    spawned: float
+    session: Any
+    ranks: bool
+
+
+def follow(child: Started, job: Path, timeout_s: float, on_progress: ProgressFn | None,
+           sample_interval_s: float = 0.5, held: Held | None = None) -> tuple[Outcome, Summary | None, dict]:
+    """Watch a started child to its end, and read what it left: its outcome, the summary of a run that measured
     with what the parent sampled added (None for a run that did not), and where its wall time went (record fields:
     ``harness.run.parent.phases``). ``held``: held from the child's end on (the caller releases it once the record
-    is stored); ``env``: what the run's environment adds (a capped run's cuDNN workspace cap). An interrupt while the
-    child runs kills it and propagates; if the child had written its result
+    is stored). An interrupt while the child runs kills it and propagates; if the child had written its result
     (then it was profiling or tearing down), the interrupt carries that outcome (``kept``, ``profiling``)."""
-    markers = channel.Markers.open() if argv is None else None  # torch's launcher does not hand a channel to the ranks
-    log_path = job / "child.log"
-    start, spawned, session = time.monotonic(), time.time(), launcher.active()
-    proc = _start(job, {**launcher.run_env(timeout_s), **(env or {})}, log_path, markers, argv)
+    proc = child.proc
     store_imports = _store_imports()
-    watch = Watch(monitor.Sampler(proc.pid, ranks=argv is not None), sample_interval_s)
-    timed_out, interrupted = _watched(proc, job, start, timeout_s, on_progress, watch, markers, held)
+    watch = Watch(monitor.Sampler(proc.pid, ranks=child.ranks), sample_interval_s)
+    timed_out, interrupted = _watched(proc, job, child.start, timeout_s, on_progress, watch, child.markers, held)
     gone = time.time()
     if store_imports is not None:
         store_imports.join()
-    gap = session.run_ended(spawned, gone) if session is not None else None
+    gap = child.session.run_ended(child.spawned, gone) if child.session is not None else None
     if watch.sampler.measuring:
         watch.sampler.window_lost()
     result = read_result(job / "result.json")
     if interrupted is not None and result is None:
         raise interrupted
-    timing = phases.record_fields(result.pop("phase_marks", {}) if result is not None else {}, spawned, gone, gap,
-                                  getattr(proc, "how", "exec"), getattr(proc, "preloaded", ""),
+    timing = phases.record_fields(result.pop("phase_marks", {}) if result is not None else {}, child.spawned, gone,
+                                  gap, getattr(proc, "how", "exec"), getattr(proc, "preloaded", ""),
                                   (result or {}).get("first_step_s"))
     if result is None:
-        tail = _tail(log_path)
+        tail = _tail(job / LOG)
         return (outcome_mod.timed_out(timeout_s, tail) if timed_out else outcome_mod.died(proc.returncode, tail),
                 None, timing)
     kept, profiling = _kept(result, watch, timing)  # a child that wrote its result and then hung on exit measured
@@ -69,21 +80,6 @@ def run_child(job: Path, timeout_s: float, on_progress: ProgressFn | None, sampl
         interrupted.kept, interrupted.profiling = kept, profiling
         raise interrupted
     return kept
-
-
-def _start(job: Path, env: dict[str, str], log_path: Path, markers: channel.Markers | None, argv: list[str] | None):
-    """The child started (forked from the warm launcher, or a fresh interpreter) and registered as live; the
-    channel closed if it cannot start."""
-    try:
-        proc = launcher.start(job, env, log_path, markers.child_fd if markers else None, argv)
-    except BaseException:
-        if markers is not None:
-            markers.close()
-        raise
-    LIVE.add(proc)
-    if markers is not None:
-        markers.started()
-    return proc
 
 
 def _watched(proc, job: Path, start: float, timeout_s: float, on_progress: ProgressFn | None, watch: Watch,
