@@ -30,6 +30,7 @@ from __future__ import annotations
 import array
 import ctypes
 import errno
+import gc
 import importlib
 import json
 import os
@@ -51,6 +52,9 @@ PRELOAD = ("torch", "harness.config", "harness.run.child.main", "harness.run.chi
            "harness.run.child.summary", "harness.run.child.ranks", "harness.workload.build", "harness.workload.data",
            "harness.workload.knobs", "harness.workload.shared_data", "torch.utils.flop_counter")
 NOT_PRELOADED = ("__main__", "__mp_main__")
+# What building a torch optimizer imports (``torch.optim.Optimizer``'s constructor imports torch._dynamo: a second on a
+# 2-core CPU, in a user's script too): preloaded for a reference workload's run that builds one (not ``loader``)
+OPTIMIZER_IMPORTS = ("torch._dynamo",)
 DRIVER_LOADED_BY: list[str] = []  # the import after which the CUDA driver was first seen loaded here, if any
 LEFT_TO_RUNS: list[str] = []  # the imports a probe found unsafe: not preloaded (from it on), each run makes them
 PROBED: list[int] = []  # the probes this launcher made (how many names each), where no verdict was remembered
@@ -83,6 +87,9 @@ def receive(sock: socket.socket, flags: int = 0) -> tuple[dict | None, list[int]
 
 def main(sweep_dir: str, first_config: str = "") -> int:
     guard_child()  # dies with the sweep's process; no deadline of its own (each run carries one)
+    # Imports without the cyclic collector: its passes over every object imported so far, repeated as the imports
+    # grow, cost more than the one pass made before a fork (collect_imports); each run collects as a process does
+    gc.disable()
     sock = socket.socket(fileno=int(os.environ.pop(SOCKET_ENV)))
     started = time.monotonic()
     # a GPU run's imports probed first (started early, the device is not known yet: where a GPU driver is)
@@ -115,6 +122,7 @@ def main(sweep_dir: str, first_config: str = "") -> int:
         if LEFT_TO_RUNS:
             state["left_to_runs"] = LEFT_TO_RUNS[0]
         learnt = learnt or not request.get("learn", True)  # the command's only run: nothing to learn for
+        collect_imports()
         pid = _fork_run(request, fds, sock, sweep_dir, resident, report_imports=not learnt)
         pidfd = os.pidfd_open(pid)  # before any wait: the PID cannot have been reused yet
         send(sock, {"started": pid, **state}, [pidfd])
@@ -125,6 +133,18 @@ def main(sweep_dir: str, first_config: str = "") -> int:
             learnt = _learn(Path(sweep_dir) / f"imports-{pid}.json", probe)
             if learnt:
                 resident, sources = resident_file_pages(), source_stamps()
+
+
+def collect_imports() -> None:
+    """One full collection of what was imported here since the last (nothing else allocates here), before a fork:
+    the run starts with its imports collected, as a process that imported them with its collector on (and the
+    warm-up collects once more before its steps, ``harness.run.child.measure``)."""
+    if len(sys.modules) != _COLLECTED_AT[0]:
+        gc.collect()
+        _COLLECTED_AT[0] = len(sys.modules)
+
+
+_COLLECTED_AT = [0]  # how many modules were imported here at the last collection
 
 
 def preload(names) -> list[str]:
@@ -210,13 +230,17 @@ def warm_workload(config_path: Path, probe: bool = False) -> list[str]:
     they import; nothing is built or called, so no run's code leaves state here. Returns the ones that failed
     (a run that cannot import its model says so itself, in its own record); ``probe``: as ``preload_fork_safe``."""
     try:
-        values = json.loads(config_path.read_text()).get("workload") or {}
+        config = json.loads(config_path.read_text())
+        values = config.get("workload") or {}
     except (OSError, ValueError):
         return [str(config_path)]
     names = [node["_target_"].rsplit(".", 1)[0] for node in (values.get(k) for k in ("model", "loss", "dataset"))
              if isinstance(node, dict) and isinstance(node.get("_target_"), str) and "." in node["_target_"]]
+    reference = trimmed_imports.reference_only(values)
+    if reference and (config.get("measure") or {}).get("mode") != "loader":  # its run builds a torch optimizer
+        names += OPTIMIZER_IMPORTS
     try:
-        with trimmed_imports.trimmed(trimmed_imports.reference_only(values)):
+        with trimmed_imports.trimmed(reference):
             return preload_fork_safe(names, probe)
     finally:
         stop_blas_threads()
@@ -394,6 +418,7 @@ def _fork_run(request: dict, fds: list[int], sock: socket.socket, sweep_dir: str
     sys.stderr.flush()
     pid = os.fork()
     if pid == 0:
+        gc.enable()  # the run's collector on, as a fresh process's (off in the launcher's imports only)
         code = 1  # as a fresh interpreter ends on an exception
         try:
             populate(resident)
