@@ -47,10 +47,11 @@ from harness.workload import trimmed_imports
 
 SOCKET_ENV = "HARNESS_ZYGOTE_FD"  # the zygote's end of its socket to the parent
 MAX_MESSAGE = 1 << 20
-# What every run imports: torch and the measuring modules (none of them starts a thread or touches CUDA).
+# What every run imports: torch and the measuring modules (none of them starts a thread or touches CUDA). Not the FLOP
+# counter: a run finds its count in the cache, but for the first of a model and patch (which imports it itself)
 PRELOAD = ("torch", "harness.config", "harness.run.child.main", "harness.run.child.measure",
            "harness.run.child.summary", "harness.run.child.ranks", "harness.workload.build", "harness.workload.data",
-           "harness.workload.knobs", "harness.workload.shared_data", "torch.utils.flop_counter")
+           "harness.workload.knobs", "harness.workload.shared_data")
 NOT_PRELOADED = ("__main__", "__mp_main__")
 # What building a torch optimizer imports (``torch.optim.Optimizer``'s constructor imports torch._dynamo: a second on a
 # 2-core CPU, in a user's script too): preloaded for a reference workload's run that builds one (not ``loader``)
