@@ -104,6 +104,7 @@ def test_the_flop_count_is_kept_for_later_commands_until_what_it_depends_on_chan
 def test_a_single_run_forks_from_a_launcher_started_before_its_settings_compose(results, monkeypatch):
     from harness import cli
     from harness.commands import hydra_edge
+    from harness.records.sinks import Pipeline
     from harness.store import load_runs
     from tests.conftest import TINY_MODEL_ARGS, TINY_STEPS_ARGS
 
@@ -115,12 +116,36 @@ def test_a_single_run_forks_from_a_launcher_started_before_its_settings_compose(
         return real_compose(*args, **kwargs)
 
     monkeypatch.setattr(hydra_edge, "compose_settings", compose)
+    events, release, put = [], launcher.Zygote.release, Pipeline.put
+    monkeypatch.setattr(launcher.Zygote, "release", lambda self: (events.append("released"), release(self))[1])
+    monkeypatch.setattr(Pipeline, "put", lambda self, record: (events.append("stored"), put(self, record))[1])
     assert cli.main(["run", *TINY_MODEL_ARGS, *TINY_STEPS_ARGS, f"results_dir={results}"]) == 0
     assert at_compose == [True]  # the launcher was importing while the settings composed
+    assert events[:2] == ["released", "stored"]  # the run over, its launcher exits while the record is stored
     frame = load_runs(results)
     assert list(frame["launched_by"]) == ["fork"] and list(frame["status"]) == ["ok"]
     assert list(frame["imports_trimmed"]) == [""]  # a user's model: MONAI as MONAI imports itself
     assert launcher.active() is None
+
+
+def test_a_single_runs_launcher_starts_before_the_command_imports_its_settings_or_the_store(tmp_path):
+    """The launcher's imports are the run's critical path: it starts before the parent imports anything heavy."""
+    script = textwrap.dedent(f"""
+        import sys
+        from harness import cli
+        from harness.run.parent import launcher
+        heavy = ("harness.commands.run", "harness.config", "harness.store", "hydra", "omegaconf", "pyarrow", "torch")
+        seen, init = [], launcher.Zygote.__init__
+        def noted(self, *args, **kwargs):
+            seen.append([name for name in heavy if name in sys.modules])
+            init(self, *args, **kwargs)
+        launcher.Zygote.__init__ = noted
+        print(cli.main(["run", "data=nope", "results_dir={tmp_path / 'results'}"]), seen)
+    """)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=REPO, timeout=120,
+                         env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert out.stdout.split() == ["2", "[[]]"], out.stdout + out.stderr  # started once, before any of them
+    assert "data=nope is not a choice" in out.stderr
 
 
 def test_a_run_that_ends_before_measuring_kills_its_launcher_at_once(results, monkeypatch):
