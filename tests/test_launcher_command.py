@@ -104,7 +104,6 @@ def test_the_flop_count_is_kept_for_later_commands_until_what_it_depends_on_chan
 def test_a_single_run_forks_from_a_launcher_started_before_its_settings_compose(results, monkeypatch):
     from harness import cli
     from harness.commands import hydra_edge
-    from harness.records.sinks import Pipeline
     from harness.store import load_runs
     from tests.conftest import TINY_MODEL_ARGS, TINY_STEPS_ARGS
 
@@ -116,12 +115,8 @@ def test_a_single_run_forks_from_a_launcher_started_before_its_settings_compose(
         return real_compose(*args, **kwargs)
 
     monkeypatch.setattr(hydra_edge, "compose_settings", compose)
-    events, release, put = [], launcher.Zygote.release, Pipeline.put
-    monkeypatch.setattr(launcher.Zygote, "release", lambda self: (events.append("released"), release(self))[1])
-    monkeypatch.setattr(Pipeline, "put", lambda self, record: (events.append("stored"), put(self, record))[1])
     assert cli.main(["run", *TINY_MODEL_ARGS, *TINY_STEPS_ARGS, f"results_dir={results}"]) == 0
     assert at_compose == [True]  # the launcher was importing while the settings composed
-    assert events[:2] == ["released", "stored"]  # the run over, its launcher exits while the record is stored
     frame = load_runs(results)
     assert list(frame["launched_by"]) == ["fork"] and list(frame["status"]) == ["ok"]
     assert list(frame["imports_trimmed"]) == [""]  # a user's model: MONAI as MONAI imports itself

@@ -2,7 +2,7 @@
 or a single ``run``, or as a fresh interpreter (``python -m harness.run.child``, torch's launcher for ``devices``
 >= 2). A sweep opens a session (``warm``): a temporary folder of its own (the synthetic data its runs share, the
 launcher's log) and, at its first measured run, one zygote that imports torch and the measuring modules once and
-forks each run from itself; a single ``run`` starts its zygote before Hydra composes (``begin(None, early=True)``).
+forks each run from itself; a single ``run`` starts its zygote first of all (``begin(None, early=True)``).
 Either way the parent gets a handle like ``subprocess.Popen``'s (``pid``, ``poll``, ``wait``, ``kill``,
 ``returncode``) and an ``exit_fd`` that becomes readable when the child has ended, so that it can block until
 something happens instead of polling. A forked run is the zygote's child, not the parent's: its exit status comes
@@ -238,16 +238,12 @@ class Zygote:
             return None, []
         return zygote_mod.receive(self.sock)
 
-    def release(self) -> None:
-        """Its socket closed: an idle zygote exits by itself while this process goes on (:meth:`close` reaps it)."""
-        self.gone = True
-        with contextlib.suppress(OSError):
-            self.sock.close()
-
     def close(self) -> None:
         """End the zygote: its socket closed, it exits; one that does not (a run still alive) is killed, and the
         kernel kills that run with it."""
-        self.release()
+        self.gone = True
+        with contextlib.suppress(OSError):
+            self.sock.close()
         try:
             self.proc.wait(0.2 if self.ready else 0.0)  # an idle one exits at once; one importing is killed
         except subprocess.TimeoutExpired:
@@ -268,16 +264,14 @@ class Session:
         self.fork_off = _why_no_fork()
         self.last_end = time.time()  # the previous run's end (at first: the session's start)
         self.one_run = False  # the command's only run (a single `run`): its launcher need not learn what it imported
-        self.early = False  # started before the command knew its run (a single `run` of settings only: one run)
 
     def begin(self, first_config: dict[str, Any] | None, early: bool = False) -> None:
         """Start the zygote now, while the sweep does its own work before its first run (the cache, the data sets),
         and have it build ``first_config``'s model on the meta device for its imports; a sweep that measures
         nothing never calls this, and so never imports torch. ``early``: before the command knows its run (a single
-        ``run``, while Hydra composes), on torch and the measuring modules alone; a later call tells it the run."""
+        ``run``, from ``harness.cli``), on torch and the measuring modules alone; a later call tells it the run."""
         if self.fork_off or (first_config is None and (not early or self.zygote is not None)):
             return
-        self.early = self.early or early
         path = None
         if first_config is not None:
             self.sweeps += 1
@@ -299,8 +293,6 @@ class Session:
         """A run of the session started at ``spawned`` has ended at ``gone`` (UNIX times); returns the parent's gap
         before it, since the previous run ended (or the session began)."""
         gap, self.last_end = spawned - self.last_end, gone
-        if self.early and self.zygote is not None:  # the command's one run has ended: its launcher exits meanwhile
-            self.zygote.release()  # (while this process stores the record; ``close`` reaps it)
         return gap
 
     def start(self, job: Path, env: dict, log_path: Path, channel_fd: int | None,
