@@ -138,7 +138,7 @@ def test_a_new_back_arrow_fails():
 INSIDE = {
     "harness.session": [{"engine", "probe", "runner"}, {"cache", "events"}],
     "harness.run.parent": [{"runner"}, {"env", "isolate"}, {"launch", "rendezvous", "torch_facts", "watch"},
-                           {"launcher", "phases"}, {"lifetime", "zygote"}, {"driver", "processes", "verdicts"},
+                           {"launcher", "phases"}, {"lifetime", "zygote"}, {"driver", "messages", "processes", "verdicts"},
                            {"fingerprint"}],
 }
 
