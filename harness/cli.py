@@ -89,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
 @contextlib.contextmanager
 def _launcher_first(command: str, argv: list[str]) -> Iterator[None]:
     """A single ``run`` of settings only (``key=value``): its warm launcher started before this process imports
-    the command, the store and the settings' schema (a third of a second on a 2-core CPU), which it then does
+    the command, the store and the settings' schema (0.3 s of CPU time on a 2-core CPU), which it then does
     beside the launcher's imports instead of before them; the command's own ``launcher.warm()`` finds this session
     (``harness.commands.run``). Any other command, or a ``run`` with flags (Hydra reads them first): nothing."""
     if command != "run" or not settings_only(argv):
