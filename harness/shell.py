@@ -53,6 +53,11 @@ def given_key(word: str) -> str:
     return word.split("=", 1)[0].lstrip("+~") if "=" in word and not word.startswith("-") else ""
 
 
+def settings_only(argv: Iterable[str]) -> bool:
+    """Whether every word is a setting (``key=value``), no flag among them (``--help``, ``-m``, ``--config-dir``)."""
+    return all("=" in word and not word.startswith("-") for word in argv)
+
+
 def arguments(argv: Iterable[str]) -> list[tuple[str, ...]]:
     """The words of a command line, a flag that takes a folder together with its folder."""
     out, words = [], iter(argv)

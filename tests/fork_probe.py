@@ -9,6 +9,7 @@ driver through CuPy on a GPU machine; with ``FORK_PROBE_DRIVER_INIT`` set too, i
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import sys
@@ -42,7 +43,7 @@ def probe_net(in_channels: int = 1, out_channels: int = 2) -> nn.Module:
 
     seen = {"pid": os.getpid(), "ppid": os.getppid(), "sid": os.getsid(0), "pgid": os.getpgid(0),
             "runs_seen": RUNS_SEEN, "threads": torch.get_num_threads(), "rng": float(np.random.random()),
-            "default_dtype": str(torch.get_default_dtype())}
+            "default_dtype": str(torch.get_default_dtype()), "gc_enabled": gc.isenabled()}
     with open(os.environ["FORK_PROBE_OUT"], "a") as f:
         f.write(json.dumps(seen) + "\n")
     RUNS_SEEN += 1

@@ -71,6 +71,7 @@ def test_forked_runs_are_fresh_processes_of_their_own_that_see_nothing_of_each_o
         assert s["ppid"] != os.getpid()  # the zygote's child, not the parent's
     # what one run set (a module attribute, torch's thread count, numpy's global RNG) is not seen by the next
     assert [s["runs_seen"] for s in firsts] == [0, 0, 0]
+    assert [s["gc_enabled"] for s in firsts] == [True] * 3  # the collector on, as a fresh process's (the zygote's off)
     assert [s["threads"] for s in firsts] == [torch.get_num_threads()] * 3
     leaked = np.random.RandomState(12345).random_sample()  # what the next run would draw after the last one's seed
     assert leaked not in [s["rng"] for s in firsts]
@@ -345,6 +346,33 @@ def test_the_launcher_imports_the_first_runs_model_module_and_builds_nothing(tmp
     assert zygote_mod.warm_workload(config) == ["no_such_package"]  # the run reports its own import error
     assert "tests.fork_probe" in sys.modules and sys.modules["tests.fork_probe"].RUNS_SEEN == 0
     assert not out.exists()  # the builder was never called
+
+
+def test_the_launcher_preloads_torch_dynamo_only_for_a_reference_workload_whose_run_builds_an_optimizer(tmp_path):
+    """torch's optimizers import torch._dynamo when built (a second on a 2-core CPU): the launcher imports it for a
+    reference workload's run, which builds one; not for a loader run, nor for a user's workload (as before)."""
+    gpt = {"model": {"_target_": "harness_models.gpt.gpt"}, "optimizer": {"_target_": "torch.optim.AdamW"}}
+    user = {"model": {"_target_": "tests.fork_probe.probe_net"}}
+    configs = {"user": {"workload": user, "measure": {"mode": "train"}},
+               "loader": {"workload": gpt, "measure": {"mode": "loader"}},
+               "reference": {"workload": gpt, "measure": {"mode": "train"}}}
+    for name, config in configs.items():
+        (tmp_path / f"{name}.json").write_text(json.dumps(config))
+    script = textwrap.dedent(f"""
+        import sys
+        from pathlib import Path
+        from harness.run.parent import zygote
+        for name in {list(configs)}:
+            zygote.warm_workload(Path({str(tmp_path)!r}) / (name + ".json"))
+            print(name, "torch._dynamo" in sys.modules)
+    """)
+    premise = ("import sys, torch; torch.optim.AdamW([torch.nn.Parameter(torch.zeros(1))]); "
+               "print('torch._dynamo' in sys.modules)")
+    env = {**os.environ, "PYTHONPATH": str(REPO), "FORK_PROBE_OUT": str(tmp_path / "probe.jsonl")}
+    outs = [subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, env=env, timeout=300)
+            for code in (script, premise)]
+    assert outs[0].stdout.split() == ["user", "False", "loader", "False", "reference", "True"], outs[0].stderr
+    assert outs[1].stdout.split() == ["True"], outs[1].stderr  # what a fresh process building the optimizer imports
 
 
 def test_runs_started_under_fresh_are_fresh_interpreters_and_the_session_stays():

@@ -123,6 +123,26 @@ def test_a_single_run_forks_from_a_launcher_started_before_its_settings_compose(
     assert launcher.active() is None
 
 
+def test_a_single_runs_launcher_starts_before_the_command_imports_its_settings_or_the_store(tmp_path):
+    """The launcher's imports are the run's critical path: it starts before the parent imports anything heavy."""
+    script = textwrap.dedent(f"""
+        import sys
+        from harness import cli
+        from harness.run.parent import launcher
+        heavy = ("harness.commands.run", "harness.config", "harness.store", "hydra", "omegaconf", "pyarrow", "torch")
+        seen, init = [], launcher.Zygote.__init__
+        def noted(self, *args, **kwargs):
+            seen.append([name for name in heavy if name in sys.modules])
+            init(self, *args, **kwargs)
+        launcher.Zygote.__init__ = noted
+        print(cli.main(["run", "data=nope", "results_dir={tmp_path / 'results'}"]), seen)
+    """)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=REPO, timeout=120,
+                         env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert out.stdout.split() == ["2", "[[]]"], out.stdout + out.stderr  # started once, before any of them
+    assert "data=nope is not a choice" in out.stderr
+
+
 def test_a_run_that_ends_before_measuring_kills_its_launcher_at_once(results, monkeypatch):
     from harness import cli
 

@@ -138,8 +138,8 @@ def test_a_new_back_arrow_fails():
 INSIDE = {
     "harness.session": [{"engine", "probe", "runner"}, {"cache", "events"}],
     "harness.run.parent": [{"runner"}, {"env", "isolate"}, {"launch", "rendezvous", "torch_facts", "watch"},
-                           {"launcher", "phases"}, {"lifetime", "zygote"}, {"driver", "processes", "verdicts"},
-                           {"fingerprint"}],
+                           {"launcher", "phases"}, {"lifetime", "zygote"},
+                           {"driver", "messages", "processes", "verdicts"}, {"fingerprint"}],
 }
 
 

@@ -17,6 +17,7 @@ from harness.commands.progress import RunProgress
 from harness.store import check_writable
 from harness.workload import datasets, preflight
 from harness.names import display_name
+from harness.shell import settings_only
 
 
 MULTIRUN_FLAGS = ("-m", "--multirun")
@@ -29,7 +30,7 @@ def main(command: str, argv: list[str]) -> int:
     fork): the two processes' starts overlap instead of adding up."""
     multirun = any(a in MULTIRUN_FLAGS for a in argv)
     with launcher.warm() as session:
-        if all("=" in a and not a.startswith("-") for a in argv):
+        if settings_only(argv):  # started already where ``harness.cli`` ran this command (before importing it)
             session.begin(None, early=True)
         return hydra_edge.hydra_app([a for a in argv if a not in MULTIRUN_FLAGS], task, multirun=multirun)
 

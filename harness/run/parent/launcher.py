@@ -2,7 +2,7 @@
 or a single ``run``, or as a fresh interpreter (``python -m harness.run.child``, torch's launcher for ``devices``
 >= 2). A sweep opens a session (``warm``): a temporary folder of its own (the synthetic data its runs share, the
 launcher's log) and, at its first measured run, one zygote that imports torch and the measuring modules once and
-forks each run from itself; a single ``run`` starts its zygote before Hydra composes (``begin(None, early=True)``).
+forks each run from itself; a single ``run`` starts its zygote first of all (``begin(None, early=True)``).
 Either way the parent gets a handle like ``subprocess.Popen``'s (``pid``, ``poll``, ``wait``, ``kill``,
 ``returncode``) and an ``exit_fd`` that becomes readable when the child has ended, so that it can block until
 something happens instead of polling. A forked run is the zygote's child, not the parent's: its exit status comes
@@ -269,7 +269,7 @@ class Session:
         """Start the zygote now, while the sweep does its own work before its first run (the cache, the data sets),
         and have it build ``first_config``'s model on the meta device for its imports; a sweep that measures
         nothing never calls this, and so never imports torch. ``early``: before the command knows its run (a single
-        ``run``, while Hydra composes), on torch and the measuring modules alone; a later call tells it the run."""
+        ``run``, from ``harness.cli``), on torch and the measuring modules alone; a later call tells it the run."""
         if self.fork_off or (first_config is None and (not early or self.zygote is not None)):
             return
         path = None

@@ -13,12 +13,14 @@ the way their own fork handler stops them, and the fork is refused (the run then
 if another thread is left, CUDA is initialised, or a process started here is still alive.
 
 Before the first fork, the modules of the sweep's first run's model, loss and dataset are imported (their
-libraries: MONAI, torchvision, OpenCV; nothing is built or called), so that no run pays those imports; what the
+libraries: MONAI, torchvision, OpenCV; nothing is built or called; for a reference workload's run that builds an
+optimizer, torch._dynamo, which building one imports), so that no run pays those imports; what the
 sweep's first run imported beyond that is imported here once that run has ended, so that the later runs find it
 loaded, as the first run's own imports left it. Only the first run's: a later rung's extra imports (a compiler's)
-stay that rung's own, so that every run holds the same modules a fresh process of its settings would.
+stay that rung's own, so that every run holds the same modules a fresh process of its settings would. This process
+imports with the cyclic collector off and collects once before it forks from new imports; each run turns it on.
 
-The protocol (``SOCK_SEQPACKET``, one JSON object a message, file descriptors beside): this process sends
+The protocol (``harness.run.parent.messages``: one JSON object a message, file descriptors beside): this process sends
 ``{"ready": pid}``; the parent asks ``{"job", "log", "cwd", "env", "argv", "learn"}`` (``learn`` false: the command's
 only run) with the run's progress channel; this process answers ``{"started": pid, "threads": 1,
 "cuda_initialized": false}`` (as the fork found it) with a pidfd of the run, or ``{"refused": why}``, then
@@ -27,9 +29,9 @@ only run) with the run's progress channel; this process answers ``{"started": pi
 
 from __future__ import annotations
 
-import array
 import ctypes
 import errno
+import gc
 import importlib
 import json
 import os
@@ -42,47 +44,28 @@ from pathlib import Path
 from harness.run.child import channel
 from harness.lifeline import guard_child
 from harness.run.parent import driver, verdicts
+from harness.run.parent.messages import receive, send
 from harness.workload import trimmed_imports
 
 SOCKET_ENV = "HARNESS_ZYGOTE_FD"  # the zygote's end of its socket to the parent
-MAX_MESSAGE = 1 << 20
 # What every run imports: torch and the measuring modules (none of them starts a thread or touches CUDA).
 PRELOAD = ("torch", "harness.config", "harness.run.child.main", "harness.run.child.measure",
            "harness.run.child.summary", "harness.run.child.ranks", "harness.workload.build", "harness.workload.data",
-           "harness.workload.knobs", "harness.workload.shared_data", "torch.utils.flop_counter")
+           "harness.workload.knobs", "harness.workload.shared_data")
 NOT_PRELOADED = ("__main__", "__mp_main__")
+# What building a torch optimizer imports, in a user's script too (a second on a 2-core CPU): preloaded for a reference
+# workload's run that builds one (any mode but loader)
+OPTIMIZER_IMPORTS = ("torch._dynamo",)
+COLLECTED_AT = [0]  # how many modules were imported here at the last collection (collect_imports)
 DRIVER_LOADED_BY: list[str] = []  # the import after which the CUDA driver was first seen loaded here, if any
 LEFT_TO_RUNS: list[str] = []  # the imports a probe found unsafe: not preloaded (from it on), each run makes them
 PROBED: list[int] = []  # the probes this launcher made (how many names each), where no verdict was remembered
 MADV_POPULATE_READ = 22
 
 
-def send(sock: socket.socket, message: dict, fds: list[int] | tuple = ()) -> None:
-    """One message (and the file descriptors it hands over)."""
-    data = json.dumps(message).encode()
-    if fds:
-        socket.send_fds(sock, [data], list(fds))
-    else:
-        sock.send(data)
-
-
-def receive(sock: socket.socket, flags: int = 0) -> tuple[dict | None, list[int]]:
-    """The next message and its file descriptors; (None, []) once the other end has closed. With
-    ``socket.MSG_DONTWAIT``, BlockingIOError when none is there (``socket.recv_fds`` drops its flags before 3.12)."""
-    data, ancillary, _, _ = sock.recvmsg(MAX_MESSAGE, socket.CMSG_LEN(4 * array.array("i").itemsize), flags)
-    fds = array.array("i")
-    for level, kind, payload in ancillary:
-        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
-            fds.frombytes(payload[: len(payload) - (len(payload) % fds.itemsize)])
-    if not data:
-        for fd in fds:
-            os.close(fd)
-        return None, []
-    return json.loads(data), list(fds)
-
-
 def main(sweep_dir: str, first_config: str = "") -> int:
     guard_child()  # dies with the sweep's process; no deadline of its own (each run carries one)
+    gc.disable()  # its passes over all imported so far, repeated as they grow, cost more than collect_imports' one
     sock = socket.socket(fileno=int(os.environ.pop(SOCKET_ENV)))
     started = time.monotonic()
     # a GPU run's imports probed first (started early, the device is not known yet: where a GPU driver is)
@@ -115,6 +98,7 @@ def main(sweep_dir: str, first_config: str = "") -> int:
         if LEFT_TO_RUNS:
             state["left_to_runs"] = LEFT_TO_RUNS[0]
         learnt = learnt or not request.get("learn", True)  # the command's only run: nothing to learn for
+        collect_imports()
         pid = _fork_run(request, fds, sock, sweep_dir, resident, report_imports=not learnt)
         pidfd = os.pidfd_open(pid)  # before any wait: the PID cannot have been reused yet
         send(sock, {"started": pid, **state}, [pidfd])
@@ -125,6 +109,14 @@ def main(sweep_dir: str, first_config: str = "") -> int:
             learnt = _learn(Path(sweep_dir) / f"imports-{pid}.json", probe)
             if learnt:
                 resident, sources = resident_file_pages(), source_stamps()
+
+
+def collect_imports() -> None:
+    """Before a fork, one full collection of what was imported here since the last (the collector is off here): the
+    run starts with its imports collected, as a process that imported them with its collector on."""
+    if len(sys.modules) != COLLECTED_AT[0]:
+        gc.collect()
+        COLLECTED_AT[0] = len(sys.modules)
 
 
 def preload(names) -> list[str]:
@@ -210,13 +202,17 @@ def warm_workload(config_path: Path, probe: bool = False) -> list[str]:
     they import; nothing is built or called, so no run's code leaves state here. Returns the ones that failed
     (a run that cannot import its model says so itself, in its own record); ``probe``: as ``preload_fork_safe``."""
     try:
-        values = json.loads(config_path.read_text()).get("workload") or {}
+        config = json.loads(config_path.read_text())
+        values = config.get("workload") or {}
     except (OSError, ValueError):
         return [str(config_path)]
     names = [node["_target_"].rsplit(".", 1)[0] for node in (values.get(k) for k in ("model", "loss", "dataset"))
              if isinstance(node, dict) and isinstance(node.get("_target_"), str) and "." in node["_target_"]]
+    reference = trimmed_imports.reference_only(values)
+    if reference and (config.get("measure") or {}).get("mode") != "loader":  # its run builds a torch optimizer
+        names += OPTIMIZER_IMPORTS
     try:
-        with trimmed_imports.trimmed(trimmed_imports.reference_only(values)):
+        with trimmed_imports.trimmed(reference):
             return preload_fork_safe(names, probe)
     finally:
         stop_blas_threads()
@@ -394,6 +390,7 @@ def _fork_run(request: dict, fds: list[int], sock: socket.socket, sweep_dir: str
     sys.stderr.flush()
     pid = os.fork()
     if pid == 0:
+        gc.enable()  # the run's collector on, as a fresh process's (off in the launcher's imports only)
         code = 1  # as a fresh interpreter ends on an exception
         try:
             populate(resident)
