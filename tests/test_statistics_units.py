@@ -221,14 +221,14 @@ def test_look_levels_spend_little_early_and_nearly_all_at_the_budget():
 
 
 def test_a_looks_boundaries_are_kept_between_processes_with_the_same_numbers_and_no_root_finder(tmp_path):
-    """The boundaries a process computed are kept (a file under $XDG_CACHE_HOME): the next process reads the very
-    same levels and loads no scipy.optimize; a file kept by other code, or unreadable, is computed anew."""
+    """The boundaries a process computed are kept (a file in the harness's cache folder): the next process reads
+    the very same levels and loads no scipy.optimize; a file kept by other code, or unreadable, is computed anew."""
     fractions = (2 / 6, 3 / 6, 4 / 6, 5 / 6, 1.0)
     code = ("import sys; from harness.analysis.stats import sequential as s; "
             f"print(repr(s.nominal_levels({fractions!r}, 0.05, 'obrien-fleming'))); "
             "print('scipy.optimize' in sys.modules)")
-    env = {**os.environ, "PYTHONPATH": str(REPO), "XDG_CACHE_HOME": str(tmp_path)}
-    kept = tmp_path / "harness" / "look-levels.json"
+    env = {**os.environ, "PYTHONPATH": str(REPO), "HARNESS_CACHE_DIR": str(tmp_path)}
+    kept = tmp_path / "look-levels.json"
 
     def levels() -> list[str]:
         return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,

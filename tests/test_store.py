@@ -225,7 +225,10 @@ def test_a_process_reading_the_same_records_again_sees_a_file_rewritten_and_one_
     record file rewritten (another value) or added since is what the next read gives."""
     for i in range(3):
         write_record(_record(f"r{i}", sweep_id="s", samples_per_s=float(i)), tmp_path)
-    read = lambda: sorted(zip(*(load_runs(tmp_path, where={"sweep_id": "s"})[c] for c in ("run_id", "samples_per_s"))))
+    def read():
+        frame = load_runs(tmp_path, where={"sweep_id": "s"})
+        return sorted(zip(frame["run_id"], frame["samples_per_s"]))
+
     assert read() == read() == [("r0", 0.0), ("r1", 1.0), ("r2", 2.0)]
     path = next(p for p in store.record_files(tmp_path) if "r1" in pq.read_table(p)["run_id"].to_pylist())
     before = os.stat(path)

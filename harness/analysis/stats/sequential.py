@@ -84,8 +84,10 @@ KEPT_QUESTIONS = 256  # the most boundaries the file keeps (a sweep asks a handf
 
 
 def kept_levels_file() -> Path:
-    """Beside the code fingerprints the harness keeps (``$XDG_CACHE_HOME/harness/``, else ``~/.cache/harness/``)."""
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "harness" / "look-levels.json"
+    """In the harness's cache folder (``HARNESS_CACHE_DIR``, else ``$XDG_CACHE_HOME/harness``, ``~/.cache/harness``)."""
+    root = os.environ.get("HARNESS_CACHE_DIR")
+    folder = Path(root) if root else Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "harness"
+    return folder / "look-levels.json"
 
 
 @functools.lru_cache(maxsize=1)
