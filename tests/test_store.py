@@ -232,12 +232,10 @@ def test_a_process_reading_the_same_records_again_sees_a_file_rewritten_and_one_
     assert read() == read() == [("r0", 0.0), ("r1", 1.0), ("r2", 2.0)]
     path = next(p for p in store.record_files(tmp_path) if "r1" in pq.read_table(p)["run_id"].to_pylist())
     before = os.stat(path)
-    pq.write_table(pq.read_table(path).set_column(_column(path, "samples_per_s"), "samples_per_s", pa.array([10.0])), path)
+    table = pq.read_table(path)
+    pq.write_table(table.set_column(table.schema.get_field_index("samples_per_s"), "samples_per_s",
+                                    pa.array([10.0])), path)
     os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns + 1_000_000))  # a new mtime, however coarse the clock
     assert read() == [("r0", 0.0), ("r1", 10.0), ("r2", 2.0)]
     write_record(_record("r3", sweep_id="s", samples_per_s=3.0), tmp_path)
     assert read() == [("r0", 0.0), ("r1", 10.0), ("r2", 2.0), ("r3", 3.0)]
-
-
-def _column(path, name: str) -> int:
-    return pq.read_schema(path).get_field_index(name)
