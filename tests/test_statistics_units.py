@@ -237,7 +237,10 @@ def test_a_looks_boundaries_are_kept_between_processes_with_the_same_numbers_and
     here = repr(sequential._nominal_levels(fractions, 0.05, "obrien-fleming"))
     assert levels() == [here, "True"] and kept.is_file()  # computed, with the root finder
     assert levels() == [here, "False"]  # read back: the same digits, no root finder loaded
-    kept.write_text(json.dumps({**json.loads(kept.read_text()), "code": "another"}))
+    saved = json.loads(kept.read_text())
+    kept.write_text(json.dumps({**saved, "levels": {k: ["0.05"] for k in saved["levels"]}}))
+    assert levels() == [here, "True"]  # an entry that is not the levels asked for is computed anew
+    kept.write_text(json.dumps({**saved, "code": "another"}))
     assert levels() == [here, "True"]  # another code's boundaries are not used
     kept.write_text("{not json")
     assert levels() == [here, "True"]

@@ -70,10 +70,11 @@ def nominal_levels(fractions: tuple[float, ...], alpha: float = ALPHA,
     processes (:func:`_kept_levels`): the same numbers, without loading scipy.optimize again."""
     question = repr((tuple(float(t) for t in fractions), float(alpha), spending))
     kept = _kept_levels()
-    if question not in kept["levels"]:
-        kept["levels"][question] = list(_nominal_levels(fractions, alpha, spending))
+    levels = kept["levels"].get(question)
+    if not (isinstance(levels, list) and len(levels) == len(fractions) and all(type(v) is float for v in levels)):
+        levels = kept["levels"][question] = list(_nominal_levels(fractions, alpha, spending))
         _keep_levels(kept)
-    return tuple(kept["levels"][question])
+    return tuple(levels)
 
 
 # Every sweep of a ladder asks for the same few boundaries (a phase2 sweep's looks: fractions 2/6 .. 6/6), and the
@@ -105,7 +106,7 @@ def _kept_levels() -> dict:
     kept them or the file cannot be read."""
     try:
         kept = json.loads(kept_levels_file().read_text())
-    except (OSError, ValueError):
+    except (OSError, ValueError, RuntimeError):  # RuntimeError: no home folder
         kept = None
     if not isinstance(kept, dict) or kept.get("code") != _code_digest() or not isinstance(kept.get("levels"), dict):
         return {"code": _code_digest(), "levels": {}}
@@ -117,7 +118,7 @@ def _keep_levels(kept: dict) -> None:
     try:
         kept_levels_file().parent.mkdir(parents=True, exist_ok=True)
         write_text_atomic(kept_levels_file(), json.dumps(kept))
-    except OSError:
+    except (OSError, RuntimeError):
         pass  # a cache only: the next process computes them again
 
 
