@@ -94,3 +94,17 @@ def test_the_repositorys_fingerprint_holds_the_child_side_and_leaves_the_parent_
     modules = fingerprint.source_modules(REPO)
     names = [fingerprint.own_name(m, modules) for m in fingerprint.measured_modules(modules)]
     assert len(names) == len(set(names)), "two measured modules share a name: an import of one would read as the other"
+
+
+def test_a_process_that_asked_before_sees_a_module_added_even_in_a_folder_that_held_none(tmp_path):
+    """The process keeps the fingerprint while no folder or module of the trees changed (a sweep asks at every
+    rung): a module added, here the first of its folder, is still seen at the next call."""
+    root = _tree(tmp_path)
+    (root / "harness_models/blocks").mkdir()
+    before = fingerprint.code_fingerprint(root)
+    assert fingerprint.code_fingerprint(root) == before
+    (root / "harness_models/blocks/conv.py").write_text("KERNEL = 3\n")  # the reference models are all measured
+    after = fingerprint.code_fingerprint(root)
+    assert after != before
+    (root / "harness_models/blocks/conv.py").unlink()
+    assert fingerprint.code_fingerprint(root) == before

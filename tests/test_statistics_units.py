@@ -3,7 +3,11 @@ rule, calibration matching, the sweep loop's helpers (no torch, no simulation)."
 
 from __future__ import annotations
 
+import json
 import math
+import os
+import subprocess
+import sys
 
 import numpy as np
 import pandas as pd
@@ -12,6 +16,7 @@ from scipy import stats as sps
 
 from harness.analysis.stats import blocks, busy, calibration, noise_model, sequential, speedup
 from harness.store import COLUMNS, RunRecord
+from tests.conftest import REPO
 
 # ------------------------------------------------------------------------------------------
 # the rung x round model
@@ -213,6 +218,32 @@ def test_look_levels_spend_little_early_and_nearly_all_at_the_budget():
     assert sequential.look_level(2, 2, calibrated=False) == pytest.approx(0.05)  # one look: a plain 95% band
     with pytest.raises(ValueError, match="valid choices are obrien-fleming, pocock"):
         sequential.spent(0.5, spending="haybittle")
+
+
+def test_a_looks_boundaries_are_kept_between_processes_with_the_same_numbers_and_no_root_finder(tmp_path):
+    """The boundaries a process computed are kept (a file in the harness's cache folder): the next process reads
+    the very same levels and loads no scipy.optimize; a file kept by other code, or unreadable, is computed anew."""
+    fractions = (2 / 6, 3 / 6, 4 / 6, 5 / 6, 1.0)
+    code = ("import sys; from harness.analysis.stats import sequential as s; "
+            f"print(repr(s.nominal_levels({fractions!r}, 0.05, 'obrien-fleming'))); "
+            "print('scipy.optimize' in sys.modules)")
+    env = {**os.environ, "PYTHONPATH": str(REPO), "HARNESS_CACHE_DIR": str(tmp_path)}
+    kept = tmp_path / "look-levels.json"
+
+    def levels() -> list[str]:
+        return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                              check=True).stdout.splitlines()
+
+    here = repr(sequential._nominal_levels(fractions, 0.05, "obrien-fleming"))
+    assert levels() == [here, "True"] and kept.is_file()  # computed, with the root finder
+    assert levels() == [here, "False"]  # read back: the same digits, no root finder loaded
+    saved = json.loads(kept.read_text())
+    kept.write_text(json.dumps({**saved, "levels": {k: ["0.05"] for k in saved["levels"]}}))
+    assert levels() == [here, "True"]  # an entry that is not the levels asked for is computed anew
+    kept.write_text(json.dumps({**saved, "code": "another"}))
+    assert levels() == [here, "True"]  # another code's boundaries are not used
+    kept.write_text("{not json")
+    assert levels() == [here, "True"]
 
 
 def test_next_action_stops_when_decided_or_spent():

@@ -218,3 +218,24 @@ def test_store_actions_are_named_when_one_is_unknown(tmp_path, capsys):
     assert capsys.readouterr().err == "error: store needs an action; valid choices: compact, import, info, verify\n"
     assert cli.main(["store", "info", "extra", "--results", str(tmp_path)]) == 2
     assert "store info takes no argument, got 'extra'" in capsys.readouterr().err
+
+
+def test_a_process_reading_the_same_records_again_sees_a_file_rewritten_and_one_added(tmp_path):
+    """Whole records read with a filter come from the files kept in the process, joined once per set of files: a
+    record file rewritten (another value) or added since is what the next read gives."""
+    for i in range(3):
+        write_record(_record(f"r{i}", sweep_id="s", samples_per_s=float(i)), tmp_path)
+    def read():
+        frame = load_runs(tmp_path, where={"sweep_id": "s"})
+        return sorted(zip(frame["run_id"], frame["samples_per_s"]))
+
+    assert read() == read() == [("r0", 0.0), ("r1", 1.0), ("r2", 2.0)]
+    path = next(p for p in store.record_files(tmp_path) if "r1" in pq.read_table(p)["run_id"].to_pylist())
+    before = os.stat(path)
+    table = pq.read_table(path)
+    pq.write_table(table.set_column(table.schema.get_field_index("samples_per_s"), "samples_per_s",
+                                    pa.array([10.0])), path)
+    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns + 1_000_000))  # a new mtime, however coarse the clock
+    assert read() == [("r0", 0.0), ("r1", 10.0), ("r2", 2.0)]
+    write_record(_record("r3", sweep_id="s", samples_per_s=3.0), tmp_path)
+    assert read() == [("r0", 0.0), ("r1", 10.0), ("r2", 2.0), ("r3", 3.0)]

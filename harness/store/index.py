@@ -214,7 +214,23 @@ def _from_kept(files: list[str]) -> pa.Table | None:
             if idents[path] is not None and tables[path].num_rows <= room:
                 _WHOLE[path] = idents[path], tables[path]
                 room -= tables[path].num_rows
-    return pa.concat_tables([tables[p] for p in files])
+    # one chunk per file of every column made each filter on them ~30 ms (fifty files); joined into one, ~1 ms
+    key = tuple((p, idents[p]) for p in files)
+    if key not in _JOINED:
+        joined = pa.concat_tables([tables[p] for p in files]).combine_chunks()
+        if any(idents[p] is None for p in files):
+            return joined
+        _JOINED[key] = joined
+        while len(_JOINED) > 1 and (len(_JOINED) > KEPT_JOINED
+                                    or sum(t.num_rows for t in _JOINED.values()) > KEPT_ROWS):
+            del _JOINED[next(iter(_JOINED))]  # the oldest
+    return _JOINED[key]
+
+
+# The lists of files last read together from _WHOLE (paths and identities), each joined into one table: at most
+# KEPT_JOINED lists and KEPT_ROWS rows besides the newest.
+_JOINED: dict[tuple, pa.Table] = {}
+KEPT_JOINED = 8
 
 
 def file_identity(path: str) -> tuple[int, int, int] | None:

@@ -166,7 +166,8 @@ def judge(records, rungs: int, claims: dict, total: tuple[float, float] | None, 
     if why:
         noise = SweepNoise(leaned, noise.stored, noise.notes + (why,))
     max_rounds = max_rounds if max_rounds is not None else auto_max_rounds(records)
-    logs, busy = blocks.from_records(records.to_dict("records"), rungs=rungs, rounds=rounds)
+    rows = records.to_dict("records")  # once: a frame's rows as dicts cost ~10 ms at each look of a sweep
+    logs, busy = blocks.from_records(rows, rungs=rungs, rounds=rounds)
     fitting = [g for g in groups if 1 <= int(g["first"]) < int(g["last"]) < rungs]
     questions = sequential.questions_for(rungs, claims, total, fitting)
     skipped = skipped_rungs(records)
@@ -177,7 +178,7 @@ def judge(records, rungs: int, claims: dict, total: tuple[float, float] | None, 
         look = sequential.fixed(logs, questions, noise.cv, noise.df, busy, skipped)
     model = blocks.fit(logs[:, :rounds], noise.cv, noise.df)
     answers = {a.question.label: _with_busy_predecessor(a, busy, rounds) for a in look.answers}
-    busy_runs = sum(1 for r in records.to_dict("records") if r.get("status") == "ok" and busy_reason(r))
+    busy_runs = sum(1 for r in rows if r.get("status") == "ok" and busy_reason(r))
     return Judgement(look, model, noise, busy, rounds, max_rounds, answers, busy_runs)
 
 
