@@ -12,6 +12,15 @@ import os
 import tempfile
 from pathlib import Path
 
+CACHE_ENV = "HARNESS_CACHE_DIR"  # the harness's cache folder, kept between commands (FLOP counts, torch's facts, ...)
+
+
+def cache_dir() -> Path:
+    """The harness's cache folder: ``HARNESS_CACHE_DIR``, else ``$XDG_CACHE_HOME/harness``, else
+    ``~/.cache/harness``. Raises RuntimeError where there is no home folder."""
+    root = os.environ.get(CACHE_ENV)
+    return Path(root) if root else Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "harness"
+
 
 def write_text_atomic(path: str | os.PathLike, text: str, durable: bool = False) -> Path:
     """Replace ``path``'s content with ``text`` atomically; ``durable``: fsync the file and its folder too, so a

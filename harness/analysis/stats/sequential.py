@@ -26,7 +26,6 @@ import functools
 import hashlib
 import json
 import math
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
@@ -35,7 +34,7 @@ import numpy as np
 from harness.analysis.stats import distributions as sps  # scipy.stats's functions, scipy loaded at the first value
 
 from harness.analysis.stats import blocks, speedup
-from harness.fileio import write_text_atomic
+from harness.fileio import cache_dir, write_text_atomic
 
 ALPHA = 0.05
 SPENDING = ("obrien-fleming", "pocock")
@@ -86,9 +85,7 @@ KEPT_QUESTIONS = 256  # the most boundaries the file keeps (a sweep asks a handf
 
 def kept_levels_file() -> Path:
     """In the harness's cache folder (``HARNESS_CACHE_DIR``, else ``$XDG_CACHE_HOME/harness``, ``~/.cache/harness``)."""
-    root = os.environ.get("HARNESS_CACHE_DIR")
-    folder = Path(root) if root else Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "harness"
-    return folder / "look-levels.json"
+    return cache_dir() / "look-levels.json"
 
 
 @functools.lru_cache(maxsize=1)

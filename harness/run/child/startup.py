@@ -29,7 +29,7 @@ import torch
 
 from harness.config.targets import setting_args
 from harness.config.workload import WorkloadSpec
-from harness.fileio import write_text_atomic
+from harness.fileio import cache_dir, write_text_atomic
 from harness.workload import shared_data, trimmed_imports
 
 
@@ -105,7 +105,7 @@ def flops_per_sample(cfg, workload: WorkloadSpec, count: Callable[[], float | No
     key = _key(cfg, workload)
     folder = os.environ.get(shared_data.ENV, "")
     paths = [Path(folder) / f"flops-{key}.json"] if folder and Path(folder).is_dir() else []
-    paths.append(_cache_root() / "flops" / f"{key}.json")
+    paths.append(cache_dir() / "flops" / f"{key}.json")
     for path in paths:
         try:
             return json.loads(path.read_text())["flops"]
@@ -119,12 +119,6 @@ def flops_per_sample(cfg, workload: WorkloadSpec, count: Callable[[], float | No
         except OSError:
             continue
     return flops
-
-
-def _cache_root() -> Path:
-    """The harness's cache folder (as the parent's ``torch_facts`` finds it)."""
-    root = os.environ.get("HARNESS_CACHE_DIR")
-    return Path(root) if root else Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "harness"
 
 
 # the harness's own code a count runs (in harness/workload/, beside shared_data): a change to it counts again

@@ -19,7 +19,7 @@ import os
 import sys
 from pathlib import Path
 
-CACHE_ENV = "HARNESS_CACHE_DIR"  # where the versions are kept (default: ~/.cache/harness)
+from harness.fileio import cache_dir
 
 
 def build() -> dict | None:
@@ -100,8 +100,7 @@ def _cache_file(facts: dict) -> Path | None:
             continue
         digest.update(f"{path}:{st.st_size}:{st.st_mtime_ns}\0".encode())
     try:
-        root = Path(os.environ.get(CACHE_ENV) or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-                    / "harness")
+        root = cache_dir()
     except RuntimeError:  # no home folder
         return None
     return root / f"torch-{digest.hexdigest()[:16]}.json"
