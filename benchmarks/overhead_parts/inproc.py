@@ -6,7 +6,9 @@ a process's own speed fall on both sides alike."""
 from __future__ import annotations
 
 import contextlib
+import gc
 import os
+import resource
 import signal
 import socket
 import subprocess
@@ -41,6 +43,31 @@ def alternated(rounds: int, sides: dict[str, Callable[[], float]]) -> list[dict[
     return [{name: sides[name]() for name in (names if r % 2 == 0 else names[::-1])} for r in range(rounds)]
 
 
+def abba(rounds: int, sides: dict[str, Callable[[], float]], warm: int = 1) -> list[dict[str, float]]:
+    """Each side's seconds a step, every round, from two blocks a side in the order A B B A in even rounds and
+    B A A B in odd ones: each side runs first and last in every round, so that what the first block of a round pays
+    (or the last gains) falls on both alike within the round, not on one side a round. ``warm`` rounds of one
+    block a side run first and are not kept (the process's first blocks grow its heap: page faults and cold
+    caches, on whichever side runs first)."""
+    names = list(sides)
+    for _ in range(warm):
+        for name in names:
+            sides[name]()
+    out = []
+    for r in range(rounds):
+        a, b = names if r % 2 == 0 else names[::-1]
+        seconds: dict[str, float] = {a: 0.0, b: 0.0}
+        for name in (a, b, b, a):
+            seconds[name] += sides[name]() / 2
+        out.append(seconds)
+    return out
+
+
+def minor_faults() -> int:
+    """This process's minor page faults so far (all its threads): a count that does not depend on the load."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+
+
 def _quiet(*args, **kwargs) -> None:
     """The progress markers' writer, for a side without a parent: the child writes a file per phase."""
 
@@ -60,35 +87,50 @@ def loop_cost(rounds: int, steps: int) -> list[float]:
 
 
 def in_process(settings: list, rounds: int, harness_ms: list[float] | None = None,
-               poller_on: bool = True) -> list[float]:
+               poller_on: bool = True, faults: dict[str, list[float]] | None = None) -> list[float]:
     """Harness / plain throughput per round, both sides in this one process, training the SAME model, optimizer,
-    loader and batch shape (a rebuilt model lands elsewhere in memory, which here moves a step's time by up to 5%):
+    batch and loader (a rebuilt model lands elsewhere in memory, which here moves a step's time by up to 5%):
 
     * the harness's side is ``train_and_measure``, the function its child runs, writing the child's progress
       markers, while a poller process does what the harness's parent does (``poller.poll``); the poller is
       stopped outside the harness's side;
-    * the plain side is the hand-written step, with the same warm-up, the poller stopped.
+    * the plain side is the hand-written step, with the same warm-up after the same garbage collection, the
+      poller stopped.
 
-    A round is one of each, alternating every second or two, so the machine's speed, which wanders over seconds
-    here, falls on both alike. ``harness_ms`` gets the harness's mean step time of every round."""
+    A round is two blocks of each, A B B A (``abba``), every block a second or two, so the machine's speed, which
+    wanders over seconds here, and the first block's cost fall on both alike; one unkept round warms the process
+    first. ``harness_ms`` gets the harness's mean step time of every round; ``faults`` each side's minor page
+    faults a measured step, every block (the heap's state, the same on both sides when the method is fair)."""
     cfg = config(settings)
-    prep, loader, plain_side = _one_training(cfg)
-    with _poller_and_channel(poller_on) as (poller, progress), _sharing(prep, loader):
+    prep, batch, plain_side = _one_training(cfg, faults)
+    with _poller_and_channel(poller_on) as (poller, progress), _sharing(prep, _OneBatch(batch)):
+        opened: list[int] = []
+
+        def marker(phase: str, **info) -> None:  # the child's markers, and the faults at the window's two edges
+            if phase in ("measure", "measured"):
+                opened.append(minor_faults())
+            progress(phase, **info)
+
         def harness_side() -> float:
             if poller_on:
                 poller.send_signal(signal.SIGCONT)
-            seconds = measured_step_s(cfg, progress)
+            opened.clear()
+            seconds = measured_step_s(cfg, marker)
             poller.send_signal(signal.SIGSTOP)
-            if harness_ms is not None:
-                harness_ms.append(1000.0 * seconds)
+            if faults is not None:
+                faults.setdefault("harness", []).append((opened[1] - opened[0]) / cfg.measure.steps)
             return seconds
 
-        return [r["plain"] / r["harness"] for r in alternated(rounds, {"harness": harness_side, "plain": plain_side})]
+        rounds_s = abba(rounds, {"harness": harness_side, "plain": plain_side})
+    if harness_ms is not None:
+        harness_ms.extend(1000.0 * r["harness"] for r in rounds_s)
+    return [r["plain"] / r["harness"] for r in rounds_s]
 
 
-def _one_training(cfg) -> tuple[Prepared, object, Callable[[], float]]:
-    """The model, optimizer and loader both sides train with, and the plain side: seconds a step of the
-    hand-written loop on them, after the same warm-up."""
+def _one_training(cfg, faults: dict[str, list[float]] | None = None) -> tuple[Prepared, tuple, Callable[[], float]]:
+    """The model, optimizer and batch both sides train with, and the plain side: seconds a step of the hand-written
+    loop on them, after the same garbage collection and warm-up as the child's (``faults["plain"]`` gets its
+    minor page faults a measured step)."""
     device = torch.device(cfg.device)
     prep = measure.preamble(cfg, cfg.workload, device, Rank())  # the child's own set-up, as train_and_measure's
     loader = build_loader(cfg, build_dataset(cfg, cfg.workload), cfg.workload)
@@ -98,25 +140,43 @@ def _one_training(cfg) -> tuple[Prepared, object, Callable[[], float]]:
     warmup, steps = cfg.measure.warmup_steps, cfg.measure.steps
 
     def plain_side() -> float:
+        gc.collect()  # as the child does before its warm-up (measure._warm_up): the same caches cooled, the same heap
         for i in range(warmup + steps):
             if i == warmup:
                 if device.type == "cuda":  # the window opens on an idle device, as the harness's does
                     torch.cuda.synchronize(device)
-                start = time.perf_counter()
+                start, opened = time.perf_counter(), minor_faults()
             step(i)
         if device.type == "cuda":
             torch.cuda.synchronize(device)
-        return (time.perf_counter() - start) / steps
+        seconds = (time.perf_counter() - start) / steps
+        if faults is not None:
+            faults.setdefault("plain", []).append((minor_faults() - opened) / steps)
+        return seconds
 
-    return prep, loader, plain_side
+    return prep, (x, y), plain_side
+
+
+class _OneBatch:
+    """A loader of the one batch the plain side trains: what the harness's side iterates (``data.endless``)."""
+
+    sampler = None
+
+    def __init__(self, batch: tuple):
+        self.batch = batch
+
+    def __iter__(self) -> Iterator[tuple]:
+        yield self.batch
 
 
 @contextlib.contextmanager
 def _sharing(prep, loader) -> Iterator[None]:
-    """The harness's side trains the plain side's model, and takes its batches from the one loader built for both:
-    a loader and a data set built again every round, on one side only, slowed the steps after them (resnet50: 0.957
-    of the plain loop with them, 0.997 without, 30 rounds each), a cost of this benchmark's set-up, not of the
-    measuring loop. The harness's builders are given back at the end."""
+    """The harness's side trains the plain side's model, and takes its batches from ``loader``, the plain side's
+    one batch: a loader and a data set built again every round, on one side only, slowed the steps after them
+    (resnet50: 0.957 of the plain loop with them, 0.997 without, 30 rounds each), a cost of this benchmark's set-up,
+    not of the measuring loop; and a loader shared but iterated afresh gave the harness's side a new random batch
+    every round (new memory, other values) while the plain side trained its one. The harness's builders are given
+    back at the end."""
     real = measure.prepare, measure.build_dataset, measure.build_loader
     measure.prepare = lambda *args, **kwargs: prep
     measure.build_dataset = lambda *args, **kwargs: None
