@@ -209,36 +209,41 @@ def test_the_in_process_comparison_trains_one_model_and_batch_on_both_sides_with
     monkeypatch.setattr("harness.run.child.measure.forward_backward", seen_forward_backward)
     real_plain_side = inproc._one_training
 
-    def one_training(cfg, faults=None):
+    def one_training(cfg, faults):
         prep, batch, side = real_plain_side(cfg, faults)
         return prep, batch, lambda: order.append("plain") or side()
 
     monkeypatch.setattr(inproc, "_one_training", one_training)
     harness_ms: list[float] = []
-    faults: dict[str, list[float]] = {}
+    counts = inproc.Counts()
     ratios = inproc.in_process(inproc.TINY + [("measure.steps", 5), ("measure.warmup_steps", 2)], rounds=2,
-                               harness_ms=harness_ms, faults=faults)
+                               harness_ms=harness_ms, counts=counts)
+    faults = counts.faults
     assert models["harness"] is models["plain"]  # one model, optimizer and batch on both sides
     assert inputs["harness"] == {inputs["plain"].data_ptr()}  # the plain side's very batch, every round
     assert measure.prepare is real_prepare  # the harness's builder is given back
-    # one unkept round, then A B B A and B A A B
-    assert order == ["harness", "plain"] + ["harness", "plain", "plain", "harness"] + ["plain", "harness", "harness", "plain"]
+    # one unkept round, then A B B A and B A A B: each side first and last in every round
+    assert order == ["plain", "harness", "harness", "plain"] + ["harness", "plain", "plain", "harness"] + [
+        "plain", "harness", "harness", "plain"]
     # every block of either side collects once before its warm-up, as the child does
-    assert collected.count("harness") == collected.count("plain") == 5
+    assert collected.count("harness") == collected.count("plain") == 6
     assert len(ratios) == 2 and all(isinstance(r, float) and math.isfinite(r) and r > 0 for r in ratios)
     # a round's harness step time: the mean of its two blocks, in milliseconds (the unkept round left out)
-    kept = harness_s[1:]
+    kept = harness_s[2:]
     assert harness_ms == [pytest.approx(500.0 * (kept[0] + kept[1])), pytest.approx(500.0 * (kept[2] + kept[3]))]
     # each block's minor page faults a measured step, on both sides: counts, not times
-    assert sorted(faults) == ["harness", "plain"] and [len(v) for v in faults.values()] == [5, 5]
+    assert sorted(faults) == ["harness", "plain"] and [len(v) for v in faults.values()] == [6, 6]
     assert all(v >= 0 for side in faults.values() for v in side)
+    # the poller's CPU inside the harness's six windows, against those windows' seconds
+    assert counts.harness_window_s == pytest.approx(5 * sum(harness_s))
+    assert 0.0 <= counts.poller_cpu_s
 
 
 def test_abba_rounds_give_each_side_the_first_and_the_last_block_after_an_unkept_round():
-    seen, times = [], iter([9.0, 9.0, 1.0, 2.0, 4.0, 3.0, 6.0, 5.0, 7.0, 8.0])
+    seen, times = [], iter([9.0] * 4 + [1.0, 2.0, 4.0, 3.0, 6.0, 5.0, 7.0, 8.0])
     sides = {"a": lambda: seen.append("a") or next(times), "b": lambda: seen.append("b") or next(times)}
     assert inproc.abba(2, sides) == [{"a": 2.0, "b": 3.0}, {"a": 6.0, "b": 7.0}]  # the mean of a side's two blocks
-    assert seen == ["a", "b", "a", "b", "b", "a", "b", "a", "a", "b"]
+    assert seen == ["b", "a", "a", "b"] + ["a", "b", "b", "a"] + ["b", "a", "a", "b"]
 
 
 def test_the_minor_faults_count_pages_first_touched():

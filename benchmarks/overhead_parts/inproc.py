@@ -15,9 +15,11 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator
 
+import psutil
 import torch
 
 from harness.run.child import channel, measure
@@ -43,23 +45,36 @@ def alternated(rounds: int, sides: dict[str, Callable[[], float]]) -> list[dict[
     return [{name: sides[name]() for name in (names if r % 2 == 0 else names[::-1])} for r in range(rounds)]
 
 
-def abba(rounds: int, sides: dict[str, Callable[[], float]], warm: int = 1) -> list[dict[str, float]]:
+@dataclass
+class Counts:
+    """What the in-process blocks count besides their times, none of it depending on the machine's load: each
+    side's minor page faults a measured step, every block, the unkept round's first (the heap's state: the same on
+    both sides when the method is fair), and the poller's CPU seconds inside the harness's windows with those
+    windows' seconds (the parent's real cost, in the ratio: it competes with the model's threads for the CPUs)."""
+
+    faults: dict[str, list[float]] = field(default_factory=dict)
+    poller_cpu_s: float = 0.0
+    harness_window_s: float = 0.0
+
+
+WARM_ROUNDS = 1  # A B B A rounds run first and not kept (``abba``)
+WARM_BLOCKS = 2 * WARM_ROUNDS  # a side's blocks in them
+
+
+def abba(rounds: int, sides: dict[str, Callable[[], float]], warm: int = WARM_ROUNDS) -> list[dict[str, float]]:
     """Each side's seconds a step, every round, from two blocks a side in the order A B B A in even rounds and
     B A A B in odd ones: each side runs first and last in every round, so that what the first block of a round pays
-    (or the last gains) falls on both alike within the round, not on one side a round. ``warm`` rounds of one
-    block a side run first and are not kept (the process's first blocks grow its heap: page faults and cold
-    caches, on whichever side runs first)."""
-    names = list(sides)
-    for _ in range(warm):
-        for name in names:
-            sides[name]()
-    out = []
-    for r in range(rounds):
+    (or the last gains) falls on both alike within the round, not on one side a round. ``warm`` rounds run first
+    and are not kept: the process's first blocks grow its heap (unet3d on one thread: ~1,000 minor page faults a
+    measured step in the first two harness blocks, none after), on whichever side runs first."""
+    names, out = list(sides), []
+    for r in range(-warm, rounds):
         a, b = names if r % 2 == 0 else names[::-1]
         seconds: dict[str, float] = {a: 0.0, b: 0.0}
         for name in (a, b, b, a):
             seconds[name] += sides[name]() / 2
-        out.append(seconds)
+        if r >= 0:
+            out.append(seconds)
     return out
 
 
@@ -87,7 +102,7 @@ def loop_cost(rounds: int, steps: int) -> list[float]:
 
 
 def in_process(settings: list, rounds: int, harness_ms: list[float] | None = None,
-               poller_on: bool = True, faults: dict[str, list[float]] | None = None) -> list[float]:
+               poller_on: bool = True, counts: Counts | None = None) -> list[float]:
     """Harness / plain throughput per round, both sides in this one process, training the SAME model, optimizer,
     batch and loader (a rebuilt model lands elsewhere in memory, which here moves a step's time by up to 5%):
 
@@ -99,26 +114,29 @@ def in_process(settings: list, rounds: int, harness_ms: list[float] | None = Non
 
     A round is two blocks of each, A B B A (``abba``), every block a second or two, so the machine's speed, which
     wanders over seconds here, and the first block's cost fall on both alike; one unkept round warms the process
-    first. ``harness_ms`` gets the harness's mean step time of every round; ``faults`` each side's minor page
-    faults a measured step, every block (the heap's state, the same on both sides when the method is fair)."""
+    first. ``harness_ms`` gets the harness's mean step time of every kept round; ``counts`` what the blocks count."""
     cfg = config(settings)
-    prep, batch, plain_side = _one_training(cfg, faults)
+    counts = counts or Counts()
+    prep, batch, plain_side = _one_training(cfg, counts.faults)
     with _poller_and_channel(poller_on) as (poller, progress), _sharing(prep, _OneBatch(batch)):
-        opened: list[int] = []
+        edges: list[tuple[int, float]] = []  # (faults, the poller's CPU seconds) at the window's two edges
+        poller_cpu = psutil.Process(poller.pid)
 
-        def marker(phase: str, **info) -> None:  # the child's markers, and the faults at the window's two edges
+        def marker(phase: str, **info) -> None:  # the child's markers, and the counts read at the window's edges
             if phase in ("measure", "measured"):
-                opened.append(minor_faults())
+                edges.append((minor_faults(), sum(poller_cpu.cpu_times()[:2])))
             progress(phase, **info)
 
         def harness_side() -> float:
             if poller_on:
                 poller.send_signal(signal.SIGCONT)
-            opened.clear()
+            edges.clear()
             seconds = measured_step_s(cfg, marker)
             poller.send_signal(signal.SIGSTOP)
-            if faults is not None:
-                faults.setdefault("harness", []).append((opened[1] - opened[0]) / cfg.measure.steps)
+            (faults_open, cpu_open), (faults_closed, cpu_closed) = edges
+            counts.faults.setdefault("harness", []).append((faults_closed - faults_open) / cfg.measure.steps)
+            counts.poller_cpu_s += cpu_closed - cpu_open
+            counts.harness_window_s += seconds * cfg.measure.steps
             return seconds
 
         rounds_s = abba(rounds, {"harness": harness_side, "plain": plain_side})
@@ -127,10 +145,10 @@ def in_process(settings: list, rounds: int, harness_ms: list[float] | None = Non
     return [r["plain"] / r["harness"] for r in rounds_s]
 
 
-def _one_training(cfg, faults: dict[str, list[float]] | None = None) -> tuple[Prepared, tuple, Callable[[], float]]:
+def _one_training(cfg, faults: dict[str, list[float]]) -> tuple[Prepared, tuple, Callable[[], float]]:
     """The model, optimizer and batch both sides train with, and the plain side: seconds a step of the hand-written
     loop on them, after the same garbage collection and warm-up as the child's (``faults["plain"]`` gets its
-    minor page faults a measured step)."""
+    minor page faults a measured step, every block)."""
     device = torch.device(cfg.device)
     prep = measure.preamble(cfg, cfg.workload, device, Rank())  # the child's own set-up, as train_and_measure's
     loader = build_loader(cfg, build_dataset(cfg, cfg.workload), cfg.workload)
@@ -150,8 +168,7 @@ def _one_training(cfg, faults: dict[str, list[float]] | None = None) -> tuple[Pr
         if device.type == "cuda":
             torch.cuda.synchronize(device)
         seconds = (time.perf_counter() - start) / steps
-        if faults is not None:
-            faults.setdefault("plain", []).append((minor_faults() - opened) / steps)
+        faults.setdefault("plain", []).append((minor_faults() - opened) / steps)
         return seconds
 
     return prep, (x, y), plain_side
