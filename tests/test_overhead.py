@@ -246,6 +246,42 @@ def test_abba_rounds_give_each_side_the_first_and_the_last_block_after_an_unkept
     assert seen == ["b", "a", "a", "b"] + ["a", "b", "b", "a"] + ["b", "a", "a", "b"]
 
 
+def test_abba_rounds_cancel_a_steady_drift_that_one_block_a_side_leans_on():
+    # two equal sides on a machine slowing 2% a block: every A B B A round reads 1, one block a side does not
+    def sides():
+        clock = {"block": 0}
+
+        def block() -> float:
+            clock["block"] += 1
+            return 1.0 + 0.02 * clock["block"]
+
+        return {"harness": block, "plain": block}
+
+    assert [r["plain"] / r["harness"] for r in inproc.abba(6, sides())] == [pytest.approx(1.0, abs=1e-12)] * 6
+    one_each = [r["plain"] / r["harness"] for r in inproc.alternated(6, sides())]
+    assert min(abs(r - 1.0) for r in one_each) > 0.01  # each round leans on its first side
+
+
+def test_abba_rounds_say_below_099_for_equal_sides_at_most_5_percent_of_the_time():
+    # seeded: equal sides, 5% noise a block, a drift and a slower first block of each round; 10 rounds a run
+    import random
+
+    false_below = 0
+    for run in range(200):
+        rng = random.Random(run)
+        n = {"block": 0}
+
+        def block() -> float:
+            n["block"] += 1
+            first = 1.08 if n["block"] % 4 == 1 else 1.0
+            return (1.0 + 0.002 * n["block"]) * first * rng.lognormvariate(0.0, 0.05)
+
+        ratios = [r["plain"] / r["harness"] for r in inproc.abba(10, {"harness": block, "plain": block})]
+        _, low, high = stats.median_band(ratios, draws=500, seed=run)
+        false_below += stats.verdict(low, high, len(ratios)).startswith("below")
+    assert false_below <= 10  # 5% of 200 runs
+
+
 def test_the_minor_faults_count_pages_first_touched():
     before = inproc.minor_faults()
     block = bytearray(8 << 20)  # 8 MiB zero-filled: mapped afresh, at least one fault a page it touches

@@ -63,10 +63,11 @@ WARM_BLOCKS = 2 * WARM_ROUNDS  # a side's blocks in them
 
 def abba(rounds: int, sides: dict[str, Callable[[], float]], warm: int = WARM_ROUNDS) -> list[dict[str, float]]:
     """Each side's seconds a step, every round, from two blocks a side in the order A B B A in even rounds and
-    B A A B in odd ones: each side runs first and last in every round, so that what the first block of a round pays
-    (or the last gains) falls on both alike within the round, not on one side a round. ``warm`` rounds run first
-    and are not kept: the process's first blocks grow its heap (unet3d on one thread: ~1,000 minor page faults a
-    measured step in the first two harness blocks, none after), on whichever side runs first."""
+    B A A B in odd ones: a steady drift of the machine over a round falls on both sides alike (each side's two
+    blocks average to the round's middle), where one block a side leans every round's ratio on its first side; the
+    first block's place still alternates between the sides from round to round. ``warm`` rounds run first and are
+    not kept: the process's first blocks grow its heap (unet3d on one thread: ~1,000 minor page faults a measured
+    step in the first two harness blocks, none after), on whichever side runs first."""
     names, out = list(sides), []
     for r in range(-warm, rounds):
         a, b = names if r % 2 == 0 else names[::-1]
@@ -113,8 +114,7 @@ def in_process(settings: list, rounds: int, harness_ms: list[float] | None = Non
       poller stopped.
 
     A round is two blocks of each, A B B A (``abba``), every block a second or two, so the machine's speed, which
-    wanders over seconds here, and the first block's cost fall on both alike; one unkept round warms the process
-    first. ``harness_ms`` gets the harness's mean step time of every kept round; ``counts`` what the blocks count."""
+    wanders over seconds here, falls on both alike; one unkept round warms the process first. ``harness_ms`` gets the harness's mean step time of every kept round; ``counts`` what the blocks count."""
     cfg = config(settings)
     counts = counts or Counts()
     prep, batch, plain_side = _one_training(cfg, counts.faults)
