@@ -114,7 +114,8 @@ def in_process(settings: list, rounds: int, harness_ms: list[float] | None = Non
       poller stopped.
 
     A round is two blocks of each, A B B A (``abba``), every block a second or two, so the machine's speed, which
-    wanders over seconds here, falls on both alike; one unkept round warms the process first. ``harness_ms`` gets the harness's mean step time of every kept round; ``counts`` what the blocks count."""
+    wanders over seconds here, falls on both alike; one unkept round warms the process first. ``harness_ms`` gets
+    the harness's mean step time of every kept round; ``counts`` what the blocks count."""
     cfg = config(settings)
     counts = counts or Counts()
     prep, batch, plain_side = _one_training(cfg, counts.faults)
