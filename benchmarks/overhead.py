@@ -27,9 +27,11 @@ It measures four ways, because on a shared machine no single one resolves 1%:
    sides would share the device): one fresh process after the other, the order flipping every round.
 2. In one process, on one model: the harness's measuring loop (``train_and_measure``, the function its child
    runs, writing the child's markers, while a poller process does what the parent does: its own wait loop and
-   display) against the plain loop on the same model, optimizer and batch shape, alternating every second or
-   two. Fresh processes differ by a few % in speed (a model built again lands elsewhere in memory); one model
-   on both sides removes that, and fine alternation removes the machine's drift.
+   display) against the plain loop on the same model, optimizer and batch, in blocks of a second or two, A B B A
+   a round after one unkept round, a garbage collection and the same warm-up before every block; each side's page
+   faults a step and the poller's CPU in the windows are counted. Fresh processes differ by a few % in speed (a
+   model built again lands elsewhere in memory); one model on both sides removes that, and fine alternation
+   removes the machine's drift.
 3. The measuring loop's own cost per step, in microseconds: the same in-process alternation on a tiny model.
 4. Accounted: the parent's CPU share (``parent_cpu_pct``, charged in full) plus the loop's cost.
 

@@ -173,34 +173,120 @@ def test_the_cpus_are_split_in_two_disjoint_halves(monkeypatch):
     assert common.cpus_label({0, 1, 2}) == "CPUs 0-2" and common.cpus_label({5}) == "CPU 5"
 
 
-def test_the_in_process_comparison_trains_one_model_on_both_sides_with_a_live_poller(monkeypatch):
+def test_the_in_process_comparison_trains_one_model_and_batch_on_both_sides_with_a_live_poller(monkeypatch):
     # the ratio's size depends on the machine and its load: checked here is what each round is made of
+    import gc
+
     from harness.run.child import measure
+    from harness.run.child.step import forward_backward
 
     real_prepare, real_measure, real_hand_step = measure.prepare, measure.train_and_measure, plain.hand_step
-    models, harness_s = {}, []
+    models, inputs, harness_s, collected, order = {}, {}, [], [], []
+    real_collect, real_forward_backward = gc.collect, forward_backward
 
     def harness_side(cfg, workload, *args, **kwargs):
+        order.append("harness")
         models["harness"] = measure.prepare(cfg, workload).model  # what the harness's side is handed to train
         m, extras = real_measure(cfg, workload, *args, **kwargs)
         harness_s.append(m.measured_s / len(m.step_ms))
         return m, extras
 
-    def hand_step(cfg, model, *args):
-        models["plain"] = model
-        return real_hand_step(cfg, model, *args)
+    def hand_step(cfg, model, loss_fn, optimizer, x, y):
+        models["plain"], inputs["plain"] = model, x
+        return real_hand_step(cfg, model, loss_fn, optimizer, x, y)
+
+    def counted_collect(*args):
+        collected.append(order[-1] if order else "set-up")
+        return real_collect(*args)
+
+    def seen_forward_backward(model, loss_fn, autocast, scaler, x, *args):
+        inputs.setdefault("harness", set()).add(x.data_ptr())
+        return real_forward_backward(model, loss_fn, autocast, scaler, x, *args)
 
     monkeypatch.setattr(measure, "train_and_measure", harness_side)
     monkeypatch.setattr(plain, "hand_step", hand_step)
+    monkeypatch.setattr(gc, "collect", counted_collect)
+    monkeypatch.setattr("harness.run.child.measure.forward_backward", seen_forward_backward)
+    real_plain_side = inproc._one_training
+
+    def one_training(cfg, faults):
+        prep, batch, side = real_plain_side(cfg, faults)
+        return prep, batch, lambda: order.append("plain") or side()
+
+    monkeypatch.setattr(inproc, "_one_training", one_training)
     harness_ms: list[float] = []
+    counts = inproc.Counts()
     ratios = inproc.in_process(inproc.TINY + [("measure.steps", 5), ("measure.warmup_steps", 2)], rounds=2,
-                                 harness_ms=harness_ms)
+                               harness_ms=harness_ms, counts=counts)
+    faults = counts.faults
     assert models["harness"] is models["plain"]  # one model, optimizer and batch on both sides
+    assert inputs["harness"] == {inputs["plain"].data_ptr()}  # the plain side's very batch, every round
     assert measure.prepare is real_prepare  # the harness's builder is given back
+    # one unkept round, then A B B A and B A A B: each side first and last in every round
+    assert order == ["plain", "harness", "harness", "plain"] + ["harness", "plain", "plain", "harness"] + [
+        "plain", "harness", "harness", "plain"]
+    # every block of either side collects once before its warm-up, as the child does
+    assert collected.count("harness") == collected.count("plain") == 6
     assert len(ratios) == 2 and all(isinstance(r, float) and math.isfinite(r) and r > 0 for r in ratios)
-    # one harness side a round, its mean step time kept in milliseconds
-    assert len(harness_s) == 2 and harness_ms == [pytest.approx(1000.0 * s) for s in harness_s]
-    assert all(math.isfinite(ms) and ms > 0 for ms in harness_ms)
+    # a round's harness step time: the mean of its two blocks, in milliseconds (the unkept round left out)
+    kept = harness_s[2:]
+    assert harness_ms == [pytest.approx(500.0 * (kept[0] + kept[1])), pytest.approx(500.0 * (kept[2] + kept[3]))]
+    # each block's minor page faults a measured step, on both sides: counts, not times
+    assert sorted(faults) == ["harness", "plain"] and [len(v) for v in faults.values()] == [6, 6]
+    assert all(v >= 0 for side in faults.values() for v in side)
+    # the poller's CPU inside the harness's six windows, against those windows' seconds
+    assert counts.harness_window_s == pytest.approx(5 * sum(harness_s))
+    assert 0.0 <= counts.poller_cpu_s
+
+
+def test_abba_rounds_give_each_side_the_first_and_the_last_block_after_an_unkept_round():
+    seen, times = [], iter([9.0] * 4 + [1.0, 2.0, 4.0, 3.0, 6.0, 5.0, 7.0, 8.0])
+    sides = {"a": lambda: seen.append("a") or next(times), "b": lambda: seen.append("b") or next(times)}
+    assert inproc.abba(2, sides) == [{"a": 2.0, "b": 3.0}, {"a": 6.0, "b": 7.0}]  # the mean of a side's two blocks
+    assert seen == ["b", "a", "a", "b"] + ["a", "b", "b", "a"] + ["b", "a", "a", "b"]
+
+
+def test_abba_rounds_cancel_a_steady_drift_that_one_block_a_side_leans_on():
+    # two equal sides on a machine slowing 2% a block: every A B B A round reads 1, one block a side does not
+    def sides():
+        clock = {"block": 0}
+
+        def block() -> float:
+            clock["block"] += 1
+            return 1.0 + 0.02 * clock["block"]
+
+        return {"harness": block, "plain": block}
+
+    assert [r["plain"] / r["harness"] for r in inproc.abba(6, sides())] == [pytest.approx(1.0, abs=1e-12)] * 6
+    one_each = [r["plain"] / r["harness"] for r in inproc.alternated(6, sides())]
+    assert min(abs(r - 1.0) for r in one_each) > 0.01  # each round leans on its first side
+
+
+def test_abba_rounds_say_below_099_for_equal_sides_at_most_5_percent_of_the_time():
+    # seeded: equal sides, 5% noise a block, a drift and a slower first block of each round; 10 rounds a run
+    import random
+
+    false_below = 0
+    for run in range(200):
+        rng = random.Random(run)
+        n = {"block": 0}
+
+        def block() -> float:
+            n["block"] += 1
+            first = 1.08 if n["block"] % 4 == 1 else 1.0
+            return (1.0 + 0.002 * n["block"]) * first * rng.lognormvariate(0.0, 0.05)
+
+        ratios = [r["plain"] / r["harness"] for r in inproc.abba(10, {"harness": block, "plain": block})]
+        _, low, high = stats.median_band(ratios, draws=500, seed=run)
+        false_below += stats.verdict(low, high, len(ratios)).startswith("below")
+    assert false_below <= 10  # 5% of 200 runs
+
+
+def test_the_minor_faults_count_pages_first_touched():
+    before = inproc.minor_faults()
+    block = bytearray(8 << 20)  # 8 MiB zero-filled: mapped afresh, at least one fault a page it touches
+    block[::4096] = b"x" * len(block[::4096])
+    assert inproc.minor_faults() - before >= 1024
 
 
 def _resolved(workload: str):

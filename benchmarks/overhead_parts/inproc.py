@@ -6,16 +6,20 @@ a process's own speed fall on both sides alike."""
 from __future__ import annotations
 
 import contextlib
+import gc
 import os
+import resource
 import signal
 import socket
 import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator
 
+import psutil
 import torch
 
 from harness.run.child import channel, measure
@@ -41,6 +45,45 @@ def alternated(rounds: int, sides: dict[str, Callable[[], float]]) -> list[dict[
     return [{name: sides[name]() for name in (names if r % 2 == 0 else names[::-1])} for r in range(rounds)]
 
 
+@dataclass
+class Counts:
+    """What the in-process blocks count besides their times, none of it depending on the machine's load: each
+    side's minor page faults a measured step, every block, the unkept round's first (the heap's state: the same on
+    both sides when the method is fair), and the poller's CPU seconds inside the harness's windows with those
+    windows' seconds (the parent's real cost, in the ratio: it competes with the model's threads for the CPUs)."""
+
+    faults: dict[str, list[float]] = field(default_factory=dict)
+    poller_cpu_s: float = 0.0
+    harness_window_s: float = 0.0
+
+
+WARM_ROUNDS = 1  # A B B A rounds run first and not kept (``abba``)
+WARM_BLOCKS = 2 * WARM_ROUNDS  # a side's blocks in them
+
+
+def abba(rounds: int, sides: dict[str, Callable[[], float]], warm: int = WARM_ROUNDS) -> list[dict[str, float]]:
+    """Each side's seconds a step, every round, from two blocks a side in the order A B B A in even rounds and
+    B A A B in odd ones: a steady drift of the machine over a round falls on both sides alike (each side's two
+    blocks average to the round's middle), where one block a side leans every round's ratio on its first side; the
+    first block's place still alternates between the sides from round to round. ``warm`` rounds run first and are
+    not kept: the process's first blocks grow its heap (unet3d on one thread: ~1,000 minor page faults a measured
+    step in the first two harness blocks, none after), on whichever side runs first."""
+    names, out = list(sides), []
+    for r in range(-warm, rounds):
+        a, b = names if r % 2 == 0 else names[::-1]
+        seconds: dict[str, float] = {a: 0.0, b: 0.0}
+        for name in (a, b, b, a):
+            seconds[name] += sides[name]() / 2
+        if r >= 0:
+            out.append(seconds)
+    return out
+
+
+def minor_faults() -> int:
+    """This process's minor page faults so far (all its threads): a count that does not depend on the load."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+
+
 def _quiet(*args, **kwargs) -> None:
     """The progress markers' writer, for a side without a parent: the child writes a file per phase."""
 
@@ -60,35 +103,53 @@ def loop_cost(rounds: int, steps: int) -> list[float]:
 
 
 def in_process(settings: list, rounds: int, harness_ms: list[float] | None = None,
-               poller_on: bool = True) -> list[float]:
+               poller_on: bool = True, counts: Counts | None = None) -> list[float]:
     """Harness / plain throughput per round, both sides in this one process, training the SAME model, optimizer,
-    loader and batch shape (a rebuilt model lands elsewhere in memory, which here moves a step's time by up to 5%):
+    batch and loader (a rebuilt model lands elsewhere in memory, which here moves a step's time by up to 5%):
 
     * the harness's side is ``train_and_measure``, the function its child runs, writing the child's progress
       markers, while a poller process does what the harness's parent does (``poller.poll``); the poller is
       stopped outside the harness's side;
-    * the plain side is the hand-written step, with the same warm-up, the poller stopped.
+    * the plain side is the hand-written step, with the same warm-up after the same garbage collection, the
+      poller stopped.
 
-    A round is one of each, alternating every second or two, so the machine's speed, which wanders over seconds
-    here, falls on both alike. ``harness_ms`` gets the harness's mean step time of every round."""
+    A round is two blocks of each, A B B A (``abba``), every block a second or two, so the machine's speed, which
+    wanders over seconds here, falls on both alike; one unkept round warms the process first. ``harness_ms`` gets
+    the harness's mean step time of every kept round; ``counts`` what the blocks count."""
     cfg = config(settings)
-    prep, loader, plain_side = _one_training(cfg)
-    with _poller_and_channel(poller_on) as (poller, progress), _sharing(prep, loader):
+    counts = counts or Counts()
+    prep, batch, plain_side = _one_training(cfg, counts.faults)
+    with _poller_and_channel(poller_on) as (poller, progress), _sharing(prep, _OneBatch(batch)):
+        edges: list[tuple[int, float]] = []  # (faults, the poller's CPU seconds) at the window's two edges
+        poller_cpu = psutil.Process(poller.pid)
+
+        def marker(phase: str, **info) -> None:  # the child's markers, and the counts read at the window's edges
+            if phase in ("measure", "measured"):
+                edges.append((minor_faults(), sum(poller_cpu.cpu_times()[:2])))
+            progress(phase, **info)
+
         def harness_side() -> float:
             if poller_on:
                 poller.send_signal(signal.SIGCONT)
-            seconds = measured_step_s(cfg, progress)
+            edges.clear()
+            seconds = measured_step_s(cfg, marker)
             poller.send_signal(signal.SIGSTOP)
-            if harness_ms is not None:
-                harness_ms.append(1000.0 * seconds)
+            (faults_open, cpu_open), (faults_closed, cpu_closed) = edges
+            counts.faults.setdefault("harness", []).append((faults_closed - faults_open) / cfg.measure.steps)
+            counts.poller_cpu_s += cpu_closed - cpu_open
+            counts.harness_window_s += seconds * cfg.measure.steps
             return seconds
 
-        return [r["plain"] / r["harness"] for r in alternated(rounds, {"harness": harness_side, "plain": plain_side})]
+        rounds_s = abba(rounds, {"harness": harness_side, "plain": plain_side})
+    if harness_ms is not None:
+        harness_ms.extend(1000.0 * r["harness"] for r in rounds_s)
+    return [r["plain"] / r["harness"] for r in rounds_s]
 
 
-def _one_training(cfg) -> tuple[Prepared, object, Callable[[], float]]:
-    """The model, optimizer and loader both sides train with, and the plain side: seconds a step of the
-    hand-written loop on them, after the same warm-up."""
+def _one_training(cfg, faults: dict[str, list[float]]) -> tuple[Prepared, tuple, Callable[[], float]]:
+    """The model, optimizer and batch both sides train with, and the plain side: seconds a step of the hand-written
+    loop on them, after the same garbage collection and warm-up as the child's (``faults["plain"]`` gets its
+    minor page faults a measured step, every block)."""
     device = torch.device(cfg.device)
     prep = measure.preamble(cfg, cfg.workload, device, Rank())  # the child's own set-up, as train_and_measure's
     loader = build_loader(cfg, build_dataset(cfg, cfg.workload), cfg.workload)
@@ -98,25 +159,42 @@ def _one_training(cfg) -> tuple[Prepared, object, Callable[[], float]]:
     warmup, steps = cfg.measure.warmup_steps, cfg.measure.steps
 
     def plain_side() -> float:
+        gc.collect()  # as the child does before its warm-up (measure._warm_up): the same caches cooled, the same heap
         for i in range(warmup + steps):
             if i == warmup:
                 if device.type == "cuda":  # the window opens on an idle device, as the harness's does
                     torch.cuda.synchronize(device)
-                start = time.perf_counter()
+                start, opened = time.perf_counter(), minor_faults()
             step(i)
         if device.type == "cuda":
             torch.cuda.synchronize(device)
-        return (time.perf_counter() - start) / steps
+        seconds = (time.perf_counter() - start) / steps
+        faults.setdefault("plain", []).append((minor_faults() - opened) / steps)
+        return seconds
 
-    return prep, loader, plain_side
+    return prep, (x, y), plain_side
+
+
+class _OneBatch:
+    """A loader of the one batch the plain side trains: what the harness's side iterates (``data.endless``)."""
+
+    sampler = None
+
+    def __init__(self, batch: tuple):
+        self.batch = batch
+
+    def __iter__(self) -> Iterator[tuple]:
+        yield self.batch
 
 
 @contextlib.contextmanager
 def _sharing(prep, loader) -> Iterator[None]:
-    """The harness's side trains the plain side's model, and takes its batches from the one loader built for both:
-    a loader and a data set built again every round, on one side only, slowed the steps after them (resnet50: 0.957
-    of the plain loop with them, 0.997 without, 30 rounds each), a cost of this benchmark's set-up, not of the
-    measuring loop. The harness's builders are given back at the end."""
+    """The harness's side trains the plain side's model, and takes its batches from ``loader``, the plain side's
+    one batch: a loader and a data set built again every round, on one side only, slowed the steps after them
+    (resnet50: 0.957 of the plain loop with them, 0.997 without, 30 rounds each), a cost of this benchmark's set-up,
+    not of the measuring loop; and a loader shared but iterated afresh gave the harness's side a new random batch
+    every round (new memory, other values) while the plain side trained its one. The harness's builders are given
+    back at the end."""
     real = measure.prepare, measure.build_dataset, measure.build_loader
     measure.prepare = lambda *args, **kwargs: prep
     measure.build_dataset = lambda *args, **kwargs: None

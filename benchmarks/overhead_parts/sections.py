@@ -106,15 +106,32 @@ def in_process(plan: Plan, rounds: int, block_steps: int | None) -> dict[str, li
     inproc_ms: dict[str, list[float]] = {w: [] for w in plan.workloads}
     if rounds <= 0:
         return inproc_ms
-    print(f"\n2. In one process, on the same model: the harness's measuring loop (the child's function, its "
-          f"markers, a poller doing what the parent does) against the plain loop, alternating every second or "
-          f"two, {rounds} rounds; the warm-up before each side is {plan.warmup} steps")
+    print(f"\n2. In one process, on the same model and batch: the harness's measuring loop (the child's function, "
+          f"its markers, a poller doing what the parent does) against the plain loop, in blocks of a second or two, "
+          f"A B B A, {rounds} rounds after one unkept; before each block a garbage collection and {plan.warmup} "
+          f"warm-up steps")
     for workload in plan.workloads:
         block = block_steps or BLOCK_STEPS.get(workload, 20)
+        counts = inproc.Counts()
         values = inproc.in_process(settings(workload, plan.precision, block, plan.warmup, plan.device), rounds,
-                                   inproc_ms[workload])
-        summary(f"{workload:9s} harness/plain throughput, {block} steps a side", values)
+                                   inproc_ms[workload], counts=counts)
+        summary(f"{workload:9s} harness/plain throughput, {block} steps a block, 2 blocks a side", values)
+        faults_line(counts.faults)
+        print(f"          the poller's CPU inside the harness's windows: "
+              f"{pct(100.0 * counts.poller_cpu_s / max(counts.harness_window_s, 1e-9))} of one CPU (the parent's "
+              f"own cost, in the ratio)")
     return inproc_ms
+
+
+def faults_line(faults: dict[str, list[float]]) -> None:
+    """Each side's minor page faults a measured step, in the unkept round's blocks and over the kept ones (median,
+    most): the heap's state, a count that does not depend on the load; a side far above the other trained in
+    another heap state."""
+    warm = inproc.WARM_BLOCKS
+    print("          minor page faults a measured step: " + "; ".join(
+        f"{side} median {statistics.median(v[warm:]):.0f}, most {max(v[warm:]):.0f} "
+        f"({sum(x > 1000 for x in v[warm:])} of {len(v) - warm} blocks above 1000; unkept round "
+        f"{', '.join(f'{x:.0f}' for x in v[:warm])})" for side, v in faults.items()))
 
 
 def loop_cost(rounds: int, steps: int) -> list[float]:
