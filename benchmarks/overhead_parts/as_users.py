@@ -7,8 +7,9 @@
 Each round runs the harness and ``benchmarks/user_script.py`` (a training script that imports nothing of the
 harness) with the same model, batch, optimizer and step counts, one after the other, each a fresh process on every
 CPU, in ABBA order (harness first in odd rounds, the script first in even ones), so a drift of the machine over a
-round favours neither. A round's ratio is harness samples/s over the script's. Printed: every round (with the
-script's minor page faults a timed step, which say the state of its heap whatever the load), the median ratio with a
+round favours neither. A round's ratio is harness samples/s over the script's. Printed: every round (with each
+side's minor page faults a measured step, the harness's from its record's ``window_minor_faults_per_step``, which say
+the state of its heap whatever the load), the median ratio with a
 95% bootstrap band of the median (rounds resampled), and the sign count (rounds below 1 of all).
 
 ``--mode`` is the harness's ``measure.mode`` and the script's: ``model`` (one batch kept in memory) or ``train`` (a
@@ -58,9 +59,10 @@ WITHIN = 0.02  # and the two agree within this
 
 
 def harness_side(workload: str, steps: int, warmup: int, results: Path, env: dict,
-                 mode: str = "model") -> tuple[float, float]:
-    """samples/s that ``python -m harness run`` reports for the script's training, and the share of the CPUs other
-    processes used in its window (the record's ``other_cpu_pct``)."""
+                 mode: str = "model") -> tuple[float, float, float]:
+    """samples/s that ``python -m harness run`` reports for the script's training, the share of the CPUs other
+    processes used in its window (the record's ``other_cpu_pct``), and its minor page faults a measured step (the
+    record's ``window_minor_faults_per_step``: the state of its heap, as the script's)."""
     settings = [*HARNESS_SETTINGS[workload], f"measure.mode={mode}", f"measure.steps={steps}",
                 f"measure.warmup_steps={warmup}", f"results_dir={results}"]
     done = subprocess.run([sys.executable, "-m", "harness", "run", *settings], cwd=REPO, capture_output=True,
@@ -69,7 +71,9 @@ def harness_side(workload: str, steps: int, warmup: int, results: Path, env: dic
         sys.exit(f"the harness run failed (exit {done.returncode}):\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}")
     record = load_runs(results).sort_values("timestamp").iloc[-1]
     others = float(record.get("other_cpu_pct", math.nan))
-    return float(record["samples_per_s"]), others if math.isfinite(others) else 0.0
+    faults = record.get("window_minor_faults_per_step")
+    return (float(record["samples_per_s"]), others if math.isfinite(others) else 0.0,
+            float(faults) if faults is not None else math.nan)
 
 
 def script_side(workload: str, steps: int, warmup: int, env: dict,
@@ -162,16 +166,17 @@ def as_users(workloads: list[str], rounds: int, steps: int, warmup: int, env: di
             for workload in workloads:
                 results = Path(tmp) / f"{workload}-{r}"
                 if r % 2 == 0:
-                    ours, our_others = harness_side(workload, steps, warmup, results, env, mode)
+                    ours, our_others, our_faults = harness_side(workload, steps, warmup, results, env, mode)
                     theirs, their_others, faults = script_side(workload, steps, warmup, env, options)
                 else:
                     theirs, their_others, faults = script_side(workload, steps, warmup, env, options)
-                    ours, our_others = harness_side(workload, steps, warmup, results, env, mode)
+                    ours, our_others, our_faults = harness_side(workload, steps, warmup, results, env, mode)
                 busy = max(our_others, their_others) > BUSY_PCT
                 rows[workload].append((ours / theirs, busy))
                 order = "harness first" if r % 2 == 0 else "script first"
                 print(f"round {r + 1:2d} {workload:11s} harness {ours:8.2f} samples/s, script {theirs:8.2f} "
-                      f"samples/s ({faults:.0f} page faults a step), ratio {ours / theirs:.3f} ({order}; others "
+                      f"samples/s (page faults a step {our_faults:.0f} / {faults:.0f}), ratio {ours / theirs:.3f} "
+                      f"({order}; others "
                       f"{our_others:.0f}% / "
                       f"{their_others:.0f}% of the CPUs{': busy, left out' if busy else ''})", flush=True)
             if r == 0 and rounds > 1:
