@@ -330,6 +330,14 @@ def test_the_harness_side_reads_its_window_page_faults_from_the_runs_record(monk
     assert math.isnan(as_users.harness_side("unet3d-full", 30, 5, tmp_path, {})[2])
 
 
+def test_the_heap_states_line_counts_the_rounds_each_side_zero_filled_more():
+    rounds = [(52030.0, 38206.0), (38206.0, 38206.0), (38206.0, 52030.0), (41000.0, 38206.0), (math.nan, 38206.0)]
+    line = as_users.heap_states("unet3d-full", rounds)
+    assert "median: harness 39603, script 38206" in line
+    assert "harness's side in 2 of 4 rounds, on the script's in 1" in line  # 41,000 is 7% above 38,206
+    assert as_users.heap_states("unet3d", [(math.nan, math.nan)]).endswith("not counted")
+
+
 def test_the_user_scripts_random_label_map_takes_the_dtype_asked_for():
     x, y = user_script.random_batch("unet3d", "uint8")
     assert y.dtype == torch.uint8 and tuple(y.shape) == (2, 1, 32, 32, 32) and int(y.max()) <= 1

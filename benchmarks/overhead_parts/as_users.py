@@ -10,7 +10,8 @@ CPU, in ABBA order (harness first in odd rounds, the script first in even ones),
 round favours neither. A round's ratio is harness samples/s over the script's. Printed: every round (with each
 side's minor page faults a measured step, the harness's from its record's ``window_minor_faults_per_step``, which say
 the state of its heap whatever the load), the median ratio with a
-95% bootstrap band of the median (rounds resampled), and the sign count (rounds below 1 of all).
+95% bootstrap band of the median (rounds resampled), the sign count (rounds below 1 of all), and a line on the two
+heaps: each side's median faults a step and the rounds in which one side took more than 5% more than the other.
 
 ``--mode`` is the harness's ``measure.mode`` and the script's: ``model`` (one batch kept in memory) or ``train`` (a
 batch from the loader every step). ``--data synthetic`` gives the script the harness's own data (its synthetic
@@ -39,6 +40,7 @@ import json
 import math
 import os
 import resource
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -56,6 +58,7 @@ from .stats import MIN_ROUNDS, median_band, verdict
 BUSY_PCT = 10.0  # a side during which other processes used more of the CPUs than this makes its round busy
 TARGET = 0.98  # the harness's samples/s against the script's: at least this
 WITHIN = 0.02  # and the two agree within this
+HEAP_APART = 0.05  # a side's page faults a step this much above the other's: its heap was in another state
 
 
 def harness_side(workload: str, steps: int, warmup: int, results: Path, env: dict,
@@ -157,6 +160,7 @@ def as_users(workloads: list[str], rounds: int, steps: int, warmup: int, env: di
     rounds will be done, and each workload's summary (:func:`summary`)."""
     options = script_options(mode, data, flops, labels, workloads, step_fn)
     rows: dict[str, list[tuple[float, bool]]] = {w: [] for w in workloads}
+    heaps: dict[str, list[tuple[float, float]]] = {w: [] for w in workloads}  # (harness, script) faults a step
     print(f"\nEnd to end as users compare: `python -m harness run` (measure.mode={mode}) against "
           f"benchmarks/user_script.py {' '.join(options)}, fresh processes on all CPUs, ABBA order, {warmup} warm-up "
           f"+ {steps} timed steps, {rounds} rounds")
@@ -173,6 +177,7 @@ def as_users(workloads: list[str], rounds: int, steps: int, warmup: int, env: di
                     ours, our_others, our_faults = harness_side(workload, steps, warmup, results, env, mode)
                 busy = max(our_others, their_others) > BUSY_PCT
                 rows[workload].append((ours / theirs, busy))
+                heaps[workload].append((our_faults, faults))
                 order = "harness first" if r % 2 == 0 else "script first"
                 print(f"round {r + 1:2d} {workload:11s} harness {ours:8.2f} samples/s, script {theirs:8.2f} "
                       f"samples/s (page faults a step {our_faults:.0f} / {faults:.0f}), ratio {ours / theirs:.3f} "
@@ -184,6 +189,7 @@ def as_users(workloads: list[str], rounds: int, steps: int, warmup: int, env: di
                 print(f"(a round takes {took:.0f} s here: {rounds} rounds ~{rounds * took / 60:.1f} min)", flush=True)
     for workload, values in rows.items():
         summary(workload, values)
+        print(heap_states(workload, heaps[workload]))
     return {w: [ratio for ratio, _ in values] for w, values in rows.items()}
 
 
@@ -204,6 +210,21 @@ def summary(workload: str, rows: list[tuple[float, bool]]) -> str:
                 f"{busy_note}): {verdict(low, high, len(quiet), TARGET)}; {agreement(low, high, len(quiet))}")
     print(line)
     return line
+
+
+def heap_states(workload: str, faults: list[tuple[float, float]], apart: float = HEAP_APART) -> str:
+    """One line on the two sides' heaps over the rounds (``faults``: each round's minor page faults a measured step,
+    harness and script): the median of each, and in how many rounds each side took more than ``apart`` more than the
+    other (a heap in a state that zero-fills more pages a step, docs/measuring.md); rounds without a count are left
+    out."""
+    pairs = [(ours, theirs) for ours, theirs in faults if math.isfinite(ours) and math.isfinite(theirs)]
+    if not pairs:
+        return f"{workload:11s} page faults a step: not counted"
+    more_ours = sum(ours > theirs * (1 + apart) for ours, theirs in pairs)
+    more_theirs = sum(theirs > ours * (1 + apart) for ours, theirs in pairs)
+    return (f"{workload:11s} page faults a step, median: harness {statistics.median(p[0] for p in pairs):.0f}, "
+            f"script {statistics.median(p[1] for p in pairs):.0f}; more than {apart:.0%} more on the harness's "
+            f"side in {more_ours} of {len(pairs)} rounds, on the script's in {more_theirs}")
 
 
 def agreement(low: float, high: float, rounds: int, within: float = WITHIN) -> str:
