@@ -482,6 +482,7 @@ def test_the_window_opens_on_a_collected_heap(monkeypatch):
 def _window_faults(monkeypatch, pages: int) -> float:
     """The record's minor page faults a measured step of the tiny model, each loss call first writing ``pages`` fresh
     pages (an anonymous mapping of its own, small pages: the kernel maps and zero-fills each on its first write)."""
+    import contextlib
     import mmap
 
     import harness.run.child.measure as measure_mod
@@ -495,7 +496,8 @@ def _window_faults(monkeypatch, pages: int) -> float:
         def touching(*a):
             if pages:
                 with mmap.mmap(-1, pages * mmap.PAGESIZE) as fresh:
-                    fresh.madvise(mmap.MADV_NOHUGEPAGE)
+                    with contextlib.suppress(OSError):  # a kernel without huge pages has small pages only
+                        fresh.madvise(mmap.MADV_NOHUGEPAGE)
                     for offset in range(0, len(fresh), mmap.PAGESIZE):
                         fresh[offset] = 1
             return loss_fn(*a)
