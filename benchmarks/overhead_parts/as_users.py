@@ -9,9 +9,9 @@ harness) with the same model, batch, optimizer and step counts, one after the ot
 CPU, in ABBA order (harness first in odd rounds, the script first in even ones), so a drift of the machine over a
 round favours neither. A round's ratio is harness samples/s over the script's. Printed: every round (with each
 side's minor page faults a measured step, the harness's from its record's ``window_minor_faults_per_step``, which say
-the state of its heap whatever the load), the median ratio with a
-95% bootstrap band of the median (rounds resampled), the sign count (rounds below 1 of all), and a line on the two
-heaps: each side's median faults a step and the rounds in which one side took more than 5% more than the other.
+the state of its heap whatever the load), the median ratio with a 95% bootstrap band of the median (rounds
+resampled), the sign count (rounds below 1 of all), and a line on the two heaps: each side's median faults a step
+and the rounds in which one side took more than 5% more than the other.
 
 ``--mode`` is the harness's ``measure.mode`` and the script's: ``model`` (one batch kept in memory) or ``train`` (a
 batch from the loader every step). ``--data synthetic`` gives the script the harness's own data (its synthetic
@@ -181,8 +181,7 @@ def as_users(workloads: list[str], rounds: int, steps: int, warmup: int, env: di
                 order = "harness first" if r % 2 == 0 else "script first"
                 print(f"round {r + 1:2d} {workload:11s} harness {ours:8.2f} samples/s, script {theirs:8.2f} "
                       f"samples/s (page faults a step {our_faults:.0f} / {faults:.0f}), ratio {ours / theirs:.3f} "
-                      f"({order}; others "
-                      f"{our_others:.0f}% / "
+                      f"({order}; others {our_others:.0f}% / "
                       f"{their_others:.0f}% of the CPUs{': busy, left out' if busy else ''})", flush=True)
             if r == 0 and rounds > 1:
                 took = time.monotonic() - began

@@ -1,4 +1,5 @@
-"""CPU accounting of the measured window, read by the child itself at the window's two edges (none per step)."""
+"""CPU accounting of the measured window (and its minor page faults), read by the child itself at the window's two edges
+(none per step)."""
 
 from __future__ import annotations
 
