@@ -49,6 +49,9 @@ class Metrics:
     gpu_power_w: float | None = None
     cpu_util_pct: float | None = None
     other_cpu_pct: float | None = None  # CPU used by other processes during the measured window
+    # the measuring process's minor page faults a measured step (pages the kernel mapped and zero-filled for it): a
+    # count the load does not change, which says which state glibc's heap was in (docs/measuring.md)
+    window_minor_faults_per_step: float | None = None
     mfu: float | None = None  # model FLOPs (flops_per_sample: MLPerf's rule, recomputation excluded) / peak_flops
     peak_flops: float | None = None
     # the run's FLOPs as trained: activation checkpointing's recomputation included (= flops_per_sample without it)

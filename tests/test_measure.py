@@ -477,3 +477,42 @@ def test_the_window_opens_on_a_collected_heap(monkeypatch):
         gc.callbacks.remove(on_collect)
     window = events.index("measure")
     assert events.index("warmup") < window and "full collection" in events[events.index("warmup"):window]
+
+
+def _window_faults(monkeypatch, pages: int) -> float:
+    """The record's minor page faults a measured step of the tiny model, each loss call first writing ``pages`` fresh
+    pages (an anonymous mapping of its own, small pages: the kernel maps and zero-fills each on its first write)."""
+    import contextlib
+    import mmap
+
+    import harness.run.child.measure as measure_mod
+
+    real = measure_mod.prepare
+
+    def prepare(*args, **kwargs):
+        prep = real(*args, **kwargs)
+        loss_fn = prep.loss_fn
+
+        def touching(*a):
+            if pages:
+                with mmap.mmap(-1, pages * mmap.PAGESIZE) as fresh:
+                    with contextlib.suppress(OSError):  # a kernel without huge pages has small pages only
+                        fresh.madvise(mmap.MADV_NOHUGEPAGE)
+                    for offset in range(0, len(fresh), mmap.PAGESIZE):
+                        fresh[offset] = 1
+            return loss_fn(*a)
+
+        prep.loss_fn = touching
+        return prep
+
+    monkeypatch.setattr(measure_mod, "prepare", prepare)
+    cfg = tiny_model_config(measure__steps=3, measure__warmup_steps=2)
+    m, extras = train_and_measure(cfg, cfg.workload, lambda *a, **k: None)
+    return summarize(m, extras, per_sample(cfg, None, ""), compiled=False).window_minor_faults_per_step
+
+
+def test_the_record_counts_the_windows_minor_page_faults_a_step(monkeypatch):
+    # a count, not a time: 4,096 more pages zero-filled a step show as ~4,096 more faults a step, whatever the load
+    plain = _window_faults(monkeypatch, 0)
+    touched = _window_faults(monkeypatch, 4096)
+    assert 0 <= plain < 512 and touched - plain == pytest.approx(4096, abs=256)

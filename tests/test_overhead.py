@@ -402,6 +402,28 @@ def test_the_user_script_counts_the_page_faults_of_its_timed_steps_only():
     assert 3 * pages <= faults < 3 * pages + 2000  # the warm-up's steps are not counted, the timed ones are
 
 
+def test_the_harness_side_reads_its_window_page_faults_from_the_runs_record(monkeypatch, tmp_path):
+    # each round prints both sides' heap states: the harness's from its record, as the script's from its own count
+    import pandas as pd
+
+    monkeypatch.setattr(as_users.subprocess, "run", lambda *a, **k: subprocess.CompletedProcess(a, 0, "", ""))
+    records = pd.DataFrame({"timestamp": ["20261129-1", "20261129-2"], "samples_per_s": [9.0, 10.0],
+                            "other_cpu_pct": [50.0, 3.0], "window_minor_faults_per_step": [52030.0, 38206.0]})
+    monkeypatch.setattr(as_users, "load_runs", lambda results: records)
+    assert as_users.harness_side("unet3d-full", 30, 5, tmp_path, {}) == (10.0, 3.0, 38206.0)
+    older = records.drop(columns="window_minor_faults_per_step")  # a record from before the field: not a number
+    monkeypatch.setattr(as_users, "load_runs", lambda results: older)
+    assert math.isnan(as_users.harness_side("unet3d-full", 30, 5, tmp_path, {})[2])
+
+
+def test_the_heap_states_line_counts_the_rounds_each_side_zero_filled_more():
+    rounds = [(52030.0, 38206.0), (38206.0, 38206.0), (38206.0, 52030.0), (41000.0, 38206.0), (math.nan, 38206.0)]
+    line = as_users.heap_states("unet3d-full", rounds)
+    assert "median: harness 39603, script 38206" in line
+    assert "harness's side in 2 of 4 rounds, on the script's in 1" in line  # 41,000 is 7% above 38,206
+    assert as_users.heap_states("unet3d", [(math.nan, math.nan)]).endswith("not counted")
+
+
 def test_the_user_scripts_random_label_map_takes_the_dtype_asked_for():
     x, y = user_script.random_batch("unet3d", "uint8")
     assert y.dtype == torch.uint8 and tuple(y.shape) == (2, 1, 32, 32, 32) and int(y.max()) <= 1

@@ -29,7 +29,7 @@ def test_a_metric_is_declared_once_and_both_the_record_and_the_summary_take_it_f
     assert NOT_STORED == {"python_threads_in_window", "cpu_window", "worker_hwm_bytes"} and not NOT_STORED & set(record)
     # neither declares a metric of its own: a new one is a field of Metrics alone
     assert not set(RunRecord.__annotations__) & set(metrics) and not set(Summary.__annotations__) & set(metrics)
-    assert len(metrics) == 74 and metrics[:3] == ["samples_per_step", "flops_per_sample", "warmup_steps"]
+    assert len(metrics) == 75 and metrics[:3] == ["samples_per_step", "flops_per_sample", "warmup_steps"]
 
 
 def test_the_records_kept_in_the_repository_read_with_every_column_they_were_written_with():

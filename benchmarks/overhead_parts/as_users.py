@@ -7,9 +7,11 @@
 Each round runs the harness and ``benchmarks/user_script.py`` (a training script that imports nothing of the
 harness) with the same model, batch, optimizer and step counts, one after the other, each a fresh process on every
 CPU, in ABBA order (harness first in odd rounds, the script first in even ones), so a drift of the machine over a
-round favours neither. A round's ratio is harness samples/s over the script's. Printed: every round (with the
-script's minor page faults a timed step, which say the state of its heap whatever the load), the median ratio with a
-95% bootstrap band of the median (rounds resampled), and the sign count (rounds below 1 of all).
+round favours neither. A round's ratio is harness samples/s over the script's. Printed: every round (with each
+side's minor page faults a measured step, the harness's from its record's ``window_minor_faults_per_step``, which say
+the state of its heap whatever the load), the median ratio with a 95% bootstrap band of the median (rounds
+resampled), the sign count (rounds below 1 of all), and a line on the two heaps: each side's median faults a step
+and the rounds in which one side took more than 5% more than the other.
 
 ``--mode`` is the harness's ``measure.mode`` and the script's: ``model`` (one batch kept in memory) or ``train`` (a
 batch from the loader every step). ``--data synthetic`` gives the script the harness's own data (its synthetic
@@ -38,6 +40,7 @@ import json
 import math
 import os
 import resource
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -55,12 +58,14 @@ from .stats import MIN_ROUNDS, median_band, verdict
 BUSY_PCT = 10.0  # a side during which other processes used more of the CPUs than this makes its round busy
 TARGET = 0.98  # the harness's samples/s against the script's: at least this
 WITHIN = 0.02  # and the two agree within this
+HEAP_APART = 0.05  # a side's page faults a step this much above the other's: its heap was in another state
 
 
 def harness_side(workload: str, steps: int, warmup: int, results: Path, env: dict,
-                 mode: str = "model") -> tuple[float, float]:
-    """samples/s that ``python -m harness run`` reports for the script's training, and the share of the CPUs other
-    processes used in its window (the record's ``other_cpu_pct``)."""
+                 mode: str = "model") -> tuple[float, float, float]:
+    """samples/s that ``python -m harness run`` reports for the script's training, the share of the CPUs other
+    processes used in its window (the record's ``other_cpu_pct``), and its minor page faults a measured step (the
+    record's ``window_minor_faults_per_step``: the state of its heap, as the script's)."""
     settings = [*HARNESS_SETTINGS[workload], f"measure.mode={mode}", f"measure.steps={steps}",
                 f"measure.warmup_steps={warmup}", f"results_dir={results}"]
     done = subprocess.run([sys.executable, "-m", "harness", "run", *settings], cwd=REPO, capture_output=True,
@@ -69,7 +74,9 @@ def harness_side(workload: str, steps: int, warmup: int, results: Path, env: dic
         sys.exit(f"the harness run failed (exit {done.returncode}):\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}")
     record = load_runs(results).sort_values("timestamp").iloc[-1]
     others = float(record.get("other_cpu_pct", math.nan))
-    return float(record["samples_per_s"]), others if math.isfinite(others) else 0.0
+    faults = record.get("window_minor_faults_per_step")
+    return (float(record["samples_per_s"]), others if math.isfinite(others) else 0.0,
+            float(faults) if faults is not None else math.nan)
 
 
 def script_side(workload: str, steps: int, warmup: int, env: dict,
@@ -153,6 +160,7 @@ def as_users(workloads: list[str], rounds: int, steps: int, warmup: int, env: di
     rounds will be done, and each workload's summary (:func:`summary`)."""
     options = script_options(mode, data, flops, labels, workloads, step_fn)
     rows: dict[str, list[tuple[float, bool]]] = {w: [] for w in workloads}
+    heaps: dict[str, list[tuple[float, float]]] = {w: [] for w in workloads}  # (harness, script) faults a step
     print(f"\nEnd to end as users compare: `python -m harness run` (measure.mode={mode}) against "
           f"benchmarks/user_script.py {' '.join(options)}, fresh processes on all CPUs, ABBA order, {warmup} warm-up "
           f"+ {steps} timed steps, {rounds} rounds")
@@ -162,23 +170,25 @@ def as_users(workloads: list[str], rounds: int, steps: int, warmup: int, env: di
             for workload in workloads:
                 results = Path(tmp) / f"{workload}-{r}"
                 if r % 2 == 0:
-                    ours, our_others = harness_side(workload, steps, warmup, results, env, mode)
+                    ours, our_others, our_faults = harness_side(workload, steps, warmup, results, env, mode)
                     theirs, their_others, faults = script_side(workload, steps, warmup, env, options)
                 else:
                     theirs, their_others, faults = script_side(workload, steps, warmup, env, options)
-                    ours, our_others = harness_side(workload, steps, warmup, results, env, mode)
+                    ours, our_others, our_faults = harness_side(workload, steps, warmup, results, env, mode)
                 busy = max(our_others, their_others) > BUSY_PCT
                 rows[workload].append((ours / theirs, busy))
+                heaps[workload].append((our_faults, faults))
                 order = "harness first" if r % 2 == 0 else "script first"
                 print(f"round {r + 1:2d} {workload:11s} harness {ours:8.2f} samples/s, script {theirs:8.2f} "
-                      f"samples/s ({faults:.0f} page faults a step), ratio {ours / theirs:.3f} ({order}; others "
-                      f"{our_others:.0f}% / "
+                      f"samples/s (page faults a step {our_faults:.0f} / {faults:.0f}), ratio {ours / theirs:.3f} "
+                      f"({order}; others {our_others:.0f}% / "
                       f"{their_others:.0f}% of the CPUs{': busy, left out' if busy else ''})", flush=True)
             if r == 0 and rounds > 1:
                 took = time.monotonic() - began
                 print(f"(a round takes {took:.0f} s here: {rounds} rounds ~{rounds * took / 60:.1f} min)", flush=True)
     for workload, values in rows.items():
         summary(workload, values)
+        print(heap_states(workload, heaps[workload]))
     return {w: [ratio for ratio, _ in values] for w, values in rows.items()}
 
 
@@ -199,6 +209,21 @@ def summary(workload: str, rows: list[tuple[float, bool]]) -> str:
                 f"{busy_note}): {verdict(low, high, len(quiet), TARGET)}; {agreement(low, high, len(quiet))}")
     print(line)
     return line
+
+
+def heap_states(workload: str, faults: list[tuple[float, float]], apart: float = HEAP_APART) -> str:
+    """One line on the two sides' heaps over the rounds (``faults``: each round's minor page faults a measured step,
+    harness and script): the median of each, and in how many rounds each side took more than ``apart`` more than the
+    other (a heap in a state that zero-fills more pages a step, docs/measuring.md); rounds without a count are left
+    out."""
+    pairs = [(ours, theirs) for ours, theirs in faults if math.isfinite(ours) and math.isfinite(theirs)]
+    if not pairs:
+        return f"{workload:11s} page faults a step: not counted"
+    more_ours = sum(ours > theirs * (1 + apart) for ours, theirs in pairs)
+    more_theirs = sum(theirs > ours * (1 + apart) for ours, theirs in pairs)
+    return (f"{workload:11s} page faults a step, median: harness {statistics.median(p[0] for p in pairs):.0f}, "
+            f"script {statistics.median(p[1] for p in pairs):.0f}; more than {apart:.0%} more on the harness's "
+            f"side in {more_ours} of {len(pairs)} rounds, on the script's in {more_theirs}")
 
 
 def agreement(low: float, high: float, rounds: int, within: float = WITHIN) -> str:

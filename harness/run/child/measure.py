@@ -349,6 +349,7 @@ def _collect_extras(loop: Loop, window: Window, compile_mode: str) -> Extras:
         peak_main_rss_bytes=own_peak,
         cpu_util_pct=window.cpu_pct,
         other_cpu_pct=monitor.other_cpu_percent(start, end),
+        window_minor_faults_per_step=(end.minor_faults - start.minor_faults) / max(len(loop.m.step_ms), 1),
         python_threads_in_window=window.threads,
         peak_vram_bytes=float(torch.cuda.max_memory_allocated(device)) if cuda else None,
         peak_vram_reserved_bytes=float(torch.cuda.max_memory_reserved(device)) if cuda else None,

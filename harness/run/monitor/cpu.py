@@ -1,7 +1,9 @@
-"""CPU accounting of the measured window, read by the child itself at the window's two edges (none per step)."""
+"""CPU accounting of the measured window (and its minor page faults), read by the child itself at the window's two edges
+(none per step)."""
 
 from __future__ import annotations
 
+import resource
 import time
 from dataclasses import dataclass
 
@@ -14,11 +16,13 @@ def cpu_percent_since_last_call() -> float:
 
 @dataclass(frozen=True)
 class CpuClock:
-    """CPU seconds used by the whole machine and by this process tree, at one instant."""
+    """CPU seconds used by the whole machine and by this process tree, at one instant, and this process's minor page
+    faults so far (a count the machine's load does not change: it says which state glibc's heap is in)."""
 
     machine_busy_s: float
     own_s: float
     wall_s: float
+    minor_faults: int = 0
 
     @staticmethod
     def read() -> "CpuClock":
@@ -34,7 +38,7 @@ class CpuClock:
                 own += ct.user + ct.system
             except psutil.Error:
                 pass
-        return CpuClock(busy, own, time.perf_counter())
+        return CpuClock(busy, own, time.perf_counter(), resource.getrusage(resource.RUSAGE_SELF).ru_minflt)
 
 
 def other_cpu_percent(start: CpuClock, end: CpuClock) -> float:
