@@ -154,6 +154,7 @@ def auto_max_rounds(records) -> int | None:
 
 
 JUDGED_COLUMNS = ("rung", "round", "status", "samples_per_s", *busy_mod.COLUMNS)  # what judge reads of a row
+FRAME_COLUMNS = (*JUDGED_COLUMNS, "auto_max_rounds")  # what judge reads of its frame: a look reads only these
 
 
 def judge(records, rungs: int, claims: dict, total: tuple[float, float] | None, groups, noise: SweepNoise,
