@@ -131,6 +131,35 @@ def test_busy_reason_reads_the_cpu_the_gpu_clocks_and_the_gpu_memory():
     assert busy.busy_reason({**H100_RUN, "gpu_mem_used_bytes": 9.0 * 2**30, "world_size": 2}) is None
 
 
+def test_busy_reason_reads_only_its_columns_so_a_judge_reading_those_alone_judges_alike():
+    read = set()
+
+    class Logged(dict):
+        def get(self, name, default=None):
+            read.add(name)
+            return super().get(name, default)
+
+    for run in (H100_RUN, {**H100_RUN, "other_cpu_pct": 50.0, "gpu_throttle_reasons": "thermal (hardware)"},
+                {**H100_RUN, "gpu_mem_used_bytes": 9.0 * 2**30}, {"device": "cpu"}):
+        busy.busy_reason(Logged(run))
+    assert read == set(busy.COLUMNS)
+    from harness.analysis.stats import noise_model, sweepstats
+    rows = [{c: getattr(RunRecord(run_id=f"r{i}", status="ok", timestamp="t"), c) for c in COLUMNS}
+            | {"rung": i % 2, "round": i // 2, "samples_per_s": 10.0 + i % 2 + (i % 3) * 0.1,
+               "other_cpu_pct": 50.0 if i == 3 else 1.0, "ladder_sha": "x"} for i in range(8)]
+    frame = pd.DataFrame(rows)
+    judged = sweepstats.judge(frame, 2, {1: (1.05, 1.2)}, None, [], sweepstats.SweepNoise(noise_model.Noise()))
+    assert judged.busy == {(1, 1): "other processes used 50% of the CPUs"} and judged.busy_runs == 1
+    # a look reads only FRAME_COLUMNS of the store: judged on those alone, the same judgement (a column judge
+    # reads beyond them is a KeyError here)
+    narrow = sweepstats.judge(frame[list(sweepstats.FRAME_COLUMNS)], 2, {1: (1.05, 1.2)}, None, [],
+                              sweepstats.SweepNoise(noise_model.Noise()))
+    assert {k: (a.verdict, a.ratio) for k, a in judged.answers.items()} == {
+        k: (a.verdict, a.ratio) for k, a in narrow.answers.items()}
+    assert (narrow.busy, narrow.busy_runs, narrow.rounds, narrow.max_rounds) == (
+        judged.busy, judged.busy_runs, judged.rounds, judged.max_rounds)
+
+
 def test_busy_reason_takes_records_dicts_and_pandas_rows_and_missing_fields():
     record = RunRecord(run_id="r", status="ok", timestamp="t", other_cpu_pct=35.0)
     row = pd.DataFrame([{c: getattr(record, c) for c in COLUMNS}]).iloc[0]

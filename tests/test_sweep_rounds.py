@@ -285,3 +285,17 @@ def test_a_sweep_of_this_session_lends_its_runs_to_a_round_in_part(tmp_path, fak
                                      user_keys=frozenset(), repeats=1)
         assert loop.run_ladder(ctx, runner.Machine(cuda_available=False), Display()) == 0
     assert measure.calls == [("first-two", 0, 0), ("first-two", 1, 0), ("a", 2, 0), ("a", 3, 0)]
+
+
+def test_dropped_rungs_are_the_earlier_rungs_with_no_ok_record():
+    import pandas as pd
+
+    from harness.sweeps import rungs as rungs_mod
+
+    mine = pd.DataFrame({"rung": pd.array([0, 0, 1, 2, 2, None, 3], dtype="Int64"),
+                         "status": pd.array(["ok", "oom", "oom", "failed", "ok", "oom", None], dtype="string")})
+    assert rungs_mod.dropped_rungs(mine, 0) == frozenset()
+    assert rungs_mod.dropped_rungs(mine, 2) == frozenset({1})  # rung 0 ran ok once: built on
+    assert rungs_mod.dropped_rungs(mine, 3) == frozenset({1})  # rung 2's later run was ok
+    assert rungs_mod.dropped_rungs(mine, 9) == frozenset({1, 3})  # a record without a status is not ok
+    assert rungs_mod.dropped_rungs(mine.iloc[0:0], 4) == frozenset()

@@ -12,6 +12,7 @@ collected in the measuring environment (``harness.run.parent.env.collect``); onl
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 from typing import Any
@@ -52,7 +53,7 @@ NOT_ACTING = {"synthetic": ("data.cache", "data.num_items", "data.cache_dir"), "
 def measured_settings(cfg: RunConfig) -> dict[str, Any]:
     """The resolved settings that can change the measurement (what config_hash covers)."""
     values = flatten(to_dict(cfg))
-    defaults = flatten(to_dict(type(cfg)()))
+    defaults = _defaults(type(cfg))
     idle = NOT_ACTING.get(cfg.data.source, ()) + (("scaling",) if cfg.devices == 1 else ())
     # A shipped workload is its name, as before workloads were config files (so the hashes of version 2 hold);
     # any other, or a shipped one changed, adds everything it is made of, its user source files' hash included.
@@ -68,6 +69,12 @@ def measured_settings(cfg: RunConfig) -> dict[str, Any]:
             continue
         out[key] = value
     return out
+
+
+@functools.lru_cache(maxsize=4)
+def _defaults(cls: type) -> dict[str, Any]:
+    """The flattened default settings of ``cls`` (the same each time: built once, only read)."""
+    return flatten(to_dict(cls()))
 
 
 def config_hash(cfg: RunConfig) -> str:

@@ -253,7 +253,9 @@ def _scan(files: list[str], columns: list[str], expr, schema: pa.Schema,
     read = columns + ["__filename"] if with_file else columns
 
     def one_read(paths):
-        table = ds.dataset(paths, schema=schema, format="parquet").to_table(columns=read, filter=expr)
+        # threads for many files only: one file's read took ~9 ms of CPU with them, ~6 without, in the same time
+        table = ds.dataset(paths, schema=schema, format="parquet").to_table(columns=read, filter=expr,
+                                                                             use_threads=len(paths) > 1)
         return table.rename_columns(columns + [FILE]) if with_file else table
 
     try:

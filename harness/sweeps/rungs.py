@@ -129,10 +129,15 @@ SWEEP_COLUMNS = ("run_id", "rung", "round", "status", "cached_from")  # what run
 
 
 def dropped_rungs(mine, rung: int) -> frozenset[int]:
-    """Earlier rungs of this sweep with no ``ok`` record: their changes are not built on."""
-    earlier = mine[mine["rung"] < rung]
-    ok = set(earlier.loc[earlier["status"] == "ok", "rung"].astype(int))
-    return frozenset(int(r) for r in earlier["rung"].dropna().unique() if int(r) not in ok)
+    """Earlier rungs of this sweep with no ``ok`` record: their changes are not built on. (Over the two columns'
+    values: the frame's own filters took ~0.6 ms a call, asked twice a rung.)"""
+    seen, ok = set(), set()
+    for r, status in zip(mine["rung"].astype("float64").tolist(), mine["status"].fillna("").tolist()):
+        if r == r and r < rung:  # a record without a rung (nan) is no earlier rung
+            seen.add(int(r))
+            if status == "ok":
+                ok.add(int(r))
+    return frozenset(seen - ok)
 
 
 def oom_rung(mine, rung: int) -> int | None:

@@ -24,6 +24,10 @@ from harness.analysis.stats.speedup import BUSY_PCT, finite_number
 GPU_SLOWDOWNS = ("hardware slowdown", "thermal (software)", "thermal (hardware)", "power brake (hardware)")
 GPU_OTHER_BYTES = 2.0 * 2**30  # device memory in use beyond the run's own reserved peak that means another process
 BUSY_VERDICT = "machine busy: not trustworthy"
+# every field busy_reason reads (a judge converts only these of a sweep's ~150 columns to dicts; a test holds the
+# rule to this list)
+COLUMNS = ("other_cpu_pct", "gpu_throttle_reasons", "device", "world_size", "gpu_mem_used_bytes",
+           "peak_vram_reserved_bytes")
 
 
 def reader(record):

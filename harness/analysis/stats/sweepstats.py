@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from harness.analysis.stats import distributions as sps  # scipy.stats's functions, scipy loaded at the first value
 
 from harness.analysis.stats import blocks, calibration, noise_model, sequential, speedup
+from harness.analysis.stats import busy as busy_mod
 from harness.analysis.stats.busy import busy_reason
 from harness.analysis.stats.speedup import Ratio
 
@@ -152,6 +153,10 @@ def auto_max_rounds(records) -> int | None:
     return int(values.max()) if len(values) else None
 
 
+JUDGED_COLUMNS = ("rung", "round", "status", "samples_per_s", *busy_mod.COLUMNS)  # what judge reads of a row
+FRAME_COLUMNS = (*JUDGED_COLUMNS, "auto_max_rounds")  # what judge reads of its frame: a look reads only these
+
+
 def judge(records, rungs: int, claims: dict, total: tuple[float, float] | None, groups, noise: SweepNoise,
           rounds: int | None = None, max_rounds: int | None = None) -> Judgement:
     """Every question of a sweep of ``rungs`` rungs (``sequential.questions_for``) at its last look.
@@ -166,7 +171,8 @@ def judge(records, rungs: int, claims: dict, total: tuple[float, float] | None, 
     if why:
         noise = SweepNoise(leaned, noise.stored, noise.notes + (why,))
     max_rounds = max_rounds if max_rounds is not None else auto_max_rounds(records)
-    rows = records.to_dict("records")  # once: a frame's rows as dicts cost ~10 ms at each look of a sweep
+    # once, and only the columns judged (the log table's and the busy rule's): all ~150 as dicts cost ~10 ms a look
+    rows = records[[c for c in JUDGED_COLUMNS if c in records]].to_dict("records")
     logs, busy = blocks.from_records(rows, rungs=rungs, rounds=rounds)
     fitting = [g for g in groups if 1 <= int(g["first"]) < int(g["last"]) < rungs]
     questions = sequential.questions_for(rungs, claims, total, fitting)
