@@ -271,7 +271,7 @@ def test_abba_rounds_say_below_099_for_equal_sides_at_most_5_percent_of_the_time
         rng = random.Random(run)
         n = {"block": 0}
 
-        def block() -> float:
+        def block(n: dict = n, rng: random.Random = rng) -> float:
             n["block"] += 1
             first = 1.08 if n["block"] % 4 == 1 else 1.0
             return (1.0 + 0.002 * n["block"]) * first * rng.lognormvariate(0.0, 0.05)
