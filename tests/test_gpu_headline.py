@@ -103,7 +103,8 @@ def test_the_headline_on_a_faked_device_returns_its_records_and_table_within_a_s
     # run; the forked two-rung sweep; env; then the strict check
     steps = [line for line in log.splitlines() if line.startswith("+ ")]
     assert steps.pop(0).endswith("scripts/gpu_wheels.py check") and "every module the harness imports is here" in log
-    assert "-m harness sweep +ladder=phase2 sweep.budget_min=6 results_dir=" in steps[0]
+    budget_min = gpu_headline.estimate("h100").budget_s / 60  # what the H100's records leave for phase2
+    assert f"-m harness sweep +ladder=phase2 sweep.budget_min={budget_min:g} results_dir=" in steps[0]
     assert "-m harness run workload=resnet50 size=smoke compile=default tf32=true" in steps[1]
     assert "-m harness sweep +ladder=bf16 workload=resnet50 size=smoke tf32=true sweep.repeats=1" in steps[2]
     assert steps[4] == "+ nvidia-smi" and steps[5].endswith("before.txt strict")
