@@ -256,14 +256,15 @@ def test_two_nodes_store_one_record_of_world_size_two_with_both_nodes_figures(tm
 @pytest.mark.slow
 def test_a_killed_node_ends_the_other_with_a_record_naming_it_and_no_process_left(tmp_path):
     port = _free_port()
-    survivor = _node(tmp_path / "r0", port, 0, "measure.steps=400", "timeout_s=300")
-    doomed = _node(tmp_path / "r1", port, 1, "measure.steps=400", "timeout_s=300")
+    # steps enough that no machine ends the run before the kill (400 took 3.4 s on a quiet 2-core EPYC)
+    survivor = _node(tmp_path / "r0", port, 0, "measure.steps=100000", "timeout_s=300")
+    doomed = _node(tmp_path / "r1", port, 1, "measure.steps=100000", "timeout_s=300")
     try:
         deadline = time.monotonic() + 240
         while time.monotonic() < deadline and not any("harness.run.child" in " ".join(p.cmdline())
                                                       for p in _tree(doomed.pid) if p.is_running()):
             time.sleep(0.5)
-        time.sleep(20)  # the ranks have met and are stepping (a run of 400 steps lasts about a minute)
+        time.sleep(20)  # the ranks have met and are stepping (the run would last minutes)
         procs = _tree(doomed.pid) + _tree(survivor.pid)
         os.killpg(doomed.pid, signal.SIGKILL)
         out = survivor.communicate(timeout=120)[0]
