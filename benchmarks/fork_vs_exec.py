@@ -6,9 +6,9 @@ Each round measures one config twice with ``isolate.execute``, what a sweep call
 zygote of a ``launcher.warm()`` session kept open for the whole benchmark (as a sweep keeps it), once as a fresh
 interpreter (outside the session), in ABBA order (forked first in odd rounds, fresh first in even ones). A round's
 ratio is the forked run's samples/s over the fresh one's. Printed: every round, the median ratio with a
-distribution-free 95% band of the median (its order-statistic interval) and the sign count. The fork changes how a run starts, never what
-it measures: the band should hold 1 and lie within +-2%. The default config is the phase2 baseline at the CPU
-size (unet3d, smoke); ``key=value`` settings change it as on the command line.
+distribution-free 95% band of the median (its order-statistic interval) and the sign count. The fork changes how
+a run starts, never what it measures: the band should hold 1 and lie within +-2%. The default config is the
+phase2 baseline at the CPU size (unet3d, smoke); ``key=value`` settings change it as on the command line.
 """
 
 from __future__ import annotations

@@ -3,11 +3,11 @@ and ``verdict``; ``overhead_parts/as_users.py``: ``agreement``), at 12, 24 and 3
 round's ratio like the quiet rounds of a 2-core AMD EPYC (0.92-1.04 over 12 rounds): normal with an sd of 0.035;
 Student's t with 3 degrees of freedom, scaled to the same sd (heavier tails); and a skewed mixture, 30% of the
 rounds from a slower process state 8% lower (each part's sd 0.025). The band must hold the true median at least
-95% of the time (asserted >= 0.945 over 2,000 sets), and a verdict must be false at most 2.5% of the time
-(over 6,000 sets): ">= 0.98
-shown" when the true median is 0.97 or exactly 0.98, "within 2% shown" when it is 0.975 or exactly 0.98 or 1.02.
-The percentile bootstrap of the median used before fails these (the skewed model at 12 rounds: coverage ~0.93,
-">= 0.98 shown" at a true 0.98 ~5%). Seconds: a band is a sort."""
+95% of the time (asserted >= 0.945 over 2,000 sets; it reads 0.957-0.982), and a verdict must be false at most
+2.5% of the time (over 6,000 sets): ">= 0.98 shown" when the true median is 0.97 or exactly 0.98 (it reads 1.0-2.1%
+at 0.98), "within 2% shown" when it is 0.975 or exactly 0.98 or 1.02 (at most 1.7%). The percentile bootstrap of
+the median used before (2,000 draws) fails 14 of these 27 coverage and ">= 0.98" cases: coverage 0.923-0.944 at 12
+and 24 rounds under every model, ">= 0.98 shown" at a true 0.98 in 2.6-3.4% of sets. Seconds: a band is a sort."""
 
 from __future__ import annotations
 
@@ -88,11 +88,15 @@ def test_within_2_percent_is_shown_falsely_at_most_2_5_percent_of_the_time(model
     assert np.mean([s == "within 2% shown" for s in said]) <= 0.025
 
 
-@pytest.mark.parametrize("n, at_least, within", [(12, 0.32, 0.04), (36, 0.69, 0.44), (72, 0.97, 0.94)])
-def test_how_often_the_rule_decides_when_the_two_sides_are_equal(n, at_least, within):
-    # the rule's power at this noise (normal, sd 0.035, a true median of 1.0): 12 rounds show ">= 0.98" a third of
-    # the time and "within 2%" almost never; 72 rounds show both nearly always (docs/measuring.md quotes these)
-    said = bands("normal", 1.0, n, seed=100 + n)
+@pytest.mark.parametrize("model, n, at_least, within", [
+    ("normal", 12, 0.32, 0.04), ("normal", 36, 0.69, 0.44), ("normal", 72, 0.97, 0.94),
+    ("slow-state mixture", 72, 0.73, 0.69),
+])
+def test_how_often_the_rule_decides_when_the_two_sides_are_equal(model, n, at_least, within):
+    # the rule's power at this noise (a true median of 1.0): normal with sd 0.035, 12 rounds show ">= 0.98" a third
+    # of the time and "within 2%" almost never, 72 rounds both nearly always; the skewed model needs more rounds
+    # still (docs/measuring.md quotes these)
+    said = bands(model, 1.0, n, seed=100 + n)
     assert np.mean([low >= 0.98 for low, _ in said]) == pytest.approx(at_least, abs=0.04)
     assert np.mean([as_users.agreement(low, high, n) == "within 2% shown" for low, high in said]) == pytest.approx(
         within, abs=0.04)
