@@ -5,10 +5,10 @@
 Each round measures one config twice with ``isolate.execute``, what a sweep calls for a rung: once forked from the
 zygote of a ``launcher.warm()`` session kept open for the whole benchmark (as a sweep keeps it), once as a fresh
 interpreter (outside the session), in ABBA order (forked first in odd rounds, fresh first in even ones). A round's
-ratio is the forked run's samples/s over the fresh one's. Printed: every round, the median ratio with a 95%
-bootstrap band of the median (rounds resampled) and the sign count. The fork changes how a run starts, never what
-it measures: the band should hold 1 and lie within +-2%. The default config is the phase2 baseline at the CPU
-size (unet3d, smoke); ``key=value`` settings change it as on the command line.
+ratio is the forked run's samples/s over the fresh one's. Printed: every round, the median ratio with a
+distribution-free 95% band of the median (its order-statistic interval) and the sign count. The fork changes how
+a run starts, never what it measures: the band should hold 1 and lie within +-2%. The default config is the
+phase2 baseline at the CPU size (unet3d, smoke); ``key=value`` settings change it as on the command line.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "benchmarks"))
 
-from overhead import median_band  # noqa: E402
+from overhead_parts.stats import MIN_ROUNDS, median_band  # noqa: E402
 
 
 def _config(settings: list[str], results: Path):
@@ -71,8 +71,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--rounds", type=int, default=12)
     parser.add_argument("settings", nargs="*", help="key=value settings of the run (default: unet3d at smoke size)")
     args = parser.parse_args(argv)
-    if args.rounds < 5:
-        parser.error(f"--rounds {args.rounds}: at least 5 rounds give a band of the median")
+    if args.rounds < MIN_ROUNDS:
+        parser.error(f"--rounds {args.rounds}: at least {MIN_ROUNDS} rounds give a 95% band of the median")
     with tempfile.TemporaryDirectory(prefix="harness-fork-vs-exec-") as tmp:
         cfg = _config(args.settings or ["workload=unet3d", "size=smoke"], Path(tmp))
         print(f"A/A: {cfg.workload.name} ({cfg.size}) on {cfg.device}, forked from the warm launcher against a fresh "

@@ -35,9 +35,9 @@ It measures four ways, because on a shared machine no single one resolves 1%:
 3. The measuring loop's own cost per step, in microseconds: the same in-process alternation on a tiny model.
 4. Accounted: the parent's CPU share (``parent_cpu_pct``, charged in full) plus the loop's cost.
 
-Each ratio is printed per round, with the median, a 95% bootstrap band of the median (rounds resampled), and a
-verdict only from >= 5 rounds: ">= 0.99 shown" when the whole band is above 0.99, "below 0.99", or
-"inconclusive".
+Each ratio is printed per round, with the median, a distribution-free 95% band of the median (the confidence
+interval from the rounds' order statistics, ``overhead_parts/stats.py``), and a verdict only from >= 6 rounds:
+">= 0.99 shown" when the whole band is above 0.99, "below 0.99", or "inconclusive".
 
 Two more, each on its own: ``--as-users``, ``harness run`` against a training script of the user's own
 (``overhead_parts/as_users.py``), and ``--hook-cost``, the step hook's own cost: a user's step

@@ -9,9 +9,9 @@ harness) with the same model, batch, optimizer and step counts, one after the ot
 CPU, in ABBA order (harness first in odd rounds, the script first in even ones), so a drift of the machine over a
 round favours neither. A round's ratio is harness samples/s over the script's. Printed: every round (with each
 side's minor page faults a measured step, the harness's from its record's ``window_minor_faults_per_step``, which say
-the state of its heap whatever the load), the median ratio with a 95% bootstrap band of the median (rounds
-resampled), the sign count (rounds below 1 of all), and a line on the two heaps: each side's median faults a step
-and the rounds in which one side took more than 5% more than the other.
+the state of its heap whatever the load), the median ratio with a distribution-free 95% band of the median (its
+order-statistic interval, ``stats.median_band``), the sign count (rounds below 1 of all), and a line on the two
+heaps: each side's median faults a step and the rounds in which one side took more than 5% more than the other.
 
 ``--mode`` is the harness's ``measure.mode`` and the script's: ``model`` (one batch kept in memory) or ``train`` (a
 batch from the loader every step). ``--data synthetic`` gives the script the harness's own data (its synthetic

@@ -4,6 +4,7 @@ parent's CPU plus the loop's cost. And the step hook's own cost (``--hook-cost``
 
 from __future__ import annotations
 
+import math
 import statistics
 import tempfile
 from dataclasses import dataclass, field
@@ -11,7 +12,7 @@ from pathlib import Path
 
 from . import fresh, hook_cost, inproc
 from .common import BLOCK_STEPS, cpus_label, load, pct, settings
-from .stats import median_band, summary
+from .stats import MIN_ROUNDS, median_band, summary
 
 
 @dataclass
@@ -97,8 +98,8 @@ def _control_line(workload: str, controls: list[float]) -> None:
     mid, low, high = median_band(controls)
     print(f"{workload:9s} A/A control, plain/plain: median {mid:.3f}, 95% band of the median "
           f"[{low:.3f}-{high:.3f}] ({len(controls)} rounds): "
-          + ("1 inside the band: no bias shown" if low <= 1.0 <= high else "1 outside the band: the method "
-             "itself is biased by this much"))
+          + (f"no band from fewer than {MIN_ROUNDS} rounds" if math.isnan(low) else "1 inside the band: no bias "
+             "shown" if low <= 1.0 <= high else "1 outside the band: the method itself is biased by this much"))
 
 
 def in_process(plan: Plan, rounds: int, block_steps: int | None) -> dict[str, list[float]]:
@@ -168,7 +169,11 @@ def accounted(plan: Plan, e2e: EndToEnd, inproc_ms: dict[str, list[float]], cost
             continue
         step = statistics.median(step_ms)
         parent_frac = statistics.median(parent) / 100.0
-        loop_frac = max(0.0, median_band(cost)[2]) / 1000.0 / step if cost else 0.0
+        loop_high = median_band(cost)[2] if cost else 0.0
+        if math.isnan(loop_high):
+            print(f"{workload:9s} the loop's cost has no band from fewer than {MIN_ROUNDS} rounds: no bound")
+            continue
+        loop_frac = max(0.0, loop_high) / 1000.0 / step
         total = parent_frac + loop_frac
         print(f"{workload:9s} parent {100 * parent_frac:.3f}% + loop {100 * loop_frac:.4f}% of a "
               f"{step:.0f} ms step = {100 * total:.3f}%: harness/plain >= "

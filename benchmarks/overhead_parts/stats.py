@@ -1,18 +1,46 @@
-"""The rounds' statistics: the median with a 95% bootstrap band of it, and a verdict only from enough rounds."""
+"""The rounds' statistics: the median with a distribution-free 95% band of it, and a verdict only from enough rounds.
+
+The band is the confidence interval of the median from order statistics (scipy.stats.quantile_test's): the
+rounds ranked, the band runs from the k-th lowest to the k-th highest, k the largest rank whose binomial tail
+leaves at most 2.5% on each side. It holds the true median at least 95% of the time whatever the rounds'
+continuous distribution (12 rounds: the 3rd to the 10th, 96.1%). A percentile bootstrap of the median, used before,
+held it only 92-94% of the time at 12 and 24 rounds, and showed ">= 0.98" at a true median of 0.98 in 2.6-3.4% of
+simulated sets, more than the 2.5% a side a 95% band allows (tests/test_overhead_band_sim.py). Fewer than 6 rounds
+give no such band: even their whole range holds the median less than 95% of the time (5 rounds: 93.75%).
+"""
 
 from __future__ import annotations
 
-import random
+import functools
+import math
 import statistics
 
-MIN_ROUNDS = 5  # fewer rounds than this give no verdict: a bootstrap of two or three values says nothing
+LEVEL = 0.95
+MIN_ROUNDS = 6  # fewer rounds than this give no 95% band of the median (their whole range holds it < 95% of the time)
 
 
-def median_band(values: list[float], draws: int = 2000, seed: int = 0) -> tuple[float, float, float]:
-    """The median and a 95% bootstrap band of it (rounds resampled: the round is the unit, not the step)."""
-    rng = random.Random(seed)
-    medians = sorted(statistics.median(rng.choices(values, k=len(values))) for _ in range(draws))
-    return statistics.median(values), medians[int(0.025 * draws)], medians[int(0.975 * draws) - 1]
+@functools.lru_cache(maxsize=None)
+def band_ranks(rounds: int) -> tuple[int, int] | None:
+    """The 1-based ranks of the rounds that bound the 95% band of the median among ``rounds`` values, or None
+    when so few rounds give no such band. scipy's own interval taken on the ranks themselves, so that a
+    simulation of thousands of sets costs a sort each."""
+    if rounds < MIN_ROUNDS:
+        return None
+    from scipy import stats  # noqa: PLC0415 (a second to import: only when a band is wanted)
+
+    ci = stats.quantile_test(list(range(1, rounds + 1)), q=(rounds + 1) / 2, p=0.5).confidence_interval(LEVEL)
+    return int(ci.low), int(ci.high)
+
+
+def median_band(values: list[float]) -> tuple[float, float, float]:
+    """The median and its distribution-free 95% band (the rounds are the unit, not the steps); the band's ends are
+    NaN with fewer than :data:`MIN_ROUNDS` rounds."""
+    mid = statistics.median(values)
+    ranks = band_ranks(len(values))
+    if ranks is None:
+        return mid, math.nan, math.nan
+    ranked = sorted(values)
+    return mid, ranked[ranks[0] - 1], ranked[ranks[1] - 1]
 
 
 def verdict(low: float, high: float, rounds: int, target: float = 0.99) -> str:
