@@ -29,7 +29,7 @@ from rich.markup import escape
 
 from harness import config as config_mod
 from harness import shell
-from harness.commands import export as export_cmd, hydra_edge, sweep_nodes
+from harness.commands import hydra_edge, sweep_nodes
 from harness.commands.machine import warn_if_unfit
 from harness.store import check_writable, new_id
 from harness.sweeps import campaign as campaign_mod
@@ -223,6 +223,8 @@ def run_sweep(plan: SweepPlan, sweep_id: str, campaign_id: str = "", driver=None
     if code != 2:  # 2: the first round would not fit in the budget, and nothing was measured
         table = _print_table(ctx)
         if plan.export:  # the table just printed, not built again
+            from harness.commands import export as export_cmd  # only for sweep.export: a sweep without needs none
+
             export_cmd.export_after(plan.export, ctx.results_dir, sweep=sweep_id, table=table)
     return code
 
