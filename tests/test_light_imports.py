@@ -1,10 +1,10 @@
-"""The imports kept inside functions to keep a heavy library off a path, checked on that path: the warm launcher's
-parent end loads neither torch, the store nor the settings (the measuring modules are the zygote's to load), the
-measuring process imports torch only after its lifeline is set (``harness.run.child.main`` loads none of it), and
-no measuring command's module loads torch in the parent (a workload's data and its meta-device check import it only
-for a workload of the user's). ONE fresh interpreter, the imports in that order: what each adds is what it loads
-itself. The first screens (``--help``), the analysis commands and a single run's parent before its launcher are
-checked in test_layers.py and test_launcher_command.py."""
+"""The imports kept inside functions to keep something off a path, checked on that path: the warm launcher's parent
+end loads neither torch, the store nor the settings (the measuring modules are the zygote's to load), the measuring
+process imports torch only after its lifeline is set (``harness.run.child.main`` loads none of it), no measuring
+command's module loads torch in the parent (a workload's data and its meta-device check import it only for a
+workload of the user's), and a sweep loads the export modules only for ``sweep.export``. ONE fresh interpreter, the
+imports in that order: what each adds is what it loads itself. The first screens (``--help``), the analysis commands
+and a single run's parent before its launcher are checked in test_layers.py and test_launcher_command.py."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ PATHS = textwrap.dedent("""
     import importlib, json, sys
     HEAVY = ("torch", "torchvision", "monai", "pyarrow", "hydra", "harness.config", "harness.store",
              "harness.run.child.main", "harness.run.child.measure", "harness.run.child.startup",
-             "harness.run.child.ranks")
+             "harness.run.child.ranks", "harness.commands.export")
     loaded = {}
     for name in ("harness.run.parent.launcher", "harness.run.child.main", "harness.commands.run",
                  "harness.commands.sweep", "harness.commands.diagnose", "harness.commands.noise",
@@ -41,4 +41,5 @@ def test_the_launchers_parent_the_measuring_process_before_its_lifeline_and_the_
         seen = loaded[f"harness.commands.{command}"]
         assert not set(seen) & {"torch", "torchvision", "monai", "harness.run.child.measure",
                                 "harness.run.child.startup", "harness.run.child.ranks"}, (command, seen)
+        assert "harness.commands.export" not in seen, command  # a sweep without sweep.export: 4 modules fewer
         assert "harness.store" in seen  # the parent's own side is loaded: the check sees a real import
