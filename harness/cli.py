@@ -95,7 +95,7 @@ def _launcher_first(command: str, argv: list[str]) -> Iterator[None]:
     if command != "run" or not settings_only(argv):
         yield
         return
-    from harness.run.parent import launcher  # the zygote's parent end: no torch, no store
+    from harness.run.parent import launcher  # psutil (no torch, no store): only a `run` of settings starts it here
 
     with launcher.warm() as session:
         session.begin(None, early=True)

@@ -223,7 +223,7 @@ def run_sweep(plan: SweepPlan, sweep_id: str, campaign_id: str = "", driver=None
     if code != 2:  # 2: the first round would not fit in the budget, and nothing was measured
         table = _print_table(ctx)
         if plan.export:  # the table just printed, not built again
-            from harness.commands import export as export_cmd  # only for sweep.export: a sweep without needs none
+            from harness.commands import export as export_cmd  # sweep.export only: 4 modules off a cached sweep's start
 
             export_cmd.export_after(plan.export, ctx.results_dir, sweep=sweep_id, table=table)
     return code

@@ -43,6 +43,7 @@ from harness.run.child import compiled, device_memory, faults
 from harness.run import monitor
 from harness.run.child.faults import FaultPlan
 from harness.run.child.outcome import NonFiniteLoss
+from harness.run.child.profiling import profile_after_window
 from harness.run.child.ranks import Rank, any_rank
 from harness.run.child.hooks import step_hooks
 from harness.run.child.step import MetricsLog, forward_backward
@@ -132,8 +133,6 @@ class MeasuredRun:
     def profile(self, out_dir: str | os.PathLike | None) -> ProfileSummary:
         """``profile.steps`` more training steps under the profiler, after the window (``harness.run.child.profiling``);
         the trace goes to ``out_dir`` (None: no trace, e.g. on ranks other than 0). Never raises."""
-        from harness.run.child.profiling import profile_after_window  # torch.profiler: only a run that profiles
-
         return profile_after_window(self.loop, self.cfg, out_dir)
 
 

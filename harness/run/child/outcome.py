@@ -14,6 +14,7 @@ import signal
 import traceback
 from dataclasses import dataclass
 
+from harness.config.targets import is_user_source
 from harness.workload.applicability import KnobNotApplicable, compile_failure_reason, no_attention_kernel_reason
 
 OK, OOM, NAN, TIMEOUT, ERROR, SKIPPED = "ok", "oom", "nan", "timeout", "error", "skipped"
@@ -116,10 +117,6 @@ def user_frame(exc: BaseException) -> str:
     """Where in the user's own code ``exc`` was raised, as "models/step.py:12 in step" (the file relative to the
     current folder when inside it): the deepest frame of a user's file (``targets.is_user_source``) in the first
     exception of the chain that has one ("" when none does)."""
-    # imported here, not with this module: at its top, the child's memory peaks counted a CPU run's one loader
-    # worker twice (the isolation tests' window test); why is not known
-    from harness.config.targets import is_user_source
-
     for link in exception_chain(exc):
         frames = [(f.filename, f.lineno, f.name) for f in traceback.extract_tb(link.__traceback__)]
         frames += [(file, int(line), name) for file, line, name in FRAME_LINE.findall(str(link))]  # a worker's
