@@ -44,8 +44,8 @@ BUILD = textwrap.dedent("""
 """)
 
 
-TRIMMED_FOR_UNET3D = ("matplotlib,mlflow,pandas,scipy.ndimage,scipy.optimize,scipy.signal,scipy.sparse,scipy.spatial,"
-                      "sklearn,torchvision,transformers")
+TRIMMED_FOR_UNET3D = ("cv2,huggingface_hub,matplotlib,mlflow,pandas,requests,scipy.ndimage,scipy.optimize,scipy.signal,"
+                      "scipy.sparse,scipy.spatial,sklearn,tensorboard,tensorboardX,torchvision,transformers")
 
 # one fresh interpreter each: the 3D data pipelines of the reference workloads, every augmentation on (MONAI's flips,
 # rotation, elastic deformation, noise), from RAM and from NIfTI files through MONAI's LoadImaged, seeded as MONAI
