@@ -1,7 +1,8 @@
 """A reference workload's MONAI imported without the optional packages it never uses
-(``harness.workload.trimmed_imports``): the same model, parameters, FLOPs and loss as a full import; only MONAI's own
-imports trimmed, and only inside the block; a user's workload never trimmed, and a launcher that trimmed forks none
-of its runs. Nothing here depends on the machine's speed."""
+(``harness.workload.trimmed_imports``): the same model, parameters, FLOPs and loss as a full import, the same augmented
+3D patches; only MONAI's own imports trimmed (a package's subpackage alone where named so), and only inside the block;
+what needs a trimmed package raises MONAI's OptionalImportError; a user's workload never trimmed, and a launcher that
+trimmed forks none of its runs. Nothing here depends on the machine's speed."""
 
 from __future__ import annotations
 
@@ -49,8 +50,8 @@ TRIMMED_FOR_UNET3D = ("cv2,huggingface_hub,matplotlib,mlflow,pandas,requests,sci
 
 # one fresh interpreter each: the 3D data pipelines of the reference workloads, every augmentation on (MONAI's flips,
 # rotation, elastic deformation, noise), from RAM and from NIfTI files through MONAI's LoadImaged, seeded as MONAI
-# seeds (set_determinism); with TRIM,
-# MONAI imported inside the block; then a MONAI feature that needs a trimmed scipy subpackage, called
+# seeds (set_determinism); with TRIM, MONAI imported inside the block; then a MONAI feature that needs a trimmed scipy
+# subpackage, called
 PIPELINES = textwrap.dedent("""
     import json, sys, tempfile
     from pathlib import Path
@@ -145,6 +146,17 @@ def test_only_monais_own_imports_are_trimmed_and_only_inside(fake_packages):
         assert ref.HAS is True and sys.modules["fakeopt.sub"].VALUE == 7
     assert trimmed_imports.trimmed_names() == "fakeopt"
     assert not any(isinstance(f, trimmed_imports._Trimmer) for f in sys.meta_path)
+
+
+def test_a_subpackage_is_trimmed_alone(fake_packages, monkeypatch):
+    import importlib
+
+    monkeypatch.setattr(trimmed_imports, "OPTIONAL", ("fakeopt.sub",))  # as scipy.signal: its package stays
+    with trimmed_imports.trimmed():
+        assert importlib.import_module("fakemonai.nets").HAS is False
+        assert "fakeopt" in sys.modules and "fakeopt.sub" not in sys.modules
+    assert trimmed_imports.trimmed_names() == "fakeopt.sub"
+    assert importlib.import_module("fakeopt.sub").VALUE == 7
 
 
 def test_after_the_block_a_trimmed_package_imports_for_real(fake_packages):
