@@ -1,7 +1,8 @@
 """A reference workload's MONAI imported without the optional packages it never uses
-(``harness.workload.trimmed_imports``): the same model, parameters, FLOPs and loss as a full import; only MONAI's own
-imports trimmed, and only inside the block; a user's workload never trimmed, and a launcher that trimmed forks none
-of its runs. Nothing here depends on the machine's speed."""
+(``harness.workload.trimmed_imports``): the same model, parameters, FLOPs and loss as a full import, the same augmented
+3D patches; only MONAI's own imports trimmed (a package's subpackage alone where named so), and only inside the block;
+what needs a trimmed package raises MONAI's OptionalImportError; a user's workload never trimmed, and a launcher that
+trimmed forks none of its runs. Nothing here depends on the machine's speed."""
 
 from __future__ import annotations
 
@@ -44,17 +45,69 @@ BUILD = textwrap.dedent("""
 """)
 
 
-def test_reference_model_loss_and_flops_equal_a_full_import():
-    procs = {how: subprocess.Popen([sys.executable, "-c", BUILD, how], cwd=REPO, stdout=subprocess.PIPE,
+TRIMMED_FOR_UNET3D = ("cv2,huggingface_hub,matplotlib,mlflow,pandas,requests,scipy.ndimage,scipy.optimize,scipy.signal,"
+                      "scipy.sparse,scipy.spatial,sklearn,tensorboard,tensorboardX,torchvision,transformers")
+
+# one fresh interpreter each: the 3D data pipelines of the reference workloads, every augmentation on (MONAI's flips,
+# rotation, elastic deformation, noise), from RAM and from NIfTI files through MONAI's LoadImaged, seeded as MONAI
+# seeds (set_determinism); with TRIM, MONAI imported inside the block; then a MONAI feature that needs a trimmed scipy
+# subpackage, called
+PIPELINES = textwrap.dedent("""
+    import json, sys, tempfile
+    from pathlib import Path
+    from harness.workload import trimmed_imports
+    with trimmed_imports.trimmed(sys.argv[1] == "trim"):
+        import harness_models.segmentation3d
+    import torch
+    from harness.workload import datasets
+    from harness.workload.data import build_dataset
+    from monai.utils import set_determinism
+    from tests.conftest import tiny_config
+    sums = {}
+    with tempfile.TemporaryDirectory() as cache:
+        for source in ("synthetic", "disk"):
+            cfg = tiny_config(data__augment="heavy", data__source=source, data__num_items=2, data__cache_dir=cache,
+                              **({"data__cache": "none"} if source == "disk" else {}))
+            if source == "disk":
+                datasets.ensure(datasets.spec_for(cfg, cfg.workload), Path(cache), log=lambda *_: None)
+            set_determinism(0)  # MONAI's Compose seeds its random transforms from it
+            items = [build_dataset(cfg, cfg.workload)[i] for i in range(3)]
+            sums[source] = [[float(t.double().sum()) for t in item] for item in items]
+    from monai.transforms import FillHoles
+    try:
+        FillHoles()(torch.ones(1, 8, 8, 8))  # scipy.ndimage's binary structures
+        error = ""
+    except Exception as exc:
+        error = type(exc).__name__
+    print(json.dumps({"sums": sums, "trimmed": trimmed_imports.trimmed_names(), "ndimage": error,
+                      "stats": "scipy.stats" in sys.modules}))
+""")
+
+
+def _both(script: str) -> tuple[dict, dict]:
+    procs = {how: subprocess.Popen([sys.executable, "-c", script, how], cwd=REPO, stdout=subprocess.PIPE,
                                    stderr=subprocess.PIPE, text=True) for how in ("full", "trim")}
     out = {}
     for how, proc in procs.items():
         stdout, stderr = proc.communicate(timeout=600)
         assert proc.returncode == 0, stderr[-2000:]
         out[how] = json.loads(stdout.strip().splitlines()[-1])
-    full, trim = out["full"], out["trim"]
+    return out["full"], out["trim"]
+
+
+def test_reference_pipelines_augment_alike_without_the_trimmed_scipy_subpackages():
+    full, trim = _both(PIPELINES)
+    assert full["trimmed"] == "" and trim["trimmed"] == TRIMMED_FOR_UNET3D
+    assert trim["sums"] == full["sums"]  # the same patches, every augmentation on, from RAM and from disk
+    assert len(full["sums"]["disk"]) == 3 and full["sums"]["disk"] != full["sums"]["synthetic"]
+    assert full["ndimage"] == "" and trim["ndimage"] == "OptionalImportError"  # what needs it fails loudly, MONAI's way
+    assert full["stats"] and not trim["stats"]  # scipy.signal's import of scipy.stats goes with it
+
+
+def test_reference_model_loss_and_flops_equal_a_full_import():
+    full, trim = _both(BUILD)
     assert full["trimmed"] == ""
-    assert trim["trimmed"] == "matplotlib,mlflow,pandas,sklearn,torchvision,transformers"
+    assert trim["trimmed"] == TRIMMED_FOR_UNET3D
     assert trim["torchvision_after"] == "torchvision"  # imported after the block: the real package
     for key in ("params", "weights", "modules", "flops", "loss", "loss_type"):
         assert trim[key] == full[key], key
@@ -93,6 +146,17 @@ def test_only_monais_own_imports_are_trimmed_and_only_inside(fake_packages):
         assert ref.HAS is True and sys.modules["fakeopt.sub"].VALUE == 7
     assert trimmed_imports.trimmed_names() == "fakeopt"
     assert not any(isinstance(f, trimmed_imports._Trimmer) for f in sys.meta_path)
+
+
+def test_a_subpackage_is_trimmed_alone(fake_packages, monkeypatch):
+    import importlib
+
+    monkeypatch.setattr(trimmed_imports, "OPTIONAL", ("fakeopt.sub",))  # as scipy.signal: its package stays
+    with trimmed_imports.trimmed():
+        assert importlib.import_module("fakemonai.nets").HAS is False
+        assert "fakeopt" in sys.modules and "fakeopt.sub" not in sys.modules
+    assert trimmed_imports.trimmed_names() == "fakeopt.sub"
+    assert importlib.import_module("fakeopt.sub").VALUE == 7
 
 
 def test_after_the_block_a_trimmed_package_imports_for_real(fake_packages):

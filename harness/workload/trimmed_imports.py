@@ -2,21 +2,28 @@
 
 ``import monai`` walks every MONAI subpackage (``load_submodules``) and ``monai.networks.nets`` imports every network;
 on the way MONAI imports, each through its own handling of an absent optional package (``monai.utils.optional_import``
-or a ``try: import ... except ImportError``), torchvision (AHNet's FPN backbone), transformers (TransChex), mlflow
-(its MLflow handler), matplotlib (its notebook plots), pandas (its CSV datasets, its profiling tables) and
-scikit-learn (its embedding-collapse metric): seconds of a 2-core CPU's start, none of it used by the reference
-workloads' UNet, BasicUNet, MedNeXt, SE-ResNet, DiceCE loss or data pipelines. MONAI has no switch to import only
-some of its networks, and its subpackages import each other in the walk's order, so the walk itself stays; what
-:func:`trimmed` does is what MONAI does where those packages are not installed: inside it, an import of one of
-:data:`OPTIONAL` made by MONAI's own code (the importing frame's module is ``monai.*``) finds no such package.
+or a ``try: import ... except ImportError``), torchvision (AHNet's FPN backbone), transformers (TransChex), mlflow (its
+MLflow handler), matplotlib (its notebook plots), pandas (its CSV datasets, its profiling tables), scikit-learn (its
+embedding-collapse metric), requests and huggingface_hub (its downloads: TCIA, MMARs, bundles, MedicalNet's weights),
+OpenCV (the ultrasound confidence map, its video datasets), TensorBoard and tensorboardX (its TensorBoard images and
+handlers) and five of scipy's subpackages (scipy is one of MONAI's optional extras, each imported through
+``optional_import``): ``scipy.signal`` (the ultrasound confidence map, the signal transforms; it imports
+``scipy.stats``), ``scipy.ndimage`` (spline interpolation orders given as integers, hole filling, distance transforms,
+surface metrics), ``scipy.sparse`` (DiNTS, the confidence map), ``scipy.spatial`` and ``scipy.optimize`` (metrics):
+seconds of a 2-core CPU's start, none of it used by the reference workloads' UNet, BasicUNet, MedNeXt, SE-ResNet, DiceCE
+loss or data pipelines (their rotation and elastic deformation interpolate with torch, by mode name). MONAI has no
+switch to import only some of its networks, and its subpackages import each other in the walk's order, so the walk
+itself stays; what :func:`trimmed` does is what MONAI does where those packages are not installed: inside it, an import
+of one of :data:`OPTIONAL` made by MONAI's own code (the importing frame's module is ``monai.*``) finds no such package.
 
 What stays true (``tests/test_trimmed_imports.py``): the built model, its parameter count and FLOPs, and the loss are
-those of a full import; only MONAI's own imports are trimmed (a reference workload's module importing torchvision
-itself gets it); after the block any import of a trimmed package gets the real package; a user's workload (any
-``_target_`` outside ``harness_models`` and torch, :func:`reference_only`) is never trimmed, and a warm launcher that
-trimmed does not fork a run of one (``harness.run.parent.zygote``). What MONAI's trimmed features need (AHNet's FPN
-backbone, TransChex, the MLflow handler, MONAI's plots, its CSV datasets, that metric) raises MONAI's own
-``OptionalImportError`` in that process; scipy, which MONAI's spatial transforms use, is never trimmed.
+those of a full import; only MONAI's own imports are trimmed (a reference workload's module importing torchvision itself
+gets it); after the block any import of a trimmed package gets the real package; a user's workload (any ``_target_``
+outside ``harness_models`` and torch, :func:`reference_only`) is never trimmed, and a warm launcher that trimmed does
+not fork a run of one (``harness.run.parent.zygote``). What MONAI's trimmed features need (AHNet's FPN backbone,
+TransChex, the MLflow handler, MONAI's plots, its CSV datasets, that metric, its downloads, its video and TensorBoard
+features) raises MONAI's own ``OptionalImportError`` in that process (hole filling, for one: tested); scipy itself, and
+a subpackage imported by anything but MONAI's own modules (nibabel, a reference model, the harness), is never trimmed.
 The run's record names the packages trimmed (``imports_trimmed``).
 """
 
@@ -27,21 +34,24 @@ import importlib.abc
 import sys
 from typing import Any, Iterator
 
-OPTIONAL = ("torchvision", "transformers", "mlflow", "matplotlib", "pandas", "sklearn")  # MONAI's, unused here
+# MONAI's, unused here (a name and its submodules)
+OPTIONAL = ("torchvision", "transformers", "mlflow", "matplotlib", "pandas", "sklearn", "requests", "huggingface_hub",
+            "cv2", "tensorboard", "tensorboardX", "scipy.signal", "scipy.ndimage", "scipy.sparse", "scipy.spatial",
+            "scipy.optimize")
 TRIMMED_BY = "monai"  # whose own imports of them are trimmed
 REFERENCE = ("harness_models.", "torch.")  # the _target_ roots of the harness's own reference workloads
-TRIMMED: set[str] = set()  # the packages MONAI's imports were refused in this process (top-level names)
+TRIMMED: set[str] = set()  # the packages MONAI's imports were refused in this process (as named in OPTIONAL)
 
 
 class _Trimmer(importlib.abc.MetaPathFinder):
     """Refuses an import of one of :data:`OPTIONAL` (or its submodules) that MONAI's own code makes, and only while
-    the package is not imported already: a package that is there is never hidden."""
+    that package is not imported already: a package that is there is never hidden."""
 
     def find_spec(self, fullname, path=None, target=None):
-        top = fullname.partition(".")[0]
-        if top not in OPTIONAL or top in sys.modules or not _imported_by_monai():
+        name = next((n for n in OPTIONAL if fullname == n or fullname.startswith(n + ".")), None)
+        if name is None or name in sys.modules or not _imported_by_monai():
             return None
-        TRIMMED.add(top)
+        TRIMMED.add(name)
         raise ModuleNotFoundError(f"No module named {fullname!r} (not imported for a reference workload)",
                                   name=fullname)
 
