@@ -78,13 +78,13 @@ def _follow(plan, channel: nodes.Channel) -> int:
         return refuse(exc)
     except nodes.Lost as exc:
         console.print(f"[red]error:[/] {escape(str(exc))}: node 0 stopped or cannot be reached; node {node} stops "
-                      "here (it stores nothing)")
+                      "here (it stores nothing)", soft_wrap=True)  # one line, however long the reason
         return 1
     except (KeyboardInterrupt, _Failed) as exc:
         nodes.leave(channel, f"node {node} stopped: {exc or 'interrupted'}")
         if isinstance(exc, KeyboardInterrupt):
             raise
-        console.print(f"[red]error:[/] {escape(str(exc))}")
+        console.print(f"[red]error:[/] {escape(str(exc))}", soft_wrap=True)
         return 1
 
 
