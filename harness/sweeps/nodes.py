@@ -89,7 +89,10 @@ class Channel:
         return Lost(f"node 0's sweep at {self.meet.endpoint} cannot be reached ({type(exc).__name__}: {first})")
 
     def set(self, key: str, value: dict) -> None:
+        """Store ``key``; on return every node sees it (torch's ``set`` answers nothing, so a ``check`` on the same
+        connection, served in order after it, waits until the store holds it)."""
         self._call(self.store.set, key, json.dumps(value))
+        self._call(self.store.check, [key])
 
     def get(self, key: str) -> dict:
         return json.loads(self._call(self.store.get, key))
