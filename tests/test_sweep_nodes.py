@@ -5,7 +5,11 @@ harness processes of a real sweep are in ``test_nodes.py`` (slow)."""
 
 from __future__ import annotations
 
+import os
 import socket
+import subprocess
+import sys
+import textwrap
 import threading
 
 import pytest
@@ -130,6 +134,39 @@ def test_the_channel_is_torchs_tcpstore_and_a_closed_one_is_lost():
     nobody = _free_port()
     with pytest.raises(nodes.Lost, match=f"127.0.0.1:{nobody} cannot be reached"):
         nodes.Channel(Rendezvous("127.0.0.1", nobody, 1, 2, "settings"), 0.5)
+
+
+LOSE_NODE_0 = textwrap.dedent("""
+    import os, socket
+    from harness.run.parent.rendezvous import Rendezvous
+    from harness.sweeps import nodes
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = nodes.Channel(Rendezvous("127.0.0.1", port, 0, 2, "settings"), 5)
+    client = nodes.Channel(Rendezvous("127.0.0.1", port, 1, 2, "settings"), 5)
+    del server
+    try:
+        for _ in range(50):
+            client.has("turn/1")
+    except nodes.Lost as exc:
+        print("lost:", exc)
+    print("level after:", os.environ.get("TORCH_CPP_LOG_LEVEL"))
+""")
+
+
+@pytest.mark.parametrize("level", [None, "INFO"])
+def test_a_lost_node_0_prints_no_cpp_frames_and_the_runs_keep_torchs_level(level):
+    env = {k: v for k, v in os.environ.items() if k != "TORCH_CPP_LOG_LEVEL"} | ({"TORCH_CPP_LOG_LEVEL": level}
+                                                                               if level else {})
+    done = subprocess.run([sys.executable, "-c", LOSE_NODE_0], capture_output=True, text=True, timeout=120, env=env)
+    assert done.returncode == 0, done.stderr
+    assert "lost: node 0's sweep at 127.0.0.1:" in done.stdout and "cannot be reached" in done.stdout
+    assert f"level after: {level}" in done.stdout  # put back: the runs this process starts keep torch's default
+    if level is None:
+        assert "frame #" not in done.stderr and "[c10d]" not in done.stderr, done.stderr
+    else:  # a level the user set is theirs: torch's warning is shown as they asked
+        assert "[c10d]" in done.stderr
 
 
 def test_a_config_travels_whole_to_the_follower():

@@ -19,6 +19,8 @@ message K), ``left/N`` (node N stopped on its own, and why).
 from __future__ import annotations
 
 import json
+import os
+import sys
 import time
 from dataclasses import dataclass
 from datetime import timedelta
@@ -70,13 +72,31 @@ def hello(ladder: str, overrides) -> dict:
                                                 if not o.lstrip("+").startswith(("dist.", "results_dir=")))}
 
 
+def _tcpstore():
+    """torch's ``TCPStore``, imported (torch only for a sweep across nodes, once its plan is checked) with torch's C++
+    warnings off in this process where torch is not loaded yet: a lost node 0 would otherwise print c10d's warning
+    and its C++ stack frames before this node's one line. The level is read once, at torch's import; the variable
+    is put back at once, so the runs this process starts keep torch's default (and a level the user set stays)."""
+    if "torch" in sys.modules:
+        from torch.distributed import TCPStore
+        return TCPStore
+    set_here = "TORCH_CPP_LOG_LEVEL" not in os.environ
+    if set_here:
+        os.environ["TORCH_CPP_LOG_LEVEL"] = "ERROR"
+    try:
+        from torch.distributed import TCPStore
+    finally:
+        if set_here:
+            os.environ.pop("TORCH_CPP_LOG_LEVEL", None)
+    return TCPStore
+
+
 class Channel:
     """The coordination store: served by node 0 at the rendezvous's port, joined by the others (``Lost`` when it
     cannot be reached within ``timeout_s``)."""
 
     def __init__(self, meet: Rendezvous, timeout_s: float):
-        from torch.distributed import TCPStore  # torch only for a sweep across nodes, once its plan is checked
-
+        TCPStore = _tcpstore()
         self.meet, self.timeout_s = meet, float(timeout_s)
         try:
             self.store = TCPStore(meet.master_addr, meet.master_port, None, meet.node_rank == 0,
