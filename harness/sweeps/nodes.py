@@ -77,10 +77,7 @@ def _tcpstore():
     warnings off in this process where torch is not loaded yet: a lost node 0 would otherwise print c10d's warning
     and its C++ stack frames before this node's one line. The level is read once, at torch's import; the variable
     is put back at once, so the runs this process starts keep torch's default (and a level the user set stays)."""
-    if "torch" in sys.modules:
-        from torch.distributed import TCPStore
-        return TCPStore
-    set_here = "TORCH_CPP_LOG_LEVEL" not in os.environ
+    set_here = "torch" not in sys.modules and "TORCH_CPP_LOG_LEVEL" not in os.environ
     if set_here:
         os.environ["TORCH_CPP_LOG_LEVEL"] = "ERROR"
     try:
