@@ -153,6 +153,10 @@ LOSE_NODE_0 = textwrap.dedent("""
             client.has("turn/1")
     except nodes.Lost as exc:
         print("lost:", exc)
+    try:  # never reached: torch logs its connect timeouts as errors, with frames
+        nodes.Channel(Rendezvous("127.0.0.1", port, 1, 2, "settings"), 0.5)
+    except nodes.Lost as exc:
+        print("unreached:", exc)
     print("level after:", os.environ.get("TORCH_CPP_LOG_LEVEL"))
 """)
 
@@ -164,6 +168,7 @@ def test_a_lost_node_0_prints_no_cpp_frames_and_the_runs_keep_torchs_level(level
     done = subprocess.run([sys.executable, "-c", LOSE_NODE_0], capture_output=True, text=True, timeout=120, env=env)
     assert done.returncode == 0, done.stderr
     assert "lost: node 0's sweep at 127.0.0.1:" in done.stdout and "cannot be reached" in done.stdout
+    assert "unreached: node 0's sweep at 127.0.0.1:" in done.stdout
     assert f"level after: {level}" in done.stdout  # put back: the runs this process starts keep torch's default
     if level is None:
         assert "frame #" not in done.stderr and "[c10d]" not in done.stderr, done.stderr

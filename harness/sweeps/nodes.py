@@ -74,12 +74,13 @@ def hello(ladder: str, overrides) -> dict:
 
 def _tcpstore():
     """torch's ``TCPStore``, imported (torch only for a sweep across nodes, once its plan is checked) with torch's C++
-    warnings off in this process where torch is not loaded yet: a lost node 0 would otherwise print c10d's warning
-    and its C++ stack frames before this node's one line. The level is read once, at torch's import; the variable
-    is put back at once, so the runs this process starts keep torch's default (and a level the user set stays)."""
+    messages off in this process where torch is not loaded yet: a node 0 lost or never reached would otherwise print
+    c10d's warnings and errors with their C++ stack frames before this node's one line, which says the same (the runs
+    start in processes of their own). The level is read once, at torch's import; the variable is put back at once,
+    so the runs this process starts keep torch's default (and a level the user set stays)."""
     set_here = "torch" not in sys.modules and "TORCH_CPP_LOG_LEVEL" not in os.environ
     if set_here:
-        os.environ["TORCH_CPP_LOG_LEVEL"] = "ERROR"
+        os.environ["TORCH_CPP_LOG_LEVEL"] = "FATAL"
     try:
         from torch.distributed import TCPStore
     finally:
