@@ -189,11 +189,16 @@ def dry_run(part: gpu_parts.Part, ctx: Context) -> list[str]:
 
 def fits(part: gpu_parts.Part, elapsed_s: float, ctx: Context, first: bool) -> bool:
     """Whether ``part`` may start ``elapsed_s`` after the command began: it finishes within the command's budget by
-    its corrected estimate (the command's first part always starts, unless the machine's lease is known: a part it
-    cannot finish never starts), and the command is not past its stop."""
+    its corrected estimate, and the command is not past its stop. The command's first part always starts, unless
+    the machine's lease is known: then it starts when it finishes within the lease (its own stop bounds it within
+    the command; the headline is sized to the command's budget, which the seconds the command spent before it, its
+    wheels' install, would otherwise push it past)."""
     if ctx.started + elapsed_s >= ctx.stop_at:
         return False
-    return (first and not ctx.lease_s) or elapsed_s + gpu_plan.corrected_s(part, ctx.factor) <= ctx.budget_s
+    need = elapsed_s + gpu_plan.corrected_s(part, ctx.factor)
+    if first:
+        return not ctx.lease_s or need <= ctx.lease_s - LEASE_MARGIN_S
+    return need <= ctx.budget_s
 
 
 def left_line(left: list[str], ctx: Context) -> str:

@@ -205,6 +205,20 @@ def test_a_part_never_starts_past_the_lease_and_is_stopped_before_it_ends(tmp_pa
     assert unknown.stop_at == 1000 + gpu_campaign.STOP_AFTER_S
 
 
+def test_the_headline_starts_within_a_long_lease_after_the_seconds_its_wheels_took(tmp_path):
+    # an H200 slot: LEASE_S=860 and the headline (~538 s, sized to the command's 540) was refused, 2.7 s in
+    headline = gpu_parts.find("headline")
+    elapsed = max(1.0, gpu_parts.BATCH_BUDGET_S - headline.estimate_s + 1.0)  # the wheels' install, past the budget
+    for lease in (860, 700, headline.estimate_s + elapsed + gpu_campaign.LEASE_MARGIN_S):
+        ctx = gpu_campaign.Context(py="python3", out=tmp_path, scratch=tmp_path, gpu="h200", started=1000.0,
+                                   lease_s=float(lease))
+        assert gpu_campaign.fits(headline, elapsed, ctx, first=True), lease
+        assert not gpu_campaign.fits(headline, elapsed, ctx, first=False)  # a later part keeps the command's budget
+    short = gpu_campaign.Context(py="python3", out=tmp_path, scratch=tmp_path, gpu="h200", started=1000.0,
+                                 lease_s=float(headline.estimate_s + gpu_campaign.LEASE_MARGIN_S))
+    assert not gpu_campaign.fits(headline, elapsed, short, first=True)  # a lease it cannot finish in: never starts
+
+
 def test_a_dry_run_without_out_prints_commands_that_fill_it_in():
     result = script("dry-run", "phase2", GPU="h100")
     assert result.returncode == 0, result.stderr
