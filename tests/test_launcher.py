@@ -375,6 +375,40 @@ def test_the_launcher_preloads_torch_dynamo_only_for_a_reference_workload_whose_
     assert outs[1].stdout.split() == ["True"], outs[1].stderr  # what a fresh process building the optimizer imports
 
 
+def test_on_a_gpu_torchs_optimizer_imports_are_preloaded_even_where_the_workloads_library_is_left_to_the_runs(
+        tmp_path):
+    """On an H200 MONAI's import left the launcher unsafe to fork, and torch._dynamo, probed after it, was left to
+    every run too (seconds of each run's model phase): torch's own imports are probed apart, before the workload's
+    modules, and the reason a module is left to the runs is said."""
+    config = tmp_path / "reference.json"
+    config.write_text(json.dumps({"device": "cuda", "measure": {"mode": "train"},
+                                  "workload": {"model": {"_target_": "harness_models.gpt.gpt"}}}))
+    script = textwrap.dedent(f"""
+        import sys, threading, time
+        from pathlib import Path
+        from harness.run.parent import zygote
+        real = zygote.importlib.import_module
+        def starts_a_thread(name, *args, **kwargs):  # as a library that starts a pool when imported, on the GPU image
+            if name == "harness_models.gpt":
+                threading.Thread(target=time.sleep, args=(60,), daemon=True).start()
+            return real(name, *args, **kwargs)
+        zygote.importlib.import_module = starts_a_thread
+        zygote.warm_workload(Path({str(config)!r}), probe=True)
+        print("torch._dynamo" in sys.modules, "harness_models.gpt" in sys.modules, zygote.LEFT_TO_RUNS)
+        print(zygote.LEFT_WHY["harness_models.gpt"])
+        print(repr(zygote.unsafe_to_fork()))
+    """)
+    env = {**os.environ, "PYTHONPATH": str(REPO), "XDG_CACHE_HOME": str(tmp_path / "cache"),
+           "JE_ARROW_MALLOC_CONF": "background_thread:false"}
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=REPO, env=env, timeout=300)
+    assert out.returncode == 0, out.stderr
+    preloaded, why, safe = out.stdout.splitlines()[-3:]
+    assert preloaded == "True False ['harness_models.gpt']"
+    assert why.startswith("2 threads in the launcher: ") and safe == "''"
+    assert f"not preloaded from harness_models.gpt on: its import leaves the launcher unsafe to fork ({why})" \
+        in out.stdout
+
+
 def test_runs_started_under_fresh_are_fresh_interpreters_and_the_session_stays():
     with launcher.warm() as session:
         with launcher.fresh():

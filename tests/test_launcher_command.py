@@ -39,7 +39,7 @@ def test_a_probe_verdict_is_remembered_for_the_next_command_in_the_same_environm
     code = textwrap.dedent("""
         from harness.run.parent import zygote
         zygote.preload_fork_safe(["fine_a", "thread_b", "fine_c"], probe=True)
-        print(zygote.PROBED, zygote.LEFT_TO_RUNS)
+        print(zygote.PROBED, zygote.LEFT_TO_RUNS, zygote.LEFT_WHY["thread_b"].split(":")[0])
     """)
     env = dict(os.environ, PYTHONPATH=f"{REPO}:{tmp_path}", JE_ARROW_MALLOC_CONF="background_thread:false",
                XDG_CACHE_HOME=str(tmp_path / "cache"))
@@ -50,11 +50,12 @@ def test_a_probe_verdict_is_remembered_for_the_next_command_in_the_same_environm
         assert out.returncode == 0, out.stderr
         return out.stdout.splitlines()[-1]
 
-    assert command() == "[3] ['thread_b']"  # the first command probes the three imports
-    assert command() == "[] ['thread_b']"  # the next one takes the verdict: no probe, the same imports left out
+    assert command() == "[3] ['thread_b'] 2 threads in the launcher"  # the first command probes the three imports
+    # the next one takes the verdict and its reason: no probe, the same imports left out
+    assert command() == "[] ['thread_b'] 2 threads in the launcher"
     assert (tmp_path / "cache" / "harness" / "launcher-probes.json").exists()
     env["XDG_CACHE_HOME"] = str(tmp_path / "elsewhere")  # no verdict kept there: probed again
-    assert command() == "[3] ['thread_b']"
+    assert command() == "[3] ['thread_b'] 2 threads in the launcher"
 
 
 def test_the_flop_count_is_made_once_per_sweep_for_a_model_and_patch_size(results, tmp_path, monkeypatch):

@@ -212,8 +212,9 @@ class Zygote:
             return None, message.get("refused", f"the launcher answered {message}")
         self.forks.append({k: v for k, v in message.items() if k not in ("started", "preloaded")})
         if message.get("left_to_runs"):
+            why = f": {message['left_why']}" if message.get("left_why") else ""
             say_once(f"warm launcher: each run imports {message['left_to_runs']} and what follows it itself (its "
-                     "import leaves a process unsafe to fork)")
+                     f"import leaves a process unsafe to fork{why})")
         return ForkedChild(self, int(message["started"]), handed[0], str(message.get("preloaded", ""))), ""
 
     def read_exits(self, child: ForkedChild) -> None:

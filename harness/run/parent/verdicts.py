@@ -1,6 +1,6 @@
 """The warm launcher's probe verdicts, remembered per environment: which of a list of imports is the first that
-leaves a process unsafe to fork ("" when none is), so that the next command in the same environment does not probe
-again (a probe imports everything once more, in a fork, before the launcher imports it).
+leaves a process unsafe to fork ("" when none is) and why, so that the next command in the same environment does not
+probe again (a probe imports everything once more, in a fork, before the launcher imports it).
 
 A verdict is kept under a key of the interpreter (its path and version), torch's version, the harness's code
 fingerprint and the names probed, in ``$XDG_CACHE_HOME/harness/launcher-probes.json`` (else ``~/.cache``). A
@@ -40,16 +40,19 @@ def key(names: list[str]) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:24]
 
 
-def recall(names: list[str]) -> str | None:
-    """The culprit remembered for ``names`` here ("" for none), or None when no verdict is kept."""
+def recall(names: list[str]) -> tuple[str, str] | None:
+    """The culprit remembered for ``names`` here ("" for none) and why it left the probe unsafe to fork, or None
+    when no verdict is kept."""
     found = _read().get(key(names))
-    return found if isinstance(found, str) else None
+    if isinstance(found, list) and len(found) == 2 and all(isinstance(x, str) for x in found):
+        return found[0], found[1]
+    return (found, "") if isinstance(found, str) else None
 
 
-def remember(names: list[str], culprit: str) -> None:
-    kept = {k: v for k, v in _read().items() if isinstance(v, str)}
+def remember(names: list[str], culprit: str, why: str = "") -> None:
+    kept = {k: v for k, v in _read().items() if isinstance(v, (str, list))}
     kept.pop(key(names), None)
-    kept = dict(list(kept.items())[-(KEPT - 1):] + [(key(names), culprit)])
+    kept = dict(list(kept.items())[-(KEPT - 1):] + [(key(names), [culprit, why])])
     _write(kept)
 
 

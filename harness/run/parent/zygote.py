@@ -59,6 +59,7 @@ OPTIMIZER_IMPORTS = ("torch._dynamo",)
 COLLECTED_AT = [0]  # how many modules were imported here at the last collection (collect_imports)
 DRIVER_LOADED_BY: list[str] = []  # the import after which the CUDA driver was first seen loaded here, if any
 LEFT_TO_RUNS: list[str] = []  # the imports a probe found unsafe: not preloaded (from it on), each run makes them
+LEFT_WHY: dict[str, str] = {}  # why each of them left the probe unsafe to fork (unsafe_to_fork's words)
 PROBED: list[int] = []  # the probes this launcher made (how many names each), where no verdict was remembered
 MADV_POPULATE_READ = 22
 
@@ -97,6 +98,7 @@ def main(sweep_dir: str, first_config: str = "") -> int:
                  "cuda_driver": driver.cuda_state(), "preloaded": preloaded()}
         if LEFT_TO_RUNS:
             state["left_to_runs"] = LEFT_TO_RUNS[0]
+            state["left_why"] = LEFT_WHY.get(LEFT_TO_RUNS[0], "")
         learnt = learnt or not request.get("learn", True)  # the command's only run: nothing to learn for
         collect_imports()
         pid = _fork_run(request, fds, sock, sweep_dir, resident, report_imports=not learnt)
@@ -153,41 +155,44 @@ def preload_fork_safe(names, probe: bool) -> list[str]:
     this process stays one a run can be forked from."""
     names = [n for n in names if n not in sys.modules and n not in NOT_PRELOADED]
     if probe and names and not unsafe_to_fork():
-        culprit = verdicts.recall(names)  # this environment's probe of these names, by an earlier launcher
-        if culprit is None:
+        found = verdicts.recall(names)  # this environment's probe of these names, by an earlier launcher
+        if found is None:
             PROBED.append(len(names))
-            culprit = _probe(names)[1]
-            verdicts.remember(names, culprit)
-        names = names[:names.index(culprit)] if culprit else names
+            found = _probe(names)[1:]
+            verdicts.remember(names, *found)
+        culprit, why = found
+        names = names[:names.index(culprit)] if culprit in names else names
         if culprit:
             LEFT_TO_RUNS.append(culprit)
-            print(f"not preloaded from {culprit} on: its import leaves the launcher unsafe to fork", flush=True)
+            LEFT_WHY[culprit] = why
+            print(f"not preloaded from {culprit} on: its import leaves the launcher unsafe to fork ({why})", flush=True)
     return preload(names)
 
 
-def _probe(names: list[str]) -> tuple[list[str], str]:
+def _probe(names: list[str]) -> tuple[list[str], str, str]:
     """Import ``names`` in order in a fork of this process: (those before the first that leaves it unsafe to fork,
-    that one; or all of them and "")."""
+    that one, why; or all of them, "" and "")."""
     read, write = os.pipe()
     pid = os.fork()
-    if pid == 0:  # the probe: imports, says how far it got safely, and ends
+    if pid == 0:  # the probe: imports, says how far it got safely and why it stopped, and ends
         os.close(read)
-        first_unsafe = len(names)
+        first_unsafe, why = len(names), ""
         try:
             for i, name in enumerate(names):
                 preload([name])
-                if unsafe_to_fork():
+                if why := unsafe_to_fork():
                     first_unsafe = i
                     break
-            os.write(write, str(first_unsafe).encode())
+            os.write(write, f"{first_unsafe}\n{why}".encode())
         finally:
             os._exit(0)
     os.close(write)
     with os.fdopen(read) as pipe:
-        said = pipe.read().strip()
+        said, _, why = pipe.read().partition("\n")
     os.waitpid(pid, 0)
-    index = int(said) if said.isdigit() else len(names)  # a probe that died said nothing: import as before
-    return names[:index], names[index] if index < len(names) else ""
+    index = int(said) if said.strip().isdigit() else len(names)  # a probe that died said nothing: import as before
+    culprit, why = (names[index], why.strip()) if index < len(names) else ("", "")
+    return names[:index], culprit, why
 
 
 def _device(config_path: Path) -> str:
@@ -209,11 +214,13 @@ def warm_workload(config_path: Path, probe: bool = False) -> list[str]:
     names = [node["_target_"].rsplit(".", 1)[0] for node in (values.get(k) for k in ("model", "loss", "dataset"))
              if isinstance(node, dict) and isinstance(node.get("_target_"), str) and "." in node["_target_"]]
     reference = trimmed_imports.reference_only(values)
-    if reference and (config.get("measure") or {}).get("mode") != "loader":  # its run builds a torch optimizer
-        names += OPTIMIZER_IMPORTS
+    # its run builds a torch optimizer: torch's own imports, probed apart, so that a workload's library that leaves
+    # the launcher unsafe to fork (MONAI on a GPU image) does not leave them to every run too
+    first = OPTIMIZER_IMPORTS if reference and (config.get("measure") or {}).get("mode") != "loader" else ()
     try:
+        failed = preload_fork_safe(first, probe)
         with trimmed_imports.trimmed(reference):
-            return preload_fork_safe(names, probe)
+            return failed + preload_fork_safe(names, probe)
     finally:
         stop_blas_threads()
 
