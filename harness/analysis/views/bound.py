@@ -105,7 +105,7 @@ class Bound:
         "device busy 92%, within 5 points of 90%: another run of these settings may read data-bound" ("" when it
         is farther from both thresholds, or read from several runs, which show a straddle themselves)."""
         wait, device = self.data_wait_frac, self.device_step_frac
-        if self.runs != 1 or self.label in (UNKNOWN, "") or wait is None:
+        if self.runs != 1 or self.label == UNKNOWN or wait is None:
             return ""
         close, others = [], []
         if device is not None and abs(device - DEVICE_BUSY) < NEAR:
@@ -144,7 +144,7 @@ def of_runs(shares: Iterable[tuple[float | None, float | None]]) -> Bound:
     its runs agree on, with their medians, or every label they read where they fall on both sides of a threshold
     (see the module docstring). One run: its own reading, :func:`limited_by`. A missing share (None, NaN) drops its
     run; where some runs have a device share, the runs without one are dropped."""
-    runs = [(wait, _number(device)) for wait, device in shares if _number(wait) is not None]
+    runs = [(_number(wait), _number(device)) for wait, device in shares if _number(wait) is not None]
     if any(device is not None for _, device in runs):
         runs = [(wait, device) for wait, device in runs if device is not None]
     if len(runs) < 2:
