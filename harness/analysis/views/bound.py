@@ -14,39 +14,77 @@ the host itself, so a host that waits is a model that waits: the wait alone deci
   change to one side alone shows little end to end.
 * **host-bound**: neither waits on the other, and the device idles: the host's own work (kernel launches,
   logging, the optimizer's host side) sets the pace.
+
+A rung of a sweep is read from **all its runs** (:func:`of_runs`), not from the median alone: the shares vary from
+run to run of one setting (an H200's three runs of the connectomics guide's baseline: device busy 88-93% of the
+step, 37-47% waiting), so a median a point from a threshold names one side on one run's word. Where the runs agree,
+the label is theirs; where they fall on both sides of a threshold, the reading says so ("data-bound or both: the
+loader and the device (device busy 88-93% of the step over 3 runs, ...: the runs straddle 90% busy)") instead of
+picking one. One run cannot show a straddle: its reading is its own, and :meth:`Bound.near` says when it lies within
+:data:`NEAR` of a threshold, where another run of the same settings may read the other side. The error rates are
+simulated in ``tests/test_bound.py`` (docs/statistics.md, "What limits the loop").
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+import statistics
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
+
+from harness.analysis.views.rows import RungRow
 
 HOST_WAITING = 0.2  # a host blocked on its loader at least this share of its step waits on data
 DEVICE_BUSY = 0.9  # a device busy at least this share of the host's step is busy the whole step
+# one run's share this close to a threshold may read the other side on the next run of the same settings: on an
+# H200 the three runs of each phase 2 setting spread up to 8 points busy and 13 waiting (its baseline: 5 and 10)
+NEAR = 0.05
 
 DATA = "data-bound"
 COMPUTE = "compute-bound"
 BOTH = "both: the loader and the device"
 HOST = "host-bound"
 UNKNOWN = "unknown"
+ORDER = (DATA, BOTH, COMPUTE, HOST)  # the order in which an undecided reading names its labels
 
 
 @dataclass(frozen=True)
 class Bound:
-    """One reading of a step: its label and the two shares that decided it."""
+    """One reading of a step, or of a rung's runs: its label and the two shares that decided it (the runs' medians).
+    Where the runs fall on both sides of a threshold, ``labels`` holds each label they read and ``label`` says
+    "A or B"; ``waits`` and ``busy`` are the runs' (lowest, highest) shares where there are two runs or more."""
 
     label: str
     data_wait_frac: float | None
     device_step_frac: float | None  # None on a CPU, or where CUDA events were not taken
+    labels: tuple[str, ...] = ()  # each label the runs read, where they read more than one (undecided)
+    runs: int = 1
+    waits: tuple[float, float] | None = None
+    busy: tuple[float, float] | None = None
+
+    @property
+    def undecided(self) -> bool:
+        """Whether the runs fall on both sides of a threshold."""
+        return len(self.labels) > 1
 
     @property
     def data_limits(self) -> bool:
-        """Whether the loader is (one of) what limits the loop."""
-        return self.label in (DATA, BOTH)
+        """Whether the loader is (one of) what limits the loop, or may be, where the runs read more than one label."""
+        return any(label in (DATA, BOTH) for label in self.labels or (self.label,))
 
     def numbers(self) -> str:
-        """The shares, as words: "device busy 100% of the step, 31% waiting" ("" without a data wait)."""
+        """The shares, as words: "device busy 100% of the step, 31% waiting" ("" without a data wait); undecided:
+        the runs' ranges and the thresholds they straddle."""
         if self.data_wait_frac is None:
             return ""
+        if self.undecided and self.waits is not None:
+            wait = f"{_span(*self.waits)} waiting"
+            if self.busy is None:
+                return f"{wait} over {self.runs} runs: the runs straddle {HOST_WAITING:.0%} waiting"
+            lines = [f"{t:.0%} {what}" for t, what, (low, high) in
+                     ((DEVICE_BUSY, "busy", self.busy), (HOST_WAITING, "waiting", self.waits)) if low < t <= high]
+            return (f"device busy {_span(*self.busy)} of the step over {self.runs} runs, {wait}: the runs straddle "
+                    + " and ".join(lines))
         wait = f"{self.data_wait_frac:.0%} waiting"
         if self.device_step_frac is None:
             return wait
@@ -55,6 +93,36 @@ class Bound:
     def text(self) -> str:
         """The label with its numbers: "both: the loader and the device (device busy 100% ..., 31% waiting)"."""
         return f"{self.label} ({self.numbers()})" if self.numbers() else self.label
+
+    def said(self) -> str:
+        """The reading after "the loop is": "limited by both: the loader and the device (...)", "data-bound (...)",
+        "data-bound or limited by both: the loader and the device (...: the runs straddle 90% busy)"."""
+        words = " or ".join(f"limited by {label}" if label == BOTH else label for label in self.labels or (self.label,))
+        return f"{words} ({self.numbers()})" if self.numbers() else words
+
+    def near(self) -> str:
+        """For one run whose share lies within :data:`NEAR` of a threshold: what another run may read instead, e.g.
+        "device busy 92%, within 5 points of 90%: another run of these settings may read data-bound" ("" when it
+        is farther from both thresholds, or read from several runs, which show a straddle themselves)."""
+        wait, device = self.data_wait_frac, self.device_step_frac
+        if self.runs != 1 or self.label == UNKNOWN or wait is None:
+            return ""
+        close, others = [], []
+        if device is not None and abs(device - DEVICE_BUSY) < NEAR:
+            close.append(f"device busy {min(device, 1.0):.0%}, within {NEAR * 100:.0f} points of {DEVICE_BUSY:.0%}")
+            others.append(limited_by(wait, DEVICE_BUSY - NEAR if device >= DEVICE_BUSY else DEVICE_BUSY).label)
+        if abs(wait - HOST_WAITING) < NEAR:
+            close.append(f"{wait:.0%} waiting, within {NEAR * 100:.0f} points of {HOST_WAITING:.0%}")
+            others.append(limited_by(HOST_WAITING - NEAR if wait >= HOST_WAITING else HOST_WAITING, device).label)
+        if not close:
+            return ""
+        return f"{' and '.join(close)}: another run of these settings may read {' or '.join(others)}"
+
+
+def _span(low: float, high: float) -> str:
+    """A range of shares as percents, "88-93%" (one decimal where they round alike)."""
+    digits = 0 if f"{low:.0%}" != f"{min(high, 1.0):.0%}" else 1
+    return f"{low * 100:.{digits}f}-{min(high, 1.0) * 100:.{digits}f}%"
 
 
 def limited_by(data_wait_frac: float | None, device_step_frac: float | None = None) -> Bound:
@@ -71,10 +139,42 @@ def limited_by(data_wait_frac: float | None, device_step_frac: float | None = No
     return Bound(COMPUTE if busy else HOST, data_wait_frac, device_step_frac)
 
 
-def baseline_line(data_wait_frac: float | None, device_step_frac: float | None) -> list[str]:
+def of_runs(shares: Iterable[tuple[float | None, float | None]]) -> Bound:
+    """What limits a rung whose runs' steps had these (``data_wait_frac``, ``device_step_frac``) shares: the label
+    its runs agree on, with their medians, or every label they read where they fall on both sides of a threshold
+    (see the module docstring). One run: its own reading, :func:`limited_by`. A missing share (None, NaN) drops its
+    run; where some runs have a device share, the runs without one are dropped."""
+    runs = [(_number(wait), _number(device)) for wait, device in shares if _number(wait) is not None]
+    if any(device is not None for _, device in runs):
+        runs = [(wait, device) for wait, device in runs if device is not None]
+    if len(runs) < 2:
+        return limited_by(*runs[0]) if runs else Bound(UNKNOWN, None, None)
+    waits, devices = [w for w, _ in runs], [d for _, d in runs if d is not None] or None
+    middle = limited_by(statistics.median(waits), statistics.median(devices) if devices else None)
+    spans = {"runs": len(runs), "waits": (min(waits), max(waits)),
+             "busy": (min(devices), max(devices)) if devices else None}
+    read = {limited_by(wait, device).label for wait, device in runs}
+    if len(read) == 1:  # the median of runs on one side lies on that side: its label is theirs
+        return replace(middle, **spans)
+    labels = tuple(label for label in ORDER if label in read)
+    return replace(middle, label=" or ".join(labels), labels=labels, **spans)
+
+
+def of_rung(row: RungRow) -> Bound:
+    """What limits a sweep's rung, read from all its runs (:func:`of_runs`; from its medians where its parts do not
+    hold each run's shares)."""
+    parts = row.parts
+    if parts is not None and parts.shares:
+        return of_runs(parts.shares)
+    return limited_by(row.data_wait_frac, parts.device_step_frac if parts else None)
+
+
+def _number(value) -> float | None:
+    return None if value is None or (isinstance(value, float) and math.isnan(value)) else float(value)
+
+
+def baseline_line(found: Bound) -> list[str]:
     """The table's reading line for its baseline on a GPU (none on a CPU, where the data wait column says it)."""
-    found = limited_by(data_wait_frac, device_step_frac)
-    if device_step_frac is None or found.label == UNKNOWN:
+    if found.device_step_frac is None or found.label == UNKNOWN:
         return []
-    said = f"limited by {found.text()}" if found.label == BOTH else found.text()
-    return [f"(baseline): the loop is {said}."]
+    return [f"(baseline): the loop is {found.said()}."]

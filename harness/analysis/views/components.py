@@ -56,8 +56,9 @@ def parts_of(ok) -> Parts:
             validation[round_] = rate
     compute = {"compute_ms": speedup.median(ms), "compute_source": sources.pop(), "compute": values} \
         if values and len(sources) == 1 else {}
+    shares = tuple(zip(*(ok.get(column, [None] * len(ok)) for column in ("data_wait_frac", "device_step_frac"))))
     return Parts(device_step_frac=_median_column(ok, "device_step_frac"), validation=validation or None,
-                 epoch_costs=costs or None, **compute)
+                 epoch_costs=costs or None, shares=shares, **compute)
 
 
 def _round_of(run) -> int:
@@ -128,8 +129,7 @@ def judge(rows: list[RungRow], groups: list[GroupRow], records, level: float = 0
     groups = [_judge_group(group, rows, level) for group in groups]
     by_rung = {r.rung: r for r in rows}
     base = by_rung.get(0)
-    readings = list(bound.baseline_line(base.data_wait_frac, base.parts.device_step_frac)) if base and base.parts \
-        else []
+    readings = bound.baseline_line(bound.of_rung(base)) if base and base.parts else []
     readings += [line for line in (reading(r, by_rung.get(r.built_on)) for r in rows) if line]
     return Judged(rows, groups, readings + in_samples + _epoch_readings(rows, groups))
 
@@ -423,12 +423,11 @@ def reading(row: RungRow, before: RungRow | None) -> str:
 
 
 def _why(row: RungRow, before: RungRow | None, parts: Parts) -> str:
-    """What limited the loop before and after the change (:func:`bound.limited_by`: the host's wait on the loader,
-    and on a GPU whether the device idled meanwhile)."""
-    found = [bound.limited_by(r.data_wait_frac, r.parts.device_step_frac if r.parts else None)
-             for r in (before, row) if r and r.data_wait_frac is not None]
-    if any(r.label == bound.BOTH for r in found):
-        return f"the loop {'was' if len(found) > 1 else 'is'} limited by {' -> '.join(r.text() for r in found)}"
+    """What limited the loop before and after the change (:func:`bound.of_rung`: the host's wait on the loader, and on a
+    GPU whether the device idled meanwhile, read from all the rung's runs)."""
+    found = [bound.of_rung(r) for r in (before, row) if r and r.data_wait_frac is not None]
+    if any(r.label == bound.BOTH or r.undecided for r in found):
+        return f"the loop {'was' if len(found) > 1 else 'is'} {' -> '.join(r.said() for r in found)}"
     if any(r.data_limits for r in found):
         span = " -> ".join(f"{r.data_wait_frac:.0%}" for r in found)
         if parts.x_compute.value > row.x_previous.value:

@@ -73,10 +73,10 @@ def _with_device(found: Diagnosis, full: dict, command: Callable[..., str]) -> D
         return found
     reading = bound.limited_by(found.data_wait_frac, float(frac))
     if reading.label in (found.verdict, bound.HOST, bound.UNKNOWN):
-        return found
+        return _near(found, reading)
     if reading.label != bound.BOTH:
         found.notes.append(f"the full step's own reading differs from the rates': {reading.text()}")
-        return found
+        return _near(found, reading)
     rates = found.text.split(": ", 1)[1]
     found.text = (f"{reading.label}: in the full step, {reading.numbers()}; the rates alone said {found.verdict}: "
                   f"{rates}")
@@ -84,6 +84,15 @@ def _with_device(found: Diagnosis, full: dict, command: Callable[..., str]) -> D
     found.advice = [f"both limit: a faster loader alone or a cheaper step alone shows little end to end; change "
                     f"both, e.g. more loader workers ({command('sweep', '+ladder=workers')}) and a cheaper step "
                     f"({command('sweep', '+ladder=precision')}), or climb both at once: {command('climb')}"]
+    return _near(found, reading)
+
+
+def _near(found: Diagnosis, reading: bound.Bound) -> Diagnosis:
+    """The full step is one run: where its shares lie near a threshold (:meth:`bound.Bound.near`), the text says
+    what another run may read, as a sweep's table reading all its runs would show."""
+    if near := reading.near():
+        found.text += (f" One run of the full step: {near} (a sweep's table reads the shares of all a rung's runs "
+                       "and says where they straddle the line).")
     return found
 
 

@@ -25,6 +25,7 @@ class Parts:
     validation: dict[int, float] | None = None  # round -> its run's training samples per second of validation
     epoch_costs: dict[int, epochs.EpochCost] | None = None  # round -> its run's epoch boundaries' cost
     device_step_frac: float | None = None
+    shares: tuple[tuple[float | None, float | None], ...] = ()  # each ok run's (data_wait_frac, device_step_frac)
     x_compute: speedup.Ratio | None = None  # over the rung this one was built on
     inert: str = ""  # why the rung's knob cannot do what it is claimed for here ("" when it can)
 
