@@ -293,3 +293,13 @@ def test_a_window_that_opened_on_batches_queued_in_the_warm_up_says_so():
     assert table.rows[0].note.startswith("the window opened on batches made during the warm-up: waiting on data 0% "
                                          "of its first third, 80% of its last")
     assert "warm-up" not in (table.rows[1].note or "")
+
+
+def test_a_run_of_the_loader_alone_has_no_compute_part_to_compare():
+    # diagnose's sweep on an H200: the model-alone rung read "compute x previous 0.00x" against the loader-alone rung
+    loader = {"mode": "loader", "device": "cuda", "step_ms": [30.0, 31.0], "data_wait_ms": [29.6, 30.5],
+              "device_step_ms": [], "samples_per_step": 4, "round": 0}
+    model = {**loader, "mode": "model", "data_wait_ms": [0.0, 0.0], "device_step_ms": [28.0, 29.0]}
+    assert components.parts_of(pd.DataFrame([loader])).compute is None
+    parts = components.parts_of(pd.DataFrame([model]))
+    assert parts.compute_source == "device" and set(parts.compute) == {0}

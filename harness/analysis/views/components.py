@@ -76,7 +76,10 @@ def _samples_per_step(run) -> float | None:
 
 
 def _compute_steps(run) -> tuple[list[float], str]:
-    """A run's per-step compute times: the device's own on CUDA, else the host's step minus its data wait."""
+    """A run's per-step compute times: the device's own on CUDA, else the host's step minus its data wait; none for
+    a run of the loader alone (``measure.mode=loader``: no model, no compute to compare)."""
+    if run.get("mode") == "loader":
+        return [], ""
     device = speedup.floats(run.get("device_step_ms"))
     if run.get("device") == "cuda" and device:
         return device, "device"
