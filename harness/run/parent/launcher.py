@@ -12,8 +12,7 @@ zygote itself is gone.
 The fork is not used, and the run starts as a fresh interpreter, where it is unsafe or impossible: not Linux (no
 pidfd), ``devices`` >= 2 (torch's launcher starts the ranks), the zygote failing to start, a zygote that refuses to
 fork (a thread or CUDA in it), or ``HARNESS_LAUNCH=exec``. The parent says so once, in one line. A zygote whose
-imported code changed on disk, or whose environment or working folder is no longer the parent's, is replaced by a
-new one.
+imported code changed on disk, or whose environment or working folder is no longer the parent's, is replaced.
 """
 
 from __future__ import annotations
@@ -211,10 +210,10 @@ class Zygote:
                 os.close(fd)
             return None, message.get("refused", f"the launcher answered {message}")
         self.forks.append({k: v for k, v in message.items() if k not in ("started", "preloaded")})
-        if message.get("left_to_runs"):
+        if left := message.get("left_to_runs"):
             why = f": {message['left_why']}" if message.get("left_why") else ""
-            say_once(f"warm launcher: each run imports {message['left_to_runs']} and what follows it itself (its "
-                     f"import leaves a process unsafe to fork{why})")
+            say_once(f"warm launcher: each run imports {left} and what follows it itself (its import leaves a process "
+                     f"unsafe to fork{why})")
         return ForkedChild(self, int(message["started"]), handed[0], str(message.get("preloaded", ""))), ""
 
     def read_exits(self, child: ForkedChild) -> None:

@@ -97,8 +97,7 @@ def main(sweep_dir: str, first_config: str = "") -> int:
         state = {"threads": len(_threads()), "cuda_initialized": _cuda_initialized(),  # as the fork finds it
                  "cuda_driver": driver.cuda_state(), "preloaded": preloaded()}
         if LEFT_TO_RUNS:
-            state["left_to_runs"] = LEFT_TO_RUNS[0]
-            state["left_why"] = LEFT_WHY.get(LEFT_TO_RUNS[0], "")
+            state.update(left_to_runs=LEFT_TO_RUNS[0], left_why=LEFT_WHY[LEFT_TO_RUNS[0]])
         learnt = learnt or not request.get("learn", True)  # the command's only run: nothing to learn for
         collect_imports()
         pid = _fork_run(request, fds, sock, sweep_dir, resident, report_imports=not learnt)
@@ -191,8 +190,7 @@ def _probe(names: list[str]) -> tuple[list[str], str, str]:
         said, _, why = pipe.read().partition("\n")
     os.waitpid(pid, 0)
     index = int(said) if said.strip().isdigit() else len(names)  # a probe that died said nothing: import as before
-    culprit, why = (names[index], why.strip()) if index < len(names) else ("", "")
-    return names[:index], culprit, why
+    return (names[:index], names[index], why.strip()) if index < len(names) else (names, "", "")
 
 
 def _device(config_path: Path) -> str:
