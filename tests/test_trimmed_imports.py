@@ -7,6 +7,7 @@ trimmed forks none of its runs. Nothing here depends on the machine's speed."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -45,8 +46,9 @@ BUILD = textwrap.dedent("""
 """)
 
 
-TRIMMED_FOR_UNET3D = ("cv2,huggingface_hub,matplotlib,mlflow,pandas,requests,scipy.ndimage,scipy.optimize,scipy.signal,"
-                      "scipy.sparse,scipy.spatial,sklearn,tensorboard,tensorboardX,torchvision,transformers")
+TRIMMED_FOR_UNET3D = ("cupy,cupyx,cv2,einops,h5py,huggingface_hub,matplotlib,mlflow,pandas,requests,scipy.ndimage,"
+                      "scipy.optimize,scipy.signal,scipy.sparse,scipy.spatial,skimage,sklearn,tensorboard,tensorboardX,"
+                      "tifffile,torchaudio,torchvision,transformers")
 
 # one fresh interpreter each: the 3D data pipelines of the reference workloads, every augmentation on (MONAI's flips,
 # rotation, elastic deformation, noise), from RAM and from NIfTI files through MONAI's LoadImaged, seeded as MONAI
@@ -206,3 +208,35 @@ def test_a_launcher_that_trimmed_forks_no_users_run(tmp_path, monkeypatch):
     assert zygote.trimmed_for_another(_job(tmp_path, REFERENCE)) == ""
     why = zygote.trimmed_for_another(_job(tmp_path, user))
     assert why.startswith(zygote.TRIMMED) and "mlflow,torchvision" in why
+
+
+# a fresh interpreter: a GPU machine's image holds CuPy, scikit-image, h5py, tifffile, torchaudio and einops, which
+# MONAI asks for when imported; each stand-in here starts a thread when imported, as a library touching a GPU may
+GPU_IMAGE = textwrap.dedent("""
+    import json, sys
+    import torch
+    from harness.run.parent import zygote
+    from harness.workload import trimmed_imports
+    with trimmed_imports.trimmed(sys.argv[1] == "trim"):
+        import harness_models.segmentation3d
+    print(json.dumps({"imported": sorted(n for n in STAND_INS if n in sys.modules),
+                      "unsafe": zygote.unsafe_to_fork()}))
+""")
+STAND_INS = ("cupy", "cupyx", "skimage", "h5py", "tifffile", "torchaudio", "einops")
+
+
+def test_a_gpu_images_packages_are_not_imported_for_a_reference_workload(tmp_path):
+    for name in STAND_INS:
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "__init__.py").write_text(
+            "import threading, time\nthreading.Thread(target=time.sleep, args=(600,), daemon=True).start()\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(REPO)])}
+    out = {}
+    for how in ("full", "trim"):
+        proc = subprocess.run([sys.executable, "-c", f"STAND_INS = {STAND_INS!r}\n" + GPU_IMAGE, how], cwd=REPO,
+                              env=env, capture_output=True, text=True, timeout=600)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        out[how] = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["full"]["imported"] == sorted(STAND_INS)  # MONAI asks for every one of them
+    assert "threads in the launcher" in out["full"]["unsafe"]  # and a launcher holding them could not fork
+    assert out["trim"] == {"imported": [], "unsafe": ""}

@@ -9,9 +9,11 @@ OpenCV (the ultrasound confidence map, its video datasets), TensorBoard and tens
 handlers) and five of scipy's subpackages (scipy is one of MONAI's optional extras, each imported through
 ``optional_import``): ``scipy.signal`` (the ultrasound confidence map, the signal transforms; it imports
 ``scipy.stats``), ``scipy.ndimage`` (spline interpolation orders given as integers, hole filling, distance transforms,
-surface metrics), ``scipy.sparse`` (DiNTS, the confidence map), ``scipy.spatial`` and ``scipy.optimize`` (metrics):
-seconds of a 2-core CPU's start, none of it used by the reference workloads' UNet, BasicUNet, MedNeXt, SE-ResNet, DiceCE
-loss or data pipelines (their rotation and elastic deformation interpolate with torch, by mode name). MONAI has no
+surface metrics), ``scipy.sparse`` (DiNTS, the confidence map), ``scipy.spatial`` and ``scipy.optimize`` (metrics);
+and, where a GPU machine's image has them, CuPy and cupyx (its GPU arrays and their transforms), scikit-image (its
+morphology and measurement transforms; it imports ``scipy.ndimage`` too), h5py and tifffile (its readers), torchaudio
+(its signal transforms) and einops (its transformer blocks): seconds of a 2-core CPU's start, none of it used by the
+reference workloads' UNet, BasicUNet, MedNeXt, SE-ResNet, DiceCE loss or data pipelines (their rotation and elastic deformation interpolate with torch, by mode name). MONAI has no
 switch to import only some of its networks, and its subpackages import each other in the walk's order, so the walk
 itself stays; what :func:`trimmed` does is what MONAI does where those packages are not installed: inside it, an import
 of one of :data:`OPTIONAL` made by MONAI's own code (the importing frame's module is ``monai.*``) finds no such package.
@@ -37,7 +39,9 @@ from typing import Any, Iterator
 # MONAI's, unused here (a name and its submodules)
 OPTIONAL = ("torchvision", "transformers", "mlflow", "matplotlib", "pandas", "sklearn", "requests", "huggingface_hub",
             "cv2", "tensorboard", "tensorboardX", "scipy.signal", "scipy.ndimage", "scipy.sparse", "scipy.spatial",
-            "scipy.optimize")
+            "scipy.optimize",
+            # and what a GPU machine's image holds besides (MONAI asks for each when imported; none is used here)
+            "cupy", "cupyx", "skimage", "h5py", "tifffile", "torchaudio", "einops")
 TRIMMED_BY = "monai"  # whose own imports of them are trimmed
 REFERENCE = ("harness_models.", "torch.")  # the _target_ roots of the harness's own reference workloads
 TRIMMED: set[str] = set()  # the packages MONAI's imports were refused in this process (as named in OPTIONAL)
