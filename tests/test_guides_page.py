@@ -39,11 +39,22 @@ def test_a_hand_edit_of_the_page_fails_the_check(tmp_path, page):
     assert (tmp_path / guides.PAGE).read_text() == page
 
 
-def _current(ladder, device="cuda", sha=None):
+def _current(ladder, device="cuda", sha=None, card="NVIDIA H100 80GB HBM3", when="2026-11-27T23:58:53+0000"):
     sha = sha or ladder_mod.file_sha(ladder)
-    return {"ladder": ladder, "ladder_sha": sha, "device": device, "gpu_name": "NVIDIA H100 80GB HBM3",
-            "git_commit": "778c5339b9fc", "timestamp": "2026-11-27T23:58:53+0000", "sweep_id": "s", "status": "ok",
+    return {"ladder": ladder, "ladder_sha": sha, "device": device, "gpu_name": card,
+            "git_commit": "778c5339b9fc", "timestamp": when, "sweep_id": f"s-{card}-{when}", "status": "ok",
             "rung": 0, "results": "results/nowhere"}
+
+
+def test_every_card_that_measured_a_row_is_named_each_from_its_newest_sweep(tmp_path):
+    row = {"id": "x", "recommendation": "r", "claim": "c", "measured_by": "m", "rungs": ["phase2:1"], "gpu": True}
+    h200 = [_current("phase2", card="NVIDIA H200", when=w) for w in ("2026-11-29T23:40:00", "2026-11-28T10:00:00")]
+    records = guides.Records(tmp_path, {"phase2": [_current("phase2"), *h200]})
+    found = guides.grade(row, records, {})
+    assert found.extent == "full" and found.evidence.kind == "gpu"
+    assert found.text == ("full; measured on a GPU: NVIDIA H200, 778c533, 2026-11-29, `phase2` rung 1 "
+                          "([records](../results/nowhere/README.md)); and on NVIDIA H100 80GB HBM3, 778c533, "
+                          "2026-11-27, `phase2` rung 1 ([records](../results/nowhere/README.md))")
 
 
 def test_a_row_only_a_gpu_judges_is_full_only_with_a_gpu_record_at_the_ladders_current_file(tmp_path):

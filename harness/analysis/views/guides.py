@@ -3,8 +3,9 @@ recommendations, quoted, with the claim, what measures it and how its situation 
 points at (each pointer checked against the ladder's file) and the records under ``results/``: a row's grade is
 computed, never typed. Plain Python, no torch; ``python -m harness guides`` writes the page, ``--check`` compares.
 
-A row's evidence is the best of: *measured on a GPU* (an ok CUDA record of one of its ladders at the ladder's
-current file: card, commit, date, the rung's verdict, a link to the records), *measured on a CPU* (the same on a
+A row's evidence is the best of: *measured on a GPU* (ok CUDA records of one of its ladders at the ladder's
+current file: for each card that measured it, newest card first, its newest sweep's commit, date, the rung's verdict
+and a link to the records), *measured on a CPU* (the same on a
 CPU), *designed* (a rung, or a ladder, measures it at the CPU size; or a command does, with no rung). Its extent:
 **none** (not measurable here, why; or needs several GPUs), **partly** (how the stand-in differs), or **full**:
 the situation reproduced and, where only a GPU can judge it (``gpu``, or the guide's premise), a GPU record at the
@@ -138,21 +139,32 @@ def _verdict(record: dict, pointer: Pointer, root: Path, cache: dict) -> str:
     return rows[0].verdict if rows else ""
 
 
-def _measured(kind: str, pointer: Pointer, record: dict, root: Path, cache: dict) -> Evidence:
+def _measured(pointer: Pointer, record: dict, root: Path, cache: dict) -> str:
     date = str(record["sweep_started"])[:10]
     verdict = _verdict(record, pointer, root, cache)
-    where = "on a GPU: " + (record.get("gpu_name") or "cuda") if kind == "gpu" else "on a CPU"
     link = f"[records](../{record['results']}/README.md)"
     said = f"{pointer.words()}: {verdict}" if verdict else f"{pointer.words()}"
-    return Evidence(kind, f"measured {where}, {str(record.get('git_commit') or '?')[:7]}, {date}, {said} ({link})")
+    return f"{str(record.get('git_commit') or '?')[:7]}, {date}, {said} ({link})"
+
+
+def _newest_per_card(found: list[dict]) -> list[dict]:
+    """The newest record of each card (``found`` newest first), the newest card first."""
+    cards: dict[str, dict] = {}
+    for record in found:
+        cards.setdefault(record.get("gpu_name") or "cuda", record)
+    return list(cards.values())
 
 
 def evidence(pointers: list[Pointer], records: Records, cache: dict) -> Evidence:
-    for kind, device in (("gpu", "cuda"), ("cpu", "cpu")):
-        for pointer in pointers:
-            found = records.current(pointer.ladder, device)
-            if found:
-                return _measured(kind, pointer, found[0], records.root, cache)
+    for pointer in pointers:  # every card that measured it, each from its newest sweep
+        cards = _newest_per_card(records.current(pointer.ladder, "cuda"))
+        if cards:
+            said = [f"{r.get('gpu_name') or 'cuda'}, {_measured(pointer, r, records.root, cache)}" for r in cards]
+            return Evidence("gpu", "measured on a GPU: " + "; and on ".join(said))
+    for pointer in pointers:
+        found = records.current(pointer.ladder, "cpu")
+        if found:
+            return Evidence("cpu", f"measured on a CPU, {_measured(pointer, found[0], records.root, cache)}")
     if any(p.rungs or p.total for p in pointers):
         return Evidence("designed", "designed: a rung measures it at the CPU size")
     if pointers:
