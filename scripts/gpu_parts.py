@@ -242,9 +242,22 @@ def ladder_names() -> list[str]:
     return sorted(p.stem for p in LADDER_DIR.glob("*.yaml"))
 
 
+@lru_cache(maxsize=None)
+def beyond_one_machine() -> dict[str, str]:
+    """Ladders every rung of which asks for more GPUs or nodes than a lent machine has, and why: each run would be
+    recorded `skipped` at once, so they get no part (PLAN.md lists them)."""
+    out = {}
+    for name in ladder_names():
+        if name not in BEYOND_ONE_COMMAND and all(est == SKIP_S for est in rung_estimates(name)):
+            settings = _ladder(name).settings(0, "full")
+            out[name] = (f"every rung asks for {settings.get('devices') or 1} GPUs on {settings.get('nodes') or 1} "
+                         f"node(s); the lent machines have {DEVICE_GPUS}")
+    return out
+
+
 def measured_ladders() -> list[str]:
-    """The ladders a lent machine measures: all but ``BEYOND_ONE_COMMAND``."""
-    return [name for name in ladder_names() if name not in BEYOND_ONE_COMMAND]
+    """The ladders a lent machine measures: all but ``BEYOND_ONE_COMMAND`` and :func:`beyond_one_machine`'s."""
+    return [name for name in ladder_names() if name not in BEYOND_ONE_COMMAND and name not in beyond_one_machine()]
 
 
 # ------------------------------------------------------------------------------------------

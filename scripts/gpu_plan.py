@@ -298,6 +298,8 @@ def render(plan: dict) -> str:
             (entry.get("commit") or "")[:8], _note(part, entry, states[part.name], pin).replace("|", "/")]) + " |")
     lines += ["", "Ladders no lent machine measures (a run needs more than one command's 10 minutes): "
               + "; ".join(f"`{name}`: {why}" for name, why in sorted(gpu_parts.BEYOND_ONE_COMMAND.items())) + "."]
+    lines += ["", "Ladders no lent machine of one GPU measures: "
+              + "; ".join(f"`{name}`: {why}" for name, why in sorted(gpu_parts.beyond_one_machine().items())) + "."]
     beyond = gpu_parts.totals_beyond_one_command()
     if beyond:
         lines += ["", "Guide totals with no part of their own: "

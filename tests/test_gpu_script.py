@@ -46,7 +46,8 @@ def test_script_is_valid_bash():
 
 def test_a_ladder_left_out_of_the_campaign_is_one_whose_honest_windows_would_not_fit_a_command():
     # resnet50_storage: windows of two waves of its workers (2 x workers steps) do not fit one command
-    assert gpu_parts.measured_ladders() == [n for n in gpu_parts.ladder_names() if n != "resnet50_storage"]
+    assert gpu_parts.measured_ladders() == [n for n in gpu_parts.ladder_names()
+                                            if n not in ("resnet50_storage", "ddp_knobs", "fsdp_knobs")]
     assert not {p.ladder for p in gpu_parts.catalogue()} & set(gpu_parts.BEYOND_ONE_COMMAND)
     lad = gpu_parts._ladder("resnet50_storage")
     too_long = []
@@ -545,3 +546,13 @@ def test_a_ladder_part_s_exit_code_follows_the_check_s_rule(tmp_path, monkeypatc
     assert forked == [True]  # every rung under one warm launcher, as `harness sweep` runs them
     out = capsys.readouterr().out
     assert f"{ladder} rung 1 " in out and out.count("FAILS THE PART") == code
+
+
+def test_a_ladder_whose_every_rung_needs_more_gpus_than_a_lent_machine_gets_no_part():
+    # DDP's and FSDP's knobs ask for 2 devices on every rung: each run would be recorded `skipped` at once
+    assert set(gpu_parts.beyond_one_machine()) == {"ddp_knobs", "fsdp_knobs"}
+    assert gpu_parts.beyond_one_machine()["ddp_knobs"] == "every rung asks for 2 GPUs on 1 node(s); the lent machines have 1"
+    assert not {p.ladder for p in gpu_parts.catalogue()} & {"ddp_knobs", "fsdp_knobs"}
+    assert {"scaling", "scaling_nodes"} <= {p.ladder for p in gpu_parts.catalogue()}  # their rung 0 runs on one GPU
+    plan = gpu_plan.render({"gpu": "h200", "parts": {}})
+    assert "`fsdp_knobs`: every rung asks for 2 GPUs" in plan
