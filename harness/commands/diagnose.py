@@ -90,8 +90,8 @@ def measure_parts(session: launcher.Session | None, base: config_mod.RunConfig, 
         part = copy.deepcopy(base)
         part.measure.mode = mode
         parts.append(part)
-    if session is not None:  # as a sweep's first run: the launcher imports what it builds, then forks it
-        session.begin(config_mod.to_dict(parts[0]))
+    if session is not None:  # told the full step's settings, as a sweep its first run's: it imports what that run
+        session.begin(config_mod.to_dict(parts[-1]))  # builds, the optimizer's imports too, which two of three make
     records = {}
     for rung, ((mode, label), part) in enumerate(zip(PARTS, parts)):
         with RunProgress(console, f"[{rung + 1}/3] {label}") as progress:
