@@ -1,8 +1,8 @@
 """``python -m harness diagnose [+ladder=NAME] [overrides]``: measure the loader alone, the model alone and the
-full step for the same settings, each in its own process, store the three records (as a sweep with
-ladder ``diagnose``, so they can be tabled and plotted), and print the verdict, with the complete
-commands to try next (the same overrides and ``--config-dir`` as given). With ``+ladder=NAME`` the settings
-are that ladder's baseline (rung 0, as a sweep of it would run it here), the overrides on top.
+full step for the same settings, each in its own process (forked from one warm launcher, as a sweep's runs), store
+the three records (as a sweep with ladder ``diagnose``, so they can be tabled and plotted), and print the verdict,
+with the complete commands to try next (the same overrides and ``--config-dir`` as given). With ``+ladder=NAME`` the
+settings are that ladder's baseline (rung 0, as a sweep of it would run it here), the overrides on top.
 """
 
 from __future__ import annotations
