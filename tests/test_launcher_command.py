@@ -1,5 +1,6 @@
-"""One warm launcher per command (a campaign's sweeps, a climb's runs: every run forks from it), and the launcher's
-probe verdict remembered per environment, so that the next command does not probe again."""
+"""One warm launcher per command (a campaign's sweeps, a climb's runs, diagnose's three parts: every run forks
+from it), and the launcher's probe verdict remembered per environment, so that the next command does not probe
+again."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ import os
 import subprocess
 import sys
 import textwrap
+
+import pytest
 
 from harness import config as config_mod
 from harness.run.parent import launcher, runner
@@ -170,3 +173,60 @@ def test_a_single_run_without_its_launcher_starts_fresh_and_says_nothing_of_it(r
     assert cli.main(["run", *TINY_MODEL_ARGS, *TINY_STEPS_ARGS, f"results_dir={results}"]) == 0
     assert list(load_runs(results)["launched_by"]) == ["exec"]
     assert "warm launcher" not in capsys.readouterr().err
+
+
+def _diagnose_launchers(monkeypatch) -> list:
+    started, real_init = [], launcher.Zygote.__init__
+
+    def init(self, *args, **kwargs):
+        real_init(self, *args, **kwargs)
+        started.append(self.proc)
+
+    monkeypatch.setattr(launcher.Zygote, "__init__", init)
+    return started
+
+
+def test_diagnose_forks_its_three_runs_from_one_launcher_gone_with_the_command(results, monkeypatch):
+    from harness import cli
+    from harness.store import load_runs
+    from tests.conftest import TINY_MODEL_ARGS
+
+    started = _diagnose_launchers(monkeypatch)
+    assert cli.main(["diagnose", *TINY_MODEL_ARGS, "measure.steps=3", "measure.warmup_steps=1",
+                     f"results_dir={results}"]) == 0
+    frame = load_runs(results).sort_values("rung")
+    assert list(frame["status"]) == ["ok"] * 3 and list(frame["rung"]) == [0, 1, 2]
+    assert list(frame["change"]) == ["measure.mode=loader", "measure.mode=model", "measure.mode=train"]
+    assert set(frame["ladder"]) == {"diagnose"} and frame["sweep_id"].str.startswith("diagnose-").all()
+    assert frame["sweep_id"].nunique() == 1
+    # the first waits for the launcher, as a sweep's first run does; every one is forked from it
+    assert list(frame["launched_by"]) == ["fork"] * 3
+    assert len(started) == 1 and started[0].poll() is not None  # one launcher, gone with the command
+    assert launcher.active() is None
+
+
+@pytest.mark.parametrize("stop", [KeyboardInterrupt, RuntimeError])
+def test_diagnose_stopped_at_its_second_run_leaves_no_launcher_behind(results, monkeypatch, stop):
+    from harness import cli
+    from harness.commands import diagnose
+    from harness.store import load_runs
+    from tests.conftest import TINY_MODEL_ARGS
+
+    started, real_run, calls = _diagnose_launchers(monkeypatch), diagnose.runner.run_and_store, []
+
+    def run_and_store(*args, **kwargs):  # Ctrl-C, or a parent that fails, once the first run is stored
+        calls.append(1)
+        if len(calls) == 2:
+            raise stop("stopped")
+        return real_run(*args, **kwargs)
+
+    monkeypatch.setattr(diagnose.runner, "run_and_store", run_and_store)
+    argv = ["diagnose", *TINY_MODEL_ARGS, "measure.steps=3", "measure.warmup_steps=1", f"results_dir={results}"]
+    if stop is KeyboardInterrupt:
+        assert cli.main(argv) == 130  # interrupted (SIGINT)
+    else:
+        with pytest.raises(RuntimeError):
+            cli.main(argv)
+    assert list(load_runs(results)["launched_by"]) == ["fork"]  # the first run's record stays
+    assert len(started) == 1 and started[0].poll() is not None
+    assert launcher.active() is None

@@ -1,12 +1,13 @@
 """``python -m harness diagnose [+ladder=NAME] [overrides]``: measure the loader alone, the model alone and the
-full step for the same settings, each in its own process, store the three records (as a sweep with
-ladder ``diagnose``, so they can be tabled and plotted), and print the verdict, with the complete
-commands to try next (the same overrides and ``--config-dir`` as given). With ``+ladder=NAME`` the settings
-are that ladder's baseline (rung 0, as a sweep of it would run it here), the overrides on top.
+full step for the same settings, each in its own process (forked from one warm launcher, as a sweep's runs), store
+the three records (as a sweep with ladder ``diagnose``, so they can be tabled and plotted), and print the verdict,
+with the complete commands to try next (the same overrides and ``--config-dir`` as given). With ``+ladder=NAME`` the
+settings are that ladder's baseline (rung 0, as a sweep of it would run it here), the overrides on top.
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
 
 from rich.markup import escape
@@ -14,7 +15,7 @@ from rich.markup import escape
 from harness import config as config_mod
 from harness import shell
 from harness.commands import hydra_edge
-from harness.run.parent import runner
+from harness.run.parent import launcher, runner
 from harness.store import new_id
 from harness.commands.sweep import split_ladder
 from harness.config import ladder as ladder_mod
@@ -49,22 +50,18 @@ def task(cfg, ladder: str | None = None, overrides: list[str] = ()) -> int:
         settings = ladder_baseline(ladder, plain, list(overrides)) if ladder else config_mod.from_dict(plain)
         if settings.measure.mode != "train":
             raise ValueError("measure.mode is set by diagnose itself (loader, model, train); remove it")
-        prepared = session_runner.prepare(settings, "`python -m harness diagnose`", console.print)
     except (ValueError, OSError) as exc:
         return refuse(exc)
-    base, (env, key) = prepared.resolved, prepared.environment
-    diag_id = new_id("diagnose-")
-    records = {}
-    for rung, (mode, label) in enumerate(PARTS):
-        part = copy.deepcopy(base)
-        part.measure.mode = mode
-        with RunProgress(console, f"[{rung + 1}/3] {label}") as progress:
-            record = runner.run_and_store(part, env, key, progress.update, sweep_id=diag_id, ladder="diagnose",
-                                          rung=rung, change=f"measure.mode={mode}", round=0)
-        console.print(f"[{rung + 1}/3] {label}: {record.status}"
-                      + (f", {record.samples_per_s / part.batch_size:.2f} batches/s" if record.status == "ok" else
-                         f" {(record.error or '').strip().splitlines()[-1:]}"))
-        records[mode] = {**record.__dict__, "batch_size": part.batch_size}
+    forked = settings.devices == 1 and settings.nodes == 1  # else torch's launcher starts the ranks
+    with launcher.warm() if forked else contextlib.nullcontext() as session:  # one launcher, as a sweep's
+        if session is not None:
+            session.begin(None, early=True)  # it imports torch while this process prepares
+        try:
+            prepared = session_runner.prepare(settings, "`python -m harness diagnose`", console.print)
+        except (ValueError, OSError) as exc:
+            return refuse(exc)
+        base, diag_id = prepared.resolved, new_id("diagnose-")
+        records = measure_parts(session, base, prepared.environment, diag_id)
     given = list(overrides)
     result = diagnose(records["loader"], records["model"], records["train"], base.device, base.data.num_workers,
                       _disk_uncached(base), data_knobs(base), NextCommands(given, base),
@@ -80,6 +77,31 @@ def task(cfg, ladder: str | None = None, overrides: list[str] = ()) -> int:
                                                                        "--sweep", diag_id),
                   soft_wrap=True, markup=False)
     return 0 if result.verdict != "unknown" else 1
+
+
+def measure_parts(session: launcher.Session | None, base: config_mod.RunConfig, environment: tuple[dict, str],
+                  diag_id: str) -> dict[str, dict]:
+    """The three parts measured and stored in turn (rungs 0-2 of sweep ``diag_id``, ladder ``diagnose``), each
+    forked from ``session``'s launcher (None: fresh interpreters, several devices or nodes); their records by
+    mode."""
+    env, key = environment
+    parts = []
+    for mode, _ in PARTS:
+        part = copy.deepcopy(base)
+        part.measure.mode = mode
+        parts.append(part)
+    if session is not None:  # told the full step's settings, as a sweep its first run's: it imports what that run
+        session.begin(config_mod.to_dict(parts[-1]))  # builds, the optimizer's imports too, which two of three make
+    records = {}
+    for rung, ((mode, label), part) in enumerate(zip(PARTS, parts)):
+        with RunProgress(console, f"[{rung + 1}/3] {label}") as progress:
+            record = runner.run_and_store(part, env, key, progress.update, sweep_id=diag_id, ladder="diagnose",
+                                          rung=rung, change=f"measure.mode={mode}", round=0)
+        console.print(f"[{rung + 1}/3] {label}: {record.status}"
+                      + (f", {record.samples_per_s / part.batch_size:.2f} batches/s" if record.status == "ok" else
+                         f" {(record.error or '').strip().splitlines()[-1:]}"))
+        records[mode] = {**record.__dict__, "batch_size": part.batch_size}
+    return records
 
 
 class NextCommands:
