@@ -230,3 +230,19 @@ def test_diagnose_stopped_at_its_second_run_leaves_no_launcher_behind(results, m
     assert list(load_runs(results)["launched_by"]) == ["fork"]  # the first run's record stays
     assert len(started) == 1 and started[0].poll() is not None
     assert launcher.active() is None
+
+
+def test_noise_forks_its_runs_from_one_launcher_as_a_sweeps_runs(results, monkeypatch):
+    # the spread it calibrates is the one a sweep's verdicts are judged by: that of runs started as a sweep's are
+    from harness import cli
+    from harness.store import load_runs
+    from tests.conftest import TINY_MODEL_ARGS
+
+    started = _diagnose_launchers(monkeypatch)
+    assert cli.main(["noise", "noise.runs=3", *TINY_MODEL_ARGS, "measure.steps=3", "measure.warmup_steps=1",
+                     f"results_dir={results}"]) in (0, 1)  # 1: a calibration this busy machine cannot fit
+    frame = load_runs(results).sort_values("round")
+    assert list(frame["status"]) == ["ok"] * 3 and set(frame["ladder"]) == {"noise"}
+    assert list(frame["launched_by"]) == ["fork"] * 3
+    assert len(started) == 1 and started[0].poll() is not None
+    assert launcher.active() is None

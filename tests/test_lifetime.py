@@ -93,8 +93,9 @@ def test_a_check_against_killed_mid_run_leaves_no_run_behind(tmp_path, sig):
 @pytest.mark.parametrize("sig", [pytest.param(signal.SIGTERM, marks=pytest.mark.slow),
                                  pytest.param(signal.SIGKILL, marks=pytest.mark.slow)])
 def test_noise_killed_mid_run_leaves_no_run_behind(tmp_path, sig):
+    # its runs are forked from its warm launcher, as a sweep's (one launcher a command)
     kill_mid_run(["noise", "noise.runs=2", *TINY_MODEL_ARGS, *HANG, f"results_dir={tmp_path / 'results'}"],
-                 REPO, tmp_path, sig)
+                 REPO, tmp_path, sig, forked=True)
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, pytest.param(signal.SIGKILL, marks=pytest.mark.slow)])

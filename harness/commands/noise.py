@@ -1,19 +1,20 @@
 """``python -m harness noise [key=value ...] noise.runs=N``: calibrate this machine's noise (A/A).
 
-The same settings run N times, each in a fresh process, and are stored as a sweep with ladder
-``noise``; the process-to-process CV of samples_per_s then replaces the default CV in every later
-table, compare, report and check of this environment (``harness.analysis.stats.noise_model``). The Hydra
+The same settings run N times, each in a process of its own (forked from one warm launcher, as a sweep's runs),
+and are stored as a sweep with ladder ``noise``; the process-to-process CV of samples_per_s then replaces the default
+CV in every later table, compare, report and check of this environment (``harness.analysis.stats.noise_model``). The Hydra
 part stays here; the statistics live in ``harness.analysis.stats.noise_model``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import sys
 
 from harness.commands import hydra_edge
 from harness import config as config_mod
 from harness import shell
-from harness.run.parent import runner
+from harness.run.parent import launcher, runner
 from harness.store import new_id
 from harness.commands.console import console, refuse
 from harness.commands.progress import RunProgress
@@ -53,21 +54,36 @@ def task(cfg, runs: int) -> int:
     try:
         settings = config_mod.from_dict(hydra_edge.plain_settings(cfg))
         config_mod.validate_one_node(settings.nodes, "noise")
-        prepared = session_runner.prepare(settings, "`python -m harness noise`", console.print)
-    except (ValueError, OSError) as exc:
+    except ValueError as exc:
         return refuse(exc)
+    forked = settings.devices == 1  # else torch's launcher starts the ranks
+    with launcher.warm() if forked else contextlib.nullcontext() as session:  # one launcher, as a sweep's
+        if session is not None:
+            session.begin(None, early=True)  # it imports torch while this process prepares
+        try:
+            prepared = session_runner.prepare(settings, "`python -m harness noise`", console.print)
+        except (ValueError, OSError) as exc:
+            return refuse(exc)
+        if session is not None:  # its runs start as a sweep's do: the noise calibrated is that of a sweep's runs
+            session.begin(config_mod.to_dict(prepared.resolved))
+        records = measure(prepared, runs)
+    return report(records, records[0].sweep_id, prepared.resolved.results_dir)
+
+
+def measure(prepared, runs: int) -> list:
+    """The same settings measured ``runs`` times, each in a process of its own, stored as sweep ``noise-...``."""
     base, (env, key) = prepared.resolved, prepared.environment
     sweep_id = new_id("noise-")  # noise-<UTC time>-<random>
     records = []
     for i in range(runs):
-        with RunProgress(console, f"[{i + 1}/{runs}] same settings, fresh process") as progress:
+        with RunProgress(console, f"[{i + 1}/{runs}] same settings, a process of its own") as progress:
             record = runner.run_and_store(base, env, key, progress.update, sweep_id=sweep_id, ladder="noise", rung=0,
                                           change="", round=i)
         console.print(f"[{i + 1}/{runs}] {record.status}"
                       + (f", {record.samples_per_s:.2f} samples/s" if record.status == "ok" else
                          f" {(record.error or '').strip().splitlines()[-1:]}"))
         records.append(record)
-    return report(records, sweep_id, base.results_dir)
+    return records
 
 
 def report(records, sweep_id: str, results_dir: str) -> int:
