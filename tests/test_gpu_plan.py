@@ -208,7 +208,7 @@ def test_every_recommendation_says_how_far_it_is_measured_and_what_needs_a_gpu_i
     counts = [len(rows), *map(kinds.count, grades)]
     all_line = "| **all** | " + " | ".join(map(str, counts)) + " |"
     assert all_line in (gpu_parts.REPO / "docs" / "guides.md").read_text()
-    planned = set(gpu_parts.measured_ladders()) | set(gpu_parts.BEYOND_ONE_COMMAND) | set(gpu_parts.beyond_one_machine())
+    planned = {*gpu_parts.measured_ladders(), *gpu_parts.BEYOND_ONE_COMMAND, *gpu_parts.beyond_one_machine()}
     ladders = set(gpu_parts.ladder_names())
     section = "seresnet"  # the SEResNet table names its rungs without its ladder; it is the last table
     for row in rows:

@@ -551,7 +551,8 @@ def test_a_ladder_part_s_exit_code_follows_the_check_s_rule(tmp_path, monkeypatc
 def test_a_ladder_whose_every_rung_needs_more_gpus_than_a_lent_machine_gets_no_part():
     # DDP's and FSDP's knobs ask for 2 devices on every rung: each run would be recorded `skipped` at once
     assert set(gpu_parts.beyond_one_machine()) == {"ddp_knobs", "fsdp_knobs"}
-    assert gpu_parts.beyond_one_machine()["ddp_knobs"] == "every rung asks for 2 GPUs on 1 node(s); the lent machines have 1"
+    assert gpu_parts.beyond_one_machine()["ddp_knobs"] == \
+        "every rung asks for 2 GPUs on 1 node(s); the lent machines have 1"
     assert not {p.ladder for p in gpu_parts.catalogue()} & {"ddp_knobs", "fsdp_knobs"}
     assert {"scaling", "scaling_nodes"} <= {p.ladder for p in gpu_parts.catalogue()}  # their rung 0 runs on one GPU
     plan = gpu_plan.render({"gpu": "h200", "parts": {}})

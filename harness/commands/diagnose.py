@@ -7,7 +7,6 @@ settings are that ladder's baseline (rung 0, as a sweep of it would run it here)
 
 from __future__ import annotations
 
-import contextlib
 import copy
 
 from rich.markup import escape
@@ -52,10 +51,7 @@ def task(cfg, ladder: str | None = None, overrides: list[str] = ()) -> int:
             raise ValueError("measure.mode is set by diagnose itself (loader, model, train); remove it")
     except (ValueError, OSError) as exc:
         return refuse(exc)
-    forked = settings.devices == 1 and settings.nodes == 1  # else torch's launcher starts the ranks
-    with launcher.warm() if forked else contextlib.nullcontext() as session:  # one launcher, as a sweep's
-        if session is not None:
-            session.begin(None, early=True)  # it imports torch while this process prepares
+    with session_runner.launcher_for(settings) as session:  # one launcher, as a sweep's
         try:
             prepared = session_runner.prepare(settings, "`python -m harness diagnose`", console.print)
         except (ValueError, OSError) as exc:

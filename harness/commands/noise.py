@@ -2,19 +2,18 @@
 
 The same settings run N times, each in a process of its own (forked from one warm launcher, as a sweep's runs),
 and are stored as a sweep with ladder ``noise``; the process-to-process CV of samples_per_s then replaces the default
-CV in every later table, compare, report and check of this environment (``harness.analysis.stats.noise_model``). The Hydra
-part stays here; the statistics live in ``harness.analysis.stats.noise_model``.
+CV in every later table, compare, report and check of this environment. The Hydra part stays here; the statistics
+live in ``harness.analysis.stats.noise_model``.
 """
 
 from __future__ import annotations
 
-import contextlib
 import sys
 
 from harness.commands import hydra_edge
 from harness import config as config_mod
 from harness import shell
-from harness.run.parent import launcher, runner
+from harness.run.parent import runner
 from harness.store import new_id
 from harness.commands.console import console, refuse
 from harness.commands.progress import RunProgress
@@ -56,10 +55,7 @@ def task(cfg, runs: int) -> int:
         config_mod.validate_one_node(settings.nodes, "noise")
     except ValueError as exc:
         return refuse(exc)
-    forked = settings.devices == 1  # else torch's launcher starts the ranks
-    with launcher.warm() if forked else contextlib.nullcontext() as session:  # one launcher, as a sweep's
-        if session is not None:
-            session.begin(None, early=True)  # it imports torch while this process prepares
+    with session_runner.launcher_for(settings) as session:  # one launcher, as a sweep's
         try:
             prepared = session_runner.prepare(settings, "`python -m harness noise`", console.print)
         except (ValueError, OSError) as exc:

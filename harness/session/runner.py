@@ -13,12 +13,13 @@ Either way the record reaches the session's sinks (``harness.records.sinks``), a
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Iterator
 
 from harness import config as config_mod
 from harness.records.sinks import Pipeline
-from harness.run.parent import env as env_mod
+from harness.run.parent import env as env_mod, launcher
 from harness.run.parent import runner as parent
 from harness.session.cache import CacheRule
 from harness.store import RunRecord, check_writable, copy_of
@@ -52,6 +53,19 @@ def prepare(settings: config_mod.RunConfig, command: str, log=print) -> Prepared
     resolved, environment = parent.ready(settings, log)
     preflight.check_model_builds(resolved)
     return Prepared(resolved, environment)
+
+
+@contextlib.contextmanager
+def launcher_for(settings: config_mod.RunConfig) -> Iterator[launcher.Session | None]:
+    """A command's warm launcher, started at once so that it imports torch while the command prepares its runs, which
+    then fork from it as a sweep's do; it ends with the block. None for several devices or nodes (torch's launcher
+    starts the ranks)."""
+    if settings.devices != 1 or settings.nodes != 1:
+        yield None
+        return
+    with launcher.warm() as session:
+        session.begin(None, early=True)
+        yield session
 
 
 def run_one(cfg: config_mod.RunConfig, labels: dict, pipeline: Pipeline, cache: CacheRule | None = None,
