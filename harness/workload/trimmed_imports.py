@@ -15,8 +15,9 @@ morphology and measurement transforms; it imports ``scipy.ndimage`` too), h5py a
 (its signal transforms) and einops (its transformer blocks): seconds of a 2-core CPU's start, none of it used by the
 reference workloads' UNet, BasicUNet, MedNeXt, SE-ResNet, DiceCE loss or data pipelines (their rotation and elastic
 deformation interpolate with torch, by mode name). MONAI has no switch to import only some of its networks, and its
-subpackages import each other in the walk's order, so the walk itself stays; what :func:`trimmed` does is what MONAI does where those packages are not installed: inside it, an import
-of one of :data:`OPTIONAL` made by MONAI's own code (the importing frame's module is ``monai.*``) finds no such package.
+subpackages import each other in the walk's order, so the walk itself stays; what :func:`trimmed` does is what MONAI
+does where those packages are not installed: inside it, an import of one of :data:`OPTIONAL` made by MONAI's own code
+(the importing frame's module is ``monai.*``) finds no such package.
 
 What stays true (``tests/test_trimmed_imports.py``): the built model, its parameter count and FLOPs, and the loss are
 those of a full import; only MONAI's own imports are trimmed (a reference workload's module importing torchvision itself
