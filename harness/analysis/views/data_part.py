@@ -23,13 +23,14 @@ def verdict(new: RungRow, old: RungRow, low: float, high: float,
     if measured is None or old.data_wait_frac is None or new.data_wait_frac is None:
         return None, ""
     before, after, x = _waited(old), _waited(new), measured.value
-    if before.over is None:
-        return measured, (f"inconclusive (data: loader {x:.2f}x where the loader set the loop's pace, not measurable "
-                          f"where it did not: {before.spread(WAITED, 'waiting')})")
+    said = speedup.verdict(measured, low, high)
+    if before.over is None:  # its pace where the loop still waits after the change, a lower bound where it does not
+        paced = f"{said} at loader {x:.2f}x" if after.over else f"loader at least {x:.2f}x"
+        return measured, (f"inconclusive (data: {paced} where the loader set the loop's pace, not measurable where "
+                          f"it did not: {before.spread(WAITED, 'waiting')})")
     if not before.over:
         return None, (f"not measurable here: the loop waited on data {old.data_wait_frac:.0%} of its step before the "
                       "change, so the loader did not set its pace" + _near(before, "before"))
-    said = speedup.verdict(measured, low, high)
     at_least = measured.low >= low  # at least the claim, whatever the loader's own speed is now
     if after.over is None and (at_least or said.startswith("inconclusive")):  # both readings say the same
         text = f"{said} (data: loader {x:.2f}x, or at least that where the model set the pace: {_now(after)})"
