@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 
 from harness.analysis.views.rows import RungRow
@@ -82,7 +82,8 @@ class Bound:
             if self.busy is None:
                 return f"{wait} over {self.runs} runs: the runs straddle {HOST_WAITING:.0%} waiting"
             lines = [f"{t:.0%} {what}" for t, what, (low, high) in
-                     ((DEVICE_BUSY, "busy", self.busy), (HOST_WAITING, "waiting", self.waits)) if straddles(low, high, t)]
+                     ((DEVICE_BUSY, "busy", self.busy), (HOST_WAITING, "waiting", self.waits))
+                     if straddles(low, high, t)]
             return (f"device busy {_span(*self.busy)} of the step over {self.runs} runs, {wait}: the runs straddle "
                     + " and ".join(lines))
         wait = f"{self.data_wait_frac:.0%} waiting"
