@@ -23,6 +23,11 @@ loader and the device (device busy 88-93% of the step over 3 runs, ...: the runs
 picking one. One run cannot show a straddle: its reading is its own, and :meth:`Bound.near` says when it lies within
 :data:`NEAR` of a threshold, where another run of the same settings may read the other side. The error rates are
 simulated in ``tests/test_bound.py`` (docs/statistics.md, "What limits the loop").
+
+The table's other lines read all a rung's runs the same way, one share against one line (:class:`Side`):
+:func:`pace`, whether the host sets the pace (under :data:`HOST_PACED_BUSY` busy), and the data claim's 20% wait
+(``harness.analysis.views.data_part``); a profile, one run by design, says when it lies near one of its lines
+(:func:`near_note`). Their error rates: ``tests/test_cuts.py``, ``tests/test_data_part.py``.
 """
 
 from __future__ import annotations
@@ -216,7 +221,7 @@ def side(values: Iterable[float | None], line: float) -> Side | None:
     return Side(kept, line) if kept else None
 
 
-HOST_PACED_BUSY = 0.7  # a loop not waiting on its loader, its device busy less than this share of the window: the host
+HOST_PACED_BUSY = 0.7  # a loop that does not wait, its device busy under this share of the window: the host's pace
 HOST_PACE = "the host sets the pace"
 REST_PACE = "the rest of the step (host work, logging, validation) sets the pace"
 

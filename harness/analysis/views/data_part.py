@@ -56,7 +56,8 @@ def _now(after: bound.Side) -> str:
 
 def _waited(row: RungRow) -> bound.Side:
     """The rung's runs' waits on the loader against :data:`PACED_WAIT`."""
-    return bound.side([wait for wait, _ in row.parts.shares] or [row.data_wait_frac], PACED_WAIT)
+    return (bound.side([wait for wait, _ in row.parts.shares], PACED_WAIT)
+            or bound.side([row.data_wait_frac], PACED_WAIT))
 
 
 def _near(waits: bound.Side, when: str) -> str:
