@@ -12,7 +12,7 @@ import pytest
 from harness.analysis.views import bound, render
 from harness.analysis.views import table as table_mod
 from harness.analysis.views.diagnosis import diagnose
-from harness.analysis.views.profile import bound_by, bound_reason
+from harness.analysis.views.profile import DATA_BOUND_SHARE, LAUNCH_BOUND_IDLE, bound_by, bound_reason
 from harness.profiles import ProfileSummary
 from tests.test_components import _frame, _record
 
@@ -162,23 +162,27 @@ def test_diagnose_from_a_profile_near_the_launch_line_says_so_and_drops_balanced
             "compute-bound).") in found.text
 
 
-@pytest.mark.parametrize("idle, far", [(0.59, False), (0.61, False), (0.45, True), (0.75, True)])
-def test_one_profiled_run_on_the_wrong_side_of_the_launch_line_mostly_says_it_lies_near_it(idle, far):
-    """The profile reads one run (by design): a run on the wrong side of 60% idle with p, sd 0.03 (the full step's
-    busy spread on the H200; a profile's own was not measured). Far (5 sd): p ~ 3e-7, none seen. A point from it:
-    p = 0.37, and a wrong reading says nothing only when its run lies 5 points or more past the line, p = 2.3%
-    (2000 profiles: 37% wrong, 2.3% of all of them wrong without the note)."""
+@pytest.mark.parametrize("wait, idle, far", [
+    (0.05, 0.59, False), (0.05, 0.61, False), (0.05, 0.45, True), (0.05, 0.75, True),  # 60% idle: launch-bound
+    (0.40, 0.09, False), (0.40, 0.11, False), (0.40, 0.25, True),  # 10% idle (90% busy): both or data-bound
+])
+def test_one_profiled_run_on_the_wrong_side_of_a_line_mostly_says_it_lies_near_it(wait, idle, far):
+    """The profile reads one run (by design): a run on the wrong side of its idle line with p, sd 0.03 (the full
+    step's busy spread on the H200; a profile's own was not measured). Far (5 sd): p ~ 3e-7, none seen. A point from
+    it: p = 0.37, and a wrong reading says nothing only when its run lies 5 points or more past the line, p = 2.3%
+    (2000 profiles a cell: 36.9-37.2% wrong, 2.0-2.5% of all of them wrong without the note)."""
     rng = np.random.default_rng(73)
-    truth = "launch-bound" if idle >= 0.6 else "compute-bound"
+    line = LAUNCH_BOUND_IDLE if wait < DATA_BOUND_SHARE else 1 - bound.DEVICE_BUSY
+    truth = bound_by(_profile(wait, idle))
     wrong = unsaid = 0
     for value in np.clip(rng.normal(idle, SD_DEVICE, TRIALS), 0, 1).tolist():
-        reason = bound_reason(_profile(0.05, value))
+        reason = bound_reason(_profile(wait, value))
         wrong += not reason.startswith(truth)
         unsaid += not reason.startswith(truth) and "one profiled run" not in reason
     if far:
         assert wrong == 0
         return
-    p_unsaid = 1 - statistics.NormalDist(abs(idle - 0.6), SD_DEVICE).cdf(bound.NEAR)  # 5 points past the line
+    p_unsaid = 1 - statistics.NormalDist(abs(idle - line), SD_DEVICE).cdf(bound.NEAR)  # 5 points past the line
     assert 0.3 <= wrong / TRIALS <= 0.45, wrong
     assert unsaid / TRIALS <= p_unsaid + 3 * (p_unsaid * (1 - p_unsaid) / TRIALS) ** 0.5, unsaid
     assert unsaid < wrong / 8
