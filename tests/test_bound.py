@@ -242,3 +242,16 @@ def test_a_point_from_a_line_the_reading_says_undecided_more_often_than_it_names
         assert wrong <= _all_wrong(wait, device, runs), (runs, wrong)
         assert undecided >= 0.45 and undecided > 2 * wrong, (runs, undecided, wrong)
         assert median_wrong >= 0.2 and median_wrong > 2 * wrong, (runs, median_wrong, wrong)
+
+
+def test_a_verdict_that_replaces_balanced_drops_balanceds_advice_sentence():
+    """"Both sides limit: speed up either and the other follows" is balanced's: under both (a faster loader alone
+    shows little) or launch-bound it would contradict the verdict it sits under."""
+    BALANCED_TAIL = " Both sides limit: speed up either and the other follows."
+
+    loader, model = _rec(32.00), _rec(34.53)  # the H200's rates: balanced
+    assert diagnose(loader, model, _rec(30.87, 0.489286), "cuda", 1, False).text.endswith(BALANCED_TAIL)
+    both = diagnose(loader, model, _rec(30.87, 0.31, 1.00), "cuda", 1, False)
+    assert both.verdict == BOTH and "the rates alone said balanced: " in both.text
+    assert "speed up either" not in both.text
+    assert both.text.endswith("the training loop is blocked on the loader 31% of the time.")

@@ -7,6 +7,7 @@ Imports ``stats``, ``gate`` and the store.
 * ``render``: the table as markdown, CSV or HTML.
 * ``claims``: the claims a sweep is judged against (stored with its records, or from its ladder's file).
 * ``components``: what a change did to each part of the step (compute, loader) beside the whole.
+* ``data_part``: a claim about the loader judged on the loop's pace (its wait before and after, from all runs).
 * ``epochs``: an epoch boundary's cost, and a speedup at the guide's epoch length.
 * ``compare``: two or more sweeps side by side.
 * ``plots``: a sweep's plots (matplotlib).

@@ -23,13 +23,18 @@ loader and the device (device busy 88-93% of the step over 3 runs, ...: the runs
 picking one. One run cannot show a straddle: its reading is its own, and :meth:`Bound.near` says when it lies within
 :data:`NEAR` of a threshold, where another run of the same settings may read the other side. The error rates are
 simulated in ``tests/test_bound.py`` (docs/statistics.md, "What limits the loop").
+
+The table's other lines read all a rung's runs the same way, one share against one line (:class:`Side`):
+:func:`pace`, whether the host sets the pace (under :data:`HOST_PACED_BUSY` busy), and the data claim's 20% wait
+(``harness.analysis.views.data_part``); a profile, one run by design, says when it lies near one of its lines
+(:func:`near_note`). Their error rates: ``tests/test_cuts.py``, ``tests/test_data_part.py``.
 """
 
 from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 
 from harness.analysis.views.rows import RungRow
@@ -82,7 +87,8 @@ class Bound:
             if self.busy is None:
                 return f"{wait} over {self.runs} runs: the runs straddle {HOST_WAITING:.0%} waiting"
             lines = [f"{t:.0%} {what}" for t, what, (low, high) in
-                     ((DEVICE_BUSY, "busy", self.busy), (HOST_WAITING, "waiting", self.waits)) if low < t <= high]
+                     ((DEVICE_BUSY, "busy", self.busy), (HOST_WAITING, "waiting", self.waits))
+                     if straddles(low, high, t)]
             return (f"device busy {_span(*self.busy)} of the step over {self.runs} runs, {wait}: the runs straddle "
                     + " and ".join(lines))
         wait = f"{self.data_wait_frac:.0%} waiting"
@@ -104,19 +110,35 @@ class Bound:
         """For one run whose share lies within :data:`NEAR` of a threshold: what another run may read instead, e.g.
         "device busy 92%, within 5 points of 90%: another run of these settings may read data-bound" ("" when it
         is farther from both thresholds, or read from several runs, which show a straddle themselves)."""
-        wait, device = self.data_wait_frac, self.device_step_frac
-        if self.runs != 1 or self.label == UNKNOWN or wait is None:
+        if self.runs != 1 or self.label == UNKNOWN or self.data_wait_frac is None:
             return ""
-        close, others = [], []
-        if device is not None and abs(device - DEVICE_BUSY) < NEAR:
-            close.append(f"device busy {min(device, 1.0):.0%}, within {NEAR * 100:.0f} points of {DEVICE_BUSY:.0%}")
-            others.append(limited_by(wait, DEVICE_BUSY - NEAR if device >= DEVICE_BUSY else DEVICE_BUSY).label)
-        if abs(wait - HOST_WAITING) < NEAR:
-            close.append(f"{wait:.0%} waiting, within {NEAR * 100:.0f} points of {HOST_WAITING:.0%}")
-            others.append(limited_by(HOST_WAITING - NEAR if wait >= HOST_WAITING else HOST_WAITING, device).label)
-        if not close:
-            return ""
-        return f"{' and '.join(close)}: another run of these settings may read {' or '.join(others)}"
+        return near_note(lambda device, wait: limited_by(wait, device).label,
+                         {"device": self.device_step_frac, "wait": self.data_wait_frac},
+                         (("device", DEVICE_BUSY, "device busy {:.0%}"), ("wait", HOST_WAITING, "{:.0%} waiting")))
+
+
+def near_note(read: Callable[..., str], shares: dict[str, float | None],
+              lines: Iterable[tuple[str, float, str]]) -> str:
+    """One run's reading near its thresholds: for each (share, line, words) whose share lies within :data:`NEAR` of
+    its line and whose reading (``read(**shares)``) changes across it, the share in ``words`` and what another run
+    of the same settings may read: "device busy 92%, within 5 points of 90%: another run of these settings may read
+    data-bound" ("" where no share is so near). Several runs show a straddle themselves (:func:`of_runs`)."""
+    close, others = [], []
+    for name, line, words in lines:
+        value = shares[name]
+        if value is None or abs(value - line) >= NEAR:
+            continue
+        other = read(**(shares | {name: line - NEAR if value >= line else line}))
+        if other != read(**shares):
+            close.append(f"{words.format(min(value, 1.0))}, within {NEAR * 100:.0f} points of {line:.0%}")
+            others.append(other)
+    return f"{' and '.join(close)}: another run of these settings may read {' or '.join(others)}" if close else ""
+
+
+def straddles(low: float, high: float, line: float) -> bool:
+    """Whether runs whose shares range over ``low``-``high`` fall on both sides of ``line`` (a share at the line
+    itself belongs to the upper side)."""
+    return low < line <= high
 
 
 def _span(low: float, high: float) -> str:
@@ -158,6 +180,65 @@ def of_runs(shares: Iterable[tuple[float | None, float | None]]) -> Bound:
         return replace(middle, **spans)
     labels = tuple(label for label in ORDER if label in read)
     return replace(middle, label=" or ".join(labels), labels=labels, **spans)
+
+
+@dataclass(frozen=True)
+class Side:
+    """A rung's runs' values of one share against one line: ``over`` True where every run lies at or over it, False
+    where every run lies under it, None where they fall on both sides (:func:`straddles`); read as :func:`of_runs`
+    reads the two shares."""
+
+    values: tuple[float, ...]
+    line: float
+
+    @property
+    def over(self) -> bool | None:
+        low, high = min(self.values), max(self.values)
+        return None if straddles(low, high, self.line) else low >= self.line
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.values)
+
+    def spread(self, words: str, unit: str) -> str:
+        """The runs' range in ``words`` and the line they straddle: "the device is busy 66-74% of the window over 3
+        runs: the runs straddle 70% busy" (``words`` "the device is busy {} of the window", ``unit`` "busy")."""
+        return (f"{words.format(_span(min(self.values), max(self.values)))} over {len(self.values)} runs: the runs "
+                f"straddle {self.line:.0%} {unit}")
+
+    def near(self, words: str, read: Callable[[bool], str]) -> str:
+        """For one run within :data:`NEAR` of the line (:func:`near_note`): "device busy 72%, within 5 points of 70%:
+        another run of these settings may read READ(False)" (``read(over)``: the reading on each side; "" else)."""
+        if len(self.values) != 1:
+            return ""
+        return near_note(lambda value: read(value >= self.line), {"value": self.values[0]},
+                         (("value", self.line, words),))
+
+
+def side(values: Iterable[float | None], line: float) -> Side | None:
+    """The runs' values (a missing one, None or NaN, dropped) against ``line``; None where none is left."""
+    kept = tuple(value for value in map(_number, values) if value is not None)
+    return Side(kept, line) if kept else None
+
+
+HOST_PACED_BUSY = 0.7  # a loop that does not wait, its device busy under this share of the window: the host's pace
+HOST_PACE = "the host sets the pace"
+REST_PACE = "the rest of the step (host work, logging, validation) sets the pace"
+
+
+def pace(busy: Iterable[float | None]) -> str:
+    """What sets the pace of a loop that does not wait on its loader, from its runs' device shares: the host where
+    the device is busy less than :data:`HOST_PACED_BUSY` of the window, else the rest of the step; both, with their
+    range, where the runs fall on both sides; one run near the line says what another may read."""
+    found = side(busy, HOST_PACED_BUSY)
+    if found is None:
+        return REST_PACE
+    if found.over is None:
+        return (f"{found.spread('the device is busy {} of the window', 'busy')}: {HOST_PACE}, or "
+                f"{REST_PACE.removesuffix(' sets the pace')} does")
+    text = REST_PACE if found.over else f"the device is busy {found.median:.0%} of the window: {HOST_PACE}"
+    near = found.near("device busy {:.0%}", lambda over: REST_PACE if over else HOST_PACE)
+    return f"{text} (one run: {near})" if near else text
 
 
 def of_rung(row: RungRow) -> Bound:

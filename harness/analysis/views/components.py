@@ -7,7 +7,7 @@ faster cannot show there. This module reads, from the records alone:
   the host's step time minus the time blocked on the loader (``step_ms`` - ``data_wait_ms``, per step), as samples
   per second of compute, so that a larger batch compares fairly;
 * the **data** part: the loader's throughput, which is the loop's own while the loop waits on it (a rung whose
-  loop waits on data at least :data:`DATA_PACED_WAIT` of its step) and only a lower bound once it no longer does;
+  loop waits on data at least ``data_part.PACED_WAIT`` of its step) and only a lower bound once it no longer does;
 * the **validation** passes: their time per training sample (the pass's extra time over an ordinary step, spread
   over the steps between passes).
 
@@ -23,12 +23,10 @@ import json
 import math
 from dataclasses import dataclass, replace
 
-from harness.analysis.views import bound, epochs
+from harness.analysis.views import bound, data_part, epochs
 from harness.analysis.stats import blocks, speedup
 from harness.analysis.views.rows import GroupRow, Parts, RungRow
 
-# a loop blocked on its loader at least this share of its step runs at the loader's pace
-DATA_PACED_WAIT = bound.HOST_WAITING
 DIFFERENT = 1.10  # compute and end-to-end ratios this far apart (and outside the band) get a reading line
 NOT_JUDGED = "not judged here (see note)"
 NO_PART_BAND = ("no verdict (one run a rung: a part of the step has no band, the calibration measured the whole "
@@ -275,26 +273,7 @@ def component_verdict(component: str, new: RungRow, old: RungRow | None, low: fl
                           "validation": "not measured: no validation pass inside both measured windows"}.get(
                 component, "not measured: no epoch boundary inside both measured windows")
         return measured, _part_verdict(measured, low, high, "at the guide's epoch" if samples else component)
-    return _data_verdict(new, old, low, high, end_to_end or new.x_previous)
-
-
-def _data_verdict(new: RungRow, old: RungRow, low: float, high: float,
-                  measured: speedup.Ratio | None) -> tuple[speedup.Ratio | None, str]:
-    """The loader's speedup: the loop's own while the loop waits on the loader before and after; a lower bound once
-    the loader outruns the model; not visible at all when the loop did not wait on it before."""
-    wait_old, wait_new = old.data_wait_frac, new.data_wait_frac
-    if measured is None or wait_old is None or wait_new is None:
-        return None, ""
-    if wait_old < DATA_PACED_WAIT:
-        return None, (f"not measurable here: the loop waited on data {wait_old:.0%} of its step before the change, "
-                      "so the loader did not set its pace")
-    verdict = speedup.verdict(measured, low, high)
-    if wait_new >= DATA_PACED_WAIT:
-        return measured, f"{verdict} (data: loader {measured.value:.2f}x)"
-    if measured.low >= low:  # at least the claim, whatever the loader's own speed is now
-        return measured, f"{verdict} (data: loader at least {measured.value:.2f}x)"
-    return measured, (f"inconclusive (data: loader at least {measured.value:.2f}x; the loop now waits {wait_new:.0%}, "
-                      "the model sets the pace)")
+    return data_part.verdict(new, old, low, high, end_to_end or new.x_previous)
 
 
 QUEUED_LATE_WAIT = 0.2  # the window's last third waits on the loader at least this share of its steps...
@@ -436,6 +415,6 @@ def _why(row: RungRow, before: RungRow | None, parts: Parts) -> str:
         if parts.x_compute.value > row.x_previous.value:
             return f"the loop is data-bound: {span} waiting"
         return f"the change acted on the loader: {span} waiting"
-    if parts.compute_source == "device" and parts.device_step_frac is not None and parts.device_step_frac < 0.7:
-        return f"the device is busy {parts.device_step_frac:.0%} of the window: the host sets the pace"
-    return "the rest of the step (host work, logging, validation) sets the pace"
+    if parts.compute_source == "device":  # the device's share of each run's step (bound.pace, from all the runs)
+        return bound.pace([device for _, device in parts.shares] or [parts.device_step_frac])
+    return bound.REST_PACE

@@ -21,6 +21,7 @@ from harness.analysis.views.profile import bound_by, bound_reason
 DATA_BOUND_BELOW = 0.8  # loader rate / model rate under which the loader is the bottleneck
 COMPUTE_BOUND_ABOVE = 1.25  # ... over which the model is
 BOUND_SLACK = 1.10  # a full step this much faster than a part alone cannot be noise of one run
+BALANCED_TAIL = " Both sides limit: speed up either and the other follows."  # balanced's, and no other verdict's
 
 
 @dataclass
@@ -77,7 +78,7 @@ def _with_device(found: Diagnosis, full: dict, command: Callable[..., str]) -> D
     if reading.label != bound.BOTH:
         found.notes.append(f"the full step's own reading differs from the rates': {reading.text()}")
         return _near(found, reading)
-    rates = found.text.split(": ", 1)[1]
+    rates = _rates(found)
     found.text = (f"{reading.label}: in the full step, {reading.numbers()}; the rates alone said {found.verdict}: "
                   f"{rates}")
     found.verdict = reading.label
@@ -96,6 +97,12 @@ def _near(found: Diagnosis, reading: bound.Bound) -> Diagnosis:
     return found
 
 
+def _rates(found: Diagnosis) -> str:
+    """The text after the verdict, for another verdict to take: balanced's "both sides limit" sentence left out,
+    which speaks for balanced alone (both limit otherwise: a faster loader alone shows little)."""
+    return found.text.split(": ", 1)[1].replace(BALANCED_TAIL, "")
+
+
 def _with_profile(found: Diagnosis, profile_json: str | None) -> Diagnosis:
     """The verdict refined by the full step's profile, where there is one that was taken."""
     try:
@@ -108,7 +115,7 @@ def _with_profile(found: Diagnosis, profile_json: str | None) -> Diagnosis:
     found.text += f" The full step's profile: {reading}."
     if bound_by(profile_json) == "launch-bound" and found.verdict in ("compute-bound", "balanced"):
         found.verdict = "launch-bound"
-        found.text = "launch-bound: " + found.text.split(": ", 1)[1]
+        found.text = "launch-bound: " + _rates(found)
         found.advice = ["fewer, larger launches: compile=reduce-overhead (CUDA graphs) or compile=default, or a "
                         "larger batch_size", *found.advice]
     return found
@@ -139,7 +146,7 @@ def _from_rates(loader: dict, model: dict, full: dict, device: str, num_workers:
                   f"noise: {command('climb')}"]
         return Diagnosis("compute-bound", L, M, F, wait, f"compute-bound: {numbers}; {waits}.", advice, notes)
     return Diagnosis("balanced", L, M, F, wait,
-                     f"balanced: {numbers}; {waits}. Both sides limit: speed up either and the other follows.",
+                     f"balanced: {numbers}; {waits}.{BALANCED_TAIL}",
                      [f"loader workers overlap the two: {command('sweep', '+ladder=workers')}"] + _cpu_note(device),
                      notes)
 

@@ -47,8 +47,12 @@ def bound_by(summary) -> str:
     s = as_summary(summary)
     if s.error or not s.steps or s.step_ms <= 0:
         return "unknown"
-    idle = (s.device_shares() or {}).get("idle")
-    if s.host_shares().get("data_wait", 0.0) >= DATA_BOUND_SHARE:
+    return _bound(s.host_shares().get("data_wait", 0.0), (s.device_shares() or {}).get("idle"))
+
+
+def _bound(wait: float, idle: float | None) -> str:
+    """:func:`bound_by`'s rule on the host's data wait and the device's idle share of the span (None: no device)."""
+    if wait >= DATA_BOUND_SHARE:
         # the host waits on the loader; data-bound only if the device idles meanwhile (harness.analysis.views.bound)
         return bound.BOTH if idle is not None and idle < 1 - bound.DEVICE_BUSY else "data-bound"
     if idle is not None and idle >= LAUNCH_BOUND_IDLE:
@@ -57,7 +61,9 @@ def bound_by(summary) -> str:
 
 
 def bound_reason(summary) -> str:
-    """:func:`bound_by`'s label with the numbers that decided it."""
+    """:func:`bound_by`'s label with the numbers that decided it; where one lies within ``bound.NEAR`` of its line,
+    what another profile of the same settings may read (a profile is one run's, by design: a rung profiles its
+    newest run; ``bound.near_note``)."""
     s = as_summary(summary)
     label = bound_by(s)
     if label == "unknown":
@@ -65,7 +71,11 @@ def bound_reason(summary) -> str:
     wait = s.host_shares().get("data_wait", 0.0)
     idle = (s.device_shares() or {}).get("idle")
     idle_text = f", the device idle {_pct(idle)} of the span" if idle is not None else ""
-    return f"{label} (data wait {_pct(wait)} of the step{idle_text})"
+    near = bound.near_note(_bound, {"wait": wait, "idle": idle}, (
+        ("wait", DATA_BOUND_SHARE, "data wait {:.0%}"), ("idle", 1 - bound.DEVICE_BUSY, "the device idle {:.0%}"),
+        ("idle", LAUNCH_BOUND_IDLE, "the device idle {:.0%}")))
+    near_text = f"; one profiled run: {near}" if near else ""
+    return f"{label} (data wait {_pct(wait)} of the step{idle_text}{near_text})"
 
 
 def render_profile(summary, title: str = "") -> str:
