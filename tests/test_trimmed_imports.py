@@ -48,7 +48,7 @@ BUILD = textwrap.dedent("""
 
 TRIMMED_FOR_UNET3D = ("cupy,cupyx,cv2,einops,h5py,huggingface_hub,matplotlib,mlflow,pandas,requests,scipy.ndimage,"
                       "scipy.optimize,scipy.signal,scipy.sparse,scipy.spatial,skimage,sklearn,tensorboard,tensorboardX,"
-                      "tifffile,torchaudio,torchvision,transformers")
+                      "tifffile,torch.utils.tensorboard,torchaudio,torchvision,transformers")
 
 # one fresh interpreter each: the 3D data pipelines of the reference workloads, every augmentation on (MONAI's flips,
 # rotation, elastic deformation, noise), from RAM and from NIfTI files through MONAI's LoadImaged, seeded as MONAI

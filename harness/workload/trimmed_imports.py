@@ -5,8 +5,8 @@ on the way MONAI imports, each through its own handling of an absent optional pa
 or a ``try: import ... except ImportError``), torchvision (AHNet's FPN backbone), transformers (TransChex), mlflow (its
 MLflow handler), matplotlib (its notebook plots), pandas (its CSV datasets, its profiling tables), scikit-learn (its
 embedding-collapse metric), requests and huggingface_hub (its downloads: TCIA, MMARs, bundles, MedicalNet's weights),
-OpenCV (the ultrasound confidence map, its video datasets), TensorBoard and tensorboardX (its TensorBoard images and
-handlers) and five of scipy's subpackages (scipy is one of MONAI's optional extras, each imported through
+OpenCV (the ultrasound confidence map, its video datasets), TensorBoard, tensorboardX and ``torch.utils.tensorboard``
+(its TensorBoard images and handlers) and five of scipy's subpackages (scipy is one of MONAI's optional extras, each imported through
 ``optional_import``): ``scipy.signal`` (the ultrasound confidence map, the signal transforms; it imports
 ``scipy.stats``), ``scipy.ndimage`` (spline interpolation orders given as integers, hole filling, distance transforms,
 surface metrics), ``scipy.sparse`` (DiNTS, the confidence map), ``scipy.spatial`` and ``scipy.optimize`` (metrics);
@@ -42,7 +42,8 @@ OPTIONAL = ("torchvision", "transformers", "mlflow", "matplotlib", "pandas", "sk
             "cv2", "tensorboard", "tensorboardX", "scipy.signal", "scipy.ndimage", "scipy.sparse", "scipy.spatial",
             "scipy.optimize",
             # and what a GPU machine's image holds besides (MONAI asks for each when imported; none is used here)
-            "cupy", "cupyx", "skimage", "h5py", "tifffile", "torchaudio", "einops")
+            "cupy", "cupyx", "skimage", "h5py", "tifffile", "torchaudio", "einops",
+            "torch.utils.tensorboard")  # torch's writer, which MONAI's handlers import (it imports TensorBoard)
 TRIMMED_BY = "monai"  # whose own imports of them are trimmed
 REFERENCE = ("harness_models.", "torch.")  # the _target_ roots of the harness's own reference workloads
 TRIMMED: set[str] = set()  # the packages MONAI's imports were refused in this process (as named in OPTIONAL)
