@@ -6,8 +6,8 @@ or a ``try: import ... except ImportError``), torchvision (AHNet's FPN backbone)
 MLflow handler), matplotlib (its notebook plots), pandas (its CSV datasets, its profiling tables), scikit-learn (its
 embedding-collapse metric), requests and huggingface_hub (its downloads: TCIA, MMARs, bundles, MedicalNet's weights),
 OpenCV (the ultrasound confidence map, its video datasets), TensorBoard, tensorboardX and ``torch.utils.tensorboard``
-(its TensorBoard images and handlers) and five of scipy's subpackages (scipy is one of MONAI's optional extras, each imported through
-``optional_import``): ``scipy.signal`` (the ultrasound confidence map, the signal transforms; it imports
+(its TensorBoard images and handlers) and five of scipy's subpackages (scipy is one of MONAI's optional extras, each
+imported through ``optional_import``): ``scipy.signal`` (the ultrasound confidence map, the signal transforms; it imports
 ``scipy.stats``), ``scipy.ndimage`` (spline interpolation orders given as integers, hole filling, distance transforms,
 surface metrics), ``scipy.sparse`` (DiNTS, the confidence map), ``scipy.spatial`` and ``scipy.optimize`` (metrics);
 and, where a GPU machine's image has them, CuPy and cupyx (its GPU arrays and their transforms), scikit-image (its
