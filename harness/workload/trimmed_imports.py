@@ -1,5 +1,4 @@
 """MONAI imported for the harness's reference workloads without the optional packages they never use.
-
 ``import monai`` walks every MONAI subpackage (``load_submodules``) and ``monai.networks.nets`` imports every network;
 on the way MONAI imports, each through its own handling of an absent optional package (``monai.utils.optional_import``
 or a ``try: import ... except ImportError``), torchvision (AHNet's FPN backbone), transformers (TransChex), mlflow (its
@@ -7,17 +6,17 @@ MLflow handler), matplotlib (its notebook plots), pandas (its CSV datasets, its 
 embedding-collapse metric), requests and huggingface_hub (its downloads: TCIA, MMARs, bundles, MedicalNet's weights),
 OpenCV (the ultrasound confidence map, its video datasets), TensorBoard, tensorboardX and ``torch.utils.tensorboard``
 (its TensorBoard images and handlers) and five of scipy's subpackages (scipy is one of MONAI's optional extras, each
-imported through ``optional_import``): ``scipy.signal`` (the ultrasound confidence map, the signal transforms; it imports
-``scipy.stats``), ``scipy.ndimage`` (spline interpolation orders given as integers, hole filling, distance transforms,
-surface metrics), ``scipy.sparse`` (DiNTS, the confidence map), ``scipy.spatial`` and ``scipy.optimize`` (metrics);
-and, where a GPU machine's image has them, CuPy and cupyx (its GPU arrays and their transforms), scikit-image (its
-morphology and measurement transforms; it imports ``scipy.ndimage`` too), h5py and tifffile (its readers), torchaudio
-(its signal transforms) and einops (its transformer blocks): seconds of a 2-core CPU's start, none of it used by the
-reference workloads' UNet, BasicUNet, MedNeXt, SE-ResNet, DiceCE loss or data pipelines (their rotation and elastic
-deformation interpolate with torch, by mode name). MONAI has no switch to import only some of its networks, and its
-subpackages import each other in the walk's order, so the walk itself stays; what :func:`trimmed` does is what MONAI
-does where those packages are not installed: inside it, an import of one of :data:`OPTIONAL` made by MONAI's own code
-(the importing frame's module is ``monai.*``) finds no such package.
+imported through ``optional_import``): ``scipy.signal`` (the ultrasound confidence map, the signal transforms; it
+imports ``scipy.stats``), ``scipy.ndimage`` (spline interpolation orders given as integers, hole filling, distance
+transforms, surface metrics), ``scipy.sparse`` (DiNTS, the confidence map), ``scipy.spatial`` and ``scipy.optimize``
+(metrics); and, where a GPU machine's image has them, CuPy and cupyx (its GPU arrays and their transforms),
+scikit-image (its morphology and measurement transforms; it imports ``scipy.ndimage`` too), h5py and tifffile (its
+readers), torchaudio (its signal transforms) and einops (its transformer blocks): seconds of a 2-core CPU's start, none
+of it used by the reference workloads' UNet, BasicUNet, MedNeXt, SE-ResNet, DiceCE loss or data pipelines (their
+rotation and elastic deformation interpolate with torch, by mode name). MONAI has no switch to import only some of its
+networks, and its subpackages import each other in the walk's order, so the walk itself stays; what :func:`trimmed`
+does is what MONAI does where those packages are not installed: inside it, an import of one of :data:`OPTIONAL` made by
+MONAI's own code (the importing frame's module is ``monai.*``) finds no such package.
 
 What stays true (``tests/test_trimmed_imports.py``): the built model, its parameter count and FLOPs, and the loss are
 those of a full import; only MONAI's own imports are trimmed (a reference workload's module importing torchvision itself
