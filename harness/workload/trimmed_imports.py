@@ -1,4 +1,5 @@
 """MONAI imported for the harness's reference workloads without the optional packages they never use.
+
 ``import monai`` walks every MONAI subpackage (``load_submodules``) and ``monai.networks.nets`` imports every network;
 on the way MONAI imports, each through its own handling of an absent optional package (``monai.utils.optional_import``
 or a ``try: import ... except ImportError``), torchvision (AHNet's FPN backbone), transformers (TransChex), mlflow (its
