@@ -1,7 +1,8 @@
 """`diagnose` end to end on the CPU. Which verdict a setting gets depends on how fast this machine's
 loader and model are (and on what else runs on it), so the default tier checks what `diagnose` does
-and stores; the verdicts for clear-cut settings are in the slow tier. The verdict rule itself is tested
-on fixed rates in test_data.py::test_diagnosis_verdicts_from_rates."""
+and stores (in test_launcher_command.py, the command run in-process); the verdicts for clear-cut
+settings are in the slow tier. The verdict rule itself is tested on fixed rates in
+test_data.py::test_diagnosis_verdicts_from_rates."""
 
 import shlex
 
@@ -16,6 +17,9 @@ TINY = ("measure.steps=8", "measure.warmup_steps=2")
 VERDICTS = ("data-bound: the loader delivers", "compute-bound: the loader delivers", "balanced")
 
 
+# the default tier runs this command in the test process itself (cli.main), with every check here and its
+# launcher's: test_launcher_command.py::test_diagnose_forks_its_three_runs_from_one_launcher_gone_with_the_command
+@pytest.mark.slow
 def test_diagnose_stores_three_parts_and_prints_a_verdict_with_its_numbers(results):
     # the tiny model: which verdict is not asserted here, so the parts' speed does not matter
     out = harness_cli("diagnose", *TINY_MODEL_ARGS, "measure.steps=3", "measure.warmup_steps=1",
