@@ -10,6 +10,16 @@ from tests.conftest import REPO, TINY_MODEL_ARGS, harness_cli
 TINY = ("measure.steps=3", "measure.warmup_steps=1")
 
 
+def in_process(capfd, *args: str) -> subprocess.CompletedProcess:
+    """``python -m harness ARGS`` in this process (the command line's own: cli.main), with all that it and its
+    children wrote on stdout and stderr, as ``harness_cli`` returns it: for refusals, which start no run."""
+    from harness import cli
+
+    code = cli.main(list(args))
+    out, err = capfd.readouterr()
+    return subprocess.CompletedProcess(args, code, out, err)
+
+
 def test_help_lists_the_subcommands():
     out = harness_cli("--help")
     assert out.returncode == 0
@@ -22,8 +32,8 @@ def test_unknown_subcommand_suggests_the_close_one():
     assert out.returncode == 2 and "Did you mean 'sweep'" in out.stderr
 
 
-def test_unknown_setting_stops_before_anything_runs(results):
-    out = harness_cli("run", "data.num_worker=2", f"results_dir={results}")
+def test_unknown_setting_stops_before_anything_runs(results, capfd):
+    out = in_process(capfd, "run", "data.num_worker=2", f"results_dir={results}")
     assert out.returncode == 2
     assert "unknown setting 'data.num_worker'" in out.stderr and "data.num_workers" in out.stderr
     assert not results.exists()
@@ -38,13 +48,14 @@ def test_a_climb_setting_given_to_another_command_is_refused_not_ignored(results
     assert not results.exists()
 
 
-def test_contradiction_is_explained(results):
-    out = harness_cli("run", "data.prefetch_factor=2", f"results_dir={results}")
+def test_contradiction_is_explained(results, capfd):
+    out = in_process(capfd, "run", "data.prefetch_factor=2", f"results_dir={results}")
     assert out.returncode == 2 and "needs data.num_workers > 0" in out.stdout + out.stderr
 
 
-def test_a_bad_multiprocessing_context_is_one_line_naming_the_valid_ones(results):
-    out = harness_cli("run", "data.num_workers=1", "data.multiprocessing_context=spwan", f"results_dir={results}")
+def test_a_bad_multiprocessing_context_is_one_line_naming_the_valid_ones(results, capfd):
+    out = in_process(capfd, "run", "data.num_workers=1", "data.multiprocessing_context=spwan",
+                     f"results_dir={results}")
     assert out.returncode == 2 and "Traceback" not in out.stderr and not results.exists()
     assert out.stderr.strip().splitlines() == ["error: unknown data.multiprocessing_context 'spwan'. Did you mean "
                                                "'spawn'? Valid choices: fork, forkserver, spawn"]
@@ -66,9 +77,9 @@ def test_a_failed_run_exits_non_zero_and_is_still_stored(results):
     assert list(load_runs(results)["status"]) == ["oom"]
 
 
-def test_loader_workers_far_beyond_the_cpus_are_refused_in_one_line_before_anything_runs(results):
+def test_loader_workers_far_beyond_the_cpus_are_refused_in_one_line_before_anything_runs(results, capfd):
     bound = 4 * len(os.sched_getaffinity(0))
-    out = harness_cli("run", "data.num_workers=999999", "measure.steps=5", f"results_dir={results}")
+    out = in_process(capfd, "run", "data.num_workers=999999", "measure.steps=5", f"results_dir={results}")
     assert out.returncode == 2
     assert (out.stdout + out.stderr).strip().splitlines() == [
         f"error: data.num_workers=999999 is more than {bound} loader workers, the bound here (4 for each of the "
@@ -76,11 +87,11 @@ def test_loader_workers_far_beyond_the_cpus_are_refused_in_one_line_before_anyth
     assert not results.exists()
 
 
-def test_loader_workers_above_the_cpus_are_one_warning_line(tmp_path):
+def test_loader_workers_above_the_cpus_are_one_warning_line(tmp_path, capfd):
     cpus = len(os.sched_getaffinity(0))
     not_a_folder = tmp_path / "file"
     not_a_folder.write_text("")  # the run stops at the results folder, after the settings were resolved
-    out = harness_cli("run", f"data.num_workers={cpus + 1}", f"results_dir={not_a_folder}")
+    out = in_process(capfd, "run", f"data.num_workers={cpus + 1}", f"results_dir={not_a_folder}")
     assert out.returncode == 2
     warning, error = out.stderr.strip().splitlines()  # the warning, then the refusal: one line each
     assert warning == (f"warning: data.num_workers={cpus + 1} is more than the {cpus} CPUs this process may use: the "
