@@ -5,19 +5,9 @@ import subprocess
 import sys
 
 from harness.store import load_runs
-from tests.conftest import REPO, TINY_MODEL_ARGS, harness_cli
+from tests.conftest import REPO, TINY_MODEL_ARGS, harness_cli, in_process
 
 TINY = ("measure.steps=3", "measure.warmup_steps=1")
-
-
-def in_process(capfd, *args: str) -> subprocess.CompletedProcess:
-    """``python -m harness ARGS`` in this process (the command line's own: cli.main), with all that it and its
-    children wrote on stdout and stderr, as ``harness_cli`` returns it: for refusals, which start no run."""
-    from harness import cli
-
-    code = cli.main(list(args))
-    out, err = capfd.readouterr()
-    return subprocess.CompletedProcess(args, code, out, err)
 
 
 def test_help_lists_the_subcommands():

@@ -9,7 +9,7 @@ import shlex
 import pytest
 
 from harness.store import load_runs
-from tests.conftest import REPO, TINY_MODEL_ARGS, harness_cli
+from tests.conftest import REPO, TINY_MODEL_ARGS, harness_cli, in_process
 
 TINY = ("measure.steps=8", "measure.warmup_steps=2")
 
@@ -213,8 +213,8 @@ def test_diagnose_takes_a_ladders_baseline_with_the_users_overrides_on_top(tmp_p
     assert cfg.data.read_latency_ms == 5 and cfg.size == "smoke" and cfg.data.patch_size == [16, 32, 32]
 
 
-def test_diagnose_with_an_unknown_ladder_names_it_and_exits_2(results):
-    out = harness_cli("diagnose", "+ladder=a100_volumes", f"results_dir={results}")
+def test_diagnose_with_an_unknown_ladder_names_it_and_exits_2(results, capfd):
+    out = in_process(capfd, "diagnose", "+ladder=a100_volumes", f"results_dir={results}")
     assert out.returncode == 2 and "unknown ladder 'a100_volumes'" in out.stdout + out.stderr
     assert "Traceback" not in out.stdout + out.stderr
 
