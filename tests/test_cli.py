@@ -132,19 +132,16 @@ def test_a_skipped_run_exits_4_not_1_and_is_stored(results):
     assert list(load_runs(results)["status"]) == ["skipped"] and "tf32=true needs a CUDA GPU" in out.stdout
 
 
-def test_the_free_space_refusal_names_the_command_that_was_run(results, monkeypatch, capsys):
+def test_the_free_space_refusal_names_the_command_that_was_run(results, monkeypatch, capfd):
     import collections
     import shutil
-
-    from harness.cli import main
 
     usage = collections.namedtuple("Usage", "total used free")
     monkeypatch.setattr(shutil, "disk_usage", lambda path: usage(2**40, 2**40 - 2**20, 2**20))
     for command in ("run", "diagnose", "climb"):
-        code = main([command, f"results_dir={results}"])
-        out = capsys.readouterr()
-        assert code == 2, out.out + out.err
-        assert out.err.strip().splitlines() == [
+        out = in_process(capfd, command, f"results_dir={results}")
+        assert out.returncode == 2, out.stdout + out.stderr
+        assert out.stderr.strip().splitlines() == [
             f"error: results folder {str(results)!r} has 1 MiB free; `python -m harness {command}` needs at least "
             "64 MiB. Free some space or choose results_dir=PATH"]
 

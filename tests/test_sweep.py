@@ -3,7 +3,7 @@
 import json
 
 from harness.store import load_runs
-from tests.conftest import REPO, TINY_MODEL_ARGS, TINY_STEPS_ARGS, copy_store, harness_cli
+from tests.conftest import REPO, TINY_MODEL_ARGS, TINY_STEPS_ARGS, copy_store, harness_cli, in_process
 
 TINY = (*TINY_MODEL_ARGS, *TINY_STEPS_ARGS)  # what each rung trains is not what these tests are about
 
@@ -14,13 +14,11 @@ def _sweep(results, *args):
     return harness_cli("sweep", "sweep.repeats=1", *args, *TINY, "sweep.remeasure_busy=false", f"results_dir={results}")
 
 
-def _refused(results, capsys, *args):
-    """A sweep refused before anything runs, in this process (the command line's own: cli.main): its exit code and
-    what it printed on stderr."""
-    from harness import cli
-
-    code = cli.main(["sweep", "sweep.repeats=1", *args, *TINY, "sweep.remeasure_busy=false", f"results_dir={results}"])
-    return code, capsys.readouterr().err
+def _refused(results, capfd, *args):
+    """A sweep refused before anything runs, in this process (``in_process``): its exit code and stderr."""
+    out = in_process(capfd, "sweep", "sweep.repeats=1", *args, *TINY, "sweep.remeasure_busy=false",
+                     f"results_dir={results}")
+    return out.returncode, out.stderr
 
 
 def _flat(d, prefix=""):
@@ -106,28 +104,28 @@ def test_the_loop_runs_rounds_outermost_and_labels_each_turn():
         "[rung 1/3]"
 
 
-def test_override_of_what_the_ladder_varies_is_refused(results, capsys):
-    code, err = _refused(results, capsys, "+ladder=phase2", "precision=bf16-mixed")
+def test_override_of_what_the_ladder_varies_is_refused(results, capfd):
+    code, err = _refused(results, capfd, "+ladder=phase2", "precision=bf16-mixed")
     assert code == 2
     assert "precision is what ladder 'phase2' varies" in err
     assert not results.exists()
 
 
-def test_without_a_ladder_or_with_an_unknown_one_the_ladders_are_listed(results, capsys):
-    code, err = _refused(results, capsys)
+def test_without_a_ladder_or_with_an_unknown_one_the_ladders_are_listed(results, capfd):
+    code, err = _refused(results, capfd)
     assert code == 2 and "phase2" in err and "+ladder=NAME" in err
-    code, err = _refused(results, capsys, "+ladder=phase9")
+    code, err = _refused(results, capfd, "+ladder=phase9")
     assert code == 2 and "unknown ladder 'phase9'" in err
 
 
-def test_a_ladder_in_a_config_folder_is_found_and_an_unknown_one_says_where_it_looked(results, tmp_path, capsys):
+def test_a_ladder_in_a_config_folder_is_found_and_an_unknown_one_says_where_it_looked(results, tmp_path, capfd):
     mine = tmp_path / "conf"
     (mine / "ladder").mkdir(parents=True)
     (mine / "ladder" / "two.yaml").write_text("workload: resnet50\nrungs:\n  - set: {channels_last: true}\n")
     # found: the sweep gets as far as checking the overrides against what the ladder varies
-    code, err = _refused(results, capsys, "--config-dir", str(mine), "+ladder=two", "channels_last=false")
+    code, err = _refused(results, capfd, "--config-dir", str(mine), "+ladder=two", "channels_last=false")
     assert code == 2 and "channels_last is what ladder 'two' varies" in err
-    code, err = _refused(results, capsys, "--config-dir", str(mine), "+ladder=too")
+    code, err = _refused(results, capfd, "--config-dir", str(mine), "+ladder=too")
     first = err.splitlines()[0]
     assert code == 2 and first.startswith("error: unknown ladder 'too'. Did you mean 'two'?")
     shipped = REPO / 'harness' / 'conf' / 'ladder'
@@ -170,7 +168,7 @@ def test_batch_ladder_stops_cleanly_at_the_first_oom_and_the_table_says_where(tm
     assert "memory ran out at rung 2 (batch_size=4); the ladder stopped there" in text
 
 
-def test_several_values_for_one_setting_are_refused(results, capsys):
-    code, err = _refused(results, capsys, "+ladder=phase2", "model.width=0.5,1.0")
+def test_several_values_for_one_setting_are_refused(results, capfd):
+    code, err = _refused(results, capfd, "+ladder=phase2", "model.width=0.5,1.0")
     assert code == 2 and "'model.width=0.5,1.0' gives several values" in err
     assert not results.exists()
