@@ -51,6 +51,17 @@ def harness_cli(*args: str, cwd: Path | None = None, timeout: float = 600) -> su
                           text=True, timeout=timeout)
 
 
+def in_process(capfd, *args: str) -> subprocess.CompletedProcess:
+    """``python -m harness ARGS`` in this process (the command line's own: cli.main), with all that it and its
+    children wrote on stdout and stderr (``capfd``), as ``harness_cli`` returns it: for refusals, which start no run
+    (a fresh interpreter costs a second or more a command)."""
+    from harness import cli
+
+    code = cli.main(list(args))
+    out, err = capfd.readouterr()
+    return subprocess.CompletedProcess(list(args), code, out, err)
+
+
 # The slow and GPU tiers run for minutes a test (full sweeps, torch.compile): the per-test timeout of pyproject.toml is
 # the default tier's. A test's own timeout marker wins.
 LONG_TIMEOUT_S = 3600

@@ -5,7 +5,7 @@ import subprocess
 import sys
 
 from harness.store import load_runs
-from tests.conftest import REPO, TINY_MODEL_ARGS, harness_cli
+from tests.conftest import REPO, TINY_MODEL_ARGS, harness_cli, in_process
 
 TINY = ("measure.steps=3", "measure.warmup_steps=1")
 
@@ -22,8 +22,8 @@ def test_unknown_subcommand_suggests_the_close_one():
     assert out.returncode == 2 and "Did you mean 'sweep'" in out.stderr
 
 
-def test_unknown_setting_stops_before_anything_runs(results):
-    out = harness_cli("run", "data.num_worker=2", f"results_dir={results}")
+def test_unknown_setting_stops_before_anything_runs(results, capfd):
+    out = in_process(capfd, "run", "data.num_worker=2", f"results_dir={results}")
     assert out.returncode == 2
     assert "unknown setting 'data.num_worker'" in out.stderr and "data.num_workers" in out.stderr
     assert not results.exists()
@@ -38,13 +38,14 @@ def test_a_climb_setting_given_to_another_command_is_refused_not_ignored(results
     assert not results.exists()
 
 
-def test_contradiction_is_explained(results):
-    out = harness_cli("run", "data.prefetch_factor=2", f"results_dir={results}")
+def test_contradiction_is_explained(results, capfd):
+    out = in_process(capfd, "run", "data.prefetch_factor=2", f"results_dir={results}")
     assert out.returncode == 2 and "needs data.num_workers > 0" in out.stdout + out.stderr
 
 
-def test_a_bad_multiprocessing_context_is_one_line_naming_the_valid_ones(results):
-    out = harness_cli("run", "data.num_workers=1", "data.multiprocessing_context=spwan", f"results_dir={results}")
+def test_a_bad_multiprocessing_context_is_one_line_naming_the_valid_ones(results, capfd):
+    out = in_process(capfd, "run", "data.num_workers=1", "data.multiprocessing_context=spwan",
+                     f"results_dir={results}")
     assert out.returncode == 2 and "Traceback" not in out.stderr and not results.exists()
     assert out.stderr.strip().splitlines() == ["error: unknown data.multiprocessing_context 'spwan'. Did you mean "
                                                "'spawn'? Valid choices: fork, forkserver, spawn"]
@@ -66,9 +67,9 @@ def test_a_failed_run_exits_non_zero_and_is_still_stored(results):
     assert list(load_runs(results)["status"]) == ["oom"]
 
 
-def test_loader_workers_far_beyond_the_cpus_are_refused_in_one_line_before_anything_runs(results):
+def test_loader_workers_far_beyond_the_cpus_are_refused_in_one_line_before_anything_runs(results, capfd):
     bound = 4 * len(os.sched_getaffinity(0))
-    out = harness_cli("run", "data.num_workers=999999", "measure.steps=5", f"results_dir={results}")
+    out = in_process(capfd, "run", "data.num_workers=999999", "measure.steps=5", f"results_dir={results}")
     assert out.returncode == 2
     assert (out.stdout + out.stderr).strip().splitlines() == [
         f"error: data.num_workers=999999 is more than {bound} loader workers, the bound here (4 for each of the "
@@ -76,11 +77,11 @@ def test_loader_workers_far_beyond_the_cpus_are_refused_in_one_line_before_anyth
     assert not results.exists()
 
 
-def test_loader_workers_above_the_cpus_are_one_warning_line(tmp_path):
+def test_loader_workers_above_the_cpus_are_one_warning_line(tmp_path, capfd):
     cpus = len(os.sched_getaffinity(0))
     not_a_folder = tmp_path / "file"
     not_a_folder.write_text("")  # the run stops at the results folder, after the settings were resolved
-    out = harness_cli("run", f"data.num_workers={cpus + 1}", f"results_dir={not_a_folder}")
+    out = in_process(capfd, "run", f"data.num_workers={cpus + 1}", f"results_dir={not_a_folder}")
     assert out.returncode == 2
     warning, error = out.stderr.strip().splitlines()  # the warning, then the refusal: one line each
     assert warning == (f"warning: data.num_workers={cpus + 1} is more than the {cpus} CPUs this process may use: the "
@@ -92,11 +93,20 @@ def test_loader_workers_above_the_cpus_are_one_warning_line(tmp_path):
 # exit codes, and what a refusal says
 
 
-def test_every_exit_code_is_said_in_help():
-    for out in (harness_cli("--help"), harness_cli("run", "--help"), harness_cli("check", "--help"),
-                harness_cli("check", "--against", "HEAD", "--help")):
-        assert out.returncode == 0
-        text = out.stdout[out.stdout.index("exit codes:"):]
+def test_every_exit_code_is_said_in_help(monkeypatch, capsys):
+    # in this process: the help the command line prints is cli.main's (`--help` in a fresh interpreter:
+    # test_help_lists_the_subcommands); as wide a terminal as harness_cli's
+    from harness import cli
+
+    monkeypatch.setenv("COLUMNS", "200")
+    for argv in (["--help"], ["run", "--help"], ["check", "--help"], ["check", "--against", "HEAD", "--help"]):
+        try:
+            code = cli.main(argv)
+        except SystemExit as stop:  # as the process would exit
+            code = stop.code
+        assert code in (0, None), argv
+        stdout = capsys.readouterr().out
+        text = stdout[stdout.index("exit codes:"):]
         for code in ("0 ", "1 ", "2 ", "3 ", "4 ", "5 ", "6 ", "128+N "):
             assert f"\n  {code}" in text, code
         assert "not in results_dir" in text and "skipped" in text
@@ -122,13 +132,14 @@ def test_a_skipped_run_exits_4_not_1_and_is_stored(results):
     assert list(load_runs(results)["status"]) == ["skipped"] and "tf32=true needs a CUDA GPU" in out.stdout
 
 
-def test_the_free_space_refusal_names_the_command_that_was_run(results):
-    code = ("import shutil, sys, collections; Usage = collections.namedtuple('Usage', 'total used free'); "
-            "shutil.disk_usage = lambda path: Usage(2**40, 2**40 - 2**20, 2**20); "
-            "from harness.cli import main; sys.exit(main(sys.argv[1:]))")
+def test_the_free_space_refusal_names_the_command_that_was_run(results, monkeypatch, capfd):
+    import collections
+    import shutil
+
+    usage = collections.namedtuple("Usage", "total used free")
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: usage(2**40, 2**40 - 2**20, 2**20))
     for command in ("run", "diagnose", "climb"):
-        out = subprocess.run([sys.executable, "-c", code, command, f"results_dir={results}"], cwd=REPO,
-                             capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=str(REPO)))
+        out = in_process(capfd, command, f"results_dir={results}")
         assert out.returncode == 2, out.stdout + out.stderr
         assert out.stderr.strip().splitlines() == [
             f"error: results folder {str(results)!r} has 1 MiB free; `python -m harness {command}` needs at least "

@@ -19,7 +19,7 @@ from harness.climb import ascent, output, space
 from harness.config import ladder_file
 from harness.analysis.stats.noise_model import Noise, Runs
 from harness.config import ladder as ladder_mod
-from tests.conftest import REPO, harness_cli
+from tests.conftest import REPO, harness_cli, in_process
 
 CPU = space.Facts(device="cpu", usable_cpus=2)
 DEFAULT_NOISE = Noise()
@@ -464,8 +464,8 @@ def test_a_step_cut_short_by_the_budget_says_how_many_of_its_runs_are_stored():
     ("climb.knobs=[chanels_last]", "Did you mean 'channels_last'"),
     ("climb.budget=3", "budget"),
 ])
-def test_bad_climb_settings_stop_with_one_line_and_exit_2(results, override, says):
-    out = harness_cli("climb", override, f"results_dir={results}")
+def test_bad_climb_settings_stop_with_one_line_and_exit_2(results, override, says, capfd):
+    out = in_process(capfd, "climb", override, f"results_dir={results}")
     assert out.returncode == 2, out.stdout + out.stderr
     assert says in out.stdout + out.stderr and "Traceback" not in out.stdout + out.stderr
     assert not (results / "runs").exists() or not any((results / "runs").iterdir())

@@ -1,14 +1,15 @@
 """`diagnose` end to end on the CPU. Which verdict a setting gets depends on how fast this machine's
 loader and model are (and on what else runs on it), so the default tier checks what `diagnose` does
-and stores; the verdicts for clear-cut settings are in the slow tier. The verdict rule itself is tested
-on fixed rates in test_data.py::test_diagnosis_verdicts_from_rates."""
+and stores (in test_launcher_command.py, the command run in-process); the verdicts for clear-cut
+settings are in the slow tier. The verdict rule itself is tested on fixed rates in
+test_data.py::test_diagnosis_verdicts_from_rates."""
 
 import shlex
 
 import pytest
 
 from harness.store import load_runs
-from tests.conftest import REPO, TINY_MODEL_ARGS, harness_cli
+from tests.conftest import REPO, TINY_MODEL_ARGS, harness_cli, in_process
 
 TINY = ("measure.steps=8", "measure.warmup_steps=2")
 
@@ -16,6 +17,9 @@ TINY = ("measure.steps=8", "measure.warmup_steps=2")
 VERDICTS = ("data-bound: the loader delivers", "compute-bound: the loader delivers", "balanced")
 
 
+# the default tier runs this command in the test process itself (cli.main), with every check here and its
+# launcher's: test_launcher_command.py::test_diagnose_forks_its_three_runs_from_one_launcher_gone_with_the_command
+@pytest.mark.slow
 def test_diagnose_stores_three_parts_and_prints_a_verdict_with_its_numbers(results):
     # the tiny model: which verdict is not asserted here, so the parts' speed does not matter
     out = harness_cli("diagnose", *TINY_MODEL_ARGS, "measure.steps=3", "measure.warmup_steps=1",
@@ -209,8 +213,8 @@ def test_diagnose_takes_a_ladders_baseline_with_the_users_overrides_on_top(tmp_p
     assert cfg.data.read_latency_ms == 5 and cfg.size == "smoke" and cfg.data.patch_size == [16, 32, 32]
 
 
-def test_diagnose_with_an_unknown_ladder_names_it_and_exits_2(results):
-    out = harness_cli("diagnose", "+ladder=a100_volumes", f"results_dir={results}")
+def test_diagnose_with_an_unknown_ladder_names_it_and_exits_2(results, capfd):
+    out = in_process(capfd, "diagnose", "+ladder=a100_volumes", f"results_dir={results}")
     assert out.returncode == 2 and "unknown ladder 'a100_volumes'" in out.stdout + out.stderr
     assert "Traceback" not in out.stdout + out.stderr
 

@@ -20,7 +20,7 @@ from harness.run.parent import runner
 from harness.records.make import make_record
 from harness.store import load_runs, store_record
 from harness.sweeps import loop
-from tests.conftest import TINY_MODEL, harness_cli
+from tests.conftest import TINY_MODEL, in_process
 
 MIB = 2**20
 
@@ -162,11 +162,11 @@ def test_a_fit_run_again_resumes_and_measures_nothing_twice(results, allocator, 
     assert "Largest that fits: batch_size=24" in capsys.readouterr().out
 
 
-def test_the_fit_command_refuses_bad_settings_before_anything_runs(results):
-    out = harness_cli("fit", "fit.max=0", f"results_dir={results}")
+def test_the_fit_command_refuses_bad_settings_before_anything_runs(results, capfd):
+    out = in_process(capfd, "fit", "fit.max=0", f"results_dir={results}")
     assert out.returncode == 2 and "fit.max=0 must be a whole number >= 1" in out.stderr
     assert "Traceback" not in out.stderr and not (results / "runs").exists()
-    other = harness_cli("run", "fit.max=4", f"results_dir={results}")
+    other = in_process(capfd, "run", "fit.max=4", f"results_dir={results}")
     assert other.returncode == 2 and "'fit.max=4' is a setting of `python -m harness fit`" in other.stderr
 
 

@@ -10,7 +10,7 @@ import torch
 
 from harness import config as config_mod
 from harness.workload import applicability
-from tests.conftest import TINY_MODEL_ARGS, harness_cli, tiny_config, tiny_model_config
+from tests.conftest import TINY_MODEL_ARGS, harness_cli, in_process, tiny_config, tiny_model_config
 
 NEW_KEYS = {"cudnn_deterministic": True, "model.depth": 4, "cpus": 1, "data.read_latency_ms": 5.0,
             "val.every_n_steps": 10, "float32_matmul_precision": "medium", "memory_cleanup_every_n_steps": 30,
@@ -102,8 +102,8 @@ def test_a_run_with_cleanup_and_visualisation_every_step_is_measured(periodic_ru
     assert (settings["memory_cleanup_every_n_steps"], settings["visualize_every_n_steps"]) == (1, 1)
 
 
-def test_a_bad_value_on_the_command_line_exits_2_without_a_traceback(results):
-    out = harness_cli("run", "float32_matmul_precision=fast", f"results_dir={results}")
+def test_a_bad_value_on_the_command_line_exits_2_without_a_traceback(results, capfd):
+    out = in_process(capfd, "run", "float32_matmul_precision=fast", f"results_dir={results}")
     said = " ".join((out.stdout + out.stderr).split())  # the console may wrap the line
     assert out.returncode == 2 and "Traceback" not in said
     assert "unknown float32_matmul_precision 'fast'. Valid choices: high, highest, medium" in said

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -47,10 +48,12 @@ def _probe_runs(results, tmp_path, monkeypatch, runs: int = 2, on_progress=None)
     return records, list(by_pid.values())
 
 
-def test_forked_runs_are_fresh_processes_of_their_own_that_see_nothing_of_each_other(results, tmp_path, monkeypatch):
-    zygote_threads, environs = [], []
-
-    forks = []
+@pytest.fixture(scope="module")
+def probe_runs(tmp_path_factory) -> SimpleNamespace:
+    """THREE probe runs forked from one warm launcher, and what was seen of its zygote while each built and warmed up
+    (its threads, the forks it said, its environment): read by the tests of forked runs and of a run's phases."""
+    tmp_path = tmp_path_factory.mktemp("probe-runs")
+    zygote_threads, environs, forks = [], [], []
 
     def look(session, info):  # while a run builds and warms up, the zygote waits for it: as it is before a fork
         if session.zygote is not None:
@@ -58,7 +61,14 @@ def test_forked_runs_are_fresh_processes_of_their_own_that_see_nothing_of_each_o
             forks[:] = session.zygote.forks
             environs.append(Path(f"/proc/{session.zygote.proc.pid}/environ").read_bytes().split(b"\0"))
 
-    records, seen = _probe_runs(results, tmp_path, monkeypatch, runs=3, on_progress=look)
+    with pytest.MonkeyPatch.context() as patch:
+        records, seen = _probe_runs(tmp_path / "results", tmp_path, patch, runs=3, on_progress=look)
+    return SimpleNamespace(records=records, seen=seen, zygote_threads=zygote_threads, environs=environs, forks=forks)
+
+
+def test_forked_runs_are_fresh_processes_of_their_own_that_see_nothing_of_each_other(probe_runs):
+    records, seen, forks = probe_runs.records, probe_runs.seen, probe_runs.forks
+    zygote_threads, environs = probe_runs.zygote_threads, probe_runs.environs
     # before each fork the zygote had exactly one thread and no CUDA (it says so with each run it forks)
     assert forks == [{"threads": 1, "cuda_initialized": False, "cuda_driver": ""}] * 3
     assert [r.status for r in records] == ["ok"] * 3, records[0].error
@@ -179,8 +189,8 @@ def test_exec_launch_is_chosen_with_one_line(results, tmp_path, monkeypatch, cap
     assert capsys.readouterr().err.count(f"warm launcher off: {launcher.LAUNCH_ENV}=exec") == 1
 
 
-def test_a_runs_wall_time_is_split_into_its_phases(results, tmp_path, monkeypatch):
-    records, _ = _probe_runs(results, tmp_path, monkeypatch, runs=2)
+def test_a_runs_wall_time_is_split_into_its_phases(probe_runs):
+    records = probe_runs.records
     for r in records:
         parts = [r.phase_launch_s, r.phase_model_s, r.phase_data_s, r.phase_warmup_s, r.measured_s, r.phase_teardown_s]
         assert all(p is not None and p >= 0 for p in parts) and r.phase_wall_s > 0
@@ -193,7 +203,7 @@ def test_a_runs_wall_time_is_split_into_its_phases(results, tmp_path, monkeypatc
         assert r.phase_warmup_rest_s == pytest.approx(r.phase_warmup_s - r.first_step_s)
     assert records[0].phase_gap_s is not None and records[1].phase_gap_s >= 0
     line = phases.duty_cycle(records, 100.0)
-    assert line.startswith("duty cycle ") and "2 runs measured" in line and "launch" in line and "window" in line
+    assert line.startswith("duty cycle ") and "3 runs measured" in line and "launch" in line and "window" in line
 
 
 def test_phases_of_a_run_that_failed_early_are_left_empty():
@@ -369,10 +379,11 @@ def test_the_launcher_preloads_torch_dynamo_only_for_a_reference_workload_whose_
     premise = ("import sys, torch; torch.optim.AdamW([torch.nn.Parameter(torch.zeros(1))]); "
                "print('torch._dynamo' in sys.modules)")
     env = {**os.environ, "PYTHONPATH": str(REPO), "FORK_PROBE_OUT": str(tmp_path / "probe.jsonl")}
-    outs = [subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, env=env, timeout=300)
-            for code in (script, premise)]
-    assert outs[0].stdout.split() == ["user", "False", "loader", "False", "reference", "True"], outs[0].stderr
-    assert outs[1].stdout.split() == ["True"], outs[1].stderr  # what a fresh process building the optimizer imports
+    procs = [subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              cwd=REPO, env=env) for code in (script, premise)]  # two fresh interpreters at once
+    outs = [proc.communicate(timeout=300) for proc in procs]
+    assert outs[0][0].split() == ["user", "False", "loader", "False", "reference", "True"], outs[0][1]
+    assert outs[1][0].split() == ["True"], outs[1][1]  # what a fresh process building the optimizer imports
 
 
 def test_on_a_gpu_torchs_optimizer_imports_are_preloaded_even_where_the_workloads_library_is_left_to_the_runs(

@@ -1,6 +1,7 @@
 """The run-level noise model: error rates of `check` over simulated sweeps, verdicts, table vs check.
 
-No torch and no runs except ONE end-to-end `noise` command at the tiniest settings.
+No torch and no runs here in the default tier; ONE end-to-end `noise` command at the tiniest settings in the slow
+tier (the default tier runs that command in-process, with the same checks: test_launcher_command.py).
 """
 
 from __future__ import annotations
@@ -195,13 +196,14 @@ def test_noise_runs_must_be_a_whole_number_of_two_or_more(capsys):
         assert err.count("\n") == 0 and f"noise.runs={bad!r}" in err and ">= 2" in err
 
 
-def test_noise_command_end_to_end(results):
-    from tests.conftest import TINY_MODEL_ARGS, harness_cli
+# the tiniest settings; NOISE_ARGS and TINY_MODEL_ARGS make the command of both tests of it
+NOISE_ARGS = ("noise.runs=2", "measure.steps=3", "measure.warmup_steps=1")
 
-    out = harness_cli("noise", "noise.runs=2", *TINY_MODEL_ARGS, "measure.steps=3", "measure.warmup_steps=1",
-                      f"results_dir={results}")
-    assert out.returncode == 0, out.stdout + out.stderr
-    assert "process-to-process CV of samples/s" in out.stdout and "sweep.repeats=3" in out.stdout
+
+def check_noise_command(stdout: str, results) -> None:
+    """What the `noise` command of NOISE_ARGS printed and stored, and a later sweep's table using or skipping it."""
+    out = " ".join(stdout.split())  # the console wraps long lines
+    assert "process-to-process CV of samples/s" in out and "sweep.repeats=3" in out
     frame = load_runs(results)
     assert len(frame) == 2 and set(frame["ladder"]) == {"noise"} and frame["sweep_id"].iloc[0].startswith("noise-")
     same = ["env_key", "workload", "size", "device", "cpu_model", "cpu_count"]
@@ -213,6 +215,18 @@ def test_noise_command_end_to_end(results):
     # a later sweep of this environment, workload and size uses it, or (a busy or noisy machine) names it skipped
     skipped = [n for n in table.notes if n.startswith(f"skipped calibration {calibration_id}: ")]
     assert (table.noise.calibrated and table.noise.sweep_id == calibration_id) != bool(skipped)
+
+
+# the default tier runs this command in the test process itself (cli.main), with every check here and its
+# launcher's:
+# test_launcher_command.py::test_noise_forks_its_runs_from_one_launcher_as_a_sweeps_runs
+@pytest.mark.slow
+def test_noise_command_end_to_end(results):
+    from tests.conftest import TINY_MODEL_ARGS, harness_cli
+
+    out = harness_cli("noise", *NOISE_ARGS, *TINY_MODEL_ARGS, f"results_dir={results}")
+    assert out.returncode == 0, out.stdout + out.stderr
+    check_noise_command(out.stdout, results)
 
 
 def test_a_calibration_on_a_busy_machine_prints_not_fit_and_the_next_table_skips_it(tmp_path, capsys):
