@@ -12,6 +12,7 @@ from harness.analysis.views import bound
 from harness.analysis.views.bound import BOTH, COMPUTE, DATA, HOST, limited_by, of_runs
 from harness.analysis.views.diagnosis import diagnose
 from tests.conftest import REPO
+from tests.sim_rates import TRIALS, at_most
 
 H100 = REPO / "results" / "h100"
 PHASE2_H100 = "phase2-20261127-235759992403-d8545708"
@@ -191,7 +192,6 @@ def test_diagnose_says_when_its_one_full_step_lies_near_the_line():
 # the rule's error rates, simulated (seeded): runs of one setting with a true share and a run-to-run spread
 
 SD_DEVICE, SD_WAIT = 0.03, 0.05  # about the H200's: 88-93% busy and 37-47% waiting over its baseline's 3 runs
-TRIALS = 2000
 
 
 def _rates(rng, wait: float, device: float, runs: int) -> tuple[float, float, float]:
@@ -214,8 +214,7 @@ def _all_wrong(wait: float, device: float, runs: int) -> float:
     with 3 standard errors of TRIALS rungs over it."""
     one = sum(min(d.cdf(t), 1 - d.cdf(t)) for d, t in ((statistics.NormalDist(device, SD_DEVICE), bound.DEVICE_BUSY),
                                                        (statistics.NormalDist(wait, SD_WAIT), bound.HOST_WAITING)))
-    q = one ** runs
-    return q + 3 * (q * (1 - q) / TRIALS) ** 0.5
+    return at_most(one ** runs)
 
 
 @pytest.mark.parametrize("wait, device", [(0.40, 0.80), (0.40, 0.97), (0.05, 0.60), (0.40, 0.60)])

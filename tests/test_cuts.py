@@ -14,9 +14,9 @@ from harness.analysis.views import table as table_mod
 from harness.analysis.views.diagnosis import diagnose
 from harness.analysis.views.profile import DATA_BOUND_SHARE, LAUNCH_BOUND_IDLE, bound_by, bound_reason
 from harness.profiles import ProfileSummary
+from tests.sim_rates import TRIALS, assert_both_more_often_than_wrong, at_most, wrong_side
 from tests.test_components import _frame, _record
 
-TRIALS = 2000
 SD_DEVICE, SD_WAIT = 0.03, 0.05  # one setting's run-to-run spread on the H200 (tests/test_bound.py)
 
 
@@ -84,12 +84,6 @@ def _pace_rates(rng, busy: float, runs: int) -> tuple[float, float, float]:
     return wrong / TRIALS, undecided / TRIALS, median_wrong / TRIALS
 
 
-def _bound_all_wrong(p: float, runs: int) -> float:
-    """Every run on the wrong side, p^runs, with 3 standard errors of TRIALS rungs over it."""
-    q = p ** runs
-    return q + 3 * (q * (1 - q) / TRIALS) ** 0.5
-
-
 @pytest.mark.parametrize("busy", [0.60, 0.80])
 def test_far_from_70_percent_busy_the_pace_is_seldom_named_wrong(busy):
     """0.60 or 0.80 busy, 3.3 sd from 0.7: a run on the wrong side with p = 0.0004, a wrong single reading (every
@@ -106,13 +100,10 @@ def test_a_point_from_70_percent_busy_the_pace_says_both_more_often_than_it_name
     runs, 5.1% at 3, 0.3% at 6; held to p^n + 3 se; seen 14.2-14.5%, 4.1-5.8%, 0.1-0.2%), where the median named the
     wrong side in 23-34% of rungs; the rest give both readings, 1 - p^n - (1-p)^n (held to it - 3 se; seen 45-94%)."""
     rng = np.random.default_rng(72)
-    p = statistics.NormalDist(busy, SD_DEVICE).cdf(bound.HOST_PACED_BUSY)
-    p = min(p, 1 - p)
+    p = wrong_side(busy, SD_DEVICE, bound.HOST_PACED_BUSY)
     for runs in range(2, 7):
         wrong, undecided, median_wrong = _pace_rates(rng, busy, runs)
-        assert wrong <= _bound_all_wrong(p, runs), (runs, wrong)
-        both = 1 - p ** runs - (1 - p) ** runs  # runs on both sides
-        assert undecided >= both - 3 * (both * (1 - both) / TRIALS) ** 0.5 and undecided > 2 * wrong, (runs, undecided)
+        assert_both_more_often_than_wrong(p, runs, wrong, undecided)
         assert median_wrong >= 0.2 and median_wrong > 2 * wrong, (runs, median_wrong, wrong)
 
 
@@ -184,5 +175,5 @@ def test_one_profiled_run_on_the_wrong_side_of_a_line_mostly_says_it_lies_near_i
         return
     p_unsaid = 1 - statistics.NormalDist(abs(idle - line), SD_DEVICE).cdf(bound.NEAR)  # 5 points past the line
     assert 0.3 <= wrong / TRIALS <= 0.45, wrong
-    assert unsaid / TRIALS <= p_unsaid + 3 * (p_unsaid * (1 - p_unsaid) / TRIALS) ** 0.5, unsaid
+    assert unsaid / TRIALS <= at_most(p_unsaid), unsaid
     assert unsaid < wrong / 8

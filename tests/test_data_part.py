@@ -12,11 +12,11 @@ from harness.analysis.stats import speedup
 from harness.analysis.views import data_part
 from harness.analysis.views import table as table_mod
 from harness.analysis.views.rows import Parts, RungRow
+from tests.sim_rates import TRIALS, assert_both_more_often_than_wrong, wrong_side
 from tests.test_components import _frame, _record
 
 CLAIM = (2.0, 3.0)
 IN_CLAIM = speedup.Ratio(2.5, 2.2, 2.8)  # the loop's ratio end to end: within the claim, 1x excluded
-TRIALS = 2000
 SD_WAIT = 0.05  # one setting's run-to-run spread of the wait on the H200 (tests/test_bound.py)
 
 
@@ -122,12 +122,8 @@ def test_a_point_from_20_percent_the_reading_gives_both_more_often_than_the_wron
     runs, 7.4% at 3, 0.5% at 6; held to p^n + 3 se; seen 17.2-18.2%, 7.0-7.9%, 0.3-0.8%), where the median read the
     wrong side in 32-40% of rungs; the rest give both readings, 1 - p^n - (1-p)^n (held to it - 3 se; seen 47-97%)."""
     rng = np.random.default_rng(82)
-    p = statistics.NormalDist(wait, SD_WAIT).cdf(data_part.PACED_WAIT)
-    p = min(p, 1 - p)
+    p = wrong_side(wait, SD_WAIT, data_part.PACED_WAIT)
     for runs in range(2, 7):
         wrong, both, median_wrong = _rates(rng, wait, runs)
-        q = p ** runs
-        assert wrong <= q + 3 * (q * (1 - q) / TRIALS) ** 0.5, (runs, wrong)
-        expected = 1 - q - (1 - p) ** runs
-        assert both >= expected - 3 * (expected * (1 - expected) / TRIALS) ** 0.5 and both > 2 * wrong, (runs, both)
+        assert_both_more_often_than_wrong(p, runs, wrong, both)
         assert median_wrong >= 0.25 and median_wrong > 2 * wrong, (runs, median_wrong, wrong)
