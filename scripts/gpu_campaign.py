@@ -128,7 +128,8 @@ def commands(part: gpu_parts.Part, ctx: Context) -> list[list[str]]:
         return [[py, "-m", "harness", "run", *part.args, f"precision={p}", "size=full", timeout, results]
                 for p in ("32", "bf16-mixed")]
     if part.kind == "tests":
-        return [[py, "-m", "pytest", *part.args, "-q", "-p", "no:cacheprovider",
+        # in one process, without pyproject's -n auto: the GPU image has no pytest-xdist, and its tests share the GPU
+        return [[py, "-m", "pytest", "-o", "addopts=-ra --strict-markers", *part.args, "-q", "-p", "no:cacheprovider",
                  f"--junitxml={ctx.pack(part)}/{part.name}.xml", "tests/test_gpu.py"]]
     return [[py, "-c", "import torch, sys; print(sys.version); print(torch.__version__, torch.version.cuda, "
              "torch.cuda.is_available() and torch.cuda.get_device_name(0))"], ["nvidia-smi"]]

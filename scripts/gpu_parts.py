@@ -54,6 +54,11 @@ SKIP_S = 5  # a rung recorded `skipped` before any process starts
 TIER_NAMES = ("headline", "premise checks", "guide totals", "memory ladders", "tests", "noise", "guide-total ladders",
               "guide knobs", "more rounds", "harness ladders", "extra")
 FIRST = ("phase2",)  # first of its tier: the headline's ladder, whose sweep its parts join at the same commit
+# How a run starts (the launcher, what it preloads, the child's start-up): the headline's duty cycle and phase split
+# measure them, so a change to them makes the headline's measurement another one's (the other parts' verdicts are
+# about their ladders, not the start)
+START_PATHS = ("harness/run/parent/zygote.py", "harness/run/parent/launcher.py", "harness/run/parent/launch.py",
+               "harness/run/child/startup.py", "harness/workload/trimmed_imports.py")
 TOTAL_BUDGET_S = 270  # a guide total's part: two fit one command
 TOTAL_MAX_ROUNDS = 4
 REPEAT_ROUNDS = (1, 2)  # with round 0: three runs a rung, each round its own parts
@@ -322,7 +327,7 @@ def other_parts() -> list[Part]:
     parts = [
         Part("headline", "headline", TIER_HEADLINE, "phase2 as the README runs it (forked, repeats=auto, decided), "
              "a compile + TF32 run, a two-rung forked sweep, env", headline.total_s,
-             timeout_s=gpu_headline.RUN_TIMEOUT_S, paths=ladder_paths("phase2")),
+             timeout_s=gpu_headline.RUN_TIMEOUT_S, paths=ladder_paths("phase2") + START_PATHS),
         Part("noise", "noise", TIER_NOISE, "noise calibration: 5 identical runs of the default workload (unet3d)",
              ceil(PART_OVERHEAD_S + 5 * unet), 5, _timeout(unet), args=("noise.runs=5",),
              paths=workload_paths(("unet3d",))),

@@ -4,6 +4,7 @@ tests read (session-scoped: measured once per test run, copied by a test that ad
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -60,6 +61,23 @@ def in_process(capfd, *args: str) -> subprocess.CompletedProcess:
     code = cli.main(list(args))
     out, err = capfd.readouterr()
     return subprocess.CompletedProcess(list(args), code, out, err)
+
+
+# pyproject.toml runs the tests on pytest-xdist's workers (-n auto): one per CPU this process may use, at most
+# MAX_WORKERS (each worker holds torch and starts measured runs of its own). No test depends on the machine's load, so
+# a neighbouring worker is just another busy neighbour. A tier that selects the GPU tests runs in one process: they
+# share the one device and some time it.
+MAX_WORKERS = 4
+
+
+@pytest.hookimpl(optionalhook=True)  # pytest-xdist's hook: where xdist is missing, conftest still loads
+def pytest_xdist_auto_num_workers(config):
+    if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
+        return None  # pytest-xdist's own reading of it
+    if re.search(r"(?<!not )\bgpu\b", config.option.markexpr or ""):
+        return 0
+    return max(1, min(MAX_WORKERS, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else
+                      os.cpu_count() or 1))
 
 
 # The slow and GPU tiers run for minutes a test (full sweeps, torch.compile): the per-test timeout of pyproject.toml is

@@ -245,3 +245,18 @@ def test_the_memory_ladders_are_in_parts_that_carry_their_card_and_fit_the_part_
                                      for r in range(len(lad.rungs)))  # every run is capped at the guide's card
     plan = gpu_plan.render({"gpu": "h100", "parts": {}})
     assert all(p.name in plan for p in parts)
+
+
+def test_a_change_to_how_runs_start_makes_the_headline_changed_not_the_ladders_parts(repo):
+    # the headline's duty cycle and phase split measure the start of a run: the launcher, its preloads, the child's
+    # start-up; a ladder's verdicts do not depend on them
+    headline, ladder = gpu_parts.find("headline"), gpu_parts.find("phase2")
+    assert set(gpu_parts.START_PATHS) <= set(headline.paths) and not set(gpu_parts.START_PATHS) & set(ladder.paths)
+    files = {rel: "1\n" for rel in headline.paths}
+    measured = _commit(repo, files)
+    entry = {"status": "ok", "commit": measured}
+    other = _commit(repo, {"harness/run/child/measure.py": "2\n"})
+    assert gpu_plan.state(headline, entry, other) == "done" and gpu_plan.state(ladder, entry, other) == "done"
+    start = _commit(repo, {"harness/run/parent/zygote.py": "2\n"})
+    assert gpu_plan.own_files_changed(headline, entry, start) == ["harness/run/parent/zygote.py"]
+    assert gpu_plan.state(ladder, entry, start) == "done"
