@@ -202,8 +202,13 @@ def test_a_runs_wall_time_is_split_into_its_phases(probe_runs):
         assert r.phase_first_step_s == r.first_step_s
         assert r.phase_warmup_rest_s == pytest.approx(r.phase_warmup_s - r.first_step_s)
     assert records[0].phase_gap_s is not None and records[1].phase_gap_s >= 0
+    # the first run may wait for the launcher's imports; the later ones find it ready, and are the steady runs
+    assert records[0].phase_launcher_wait_s >= 0 and records[0].phase_launcher_wait_s <= records[0].phase_launch_s
+    assert [r.phase_launcher_wait_s <= phases.READY_WAIT_S for r in records[1:]] == [True, True]
     line = phases.duty_cycle(records, 100.0)
     assert line.startswith("duty cycle ") and "3 runs measured" in line and "launch" in line and "window" in line
+    beyond = [phases.beyond_window_s(r) for r in phases.steady(records)]
+    assert len(beyond) >= 2 and f"beyond its window (mean of {len(beyond)}; " in line
 
 
 def test_phases_of_a_run_that_failed_early_are_left_empty():
@@ -218,7 +223,22 @@ def test_the_duty_cycle_is_the_windows_share_of_the_wall_time():
 
     line = phases.duty_cycle([R(), R()], 24.0)
     assert line.startswith("duty cycle 25%: 2 runs measured 6.0 s in 24.0 s")
-    assert "launch 0.5" in line and "between runs 1.0" in line
+    assert "launch 0.5" in line and "between runs 1.0" in line and "ready launcher" not in line  # no wait recorded
+
+
+def test_a_steady_runs_cost_beyond_its_window_counts_only_runs_forked_from_a_ready_launcher():
+    def run(how="fork", wait=0.0, wall=10.0, window=3.0, gap=1.0):
+        return SimpleNamespace(launched_by=how, phase_launcher_wait_s=wait, phase_wall_s=wall, measured_s=window,
+                               phase_gap_s=gap, phase_launch_s=(wait or 0.0) + 0.1)
+
+    first = run(wait=6.0, wall=16.0)  # waited for the launcher's imports
+    runs = [first, run(), run(wall=12.0), run(how="exec", wait=None, wall=14.0), run(wait=None), run(window=None)]
+    assert phases.steady(runs) == runs[1:3] and [phases.beyond_window_s(r) for r in runs[1:3]] == [8.0, 10.0]
+    line = phases.duty_cycle(runs, 80.0)
+    assert line.endswith("; a run forked from a ready launcher: 9.0 s beyond its window (mean of 2; 8.0-10.0)")
+    assert phases.steady_cost([first]) == "" and phases.steady_cost(runs[1:2]).endswith("(mean of 1)")
+    fields = phases.record_fields({}, spawned=1.0, gone=2.0, gap_s=None, how="exec", waited_s=3.0)
+    assert fields["phase_launcher_wait_s"] is None  # a fresh interpreter waits for no launcher
 
 
 @pytest.mark.parametrize("dataset", ["volumes", "images"])
@@ -282,7 +302,7 @@ def test_a_record_written_before_the_phase_columns_reads_back_with_them_empty(tm
                                   phase_launch_s=1.0, launched_by="fork"), tmp_path)
     table = pq.read_table(path)
     new = [n for n in table.column_names if n.startswith("phase_") or n == "launched_by"]
-    assert len(new) == 16
+    assert len(new) == 17
     pq.write_table(pa.table({n: table[n] for n in table.column_names if n not in new}), path)
     (old,) = load_records(tmp_path)
     assert old.run_id == "old" and old.phase_launch_s is None and old.phase_gap_s is None and old.launched_by == ""

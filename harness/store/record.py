@@ -163,6 +163,9 @@ class RunRecord(Metrics, RunIdentity):
     phase_first_step_s: float | None = None
     phase_warmup_rest_s: float | None = None
     launched_by: str = ""  # "fork": forked from the sweep's warm launcher; "exec": a fresh interpreter
+    # a forked run: what it waited for its launcher to be ready (its imports) before the fork, within phase_launch_s;
+    # ~0 where the launcher was ready (a steady run); empty for exec and in older records
+    phase_launcher_wait_s: float | None = None
     launcher_preloaded: str = ""  # a forked run: the packages its launcher had imported (top-level names, sorted)
 
 

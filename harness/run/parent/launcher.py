@@ -94,6 +94,7 @@ class ForkedChild:
     def __init__(self, zygote: Zygote, pid: int, pidfd: int, preloaded: str = ""):
         self._zygote, self.pid, self._pidfd = zygote, pid, pidfd
         self.preloaded = preloaded  # the packages the zygote had imported when it forked this run
+        self.waited_s = 0.0  # what the run waited for its launcher to be ready (its imports) before it was forked
         self.returncode: int | None = None
 
     @property
@@ -304,6 +305,7 @@ class Session:
         if self.zygote is not None and self.zygote.stale():
             self.zygote.close()
             self.zygote = None
+        asked = time.monotonic()
         if self.zygote is None or not self.zygote.ready or self.zygote.warms_asked:
             try:
                 if self.zygote is None:
@@ -315,6 +317,7 @@ class Session:
             if why:
                 self.fork_off = why
                 return _off(why)
+        waited = time.monotonic() - asked  # for the launcher's imports: 0 where it was ready
         env = dict(env, HARNESS_PARENT_PID=str(self.zygote.proc.pid))  # the run's parent is the zygote
         request = {"job": str(job), "log": str(log_path), "cwd": os.getcwd(), "env": env, "learn": not self.one_run,
                    "argv": [str(REPO_ROOT / "harness" / "run" / "child" / "__main__.py"), str(job)]}
@@ -322,11 +325,16 @@ class Session:
         if child is None and why.startswith((zygote_mod.CODE_CHANGED, zygote_mod.TRIMMED)) and not restarted:
             self.zygote.close()  # a new one imports the code as it is now, and MONAI as this run's workload needs
             self.zygote = None
-            return self.start(job, env, log_path, channel_fd, restarted=True)
+            again = time.monotonic()
+            child = self.start(job, env, log_path, channel_fd, restarted=True)
+            if child is not None:
+                child.waited_s += again - asked  # and for the launcher that refused it
+            return child
         if child is None:
             self.fork_off = why
             self.zygote.close()
             return _off(why)
+        child.waited_s = waited
         return child
 
     def close(self) -> None:

@@ -44,6 +44,8 @@ PHASES = (
     ("phase_to_device_s", "built", "on_device"),
     ("phase_context_thread_s", "context_began", "context_ready"),
 )
+# a forked run that waited at most this for its launcher found it ready (the wait is then the socket's round trip)
+READY_WAIT_S = 0.5
 # the model phase's parts and the warm-up's, as benchmarks/duty_cycle.py shows them
 PARTS = (("imports", "phase_imports_s"), ("context (waited for)", "phase_context_s"),
          ("context (its thread, beside the imports)", "phase_context_thread_s"), ("FLOP count", "phase_flops_s"),
@@ -54,9 +56,11 @@ SHOWN = (("launch", "phase_launch_s"), ("model", "phase_model_s"), ("data", "pha
 
 
 def record_fields(marks: dict[str, float], spawned: float, gone: float, gap_s: float | None,
-                  how: str, preloaded: str = "", first_step_s: float | None = None) -> dict[str, Any]:
+                  how: str, preloaded: str = "", first_step_s: float | None = None,
+                  waited_s: float | None = None) -> dict[str, Any]:
     """The record's timing fields of one run: its phases (``PHASES``), its wall time, the parent's gap before it,
-    how it was started ("fork" or "exec") and, forked, what its launcher had imported."""
+    how it was started ("fork" or "exec") and, forked, what its launcher had imported and how long the run waited
+    for the launcher to be ready (``waited_s``)."""
     times = {**{k: float(v) for k, v in marks.items() if isinstance(v, (int, float))}, "spawn": spawned,
              "gone": gone}
     out: dict[str, Any] = {}
@@ -69,7 +73,31 @@ def record_fields(marks: dict[str, float], spawned: float, gone: float, gap_s: f
     out["phase_gap_s"] = None if gap_s is None else max(0.0, gap_s)
     out["launched_by"] = how
     out["launcher_preloaded"] = preloaded if how == "fork" else ""
+    out["phase_launcher_wait_s"] = max(0.0, waited_s) if how == "fork" and waited_s is not None else None
     return out
+
+
+def steady(records: Iterable[Any]) -> list[Any]:
+    """The runs forked from a launcher that was ready (``phase_launcher_wait_s`` at most ``READY_WAIT_S``) and that
+    measured a window: a sweep's runs after its launcher's imports, what a run costs once the start is paid."""
+    return [r for r in records if getattr(r, "launched_by", "") == "fork" and getattr(r, "measured_s", None)
+            and getattr(r, "phase_wall_s", None) is not None
+            and getattr(r, "phase_launcher_wait_s", None) is not None and r.phase_launcher_wait_s <= READY_WAIT_S]
+
+
+def beyond_window_s(record: Any) -> float:
+    """A run's seconds beyond its measured window: its wall time less the window, and the parent's gap before it."""
+    return max(0.0, record.phase_wall_s - record.measured_s) + (getattr(record, "phase_gap_s", None) or 0.0)
+
+
+def steady_cost(records: Iterable[Any]) -> str:
+    """What a steady run (``steady``) cost beyond its window, in words ("" where none was steady)."""
+    beyond = [beyond_window_s(r) for r in steady(records)]
+    if not beyond:
+        return ""
+    spread = f"; {min(beyond):.1f}-{max(beyond):.1f}" if len(beyond) > 1 else ""
+    return (f"a run forked from a ready launcher: {statistics.fmean(beyond):.1f} s beyond its window "
+            f"(mean of {len(beyond)}{spread})")
 
 
 def duty_cycle(records: Iterable[Any], wall_s: float) -> str:
@@ -84,5 +112,6 @@ def duty_cycle(records: Iterable[Any], wall_s: float) -> str:
         if values:
             parts.append(f"{label} {statistics.fmean(values):.1f}")
     where = f"; a run's seconds (mean): {', '.join(parts)}" if parts else ""
+    cost = steady_cost(runs)
     return (f"duty cycle {share}: {len(runs)} run{'s' if len(runs) != 1 else ''} measured {window:.1f} s "
-            f"in {wall_s:.1f} s{where}")
+            f"in {wall_s:.1f} s{where}" + (f"; {cost}" if cost else ""))

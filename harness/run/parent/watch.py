@@ -70,7 +70,7 @@ def follow(child: Started, job: Path, timeout_s: float, on_progress: ProgressFn 
         raise interrupted
     timing = phases.record_fields(result.pop("phase_marks", {}) if result is not None else {}, child.spawned, gone,
                                   gap, getattr(proc, "how", "exec"), getattr(proc, "preloaded", ""),
-                                  (result or {}).get("first_step_s"))
+                                  (result or {}).get("first_step_s"), getattr(proc, "waited_s", None))
     if result is None:
         tail = _tail(job / LOG)
         return (outcome_mod.timed_out(timeout_s, tail) if timed_out else outcome_mod.died(proc.returncode, tail),
