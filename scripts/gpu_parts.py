@@ -331,7 +331,8 @@ def other_parts() -> list[Part]:
         Part("noise", "noise", TIER_NOISE, "noise calibration: 5 identical runs of the default workload (unet3d)",
              ceil(PART_OVERHEAD_S + 5 * unet), 5, _timeout(unet), args=("noise.runs=5",),
              paths=workload_paths(("unet3d",))),
-        Part("tests", "tests", TIER_TESTS, "the GPU test tier without its slow checks (12 tests, ~155 s on the H100)",
+        Part("tests", "tests", TIER_TESTS, "the GPU test tier without its slow checks (21 tests; 12 of them took ~155 s on the "
+             "H100)",
              300, args=("-m", "gpu and not slow"), paths=tests),
         Part("tests-slow-compile", "tests", TIER_EXTRA, "slow GPU tests: CUDA-graph compile with the step marker",
              360, args=("-m", "gpu and slow", "-k", "not hang"), paths=tests),

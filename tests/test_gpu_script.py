@@ -557,3 +557,16 @@ def test_a_ladder_whose_every_rung_needs_more_gpus_than_a_lent_machine_gets_no_p
     assert {"scaling", "scaling_nodes"} <= {p.ladder for p in gpu_parts.catalogue()}  # their rung 0 runs on one GPU
     plan = gpu_plan.render({"gpu": "h200", "parts": {}})
     assert "`fsdp_knobs`: every rung asks for 2 GPUs" in plan
+
+
+def test_the_gpu_tests_part_runs_in_one_process_where_the_image_has_no_pytest_xdist(tmp_path):
+    # the lent machines' image has pytest but not pytest-xdist, whose -n auto pyproject.toml's addopts ask for
+    part = gpu_parts.find("tests")
+    ctx = gpu_campaign.Context(py=sys.executable, out=tmp_path / "out", scratch=tmp_path / "scratch", gpu="h100")
+    (command,) = gpu_campaign.commands(part, ctx)
+    assert command[:3] == [sys.executable, "-m", "pytest"] and "-n" not in command
+    done = subprocess.run([*command, "-p", "no:xdist", "--collect-only"], cwd=REPO, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    collected = re.search(r"(\d+)/\d+ tests collected", done.stdout).group(1)
+    assert f"({collected} tests;" in part.what  # the plan says how many tests the part runs
