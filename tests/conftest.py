@@ -64,9 +64,10 @@ def in_process(capfd, *args: str) -> subprocess.CompletedProcess:
 
 
 # pyproject.toml runs the tests on pytest-xdist's workers (-n auto): one per CPU this process may use, at most
-# MAX_WORKERS (each worker holds torch and starts measured runs of its own). No test depends on the machine's load, so
-# a neighbouring worker is just another busy neighbour. A tier that selects the GPU tests runs in one process: they
-# share the one device and some time it.
+# MAX_WORKERS (each worker holds torch and starts measured runs of its own). The default tier's tests do not depend on
+# the machine's load (checked beside a busy loop), so a neighbouring worker is just another busy neighbour. A tier
+# that selects the slow or the GPU tests runs in one process: the GPU tests share the one device and some time it,
+# and some slow tests assert a verdict, which the harness rightly refuses on a machine another worker keeps busy.
 MAX_WORKERS = 4
 
 
@@ -74,7 +75,7 @@ MAX_WORKERS = 4
 def pytest_xdist_auto_num_workers(config):
     if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
         return None  # pytest-xdist's own reading of it
-    if re.search(r"(?<!not )\bgpu\b", config.option.markexpr or ""):
+    if re.search(r"(?<!not )\b(gpu|slow)\b", config.option.markexpr or ""):
         return 0
     return max(1, min(MAX_WORKERS, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else
                       os.cpu_count() or 1))
