@@ -89,6 +89,26 @@ def test_a_full_step_faster_than_a_part_of_it_alone_is_said_to_be_impossible():
     assert diagnose(_rec(30.0), _rec(5.0), _rec(4.90, 0.1), "cpu", 0, False).notes == []  # within one run's noise
 
 
+def test_a_part_measured_on_a_busy_machine_gets_no_verdict_and_names_why():
+    # beside `while True: pass` on 2 CPUs the model alone ran 0.35 batches/s where quiet it ran far faster, and the
+    # diagnosis said "compute-bound" without a word of the machine; every verdict's busy rule now holds here too
+    from harness.analysis.views.diagnosis import diagnose
+
+    again = "python -m harness diagnose measure.steps=6"
+    quiet = diagnose(_rec(10.85), _rec(0.35), _rec(0.30, 0.14), "cpu", 0, False, again=again)
+    assert quiet.verdict == "compute-bound"
+    busy = diagnose(_rec(10.85), {**_rec(0.35), "other_cpu_pct": 49.4}, {**_rec(0.30, 0.14), "other_cpu_pct": 50.2},
+                    "cpu", 0, False, again=again)
+    assert busy.verdict == "busy" and (busy.model_batches_per_s, busy.full_batches_per_s) == (0.35, 0.30)
+    assert busy.text == ("no verdict: the machine was busy while it measured (the model alone: other processes used "
+                         "49% of the CPUs; the full step: other processes used 50% of the CPUs).")
+    assert busy.advice == ["see what else runs: python -m harness machine", f"then measure again: {again}"]
+    at_the_line = diagnose({**_rec(10.85), "other_cpu_pct": 10.0}, _rec(0.35), _rec(0.30, 0.14), "cpu", 0, False)
+    assert at_the_line.verdict == "compute-bound"  # 10% is the busy rule's line, not beyond it
+    failed = diagnose({"status": "error", "other_cpu_pct": 80.0}, _rec(0.35), _rec(0.30), "cpu", 0, False)
+    assert failed.verdict == "unknown"  # a part that did not run ok says so first
+
+
 @pytest.mark.parametrize("overrides, lighter, own", [
     ({"data__augment": "heavy"}, ("data.augment=light", "data.rotate=false", "data.elastic=false"), False),
     ({"data__augment": "light"}, (), False),  # flip and noise only: nothing heavy to turn off

@@ -13,7 +13,7 @@ from rich.markup import escape
 
 from harness import config as config_mod
 from harness import shell
-from harness.commands import hydra_edge
+from harness.commands import exit_codes, hydra_edge
 from harness.run.parent import launcher, runner
 from harness.store import new_id
 from harness.commands.sweep import split_ladder
@@ -72,7 +72,7 @@ def task(cfg, ladder: str | None = None, overrides: list[str] = ()) -> int:
     console.print("stored as sweep " + diag_id + ": " + shell.command("table", "--results", base.results_dir,
                                                                        "--sweep", diag_id),
                   soft_wrap=True, markup=False)
-    return 0 if result.verdict != "unknown" else 1
+    return exit_codes.BUSY if result.verdict == "busy" else 0 if result.verdict != "unknown" else exit_codes.FAILED
 
 
 def measure_parts(session: launcher.Session | None, base: config_mod.RunConfig, environment: tuple[dict, str],

@@ -26,7 +26,7 @@ MEANINGS = (
     ("4", "run: skipped, the setting cannot act here (tf32 on a CPU): nothing was measured; the record says why"),
     ("5", "check: busy, other processes took the machine while a config was measured: no verdict, run it again on "
           "a quiet machine; sweep: every run of its first round was busy, so it stopped there (what it measured is "
-          "stored)"),
+          "stored); diagnose: a part was measured on a busy machine: no verdict"),
     ("6", "check: undecided, a config is neither shown slower beyond the threshold nor shown within it when the "
           "budget ran out: more rounds (--budget-min, --max-rounds) decide it; bisect: stopped undecided"),
     ("128+N", "stopped by signal N (130: Ctrl-C); every finished measurement is stored"),

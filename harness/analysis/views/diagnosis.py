@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from harness import shell
+from harness.analysis.stats.busy import busy_reason
 from harness.analysis.views import bound
 from harness.analysis.views.profile import bound_by, bound_reason
 
@@ -26,7 +27,9 @@ BALANCED_TAIL = " Both sides limit: speed up either and the other follows."  # b
 
 @dataclass
 class Diagnosis:
-    verdict: str  # data-bound, compute-bound, balanced, both: the loader and the device, launch-bound, unknown
+    # data-bound, compute-bound, balanced, both: the loader and the device, launch-bound, unknown, busy (no verdict:
+    # a part was measured while other processes took the machine)
+    verdict: str
     loader_batches_per_s: float | None
     model_batches_per_s: float | None
     full_batches_per_s: float | None
@@ -62,8 +65,24 @@ def diagnose(loader: dict, model: dict, full: dict, device: str, num_workers: in
     is the complete command line that runs COMMAND with these settings and the words added (the caller's
     overrides, config folders and all); ``again``: the command that measures again with more steps."""
     found = _from_rates(loader, model, full, device, num_workers, disk_uncached, data, command, again)
+    if found.verdict != "unknown" and (busy := _busy(found, loader, model, full, again or command("diagnose"))):
+        return busy
     found = _with_device(found, full, command) if device == "cuda" else found
     return _with_profile(found, full.get("profile_json") if full.get("status") == "ok" else "")
+
+
+def _busy(found: Diagnosis, loader: dict, model: dict, full: dict, again: str) -> Diagnosis | None:
+    """No verdict where a part was measured on a busy machine (``stats.busy``, the rule of every verdict): its rate
+    says more about the other processes than about the loader or the model. None where no part was."""
+    busy = [(part, why) for part, record in (("the loader alone", loader), ("the model alone", model),
+                                             ("the full step", full)) if (why := busy_reason(record))]
+    if not busy:
+        return None
+    parts = "; ".join(f"{part}: {why}" for part, why in busy)
+    return Diagnosis("busy", found.loader_batches_per_s, found.model_batches_per_s, found.full_batches_per_s,
+                     found.data_wait_frac, f"no verdict: the machine was busy while it measured ({parts}).",
+                     [f"see what else runs: {_plain_command('machine')}", f"then measure again: {again}"],
+                     found.notes)
 
 
 def _with_device(found: Diagnosis, full: dict, command: Callable[..., str]) -> Diagnosis:
