@@ -15,6 +15,16 @@ TINY = ("measure.steps=8", "measure.warmup_steps=2")
 
 
 VERDICTS = ("data-bound: the loader delivers", "compute-bound: the loader delivers", "balanced")
+BUSY = "no verdict: the machine was busy while it measured ("
+
+
+def said(out, *expected: str) -> bool:
+    """``diagnose`` printed every one of ``expected`` and exited 0, or, a part measured on a busy machine, gave no
+    verdict and exited 5: which, the machine's load decides; each is the right answer to its case."""
+    text = " ".join(out.stdout.split())  # the console wraps long lines
+    if out.returncode == 5:
+        return BUSY in text
+    return out.returncode == 0 and all(e in text for e in expected)
 
 
 # the default tier runs this command in the test process itself (cli.main), with every check here and its
@@ -24,8 +34,7 @@ def test_diagnose_stores_three_parts_and_prints_a_verdict_with_its_numbers(resul
     # the tiny model: which verdict is not asserted here, so the parts' speed does not matter
     out = harness_cli("diagnose", *TINY_MODEL_ARGS, "measure.steps=3", "measure.warmup_steps=1",
                       f"results_dir={results}")
-    assert out.returncode == 0, out.stdout + out.stderr
-    assert any(v in out.stdout for v in VERDICTS), out.stdout
+    assert said(out) and (out.returncode == 5 or any(v in out.stdout for v in VERDICTS)), out.stdout + out.stderr
     frame = load_runs(results)
     assert sorted(frame["mode"]) == ["loader", "model", "train"] and set(frame["status"]) == {"ok"}
     assert frame.loc[frame["mode"] == "loader", "loss_last"].isna().all()
@@ -35,8 +44,7 @@ def test_diagnose_stores_three_parts_and_prints_a_verdict_with_its_numbers(resul
 def test_heavy_3d_augmentation_with_no_workers_is_data_bound(results):
     out = harness_cli("diagnose", "workload=unet3d", "data=disk", "data.augment=heavy", "model.width=0.5", *TINY,
                       f"results_dir={results}")
-    assert out.returncode == 0, out.stdout + out.stderr
-    assert "data-bound: the loader delivers" in out.stdout and "more loader workers" in out.stdout
+    assert said(out, "data-bound: the loader delivers", "more loader workers"), out.stdout + out.stderr
     frame = load_runs(results)
     assert sorted(frame["mode"]) == ["loader", "model", "train"] and set(frame["ladder"]) == {"diagnose"}
 
@@ -44,8 +52,7 @@ def test_heavy_3d_augmentation_with_no_workers_is_data_bound(results):
 @pytest.mark.slow
 def test_a_large_model_on_in_memory_data_is_compute_bound(results):
     out = harness_cli("diagnose", "workload=unet3d", "model.width=4", *TINY, f"results_dir={results}")
-    assert out.returncode == 0, out.stdout + out.stderr
-    assert "compute-bound: the loader delivers" in out.stdout
+    assert said(out, "compute-bound: the loader delivers"), out.stdout + out.stderr
 
 
 @pytest.mark.slow
@@ -244,7 +251,6 @@ def test_diagnose_with_an_unknown_ladder_names_it_and_exits_2(results, capfd):
 def test_the_a100_ladders_baseline_is_data_bound_as_the_guides_was(ladder, results):
     # the guide: an 18 s step of which 15-17 s wait for data; here the storage wait is ~10x the CPU's model step
     out = harness_cli("diagnose", f"+ladder={ladder}", f"results_dir={results}")
-    assert out.returncode == 0, out.stdout + out.stderr
-    assert "data-bound: the loader delivers" in out.stdout
+    assert said(out, "data-bound: the loader delivers"), out.stdout + out.stderr
     train = load_runs(results).query("mode == 'train'").iloc[0]
     assert train["data_wait_frac"] >= 0.8
