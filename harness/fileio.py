@@ -65,3 +65,17 @@ def fsync_dir(folder: Path) -> None:
         pass
     finally:
         os.close(fd)
+
+
+def tail(path: str | os.PathLike, chars: int) -> str:
+    """The last ``chars`` characters of a text file (a log), "" where it cannot be read."""
+    try:
+        return Path(path).read_text(errors="replace")[-chars:]
+    except OSError:
+        return ""
+
+
+def last_line(path: str | os.PathLike, chars: int = 600) -> str:
+    """The last non-empty line among a log's last ``chars`` characters ("" where there is none)."""
+    lines = tail(path, chars).strip().splitlines()
+    return lines[-1] if lines else ""

@@ -31,6 +31,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from harness import fileio
 from harness.run.child import channel
 from harness.run.parent import lifetime
 from harness.run.parent import zygote as zygote_mod
@@ -169,7 +170,7 @@ class Zygote:
         message = self._next_with_fds(timeout_s)[0]
         if message is None or "ready" not in message:
             self.close()
-            return f"the launcher did not start ({_tail(self.log) or 'no output'})"
+            return f"the launcher did not start ({fileio.last_line(self.log) or 'no output'})"
         self.ready = True
         return ""
 
@@ -205,7 +206,7 @@ class Zygote:
             return None, f"the launcher is gone ({exc})"
         if message is None:
             self.gone = True
-            return None, f"the launcher did not answer ({_tail(self.log) or 'no output'})"
+            return None, f"the launcher did not answer ({fileio.last_line(self.log) or 'no output'})"
         if "started" not in message or not handed:
             for fd in handed:
                 os.close(fd)
@@ -297,15 +298,17 @@ class Session:
         return gap
 
     def start(self, job: Path, env: dict, log_path: Path, channel_fd: int | None,
-              restarted: bool = False) -> ForkedChild | None:
+              restarted: bool = False, asked: float | None = None) -> ForkedChild | None:
         """The run forked from the zygote (started at the first call, and again when the code it imported has
-        changed on disk), or None where it cannot be (said once)."""
+        changed on disk), or None where it cannot be (said once). ``asked``: when the run was first asked for
+        (``time.monotonic()``; now, unless a launcher refused it first): its wait for a ready launcher counts from
+        there."""
         if self.fork_off:
             return _off(self.fork_off)
         if self.zygote is not None and self.zygote.stale():
             self.zygote.close()
             self.zygote = None
-        asked = time.monotonic()
+        asked = time.monotonic() if asked is None else asked
         if self.zygote is None or not self.zygote.ready or self.zygote.warms_asked:
             try:
                 if self.zygote is None:
@@ -325,11 +328,7 @@ class Session:
         if child is None and why.startswith((zygote_mod.CODE_CHANGED, zygote_mod.TRIMMED)) and not restarted:
             self.zygote.close()  # a new one imports the code as it is now, and MONAI as this run's workload needs
             self.zygote = None
-            again = time.monotonic()
-            child = self.start(job, env, log_path, channel_fd, restarted=True)
-            if child is not None:
-                child.waited_s += again - asked  # and for the launcher that refused it
-            return child
+            return self.start(job, env, log_path, channel_fd, restarted=True, asked=asked)
         if child is None:
             self.fork_off = why
             self.zygote.close()
@@ -448,11 +447,3 @@ def _readable(fd: int | None, timeout_s: float | None) -> bool:
         time.sleep(min(timeout_s or 0.0, 0.05))
         return False
     return bool(select.select([fd], [], [], timeout_s)[0])
-
-
-def _tail(path: Path, chars: int = 600) -> str:
-    try:
-        lines = path.read_text(errors="replace")[-chars:].strip().splitlines()
-    except OSError:
-        return ""
-    return lines[-1] if lines else ""

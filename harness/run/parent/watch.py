@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+from harness import fileio
 from harness.run import monitor
 from harness.run.child import channel
 from harness.run.child import outcome as outcome_mod
@@ -72,7 +73,7 @@ def follow(child: Started, job: Path, timeout_s: float, on_progress: ProgressFn 
                                   gap, getattr(proc, "how", "exec"), getattr(proc, "preloaded", ""),
                                   (result or {}).get("first_step_s"), getattr(proc, "waited_s", None))
     if result is None:
-        tail = _tail(job / LOG)
+        tail = fileio.tail(job / LOG, 3000)
         return (outcome_mod.timed_out(timeout_s, tail) if timed_out else outcome_mod.died(proc.returncode, tail),
                 None, timing)
     kept, profiling = _kept(result, watch, timing)  # a child that wrote its result and then hung on exit measured
@@ -317,10 +318,3 @@ def read_result(path: Path) -> dict | None:
     except (OSError, json.JSONDecodeError):  # none, or one cut short by a kill
         return None
     return result if isinstance(result, dict) and "status" in result else None
-
-
-def _tail(path: Path, chars: int = 3000) -> str:
-    try:
-        return path.read_text(errors="replace")[-chars:]
-    except OSError:
-        return ""
