@@ -9,6 +9,8 @@ import sys
 import time
 from types import SimpleNamespace
 
+import pytest
+
 from harness.run import monitor
 
 
@@ -411,3 +413,18 @@ def test_a_child_seen_in_one_sample_only_is_no_loader_worker():
                               peak_worker_rss_bytes={7: 1e8, 11: 4.6e8}, worker_samples={7: 12, 11: 1})
     out = monitor.metrics(samples, {})
     assert out["worker_rss_bytes"] == [1e8] and out["peak_worker_rss_bytes"] == 1e8
+
+
+def test_a_window_too_short_for_the_cpu_clocks_ticks_has_no_other_cpu_share(monkeypatch):
+    # on a quiet 2-CPU machine a 5,400 batches/s loader's window read "other processes 186%": rounding of 10 ms ticks
+    from harness.run.monitor import cpu
+
+    monkeypatch.setattr(cpu.psutil, "cpu_count", lambda: 2)
+    monkeypatch.setattr(cpu, "TICKS_PER_S", 100)
+
+    def share(wall_s, others_s):
+        return cpu.other_cpu_percent(cpu.CpuClock(0.0, 0.0, 10.0), cpu.CpuClock(others_s + 0.5, 0.5, 10.0 + wall_s))
+
+    assert share(0.027, 0.1) is None and share(0.24, 0.0) is None  # under 50 ticks of the two CPUs
+    assert share(0.25, 0.05) == pytest.approx(10.0) and share(1.0, 0.2) == pytest.approx(10.0)
+    assert share(2.0, -0.01) == 0.0  # the own tree's ticks read a little ahead of the machine's
