@@ -3,11 +3,14 @@ tests read (session-scoped: measured once per test run, copied by a test that ad
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,6 +33,23 @@ TINY_STEPS_ARGS = ("measure.steps=2", "measure.warmup_steps=1")
 # a sweep's one round and one record a rung however busy the machine (the default, sweep.repeats=auto, measures
 # until decided, and a busy run is measured again): record counts that do not hang on the machine's load
 ONE_ROUND = ("sweep.repeats=1", "sweep.remeasure_busy=false")
+
+
+def pytest_configure(config) -> None:
+    """A test run stopped by SIGTERM (a CI's time limit, ``kill``) stops as one stopped with Ctrl-C, and passes the
+    signal on to its own children first: xdist's workers (each stopping the same way), the harness commands a test
+    started (each ending its launcher and runs as a user's ``kill`` would). Nothing a test started outlives it."""
+    if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, _stop_children_then_interrupt)
+
+
+def _stop_children_then_interrupt(signum, frame) -> None:
+    import psutil
+
+    for child in psutil.Process().children():
+        with contextlib.suppress(psutil.Error):
+            child.send_signal(signal.SIGTERM)
+    raise KeyboardInterrupt
 
 
 def tiny_config(**overrides) -> config_mod.RunConfig:
