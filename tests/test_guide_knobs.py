@@ -79,6 +79,11 @@ def test_periodic_work_is_nothing_unless_asked_and_acts_every_n_steps(monkeypatc
         after(step, torch.ones(2, 1, 4, 4), torch.zeros(2, 3, 4, 4))
     assert len(collected) == 2  # steps 2 and 5
     assert written == [("step000001.pt", (3, 4, 4)), ("step000003.pt", (3, 4, 4)), ("step000005.pt", (3, 4, 4))]
+    folder = after.folder
+    assert folder.is_dir() and folder.name.startswith("harness-visualize-")
+    knobs.end_periodic_work(after)  # what the loop does when it lets go: the writes go with it
+    assert not folder.exists() and after.folder is None
+    knobs.end_periodic_work(after)
 
 
 @pytest.fixture(scope="module")
@@ -88,10 +93,15 @@ def periodic_run(tmp_path_factory):
     from harness.store import load_runs
 
     results = tmp_path_factory.mktemp("periodic") / "results"
-    out = harness_cli("run", *TINY_MODEL_ARGS, "memory_cleanup_every_n_steps=1", "visualize_every_n_steps=1",
-                      "float32_matmul_precision=high", "val.every_n_steps=2", "val.steps=1", "val.inference_mode=true",
-                      "measure.steps=2", "measure.warmup_steps=1", f"results_dir={results}")
+    tmp = tmp_path_factory.mktemp("periodic-tmp")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("TMPDIR", str(tmp))  # the command's temporary folders, its run's visualisation writes among them
+        out = harness_cli("run", *TINY_MODEL_ARGS, "memory_cleanup_every_n_steps=1", "visualize_every_n_steps=1",
+                          "float32_matmul_precision=high", "val.every_n_steps=2", "val.steps=1",
+                          "val.inference_mode=true", "measure.steps=2", "measure.warmup_steps=1", f"results_dir={results}")
     assert out.returncode == 0, out.stdout + out.stderr
+    # the run's writes went with it (it ends with os._exit: an atexit removal never ran, and each run left its folder)
+    assert sorted(p.name for p in tmp.iterdir() if p.name.startswith("harness-")) == []
     return load_runs(results).iloc[0]
 
 

@@ -32,7 +32,6 @@ called by the training loop after each optimizer step, and only built when some 
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import functools
 import gc
@@ -300,8 +299,6 @@ def periodic_work(cfg: RunConfig, device: torch.device,
     if not cleanup and not visualize and not (every_val and validate):
         return None
     folder = Path(tempfile.mkdtemp(prefix="harness-visualize-")) if visualize else None
-    if folder is not None:
-        atexit.register(shutil.rmtree, folder, True)
 
     def after_step(step: int, x: torch.Tensor, out: Any) -> None:
         if cleanup and (step + 1) % cleanup == 0:
@@ -314,7 +311,16 @@ def periodic_work(cfg: RunConfig, device: torch.device,
         if every_val and validate and (step == 0 or (step + 1) % every_val == 0):
             validate()
 
+    after_step.folder = folder  # removed by end_periodic_work when the loop lets go of it
     return after_step
+
+
+def end_periodic_work(after_step: Callable[[int, torch.Tensor, Any], None] | None) -> None:
+    """The visualisation writes of ``periodic_work`` removed (a run ends with ``os._exit``, so no ``atexit`` would)."""
+    folder = getattr(after_step, "folder", None)
+    if folder is not None:
+        shutil.rmtree(folder, ignore_errors=True)
+        after_step.folder = None
 
 
 def validation_pass(cfg, prep: "Prepared", loader) -> Callable[[], None]:

@@ -51,7 +51,8 @@ from harness.run.child.stopping import StoppingRule, WarmupRule, rule_for, start
 from harness.run.child.summary import Extras, Measurement
 from harness.workload.data import build_dataset, build_loader, endless
 from harness.workload import train_flops, trimmed_imports
-from harness.workload.knobs import Prepared, apply_cpu_affinity, periodic_work, prepare, validation_pass
+from harness.workload.knobs import (Prepared, apply_cpu_affinity, end_periodic_work, periodic_work, prepare,
+                                    validation_pass)
 from harness.workload.step.loop import collate_of, data_of, loader_pairs, own_loop, zero_grad_of
 from harness.workload.step.validation import own_validation_pass, val_data
 from harness.config.workload import WorkloadSpec
@@ -99,11 +100,12 @@ class Loop:
     zero_grad: Callable[[], None] | None = None  # the optimizer's zero_grad(set_to_none), or the module's own
 
     def release(self) -> None:
-        """Let go of the loader (its workers end here, not whenever the caller lets go of the loop) and of the
-        metrics log's file."""
+        """Let go of the loader (its workers end here, not whenever the caller lets go of the loop), of the
+        metrics log's file and of the knobs' visualisation writes."""
         self.batches = self.loader = None
         if self.metrics is not None:
             self.metrics.close()
+        end_periodic_work(self.after_step)
 
 
 @dataclass
