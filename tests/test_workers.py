@@ -1,9 +1,15 @@
 """How many pytest-xdist workers each tier gets (tests/conftest.py): the default tier one per CPU, at most 4; the slow
-and GPU tiers none (one process)."""
+and GPU tiers none (one process). And a test run stopped by SIGTERM leaves nothing its tests started running."""
 
+import contextlib
 import os
+import signal
+import subprocess
+import sys
+import time
 from types import SimpleNamespace
 
+import psutil
 import pytest
 
 from tests import conftest
@@ -39,14 +45,6 @@ def test_a_child_that_outlives_no_one():
 def test_a_test_run_stopped_by_sigterm_stops_the_processes_its_tests_started(tmp_path, workers):
     """pytest (its xdist workers too) sent SIGTERM, as a CI's time limit sends it: the process a test started is gone
     with it, not left running."""
-    import contextlib
-    import signal
-    import subprocess
-    import sys
-    import time
-
-    import psutil
-
     pid_file = tmp_path / "child.pid"
     (tmp_path / "test_inner.py").write_text(INNER_TEST.format(pid_file=pid_file))
     env = dict(os.environ, PYTHONPATH=str(conftest.REPO))
