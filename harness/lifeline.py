@@ -11,10 +11,9 @@ import math
 import os
 import signal
 import sys
-import tempfile
 
 PR_SET_PDEATHSIG = 1
-METRICS_PREFIX = "harness-metrics-"  # a measuring process's temporary folder: removed at the next start once it is gone
+METRICS_PREFIX = "harness-metrics-"  # the storage ceiling's folder: removed at a next start once its run is gone
 OWNER_FILE = "parent.pid"  # in a temporary folder of ours: the process it belongs to (see isolate.clean_stale_jobs)
 DEADLINE_GRACE_S = 30  # the parent's timeout fires first; the child's own alarm only if the parent cannot
 
@@ -32,15 +31,6 @@ def die_with_parent(expected_parent: int | None = None) -> bool:
     if expected_parent and os.getppid() != expected_parent:
         os._exit(1)
     return ok
-
-
-def owned_temp_folder(prefix: str) -> str:
-    """A new temporary folder holding this process's id (``OWNER_FILE``), so that the next start removes it if this
-    process is killed before it could."""
-    folder = tempfile.mkdtemp(prefix=prefix)
-    with open(os.path.join(folder, OWNER_FILE), "w") as out:
-        out.write(str(os.getpid()))
-    return folder
 
 
 def worker_init(worker_id: int) -> None:

@@ -45,15 +45,15 @@ def _default_signals() -> None:
     signal.signal(signal.SIGHUP, signal.SIG_DFL)
 
 
-def _start_parent(results: Path, *args: str) -> subprocess.Popen:
-    env = dict(os.environ, PYTHONPATH=str(REPO))
+def _start_parent(results: Path, *args: str, tmp: Path | None = None) -> subprocess.Popen:
+    env = dict(os.environ, PYTHONPATH=str(REPO), **({"TMPDIR": str(tmp)} if tmp else {}))
     return subprocess.Popen([sys.executable, "-m", "harness", "run", f"results_dir={results}", *args], cwd=REPO,
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True, preexec_fn=_default_signals)
 
 
-def _start_sweep(results: Path, *args: str) -> subprocess.Popen:
-    env = dict(os.environ, PYTHONPATH=str(REPO))
+def _start_sweep(results: Path, *args: str, tmp: Path | None = None) -> subprocess.Popen:
+    env = dict(os.environ, PYTHONPATH=str(REPO), **({"TMPDIR": str(tmp)} if tmp else {}))
     return subprocess.Popen([sys.executable, "-m", "harness", "sweep", "+ladder=precision", f"results_dir={results}",
                              *args], cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True, preexec_fn=_default_signals)
@@ -111,9 +111,11 @@ def _gone(procs: list[psutil.Process], within_s: float = 30) -> list[int]:
 @pytest.mark.parametrize("sig", [pytest.param(signal.SIGKILL, marks=pytest.mark.slow), signal.SIGTERM,
                                  pytest.param(signal.SIGHUP, marks=pytest.mark.slow),
                                  pytest.param(signal.SIGINT, marks=pytest.mark.slow)])
-def test_a_parent_ended_by_any_signal_leaves_no_process_behind(results, sig):
+def test_a_parent_ended_by_any_signal_leaves_no_process_behind(results, tmp_path, sig):
+    tmp = tmp_path / "tmp"  # the command's temporary folder: nothing of the run may stay in it
+    tmp.mkdir()
     parent = _start_parent(results, "debug.fault=hang", "debug.fault_step=1", "timeout_s=300",
-                           "data.num_workers=1", *TINY_RUN)
+                           "data.num_workers=1", *TINY_RUN, tmp=tmp)
     try:
         procs = _measuring_processes(parent.pid, want_workers=1, forked=True)  # a single run forks from its launcher
         os.kill(parent.pid, sig)
@@ -125,13 +127,22 @@ def test_a_parent_ended_by_any_signal_leaves_no_process_behind(results, sig):
     if sig != signal.SIGKILL:  # the parent had a chance to say what happened, in one line, no traceback
         assert parent.returncode == 128 + sig
         assert f"interrupted ({sig.name})" in err and "Traceback" not in err
+        _assert_nothing_left_in(tmp)
+
+
+def _assert_nothing_left_in(tmp: Path) -> None:
+    """The killed run's scratch went with its job folder: its loader worker's socket folder (``pymp-*``, which a
+    killed worker cannot remove) among it. torch.compile's cache may stay: it is kept from one run to the next."""
+    assert sorted(p.name for p in tmp.iterdir() if not p.name.startswith("torchinductor_")) == []
 
 
 @pytest.mark.parametrize("sig", [pytest.param(signal.SIGKILL, marks=pytest.mark.slow), signal.SIGTERM,
                                  pytest.param(signal.SIGINT, marks=pytest.mark.slow)])
-def test_a_sweep_ended_by_any_signal_leaves_no_forked_run_nor_its_launcher_behind(results, sig):
+def test_a_sweep_ended_by_any_signal_leaves_no_forked_run_nor_its_launcher_behind(results, tmp_path, sig):
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
     parent = _start_sweep(results, "debug.fault=hang", "debug.fault_step=1", "timeout_s=300", "data.num_workers=1",
-                          *TINY_RUN)
+                          *TINY_RUN, tmp=tmp)
     try:
         procs = _measuring_processes(parent.pid, want_workers=1, forked=True)  # the launcher, the run, its worker
         assert len(procs) >= 3
@@ -144,6 +155,7 @@ def test_a_sweep_ended_by_any_signal_leaves_no_forked_run_nor_its_launcher_behin
     if sig != signal.SIGKILL:
         assert parent.returncode == 128 + sig
         assert f"interrupted ({sig.name})" in err and "Traceback" not in err
+        _assert_nothing_left_in(tmp)
 
 
 @pytest.mark.slow  # minutes of the default tier's 8; the same path runs in faster tests

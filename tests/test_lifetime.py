@@ -22,6 +22,7 @@ from harness import config as config_mod, lifeline
 from harness.run.parent import isolate
 from harness.store import RunRecord, load_runs, write_record
 from harness.sweeps import lock
+from harness.workload import storage
 from tests.conftest import REPO, TINY_MODEL_ARGS, harness_cli, tiny_model_config
 from tests.test_faults import _default_signals, _gone, _measuring_processes
 
@@ -204,13 +205,13 @@ def test_a_second_check_against_on_the_same_store_is_refused_in_one_line_naming_
     assert not (results / lock.LOCK_FILE).exists()
 
 
-def test_metrics_folders_of_runs_that_are_gone_are_removed_at_the_next_start(tmp_path):
+def test_storage_ceiling_folders_of_runs_that_are_gone_are_removed_at_the_next_start(tmp_path):
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
     stale, live = tmp_path / f"{lifeline.METRICS_PREFIX}stale", tmp_path / f"{lifeline.METRICS_PREFIX}live"
     for folder, pid in ((stale, dead.pid), (live, os.getpid())):
         folder.mkdir()
         (folder / lifeline.OWNER_FILE).write_text(str(pid))
-        (folder / "metrics.log").write_text("step=1 loss=1 lr=0.1\n")
+        (folder / storage.FILE_NAME).write_text("0.0\n")
     isolate.clean_stale_jobs(str(tmp_path))
     assert not stale.exists() and live.exists()

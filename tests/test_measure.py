@@ -4,6 +4,8 @@ import gc
 import json
 import math
 import time
+from multiprocessing.util import get_temp_dir
+from pathlib import Path
 
 import pytest
 import torch
@@ -174,7 +176,8 @@ def test_each_logging_step_writes_its_step_loss_and_learning_rate_as_a_line_of_a
     cfg = tiny_model_config(measure__steps=4, measure__warmup_steps=1, log_every_n_steps=2)
     with measured_run(cfg, cfg.workload, lambda *a, **k: None) as run:
         path = run.loop.metrics.path
-        assert path.name == "metrics.log" and path.parent.name.startswith("harness-metrics-")
+        # in the process's scratch folder: a harness run's is in its job folder, so that a killed run leaves nothing
+        assert path.name == "metrics.log" and path.parent.parent == Path(get_temp_dir())
         lines = path.read_text().splitlines()
     assert not path.parent.exists()  # removed with the loop: a forked run's exit runs no handler
     found = [re.fullmatch(r"\S+ \S+ INFO step=(\d+) loss=(\S+) lr=(\S+)", line) for line in lines]

@@ -38,6 +38,7 @@ import gc
 import shutil
 import tempfile
 from dataclasses import dataclass
+from multiprocessing.util import get_temp_dir
 from pathlib import Path
 from typing import Any, Callable
 
@@ -298,7 +299,9 @@ def periodic_work(cfg: RunConfig, device: torch.device,
     cleanup, visualize, every_val = cfg.memory_cleanup_every_n_steps, cfg.visualize_every_n_steps, cfg.val.every_n_steps
     if not cleanup and not visualize and not (every_val and validate):
         return None
-    folder = Path(tempfile.mkdtemp(prefix="harness-visualize-")) if visualize else None
+    # in the process's scratch folder (multiprocessing's, removed when the process ends; a harness run's is in its job
+    # folder, so its writes go with it even when the run is killed)
+    folder = Path(tempfile.mkdtemp(prefix="harness-visualize-", dir=get_temp_dir())) if visualize else None
 
     def after_step(step: int, x: torch.Tensor, out: Any) -> None:
         if cleanup and (step + 1) % cleanup == 0:

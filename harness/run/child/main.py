@@ -46,6 +46,7 @@ def main(job_dir: str) -> int:
     from harness.run.child import measure, ranks  # torch: after the lifeline, in the start's time (not the build's)
 
     job = Path(job_dir)
+    _scratch_in(job)  # before any loader worker starts
     cfg = config_mod.from_dict(json.loads((job / "config.json").read_text()))
     gpu_name = json.loads((job / "env.json").read_text()).get("gpu_name", "")
     rank = ranks.Rank()
@@ -87,6 +88,22 @@ def main(job_dir: str) -> int:
             channel.tell(progress_channel, {"phase": "result", "time": time.time()}, wait=False)
     ranks.leave(rank)
     return 0
+
+
+def _scratch_in(job: Path) -> None:
+    """The run's scratch folder (multiprocessing's temporary folder) made inside its job folder, which the parent
+    removes however the run ends. Each loader worker hands its batches' shared memory over through a socket there,
+    and a worker killed with its run (a timeout, an interrupted command) cannot remove it: in the system's temporary
+    folder each such run left a ``pymp-*`` folder for good. ``visualize_every_n_steps`` writes there too. Only for
+    this call, not the run's ``tempfile.tempdir``: torch.compile keeps its cache there, from one run to the next."""
+    import multiprocessing.util
+    import tempfile
+
+    before, tempfile.tempdir = tempfile.tempdir, str(job)
+    try:
+        multiprocessing.util.get_temp_dir()  # the workers, forked later, inherit its name (never their own folder)
+    finally:
+        tempfile.tempdir = before
 
 
 def _measure(cfg: RunConfig, rank: Rank, gpu_name: str, progress, job: Path, context=None) -> Summary:

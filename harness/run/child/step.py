@@ -4,13 +4,13 @@ step (every ``log_every_n_steps``): the loss read back and the scalars a trainer
 
 from __future__ import annotations
 
-import atexit
 import logging
 import math
 import shutil
+import tempfile
+from multiprocessing.util import get_temp_dir
 from pathlib import Path
 
-from harness import lifeline
 from harness.run.child.outcome import NonFiniteLoss, shapes_error
 from harness.run.child.summary import Measurement
 
@@ -61,17 +61,17 @@ class MetricsLog:
     """The scalars a trainer logs at a logging step (step, loss, learning rate), one line each through Python's
     ``logging`` to ``metrics.log`` in a temporary folder (gone when the loop lets go of it), flushed after each
     line as a ``FileHandler`` flushes: the write a trainer's console or metrics logger makes, nothing on other
-    steps."""
+    steps. The folder is in the process's scratch folder (multiprocessing's, removed when the process ends; a
+    harness run's is in its job folder, so that it goes with the run however the run ends)."""
 
     def __init__(self, optimizer):
         self.optimizer = optimizer
-        self.folder = Path(lifeline.owned_temp_folder(lifeline.METRICS_PREFIX))
+        self.folder = Path(tempfile.mkdtemp(prefix="metrics-", dir=get_temp_dir()))
         self.path = self.folder / "metrics.log"
         self.handler = logging.FileHandler(self.path)
         self.handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
         self.logger = logging.Logger("harness.metrics", logging.INFO)  # its own: no global logger's handlers
         self.logger.addHandler(self.handler)
-        atexit.register(shutil.rmtree, self.folder, True)
 
     def __call__(self, step: int, loss: float) -> None:
         lr = float(self.optimizer.param_groups[0]["lr"])
