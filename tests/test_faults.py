@@ -9,9 +9,11 @@ from __future__ import annotations
 import dataclasses
 import os
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import warnings
 from pathlib import Path
@@ -108,12 +110,20 @@ def _gone(procs: list[psutil.Process], within_s: float = 30) -> list[int]:
     return [p.pid for p in alive]
 
 
+@pytest.fixture
+def short_tmp():
+    """A private temporary folder with a short path, so that a job folder inside it leaves room for a socket's path
+    (pytest's own temporary folders under xdist are too deep for one: a run's scratch then stays where it was)."""
+    folder = Path(tempfile.mkdtemp(prefix="harness-test-", dir="/tmp" if os.path.isdir("/tmp") else None))
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
+
+
 @pytest.mark.parametrize("sig", [pytest.param(signal.SIGKILL, marks=pytest.mark.slow), signal.SIGTERM,
                                  pytest.param(signal.SIGHUP, marks=pytest.mark.slow),
                                  pytest.param(signal.SIGINT, marks=pytest.mark.slow)])
-def test_a_parent_ended_by_any_signal_leaves_no_process_behind(results, tmp_path, sig):
-    tmp = tmp_path / "tmp"  # the command's temporary folder: nothing of the run may stay in it
-    tmp.mkdir()
+def test_a_parent_ended_by_any_signal_leaves_no_process_behind(results, short_tmp, sig):
+    tmp = short_tmp  # the command's temporary folder: nothing of the run may stay in it
     parent = _start_parent(results, "debug.fault=hang", "debug.fault_step=1", "timeout_s=300",
                            "data.num_workers=1", *TINY_RUN, tmp=tmp)
     try:
@@ -136,11 +146,27 @@ def _assert_nothing_left_in(tmp: Path) -> None:
     assert sorted(p.name for p in tmp.iterdir() if not p.name.startswith("torchinductor_")) == []
 
 
+@pytest.mark.parametrize("deep", [False, True])
+def test_a_runs_scratch_is_in_its_job_folder_unless_a_socket_could_not_be_made_there(tmp_path, short_tmp, deep):
+    """A loader worker hands its batches over through a Unix socket in the scratch folder: in a job folder too deep
+    for a socket's path (a long TMPDIR) the worker would fail and the run hang, so the scratch stays where it was."""
+    job = tmp_path / ("j" * 80) if deep else short_tmp / "harness-job-12345678"
+    job.mkdir()
+    code = ("import multiprocessing.util as u, pathlib, sys; from harness.run.child.main import _scratch_in; "
+            "_scratch_in(pathlib.Path(sys.argv[1])); from multiprocessing.connection import Listener; "
+            "listener = Listener(family='AF_UNIX'); print(u.get_temp_dir()); print(listener.address)")
+    out = subprocess.run([sys.executable, "-c", code, str(job)], capture_output=True, text=True, cwd=REPO,
+                         env=dict(os.environ, PYTHONPATH=str(REPO)))
+    assert out.returncode == 0, out.stderr  # a socket was made in the scratch folder, wherever it is
+    scratch, address = map(Path, out.stdout.split())
+    assert address.parent == scratch and (scratch.parent == job) == (not deep)
+    assert not scratch.exists()  # removed when the process ended
+
+
 @pytest.mark.parametrize("sig", [pytest.param(signal.SIGKILL, marks=pytest.mark.slow), signal.SIGTERM,
                                  pytest.param(signal.SIGINT, marks=pytest.mark.slow)])
-def test_a_sweep_ended_by_any_signal_leaves_no_forked_run_nor_its_launcher_behind(results, tmp_path, sig):
-    tmp = tmp_path / "tmp"
-    tmp.mkdir()
+def test_a_sweep_ended_by_any_signal_leaves_no_forked_run_nor_its_launcher_behind(results, short_tmp, sig):
+    tmp = short_tmp
     parent = _start_sweep(results, "debug.fault=hang", "debug.fault_step=1", "timeout_s=300", "data.num_workers=1",
                           *TINY_RUN, tmp=tmp)
     try:

@@ -34,6 +34,8 @@ from harness.run.child import channel
 from harness.run.child.outcome import OK, of_exception
 from harness.run.child.summary import Summary, per_sample, summarize
 
+SOCKET_PATH_MAX = 107  # the bytes of a Unix socket's path (sun_path's 108, the last a NUL)
+
 if TYPE_CHECKING:
     from harness.config import RunConfig
     from harness.run.child.ranks import Rank
@@ -99,6 +101,8 @@ def _scratch_in(job: Path) -> None:
     import multiprocessing.util
     import tempfile
 
+    if len(os.fsencode(job)) + len("/pymp-12345678/listener-12345678") > SOCKET_PATH_MAX:
+        return  # a deep job folder (a long TMPDIR): no socket could be made there, and its worker would hang
     before, tempfile.tempdir = tempfile.tempdir, str(job)
     try:
         multiprocessing.util.get_temp_dir()  # the workers, forked later, inherit its name (never their own folder)
