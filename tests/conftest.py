@@ -9,6 +9,7 @@ import re
 import shutil
 import signal
 import subprocess
+import tempfile
 import sys
 import threading
 from dataclasses import dataclass
@@ -113,6 +114,15 @@ def pytest_collection_modifyitems(config, items):
         long = item.get_closest_marker("slow") or item.get_closest_marker("gpu")
         if long and not item.get_closest_marker("timeout"):
             item.add_marker(pytest.mark.timeout(LONG_TIMEOUT_S))
+
+
+@pytest.fixture
+def short_tmp():
+    """A private temporary folder with a short path, so that a job folder inside it leaves room for a socket's path
+    (pytest's own temporary folders under xdist are too deep for one: a run's scratch then stays where it was)."""
+    folder = Path(tempfile.mkdtemp(prefix="harness-test-", dir="/tmp" if os.path.isdir("/tmp") else None))
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
 
 
 @pytest.fixture(scope="session", autouse=True)

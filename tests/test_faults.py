@@ -9,11 +9,9 @@ from __future__ import annotations
 import dataclasses
 import os
 import shlex
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 import warnings
 from pathlib import Path
@@ -108,15 +106,6 @@ def _gone(procs: list[psutil.Process], within_s: float = 30) -> list[int]:
         alive = [p for p in alive if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
         time.sleep(0.1)
     return [p.pid for p in alive]
-
-
-@pytest.fixture
-def short_tmp():
-    """A private temporary folder with a short path, so that a job folder inside it leaves room for a socket's path
-    (pytest's own temporary folders under xdist are too deep for one: a run's scratch then stays where it was)."""
-    folder = Path(tempfile.mkdtemp(prefix="harness-test-", dir="/tmp" if os.path.isdir("/tmp") else None))
-    yield folder
-    shutil.rmtree(folder, ignore_errors=True)
 
 
 @pytest.mark.parametrize("sig", [pytest.param(signal.SIGKILL, marks=pytest.mark.slow), signal.SIGTERM,

@@ -81,7 +81,7 @@ def test_every_workload_runs_at_smoke_size(results, workload, request):
     assert record.torch_version and record.cpu_count and record.config_hash
 
 
-def _child_run(tmp_path, on_progress=None, **overrides):
+def _child_run(tmp_path, on_progress=None, env=None, **overrides):
     """One real measuring child, as ``execute`` starts it, returning everything the child and parent measured."""
     cfg = tiny_model_config(**overrides)
     job = tmp_path / "job"
@@ -89,7 +89,7 @@ def _child_run(tmp_path, on_progress=None, **overrides):
     (job / "parent.pid").write_text(str(os.getpid()))
     (job / "config.json").write_text(json.dumps(config_mod.to_dict(cfg)))
     (job / "env.json").write_text("{}")
-    outcome, summary, _ = isolate.run_child(job, cfg.timeout_s, on_progress, cfg.measure.sample_interval_s)
+    outcome, summary, _ = isolate.run_child(job, cfg.timeout_s, on_progress, cfg.measure.sample_interval_s, env=env)
     assert outcome.status == "ok", outcome.error
     return summary.to_dict()
 
@@ -104,6 +104,17 @@ def test_the_measuring_process_runs_no_other_python_thread(tmp_path):
     assert metrics["peak_main_rss_bytes"] > 50e6 and metrics["peak_host_rss_bytes"] >= metrics["peak_main_rss_bytes"]
     assert metrics["worker_rss_bytes"] == [] and metrics["peak_worker_rss_bytes"] is None
     assert metrics["gpu_util_pct"] is None and metrics["gpu_sample_note"] == ""
+
+
+def test_a_run_whose_job_folder_is_too_deep_for_a_socket_keeps_its_scratch_outside_and_removes_it(tmp_path,
+                                                                                                  short_tmp):
+    """A job folder too deep for a loader worker's socket: the run's scratch (the workers' sockets, the metrics log)
+    is where Python puts it, in the run's (short) TMPDIR, and the run removes it at its end."""
+    deep = tmp_path / ("j" * 80)
+    deep.mkdir()
+    metrics = _child_run(deep, env={"TMPDIR": str(short_tmp)}, data__num_workers=1, log_every_n_steps=1)
+    assert len(metrics["worker_rss_bytes"]) == 1  # the worker handed its batches over
+    assert sorted(p.name for p in short_tmp.iterdir() if not p.name.startswith("torchinductor_")) == []
 
 
 # the same on a CPU (the parent takes no sample inside the window there; the workers' peaks come from the kernel),

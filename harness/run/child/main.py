@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -35,6 +36,7 @@ from harness.run.child.outcome import OK, of_exception
 from harness.run.child.summary import Summary, per_sample, summarize
 
 SOCKET_PATH_MAX = 107  # the bytes of a Unix socket's path (sun_path's 108, the last a NUL)
+_scratch: Path | None = None  # this process's run's scratch folder (``_scratch_in``), removed at its end
 
 if TYPE_CHECKING:
     from harness.config import RunConfig
@@ -42,13 +44,14 @@ if TYPE_CHECKING:
 
 
 def main(job_dir: str) -> int:
+    global _scratch
     started = time.time()
     guard_child()  # first: die with the parent even if the imports below are slow
     progress_channel = channel.child_end()
+    job = Path(job_dir)
+    _scratch = _scratch_in(job)  # before any loader worker starts
     from harness.run.child import measure, ranks  # torch: after the lifeline, in the start's time (not the build's)
 
-    job = Path(job_dir)
-    _scratch_in(job)  # before any loader worker starts
     cfg = config_mod.from_dict(json.loads((job / "config.json").read_text()))
     gpu_name = json.loads((job / "env.json").read_text()).get("gpu_name", "")
     rank = ranks.Rank()
@@ -92,22 +95,30 @@ def main(job_dir: str) -> int:
     return 0
 
 
-def _scratch_in(job: Path) -> None:
-    """The run's scratch folder (multiprocessing's temporary folder) made inside its job folder, which the parent
+def _scratch_in(job: Path) -> Path:
+    """The run's scratch folder (multiprocessing's temporary folder), made inside its job folder, which the parent
     removes however the run ends. Each loader worker hands its batches' shared memory over through a socket there,
     and a worker killed with its run (a timeout, an interrupted command) cannot remove it: in the system's temporary
-    folder each such run left a ``pymp-*`` folder for good. ``visualize_every_n_steps`` writes there too. Only for
-    this call, not the run's ``tempfile.tempdir``: torch.compile keeps its cache there, from one run to the next."""
+    folder each such run left a ``pymp-*`` folder for good. The metrics log and ``visualize_every_n_steps``' writes
+    go there too. In a job folder too deep for a socket's path (a long TMPDIR) a worker could not make its socket
+    and the run would hang: the scratch is then where Python puts it. Only for this call, not the run's
+    ``tempfile.tempdir``: torch.compile keeps its cache there, from one run to the next."""
     import multiprocessing.util
     import tempfile
 
-    if len(os.fsencode(job)) + len("/pymp-12345678/listener-12345678") > SOCKET_PATH_MAX:
-        return  # a deep job folder (a long TMPDIR): no socket could be made there, and its worker would hang
-    before, tempfile.tempdir = tempfile.tempdir, str(job)
+    fits = len(os.fsencode(job)) + len("/pymp-12345678/listener-12345678") <= SOCKET_PATH_MAX
+    before, tempfile.tempdir = tempfile.tempdir, str(job) if fits else tempfile.tempdir
     try:
-        multiprocessing.util.get_temp_dir()  # the workers, forked later, inherit its name (never their own folder)
+        return Path(multiprocessing.util.get_temp_dir())  # the workers, forked later, inherit its name
     finally:
         tempfile.tempdir = before
+
+
+def remove_scratch() -> None:
+    """The run's scratch removed at the process's end: a run ends with ``os._exit``, so multiprocessing's own removal
+    never runs (in a job folder the parent would remove it anyway; where Python put it, nobody else would)."""
+    if _scratch is not None:
+        shutil.rmtree(_scratch, ignore_errors=True)
 
 
 def _measure(cfg: RunConfig, rank: Rank, gpu_name: str, progress, job: Path, context=None) -> Summary:
@@ -158,6 +169,7 @@ PROFILE_UNFINISHED = "the profile did not finish: the run ended (its timeout_s, 
 
 def exit_now(code: int) -> None:
     """End the process without the interpreter's teardown (the result is written; the parent kills the group)."""
+    remove_scratch()
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)

@@ -429,6 +429,7 @@ def _become_run(request: dict, fds: list[int], sock: socket.socket, sweep_dir: s
     from harness.run.child import main as child  # the measuring modules: the zygote preloads them, its parent never
 
     code = child.main(request["job"])
+    child.remove_scratch()
     if report_imports:
         _report_imports(Path(sweep_dir) / f"imports-{os.getpid()}.json")
     sys.stdout.flush()
