@@ -99,7 +99,8 @@ def test_noise_killed_mid_run_leaves_no_run_behind(tmp_path, sig):
                  REPO, tmp_path, sig, forked=True)
 
 
-@pytest.mark.parametrize("sig", [signal.SIGTERM, pytest.param(signal.SIGKILL, marks=pytest.mark.slow)])
+@pytest.mark.slow  # a whole scenario in fresh processes: the default tier keeps a sweep ended by a signal (test_faults)
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
 def test_climb_killed_mid_run_leaves_no_run_behind(tmp_path, sig):
     # a climb's runs are forked from its warm launcher (one launcher a command)
     kill_mid_run(["climb", *TINY_MODEL_ARGS, *HANG, "climb.budget_min=5", f"results_dir={tmp_path / 'results'}"],

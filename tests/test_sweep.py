@@ -2,6 +2,8 @@
 
 import json
 
+import pytest
+
 from harness.store import load_runs
 from tests.conftest import REPO, TINY_MODEL_ARGS, TINY_STEPS_ARGS, copy_store, harness_cli, in_process
 
@@ -82,6 +84,7 @@ def test_a_faulted_rung_is_recorded_and_later_rungs_build_on_the_last_ok_one(res
     assert "| oom" in out.stdout and "built on rung 1" in out.stdout
 
 
+@pytest.mark.slow  # a whole sweep in fresh processes: the default tier keeps test_sweep_rounds' (fake measurements)
 def test_repeats_interleave_rounds_in_serpentine_order(results):
     # the two rungs of ladder bf16: the second round starts at the last rung, not at the baseline (the order of a
     # longer ladder, three rungs, without running it: test_the_loop_runs_rounds_outermost_and_labels_each_turn)

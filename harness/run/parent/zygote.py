@@ -13,8 +13,8 @@ the way their own fork handler stops them, and the fork is refused (the run then
 if another thread is left, CUDA is initialised, or a process started here is still alive.
 
 Before the first fork, the modules of the sweep's first run's model, loss and dataset are imported (their
-libraries: MONAI, torchvision, OpenCV; nothing is built or called; for a reference workload's run that builds an
-optimizer, torch._dynamo, which building one imports), so that no run pays those imports; what the
+libraries: MONAI, torchvision, OpenCV; nothing is built or called; for a run that builds an optimizer, any mode but
+the loader alone, torch._dynamo, which building one imports), so that no run pays those imports; what the
 sweep's first run imported beyond that is imported here once that run has ended, so that the later runs find it
 loaded, as the first run's own imports left it. Only the first run's: a later rung's extra imports (a compiler's)
 stay that rung's own, so that every run holds the same modules a fresh process of its settings would. This process
@@ -53,8 +53,8 @@ PRELOAD = ("torch", "harness.config", "harness.run.child.main", "harness.run.chi
            "harness.run.child.summary", "harness.run.child.ranks", "harness.workload.build", "harness.workload.data",
            "harness.workload.knobs", "harness.workload.shared_data")
 NOT_PRELOADED = ("__main__", "__mp_main__")
-# What building a torch optimizer imports, in a user's script too (a second on a 2-core CPU): preloaded for a reference
-# workload's run that builds one (any mode but loader)
+# What building a torch optimizer imports, in a user's script too (a second or two on a 2-core CPU): preloaded for every
+# run that builds one (any mode but loader), a reference workload's or a user's
 OPTIMIZER_IMPORTS = ("torch._dynamo",)
 COLLECTED_AT = [0]  # how many modules were imported here at the last collection (collect_imports)
 DRIVER_LOADED_BY: list[str] = []  # the import after which the CUDA driver was first seen loaded here, if any
@@ -212,9 +212,10 @@ def warm_workload(config_path: Path, probe: bool = False) -> list[str]:
     names = [node["_target_"].rsplit(".", 1)[0] for node in (values.get(k) for k in ("model", "loss", "dataset"))
              if isinstance(node, dict) and isinstance(node.get("_target_"), str) and "." in node["_target_"]]
     reference = trimmed_imports.reference_only(values)
-    # its run builds a torch optimizer: torch's own imports, probed apart, so that a workload's library that leaves
-    # the launcher unsafe to fork (MONAI on a GPU image) does not leave them to every run too
-    first = OPTIMIZER_IMPORTS if reference and (config.get("measure") or {}).get("mode") != "loader" else ()
+    # its run builds a torch optimizer (a user's model too: the harness's optimizer, or its own step's or Lightning's,
+    # each a torch optimizer): torch's own imports, probed apart, so that a workload's library that leaves the
+    # launcher unsafe to fork (MONAI on a GPU image) does not leave them to every run too
+    first = OPTIMIZER_IMPORTS if (config.get("measure") or {}).get("mode") != "loader" else ()
     try:
         failed = preload_fork_safe(first, probe)
         with trimmed_imports.trimmed(reference):
