@@ -36,7 +36,6 @@ from harness.run.child.outcome import OK, of_exception
 from harness.run.child.summary import Summary, per_sample, summarize
 
 SOCKET_PATH_MAX = 107  # the bytes of a Unix socket's path (sun_path's 108, the last a NUL)
-_scratch: Path | None = None  # this process's run's scratch folder (``_scratch_in``), removed at its end
 
 if TYPE_CHECKING:
     from harness.config import RunConfig
@@ -44,12 +43,11 @@ if TYPE_CHECKING:
 
 
 def main(job_dir: str) -> int:
-    global _scratch
     started = time.time()
     guard_child()  # first: die with the parent even if the imports below are slow
     progress_channel = channel.child_end()
     job = Path(job_dir)
-    _scratch = _scratch_in(job)  # before any loader worker starts
+    _scratch_in(job)  # before any loader worker starts
     from harness.run.child import measure, ranks  # torch: after the lifeline, in the start's time (not the build's)
 
     cfg = config_mod.from_dict(json.loads((job / "config.json").read_text()))
@@ -95,7 +93,7 @@ def main(job_dir: str) -> int:
     return 0
 
 
-def _scratch_in(job: Path) -> Path:
+def _scratch_in(job: Path) -> None:
     """The run's scratch folder (multiprocessing's temporary folder), made inside its job folder, which the parent
     removes however the run ends. Each loader worker hands its batches' shared memory over through a socket there,
     and a worker killed with its run (a timeout, an interrupted command) cannot remove it: in the system's temporary
@@ -109,7 +107,7 @@ def _scratch_in(job: Path) -> Path:
     fits = len(os.fsencode(job)) + len("/pymp-12345678/listener-12345678") <= SOCKET_PATH_MAX
     before, tempfile.tempdir = tempfile.tempdir, str(job) if fits else tempfile.tempdir
     try:
-        return Path(multiprocessing.util.get_temp_dir())  # the workers, forked later, inherit its name
+        multiprocessing.util.get_temp_dir()  # made now: the workers, forked later, inherit its name
     finally:
         tempfile.tempdir = before
 
@@ -117,8 +115,9 @@ def _scratch_in(job: Path) -> Path:
 def remove_scratch() -> None:
     """The run's scratch removed at the process's end: a run ends with ``os._exit``, so multiprocessing's own removal
     never runs (in a job folder the parent would remove it anyway; where Python put it, nobody else would)."""
-    if _scratch is not None:
-        shutil.rmtree(_scratch, ignore_errors=True)
+    import multiprocessing.util
+
+    shutil.rmtree(multiprocessing.util.get_temp_dir(), ignore_errors=True)
 
 
 def _measure(cfg: RunConfig, rank: Rank, gpu_name: str, progress, job: Path, context=None) -> Summary:

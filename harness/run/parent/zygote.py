@@ -212,9 +212,8 @@ def warm_workload(config_path: Path, probe: bool = False) -> list[str]:
     names = [node["_target_"].rsplit(".", 1)[0] for node in (values.get(k) for k in ("model", "loss", "dataset"))
              if isinstance(node, dict) and isinstance(node.get("_target_"), str) and "." in node["_target_"]]
     reference = trimmed_imports.reference_only(values)
-    # its run builds a torch optimizer (a user's model too: the harness's optimizer, or its own step's or Lightning's,
-    # each a torch optimizer): torch's own imports, probed apart, so that a workload's library that leaves the
-    # launcher unsafe to fork (MONAI on a GPU image) does not leave them to every run too
+    # its run builds a torch optimizer (a user's model's too): torch's own imports, probed apart, so that a library
+    # that leaves the launcher unsafe to fork (MONAI on a GPU image) does not leave them to every run too
     first = OPTIMIZER_IMPORTS if (config.get("measure") or {}).get("mode") != "loader" else ()
     try:
         failed = preload_fork_safe(first, probe)
