@@ -53,8 +53,7 @@ PRELOAD = ("torch", "harness.config", "harness.run.child.main", "harness.run.chi
            "harness.run.child.summary", "harness.run.child.ranks", "harness.workload.build", "harness.workload.data",
            "harness.workload.knobs", "harness.workload.shared_data")
 NOT_PRELOADED = ("__main__", "__mp_main__")
-# What building a torch optimizer imports, in a user's script too (a second or two on a 2-core CPU): preloaded for every
-# run that builds one (any mode but loader), a reference workload's or a user's
+# What building a torch optimizer imports, a user's script too: preloaded for every run that builds one (not loader)
 OPTIMIZER_IMPORTS = ("torch._dynamo",)
 COLLECTED_AT = [0]  # how many modules were imported here at the last collection (collect_imports)
 DRIVER_LOADED_BY: list[str] = []  # the import after which the CUDA driver was first seen loaded here, if any
