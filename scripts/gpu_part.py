@@ -70,8 +70,8 @@ def total(ladder_name: str, rounds_text: str, sweep_id: str, overrides: list[str
 
 def total_verdict(results_dir: str, sweep_id: str, lad) -> str:
     """The guide total's verdict from a sweep of its two ends: the last rung over rung 0 as the sweep's table
-    measures it (its band from the rounds), against the ladder's total claim. (The table's own total line needs
-    every rung, so it says "not measured" for such a sweep.)"""
+    measures it (its band from the rounds), against the ladder's total claim (the table's own total line says
+    the same: docs/statistics.md)."""
     last = len(lad.rungs) - 1
     try:
         rows = {row.rung: row for row in api.load_table(results_dir, sweep_id).rows}

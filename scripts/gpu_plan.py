@@ -220,13 +220,25 @@ def record(tarball: Path) -> str:
         for path in sorted(copies.rglob("*.parquet")):  # a sweep's own file, or a part compaction made
             merge_copies(path, folder / "copies" / path.relative_to(copies))
         part = stamp["part"]
+        earlier = (plan["parts"].get(part) or {}).get("measured") or ""
         for name, suffix in ((f"{part}.log", ".log"), ("table.md", ".table.md"), (f"{part}.xml", ".xml")):
             if (root / name).exists():
-                (folder / "logs" / f"{part}{suffix}").write_bytes((root / name).read_bytes())
+                keep_log(folder / "logs" / f"{part}{suffix}", (root / name).read_bytes(), earlier)
     marked = plan["parts"][part] = entry(stamp, plan["parts"].get(part), len(records))
     save(plan)
     return (f"{part} ({stamp['gpu']}): {marked['status']}, {len(records)} records, commit "
             f"{marked['commit'][:12] or 'unknown'}, code {marked['code_fingerprint']}")
+
+
+def keep_log(target: Path, text: bytes, earlier: str) -> None:
+    """Write a part's log (or table) to ``target``; an earlier measurement's different one there is kept beside it
+    under its date (``PART-2026-11-29.log``; ``earlier``: when that one was measured), never overwritten."""
+    if target.exists() and earlier and target.read_bytes() != text:
+        stem, _, suffix = target.name.partition(".")
+        kept = target.with_name(f"{stem}-{earlier[:16].replace(':', '')}.{suffix}")
+        if not kept.exists():
+            target.rename(kept)
+    target.write_bytes(text)
 
 
 def merge_copies(source: Path, target: Path) -> None:

@@ -96,6 +96,20 @@ def test_a_full_step_faster_than_a_part_of_it_alone_is_said_to_be_impossible():
     assert diagnose(_rec(30.0), _rec(5.0), _rec(4.90, 0.1), "cpu", 0, False).notes == []  # within one run's noise
 
 
+def test_with_no_workers_the_loader_and_the_model_add_and_workers_can_take_the_loader_s_share_at_most():
+    from harness.analysis.views.diagnosis import diagnose
+
+    # the SEResNet guide's baseline on an H200 (2026-11-30): no workers, a spectrogram per item
+    result = diagnose(_rec(10.14), _rec(5.84), _rec(3.87, 0.34), "cpu", 0, False)
+    assert result.verdict == "compute-bound"
+    assert result.text.endswith("With no loader workers the two run one after the other in the step (1/10.14 + "
+                                "1/5.84 s a batch: 3.71 batches/s): workers can take away at most the loader's 34% "
+                                "of it, 1.52x at most.")
+    assert result.advice[-1].startswith("more loader workers (now 0)")
+    with_workers = diagnose(_rec(10.14), _rec(5.84), _rec(5.60, 0.04), "cpu", 2, False)
+    assert "one after the other" not in with_workers.text and len(with_workers.advice) == 2
+
+
 def test_a_part_measured_on_a_busy_machine_gets_no_verdict_and_names_why():
     # beside `while True: pass` on 2 CPUs the model alone ran 0.35 batches/s where quiet it ran far faster, and the
     # diagnosis said "compute-bound" without a word of the machine; every verdict's busy rule now holds here too

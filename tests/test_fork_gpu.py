@@ -1,7 +1,7 @@
 """The warm launcher on a GPU machine, with faked driver libraries (compiled here with the system's C compiler): a
 CUDA driver that is mapped but never initialised (MONAI's import maps it through CuPy) leaves the launcher free to
 fork and to preload MONAI; an initialised one makes it refuse, saying why; NVML initialised in the launcher is shut
-down before a fork."""
+down before a fork, and kept closed while the launcher imports MONAI (its first initialisation leaves a thread)."""
 
 from __future__ import annotations
 
@@ -34,11 +34,31 @@ int nvmlShutdown(void) { if (!inits) return 1; inits--; return 0; }
 int nvmlDeviceGetCount_v2(unsigned int *count) { if (!inits) return 1; *count = 1; return 0; }
 """
 
+# NVML as the H200 image's driver (580) behaves: its first initialisation starts a thread named cuda..., which its
+# shutdown leaves running; a device of compute capability 9.0
+THREADED_NVML = """
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <unistd.h>
+static int inits = 0, started = 0;
+static void *idle(void *arg) { for (;;) pause(); return 0; }
+int nvmlInitWithFlags(unsigned int flags) {
+  if (!started) { pthread_t t; pthread_create(&t, 0, idle, 0); pthread_setname_np(t, "cuda00001c00008"); started = 1; }
+  inits++; return 0;
+}
+int nvmlInit_v2(void) { return nvmlInitWithFlags(0); }
+int nvmlShutdown(void) { if (!inits) return 1; inits--; return 0; }
+int nvmlDeviceGetCount_v2(unsigned int *count) { if (!inits) return 1; *count = 1; return 0; }
+int nvmlDeviceGetHandleByIndex_v2(unsigned int i, void **handle) { *handle = (void *)1; return 0; }
+int nvmlDeviceGetCudaComputeCapability(void *handle, int *major, int *minor) { *major = 9; *minor = 0; return 0; }
+"""
+
 
 def _library(folder: Path, name: str, source: str) -> Path:
     (folder / f"{name}.c").write_text(source)
     out = folder / name
-    subprocess.run(["gcc", "-shared", "-fPIC", "-o", str(out), str(folder / f"{name}.c")], check=True, timeout=60)
+    subprocess.run(["gcc", "-shared", "-fPIC", "-pthread", "-o", str(out), str(folder / f"{name}.c")], check=True,
+                   timeout=60)
     return out
 
 
@@ -47,28 +67,44 @@ def fake_cuda(tmp_path) -> Path:
     return _library(tmp_path, "libcuda.so.1", FAKE_CUDA)
 
 
-def _python(code: str, tmp_path: Path) -> list[str]:
-    env = dict(os.environ, PYTHONPATH=f"{REPO}:{tmp_path}", JE_ARROW_MALLOC_CONF="background_thread:false")
+def _python(code: str, tmp_path: Path, **more_env: str) -> list[str]:
+    env = dict(os.environ, PYTHONPATH=f"{REPO}:{tmp_path}", JE_ARROW_MALLOC_CONF="background_thread:false",
+               **more_env)
     out = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], cwd=REPO, env=env, capture_output=True,
                          text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     return out.stdout.splitlines()
 
 
-def test_a_mapped_driver_never_initialised_lets_the_launcher_fork_and_preload_monai(fake_cuda, tmp_path):
+def test_a_mapped_driver_and_nvml_kept_closed_let_the_launcher_fork_and_preload_monai(fake_cuda, tmp_path):
     (tmp_path / "maps_driver.py").write_text(f"import ctypes\nDRIVER = ctypes.CDLL({str(fake_cuda)!r})\n")
+    (tmp_path / "nvml").mkdir()  # apart from the faked CUDA driver, which torch's import would map from there
+    _library(tmp_path / "nvml", "libnvidia-ml.so.1", THREADED_NVML)  # found by pynvml through LD_LIBRARY_PATH
     lines = _python("""
-        import ctypes, sys
+        import sys
+        import pynvml, torch
         from harness.run.parent import driver, zygote
+        torch.version.cuda = "13.0"  # a CUDA build of torch: MONAI's TF32 check asks NVML only there
         zygote.preload_fork_safe(["maps_driver", "monai"], probe=True)  # as on a GPU: probed in a fork first
+        tf32 = sys.modules["monai.utils.tf32"]
         print(driver.cuda_state(), "monai" in sys.modules, zygote.LEFT_TO_RUNS, repr(zygote.unsafe_to_fork()))
         print("monai" in zygote.preloaded().split(","))
+        print(zygote.NVML_CLOSED_FOR, tf32.has_ampere_or_later.cache_info().currsize, pynvml.nvmlInit.__name__)
         sys.modules["maps_driver"].DRIVER.cuInit(0)  # a library that initialises the driver: no fork from here on
         print(zygote.unsafe_to_fork())
-    """, tmp_path)
-    assert lines[-3] == "mapped True [] ''" and lines[-2] == "True"
-    assert lines[-1] == ("the CUDA driver is initialised in the launcher (it counts 1 devices) "
-                         "(the driver loaded by importing maps_driver)")
+        print(tf32.has_ampere_or_later())  # a run that asks NVML itself: opened, answered (9.0), its thread left
+        print(zygote.unsafe_to_fork())
+    """, tmp_path, LD_LIBRARY_PATH=str(tmp_path / "nvml"))
+    said, (state, preloaded, closed, initialised, ampere, thread) = lines[:-6], lines[-6:]
+    assert state == "mapped True [] ''" and preloaded == "True"
+    # NVML kept closed while MONAI was imported (the launcher says so): its TF32 check cached nothing, pynvml is
+    # itself again
+    assert closed == "['monai.utils.tf32'] 0 nvmlInit"
+    assert "NVML kept closed while monai.utils.tf32 was imported here (a run that asks NVML opens it)" in said
+    assert initialised == ("the CUDA driver is initialised in the launcher (it counts 1 devices) "
+                           "(the driver loaded by importing maps_driver)")
+    assert ampere == "True" and thread.startswith("2 threads in the launcher: cuda00001c00008(")
+    assert thread.endswith("(a thread of the CUDA driver's: an import initialised NVML or CUDA here)")
 
 
 def test_nvml_initialised_in_the_launcher_is_shut_down_before_a_fork(tmp_path):

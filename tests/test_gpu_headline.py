@@ -151,10 +151,10 @@ def test_the_estimate_is_made_of_the_h100_s_recorded_run_times():
     assert est.compile_run_s == pytest.approx(56.0) and est.smoke_run_s == pytest.approx(56.0 - 34.32, abs=0.01)
     assert est.budget_s == 384 and est.total_s <= gpu_headline.LIMIT_S
     assert gpu_headline.estimate("b200").source == "recorded on the H100; no B200 record yet"
-    # the H200's own, from its slot of 2026-11-29: three rounds of phase2 in 236 s, the compile run 62 s
+    # the H200's own, from its newest slot (2026-11-30): three rounds of phase2 in 168 s, the compile run 55 s
     h200 = gpu_headline.estimate("h200")
-    assert h200.source == "recorded on the H200" and h200.round_s == pytest.approx(78.8, abs=0.5)
-    assert h200.compile_run_s == pytest.approx(62.0)
+    assert h200.source == "recorded on the H200" and h200.round_s == pytest.approx(56.0, abs=0.5)
+    assert h200.compile_run_s == pytest.approx(55.0)
     assert gpu_parts.find("headline").estimate_s == est.total_s
 
 

@@ -381,7 +381,7 @@ def _record(results, run_id, status="ok", error="", ladder="phase2", rung=0, con
                            config_json=json.dumps(config or {}), launched_by=launched_by), results)
 
 
-def _tarball(tmp_path, part, status, records=1) -> Path:
+def _tarball(tmp_path, part, status, records=1, log="the log\n") -> Path:
     folder = tmp_path / f"pack-{part}-{status}"
     for i in range(records):
         _record(folder / "results", f"20261123-10000{i}-{status[:4]}{part[:4]}")
@@ -390,7 +390,7 @@ def _tarball(tmp_path, part, status, records=1) -> Path:
              "code_fingerprint": "c0de", "path_fingerprint": gpu_parts.path_fingerprint(gpu_parts.find(part)),
              "sweeps": ["phase2-h100-x"], "failures": [] if status == "ok" else ["exit 1: boom"]}
     (folder / "stamp.json").write_text(json.dumps(stamp))
-    (folder / f"{part}.log").write_text("the log\n")
+    (folder / f"{part}.log").write_text(log)
     (folder / "table.md").write_text("| rung |\n")
     tarball = tmp_path / "back" / f"{part}.tar.gz"
     tarball.parent.mkdir(exist_ok=True)
@@ -414,6 +414,13 @@ def test_record_puts_records_and_logs_under_the_gpu_and_marks_the_plan(tmp_path)
     assert "**done**" in row and "| abc123 |" in row
     # by name, from the folder the files came back in
     assert script("record", "phase2", PLAN_DIR=str(plan_dir), IN=str(tmp_path / "back")).returncode == 0
+    assert sorted(p.name for p in (plan_dir / "logs").iterdir()) == ["phase2.log", "phase2.table.md"]  # the same
+    # a later slot's part: its log and table in place, the earlier slot's kept under its date, never overwritten
+    _tarball(tmp_path, "phase2", "ok", log="a later log\n")
+    assert script("record", "phase2", PLAN_DIR=str(plan_dir), IN=str(tmp_path / "back")).returncode == 0
+    assert (plan_dir / "logs" / "phase2.log").read_text() == "a later log\n"
+    assert (plan_dir / "logs" / "phase2-2026-11-23T1004.log").read_text() == "the log\n"
+    assert not (plan_dir / "logs" / "phase2-2026-11-23T1004.table.md").exists()  # the table did not change
     assert script("record", "nosuchpart", PLAN_DIR=str(plan_dir)).returncode == 2
 
 

@@ -2,6 +2,7 @@
 records under results/: a hand edit fails here, and a row is "full" only with the evidence its rule asks for."""
 
 import re
+from types import SimpleNamespace
 
 import pytest
 
@@ -46,11 +47,18 @@ def _current(ladder, device="cuda", sha=None, card="NVIDIA H100 80GB HBM3", when
             "rung": 0, "results": "results/nowhere"}
 
 
+def _tables(records: guides.Records, rungs=(0, 1)) -> dict:
+    """The tables the rows' evidence reads (their cache), one a sweep: ``rungs`` ran, each built on the one before."""
+    row = [SimpleNamespace(rung=r, runs=2, built_on=r - 1 if r else None, verdict="") for r in rungs]
+    table = SimpleNamespace(rows=row, groups=[], total_measured=None, total_verdict="")
+    return {(r["results"], r["sweep_id"]): table for found in records.by_ladder.values() for r in found}
+
+
 def test_every_card_that_measured_a_row_is_named_each_from_its_newest_sweep(tmp_path):
     row = {"id": "x", "recommendation": "r", "claim": "c", "measured_by": "m", "rungs": ["phase2:1"], "gpu": True}
     h200 = [_current("phase2", card="NVIDIA H200", when=w) for w in ("2026-11-29T23:40:00", "2026-11-28T10:00:00")]
     records = guides.Records(tmp_path, {"phase2": [_current("phase2"), *h200]})
-    found = guides.grade(row, records, {})
+    found = guides.grade(row, records, _tables(records))
     assert found.extent == "full" and found.evidence.kind == "gpu"
     assert found.text == ("full; measured on a GPU: NVIDIA H200, 778c533, 2026-11-29, `phase2` rung 1 "
                           "([records](../results/nowhere/README.md)); and on NVIDIA H100 80GB HBM3, 778c533, "
@@ -64,19 +72,22 @@ def test_a_row_only_a_gpu_judges_is_full_only_with_a_gpu_record_at_the_ladders_c
     stale = guides.Records(tmp_path, {"phase2": [_current("phase2", sha="0" * 16)]})
     assert guides.grade(row, stale, {}).extent == "reproduced, needs a GPU"  # a ladder edited since its sweep
     on_cpu = guides.Records(tmp_path, {"phase2": [_current("phase2", device="cpu")]})
-    found = guides.grade(row, on_cpu, {})
+    found = guides.grade(row, on_cpu, _tables(on_cpu))
     assert (found.extent, found.evidence.kind) == ("reproduced, needs a GPU", "cpu")
     on_gpu = guides.Records(tmp_path, {"phase2": [_current("phase2")]})
-    found = guides.grade(row, on_gpu, {})
+    found = guides.grade(row, on_gpu, _tables(on_gpu))
     assert (found.extent, found.evidence.kind) == ("full", "gpu")
+    # a GPU sweep of the ladder that did not measure the rung (a guide's total, by its two ends): no evidence of it
+    assert guides.grade(row, on_gpu, _tables(on_gpu, rungs=(0, 3))).extent == "reproduced, needs a GPU"
+    assert guides.grade(row, on_gpu, {}).extent == "reproduced, needs a GPU"  # nor a sweep whose table is unread
     assert found.text.startswith("full; measured on a GPU: NVIDIA H100 80GB HBM3, 778c533, 2026-11-27, `phase2` rung 1")
     # a guide's premise that only a GPU checks holds every row of it back, until the premise's ladder has a record
     premise = {"ladder": "a100_volume", "why": "its loop waiting 83-94% on data"}
     plain = {**row, "gpu": False, "rungs": ["a100_volume:1"]}
     assert guides.grade(plain, none, {}, premise).extent == "reproduced, needs a GPU"
-    assert guides.grade(plain, guides.Records(tmp_path, {"a100_volume": [_current("a100_volume")]}), {},
-                        premise).extent == "full"
-    assert guides.grade({**row, "differs": "a stand-in"}, on_gpu, {}).extent == "partly"
+    a100 = guides.Records(tmp_path, {"a100_volume": [_current("a100_volume")]})
+    assert guides.grade(plain, a100, _tables(a100), premise).extent == "full"
+    assert guides.grade({**row, "differs": "a stand-in"}, on_gpu, _tables(on_gpu)).extent == "partly"
 
 
 def test_a_pointer_past_the_ladders_rungs_names_the_row():
@@ -97,7 +108,13 @@ def test_the_totals_are_counted_from_the_rows(page):
 
 def test_the_issues_cases_read_as_the_ladders_and_records_show(page):
     a100 = _rows(page, "The A100 volume-model guide")
-    assert a100 and not any(line.endswith(("| full |",)) or "| full;" in line for line in a100)
+    full = [line for line in a100 if line.endswith(("| full |",)) or "| full;" in line]
+    # only Option A's total, measured by its two ends on the H200 (2026-11-30); its rungs alone were not measured
+    assert len(full) == 1 and full[0].startswith("| Option A |") and "`a100_option_a` total: confirms" in full[0]
+    quick = _rows(page, "The connectomics guide")
+    assert not any(f"`{name}` rung" in line.rsplit(" | ", 1)[1] for line in a100 + quick
+                   for name in ("a100_option_a", "connectomics_quick"))
+    assert any("`connectomics_quick` total: falls short" in line for line in quick)
     (detr,) = [r for r in _rows(page, "The DETR guide") if "Data Loading Optimization" in r]
     assert "partly: judged at its epoch as derived, not as measured" in detr  # as the ladder's own note says
     assert "cannot be judged" not in (REPO / "harness/conf/ladder/detr_guide.yaml").read_text()

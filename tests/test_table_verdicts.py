@@ -105,6 +105,21 @@ def test_totals_and_groups_over_rungs_that_did_not_run_are_not_measured():
     assert "**not measured (rungs [2] did not run ok)**" in render.to_markdown(table)
 
 
+def test_a_guide_total_measured_by_its_two_ends_is_its_last_rung_over_rung_0_and_judges_no_rung_of_its_own():
+    two_ends = [CLEAR[0], [], [], [200.0, 203.0, 199.0]]  # rungs 1 and 2 have no record: every change in rung 3
+    table = table_mod.build_table(with_claims(frame("s", two_ends), {3: (1.8, 2.2)}, total=(1.5, 2.5)), "s")
+    last = table.rows[-1]
+    assert [r.rung for r in table.rows] == [0, 3] and last.built_on == 0
+    assert last.x_previous.value == pytest.approx(2.0, rel=0.01)
+    assert last.verdict == "" and "rungs [1, 2] have no record here" in last.note  # its own claim: not its change
+    assert table.total_measured.value == pytest.approx(last.x_previous.value) and table.total_verdict == "confirms"
+    assert (table.total_measured.low, table.total_measured.high) == (last.x_previous.low, last.x_previous.high)
+    # a rung that ran and failed is dropped from the later rungs' settings: the rung after it is judged as before
+    failed = with_claims(frame("s", CLEAR + [[60.0, 61.0, 60.5]], failed={(2, r) for r in range(3)}),
+                         {3: (0.3, 0.5)})
+    assert table_mod.build_table(failed, "s").rows[3].verdict == "confirms"
+
+
 def test_a_band_wider_than_10x_is_too_wide_to_say():
     table = table_mod.build_table(with_claims(frame("s", [[100.0, 100.0], [200.0, 50.0]]), {1: (1.1, 1.3)}), "s")
     row = table.rows[1]

@@ -18,7 +18,7 @@ docs/statistics.md says why each rule is what it is.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from harness.analysis.stats import distributions as sps  # scipy.stats's functions, scipy loaded at the first value
 
@@ -176,6 +176,8 @@ def judge(records, rungs: int, claims: dict, total: tuple[float, float] | None, 
     logs, busy = blocks.from_records(rows, rungs=rungs, rounds=rounds)
     fitting = [g for g in groups if 1 <= int(g["first"]) < int(g["last"]) < rungs]
     questions = sequential.questions_for(rungs, claims, total, fitting)
+    if absent_rungs(records, rungs):  # a guide's total measured by its two ends: the last rung over rung 0 as it is
+        questions = [replace(q, first=None, last=None) if q.label == "total" else q for q in questions]
     skipped = skipped_rungs(records)
     if max_rounds:
         look = sequential.look(logs, questions, rounds, max(max_rounds, rounds), noise.cv, noise.df, busy=busy,
@@ -194,6 +196,19 @@ def _with_figures(claims: dict, total, groups):
     figures = {k: (c[0], c[1]) for k, c in claims.items() if c[0] is not None and c[1] is not None}
     total = total if total is not None and None not in total[:2] else None
     return figures, total, [g for g in groups if g.get("low") is not None and g.get("high") is not None]
+
+
+def absent_rungs(records, rungs: int) -> list[int]:
+    """The rungs between rung 0 and the last with no record at all in a sweep that has both ends (a guide's total,
+    measured by its two ends alone). Nothing of theirs was dropped from the last rung's settings (a sweep drops
+    only a rung that ran and failed), so the total is the last rung over rung 0; a rung or group over them is not
+    judged."""
+    if not len(records) or "rung" not in records:
+        return []
+    have = {int(r) for r in records["rung"].dropna()}
+    if not {0, rungs - 1} <= have:
+        return []
+    return [r for r in range(1, rungs - 1) if r not in have]
 
 
 def skipped_rungs(records) -> frozenset[int]:

@@ -156,18 +156,30 @@ def _from_rates(loader: dict, model: dict, full: dict, device: str, num_workers:
     waits = f"the training loop is blocked on the loader {100 * (wait or 0):.0f}% of the time"
     notes = impossible_orderings(L, M, F, again)
     workers = f"more loader workers (now {num_workers}): {command('sweep', '+ladder=workers')}"
+    serial = _in_step(L, M, wait, num_workers)
     if ratio < DATA_BOUND_BELOW:
         advice = [workers] + _data_advice(data, disk_uncached) + _cpu_note(device)
-        return Diagnosis("data-bound", L, M, F, wait, f"data-bound: {numbers}; {waits}.", advice, notes)
+        return Diagnosis("data-bound", L, M, F, wait, f"data-bound: {numbers}; {waits}.{serial}", advice, notes)
     if ratio > COMPUTE_BOUND_ABOVE:
         advice = [f"make the step cheaper: {command('sweep', '+ladder=precision')}",
                   f"then one knob at a time (compile, channels_last, batch, ...), each kept only when faster beyond "
-                  f"noise: {command('climb')}"]
-        return Diagnosis("compute-bound", L, M, F, wait, f"compute-bound: {numbers}; {waits}.", advice, notes)
+                  f"noise: {command('climb')}"] + ([workers] if serial else [])
+        return Diagnosis("compute-bound", L, M, F, wait, f"compute-bound: {numbers}; {waits}.{serial}", advice,
+                         notes)
     return Diagnosis("balanced", L, M, F, wait,
-                     f"balanced: {numbers}; {waits}.{BALANCED_TAIL}",
+                     f"balanced: {numbers}; {waits}.{serial}{BALANCED_TAIL}",
                      [f"loader workers overlap the two: {command('sweep', '+ladder=workers')}"] + _cpu_note(device),
                      notes)
+
+
+def _in_step(L: float, M: float, wait: float | None, num_workers: int) -> str:
+    """With no loader workers the loader's work runs inside the step, one after the model's: the rates add rather
+    than overlap, and workers can take away at most the step's share spent loading ("" with workers)."""
+    if num_workers or wait is None or not 0 < wait < 1:
+        return ""
+    return (f" With no loader workers the two run one after the other in the step (1/{L:.2f} + 1/{M:.2f} s a batch: "
+            f"{1 / (1 / L + 1 / M):.2f} batches/s): workers can take away at most the loader's {100 * wait:.0f}% of "
+            f"it, {1 / (1 - wait):.2f}x at most.")
 
 
 def impossible_orderings(loader: float, model: float, full: float, again: str = "") -> list[str]:

@@ -120,15 +120,41 @@ def check_pointer(pointer: Pointer, row_id: str) -> None:
                              f"not {rung}")
 
 
-def _verdict(record: dict, pointer: Pointer, root: Path, cache: dict) -> str:
-    """The verdict the records' table gives the pointer's rung or total ("" where it gives none)."""
+def _table(record: dict, root: Path, cache: dict):
+    """The table of the record's sweep (None where it cannot be read), read once."""
     key = (record["results"], record["sweep_id"])
     if key not in cache:
         try:
             cache[key] = load_table(str(root / record["results"]), record["sweep_id"])
         except (ValueError, KeyError, OSError):
             cache[key] = None
-    table = cache[key]
+    return cache[key]
+
+
+def measures(pointer: Pointer, record: dict, root: Path, cache: dict) -> bool:
+    """Whether the record's sweep measured what the pointer names: its total or group judged (a figure, or
+    "not measured" never), its rung run ok and built on the rungs before it (a guide's total measured by its two
+    ends holds the rungs between in its last rung: no rung of it alone is measured there); the whole ladder by
+    any sweep of it."""
+    if not (pointer.total or pointer.rungs):
+        return True
+    table = _table(record, root, cache)
+    if table is None:
+        return False
+    if pointer.total:
+        return table.total_measured is not None
+    if len(pointer.rungs) == 2:
+        return any((g.first, g.last) == pointer.rungs and g.measured is not None for g in table.groups)
+    present = {r.rung for r in table.rows}
+    row = next((r for r in table.rows if r.rung == pointer.rungs[0] and r.runs), None)
+    if row is None or row.rung == 0:
+        return row is not None
+    return row.built_on is not None and all(k in present for k in range(row.built_on + 1, row.rung))
+
+
+def _verdict(record: dict, pointer: Pointer, root: Path, cache: dict) -> str:
+    """The verdict the records' table gives the pointer's rung or total ("" where it gives none)."""
+    table = _table(record, root, cache)
     if table is None:
         return ""
     if pointer.total:
@@ -155,14 +181,19 @@ def _newest_per_card(found: list[dict]) -> list[dict]:
     return list(cards.values())
 
 
+def _measuring(pointer: Pointer, records: Records, device: str, cache: dict) -> list[dict]:
+    """The records, newest first, of the sweeps of the pointer's ladder on ``device`` that measured it."""
+    return [r for r in records.current(pointer.ladder, device) if measures(pointer, r, records.root, cache)]
+
+
 def evidence(pointers: list[Pointer], records: Records, cache: dict) -> Evidence:
-    for pointer in pointers:  # every card that measured it, each from its newest sweep
-        cards = _newest_per_card(records.current(pointer.ladder, "cuda"))
+    for pointer in pointers:  # every card that measured it, each from its newest sweep that did
+        cards = _newest_per_card(_measuring(pointer, records, "cuda", cache))
         if cards:
             said = [f"{r.get('gpu_name') or 'cuda'}, {_measured(pointer, r, records.root, cache)}" for r in cards]
             return Evidence("gpu", "measured on a GPU: " + "; and on ".join(said))
     for pointer in pointers:
-        found = records.current(pointer.ladder, "cpu")
+        found = _measuring(pointer, records, "cpu", cache)
         if found:
             return Evidence("cpu", f"measured on a CPU, {_measured(pointer, found[0], records.root, cache)}")
     if any(p.rungs or p.total for p in pointers):

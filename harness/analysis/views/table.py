@@ -183,26 +183,36 @@ def _link(rows: list[RungRow], judgement: sweepstats.Judgement) -> list[RungRow]
     """The rows with x baseline, and x previous with its verdict: the rung over the last earlier rung that ran ok
     (what it was built on), from the sweep's rung x round model; a rung whose runs were all busy gets no verdict."""
     out, previous = [], None
+    present = {row.rung for row in rows}
     for row in rows:
         if row.runs is None:
             out.append(row)
             continue
-        out.append(_linked(row, previous, judgement))
+        out.append(_linked(row, previous, judgement, present))
         previous = row.rung
     return out
 
 
-def _linked(row: RungRow, previous: int | None, judgement: sweepstats.Judgement) -> RungRow:
-    """One rung that ran ok, linked to the rung ``previous`` it was built on."""
+def _linked(row: RungRow, previous: int | None, judgement: sweepstats.Judgement,
+            present: set[int] | None = None) -> RungRow:
+    """One rung that ran ok, linked to the rung ``previous`` it was built on. A rung between that did not run ok
+    was dropped from this one's settings (the sweep runs later rungs without its change); one with no record here
+    at all (a guide's total measures rung 0 and the last alone) was not, and its change is in this rung's x
+    previous too: then the rung's own claim is not judged. ``present``: the rungs with a row (None: all)."""
     notes, fields = list(row.notes), {}
-    if previous is not None and previous != row.rung - 1:
+    absent = [] if previous is None or present is None else \
+        [r for r in range(previous + 1, row.rung) if r not in present]
+    if absent:
+        notes.append(f"built on rung {previous}: rungs {absent} have no record here, and their changes are in "
+                     f"this rung too (x previous holds them; its own claim is not judged)")
+    elif previous is not None and previous != row.rung - 1:
         notes.append(f"built on rung {previous} (rungs between did not run ok)")
     answer = judgement.answers.get(f"rung {row.rung}")
     if answer is not None:
         fields["x_previous"] = judgement.measured(answer)
         if answer.built_on is not None and answer.built_on != previous:
             notes.append(f"x previous over rung {answer.built_on} (the runs between were all on a busy machine)")
-        if row.claim_range or answer.verdict.startswith("no verdict: machine busy"):
+        if (row.claim_range and not absent) or answer.verdict.startswith("no verdict: machine busy"):
             fields["verdict"] = sweepstats.verdict_text(answer)
     return replace(row, uncertainty=judgement.uncertainty(row.rung), built_on=previous, notes=tuple(notes),
                    x_baseline=judgement.ratio(row.rung, 0) if row.rung > 0 else None, **fields)
@@ -250,8 +260,13 @@ def _notes(rows: list[RungRow], ladder, claims: Claims, judgement: sweepstats.Ju
         oom = [r for r in rows if r.status == "oom"]
         if ladder.stop_on_oom and oom:
             notes.append(f"memory ran out at rung {oom[0].rung} ({oom[0].change}); the ladder stopped there")
-        missing = [r.index for r in ladder.rungs if r.index not in {row.rung for row in rows}]
-        if missing and not oom:
+        have = {row.rung for row in rows}
+        missing = [r.index for r in ladder.rungs if r.index not in have]
+        if missing and not oom and {0, len(ladder.rungs) - 1} <= have:
+            notes.append(f"rungs {missing} have no record in this sweep: the total is its last rung over rung 0, "
+                         "every change in it; the rungs between are judged where they ran (run the sweep again to "
+                         "measure them)")
+        elif missing and not oom:
             notes.append(f"rungs {missing} have no record in this sweep (interrupted? run the sweep again to resume)")
     if claims.note:
         notes.append(claims.note)

@@ -7,13 +7,19 @@ initialised driver makes a fork unusable for CUDA. The mapped library is asked f
 (``cuDeviceGetCount``), which initialises nothing: ``CUDA_ERROR_NOT_INITIALIZED`` means mapped, never initialised.
 
 NVML (``nvmlInit``, which torch's NVML-based device count calls and never undoes) is shut down before a fork, so
-that a run starts as a fresh process would: with NVML not initialised.
+that a run starts as a fresh process would: with NVML not initialised. Its first initialisation also starts a thread of
+the driver's that its shutdown leaves running (``cuda00001c00008``, on an H200 with driver 580), and a launcher with a
+second thread must not fork: while the launcher imports on a GPU, pynvml is kept from initialising it
+(``nvml_closed``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
+import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 CUDA_SUCCESS = 0
@@ -21,6 +27,7 @@ CUDA_ERROR_NOT_INITIALIZED = 3
 NVML_SUCCESS = 0
 NVML_ERROR_UNINITIALIZED = 1
 MAX_NVML_SHUTDOWNS = 64  # nvmlInit counts its calls; each nvmlShutdown undoes one
+NVML_ENTRY_POINTS = ("nvmlInit", "nvmlInitWithFlags", "nvmlShutdown")  # pynvml's, as a caller reaches them
 
 
 def mapped(word: str, prefix: str) -> list[str]:
@@ -75,3 +82,33 @@ def shutdown_nvml() -> int:
                 break
             done += 1
     return done
+
+
+@contextlib.contextmanager
+def nvml_closed() -> Iterator[list[str]]:
+    """While the launcher imports on a GPU: pynvml's initialisation fails, as on a machine without NVML; yields the
+    list of the modules that tried (filled as they do). MONAI's import asks NVML whether a card is Ampere or later,
+    to warn about TF32 (``monai.utils.tf32``): NVML's thread then stayed, and every GPU run imported MONAI itself.
+    That check caches nothing of a failure (a run that asks again asks NVML); its warning about
+    ``NVIDIA_TF32_OVERRIDE`` at import is not given to a run forked from the launcher. pynvml is itself once more."""
+    try:
+        import pynvml
+    except ImportError:
+        yield []
+        return
+    tried: list[str] = []
+
+    def refuse(*_args, **_kwargs):
+        caller = sys._getframe(1).f_globals.get("__name__", "?")
+        if caller not in tried:
+            tried.append(caller)
+        raise pynvml.NVMLError(pynvml.NVML_ERROR_UNINITIALIZED)
+
+    saved = {name: getattr(pynvml, name) for name in NVML_ENTRY_POINTS if hasattr(pynvml, name)}
+    for name in saved:
+        setattr(pynvml, name, refuse)
+    try:
+        yield tried
+    finally:
+        for name, entry in saved.items():
+            setattr(pynvml, name, entry)

@@ -59,6 +59,7 @@ COLLECTED_AT = [0]  # how many modules were imported here at the last collection
 DRIVER_LOADED_BY: list[str] = []  # the import after which the CUDA driver was first seen loaded here, if any
 LEFT_TO_RUNS: list[str] = []  # the imports a probe found unsafe: not preloaded (from it on), each run makes them
 LEFT_WHY: dict[str, str] = {}  # why each of them left the probe unsafe to fork (unsafe_to_fork's words)
+NVML_CLOSED_FOR: list[str] = []  # the modules whose import asked NVML here, kept closed on a GPU (driver.nvml_closed)
 PROBED: list[int] = []  # the probes this launcher made (how many names each), where no verdict was remembered
 MADV_POPULATE_READ = 22
 
@@ -150,21 +151,36 @@ def preload_fork_safe(names, probe: bool) -> list[str]:
     """``preload(names)``; with ``probe`` (the sweep runs on a GPU) they are imported in a forked probe first, and
     those from the first whose import leaves a process unsafe to fork (a library that loads the CUDA driver or
     starts a thread when imported) on are left to the runs, each importing them itself as a fresh process does:
-    this process stays one a run can be forked from."""
+    this process stays one a run can be forked from. On a GPU, NVML is kept closed while they are imported here and
+    in the probe (``driver.nvml_closed``: its first initialisation leaves a thread of the driver's)."""
     names = [n for n in names if n not in sys.modules and n not in NOT_PRELOADED]
-    if probe and names and not unsafe_to_fork():
-        found = verdicts.recall(names)  # this environment's probe of these names, by an earlier launcher
-        if found is None:
-            PROBED.append(len(names))
-            found = _probe(names)[1:]
-            verdicts.remember(names, *found)
-        culprit, why = found
-        names = names[:names.index(culprit)] if culprit in names else names
-        if culprit:
-            LEFT_TO_RUNS.append(culprit)
-            LEFT_WHY[culprit] = why
-            print(f"not preloaded from {culprit} on: its import leaves the launcher unsafe to fork ({why})", flush=True)
-    return preload(names)
+    if not probe:
+        return preload(names)
+    with driver.nvml_closed() as tried:
+        if names and not unsafe_to_fork():
+            names = _probed(names)
+        failed = preload(names)
+    for caller in tried:
+        if caller not in NVML_CLOSED_FOR:
+            NVML_CLOSED_FOR.append(caller)
+            print(f"NVML kept closed while {caller} was imported here (a run that asks NVML opens it)", flush=True)
+    return failed
+
+
+def _probed(names: list[str]) -> list[str]:
+    """Those of ``names`` before the first whose import leaves a fork of this process unsafe to fork, by this
+    environment's remembered verdict or a probe's (then remembered); the culprit is left to the runs."""
+    found = verdicts.recall(names)  # this environment's probe of these names, by an earlier launcher
+    if found is None:
+        PROBED.append(len(names))
+        found = _probe(names)[1:]
+        verdicts.remember(names, *found)
+    culprit, why = found
+    if culprit:
+        LEFT_TO_RUNS.append(culprit)
+        LEFT_WHY[culprit] = why
+        print(f"not preloaded from {culprit} on: its import leaves the launcher unsafe to fork ({why})", flush=True)
+    return names[:names.index(culprit)] if culprit in names else names
 
 
 def _probe(names: list[str]) -> tuple[list[str], str, str]:
@@ -284,8 +300,9 @@ def unsafe_to_fork() -> str:
     stop_blas_threads()
     threads = _threads()
     if len(threads) != 1:
+        own = any(t.startswith("cuda") for t in threads)  # the driver names its threads cuda...
         return f"{len(threads)} threads in the launcher: {', '.join(sorted(threads))}" + (
-            f" (the CUDA driver loaded by importing {DRIVER_LOADED_BY[0]})" if DRIVER_LOADED_BY else "")
+            " (a thread of the CUDA driver's: an import initialised NVML or CUDA here)" if own else "")
     if _cuda_initialized():
         return "CUDA is initialised in the launcher"
     # the driver itself, which a library may have initialised (a device count) without torch knowing: a fork can
