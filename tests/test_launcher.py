@@ -237,6 +237,11 @@ def test_a_steady_runs_cost_beyond_its_window_counts_only_runs_forked_from_a_rea
     line = phases.duty_cycle(runs, 80.0)
     assert line.endswith("; a run forked from a ready launcher: 9.0 s beyond its window (mean of 2; 8.0-10.0)")
     assert phases.steady_cost([first]) == "" and phases.steady_cost(runs[1:2]).endswith("(mean of 1)")
+    # a setting's first run pays its first step's one-time costs again: the runs of settings already run, apart
+    hashed = [SimpleNamespace(**vars(run(wall=w)), config_hash=h) for w, h in ((20.0, "a"), (12.0, "b"), (8.0, "a"),
+                                                                             (6.0, "b"))]
+    assert phases.steady_cost(hashed) == ("a run forked from a ready launcher: 9.5 s beyond its window (mean of 4; "
+                                          "4.0-18.0); 5.0 s once its settings had run (mean of 2)")
     fields = phases.record_fields({}, spawned=1.0, gone=2.0, gap_s=None, how="exec", waited_s=3.0)
     assert fields["phase_launcher_wait_s"] is None  # a fresh interpreter waits for no launcher
 

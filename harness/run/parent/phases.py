@@ -91,13 +91,32 @@ def beyond_window_s(record: Any) -> float:
 
 
 def steady_cost(records: Iterable[Any]) -> str:
-    """What a steady run (``steady``) cost beyond its window, in words ("" where none was steady)."""
-    beyond = [beyond_window_s(r) for r in steady(records)]
+    """What a steady run (``steady``) cost beyond its window, in words ("" where none was steady); where some ran
+    settings that had run before in the command (``seen_before``), their own mean beside it: a setting's first
+    run on a machine pays its first step's one-time costs (cuDNN's engines, the GPU's kernels) again."""
+    records = list(records)
+    runs = steady(records)
+    beyond = [beyond_window_s(r) for r in runs]
     if not beyond:
         return ""
     spread = f"; {min(beyond):.1f}-{max(beyond):.1f}" if len(beyond) > 1 else ""
+    again = [beyond_window_s(r) for r in seen_before(records) if any(r is s for s in runs)]
+    seen = (f"; {statistics.fmean(again):.1f} s once its settings had run (mean of {len(again)})"
+            if again and len(again) < len(beyond) else "")
     return (f"a run forked from a ready launcher: {statistics.fmean(beyond):.1f} s beyond its window "
-            f"(mean of {len(beyond)}{spread})")
+            f"(mean of {len(beyond)}{spread}){seen}")
+
+
+def seen_before(runs: Iterable[Any]) -> list[Any]:
+    """The runs (in the order measured) whose settings (``config_hash``) an earlier one of ``runs`` had run."""
+    seen: set[Any] = set()
+    out = []
+    for run in runs:
+        key = getattr(run, "config_hash", None)
+        if key is not None and key in seen:
+            out.append(run)
+        seen.add(key)
+    return out
 
 
 def duty_cycle(records: Iterable[Any], wall_s: float) -> str:
