@@ -30,7 +30,6 @@ only run) with the run's progress channel; this process answers ``{"started": pi
 from __future__ import annotations
 
 import ctypes
-import errno
 import gc
 import importlib
 import json
@@ -43,7 +42,7 @@ from pathlib import Path
 
 from harness.run.child import channel
 from harness.lifeline import guard_child
-from harness.run.parent import driver, verdicts
+from harness.run.parent import driver, resident, verdicts
 from harness.run.parent.messages import receive, send
 from harness.workload import trimmed_imports
 
@@ -61,7 +60,6 @@ LEFT_TO_RUNS: list[str] = []  # the imports a probe found unsafe: not preloaded 
 LEFT_WHY: dict[str, str] = {}  # why each of them left the probe unsafe to fork (unsafe_to_fork's words)
 NVML_CLOSED_FOR: list[str] = []  # the modules whose import asked NVML here, kept closed on a GPU (driver.nvml_closed)
 PROBED: list[int] = []  # the probes this launcher made (how many names each), where no verdict was remembered
-MADV_POPULATE_READ = 22
 
 
 def main(sweep_dir: str, first_config: str = "") -> int:
@@ -74,7 +72,7 @@ def main(sweep_dir: str, first_config: str = "") -> int:
     failed = preload_fork_safe(PRELOAD, probe)
     if first_config:
         warm_workload(Path(first_config), probe)
-    resident, sources = resident_file_pages(), source_stamps()
+    resident_pages, sources = resident.file_pages(), source_stamps()
     send(sock, {"ready": os.getpid(), "import_s": time.monotonic() - started, "failed": failed})
     learnt = False
     while True:
@@ -83,7 +81,7 @@ def main(sweep_dir: str, first_config: str = "") -> int:
             return 0
         if "warm" in request:  # a later sweep of the command: its workload's modules too
             warm_workload(Path(request["warm"]), _device(Path(request["warm"])) == "cuda")
-            resident, sources = resident_file_pages(), source_stamps()
+            resident_pages, sources = resident.file_pages(), source_stamps()
             send(sock, {"warmed": True})
             continue
         why = changed_source(sources) or trimmed_for_another(request) or unsafe_to_fork()
@@ -100,7 +98,7 @@ def main(sweep_dir: str, first_config: str = "") -> int:
             state.update(left_to_runs=LEFT_TO_RUNS[0], left_why=LEFT_WHY[LEFT_TO_RUNS[0]])
         learnt = learnt or not request.get("learn", True)  # the command's only run: nothing to learn for
         collect_imports()
-        pid = _fork_run(request, fds, sock, sweep_dir, resident, report_imports=not learnt)
+        pid = _fork_run(request, fds, sock, sweep_dir, resident_pages, report_imports=not learnt)
         pidfd = os.pidfd_open(pid)  # before any wait: the PID cannot have been reused yet
         send(sock, {"started": pid, **state}, [pidfd])
         os.close(pidfd)
@@ -109,7 +107,7 @@ def main(sweep_dir: str, first_config: str = "") -> int:
         if not learnt:
             learnt = _learn(Path(sweep_dir) / f"imports-{pid}.json", probe)
             if learnt:
-                resident, sources = resident_file_pages(), source_stamps()
+                resident_pages, sources = resident.file_pages(), source_stamps()
 
 
 def collect_imports() -> None:
@@ -329,20 +327,11 @@ def _cuda_initialized() -> bool:
 def stop_blas_threads() -> None:
     """Stop the thread pool of every OpenBLAS loaded here, as its own fork handler does (it starts again on the
     next threaded call, in the run): numpy's and scipy's start one when imported."""
-    for lib in _loaded_libraries("openblas"):
+    for lib in driver.mapped("openblas", ""):
         try:
             ctypes.CDLL(lib).blas_thread_shutdown_()
         except (OSError, AttributeError):
             pass
-
-
-def _loaded_libraries(word: str) -> set[str]:
-    """Paths of the shared libraries mapped here whose path holds ``word``."""
-    try:
-        with open("/proc/self/maps") as maps:
-            return {line.split()[-1] for line in maps if word in line and ".so" in line}
-    except OSError:
-        return set()
 
 
 def _threads() -> list[str]:
@@ -365,47 +354,8 @@ def _children() -> list[str]:
         return []
 
 
-def resident_file_pages() -> list[tuple[int, int]]:
-    """The runs of pages of this process's file mappings (its libraries) that are in its page table: (address,
-    bytes). A fork copies the page table of memory written to, not of a library's pages only read, so the fork's
-    resident memory would lack what the imports touched: a fresh process that imported the same has them."""
-    import numpy as np
-
-    page = os.sysconf("SC_PAGE_SIZE")
-    found: list[tuple[int, int]] = []
-    try:
-        with open("/proc/self/maps") as maps, open("/proc/self/pagemap", "rb") as pagemap:
-            for line in maps:
-                fields = line.split()
-                if len(fields) < 6 or fields[4] == "0" or not fields[1].startswith("r"):
-                    continue  # anonymous (copied by the fork), or not readable
-                start, end = (int(x, 16) for x in fields[0].split("-"))
-                pagemap.seek(start // page * 8)
-                entries = np.frombuffer(pagemap.read((end - start) // page * 8), dtype=np.uint64)
-                present = np.flatnonzero((entries >> np.uint64(63)) & np.uint64(1))
-                if present.size:
-                    breaks = np.flatnonzero(np.diff(present) != 1) + 1
-                    for run in np.split(present, breaks):
-                        found.append((start + int(run[0]) * page, int(run.size) * page))
-    except (OSError, ValueError):
-        return []
-    return found
-
-
-def populate(runs: list[tuple[int, int]]) -> None:
-    """In the fork: map the library pages the zygote had (``resident_file_pages``), as a fresh process's imports
-    would have (``MADV_POPULATE_READ``, Linux 5.14; without it, left as they are)."""
-    if not runs:
-        return
-    madvise = ctypes.CDLL(None, use_errno=True).madvise
-    madvise.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
-    for address, length in runs:
-        if madvise(address, length, MADV_POPULATE_READ) != 0 and ctypes.get_errno() == errno.EINVAL:
-            return  # an older kernel
-
-
-def _fork_run(request: dict, fds: list[int], sock: socket.socket, sweep_dir: str, resident: list[tuple[int, int]],
-              report_imports: bool) -> int:
+def _fork_run(request: dict, fds: list[int], sock: socket.socket, sweep_dir: str,
+              resident_pages: list[tuple[int, int]], report_imports: bool) -> int:
     """Fork the run; in the fork, become it (never returns there)."""
     sys.stdout.flush()
     sys.stderr.flush()
@@ -414,7 +364,7 @@ def _fork_run(request: dict, fds: list[int], sock: socket.socket, sweep_dir: str
         gc.enable()  # the run's collector on, as a fresh process's (off in the launcher's imports only)
         code = 1  # as a fresh interpreter ends on an exception
         try:
-            populate(resident)
+            resident.populate(resident_pages)
             code = _become_run(request, fds, sock, sweep_dir, report_imports)
         except BaseException:
             traceback.print_exc()
