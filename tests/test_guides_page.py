@@ -49,7 +49,8 @@ def _current(ladder, device="cuda", sha=None, card="NVIDIA H100 80GB HBM3", when
 
 def _tables(records: guides.Records, rungs=(0, 1)) -> dict:
     """The tables the rows' evidence reads (their cache), one a sweep: ``rungs`` ran, each built on the one before."""
-    row = [SimpleNamespace(rung=r, runs=2, built_on=r - 1 if r else None, verdict="") for r in rungs]
+    row = [SimpleNamespace(rung=r, runs=2, built_on=(earlier := rungs[i - 1]) if i else None, verdict="",
+                           absent=tuple(range(earlier + 1, r)) if i else ()) for i, r in enumerate(rungs)]
     table = SimpleNamespace(rows=row, groups=[], total_measured=None, total_verdict="")
     return {(r["results"], r["sweep_id"]): table for found in records.by_ladder.values() for r in found}
 

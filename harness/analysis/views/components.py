@@ -219,8 +219,7 @@ def _judge_row(row: RungRow, before: RungRow | None, rows: list[RungRow], record
         return row
     if row.parts is not None and row.parts.inert:  # a note, not a verdict: the claim was made where the knob acts
         return replace(row, notes=row.notes + (row.parts.inert,), verdict=NOT_JUDGED if row.claim else row.verdict)
-    present = {r.rung for r in rows}
-    if before is not None and any(k not in present for k in range(before.rung + 1, row.rung)):
+    if row.absent:
         return row  # its x previous holds the changes of rungs with no record here too: no claim of its own judged
     if row.claim and row.claim_range is None and row.x_previous is not None:
         return replace(row, verdict=measured_only(row.x_previous))

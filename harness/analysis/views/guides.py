@@ -145,11 +145,10 @@ def measures(pointer: Pointer, record: dict, root: Path, cache: dict) -> bool:
         return table.total_measured is not None
     if len(pointer.rungs) == 2:
         return any((g.first, g.last) == pointer.rungs and g.measured is not None for g in table.groups)
-    present = {r.rung for r in table.rows}
     row = next((r for r in table.rows if r.rung == pointer.rungs[0] and r.runs), None)
     if row is None or row.rung == 0:
         return row is not None
-    return row.built_on is not None and all(k in present for k in range(row.built_on + 1, row.rung))
+    return row.built_on is not None and not row.absent
 
 
 def _verdict(record: dict, pointer: Pointer, root: Path, cache: dict) -> str:

@@ -44,6 +44,7 @@ class RungRow:
     x_baseline: speedup.Ratio | None = None
     x_previous: speedup.Ratio | None = None
     built_on: int | None = None
+    absent: tuple[int, ...] = ()  # rungs between it and built_on with no record: their changes are in its x previous
     step_ms_p50: float | None = None
     step_ms_p90: float | None = None
     data_wait_frac: float | None = None

@@ -214,7 +214,8 @@ def _linked(row: RungRow, previous: int | None, judgement: sweepstats.Judgement,
             notes.append(f"x previous over rung {answer.built_on} (the runs between were all on a busy machine)")
         if (row.claim_range and not absent) or answer.verdict.startswith("no verdict: machine busy"):
             fields["verdict"] = sweepstats.verdict_text(answer)
-    return replace(row, uncertainty=judgement.uncertainty(row.rung), built_on=previous, notes=tuple(notes),
+    return replace(row, uncertainty=judgement.uncertainty(row.rung), built_on=previous, absent=tuple(absent),
+                   notes=tuple(notes),
                    x_baseline=judgement.ratio(row.rung, 0) if row.rung > 0 else None, **fields)
 
 
