@@ -139,7 +139,7 @@ INSIDE = {
     "harness.session": [{"engine", "probe", "runner"}, {"cache", "events"}],
     "harness.run.parent": [{"runner"}, {"env", "isolate"}, {"launch", "rendezvous", "torch_facts", "watch"},
                            {"launcher", "phases"}, {"lifetime", "zygote"},
-                           {"driver", "messages", "processes", "verdicts"}, {"fingerprint"}],
+                           {"driver", "messages", "processes", "resident", "verdicts"}, {"fingerprint"}],
 }
 
 
