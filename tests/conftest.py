@@ -42,6 +42,20 @@ def pytest_configure(config) -> None:
     started (each ending its launcher and runs as a user's ``kill`` would). Nothing a test started outlives it."""
     if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
         signal.signal(signal.SIGTERM, _stop_children_then_interrupt)
+    if not hasattr(config, "workerinput"):  # once, in the process that starts xdist's workers
+        _bytecode()
+
+
+def _bytecode() -> None:
+    """The harness's modules compiled to bytecode once, before any test starts a ``python -m harness``: where
+    ``PYTHONDONTWRITEBYTECODE`` is set (some containers set it) no interpreter writes it, and each of the hundreds of
+    commands the tests start (their launchers and runs too) would compile some 200 modules from source again. An
+    interpreter reads bytecode it did not write; a usual start writes it at the first import anyway."""
+    import compileall
+
+    for package in ("harness", "harness_models", "examples"):
+        if (REPO / package).is_dir():
+            compileall.compile_dir(REPO / package, quiet=1)
 
 
 def _stop_children_then_interrupt(signum, frame) -> None:
