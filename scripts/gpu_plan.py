@@ -19,6 +19,7 @@ Estimates are corrected by the median of measured / estimated seconds over the r
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import statistics
@@ -235,9 +236,10 @@ def keep_log(target: Path, text: bytes, earlier: str) -> None:
     under its date (``PART-2026-11-29.log``; ``earlier``: when that one was measured), never overwritten."""
     if target.exists() and earlier and target.read_bytes() != text:
         stem, _, suffix = target.name.partition(".")
-        kept = target.with_name(f"{stem}-{earlier[:16].replace(':', '')}.{suffix}")
-        if not kept.exists():
-            target.rename(kept)
+        dated = f"{stem}-{earlier[:16].replace(':', '')}"
+        names = (target.with_name(f"{dated}{f'-{n}' if n > 1 else ''}.{suffix}") for n in itertools.count(1))
+        kept = next(name for name in names if not name.exists() or name.read_bytes() == target.read_bytes())
+        target.rename(kept)  # two slots recorded within one minute: the second kept as -2, never one over the other
     target.write_bytes(text)
 
 

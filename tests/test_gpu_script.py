@@ -577,3 +577,15 @@ def test_the_gpu_tests_part_runs_in_one_process_where_the_image_has_no_pytest_xd
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     collected = re.search(r"(\d+)/\d+ tests collected", done.stdout).group(1)
     assert f"({collected} tests;" in part.what  # the plan says how many tests the part runs
+
+
+def test_a_log_recorded_again_within_the_same_minute_is_kept_beside_the_earlier_never_over_it(tmp_path):
+    target = tmp_path / "phase2.log"
+    for text in (b"first\n", b"second\n", b"third\n", b"third\n"):  # three slots stamped within one minute
+        gpu_plan.keep_log(target, text, "2026-11-30T10:04:59Z")
+    kept = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+    assert kept == {"phase2.log": b"third\n", "phase2-2026-11-30T1004.log": b"first\n",
+                    "phase2-2026-11-30T1004-2.log": b"second\n"}
+    gpu_plan.keep_log(target, b"fourth\n", "2026-11-30T10:04:59Z")  # the third kept; the same one is not kept twice
+    assert sorted(p.name for p in tmp_path.iterdir())[-1] == "phase2.log" and len(list(tmp_path.iterdir())) == 4
+    assert (tmp_path / "phase2-2026-11-30T1004-3.log").read_bytes() == b"third\n"
