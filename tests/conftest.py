@@ -4,6 +4,7 @@ tests read (session-scoped: measured once per test run, copied by a test that ad
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import shutil
@@ -174,10 +175,37 @@ class Measured:
 
 
 def _measure_once(tmp_path_factory, name: str, *args: str) -> Measured:
-    results = tmp_path_factory.mktemp(name) / "results"
-    out = harness_cli(*args, f"results_dir={results}")
-    assert out.returncode == 0, out.stdout + out.stderr
-    return Measured(results, out.stdout, args)
+    folder = shared_folder(tmp_path_factory, name)
+
+    def measure() -> str:
+        out = harness_cli(*args, f"results_dir={folder / 'results'}")
+        assert out.returncode == 0, out.stdout + out.stderr
+        return out.stdout
+
+    return Measured(folder / "results", once_per_run(tmp_path_factory, name, measure), args)
+
+
+def shared_folder(tmp_path_factory, name: str) -> Path:
+    """A folder of this name that every xdist worker of the test run sees (under the run's temporary root)."""
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent  # the run's root, above each worker's own
+    folder = root / f"shared-{name}"
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+def once_per_run(tmp_path_factory, name: str, produce):
+    """``produce()`` (a JSON value) once for the whole test run, whichever xdist worker asks first; the others wait
+    for it and read it back. A fixture of session or module scope is made once per worker that runs a test needing
+    it: two workers making the same one at once on a 2-core machine took twice as long each."""
+    from filelock import FileLock
+
+    answer = shared_folder(tmp_path_factory, name) / "answer.json"
+    with FileLock(f"{answer}.lock"):
+        if not answer.exists():
+            answer.write_text(json.dumps(produce()))
+    return json.loads(answer.read_text())
 
 
 @pytest.fixture(scope="session")

@@ -10,7 +10,8 @@ import torch
 
 from harness import config as config_mod
 from harness.workload import applicability
-from tests.conftest import TINY_MODEL_ARGS, harness_cli, in_process, tiny_config, tiny_model_config
+from tests.conftest import (TINY_MODEL_ARGS, harness_cli, in_process, once_per_run, shared_folder, tiny_config,
+                            tiny_model_config)
 
 NEW_KEYS = {"cudnn_deterministic": True, "model.depth": 4, "cpus": 1, "data.read_latency_ms": 5.0,
             "val.every_n_steps": 10, "float32_matmul_precision": "medium", "memory_cleanup_every_n_steps": 30,
@@ -92,16 +93,22 @@ def periodic_run(tmp_path_factory):
     validation pass every 2), its output and its record: each knob's test reads it."""
     from harness.store import load_runs
 
-    results = tmp_path_factory.mktemp("periodic") / "results"
-    tmp = tmp_path_factory.mktemp("periodic-tmp")
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("TMPDIR", str(tmp))  # the command's temporary folders, its run's visualisation writes among them
-        out = harness_cli("run", *TINY_MODEL_ARGS, "memory_cleanup_every_n_steps=1", "visualize_every_n_steps=1",
-                          "float32_matmul_precision=high", "val.every_n_steps=2", "val.steps=1",
-                          "val.inference_mode=true", "measure.steps=2", "measure.warmup_steps=1", f"results_dir={results}")
-    assert out.returncode == 0, out.stdout + out.stderr
-    # the run's writes went with it (it ends with os._exit: an atexit removal never ran, and each run left its folder)
-    assert sorted(p.name for p in tmp.iterdir() if p.name.startswith("harness-")) == []
+    results = shared_folder(tmp_path_factory, "periodic") / "results"
+
+    def run() -> None:
+        tmp = tmp_path_factory.mktemp("periodic-tmp")
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setenv("TMPDIR", str(tmp))  # the command's temporary folders, its visualisation writes among them
+            out = harness_cli("run", *TINY_MODEL_ARGS, "memory_cleanup_every_n_steps=1", "visualize_every_n_steps=1",
+                              "float32_matmul_precision=high", "val.every_n_steps=2", "val.steps=1",
+                              "val.inference_mode=true", "measure.steps=2", "measure.warmup_steps=1",
+                              f"results_dir={results}")
+        assert out.returncode == 0, out.stdout + out.stderr
+        # the run's writes went with it (it ends with os._exit: an atexit removal never ran, and each run left its
+        # folder)
+        assert sorted(p.name for p in tmp.iterdir() if p.name.startswith("harness-")) == []
+
+    once_per_run(tmp_path_factory, "periodic", run)
     return load_runs(results).iloc[0]
 
 

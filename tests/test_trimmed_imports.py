@@ -16,7 +16,7 @@ import pytest
 
 from harness.run.parent import zygote
 from harness.workload import trimmed_imports
-from tests.conftest import REPO
+from tests.conftest import REPO, once_per_run
 
 # one fresh interpreter each: unet3d as the connectomics guide's reference builds it (smoke width), its parameters,
 # the FLOPs of a training step on a meta copy, and the DiceCE loss of a seeded batch; with TRIM, inside the block
@@ -99,13 +99,14 @@ def _both(script: str, env: dict | None = None) -> tuple[dict, dict]:
 
 
 @pytest.fixture(scope="module")
-def pipelines_then_build() -> tuple[dict, dict]:
+def pipelines_then_build(tmp_path_factory) -> tuple[dict, dict]:
     """PIPELINES, then BUILD, in the same two fresh interpreters (full and trimmed): MONAI's import, seconds on a
     2-core CPU, paid once a way. BUILD's import of the reference module finds it imported, under the same trimming;
     PIPELINES' findings are read before BUILD imports torchvision."""
     script = PIPELINES.replace("print(json.dumps(", "pipelines = dict((") + BUILD.replace(
         "print(json.dumps({", "print(json.dumps({**pipelines, ")
-    return _both(script)
+    full, trim = once_per_run(tmp_path_factory, "pipelines-then-build", lambda: _both(script))
+    return full, trim
 
 
 def test_reference_pipelines_augment_alike_without_the_trimmed_scipy_subpackages(pipelines_then_build):
