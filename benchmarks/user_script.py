@@ -234,7 +234,7 @@ def main() -> None:
             batches = iter(lambda: batch, None)
     step_s, samples, faults = timed_steps(model, loss_fn, optimizer, batches, args.warmup, args.steps, args.step_fn)
     print(json.dumps({"samples_per_s": len(step_s) * samples / sum(step_s), "steps": len(step_s),
-                      "minor_faults_per_step": faults / max(len(step_s), 1)}))
+                      "window_s": sum(step_s), "minor_faults_per_step": faults / max(len(step_s), 1)}))
 
 
 if __name__ == "__main__":

@@ -469,3 +469,18 @@ def test_every_as_users_command_the_docs_print_parses_and_passes_its_checks():
         args = parser.parse_args(shlex.split(line)[2:])
         as_users.check_options(parser, args)  # a usage error would exit 2 here
         assert args.as_users
+
+
+def test_single_runs_plain_script_trains_what_the_readmes_first_run_trains():
+    """benchmarks/single_run.py sets `python -m harness run workload=unet3d` beside user_script.py's unet3d with
+    synthetic data and a batch from the loader every step: the README's run resolves to those very settings."""
+    import single_run
+    from harness import config as config_mod
+    from harness.commands import hydra_edge
+
+    settings = hydra_edge.plain_settings(hydra_edge.compose_settings(list(single_run.RUN[1:])))
+    run = config_mod.resolve(config_mod.from_dict(settings), cuda_available=False)
+    script = _resolved("unet3d")
+    assert run.measure.mode == "train" and run.data.source == "synthetic" and run.data.num_workers == 0
+    assert (run.batch_size, run.precision, list(run.data.patch_size), run.effective_width) == \
+        (script.batch_size, script.precision, list(script.data.patch_size), script.effective_width)
