@@ -46,7 +46,7 @@ def main(argv: list[str]) -> int:
     if argv[:1] == ["--again"]:
         again, argv = int(argv[1]), argv[2:]
     args = argv or ["+ladder=phase2"]
-    _bytecode()
+    compile_harness()
     with tempfile.TemporaryDirectory(prefix="harness-bench-") as tmp:
         first = timed_sweep(args, Path(tmp))
         print(f"sweep {' '.join(args)}: first {first:.1f} s, {_files(Path(tmp))} files in the store")
@@ -99,7 +99,7 @@ def timed_imports(libraries: Path) -> float:
     return time.perf_counter() - start
 
 
-def _bytecode() -> None:
+def compile_harness() -> None:
     """The harness's modules compiled (written even under PYTHONDONTWRITEBYTECODE, which then is said)."""
     for package in ("harness", "harness_models"):
         if (REPO / package).is_dir():

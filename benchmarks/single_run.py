@@ -21,7 +21,6 @@ less with the hour than the aim (<= 5 s beyond the window on a 2-core CPU) does.
 from __future__ import annotations
 
 import argparse
-import compileall
 import json
 import statistics
 import subprocess
@@ -35,6 +34,7 @@ import pyarrow.parquet as pq
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from cached_sweep import compile_harness  # noqa: E402
 from overhead_parts import stats  # noqa: E402
 
 RUN = ("run", "workload=unet3d")
@@ -70,8 +70,7 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rounds", type=int, default=8, help="rounds of two pairs, ABBA (default 8)")
     rounds = parser.parse_args(argv).rounds
-    for package in ("harness", "harness_models"):  # as a usual start writes it (see benchmarks/cached_sweep.py)
-        compileall.compile_dir(REPO / package, quiet=1)
+    compile_harness()  # as a usual start writes it (see benchmarks/cached_sweep.py)
     with tempfile.TemporaryDirectory(prefix="harness-bench-") as tmp:
         results = Path(tmp)
         wall, window, record = harness_run(results)
