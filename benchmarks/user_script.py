@@ -10,7 +10,11 @@ optimizer and loss that ``python -m harness run`` measures with the settings in 
 at step 0 and every 10 steps (the harness's default logging), and its throughput printed as the samples of the timed
 steps over the sum of their times (the window, as the harness reports it). The last line of stdout is JSON, with the
 minor page faults a timed step took (``minor_faults_per_step``, ``getrusage`` across the timed steps): a count that
-does not depend on the machine's load, which says which state glibc's heap is in (docs/measuring.md).
+does not depend on the machine's load, which says which state glibc's heap is in (docs/measuring.md), and
+Python's collections inside the timed steps (``window_collections``: how many of each generation, 0 to 2, and
+``window_gc_s``: their seconds, from ``gc.callbacks``): the script collects nothing itself, as a user's does, so a
+full collection that its set-up owes may fall in its timed steps, where the harness's child collects before its
+warm-up.
 
 * ``--data random`` (the default): one batch of random numbers, int64 labels; with ``--labels uint8`` (a 3D label
   map only) the labels are uint8, as the harness's own label maps are: the plain script of the full-size unet3d
@@ -32,6 +36,7 @@ does not depend on the machine's load, which says which state glibc's heap is in
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import resource
 import time
@@ -174,8 +179,26 @@ def train_step(model, loss_fn, optimizer, i: int, x, y) -> None:
         loss.item()
 
 
+class Collections:
+    """Python's collections while ``counting``: how many of each generation, and their seconds."""
+
+    def __init__(self) -> None:
+        self.counting, self.began = False, 0.0
+        self.counts, self.seconds = [0, 0, 0], 0.0
+        gc.callbacks.append(self)
+
+    def __call__(self, phase: str, info: dict) -> None:
+        if not self.counting:
+            return
+        if phase == "start":
+            self.began = time.perf_counter()
+        else:
+            self.counts[info["generation"]] += 1
+            self.seconds += time.perf_counter() - self.began
+
+
 def timed_steps(model, loss_fn, optimizer, batches, warmup: int, steps: int,
-                step_fn: bool) -> tuple[list[float], int, int]:
+                step_fn: bool, collections: Collections | None = None) -> tuple[list[float], int, int]:
     """The steps' times after the warm-up, a batch's samples, and the minor page faults of the timed steps: each step
     written inline in the loop (``loss`` kept until the next step's forward replaces it), or a call of
     :func:`train_step`."""
@@ -183,6 +206,8 @@ def timed_steps(model, loss_fn, optimizer, batches, warmup: int, steps: int,
     for i in range(warmup + steps):
         if i == warmup:
             faults = -resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+            if collections is not None:
+                collections.counting = True
         start = time.perf_counter()
         x, y = next(batches)
         if step_fn:
@@ -232,9 +257,13 @@ def main() -> None:
         if args.mode == "model":
             batch = next(batches)
             batches = iter(lambda: batch, None)
-    step_s, samples, faults = timed_steps(model, loss_fn, optimizer, batches, args.warmup, args.steps, args.step_fn)
+    collections = Collections()
+    step_s, samples, faults = timed_steps(model, loss_fn, optimizer, batches, args.warmup, args.steps, args.step_fn,
+                                          collections)
+    collections.counting = False
     print(json.dumps({"samples_per_s": len(step_s) * samples / sum(step_s), "steps": len(step_s),
-                      "window_s": sum(step_s), "minor_faults_per_step": faults / max(len(step_s), 1)}))
+                      "window_s": sum(step_s), "minor_faults_per_step": faults / max(len(step_s), 1),
+                      "window_collections": collections.counts, "window_gc_s": collections.seconds}))
 
 
 if __name__ == "__main__":

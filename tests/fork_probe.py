@@ -43,7 +43,8 @@ def probe_net(in_channels: int = 1, out_channels: int = 2) -> nn.Module:
 
     seen = {"pid": os.getpid(), "ppid": os.getppid(), "sid": os.getsid(0), "pgid": os.getpgid(0),
             "runs_seen": RUNS_SEEN, "threads": torch.get_num_threads(), "rng": float(np.random.random()),
-            "default_dtype": str(torch.get_default_dtype()), "gc_enabled": gc.isenabled()}
+            "default_dtype": str(torch.get_default_dtype()), "gc_enabled": gc.isenabled(),
+            "gc_frozen": gc.get_freeze_count(), "gc_tracked": len(gc.get_objects())}
     with open(os.environ["FORK_PROBE_OUT"], "a") as f:
         f.write(json.dumps(seen) + "\n")
     RUNS_SEEN += 1

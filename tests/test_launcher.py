@@ -82,6 +82,10 @@ def test_forked_runs_are_fresh_processes_of_their_own_that_see_nothing_of_each_o
     # what one run set (a module attribute, torch's thread count, numpy's global RNG) is not seen by the next
     assert [s["runs_seen"] for s in firsts] == [0, 0, 0]
     assert [s["gc_enabled"] for s in firsts] == [True] * 3  # the collector on, as a fresh process's (the zygote's off)
+    # the launcher's imports collected and frozen before the fork: a run's collections walk only what it made, and
+    # leave the launcher's pages shared (a walk over torch's objects copied ~100 MiB into each run)
+    assert all(s["gc_frozen"] > 50_000 for s in firsts), [s["gc_frozen"] for s in firsts]
+    assert all(s["gc_tracked"] < s["gc_frozen"] / 5 for s in firsts), [s["gc_tracked"] for s in firsts]
     assert [s["threads"] for s in firsts] == [torch.get_num_threads()] * 3
     leaked = np.random.RandomState(12345).random_sample()  # what the next run would draw after the last one's seed
     assert leaked not in [s["rng"] for s in firsts]

@@ -405,6 +405,27 @@ def test_the_user_script_counts_the_page_faults_of_its_timed_steps_only():
     assert 3 * pages <= faults < 3 * pages + 2000  # the warm-up's steps are not counted, the timed ones are
 
 
+def test_the_user_script_counts_pythons_collections_in_its_timed_steps_only():
+    import gc
+
+    model, steps = torch.nn.Linear(4, 2), []
+
+    def loss_fn(out, y):  # a full collection in the second warm-up step, and one in each of the last two timed ones
+        steps.append(None)
+        if len(steps) in (2, 5, 6):
+            gc.collect()
+        return torch.nn.functional.cross_entropy(out, y)
+
+    batch = (torch.randn(3, 4), torch.tensor([0, 1, 0]))
+    collections = user_script.Collections()
+    try:
+        user_script.timed_steps(model, loss_fn, torch.optim.SGD(model.parameters(), lr=0.1),
+                                iter(lambda: batch, None), 2, 4, True, collections)
+    finally:
+        gc.callbacks.remove(collections)
+    assert collections.counts[2] == 2 and collections.seconds > 0
+
+
 def test_the_harness_side_reads_its_window_page_faults_from_the_runs_record(monkeypatch, tmp_path):
     # each round prints both sides' heap states: the harness's from its record, as the script's from its own count
     import pandas as pd

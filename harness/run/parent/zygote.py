@@ -18,7 +18,8 @@ the loader alone, torch._dynamo, which building one imports), so that no run pay
 sweep's first run imported beyond that is imported here once that run has ended, so that the later runs find it
 loaded, as the first run's own imports left it. Only the first run's: a later rung's extra imports (a compiler's)
 stay that rung's own, so that every run holds the same modules a fresh process of its settings would. This process
-imports with the cyclic collector off and collects once before it forks from new imports; each run turns it on.
+imports with the cyclic collector off and collects once before it forks from new imports, then freezes what
+survived (a run's collections leave it alone, and its pages shared); each run turns the collector on.
 
 The protocol (``harness.run.parent.messages``: one JSON object a message, file descriptors beside): this process sends
 ``{"ready": pid}``; the parent asks ``{"job", "log", "cwd", "env", "argv", "learn"}`` (``learn`` false: the command's
@@ -112,9 +113,14 @@ def main(sweep_dir: str, first_config: str = "") -> int:
 
 def collect_imports() -> None:
     """Before a fork, one full collection of what was imported here since the last (the collector is off here): the
-    run starts with its imports collected, as a process that imported them with its collector on."""
+    run starts with its imports collected, as a process that imported them with its collector on. What survives it
+    is then frozen (``gc.freeze``, as CPython's documentation advises before a fork): a run's own collections, its
+    collection before the warm-up first, walk only the objects it made, where a walk over the ~360,000 objects of
+    torch's and MONAI's imports wrote to every page that holds one and so copied ~100 MiB of this process's memory
+    into each run (counted: 26,000 minor faults and 0.3 s a run on a 2-core CPU; a fresh interpreter pays no copy)."""
     if len(sys.modules) != COLLECTED_AT[0]:
         gc.collect()
+        gc.freeze()
         COLLECTED_AT[0] = len(sys.modules)
 
 
