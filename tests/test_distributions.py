@@ -65,3 +65,57 @@ def test_importing_the_statistics_and_the_store_loads_neither_scipy_nor_pandas()
                          env={"PYTHONPATH": str(REPO), "PATH": ""})
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["[]", "False"]
+
+
+def test_values_scipy_gave_are_kept_exactly_and_a_later_process_asking_only_for_them_loads_no_scipy_special(tmp_path):
+    import json
+
+    from scipy import special
+
+    asked = ("import json, sys, numpy as np; from harness.analysis.stats import distributions as dist; "
+             "v = [dist.t.ppf(0.975, np.array([np.nan, 0.0, 2.0, 7.5])), dist.t.cdf(-3.0, 9.0), "
+             "dist.f.ppf(0.99, 3, np.array([1.0, 10.0, np.inf])), dist.norm.isf(0.025)]; "
+             "print(json.dumps({'values': [np.asarray(x).tolist() for x in v], 'types': [type(x).__name__ for x in v], "
+             "'scipy.special': 'scipy.special' in sys.modules}))")
+    env = {"PYTHONPATH": str(REPO), "PATH": "", "HARNESS_CACHE_DIR": str(tmp_path)}
+
+    def ask(code: str) -> dict:
+        out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120,
+                             env=env)
+        assert out.returncode == 0, out.stderr
+        return json.loads(out.stdout)
+
+    first, second = ask(asked), ask(asked)
+    assert first.pop("scipy.special") and not second.pop("scipy.special")  # the second read every value kept
+    assert json.dumps(first) == json.dumps(second)  # the same floats, bit for bit (their reprs), and the same types
+    assert first["values"][0][2:] == [special.stdtrit(2.0, 0.975), special.stdtrit(7.5, 0.975)]
+    assert ask(asked.replace("0.975", "0.95"))["scipy.special"]  # a value not kept: scipy's own, computed then
+    kept = tmp_path / "distribution-values.json"  # a file kept under another scipy is not read
+    kept.write_text(kept.read_text().replace(dist._versions(), "scipy 0.0 numpy 0.0"))
+    assert ask(asked)["scipy.special"]
+
+
+def test_a_kept_value_is_returned_as_scipy_returns_it_and_another_precision_is_left_to_scipy(tmp_path, monkeypatch):
+    import json
+
+    from scipy import special
+
+    monkeypatch.setenv("HARNESS_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(dist, "_KEPT", dist._Kept())
+    grid = (np.array([1.0, 2.5, 30.0, np.inf, np.nan, 0.0]), np.array([[0.001], [0.975]]))
+    for _ in range(2):  # computed and kept, then read back from the file by a fresh reader
+        got = dist._special().stdtrit(*grid)
+        assert got.shape == (2, 6) and np.array_equal(got, special.stdtrit(*grid), equal_nan=True)
+        scalar = dist._special().stdtr(4, -1.5)
+        assert type(scalar) is np.float64 and scalar == special.stdtr(4, -1.5)
+        monkeypatch.setattr(dist, "_KEPT", dist._Kept())
+    assert len(json.loads(dist.kept_values_file().read_text())["values"]) == 12 + 1
+    single = dist._special().ndtri(np.float32(0.9))  # scipy's float32 loop, not a kept float64
+    assert single.dtype == np.float32 and single == special.ndtri(np.float32(0.9))
+    # a search over a grid, or over many points one at a time, is scipy's alone past a few dozen values a process
+    assert np.array_equal(dist._special().ndtr(np.linspace(-3, 3, 256)), special.ndtr(np.linspace(-3, 3, 256)))
+    for x in np.linspace(-3, 3, 200):
+        assert dist._special().ndtr(x) == special.ndtr(x)
+    kept = json.loads(dist.kept_values_file().read_text())["values"]
+    assert len(kept) == 12 + 1 + dist.KEPT_PER_PROCESS
+    assert sum(k.startswith("ndtr(") for k in kept) == dist.KEPT_PER_PROCESS

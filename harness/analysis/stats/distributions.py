@@ -4,23 +4,111 @@
 Why not ``scipy.stats`` itself: importing it costs over a second on a small CPU (interpolation, spatial, sparse and
 every distribution are loaded with it), which a sweep served from the store paid before it printed a line. Here
 scipy is loaded at the first value asked for, not when a statistics module is imported: a command that computes no
-band (a sweep replayed from the store with one round, a table without repeats) never loads scipy at all.
+band (a sweep replayed from the store with one round, a table without repeats) never loads scipy at all; and the
+values scipy.special gave are kept between processes (:class:`_Kept`), so that a command asking only for values an
+earlier one asked for (a sweep served from the store) loads no scipy.special either.
 
 Use it as ``from harness.analysis.stats import distributions as sps``: ``sps.t.ppf(q, df)`` as before.
 """
 
 from __future__ import annotations
 
+import functools
+import json
 import math
+from pathlib import Path
 
 import numpy as np
 
+from harness.fileio import cache_dir, write_text_atomic
 
-def _special():
-    """scipy.special, imported at the first value (see the module's docstring: kept off commands that need none)."""
+
+# Every sweep of a ladder asks for the same few values (its bands' t quantiles at the looks' levels and the rounds'
+# degrees of freedom, the calibration check's F quantiles), and importing scipy.special for them costs ~0.2 s on a
+# 2-core CPU (its array-API layer wraps and documents every function as it is imported): a tenth of a cached sweep.
+# So the values it gave are kept in a small file under scipy's and numpy's versions, exactly (a float's repr reads
+# back as the same float); another scipy or numpy computes them anew.
+# Only a call of a few values is kept, and a few dozen values a process: a numerical search (a power calculation's
+# grid, a root finder's steps) is scipy's alone, never a file written at each step.
+KEPT_VALUES = 1024  # the most values the file keeps (a sweep asks a handful)
+KEPT_CALL = 16  # the most values one call may ask for to be kept
+KEPT_PER_PROCESS = 64  # the most values one process adds to the file
+
+
+def kept_values_file() -> Path:
+    """In the harness's cache folder (``HARNESS_CACHE_DIR``, else ``$XDG_CACHE_HOME/harness``, ``~/.cache/harness``)."""
+    return cache_dir() / "distribution-values.json"
+
+
+class _Kept:
+    """scipy.special's functions by name (``_special().stdtrit(df, q)``): each value read from the kept file when
+    an earlier call kept it, else computed by scipy.special (imported then) and kept."""
+
+    def __init__(self) -> None:
+        self.values: dict[str, float] | None = None
+        self.added = 0  # the values this process added to the file
+
+    def __getattr__(self, name: str):
+        return functools.partial(self.value, name)
+
+    def value(self, name: str, *args):
+        from_scipy = functools.partial(_scipy_value, name, *args)
+        arrays = [np.asarray(a) for a in args]
+        if any(a.dtype.kind not in "biuf" or (a.dtype.kind == "f" and a.dtype.itemsize != 8) for a in arrays):
+            return from_scipy()  # another precision's loop: scipy's own, in its own dtype
+        columns = np.broadcast_arrays(*(a.astype(float) for a in arrays))
+        if columns[0].size > KEPT_CALL:
+            return from_scipy()
+        keys = [f"{name}{key!r}" for key in zip(*(c.ravel().tolist() for c in columns))]
+        kept = self._read()
+        if all(key in kept for key in keys):
+            return np.array([kept[key] for key in keys], dtype=float).reshape(columns[0].shape)[()]
+        out = from_scipy()
+        if self.added < KEPT_PER_PROCESS:
+            new = dict(zip(keys, np.broadcast_to(out, columns[0].shape).ravel().tolist()))
+            self.added += len(new.keys() - kept.keys())
+            kept.update(new)
+            self._keep()
+        return out
+
+    def _read(self) -> dict[str, float]:
+        if self.values is None:
+            try:
+                text = json.loads(kept_values_file().read_text())
+            except (OSError, ValueError, RuntimeError):  # RuntimeError: no home folder
+                text = None
+            values = text.get("values") if isinstance(text, dict) and text.get("versions") == _versions() else None
+            self.values = values if isinstance(values, dict) else {}
+        return self.values
+
+    def _keep(self) -> None:
+        self.values = dict(list(self._read().items())[-KEPT_VALUES:])
+        try:
+            kept_values_file().parent.mkdir(parents=True, exist_ok=True)
+            write_text_atomic(kept_values_file(), json.dumps({"versions": _versions(), "values": self.values}))
+        except (OSError, RuntimeError):
+            pass  # a cache only: the next process computes them again
+
+
+def _scipy_value(name: str, *args):
     from scipy import special
 
-    return special
+    return getattr(special, name)(*args)
+
+
+def _versions() -> str:
+    import scipy  # the package alone (a few ms), not scipy.special
+
+    return f"scipy {scipy.__version__} numpy {np.__version__}"
+
+
+_KEPT = _Kept()
+
+
+def _special() -> _Kept:
+    """scipy.special's functions, their values kept between processes (see :class:`_Kept`): scipy.special is
+    imported at the first value not kept (see the module's docstring: kept off commands that need none)."""
+    return _KEPT
 
 
 def _quantile(values, q, low: float, high: float, valid=True):
