@@ -142,6 +142,18 @@ def test_a_cached_sweep_reads_each_stored_file_once_however_many_reruns_piled_up
     assert len(per_sweep[2]) == len(per_sweep[1])  # a third re-run reads the store no more than the second
 
 
+def test_the_stores_snapshot_holds_each_of_its_tables_in_one_chunk_however_many_files_piled_up(tmp_path, measured):
+    # one chunk per file made every filter on the snapshot (a cached sweep makes some 60) slower with each file
+    for sweep_id in ("b", "c", "d"):
+        _sweep(tmp_path, sweep_id)
+    store_index._SNAPSHOTS.clear()
+    snap = store_index.snapshot(tmp_path)
+    assert len(snap.files) == 8 and len(snap.copy_files) == 3
+    assert snap.rows.num_rows == 8 and snap.copies.num_rows == 3 * 8 and snap.keys.num_rows == 4 * 8
+    assert {c.num_chunks for t in (snap.rows, snap.copies, snap.keys) for c in t.columns} == {1}
+    assert len(load_runs(tmp_path, where={"sweep_id": "c"})) == 8  # read back as before
+
+
 def test_a_copy_whose_file_cannot_be_written_is_stored_whole(tmp_path, capsys):
     original = RunRecord(run_id="o", status="ok", timestamp="2026-11-24T10:00:00+0000", sweep_id="a",
                          samples_per_s=3.0, step_ms=[1.0, 2.0])

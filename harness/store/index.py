@@ -77,7 +77,11 @@ def snapshot(results_dir, unreadable=lambda path: False) -> Snapshot:
     rows, bad = _refresh(old.rows if old else None, old.files if old else {}, files, KEY_COLUMNS, SCHEMA)
     copy_rows, bad_copies = _refresh(old.copies if old else None, old.copy_files if old else {}, copies,
                                      COPY_COLUMNS, COPY_SCHEMA)
-    new = Snapshot(files, copies, rows, copy_rows, _keys(rows, copy_rows, files), tuple(bad + bad_copies))
+    # each in one chunk: a table of one chunk per file (a store's records, every sweep's copies) made each filter on
+    # it cost milliseconds (2.9 ms on 41 chunks, 0.3 ms joined: a cached sweep filters it some 60 times)
+    rows, copy_rows = rows.combine_chunks(), copy_rows.combine_chunks()
+    new = Snapshot(files, copies, rows, copy_rows, _keys(rows, copy_rows, files).combine_chunks(),
+                   tuple(bad + bad_copies))
     _SNAPSHOTS[where] = new
     return new
 
