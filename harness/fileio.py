@@ -8,6 +8,7 @@ and raises. The parquet store has its own durable writer (``harness.store``): th
 
 from __future__ import annotations
 
+import json
 import os
 import tempfile
 from pathlib import Path
@@ -44,6 +45,30 @@ def write_text_atomic(path: str | os.PathLike, text: str, durable: bool = False)
     if durable:
         fsync_dir(path.parent)
     return path
+
+
+def read_kept(name: str, code: str) -> dict:
+    """What an earlier process kept in the cache folder's file ``name`` under ``code`` (a digest of the code and the
+    versions that computed it): {} when there is none, it cannot be read, or other code kept it. A reader checks
+    each entry's form before it uses it."""
+    try:
+        kept = json.loads((cache_dir() / name).read_text())
+    except (OSError, ValueError, RuntimeError):  # RuntimeError: no home folder
+        return {}
+    entries = kept.get("entries") if isinstance(kept, dict) and kept.get("code") == code else None
+    return entries if isinstance(entries, dict) else {}
+
+
+def keep(name: str, code: str, entries: dict, most: int) -> dict:
+    """The newest ``most`` of ``entries``, written to the cache folder's file ``name`` under ``code`` (a cache only:
+    a write that fails is left to the next process) and returned."""
+    entries = dict(list(entries.items())[-most:])
+    try:
+        cache_dir().mkdir(parents=True, exist_ok=True)
+        write_text_atomic(cache_dir() / name, json.dumps({"code": code, "entries": entries}))
+    except (OSError, RuntimeError):
+        pass
+    return entries
 
 
 def umask() -> int:

@@ -109,13 +109,13 @@ def test_a_kept_value_is_returned_as_scipy_returns_it_and_another_precision_is_l
         scalar = dist._special().stdtr(4, -1.5)
         assert type(scalar) is np.float64 and scalar == special.stdtr(4, -1.5)
         monkeypatch.setattr(dist, "_KEPT", dist._Kept())
-    assert len(json.loads(dist.kept_values_file().read_text())["values"]) == 12 + 1
+    assert len(json.loads((tmp_path / dist.VALUES_FILE).read_text())["entries"]) == 12 + 1
     single = dist._special().ndtri(np.float32(0.9))  # scipy's float32 loop, not a kept float64
     assert single.dtype == np.float32 and single == special.ndtri(np.float32(0.9))
     # a search over a grid, or over many points one at a time, is scipy's alone past a few dozen values a process
     assert np.array_equal(dist._special().ndtr(np.linspace(-3, 3, 256)), special.ndtr(np.linspace(-3, 3, 256)))
     for x in np.linspace(-3, 3, 200):
         assert dist._special().ndtr(x) == special.ndtr(x)
-    kept = json.loads(dist.kept_values_file().read_text())["values"]
+    kept = json.loads((tmp_path / dist.VALUES_FILE).read_text())["entries"]
     assert len(kept) == 12 + 1 + dist.KEPT_PER_PROCESS
     assert sum(k.startswith("ndtr(") for k in kept) == dist.KEPT_PER_PROCESS

@@ -267,7 +267,7 @@ def test_a_looks_boundaries_are_kept_between_processes_with_the_same_numbers_and
     assert levels() == [here, "True"] and kept.is_file()  # computed, with the root finder
     assert levels() == [here, "False"]  # read back: the same digits, no root finder loaded
     saved = json.loads(kept.read_text())
-    kept.write_text(json.dumps({**saved, "levels": {k: ["0.05"] for k in saved["levels"]}}))
+    kept.write_text(json.dumps({**saved, "entries": {k: ["0.05"] for k in saved["entries"]}}))
     assert levels() == [here, "True"]  # an entry that is not the levels asked for is computed anew
     kept.write_text(json.dumps({**saved, "code": "another"}))
     assert levels() == [here, "True"]  # another code's boundaries are not used

@@ -14,13 +14,11 @@ Use it as ``from harness.analysis.stats import distributions as sps``: ``sps.t.p
 from __future__ import annotations
 
 import functools
-import json
 import math
-from pathlib import Path
 
 import numpy as np
 
-from harness.fileio import cache_dir, write_text_atomic
+from harness.fileio import keep, read_kept
 
 
 # Every sweep of a ladder asks for the same few values (its bands' t quantiles at the looks' levels and the rounds'
@@ -30,14 +28,10 @@ from harness.fileio import cache_dir, write_text_atomic
 # back as the same float); another scipy or numpy computes them anew.
 # Only a call of a few values is kept, and a few dozen values a process: a numerical search (a power calculation's
 # grid, a root finder's steps) is scipy's alone, never a file written at each step.
+VALUES_FILE = "distribution-values.json"  # in the harness's cache folder
 KEPT_VALUES = 1024  # the most values the file keeps (a sweep asks a handful)
 KEPT_CALL = 16  # the most values one call may ask for to be kept
 KEPT_PER_PROCESS = 64  # the most values one process adds to the file
-
-
-def kept_values_file() -> Path:
-    """In the harness's cache folder (``HARNESS_CACHE_DIR``, else ``$XDG_CACHE_HOME/harness``, ``~/.cache/harness``)."""
-    return cache_dir() / "distribution-values.json"
 
 
 class _Kept:
@@ -45,7 +39,7 @@ class _Kept:
     an earlier call kept it, else computed by scipy.special (imported then) and kept."""
 
     def __init__(self) -> None:
-        self.values: dict[str, float] | None = None
+        self.values: dict[str, float] | None = None  # the file's, read at the first value asked for
         self.added = 0  # the values this process added to the file
 
     def __getattr__(self, name: str):
@@ -60,34 +54,16 @@ class _Kept:
         if columns[0].size > KEPT_CALL:
             return from_scipy()
         keys = [f"{name}{key!r}" for key in zip(*(c.ravel().tolist() for c in columns))]
-        kept = self._read()
-        if all(key in kept for key in keys):
-            return np.array([kept[key] for key in keys], dtype=float).reshape(columns[0].shape)[()]
+        if self.values is None:
+            self.values = read_kept(VALUES_FILE, _versions())
+        if all(key in self.values for key in keys):
+            return np.array([self.values[key] for key in keys], dtype=float).reshape(columns[0].shape)[()]
         out = from_scipy()
         if self.added < KEPT_PER_PROCESS:
             new = dict(zip(keys, np.broadcast_to(out, columns[0].shape).ravel().tolist()))
-            self.added += len(new.keys() - kept.keys())
-            kept.update(new)
-            self._keep()
+            self.added += len(new.keys() - self.values.keys())
+            self.values = keep(VALUES_FILE, _versions(), {**self.values, **new}, KEPT_VALUES)
         return out
-
-    def _read(self) -> dict[str, float]:
-        if self.values is None:
-            try:
-                text = json.loads(kept_values_file().read_text())
-            except (OSError, ValueError, RuntimeError):  # RuntimeError: no home folder
-                text = None
-            values = text.get("values") if isinstance(text, dict) and text.get("versions") == _versions() else None
-            self.values = values if isinstance(values, dict) else {}
-        return self.values
-
-    def _keep(self) -> None:
-        self.values = dict(list(self._read().items())[-KEPT_VALUES:])
-        try:
-            kept_values_file().parent.mkdir(parents=True, exist_ok=True)
-            write_text_atomic(kept_values_file(), json.dumps({"versions": _versions(), "values": self.values}))
-        except (OSError, RuntimeError):
-            pass  # a cache only: the next process computes them again
 
 
 def _scipy_value(name: str, *args):

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,7 +33,7 @@ import numpy as np
 from harness.analysis.stats import distributions as sps  # scipy.stats's functions, scipy loaded at the first value
 
 from harness.analysis.stats import blocks, speedup
-from harness.fileio import cache_dir, write_text_atomic
+from harness.fileio import keep, read_kept
 
 ALPHA = 0.05
 SPENDING = ("obrien-fleming", "pocock")
@@ -66,26 +65,22 @@ def nominal_levels(fractions: tuple[float, ...], alpha: float = ALPHA,
                    spending: str = DEFAULT_SPENDING) -> tuple[float, ...]:
     """Two-sided nominal level of each look at information ``fractions`` (increasing, last <= 1) such that a
     statistic with no effect crosses some look's boundary by look l with probability spent(t_l). Kept between
-    processes (:func:`_kept_levels`): the same numbers, without loading scipy.optimize again."""
+    processes (``LEVELS_FILE``): the same numbers, without loading scipy.optimize again."""
     question = repr((tuple(float(t) for t in fractions), float(alpha), spending))
-    kept = _kept_levels()
-    levels = kept["levels"].get(question)
+    kept = read_kept(LEVELS_FILE, _code_digest())
+    levels = kept.get(question)
     if not (isinstance(levels, list) and len(levels) == len(fractions) and all(type(v) is float for v in levels)):
-        levels = kept["levels"][question] = list(_nominal_levels(fractions, alpha, spending))
-        _keep_levels(kept)
+        kept[question] = list(_nominal_levels(fractions, alpha, spending))
+        levels = keep(LEVELS_FILE, _code_digest(), kept, KEPT_QUESTIONS)[question]
     return tuple(levels)
 
 
 # Every sweep of a ladder asks for the same few boundaries (a phase2 sweep's looks: fractions 2/6 .. 6/6), and the
 # first one of a process loads scipy.optimize (~0.13 s of CPU on a 2-core AMD EPYC) for the root finder. So they are
-# kept in a small file, under the digest of the code that computes them (this module and the distributions) and of
-# scipy's and numpy's versions: an edit to either, or another scipy, computes them anew.
+# kept in a small file of the harness's cache folder, under the digest of the code that computes them (this module
+# and the distributions) and of scipy's and numpy's versions: an edit to either, or another scipy, computes them anew.
+LEVELS_FILE = "look-levels.json"
 KEPT_QUESTIONS = 256  # the most boundaries the file keeps (a sweep asks a handful)
-
-
-def kept_levels_file() -> Path:
-    """In the harness's cache folder (``HARNESS_CACHE_DIR``, else ``$XDG_CACHE_HOME/harness``, ``~/.cache/harness``)."""
-    return cache_dir() / "look-levels.json"
 
 
 @functools.lru_cache(maxsize=1)
@@ -96,27 +91,6 @@ def _code_digest() -> str:
     for source in (__file__, sps.__file__):
         digest.update(Path(source).read_bytes())
     return digest.hexdigest()[:16]
-
-
-def _kept_levels() -> dict:
-    """The kept boundaries of this code ({"code": digest, "levels": {question: levels}}); none if another code
-    kept them or the file cannot be read."""
-    try:
-        kept = json.loads(kept_levels_file().read_text())
-    except (OSError, ValueError, RuntimeError):  # RuntimeError: no home folder
-        kept = None
-    if not isinstance(kept, dict) or kept.get("code") != _code_digest() or not isinstance(kept.get("levels"), dict):
-        return {"code": _code_digest(), "levels": {}}
-    return kept
-
-
-def _keep_levels(kept: dict) -> None:
-    kept["levels"] = dict(list(kept["levels"].items())[-KEPT_QUESTIONS:])
-    try:
-        kept_levels_file().parent.mkdir(parents=True, exist_ok=True)
-        write_text_atomic(kept_levels_file(), json.dumps(kept))
-    except (OSError, RuntimeError):
-        pass  # a cache only: the next process computes them again
 
 
 def _nominal_levels(fractions: tuple[float, ...], alpha: float, spending: str) -> tuple[float, ...]:
