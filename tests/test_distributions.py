@@ -93,6 +93,13 @@ def test_values_scipy_gave_are_kept_exactly_and_a_later_process_asking_only_for_
     kept = tmp_path / "distribution-values.json"  # a file kept under another scipy is not read
     kept.write_text(kept.read_text().replace(dist._versions(), "scipy 0.0 numpy 0.0"))
     assert ask(asked)["scipy.special"]
+    ask(asked)
+    damaged = json.loads(kept.read_text())  # a hand-edited or damaged value: not read as a number, asked of scipy
+    damaged["entries"] = {key: "oops" for key in damaged["entries"]}
+    kept.write_text(json.dumps(damaged))
+    assert ask(asked) == first | {"scipy.special": True}
+    kept.write_text("{not json")
+    assert ask(asked) == first | {"scipy.special": True}
 
 
 def test_a_kept_value_is_returned_as_scipy_returns_it_and_another_precision_is_left_to_scipy(tmp_path, monkeypatch):
