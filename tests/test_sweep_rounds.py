@@ -230,8 +230,9 @@ class FakeMeasure:
     """Stands in for ``runner.store_asked`` under the real ``run_rung`` (its cache included): a record of the
     resolved settings at ``speeds[rung]`` samples/s; ``calls`` lists (sweep, rung, round) measured."""
 
-    def __init__(self, speeds, now=False):
+    def __init__(self, speeds, now=False, cv=0.0, seed=0):
         self.speeds, self.calls, self.now = speeds, [], now
+        self.cv, self.rng = cv, np.random.default_rng(seed)  # process noise of CV ``cv`` (seeded)
 
     def __call__(self, cfg, env, env_key, on_progress=None, skip_reason=None, pipeline=None, **fields):
         self.calls.append((fields["sweep_id"], fields["rung"], fields["round"]))
@@ -240,7 +241,8 @@ class FakeMeasure:
                            f"2026-11-24T11:{len(self.calls) // 60:02d}:{len(self.calls) % 60:02d}+0000",
                            workload="unet3d", size="smoke", device="cpu", env_key=env_key, cpu_model="cpu",
                            cpu_count=2, config_hash=config_mod.config_hash(cfg), samples_per_s=self.speeds[
-                               fields["rung"]], other_cpu_pct=1.0, **fields)
+                               fields["rung"]] * float(np.exp(self.rng.normal(0.0, self.cv))), other_cpu_pct=1.0,
+                           **fields)
         store_record(record, cfg.results_dir)
         return record
 
@@ -267,6 +269,38 @@ def test_a_round_is_copied_whole_from_one_earlier_sweep_or_measured_whole(tmp_pa
     copies = load_runs(tmp_path, where={"sweep_id": "b"})
     copied = copies[copies["round"] == 0]["cached_from"]
     assert sorted(copied) == [f"a-{k}" for k in range(3, 7)]
+
+
+def test_a_sweep_copied_from_an_earlier_one_replays_its_rounds_in_order_and_stops_where_it_stopped(
+        tmp_path, fake, monkeypatch):
+    """A sweep of phase2 run again on the same store measures nothing: each of its rounds is the earlier sweep's
+    round of the same number, so its looks see what the earlier looks saw, and it stops after as many rounds with
+    the same verdicts (copied newest first, it looked at the last rounds first: here it stopped after two)."""
+    from harness.run.parent import runner
+    from harness.run.parent import env as env_mod
+
+    measure = FakeMeasure([10.0, 24.0, 34.0, 60.0], cv=0.06, seed=3)  # five rounds to decide
+    monkeypatch.setattr(runner, "store_asked", measure)
+    monkeypatch.setattr(env_mod, "environment", lambda device, git=True: ({}, "env"))
+    monkeypatch.setattr(env_mod, "environment_key", lambda device: "env")
+    displays = {}
+    for sweep_id in ("a", "b"):
+        ctx = rungs_mod.SweepContext(sweep_id=sweep_id, ladder=PHASE2, settings={"results_dir": str(tmp_path)},
+                                     user_keys=frozenset(), repeats="auto")
+        displays[sweep_id] = Display()
+        loop.run_ladder(ctx, runner.Machine(cuda_available=False), displays[sweep_id])
+    rounds_run = 1 + max(k for _, _, k in measure.calls)
+    assert rounds_run == 5 and all(s == "a" for s, _, _ in measure.calls)  # the second sweep measured nothing
+    frame = load_runs(tmp_path)
+    original = dict(zip(frame["run_id"], frame["round"]))
+    copies = frame[frame["sweep_id"] == "b"]
+    assert sorted(copies["round"]) == sorted(frame[frame["sweep_id"] == "a"]["round"])
+    assert all(original[src] == k for src, k in zip(copies["cached_from"], copies["round"]))
+    looks = [[line for line in displays[s].lines if line.startswith("after round ")] for s in ("a", "b")]
+    assert len(looks[0]) == rounds_run and looks[1] == looks[0]
+    tables = [table_mod.build_table(frame, s, str(tmp_path)) for s in ("a", "b")]
+    assert [r.verdict for r in tables[1].rows] == [r.verdict for r in tables[0].rows]
+    assert tables[1].total_verdict == tables[0].total_verdict
 
 
 def test_a_sweep_of_this_session_lends_its_runs_to_a_round_in_part(tmp_path, fake, monkeypatch):

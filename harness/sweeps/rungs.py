@@ -165,10 +165,14 @@ def measured_rungs(ctx: SweepContext) -> set[tuple[int, int]]:
 def cache_rule(ctx: SweepContext, used: frozenset[str] = frozenset()) -> CacheRule | None:
     """The rule a rung of this sweep copies by (``harness.session.cache``): the originals ``used`` by none of its
     runs, from the round's one source sweep (``round_source``) or any; None for a re-run, or a round measured
-    whole."""
+    whole. From one source sweep the oldest come first, so that its rounds are replayed in the order they were
+    measured and the looks of ``sweep.repeats=auto`` see what the source's looks saw: newest first, a replay of a
+    sweep that stopped after its fourth round looked at rounds 4, 3, 2 and could stop after three, with other
+    verdicts than the sweep it replays (a second look at data that had already been looked at)."""
     if ctx.rerun or not ctx.copy_from:
         return None
-    return CacheRule(ctx.results_dir, used, "" if ctx.copy_from == ANY_SWEEP else ctx.copy_from)
+    source = "" if ctx.copy_from == ANY_SWEEP else ctx.copy_from
+    return CacheRule(ctx.results_dir, used, source, oldest=bool(source))
 
 
 def round_source(ctx: SweepContext, machine: runner.Machine, round_: int) -> str:
