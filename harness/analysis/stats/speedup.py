@@ -205,12 +205,14 @@ def decide_probability(value: float, claim_low: float, claim_high: float, se: fl
         return 0.0
     q = sps.norm.isf(alpha / 2) if math.isinf(df) else sps.t.isf(alpha / 2, df)
     scales = [1.0] if math.isinf(df) else np.sqrt(sps.chi2.ppf((np.arange(256) + 0.5) / 256, df) / df)
-    undecided = 0.0
-    for s in scales:
-        for a, b in _inconclusive_centres(q * se * s, claim_low, claim_high):
-            if b > a:
-                undecided += sps.norm.cdf((b - value) / se) - sps.norm.cdf((a - value) / se)
-    return float(1.0 - undecided / len(scales))
+    spans = [(a, b) for s in scales for a, b in _inconclusive_centres(q * se * s, claim_low, claim_high) if b > a]
+    if not spans:
+        return 1.0
+    # the normal's cdf of every end in one call (a call per end was ~1,000 calls a sweep's look), then summed in
+    # the order the loop over scales added them: the same float as before
+    a, b = np.array(spans, dtype=float).T
+    shares = sps.norm.cdf((b - value) / se) - sps.norm.cdf((a - value) / se)
+    return float(1.0 - sum(np.atleast_1d(shares).tolist()) / len(scales))
 
 
 def repeats_to_decide(measured: Ratio, claim_low: float, claim_high: float, limit: int = 50,
