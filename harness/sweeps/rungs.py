@@ -13,7 +13,8 @@ Rules:
     ``harness.session.cache``), unless ``sweep.rerun=true``; a round copies whole from ONE earlier
     sweep or is measured whole (``round_source``): a round is one session's block, and a run copied from
     another session beside runs measured today would carry the between-session effect into the rung's ratio,
-    which the rung x round model has no term for;
+    which the rung x round model has no term for; its runs are copied oldest first, so that a sweep run again
+    replays the earlier one round by round (its looks, its stop, its verdicts);
   * with ``stop_on_oom`` the first out-of-memory ends the ladder: later rungs are not run.
 """
 
