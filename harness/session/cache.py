@@ -74,7 +74,7 @@ def originals(frame, config_hash: str, env_key: str, used: set[str], oldest: boo
     """Rows of original ``ok`` runs of these settings not yet used by this sweep, newest (or oldest) first."""
     hits = frame[(frame["config_hash"] == config_hash) & (frame["env_key"] == env_key) & (frame["status"] == "ok")
                  & (frame["cached_from"].fillna("") == "") & (~frame["run_id"].isin(used))]
-    return hits.sort_values("timestamp", ascending=oldest)
+    return hits.sort_values("timestamp", ascending=oldest, kind="stable")  # ties (one second) keep the store's order
 
 
 def find_cached(frame, config_hash: str, env_key: str, used: set[str]) -> RunRecord | None:
