@@ -250,17 +250,29 @@ class FakeMeasure:
         return record
 
 
-def test_a_round_is_copied_whole_from_one_earlier_sweep_or_measured_whole(tmp_path, fake, monkeypatch):
+@pytest.fixture
+def measured_by(monkeypatch):
+    """Install a FakeMeasure under the real rung runner, in one faked environment ("env")."""
+    from harness.run.parent import runner
+    from harness.run.parent import env as env_mod
+
+    monkeypatch.setattr(env_mod, "environment", lambda device, git=True: ({}, "env"))
+    monkeypatch.setattr(env_mod, "environment_key", lambda device: "env")
+
+    def install(measure: FakeMeasure) -> FakeMeasure:
+        monkeypatch.setattr(runner, "store_asked", measure)
+        return measure
+
+    return install
+
+
+def test_a_round_is_copied_whole_from_one_earlier_sweep_or_measured_whole(tmp_path, fake, measured_by):
     """A run copied from another session never stands beside runs measured today in one round: a sweep of phase2
     after one of its first two rungs measures its rounds whole; a sweep of phase2 after one of phase2 copies the
     earlier sweep's round whole and measures the round it lacks."""
     from harness.run.parent import runner
-    from harness.run.parent import env as env_mod
 
-    measure = FakeMeasure(CLEAR)
-    monkeypatch.setattr(runner, "store_asked", measure)
-    monkeypatch.setattr(env_mod, "environment", lambda device, git=True: ({}, "env"))
-    monkeypatch.setattr(env_mod, "environment_key", lambda device: "env")
+    measure = measured_by(FakeMeasure(CLEAR))
     machine = runner.Machine(cuda_available=False)
     short = dataclasses.replace(PHASE2, rungs=PHASE2.rungs[:2])
     for sweep_id, ladder, repeats in (("first-two", short, 1), ("a", PHASE2, 1), ("b", PHASE2, 2)):
@@ -275,18 +287,15 @@ def test_a_round_is_copied_whole_from_one_earlier_sweep_or_measured_whole(tmp_pa
 
 
 def test_a_sweep_copied_from_an_earlier_one_replays_its_rounds_in_order_and_stops_where_it_stopped(
-        tmp_path, fake, monkeypatch):
+        tmp_path, fake, measured_by):
     """A sweep of phase2 run again on the same store measures nothing: each of its rounds is the earlier sweep's
     round of the same number, a busy run and the run measured again after it included, so its looks see what the
     earlier looks saw, and it stops after as many rounds with the same verdicts (copied newest first, it looked at
     the last rounds first, and the busy run was left out with a later round's run in its place)."""
     from harness.run.parent import runner
-    from harness.run.parent import env as env_mod
 
-    measure = FakeMeasure([10.0, 24.0, 34.0, 60.0], cv=0.06, seed=3, busy={("a", 1, 0)})  # three rounds to decide
-    monkeypatch.setattr(runner, "store_asked", measure)
-    monkeypatch.setattr(env_mod, "environment", lambda device, git=True: ({}, "env"))
-    monkeypatch.setattr(env_mod, "environment_key", lambda device: "env")
+    # noisy, with one busy run: three rounds to decide
+    measure = measured_by(FakeMeasure([10.0, 24.0, 34.0, 60.0], cv=0.06, seed=3, busy={("a", 1, 0)}))
     displays = {}
     for sweep_id in ("a", "b"):
         ctx = rungs_mod.SweepContext(sweep_id=sweep_id, ladder=PHASE2, settings={"results_dir": str(tmp_path)},
@@ -309,16 +318,12 @@ def test_a_sweep_copied_from_an_earlier_one_replays_its_rounds_in_order_and_stop
     assert tables[1].total_verdict == tables[0].total_verdict
 
 
-def test_a_sweep_of_this_session_lends_its_runs_to_a_round_in_part(tmp_path, fake, monkeypatch):
+def test_a_sweep_of_this_session_lends_its_runs_to_a_round_in_part(tmp_path, fake, measured_by):
     """An interrupted sweep resumed (or a ladder after another) within the session: its runs stand beside fresh ones
     in a round, as the README's resume promises; the rungs it lacks are measured."""
     from harness.run.parent import runner
-    from harness.run.parent import env as env_mod
 
-    measure = FakeMeasure(CLEAR, now=True)
-    monkeypatch.setattr(runner, "store_asked", measure)
-    monkeypatch.setattr(env_mod, "environment", lambda device, git=True: ({}, "env"))
-    monkeypatch.setattr(env_mod, "environment_key", lambda device: "env")
+    measure = measured_by(FakeMeasure(CLEAR, now=True))
     short = dataclasses.replace(PHASE2, rungs=PHASE2.rungs[:2])
     for sweep_id, ladder in (("first-two", short), ("a", PHASE2)):
         ctx = rungs_mod.SweepContext(sweep_id=sweep_id, ladder=ladder, settings={"results_dir": str(tmp_path)},
