@@ -23,9 +23,10 @@ CONFIGS = 4
 
 def test_at_30s_a_run_the_default_budget_flags_a_10pct_slowdown_in_most_checks():
     """4 configs, 30 s a run, the default 30-minute budget allows 7 rounds. Spending the error over them, the
-    command's model (``paired.round_fit``): a 10% slowdown of one config flagged in 62.5% (seen 2,000 checks, seed
-    53), no-change false alarms 0.0% (undecided ~66%); the error spent over 12 rounds that never come, stopped at
-    7 by the clock, the plain mean (before): 21.4%."""
+    command's model (``paired.round_fit``, the side order's term always fitted): a 10% slowdown of one config
+    flagged in 52.5% (seen 2,000 checks, seed 53; 62.5% when a pretest chose the model, at a false-alarm rate above
+    5%), no-change false alarms 0.0%; the error spent over 12 rounds that never come, stopped at 7 by the clock, the
+    plain mean (before): 21.4%."""
     rng = np.random.default_rng(53)
     budget_s = 60 * against_cmd.DEFAULT_BUDGET_MIN
     horizon = looks.planned_rounds(against_cmd.DEFAULT_ROUNDS, against_cmd.DEFAULT_MAX_ROUNDS, budget_s, RUN_S,
@@ -37,7 +38,7 @@ def test_at_30s_a_run_the_default_budget_flags_a_10pct_slowdown_in_most_checks()
     power, others = regressed[:, 0].mean(), regressed[:, 1:].any(axis=1).mean()
     old = _stopped_by_the_clock(diffs, horizon)[:, 0].mean()
     print(f"30 s a run, {horizon} rounds: flagged {power:.1%} (the looks over 12: {old:.1%})")
-    assert power >= 0.55 and old <= 0.35 and others <= 0.05, (power, old, others)
+    assert power >= 0.47 and old <= 0.35 and others <= 0.05, (power, old, others)
     diffs = simulate(rng, TRIALS, CONFIGS, horizon, cv=0.03, slow=[0.0] * CONFIGS)
     regressed, _ = run(diffs, True, horizon)
     assert regressed.any(axis=1).mean() <= 0.05, regressed.any(axis=1).mean()
@@ -61,7 +62,7 @@ def _stopped_by_the_clock(diffs: np.ndarray, stop: int) -> np.ndarray:
 def test_the_plan_says_when_the_budget_cannot_decide_and_what_would():
     clock = against_rounds.Clock(configs=4, first=4, max_rounds=12, budget_s=1800, stored_run_s=30.0)
     line = clock.power_line(0.03, 0.05, "from sweep s's runs")
-    assert line == ("at ~30 s a run, 7 rounds decide a 10% slowdown in about 60% (CV 3.0% from sweep s's runs): "
+    assert line == ("at ~30 s a run, 7 rounds decide a 10% slowdown in about 55% (CV 3.0% from sweep s's runs): "
                     "give --budget-min 50 for 90%"), line
     assert clock.power_line(0.01, 0.05, "x") == ""  # 7 rounds decide it at CV 1%
     assert against_rounds.Clock(4, 4, 12, 1800, 10.0).power_line(0.04, 0.05, "x").endswith(

@@ -56,6 +56,22 @@ def test_aa_sweeps_assert_a_change_on_at_most_5_percent_of_rungs_and_the_bands_c
     assert (1 - rates).min() >= 0.93
 
 
+def test_a_sweep_of_fixed_rounds_judges_at_plain_95_percent_and_asserts_a_change_on_5_percent_of_aa_rungs():
+    """A sweep of fixed rounds looks once: its bands are plain 95% ones, as the table says, not a look's of a
+    sequential sweep (which it was: 95.6% after 3 rounds, 96.25% after 6, so an A/A rung asserted a change in 4.4%
+    of 20,000 sweeps of 3 rounds, below what an exact rule gives, and fewer real changes were shown)."""
+    trials, rounds = 20000, 3
+    logs = sim.sweep_logs(np.random.default_rng(17), trials, np.zeros(4), rounds, sim.Machine(cv=0.05))
+    questions = [sequential.Question(f"rung {k}", k, k - 1, CLAIM) for k in range(1, 4)]
+    level = sequential.fixed(logs[0], questions).level
+    assert level == 0.05
+    assert sequential.fixed(logs[0, :, :1], questions).level == 0.0  # one round, no calibration: no band
+    assert sequential.fixed(logs[0, :, :6], questions, 0.05, 7).level == 0.05
+    rates = false_rates(sequential.judge(blocks.fit(logs), questions, level)[0])
+    se = math.sqrt(0.05 * 0.95 / trials)
+    assert (rates >= 0.05 - 3 * se).all() and (rates <= 0.05 + 3 * se).all(), rates
+
+
 def test_missing_cells_keep_the_error_rate():
     trials = 20000
     logs = sim.sweep_logs(np.random.default_rng(11), trials, np.zeros(4), 4, sim.Machine(cv=0.05))

@@ -66,11 +66,12 @@ def planned_rounds(first: int, max_rounds: int, budget_s: float, run_s: float | 
 
 
 def power(rounds: int, first: int, cv: float, slowdown: float, threshold: float, configs: int,
-          df_lost: int = 1) -> float:
+          df_lost: int = 2) -> float:
     """About how often a check whose looks end at ``rounds`` flags one config ``slowdown`` (0.10: 10%) slower, at a
     process CV ``cv``: the last look's one-sided test at Holm's first level alpha / configs (the earlier looks'
     share is left out: an approximation, within a few points of ``tests/test_looks_sim.py``), a round's log ratio
-    carrying two runs' noise, ``rounds - df_lost`` degrees of freedom (``speedup.power``'s noncentral t)."""
+    carrying two runs' noise, ``rounds - df_lost`` degrees of freedom (the mean and the side order's term,
+    ``paired.round_fit``; ``speedup.power``'s noncentral t)."""
     level = at_level(fractions(rounds, first, rounds))
     alpha = (level or (lambda a: a))(ALPHA / max(configs, 1))
     distance = math.log(1 - threshold) - math.log(1 - slowdown)

@@ -246,14 +246,19 @@ def judge(model: blocks.BlockFit, questions: Sequence[Question], level: float,
 
 def look(logs, questions: Sequence[Question], rounds: int, max_rounds: int, calibration_cv: float | None = None,
          calibration_df: float = 0.0, alpha: float = ALPHA, spending: str = DEFAULT_SPENDING,
-         min_effect: float = MIN_EFFECT, busy: dict | None = None, skipped: frozenset[int] = frozenset()) -> Look:
+         min_effect: float = MIN_EFFECT, busy: dict | None = None, skipped: frozenset[int] = frozenset(),
+         one_look: bool = False) -> Look:
     """Refit one sweep's ``logs[rung, round]`` after ``rounds`` rounds and answer every question at the look's
-    corrected level (docs/statistics.md: why looking after every round keeps the error at ``alpha``).
+    corrected level (docs/statistics.md: why looking after every round keeps the error at ``alpha``); ``one_look``:
+    the only look of the sweep, at plain ``alpha``.
 
     ``logs`` and ``busy`` as ``blocks.from_records`` gives them: runs of a busy machine are already out of
     ``logs``; a question left with no run because of them says so instead of "not measured"."""
     model = blocks.fit(np.asarray(logs, dtype=float)[:, :rounds], calibration_cv, calibration_df)
-    level = look_level(rounds, max_rounds, calibration_cv is not None and calibration_df > 0, alpha, spending)
+    calibrated = calibration_cv is not None and calibration_df > 0
+    level = look_level(rounds, max_rounds, calibrated, alpha, spending)
+    if one_look:  # no earlier look spent any error: the band is a plain one (none before the first band)
+        level = alpha if look_fractions(rounds, rounds, calibrated) else 0.0
     codes, contrasts = judge(model, questions, level, min_effect, skipped)
     ran = set(np.nonzero(model.design.observed.any(axis=1))[0].tolist()) | set(skipped)
     answers = []
@@ -271,7 +276,8 @@ def fixed(logs, questions: Sequence[Question], calibration_cv: float | None = No
           busy: dict | None = None, skipped: frozenset[int] = frozenset()) -> Look:
     """A sweep with a fixed number of rounds (``sweep.repeats=N``): one look, plain 95% bands."""
     rounds = np.asarray(logs).shape[-1]
-    return look(logs, questions, rounds, rounds, calibration_cv, calibration_df, busy=busy, skipped=skipped)
+    return look(logs, questions, rounds, rounds, calibration_cv, calibration_df, busy=busy, skipped=skipped,
+                one_look=True)
 
 
 def questions_for(rungs: int, claims: dict, total: tuple[float, float] | None = None, groups=()) -> list[Question]:
