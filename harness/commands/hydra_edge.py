@@ -168,12 +168,23 @@ def hydra_app(overrides: list[str], task: Callable[[Any], int], multirun: bool =
         overrides = with_config_dirs(overrides)
         check_overrides(overrides)
         cfg = None if multirun else compose_settings(overrides)  # a bad value is one line, not Hydra's error page
+        if multirun:
+            check_jobs(overrides)
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     if multirun:
         return hydra_cli(["--multirun", *overrides], task)
     return int(task(cfg) or 0)
+
+
+def check_jobs(overrides: list[str]) -> None:
+    """Every job of a multirun composed once, before any starts: ValueError with one line for a bad value of any
+    job (Hydra's multirun would print its error page after the jobs before it ran)."""
+    from harness.sweeps.campaign import expand
+
+    for job in expand(sweep_alternatives(overrides)):
+        compose_settings(job)
 
 
 def hydra_cli(args: list[str], task: Callable[[Any], int]) -> int:
