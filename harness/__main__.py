@@ -52,10 +52,27 @@ def _cli_is_a_module() -> bool:
 def run() -> None:
     """The process's whole life: ``main()``, then :func:`exit_now` with its exit code; under a profiler or a
     debugger (``python -m cProfile -m harness ...``), a normal exit, so that it can report."""
-    code = main()
+    try:
+        code = main()
+    except BrokenPipeError:
+        code = reader_gone()
     if sys.getprofile() is not None or sys.gettrace() is not None:
         raise SystemExit(code)
     exit_now(code)
+
+
+def reader_gone() -> int:
+    """The reader of stdout stopped early (``run --help | head``): no traceback, and nothing more written into the
+    closed pipe (the last flush goes nowhere); the exit code of a command stopped by SIGPIPE."""
+    import signal
+
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):
+        pass  # a stdout without a file descriptor has nothing left to flush into a closed pipe
+    return 128 + signal.SIGPIPE
 
 
 def exit_now(code: int | None) -> None:

@@ -108,13 +108,17 @@ def measures_against(argv: list[str]) -> bool:
 
 
 OWN_SETTINGS = ("climb", "fit")  # commands whose own settings (climb.*, fit.*) no other command takes
+LADDER_FREE = ("run", "noise", "climb", "fit")  # measuring commands that take no +ladder=NAME (sweep, diagnose do)
 
 
 def misplaced_setting(command: str, argv: list[str]) -> str:
-    """The error for a ``climb.*`` or ``fit.*`` setting given to another command (it would be ignored without a
-    word), or ""."""
+    """The error for a ``climb.*`` or ``fit.*`` setting given to another command, or a ladder given to a command
+    that takes none (either would be ignored without a word), or ""."""
     for arg in argv:
         key = given_key(arg)
+        if key == "ladder" and command in LADDER_FREE:
+            return (f"{arg!r}: `{command}` takes no ladder; a ladder is measured by `python -m harness sweep "
+                    f"+ladder=NAME` (its baseline alone: `python -m harness diagnose +ladder=NAME`)")
         owner = next((c for c in OWN_SETTINGS if key == c or key.startswith(c + ".")), command)
         if owner != command:
             return (f"{arg!r} is a setting of `python -m harness {owner}`; `{command}` does not take it "

@@ -91,6 +91,17 @@ def test_bisect_refuses_bad_input_in_one_line(tmp_path, monkeypatch, capsys):
     assert "--budget-min 0" in capsys.readouterr().err
 
 
+def test_bisect_refuses_a_sweep_that_is_not_there_before_checking_out_a_commit(tmp_path, monkeypatch, capsys):
+    root = make_repo(tmp_path / "repo")
+    write_sweep(root / "results", rungs=1)
+    commit(root, "docs", **{"README.md": "words"})
+    monkeypatch.chdir(root)
+    assert bisect_cmd.main("bisect", ["HEAD~1", "HEAD", "--sweep", "nope"]) == 2
+    out = capsys.readouterr()
+    assert out.err.strip() == "error: unknown sweep 'nope'. Valid choices: phase2-s1"
+    assert "bisect stopped" not in out.out and not (root / "results" / ".against").exists()
+
+
 def test_per_config_thresholds_parse_and_the_rung_filter_names_the_valid_rungs():
     from harness.analysis.gate.thresholds import BadInput, parse_thresholds
     from harness.commands import against as against_cmd

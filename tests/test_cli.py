@@ -4,6 +4,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from harness.store import load_runs
 from tests.conftest import REPO, TINY_MODEL_ARGS, harness_cli, in_process
 
@@ -36,6 +38,42 @@ def test_a_climb_setting_given_to_another_command_is_refused_not_ignored(results
         assert f"'climb.budget_min=5' is a setting of `python -m harness climb`; `{command}` does not take it" \
             in out.stderr
     assert not results.exists()
+
+
+def test_a_ladder_given_to_a_command_that_takes_none_is_refused_not_ignored(results, capfd):
+    for command in ("run", "noise", "climb", "fit"):
+        out = in_process(capfd, command, "+ladder=phase2", f"results_dir={results}")
+        assert out.returncode == 2 and "Traceback" not in out.stderr
+        assert out.stderr.startswith(f"error: '+ladder=phase2': `{command}` takes no ladder; a ladder is measured by "
+                                     "`python -m harness sweep +ladder=NAME`")
+    assert not results.exists()
+
+
+@pytest.mark.parametrize("command, override, says", [
+    ("run", "batch_size=abc", "batch_size='abc' is not valid: batch_size takes a whole number"),
+    ("run", "timeout_s=abc", "timeout_s='abc' is not valid: timeout_s takes a number"),
+    ("run", "channels_last=maybe", "channels_last='maybe' is not valid: channels_last takes true or false"),
+    ("run", "workload.input_shape=abc", "workload.input_shape='abc' is not valid: workload.input_shape takes a list"),
+    ("climb", "climb.budgetmin=3", "unknown setting 'climb.budgetmin'. Did you mean 'climb.budget_min'"),
+    ("fit", "fit.maxx=3", "unknown setting 'fit.maxx'. Did you mean 'fit.max' or 'fit.axis' or 'fit.min'? Valid "
+                          "choices: fit.axis, fit.max, fit.min"),
+])
+def test_a_value_of_the_wrong_type_or_an_own_setting_misspelt_is_one_line_naming_what_is_valid(
+        results, capfd, command, override, says):
+    out = in_process(capfd, command, override, f"results_dir={results}")
+    assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1
+    assert out.stderr.startswith(f"error: {says}") and not results.exists()
+
+
+def test_a_reader_that_stops_early_ends_help_without_a_traceback():
+    # `python -m harness run --help | head -1`, the reader gone before anything is written: deterministic
+    import signal
+
+    child = subprocess.Popen([sys.executable, "-m", "harness", "run", "--help"], cwd=REPO, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+    child.stdout.close()
+    err = child.stderr.read()
+    assert child.wait() == 128 + signal.SIGPIPE and "Traceback" not in err, err
 
 
 def test_contradiction_is_explained(results, capfd):
@@ -106,6 +144,7 @@ def test_every_exit_code_is_said_in_help(monkeypatch, capsys):
             code = stop.code
         assert code in (0, None), argv
         stdout = capsys.readouterr().out
+        assert stdout.count("exit codes:") == 1, argv
         text = stdout[stdout.index("exit codes:"):]
         for code in ("0 ", "1 ", "2 ", "3 ", "4 ", "5 ", "6 ", "128+N "):
             assert f"\n  {code}" in text, code

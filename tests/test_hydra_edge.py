@@ -54,6 +54,15 @@ def test_a_multirun_runs_one_job_per_value_with_hydras_job_config(argv, tmp_path
     assert (tmp_path / "outputs" / "campaigns" / "c1").is_dir() and not GlobalHydra.instance().is_initialized()
 
 
+def test_a_bad_value_of_any_job_of_a_multirun_is_one_line_and_exit_2_before_any_job(argv, tmp_path, monkeypatch,
+                                                                                   capsys):
+    monkeypatch.chdir(tmp_path)
+    assert hydra_edge.hydra_app(["batch_size=2,abc"], lambda cfg: pytest.fail("ran"), multirun=True) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == "error: batch_size='abc' is not valid: batch_size takes a whole number"
+    assert not (tmp_path / "outputs").exists()
+
+
 def test_hydras_own_flags_read_the_arguments_given(argv, capsys):
     assert hydra_edge.hydra_app(["--cfg", "job", "seed=11"], lambda cfg: pytest.fail("ran")) == 0
     out = capsys.readouterr().out

@@ -349,7 +349,7 @@ def test_profile_command_errors_name_the_bad_value_and_the_choices(profile_store
         assert code == 2 and out == "" and message in err and err.count("\n") == 1, (argv, err)
     code, _, err = _command(capsys, "--results", str(results), "--sweep", "s2")
     assert code == 2 and "sweep s2 has no profiled rung" in err
-    assert "python -m harness sweep +ladder=precision profile.enabled=true" in err
+    assert f"`python -m harness sweep +ladder=precision profile.enabled=true results_dir={results}`" in err
 
 
 @pytest.mark.slow

@@ -71,8 +71,8 @@ def main(command: str, argv: list[str], on_regression=None, kept: list | None = 
     parser.add_argument("--bisect", action="store_true",
                         help="on a decided regression, bisect REF..HEAD within what is left of the budget and name "
                              "the first slow commit (python -m harness bisect; with `check` only)")
-    common_args.exit_codes_epilog(parser)
-    parser.add_argument("overrides", nargs="*", metavar="key=value", help="settings for every run of both sides")
+    parser.add_argument("overrides", nargs="*", default=[], metavar="key=value",
+                        help="settings for every run of both sides")
     parser.set_defaults(on_regression=on_regression)
     return common_args.run(parser, argv, lambda args: run_against(args, kept))
 

@@ -48,7 +48,8 @@ def main(command: str, argv: list[str]) -> int:
                              "may allow fewer")
     parser.add_argument("--threshold", action="append", metavar="[WORKLOAD=|ladder:NAME=]FRACTION",
                         help="throughput drop that counts (default 0.05)")
-    parser.add_argument("overrides", nargs="*", metavar="key=value", help="settings for every run of every check")
+    parser.add_argument("overrides", nargs="*", default=[], metavar="key=value",
+                        help="settings for every run of every check")
     common_args.exit_codes_epilog(parser)
     return common_args.run(parser, argv, run_bisect, intermixed=True)  # settings anywhere, as the usage shows them
 
@@ -60,6 +61,7 @@ def run_bisect(args: argparse.Namespace) -> int:
     good, bad = (_commit(root, name, given) for name, given in (("GOOD", args.good), ("BAD", args.bad)))
     commits = bisect_mod.commits_between(root, good, bad)
     results = Path(args.results).resolve()
+    configs, halvings = sweep_configs(results, args.sweep), []
     started = time.monotonic()
     print(f"bisect: {len(commits)} commit(s) after {good[:12]} up to {bad[:12]}; BAD first, then at most "
           f"{max(len(commits) - 1, 0).bit_length()} more checks against GOOD; budget {args.budget_min:g} min",
@@ -67,8 +69,6 @@ def run_bisect(args: argparse.Namespace) -> int:
 
     def left_min() -> float:
         return args.budget_min - (time.monotonic() - started) / 60
-
-    configs, halvings = sweep_configs(results, args.sweep), []
 
     def check(commit: str, question: bisect_mod.Question | None) -> bisect_mod.Answer:
         asked = len(question) if question else configs
@@ -100,10 +100,11 @@ def _commit(root: Path, name: str, given: str) -> str:
 
 
 def sweep_configs(results: Path, sweep: str) -> int:
-    """How many configs the sweep has (1 when it cannot be read: the check says why)."""
+    """How many configs the sweep has (1 when its records cannot be read: the check says why); ValueError naming a
+    results folder or a sweep that is not there, before any commit is checked out."""
     try:
         return max(int(load_runs(results, columns=["rung"], sweep=sweep)["rung"].nunique()), 1)
-    except (ValueError, OSError, KeyError):
+    except (OSError, KeyError):
         return 1
 
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import re
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Callable, Optional
 
@@ -30,6 +30,7 @@ from harness import shell
 from harness.climb.space import ClimbConfig
 from harness.fit.search import FitConfig
 from harness.conf import CONF_DIR, project_dir
+from harness.registry import unknown_choice
 from harness.config.workload import WorkloadSpec
 
 CONFIG_GROUPS = ("ladder", "data", "workload")  # Hydra groups: `data=disk` picks conf/data/disk.yaml
@@ -119,6 +120,19 @@ def check_overrides(overrides: list[str]) -> None:
         key = override_key(override)
         if key is not None:
             config_mod.check_key(key)
+        check_own_key(shell.given_key(override))
+
+
+OWN_NODES = {"climb": ClimbConfig, "fit": FitConfig}  # the settings of `climb` and `fit` alone
+
+
+def check_own_key(key: str) -> None:
+    """ValueError naming an unknown ``climb.*`` or ``fit.*`` setting and the valid ones."""
+    node, dot, _ = key.partition(".")
+    if dot and node in OWN_NODES:
+        known = [f"{node}.{f.name}" for f in fields(OWN_NODES[node])]
+        if key not in known:
+            raise unknown_choice("setting", key, known)
 
 
 FLAG_SETTINGS = {"--results": "results_dir", "--results-dir": "results_dir", "--results_dir": "results_dir"}
@@ -154,12 +168,23 @@ def hydra_app(overrides: list[str], task: Callable[[Any], int], multirun: bool =
         overrides = with_config_dirs(overrides)
         check_overrides(overrides)
         cfg = None if multirun else compose_settings(overrides)  # a bad value is one line, not Hydra's error page
+        if multirun:
+            check_jobs(overrides)
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     if multirun:
         return hydra_cli(["--multirun", *overrides], task)
     return int(task(cfg) or 0)
+
+
+def check_jobs(overrides: list[str]) -> None:
+    """Every job of a multirun composed once, before any starts: ValueError with one line for a bad value of any
+    job (Hydra's multirun would print its error page after the jobs before it ran)."""
+    from harness.sweeps.campaign import expand
+
+    for job in expand(sweep_alternatives(overrides)):
+        compose_settings(job)
 
 
 def hydra_cli(args: list[str], task: Callable[[Any], int]) -> int:
@@ -266,10 +291,29 @@ def hydra_error_text(exc: BaseException) -> str:
         return f"{group}={name} is not a choice; valid choices: {', '.join(choices)}{mine}"
     detail = next((str(c).strip().splitlines()[0] for c in causes[1:] if str(c).strip()), "")
     text = f"{head}: {detail}" if detail and detail not in head else head
+    typed = wrong_type(text)
+    if typed:
+        return typed
     new_key = re.search(r"Could not override '([^']+)'", text)
     if new_key and "not in struct" in text:
         text += f" (to add a key the config does not have, write +{new_key.group(1)}=VALUE)"
     return text
+
+
+# what a setting of each type takes, by the words of OmegaConf's conversion errors
+TYPE_WORDS = {"converted to Integer": "a whole number", "converted to Float": "a number",
+              "not a valid bool": "true or false", "is not a ListConfig": "a list, e.g. [1,2]"}
+
+
+def wrong_type(text: str) -> str:
+    """One line for a value of the wrong type (``batch_size=abc``): the setting, the value and what it takes; ""
+    for another error."""
+    given = re.match(r"Error merging override ([^=\s]+)=(.*?): ", text)
+    takes = next((words for marker, words in TYPE_WORDS.items() if marker in text), "")
+    if not given or not takes:
+        return ""
+    key, value = given.groups()
+    return f"{key}={value!r} is not valid: {key} takes {takes}"
 
 
 def plain_settings(cfg) -> dict:

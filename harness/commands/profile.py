@@ -17,6 +17,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from harness import shell
 from harness.analysis.views.profile import bound_by, diff_profiles, render_diff, render_profile
 from harness.profiles import ProfileSummary, summary_from_json
 from harness.store import load_runs
@@ -71,10 +72,10 @@ def build(results: str, sweep: str, rungs: list[str], against: str | None) -> st
     sweep_id, profiles, ladder = sweep_profiles(results, sweep)
     if not numbers:
         return overview(results, sweep_id, profiles, ladder)
-    chosen = [_pick(profiles, k, sweep_id, ladder) for k in numbers]
+    chosen = [_pick(profiles, k, sweep_id, _how_to_profile(ladder, results)) for k in numbers]
     if other is not None:
         other_id, other_profiles, other_ladder = sweep_profiles(results, other[0])
-        before = _pick(other_profiles, other[1], other_id, other_ladder)
+        before = _pick(other_profiles, other[1], other_id, _how_to_profile(other_ladder, results))
         labels = (f"{other_id}:{before.rung} {before.label}", chosen[0].label)
         return render_diff(diff_profiles(before.summary, chosen[0].summary, labels))
     if len(chosen) == 1:
@@ -110,25 +111,27 @@ def _missing(value) -> bool:
     return value is None or value != value  # None, NaN or pandas' NA (which is not equal to itself)
 
 
-def _pick(profiles: dict[int, Profiled], rung: int, sweep_id: str, ladder: str) -> Profiled:
+def _pick(profiles: dict[int, Profiled], rung: int, sweep_id: str, how_to_profile: str) -> Profiled:
     if rung in profiles:
         return profiles[rung]
     if not profiles:
-        raise ValueError(f"sweep {sweep_id} has no profiled rung; {_how_to_profile(ladder)}")
+        raise ValueError(f"sweep {sweep_id} has no profiled rung; {how_to_profile}")
     valid = ", ".join(str(k) for k in profiles)
     raise ValueError(f"rung {rung} of sweep {sweep_id} has no profile; rungs with a profile: {valid}")
 
 
-def _how_to_profile(ladder: str) -> str:
+def _how_to_profile(ladder: str, results: str) -> str:
+    """The hint that profiles a sweep of ``ladder``, into the results folder ``results`` (where profile reads)."""
     if ladder:
-        return f"profile its rungs with `python -m harness sweep +ladder={ladder} {ENABLE}`"
+        where = [] if results == "results" else [shell.override("results_dir", results)]
+        return f"profile its rungs with `{shell.command('sweep', f'+ladder={ladder}', ENABLE, *where)}`"
     return f"profile a sweep's rungs by adding {ENABLE} to its command"
 
 
 def overview(results: str, sweep_id: str, profiles: dict[int, Profiled], ladder: str = "") -> str:
     """One line per profiled rung, and the commands that show one rung or the change between two."""
     if not profiles:
-        raise ValueError(f"sweep {sweep_id} has no profiled rung; {_how_to_profile(ladder)}")
+        raise ValueError(f"sweep {sweep_id} has no profiled rung; {_how_to_profile(ladder, results)}")
     width = max(8, *(len(p.label) for p in profiles.values()))
     lines = [f"sweep {sweep_id}: {len(profiles)} profiled rungs", "",
              f"{'rung':>4}  {'change':<{width}}  {'step ms':>8}  {'bound':<13}  top operator"]
