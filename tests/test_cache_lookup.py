@@ -44,3 +44,27 @@ def test_the_rule_a_policy_hands_the_runner_asks_the_store_by_its_fields(tmp_pat
     assert rule.original(cfg, "other-env") is None and not rule.holds(cfg, "other-env")
     cfg.debug.fault = "hang"  # a debug run never copies (faults leave config_hash alone)
     assert config_mod.config_hash(cfg) == mine and rule.original(cfg, "e1") is None and not rule.holds(cfg, "e1")
+
+
+def test_a_measurement_copied_whole_comes_from_the_oldest_sweep_that_holds_every_run_unused(tmp_path):
+    from harness.session.cache import whole_source
+
+    def put(run_id, hour, config_hash, sweep_id, cached_from=""):
+        write_record(RunRecord(run_id=run_id, status="ok", timestamp=f"2026-11-22T{hour:02d}:00:00+0000",
+                               config_hash=config_hash, env_key="e1", sweep_id=sweep_id, cached_from=cached_from,
+                               config_json="{}", samples_per_s=1.0), tmp_path)
+
+    for i, (config_hash, sweep) in enumerate([("inc", "day1"), ("inc", "day1"),  # the incumbent alone
+                                              ("inc", "day2"), ("cand", "day2"), ("inc", "day2"), ("cand", "day2"),
+                                              ("inc", "day3"), ("cand", "day3"), ("inc", "day3"), ("cand", "day3"),
+                                              ("inc", ""), ("cand", ""), ("inc", ""), ("cand", "")]):  # no sweep
+        put(f"r{i}", i, config_hash, sweep)
+    put("copy", 20, "cand", "day1", cached_from="r3")  # a copy is not an original
+    needed = {"inc": 2, "cand": 2}
+    assert whole_source(str(tmp_path), needed, "e1", set()) == "day2"
+    assert whole_source(str(tmp_path), needed, "e1", {"r3"}) == "day3"  # one of day2's used already
+    assert whole_source(str(tmp_path), {"inc": 2, "cand": 2}, "e1", {"r3", "r9"}) is None
+    assert whole_source(str(tmp_path), {"inc": 3, "cand": 1}, "e1", set()) is None
+    assert whole_source(str(tmp_path), {"inc": 2}, "e1", set()) == "day1"
+    assert whole_source(str(tmp_path), needed, "other-env", set()) is None
+    assert whole_source(str(tmp_path / "none"), needed, "e1", set()) is None

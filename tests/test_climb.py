@@ -354,6 +354,9 @@ def fake_trials(repeats=2, budget_after=None):
             self.ctx, self.events = SimpleNamespace(remeasure_busy=True), Events()
             self.budget = ascent.Budget(seconds=100, start=0.0)
 
+        def whole_source(self, runs):
+            return None
+
         def trial(self, changes, step, role, round_, change, hooks=None):
             if len(self.order) == budget_after:
                 raise ascent.BudgetSpent("the next run (~40 s) would not finish in the 10 s of budget left")
@@ -393,6 +396,9 @@ def test_a_busy_run_is_measured_again_and_a_step_still_busy_decides_nothing():
             self.ctx = rungs_mod.SweepContext(sweep_id="c", ladder=None, settings={}, user_keys=frozenset())
             self.budget = ascent.Budget(seconds=100, start=0.0)
             self.events = Events(ClimbLines(Display(self.lines.append, None)))
+
+        def whole_source(self, runs):
+            return None
 
         def trial(self, changes, step, role, round_, change, hooks=None):
             self.calls.append((role, round_))
@@ -451,8 +457,42 @@ def test_the_climb_as_a_policy_on_the_engine_decides_as_the_ascent_with_its_meas
     assert lines[-5] == "step 2: the start and the best, measured side by side" and len(lines) == 13
 
 
+def test_a_comparison_copies_every_run_from_the_one_sweep_that_holds_them_all_or_measures_every_run(tmp_path):
+    """The policy asks once, at a comparison's start, with all its runs; each of them then copies from that sweep
+    alone, or from none; a size of the batch search copies from any sweep."""
+    from harness.climb.trials import SEARCH, Trials
+    from harness.session.events import Events
+    from harness.store import RunRecord
+
+    class Sourced(Trials):
+        def __init__(self, source):
+            self.repeats, self.busy, self.used, self.source = 2, [], set(), "stale"
+            self.ctx, self.events = SimpleNamespace(remeasure_busy=True, results_dir=str(tmp_path)), Events()
+            self.budget = ascent.Budget(seconds=100, start=0.0)
+            self.answer, self.asked, self.sources = source, [], []
+
+        def whole_source(self, runs):
+            self.asked.append([(run.role, run.round_) for run in runs])
+            return self.answer
+
+        def trial(self, changes, step, role, round_, change, hooks=None):
+            rule = self._cache(role)
+            self.sources.append(None if rule is None else rule.sweep)
+            return RunRecord(run_id=str(len(self.sources)), status="ok", timestamp="", samples_per_s=10.0), "cached"
+
+    copied = Sourced("climb-earlier")
+    compare(copied, [], (("channels_last", True),), 1)
+    assert copied.asked == [[("candidate", 0), ("incumbent", 0), ("incumbent", 1), ("candidate", 1)]]
+    assert copied.sources == ["climb-earlier"] * 4
+    measured = Sourced(None)
+    compare(measured, [], (("channels_last", True),), 1)
+    assert measured.sources == [None] * 4
+    assert measured._cache(SEARCH).sweep == ""  # the batch search reads memory: any sweep's run of a size
+
+
 def test_a_step_cut_short_by_the_budget_says_how_many_of_its_runs_are_stored():
-    with pytest.raises(ascent.BudgetSpent, match="; 3 of 4 runs of this step are stored"):
+    with pytest.raises(ascent.BudgetSpent, match="; 3 of 4 runs of this step are stored, and a re-run measures the "
+                                                 "step again whole"):
         compare(fake_trials(repeats=2, budget_after=3), [], (("channels_last", True),), 1)
     with pytest.raises(ascent.BudgetSpent, match="budget left$"):
         compare(fake_trials(repeats=2, budget_after=0), [], (("channels_last", True),), 1)

@@ -75,8 +75,8 @@ class Comparison:
         done = sum(map(len, self.records.values()))
         if not done:
             return exc
-        return BudgetSpent(f"{exc}; {done} of {len(self.runs)} runs of this step are stored, and a re-run takes "
-                           "them from the store")
+        return BudgetSpent(f"{exc}; {done} of {len(self.runs)} runs of this step are stored, and a re-run measures "
+                           "the step again whole (a comparison's runs all come from one session)")
 
 
 class ClimbPolicy:
@@ -101,6 +101,7 @@ class ClimbPolicy:
             self.comparison, self.result = None, done.value
             return
         self.comparison, self.said = Comparison(request, self.trials.repeats), False
+        self.trials.source = self.trials.whole_source(self.comparison.runs)  # copied whole, or measured whole
         # until the end check, each run keeps time for it (2 x climb.repeats runs) once a change was accepted
         whole = request.kind == FINAL or not request.accepted
         self.trials.budget.reserve_runs = 0 if whole else 2 * self.trials.repeats

@@ -56,7 +56,8 @@ def describe(state: ClimbState, results_dir: str, budget_s: float) -> str:
     left = budget_s - state.spent_s
     ended = f"stopped: {state.stopped}" if state.stopped else "interrupted"
     text = (f"resuming climb {state.climb_ids[-1]} ({ended}): its {state.steps} decided step(s) and the {runs} run(s) "
-            f"it measured are taken from the store (marked cached, none measured again); it used "
+            f"it measured are taken from the store (marked cached, none measured again; a step it left part-measured "
+            f"is measured again whole); it used "
             f"{state.spent_s / 60:.1f} of the {budget_s / 60:g} min budget")
     if left <= 0:
         return text + ", nothing is left: raise climb.budget_min (the whole climb's) to go on"

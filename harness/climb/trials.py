@@ -5,6 +5,7 @@ runs a comparison makes, in which order, and a busy run measured again, are the 
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import time
 from dataclasses import dataclass
@@ -14,6 +15,7 @@ from rich.markup import escape
 from harness import config as config_mod
 from harness.climb.ascent import Budget, BudgetSpent, Measured
 from harness.session import engine
+from harness.session import cache as cache_mod
 from harness.session.cache import CacheRule
 from harness.session.events import Events
 from harness.session import runner as session_runner
@@ -61,6 +63,7 @@ class Trials:
         self.budget, self.repeats, self.events = budget, repeats, events
         self.used: set[str] = set()  # runs this climb has used: no run counts twice
         self.busy: list[str] = []  # why runs were not trustworthy (``busy.busy_reason``), each measured again
+        self.source: str | None = None  # the sweep the comparison under way copies from (``whole_source``)
 
     def trial(self, changes, step: int, role: str, round_: int, change: str,
               hooks: engine.Hooks | None = None) -> tuple[RunRecord, str]:
@@ -70,13 +73,12 @@ class Trials:
         step s, 2s-1 for the candidate, and no rung for an enabling change measured alone (it is not a comparison
         of the table). BudgetSpent: a run the budget cannot pay for (nothing ran); ValueError: settings that do not
         fit together."""
-        ctx = dataclasses.replace(self.ctx, ladder=trial_ladder(self.ctx.ladder.workload, changes))
-        cfg = sweep_mod.rung_config(ctx, len(changes), self.machine, round_=round_)
+        cfg = self._config(changes, round_)
         rung = {"incumbent": 2 * (step - 1), "candidate": 2 * step - 1}.get(role)
-        fields = dict(sweep_id=ctx.sweep_id, ladder=LADDER_NAME, rung=rung, round=round_, change=change,
-                      **dict(ctx.record_fields))
+        fields = dict(sweep_id=self.ctx.sweep_id, ladder=LADDER_NAME, rung=rung, round=round_, change=change,
+                      **dict(self.ctx.record_fields))
         launched: list[float] = []  # when the run was launched (none for a copy)
-        outcome = session_runner.run_one(cfg, fields, ctx.pipeline, self._cache(), (self.env, self.env_key),
+        outcome = session_runner.run_one(cfg, fields, self.ctx.pipeline, self._cache(role), (self.env, self.env_key),
                                          hooks.progress if hooks is not None else None,
                                          lambda cfg, reason: launched.append(self._launching(cfg, reason, hooks)))
         record = outcome.record
@@ -92,9 +94,33 @@ class Trials:
         """A run's timeout came from the end of the budget (it was stopped, not slow): the climb ends there."""
         return record.status == "timeout" and self.budget.left(time.monotonic()) <= KILL_MARGIN_S + 1
 
-    def _cache(self) -> CacheRule:
-        """The oldest original of these settings this climb has not used (a climb run again replays in order)."""
-        return CacheRule(self.ctx.results_dir, frozenset(self.used), oldest=True, match_profile=False)
+    def whole_source(self, runs) -> str | None:
+        """The earlier sweep a comparison's ``runs`` are all copied from: the oldest that holds an unused original of
+        every one of them (a climb run again: its own earlier climb), or None: all of them measured now. A comparison
+        never pairs a copy with a run measured now: the day's shift between two sessions would read as the change's
+        effect (with a 3% shift between days, a copied incumbent against fresh candidates was called faster in 11%
+        of A/A comparisons, against the 2.5% the test allows)."""
+        try:
+            configs = [self._config(list(run.changes), run.round_) for run in runs]
+        except ValueError:  # settings that do not fit together: the first run says so, nothing is copied
+            return None
+        if any(cache_mod.debug_active(cfg) for cfg in configs):
+            return None
+        needed = collections.Counter(config_mod.config_hash(cfg) for cfg in configs)
+        return cache_mod.whole_source(self.ctx.results_dir, needed, self.env_key, self.used)
+
+    def _config(self, changes, round_: int) -> config_mod.RunConfig:
+        ctx = dataclasses.replace(self.ctx, ladder=trial_ladder(self.ctx.ladder.workload, changes))
+        return sweep_mod.rung_config(ctx, len(changes), self.machine, round_=round_)
+
+    def _cache(self, role: str) -> CacheRule | None:
+        """A comparison copies only from its :meth:`whole_source` (``source``; None: it measures every run); a size
+        of the batch search, whose memory is what counts, copies from any sweep. The oldest unused original first (a
+        climb run again replays in order)."""
+        sweep = "" if role == SEARCH else self.source
+        if sweep is None:
+            return None
+        return CacheRule(self.ctx.results_dir, frozenset(self.used), sweep=sweep, oldest=True, match_profile=False)
 
     def _launching(self, cfg: config_mod.RunConfig, reason: str, hooks: engine.Hooks | None) -> float:
         """Before a run is measured: one the budget cannot pay for is refused (BudgetSpent: nothing ran), and its

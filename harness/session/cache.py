@@ -15,6 +15,7 @@ settings, then the one record a turn copies.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from harness import config as config_mod
@@ -58,6 +59,24 @@ class CacheRule:
             return False
         hits = originals(keys, config_hash, env_key, set(self.used))
         return len(hits[hits["sweep_id"] == self.sweep] if self.sweep else hits) > 0
+
+
+def whole_source(results_dir: str, needed: Mapping[str, int], env_key: str, used) -> str | None:
+    """The sweep holding, for every settings hash in ``needed``, that many ``ok`` originals in ``env_key`` not in
+    ``used`` (of several, the one whose first such run is oldest), or None: a measurement whose runs must all come
+    from one session (a climb's comparison) is copied whole from it or measured whole."""
+    try:
+        keys = load_runs(results_dir, columns=CACHE_COLUMNS,
+                         where={"config_hash": sorted(needed), "env_key": env_key, "status": "ok"})
+    except ValueError:  # no results folder yet
+        return None
+    hits = keys[(keys["cached_from"].fillna("") == "") & (keys["sweep_id"].fillna("") != "")
+                & ~keys["run_id"].isin(set(used))]
+    counts = hits.groupby(["sweep_id", "config_hash"]).size().to_dict()
+    for sweep in hits.groupby("sweep_id")["timestamp"].min().sort_values(kind="stable").index:
+        if all(counts.get((sweep, h), 0) >= n for h, n in needed.items()):
+            return str(sweep)
+    return None
 
 
 def debug_active(cfg: config_mod.RunConfig) -> bool:
