@@ -219,8 +219,15 @@ def test_the_table_says_which_rounds_were_copied_from_which_sweep(tmp_path):
     now["cached_from"] = ["old-0-0", "older-0-0", "", "old-1-0", "older-1-0", ""]
     table = table_mod.build_table(pd.concat([now, old], ignore_index=True), "s", str(tmp_path))
     note = ("copied from earlier sweeps (sweep.rerun=false): round 0 from sweep old; round 1 from sweep older. A round "
-            "is copied whole from one sweep or measured whole, so a session's shift is that round's effect and leaves "
-            "the ratios; sweep.rerun=true measures every round now")
+            "is copied whole from one earlier sweep or measured whole, so a session's shift is that round's effect and "
+            "leaves the ratios (runs of this session, 30 minutes or less before, may stand beside fresh ones: an "
+            "interrupted sweep resumed); sweep.rerun=true measures every round now")
     assert note in table.notes and note in render.to_markdown(table)
     assert table.rows[1].how == "partly cached"
+    # a sweep resumed: round 2's first rung copied from the interrupted sweep, its second measured now
+    now["cached_from"] = ["old-0-0", "older-0-0", "old-0-0", "old-1-0", "older-1-0", ""]
+    resumed = table_mod.build_table(pd.concat([now, old], ignore_index=True), "s", str(tmp_path))
+    said = next(n for n in resumed.notes if n.startswith("copied from"))
+    assert said.startswith("copied from earlier sweeps (sweep.rerun=false): round 0 from sweep old; round 1 from "
+                           "sweep older; 1 of round 2's 2 runs from sweep old, the rest measured now. "), said
     assert not any(n.startswith("copied from") for n in table_mod.build_table(frame("t", CLEAR), "t").notes)

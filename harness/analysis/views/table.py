@@ -61,8 +61,9 @@ def build_table(frame, sweep: str = "latest", results_dir: str = "results") -> S
 
 def copied_rounds_note(records, frame, results_dir: str = "results") -> str:
     """Which rounds were copied from which earlier sweep (``sweep.rerun=false``), "" when none was: a round is
-    copied whole from one sweep or measured whole, so its session's shift is its round effect. The originals'
-    sweeps are read from ``frame`` or, where it lacks them, from the store in ``results_dir``."""
+    copied whole from one earlier sweep or measured whole, so its session's shift is its round effect; a round whose
+    copies stand beside runs measured now (their sweep of this session: an interrupted sweep resumed) says how many.
+    The originals' sweeps are read from ``frame`` or, where it lacks them, from the store in ``results_dir``."""
     copied = records[records["cached_from"].fillna("") != ""]
     if not len(copied):
         return ""
@@ -74,15 +75,21 @@ def copied_rounds_note(records, frame, results_dir: str = "results") -> str:
             origin.update(zip(found["run_id"], found["sweep_id"]))
         except ValueError:  # no store here (a frame built in memory)
             pass
-    by_sweep: dict[str, set[int]] = {}
-    for _, run in copied.iterrows():
-        round_ = int(run["round"]) if run["round"] == run["round"] else 0
-        by_sweep.setdefault(origin.get(run["cached_from"], "a sweep no longer in the store"), set()).add(round_)
-    parts = [f"round{'s' if len(rounds) > 1 else ''} {', '.join(map(str, sorted(rounds)))} from sweep {sweep}"
-             for sweep, rounds in sorted(by_sweep.items(), key=lambda item: min(item[1]))]
+    rounds_of = records["round"].fillna(0).astype(int)
+    by_sweep: dict[str, dict[int, int]] = {}  # sweep -> round -> runs copied from it
+    for original, round_ in zip(copied["cached_from"], rounds_of[copied.index]):
+        counts = by_sweep.setdefault(origin.get(original, "a sweep no longer in the store"), {})
+        counts[round_] = counts.get(round_, 0) + 1
+    runs_in = rounds_of.value_counts().to_dict()
+    whole = {sweep: sorted(r for r, n in counts.items() if n == runs_in[r]) for sweep, counts in by_sweep.items()}
+    parts = [f"round{'s' if len(rounds) > 1 else ''} {', '.join(map(str, rounds))} from sweep {sweep}"
+             for sweep, rounds in sorted(whole.items(), key=lambda item: min(item[1] or [99])) if rounds]
+    parts += [f"{n} of round {r}'s {runs_in[r]} runs from sweep {sweep}, the rest measured now"
+              for sweep, counts in by_sweep.items() for r, n in sorted(counts.items()) if n < runs_in[r]]
     return ("copied from earlier sweeps (sweep.rerun=false): " + "; ".join(parts) + ". A round is copied whole from "
-            "one sweep or measured whole, so a session's shift is that round's effect and leaves the ratios; "
-            "sweep.rerun=true measures every round now")
+            "one earlier sweep or measured whole, so a session's shift is that round's effect and leaves the ratios "
+            "(runs of this session, 30 minutes or less before, may stand beside fresh ones: an interrupted sweep "
+            "resumed); sweep.rerun=true measures every round now")
 
 
 def workload_name(record) -> str:
