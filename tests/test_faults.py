@@ -380,10 +380,11 @@ def test_adding_a_setting_with_a_neutral_default_keeps_every_hash():
 
 
 @pytest.mark.parametrize("args,expected", [
-    (("sweep", "+ladder=precision", "batch_size=abc"), "batch_size=abc"),
+    (("sweep", "+ladder=precision", "batch_size=abc"),
+     "batch_size='abc' is not valid: batch_size takes a whole number"),
     (("sweep", "+ladder=precision", "sweep.repeats=abc"), "sweep.repeats=abc"),
     (("sweep", "+ladder=precision", "sweep.repeats=0"), "sweep.repeats=0 must be at least 1"),
-    (("run", "batch_size=abc"), "could not be converted to Integer"),
+    (("run", "batch_size=abc"), "batch_size='abc' is not valid: batch_size takes a whole number"),
     (("run", "data=nope"), "data=nope is not a choice; valid choices: disk, synthetic"),
     (("report", "--out", "/no/such/dir/x.html"), "'/no/such/dir' does not exist"),
 ])

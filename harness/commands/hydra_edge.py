@@ -181,9 +181,9 @@ def hydra_app(overrides: list[str], task: Callable[[Any], int], multirun: bool =
 def check_jobs(overrides: list[str]) -> None:
     """Every job of a multirun composed once, before any starts: ValueError with one line for a bad value of any
     job (Hydra's multirun would print its error page after the jobs before it ran)."""
-    from harness.sweeps.campaign import expand
+    from harness.sweeps import campaign  # here: only a multirun expands its jobs (a single run's start skips it)
 
-    for job in expand(sweep_alternatives(overrides)):
+    for job in campaign.expand(sweep_alternatives(overrides)):
         compose_settings(job)
 
 
