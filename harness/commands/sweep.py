@@ -127,6 +127,9 @@ def plan_sweep(argv: list[str], campaign: bool = False, settings: dict | None = 
     dirs = hydra_edge.config_dirs(overrides) if config_dirs is None else config_dirs
     if name is None:
         raise ValueError("no ladder given: add +ladder=NAME\n" + ladder_list(dirs))
+    if not campaign and campaign_mod.gives_several_values(name):
+        raise ValueError(f"'+ladder={name}' gives several ladders; a sweep climbs one ladder. Add -m to run one "
+                         f"sweep per ladder as a campaign ({shell.command('sweep', '-m', *argv)})")
     lad = ladder_mod.load(name, settings["results_dir"] if settings else _results_dir(overrides), dirs)
     hydra_edge.check_overrides(overrides)
     user_keys = {k for k in map(hydra_edge.override_key, overrides) if k}
