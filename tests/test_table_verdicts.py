@@ -66,6 +66,12 @@ def test_a_rung_whose_runs_were_all_busy_gets_no_verdict_and_the_table_says_why(
     text = render.to_markdown(table)
     assert "3 run(s) of rungs [2] were measured on a busy machine (other processes used 50% of the CPUs)" in text
     assert "machine busy: not trustworthy, so they are left out" in text
+    assert render.status_text(table.rows[2]) == "busy x3" and render.status_text(table.rows[1]) == "ok x3"
+
+
+def test_a_status_counts_the_busy_runs_left_out():
+    records = frame("s", [[100.0, 101.0, 99.0], [150.0, 12.0, 149.0]], busy={(1, 1)})
+    assert render.status_text(table_mod.build_table(records, "s").rows[1]) == "ok 2/3, busy 1"
 
 
 def test_a_busy_run_measured_again_in_its_round_counts_once():

@@ -138,6 +138,7 @@ def _row(rung: int, runs, claims: Claims) -> RungRow:
                    status="ok" if len(ok) else str(runs["status"].iloc[-1]),
                    how="cached" if cached.all() else ("measured" if not cached.any() else "partly cached"),
                    repeats=len(runs), statuses={str(k): int(v) for k, v in runs["status"].value_counts().items()},
+                   busy=sum(bool(busy_reason(r)) for r in ok.to_dict("records")),
                    notes=tuple(n for n in notes if n), **claim, **(_figures(ok) if len(ok) else {}))
 
 
