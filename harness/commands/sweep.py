@@ -224,7 +224,7 @@ def run_sweep(plan: SweepPlan, sweep_id: str, campaign_id: str = "", driver=None
         lock.release(held)
     loop.auto_compact(ctx.results_dir)
     if code != 2:  # 2: the first round would not fit in the budget, and nothing was measured
-        table = _print_table(ctx)
+        table = _print_table(ctx, plan.overrides)
         if plan.export:  # the table just printed, not built again
             from harness.commands import export as export_cmd  # sweep.export only: 4 modules off a cached sweep's start
 
@@ -300,10 +300,11 @@ def _outcome_line(label: str, outcome: sweep_mod.RungOutcome) -> str:
             f"{rec.step_ms_p50:.1f} ms, data wait {100 * (rec.data_wait_frac or 0):.0f}%")
 
 
-def _print_table(ctx: sweep_mod.SweepContext) -> table_mod.SweepTable | None:
-    """The sweep's table, built once from the store and printed (None when there is none)."""
+def _print_table(ctx: sweep_mod.SweepContext, overrides=()) -> table_mod.SweepTable | None:
+    """The sweep's table, built once from the store and printed (None when there is none); ``overrides``: the
+    settings the sweep was given, which the noise command its notes print carries (less the sweep's own)."""
     try:
-        table = table_mod.load_table(ctx.results_dir, ctx.sweep_id)
+        table = table_mod.load_table(ctx.results_dir, ctx.sweep_id, shell.without(overrides, ("sweep.", "campaign")))
     except ValueError as exc:
         print(f"no table: {exc}", file=sys.stderr)
         return None
