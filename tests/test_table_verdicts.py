@@ -128,6 +128,12 @@ def test_the_noise_command_carries_the_words_that_name_an_inline_workload(tmp_pa
                          f"--config-dir 'my conf' size=smoke device=cpu results_dir={tmp_path}")
 
 
+def test_a_diagnose_sweep_is_not_told_to_add_rounds_it_cannot_take(tmp_path):
+    note = table_mod.build_table(frame("d", [[30.0], [40.0], [25.0]], ladder="diagnose"), "d", str(tmp_path)).noise_note
+    assert note == ("noise: no calibration here and one run a rung: no bands, no verdicts; run python -m harness noise "
+                    f"workload=unet3d size=smoke device=cpu results_dir={tmp_path}")
+
+
 def test_totals_and_groups_over_rungs_that_did_not_run_are_not_measured():
     records = with_claims(frame("s", CLEAR, failed={(2, 0), (2, 1), (2, 2)}), {1: (1.3, 1.7)}, total=(1.3, 2.0))
     table = table_mod.build_table(records, "s")

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from harness.analysis.stats import calibration, noise_model, speedup, sweepstats
-from harness.analysis.views import components, cpu_bf16
+from harness.analysis.views import components, cpu_bf16, diagnosis
 from harness.analysis.views import scaling
 from harness.analysis.stats.busy import BUSY_VERDICT, busy_reason
 from harness.analysis.views.claims import Claims
@@ -53,7 +53,7 @@ def build_table(frame, sweep: str = "latest", results_dir: str = "results", word
                               judgement.level or 0.05)
     hint = calibration.calibrate_hint(str(first["workload"]), str(first["size"]), str(first["device"]), results_dir,
                                       words)
-    minutes, noise_note = _minutes(records), _noise_note(judgement, hint)
+    minutes, noise_note = _minutes(records), _noise_note(judgement, hint, ladder_name != diagnosis.LADDER)
     notes = _notes(judged.rows, ladder, claims, judgement, noise_note, minutes, hint)
     notes += [n for n in (copied_rounds_note(records, frame, results_dir), cpu_bf16.note(records)) if n]
     return SweepTable(sweep_id=str(first["sweep_id"]), ladder=ladder_name, workload=workload_name(first),
@@ -303,9 +303,10 @@ def _busy_notes(judgement: sweepstats.Judgement) -> list[str]:
     return [text + "; measure on an idle machine"]
 
 
-def _noise_note(judgement: sweepstats.Judgement, hint: str) -> str:
+def _noise_note(judgement: sweepstats.Judgement, hint: str, rounds: bool = True) -> str:
     """What the bands rest on: the calibration, the runs' own spread, or nothing; ``hint``: how to calibrate
-    (``calibration.calibrate_hint``)."""
+    (``calibration.calibrate_hint``); ``rounds``: whether more rounds are the sweep's to take (``diagnose``
+    measures each part once: a calibration alone gives its table bands)."""
     noise = judgement.noise
     df = float(judgement.model.df[0])
     if noise.noise.calibrated:
@@ -320,7 +321,8 @@ def _noise_note(judgement: sweepstats.Judgement, hint: str) -> str:
                 f"{df:.0f} degrees of freedom")
     if judgement.rounds > 1:
         return "noise: no calibration here, and one rung leaves the rung x round model no degrees of freedom"
-    return f"noise: no calibration here and one run a rung: no bands, no verdicts; add sweep.repeats=2 or {hint}"
+    more = "add sweep.repeats=2 or " if rounds else ""
+    return f"noise: no calibration here and one run a rung: no bands, no verdicts; {more}{hint}"
 
 
 def _stopping_note(judgement: sweepstats.Judgement, took: float | None, hint: str) -> str:
