@@ -15,11 +15,11 @@ import numpy as np
 import pytest
 import yaml
 
-from harness.climb import ascent, output, space
+from harness.climb import ascent, output, session, space
 from harness.config import ladder_file
 from harness.analysis.stats.noise_model import Noise, Runs
 from harness.config import ladder as ladder_mod
-from tests.conftest import REPO, harness_cli, in_process
+from tests.conftest import REPO, harness_cli, in_process, tiny_model_config
 
 CPU = space.Facts(device="cpu", usable_cpus=2)
 DEFAULT_NOISE = Noise()
@@ -55,6 +55,17 @@ def test_a_significant_gain_below_the_minimum_effect_is_rejected():
     assert ascent.decide(small, calibrated, 0.01).outcome == ascent.ACCEPTED
 
 
+def test_the_climbs_first_line_prints_the_noise_command_of_its_own_settings():
+    start = tiny_model_config(results_dir="/tmp/climbs here")
+    given = ["workload=custom", "workload.model._target_=torch.nn.Conv1d", "size=auto", "measure.steps=3"]
+    line = session._spread(DEFAULT_NOISE, start, given)
+    assert line == ("no calibration: the runs' own spread (run python -m harness noise workload=custom "
+                    "workload.model._target_=torch.nn.Conv1d measure.steps=3 size=smoke device=cpu "
+                    "'results_dir='\"'\"'/tmp/climbs here'\"'\"'')")
+    assert session._spread(Noise(cv=0.02, df=4, sweep_id="noise-x", runs=5, match="m"), start, given).startswith(
+        "noise: calibrated CV 2.0% from sweep noise-x")
+
+
 def test_a_slower_candidate_is_rejected_as_slower():
     d = ascent.decide(_measured([80, 81, 79], [100, 101, 99]), DEFAULT_NOISE, 0.03)
     assert d.outcome == ascent.REJECTED and d.why == "slower beyond noise"
@@ -63,6 +74,7 @@ def test_a_slower_candidate_is_rejected_as_slower():
 def test_one_run_per_side_needs_a_calibration():
     no_band = ascent.decide(_measured([200], [100]), DEFAULT_NOISE, 0.03)  # nothing says how noisy the machine is
     assert no_band.outcome == ascent.REJECTED and no_band.why.startswith("no band: one run a side and no calibration")
+    assert "harness noise" not in no_band.why  # the climb's first line prints the command, with its settings
     calibrated = Noise(cv=0.02, df=4, sweep_id="noise-x", runs=5, match="environment")
     # the calibration's variance on its 4 df: t 2.78 x 2% x sqrt(2) = 7.9% on the log scale
     assert ascent.decide(_measured([108], [100]), calibrated, 0.03).outcome == ascent.REJECTED

@@ -413,6 +413,7 @@ def test_one_run_per_side_and_no_calibration_has_no_band_and_says_so(tmp_path, c
     assert check(tmp_path) == 6  # 10% slower, but nothing measured says how noisy the machine is: undecided
     out = capsys.readouterr().out
     assert "noise: no calibration here" in out and "family-wise error <= 5% over 1 configs (Holm)" in out
+    assert f"(run python -m harness noise workload=unet size=small device=cpu results_dir={tmp_path})" in out
     assert "between sessions: default sd 3%" in out
     code, rows = row_status(capsys, tmp_path)
     assert rows["cfg-a"]["status"] == "undecided" and rows["cfg-a"]["ci_low"] is None

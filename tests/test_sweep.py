@@ -175,3 +175,10 @@ def test_several_values_for_one_setting_are_refused(results, capfd):
     code, err = _refused(results, capfd, "+ladder=phase2", "model.width=0.5,1.0")
     assert code == 2 and "'model.width=0.5,1.0' gives several values" in err
     assert not results.exists()
+
+
+def test_several_ladders_without_m_are_refused_with_the_campaign_command(results, capfd):
+    code, err = _refused(results, capfd, "+ladder=phase2,bf16")
+    assert code == 2 and "'+ladder=phase2,bf16' gives several ladders; a sweep climbs one ladder. Add -m" in err
+    assert "(python -m harness sweep -m sweep.repeats=1 +ladder=phase2,bf16 " in err and "unknown ladder" not in err
+    assert not results.exists()

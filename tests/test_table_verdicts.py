@@ -5,13 +5,16 @@ skipped, and how a sweep.repeats=auto sweep ended."""
 from __future__ import annotations
 
 import math
+import shlex
 
 import pandas as pd
 import pytest
 
+from harness import config as config_mod
 from harness.analysis.views import render
 from harness.analysis.stats import speedup
 from harness.analysis.views import table as table_mod
+from harness.commands import hydra_edge
 from harness.store import COLUMNS, RunRecord
 
 BUSY = "no verdict: machine busy (other processes used 50% of the CPUs): not trustworthy"
@@ -66,6 +69,12 @@ def test_a_rung_whose_runs_were_all_busy_gets_no_verdict_and_the_table_says_why(
     text = render.to_markdown(table)
     assert "3 run(s) of rungs [2] were measured on a busy machine (other processes used 50% of the CPUs)" in text
     assert "machine busy: not trustworthy, so they are left out" in text
+    assert render.status_text(table.rows[2]) == "busy x3" and render.status_text(table.rows[1]) == "ok x3"
+
+
+def test_a_status_counts_the_busy_runs_left_out():
+    records = frame("s", [[100.0, 101.0, 99.0], [150.0, 12.0, 149.0]], busy={(1, 1)})
+    assert render.status_text(table_mod.build_table(records, "s").rows[1]) == "ok 2/3, busy 1"
 
 
 def test_a_busy_run_measured_again_in_its_round_counts_once():
@@ -91,10 +100,38 @@ def test_one_run_a_rung_and_no_calibration_gives_no_band_and_no_verdict():
     table = table_mod.build_table(with_claims(frame("s", [[100.0], [150.0]]), {1: (1.3, 1.7)}), "s")
     row = table.rows[1]
     assert row.verdict == speedup.NO_BAND_TEXT == ("inconclusive (one run a rung and no calibration: add "
-                                                 "sweep.repeats=2 or run python -m harness noise)")
+                                                 "sweep.repeats=2 or calibrate, as the noise note says)")
     assert row.x_previous.value == pytest.approx(1.5) and math.isnan(row.x_previous.low)
     assert render.row_cells(row)[4] == "1.50x [no band: no variance known]"
     assert table.noise_note.startswith("noise: no calibration here and one run a rung: no bands, no verdicts")
+
+
+def test_the_noise_command_of_a_table_calibrates_what_its_sweep_is_matched_with(tmp_path):
+    results = str(tmp_path / "my results")
+    table = table_mod.build_table(frame("s", [[100.0], [150.0]]), "s", results)
+    words = shlex.split(table.noise_note.split("add sweep.repeats=2 or run ", 1)[1])
+    assert words[:4] == ["python", "-m", "harness", "noise"]
+    composed = config_mod.from_dict(hydra_edge.plain_settings(hydra_edge.compose_settings(words[4:])))
+    assert (composed.workload.name, composed.size, composed.device, composed.results_dir) == (
+        "unet3d", "smoke", "cpu", results)  # what calibration.choose_calibration matches, in the table's store
+
+
+def test_the_noise_command_carries_the_words_that_name_an_inline_workload(tmp_path):
+    records = frame("s", [[100.0], [150.0]]).assign(workload="custom")
+    alone = table_mod.build_table(records, "s", str(tmp_path)).noise_note
+    assert "python -m harness noise" not in alone  # workload=custom alone names no model: said in words
+    assert alone.endswith(f"run the noise command with this sweep's workload settings and size=smoke device=cpu "
+                          f"results_dir={tmp_path}")
+    given = ["workload=custom", "workload.model._target_=torch.nn.Conv1d", "size=auto", "--config-dir", "my conf"]
+    note = table_mod.build_table(records, "s", str(tmp_path), given).noise_note
+    assert note.endswith("run python -m harness noise workload=custom workload.model._target_=torch.nn.Conv1d "
+                         f"--config-dir 'my conf' size=smoke device=cpu results_dir={tmp_path}")
+
+
+def test_a_diagnose_sweep_is_not_told_to_add_rounds_it_cannot_take(tmp_path):
+    note = table_mod.build_table(frame("d", [[30.0], [40.0], [25.0]], ladder="diagnose"), "d", str(tmp_path)).noise_note
+    assert note == ("noise: no calibration here and one run a rung: no bands, no verdicts; run python -m harness noise "
+                    f"workload=unet3d size=smoke device=cpu results_dir={tmp_path}")
 
 
 def test_totals_and_groups_over_rungs_that_did_not_run_are_not_measured():

@@ -42,8 +42,8 @@ def test_the_sweep_view_of_an_h100_sweep_has_its_rows_and_notes():
     assert (round(low, 2), round(high, 2)) == (122.37, 130.05)  # the noise model's 3.0% either side
     assert table.total_verdict == "falls short" and round(table.total_measured.value, 3) == 1.561
     assert table.notes == [
-        "noise: no calibration here (python -m harness noise); bands from the runs' own spread: the rung x round "
-        "model, 3 degrees of freedom",
+        f"noise: no calibration here (run python -m harness noise workload=unet3d size=full device=cuda "
+        f"results_dir={H100}); bands from the runs' own spread: the rung x round model, 3 degrees of freedom",
         "sweep.repeats=auto: decided after 2 round(s) (2.9 minutes); bands at the 99.93% level of look 2 of at most 6 "
         "(95% together over every look)"]
     assert table.noise_note == table.notes[0] and table.groups == []

@@ -72,8 +72,8 @@ def decide(m: Measured, noise: noise_model.Noise, min_effect: float) -> Decision
         return Decision(BUSY, None, f"no verdict: machine busy ({m.busy}): not trustworthy")
     r = paired_ratios(m, noise)[-1]
     if math.isnan(r.low):
-        return Decision(REJECTED, r, "no band: one run a side and no calibration (climb.repeats=2, or run python -m "
-                                     "harness noise)")
+        return Decision(REJECTED, r, "no band: one run a side and no calibration (climb.repeats=2, or calibrate, as "
+                                     "the climb's first line says)")
     if r.low > 1 and r.value >= 1 + min_effect:
         return Decision(ACCEPTED, r, f"faster beyond noise and by >= {min_effect:.0%}")
     if r.low > 1:

@@ -37,7 +37,7 @@ def run_climb(settings: dict, options: ClimbConfig, started: float, display: Dis
     start, (env, env_key) = prepared.resolved, prepared.environment
     climb_id = new_id("climb-")
     noise = calibration.calibration_now(start.results_dir, env_key, start.workload.name, start.size)
-    spread = noise.describe() if noise.calibrated else "no calibration: the runs' own spread"
+    spread = _spread(noise, start, given or [])
     key = resume.climb_key(config_mod.config_hash(start), env_key, options.repeats, options.min_effect, options.knobs)
     earlier = resume.load(start.results_dir, key)
     resumed = resume.describe(earlier, start.results_dir, 60 * options.budget_min) if earlier is not None else ""
@@ -70,6 +70,15 @@ def run_climb(settings: dict, options: ClimbConfig, started: float, display: Dis
         print(f"- {len(trials.busy)} run(s) ran on a busy machine ({trials.busy[0]}): not trustworthy, each measured "
               "again, and a step still busy decided nothing; climb on an idle machine")
     return 0
+
+
+def _spread(noise, start: config_mod.RunConfig, given: list[str]) -> str:
+    """What the climb's bands rest on: the calibration, or the runs' own spread and how to calibrate (the noise
+    command of the words the climb was given)."""
+    if noise.calibrated:
+        return noise.describe()
+    return ("no calibration: the runs' own spread (" + calibration.calibrate_hint(
+        start.workload.name, start.size, start.device, start.results_dir, given) + ")")
 
 
 def _flat(cfg: config_mod.RunConfig) -> dict:

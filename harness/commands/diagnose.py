@@ -19,7 +19,7 @@ from harness.store import new_id
 from harness.commands.sweep import split_ladder
 from harness.config import ladder as ladder_mod
 from harness.sweeps.rungs import SweepContext, rung_config
-from harness.analysis.views.diagnosis import DataKnobs, diagnose
+from harness.analysis.views.diagnosis import LADDER, DataKnobs, diagnose
 from harness.commands.console import console, refuse
 from harness.commands.progress import RunProgress
 from harness.session import runner as session_runner
@@ -91,7 +91,7 @@ def measure_parts(session: launcher.Session | None, base: config_mod.RunConfig, 
     records = {}
     for rung, ((mode, label), part) in enumerate(zip(PARTS, parts)):
         with RunProgress(console, f"[{rung + 1}/3] {label}") as progress:
-            record = runner.run_and_store(part, env, key, progress.update, sweep_id=diag_id, ladder="diagnose",
+            record = runner.run_and_store(part, env, key, progress.update, sweep_id=diag_id, ladder=LADDER,
                                           rung=rung, change=f"measure.mode={mode}", round=0)
         console.print(f"[{rung + 1}/3] {label}: {record.status}"
                       + (f", {record.samples_per_s / part.batch_size:.2f} batches/s" if record.status == "ok" else

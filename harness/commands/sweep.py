@@ -127,6 +127,9 @@ def plan_sweep(argv: list[str], campaign: bool = False, settings: dict | None = 
     dirs = hydra_edge.config_dirs(overrides) if config_dirs is None else config_dirs
     if name is None:
         raise ValueError("no ladder given: add +ladder=NAME\n" + ladder_list(dirs))
+    if not campaign and campaign_mod.gives_several_values(name):
+        raise ValueError(f"'+ladder={name}' gives several ladders; a sweep climbs one ladder. Add -m to run one "
+                         f"sweep per ladder as a campaign ({shell.command('sweep', '-m', *argv)})")
     lad = ladder_mod.load(name, settings["results_dir"] if settings else _results_dir(overrides), dirs)
     hydra_edge.check_overrides(overrides)
     user_keys = {k for k in map(hydra_edge.override_key, overrides) if k}
@@ -221,7 +224,7 @@ def run_sweep(plan: SweepPlan, sweep_id: str, campaign_id: str = "", driver=None
         lock.release(held)
     loop.auto_compact(ctx.results_dir)
     if code != 2:  # 2: the first round would not fit in the budget, and nothing was measured
-        table = _print_table(ctx)
+        table = _print_table(ctx, plan.overrides)
         if plan.export:  # the table just printed, not built again
             from harness.commands import export as export_cmd  # sweep.export only: 4 modules off a cached sweep's start
 
@@ -297,10 +300,11 @@ def _outcome_line(label: str, outcome: sweep_mod.RungOutcome) -> str:
             f"{rec.step_ms_p50:.1f} ms, data wait {100 * (rec.data_wait_frac or 0):.0f}%")
 
 
-def _print_table(ctx: sweep_mod.SweepContext) -> table_mod.SweepTable | None:
-    """The sweep's table, built once from the store and printed (None when there is none)."""
+def _print_table(ctx: sweep_mod.SweepContext, overrides=()) -> table_mod.SweepTable | None:
+    """The sweep's table, built once from the store and printed (None when there is none); ``overrides``: the
+    settings the sweep was given, which the noise command its notes print carries (less the sweep's own)."""
     try:
-        table = table_mod.load_table(ctx.results_dir, ctx.sweep_id)
+        table = table_mod.load_table(ctx.results_dir, ctx.sweep_id, shell.without(overrides, ("sweep.", "campaign")))
     except ValueError as exc:
         print(f"no table: {exc}", file=sys.stderr)
         return None

@@ -87,10 +87,10 @@ def sweep_grid(table: SweepTable) -> Table:
 
 
 def _status_style(row) -> str:
-    """Green when every run was ok, yellow when some were, red when none."""
+    """Green when every run was ok on a quiet machine, yellow when some were, red when none ran ok."""
     if row.status != "ok":
         return "red"
-    return "green" if row.statuses.get("ok", 0) == row.repeats else "yellow"
+    return "green" if row.statuses.get("ok", 0) == row.repeats and not row.busy else "yellow"
 
 
 def rung_notes(table: SweepTable) -> list[str]:

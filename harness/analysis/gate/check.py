@@ -232,8 +232,8 @@ def _quiet(ok: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
     return quiet, [why for why, rnd in zip(reasons, ok["round"].fillna(0)) if why and rnd not in rounds]
 
 
-NO_VARIANCE = ("one run a side and no calibration: no variance, no band; add sweep.repeats=2 or run "
-               "python -m harness noise")
+NO_VARIANCE = ("one run a side and no calibration: no variance, no band; add sweep.repeats=2 or calibrate, as "
+               "the noise line says")
 
 
 def _decide_all(pending: list[_Pending], noise: noise_model.Noise = noise_model.DEFAULT, session=None) -> None:
@@ -350,6 +350,7 @@ class CheckResult:
     warnings: list[str] = field(default_factory=list)
     sessions: str = ""  # the between-session term, as the output says it ("" when there was none)
     settings_differ: str = ""  # the settings that differ between the two sides' configs (identity.settings_differ)
+    calibrate: str = ""  # how to calibrate what the sweep is matched with (calibration.calibrate_hint)
 
     @property
     def family(self) -> int:
@@ -405,4 +406,9 @@ def check_sweep(baseline: pd.DataFrame, baseline_path: Path, results_dir: str, s
         thresholds=thresholds, mem_thresholds=mem_thresholds, noise=noise,
         current_hardware=sorted(set(with_hardware(current)["_hw"])),
         baseline_hardware=sorted(set(with_hardware(baseline)["_hw"])), warnings=warnings,
-        sessions=session.describe(), settings_differ=identity.settings_differ(baseline, current))
+        sessions=session.describe(), settings_differ=identity.settings_differ(baseline, current),
+        calibrate=_calibrate_hint(current.iloc[0], results_dir))
+
+
+def _calibrate_hint(first, results_dir: str) -> str:
+    return calibration.calibrate_hint(str(first["workload"]), str(first["size"]), str(first["device"]), results_dir)

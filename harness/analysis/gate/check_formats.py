@@ -123,4 +123,4 @@ def noise_text(result: CheckResult) -> str:
     """The calibration the check pooled, or that it had none."""
     if result.noise.calibrated:
         return result.noise.describe()
-    return "noise: no calibration here (python -m harness noise): the runs' own spread"
+    return f"noise: no calibration here ({result.calibrate}): the runs' own spread"

@@ -23,12 +23,17 @@ whose own report said NOT FIT TO MEASURE, even one made after the sweep. The rul
 from __future__ import annotations
 
 import math
+import shlex
 from dataclasses import dataclass
 
 import numpy as np
 
+from harness import shell
 from harness.analysis.stats import bimodal, busy, noise_model
+from harness.names import CUSTOM
 from harness.store import load_runs, utc_timestamp
+
+MATCHED = ("size", "device", "results_dir")  # what the noise command sets itself, beside the workload
 
 
 @dataclass(frozen=True)
@@ -163,6 +168,33 @@ def calibration_now(results_dir, env_key: str, workload: str, size: str) -> nois
     except ValueError:
         return noise_model.DEFAULT
     return choose_calibration(candidates_from_frame(frame), env_key, workload, size, utc_timestamp()).noise
+
+
+def noise_command(workload: str, size: str, device: str, results_dir: str, words=()) -> str:
+    """The ``python -m harness noise`` command that calibrates what a sweep (a climb, a check) of ``workload`` at
+    ``size`` on ``device`` is matched with (:func:`choose_calibration`), stored in ``results_dir``. ``words``: the
+    settings it was given (the workload's, a config folder, ...), kept but for those it sets itself. "" for the
+    inline workload when no words name it: ``workload=custom`` alone names no model."""
+    words = shell.without(words, MATCHED)
+    if "workload" not in map(shell.given_key, words):
+        if workload == CUSTOM:
+            return ""
+        words = [shell.override("workload", workload), *words]
+    return shell.command("noise", *words, *_matched(size, device, results_dir))
+
+
+def calibrate_hint(workload: str, size: str, device: str, results_dir: str, words=()) -> str:
+    """How to calibrate, in a note: ``run`` and :func:`noise_command`, or in words where no command names the
+    workload (the inline one, from its records alone)."""
+    command = noise_command(workload, size, device, results_dir, words)
+    if command:
+        return f"run {command}"
+    return ("run the noise command with this sweep's workload settings and "
+            + " ".join(shlex.quote(w) for w in _matched(size, device, results_dir)))
+
+
+def _matched(size: str, device: str, results_dir: str) -> list[str]:
+    return [shell.override(k, v) for k, v in zip(MATCHED, (size, device, results_dir))]
 
 
 def calibration_frame(results_dir, frame):

@@ -19,6 +19,7 @@ from harness.analysis.stats.busy import busy_reason
 from harness.analysis.views import bound
 from harness.analysis.views.profile import bound_by, bound_reason
 
+LADDER = "diagnose"  # the ladder its three records are stored under: one run each, repeats are not its to take
 DATA_BOUND_BELOW = 0.8  # loader rate / model rate under which the loader is the bottleneck
 COMPUTE_BOUND_ABOVE = 1.25  # ... over which the model is
 BOUND_SLACK = 1.10  # a full step this much faster than a part alone cannot be noise of one run

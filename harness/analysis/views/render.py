@@ -102,17 +102,22 @@ def claim_text(row: RungRow) -> str:
 
 
 def status_text(row: RungRow) -> str:
-    """``ok``, ``ok x3``, or every status with its count when any run failed: ``ok 2/3, nan 1``."""
+    """``ok``, ``ok x3``, or every status with its count when any run failed or ran on a busy machine (left out):
+    ``ok 2/3, nan 1``, ``ok 1/2, busy 1``, ``busy x2``."""
     ok = row.statuses.get("ok", 0) if row.samples_per_s is not None else 0
     how = "" if row.how == "measured" else f" ({row.how})"
-    if ok == row.repeats:
-        return "ok" + how + (f" x{row.repeats}" if row.repeats > 1 else "")
-    failed = ", ".join(f"{s} {n}" for s, n in row.statuses.items() if s != "ok" or not ok)
+    times = f" x{row.repeats}" if row.repeats > 1 else ""
+    if ok == row.repeats and not row.busy:
+        return "ok" + how + times
+    others = {s: n for s, n in row.statuses.items() if s != "ok" or not ok}
+    if ok and ok == row.busy and not others:
+        return "busy" + how + times
+    failed = ", ".join(f"{s} {n}" for s, n in ({"busy": row.busy} | others).items() if n)
     if not ok and len(row.statuses) == 1:
-        return row.status + how + (f" x{row.repeats}" if row.repeats > 1 else "")
+        return row.status + how + times
     if not ok:
         return failed + how
-    return f"ok {ok}/{row.repeats}, {failed}{how}"
+    return f"ok {ok - row.busy}/{row.repeats}, {failed}{how}"
 
 
 def title(table: SweepTable) -> str:

@@ -38,6 +38,7 @@ class RungRow:
     how: str  # measured / cached / mixed
     repeats: int
     statuses: dict[str, int] = field(default_factory=dict)  # how many runs ended with each status
+    busy: int = 0  # of its ok runs, those measured on a busy machine (left out of its figures and verdicts)
     samples_per_s: float | None = None
     spread: float | None = None  # relative (max-min)/median over repeats
     uncertainty: float | None = None

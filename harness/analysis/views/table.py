@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from harness.analysis.stats import calibration, noise_model, speedup, sweepstats
-from harness.analysis.views import components, cpu_bf16
+from harness.analysis.views import components, cpu_bf16, diagnosis
 from harness.analysis.views import scaling
 from harness.analysis.stats.busy import BUSY_VERDICT, busy_reason
 from harness.analysis.views.claims import Claims
@@ -23,18 +23,20 @@ from harness.names import display_name_of_record
 from harness.profiles import summary_from_json
 from harness.store import load_runs, resolve_id, select_sweep
 
-def load_table(results_dir: str, sweep: str = "latest") -> SweepTable:
+def load_table(results_dir: str, sweep: str = "latest", words=()) -> SweepTable:
     """The table of one sweep of the store in ``results_dir``, with the store's noise calibrations (ValueError
-    for a missing folder or sweep)."""
+    for a missing folder or sweep); ``words``: the settings the sweep was given, where known (:func:`build_table`)."""
     frame = load_runs(results_dir, sweep=sweep)
-    return build_table(calibration.calibration_frame(results_dir, frame), sweep, results_dir)
+    return build_table(calibration.calibration_frame(results_dir, frame), sweep, results_dir, words)
 
 
-def build_table(frame, sweep: str = "latest", results_dir: str = "results") -> SweepTable:
+def build_table(frame, sweep: str = "latest", results_dir: str = "results", words=()) -> SweepTable:
     """The speedup table of one sweep from its records (and the store's calibrations in ``frame``, if any);
-    ``results_dir`` is where the ladders this machine wrote (``<results_dir>/ladders/``) are looked for. The
-    verdicts are those of ``sweepstats.judge``: the rung x round model at the sweep's last look. A pure function:
-    the rows and their notes are made here once, and every renderer takes the table as it is."""
+    ``results_dir`` is where the ladders this machine wrote (``<results_dir>/ladders/``) are looked for, and where
+    the noise command its notes print stores a calibration; ``words``: the settings the sweep was given (where
+    known: its workload's, carried by that command). The verdicts are those of ``sweepstats.judge``: the rung x
+    round model at the sweep's last look. A pure function: the rows and their notes are made here once, and every
+    renderer takes the table as it is."""
     records = select_sweep(frame, sweep)
     first = records.iloc[0]
     ladder_name = str(first["ladder"])
@@ -49,8 +51,10 @@ def build_table(frame, sweep: str = "latest", results_dir: str = "results") -> S
     rows = scaling.efficiency(_link(measured, judgement), judgement)
     judged = components.judge(rows, [_group(g, rows, judgement) for g in claims.groups], records,
                               judgement.level or 0.05)
-    minutes, noise_note = _minutes(records), _noise_note(judgement)
-    notes = _notes(judged.rows, ladder, claims, judgement, noise_note, minutes)
+    hint = calibration.calibrate_hint(str(first["workload"]), str(first["size"]), str(first["device"]), results_dir,
+                                      words)
+    minutes, noise_note = _minutes(records), _noise_note(judgement, hint, ladder_name != diagnosis.LADDER)
+    notes = _notes(judged.rows, ladder, claims, judgement, noise_note, minutes, hint)
     notes += [n for n in (copied_rounds_note(records, frame, results_dir), cpu_bf16.note(records)) if n]
     return SweepTable(sweep_id=str(first["sweep_id"]), ladder=ladder_name, workload=workload_name(first),
                       device=str(first["device"]), hardware=noise_model.hardware_label(first, short=True),
@@ -138,6 +142,7 @@ def _row(rung: int, runs, claims: Claims) -> RungRow:
                    status="ok" if len(ok) else str(runs["status"].iloc[-1]),
                    how="cached" if cached.all() else ("measured" if not cached.any() else "partly cached"),
                    repeats=len(runs), statuses={str(k): int(v) for k, v in runs["status"].value_counts().items()},
+                   busy=sum(bool(busy_reason(r)) for r in ok.to_dict("records")),
                    notes=tuple(n for n in notes if n), **claim, **(_figures(ok) if len(ok) else {}))
 
 
@@ -259,7 +264,7 @@ def _group(claim: dict, rows: list[RungRow], judgement: sweepstats.Judgement) ->
 
 
 def _notes(rows: list[RungRow], ladder, claims: Claims, judgement: sweepstats.Judgement, noise_note: str,
-           minutes: float | None) -> list[str]:
+           minutes: float | None, hint: str) -> list[str]:
     """The notes under the table: the ladder's, where it stopped or what is missing, the claims', a busy machine's,
     the noise's and what the bands rest on, and how a sweep.repeats=auto sweep ended."""
     notes = []
@@ -280,7 +285,7 @@ def _notes(rows: list[RungRow], ladder, claims: Claims, judgement: sweepstats.Ju
         notes.append(claims.note)
     notes += _busy_notes(judgement) + list(judgement.noise.notes) + [noise_note]
     if judgement.max_rounds:
-        notes.append(_stopping_note(judgement, minutes))
+        notes.append(_stopping_note(judgement, minutes, hint))
     return notes
 
 
@@ -298,8 +303,10 @@ def _busy_notes(judgement: sweepstats.Judgement) -> list[str]:
     return [text + "; measure on an idle machine"]
 
 
-def _noise_note(judgement: sweepstats.Judgement) -> str:
-    """What the bands rest on: the calibration, the runs' own spread, or nothing."""
+def _noise_note(judgement: sweepstats.Judgement, hint: str, rounds: bool = True) -> str:
+    """What the bands rest on: the calibration, the runs' own spread, or nothing; ``hint``: how to calibrate
+    (``calibration.calibrate_hint``); ``rounds``: whether more rounds are the sweep's to take (``diagnose``
+    measures each part once: a calibration alone gives its table bands)."""
     noise = judgement.noise
     df = float(judgement.model.df[0])
     if noise.noise.calibrated:
@@ -310,17 +317,17 @@ def _noise_note(judgement: sweepstats.Judgement) -> str:
                      f"{speedup.POWER:.0%} of sweeps: add sweep.repeats=3 for tighter bands")
         return text
     if df > 0:
-        return (f"noise: no calibration here (python -m harness noise); bands from the runs' own spread: the rung x "
-                f"round model, {df:.0f} degrees of freedom")
+        return (f"noise: no calibration here ({hint}); bands from the runs' own spread: the rung x round model, "
+                f"{df:.0f} degrees of freedom")
     if judgement.rounds > 1:
         return "noise: no calibration here, and one rung leaves the rung x round model no degrees of freedom"
-    return ("noise: no calibration here and one run a rung: no bands, no verdicts; add sweep.repeats=2 or run "
-            "python -m harness noise")
+    more = "add sweep.repeats=2 or " if rounds else ""
+    return f"noise: no calibration here and one run a rung: no bands, no verdicts; {more}{hint}"
 
 
-def _stopping_note(judgement: sweepstats.Judgement, took: float | None) -> str:
+def _stopping_note(judgement: sweepstats.Judgement, took: float | None, hint: str) -> str:
     """How a sweep.repeats=auto sweep ended (``took``: its minutes): decided after N rounds, or the verdicts still
-    open and what decides."""
+    open and what decides (``hint``: how to calibrate)."""
     rounds, budget = judgement.rounds, judgement.max_rounds
     when = f"{rounds} round(s)" + (f" ({took:.1f} minutes)" if took is not None else "")
     level = (f"bands at the {1 - judgement.level:.2%} level of look {rounds} of at most {budget}" if judgement.level
@@ -330,8 +337,7 @@ def _stopping_note(judgement: sweepstats.Judgement, took: float | None) -> str:
     why = "the round budget was spent" if rounds >= budget else "stopped early (time budget spent, or interrupted)"
     opened = sweepstats.open_questions(judgement)
     busy = sum("no verdict: machine busy (" in q for q in opened)
-    decide = ("more rounds (a larger sweep.max_repeats and sweep.budget_min) or a calibration (python -m harness "
-              "noise) would decide")
+    decide = f"more rounds (a larger sweep.max_repeats and sweep.budget_min) or a calibration ({hint}) would decide"
     advice = ("They need an idle machine" if busy == len(opened) else
               f"The busy ones need an idle machine; {decide} the others" if busy else f"M{decide[1:]} them")
     return f"sweep.repeats=auto: {why} after {when} with verdicts still open: {'; '.join(opened)}. {advice}; {level}"
