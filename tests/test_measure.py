@@ -349,7 +349,9 @@ def test_a_window_after_a_slow_warmup_step_opens_at_the_loaders_pace_not_on_its_
     # (sleeps); from the queue, a batch's hand-over each (a ms or so; under 100 for four even on a busy machine)
     first_four_wait_ms = sum(m.data_wait_ms[:4])
     if eat_queue:
-        assert 2 <= len(m.warmup_ms) <= 1 + 4  # the queued batches, or fewer once a step found the queue dry
+        # the queued batches (4), or fewer once a step found the queue dry; a dry step eats the rest of its wave too
+        # (workers - 1 = 1 more): on a busy machine the workers may not have queued all four in the slow step
+        assert 2 <= len(m.warmup_ms) <= 1 + 4 + 1
         assert m.queue_warmup_steps == len(m.warmup_ms) - 1
         assert first_four_wait_ms > 100.0
     else:
