@@ -245,9 +245,8 @@ class Lookout:
         """The paired analysis of the check's first ``rounds`` rounds, as stored, at that look's level."""
         frame = load_runs(self.plan.checks_store, where={"sweep_id": self.plan.check_id})
         frame = frame[frame["round"].fillna(0) < rounds]
-        looked = looks.fractions(rounds, self.args.rounds, max(self.horizon or self.args.max_rounds, rounds))
         plan, args = self.plan, self.args
-        rows = paired.analyse(frame, self.thresholds, looks.at_level(looked), looks.same_level(looked))
+        rows = paired.at_look(frame, self.thresholds, rounds, args.rounds, max(self.horizon or args.max_rounds, rounds))
         return paired.PairedResult(rows=rows, check_id=plan.check_id,
                                    sweep_id=plan.sweep_id, ref=args.against,
                                    ref_commit=plan.trees[against.REF].commit,

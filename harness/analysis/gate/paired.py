@@ -22,7 +22,7 @@ import numpy as np
 import pandas as pd
 
 from harness.analysis.gate import rule
-from harness.analysis.gate import answers
+from harness.analysis.gate import answers, looks
 from harness.analysis.stats import bimodal
 from harness.analysis.stats.busy import busy_reason
 from harness.analysis.gate.thresholds import Thresholds
@@ -32,7 +32,7 @@ SIDES = (REF, WORK)
 STATUSES = ("regressed", "undecided", "bimodal", "improved", "unchanged", "busy", "failed", "skipped")
 COMPARED = ("regressed", "undecided", "improved", "unchanged")
 DECIDED = ("regressed", "improved", "unchanged")
-BIMODAL_ALPHA = 0.02  # a check names bimodal runs falsely in at most this share of checks (normal runs)
+BIMODAL_ALPHA = 0.02  # a check names bimodal runs falsely in at most this share of checks (normal runs), all looks
 ORDER_NOTE = 0.01  # a side-order effect this large (log) and clear is named in the row's notes
 
 
@@ -121,11 +121,13 @@ class PairedResult:
 
 
 def analyse(records: pd.DataFrame, thresholds: Thresholds, at_level: Callable[[float], float] | None = None,
-            same_at: Callable[[float], float] | None = None) -> list[PairedRow]:
+            same_at: Callable[[float], float] | None = None, n_looks: int = 1) -> list[PairedRow]:
     """Every config of one paired check's records (columns of the store, ``against_side`` set), decided together;
-    ``at_level`` and ``same_at``: the levels this look of a check that adds rounds tests at (``looks``)."""
+    ``at_level`` and ``same_at``: the levels this look of a check that adds rounds tests at (``looks``); ``n_looks``:
+    how many looks it makes at most, the bimodal test's error spent over them (``at_look`` gives all three)."""
     rows, effects = [], []
-    level = BIMODAL_ALPHA / max(2 * records["rung"].nunique(), 1)  # Bonferroni over every config's two sides
+    # Bonferroni over every config's two sides and every look: each look tests the runs anew
+    level = BIMODAL_ALPHA / max(2 * records["rung"].nunique() * n_looks, 1)
     for rung, group in records.groupby("rung", sort=True):
         row, effect = _config(int(rung), group, thresholds, level)
         rows.append(row)
@@ -140,6 +142,14 @@ def analyse(records: pd.DataFrame, thresholds: Thresholds, at_level: Callable[[f
             row.status = "undecided"
             row.notes.append(f"{row.rounds} round(s) ok on both sides; a paired test needs 2 or more")
     return rows
+
+
+def at_look(records: pd.DataFrame, thresholds: Thresholds, rounds: int, first: int, horizon: int) -> list[PairedRow]:
+    """``analyse`` at the look after ``rounds`` rounds of a check that looks from round ``first`` to ``horizon``
+    (``looks``): that look's levels, and the bimodal test's error spent over every look it makes."""
+    looked = looks.fractions(rounds, first, horizon)
+    return analyse(records, thresholds, looks.at_level(looked), looks.same_level(looked),
+                   len(looks.look_rounds(first, horizon)))
 
 
 def _config(rung: int, group: pd.DataFrame, thresholds: Thresholds,
