@@ -387,6 +387,19 @@ def test_the_launcher_imports_the_first_runs_model_module_and_builds_nothing(tmp
     assert not out.exists()  # the builder was never called
 
 
+def test_the_launcher_imports_a_workloads_own_training_modules_too(tmp_path, monkeypatch):
+    """A LightningModule workload names no model: its module (which imports Lightning, seconds on a 2-core CPU) is
+    imported before the first fork as a model's is, and so are a step's and a collate's."""
+    monkeypatch.setenv("FORK_PROBE_OUT", str(tmp_path / "probe.jsonl"))
+    monkeypatch.delitem(sys.modules, "tests.fork_probe", raising=False)
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({"workload": {"lightning_module": {"_target_": "tests.fork_probe.probe_net"},
+                                               "step": {"_target_": "no_such_step.step", "_partial_": True},
+                                               "collate": {"_target_": "no_such_collate.collate"}}}))
+    assert zygote_mod.warm_workload(config) == ["no_such_step", "no_such_collate"]
+    assert "tests.fork_probe" in sys.modules and sys.modules["tests.fork_probe"].RUNS_SEEN == 0
+
+
 def test_the_launcher_preloads_torch_dynamo_for_every_run_that_builds_an_optimizer(tmp_path):
     """torch's optimizers import torch._dynamo when built (a second or two on a 2-core CPU): the launcher imports it
     for a run that builds one, a reference workload's or a user's model's; not for a loader run."""
