@@ -45,7 +45,6 @@ from harness.run.child import channel
 from harness.lifeline import guard_child
 from harness.run.parent import driver, resident, verdicts
 from harness.run.parent.messages import receive, send
-from harness.config.workload import TARGET_NODES
 from harness.workload import trimmed_imports
 
 SOCKET_ENV = "HARNESS_ZYGOTE_FD"  # the zygote's end of its socket to the parent
@@ -220,11 +219,6 @@ def _device(config_path: Path) -> str:
         return ""
 
 
-# the workload's _target_ nodes whose modules a run imports (a LightningModule's imports Lightning: seconds a run
-# on a 2-core CPU); the optimizer's are torch's own (OPTIMIZER_IMPORTS)
-PRELOADED_NODES = tuple(node for node in TARGET_NODES if node != "optimizer")
-
-
 def warm_workload(config_path: Path, probe: bool = False) -> list[str]:
     """Import the modules of a run's ``_target_``s (its ``config.json``: the model, loss and dataset, and a
     workload's own training: its LightningModule, step, collate ...), for the libraries they import; nothing is built
@@ -235,7 +229,12 @@ def warm_workload(config_path: Path, probe: bool = False) -> list[str]:
         values = config.get("workload") or {}
     except (OSError, ValueError):
         return [str(config_path)]
-    names = [node["_target_"].rsplit(".", 1)[0] for node in (values.get(k) for k in PRELOADED_NODES)
+    # every _target_ node's module (a LightningModule's imports Lightning: seconds a run on a 2-core CPU) but the
+    # optimizer's, torch's own (OPTIMIZER_IMPORTS); here: the launcher's parent imports this module, not the settings
+    from harness.config.workload import TARGET_NODES
+
+    nodes = [node for node in TARGET_NODES if node != "optimizer"]
+    names = [node["_target_"].rsplit(".", 1)[0] for node in (values.get(k) for k in nodes)
              if isinstance(node, dict) and isinstance(node.get("_target_"), str) and "." in node["_target_"]]
     reference = trimmed_imports.reference_only(values)
     # its run builds a torch optimizer (a user's model's too): torch's own imports, probed apart, so that a library
