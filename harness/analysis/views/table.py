@@ -9,6 +9,7 @@ HTML, and ``python -m harness table`` (``harness.commands.table``) prints it; no
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import replace
 
 from harness.analysis.stats import calibration, noise_model, speedup, sweepstats
@@ -80,14 +81,14 @@ def copied_rounds_note(records, frame, results_dir: str = "results") -> str:
         except ValueError:  # no store here (a frame built in memory)
             pass
     rounds_of = records["round"].fillna(0).astype(int)
-    by_sweep: dict[str, dict[int, int]] = {}  # sweep -> round -> runs copied from it
+    by_sweep: dict[str, Counter] = {}  # sweep -> runs copied from it, by round
     for original, round_ in zip(copied["cached_from"], rounds_of[copied.index]):
-        counts = by_sweep.setdefault(origin.get(original, "a sweep no longer in the store"), {})
-        counts[round_] = counts.get(round_, 0) + 1
+        by_sweep.setdefault(origin.get(original, "a sweep no longer in the store"), Counter())[round_] += 1
     runs_in = rounds_of.value_counts().to_dict()
-    whole = {sweep: sorted(r for r, n in counts.items() if n == runs_in[r]) for sweep, counts in by_sweep.items()}
+    whole = {sweep: rounds for sweep, counts in by_sweep.items()
+             if (rounds := sorted(r for r, n in counts.items() if n == runs_in[r]))}
     parts = [f"round{'s' if len(rounds) > 1 else ''} {', '.join(map(str, rounds))} from sweep {sweep}"
-             for sweep, rounds in sorted(whole.items(), key=lambda item: min(item[1] or [99])) if rounds]
+             for sweep, rounds in sorted(whole.items(), key=lambda item: item[1][0])]
     parts += [f"{n} of round {r}'s {runs_in[r]} runs from sweep {sweep}, the rest measured now"
               for sweep, counts in by_sweep.items() for r, n in sorted(counts.items()) if n < runs_in[r]]
     return ("copied from earlier sweeps (sweep.rerun=false): " + "; ".join(parts) + ". A round is copied whole from "
