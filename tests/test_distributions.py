@@ -91,7 +91,7 @@ def test_values_scipy_gave_are_kept_exactly_and_a_later_process_asking_only_for_
     assert first["values"][0][2:] == [special.stdtrit(2.0, 0.975), special.stdtrit(7.5, 0.975)]
     assert ask(asked.replace("0.975", "0.95"))["scipy.special"]  # a value not kept: scipy's own, computed then
     kept = tmp_path / "distribution-values.json"  # a file kept under another scipy is not read
-    kept.write_text(kept.read_text().replace(dist._versions(), "scipy 0.0 numpy 0.0"))
+    kept.write_text(kept.read_text().replace(dist.versions(), "scipy 0.0 numpy 0.0"))
     assert ask(asked)["scipy.special"]
     ask(asked)
     damaged = json.loads(kept.read_text())  # a hand-edited or damaged value: not read as a number, asked of scipy
@@ -126,3 +126,38 @@ def test_a_kept_value_is_returned_as_scipy_returns_it_and_another_precision_is_l
     kept = json.loads((tmp_path / dist.VALUES_FILE).read_text())["entries"]
     assert len(kept) == 12 + 1 + dist.KEPT_PER_PROCESS
     assert sum(k.startswith("ndtr(") for k in kept) == dist.KEPT_PER_PROCESS
+
+
+def test_an_inconclusive_verdicts_repeats_are_kept_and_a_later_process_asking_them_again_loads_no_scipy_special(
+        tmp_path):
+    import json
+
+    from harness.analysis.stats import speedup
+
+    asked = ("import json, sys; from harness.analysis.stats import speedup; "
+             "r = speedup.Ratio(1.04, 0.97, 1.11, runs=3, se=0.03, df=6.0); "
+             "print(json.dumps({'text': speedup.verdict(r, 1.1, 1.15), 'none': speedup.repeats_to_decide("
+             "speedup.Ratio(1.005, 0.8, 1.26), 1.001, 1.2), 'scipy.special': 'scipy.special' in sys.modules}))")
+    env = {"PYTHONPATH": str(REPO), "PATH": "", "HARNESS_CACHE_DIR": str(tmp_path)}
+
+    def ask() -> dict:
+        out = subprocess.run([sys.executable, "-c", asked], cwd=REPO, capture_output=True, text=True, timeout=120,
+                             env=env)
+        assert out.returncode == 0, out.stderr
+        return json.loads(out.stdout)
+
+    first, second = ask(), ask()
+    assert first.pop("scipy.special") and not second.pop("scipy.special")  # the second computed nothing
+    expected = speedup.search_repeats(speedup.Ratio(1.04, 0.97, 1.11, runs=3, se=0.03, df=6.0), 1.1, 1.15)
+    assert first == second == {"text": f"inconclusive (~{expected} repeats would decide)", "none": None}
+    kept = tmp_path / speedup.ANSWERS_FILE
+    assert sorted(json.loads(kept.read_text())["entries"].values(), key=str) == [expected, None]
+    damaged = json.loads(kept.read_text())  # a damaged answer is not read: computed again
+    damaged["entries"] = {key: "oops" for key in damaged["entries"]}
+    kept.write_text(json.dumps(damaged))
+    assert ask() == first | {"scipy.special": True}
+    other = json.loads(kept.read_text())  # answers kept by other code (an edit of the module) are not read
+    other["code"] = other["code"].replace("speedup ", "speedup 0")
+    other["entries"] = {key: 1 for key in other["entries"]}
+    kept.write_text(json.dumps(other))
+    assert ask() == first | {"scipy.special": True}

@@ -129,7 +129,7 @@ def test_a_cached_sweep_reads_each_stored_file_once_however_many_reruns_piled_up
     stored = set(store.record_files(tmp_path))
     per_sweep = []
     for sweep_id in ("b", "c", "d"):
-        store_index._SNAPSHOTS.clear()  # a fresh process, as each `python -m harness sweep` is
+        store_index.forget()  # a fresh process, as each `python -m harness sweep` is
         scans.clear()
         _sweep(tmp_path, sweep_id)
         per_sweep.append([files for files in scans])
@@ -142,11 +142,38 @@ def test_a_cached_sweep_reads_each_stored_file_once_however_many_reruns_piled_up
     assert len(per_sweep[2]) == len(per_sweep[1])  # a third re-run reads the store no more than the second
 
 
+def test_a_sweep_reads_back_no_file_it_wrote_and_reads_its_sources_runs_in_one_read(tmp_path, measured, monkeypatch):
+    real = store_index._scan
+    scans: list[list[str]] = []
+
+    def counting(files, *args, **kwargs):
+        scans.append(list(files))
+        return real(files, *args, **kwargs)
+
+    monkeypatch.setattr(store_index, "_scan", counting)
+    stored = store.record_files(tmp_path)
+    store_index.forget()  # a fresh process, as each `python -m harness sweep` is
+    _sweep(tmp_path, "b")
+    (copies,) = store.sweep_copy_files(tmp_path)
+    assert not any(copies in files for files in scans)  # rewritten a rung (8 times), never read back
+    whole_reads = [files for files in scans if set(files) & set(stored)]
+    assert sorted(whole_reads[1]) == sorted(stored)  # the short columns, then every run of sweep "a" in one read
+    assert len(whole_reads) == 2
+    snap = store_index.snapshot(tmp_path)
+    store_index.forget()  # what it kept of its own writes is what a fresh process reads from the files
+    fresh = store_index.snapshot(tmp_path)
+    assert snap.keys.equals(fresh.keys) and snap.copies.equals(fresh.copies) and snap.files == fresh.files
+    scans.clear()
+    other = pq.read_table(copies)  # another process rewrites the file: this process reads it again
+    pq.write_table(other.slice(0, 4), copies)
+    assert len(load_runs(tmp_path, sweep="b")) == 4 and any(copies in files for files in scans)
+
+
 def test_the_stores_snapshot_holds_each_of_its_tables_in_one_chunk_however_many_files_piled_up(tmp_path, measured):
     # one chunk per file made every filter on the snapshot (a cached sweep makes some 60) slower with each file
     for sweep_id in ("b", "c", "d"):
         _sweep(tmp_path, sweep_id)
-    store_index._SNAPSHOTS.clear()
+    store_index.forget()
     snap = store_index.snapshot(tmp_path)
     assert len(snap.files) == 8 and len(snap.copy_files) == 3
     assert snap.rows.num_rows == 8 and snap.copies.num_rows == 3 * 8 and snap.keys.num_rows == 4 * 8

@@ -23,7 +23,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from harness.store.record import COLUMNS, COPY_COLUMNS, COPY_SCHEMA, SCHEMA
-from harness.store.write import copy_files, part_files, record_files
+from harness.store.write import copy_files, part_files, record_files, forget_written, written
 
 # The columns every snapshot holds: what the store's own reads filter on and what the cache and a sweep's bookkeeping
 # read. All short strings and numbers (a few MB at 50,000 runs).
@@ -87,10 +87,14 @@ def snapshot(results_dir, unreadable=lambda path: False) -> Snapshot:
 
 
 def forget(results_dir=None) -> None:
-    """Drop the snapshot of ``results_dir`` (its files changed under a read); of every store when None (a benchmark
-    timing reads as a fresh process makes them)."""
+    """Drop the snapshot of ``results_dir`` (its files changed under a read); when None, everything a fresh process
+    would not hold: every store's snapshot, the files kept whole and the tables this process wrote (a benchmark
+    timing reads, a test counting them, as a fresh process makes them)."""
     if results_dir is None:
         _SNAPSHOTS.clear()
+        _WHOLE.clear()
+        _JOINED.clear()
+        forget_written()
     else:
         _SNAPSHOTS.pop(os.path.abspath(results_dir), None)
 
@@ -114,7 +118,11 @@ def _refresh(old: pa.Table | None, old_files: Listing, files: Listing, columns, 
     fresh = [p for p in files if old_files.get(p) != files[p]]
     parts = [old.filter(pc.is_in(old[FILE], value_set=pa.array(same, pa.string())))] if old is not None else []
     bad: list = []
-    if fresh:
+    mine = [written(p, files[p]) for p in fresh]
+    if fresh and all(t is not None and t.schema == schema for t in mine):  # what this process wrote: not read back
+        parts += [t.select(list(columns)).append_column(FILE, pa.array([p] * t.num_rows, pa.string()))
+                  for p, t in zip(fresh, mine)]
+    elif fresh:
         table, bad, vanished = scan(fresh, list(columns), None, schema, with_file=True)
         if vanished:
             raise Vanished(vanished[0])
@@ -165,6 +173,20 @@ def copied_rows(snap: Snapshot, copy_ids: pa.Array | None, columns: list[str]) -
     return pa.table([refs[c] if c in COPY_COLUMNS else whole[c] for c in columns], names=columns)
 
 
+AHEAD_FILES = 64  # the most files read ahead at once
+
+
+def ahead_of(snap: Snapshot, hits: pa.Table | None) -> list[str]:
+    """The files holding stored rows of the sweeps among ``hits``: a command reading one run whole (a cached sweep
+    copying a rung) reads the others of its sweep next, and one read of them all costs about what one file's does
+    (~5 ms on a 2-core CPU, mostly opening it). At most AHEAD_FILES; none for a read of every file."""
+    if hits is None or not hits.num_rows:
+        return []
+    sweeps = pc.unique(hits["sweep_id"])
+    stored = snap.keys.filter(pc.invert(snap.keys[COPY]))
+    return _in_order(snap, stored.filter(pc.is_in(stored["sweep_id"], value_set=sweeps))[FILE])[:AHEAD_FILES]
+
+
 def stored_files(snap: Snapshot, hits: pa.Table | None) -> list[str]:
     """The files holding the stored (not copied) rows among ``hits`` (all the snapshot's files when None)."""
     if hits is None:
@@ -185,24 +207,28 @@ _WHOLE: dict[str, tuple[tuple[int, int, int], pa.Table]] = {}
 KEPT_ROWS = 20_000
 
 
-def scan(files: list[str], columns: list[str], expr, schema: pa.Schema = SCHEMA,
-         with_file: bool = False) -> tuple[pa.Table, list[tuple[str, str]], list[str]]:
+def scan(files: list[str], columns: list[str], expr, schema: pa.Schema = SCHEMA, with_file: bool = False,
+         ahead: list[str] = ()) -> tuple[pa.Table, list[tuple[str, str]], list[str]]:
     """One fast read of all files; if it fails, each file on its own: (table, unreadable, vanished). ``with_file``:
-    a FILE column names the file each row came from. Record files are read whole once and kept (``_WHOLE``)."""
+    a FILE column names the file each row came from. Record files are read whole once and kept (``_WHOLE``), with
+    the files of ``ahead`` not kept yet read beside them (see :func:`ahead_of`)."""
     if files and schema is SCHEMA and not with_file:
-        kept = _from_kept(files)
+        kept = _from_kept(files, ahead)
         if kept is not None:
             return (kept.filter(expr) if expr is not None else kept).select(columns), [], []
     return _scan(files, columns, expr, schema, with_file)
 
 
-def _from_kept(files: list[str]) -> pa.Table | None:
+def _from_kept(files: list[str], ahead: list[str] = ()) -> pa.Table | None:
     """Every column of ``files``' rows in their order, from the files kept whole, the others read whole (and kept
-    while there is room); None when one cannot be read or vanished (the plain read then says so, as before)."""
-    idents = {path: file_identity(path) for path in files}
+    while there is room), in one read with those of ``ahead`` not kept yet; None when one cannot be read or
+    vanished (the plain read then says so, as before)."""
+    idents = {path: file_identity(path) for path in dict.fromkeys([*files, *ahead])}
     fresh = [p for p in files if idents[p] is None or _WHOLE.get(p, (None,))[0] != idents[p]]
     tables = {p: _WHOLE[p][1] for p in files if p not in fresh}
     if fresh:
+        fresh += [p for p in idents if p not in files and idents[p] is not None and _WHOLE.get(p, (None,))[0]
+                  != idents[p]]
         table, bad, vanished = _scan(fresh, list(COLUMNS), None, SCHEMA, with_file=True)
         if bad or vanished:
             return None

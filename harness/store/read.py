@@ -220,7 +220,8 @@ def _answer(snap: index.Snapshot, wanted: list[str], expr) -> pa.Table:
     hits = snap.matching(expr)
     if hits is not None and (set(read_cols) <= set(index.KEY_COLUMNS) or not hits.num_rows):
         return hits.select(wanted) if hits.num_rows else SCHEMA.empty_table().select(wanted)
-    stored, bad, vanished = index.scan(index.stored_files(snap, hits), read_cols, expr)
+    files, ahead = index.stored_files(snap, hits), index.ahead_of(snap, hits)
+    stored, bad, vanished = index.scan(files, read_cols, expr, ahead=ahead)
     if vanished:
         raise index.Vanished(vanished[0])
     _warn_unreadable(bad)

@@ -36,7 +36,7 @@ import pandas as pd
 
 from harness.analysis.stats import calibration, noise_model, sweepstats
 from harness.analysis.gate import answers, comparable, identity, sessions
-from harness.analysis.stats.busy import busy_reason
+from harness.analysis.stats.busy import busy_reasons
 from harness.analysis.gate.check_throughput import classify, throughput
 from harness.analysis.gate.thresholds import BadInput, Thresholds
 from harness.store import load_runs, select_sweep as sweep_records
@@ -226,7 +226,7 @@ def _judge(row: Comparison, base: pd.DataFrame, cur: pd.DataFrame) -> list[_Pend
 def _quiet(ok: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
     """A config's ok runs of a quiet machine, and why each busy run is not trustworthy, leaving out the busy runs
     measured again quietly in the same round (a sweep does that: the quiet run stands for its round)."""
-    reasons = [busy_reason(r) or "" for r in ok.to_dict("records")]
+    reasons = [why or "" for why in busy_reasons(ok)]
     quiet = ok[[not r for r in reasons]]
     rounds = set(quiet["round"].fillna(0))
     return quiet, [why for why, rnd in zip(reasons, ok["round"].fillna(0)) if why and rnd not in rounds]

@@ -59,6 +59,12 @@ def busy_reason(record) -> str | None:
     return "; ".join(reasons) or None
 
 
+def busy_reasons(frame) -> list[str | None]:
+    """:func:`busy_reason` of each row of a pandas frame of records, in order; only :data:`COLUMNS` are turned into
+    dicts (all of a record's ~150, for a rung's few runs, cost ~30 ms: a table of four rungs paid it eight times)."""
+    return [busy_reason(row) for row in frame[[c for c in COLUMNS if c in frame]].to_dict("records")]
+
+
 def _other_gpu_bytes(field) -> float | None:
     if field("device") != "cuda" or (finite_number(field("world_size")) or 1) > 1:
         return None

@@ -55,14 +55,14 @@ class _Kept:
             return from_scipy()
         keys = [f"{name}{key!r}" for key in zip(*(c.ravel().tolist() for c in columns))]
         if self.values is None:
-            self.values = read_kept(VALUES_FILE, _versions())
+            self.values = read_kept(VALUES_FILE, versions())
         if all(type(self.values.get(key)) is float for key in keys):  # a float's repr reads back as a float
             return np.array([self.values[key] for key in keys], dtype=float).reshape(columns[0].shape)[()]
         out = from_scipy()
         if self.added < KEPT_PER_PROCESS:
             new = dict(zip(keys, np.broadcast_to(out, columns[0].shape).ravel().tolist()))
             self.added += len(new.keys() - self.values.keys())
-            self.values = keep(VALUES_FILE, _versions(), {**self.values, **new}, KEPT_VALUES)
+            self.values = keep(VALUES_FILE, versions(), {**self.values, **new}, KEPT_VALUES)
         return out
 
 
@@ -72,7 +72,8 @@ def _scipy_value(name: str, *args):
     return getattr(special, name)(*args)
 
 
-def _versions() -> str:
+def versions() -> str:
+    """The versions kept values depend on (scipy's and numpy's)."""
     import scipy  # the package alone (a few ms), not scipy.special
 
     return f"scipy {scipy.__version__} numpy {np.__version__}"

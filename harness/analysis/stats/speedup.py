@@ -8,12 +8,16 @@ bootstrap. ``verdict_codes`` is the verdict rule on arrays, so simulations judge
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import math
 import statistics
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable
 
 import numpy as np
+from harness.fileio import keep, read_kept
 from harness.analysis.stats import distributions as sps  # scipy.stats's functions, scipy loaded at the first value
 
 BUSY_PCT = 10.0  # other processes' share of the CPUs above which a measurement is not trusted
@@ -216,8 +220,50 @@ def decide_probability(value: float, claim_low: float, claim_high: float, se: fl
     return float(1.0 - sum(np.atleast_1d(shares).tolist()) / len(scales))
 
 
+# A replayed sweep (every rung from the store) asks the same inconclusive verdicts the same question, and its answer
+# is a search over up to ``limit`` runs, each averaging 256 chi-square quantiles: the one place a cached sweep loaded
+# scipy.special (~0.12 s of its ~2 s on a 2-core CPU). So the answers of the default search (``df_at`` None) are kept
+# between processes, under scipy's and numpy's versions and this module's code (any edit of it computes them anew),
+# a few per process (a simulation's thousands of questions are computed, never written).
+ANSWERS_FILE = "repeats-to-decide.json"  # in the harness's cache folder
+KEPT_ANSWERS = 256  # the most answers the file keeps
+KEPT_ANSWERS_PER_PROCESS = 16
+_ANSWERS: dict = {"entries": None, "added": 0}
+
+
 def repeats_to_decide(measured: Ratio, claim_low: float, claim_high: float, limit: int = 50,
                       df_at: Callable[[int], float] | None = None) -> int | None:
+    """:func:`search_repeats`, its answer kept between processes when ``df_at`` is the default (see ANSWERS_FILE)."""
+    code = _answers_code()
+    if df_at is not None or code is None:
+        return search_repeats(measured, claim_low, claim_high, limit, df_at)
+    key = repr(("repeats", measured.value, measured.low, measured.high, measured.runs, measured.se, measured.df,
+                claim_low, claim_high, limit))
+    if _ANSWERS["entries"] is None:
+        _ANSWERS["entries"] = read_kept(ANSWERS_FILE, code)
+    kept = _ANSWERS["entries"].get(key, "absent")
+    if kept is None or type(kept) is int:  # JSON's null: more than ``limit`` runs
+        return kept
+    answer = search_repeats(measured, claim_low, claim_high, limit)
+    if _ANSWERS["added"] < KEPT_ANSWERS_PER_PROCESS:
+        _ANSWERS["added"] += 1
+        _ANSWERS["entries"] = keep(ANSWERS_FILE, code, {**_ANSWERS["entries"], key: answer}, KEPT_ANSWERS)
+    return answer
+
+
+@functools.cache
+def _answers_code() -> str | None:
+    """What the kept answers depend on: scipy's and numpy's versions and this module's source (None where it
+    cannot be read: nothing is kept then)."""
+    try:
+        digest = hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:16]
+    except OSError:
+        return None
+    return f"{sps.versions()} speedup {digest}"
+
+
+def search_repeats(measured: Ratio, claim_low: float, claim_high: float, limit: int = 50,
+                   df_at: Callable[[int], float] | None = None) -> int | None:
     """Runs per side that would turn an inconclusive band into a verdict in POWER (80%) of sweeps, if the
     ratio held: the band's own standard error scaled to n runs, with the t quantile that n runs will use
     (``decide_probability``).

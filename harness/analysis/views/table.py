@@ -15,7 +15,7 @@ from dataclasses import replace
 from harness.analysis.stats import calibration, noise_model, speedup, sweepstats
 from harness.analysis.views import components, cpu_bf16, diagnosis
 from harness.analysis.views import scaling
-from harness.analysis.stats.busy import BUSY_VERDICT, busy_reason
+from harness.analysis.stats.busy import BUSY_VERDICT, busy_reasons
 from harness.analysis.views.claims import Claims
 from harness.analysis.views.profile import bound_by
 from harness.analysis.views.rows import CampaignRow, CampaignSummary, GroupRow, RungRow, SweepTable
@@ -143,13 +143,13 @@ def _row(rung: int, runs, claims: Claims) -> RungRow:
                    status="ok" if len(ok) else str(runs["status"].iloc[-1]),
                    how="cached" if cached.all() else ("measured" if not cached.any() else "partly cached"),
                    repeats=len(runs), statuses={str(k): int(v) for k, v in runs["status"].value_counts().items()},
-                   busy=sum(bool(busy_reason(r)) for r in ok.to_dict("records")),
+                   busy=sum(bool(why) for why in busy_reasons(ok)),
                    notes=tuple(n for n in notes if n), **claim, **(_figures(ok) if len(ok) else {}))
 
 
 def _figures(ok) -> dict:
     """A rung's figures from its ok runs: those of the quiet ones where any was quiet (a busy run's say nothing)."""
-    quiet = ok[[not busy_reason(r) for r in ok.to_dict("records")]]
+    quiet = ok[[not why for why in busy_reasons(ok)]]
     shown = quiet if len(quiet) else ok  # the figures of the runs the verdicts use
     throughputs = [float(v) for v in shown["samples_per_s"]]
     # GPU: the allocator's reserved peak is what must fit in the device (records older than it: allocated);

@@ -11,7 +11,7 @@ import json
 from dataclasses import dataclass, field
 
 from harness.analysis.stats import speedup
-from harness.analysis.stats.busy import busy_reason
+from harness.analysis.stats.busy import busy_reasons
 from harness.store import load_runs, select_sweep
 
 SHOWN_UNITS = ("tokens",)  # sweeps of these units get the table (the speedup table counts samples)
@@ -54,7 +54,7 @@ def build_unit_table(records) -> UnitTable | None:
         return None
     rows = [_row(int(r), records[records["rung"] == r]) for r in sorted(records["rung"].dropna().unique())]
     ok = records[records["status"] == "ok"]
-    busy = [reason for reason in (busy_reason(r) for r in ok.to_dict("records")) if reason]
+    busy = [why for why in busy_reasons(ok) if why]
     # the speedup table leaves them out; here every ok run is shown, so they are named
     busy_note = (f"{len(busy)} of the {len(ok)} ok runs were measured on a busy machine ({busy[0]}): their figures "
                  "here are not trustworthy") if busy else ""
