@@ -99,11 +99,22 @@ def test_a_rungs_figures_are_those_of_its_quiet_runs_as_its_verdict_is():
 def test_one_run_a_rung_and_no_calibration_gives_no_band_and_no_verdict():
     table = table_mod.build_table(with_claims(frame("s", [[100.0], [150.0]]), {1: (1.3, 1.7)}), "s")
     row = table.rows[1]
-    assert row.verdict == speedup.NO_BAND_TEXT == ("inconclusive (one run a rung and no calibration: add "
-                                                 "sweep.repeats=2 or calibrate, as the noise note says)")
+    assert row.verdict == speedup.NO_BAND_TEXT == ("inconclusive (one run a rung and no calibration: another round "
+                                                 "or a calibration decides, as the noise note says)")
     assert row.x_previous.value == pytest.approx(1.5) and math.isnan(row.x_previous.low)
     assert render.row_cells(row)[4] == "1.50x [no band: no variance known]"
     assert table.noise_note.startswith("noise: no calibration here and one run a rung: no bands, no verdicts")
+
+
+def test_a_tables_noise_note_names_the_setting_that_adds_rounds_to_the_command_that_stored_its_records():
+    from harness.climb import trials
+
+    assert table_mod.CLIMB_LADDER == trials.LADDER_NAME
+    notes = {ladder: table_mod.build_table(frame("s", [[100.0], [150.0]], ladder=ladder), "s").noise_note
+             for ladder in ("sim", trials.LADDER_NAME, "diagnose")}
+    assert "no bands, no verdicts; add sweep.repeats=2 or run python -m harness noise" in notes["sim"]
+    assert "no bands, no verdicts; add climb.repeats=2 or run python -m harness noise" in notes["climb"]
+    assert "no bands, no verdicts; run python -m harness noise" in notes["diagnose"]
 
 
 def test_the_noise_command_of_a_table_calibrates_what_its_sweep_is_matched_with(tmp_path):

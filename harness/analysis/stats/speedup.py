@@ -120,8 +120,8 @@ def holm(p_values, alpha: float, at_level: Callable[[float], float] | None = Non
 
 CONFIRMS, INCONCLUSIVE, SHORT_NO_CHANGE, SHORT, EXCEEDS, REVERSES, TOO_WIDE_CODE, NO_BAND = range(8)
 DECIDED_CODES = (CONFIRMS, SHORT_NO_CHANGE, SHORT, EXCEEDS, REVERSES)
-NO_BAND_TEXT = ("inconclusive (one run a rung and no calibration: add sweep.repeats=2 or calibrate, as the noise note "
-                "says)")
+NO_BAND_TEXT = ("inconclusive (one run a rung and no calibration: another round or a calibration decides, as the noise "
+                "note says)")
 _TEXT = {CONFIRMS: "confirms", SHORT_NO_CHANGE: "falls short (no measurable change)", SHORT: "falls short",
          EXCEEDS: "exceeds", REVERSES: "reverses (slower)", TOO_WIDE_CODE: "too wide to say", NO_BAND: NO_BAND_TEXT}
 

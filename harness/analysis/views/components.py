@@ -30,7 +30,7 @@ from harness.analysis.views.rows import GroupRow, Parts, RungRow
 DIFFERENT = 1.10  # compute and end-to-end ratios this far apart (and outside the band) get a reading line
 NOT_JUDGED = "not judged here (see note)"
 NO_PART_BAND = ("no verdict (one run a rung: a part of the step has no band, the calibration measured the whole "
-                "run; add sweep.repeats=2)")
+                "run; another round gives it one)")
 
 
 def parts_of(ok) -> Parts:

@@ -54,7 +54,7 @@ def build_table(frame, sweep: str = "latest", results_dir: str = "results", word
                               judgement.level or 0.05)
     hint = calibration.calibrate_hint(str(first["workload"]), str(first["size"]), str(first["device"]), results_dir,
                                       words)
-    minutes, noise_note = _minutes(records), _noise_note(judgement, hint, ladder_name != diagnosis.LADDER)
+    minutes, noise_note = _minutes(records), _noise_note(judgement, hint, _rounds_setting(ladder_name))
     notes = _notes(judged.rows, ladder, claims, judgement, noise_note, minutes, hint)
     notes += [n for n in (copied_rounds_note(records, frame, results_dir), cpu_bf16.note(records)) if n]
     return SweepTable(sweep_id=str(first["sweep_id"]), ladder=ladder_name, workload=workload_name(first),
@@ -304,10 +304,18 @@ def _busy_notes(judgement: sweepstats.Judgement) -> list[str]:
     return [text + "; measure on an idle machine"]
 
 
-def _noise_note(judgement: sweepstats.Judgement, hint: str, rounds: bool = True) -> str:
-    """What the bands rest on: the calibration, the runs' own spread, or nothing; ``hint``: how to calibrate
-    (``calibration.calibrate_hint``); ``rounds``: whether more rounds are the sweep's to take (``diagnose``
+CLIMB_LADDER = "climb"  # the ladder of a climb's records (its LADDER_NAME; a test holds the two equal)
+
+
+def _rounds_setting(ladder_name: str) -> str:
+    """The setting that gives the records' command more rounds: a sweep's, a climb's, none for ``diagnose`` (it
     measures each part once: a calibration alone gives its table bands)."""
+    return {diagnosis.LADDER: "", CLIMB_LADDER: "climb.repeats"}.get(ladder_name, "sweep.repeats")
+
+
+def _noise_note(judgement: sweepstats.Judgement, hint: str, rounds: str = "sweep.repeats") -> str:
+    """What the bands rest on: the calibration, the runs' own spread, or nothing; ``hint``: how to calibrate
+    (``calibration.calibrate_hint``); ``rounds``: the setting that takes more rounds ("": none)."""
     noise = judgement.noise
     df = float(judgement.model.df[0])
     if noise.noise.calibrated:
@@ -315,14 +323,14 @@ def _noise_note(judgement: sweepstats.Judgement, hint: str, rounds: bool = True)
         if judgement.rounds == 1:
             smallest = noise_model.detectable_speedup(noise.noise.cv, noise.noise.df, 1, rungs=judgement.model.rungs)
             text += (f"; with one run a rung a speedup below ~{smallest:.2f}x is told from no change in fewer than "
-                     f"{speedup.POWER:.0%} of sweeps: add sweep.repeats=3 for tighter bands")
+                     f"{speedup.POWER:.0%} of sweeps" + (f": add {rounds}=3 for tighter bands" if rounds else ""))
         return text
     if df > 0:
         return (f"noise: no calibration here ({hint}); bands from the runs' own spread: the rung x round model, "
                 f"{df:.0f} degrees of freedom")
     if judgement.rounds > 1:
         return "noise: no calibration here, and one rung leaves the rung x round model no degrees of freedom"
-    more = "add sweep.repeats=2 or " if rounds else ""
+    more = f"add {rounds}=2 or " if rounds else ""
     return f"noise: no calibration here and one run a rung: no bands, no verdicts; {more}{hint}"
 
 
