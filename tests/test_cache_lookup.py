@@ -68,3 +68,20 @@ def test_a_measurement_copied_whole_comes_from_the_oldest_sweep_that_holds_every
     assert whole_source(str(tmp_path), {"inc": 2}, "e1", set()) == "day1"
     assert whole_source(str(tmp_path), needed, "other-env", set()) is None
     assert whole_source(str(tmp_path / "none"), needed, "e1", set()) is None
+
+
+def test_runs_of_one_second_are_taken_in_the_stores_order_and_a_run_without_a_time_last_either_way(tmp_path):
+    from harness.session.cache import originals
+    from harness.store import load_runs
+
+    same = "2026-11-22T09:00:00+0000"  # records written within one second share their timestamp
+    for run_id, stamp in (("b", same), ("a", same), ("n", ""), ("c", same), ("d", "2026-11-22T09:00:01+0000")):
+        write_record(_record(run_id, stamp or None), tmp_path)
+    frame = load_runs(tmp_path)
+    for oldest in (False, True):
+        order, used = [], set()
+        while (found := lookup_cached(str(tmp_path), "h1", "e1", used, oldest)) is not None:
+            order.append(found.run_id)
+            used.add(found.run_id)
+        assert order == list(originals(frame, "h1", "e1", set(), oldest)["run_id"])  # the frame's rule, in pyarrow
+        assert order == (["a", "b", "c", "d", "n"] if oldest else ["d", "a", "b", "c", "n"])

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from harness import config as config_mod
 from harness.profiles import summary_from_json
-from harness.store import RunRecord, load_records, load_runs, records_from_frame
+from harness.store import RunRecord, load_records, load_runs, read_table, records_from_frame
 
 # What the cache matches on: short columns only. config_json (~1.5 KB a run) is read for the candidates alone.
 CACHE_COLUMNS = ("run_id", "sweep_id", "timestamp", "config_hash", "env_key", "status", "cached_from")
@@ -112,17 +112,30 @@ def lookup_cached(results_dir: str, config_hash: str, env_key: str, used: set[st
     of measurements (``climb``) meets them in the order they were made. ``profiled``: only a record that kept a
     profile (a sweep with ``profile.enabled``; the profile is not part of config_hash). ``sweep``: only from that
     sweep (a round copied whole from one)."""
-    keys = load_runs(results_dir, columns=CACHE_COLUMNS,
-                     where={"config_hash": config_hash, "env_key": env_key, "status": "ok"})
-    candidates = originals(keys, config_hash, env_key, used, oldest)
-    if sweep:
-        candidates = candidates[candidates["sweep_id"] == sweep]
-    for sweep_id, run_id in zip(*(candidates[c] for c in ("sweep_id", "run_id"))):
+    for sweep_id, run_id in _candidates(results_dir, config_hash, env_key, used, oldest, sweep):
         # by sweep_id too: compacted parts are sorted by sweep, so only its row groups are read, not every one
         found = load_records(results_dir, where={"sweep_id": str(sweep_id), "run_id": str(run_id)})
         if found and not _debug_in_json(found[0].config_json) and (not profiled or _has_profile(found[0])):
             return found[0]
     return None
+
+
+def _candidates(results_dir: str, config_hash: str, env_key: str, used: set[str], oldest: bool,
+                sweep: str) -> list[tuple[str, str]]:
+    """(sweep_id, run_id) of :func:`originals` in the store (of ``sweep`` alone when given), in its order, filtered
+    and sorted inside pyarrow: a cached sweep asks once a rung, and the frame's filters cost ~5 ms a call."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    where = {"config_hash": config_hash, "env_key": env_key, "status": "ok", **({"sweep_id": sweep} if sweep else {})}
+    keys = read_table(results_dir, columns=["sweep_id", "run_id", "timestamp", "cached_from"], where=where)
+    original = pc.equal(pc.fill_null(keys["cached_from"], ""), "")
+    unused = pc.invert(pc.is_in(keys["run_id"], value_set=pa.array(sorted(used), pa.string())))
+    keys = keys.filter(pc.and_(original, unused))
+    # stable, missing timestamps last either way (pyarrow's default): what the frame's sort_values(kind="stable") gave
+    order = pc.sort_indices(keys, sort_keys=[("timestamp", "ascending" if oldest else "descending")])
+    keys = keys.take(order)
+    return list(zip(keys["sweep_id"].to_pylist(), keys["run_id"].to_pylist()))
 
 
 def _has_profile(record: RunRecord) -> bool:
