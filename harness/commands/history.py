@@ -74,7 +74,7 @@ def print_regressions(found: history.History, threshold: float) -> None:
         print(f"{config.title} [{config.config_hash[:10]}] on {config.hardware}: {kind}{step.ratio - 1:+.1%} between "
               f"{step.good or '?'} ({before.session}, {before.when[:10]}) and {step.bad or '?'} ({after.session}, "
               f"{after.when[:10]}); commits {step.good or '?'}..{step.bad or '?'}")
-        print(f"  {history_page.SLOPE_WHY if step.slope else history_page.bisect_command(step, found.results_dir)}")
+        print(f"  {history_page.no_bisect_why(step) or history_page.bisect_command(step, found.results_dir)}")
 
 
 def _writable_folder(out: str) -> Path:
