@@ -95,3 +95,17 @@ def test_latest_names_the_newest_sweep_as_table_and_check_take_it(results, tmp_p
     write_sweep(results, "phase2-new", (100.0, 120.0, 140.0, 160.0), day=2)
     assert run_compare(results, tmp_path / "c", "phase2-old", "latest") == 0
     assert "| 0 | (baseline) | 50.50 | 101.00 | 2.00x | - |" in capsys.readouterr().out
+
+
+def test_an_out_that_cannot_be_a_folder_names_the_flag_and_the_fix_before_anything_is_compared(results, tmp_path,
+                                                                                                capsys):
+    write_sweep(results, "a")
+    write_sweep(results, "b", day=2)
+    a_file = tmp_path / "compare"
+    a_file.write_text("")
+    assert run_compare(results, a_file, "a", "b") == 2
+    captured = capsys.readouterr()
+    assert captured.err.strip() == (f"error: --out {str(a_file)!r}: cannot write compare.md and compare.png there "
+                                    "(File exists, FileExistsError); choose a folder you can write, such as "
+                                    "results/compare")
+    assert captured.out == ""  # refused before the table is printed

@@ -323,3 +323,38 @@ def test_a_sweep_export_setting_is_checked_before_anything_runs():
     with pytest.raises(ValueError, match="sweep.export='excel:x': TARGET:DEST with TARGET one of tb, mlflow, wandb"):
         sweep_cmd.plan_sweep(["+ladder=phase2", "sweep.export=excel:x"])
     assert sweep_cmd.plan_sweep(["+ladder=phase2", "sweep.export=tb:runs/harness"]).export == "tb:runs/harness"
+
+
+class FakeWandb:
+    """What the W&B exporter calls of ``wandb``, writing one folder per run as offline runs do."""
+
+    def __init__(self):
+        self.runs = []
+
+    def init(self, dir, name, **kwargs):
+        self.runs.append(name)
+        run_dir = Path(dir) / "wandb" / f"offline-run-{len(self.runs)}" / "files"
+        run_dir.mkdir(parents=True)
+        summary = type("Summary", (), {"update": lambda self, values: None})()
+        return type("Run", (), {"dir": str(run_dir), "summary": summary, "finish": lambda self: None})()
+
+    def teardown(self):
+        pass
+
+
+def test_a_wandb_export_run_again_is_left_as_it_is_as_the_docs_say(store, tmp_path, capsys, monkeypatch):
+    """The same export twice wrote every offline run twice (a `wandb sync` uploaded both); as with TensorBoard and
+    MLflow, a sweep already exported under DEST is now said and left alone, and a new one is still exported."""
+    from harness.export import to_wandb
+
+    fake = FakeWandb()
+    monkeypatch.setattr(to_wandb, "wandb_module", lambda: fake)
+    dest = tmp_path / "wb"
+    group = figures.sweep_group(str(store))
+    assert cli.main(["export", "--to", "wandb", str(dest), "--results", str(store)]) == 0
+    assert len(fake.runs) == 1 + len(group.entries) and "wandb sync" in capsys.readouterr().out
+    assert cli.main(["export", "--to", "wandb", str(dest), "--results", str(store)]) == 0
+    assert len(fake.runs) == 1 + len(group.entries)
+    assert capsys.readouterr().out.strip() == (f"sweep {SWEEP}: already in {dest / 'wandb'}, left as it is "
+                                               f"(delete {dest / 'harness-exported' / SWEEP} to export again)")
+    assert len(list(dest.glob("wandb/offline-run-*"))) == 1 + len(group.entries)

@@ -22,7 +22,8 @@ def record(results, run_id, sweep_id, sps, day, config="cfg-a", rung=0, **fields
                            timestamp=f"2024-06-{day:02d}T10:00:00+00:00", workload="unet3d", device="cpu",
                            config_hash=config, sweep_id=sweep_id, ladder="phase2",
                            rung=rung, change="precision=bf16-mixed" if rung else "", samples_per_s=sps,
-                           cpu_model=CPU, cpu_count=2, torch_version="2.4.0", git_commit=str(day) * 40,
+                           cpu_model=CPU, cpu_count=2, torch_version="2.4.0",
+                           git_commit=fields.pop("git_commit", str(day) * 40),
                            other_cpu_pct=fields.pop("other_cpu_pct", 1.0), **fields), results)
 
 
@@ -120,13 +121,15 @@ def test_a_one_run_session_is_a_point_without_a_band(tmp_path):
     assert svg.count("stroke-width='2'/><circle") == 1  # one band line: the two-run session's
 
 
-def drop_store(results, before=100.0, after=80.0, days=8):
-    """``days`` sweeps of three runs, the level dropping after day ``days // 2`` (commits are the day's digit)."""
+def drop_store(results, before=100.0, after=80.0, days=8, commit=None):
+    """``days`` sweeps of three runs, the level dropping after day ``days // 2`` (commits are the day's digit, or
+    ``commit`` for every sweep)."""
     rng = np.random.default_rng(3)
     for day in range(1, days + 1):
         level = before if day <= days // 2 else after
         for i in range(3):
-            record(results, f"d{day}-{i}", f"s{day}", level * float(np.exp(rng.normal(0, 0.01))), day)
+            record(results, f"d{day}-{i}", f"s{day}", level * float(np.exp(rng.normal(0, 0.01))), day,
+                   **({} if commit is None else {"git_commit": commit}))
 
 
 def test_change_points_are_marked_on_the_page_and_listed_with_their_commit_range(tmp_path, capsys):
@@ -151,6 +154,25 @@ def test_change_points_are_marked_on_the_page_and_listed_with_their_commit_range
     assert capsys.readouterr().out.startswith("0 regression(s)")
     assert history_cmd.main("history", ["--results", str(tmp_path)]) == 2
     assert "give --out FOLDER" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("commit, why", [("a" * 40, "both sessions ran commit aaaaaaaaaaaa"),
+                                         ("", "a session's commit is not known")])
+def test_a_step_with_no_commit_range_says_why_instead_of_a_bisect_command_that_cannot_run(tmp_path, capsys,
+                                                                                          commit, why):
+    """Sweeps of one commit (the machine or the environment moved) or of no known commit: `bisect GOOD BAD` has no
+    commits to try (it refuses GOOD == BAD and an empty GOOD), so no such command is printed."""
+    drop_store(tmp_path, commit=commit)
+    (config,) = history.collect(str(tmp_path)).configs
+    (step,) = config.steps
+    assert (step.good, step.bad) == (commit[:12], commit[:12]) and step.ratio == pytest.approx(0.8, rel=0.02)
+    assert history_cmd.main("history", ["--results", str(tmp_path), "--regressions"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("1 regression(s)") and "-19.9% between" in out[1]
+    assert out[2].startswith(f"  {why}: no commit to bisect") and not any("harness bisect" in line for line in out)
+    assert history_cmd.main("history", ["--results", str(tmp_path), "--out", str(tmp_path / "site")]) == 0
+    page = (tmp_path / "site" / "index.html").read_text()
+    assert page.count("class='step'") == 1 and "harness bisect" not in page and "no commit to bisect" in page
 
 
 def test_a_drift_is_listed_as_one_slope_without_a_bisect_command(tmp_path, capsys):

@@ -213,3 +213,16 @@ def test_waterfall_goes_log_when_a_rung_is_many_times_slower(results, tmp_path):
     assert "0.020x" in [t.get_text() for t in ax.texts]
     write_sweep(tmp_path / "modest")
     assert plots.waterfall(plots.sweep_data(load_runs(tmp_path / "modest"))).figure.axes[0].get_yscale() == "linear"
+
+
+def test_an_out_that_cannot_be_a_folder_names_the_flag_and_the_fix_before_anything_is_drawn(results, tmp_path,
+                                                                                              capsys):
+    """An --out that is a file (or below one) was an OSError's bare text ("[Errno 17] File exists: ..."), naming
+    neither the flag nor what to give instead."""
+    write_sweep(results)
+    a_file = tmp_path / "plots.png"
+    a_file.write_text("")
+    for out, why in ((a_file, "File exists, FileExistsError"), (a_file / "sub", "Not a directory, NotADirectoryError")):
+        assert run_plot(results, out) == 2
+        assert capsys.readouterr().err.strip() == (f"error: --out {str(out)!r}: cannot write the plots there ({why}); "
+                                                   "choose a folder you can write, such as results/plots")

@@ -10,7 +10,9 @@ raises for input it cannot use. ``--help`` exits 0. No torch, no Hydra.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+import tempfile
 from pathlib import Path
 from typing import Callable, Iterable
 
@@ -103,6 +105,26 @@ def run(parser: argparse.ArgumentParser, argv: list[str], body: Callable[[argpar
         return body(args)
     except (ValueError, OSError) as exc:  # input the command cannot use: never a traceback, never exit 1
         return refuse(exc)
+
+
+def out_folder(out: str, what: str, example: str) -> Path:
+    """``--out``, made if missing, once a file can be written into it: checked before anything is read or drawn,
+    so that a file, a path below a file or a folder without rights is one line naming the flag and the fix, not an
+    OSError's bare text after the work. ``what``: the files it will hold; ``example``: a folder to suggest."""
+    folder = Path(out)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(dir=folder, prefix=".out-probe-")
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        raise ValueError(cannot_write(out, what, exc, example)) from None
+    return folder
+
+
+def cannot_write(out: str, what: str, exc: OSError, example: str) -> str:
+    return (f"--out {out!r}: cannot write {what} there ({exc.strerror or exc}, {type(exc).__name__}); choose a "
+            f"folder you can write, such as {example}")
 
 
 def refuse(exc: BaseException | str) -> int:

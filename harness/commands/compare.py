@@ -26,6 +26,7 @@ def main(command: str, argv: list[str]) -> int:
 
 
 def side_by_side(args: argparse.Namespace) -> int:
+    common_args.out_folder(args.out, "compare.md and compare.png", "results/compare")
     comparison = compare.compare_sweeps(args.sweeps, args.results)
     sys.stdout.write(comparison.text)
     for path in compare.write_comparison(comparison, args.out):

@@ -12,10 +12,7 @@ Exit 2 on bad input. No torch, no Hydra.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
-import tempfile
-from pathlib import Path
 
 from harness.analysis.views import history, history_page
 from harness.commands import common_args
@@ -43,7 +40,7 @@ def run_history(args: argparse.Namespace) -> int:
                          "or both")
     if not 0 < args.threshold < 1:
         raise ValueError(f"--threshold {args.threshold:g}: a fraction between 0 and 1, such as 0.05")
-    out = _writable_folder(args.out) if args.out else None
+    out = common_args.out_folder(args.out, "index.html", "results/history") if args.out else None
     found = history.collect(args.results, args.ladder, args.workload)
     for warning in found.warnings:
         print(f"warning: {warning}", file=sys.stderr)
@@ -56,7 +53,7 @@ def run_history(args: argparse.Namespace) -> int:
     try:
         path = write_text_atomic(out / "index.html", history_page.page(found))
     except OSError as exc:  # the folder changed meanwhile
-        raise ValueError(_cannot_write(args.out, exc)) from None
+        raise ValueError(common_args.cannot_write(args.out, "index.html", exc, "results/history")) from None
     marks = sum(len(c.marks) for c in found.configs)
     print(f"wrote {path}: {len(found.configs)} config(s), {sum(len(c.points) for c in found.configs)} sessions, "
           f"{marks} verdicts")
@@ -74,22 +71,4 @@ def print_regressions(found: history.History, threshold: float) -> None:
         print(f"{config.title} [{config.config_hash[:10]}] on {config.hardware}: {kind}{step.ratio - 1:+.1%} between "
               f"{step.good or '?'} ({before.session}, {before.when[:10]}) and {step.bad or '?'} ({after.session}, "
               f"{after.when[:10]}); commits {step.good or '?'}..{step.bad or '?'}")
-        print(f"  {history_page.SLOPE_WHY if step.slope else history_page.bisect_command(step, found.results_dir)}")
-
-
-def _writable_folder(out: str) -> Path:
-    """``--out``, made if missing, once a file can be written into it (ValueError naming the flag and the fix)."""
-    folder = Path(out)
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-        fd, probe = tempfile.mkstemp(dir=folder, prefix=".history-probe-")
-        os.close(fd)
-        os.unlink(probe)
-    except OSError as exc:
-        raise ValueError(_cannot_write(out, exc)) from None
-    return folder
-
-
-def _cannot_write(out: str, exc: OSError) -> str:
-    return (f"--out {out!r}: cannot write index.html there ({exc.strerror or exc}, {type(exc).__name__}); choose a "
-            "folder you can write, such as results/history")
+        print(f"  {history_page.no_bisect_why(step) or history_page.bisect_command(step, found.results_dir)}")

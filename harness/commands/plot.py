@@ -23,6 +23,7 @@ def main(command: str, argv: list[str]) -> int:
 
 
 def draw(args: argparse.Namespace) -> int:
+    common_args.out_folder(args.out, "the plots", "results/plots")
     for path in plots.write_plots(args.results, args.sweep, args.out, args.format):
         print(path)
     return 0

@@ -152,13 +152,29 @@ def steps_text(config: ConfigHistory, results_dir: str) -> str:
     if not config.steps:
         return ""
     items = [f"<li>{c.ratio - 1:+.1%} between {_e(c.good or '?')} and {_e(c.bad or '?')}: "
-             + (f"{_e(SLOPE_WHY)}" if c.slope else f"<code>{_e(bisect_command(c, results_dir))}</code>") + "</li>"
-             for c in config.steps]
+             + (_e(why) if (why := no_bisect_why(c)) else f"<code>{_e(bisect_command(c, results_dir))}</code>")
+             + "</li>" for c in config.steps]
     return "<p class='meta'>Change points (sweeps only):</p><ul class='meta'>" + "".join(items) + "</ul>"
 
 
 SLOPE_WHY = ("a slope (successive steps the same way): a drift over several sessions, not one commit; compare the "
              "environments of its sessions, or sweep the commits between")
+
+
+def no_bisect_why(c: ChangePoint) -> str:
+    """Why a change point has no bisect command ("" when it has one): a slope has no one commit, and sessions of one
+    commit (the machine, the environment or uncommitted changes moved) or of an unknown one leave ``bisect GOOD
+    BAD`` no commit to try, so the command it would print could not run."""
+    if c.slope:
+        return SLOPE_WHY
+    good, bad = c.good.removesuffix("-dirty"), c.bad.removesuffix("-dirty")
+    if not good or not bad:
+        return f"a session's commit is not known: {NO_RANGE_WHY}"
+    return f"both sessions ran commit {good}: {NO_RANGE_WHY}" if good == bad else ""
+
+
+NO_RANGE_WHY = ("no commit to bisect; the step came with the machine, the environment or uncommitted changes: compare "
+                "the environments of the two sessions")
 
 
 def bisect_command(c: ChangePoint, results_dir: str) -> str:
