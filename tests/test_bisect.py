@@ -130,3 +130,19 @@ def test_bisect_takes_settings_anywhere_among_its_options_as_its_usage_shows(mon
     assert args.overrides == ["measure.steps=5", "seed=1"]
     assert bisect_cmd.main("bisect", ["GOOD", "--rounds", "2"]) == 2  # BAD missing: one line, exit 2
     assert capsys.readouterr().err.count("\n") == 1
+
+
+def test_a_step_whose_runs_fail_is_skipped_and_the_answer_keeps_speed_apart_from_failure():
+    from harness.analysis.gate.paired import PairedRow
+
+    rows = [PairedRow("regressed", 3, ratio=1.0), PairedRow("unchanged", 4, ratio=1.0, level=0.975)]
+    answer = bisect_cmd.to_answer(1, [type("Result", (), {"rows": rows})()], {3: 0.05, 4: 0.05})
+    assert answer.regressed == {} and answer.failed == (3,) and answer.untestable
+    check, asked = faked(5, answers={"c4": 1})
+    wrapped = lambda c, q: bisect_mod.Answer(1, failed=(3,)) if c == "c4" else check(c, q)  # noqa: E731
+    found = bisect_mod.bisect("c0", COMMITS, wrapped)
+    assert found.first_bad == "c6" and ("c4", bisect_mod.SKIPPED) in found.checks
+    check, asked = faked(5)
+    every = lambda c, q: check(c, q) if c == "c8" else bisect_mod.Answer(1, failed=(3,))  # noqa: E731
+    found = bisect_mod.bisect("c0", COMMITS, every)
+    assert found.first_bad is None and "the first bad commit is one of c1, c2, c3, c4, c5, c6, c7, c8" in found.stopped

@@ -154,7 +154,7 @@ def test_stored_check_holds_false_alarms_with_a_session_term_estimated_from_hist
 
     def check():
         estimated = sessions.estimate(history(rng, configs=4, sessions_each=4, runs=3, cv=0.03))
-        assert estimated.estimated and estimated.df == 12
+        assert estimated.estimated and 0 < estimated.df <= 12  # 4 configs x (4 sessions - 1), at most
         return stored_check(rng, 4, runs=5, cv=0.03, session=estimated)
 
     false_alarms, _ = rate(check, trials=400)
@@ -186,7 +186,7 @@ def test_stored_check_cannot_promise_it_when_the_day_does_not_help():
 def test_the_estimate_finds_the_session_sd():
     rng = np.random.default_rng(17)
     estimated = sessions.estimate(history(rng, configs=6, sessions_each=8, runs=3, cv=0.03))
-    assert estimated.df == 6 * 7 and estimated.sessions == 48 and estimated.configs == 6
+    assert 0 < estimated.df <= 6 * 7 and estimated.sessions == 48 and estimated.configs == 6
     assert 0.02 <= estimated.sd <= 0.04, estimated
 
 
@@ -209,6 +209,33 @@ def test_both_gates_hold_the_family_wise_rate_with_every_config_at_the_edge():
         stored, _ = rate(lambda n=configs: stored_check(rng, n, runs=5, cv=0.03, slow=EDGE - SHIFT, every=True),
                          trials=600)
         assert against_ <= exact_bound(600) and stored <= exact_bound(600), (configs, against_, stored)
+
+
+def quick_history(rng, configs: int, sessions_each: int, runs: int, cv: float, session_sd: float) -> pd.DataFrame:
+    """``history``'s records, built at once (a check's worth of earlier sweeps in a millisecond)."""
+    level = np.arange(configs)[:, None, None] + rng.normal(0, session_sd, (configs, sessions_each, 1))
+    logs = 4.0 + level + rng.normal(0, cv, (configs, sessions_each, runs))
+    config, session, _ = np.indices(logs.shape)
+    return pd.DataFrame({"config_hash": [f"c{c}" for c in config.ravel()], "env_key": "e",
+                         "sweep_id": [f"s{s}" for s in session.ravel()], "status": "ok",
+                         "samples_per_s": np.exp(logs.ravel())})
+
+
+def test_stored_check_at_the_edge_holds_its_rate_with_the_session_sd_estimated_from_history():
+    """Every config at the threshold's edge, 4 configs, the session sd estimated from 5 earlier sessions of 2 runs
+    each (sessions 2% apart, CV 3%: the runs' share is most of the session means' spread). Counting sessions - 1
+    df for the estimate flagged 9.8% of these checks (its floor, 0.5%, often taken for a certainty); Satterthwaite's
+    df for it, 0.2%: held to 5% + 3 standard errors (600 checks, seed 23)."""
+    rng = np.random.default_rng(23)
+
+    def check():
+        estimated = sessions.estimate(quick_history(rng, 4, 5, 2, 0.03, 0.02))
+        return stored_check(rng, 4, runs=5, cv=0.03, slow=EDGE, every=True, session=estimated, session_sd=0.02,
+                            shift=0.0)
+
+    alarms, _ = rate(check, trials=600)
+    print("edge, estimated session sd: false alarms", alarms)
+    assert alarms <= exact_bound(600), alarms
 
 
 def test_the_stored_checks_promise_rests_on_the_session_sd_it_assumes():

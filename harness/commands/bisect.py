@@ -83,7 +83,8 @@ def run_bisect(args: argparse.Namespace) -> int:
         kept: list = []
         code = check_commit(root, commit, good, results, args, budget, question, kept)
         answer = to_answer(code, kept, question)
-        words = (bisect_mod.STEP_WORDS if question else bisect_mod.WORDS).get(code, bisect_mod.WORDS.get(code))
+        shown = bisect_mod.SKIPPED if question and answer.untestable else code
+        words = (bisect_mod.STEP_WORDS if question else bisect_mod.WORDS).get(shown, bisect_mod.WORDS.get(code))
         said = f"; {answer.band}" if answer.band else ""
         print(f"bisect: {commit[:12]}: {words or f'exit {code}'} (exit {code}){said}", file=sys.stderr)
         return answer
@@ -109,17 +110,19 @@ def sweep_configs(results: Path, sweep: str) -> int:
 
 
 def to_answer(code: int, kept: list, question: bisect_mod.Question | None) -> bisect_mod.Answer:
-    """A check's exit code and result as bisection's answer: the ratios of the configs it called regressed, and
-    the band of each config asked (BAD's: of those it regressed on, else every one)."""
+    """A check's exit code and result as bisection's answer: the ratios of the configs it called regressed by their
+    speed, the configs regressed only by failing to run (no speed verdict: a step skips on those alone), and the
+    band of each config asked (BAD's: of those it regressed on, else every one)."""
     if not kept:
         return bisect_mod.Answer(code)
     rows = kept[-1].rows
-    regressed = {r.rung: r.ratio for r in rows if r.status == "regressed" and r.ratio is not None}
+    regressed = {r.rung: r.ratio for r in rows if r.status == "regressed" and r.ratio is not None and r.level}
+    failed = tuple(r.rung for r in rows if r.status == "regressed" and not r.level)
     shown = [r for r in rows if r.status == "regressed"] if regressed and not question else rows
     words = {"regressed": "nearer BAD", "unchanged": "nearer GOOD", "improved": "nearer GOOD"} if question else {}
     band = "; ".join(f"rung {r.rung} {words.get(r.status, r.status)}" + (f" {r.ratio:.3f}x, band {band_text(r)}"
                                                                        if r.ratio is not None else "") for r in shown)
-    return bisect_mod.Answer(code, regressed, band)
+    return bisect_mod.Answer(code, regressed, band, failed)
 
 
 def check_commit(root: Path, commit: str, good: str, results: Path, args: argparse.Namespace,

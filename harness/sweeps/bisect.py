@@ -9,6 +9,9 @@ is it nearer BAD or GOOD? That is the gate's own rule against the half step: eac
 BAD's slowdown on the log scale (``half_step``), so "regressed" says nearer BAD (the bad end moves there) and
 "unchanged" nearer GOOD (the good end moves). A step that stays undecided after the rounds its budget allows,
 or a busy or bad check, stops the bisection early and says the range it narrowed to, as does a budget spent.
+A step where a config asked fails to run (REF ran ok) and none is nearer BAD by its speed cannot answer a speed
+question: it is skipped, as ``git bisect skip``, and the commit nearest the middle not yet skipped is asked;
+counting the failure as "nearer BAD" named a broken commit before the slow one as the first bad commit.
 The checks are ``check(commit, question) -> Answer``, so the logic here measures nothing itself: it is a policy
 over the session engine (``harness.session.engine``), which runs the check of the commit it decides on next.
 """
@@ -25,8 +28,9 @@ from harness.session.events import Events, Listener
 from harness.sweeps.worktree import git
 
 REGRESSED, UNCHANGED = 1, 0
+SKIPPED = 125  # a step whose asked configs fail to run there: no speed to compare (git bisect run's "skip" code)
 WORDS = {0: "unchanged", 1: "regressed", 2: "bad input or nothing comparable", 5: "busy", 6: "undecided"}
-STEP_WORDS = {0: "nearer GOOD", 1: "nearer BAD"}  # a step's answer against the half step
+STEP_WORDS = {0: "nearer GOOD", 1: "nearer BAD", SKIPPED: "skipped: a config asked fails to run there"}
 
 
 @dataclass(frozen=True)
@@ -37,6 +41,12 @@ class Answer:
     code: int
     regressed: dict[int, float] = field(default_factory=dict)  # rung -> throughput ratio work / GOOD
     band: str = ""
+    failed: tuple[int, ...] = ()  # rungs whose runs fail at this commit where GOOD's ran ok (no speed verdict)
+
+    @property
+    def untestable(self) -> bool:
+        """Regressed only by failing to run: a step cannot say from it whether the speed is nearer BAD."""
+        return self.code == REGRESSED and not self.regressed and bool(self.failed)
 
 
 Question = dict[int, float]  # rung -> threshold the step is asked at (the half step of BAD's slowdown)
@@ -124,6 +134,7 @@ class Halving:
         self.found = Bisection(good, commits[-1])
         self.low, self.high = -1, len(commits) - 1  # commits[low] is good (-1: GOOD itself), commits[high] bad
         self.asked = False  # BAD was checked
+        self.skipped: set[int] = set()  # indices of commits whose runs fail: no speed answer (git bisect skip)
         self.answer: Answer | None = None
 
     def next_turns(self, round_: int, events: Events) -> list[Step] | None:
@@ -136,7 +147,18 @@ class Halving:
             return self._narrowed()
         if not self.asked:
             return [Step(self.commits[-1], None)]
-        return [Step(self.commits[(self.low + self.high) // 2], self.found.question or None)]
+        middle = self._middle()
+        if middle is None:
+            left = ", ".join(self.commits[i][:12] for i in range(self.low + 1, self.high + 1))
+            self.found.stopped = f"only commits whose runs fail are left: the first bad commit is one of {left}"
+            return self._narrowed()
+        return [Step(self.commits[middle], self.found.question or None)]
+
+    def _middle(self) -> int | None:
+        """The commit to ask next: the middle of the range left, or the one nearest it not skipped (None: none)."""
+        mid = (self.low + self.high) // 2
+        left = [i for i in range(self.low + 1, self.high) if i not in self.skipped]
+        return min(left, key=lambda i: (abs(i - mid), i)) if left else None
 
     def held(self, turn: Step) -> bool:
         return False
@@ -144,12 +166,16 @@ class Halving:
     def measure(self, turn: Step, again: bool, hooks: engine.Hooks) -> Checked:
         hooks.started(None)
         self.answer = self.check(turn.commit, turn.question)
-        self.found.checks.append((turn.commit, self.answer.code))
+        skip = turn.question is not None and self.answer.untestable
+        self.found.checks.append((turn.commit, SKIPPED if skip else self.answer.code))
         self.found.bands[turn.commit] = self.answer.band
         return Checked(self.answer)
 
     def look(self, rounds: int, events: Events) -> bool:
         commit, code = self.found.checks[-1]
+        if code == SKIPPED:
+            self.skipped.add(self.commits.index(commit))
+            return True
         if code not in (REGRESSED, UNCHANGED):
             self.found.stopped = f"{commit[:12]} against GOOD: {WORDS.get(code, 'exit')} (exit {code})"
             self._narrowed()
@@ -162,7 +188,7 @@ class Halving:
                 return False
             self.found.question = question(self.answer)
             return True
-        mid = (self.low + self.high) // 2
+        mid = self.commits.index(commit)
         self.low, self.high = (self.low, mid) if code == REGRESSED else (mid, self.high)
         return True
 

@@ -13,8 +13,11 @@ Where ``sd_session`` comes from, said in the output:
   same configs in the same environment (``env_key``: the same code, software and hardware), original
   measurements only (cached copies and debug slowdowns left out), the checked sweep itself left out. A
   one-way random-effects estimate: the spread of the session means beyond what their runs' own spread
-  explains, pooled over the configs, with sessions - 1 degrees of freedom each. At least 3 sessions of a
-  config (2 degrees of freedom) are needed; fewer, and
+  explains, pooled over the configs. Its degrees of freedom are Satterthwaite's for that difference of two
+  mean squares, not the sessions' count: where the runs' spread is much of the session means' spread the
+  estimate is nearly blind (often at its floor), and counting sessions - 1 df for it put every config at the
+  threshold's edge over 5% (7-10% of checks). At least 3 sessions of a config (2 degrees of freedom of the
+  session means) are needed; fewer, and
 * **the default**: an sd of 3% between sessions (``DEFAULT_SD``), a documented assumption.
 
 The decision is the gate's (``harness.analysis.gate.rule``): one-sided against the threshold, Holm over the
@@ -56,7 +59,7 @@ class SessionNoise:
     def describe(self) -> str:
         if self.estimated:
             return (f"between sessions: sd {self.sd:.1%} estimated from {self.sessions} earlier sessions of "
-                    f"{self.configs} config(s) in the same environment ({self.df:.0f} df)")
+                    f"{self.configs} config(s) in the same environment ({self.df:.1f} df)")
         return (f"between sessions: default sd {self.sd:.0%} (fewer than 3 earlier sessions of these configs in "
                 "the same environment to estimate it from): an assumption the 5% false-alarm rate rests on; where "
                 "sessions differ by 5%, a quarter of 4-config checks at the threshold's edge raise a false alarm "
@@ -75,7 +78,8 @@ def estimate(history) -> SessionNoise:
     ok = ok.assign(_log=np.log(ok["samples_per_s"].astype(float)))
     sessions = ok.groupby(["config_hash", "env_key", "sweep_id"])["_log"].agg(["mean", "count", "var"]).reset_index()
     spread = sessions[sessions["count"] >= 2]
-    within = float(((spread["count"] - 1) * spread["var"]).sum() / (spread["count"] - 1).sum()) if len(spread) else 0.0
+    within_df = float((spread["count"] - 1).sum())
+    within = float(((spread["count"] - 1) * spread["var"]).sum() / within_df) if len(spread) else 0.0
     ss, df, inverse_n, used, configs = 0.0, 0, [], 0, set()
     for (config, _), group in sessions.groupby(["config_hash", "env_key"]):
         if len(group) < 2:
@@ -87,8 +91,18 @@ def estimate(history) -> SessionNoise:
         configs.add(config)
     if df < MIN_DF:
         return DEFAULT
-    between = ss / df - within * float(np.mean(inverse_n))
-    return SessionNoise(sd=math.sqrt(max(between, MIN_SD ** 2)), df=float(df), sessions=used, configs=len(configs))
+    between, between_df = _between(ss / df, df, within * float(np.mean(inverse_n)), within_df)
+    return SessionNoise(sd=math.sqrt(between), df=between_df, sessions=used, configs=len(configs))
+
+
+def _between(session_ms: float, session_df: int, runs_part: float, runs_df: float) -> tuple[float, float]:
+    """The between-session variance, session means' mean square less their runs' share (never below ``MIN_SD``
+    squared), and its Satterthwaite degrees of freedom: the difference is as uncertain as both mean squares
+    together, so a history whose session means hardly spread beyond their runs says little, however many
+    sessions it has (an estimate at its floor gets few df, and the check's band widens instead of narrowing)."""
+    between = max(session_ms - runs_part, MIN_SD ** 2)
+    uncertainty = session_ms ** 2 / session_df + (runs_part ** 2 / runs_df if runs_df > 0 else 0.0)
+    return between, (between ** 2 / uncertainty if uncertainty > 0 else float(session_df))
 
 
 def history_for(results_dir, baseline, current) -> SessionNoise:
