@@ -237,3 +237,15 @@ def test_a_verdict_goes_to_the_store_first_then_to_the_other_sinks_and_a_refused
     (tmp_path / "file").write_text("")  # a results folder that is a file: the store refuses the verdict
     assert verdicts.hand_out(verdict, verdicts.VerdictStore(tmp_path / "file"), Tracker()) == ""
     assert handed == ["against_7"] and "warning: the verdict was not kept" in capsys.readouterr().err
+
+
+def test_regressions_say_which_configs_had_too_few_sweeps_to_look_for_a_change_point(tmp_path, capsys):
+    drop_store(tmp_path)  # cfg-a: 8 sweeps, one step
+    for day in (1, 2, 3):  # cfg-b: 3 sweeps, nothing looked for
+        record(tmp_path, f"b{day}", f"s{day}", 50.0 if day < 3 else 30.0, day, config="cfg-b", rung=1)
+    assert history_cmd.main("history", ["--results", str(tmp_path), "--regressions"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == ("1 regression(s) among the change points of 1 config(s) (a drop of more than 5% between two "
+                      "sweeps)")
+    assert out[1] == "1 config(s) not examined: fewer than 6 quiet sweeps of them, too few to place a change point"
+    assert out[2].startswith("unet3d: phase2 rung 0 [cfg-a]")

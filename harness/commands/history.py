@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from harness.analysis.views import history, history_page
+from harness.analysis.views import changepoints, history, history_page
 from harness.commands import common_args
 from harness.fileio import write_text_atomic
 
@@ -63,8 +63,12 @@ def run_history(args: argparse.Namespace) -> int:
 def print_regressions(found: history.History, threshold: float) -> None:
     """One line per change point that dropped by more than ``threshold``, then the command that bisects it."""
     drops = [(c, s) for c in found.configs for s in c.steps if s.ratio < 1 - threshold]
-    print(f"{len(drops)} regression(s) among the change points of {len(found.configs)} config(s) "
+    looked = sum(history.examined(c.points) for c in found.configs)
+    print(f"{len(drops)} regression(s) among the change points of {looked} config(s) "
           f"(a drop of more than {threshold:.0%} between two sweeps)")
+    if looked < len(found.configs):
+        print(f"{len(found.configs) - looked} config(s) not examined: fewer than {changepoints.MIN_SESSIONS} quiet "
+              "sweeps of them, too few to place a change point")
     for config, step in drops:
         before, after = config.points[step.before], config.points[step.after]
         kind = f"a slope of {step.steps} steps, " if step.slope else ""

@@ -196,10 +196,21 @@ def _config(config: str, hw: str, group: pd.DataFrame, names: dict[str, list[str
     return history
 
 
+def examined(points: list[Point]) -> bool:
+    """Whether a config has the sweeps a change point needs (``changepoints.MIN_SESSIONS``): with fewer none is looked
+    for, which "no change point" must not be mistaken for."""
+    return len(_series(points)) >= changepoints.MIN_SESSIONS
+
+
+def _series(points: list[Point]) -> list[int]:
+    """The points change points are looked for in: a config's quiet sweeps (paired checks' sides and busy sessions
+    left out: a check measures two commits at once, a busy session measures the neighbours)."""
+    return [i for i, p in enumerate(points) if p.source == "sweep" and p.samples_per_s and not p.busy]
+
+
 def change_points(points: list[Point]) -> list[ChangePoint]:
-    """The steps of the level of a config's sweeps (paired checks' sides and busy sessions left out: a check
-    measures two commits at once, a busy session measures the neighbours)."""
-    series = [i for i, p in enumerate(points) if p.source == "sweep" and p.samples_per_s and not p.busy]
+    """The steps of the level of a config's sweeps (:func:`_series`)."""
+    series = _series(points)
     found = changepoints.detect([points[i].samples_per_s for i in series])
     out = []
     for step in found:
