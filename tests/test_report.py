@@ -125,3 +125,14 @@ def test_a_custom_model_is_named_by_its_target_in_the_report_and_in_compare(resu
     write_sweep(results, "phase2-b", workload="custom", config_json=custom, day=2)
     text = compare.compare_sweeps(["phase2-a", "phase2-b"], str(results)).text
     assert "custom: mypkg.nets.MyNet (smoke)" in text
+
+
+def test_without_out_the_page_goes_beside_the_records_it_shows_from_any_folder(results, tmp_path, monkeypatch,
+                                                                              capsys):
+    write_sweep(results, "phase2-a")
+    monkeypatch.chdir(tmp_path)  # a folder with no results/ in it
+    assert report.main("report", ["--results", str(results)]) == 0
+    assert capsys.readouterr().out.strip() == str(results / "report.html") and (results / "report.html").is_file()
+    assert report.main("report", ["--results", str(tmp_path / "nope")]) == 2
+    assert capsys.readouterr().err.strip() == (f"error: no such results folder: {str(tmp_path / 'nope')!r} (give "
+                                               "--results the folder that holds runs/)")

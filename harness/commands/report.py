@@ -1,6 +1,8 @@
 """``python -m harness report``: one self-contained HTML report of a sweep; prints its path.
 
-    python -m harness report [--results DIR] [--sweep ID|latest] [--out results/report.html]
+    python -m harness report [--results DIR] [--sweep ID|latest] [--out FILE.html]
+
+Without ``--out`` the page is written beside the records it shows: ``report.html`` in the ``--results`` folder.
 
 The page is built by ``harness.analysis.views.report``. No torch, no Hydra.
 """
@@ -20,17 +22,19 @@ def main(command: str, argv: list[str]) -> int:
     parser = common_args.parser(command, "Write one self-contained HTML report of a sweep.")
     common_args.add_results(parser)
     common_args.add_sweep(parser)
-    parser.add_argument("--out", default="results/report.html",
-                        help="HTML file to write (default: results/report.html)")
+    parser.add_argument("--out", default=None,
+                        help="HTML file to write (default: report.html in the --results folder)")
     return common_args.run(parser, argv, write)
 
 
 def write(args: argparse.Namespace) -> int:
-    out = Path(args.out)
+    if args.out is None and not Path(args.results).is_dir():  # the records' folder is what is wrong, not --out
+        raise ValueError(f"no such results folder: {args.results!r} (give --results the folder that holds runs/)")
+    out = Path(args.out) if args.out is not None else Path(args.results) / "report.html"
     if out.is_dir():
-        raise ValueError(f"--out {args.out!r} is a folder; give a file name such as results/report.html")
+        raise ValueError(f"--out {str(out)!r} is a folder; give a file name such as results/report.html")
     if not out.parent.is_dir():
-        raise ValueError(f"--out {args.out!r}: folder {str(out.parent)!r} does not exist; create it or choose "
+        raise ValueError(f"--out {str(out)!r}: folder {str(out.parent)!r} does not exist; create it or choose "
                          "another path")
     _check_writable(out)  # before the plots are drawn: a page that cannot be written is refused at once
     try:
