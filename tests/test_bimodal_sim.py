@@ -46,7 +46,7 @@ def test_a_bimodal_calibration_is_named_bimodal_not_an_outlier():
 
 def test_a_check_names_bimodal_runs_at_the_level_it_uses():
     """4 configs, 8 rounds, both sides' runs tested at ``paired``'s level (2% over the 8 sides, Bonferroni). Seen
-    (1,000 checks, seed 58): bimodal machines named in ~100%, normal runs (CV 3%) in ~0.3%."""
+    (1,000 checks, seed 58): bimodal machines named in 100%, normal runs (CV 3%) in 1.0%, as docs/statistics.md says."""
     rng = np.random.default_rng(58)
     level = paired.BIMODAL_ALPHA / 8
 
