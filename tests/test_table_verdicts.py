@@ -4,6 +4,7 @@ skipped, and how a sweep.repeats=auto sweep ended."""
 
 from __future__ import annotations
 
+import json
 import math
 import shlex
 
@@ -115,6 +116,14 @@ def test_a_tables_noise_note_names_the_setting_that_adds_rounds_to_the_command_t
     assert "no bands, no verdicts; add sweep.repeats=2 or run python -m harness noise" in notes["sim"]
     assert "no bands, no verdicts; add climb.repeats=2 or run python -m harness noise" in notes["climb"]
     assert "no bands, no verdicts; run python -m harness noise" in notes["diagnose"]
+    for given, says in (("2", "sweep.repeats=2"), ("auto", "sweep.repeats=auto")):  # it was to take more rounds
+        stored = json.dumps({"sweep": {"repeats": given if given == "auto" else int(given)}})
+        note = table_mod.build_table(frame("s", [[100.0], [150.0]], config_json=stored), "s").noise_note
+        assert (f"no bands, no verdicts; the sweep ended after its first round (it was given {says}): run it again, "
+                "or run python -m harness noise") in note
+    one = json.dumps({"sweep": {"repeats": 1}})
+    assert "add sweep.repeats=2 or run" in table_mod.build_table(frame("s", [[100.0], [150.0]], config_json=one),
+                                                                 "s").noise_note
 
 
 def test_the_noise_command_of_a_table_calibrates_what_its_sweep_is_matched_with(tmp_path):

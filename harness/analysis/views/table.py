@@ -9,6 +9,7 @@ HTML, and ``python -m harness table`` (``harness.commands.table``) prints it; no
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from dataclasses import replace
 
@@ -54,7 +55,8 @@ def build_table(frame, sweep: str = "latest", results_dir: str = "results", word
                               judgement.level or 0.05)
     hint = calibration.calibrate_hint(str(first["workload"]), str(first["size"]), str(first["device"]), results_dir,
                                       words)
-    minutes, noise_note = _minutes(records), _noise_note(judgement, hint, _rounds_setting(ladder_name))
+    minutes, noise_note = _minutes(records), _noise_note(judgement, hint, _rounds_setting(ladder_name),
+                                                     _given_rounds(first))
     notes = _notes(judged.rows, ladder, claims, judgement, noise_note, minutes, hint)
     notes += [n for n in (copied_rounds_note(records, frame, results_dir), cpu_bf16.note(records)) if n]
     return SweepTable(sweep_id=str(first["sweep_id"]), ladder=ladder_name, workload=workload_name(first),
@@ -313,9 +315,18 @@ def _rounds_setting(ladder_name: str) -> str:
     return {diagnosis.LADDER: "", CLIMB_LADDER: "climb.repeats"}.get(ladder_name, "sweep.repeats")
 
 
-def _noise_note(judgement: sweepstats.Judgement, hint: str, rounds: str = "sweep.repeats") -> str:
+def _given_rounds(first) -> str:
+    """The ``sweep.repeats`` a sweep's records were measured under, as its settings were stored ("" unknown)."""
+    try:
+        return str(json.loads(first["config_json"] or "{}").get("sweep", {}).get("repeats", ""))
+    except (ValueError, TypeError, AttributeError, KeyError):
+        return ""
+
+
+def _noise_note(judgement: sweepstats.Judgement, hint: str, rounds: str = "sweep.repeats", given: str = "") -> str:
     """What the bands rest on: the calibration, the runs' own spread, or nothing; ``hint``: how to calibrate
-    (``calibration.calibrate_hint``); ``rounds``: the setting that takes more rounds ("": none)."""
+    (``calibration.calibrate_hint``); ``rounds``: the setting that takes more rounds ("": none); ``given``: the
+    sweep's own ``sweep.repeats``, when a sweep that was to take more rounds ended after one (busy, its budget)."""
     noise = judgement.noise
     df = float(judgement.model.df[0])
     if noise.noise.calibrated:
@@ -331,6 +342,8 @@ def _noise_note(judgement: sweepstats.Judgement, hint: str, rounds: str = "sweep
     if judgement.rounds > 1:
         return "noise: no calibration here, and one rung leaves the rung x round model no degrees of freedom"
     more = f"add {rounds}=2 or " if rounds else ""
+    if rounds == "sweep.repeats" and given not in ("", "1"):  # it was to take more: the same command adds them
+        more = f"the sweep ended after its first round (it was given sweep.repeats={given}): run it again, or "
     return f"noise: no calibration here and one run a rung: no bands, no verdicts; {more}{hint}"
 
 
