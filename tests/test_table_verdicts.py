@@ -288,3 +288,11 @@ def test_the_table_says_which_rounds_were_copied_from_which_sweep(tmp_path):
     assert said.startswith("copied from earlier sweeps (sweep.rerun=false): round 0 from sweep old; round 1 from "
                            "sweep older; 1 of round 2's 2 runs from sweep old, the rest measured now. "), said
     assert not any(n.startswith("copied from") for n in table_mod.build_table(frame("t", CLEAR), "t").notes)
+
+
+def test_no_degrees_of_freedom_is_said_of_one_rung_or_of_rungs_that_share_too_few_rounds():
+    one = table_mod.build_table(frame("s", [[100.0, 101.0]]), "s").noise_note
+    assert one == "noise: no calibration here, and one rung leaves the rung x round model no degrees of freedom"
+    uneven = table_mod.build_table(frame("s", [[100.0, 101.0], [150.0]]), "s").noise_note
+    assert uneven == ("noise: no calibration here, and rungs that share too few rounds (a second round of one rung "
+                      "alone) leave the rung x round model no degrees of freedom")

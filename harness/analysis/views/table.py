@@ -13,6 +13,8 @@ import json
 from collections import Counter
 from dataclasses import replace
 
+import numpy as np
+
 from harness.analysis.stats import calibration, noise_model, speedup, sweepstats
 from harness.analysis.views import components, cpu_bf16, diagnosis
 from harness.analysis.views import scaling
@@ -340,7 +342,10 @@ def _noise_note(judgement: sweepstats.Judgement, hint: str, rounds: str = "sweep
         return (f"noise: no calibration here ({hint}); bands from the runs' own spread: the rung x round model, "
                 f"{df:.0f} degrees of freedom")
     if judgement.rounds > 1:
-        return "noise: no calibration here, and one rung leaves the rung x round model no degrees of freedom"
+        ran = int((~np.isnan(judgement.model.logs[0])).any(axis=1).sum())  # rungs with an ok run
+        why = ("one rung leaves" if ran < 2 else
+               "rungs that share too few rounds (a second round of one rung alone) leave")
+        return f"noise: no calibration here, and {why} the rung x round model no degrees of freedom"
     more = f"add {rounds}=2 or " if rounds else ""
     if rounds == "sweep.repeats" and given not in ("", "1"):  # it was to take more: the same command adds them
         more = f"the sweep ended after its first round (it was given sweep.repeats={given}): run it again, or "
