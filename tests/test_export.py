@@ -97,6 +97,30 @@ def test_a_sweeps_figures_are_the_tables_with_the_step_times_percentiles(store):
     assert rung1.tags["fingerprint"] == "fp-77"
 
 
+def test_a_run_on_a_busy_machine_is_left_out_of_the_figures_as_the_table_leaves_it_out(store):
+    """A round measured while other work took the CPUs, and measured again: the table leaves the busy run out of
+    its figures; the export pooled its slow steps into the step-time percentiles (a p90 of the other work) and
+    counted it among the ok runs. Now a rung's figures come from the same runs as its row, and the busy run is
+    counted as busy."""
+    write_record(RunRecord(
+        run_id=f"{SWEEP}-busy", status="ok", timestamp="2026-01-01T09:59:59+0000", workload="unet3d", size="smoke",
+        device="cpu", config_hash="cfg-1", env_key="env-1",
+        config_json=json.dumps(SETTINGS | {"precision": "bf16-mixed"}),
+        sweep_id=SWEEP, ladder="phase2", rung=1, change="precision=bf16-mixed", round=0, samples_per_step=4,
+        samples_per_s=20.0, units_per_s=20.0 * 32768, unit="voxels", mfu=0.5, data_wait_frac=0.5,
+        step_ms=[400.0] * 30, step_ms_p50=400.0, peak_host_rss_bytes=2.1e9, cpu_model="Sim CPU", cpu_count=2,
+        other_cpu_pct=60.0, git_commit="abc1234def", code_fingerprint="fp-77"), store)
+    row = table_mod.load_table(str(store), "latest").rows[1]
+    rung1 = figures.sweep_group(str(store), "latest").entries[1]
+    assert row.busy == 1 and rung1.metrics["throughput/samples_per_s"] == pytest.approx(row.samples_per_s) == 150.0
+    quiet = [v for rnd in range(3) for v in step_times(1, rnd)]
+    for p in figures.PERCENTILES:
+        assert rung1.metrics[f"step_ms/p{p}"] == pytest.approx(np.percentile(quiet, p)), p
+    assert rung1.metrics["mfu"] == pytest.approx(0.02)
+    assert rung1.metrics["throughput/units_per_s"] == pytest.approx(150.0 * 32768)
+    assert (rung1.metrics["runs/ok"], rung1.metrics["runs/busy"], rung1.metrics["runs/all"]) == (3.0, 1.0, 4.0)
+
+
 def test_a_checks_figures_are_its_rows_with_the_band(store):
     group = figures.check_group(str(store), "latest")
     assert group.kind == "check" and group.id == "against-x1"
@@ -358,3 +382,111 @@ def test_a_wandb_export_run_again_is_left_as_it_is_as_the_docs_say(store, tmp_pa
     assert capsys.readouterr().out.strip() == (f"sweep {SWEEP}: already in {dest / 'wandb'}, left as it is "
                                                f"(delete {dest / 'harness-exported' / SWEEP} to export again)")
     assert len(list(dest.glob("wandb/offline-run-*"))) == 1 + len(group.entries)
+
+
+def fake_mlflow(monkeypatch, down: bool = False) -> list[str]:
+    """What the MLflow exporter imports of ``mlflow``: a client that keeps the names of the runs it made (the list
+    returned), or, ``down``, one whose server does not answer, raising MLflow's error as its REST client does."""
+    import types
+
+    runs: list[str] = []
+
+    class MlflowException(Exception):
+        pass
+
+    class Client:
+        def __init__(self, tracking_uri):
+            self.uri = tracking_uri
+
+        def get_experiment_by_name(self, name):
+            if down:
+                raise MlflowException(f"API request to {self.uri}/api/2.0/mlflow/experiments/get-by-name failed "
+                                      "with exception Connection refused\nsecond line")
+            return None
+
+        def create_experiment(self, name):
+            return "1"
+
+        def search_runs(self, experiment_ids, filter_string, max_results):
+            return []
+
+        def create_run(self, experiment_id, run_name, tags):
+            runs.append(run_name)
+            return types.SimpleNamespace(info=types.SimpleNamespace(run_id=f"r{len(runs)}"))
+
+        def log_batch(self, run_id, metrics, params):
+            pass
+
+        def set_terminated(self, run_id):
+            pass
+
+    for name, module in {"mlflow": types.SimpleNamespace(MlflowClient=Client),
+                         "mlflow.entities": types.SimpleNamespace(Metric=lambda *a: a, Param=lambda *a: a),
+                         "mlflow.exceptions": types.SimpleNamespace(MlflowException=MlflowException)}.items():
+        monkeypatch.setitem(sys.modules, name, module)
+    return runs
+
+
+def test_an_mlflow_server_that_does_not_answer_is_one_line_and_a_database_uri_gets_no_page(store, capsys,
+                                                                                          monkeypatch):
+    """A server down was MLflow's traceback and exit 1; now it is one line naming the URI, exit 2. A database URI
+    (sqlite:///, or NAME+DRIVER as MLflow's docs write them) is taken, and no UI address is made of it."""
+    runs = fake_mlflow(monkeypatch)
+    assert cli.main(["export", "--to", "mlflow", "sqlite:///m.db", "--results", str(store)]) == 0
+    out = capsys.readouterr().out
+    assert f"sweep {SWEEP}: run r1 with 2 nested run(s) in experiment 'harness' of sqlite:///m.db" in out
+    assert "#" not in out and len(runs) == 3
+    assert cli.main(["export", "--to", "mlflow", "http://h:5000/", "--results", str(store)]) == 0
+    assert "in experiment 'harness': http://h:5000/#/experiments/1/runs/r4" in capsys.readouterr().out
+    for uri in ("mysql+pymysql://u@h/db", "postgresql+psycopg2://u@h/db", "https://mlflow.example.com"):
+        assert cli.main(["export", "--to", "mlflow", uri, "--results", str(store)]) == 0, capsys.readouterr().err
+    capsys.readouterr()
+    assert cli.main(["export", "--to", "mlflow", "file:///tmp/mlruns", "--results", str(store)]) == 2
+    assert "valid schemes: http, https, sqlite, postgresql, mysql, mssql" in capsys.readouterr().err
+    fake_mlflow(monkeypatch, down=True)
+    assert cli.main(["export", "--to", "mlflow", "http://127.0.0.1:9", "--results", str(store)]) == 2
+    err = capsys.readouterr().err
+    assert err == ("error: --to mlflow 'http://127.0.0.1:9': API request to http://127.0.0.1:9/api/2.0/mlflow/"
+                   "experiments/get-by-name failed with exception Connection refused\n")
+
+
+@pytest.mark.slow
+def test_mlflow_itself_down_or_a_database(store, tmp_path, capsys, monkeypatch):
+    """The same with MLflow's own client: a port nobody listens on, then a sqlite database read back."""
+    pytest.importorskip("mlflow", reason="the mlflow package is not installed (pip install mlflow)")
+    from mlflow import MlflowClient
+
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
+    uri = f"http://127.0.0.1:{_free_port()}"
+    assert cli.main(["export", "--to", "mlflow", uri, "--results", str(store)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: --to mlflow {uri!r}: API request to {uri}") and err.count("\n") == 1
+    database = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    assert cli.main(["export", "--to", "mlflow", database, "--results", str(store)]) == 0
+    assert f"nested run(s) in experiment 'harness' of {database}" in capsys.readouterr().out
+    client = MlflowClient(tracking_uri=database)
+    assert len(client.search_runs([client.get_experiment_by_name("harness").experiment_id])) == 1 + 2
+
+
+def test_an_export_of_all_of_an_empty_store_says_there_is_nothing(tmp_path, capsys):
+    """`--sweep all --check all` of a store without sweeps or checks (a nightly job's first night) printed nothing
+    and exited 0: now it says so."""
+    (tmp_path / "results").mkdir()
+    args = ["export", "--to", "tb", str(tmp_path / "tb"), "--results", str(tmp_path / "results")]
+    assert cli.main(args + ["--sweep", "all", "--check", "all"]) == 0
+    assert capsys.readouterr().out == (f"nothing to export: the store in {tmp_path / 'results'} holds no sweep or "
+                                       "kept check verdict that --sweep all --check all names\n")
+    assert not (tmp_path / "tb").exists()
+
+
+def test_the_wandb_extra_asks_for_a_wandb_that_takes_what_the_exporter_passes():
+    """The exporter makes one offline run after another in one process with ``wandb.init(reinit="create_new")``,
+    which wandb has taken since 0.19.10; the extra asked for ``wandb>=0.19``, so an older one passed it and failed
+    at the first run."""
+    import tomllib
+
+    from packaging.requirements import Requirement
+
+    project = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())["project"]
+    (wandb,) = [Requirement(r) for r in project["optional-dependencies"]["wandb"]]
+    assert "0.19.9" not in wandb.specifier and "0.19.10" in wandb.specifier

@@ -54,10 +54,20 @@ def export(args: argparse.Namespace) -> int:
     named = (args.sweep, args.campaign, args.check)
     sweep = "latest" if named == (None, None, None) else args.sweep
     groups = figures.groups(args.results, sweep, args.check, args.campaign)
+    if not groups:  # `--sweep all` / `--check all` of a store without any: said, not a silent success
+        print(f"nothing to export: the store in {args.results} holds no sweep or kept check verdict that "
+              f"{_named(args)} names")
+        return 0
     lines = writer.export(groups, args.dest, args.experiment)
     for line in lines:
         print(line)
     return 0
+
+
+def _named(args: argparse.Namespace) -> str:
+    """The flags that chose what to export, as typed."""
+    return " ".join(f"--{k} {v}" for k, v in (("sweep", args.sweep), ("campaign", args.campaign),
+                                              ("check", args.check)) if v is not None)
 
 
 @dataclass(frozen=True)

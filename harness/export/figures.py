@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from harness.analysis.gate import verdicts
+from harness.analysis.stats.busy import busy_reasons
 from harness.analysis.stats.speedup import Ratio
 from harness.analysis.views import table as table_mod
 from harness.analysis.views.rows import RungRow, SweepTable
@@ -124,9 +125,11 @@ def _identity(record) -> dict[str, str]:
 
 
 def _rung_entry(table: SweepTable, row: RungRow, runs) -> Entry:
-    """One rung: its settings, decided figures and verdict."""
+    """One rung: its settings, decided figures (of the runs its table row uses) and verdict."""
     ok = runs[(runs["status"] == "ok") & runs["samples_per_s"].notna()]
     first = (ok if len(ok) else runs).iloc[0]
+    quiet = ok[[not why for why in busy_reasons(ok)]]
+    shown = quiet if len(quiet) else ok  # the table's rule: a busy machine's runs are left out where any was quiet
     entry = Entry(name=f"rung {row.rung} {row.change}", step=row.rung)
     entry.params = flat_settings(_text(first["config_json"])) | {"rung": row.rung, "change": row.change}
     low, high = row.samples_per_s_band or (None, None)
@@ -134,16 +137,16 @@ def _rung_entry(table: SweepTable, row: RungRow, runs) -> Entry:
         "throughput/samples_per_s": row.samples_per_s,
         "throughput/samples_per_s_low": low,
         "throughput/samples_per_s_high": high,
-        "throughput/units_per_s": _median(ok, "units_per_s"),
+        "throughput/units_per_s": _median(shown, "units_per_s"),
         "time/data_wait_share": row.data_wait_frac,
         "time/compute_share": _compute_share(row),
         "memory/peak_bytes": row.peak_mem_bytes,
-        "mfu": _median(ok, "mfu"),
-        "runs/ok": float(len(ok)), "runs/all": float(len(runs)),
+        "mfu": _median(shown, "mfu"),
+        "runs/ok": float(len(quiet)), "runs/busy": float(len(ok) - len(quiet)), "runs/all": float(len(runs)),
     }
     metrics |= ratio_metrics("speedup/x_baseline", row.x_baseline) | ratio_metrics("speedup/x_previous",
                                                                                      row.x_previous)
-    metrics |= step_percentiles(ok)
+    metrics |= step_percentiles(shown)
     entry.metrics = finite(metrics)
     unit = _text(first.get("unit"))
     entry.tags = _identity(first) | {"kind": "rung", "sweep_id": table.sweep_id, "status": row.status,
@@ -153,7 +156,8 @@ def _rung_entry(table: SweepTable, row: RungRow, runs) -> Entry:
 
 
 def step_percentiles(ok) -> dict[str, float]:
-    """The step times' percentiles (ms) over every measured step of the rung's ok runs."""
+    """The step times' percentiles (ms) over every measured step of ``ok``: the rung's ok runs that its figures come
+    from (a run on a busy machine measured the other work: one of its slow steps would move the p90 and p99)."""
     steps = [float(v) for run in ok["step_ms"] if run is not None for v in run] if "step_ms" in ok else []
     if not steps:
         return {}
