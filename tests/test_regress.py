@@ -148,6 +148,19 @@ def test_a_busy_run_measured_again_quietly_in_its_round_does_not_make_the_check_
     assert rows["cfg-a"]["ratio"] == pytest.approx(0.8, rel=1e-6)  # the busy 20 samples/s is not in it
 
 
+def test_a_busy_run_measured_again_quietly_is_neither_a_failure_nor_in_the_mean(tmp_path, capsys):
+    setup_check(tmp_path, {"cfg-a": 98.0}, history=True)
+    code, rows = row_status(capsys, tmp_path)
+    assert code == 0 and rows["cfg-a"]["status"] == "unchanged"
+    write_record(RunRecord(run_id="s2-0-1-busy", status="ok", timestamp="2024-06-02T10:00:01+00:00", workload="unet",
+                           device="cpu", config_hash="cfg-a", sweep_id="s2", ladder="phase2", rung=0, round=1,
+                           samples_per_s=20.0, other_cpu_pct=70.0, cpu_model=CPU, cpu_count=8), tmp_path)
+    code, rows = row_status(capsys, tmp_path)
+    assert code == 0 and rows["cfg-a"]["status"] == "unchanged"  # was: regressed, "ok in 1 of 4 rounds"
+    assert not any(" of 4 rounds" in note for note in rows["cfg-a"]["notes"])
+    assert rows["cfg-a"]["current_samples_per_s"] == pytest.approx(98.0, rel=0.02)  # the busy 20 is not in it
+
+
 def test_improvement_is_reported(tmp_path, capsys):
     setup_check(tmp_path, {"cfg-a": 130.0})
     code, rows = row_status(capsys, tmp_path)

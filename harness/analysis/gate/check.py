@@ -211,16 +211,18 @@ def _judge(row: Comparison, base: pd.DataFrame, cur: pd.DataFrame) -> list[_Pend
         row.status = "regressed"
         row.notes.append(f"now {_statuses(cur)} (baseline ok)")
         return []
-    row.baseline_samples_per_s = float(base_ok["samples_per_s"].mean())
-    row.current_samples_per_s = float(cur_ok["samples_per_s"].mean())
-    (cur_ok, cur_busy), (base_ok, base_busy) = _quiet(cur_ok), _quiet(base_ok)
+    failed = cur[~cur.index.isin(cur_ok.index)]  # runs that did not run ok (a busy run that did is no failure)
+    (quiet_cur, cur_busy), (quiet_base, base_busy) = _quiet(cur_ok), _quiet(base_ok)
+    # the means of the runs judged: a busy run measured again quietly in its round is left out of them too
+    row.baseline_samples_per_s = float((quiet_base if len(quiet_base) else base_ok)["samples_per_s"].mean())
+    row.current_samples_per_s = float((quiet_cur if len(quiet_cur) else cur_ok)["samples_per_s"].mean())
     busy = [("current", why) for why in cur_busy] + [("baseline", why) for why in base_busy]
     if busy:  # a busy machine's runs decide nothing, either way
         row.status = "busy"
         row.notes.append(f"machine busy during {len(busy)} run(s) ({busy[0][0]}: {busy[0][1]}): not trustworthy; "
                          "measure again on an idle machine")
         return []
-    return [_Pending(row, cur[~cur.index.isin(cur_ok.index)], base_ok, cur_ok)]
+    return [_Pending(row, failed, quiet_base, quiet_cur)]
 
 
 def _quiet(ok: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
