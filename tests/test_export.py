@@ -490,3 +490,38 @@ def test_the_wandb_extra_asks_for_a_wandb_that_takes_what_the_exporter_passes():
     project = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())["project"]
     (wandb,) = [Requirement(r) for r in project["optional-dependencies"]["wandb"]]
     assert "0.19.9" not in wandb.specifier and "0.19.10" in wandb.specifier
+
+
+def test_a_tensorboard_export_stopped_part_way_leaves_no_folder_taken_for_a_whole_one(store, tmp_path, capsys,
+                                                                                        monkeypatch):
+    """A group's folder with event files is a whole export (run again, it is left alone), so an export stopped
+    part-way must not leave one: it writes beside it and renames once every run folder is there."""
+    from harness.export import to_tb
+
+    written: list[Path] = []
+
+    def fake_entry(writer_cls, folder: Path, entry) -> None:  # TensorBoard's files, without the package
+        if len(written) == 2 and stop:
+            raise KeyboardInterrupt  # stopped after two run folders
+        folder.mkdir(parents=True)
+        (folder / "events.out.tfevents.1.host").write_bytes(b"x")
+        written.append(folder)
+
+    monkeypatch.setattr(to_tb, "writer_class", lambda: object)
+    monkeypatch.setattr(to_tb, "write_entry", fake_entry)
+    dest, sweep_id = tmp_path / "tb", figures.sweep_group(str(store)).id
+    stop = True
+    with pytest.raises(KeyboardInterrupt):
+        to_tb.export([figures.sweep_group(str(store))], str(dest))
+    assert not (dest / sweep_id).exists() and (dest / f".{sweep_id}.partial").is_dir()
+    stop = False
+    assert cli.main(["export", "--to", "tb", str(dest), "--results", str(store)]) == 0
+    entries = sorted(p.name for p in (dest / sweep_id).iterdir())
+    assert len(entries) == 1 + len(figures.sweep_group(str(store)).entries)
+    assert not (dest / f".{sweep_id}.partial").exists()
+    assert "run folder(s)" in capsys.readouterr().out
+    assert cli.main(["export", "--to", "tb", str(dest), "--results", str(store)]) == 0
+    assert "left as it is" in capsys.readouterr().out
+    (tmp_path / "file").write_text("")
+    assert cli.main(["export", "--to", "tb", str(tmp_path / "file" / "tb"), "--results", str(store)]) == 2
+    assert capsys.readouterr().err.startswith(f"error: --to tb {str(tmp_path / 'file' / 'tb')!r}: cannot write")

@@ -10,6 +10,7 @@ tensorboard``); for W&B, ``harness.export.to_wandb`` writes its own runs.
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 from harness.export.figures import Entry, Group
@@ -36,12 +37,28 @@ def export(groups: list[Group], dest: str, experiment: str = "") -> list[str]:
         if folder.is_dir() and any(folder.rglob("events.out.tfevents.*")):
             lines.append(f"{group.kind} {group.id}: already in {folder}, left as it is (delete it to export again)")
             continue
-        own = Entry(name=group.kind, step=0, params=group.params, metrics=group.metrics, tags=group.tags)
-        for entry in [own] + group.entries:
-            write_entry(writer, folder / entry.slug, entry)
+        try:
+            write_group(writer, folder, group)
+        except OSError as exc:
+            raise ValueError(f"--to tb {dest!r}: cannot write {str(folder)!r} ({exc.strerror or exc}, "
+                             f"{type(exc).__name__}); choose a folder you can write") from None
         lines.append(f"{group.kind} {group.id}: {len(group.entries)} run folder(s) and one of the {group.kind} "
                      f"in {folder}")
     return lines
+
+
+def write_group(writer_cls, folder: Path, group: Group) -> None:
+    """The group's run folders, written beside ``folder`` (``.<id>.partial``) and renamed to it once all are there:
+    a folder with event files is a whole export, which an export run again leaves alone, so an export stopped
+    part-way (killed, a full disk) must not leave one. A partial folder left by such an export is written anew."""
+    partial = folder.with_name(f".{folder.name}.partial")
+    shutil.rmtree(partial, ignore_errors=True)
+    own = Entry(name=group.kind, step=0, params=group.params, metrics=group.metrics, tags=group.tags)
+    for entry in [own] + group.entries:
+        write_entry(writer_cls, partial / entry.slug, entry)
+    if folder.is_dir() and not any(p.is_file() for p in folder.rglob("*")):
+        shutil.rmtree(folder)  # empty folders only (made by hand, or by an older export that wrote nothing)
+    partial.rename(folder)  # an OSError when something else is there: said by the caller, nothing overwritten
 
 
 def write_entry(writer_cls, folder: Path, entry: Entry) -> None:
