@@ -30,7 +30,8 @@ def main(command: str, argv: list[str]) -> int:
                                          "Weights & Biases (docs/export.md)")
     parser.add_argument("--to", required=True, type=_target, metavar="{" + ",".join(TARGETS) + "}",
                         help="tb: TensorBoard event files; mlflow: runs on a tracking server; wandb: offline runs")
-    parser.add_argument("dest", metavar="DEST", help="a folder (tb, wandb) or a tracking URI (mlflow: http://HOST:PORT)")
+    parser.add_argument("dest", metavar="DEST",
+                        help="a folder (tb, wandb) or a tracking URI (mlflow: http://HOST:PORT)")
     common_args.add_results(parser)
     parser.add_argument("--sweep", default=None, help="sweep id, 'latest' (the default when nothing else is named) or "
                                                       "'all' (every sweep of the store)")
