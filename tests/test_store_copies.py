@@ -117,15 +117,21 @@ def test_a_copy_waits_for_a_compaction_of_copies_and_is_kept(tmp_path):
     assert list(load_runs(tmp_path, sweep="b")["cached_from"]) == ["orig"]
 
 
-def test_a_cached_sweep_reads_each_stored_file_once_however_many_reruns_piled_up(tmp_path, measured, monkeypatch):
-    real = store_index.scan
+def _files_read(monkeypatch, reader: str) -> list[list[str]]:
+    """The lists of files each call of ``harness.store.index``'s ``reader`` was handed, from now on."""
+    real = getattr(store_index, reader)
     scans: list[list[str]] = []
 
     def counting(files, *args, **kwargs):
         scans.append(list(files))
         return real(files, *args, **kwargs)
 
-    monkeypatch.setattr(store_index, "scan", counting)
+    monkeypatch.setattr(store_index, reader, counting)
+    return scans
+
+
+def test_a_cached_sweep_reads_each_stored_file_once_however_many_reruns_piled_up(tmp_path, measured, monkeypatch):
+    scans = _files_read(monkeypatch, "scan")
     stored = set(store.record_files(tmp_path))
     per_sweep = []
     for sweep_id in ("b", "c", "d"):
@@ -143,14 +149,7 @@ def test_a_cached_sweep_reads_each_stored_file_once_however_many_reruns_piled_up
 
 
 def test_a_sweep_reads_back_no_file_it_wrote_and_reads_its_sources_runs_in_one_read(tmp_path, measured, monkeypatch):
-    real = store_index._scan
-    scans: list[list[str]] = []
-
-    def counting(files, *args, **kwargs):
-        scans.append(list(files))
-        return real(files, *args, **kwargs)
-
-    monkeypatch.setattr(store_index, "_scan", counting)
+    scans = _files_read(monkeypatch, "_scan")
     stored = store.record_files(tmp_path)
     store_index.forget()  # a fresh process, as each `python -m harness sweep` is
     _sweep(tmp_path, "b")

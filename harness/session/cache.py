@@ -18,6 +18,9 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+import pyarrow as pa
+import pyarrow.compute as pc
+
 from harness import config as config_mod
 from harness.profiles import summary_from_json
 from harness.store import RunRecord, load_records, load_runs, read_table, records_from_frame
@@ -124,9 +127,6 @@ def _candidates(results_dir: str, config_hash: str, env_key: str, used: set[str]
                 sweep: str) -> list[tuple[str, str]]:
     """(sweep_id, run_id) of :func:`originals` in the store (of ``sweep`` alone when given), in its order, filtered
     and sorted inside pyarrow: a cached sweep asks once a rung, and the frame's filters cost ~5 ms a call."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
     where = {"config_hash": config_hash, "env_key": env_key, "status": "ok", **({"sweep_id": sweep} if sweep else {})}
     keys = read_table(results_dir, columns=["sweep_id", "run_id", "timestamp", "cached_from"], where=where)
     original = pc.equal(pc.fill_null(keys["cached_from"], ""), "")
