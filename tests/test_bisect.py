@@ -4,6 +4,7 @@ repository of five commits, one slowed in the middle, with the stand-in child of
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -146,3 +147,9 @@ def test_a_step_whose_runs_fail_is_skipped_and_the_answer_keeps_speed_apart_from
     every = lambda c, q: check(c, q) if c == "c8" else bisect_mod.Answer(1, failed=(3,))  # noqa: E731
     found = bisect_mod.bisect("c0", COMMITS, every)
     assert found.first_bad is None and "the first bad commit is one of c1, c2, c3, c4, c5, c6, c7, c8" in found.stopped
+    check, asked = faked(5)
+    bad_fails = lambda c, q: bisect_mod.Answer(1, failed=(3,)) if c == "c8" else check(c, q)  # noqa: E731
+    found = bisect_mod.bisect("c0", COMMITS, bad_fails)
+    assert found.first_bad is None and found.checks == [("c8", 1)] and asked == []
+    assert "BAD c8 regressed only by failing to run (rung 3 there" in found.stopped
+    assert bisect_cmd.report(Path("."), found) == 2 and "nothing to bisect" in found.stopped

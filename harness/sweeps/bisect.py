@@ -11,7 +11,9 @@ BAD's slowdown on the log scale (``half_step``), so "regressed" says nearer BAD 
 or a busy or bad check, stops the bisection early and says the range it narrowed to, as does a budget spent.
 A step where a config asked fails to run (REF ran ok) and none is nearer BAD by its speed cannot answer a speed
 question: it is skipped, as ``git bisect skip``, and the commit nearest the middle not yet skipped is asked;
-counting the failure as "nearer BAD" named a broken commit before the slow one as the first bad commit.
+counting the failure as "nearer BAD" named a broken commit before the slow one as the first bad commit. A BAD
+that regressed only by failing to run has no slowdown to find: the bisection stops there (exit 2), checking nothing
+more.
 The checks are ``check(commit, question) -> Answer``, so the logic here measures nothing itself: it is a policy
 over the session engine (``harness.session.engine``), which runs the check of the commit it decides on next.
 """
@@ -185,6 +187,11 @@ class Halving:
             if code == UNCHANGED:
                 self.found.stopped = (f"BAD {commit[:12]} is not slower than GOOD beyond the threshold: nothing "
                                       "to bisect")
+                return False
+            if self.answer.untestable:  # no speed to halve: every step would ask only where the failure began
+                rungs = ", ".join(str(r) for r in self.answer.failed)
+                self.found.stopped = (f"BAD {commit[:12]} regressed only by failing to run (rung {rungs} there; "
+                                      "GOOD's runs were ok): no slowdown to find, nothing to bisect")
                 return False
             self.found.question = question(self.answer)
             return True
