@@ -1,8 +1,8 @@
 """Seeded simulations of ``fit``'s pick (``views.fit_curve``: ``fastest`` and ``tie_text``, the line "Fastest: ...;
 within its band: ..." its report prints). Each size's point is its rung's throughput and band as the sweep's table
 reads them (the median of its runs; ``Judgement.uncertainty``, rebuilt here from ``blocks`` for many sweeps at once
-and checked against ``table.build_table``). 4 sizes, whole rounds moving by sd 3%, runs by CV 2% about them; 2,000 fits a case
-(seeds 1-6). A fastest named alone is a claim that it beats every other size beyond noise:
+and checked against ``table.build_table``). 4 sizes, whole rounds moving by sd 3%, runs by CV 2% about them; 2,000
+fits a case (seeds 1-6). A fastest named alone is a claim that it beats every other size beyond noise:
 
 | sizes | rounds | named alone, before | now | a wrong size named alone (the true best outside its tie) |
 |---|---|---|---|---|
