@@ -62,7 +62,7 @@ def test_same_environment_falls_back_to_sweep_ids_and_notes_settings(results, tm
     assert run_compare(results, tmp_path / "cmp", "s1", "s2") == 0
     text = capsys.readouterr().out
     assert "### compare: s1 vs s2" in text
-    assert "| 50.50 | 50.00 | 0.99x | settings differ: batch_size (4 vs 2) |" in text  # one run: no "within noise"
+    assert "| 50.50 | 50.00 | 0.99x (no band) | settings differ: batch_size (4 vs 2) |" in text  # one run: no band
     assert "not comparable: no such rung on s2" in text
 
 
@@ -75,7 +75,7 @@ def test_sources_by_folder_and_parquet_file(tmp_path, capsys):
     text = capsys.readouterr().out
     assert f"(from {a})" in text and f"(from {one_file})" in text
     assert "| rung | change | A samples/s | B samples/s | C samples/s | B/A | C/A | note |" in text
-    assert "| 0 | (baseline) | 50.00 | 100.00 | 100.00 | 2.00x | 2.00x | - |" in text  # one run a side: no band
+    assert "| 0 | (baseline) | 50.00 | 100.00 | 100.00 | 2.00x (no band) | 2.00x (no band) | - |" in text
     # the single parquet file holds only rung 0
     assert "| 1 | precision=bf16-mixed | 60.00 | - | 60.00 | not comparable | not comparable |" in text
 

@@ -16,6 +16,7 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from harness.analysis.gate import sessions
 from harness.analysis.stats import noise_model, speedup
 from harness.analysis.views import labels, plots, table as table_mod
 from harness.analysis.views.rows import RungRow, SweepTable
@@ -171,14 +172,26 @@ def _compare_rung(sides: list[Side], rung: int) -> CompareRow:
     return out
 
 
-def side_ratio(new: noise_model.Runs, old: noise_model.Runs, noise: noise_model.Noise) -> speedup.Ratio:
-    """new / old with the noise model's band, and no band where no variance is known (one run on a side and no
-    calibration): never one from an assumed CV."""
+def side_ratio(new: noise_model.Runs, old: noise_model.Runs, noise: noise_model.Noise,
+               session: sessions.SessionNoise = sessions.DEFAULT) -> speedup.Ratio:
+    """new / old with the noise model's band plus the term between two sessions (each side is a sweep of its own:
+    ``sessions.DEFAULT``, sd 3%, as ``check --baseline`` assumes without a history), and no band where no variance
+    is known (one run on a side and no calibration): never one from an assumed CV."""
     if noise.calibrated or min(new.n, old.n) >= 2:
-        return noise_model.ratio(new, old, noise)
+        e = sessions.effect(old, new, noise, session)
+        method = f"the runs' noise model and {session.sd:.0%} between sessions"
+        return noise_model.Difference(e.diff, e.se, e.df, method).ratio(min(new.n, old.n))
     value = math.exp(float(new.logs().mean() - old.logs().mean()))
     return speedup.Ratio(value, math.nan, math.nan, runs=min(new.n, old.n),
                          method="no band: one run on a side and no calibration")
+
+
+def ratio_cell(r: speedup.Ratio | None) -> str:
+    """A ratio as the table shows it: ``(within noise)`` where its band holds 1x, ``(no band)`` where there is none
+    (a bare ratio reads as a change beyond noise)."""
+    if r is not None and (math.isnan(r.low) or math.isnan(r.high)):
+        return f"{r.value:.2f}x (no band)"
+    return speedup.ratio_text(r)
 
 
 def _not_comparable(sides: list[Side], rows) -> str:
@@ -220,12 +233,13 @@ def to_markdown(sides: list[Side], rows: list[CompareRow]) -> str:
     for row in rows:
         cells = [str(row.rung), row.change]
         cells += ["-" if v is None else f"{v:.2f}" for v in row.samples_per_s]
-        cells += [speedup.ratio_text(r) if row.comparable else "not comparable" for r in row.ratios]
+        cells += [ratio_cell(r) if row.comparable else "not comparable" for r in row.ratios]
         cells.append(row.note or "-")
         lines.append("| " + " | ".join(c.replace("|", "/") for c in cells) + " |")
     lines.append("")
-    lines.append("Ratios are later side / A in samples/s; '(within noise)' means the ratio's 95% band "
-                 "(run-level noise model) holds 1x.")
+    lines.append("Ratios are later side / A in samples/s; '(within noise)' means the ratio's 95% band holds 1x "
+                 "(the runs' noise model and a 3% sd between two sweeps' sessions, as check --baseline assumes); "
+                 "'(no band)': one run on a side and no calibration, no variance known.")
     return "\n".join(lines) + "\n"
 
 

@@ -52,6 +52,22 @@ def fastest(points: list[Point]) -> Point | None:
     return max(measured, key=lambda p: p.samples_per_s * (p.units_per_sample or 1), default=None)
 
 
+def within_band(points: list[Point], best: Point, unit: str = "") -> list[Point]:
+    """The sizes whose band reaches the fastest's: the fastest is not told apart from them."""
+    scale = (lambda p: p.units_per_sample or 1) if unit else (lambda p: 1)
+    return [p for p in points if p is not best and p.samples_per_s is not None and best.band is not None
+            and p.samples_per_s * scale(p) * (1 + (p.band or 0)) >= best.samples_per_s * scale(best) / (1 + best.band)]
+
+
+def tie_text(points: list[Point], best: Point, axis: str, unit: str = "") -> str:
+    """What the fastest is not told apart from: the sizes within its band, or all of them where it has none."""
+    others = [shown(p.size) for p in points if p is not best and p.samples_per_s is not None]
+    if best.band is None and others:
+        return f"; no band (one run a size and no calibration): not told apart from {axis}={', '.join(others)}"
+    within = [shown(p.size) for p in within_band(points, best, unit)]
+    return f"; within its band: {axis}={', '.join(within)}" if within else ""
+
+
 def _gib(value: float | None) -> str:
     return "-" if value is None else f"{value / GIB:.2f}"
 
@@ -88,13 +104,8 @@ def report_lines(results_dir: str, sweep_id: str, sizes: list, stopped: str, axi
     lines.append(f"Largest that fits: {axis}={shown(sizes[-1])} ({stopped}).")
     best = fastest(points)
     if best is not None:
-        scale = (lambda p: p.units_per_sample or 1) if unit else (lambda p: 1)
-        within = [shown(p.size) for p in points if p is not best and p.samples_per_s is not None
-                  and best.band is not None and p.samples_per_s * scale(p) * (1 + (p.band or 0))
-                  >= best.samples_per_s * scale(best) / (1 + best.band)]
-        tie = (f"; within its band: {axis}={', '.join(within)}" if within else "")
         rate = f"{best.samples_per_s:.2f} samples/s" + (f", {_units_text(best)} {unit}/s" if unit else "")
-        lines.append(f"Fastest: {axis}={shown(best.size)}, {rate}{tie}.")
+        lines.append(f"Fastest: {axis}={shown(best.size)}, {rate}{tie_text(points, best, axis, unit)}.")
     if table.device != "cuda":
         lines.append("On a CPU nothing caps memory: the search runs to fit.max, and the memory is the host's peak RSS "
                      "(the measuring process and its loader workers).")
