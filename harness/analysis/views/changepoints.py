@@ -33,7 +33,7 @@ independent sessions keep what they had:
    variance of the sessions, not only of one session (stage 2 alone still named a step in 7% of flat histories at
    rho 0.5, of 20 sessions and of 60). A change of the fit of stage 2 that this one has not
    (none within 2 sessions) is reported **undecided** (``Step.wander``: that rho): a move of the level, but within
-   the sessions' wander, so the sweeps cannot tell a step from a drift and no commit range is named for it.
+   the sessions' wander, so the sweeps cannot tell a step from a drift, and no bisect is proposed for it.
 
 Why not a plain estimate of rho and its long-run correction alone: from 20 sessions a robust estimate of rho (the
 ratio of lag-2 to lag-1 differences) spread from -0.6 to 1.3 (10th to 90th percentile) on independent sessions, and
