@@ -3,8 +3,8 @@
 Charts are inline SVG drawn here (no plotting library, no script): sessions in time order along x, labelled
 with their date and commit; throughput with its 95% band up y, on a log scale; each gate's verdict marked above
 the session it judged (red: regressed, green: ok, orange: busy, grey: undecided); each change point of the sweeps'
-level (``harness.analysis.views.changepoints``) a dashed line with its size. Hovering a point or a mark shows its
-environment and numbers.
+level (``harness.analysis.views.changepoints``) a dashed line with its kind (step, slope, or undecided: within the
+sweeps' wander) and size. Hovering a point or a mark shows its environment and numbers.
 """
 
 from __future__ import annotations
