@@ -193,6 +193,27 @@ def test_a_drift_is_listed_as_one_slope_without_a_bisect_command(tmp_path, capsy
     assert page.count("class='step'") == 1 and "slope -27." in page and "harness bisect" not in page
 
 
+def test_a_move_within_the_sessions_wander_is_listed_undecided_without_commits_to_bisect(tmp_path, capsys):
+    """18 sweeps of one run whose level rose and fell back (a seeded AR(1), rho 0.7): the sd of successive
+    differences read a -6.7% step with a bisect command; the sweeps' residuals correlate, so it is undecided."""
+    series = [98.8, 99.8, 103.8, 104.6, 104.0, 106.1, 105.9, 108.8, 103.1, 102.4, 102.9, 100.6, 100.4, 98.1, 95.8,
+              99.6, 94.7, 93.1]
+    for day, level in enumerate(series, start=1):
+        record(tmp_path, f"d{day}", f"s{day}", level, day)
+    (config,) = history.collect(str(tmp_path)).configs
+    (move,) = config.steps
+    assert move.undecided and (move.good, move.bad) == ("13" * 6, "14" * 6) and move.ratio == pytest.approx(0.933,
+                                                                                                            abs=0.002)
+    assert history_cmd.main("history", ["--results", str(tmp_path), "--regressions"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("0 regression(s)") and out[1].startswith("1 undecided drop(s) of more than 5%")
+    assert ": undecided, -6.7% between" in out[2] and out[3].startswith("  undecided: the level of this config's")
+    assert not any("harness bisect" in line for line in out)
+    assert history_cmd.main("history", ["--results", str(tmp_path), "--out", str(tmp_path / "site")]) == 0
+    page = (tmp_path / "site" / "index.html").read_text()
+    assert "undecided -6.7%" in page and "harness bisect" not in page and "sweeps cannot tell" in page
+
+
 def test_the_example_store_draws_a_one_run_session_without_a_band_and_marks_its_change_point(tmp_path, capsys):
     """The committed example (examples/history: seeded, synthetic records, made by its make_store.py)."""
     store = Path(__file__).resolve().parents[1] / "examples" / "history" / "results"

@@ -61,18 +61,30 @@ def run_history(args: argparse.Namespace) -> int:
 
 
 def print_regressions(found: history.History, threshold: float) -> None:
-    """One line per change point that dropped by more than ``threshold``, then the command that bisects it."""
+    """One line per change point that dropped by more than ``threshold``, then the command that bisects it; the
+    undecided drops (within the wander of their config's sweeps) after them, each with why it has no command."""
     drops = [(c, s) for c in found.configs for s in c.steps if s.ratio < 1 - threshold]
     looked = sum(history.examined(c.points) for c in found.configs)
-    print(f"{len(drops)} regression(s) among the change points of {looked} config(s) "
+    decided = [(c, s) for c, s in drops if not s.undecided]
+    undecided = [(c, s) for c, s in drops if s.undecided]
+    print(f"{len(decided)} regression(s) among the change points of {looked} config(s) "
           f"(a drop of more than {threshold:.0%} between two sweeps)")
     if looked < len(found.configs):
         print(f"{len(found.configs) - looked} config(s) not examined: fewer than {changepoints.MIN_SESSIONS} quiet "
               "sweeps of them, too few to place a change point")
-    for config, step in drops:
-        before, after = config.points[step.before], config.points[step.after]
-        kind = f"a slope of {step.steps} steps, " if step.slope else ""
-        print(f"{config.title} [{config.config_hash[:10]}] on {config.hardware}: {kind}{step.ratio - 1:+.1%} between "
-              f"{step.good or '?'} ({before.session}, {before.when[:10]}) and {step.bad or '?'} ({after.session}, "
-              f"{after.when[:10]}); commits {step.good or '?'}..{step.bad or '?'}")
-        print(f"  {history_page.no_bisect_why(step) or history_page.bisect_command(step, found.results_dir)}")
+    for config, step in decided:
+        _print_drop(found, config, step)
+    if undecided:
+        print(f"{len(undecided)} undecided drop(s) of more than {threshold:.0%}: within the wander of "
+              "their config's sweeps, a step or a drift")
+    for config, step in undecided:
+        _print_drop(found, config, step)
+
+
+def _print_drop(found: history.History, config: history.ConfigHistory, step: history.ChangePoint) -> None:
+    before, after = config.points[step.before], config.points[step.after]
+    kind = ("undecided, " if step.undecided else "") + (f"a slope of {step.steps} steps, " if step.slope else "")
+    print(f"{config.title} [{config.config_hash[:10]}] on {config.hardware}: {kind}{step.ratio - 1:+.1%} between "
+          f"{step.good or '?'} ({before.session}, {before.when[:10]}) and {step.bad or '?'} ({after.session}, "
+          f"{after.when[:10]}); commits {step.good or '?'}..{step.bad or '?'}")
+    print(f"  {history_page.no_bisect_why(step) or history_page.bisect_command(step, found.results_dir)}")

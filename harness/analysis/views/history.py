@@ -80,10 +80,15 @@ class ChangePoint:
     bad: str
     bad_session: str  # the sweep after the step (its configs are the ones to bisect with)
     steps: int = 1  # > 1: a slope, successive steps the same way between ``before`` and ``after`` (a drift)
+    wander: float = 0.0  # > 0: undecided, within the wander of sessions autocorrelated this much (``changepoints``)
 
     @property
     def slope(self) -> bool:
         return self.steps > 1
+
+    @property
+    def undecided(self) -> bool:
+        return self.wander > 0
 
 
 @dataclass
@@ -216,7 +221,7 @@ def change_points(points: list[Point]) -> list[ChangePoint]:
     for step in found:
         before, after = series[step.index - 1], series[step.last]
         out.append(ChangePoint(before, after, step.ratio, points[before].commit, points[after].commit,
-                               points[after].session, step.steps))
+                               points[after].session, step.steps, step.wander))
     return out
 
 

@@ -3,8 +3,8 @@
 Charts are inline SVG drawn here (no plotting library, no script): sessions in time order along x, labelled
 with their date and commit; throughput with its 95% band up y, on a log scale; each gate's verdict marked above
 the session it judged (red: regressed, green: ok, orange: busy, grey: undecided); each change point of the sweeps'
-level (``harness.analysis.views.changepoints``) a dashed line with its size. Hovering a point or a mark shows its
-environment and numbers.
+level (``harness.analysis.views.changepoints``) a dashed line with its kind (step, slope, or undecided: within the
+sweeps' wander) and size. Hovering a point or a mark shows its environment and numbers.
 """
 
 from __future__ import annotations
@@ -140,8 +140,9 @@ def _point(p: Point, x: float, y) -> str:
 def _step(c: ChangePoint, x: float) -> str:
     """A change point: a dashed line between the last session before it and the first after, with its size."""
     colour = DECISION_COLOURS["regressed"] if c.ratio < 1 else DECISION_COLOURS["ok"]
-    kind = "slope" if c.slope else "step"
-    tip = f"change point ({kind}): {c.ratio - 1:+.1%} between {c.good or '?'} and {c.bad or '?'}"
+    kind = "undecided" if c.undecided else "slope" if c.slope else "step"
+    what = f"{kind}: a step or the sessions' wander" if c.undecided else kind
+    tip = f"change point ({what}): {c.ratio - 1:+.1%} between {c.good or '?'} and {c.bad or '?'}"
     return (f"<g class='step'><title>{_e(tip)}</title><line x1='{x:.1f}' x2='{x:.1f}' y1='{TOP}' "
             f"y2='{HEIGHT - BOTTOM}' stroke='{colour}' stroke-dasharray='4,3'/><text x='{x + 4:.1f}' y='{TOP + 12}' "
             f"fill='{colour}'>{kind} {c.ratio - 1:+.1%}</text></g>")
@@ -161,10 +162,17 @@ SLOPE_WHY = ("a slope (successive steps the same way): a drift over several sess
              "environments of its sessions, or sweep the commits between")
 
 
+WANDER_WHY = ("undecided: the level of this config's sweeps wanders (successive sweeps correlate, {rho:.2f}) and this "
+              "move does not stand out of that wander: a step or a drift, the sweeps cannot tell; a paired check "
+              "(check --against GOOD on BAD's code) measures both in one session and decides")
+
+
 def no_bisect_why(c: ChangePoint) -> str:
-    """Why a change point has no bisect command ("" when it has one): a slope has no one commit, and sessions of one
-    commit (the machine, the environment or uncommitted changes moved) or of an unknown one leave ``bisect GOOD
-    BAD`` no commit to try, so the command it would print could not run."""
+    """Why a change point has no bisect command ("" when it has one): an undecided move may be no commit's, a slope
+    has no one commit, and sessions of one commit (the machine, the environment or uncommitted changes moved) or of
+    an unknown one leave ``bisect GOOD BAD`` no commit to try, so the command it would print could not run."""
+    if c.undecided:
+        return WANDER_WHY.format(rho=c.wander)
     if c.slope:
         return SLOPE_WHY
     good, bad = c.good.removesuffix("-dirty"), c.bad.removesuffix("-dirty")
